@@ -1,0 +1,227 @@
+"""The one error hierarchy of chatflow, with the exit code each error maps to.
+
+Every error that chatflow raises on purpose is a :class:`ChatflowError`. The command
+line turns it into one line on stderr (``chatflow: error: <message>``) and exits with
+its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
+
+::
+
+    ChatflowError (1)
+    ├── UsageError (2)                 bad input from the caller
+    │   ├── InvalidHistoryError        a message list that breaks the validity checks
+    │   ├── IdempotencyConflictError   same idempotency key, different payload
+    │   ├── ToolResultError            unknown tool-use id, or a second answer for one
+    │   ├── PendingToolCallsError      a new user message while tool calls await results
+    │   └── ConfigError (9)            a bad config file or setting
+    ├── NotFoundError (3)
+    │   └── SessionNotFoundError
+    │       └── SessionDeletedError    the session was deleted under a live task (seed 000, 0.4.0rc1)
+    ├── SessionBusyError (4)           another run owns the session
+    ├── SessionTerminatedError (4)     the session reached its final status (seed 003)
+    ├── ProviderError (5)              the model server answered, but not with a usable reply
+    │   ├── AuthenticationError        401/403
+    │   ├── ModelNotFoundError         404
+    │   ├── BadRequestError            400/422 from the provider
+    │   ├── ProviderResponseError      invalid JSON, HTML, a broken stream
+    │   ├── MaxToolRoundsExceeded      the model kept calling tools past the bound of a turn
+    │   └── LocalModelError            the embedded llama.cpp server could not start
+    ├── NetworkError (6)               connection refused, reset, DNS
+    │   └── ProviderTimeoutError
+    ├── RateLimitedError (7)           429/5xx after retries; the session is rescheduled
+    ├── StoreError (8)                 the database cannot be opened, read or written
+    │   └── SchemaTooNewError          written by a newer chatflow: refused, never migrated down
+    └── RunInterrupted (130)           Ctrl-C or cancellation; the turn was kept as interrupted
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+__all__ = [
+    "AuthenticationError",
+    "BadRequestError",
+    "ChatflowError",
+    "ConfigError",
+    "ExitStatus",
+    "IdempotencyConflictError",
+    "InvalidHistoryError",
+    "LocalModelError",
+    "MaxToolRoundsExceeded",
+    "ModelNotFoundError",
+    "NetworkError",
+    "NotFoundError",
+    "PendingToolCallsError",
+    "ProviderError",
+    "ProviderResponseError",
+    "ProviderTimeoutError",
+    "RateLimitedError",
+    "RunInterrupted",
+    "SchemaTooNewError",
+    "SessionBusyError",
+    "SessionDeletedError",
+    "SessionNotFoundError",
+    "SessionTerminatedError",
+    "StoreError",
+    "ToolResultError",
+    "UsageError",
+]
+
+
+class ExitStatus(IntEnum):
+    """Process exit codes. The README's table lists the same values."""
+
+    SUCCESS = 0
+    ERROR = 1
+    USAGE = 2
+    NOT_FOUND = 3
+    SESSION_BUSY = 4
+    PROVIDER = 5
+    NETWORK = 6
+    RATE_LIMITED = 7
+    STORE = 8
+    CONFIG = 9
+    INTERRUPTED = 130
+
+
+class ChatflowError(Exception):
+    """Base of every error chatflow raises on purpose.
+
+    ``message`` is one line, written for the person at the terminal. ``session_id``
+    names the session concerned, when there is one.
+    """
+
+    exit_code: ExitStatus = ExitStatus.ERROR
+
+    def __init__(self, message: str, *, session_id: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.session_id = session_id
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(ChatflowError):
+    exit_code = ExitStatus.USAGE
+
+
+class InvalidHistoryError(UsageError):
+    """A message list breaks a validity check; ``problems`` lists each broken check."""
+
+    def __init__(self, message: str, *, problems: list[str] | None = None, session_id: str | None = None) -> None:
+        super().__init__(message, session_id=session_id)
+        self.problems = list(problems or [])
+
+
+class IdempotencyConflictError(UsageError):
+    pass
+
+
+class ToolResultError(UsageError):
+    pass
+
+
+class PendingToolCallsError(UsageError):
+    """The session's last turn has tool calls still waiting for results (``tool_use_ids``)."""
+
+    def __init__(self, message: str, *, tool_use_ids: list[str], session_id: str | None = None) -> None:
+        super().__init__(message, session_id=session_id)
+        self.tool_use_ids = list(tool_use_ids)
+
+
+class ConfigError(UsageError):
+    exit_code = ExitStatus.CONFIG
+
+
+class NotFoundError(ChatflowError):
+    exit_code = ExitStatus.NOT_FOUND
+
+
+class SessionNotFoundError(NotFoundError):
+    pass
+
+
+class SessionDeletedError(SessionNotFoundError):
+    """A task read or wrote a session after ``store.delete(session_id)`` (seed 000, 0.4.0rc1)."""
+
+
+class SessionBusyError(ChatflowError):
+    exit_code = ExitStatus.SESSION_BUSY
+
+
+class SessionTerminatedError(ChatflowError):
+    exit_code = ExitStatus.SESSION_BUSY
+
+
+class ProviderError(ChatflowError):
+    """The model server answered, but not usefully. ``status_code`` is the HTTP status, if any."""
+
+    exit_code = ExitStatus.PROVIDER
+
+    def __init__(self, message: str, *, status_code: int | None = None, session_id: str | None = None) -> None:
+        super().__init__(message, session_id=session_id)
+        self.status_code = status_code
+
+
+class AuthenticationError(ProviderError):
+    pass
+
+
+class ModelNotFoundError(ProviderError):
+    pass
+
+
+class BadRequestError(ProviderError):
+    pass
+
+
+class ProviderResponseError(ProviderError):
+    pass
+
+
+class MaxToolRoundsExceeded(ProviderError):
+    pass
+
+
+class LocalModelError(ProviderError):
+    pass
+
+
+class NetworkError(ChatflowError):
+    exit_code = ExitStatus.NETWORK
+
+
+class ProviderTimeoutError(NetworkError):
+    pass
+
+
+class RateLimitedError(ChatflowError):
+    """Retries ran out on 429/5xx. ``retry_at`` is the UTC epoch time (s) the caller may retry."""
+
+    exit_code = ExitStatus.RATE_LIMITED
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_at: float | None = None,
+        status_code: int | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        super().__init__(message, session_id=session_id)
+        self.retry_at = retry_at
+        self.status_code = status_code
+
+
+class StoreError(ChatflowError):
+    exit_code = ExitStatus.STORE
+
+
+class SchemaTooNewError(StoreError):
+    pass
+
+
+class RunInterrupted(ChatflowError):
+    """Ctrl-C or task cancellation stopped a turn; it was stored as interrupted."""
+
+    exit_code = ExitStatus.INTERRUPTED

@@ -1,0 +1,103 @@
+"""The append-only event log of a session (seed 003) and the events a running turn streams.
+
+Stored events (:class:`Event`) have a per-session ``seq``: 1, 2, 3… strictly increasing,
+with no gaps, never reused, allocated by the store inside the write transaction that
+inserts the event. ``seq`` is the consumer's cursor: ``store.events(session_id,
+after_seq=N)`` returns what came after N (the basis of ``chatflow replay``).
+
+Stored event types and their payloads (``turn`` is the user-visible turn number):
+
+=========================  ==============================================================
+type                       payload
+=========================  ==============================================================
+``session.created``        ``{"agent": str, "max_turns": int, "metadata": {...}}``
+``message.user``           ``{"turn": int, "message": Message.to_dict()}``
+``message.model``          ``{"turn": int, "message": ...}`` (tool calls inside the message)
+``message.system``         ``{"turn": 0, "message": ...}``
+``tool.result``            ``{"turn": int, "message": ...}`` (a TOOL message)
+``tool.pending``           ``{"turn": int, "tool_use_ids": [str, ...]}`` custom tools wait
+``tool.result_submitted``  ``{"turn": int, "tool_use_id": str, "output": str}``
+``handoff``                ``{"turn": int, "from_agent": str, "to_agent": str, "tool_call_id": str}``
+``status``                 ``{"status": "idle"|"running"|"rescheduled"|"terminated", "reason": str, ...}``
+``turn.completed``         ``{"turn": int, "agent": str, "content": str, "usage": {...}}``
+``turn.failed``            ``{"turn": int, "error": str, "error_type": str}`` the turn left the window
+``turn.interrupted``       ``{"turn": int, "tool_use_ids": [...], "reason": str}``
+``rollback``               ``{"to_turn": int, "removed_turns": [int, ...]}``
+``metadata.updated``       ``{"metadata": {...}}``
+``session.recovered``      ``{"turn": int, "owner": {...}}`` a dead owner's run was closed
+=========================  ==============================================================
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+__all__ = ["Event", "EventType", "SessionStatus"]
+
+
+class SessionStatus(str, Enum):
+    """Status lifecycle of seed 003; derived from ``status`` events."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    RESCHEDULED = "rescheduled"
+    TERMINATED = "terminated"
+
+
+class EventType(str, Enum):
+    SESSION_CREATED = "session.created"
+    MESSAGE_USER = "message.user"
+    MESSAGE_MODEL = "message.model"
+    MESSAGE_SYSTEM = "message.system"
+    TOOL_RESULT = "tool.result"
+    TOOL_PENDING = "tool.pending"
+    TOOL_RESULT_SUBMITTED = "tool.result_submitted"
+    HANDOFF = "handoff"
+    STATUS = "status"
+    TURN_COMPLETED = "turn.completed"
+    TURN_FAILED = "turn.failed"
+    TURN_INTERRUPTED = "turn.interrupted"
+    ROLLBACK = "rollback"
+    METADATA_UPDATED = "metadata.updated"
+    SESSION_RECOVERED = "session.recovered"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One stored event. ``created_at`` is UTC epoch seconds."""
+
+    session_id: str
+    seq: int
+    type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+    idempotency_key: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "session_id": self.session_id,
+            "seq": self.seq,
+            "type": self.type,
+            "created_at": self.created_at,
+            "payload": self.payload,
+        }
+        if self.idempotency_key is not None:
+            data["idempotency_key"] = self.idempotency_key
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Event":
+        return cls(
+            session_id=data["session_id"],
+            seq=int(data["seq"]),
+            type=data["type"],
+            payload=dict(data.get("payload") or {}),
+            created_at=float(data.get("created_at", 0.0)),
+            idempotency_key=data.get("idempotency_key"),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))

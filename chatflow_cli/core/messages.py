@@ -1,0 +1,237 @@
+"""Messages of a conversation: :class:`Role`, :class:`ToolCall`, :class:`Message`.
+
+A message is immutable and round-trips through JSON exactly:
+``Message.from_dict(m.to_dict()) == m`` and ``Message.from_json(m.to_json()) == m``.
+
+``Role.MODEL`` is what the Chat Completions wire calls ``assistant`` (seed 000 names it
+MODEL). Tool-call arguments are kept as the JSON *text* the model produced, since a
+model may stop mid-JSON; :meth:`ToolCall.parsed_arguments` parses them.
+
+:func:`history_problems` implements the validity checks that every message list sent
+to a model must pass (the session-core issue names them):
+
+* ``first_after_system_is_user``: after the leading SYSTEM messages the first message is USER;
+* ``tool_result_follows_call``: every TOOL message answers an id of the nearest preceding
+  MODEL message's tool calls, with only TOOL messages in between;
+* ``tool_call_answered_once``: every tool call is answered exactly once, right after its call;
+* ``tool_call_id_unique``: each tool-call id appears once in the list;
+* ``system_leading``: SYSTEM messages stand only at the start.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterable, Sequence
+
+from .errors import InvalidHistoryError
+
+__all__ = ["Message", "Role", "ToolCall", "check_history", "history_problems"]
+
+
+class Role(str, Enum):
+    """Who speaks. ``MODEL`` is the wire's ``assistant``."""
+
+    SYSTEM = "system"
+    USER = "user"
+    MODEL = "model"
+    TOOL = "tool"
+
+    @property
+    def wire(self) -> str:
+        return "assistant" if self is Role.MODEL else self.value
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call of a MODEL message: ``id``, function ``name``, ``arguments`` as JSON text."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def parsed_arguments(self) -> Any:
+        """The arguments as Python data. Raises ``ValueError`` when they are not valid JSON."""
+        return json.loads(self.arguments or "{}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ToolCall":
+        return cls(id=str(data["id"]), name=str(data["name"]), arguments=str(data.get("arguments", "{}")))
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of a session.
+
+    Fields:
+        role: who speaks.
+        content: the text; ``None`` for a MODEL message that only calls tools.
+        tool_calls: the MODEL message's tool calls, in call order.
+        tool_call_id: for a TOOL message, the id of the call it answers.
+        name: for a TOOL message, the tool's name.
+        agent: for a MODEL message, the name of the agent that spoke.
+        interrupted: the text was cut short by Ctrl-C or cancellation (MODEL), or the
+            result is synthetic because the call was interrupted (TOOL).
+        is_error: a TOOL result that reports an error (the tool raised, was unknown,
+            or got arguments that are not JSON).
+    """
+
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = field(default_factory=tuple)
+    tool_call_id: str | None = None
+    name: str | None = None
+    agent: str | None = None
+    interrupted: bool = False
+    is_error: bool = False
+
+    # -- constructors -------------------------------------------------------------------
+    @classmethod
+    def system(cls, content: str) -> "Message":
+        return cls(Role.SYSTEM, content)
+
+    @classmethod
+    def user(cls, content: str) -> "Message":
+        return cls(Role.USER, content)
+
+    @classmethod
+    def model(
+        cls,
+        content: str | None = None,
+        tool_calls: Iterable[ToolCall] = (),
+        *,
+        agent: str | None = None,
+        interrupted: bool = False,
+    ) -> "Message":
+        return cls(Role.MODEL, content, tuple(tool_calls), agent=agent, interrupted=interrupted)
+
+    @classmethod
+    def tool(
+        cls,
+        tool_call_id: str,
+        content: str,
+        *,
+        name: str | None = None,
+        is_error: bool = False,
+        interrupted: bool = False,
+    ) -> "Message":
+        return cls(
+            Role.TOOL, content, tool_call_id=tool_call_id, name=name, is_error=is_error, interrupted=interrupted
+        )
+
+    # -- JSON ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; fields at their default are left out."""
+        data: dict[str, Any] = {"role": self.role.value}
+        if self.content is not None:
+            data["content"] = self.content
+        if self.tool_calls:
+            data["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            data["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            data["name"] = self.name
+        if self.agent is not None:
+            data["agent"] = self.agent
+        if self.interrupted:
+            data["interrupted"] = True
+        if self.is_error:
+            data["is_error"] = True
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Message":
+        return cls(
+            role=Role(data["role"]),
+            content=data.get("content"),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls") or ()),
+            tool_call_id=data.get("tool_call_id"),
+            name=data.get("name"),
+            agent=data.get("agent"),
+            interrupted=bool(data.get("interrupted", False)),
+            is_error=bool(data.get("is_error", False)),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Message":
+        return cls.from_dict(json.loads(text))
+
+    def to_wire(self) -> dict[str, Any]:
+        """The Chat Completions form of this message (``role`` ``assistant`` for MODEL)."""
+        data: dict[str, Any] = {"role": self.role.wire}
+        if self.role is Role.MODEL:
+            data["content"] = self.content
+            if self.tool_calls:
+                data["tool_calls"] = [call.to_wire() for call in self.tool_calls]
+        elif self.role is Role.TOOL:
+            data["tool_call_id"] = self.tool_call_id
+            data["content"] = self.content if self.content is not None else ""
+        else:
+            data["content"] = self.content if self.content is not None else ""
+        return data
+
+
+def history_problems(messages: Sequence[Message], *, pending_ok: bool = False) -> list[str]:
+    """Return the broken validity checks of ``messages`` as ``"<check>: <detail>"`` strings.
+
+    An empty list means the history may be sent to a model. An empty history, or one of
+    SYSTEM messages only, is valid. ``pending_ok=True`` accepts tool calls of the *last*
+    MODEL message that are still unanswered at the end (a stored session waiting for
+    custom tool results); such a history is valid to store, not to send.
+    """
+    problems: list[str] = []
+    i = 0
+    n = len(messages)
+    while i < n and messages[i].role is Role.SYSTEM:
+        i += 1
+    for j in range(i, n):
+        if messages[j].role is Role.SYSTEM:
+            problems.append(f"system_leading: message {j} is SYSTEM after a non-system message")
+    if i < n and messages[i].role is not Role.USER:
+        problems.append(f"first_after_system_is_user: message {i} is {messages[i].role.value.upper()}")
+    seen_ids: set[str] = set()
+    open_calls: list[str] = []  # ids of the current MODEL message's calls still unanswered
+    for j in range(i, n):
+        msg = messages[j]
+        if msg.role is Role.TOOL:
+            if msg.tool_call_id in open_calls:
+                open_calls.remove(msg.tool_call_id)
+            else:
+                problems.append(
+                    f"tool_result_follows_call: message {j} answers {msg.tool_call_id!r}, "
+                    "which is not an open call of the preceding MODEL message"
+                )
+            continue
+        if open_calls:
+            problems.append(f"tool_call_answered_once: calls {open_calls} unanswered before message {j}")
+            open_calls = []
+        if msg.role is Role.MODEL:
+            for call in msg.tool_calls:
+                if call.id in seen_ids:
+                    problems.append(f"tool_call_id_unique: {call.id!r} appears again at message {j}")
+                seen_ids.add(call.id)
+            open_calls = [call.id for call in msg.tool_calls]
+    if open_calls and not pending_ok:
+        problems.append(f"tool_call_answered_once: calls {open_calls} unanswered at the end")
+    return problems
+
+
+def check_history(messages: Sequence[Message], *, pending_ok: bool = False, session_id: str | None = None) -> None:
+    """Raise :class:`InvalidHistoryError` when :func:`history_problems` finds any."""
+    problems = history_problems(messages, pending_ok=pending_ok)
+    if problems:
+        raise InvalidHistoryError(
+            f"invalid history: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+            problems=problems,
+            session_id=session_id,
+        )
