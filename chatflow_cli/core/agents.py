@@ -1,0 +1,178 @@
+"""Agents: a name, instructions, a model, tools, and the agents it may hand the conversation to.
+
+::
+
+    billing = Agent(name="Billing", instructions="Billing specialist", model="gpt-4o")
+    support = Agent(name="Support", instructions="Support", handoffs=[billing], model="gpt-4o")
+
+Each handoff target is offered to the model as a tool named ``transfer_to_<name in snake
+case>`` with no parameters (issue 4): ``Billing`` -> ``transfer_to_billing``,
+``OrderTrackingAgent`` -> ``transfer_to_order_tracking_agent``. Calling it makes the target
+the session's active agent.
+
+Agents compare and hash by identity. ``tools`` and ``handoffs`` are stored as tuples; they
+may be reassigned after construction (so two agents can hand off to each other), and
+plain functions in ``tools`` are wrapped with :func:`~chatflow_cli.core.tools.tool`.
+Names are unique within a Runner: :func:`reachable_agents` raises
+:class:`AgentDefinitionError` when two different agents share one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from .errors import UsageError
+from .tools import Tool, ToolDefinitionError, tool
+
+__all__ = ["Agent", "AgentDefinitionError", "HandoffTool", "handoff_tool_name", "reachable_agents", "snake_case"]
+
+
+class AgentDefinitionError(UsageError):
+    """Two agents share a name, or an agent's tool names collide."""
+
+
+def snake_case(name: str) -> str:
+    """``"OrderTrackingAgent"`` -> ``"order_tracking_agent"``; ``"Billing Team"`` -> ``"billing_team"``."""
+    text = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name.strip())
+    text = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", text)
+    text = re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
+    return text or "agent"
+
+
+def handoff_tool_name(agent_name: str) -> str:
+    """The tool name offered for a handoff to ``agent_name`` (at most 64 characters)."""
+    return ("transfer_to_" + snake_case(agent_name))[:64]
+
+
+class HandoffTool(Tool):
+    """The ``transfer_to_<target>`` tool; ``target`` is the :class:`Agent` it hands off to."""
+
+    def __init__(self, target: "Agent") -> None:
+        summary = (target.instructions or "").strip().splitlines()[0] if (target.instructions or "").strip() else ""
+        description = f"Hand the conversation over to the {target.name} agent."
+        if summary:
+            description += f" {target.name}: {summary[:200]}"
+        super().__init__(
+            handoff_tool_name(target.name),
+            description,
+            {"type": "object", "properties": {}, "additionalProperties": False},
+            None,
+        )
+        self.target = target
+
+    @property
+    def is_custom(self) -> bool:  # answered by the Runner itself, never by submit_tool_result
+        return False
+
+
+def _as_tool(item: Any) -> Tool:
+    if isinstance(item, Tool):
+        return item
+    if callable(item):
+        return tool(item)
+    raise ToolDefinitionError(f"agent tools must be Tool objects or functions, got {item!r}")
+
+
+class Agent:
+    """An agent of seed 000: ``Agent(name, instructions, model=None, tools=(), handoffs=())``.
+
+    Args:
+        name: unique within a Runner; stored as the session's ``active_agent_name``.
+        instructions: sent first, as a system message, on every request this agent makes.
+        model: the model name; ``None`` uses the Runner's ``default_model``.
+        tools: :class:`Tool` objects (or plain functions, wrapped with ``@tool``).
+        handoffs: agents this one may transfer the conversation to.
+        tool_choice: Chat Completions ``tool_choice`` for the first request of a turn
+            (``"auto"``, ``"required"``, ``"none"`` or a tool name); later requests in the
+            same turn use the server's default, so a forced tool cannot loop forever.
+    """
+
+    __slots__ = ("name", "instructions", "model", "tools", "handoffs", "tool_choice", "_tool_cache")
+
+    def __init__(
+        self,
+        name: str,
+        instructions: str = "",
+        model: str | None = None,
+        tools: Iterable[Any] = (),
+        handoffs: Iterable["Agent"] = (),
+        *,
+        tool_choice: str | dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise AgentDefinitionError(f"agent name must be a non-empty string, got {name!r}")
+        self.name = name
+        self.instructions = instructions or ""
+        self.model = model
+        self.tool_choice = tool_choice
+        self.tools = tools  # type: ignore[assignment]
+        self.handoffs = handoffs  # type: ignore[assignment]
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key == "tools":
+            value = tuple(_as_tool(item) for item in value)
+        elif key == "handoffs":
+            value = tuple(value)
+            for target in value:
+                if not isinstance(target, Agent):
+                    raise AgentDefinitionError(f"handoffs must be Agent objects, got {target!r}")
+        if key in ("tools", "handoffs"):
+            object.__setattr__(self, "_tool_cache", None)
+        object.__setattr__(self, key, value)
+
+    def __repr__(self) -> str:
+        return f"Agent(name={self.name!r}, model={self.model!r}, tools={[t.name for t in self.tools]}, " \
+               f"handoffs={[a.name for a in self.handoffs]})"
+
+    def clone(self, **changes: Any) -> "Agent":
+        """A copy with some fields changed (a new identity, so give it a new ``name`` if both run together)."""
+        fields = {"name": self.name, "instructions": self.instructions, "model": self.model, "tools": self.tools,
+                  "handoffs": self.handoffs, "tool_choice": self.tool_choice}
+        fields.update(changes)
+        return Agent(**fields)
+
+    def all_tools(self) -> dict[str, Tool]:
+        """Every tool offered to the model, by name: own tools first, then one handoff tool per target.
+
+        Raises :class:`AgentDefinitionError` when two names collide.
+        """
+        cache = self._tool_cache
+        if cache is not None and cache[0] == (self.tools, self.handoffs):
+            return cache[1]
+        table: dict[str, Tool] = {}
+        for item in (*self.tools, *(HandoffTool(target) for target in self.handoffs)):
+            if item.name in table:
+                raise AgentDefinitionError(f"agent {self.name!r}: two tools are named {item.name!r}")
+            table[item.name] = item
+        object.__setattr__(self, "_tool_cache", ((self.tools, self.handoffs), table))
+        return table
+
+    def wire_tools(self) -> list[dict[str, Any]] | None:
+        """The Chat Completions ``tools`` list, or ``None`` when the agent has none."""
+        tools = self.all_tools()
+        return [t.to_wire() for t in tools.values()] or None
+
+
+def reachable_agents(start: Agent) -> dict[str, Agent]:
+    """Every agent reachable from ``start`` through handoffs (``start`` included), by name.
+
+    Raises :class:`AgentDefinitionError` when two different agents share a name.
+    """
+    found: dict[str, Agent] = {}
+    stack = [start]
+    while stack:
+        agent = stack.pop()
+        known = found.get(agent.name)
+        if known is not None:
+            if known is not agent:
+                raise AgentDefinitionError(
+                    f"two different agents are named {agent.name!r}; agent names must be unique within a Runner"
+                )
+            continue
+        found[agent.name] = agent
+        stack.extend(reversed(agent.handoffs))
+    for agent in found.values():
+        agent.all_tools()  # surface tool-name collisions at Runner construction
+    return found
