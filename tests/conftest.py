@@ -36,3 +36,7 @@ def llama_cpp_installed() -> bool:
 def pytest_report_header(config: pytest.Config) -> str:
     state = "installed" if llama_cpp_installed() else "NOT installed: local_model tests will skip"
     return f"chatflow: llama_cpp + SmolLM2 {state}; CHATFLOW_HOME isolated per test; pid {os.getpid()}"
+
+
+# The fake OpenAI-compatible server (tests/fakeserver.py) as the ``fake_server`` fixture.
+from tests.fakeserver import fake_server  # noqa: E402,F401
