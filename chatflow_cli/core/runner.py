@@ -1,0 +1,905 @@
+"""The Runner: runs one turn of a session against an OpenAI-compatible server (issue 4).
+
+::
+
+    runner = Runner(starting_agent=agent, session_store=store)
+    result = runner.run("user-1", "Where is order 404?")          # sync
+    result = await runner.run_async("user-1", "Where is order 404?")
+    for event in runner.run_streamed("user-1", "Hi"):               # events as they happen
+        ...
+
+A turn, step by step:
+
+1. ``store.begin_turn`` (one short transaction) creates the session if needed, claims it
+   for this process (status ``running`` with an owner record; a live owner elsewhere means
+   :class:`~chatflow_cli.core.errors.SessionBusyError` after ``wait`` seconds of polling),
+   and appends the user message. An ``idempotency_key`` already used with the same message
+   returns the first result from the log without calling the model.
+2. The request goes out as Chat Completions: the active agent's instructions first, as a
+   system message, then the session's context window (already pruned to ``max_turns``
+   whole turns). Every request passes :func:`~chatflow_cli.core.messages.check_history`
+   first.
+3. The streamed reply is folded by the model client; text deltas are yielded as they come.
+   A reply with tool calls is stored (one transaction), the tools run — several calls of
+   one reply run concurrently, each on its own thread — and their results are appended under
+   their ids in call order, then the model is asked again. A tool that raises, an unknown
+   tool name, or arguments that are not valid JSON (or do not fit the parameters) become an
+   error TOOL result (``is_error``) that the model sees; the turn goes on.
+4. A call to ``transfer_to_<agent>`` makes that agent the session's active agent (a
+   ``handoff`` event, once) and answers the call with a TOOL result; the new agent answers
+   in the same turn with its own instructions and tools.
+5. A call to a custom tool (:meth:`Tool.custom`, seed 003) ends the run with the session
+   ``idle`` and a ``tool.pending`` event listing the ids to answer. Regular tools called in
+   the same reply run and their results are recorded as submitted.
+   :meth:`Runner.submit_tool_result` answers one id; once all are answered the turn
+   continues, the results sent in call order.
+6. A reply without tool calls completes the turn: ``turn.completed``, pruning, status
+   ``idle`` — in one transaction.
+
+More than ``max_tool_rounds`` replies with tool calls in one turn raise
+:class:`~chatflow_cli.core.errors.MaxToolRoundsExceeded`; the turn is failed like any other
+failure, so the session stays valid.
+
+Failures (connection refused, timeouts, 401, 404, 400, a broken stream): the turn is
+marked failed and leaves the context window as it was before the turn; the user message
+stays in the event log so the caller can retry it; the session returns to ``idle`` and the
+chatflow error is raised. 429/5xx are retried by the model client (honouring
+``Retry-After``); when retries run out the session becomes ``rescheduled`` with
+``retry_at`` in the status event and :class:`~chatflow_cli.core.errors.RateLimitedError`
+is raised.
+
+Interrupts: Ctrl-C (``KeyboardInterrupt``; in the main thread the Runner turns the first
+Ctrl-C into a cancel request so it never lands inside a database write), a set ``cancel``
+event, or the cancellation of the ``run_async`` task. The partial model text is kept as a
+MODEL message flagged ``interrupted``, every unanswered tool call gets a synthetic result
+("interrupted, side effects unknown"), all persisted once with a ``turn.interrupted``
+event; the session returns to ``idle`` and the next turn is valid. Then
+:class:`~chatflow_cli.core.errors.RunInterrupted` is raised (``asyncio.CancelledError``
+for a cancelled task, as asyncio expects).
+
+No SQLite transaction is ever open across a network call: the Runner only calls store
+methods, each one short transaction, between model requests.
+
+Stream events (:class:`StreamEvent`): runtime ones — ``text.delta``, ``tool.call_started``,
+``tool.call_finished``, ``result`` — and every event written to the session's log while the
+run goes (``message.user``, ``message.model``, ``tool.result``, ``handoff``, ``status``,
+``tool.pending``, ``turn.completed``, ``turn.failed``, ``turn.interrupted``…), each carrying
+its log ``seq``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import signal
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from .agents import Agent, HandoffTool, reachable_agents
+from .errors import (
+    ChatflowError,
+    ConfigError,
+    MaxToolRoundsExceeded,
+    ProviderResponseError,
+    RateLimitedError,
+    RunInterrupted,
+    SessionBusyError,
+)
+from .events import Event, EventType, SessionStatus
+from .messages import Message, Role, ToolCall, check_history
+from .model import ModelTurn, TextDelta, Usage
+from .tools import Tool, ToolArgumentsError
+
+__all__ = ["INTERRUPTED_RESULT", "RunResult", "Runner", "StreamEvent"]
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED_RESULT = "Interrupted before a result: side effects unknown."
+
+
+# --------------------------------------------------------------------------------------
+# results and events
+# --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunResult:
+    """What a run returns.
+
+    Attributes:
+        content: the final text of the turn (``None`` when the run stopped for custom tools).
+        agent: the name of the agent that answered (the active agent after any handoff).
+        session_id: the session.
+        turn: the user-visible turn number (1, 2, 3… for the session's life).
+        usage: token usage summed over the turn's model requests.
+        status: the session's status when the run returned (``idle`` normally).
+        pending_tool_calls: custom tool calls waiting for ``submit_tool_result`` (seed 003).
+        events: the events this run wrote to the session's log, in ``seq`` order.
+        replayed: the result came from the log (idempotency key seen before); no model call.
+    """
+
+    content: str | None
+    agent: str
+    session_id: str
+    turn: int
+    usage: Usage = Usage()
+    status: SessionStatus = SessionStatus.IDLE
+    pending_tool_calls: tuple[ToolCall, ...] = ()
+    events: tuple[Event, ...] = ()
+    replayed: bool = False
+
+    @property
+    def final_output(self) -> str | None:
+        """Alias of :attr:`content` (the name the OpenAI Agents SDK uses)."""
+        return self.content
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "content": self.content,
+            "agent": self.agent,
+            "session_id": self.session_id,
+            "turn": self.turn,
+            "usage": self.usage.to_dict(),
+            "status": self.status.value,
+            "pending_tool_calls": [c.to_dict() for c in self.pending_tool_calls],
+            "replayed": self.replayed,
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One event of a streamed run.
+
+    ``type`` is a runtime type (``text.delta`` ``{"text"}``, ``tool.call_started`` ``{"id",
+    "name", "arguments"}``, ``tool.call_finished`` ``{"id", "name", "output", "is_error",
+    "duration_ms"}``, ``result`` with :attr:`result` set) or the type of an event just
+    written to the log (``seq`` set, ``data`` is its payload).
+    """
+
+    type: str
+    session_id: str
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)
+    turn: int | None = None
+    seq: int | None = None
+    result: RunResult | None = None
+
+    @property
+    def persisted(self) -> bool:
+        return self.seq is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "session_id": self.session_id}
+        if self.seq is not None:
+            out["seq"] = self.seq
+        if self.turn is not None:
+            out["turn"] = self.turn
+        out["data"] = self.result.to_dict() if self.result is not None else self.data
+        return out
+
+
+class _Cancelled(Exception):
+    """Internal: the cancel event was set."""
+
+
+class _CancelToken:
+    """A cancel request: the caller's ``threading.Event`` plus the model stream to close at once."""
+
+    __slots__ = ("event", "stream")
+
+    def __init__(self, event: threading.Event | None = None) -> None:
+        self.event = event if event is not None else threading.Event()
+        self.stream: Any = None
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def set(self) -> None:
+        self.event.set()
+        stream = self.stream
+        if stream is not None and hasattr(stream, "cancel"):
+            try:
+                stream.cancel()  # wakes a read blocked on a silent server
+            except Exception:  # noqa: BLE001 - best effort; the event alone stops it at the next chunk
+                pass
+
+    def wait(self, timeout: float) -> bool:
+        return self.event.wait(timeout)
+
+
+# --------------------------------------------------------------------------------------
+# the Runner
+# --------------------------------------------------------------------------------------
+class Runner:
+    """Runs turns of sessions kept in ``session_store`` (issue 4, seed 000).
+
+    Args:
+        starting_agent: the agent of a new session; every agent reachable through handoffs
+            is known to the Runner (names unique: ``AgentDefinitionError`` otherwise) and the
+            Runner registers the store's agent resolver with them.
+        session_store: a :class:`~chatflow_cli.core.memory.BaseSessionStore`.
+        model_client: a :class:`~chatflow_cli.core.model.ModelClient`, or a callable making
+            one; ``None`` makes ``ModelClient()`` on first use, which reads
+            ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` like the ``openai`` package does.
+        default_model: the model of agents whose ``model`` is ``None``.
+        max_tool_rounds: replies with tool calls allowed in one turn (default 10).
+        max_tokens, temperature: passed on each request when set.
+    """
+
+    def __init__(
+        self,
+        starting_agent: Agent,
+        session_store: Any,
+        *,
+        model_client: Any = None,
+        default_model: str | None = None,
+        max_tool_rounds: int = 10,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> None:
+        if isinstance(max_tool_rounds, bool) or not isinstance(max_tool_rounds, int) or max_tool_rounds < 0:
+            raise ValueError(f"max_tool_rounds must be an int >= 0, got {max_tool_rounds!r}")
+        self.starting_agent = starting_agent
+        self.agents: dict[str, Agent] = reachable_agents(starting_agent)
+        self.store = session_store
+        self.default_model = default_model
+        self.max_tool_rounds = max_tool_rounds
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self._client = model_client if model_client is not None and hasattr(model_client, "stream") else None
+        self._client_factory: Callable[[], Any] | None = model_client if self._client is None else None
+        self._client_lock = threading.Lock()
+        session_store.set_agent_resolver(self.agents.get)
+
+    # -- public API -----------------------------------------------------------------------
+    @property
+    def session_store(self) -> Any:
+        return self.store
+
+    @property
+    def model_client(self) -> Any:
+        """The model client, made on first use (see the class docstring)."""
+        if self._client is None:
+            with self._client_lock:
+                if self._client is None:
+                    if self._client_factory is not None:
+                        self._client = self._client_factory()
+                    else:
+                        from .model import ModelClient
+
+                        self._client = ModelClient()
+        return self._client
+
+    def run(
+        self,
+        session_id: str,
+        user_message: str | Message,
+        metadata: dict[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        wait: float = 0.0,
+        max_turns: int | None = None,
+        system: str | None = None,
+        cancel: threading.Event | None = None,
+    ) -> RunResult:
+        """Run one turn and return its :class:`RunResult`.
+
+        ``metadata`` is merged into the session's metadata; ``wait`` is how long (seconds)
+        to wait for a session another run owns before :class:`SessionBusyError`;
+        ``max_turns`` and ``system`` (a system message) apply when the session is created;
+        ``cancel``, when set from another thread, interrupts the run.
+
+        Raises the chatflow errors of the module docstring; :class:`RunInterrupted` after an
+        interrupt (the turn was stored as interrupted).
+        """
+        return _drain(self.run_streamed(session_id, user_message, metadata, idempotency_key=idempotency_key,
+                                        wait=wait, max_turns=max_turns, system=system, cancel=cancel))
+
+    def run_streamed(
+        self,
+        session_id: str,
+        user_message: str | Message,
+        metadata: dict[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        wait: float = 0.0,
+        max_turns: int | None = None,
+        system: str | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[StreamEvent]:
+        """Like :meth:`run`, yielding :class:`StreamEvent` s as they happen; the last is ``result``.
+
+        Closing the iterator early (``break``) interrupts the turn like Ctrl-C would, without
+        raising.
+        """
+        message = user_message if isinstance(user_message, Message) else Message.user(str(user_message))
+        if message.role is not Role.USER:
+            raise ValueError("user_message must be a USER message")
+        return self._guarded(
+            session_id,
+            dict(user_message=message, metadata=metadata, idempotency_key=idempotency_key, max_turns=max_turns,
+                 system=system),
+            wait=wait,
+            cancel=cancel,
+            loop=None,
+        )
+
+    async def run_async(
+        self,
+        session_id: str,
+        user_message: str | Message,
+        metadata: dict[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        wait: float = 0.0,
+        max_turns: int | None = None,
+        system: str | None = None,
+    ) -> RunResult:
+        """Async twin of :meth:`run` (seed 000's webhook example).
+
+        The turn runs in a worker thread (the event loop never blocks on the network or the
+        database); async tools run on the caller's loop. Cancelling the task interrupts the
+        turn: it is stored as interrupted before ``CancelledError`` propagates.
+        """
+        result: RunResult | None = None
+        async for event in self.run_streamed_async(
+            session_id, user_message, metadata, idempotency_key=idempotency_key, wait=wait, max_turns=max_turns,
+            system=system,
+        ):
+            if event.result is not None:
+                result = event.result
+        assert result is not None
+        return result
+
+    async def run_streamed_async(
+        self,
+        session_id: str,
+        user_message: str | Message,
+        metadata: dict[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        wait: float = 0.0,
+        max_turns: int | None = None,
+        system: str | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Async twin of :meth:`run_streamed`."""
+        message = user_message if isinstance(user_message, Message) else Message.user(str(user_message))
+        kwargs = dict(user_message=message, metadata=metadata, idempotency_key=idempotency_key, max_turns=max_turns,
+                      system=system)
+        async for event in self._in_thread(session_id, kwargs, wait=wait):
+            yield event
+
+    def submit_tool_result(
+        self, session_id: str, tool_use_id: str, output: Any, *, wait: float = 0.0,
+        cancel: threading.Event | None = None,
+    ) -> RunResult | None:
+        """Answer one pending custom tool call (seed 003) and, once all are answered, continue the turn.
+
+        ``output`` is text (anything else is JSON-encoded). Returns ``None`` while other ids
+        are still pending, else the :class:`RunResult` of the continued turn. An unknown id or
+        a second answer for one raises :class:`~chatflow_cli.core.errors.ToolResultError` and
+        writes nothing.
+        """
+        remaining = self.store.submit_tool_result(session_id, tool_use_id, _output_text(output))
+        if remaining:
+            return None
+        return _drain(self.continue_streamed(session_id, wait=wait, cancel=cancel))
+
+    async def asubmit_tool_result(self, session_id: str, tool_use_id: str, output: Any, *,
+                                  wait: float = 0.0) -> RunResult | None:
+        """Async twin of :meth:`submit_tool_result`."""
+        remaining = await asyncio.to_thread(self.store.submit_tool_result, session_id, tool_use_id,
+                                            _output_text(output))
+        if remaining:
+            return None
+        result: RunResult | None = None
+        async for event in self._in_thread(session_id, dict(user_message=None), wait=wait):
+            if event.result is not None:
+                result = event.result
+        return result
+
+    def continue_streamed(
+        self, session_id: str, *, wait: float = 0.0, cancel: threading.Event | None = None
+    ) -> Iterator[StreamEvent]:
+        """Continue a turn whose custom tool calls are all answered, streaming its events."""
+        return self._guarded(session_id, dict(user_message=None), wait=wait, cancel=cancel, loop=None)
+
+    def close(self) -> None:
+        """Close the model client's connections (it reconnects if used again)."""
+        client = self._client
+        if client is not None and hasattr(client, "close"):
+            client.close()
+
+    # -- driving a run from sync and async callers ------------------------------------------
+    def _guarded(
+        self,
+        session_id: str,
+        start: dict[str, Any],
+        *,
+        wait: float,
+        cancel: threading.Event | None,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> Iterator[StreamEvent]:
+        """The turn generator, with Ctrl-C turned into a cancel request while it runs in the main thread."""
+        token = _CancelToken(cancel)
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            try:
+                if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                    def on_sigint(signum: int, frame: Any) -> None:
+                        if token.is_set():  # a second Ctrl-C: stop right now
+                            raise KeyboardInterrupt
+                        token.set()
+
+                    previous = signal.signal(signal.SIGINT, on_sigint)
+            except ValueError:  # not the main interpreter's main thread after all
+                previous = None
+        try:
+            yield from self._turn(session_id, start, wait=wait, cancel=token, loop=loop)
+        finally:
+            if previous is not None:
+                try:
+                    signal.signal(signal.SIGINT, previous)
+                except ValueError:
+                    pass
+
+    async def _in_thread(self, session_id: str, start: dict[str, Any], *, wait: float) -> AsyncIterator[StreamEvent]:
+        """Run the turn generator in a worker thread, handing its events to the event loop."""
+        loop = asyncio.get_running_loop()
+        cancel = _CancelToken()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        done = threading.Event()
+
+        def put(kind: str, value: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+            except RuntimeError:  # the loop is closed: nobody listens any more
+                pass
+
+        def work() -> None:
+            try:
+                for event in self._turn(session_id, start, wait=wait, cancel=cancel, loop=loop):
+                    put("event", event)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+                put("error", exc)
+            else:
+                put("end", None)
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=work, name=f"chatflow-run-{session_id}"[:60], daemon=True)
+        thread.start()
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "event":
+                    yield value
+                elif kind == "error":
+                    raise value
+                else:
+                    return
+        except (asyncio.CancelledError, GeneratorExit):
+            # interrupt the turn and let the worker store it as interrupted before we go
+            cancel.set()
+            await _wait_thread(done)
+            raise
+        finally:
+            cancel.set()  # an early exit of the consumer interrupts a turn still going
+
+    # -- the turn ----------------------------------------------------------------------------
+    def _begin(self, session_id: str, start: dict[str, Any], wait: float, cancel: _CancelToken) -> Any:
+        from .memory import Owner
+
+        deadline = time.monotonic() + max(0.0, float(wait))
+        delay = 0.02
+        while True:
+            try:
+                return self.store.begin_turn(
+                    session_id,
+                    default_agent=self.starting_agent,
+                    owner=Owner.current(),
+                    **start,
+                )
+            except SessionBusyError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+                if cancel.wait(min(delay, remaining)):
+                    raise RunInterrupted("interrupted while waiting for a busy session",
+                                         session_id=session_id) from None
+                delay = min(delay * 2, 0.25)
+
+    def _turn(
+        self,
+        session_id: str,
+        start: dict[str, Any],
+        *,
+        wait: float,
+        cancel: _CancelToken,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> Iterator[StreamEvent]:
+        written: list[Event] = []
+
+        def stored(events: list[Event], turn: int | None) -> Iterator[StreamEvent]:
+            for event in events:
+                written.append(event)
+                yield StreamEvent(event.type, session_id, event.payload, turn=event.payload.get("turn", turn),
+                                  seq=event.seq)
+
+        begun = self._begin(session_id, start, wait, cancel)
+        turn: int = begun.turn
+        if begun.replayed is not None:
+            yield from stored(list(begun.events), turn)
+            replay = begun.replayed
+            result = RunResult(
+                content=replay.get("content"),
+                agent=str(replay.get("agent") or self.starting_agent.name),
+                session_id=session_id,
+                turn=int(replay.get("turn", turn)),
+                usage=Usage.from_dict(replay.get("usage")) or Usage(),
+                status=begun.session.status,
+                events=tuple(written),
+                replayed=True,
+            )
+            yield StreamEvent("result", session_id, turn=result.turn, result=result)
+            return
+
+        session = begun.session
+        state = _TurnState(agent=session.active_agent)
+        try:
+            yield from stored(list(begun.events), turn)
+            result = yield from self._loop(session, turn, state, cancel, loop, stored)
+        except (KeyboardInterrupt, _Cancelled, GeneratorExit, asyncio.CancelledError) as exc:
+            closing = isinstance(exc, GeneratorExit)
+            if state.released:  # the turn was already stored as finished; only the consumer left
+                raise
+            events = self._interrupt(session, turn, state, reason="cancelled" if isinstance(exc, _Cancelled)
+                                     or closing else "interrupted")
+            if closing:  # the consumer went away: nothing more may be yielded
+                written.extend(events)
+                raise
+            yield from stored(events, turn)
+            raise RunInterrupted(f"turn {turn} was interrupted; the session is ready for the next message",
+                                 session_id=session_id) from (None if isinstance(exc, _Cancelled) else exc)
+        except BaseException as exc:
+            if state.released:
+                raise
+            events = self._fail(session, turn, state, exc)
+            yield from stored(events, turn)
+            if isinstance(exc, ChatflowError) and exc.session_id is None:
+                exc.session_id = session_id
+            raise
+        yield StreamEvent("result", session_id, turn=turn,
+                          result=dataclasses.replace(result, events=tuple(written)))
+
+    def _loop(
+        self,
+        session: Any,
+        turn: int,
+        state: "_TurnState",
+        cancel: _CancelToken,
+        loop: asyncio.AbstractEventLoop | None,
+        stored: Callable[[list[Event], int | None], Iterator[StreamEvent]],
+    ) -> Iterator[StreamEvent]:
+        session_id = session.session_id
+        client = self.model_client
+        requests = 0
+        while True:
+            if cancel.is_set():
+                raise _Cancelled()
+            agent: Agent = state.agent
+            tools = agent.all_tools()
+            history = session.history
+            if agent.instructions:
+                outgoing = [Message.system(agent.instructions), *history]
+            else:
+                outgoing = list(history)
+            check_history(outgoing, session_id=session_id)
+            wire = [m.to_wire() for m in outgoing]
+            model = agent.model or self.default_model
+            if not model:
+                raise ConfigError(f"no model for agent {agent.name!r}: set Agent(model=...) or "
+                                  "Runner(default_model=...)", session_id=session_id)
+            tool_choice = agent.tool_choice if requests == 0 and tools else None
+            if isinstance(tool_choice, str) and tool_choice in tools:
+                tool_choice = {"type": "function", "function": {"name": tool_choice}}
+            requests += 1
+            reply = None
+            state.partial = []
+            stream = client.stream(model, wire, [t.to_wire() for t in tools.values()] or None,
+                                   tool_choice=tool_choice, max_tokens=self.max_tokens,
+                                   temperature=self.temperature, cancel=cancel.event)
+            cancel.stream = stream
+            try:
+                for item in stream:
+                    if isinstance(item, TextDelta):
+                        state.partial.append(item.text)
+                        yield StreamEvent("text.delta", session_id, {"text": item.text, "agent": agent.name},
+                                          turn=turn)
+                    elif isinstance(item, ModelTurn):
+                        reply = item
+                    if cancel.is_set():
+                        raise _Cancelled()
+            finally:
+                cancel.stream = None
+                close = getattr(stream, "close", None)
+                if close is not None and reply is None:
+                    close()
+            if reply is None:
+                raise ProviderResponseError("the model's stream ended without a reply", session_id=session_id)
+            if reply.usage is not None:
+                state.usage = state.usage + reply.usage
+            calls = self._fresh_ids(session, list(reply.tool_calls or ()))
+            content = reply.content
+            state.partial = []
+            if not calls:
+                text = content or ""
+                session.add_message(Message.model(text, agent=agent.name))
+                session.complete_turn(text, agent, state.usage.to_dict())
+                session.set_status(SessionStatus.IDLE, reason="turn completed")
+                events = self.store.save(session)
+                state.released = True
+                yield from stored(events, turn)
+                return RunResult(text, agent.name, session_id, turn, state.usage, SessionStatus.IDLE)
+
+            state.rounds += 1
+            if state.rounds > self.max_tool_rounds:
+                raise MaxToolRoundsExceeded(
+                    f"the model kept calling tools past max_tool_rounds={self.max_tool_rounds} in turn {turn}; "
+                    "the turn was dropped from the context window",
+                    session_id=session_id,
+                )
+            session.add_message(Message.model(content or None, calls, agent=agent.name))
+            yield from stored(self.store.save(session), turn)
+
+            custom = [c for c in calls if c.name in tools and tools[c.name].is_custom]
+            outcomes = yield from self._run_tools(session_id, turn, agent, tools, calls, cancel, loop, state)
+            if custom:
+                # seed 003: stop here; regular results wait with the custom ones, sent in call order
+                for call in calls:
+                    if call.id in outcomes:
+                        self._record_submitted(session, turn, call, outcomes[call.id][0])
+                session.record_event(EventType.TOOL_PENDING, {"turn": turn, "tool_use_ids": [c.id for c in custom],
+                                                               "tools": [c.to_dict() for c in custom]})
+                session.set_status(SessionStatus.IDLE, reason="waiting for custom tool results")
+                events = self.store.save(session)
+                state.released = True
+                yield from stored(events, turn)
+                return RunResult(None, agent.name, session_id, turn, state.usage, SessionStatus.IDLE,
+                                 pending_tool_calls=tuple(custom))
+            handoff_to: Agent | None = None
+            for call in calls:
+                text, is_error = outcomes[call.id]
+                session.add_message(Message.tool(call.id, text, name=call.name, is_error=is_error))
+                target = state.handoffs.get(call.id)
+                if target is not None and handoff_to is None:
+                    handoff_to = target
+                    session.set_active_agent(target, tool_call_id=call.id)
+            if handoff_to is not None:
+                state.agent = handoff_to
+            yield from stored(self.store.save(session), turn)
+
+    def _record_submitted(self, session: Any, turn: int, call: ToolCall, output: str) -> None:
+        session.record_event(EventType.TOOL_RESULT_SUBMITTED,
+                             {"turn": turn, "tool_use_id": call.id, "output": output})
+
+    @staticmethod
+    def _fresh_ids(session: Any, calls: list[ToolCall]) -> list[ToolCall]:
+        """Give every call an id unique in the session (local servers reuse ``call_0``; some send none)."""
+        if not calls:
+            return calls
+        used = {c.id for m in session.history if m.role is Role.MODEL for c in m.tool_calls}
+        fixed: list[ToolCall] = []
+        for call in calls:
+            call_id = call.id
+            if not call_id or call_id in used:
+                call_id = f"call_{uuid.uuid4().hex[:24]}"
+            used.add(call_id)
+            fixed.append(call if call_id == call.id else ToolCall(call_id, call.name, call.arguments))
+        return fixed
+
+    # -- tools -------------------------------------------------------------------------------
+    def _run_tools(
+        self,
+        session_id: str,
+        turn: int,
+        agent: Agent,
+        tools: dict[str, Tool],
+        calls: list[ToolCall],
+        cancel: _CancelToken,
+        loop: asyncio.AbstractEventLoop | None,
+        state: "_TurnState",
+    ) -> Iterator[StreamEvent]:
+        """Run the regular and handoff calls; returns ``{call id: (text, is_error)}`` (custom calls left out)."""
+        outcomes: dict[str, tuple[str, bool]] = {}
+        runnable: list[tuple[ToolCall, Tool]] = []
+        for call in calls:
+            found = tools.get(call.name)
+            if found is not None and found.is_custom:
+                continue
+            yield StreamEvent("tool.call_started", session_id,
+                              {"id": call.id, "name": call.name, "arguments": call.arguments, "agent": agent.name},
+                              turn=turn)
+            if found is None:
+                known = ", ".join(sorted(tools)) or "none"
+                outcomes[call.id] = (f"Error: unknown tool {call.name!r}. Available tools: {known}.", True)
+            elif isinstance(found, HandoffTool):
+                if any(isinstance(tools.get(c.name), HandoffTool) for c in calls[: calls.index(call)]):
+                    outcomes[call.id] = ("Error: only the first handoff of a reply is followed.", True)
+                else:
+                    state.handoffs[call.id] = found.target
+                    outcomes[call.id] = (f"Transferred to {found.target.name}. {found.target.name} answers now.",
+                                         False)
+            else:
+                runnable.append((call, found))
+        timings: dict[str, float] = {}
+        if runnable:
+            # always on a thread, even one call: the waiting side stays responsive to a cancel request
+            yield from self._run_parallel(runnable, outcomes, timings, cancel, loop, state)
+        for call in calls:
+            if call.id in outcomes:
+                text, is_error = outcomes[call.id]
+                yield StreamEvent("tool.call_finished", session_id,
+                                  {"id": call.id, "name": call.name, "output": text, "is_error": is_error,
+                                   "duration_ms": round(timings.get(call.id, 0.0) * 1000, 3)}, turn=turn)
+        return outcomes
+
+    def _run_parallel(
+        self,
+        runnable: list[tuple[ToolCall, Tool]],
+        outcomes: dict[str, tuple[str, bool]],
+        timings: dict[str, float],
+        cancel: _CancelToken,
+        loop: asyncio.AbstractEventLoop | None,
+        state: "_TurnState",
+    ) -> Iterator[StreamEvent]:
+        """Run the calls concurrently, each on its own daemon thread, and wait for all.
+
+        Daemon threads, not a pool: a tool abandoned by an interrupt keeps running in the
+        background but never holds up the process's exit. The wait wakes every 50 ms to
+        notice a cancel request.
+        """
+        futures: list[tuple[ToolCall, concurrent.futures.Future[tuple[str, bool, float]]]] = []
+        for call, found in runnable:
+            future: concurrent.futures.Future[tuple[str, bool, float]] = concurrent.futures.Future()
+            thread = threading.Thread(target=_run_into, args=(future, found, call, loop),
+                                      name=f"chatflow-tool-{call.name}"[:40], daemon=True)
+            thread.start()
+            futures.append((call, future))
+        pending = {f for _, f in futures}
+        by_future = {f: c for c, f in futures}
+        try:
+            while pending:
+                done, pending = concurrent.futures.wait(pending, timeout=0.05,
+                                                        return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in done:
+                    text, is_error, took = future.result()
+                    call = by_future[future]
+                    outcomes[call.id] = (text, is_error)
+                    timings[call.id] = took
+                if pending and cancel.is_set():
+                    raise _Cancelled()
+        except BaseException:
+            # results that did come in are kept; the others get synthetic results
+            state.finished = dict(outcomes)
+            raise
+        if False:  # pragma: no cover - makes this a generator for `yield from`
+            yield
+        return None
+
+    # -- endings -----------------------------------------------------------------------------
+    def _interrupt(self, session: Any, turn: int, state: "_TurnState", reason: str) -> list[Event]:
+        """Store the interrupted turn once: partial text, finished results, synthetic ones; then idle."""
+        partial = "".join(state.partial) or None
+        try:
+            pending = {c.id: c for c in session.pending_tool_calls}
+            for call_id, (text, is_error) in state.finished.items():
+                if call_id in pending:
+                    session.add_message(Message.tool(call_id, text, name=pending[call_id].name, is_error=is_error))
+            session.interrupt_turn(reason=reason, partial_text=partial, agent=state.agent)
+            session.set_status(SessionStatus.IDLE, reason=reason)
+            return list(self.store.save(session))
+        except BaseException as exc:  # noqa: BLE001 - the in-memory session may be half-written
+            log.warning("storing the interrupted turn from memory failed (%s); retrying from the store", exc)
+            return self._close_from_store(session.session_id, lambda s: s.interrupt_turn(
+                reason=reason, partial_text=partial, agent=state.agent), reason)
+
+    def _fail(self, session: Any, turn: int, state: "_TurnState", exc: BaseException) -> list[Event]:
+        """Store a failed turn: out of the window, ``turn.failed``, then idle or rescheduled."""
+        if isinstance(exc, RateLimitedError):
+            status, extra = SessionStatus.RESCHEDULED, {"retry_at": exc.retry_at}
+        else:
+            status, extra = SessionStatus.IDLE, {}
+        reason = f"turn failed: {type(exc).__name__}"
+        try:
+            session.fail_turn(exc)
+            session.set_status(status, reason=reason, **extra)
+            return list(self.store.save(session))
+        except BaseException as second:  # noqa: BLE001
+            log.warning("storing the failed turn from memory failed (%s); retrying from the store", second)
+
+            def close(s: Any) -> None:
+                s.fail_turn(exc)
+
+            return self._close_from_store(session.session_id, close, reason, status=status, **extra)
+
+    def _close_from_store(self, session_id: str, action: Callable[[Any], None], reason: str, *,
+                          status: SessionStatus = SessionStatus.IDLE, **extra: Any) -> list[Event]:
+        try:
+            fresh = self.store.get(session_id)
+            if fresh is None:
+                return []
+            try:
+                action(fresh)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("could not close turn of %s: %s", session_id, exc)
+            fresh.set_status(status, reason=reason, **extra)
+            return list(self.store.save(fresh))
+        except Exception as exc:  # noqa: BLE001 - the owner record lets a later run recover it
+            log.error("could not release session %s: %s", session_id, exc)
+            return []
+
+
+@dataclasses.dataclass
+class _TurnState:
+    agent: Agent
+    usage: Usage = Usage()
+    rounds: int = 0
+    partial: list[str] = dataclasses.field(default_factory=list)
+    handoffs: dict[str, Agent] = dataclasses.field(default_factory=dict)
+    finished: dict[str, tuple[str, bool]] = dataclasses.field(default_factory=dict)
+    released: bool = False  # the turn's end (idle) is stored: nothing left to undo
+
+
+# --------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------
+def _output_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    import json
+
+    return json.dumps(output, ensure_ascii=False, default=str)
+
+
+def _invoke(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None) -> tuple[str, bool]:
+    """Run one tool call; errors become text the model sees (``is_error`` True)."""
+    try:
+        return found.invoke(call.arguments, loop=loop), False
+    except ToolArgumentsError as exc:
+        return f"Error: invalid arguments for {call.name}: {exc}", True
+    except Exception as exc:  # noqa: BLE001 - the model sees the error and the turn goes on
+        log.info("tool %s raised %s: %s", call.name, type(exc).__name__, exc)
+        return f"Error: {call.name} raised {type(exc).__name__}: {exc}", True
+
+
+def _run_into(future: concurrent.futures.Future[tuple[str, bool, float]], found: Tool, call: ToolCall,
+              loop: asyncio.AbstractEventLoop | None) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
+    began = time.perf_counter()
+    try:
+        text, is_error = _invoke(found, call, loop)
+    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt/SystemExit raised by a tool
+        future.set_exception(exc)
+    else:
+        future.set_result((text, is_error, time.perf_counter() - began))
+
+
+def _drain(events: Iterator[StreamEvent]) -> RunResult:
+    result: RunResult | None = None
+    for event in events:
+        if event.result is not None:
+            result = event.result
+    assert result is not None, "a run ends with a result event or an error"
+    return result
+
+
+async def _wait_thread(done: threading.Event) -> None:
+    while not done.is_set():
+        try:
+            await asyncio.sleep(0.01)
+        except asyncio.CancelledError:  # keep waiting: the turn must be stored first
+            continue
