@@ -1,0 +1,1550 @@
+"""Sessions and their stores (seed 000 "Sessões e Estado da Conversa", seed 003 "Sessions").
+
+:class:`SessionContext` holds one conversation's *context window*: every SYSTEM message,
+then the newest ``max_turns`` whole turns. A turn starts at a USER message and holds
+everything up to the next USER message, so pruning never separates a tool call from its
+result (seed 000, "O Algoritmo de Poda por Turnos Completos"). Turn numbers are the ones
+users see: 1, 2, 3… for the life of the session, stable across pruning; after
+``rollback_to(2)`` the next new turn is turn 3.
+
+A context records what changes in a private *journal*; ``store.save(session)`` applies
+the journal in one transaction and appends one event per change to the session's
+append-only event log (seed 003; event types in :mod:`chatflow_cli.core.events`).
+
+Stores share one implementation of the session rules (:class:`BaseSessionStore`); each
+backend only supplies transactions over its storage:
+
+* :class:`SessionStore` keeps everything in dicts behind one lock (tests, CLI tools,
+  short-lived services; seed 000 "Armazenamento em Memória");
+* :class:`~chatflow_cli.core.sqlite_store.SQLiteSessionStore` keeps it in a SQLite file.
+
+De-duplication of inbound messages (webhooks): an id is a duplicate while
+``now < processed_at + DEFAULT_DEDUP_TTL_HOURS`` (192 h: WhatsApp re-sends for 7 days).
+:meth:`BaseSessionStore.claim_message` checks and marks in one atomic step; the seed's
+``is_message_processed`` / ``mark_message_processed`` pair is kept for its examples but
+races between processes.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, is_dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+from .errors import (
+    ChatflowError,
+    IdempotencyConflictError,
+    InvalidHistoryError,
+    PendingToolCallsError,
+    SessionBusyError,
+    SessionDeletedError,
+    SessionNotFoundError,
+    SessionTerminatedError,
+    ToolResultError,
+    UsageError,
+)
+from .events import Event, EventType, SessionStatus
+from .messages import Message, Role, ToolCall
+
+__all__ = [
+    "DEFAULT_DEDUP_TTL_HOURS",
+    "DEFAULT_MAX_TURNS",
+    "BaseSessionStore",
+    "Owner",
+    "SessionContext",
+    "SessionDeletedError",
+    "SessionStore",
+    "SessionSummary",
+    "Turn",
+    "TurnRecord",
+    "TurnStart",
+]
+
+logger = logging.getLogger(__name__)
+
+#: How long a processed message id counts as a duplicate (seed 000: 8 days, covering
+#: WhatsApp's 7-day re-delivery window).
+DEFAULT_DEDUP_TTL_HOURS = 192
+#: Turns kept in the context window unless a session says otherwise (seed 000).
+DEFAULT_MAX_TURNS = 40
+
+INTERRUPTED_TOOL_RESULT = "Interrupted before a result: side effects unknown."
+_PREVIEW_CHARS = 80
+_T = TypeVar("_T")
+
+
+def _check_max_turns(value: Any, name: str = "max_turns") -> int:
+    """``value`` as a positive int. TypeError for a non-int (bool too), ValueError for <= 0 (0.4.0rc1)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return value
+
+
+def _agent_name(agent: Any) -> str:
+    if agent is None:
+        return ""
+    if isinstance(agent, str):
+        return agent
+    return str(getattr(agent, "name", agent))
+
+
+def _plain_usage(usage: Any) -> dict[str, Any]:
+    if usage is None:
+        return {}
+    if isinstance(usage, Mapping):
+        return dict(usage)
+    if hasattr(usage, "to_dict"):
+        return dict(usage.to_dict())
+    if is_dataclass(usage) and not isinstance(usage, type):
+        return asdict(usage)
+    return dict(vars(usage))
+
+
+def _fallback_agent(name: str) -> Any:
+    """An agent with this name, no instructions and no tools (seed 000 "agente de fallback")."""
+    from .agents import Agent
+
+    return Agent(name=name, instructions="")
+
+
+def _sha256(data: Any) -> str:
+    text = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------
+# Owner of a running turn
+# ----------------------------------------------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks since boot) from ``/proc/<pid>/stat``, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # "pid (comm) state ppid ..." — comm may hold spaces and parentheses: split after the last ")".
+    fields = raw[raw.rfind(")") + 2 :].split()
+    try:
+        return fields[0], int(fields[19])  # field 3 (state) and field 22 (starttime)
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Who runs a session's current turn: the lease record of a ``running`` session (seed 003).
+
+    ``pid`` plus ``start_time`` (the process start time in clock ticks since boot, field 22
+    of ``/proc/<pid>/stat``; 0 where there is no ``/proc``) tell a live owner from a new
+    process that reuses a dead owner's pid. ``host`` is the machine; ``token`` is random
+    per run, so two runs of one process are told apart.
+    """
+
+    pid: int
+    start_time: int
+    host: str
+    token: str
+
+    @classmethod
+    def current(cls) -> "Owner":
+        """This process, with a fresh token."""
+        pid = os.getpid()
+        stat = _proc_stat(pid)
+        return cls(pid=pid, start_time=stat[1] if stat else 0, host=socket.gethostname(), token=secrets.token_hex(8))
+
+    @classmethod
+    def of_process(cls, pid: int) -> "Owner":
+        """Another local process ``pid`` as an owner (used by tests and recovery tools)."""
+        stat = _proc_stat(pid)
+        return cls(pid=pid, start_time=stat[1] if stat else 0, host=socket.gethostname(), token=secrets.token_hex(8))
+
+    def alive(self) -> bool:
+        """True while the owning process runs.
+
+        Owners on another host cannot be checked and count as alive. A zombie (exited,
+        not yet reaped) counts as dead; so does a process whose start time differs from
+        the recorded one (the pid was reused).
+        """
+        if self.host != socket.gethostname():
+            return True
+        if self.pid <= 0:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        stat = _proc_stat(self.pid)
+        if stat is None:
+            return not os.path.isdir("/proc")
+        state, start = stat
+        if state in ("Z", "X"):
+            return False
+        return not (self.start_time and start != self.start_time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "start_time": self.start_time, "host": self.host, "token": self.token}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Owner":
+        return cls(int(data["pid"]), int(data.get("start_time", 0)), str(data.get("host", "")), str(data["token"]))
+
+
+# ----------------------------------------------------------------------------------------
+# Value objects
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One turn of the context window: its user-visible ``number`` and its messages (USER first)."""
+
+    number: int
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One stored turn, for ``chatflow sessions show``.
+
+    ``in_window``: the turn is live and among the newest ``max_turns``; ``rolled_back`` /
+    ``failed``: the turn was taken out by a rollback or a failure (only listed with
+    ``include_rolled_back=True``; a turn number may then appear more than once, oldest first).
+    Turn 0 holds the SYSTEM messages when ``first=0``.
+    """
+
+    number: int
+    messages: tuple[Message, ...]
+    in_window: bool
+    rolled_back: bool = False
+    failed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """A row of ``list_sessions``. ``status`` is effective: a dead owner's ``running`` shows ``idle``.
+
+    Times are UTC epoch seconds; ``preview`` is the first live user message, at most 80 characters.
+    """
+
+    session_id: str
+    active_agent_name: str
+    status: SessionStatus
+    turn_count: int
+    max_turns: int
+    created_at: float
+    updated_at: float
+    preview: str
+    metadata: dict[str, Any]
+
+
+@dataclass(slots=True)
+class TurnStart:
+    """What :meth:`BaseSessionStore.begin_turn` returns.
+
+    ``session``: a fresh context, authoritative while the caller owns the turn.
+    ``turn``: the turn number started (or continued, or replayed).
+    ``replayed``: None normally; for a repeated idempotency key with the same message, the
+    stored ``turn.completed`` payload of the original turn with ``"outcome": "completed"``
+    added — or, when that turn did not complete, ``{"turn": n, "outcome": <"running" |
+    "pending" | "failed" | "interrupted" | "rolled_back">}``. Nothing is written then.
+    ``events``: the events this call appended.
+    """
+
+    session: "SessionContext"
+    turn: int
+    replayed: dict[str, Any] | None = None
+    events: list[Event] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """One journal entry: the change (``kind``) and the event that records it."""
+
+    kind: str  # message | rollback | turn_failed | status | agent | metadata | event
+    type: str
+    payload: dict[str, Any]
+    turn: int = 0
+    message: Message | None = None
+
+
+_MESSAGE_EVENT = {
+    Role.USER: EventType.MESSAGE_USER.value,
+    Role.MODEL: EventType.MESSAGE_MODEL.value,
+    Role.SYSTEM: EventType.MESSAGE_SYSTEM.value,
+    Role.TOOL: EventType.TOOL_RESULT.value,
+}
+
+#: (first_turn, last_turn) -> {turn: [messages]} of live stored turns; raises SessionDeletedError.
+TurnLoader = Callable[[int, int], dict[int, list[Message]]]
+
+
+# ----------------------------------------------------------------------------------------
+# SessionContext
+# ----------------------------------------------------------------------------------------
+
+
+def _open_calls(messages: Sequence[Message]) -> tuple[ToolCall, ...]:
+    """Tool calls of the last MODEL message that no TOOL message after it answers yet."""
+    answered: set[str] = set()
+    for msg in reversed(messages):
+        if msg.role is Role.TOOL:
+            answered.add(msg.tool_call_id or "")
+            continue
+        if msg.role is Role.MODEL:
+            return tuple(call for call in msg.tool_calls if call.id not in answered)
+        if msg.role is Role.SYSTEM:
+            continue
+        return ()
+    return ()
+
+
+def _split_turns(messages: Sequence[Message]) -> tuple[list[Message], list[Message], list[list[Message]]]:
+    """(system messages, non-system messages before the first USER, turns)."""
+    systems: list[Message] = []
+    preamble: list[Message] = []
+    turns: list[list[Message]] = []
+    for msg in messages:
+        if msg.role is Role.SYSTEM:
+            systems.append(msg)
+        elif msg.role is Role.USER:
+            turns.append([msg])
+        elif turns:
+            turns[-1].append(msg)
+        else:
+            preamble.append(msg)
+    return systems, preamble, turns
+
+
+class SessionContext:
+    """One conversation: agent, metadata, the context window, and a journal of changes.
+
+    ``SessionContext(session_id, initial_agent, max_turns=40, metadata=None)`` (seed 000).
+    ``max_turns`` must be an int > 0: ``TypeError`` for anything else that is not an
+    int (``bool`` included), ``ValueError`` for ``<= 0`` — at once (0.4.0rc1).
+
+    ``history`` is a read-only tuple: change it only through :meth:`add_message`,
+    :meth:`_prune_history` and :meth:`rollback_to` (seed 000 "Fatiar o Histórico
+    Manualmente"). A context made by hand keeps pruned turns in memory, so
+    :meth:`rollback_to` can reach them; one loaded from a store asks the store.
+    A context with no store keeps its own events (``events``), seq 1, 2, 3…
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        initial_agent: Any,
+        max_turns: int = DEFAULT_MAX_TURNS,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("session_id must be a non-empty string")
+        self._max_turns = _check_max_turns(max_turns)
+        self.session_id = session_id
+        self._agent = initial_agent
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        self._saved_metadata: dict[str, Any] = copy.deepcopy(self.metadata)
+        self._messages: list[Message] = []
+        self._turn_offset = 0
+        self._archive: dict[int, tuple[Message, ...]] = {}
+        self._loader: TurnLoader | None = None
+        self._journal: list[_Op] = []
+        self._status = SessionStatus.IDLE
+        self._local_events: list[Event] | None = []  # None once bound to a store
+        self._incarnation: str | None = None  # the store's creation id once bound
+        self._store_id: int | None = None
+
+    # -- read-only views ---------------------------------------------------------------
+    @property
+    def active_agent(self) -> Any:
+        return self._agent
+
+    @active_agent.setter
+    def active_agent(self, agent: Any) -> None:
+        self.set_active_agent(agent)
+
+    @property
+    def max_turns(self) -> int:
+        return self._max_turns
+
+    @property
+    def history(self) -> tuple[Message, ...]:
+        """The context window: SYSTEM messages, then the newest turns. Read-only."""
+        return tuple(self._messages)
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        """The window's turns with their user-visible numbers."""
+        _, _, turns = _split_turns(self._messages)
+        return tuple(Turn(self._turn_offset + k, tuple(msgs)) for k, msgs in enumerate(turns, start=1))
+
+    @property
+    def turn_count(self) -> int:
+        """Number of the last live turn (0 when there is none)."""
+        return self._turn_offset + sum(1 for m in self._messages if m.role is Role.USER)
+
+    @property
+    def status(self) -> SessionStatus:
+        return self._status
+
+    @property
+    def pending_tool_calls(self) -> tuple[ToolCall, ...]:
+        """The last MODEL message's tool calls still unanswered."""
+        return _open_calls(self._messages)
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """A store-less context's own events; for a stored session, use ``store.events()``."""
+        return tuple(self._local_events or ())
+
+    # -- journal -----------------------------------------------------------------------
+    def _record(self, op: _Op) -> None:
+        if self._status is SessionStatus.TERMINATED and self._local_events is not None:
+            raise SessionTerminatedError(f"session {self.session_id} is terminated", session_id=self.session_id)
+        self._journal.append(op)
+        if self._local_events is not None:
+            seq = len(self._local_events) + 1
+            self._local_events.append(Event(self.session_id, seq, op.type, op.payload, time.time()))
+
+    def _take_journal(self) -> list[_Op]:
+        last = self._journal[-1] if self._journal else None
+        if self.metadata != self._saved_metadata and not (
+            last is not None and last.kind == "metadata" and last.payload["metadata"] == self.metadata
+        ):
+            self.update_metadata({})
+        return list(self._journal)
+
+    def _journal_saved(self, count: int) -> None:
+        del self._journal[:count]
+        self._saved_metadata = copy.deepcopy(self.metadata)
+
+    # -- mutations ---------------------------------------------------------------------
+    def add_message(self, msg: Message) -> None:
+        """Append ``msg``; a USER message opens turn ``turn_count + 1``.
+
+        SYSTEM messages are allowed at any time and go right after the SYSTEM messages
+        already at the front (where pruning would move them), so the window is valid at
+        every step. Raises :class:`InvalidHistoryError` for a non-TOOL message while tool
+        calls are open, a TOOL message that answers no open call, or a tool-call id seen
+        before in the window.
+        """
+        if not isinstance(msg, Message):
+            raise TypeError(f"add_message expects a Message, got {type(msg).__name__}")
+        if msg.role is Role.SYSTEM:
+            lead = 0
+            while lead < len(self._messages) and self._messages[lead].role is Role.SYSTEM:
+                lead += 1
+            self._messages.insert(lead, msg)
+            self._record(_Op("message", _MESSAGE_EVENT[msg.role], self._message_payload(0, msg), 0, msg))
+            return
+        open_calls = self.pending_tool_calls
+        if msg.role is Role.TOOL:
+            if msg.tool_call_id not in {call.id for call in open_calls}:
+                raise InvalidHistoryError(
+                    f"tool result for {msg.tool_call_id!r} answers no open tool call",
+                    problems=[f"tool_result_follows_call: {msg.tool_call_id!r}"],
+                    session_id=self.session_id,
+                )
+        elif open_calls:
+            raise InvalidHistoryError(
+                f"tool calls {[c.id for c in open_calls]} need results before a {msg.role.value} message",
+                problems=[f"tool_call_answered_once: {[c.id for c in open_calls]}"],
+                session_id=self.session_id,
+            )
+        if msg.tool_calls:
+            seen = {call.id for m in self._messages for call in m.tool_calls}
+            ids = [call.id for call in msg.tool_calls]
+            dup = [i for i in ids if i in seen or ids.count(i) > 1]
+            if dup:
+                raise InvalidHistoryError(
+                    f"tool-call id {dup[0]!r} appears twice in session {self.session_id}",
+                    problems=[f"tool_call_id_unique: {dup[0]!r}"],
+                    session_id=self.session_id,
+                )
+        turn = self.turn_count + 1 if msg.role is Role.USER else self._current_turn()
+        self._messages.append(msg)
+        self._record(_Op("message", _MESSAGE_EVENT[msg.role], self._message_payload(turn, msg), turn, msg))
+
+    def _current_turn(self) -> int:
+        return self.turn_count if any(m.role is Role.USER for m in self._messages) else 0
+
+    @staticmethod
+    def _message_payload(turn: int, msg: Message) -> dict[str, Any]:
+        return {"turn": turn, "message": msg.to_dict()}
+
+    def _prune_history(self) -> None:
+        """Seed 000's pruning: SYSTEM messages first, in order; then the newest ``max_turns`` whole turns.
+
+        Non-system messages before the first USER message are dropped. The clean-up runs
+        even when no turn has to go. A no-op while tool calls wait for results.
+        """
+        if self.pending_tool_calls:
+            return
+        systems, _preamble, turns = _split_turns(self._messages)
+        dropped = turns[: max(0, len(turns) - self._max_turns)]
+        for k, msgs in enumerate(dropped, start=self._turn_offset + 1):
+            self._archive[k] = tuple(msgs)
+        self._turn_offset += len(dropped)
+        kept = turns[len(dropped) :]
+        self._messages = systems + [m for msgs in kept for m in msgs]
+
+    def _rebuild(self, last_turn: int) -> tuple[list[Message], int]:
+        """The window holding the newest ``max_turns`` of turns 1..last_turn, and its offset."""
+        systems, _, window_turns = _split_turns(self._messages)
+        first = max(1, last_turn - self._max_turns + 1)
+        have: dict[int, tuple[Message, ...]] = {k: tuple(v) for k, v in self._archive.items() if first <= k <= last_turn}
+        for k, msgs in enumerate(window_turns, start=self._turn_offset + 1):
+            if first <= k <= last_turn:
+                have[k] = tuple(msgs)
+        missing = [k for k in range(first, last_turn + 1) if k not in have]
+        if missing:
+            if self._loader is None:
+                raise ValueError(f"turns {missing[0]}..{missing[-1]} of session {self.session_id} are not available")
+            loaded = self._loader(missing[0], missing[-1])
+            for k in missing:
+                if k not in loaded:
+                    raise ValueError(f"turn {k} of session {self.session_id} is not in the store")
+                have[k] = tuple(loaded[k])
+        messages = list(systems)
+        for k in range(first, last_turn + 1):
+            messages.extend(have[k])
+        return messages, first - 1
+
+    def rollback_to(self, turn: int) -> None:
+        """Keep turns 1..``turn`` (0 keeps only the SYSTEM messages); all or nothing.
+
+        Raises ``ValueError`` (and changes nothing) unless ``0 <= turn <= turn_count``.
+        Turns pruned out of the window are brought back. Journals a ``rollback`` event
+        ``{"to_turn": n, "removed_turns": [...]}``; the next new turn is ``turn + 1``.
+        """
+        if isinstance(turn, bool) or not isinstance(turn, int):
+            raise TypeError(f"turn must be an int, got {type(turn).__name__}")
+        count = self.turn_count
+        if not 0 <= turn <= count:
+            raise ValueError(f"cannot roll back to turn {turn}: session {self.session_id} has turns 0..{count}")
+        messages, offset = self._rebuild(turn)
+        self._messages, self._turn_offset = messages, offset
+        self._archive = {k: v for k, v in self._archive.items() if k <= turn}
+        self._record(_Op("rollback", EventType.ROLLBACK.value, {"to_turn": turn, "removed_turns": list(range(turn + 1, count + 1))}))
+
+    def set_active_agent(self, agent: Any, *, tool_call_id: str | None = None) -> None:
+        """Make ``agent`` the active agent; journals one ``handoff`` event when it changes."""
+        old = _agent_name(self._agent)
+        self._agent = agent
+        new = _agent_name(agent)
+        if new != old:
+            payload = {"turn": self.turn_count, "from_agent": old, "to_agent": new, "tool_call_id": tool_call_id or ""}
+            self._record(_Op("agent", EventType.HANDOFF.value, payload))
+
+    def update_metadata(self, changes: Mapping[str, Any]) -> None:
+        """Merge ``changes`` into ``metadata``; journals ``metadata.updated`` with the whole dict."""
+        self.metadata.update(changes)
+        self._record(_Op("metadata", EventType.METADATA_UPDATED.value, {"metadata": copy.deepcopy(self.metadata)}))
+
+    def set_status(self, status: SessionStatus | str, reason: str = "", **extra: Any) -> None:
+        """Journal a ``status`` event; ``terminated`` is final (seed 003)."""
+        status = SessionStatus(status)
+        if self._status is SessionStatus.TERMINATED:
+            raise SessionTerminatedError(f"session {self.session_id} is terminated", session_id=self.session_id)
+        self._status = status
+        self._record(_Op("status", EventType.STATUS.value, {"status": status.value, "reason": reason, **extra}))
+
+    def record_event(self, type: EventType | str, payload: Mapping[str, Any] | None = None) -> None:
+        """Journal an event with no other effect (e.g. ``tool.pending``)."""
+        kind = type.value if isinstance(type, EventType) else str(type)
+        self._record(_Op("event", kind, dict(payload or {})))
+
+    def fail_turn(self, error: BaseException | str) -> None:
+        """Take the current turn out of the window and journal ``turn.failed``.
+
+        The failed turn's number is used again by the next turn, as after a rollback.
+        """
+        turn = self._current_turn()
+        if turn:
+            messages, offset = self._rebuild(turn - 1)
+            self._messages, self._turn_offset = messages, offset
+            self._archive = {k: v for k, v in self._archive.items() if k < turn}
+        error_type = type(error).__name__ if isinstance(error, BaseException) else "Error"
+        payload = {"turn": turn, "error": str(error), "error_type": error_type}
+        self._record(_Op("turn_failed", EventType.TURN_FAILED.value, payload, turn))
+
+    def interrupt_turn(self, reason: str = "interrupted", partial_text: str | None = None, agent: Any = None) -> None:
+        """Close the current turn after Ctrl-C or cancellation, keeping what is known.
+
+        Every unanswered tool call gets a synthetic TOOL result (``is_error`` and
+        ``interrupted`` set, content ``"Interrupted before a result: side effects
+        unknown."``); partial model text is kept as a MODEL message with
+        ``interrupted=True``. Journals ``turn.interrupted``, then prunes.
+        """
+        open_calls = self.pending_tool_calls
+        for call in open_calls:
+            self.add_message(
+                Message.tool(call.id, INTERRUPTED_TOOL_RESULT, name=call.name, is_error=True, interrupted=True)
+            )
+        if partial_text:
+            name = _agent_name(agent if agent is not None else self._agent) or None
+            self.add_message(Message.model(partial_text, agent=name, interrupted=True))
+        payload = {"turn": self._current_turn(), "tool_use_ids": [c.id for c in open_calls], "reason": reason}
+        self._record(_Op("event", EventType.TURN_INTERRUPTED.value, payload))
+        self._prune_history()
+
+    def complete_turn(self, content: str | None, agent: Any = None, usage: Any = None) -> None:
+        """Journal ``turn.completed`` ``{"turn", "agent", "content", "usage"}``, then prune."""
+        payload = {
+            "turn": self._current_turn(),
+            "agent": _agent_name(agent if agent is not None else self._agent),
+            "content": content or "",
+            "usage": _plain_usage(usage),
+        }
+        self._record(_Op("event", EventType.TURN_COMPLETED.value, payload))
+        self._prune_history()
+
+    # -- stores ------------------------------------------------------------------------
+    @classmethod
+    def _restore(
+        cls,
+        session_id: str,
+        agent: Any,
+        max_turns: int,
+        metadata: dict[str, Any],
+        status: SessionStatus,
+        window: list[tuple[int, Message]],
+        turn_count: int,
+        incarnation: str,
+        store_id: int,
+    ) -> "SessionContext":
+        ctx = cls(session_id, agent, max_turns, metadata)
+        ctx._messages = [msg for _, msg in window]
+        numbers = sorted({turn for turn, _ in window if turn > 0})
+        ctx._turn_offset = (numbers[0] - 1) if numbers else turn_count
+        ctx._status = status
+        ctx._local_events = None
+        ctx._incarnation = incarnation
+        ctx._store_id = store_id
+        return ctx
+
+    def __repr__(self) -> str:
+        return (
+            f"SessionContext(session_id={self.session_id!r}, agent={_agent_name(self._agent)!r}, "
+            f"turns={self.turn_count}, window={len(self._messages)} messages, status={self._status.value})"
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# Stores
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _SessionRow:
+    """A session's stored row (one per backend: dict entry or ``chatflow_sessions`` row)."""
+
+    session_id: str
+    incarnation: str
+    active_agent_name: str
+    metadata: dict[str, Any]
+    max_turns: int
+    turn_count: int
+    status: SessionStatus
+    owner: Owner | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class _StoredMessage:
+    turn: int
+    message: Message
+    removed: str | None = None  # None live, "rolled_back" or "failed"
+    removed_at_seq: int | None = None
+
+
+class _Tx:
+    """Storage primitives one backend runs inside a transaction (read or write).
+
+    The session rules live in :class:`BaseSessionStore`; a backend implements only these.
+    Every write method may only be called inside a write transaction.
+    """
+
+    def get_row(self, session_id: str) -> _SessionRow | None:
+        raise NotImplementedError
+
+    def insert_row(self, row: _SessionRow) -> None:
+        raise NotImplementedError
+
+    def update_row(self, row: _SessionRow) -> None:
+        raise NotImplementedError
+
+    def delete_row(self, session_id: str) -> bool:
+        raise NotImplementedError
+
+    def list_rows(self, agent: str | None) -> list[_SessionRow]:
+        """Rows ordered by ``updated_at`` descending (then session id)."""
+        raise NotImplementedError
+
+    def latest_session_id(self) -> str | None:
+        raise NotImplementedError
+
+    def next_seq(self, session_id: str) -> int:
+        """MAX(seq) + 1 for the session, read inside the current transaction."""
+        raise NotImplementedError
+
+    def insert_event(self, event: Event, turn: int | None) -> None:
+        raise NotImplementedError
+
+    def events(self, session_id: str, after_seq: int, limit: int | None) -> list[Event]:
+        raise NotImplementedError
+
+    def last_event(self, session_id: str, type: str, turn: int | None = None, after_seq: int = 0) -> Event | None:
+        raise NotImplementedError
+
+    def events_of_type(self, session_id: str, type: str, after_seq: int) -> list[Event]:
+        raise NotImplementedError
+
+    def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
+        raise NotImplementedError
+
+    def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
+        """Mark live messages of turns first..last (None: no upper bound), turn >= 1, as removed."""
+        raise NotImplementedError
+
+    def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
+        """Live SYSTEM messages of turn 0, then live messages of turns >= first_turn, in order."""
+        raise NotImplementedError
+
+    def turn_messages(self, session_id: str, first: int, last: int | None, include_removed: bool) -> list[_StoredMessage]:
+        """Messages of turns first..last in (turn, insertion) order; turn 0 only its SYSTEM messages."""
+        raise NotImplementedError
+
+    def preview(self, session_id: str) -> str:
+        raise NotImplementedError
+
+    def idempotency_get(self, session_id: str, key: str) -> tuple[str, int | None, int] | None:
+        """(request hash, turn, event seq) recorded for the key, or None."""
+        raise NotImplementedError
+
+    def idempotency_put(self, session_id: str, key: str, digest: str, turn: int | None, seq: int, now: float) -> None:
+        raise NotImplementedError
+
+    def processed_live(self, message_id: str, now: float, ttl_s: float) -> bool:
+        raise NotImplementedError
+
+    def processed_mark(self, message_id: str, now: float) -> None:
+        raise NotImplementedError
+
+    def processed_claim(self, message_id: str, now: float, ttl_s: float) -> bool:
+        """Insert, or refresh an expired record, in one atomic step; True when this call claimed it."""
+        raise NotImplementedError
+
+    def processed_purge(self, now: float, ttl_s: float) -> None:
+        raise NotImplementedError
+
+
+class BaseSessionStore:
+    """The session rules, shared by every store (seed 000 ``BaseSessionStore``).
+
+    Subclasses provide :meth:`_read` and :meth:`_write` (context managers yielding a
+    :class:`_Tx`); everything else — pruning windows, turn numbering, the event log,
+    idempotency, owner leases, de-duplication — is implemented here once, so both stores
+    behave the same (one contract test suite runs against each).
+
+    Every public method has an async twin named ``a<name>``; it runs the method through
+    :meth:`_run_blocking` (on the event loop here; on a private thread pool for on-disk
+    SQLite). ``clock`` (callable -> UTC epoch seconds) may be replaced, e.g. in tests.
+    """
+
+    #: True when the storage never blocks on disk: async twins then stay on the event loop.
+    _ephemeral = True
+
+    def __init__(self, default_max_turns: int = DEFAULT_MAX_TURNS) -> None:
+        self.default_max_turns = _check_max_turns(default_max_turns, "default_max_turns")
+        self.clock: Callable[[], float] = time.time
+        self._resolver: Callable[[str], Any] | None = None
+        self._dedup_ttl_s = DEFAULT_DEDUP_TTL_HOURS * 3600.0
+
+    # -- backend -----------------------------------------------------------------------
+    @contextmanager
+    def _read(self) -> Iterator[_Tx]:
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    @contextmanager
+    def _write(self) -> Iterator[_Tx]:
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    async def _run_blocking(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """Run ``fn`` for an async twin. Here on the loop; SQLite on disk overrides it."""
+        return fn(*args, **kwargs)
+
+    def close(self) -> None:
+        """Release resources; the in-memory store has none."""
+
+    def __enter__(self) -> "BaseSessionStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- agents ------------------------------------------------------------------------
+    def set_agent_resolver(self, resolver: Callable[[str], Any] | None) -> None:
+        """Map a stored ``active_agent_name`` back to the Agent (with its tools and handoffs) on load.
+
+        With no resolver, or when it returns None, the session gets the caller's
+        ``default_agent`` if its name matches, else a fallback agent of that name with no
+        tools, and a warning is logged (seed 000 "Ausência de Resolvedores de Agentes").
+        """
+        self._resolver = resolver
+
+    def _resolve_agent(self, name: str, default_agent: Any = None) -> Any:
+        agent = self._resolver(name) if self._resolver is not None else None
+        if agent is not None:
+            return agent
+        if default_agent is not None and _agent_name(default_agent) == name:
+            return default_agent
+        logger.warning(
+            "no agent resolver knows agent %r: the session gets a fallback agent with no tools "
+            "(call store.set_agent_resolver() or use a Runner)",
+            name,
+        )
+        return _fallback_agent(name)
+
+    # -- helpers -----------------------------------------------------------------------
+    def _append(self, tx: _Tx, session_id: str, type: str, payload: dict[str, Any], turn: int | None = None,
+                key: str | None = None) -> Event:
+        event = Event(session_id, tx.next_seq(session_id), type, payload, self.clock(), key)
+        tx.insert_event(event, turn)
+        return event
+
+    def _context(self, tx: _Tx, row: _SessionRow, default_agent: Any = None) -> SessionContext:
+        first = max(1, row.turn_count - row.max_turns + 1)
+        window = tx.window(row.session_id, first)
+        agent = self._resolve_agent(row.active_agent_name, default_agent)
+        ctx = SessionContext._restore(
+            row.session_id, agent, row.max_turns, dict(row.metadata), row.status, window, row.turn_count,
+            row.incarnation, id(self),
+        )
+        # Inside the transaction, pruned turns come from the same transaction; _detach()
+        # switches to the store's own reads before the context leaves the store.
+        ctx._loader = lambda first, last: self._group_live(tx.turn_messages(row.session_id, first, last, False))
+        return ctx
+
+    def _detach(self, ctx: SessionContext) -> SessionContext:
+        assert ctx._incarnation is not None
+        ctx._loader = partial(self._load_live_turns, ctx.session_id, ctx._incarnation)
+        return ctx
+
+    def _load_live_turns(self, session_id: str, incarnation: str, first: int, last: int) -> dict[int, list[Message]]:
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None or row.incarnation != incarnation:
+                raise SessionDeletedError(f"session {session_id} was deleted", session_id=session_id)
+            return self._group_live(tx.turn_messages(session_id, first, last, False))
+
+    @staticmethod
+    def _group_live(stored: list[_StoredMessage]) -> dict[int, list[Message]]:
+        out: dict[int, list[Message]] = {}
+        for item in stored:
+            out.setdefault(item.turn, []).append(item.message)
+        return out
+
+    def _new_row(self, session_id: str, agent: Any, max_turns: int | None, metadata: Mapping[str, Any] | None) -> _SessionRow:
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("session_id must be a non-empty string")
+        turns = self.default_max_turns if max_turns is None else _check_max_turns(max_turns)
+        now = self.clock()
+        return _SessionRow(session_id, secrets.token_hex(8), _agent_name(agent), dict(metadata or {}), turns, 0,
+                           SessionStatus.IDLE, None, now, now)
+
+    def _create(self, tx: _Tx, row: _SessionRow, system: str | None = None) -> list[Event]:
+        tx.insert_row(row)
+        payload = {"agent": row.active_agent_name, "max_turns": row.max_turns, "metadata": row.metadata}
+        events = [self._append(tx, row.session_id, EventType.SESSION_CREATED.value, payload)]
+        if system:
+            msg = Message.system(system)
+            event = self._append(tx, row.session_id, EventType.MESSAGE_SYSTEM.value, {"turn": 0, "message": msg.to_dict()}, 0)
+            tx.insert_message(row.session_id, 0, msg, event.seq)
+            events.append(event)
+        return events
+
+    def _require(self, tx: _Tx, session_id: str) -> _SessionRow:
+        row = tx.get_row(session_id)
+        if row is None:
+            raise SessionNotFoundError(f"no session {session_id!r}", session_id=session_id)
+        return row
+
+    @staticmethod
+    def _refuse_terminated(row: _SessionRow) -> None:
+        if row.status is SessionStatus.TERMINATED:
+            raise SessionTerminatedError(
+                f"session {row.session_id} is terminated: it accepts no more changes", session_id=row.session_id
+            )
+
+    def _apply(self, tx: _Tx, row: _SessionRow, ops: Sequence[_Op]) -> list[Event]:
+        """Apply journal entries to ``row`` and storage, one event each."""
+        events: list[Event] = []
+        now = self.clock()
+        for op in ops:
+            if row.status is SessionStatus.TERMINATED:
+                self._refuse_terminated(row)
+            turn: int | None = op.payload.get("turn") if isinstance(op.payload.get("turn"), int) else None
+            event = self._append(tx, row.session_id, op.type, op.payload, turn)
+            events.append(event)
+            if op.kind == "message":
+                assert op.message is not None
+                stale = op.turn != 0 and op.turn < row.turn_count
+                if stale or op.turn > row.turn_count + 1 or (op.message.role is Role.USER and op.turn != row.turn_count + 1):
+                    raise SessionBusyError(
+                        f"session {row.session_id} changed since it was loaded (turn {op.turn} vs stored "
+                        f"{row.turn_count}); load it again",
+                        session_id=row.session_id,
+                    )
+                tx.insert_message(row.session_id, op.turn, op.message, event.seq)
+                row.turn_count = max(row.turn_count, op.turn)
+            elif op.kind == "rollback":
+                to_turn = int(op.payload["to_turn"])
+                tx.remove_turns(row.session_id, to_turn + 1, None, "rolled_back", event.seq)
+                row.turn_count = min(row.turn_count, to_turn)
+            elif op.kind == "turn_failed":
+                if op.turn > 0:
+                    tx.remove_turns(row.session_id, op.turn, None, "failed", event.seq)
+                    row.turn_count = min(row.turn_count, op.turn - 1)
+            elif op.kind == "status":
+                row.status = SessionStatus(op.payload["status"])
+                if row.status is not SessionStatus.RUNNING:
+                    row.owner = None
+            elif op.kind == "agent":
+                row.active_agent_name = str(op.payload["to_agent"])
+            elif op.kind == "metadata":
+                row.metadata = dict(op.payload["metadata"])
+        row.updated_at = now
+        tx.update_row(row)
+        return events
+
+    # -- sessions ----------------------------------------------------------------------
+    def get(self, session_id: str) -> SessionContext | None:
+        """The session's context (window loaded with an indexed query), or None when absent."""
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            ctx = None if row is None else self._context(tx, row)
+        return None if ctx is None else self._detach(ctx)
+
+    def get_or_create(
+        self,
+        session_id: str,
+        default_agent: Any,
+        max_turns: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionContext:
+        """Load the session, or create it (``session.created`` event) with ``default_agent``.
+
+        ``max_turns`` (default: the store's ``default_max_turns``) and ``metadata`` apply
+        only to a new session.
+        """
+        if max_turns is not None:
+            _check_max_turns(max_turns)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is not None:
+                return self._detach(self._context(tx, row, default_agent))
+        with self._write() as tx:
+            row = tx.get_row(session_id)
+            if row is None:
+                row = self._new_row(session_id, default_agent, max_turns, metadata)
+                self._create(tx, row)
+            ctx = self._context(tx, row, default_agent)
+        return self._detach(ctx)
+
+    def save(self, session: SessionContext) -> list[Event]:
+        """Apply the context's journal in one transaction; return the events appended.
+
+        A context never stored before is created. Raises :class:`SessionDeletedError`
+        when the session was deleted since it was loaded, :class:`SessionTerminatedError`
+        once it is terminated; nothing is written then.
+        """
+        ops = session._take_journal()
+        with self._write() as tx:
+            row = tx.get_row(session.session_id)
+            events: list[Event] = []
+            if session._incarnation is not None:
+                if row is None or row.incarnation != session._incarnation:
+                    raise SessionDeletedError(
+                        f"session {session.session_id} was deleted", session_id=session.session_id
+                    )
+            elif row is None:
+                row = self._new_row(session.session_id, session.active_agent, session.max_turns, session._saved_metadata)
+                events += self._create(tx, row)
+            else:
+                raise SessionBusyError(
+                    f"session {session.session_id} already exists in the store; load it with get()",
+                    session_id=session.session_id,
+                )
+            if ops:
+                self._refuse_terminated(row)
+            events += self._apply(tx, row, ops)
+        session._journal_saved(len(ops))
+        session._incarnation = row.incarnation
+        session._store_id = id(self)
+        session._local_events = None
+        if session._loader is None:
+            session._loader = partial(self._load_live_turns, row.session_id, row.incarnation)
+        return events
+
+    def release(self, session: SessionContext, status: SessionStatus | str = SessionStatus.IDLE, reason: str = "",
+                **extra: Any) -> list[Event]:
+        """End a run: ``session.set_status(status, reason, **extra)`` then :meth:`save`."""
+        session.set_status(status, reason, **extra)
+        return self.save(session)
+
+    def delete(self, session_id: str) -> bool:
+        """Delete the session with its messages, events and keys; False when there was none.
+
+        A task still holding its context gets :class:`SessionDeletedError` on its next
+        store read or write (0.4.0rc1).
+        """
+        with self._write() as tx:
+            return tx.delete_row(session_id)
+
+    def rollback(self, session_id: str, to_turn: int) -> list[Event]:
+        """``rollback_to(to_turn)`` on the stored session in one transaction (``chatflow rollback``).
+
+        Raises SessionNotFoundError, ValueError (turn out of range), SessionBusyError (a live
+        owner runs it), SessionTerminatedError.
+        """
+        with self._write() as tx:
+            row = self._require(tx, session_id)
+            self._refuse_terminated(row)
+            if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
+                raise SessionBusyError(f"session {session_id} is running (pid {row.owner.pid})", session_id=session_id)
+            ctx = self._context(tx, row)
+            ctx.rollback_to(to_turn)
+            return self._apply(tx, row, ctx._take_journal())
+
+    def list_sessions(
+        self, limit: int | None = None, agent: str | None = None, status: SessionStatus | str | None = None
+    ) -> list[SessionSummary]:
+        """Sessions, most recently updated first, with their effective status."""
+        wanted = SessionStatus(status) if status is not None else None
+        out: list[SessionSummary] = []
+        with self._read() as tx:
+            for row in tx.list_rows(agent):
+                effective = self._effective_status(row)
+                if wanted is not None and effective is not wanted:
+                    continue
+                out.append(SessionSummary(
+                    row.session_id, row.active_agent_name, effective, row.turn_count, row.max_turns,
+                    row.created_at, row.updated_at, tx.preview(row.session_id)[:_PREVIEW_CHARS], dict(row.metadata),
+                ))
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
+
+    @staticmethod
+    def _effective_status(row: _SessionRow) -> SessionStatus:
+        if row.status is SessionStatus.RUNNING and (row.owner is None or not row.owner.alive()):
+            return SessionStatus.IDLE
+        return row.status
+
+    def latest_session_id(self) -> str | None:
+        """The most recently updated session's id, or None when the store is empty."""
+        with self._read() as tx:
+            return tx.latest_session_id()
+
+    def load_turns(
+        self, session_id: str, first: int = 1, last: int | None = None, include_rolled_back: bool = False
+    ) -> list[TurnRecord]:
+        """Stored turns first..last (for ``sessions show``); SessionNotFoundError when absent."""
+        with self._read() as tx:
+            row = self._require(tx, session_id)
+            stored = tx.turn_messages(session_id, first, last, include_rolled_back)
+        window_first = max(1, row.turn_count - row.max_turns + 1)
+        groups: dict[tuple[int, int | None, str | None], list[Message]] = {}
+        for item in stored:
+            groups.setdefault((item.turn, item.removed_at_seq, item.removed), []).append(item.message)
+        records = [
+            TurnRecord(
+                turn, tuple(msgs), in_window=reason is None and (turn == 0 or turn >= window_first),
+                rolled_back=reason == "rolled_back", failed=reason == "failed",
+            )
+            for (turn, _seq, reason), msgs in groups.items()
+        ]
+        records.sort(key=lambda r: (r.number, r.rolled_back is False and r.failed is False))
+        return records
+
+    # -- events ------------------------------------------------------------------------
+    def events(self, session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        """Events with ``seq > after_seq`` in seq order (the ``replay`` cursor)."""
+        with self._read() as tx:
+            self._require(tx, session_id)
+            return tx.events(session_id, after_seq, limit)
+
+    def last_seq(self, session_id: str) -> int:
+        with self._read() as tx:
+            self._require(tx, session_id)
+            return tx.next_seq(session_id) - 1
+
+    def append_event(
+        self, session_id: str, type: EventType | str, payload: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Event:
+        """Append one event. A repeated ``idempotency_key`` with the same type and payload
+        returns the original event; with another payload, :class:`IdempotencyConflictError`.
+        Nothing is written in either case.
+        """
+        kind = type.value if isinstance(type, EventType) else str(type)
+        data = dict(payload or {})
+        digest = _sha256({"type": kind, "payload": data})
+        with self._write() as tx:
+            row = self._require(tx, session_id)
+            if idempotency_key is not None:
+                known = tx.idempotency_get(session_id, idempotency_key)
+                if known is not None:
+                    if known[0] != digest:
+                        raise IdempotencyConflictError(
+                            f"idempotency key {idempotency_key!r} was used with another payload", session_id=session_id
+                        )
+                    original = tx.events(session_id, known[2] - 1, 1)
+                    return original[0]
+            self._refuse_terminated(row)
+            turn = data.get("turn") if isinstance(data.get("turn"), int) else None
+            event = self._append(tx, session_id, kind, data, turn, idempotency_key)
+            if idempotency_key is not None:
+                tx.idempotency_put(session_id, idempotency_key, digest, None, event.seq, self.clock())
+            row.updated_at = self.clock()
+            tx.update_row(row)
+            return event
+
+    # -- turns -------------------------------------------------------------------------
+    def begin_turn(
+        self,
+        session_id: str,
+        *,
+        default_agent: Any,
+        user_message: Message | None,
+        owner: Owner,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        max_turns: int | None = None,
+        system: str | None = None,
+    ) -> TurnStart:
+        """Start (or continue) a turn in one transaction; see the design notes and events.py.
+
+        Creates the session when new (with ``system`` as its first message), replays a
+        repeated idempotency key, refuses a terminated session (SessionTerminatedError) or
+        one a live owner runs (SessionBusyError), recovers a dead owner's turn
+        (``turn.interrupted`` + ``session.recovered``), refuses a user message while tool
+        calls wait (PendingToolCallsError), then marks the session ``running`` under
+        ``owner`` and appends the user message. ``user_message=None`` continues the open
+        turn once every pending tool result was submitted.
+        """
+        if user_message is not None and (not isinstance(user_message, Message) or user_message.role is not Role.USER):
+            raise TypeError("user_message must be a USER Message or None")
+        if max_turns is not None:
+            _check_max_turns(max_turns)
+        digest = _sha256(user_message.to_dict() if user_message is not None else None)
+        with self._write() as tx:
+            events: list[Event] = []
+            row = tx.get_row(session_id)
+            if row is None:
+                row = self._new_row(session_id, default_agent, max_turns, metadata)
+                events += self._create(tx, row, system)
+            elif idempotency_key is not None:
+                known = tx.idempotency_get(session_id, idempotency_key)
+                if known is not None:
+                    if known[0] != digest:
+                        raise IdempotencyConflictError(
+                            f"idempotency key {idempotency_key!r} was used with another message",
+                            session_id=session_id,
+                        )
+                    turn = int(known[1] or 0)
+                    replay = TurnStart(self._context(tx, row, default_agent), turn, self._outcome(tx, row, turn, known[2]))
+                    self._detach(replay.session)
+                    return replay
+            self._refuse_terminated(row)
+            if row.status is SessionStatus.RUNNING and row.owner is not None:
+                if row.owner.alive():
+                    raise SessionBusyError(
+                        f"session {session_id} is running (pid {row.owner.pid} on {row.owner.host})",
+                        session_id=session_id,
+                    )
+                events += self._recover(tx, row, default_agent)
+            ctx = self._context(tx, row, default_agent)
+            if metadata and any(ctx.metadata.get(k) != v for k, v in metadata.items()):
+                ctx.update_metadata(metadata)
+            pending = ctx.pending_tool_calls
+            if user_message is not None:
+                if pending:
+                    raise PendingToolCallsError(
+                        f"session {session_id} waits for tool results {[c.id for c in pending]}",
+                        tool_use_ids=[c.id for c in pending], session_id=session_id,
+                    )
+                ctx.set_status(SessionStatus.RUNNING, "turn started", owner=owner.to_dict())
+                ctx.add_message(user_message)
+            else:
+                if not pending:
+                    raise UsageError(f"session {session_id} has no open turn to continue", session_id=session_id)
+                submitted = self._submitted(tx, session_id)
+                missing = [c.id for c in pending if c.id not in submitted]
+                if missing:
+                    raise PendingToolCallsError(
+                        f"session {session_id} still waits for tool results {missing}",
+                        tool_use_ids=missing, session_id=session_id,
+                    )
+                ctx.set_status(SessionStatus.RUNNING, "turn continued", owner=owner.to_dict())
+                for call in pending:
+                    ctx.add_message(Message.tool(call.id, submitted[call.id], name=call.name))
+            new_events = self._apply(tx, row, ctx._take_journal())
+            events += new_events
+            row.owner = owner
+            tx.update_row(row)
+            turn = ctx.turn_count
+            if idempotency_key is not None and user_message is not None:
+                first_seq = next(e.seq for e in new_events if e.type == EventType.MESSAGE_USER.value)
+                tx.idempotency_put(session_id, idempotency_key, digest, turn, first_seq, self.clock())
+            fresh = self._context(tx, row, default_agent)
+        return TurnStart(self._detach(fresh), turn, None, events)
+
+    def _outcome(self, tx: _Tx, row: _SessionRow, turn: int, seq: int) -> dict[str, Any]:
+        done = tx.last_event(row.session_id, EventType.TURN_COMPLETED.value, turn, seq)
+        if done is not None:
+            return {**done.payload, "outcome": "completed"}
+        for type, outcome in ((EventType.TURN_FAILED, "failed"), (EventType.TURN_INTERRUPTED, "interrupted")):
+            if tx.last_event(row.session_id, type.value, turn, seq) is not None:
+                return {"turn": turn, "outcome": outcome}
+        rollback = tx.last_event(row.session_id, EventType.ROLLBACK.value, None, seq)
+        if rollback is not None and int(rollback.payload.get("to_turn", 0)) < turn:
+            return {"turn": turn, "outcome": "rolled_back"}
+        if self._effective_status(row) is SessionStatus.RUNNING:
+            return {"turn": turn, "outcome": "running"}
+        return {"turn": turn, "outcome": "pending"}
+
+    def _recover(self, tx: _Tx, row: _SessionRow, default_agent: Any) -> list[Event]:
+        """Close a dead owner's running turn: interrupt it, then ``session.recovered`` and ``idle``."""
+        dead = row.owner
+        ctx = self._context(tx, row, default_agent)
+        ctx.interrupt_turn(reason="owner died")
+        ctx.record_event(EventType.SESSION_RECOVERED, {"turn": ctx.turn_count, "owner": dead.to_dict() if dead else {}})
+        ctx.set_status(SessionStatus.IDLE, "recovered: the running process died")
+        return self._apply(tx, row, ctx._take_journal())
+
+    def _submitted(self, tx: _Tx, session_id: str) -> dict[str, str]:
+        """tool_use_id -> output submitted since the last MODEL message."""
+        model = tx.last_event(session_id, EventType.MESSAGE_MODEL.value)
+        after = model.seq if model is not None else 0
+        return {
+            str(e.payload["tool_use_id"]): str(e.payload.get("output", ""))
+            for e in tx.events_of_type(session_id, EventType.TOOL_RESULT_SUBMITTED.value, after)
+        }
+
+    def submit_tool_result(self, session_id: str, tool_use_id: str, output: str) -> list[str]:
+        """Record a custom tool's result (``tool.result_submitted``); return the ids still unanswered.
+
+        An id that is not pending, or was already answered: :class:`ToolResultError`, nothing written.
+        """
+        with self._write() as tx:
+            row = self._require(tx, session_id)
+            self._refuse_terminated(row)
+            ctx = self._context(tx, row)
+            pending = [c.id for c in ctx.pending_tool_calls]
+            submitted = self._submitted(tx, session_id)
+            if tool_use_id not in pending:
+                raise ToolResultError(f"no pending tool call {tool_use_id!r} in session {session_id}", session_id=session_id)
+            if tool_use_id in submitted:
+                raise ToolResultError(f"tool call {tool_use_id!r} already has a result", session_id=session_id)
+            payload = {"turn": ctx.turn_count, "tool_use_id": tool_use_id, "output": str(output)}
+            self._append(tx, session_id, EventType.TOOL_RESULT_SUBMITTED.value, payload, ctx.turn_count)
+            row.updated_at = self.clock()
+            tx.update_row(row)
+            return [i for i in pending if i != tool_use_id and i not in submitted]
+
+    # -- de-duplication ----------------------------------------------------------------
+    def is_message_processed(self, message_id: str) -> bool:
+        """True while ``now < processed_at + 192 h`` (seed 000)."""
+        with self._read() as tx:
+            return tx.processed_live(message_id, self.clock(), self._dedup_ttl_s)
+
+    def mark_message_processed(self, message_id: str) -> None:
+        """Record ``message_id`` as processed now; expired records are purged."""
+        now = self.clock()
+        with self._write() as tx:
+            tx.processed_purge(now, self._dedup_ttl_s)
+            tx.processed_mark(message_id, now)
+
+    def claim_message(self, message_id: str) -> bool:
+        """Check and mark in one atomic step: True for exactly one caller while the id is live."""
+        now = self.clock()
+        with self._write() as tx:
+            claimed = tx.processed_claim(message_id, now, self._dedup_ttl_s)
+            tx.processed_purge(now, self._dedup_ttl_s)
+            return claimed
+
+    # -- async twins -------------------------------------------------------------------
+    async def aget(self, session_id: str) -> SessionContext | None:
+        return await self._run_blocking(self.get, session_id)
+
+    async def aget_or_create(self, session_id: str, default_agent: Any, max_turns: int | None = None,
+                             metadata: Mapping[str, Any] | None = None) -> SessionContext:
+        return await self._run_blocking(self.get_or_create, session_id, default_agent, max_turns, metadata)
+
+    async def asave(self, session: SessionContext) -> list[Event]:
+        return await self._run_blocking(self.save, session)
+
+    async def arelease(self, session: SessionContext, status: SessionStatus | str = SessionStatus.IDLE,
+                       reason: str = "", **extra: Any) -> list[Event]:
+        return await self._run_blocking(self.release, session, status, reason, **extra)
+
+    async def adelete(self, session_id: str) -> bool:
+        return await self._run_blocking(self.delete, session_id)
+
+    async def arollback(self, session_id: str, to_turn: int) -> list[Event]:
+        return await self._run_blocking(self.rollback, session_id, to_turn)
+
+    async def alist_sessions(self, limit: int | None = None, agent: str | None = None,
+                             status: SessionStatus | str | None = None) -> list[SessionSummary]:
+        return await self._run_blocking(self.list_sessions, limit, agent, status)
+
+    async def alatest_session_id(self) -> str | None:
+        return await self._run_blocking(self.latest_session_id)
+
+    async def aload_turns(self, session_id: str, first: int = 1, last: int | None = None,
+                          include_rolled_back: bool = False) -> list[TurnRecord]:
+        return await self._run_blocking(self.load_turns, session_id, first, last, include_rolled_back)
+
+    async def aevents(self, session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        return await self._run_blocking(self.events, session_id, after_seq, limit)
+
+    async def alast_seq(self, session_id: str) -> int:
+        return await self._run_blocking(self.last_seq, session_id)
+
+    async def aappend_event(self, session_id: str, type: EventType | str, payload: Mapping[str, Any] | None = None,
+                            idempotency_key: str | None = None) -> Event:
+        return await self._run_blocking(self.append_event, session_id, type, payload, idempotency_key)
+
+    async def abegin_turn(self, session_id: str, **kwargs: Any) -> TurnStart:
+        return await self._run_blocking(partial(self.begin_turn, session_id, **kwargs))
+
+    async def asubmit_tool_result(self, session_id: str, tool_use_id: str, output: str) -> list[str]:
+        return await self._run_blocking(self.submit_tool_result, session_id, tool_use_id, output)
+
+    async def ais_message_processed(self, message_id: str) -> bool:
+        return await self._run_blocking(self.is_message_processed, message_id)
+
+    async def amark_message_processed(self, message_id: str) -> None:
+        return await self._run_blocking(self.mark_message_processed, message_id)
+
+    async def aclaim_message(self, message_id: str) -> bool:
+        return await self._run_blocking(self.claim_message, message_id)
+
+
+# ----------------------------------------------------------------------------------------
+# In-memory store
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _MemSession:
+    row: _SessionRow
+    messages: list[list[Any]] = field(default_factory=list)  # [turn, Message, removed, removed_at_seq]
+    events: list[Event] = field(default_factory=list)
+    event_turns: list[int | None] = field(default_factory=list)
+    keys: dict[str, tuple[str, int | None, int]] = field(default_factory=dict)
+
+
+class _MemoryTx(_Tx):
+    """Dict-backed primitives; writes log an undo step so a failed transaction leaves no trace."""
+
+    def __init__(self, store: "SessionStore", writable: bool) -> None:
+        self._s = store
+        self._writable = writable
+        self.undo: list[Callable[[], None]] = []
+
+    def _session(self, session_id: str) -> _MemSession:
+        return self._s._sessions[session_id]
+
+    def get_row(self, session_id: str) -> _SessionRow | None:
+        entry = self._s._sessions.get(session_id)
+        return None if entry is None else copy.deepcopy(entry.row)
+
+    def insert_row(self, row: _SessionRow) -> None:
+        self._s._sessions[row.session_id] = _MemSession(copy.deepcopy(row))
+        self.undo.append(lambda: self._s._sessions.pop(row.session_id, None))
+
+    def update_row(self, row: _SessionRow) -> None:
+        entry = self._session(row.session_id)
+        old = entry.row
+        entry.row = copy.deepcopy(row)
+        self.undo.append(lambda: setattr(entry, "row", old))
+
+    def delete_row(self, session_id: str) -> bool:
+        entry = self._s._sessions.pop(session_id, None)
+        if entry is None:
+            return False
+        self.undo.append(lambda: self._s._sessions.__setitem__(session_id, entry))
+        return True
+
+    def list_rows(self, agent: str | None) -> list[_SessionRow]:
+        rows = [copy.deepcopy(e.row) for e in self._s._sessions.values()
+                if agent is None or e.row.active_agent_name == agent]
+        rows.sort(key=lambda r: (-r.updated_at, r.session_id))
+        return rows
+
+    def latest_session_id(self) -> str | None:
+        rows = self.list_rows(None)
+        return rows[0].session_id if rows else None
+
+    def next_seq(self, session_id: str) -> int:
+        entry = self._s._sessions.get(session_id)
+        return (entry.events[-1].seq if entry and entry.events else 0) + 1
+
+    def insert_event(self, event: Event, turn: int | None) -> None:
+        entry = self._session(event.session_id)
+        if entry.events and entry.events[-1].seq >= event.seq:
+            raise ChatflowError(f"event seq {event.seq} already used in session {event.session_id}")
+        entry.events.append(event)
+        entry.event_turns.append(turn)
+
+        def undo() -> None:
+            entry.events.pop()
+            entry.event_turns.pop()
+
+        self.undo.append(undo)
+
+    def events(self, session_id: str, after_seq: int, limit: int | None) -> list[Event]:
+        entry = self._s._sessions.get(session_id)
+        if entry is None:
+            return []
+        out = [e for e in entry.events if e.seq > after_seq]
+        return out if limit is None else out[:limit]
+
+    def last_event(self, session_id: str, type: str, turn: int | None = None, after_seq: int = 0) -> Event | None:
+        entry = self._session(session_id)
+        for event, event_turn in zip(reversed(entry.events), reversed(entry.event_turns)):
+            if event.seq <= after_seq:
+                return None
+            if event.type == type and (turn is None or event_turn == turn):
+                return event
+        return None
+
+    def events_of_type(self, session_id: str, type: str, after_seq: int) -> list[Event]:
+        return [e for e in self._session(session_id).events if e.seq > after_seq and e.type == type]
+
+    def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
+        entry = self._session(session_id)
+        entry.messages.append([turn, message, None, None])
+        self.undo.append(entry.messages.pop)
+
+    def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
+        entry = self._session(session_id)
+        changed = [item for item in entry.messages
+                   if item[2] is None and item[0] >= max(1, first) and (last is None or item[0] <= last)]
+        for item in changed:
+            item[2], item[3] = reason, seq
+
+        def undo() -> None:
+            for item in changed:
+                item[2], item[3] = None, None
+
+        self.undo.append(undo)
+
+    def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
+        entry = self._session(session_id)
+        system = [(0, m) for t, m, r, _ in entry.messages if t == 0 and r is None and m.role is Role.SYSTEM]
+        turns = [(t, m) for t, m, r, _ in entry.messages if t >= first_turn and t > 0 and r is None]
+        turns.sort(key=lambda item: item[0])  # stable: keeps insertion order inside a turn
+        return system + turns
+
+    def turn_messages(self, session_id: str, first: int, last: int | None, include_removed: bool) -> list[_StoredMessage]:
+        entry = self._session(session_id)
+        out = [
+            _StoredMessage(t, m, r, s) for t, m, r, s in entry.messages
+            if t >= first and (last is None or t <= last) and (include_removed or r is None)
+            and (t > 0 or m.role is Role.SYSTEM)
+        ]
+        out.sort(key=lambda item: item.turn)
+        return out
+
+    def preview(self, session_id: str) -> str:
+        for t, m, r, _ in self._session(session_id).messages:
+            if t == 1 and r is None and m.role is Role.USER:
+                return m.content or ""
+        return ""
+
+    def idempotency_get(self, session_id: str, key: str) -> tuple[str, int | None, int] | None:
+        return self._session(session_id).keys.get(key)
+
+    def idempotency_put(self, session_id: str, key: str, digest: str, turn: int | None, seq: int, now: float) -> None:
+        keys = self._session(session_id).keys
+        keys[key] = (digest, turn, seq)
+        self.undo.append(lambda: keys.pop(key, None))
+
+    def processed_live(self, message_id: str, now: float, ttl_s: float) -> bool:
+        at = self._s._processed.get(message_id)
+        return at is not None and now < at + ttl_s
+
+    def processed_mark(self, message_id: str, now: float) -> None:
+        processed = self._s._processed
+        old = processed.get(message_id)
+        processed[message_id] = now
+        self.undo.append(lambda: processed.pop(message_id) if old is None else processed.__setitem__(message_id, old))
+
+    def processed_claim(self, message_id: str, now: float, ttl_s: float) -> bool:
+        if self.processed_live(message_id, now, ttl_s):
+            return False
+        self.processed_mark(message_id, now)
+        return True
+
+    def processed_purge(self, now: float, ttl_s: float) -> None:
+        processed = self._s._processed
+        expired = {k: v for k, v in processed.items() if now >= v + ttl_s}
+        for k in expired:
+            del processed[k]
+        self.undo.append(lambda: processed.update(expired))
+
+
+class SessionStore(BaseSessionStore):
+    """Sessions in process memory, safe under threads: one lock serialises every operation.
+
+    ``SessionStore(default_max_turns=40)`` (seed 000 "Armazenamento em Memória"). A
+    transaction that raises leaves nothing behind (each write logs its undo step).
+    Nothing survives the process.
+    """
+
+    _ephemeral = True
+
+    def __init__(self, default_max_turns: int = DEFAULT_MAX_TURNS) -> None:
+        super().__init__(default_max_turns)
+        self._lock = threading.RLock()
+        self._sessions: dict[str, _MemSession] = {}
+        self._processed: dict[str, float] = {}
+
+    @contextmanager
+    def _read(self) -> Iterator[_Tx]:
+        with self._lock:
+            yield _MemoryTx(self, writable=False)
+
+    @contextmanager
+    def _write(self) -> Iterator[_Tx]:
+        with self._lock:
+            tx = _MemoryTx(self, writable=True)
+            try:
+                yield tx
+            except BaseException:
+                for step in reversed(tx.undo):
+                    step()
+                raise
