@@ -1,0 +1,639 @@
+"""Stream Markdown into a terminal as it arrives: finished blocks once, only the tail live (issue 6).
+
+A model's answer arrives as small text deltas. :class:`MarkdownStream` renders it with
+Rich so that a long answer stays fast and readable:
+
+* The text is split into Markdown *blocks* (paragraphs, list items, headings, block
+  quotes, tables, fenced and indented code) by a small line-based scanner. A block is
+  *complete* when a later block has started (a blank line followed by a non-continuation
+  line, a heading, a fence, a sibling list item...); a fenced code block when its closing
+  fence arrives. A complete block is rendered once with :class:`rich.markdown.Markdown`
+  (code blocks with :class:`rich.syntax.Syntax`, highlighted) and printed into the
+  scrollback. It is never redrawn.
+* Only the unfinished *tail* (the open block plus the partial last line, and a spinner
+  line while waiting) is drawn live, below the scrollback, and redrawn at most
+  ``refresh_per_second`` times a second. A refresh costs time proportional to the tail,
+  not to the answer, so the answer does not slow down as it grows.
+* The tail is never taller than half the screen: when the open block grows past that
+  (a long code block, a huge paragraph), its completed lines are printed into the
+  scrollback and only the rest stays live. Nothing is cropped or hidden behind an
+  ellipsis, and because the live region always fits on the screen, moving the cursor
+  back over it never reaches into the scrollback: no line is ever printed twice, also
+  when the terminal is smaller than the answer.
+* Resizes: the number of rows the old tail occupies is recomputed at the new width
+  (terminals that reflow, which most do, wrap each old line into ``ceil(len/width)``
+  rows), so the old tail is erased exactly before the new one is drawn.
+* On a console that is not a terminal nothing is drawn live: complete blocks are
+  printed as they complete, and the rest by :meth:`MarkdownStream.finish`.
+
+Safety: model text is untrusted. :func:`sanitize_terminal_text` turns every terminal
+control character into a visible, inert picture before anything is parsed: ESC (so CSI,
+OSC — including OSC 52 clipboard writes and OSC 8 hyperlinks — and every other escape
+sequence), BEL, the other C0 controls except ``\\n`` and ``\\t``, DEL, the C1 controls
+(U+0080–U+009F, e.g. the one-byte CSI U+009B) and the bidirectional overrides that can
+make text read differently from what it is (U+202A–U+202E, U+2066–U+2069). ``\\r\\n`` is
+normalised to ``\\n``. Markdown links are shown as ``text (url)`` rather than as OSC 8
+hyperlinks, so a link's target is always visible.
+
+Cosmetic limits, chosen on purpose: list items are printed one by one, so an ordered list
+passing from 9 to 10 items shifts its text by one column; when a paragraph taller than the
+live region has its top lines printed early, an emphasis (``**...**``) opened in the
+printed part and closed later keeps its literal asterisks in the printed lines; a code
+block printed in chunks is highlighted chunk by chunk.
+
+Usage::
+
+    stream = MarkdownStream(console)
+    stream.set_status("thinking")        # spinner until the first token
+    for delta in deltas:
+        stream.feed(delta)
+    stream.finish()
+
+:class:`MarkdownStream` is not thread-safe: call it from one thread (the REPL calls
+:meth:`MarkdownStream.refresh` on a timer from the same thread to animate the spinner and
+show text that arrived just before a pause).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from rich.console import Console, ConsoleOptions, RenderableType
+from rich.control import Control, ControlType
+from rich.markdown import Markdown
+from rich.segment import Segment, Segments
+from rich.spinner import Spinner
+from rich.syntax import Syntax
+from rich.text import Text
+
+__all__ = ["MarkdownStream", "RefreshStat", "sanitize_terminal_text"]
+
+DEFAULT_CODE_THEME = "monokai"
+
+# --------------------------------------------------------------------------- sanitizing
+
+_BIDI = {0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069}
+
+
+def _control_picture(code: int) -> str:
+    if code < 0x20:
+        return chr(0x2400 + code)  # ␀ … ␟ (ESC is ␛)
+    if code == 0x7F:
+        return "\u2421"  # ␡
+    if 0x80 <= code <= 0x9F:
+        # A C1 control is the 7-bit "ESC + (code - 0x40)": show it that way (U+009B -> "␛[").
+        return "\u241b" + chr(code - 0x40)
+    return f"<U+{code:04X}>"
+
+
+_UNSAFE_TABLE: dict[int, str] = {
+    code: _control_picture(code)
+    for code in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), *sorted(_BIDI)]
+    if code not in (0x09, 0x0A)
+}
+
+
+def sanitize_terminal_text(text: str) -> str:
+    """Return ``text`` with every terminal control character made visible and inert.
+
+    ``\\r\\n`` becomes ``\\n``; ``\\n`` and ``\\t`` are kept; ESC becomes ``␛`` (so
+    ``"\\x1b[31m"`` shows as ``␛[31m`` and changes no colour), BEL ``␇``, other C0
+    controls their control pictures (U+2400…), DEL ``␡``, a C1 control ``␛`` plus its
+    7-bit letter, a bidirectional override ``<U+202E>``. Pure; O(len(text)).
+    """
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    return text.translate(_UNSAFE_TABLE)
+
+
+class _Sanitizer:
+    """Incremental :func:`sanitize_terminal_text`: a ``\\r`` at the end of a delta waits for the next."""
+
+    def __init__(self) -> None:
+        self._carry = ""
+
+    def feed(self, text: str) -> str:
+        text = self._carry + text
+        self._carry = ""
+        if text.endswith("\r"):
+            self._carry, text = "\r", text[:-1]
+        return sanitize_terminal_text(text)
+
+    def flush(self) -> str:
+        text, self._carry = self._carry, ""
+        return sanitize_terminal_text(text)
+
+
+# --------------------------------------------------------------------------- block scanner
+
+_FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+_ATX = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
+_HR = re.compile(r"^ {0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})$")
+_SETEXT = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
+_LIST = re.compile(r"^(?P<indent> {0,3})(?P<marker>[-*+]|(?P<num>\d{1,9})[.)])(?P<space>[ \t]+|$)")
+_QUOTE = re.compile(r"^ {0,3}>")
+
+
+def _indent_of(line: str) -> int:
+    width = 0
+    for char in line:
+        if char == " ":
+            width += 1
+        elif char == "\t":
+            width += 4 - width % 4
+        else:
+            break
+    return width
+
+
+@dataclass
+class _Block:
+    """A complete block: its Markdown ``text``, ``kind`` and whether it continues the previous one."""
+
+    kind: str  # para, list, quote, icode, heading, hr, fence
+    text: str
+    joined: bool = False  # a sibling list item: no blank line before it
+    info: str = ""  # fence info string (language)
+    closed: bool = False  # a fence whose closing line is the block's last line
+
+
+@dataclass
+class _Fence:
+    char: str
+    length: int
+    info: str
+
+
+class _BlockScanner:
+    """Splits complete lines into Markdown blocks; close enough to CommonMark for display.
+
+    :meth:`push_line` takes one complete line (no newline) and returns the blocks it
+    completed. ``lines`` and ``kind`` describe the open block.
+    """
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.kind: str | None = None
+        self.fence: _Fence | None = None  # open top-level fence
+        self._nested_fence: _Fence | None = None  # a fence inside a list item
+        self._blanks = 0
+        self._content_indent = 0  # list item content column
+        self._marker_family = ""
+        self._joined = False
+
+    # -- helpers
+    def _emit(self, *, closed: bool = False) -> list[_Block]:
+        if not self.lines:
+            return []
+        info = self.fence.info if self.fence else ""
+        block = _Block(self.kind or "para", "\n".join(self.lines), self._joined, info, closed)
+        self.lines, self.kind, self.fence, self._nested_fence = [], None, None, None
+        self._blanks, self._joined = 0, False
+        return [block]
+
+    @staticmethod
+    def _opens_fence(line: str) -> _Fence | None:
+        match = _FENCE.match(line)
+        if match is None:
+            return None
+        fence = match.group("fence")
+        info = match.group("info").strip()
+        if fence[0] == "`" and "`" in info:
+            return None
+        return _Fence(fence[0], len(fence), info.split(" ")[0] if info else "")
+
+    @staticmethod
+    def _closes(fence: _Fence, line: str, *, nested: bool = False) -> bool:
+        stripped = line.strip()
+        return (
+            len(stripped) >= fence.length
+            and set(stripped) == {fence.char}
+            and (nested or _indent_of(line) <= 3)  # a fence in a list item closes indented
+        )
+
+    def _start(self, line: str, *, joined: bool = False) -> list[_Block]:
+        """Open a block with ``line``; headings and rules complete at once."""
+        indent = _indent_of(line)
+        self._joined = joined
+        fence = self._opens_fence(line) if indent <= 3 else None
+        if fence is not None:
+            self.kind, self.fence, self.lines = "fence", fence, [line]
+            return []
+        if _ATX.match(line):
+            self.kind, self.lines = "heading", [line]
+            return self._emit()
+        if _HR.match(line):
+            self.kind, self.lines = "hr", [line]
+            return self._emit()
+        item = _LIST.match(line)
+        if item is not None:
+            self.kind, self.lines = "list", [line]
+            self._set_item(item)
+            return []
+        if _QUOTE.match(line):
+            self.kind, self.lines = "quote", [line]
+            return []
+        self.kind, self.lines = ("icode" if indent >= 4 else "para"), [line]
+        return []
+
+    def _set_item(self, item: re.Match[str]) -> None:
+        space = item.group("space")
+        marker_end = len(item.group("indent")) + len(item.group("marker"))
+        gap = len(space.expandtabs(4)) if space else 1
+        self._content_indent = marker_end + (gap if 1 <= gap <= 4 else 1)
+        marker = item.group("marker")
+        self._marker_family = marker[-1] if item.group("num") else marker
+
+    def _sibling_item(self, line: str) -> re.Match[str] | None:
+        item = _LIST.match(line)
+        if item is None or _indent_of(line) >= self._content_indent or _HR.match(line):
+            return None
+        return item
+
+    # -- the scanner
+    def push_line(self, line: str) -> list[_Block]:
+        if self.fence is not None:
+            self.lines.append(line)
+            return self._emit(closed=True) if len(self.lines) > 1 and self._closes(self.fence, line) else []
+        if self._nested_fence is not None:
+            self.lines.append(line)
+            if self._closes(self._nested_fence, line, nested=True):
+                self._nested_fence = None
+            return []
+        if not line.strip():
+            if self.lines:
+                self._blanks += 1
+            return []
+        if not self.lines:
+            return self._start(line)
+        indent = _indent_of(line)
+        if self._blanks:
+            blanks, self._blanks = self._blanks, 0
+            continues = (self.kind == "list" and indent >= self._content_indent) or (
+                self.kind == "icode" and indent >= 4
+            )
+            if continues:
+                self.lines.extend([""] * blanks)
+                self.lines.append(line)
+                if self.kind == "list":
+                    self._nested_fence = self._opens_fence(line)
+                return []
+            item = self._sibling_item(line) if self.kind == "list" else None
+            same_list = item is not None and self._family(item) == self._marker_family
+            return self._emit() + self._start(line, joined=same_list)
+        # no blank line before this one
+        kind = self.kind
+        nested = kind == "list" and indent >= self._content_indent
+        if nested:
+            self.lines.append(line)
+            self._nested_fence = self._opens_fence(line)
+            return []
+        if indent <= 3 and self._opens_fence(line) is not None:
+            return self._emit() + self._start(line)
+        if _ATX.match(line):
+            return self._emit() + self._start(line)
+        if kind == "para" and _SETEXT.match(line):
+            self.lines.append(line)
+            self.kind = "heading"
+            return self._emit()
+        if _HR.match(line):
+            return self._emit() + self._start(line)
+        item = _LIST.match(line)
+        if item is not None:
+            if kind == "list":
+                same = self._family(item) == self._marker_family
+                return self._emit() + self._start(line, joined=same)
+            if kind == "para" and item.group("num") not in (None, "1"):
+                self.lines.append(line)  # "2." cannot interrupt a paragraph
+                return []
+            return self._emit() + self._start(line)
+        if _QUOTE.match(line):
+            if kind == "quote":
+                self.lines.append(line)
+                return []
+            return self._emit() + self._start(line)
+        if kind == "icode" and indent < 4:
+            return self._emit() + self._start(line)
+        self.lines.append(line)  # paragraph text, or a lazy continuation line
+        return []
+
+    @staticmethod
+    def _family(item: re.Match[str]) -> str:
+        marker = item.group("marker")
+        return marker[-1] if item.group("num") else marker
+
+    def close(self) -> list[_Block]:
+        """End of text: the open block is complete (an unclosed fence too)."""
+        return self._emit()
+
+
+# --------------------------------------------------------------------------- the renderer
+
+Line = list[Segment]
+
+
+@dataclass
+class RefreshStat:
+    """One live refresh: when (monotonic s), how long it took (s), answer size then (chars)."""
+
+    at: float
+    seconds: float
+    answer_chars: int
+    tail_rows: int
+
+
+@dataclass
+class _Drawn:
+    widths: list[int] = field(default_factory=list)  # cell width of each drawn tail line
+    width: int = 0  # terminal width when drawn
+
+
+def _is_blank(line: Line) -> bool:
+    return all(not seg.text.strip() and (seg.style is None or seg.style.bgcolor is None) for seg in line)
+
+
+def _strip_blank_edges(lines: list[Line]) -> list[Line]:
+    start, end = 0, len(lines)
+    while start < end and _is_blank(lines[start]):
+        start += 1
+    while end > start and _is_blank(lines[end - 1]):
+        end -= 1
+    return lines[start:end]
+
+
+class MarkdownStream:
+    """Render streamed Markdown into ``console``: complete blocks once, the tail live.
+
+    Args:
+        console: where to render. Live drawing happens only when ``console.is_terminal``
+            (and not a dumb terminal) unless ``live`` says otherwise.
+        code_theme: Pygments theme of code blocks (Rich's Markdown default).
+        refresh_per_second: the most live redraws a second (default 20).
+        live: force live drawing on (True) or off (False); None decides from the console.
+        clock: monotonic clock in seconds, injectable for tests.
+
+    Methods: :meth:`feed` (a text delta), :meth:`set_status` (a spinner line in the tail),
+    :meth:`print` (a renderable into the scrollback, ending the current text),
+    :meth:`refresh`, :meth:`finish`. ``text`` is everything fed (sanitized);
+    ``stats`` the :class:`RefreshStat` of every live redraw.
+    """
+
+    def __init__(
+        self,
+        console: Console,
+        *,
+        code_theme: str = DEFAULT_CODE_THEME,
+        refresh_per_second: float = 20.0,
+        live: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.console = console
+        self.code_theme = code_theme
+        self.interval = 1.0 / refresh_per_second if refresh_per_second > 0 else 0.0
+        if live is None:
+            live = console.is_terminal and not console.is_dumb_terminal
+        self.live = live
+        self.clock = clock
+        self.stats: list[RefreshStat] = []
+        self._sanitizer = _Sanitizer()
+        self._scanner = _BlockScanner()
+        self._chunks: list[str] = []
+        self._chars = 0
+        self._partial = ""  # the incomplete last line
+        self._ready: list[_Block] = []  # complete blocks not yet printed
+        self._out: list[Line] = []  # lines to print into the scrollback at the next refresh
+        self._blocks_printed = 0  # blocks printed in this text segment
+        self._rows_committed = 0  # rendered rows of the open block already printed
+        self._code_committed = 0  # code lines of the open fence already printed
+        self._status: str | None = None
+        self._drawn = _Drawn()
+        self._cursor_hidden = False
+        self._last_refresh = -math.inf
+        self._closed = False
+
+    # ------------------------------------------------------------------ public
+    @property
+    def text(self) -> str:
+        """All text fed so far, sanitized."""
+        return "".join(self._chunks)
+
+    @property
+    def has_text(self) -> bool:
+        return self._chars > 0
+
+    def feed(self, delta: str) -> None:
+        """Add a text delta; redraw if the last redraw is older than the refresh interval."""
+        if not delta:
+            return
+        clean = self._sanitizer.feed(delta)
+        if clean:
+            self._chunks.append(clean)
+            self._chars += len(clean)
+            self._take(clean)
+        if self.clock() - self._last_refresh >= self.interval:
+            self.refresh()
+
+    def set_status(self, status: str | None) -> None:
+        """Show ``status`` with a spinner as the last live line (None removes it)."""
+        self._status = sanitize_terminal_text(status) if status else None
+        self.refresh()
+
+    def print(self, *renderables: RenderableType) -> None:
+        """End the current text (its tail becomes final) and print ``renderables`` below it."""
+        self.end_text()
+        options = self.console.options
+        for renderable in renderables:
+            self._out.extend(self.console.render_lines(renderable, options, pad=False))
+        self.refresh()
+
+    def end_text(self) -> None:
+        """The text so far is complete: print its tail as final blocks. Later text starts afresh."""
+        rest = self._sanitizer.flush()
+        if rest:
+            self._chunks.append(rest)
+            self._chars += len(rest)
+            self._take(rest)
+        if self._partial:
+            self._ready.extend(self._scanner.push_line(self._partial))
+            self._partial = ""
+        self._ready.extend(self._scanner.close())
+        self._commit_ready()
+        self._blocks_printed = 0
+
+    def refresh(self, *, force: bool = True) -> None:
+        """Print completed blocks and redraw the tail now (``force=False``: only if due)."""
+        now = self.clock()
+        if not force and now - self._last_refresh < self.interval:
+            return
+        self._last_refresh = now
+        started = time.perf_counter()
+        self._commit_ready()
+        tail = self._tail_lines() if self.live else []
+        if not self._out and not tail and not self._drawn.widths:
+            return
+        self._write(tail)
+        if self.live:
+            self.stats.append(RefreshStat(now, time.perf_counter() - started, self._chars, len(tail)))
+
+    def finish(self) -> str:
+        """Print everything still pending, remove the live tail, show the cursor; return the text."""
+        if self._closed:
+            return self.text
+        self._status = None
+        self.end_text()
+        self._write([])
+        if self._cursor_hidden:
+            self.console.show_cursor(True)
+            self._cursor_hidden = False
+        self._closed = True
+        return self.text
+
+    def __enter__(self) -> "MarkdownStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
+
+    # ------------------------------------------------------------------ text in
+    def _take(self, clean: str) -> None:
+        if "\n" not in clean:
+            self._partial += clean
+            return
+        pieces = clean.split("\n")
+        pieces[0] = self._partial + pieces[0]
+        self._partial = pieces.pop()
+        push = self._scanner.push_line
+        for line in pieces:
+            self._ready.extend(push(line))
+
+    # ------------------------------------------------------------------ rendering
+    def _options(self) -> ConsoleOptions:
+        return self.console.options.update(height=None)
+
+    def _max_live_rows(self) -> int:
+        return max(2, self.console.size.height // 2)
+
+    def _render_markdown(self, text: str) -> list[Line]:
+        markdown = Markdown(text, code_theme=self.code_theme, hyperlinks=False)
+        return _strip_blank_edges(self.console.render_lines(markdown, self._options(), pad=False))
+
+    def _render_code(self, code_lines: Iterable[str], info: str, *, top: bool, bottom: bool) -> list[Line]:
+        code = "\n".join(code_lines)
+        if bottom:
+            code = code.rstrip()
+        syntax = Syntax(
+            code,
+            info or "text",
+            theme=self.code_theme,
+            word_wrap=True,
+            padding=(1 if top else 0, 1, 1 if bottom else 0, 1),
+        )
+        return self.console.render_lines(syntax, self._options(), pad=False)
+
+    def _gap(self, block_joined: bool) -> list[Line]:
+        return [] if self._blocks_printed == 0 or block_joined else [[]]
+
+    def _commit_ready(self) -> None:
+        """Render each complete block once and queue its lines for the scrollback."""
+        for block in self._ready:
+            if block.kind == "fence":
+                code = block.text.split("\n")[1 : -1 if block.closed else None]
+                first = self._code_committed == 0
+                rendered = self._render_code(code[self._code_committed :], block.info, top=first, bottom=True)
+                self._code_committed = 0
+            else:
+                first = self._rows_committed == 0
+                rendered = self._render_markdown(block.text)[self._rows_committed :]
+                self._rows_committed = 0
+            if first:
+                self._out.extend(self._gap(block.joined))
+            self._out.extend(rendered)
+            self._blocks_printed += 1
+        self._ready.clear()
+
+    def _tail_lines(self) -> list[Line]:
+        """The live tail; moves its overflow (beyond half the screen) into the scrollback."""
+        scanner = self._scanner
+        limit = self._max_live_rows()
+        status = self._status if not (scanner.lines or self._partial) else None
+        lines: list[Line] = []
+        if scanner.kind == "fence" and scanner.fence is not None:
+            lines = self._fence_tail(limit)
+        elif scanner.lines or self._partial.strip():
+            text = "\n".join([*scanner.lines, self._partial]) if scanner.lines else self._partial
+            rendered = self._render_markdown(text)
+            if len(rendered) - self._rows_committed > limit and scanner.lines:
+                # Print the stable top of an over-tall block; keep its last rows live.
+                stable = self._render_markdown("\n".join(scanner.lines))
+                upto = max(self._rows_committed, min(len(stable) - 1, len(rendered) - limit // 2))
+                if upto > self._rows_committed:
+                    if self._rows_committed == 0:
+                        self._out.extend(self._gap(scanner._joined))
+                    self._out.extend(stable[self._rows_committed : upto])
+                    self._rows_committed = upto
+            lines = rendered[self._rows_committed :]
+            if self._rows_committed == 0 and self._blocks_printed and not scanner._joined and scanner.lines:
+                lines = [[], *lines]
+        if status:
+            spinner = Spinner("dots", Text(status, style="dim"))
+            lines = [*lines, *self.console.render_lines(spinner, self._options(), pad=False)]
+        return lines[-limit:] if len(lines) > limit else lines
+
+    def _fence_tail(self, limit: int) -> list[Line]:
+        scanner = self._scanner
+        assert scanner.fence is not None
+        code = scanner.lines[1:]
+        info = scanner.fence.info
+        first = self._code_committed == 0
+        live = [*code[self._code_committed :], self._partial]
+        rendered = self._render_code(live, info, top=first, bottom=False)
+        complete = len(code) - self._code_committed
+        if len(rendered) > limit and complete > 1:
+            # Print all complete code lines but the last; the rest stays live.
+            upto = len(code) - 1
+            if first:
+                self._out.extend(self._gap(scanner._joined))
+            self._out.extend(self._render_code(code[self._code_committed : upto], info, top=first, bottom=False))
+            self._code_committed = upto
+            rendered = self._render_code([*code[upto:], self._partial], info, top=False, bottom=False)
+        elif first and self._blocks_printed and not scanner._joined:
+            rendered = [[], *rendered]
+        return rendered
+
+    # ------------------------------------------------------------------ terminal out
+    def _rows_of_drawn(self, width: int) -> int:
+        if not self._drawn.widths:
+            return 0
+        if width == self._drawn.width or width <= 0:
+            return len(self._drawn.widths)
+        # The terminal was resized: a reflowing terminal wraps each old line at the new width.
+        return sum(max(1, math.ceil(w / width)) for w in self._drawn.widths)
+
+    def _write(self, tail: list[Line]) -> None:
+        console = self.console
+        width = console.size.width
+        segments: list[Segment] = []
+        rows = self._rows_of_drawn(width)
+        if rows:
+            codes: list = [ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2)]
+            codes += [(ControlType.CURSOR_UP, 1), (ControlType.ERASE_IN_LINE, 2)] * (rows - 1)
+            segments.append(Control(*codes).segment)
+        newline = Segment.line()
+        for line in self._out:
+            segments.extend(line)
+            segments.append(newline)
+        self._out = []
+        for index, line in enumerate(tail):
+            if index:
+                segments.append(newline)
+            segments.extend(line)
+        self._drawn = _Drawn([Segment.get_line_length(line) for line in tail], width)
+        if tail and not self._cursor_hidden:
+            console.show_cursor(False)
+            self._cursor_hidden = True
+        if segments:
+            console.print(Segments(segments), end="", crop=False, soft_wrap=True, highlight=False)
