@@ -163,19 +163,19 @@ class Reply:
             request is not streaming), ``"error"``, ``"hang"`` or ``"html"``.
         events: for ``stream``, the ``delta``-level chunk payloads: each is a dict (a full
             chunk object: ``choices`` etc.), ``INVALID_JSON`` or ``CLOSE``.
-        delay: seconds to sleep before each event (and before a non-streamed body).
+        delay: seconds to sleep before each event, or a list: ``delay[i]`` before event
+            ``i`` (0 after the list ends); a non-streamed body waits for the sum.
         status, body, headers: for ``error`` and ``html``.
         usage: the usage object reported (streamed only when ``include_usage`` asked).
     """
 
     kind: str = "stream"
     events: list[Any] = field(default_factory=list)
-    delay: float = 0.0
+    delay: float | Sequence[float] = 0.0
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     usage: dict[str, int] | None = None
-    first_delay: float = 0.0
 
 
 def _chunk(delta: dict[str, Any] | None, finish_reason: str | None = None) -> dict[str, Any]:
@@ -304,13 +304,15 @@ def reply_from_spec(spec: dict[str, Any]) -> Reply:
 @dataclass(frozen=True)
 class RecordedRequest:
     """One HTTP request the server received: ``method``, ``path``, ``headers`` (lower-case
-    names), ``body`` (parsed JSON, or ``None``) and ``status`` (what the server answered)."""
+    names), ``body`` (parsed JSON, or ``None``), ``status`` (what the server answered) and
+    ``received_at`` (``time.monotonic()`` when it arrived)."""
 
     method: str
     path: str
     headers: dict[str, str]
     body: Any
     status: int
+    received_at: float = 0.0
 
 
 # --------------------------------------------------------------------------------------
@@ -422,7 +424,7 @@ class FakeServer:
         return reply
 
     @staticmethod
-    def make_text(text: str, *, chunks: Sequence[str] | None = None, delay: float = 0.0,
+    def make_text(text: str, *, chunks: Sequence[str] | None = None, delay: float | Sequence[float] = 0.0,
                   finish_reason: str = "stop") -> Reply:
         pieces = list(chunks) if chunks is not None else _split_words(text)
         if "".join(pieces) != text:
@@ -431,28 +433,28 @@ class FakeServer:
 
     @staticmethod
     def make_tool_calls(calls: Sequence[tuple[str, str, str]], *, content: str | None = None, split: int = 1,
-                        repeat_id_name: bool = False, delay: float = 0.0) -> Reply:
+                        repeat_id_name: bool = False, delay: float | Sequence[float] = 0.0) -> Reply:
         return Reply(
             events=_tool_call_events(calls, content=content, split=split, repeat_id_name=repeat_id_name),
             delay=delay,
         )
 
-    def add_text(self, text: str, *, chunks: Sequence[str] | None = None, delay: float = 0.0,
+    def add_text(self, text: str, *, chunks: Sequence[str] | None = None, delay: float | Sequence[float] = 0.0,
                  finish_reason: str = "stop") -> Reply:
         """Queue a text reply; ``chunks`` (default: word by word) must join to ``text``;
         ``delay`` seconds before each chunk."""
         return self.add(self.make_text(text, chunks=chunks, delay=delay, finish_reason=finish_reason))
 
     def add_tool_calls(self, calls: Sequence[tuple[str, str, str]], *, content: str | None = None, split: int = 1,
-                       repeat_id_name: bool = False, delay: float = 0.0) -> Reply:
+                       repeat_id_name: bool = False, delay: float | Sequence[float] = 0.0) -> Reply:
         """Queue a reply calling tools: ``calls`` is ``[(id, name, arguments_text), ...]``
         (arguments need not be JSON). Each call's arguments stream in ``split`` pieces;
         ``repeat_id_name`` repeats id and name in every piece, as llama.cpp does."""
         return self.add(self.make_tool_calls(calls, content=content, split=split, repeat_id_name=repeat_id_name,
                                              delay=delay))
 
-    def add_chunks(self, chunks: Sequence[Any], *, delay: float = 0.0, usage: dict[str, int] | None = None,
-                   done: bool = True) -> Reply:
+    def add_chunks(self, chunks: Sequence[Any], *, delay: float | Sequence[float] = 0.0,
+                   usage: dict[str, int] | None = None, done: bool = True) -> Reply:
         """Queue raw chunk objects, sent as they are (``id``/``object``/``model`` are filled in
         when missing). Items may be ``INVALID_JSON`` or ``CLOSE`` markers (or the strings of
         the same names). ``done=False`` leaves out ``data: [DONE]``."""
@@ -489,12 +491,13 @@ class FakeServer:
 
     # -- WSGI ---------------------------------------------------------------------------
     def _record(self, environ: dict[str, Any], body: Any, status: int, chat: bool) -> None:
+        now = time.monotonic()
         headers = {k[5:].replace("_", "-").lower(): v for k, v in environ.items() if k.startswith("HTTP_")}
         if environ.get("CONTENT_TYPE"):
             headers["content-type"] = environ["CONTENT_TYPE"]
         with self._lock:
             self._log.append(RecordedRequest(environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), headers,
-                                             body, status))
+                                             body, status, now))
             if chat:
                 self._requests.append(body)
 
@@ -575,8 +578,9 @@ class FakeServer:
         created = int(time.time())
         cid = f"chatcmpl-fake{len(self._requests)}"
         if not body.get("stream"):
-            if reply.delay:
-                time.sleep(reply.delay)
+            pause = sum(reply.delay) if isinstance(reply.delay, (list, tuple)) else reply.delay
+            if pause:
+                self._stopping.wait(pause)
             content, tool_calls, finish = _merge_events(reply.events)
             message: dict[str, Any] = {"role": "assistant", "content": content}
             if tool_calls:
@@ -591,10 +595,12 @@ class FakeServer:
         stopping = self._stopping
 
         def generate() -> Iterator[bytes]:
+            yield b""  # werkzeug sends the status line and headers now, as real servers do
             done = True
-            for event in reply.events:
-                if reply.delay and not stopping.is_set():
-                    stopping.wait(reply.delay)
+            for i, event in enumerate(reply.events):
+                pause = _delay_at(reply.delay, i)
+                if pause and not stopping.is_set():
+                    stopping.wait(pause)
                 if event is _NO_DONE:
                     done = False
                     continue
@@ -613,7 +619,7 @@ class FakeServer:
                 if "choices" not in event:
                     chunk["choices"] = []
                 yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
-            if include_usage:
+            if include_usage and not any(isinstance(e, dict) and "usage" in e for e in reply.events):
                 chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                          "choices": [], "usage": usage}
                 yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
@@ -637,6 +643,12 @@ _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden"
 _ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403: "permission_error",
                 404: "invalid_request_error", 429: "rate_limit_exceeded", 500: "server_error", 503: "server_error"}
 _ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found", 429: "rate_limit_exceeded"}
+
+
+def _delay_at(delay: float | Sequence[float], i: int) -> float:
+    if isinstance(delay, (list, tuple)):
+        return float(delay[i]) if i < len(delay) else 0.0
+    return float(delay)
 
 
 def _split_words(text: str) -> list[str]:

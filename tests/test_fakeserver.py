@@ -47,7 +47,8 @@ U = {"role": "user", "content": "hi"}
 
 
 def test_default_reply_echoes_last_user_message(fake_server: FakeServer) -> None:
-    status, _, body = post(fake_server.url, chat({"role": "system", "content": "s"}, {"role": "user", "content": "ping"}))
+    messages = ({"role": "system", "content": "s"}, {"role": "user", "content": "ping"})
+    status, _, body = post(fake_server.url, chat(*messages))
     assert status == 200
     reply = json.loads(body)
     assert reply["choices"][0]["message"] == {"role": "assistant", "content": "ok: ping"}

