@@ -812,7 +812,9 @@ class BaseSessionStore:
         """
         self._resolver = resolver
 
-    def _resolve_agent(self, name: str, default_agent: Any = None) -> Any:
+    def _resolve_agent(self, name: str, default_agent: Any = None, quiet: bool = False) -> Any:
+        if quiet:  # the store's own bookkeeping (rollback, tool results) never looks at the agent
+            return _fallback_agent(name)
         agent = self._resolver(name) if self._resolver is not None else None
         if agent is not None:
             return agent
@@ -832,10 +834,10 @@ class BaseSessionStore:
         tx.insert_event(event, turn)
         return event
 
-    def _context(self, tx: _Tx, row: _SessionRow, default_agent: Any = None) -> SessionContext:
+    def _context(self, tx: _Tx, row: _SessionRow, default_agent: Any = None, quiet: bool = False) -> SessionContext:
         first = max(1, row.turn_count - row.max_turns + 1)
         window = tx.window(row.session_id, first)
-        agent = self._resolve_agent(row.active_agent_name, default_agent)
+        agent = self._resolve_agent(row.active_agent_name, default_agent, quiet)
         ctx = SessionContext._restore(
             row.session_id, agent, row.max_turns, dict(row.metadata), row.status, window, row.turn_count,
             row.incarnation, id(self),
@@ -1032,7 +1034,7 @@ class BaseSessionStore:
             self._refuse_terminated(row)
             if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
                 raise SessionBusyError(f"session {session_id} is running (pid {row.owner.pid})", session_id=session_id)
-            ctx = self._context(tx, row)
+            ctx = self._context(tx, row, quiet=True)
             ctx.rollback_to(to_turn)
             return self._apply(tx, row, ctx._take_journal())
 
@@ -1260,7 +1262,7 @@ class BaseSessionStore:
         with self._write() as tx:
             row = self._require(tx, session_id)
             self._refuse_terminated(row)
-            ctx = self._context(tx, row)
+            ctx = self._context(tx, row, quiet=True)
             pending = [c.id for c in ctx.pending_tool_calls]
             submitted = self._submitted(tx, session_id)
             if tool_use_id not in pending:

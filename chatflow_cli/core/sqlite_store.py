@@ -1,0 +1,613 @@
+"""SQLiteSessionStore: sessions, their messages and their event log in one SQLite file (seed 000).
+
+``SQLiteSessionStore(db_path, default_max_turns=40)`` — these two parameters only (seed 000
+"Passar Argumentos Não Suportados": ``busy_timeout=`` is a ``TypeError``). The session
+rules are those of :class:`~chatflow_cli.core.memory.BaseSessionStore`; this module
+supplies transactions over SQLite.
+
+Several processes may share one file:
+
+* WAL journal, a 30 s busy timeout, foreign keys on, ``BEGIN IMMEDIATE`` for every write
+  (so two writers queue instead of failing on lock upgrade), short transactions with no
+  network I/O inside (the Runner calls the model between transactions);
+* ``synchronous=NORMAL`` in WAL mode: a commit survives a crash of the process at once,
+  and survives power loss once the WAL is checkpointed — the usual choice for WAL, which
+  keeps a 4-message turn append well under a millisecond. The database can never be
+  corrupted by it; at worst the last transactions before a power cut roll back;
+* event ``seq`` is ``MAX(seq) + 1`` read inside the write transaction that inserts the
+  event, with ``UNIQUE(session_id, seq)`` as backstop (never a counter in process memory);
+* versioned migrations, each in one transaction with its version record; a file written
+  by a newer chatflow is refused (:class:`SchemaTooNewError`) before anything is written;
+  16 processes opening a fresh file at once is safe;
+* new files are created 0600 and new directories 0700.
+
+Connections: one per thread for an on-disk file; one connection behind a lock for an
+ephemeral database (``:memory:``, ``file::memory:?cache=shared``, any URI with
+``mode=memory``). Async twins run on-disk work on a private pool of
+``_BLOCKING_IO_WORKERS = 4`` threads through :meth:`SQLiteSessionStore._run_blocking`;
+ephemeral databases stay on the event loop (0.4.0rc1).
+
+Every ``sqlite3`` error surfaces as :class:`StoreError` with one clear line (not a
+database, corrupt, read-only, disk full, locked).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .errors import SchemaTooNewError, StoreError
+from .events import Event, SessionStatus
+from .memory import (
+    DEFAULT_MAX_TURNS,
+    BaseSessionStore,
+    Owner,
+    _SessionRow,
+    _StoredMessage,
+    _Tx,
+)
+from .messages import Message, Role
+
+__all__ = ["SCHEMA_VERSION", "SQLiteSessionStore"]
+
+_T = TypeVar("_T")
+
+#: Threads of the private pool that runs on-disk SQLite work for async callers (0.4.0rc1).
+_BLOCKING_IO_WORKERS = 4
+_BUSY_TIMEOUT_S = 30.0
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _blocking_executor() -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=_BLOCKING_IO_WORKERS, thread_name_prefix="chatflow-sqlite")
+        return _executor
+
+
+# ----------------------------------------------------------------------------------------
+# Schema
+# ----------------------------------------------------------------------------------------
+
+_MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (
+        1,
+        "sessions, messages, events, idempotency keys, processed messages",
+        [
+            """CREATE TABLE chatflow_sessions (
+    session_id        TEXT PRIMARY KEY,
+    -- random per creation: a task holding a deleted session's context gets
+    -- SessionDeletedError even if the same id was created again meanwhile
+    incarnation       TEXT NOT NULL,
+    -- only the name is stored; the agent resolver maps it back to an Agent (seed 000)
+    active_agent_name TEXT NOT NULL,
+    metadata_json     TEXT NOT NULL DEFAULT '{}',
+    -- the context window holds the newest max_turns live turns
+    max_turns         INTEGER NOT NULL CHECK (max_turns > 0),
+    -- number of the last live turn: the window query is "turn > turn_count - max_turns",
+    -- so loading a session never reads its whole history
+    turn_count        INTEGER NOT NULL DEFAULT 0,
+    -- latest status event, cached so listing needs no scan of the log (seed 003)
+    status            TEXT NOT NULL DEFAULT 'idle'
+                      CHECK (status IN ('idle', 'running', 'rescheduled', 'terminated')),
+    -- the running turn's owner (pid, process start time, host, token); NULL unless running,
+    -- so a dead owner's turn can be recovered even when its pid was reused
+    owner_json        TEXT,
+    created_at_utc    REAL NOT NULL,  -- epoch seconds
+    updated_at_utc    REAL NOT NULL   -- epoch seconds; latest_session_id orders by it
+)""",
+            "CREATE INDEX chatflow_sessions_by_update ON chatflow_sessions (updated_at_utc DESC, session_id)",
+            """CREATE TABLE chatflow_messages (
+    message_id     INTEGER PRIMARY KEY,  -- insertion order
+    session_id     TEXT NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
+    -- user-visible turn number (1, 2, 3...); 0 holds the system messages
+    turn           INTEGER NOT NULL,
+    position       INTEGER NOT NULL,     -- order inside the turn
+    -- copy of the JSON's role, so the window query picks system messages without parsing JSON
+    role           TEXT NOT NULL,
+    message_json   TEXT NOT NULL,        -- one Message.to_json() a row (seed 000)
+    event_seq      INTEGER NOT NULL,     -- seq of the event that recorded the message
+    -- NULL while live; else the seq of the rollback / turn.failed event that took it out.
+    -- Rows are never deleted, so rollback can reach any turn still in the log.
+    removed_at_seq INTEGER,
+    removed_reason TEXT CHECK (removed_reason IN ('rolled_back', 'failed'))
+)""",
+            # The context-window query: live rows of one session from a turn on, in order.
+            """CREATE INDEX chatflow_messages_live ON chatflow_messages (session_id, turn, position)
+    WHERE removed_at_seq IS NULL""",
+            "CREATE INDEX chatflow_messages_all ON chatflow_messages (session_id, turn, message_id)",
+            """CREATE TABLE chatflow_events (
+    event_id        INTEGER PRIMARY KEY,
+    session_id      TEXT NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
+    -- per-session cursor 1, 2, 3...: MAX(seq) + 1 inside the inserting write transaction
+    seq             INTEGER NOT NULL,
+    event_type      TEXT NOT NULL,
+    turn            INTEGER,             -- payload's turn, indexed to find a turn's outcome
+    payload_json    TEXT NOT NULL,
+    idempotency_key TEXT,                -- the caller's key, when the event was sent with one
+    created_at_utc  REAL NOT NULL,       -- epoch seconds
+    UNIQUE (session_id, seq)             -- backstop: a seq is never used twice
+)""",
+            "CREATE INDEX chatflow_events_by_type ON chatflow_events (session_id, event_type, seq)",
+            """CREATE TABLE chatflow_idempotency_keys (
+    session_id      TEXT NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
+    idempotency_key TEXT NOT NULL,
+    -- sha256 of the request: same key + same request replays, another request is refused
+    request_sha256  TEXT NOT NULL,
+    turn            INTEGER,             -- the turn a begin_turn key started; NULL for events
+    event_seq       INTEGER NOT NULL,    -- the first event the key produced
+    created_at_utc  REAL NOT NULL,
+    PRIMARY KEY (session_id, idempotency_key)
+)""",
+            """CREATE TABLE chatflow_processed_messages (
+    -- inbound message ids (webhooks) already handled: a duplicate while
+    -- now < processed_at_utc + 192 h (seed 000); expired rows are purged
+    message_id       TEXT PRIMARY KEY,
+    processed_at_utc REAL NOT NULL       -- epoch seconds
+)""",
+            "CREATE INDEX chatflow_processed_by_time ON chatflow_processed_messages (processed_at_utc)",
+        ],
+    ),
+]
+#: The newest schema version this chatflow knows.
+SCHEMA_VERSION = _MIGRATIONS[-1][0]
+
+_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS chatflow_schema_migrations (
+    version        INTEGER PRIMARY KEY,  -- applied in order, each in one transaction with its row
+    name           TEXT NOT NULL,
+    applied_at_utc REAL NOT NULL
+)"""
+
+
+# ----------------------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------------------
+
+
+def _store_error(exc: BaseException, where: str) -> StoreError:
+    """One clear line for a sqlite3 / OS error on database ``where``."""
+    text = str(exc)
+    low = text.lower()
+    if "file is not a database" in low or "file is encrypted" in low:
+        message = f"{where} is not a SQLite database"
+    elif "malformed" in low or "corrupt" in low:
+        message = f"{where} is corrupt or truncated ({text})"
+    elif "readonly" in low or "read-only" in low or isinstance(exc, PermissionError):
+        message = f"{where} cannot be written: read-only file or directory ({text})"
+    elif "disk is full" in low or "database or disk is full" in low:
+        message = f"{where} cannot be written: the disk is full"
+    elif "unable to open" in low:
+        message = f"cannot open {where}: missing directory, permissions, or read-only location ({text})"
+    elif "locked" in low or "busy" in low:
+        message = f"{where} is locked by another process (waited {_BUSY_TIMEOUT_S:.0f} s)"
+    elif isinstance(exc, OSError):
+        message = f"cannot open {where}: {exc.strerror or text}"
+    else:
+        message = f"database error on {where}: {text}"
+    return StoreError(message)
+
+
+# ----------------------------------------------------------------------------------------
+# Transactions
+# ----------------------------------------------------------------------------------------
+
+
+def _row(r: sqlite3.Row | tuple[Any, ...]) -> _SessionRow:
+    owner = json.loads(r[7]) if r[7] else None
+    return _SessionRow(
+        session_id=r[0], incarnation=r[1], active_agent_name=r[2], metadata=json.loads(r[3]), max_turns=r[4],
+        turn_count=r[5], status=SessionStatus(r[6]), owner=Owner.from_dict(owner) if owner else None,
+        created_at=r[8], updated_at=r[9],
+    )
+
+
+_ROW_COLUMNS = ("session_id, incarnation, active_agent_name, metadata_json, max_turns, turn_count, status, owner_json, "
+                "created_at_utc, updated_at_utc")
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def _event(session_id: str, r: tuple[Any, ...]) -> Event:
+    return Event(session_id, r[0], r[1], json.loads(r[2]), r[3], r[4])
+
+
+class _SQLiteTx(_Tx):
+    """Primitives over one connection inside one transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+        self._seq: dict[str, int] = {}
+        self._positions: dict[tuple[str, int], int] = {}
+
+    def get_row(self, session_id: str) -> _SessionRow | None:
+        r = self.c.execute(f"SELECT {_ROW_COLUMNS} FROM chatflow_sessions WHERE session_id = ?", (session_id,)).fetchone()
+        return None if r is None else _row(r)
+
+    def insert_row(self, row: _SessionRow) -> None:
+        self.c.execute(
+            f"INSERT INTO chatflow_sessions ({_ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (row.session_id, row.incarnation, row.active_agent_name, _dumps(row.metadata), row.max_turns,
+             row.turn_count, row.status.value, _dumps(row.owner.to_dict()) if row.owner else None,
+             row.created_at, row.updated_at),
+        )
+
+    def update_row(self, row: _SessionRow) -> None:
+        self.c.execute(
+            "UPDATE chatflow_sessions SET active_agent_name = ?, metadata_json = ?, turn_count = ?, status = ?, "
+            "owner_json = ?, updated_at_utc = ? WHERE session_id = ?",
+            (row.active_agent_name, _dumps(row.metadata), row.turn_count, row.status.value,
+             _dumps(row.owner.to_dict()) if row.owner else None, row.updated_at, row.session_id),
+        )
+
+    def delete_row(self, session_id: str) -> bool:
+        return self.c.execute("DELETE FROM chatflow_sessions WHERE session_id = ?", (session_id,)).rowcount > 0
+
+    def list_rows(self, agent: str | None) -> list[_SessionRow]:
+        sql = f"SELECT {_ROW_COLUMNS} FROM chatflow_sessions"
+        args: tuple[Any, ...] = ()
+        if agent is not None:
+            sql += " WHERE active_agent_name = ?"
+            args = (agent,)
+        sql += " ORDER BY updated_at_utc DESC, session_id"
+        return [_row(r) for r in self.c.execute(sql, args)]
+
+    def latest_session_id(self) -> str | None:
+        r = self.c.execute(
+            "SELECT session_id FROM chatflow_sessions ORDER BY updated_at_utc DESC, session_id LIMIT 1"
+        ).fetchone()
+        return None if r is None else r[0]
+
+    def next_seq(self, session_id: str) -> int:
+        # Read once per transaction under the write lock, then counted on inside it.
+        seq = self._seq.get(session_id)
+        if seq is None:
+            seq = self.c.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM chatflow_events WHERE session_id = ?", (session_id,)
+            ).fetchone()[0]
+        return seq + 1
+
+    def insert_event(self, event: Event, turn: int | None) -> None:
+        self.c.execute(
+            "INSERT INTO chatflow_events (session_id, seq, event_type, turn, payload_json, idempotency_key, "
+            "created_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (event.session_id, event.seq, event.type, turn, _dumps(event.payload), event.idempotency_key,
+             event.created_at),
+        )
+        self._seq[event.session_id] = event.seq
+
+    def events(self, session_id: str, after_seq: int, limit: int | None) -> list[Event]:
+        rows = self.c.execute(
+            "SELECT seq, event_type, payload_json, created_at_utc, idempotency_key FROM chatflow_events "
+            "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (session_id, after_seq, -1 if limit is None else limit),
+        )
+        return [_event(session_id, r) for r in rows]
+
+    def last_event(self, session_id: str, type: str, turn: int | None = None, after_seq: int = 0) -> Event | None:
+        sql = ("SELECT seq, event_type, payload_json, created_at_utc, idempotency_key FROM chatflow_events "
+               "WHERE session_id = ? AND event_type = ? AND seq > ?")
+        args: tuple[Any, ...] = (session_id, type, after_seq)
+        if turn is not None:
+            sql += " AND turn = ?"
+            args += (turn,)
+        r = self.c.execute(sql + " ORDER BY seq DESC LIMIT 1", args).fetchone()
+        return None if r is None else _event(session_id, r)
+
+    def events_of_type(self, session_id: str, type: str, after_seq: int) -> list[Event]:
+        rows = self.c.execute(
+            "SELECT seq, event_type, payload_json, created_at_utc, idempotency_key FROM chatflow_events "
+            "WHERE session_id = ? AND event_type = ? AND seq > ? ORDER BY seq",
+            (session_id, type, after_seq),
+        )
+        return [_event(session_id, r) for r in rows]
+
+    def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
+        key = (session_id, turn)
+        position = self._positions.get(key)
+        if position is None:
+            position = self.c.execute(
+                "SELECT COALESCE(MAX(position), -1) + 1 FROM chatflow_messages "
+                "WHERE session_id = ? AND turn = ? AND removed_at_seq IS NULL",
+                key,
+            ).fetchone()[0]
+        self.c.execute(
+            "INSERT INTO chatflow_messages (session_id, turn, position, role, message_json, event_seq) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (session_id, turn, position, message.role.value, message.to_json(), seq),
+        )
+        self._positions[key] = position + 1
+
+    def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
+        self.c.execute(
+            "UPDATE chatflow_messages SET removed_at_seq = ?, removed_reason = ? "
+            "WHERE session_id = ? AND removed_at_seq IS NULL AND turn >= ? AND turn <= ?",
+            (seq, reason, session_id, max(1, first), last if last is not None else 2**62),
+        )
+        self._positions = {k: v for k, v in self._positions.items() if k[0] != session_id or k[1] < first}
+
+    def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
+        system = self.c.execute(
+            "SELECT message_json FROM chatflow_messages WHERE session_id = ? AND turn = 0 "
+            "AND removed_at_seq IS NULL AND role = 'system' ORDER BY turn, position",
+            (session_id,),
+        ).fetchall()
+        rows = self.c.execute(
+            "SELECT turn, message_json FROM chatflow_messages WHERE session_id = ? AND turn >= ? "
+            "AND removed_at_seq IS NULL ORDER BY turn, position",
+            (session_id, max(1, first_turn)),
+        ).fetchall()
+        return [(0, Message.from_json(r[0])) for r in system] + [(t, Message.from_json(j)) for t, j in rows]
+
+    def turn_messages(self, session_id: str, first: int, last: int | None, include_removed: bool) -> list[_StoredMessage]:
+        sql = ("SELECT turn, message_json, removed_reason, removed_at_seq, role FROM chatflow_messages "
+               "WHERE session_id = ? AND turn >= ? AND turn <= ?")
+        if not include_removed:
+            sql += " AND removed_at_seq IS NULL"
+        rows = self.c.execute(sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**62))
+        return [
+            _StoredMessage(t, Message.from_json(j), reason, seq)
+            for t, j, reason, seq, role in rows
+            if t > 0 or role == Role.SYSTEM.value
+        ]
+
+    def preview(self, session_id: str) -> str:
+        r = self.c.execute(
+            "SELECT message_json FROM chatflow_messages WHERE session_id = ? AND turn = 1 AND role = 'user' "
+            "AND removed_at_seq IS NULL ORDER BY position LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        return "" if r is None else (Message.from_json(r[0]).content or "")
+
+    def idempotency_get(self, session_id: str, key: str) -> tuple[str, int | None, int] | None:
+        r = self.c.execute(
+            "SELECT request_sha256, turn, event_seq FROM chatflow_idempotency_keys "
+            "WHERE session_id = ? AND idempotency_key = ?",
+            (session_id, key),
+        ).fetchone()
+        return None if r is None else (r[0], r[1], r[2])
+
+    def idempotency_put(self, session_id: str, key: str, digest: str, turn: int | None, seq: int, now: float) -> None:
+        self.c.execute(
+            "INSERT INTO chatflow_idempotency_keys (session_id, idempotency_key, request_sha256, turn, event_seq, "
+            "created_at_utc) VALUES (?, ?, ?, ?, ?, ?)",
+            (session_id, key, digest, turn, seq, now),
+        )
+
+    def processed_live(self, message_id: str, now: float, ttl_s: float) -> bool:
+        r = self.c.execute(
+            "SELECT 1 FROM chatflow_processed_messages WHERE message_id = ? AND ? < processed_at_utc + ?",
+            (message_id, now, ttl_s),
+        ).fetchone()
+        return r is not None
+
+    def processed_mark(self, message_id: str, now: float) -> None:
+        self.c.execute(
+            "INSERT INTO chatflow_processed_messages (message_id, processed_at_utc) VALUES (?, ?) "
+            "ON CONFLICT (message_id) DO UPDATE SET processed_at_utc = excluded.processed_at_utc",
+            (message_id, now),
+        )
+
+    def processed_claim(self, message_id: str, now: float, ttl_s: float) -> bool:
+        # One statement: insert, or take over a record whose TTL ran out; a live record is left alone.
+        cur = self.c.execute(
+            "INSERT INTO chatflow_processed_messages (message_id, processed_at_utc) VALUES (?, ?) "
+            "ON CONFLICT (message_id) DO UPDATE SET processed_at_utc = excluded.processed_at_utc "
+            "WHERE excluded.processed_at_utc >= chatflow_processed_messages.processed_at_utc + ?",
+            (message_id, now, ttl_s),
+        )
+        return cur.rowcount == 1
+
+    def processed_purge(self, now: float, ttl_s: float) -> None:
+        self.c.execute("DELETE FROM chatflow_processed_messages WHERE processed_at_utc <= ?", (now - ttl_s,))
+
+
+# ----------------------------------------------------------------------------------------
+# Store
+# ----------------------------------------------------------------------------------------
+
+
+def _is_ephemeral(path: str) -> bool:
+    if path in ("", ":memory:"):
+        return True
+    if path.startswith("file:"):
+        rest = path[5:]
+        name, _, query = rest.partition("?")
+        return name == ":memory:" or "mode=memory" in query.split("&")
+    return False
+
+
+class SQLiteSessionStore(BaseSessionStore):
+    """Sessions in a SQLite file, shared safely by threads and processes (seed 000).
+
+    ``db_path``: a file path (created with its directory when missing), ``":memory:"``, or
+    a ``file:`` URI. ``default_max_turns``: int > 0 (ValueError otherwise). Raises
+    :class:`StoreError` when the file cannot be opened or is not a SQLite database, and
+    :class:`SchemaTooNewError` when a newer chatflow wrote it.
+    """
+
+    def __init__(self, db_path: str | os.PathLike[str], default_max_turns: int = DEFAULT_MAX_TURNS) -> None:
+        super().__init__(default_max_turns)
+        self.db_path = os.fspath(db_path)
+        self._ephemeral = _is_ephemeral(self.db_path)
+        self._uri = self.db_path.startswith("file:")
+        self._label = self.db_path if not self._ephemeral else "in-memory database"
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._shared_lock = threading.RLock()
+        self._closed = False
+        if not self._ephemeral and not self._uri:
+            self._create_file()
+        conn = self._connection()
+        try:
+            self._migrate(conn)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- connections -------------------------------------------------------------------
+    def _create_file(self) -> None:
+        path = Path(self.db_path)
+        try:
+            if not path.parent.exists():
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not path.exists():
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                os.close(fd)
+        except OSError as exc:
+            raise _store_error(exc, self._label) from exc
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError(f"the store for {self._label} is closed")
+        if self._ephemeral:
+            conn = getattr(self, "_shared", None)
+        else:
+            conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        try:
+            conn = sqlite3.connect(
+                self.db_path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False, uri=self._uri
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            raise _store_error(exc, self._label) from exc
+        with self._connections_lock:
+            self._connections.append(conn)
+        if self._ephemeral:
+            self._shared = conn
+        else:
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        """Close every connection this store opened (any thread's). Idempotent."""
+        self._closed = True
+        with self._connections_lock:
+            conns, self._connections = self._connections, []
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+    # -- migrations --------------------------------------------------------------------
+    def _schema_version(self, conn: sqlite3.Connection) -> int:
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'chatflow_schema_migrations'"
+        ).fetchone()
+        if not exists:
+            return 0
+        return conn.execute("SELECT COALESCE(MAX(version), 0) FROM chatflow_schema_migrations").fetchone()[0]
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        try:
+            version = self._schema_version(conn)  # a read: refuses a non-database before writing anything
+            if version > SCHEMA_VERSION:
+                raise SchemaTooNewError(
+                    f"{self._label} has schema version {version}, newer than this chatflow's {SCHEMA_VERSION}: "
+                    "upgrade chatflow (the file was not changed)"
+                )
+            if not self._ephemeral:
+                self._enable_wal(conn)
+            if version == SCHEMA_VERSION:
+                return
+            for number, name, statements in _MIGRATIONS:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute(_MIGRATIONS_TABLE)
+                    done = conn.execute("SELECT 1 FROM chatflow_schema_migrations WHERE version = ?", (number,))
+                    if done.fetchone() is None:
+                        for statement in statements:
+                            conn.execute(statement)
+                        conn.execute(
+                            "INSERT INTO chatflow_schema_migrations (version, name, applied_at_utc) VALUES (?, ?, ?)",
+                            (number, name, time.time()),
+                        )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as exc:
+            raise _store_error(exc, self._label) from exc
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        # Switching to WAL needs a moment of exclusive access; when many processes open a
+        # fresh file together the switch may report "locked" without waiting: retry.
+        deadline = time.monotonic() + _BUSY_TIMEOUT_S
+        while True:
+            try:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() == "wal":
+                    return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc).lower() and "busy" not in str(exc).lower():
+                    raise
+            if time.monotonic() > deadline:
+                raise StoreError(f"{self._label}: could not switch to WAL mode (locked by another process)")
+            time.sleep(0.01)
+
+    # -- transactions ------------------------------------------------------------------
+    @contextmanager
+    def _tx(self, begin: str) -> Iterator[_Tx]:
+        lock = self._shared_lock if self._ephemeral else None
+        if lock is not None:
+            lock.acquire()
+        try:
+            conn = self._connection()
+            try:
+                conn.execute(begin)
+            except sqlite3.Error as exc:
+                raise _store_error(exc, self._label) from exc
+            try:
+                yield _SQLiteTx(conn)
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                if isinstance(exc, sqlite3.Error):
+                    raise _store_error(exc, self._label) from exc
+                raise
+        finally:
+            if lock is not None:
+                lock.release()
+
+    @contextmanager
+    def _read(self) -> Iterator[_Tx]:
+        with self._tx("BEGIN") as tx:  # deferred: one consistent snapshot for the reads
+            yield tx
+
+    @contextmanager
+    def _write(self) -> Iterator[_Tx]:
+        with self._tx("BEGIN IMMEDIATE") as tx:
+            yield tx
+
+    async def _run_blocking(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """Run ``fn`` on the private 4-thread pool for on-disk files; on the loop for ephemeral ones."""
+        if self._ephemeral:
+            return fn(*args, **kwargs)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(_blocking_executor(), partial(fn, *args, **kwargs))
+
+    def __repr__(self) -> str:
+        return f"SQLiteSessionStore(db_path={self.db_path!r}, default_max_turns={self.default_max_turns})"
