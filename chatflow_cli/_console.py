@@ -72,12 +72,10 @@ class Env:
         key = "err" if stderr else ("out" if file is None else f"file{id(file)}")
         if key in self._consoles:
             return self._consoles[key]
-        from rich.console import Console
-
         stream = file if file is not None else (self.stderr if stderr else self.stdout)
         is_tty = terminal if terminal is not None else (self.stderr_isatty if stderr else self.stdout_isatty)
         colour = is_tty and not self.no_color_flag and not os.environ.get("NO_COLOR")
-        console = Console(
+        console = _console_class()(
             file=stream,
             force_terminal=is_tty,
             no_color=not colour,
@@ -89,3 +87,25 @@ class Env:
         )
         self._consoles[key] = console
         return console
+
+
+_CONSOLE_CLASS: Any = None
+
+
+def _console_class() -> Any:
+    """``rich.console.Console`` whose broken-pipe handling raises ``BrokenPipeError``.
+
+    Rich's own handler exits with status 1; chatflow's error boundary ends quietly with 0
+    instead (``chatflow sessions ls | head -1`` is not an error).
+    """
+    global _CONSOLE_CLASS
+    if _CONSOLE_CLASS is None:
+        from rich.console import Console
+
+        class _Console(Console):
+            def on_broken_pipe(self) -> None:
+                self.quiet = True
+                raise BrokenPipeError
+
+        _CONSOLE_CLASS = _Console
+    return _CONSOLE_CLASS

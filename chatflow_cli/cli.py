@@ -696,6 +696,9 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
         _error_line(exc.message)
         code = exc.exit_code
+    except _click.exceptions.NoArgsIsHelpError as exc:
+        sys.stderr.write(exc.format_message().rstrip("\n") + "\n")
+        code = ExitStatus.USAGE
     except _click.exceptions.UsageError as exc:
         hint = ""
         if exc.ctx is not None:
@@ -705,7 +708,7 @@ def main(argv: list[str] | None = None) -> None:
     except _click.exceptions.ClickException as exc:
         _error_line(exc.format_message())
         code = exc.exit_code or ExitStatus.ERROR
-    except _click.exceptions.Abort:
+    except typer.Abort:
         _error_line("aborted")
         code = ExitStatus.INTERRUPTED
     except KeyboardInterrupt:

@@ -348,61 +348,56 @@ def event_text(event: Any, *, full: bool = False) -> Any:
 class ReplyPrinter:
     """Shows a reply as it streams.
 
-    On a terminal (``live=True``) the text is rendered as Markdown in a ``rich.live.Live``
-    region that is redrawn as deltas arrive; tool calls and handoffs are printed above it.
-    Into a pipe the text is written as it arrives, plain and made safe, and notes about
-    tool calls go to stderr only when stderr is a terminal, so stdout holds the answer and
-    nothing else.
+    On a terminal (``live=True``) the text is rendered as Markdown as it arrives, through
+    :class:`chatflow_cli.markdown_stream.MarkdownStream` (complete blocks printed once,
+    only the tail redrawn); tool calls and handoffs are printed above the live tail. Into a
+    pipe the text is written as it arrives, plain and made safe, and notes about tool calls
+    go to stderr only when stderr is a terminal, so stdout holds the answer and nothing else.
     """
 
     def __init__(self, out_console: Any, err_console: Any | None, *, live: bool) -> None:
         self.out = out_console
         self.err = err_console
         self.live_enabled = live
-        self._live: Any = None
+        self._stream: Any = None
         self._text = ""
         self._printed_any = False
         self._file = out_console.file
+        if live:
+            from .markdown_stream import MarkdownStream
+
+            self._stream = MarkdownStream(out_console, live=True)
+            self._stream.set_status("thinking")
 
     # -- text ---------------------------------------------------------------------------
     def delta(self, text: str) -> None:
         if not text:
             return
         self._text += text
-        if self.live_enabled:
-            self._ensure_live()
-            from rich.markdown import Markdown
-
-            self._live.update(Markdown(safe_text(self._text)))
+        self._printed_any = True
+        if self._stream is not None:
+            self._stream.feed(text)
         else:
             self._file.write(safe_text(text))
             self._file.flush()
-            self._printed_any = True
-
-    def _ensure_live(self) -> None:
-        if self._live is None:
-            from rich.live import Live
-
-            self._live = Live(console=self.out, refresh_per_second=12, transient=False, vertical_overflow="visible")
-            self._live.start()
 
     def _end_segment(self) -> None:
         """Close the current text segment (before a tool call line, or at the end)."""
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
-        elif self._text and not self.live_enabled and not self._text.endswith("\n"):
+        if self._stream is not None:
+            self._stream.end_text()
+        elif self._text and not self._text.endswith("\n"):
             self._file.write("\n")
             self._file.flush()
         self._text = ""
 
     # -- notes --------------------------------------------------------------------------
     def note(self, text: Any) -> None:
-        """A line about a tool call or handoff: above the live region, or on a terminal stderr."""
+        """A line about a tool call or handoff: above the live tail, or on a terminal stderr."""
+        if self._stream is not None:
+            self._stream.print(text)
+            return
         self._end_segment()
-        if self.live_enabled:
-            self.out.print(text)
-        elif self.err is not None:
+        if self.err is not None:
             self.err.print(text)
 
     def tool_started(self, agent: str | None, name: str, arguments: str | None) -> None:
@@ -428,9 +423,19 @@ class ReplyPrinter:
 
     def finish(self, final_text: str | None = None) -> None:
         """End the reply. ``final_text`` is printed when nothing was streamed (a replayed turn)."""
-        if final_text and not self._text and not self._printed_any and self._live is None:
+        if final_text and not self._printed_any:
             self.delta(final_text)
-        self._end_segment()
+        if self._stream is not None:
+            self._stream.finish()
+            self._stream = None
+        else:
+            self._end_segment()
 
     def abort(self) -> None:
-        self._end_segment()
+        if self._stream is not None:
+            try:
+                self._stream.finish()
+            finally:
+                self._stream = None
+        else:
+            self._end_segment()

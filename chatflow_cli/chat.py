@@ -1,0 +1,554 @@
+"""``chatflow chat`` (and bare ``chatflow`` with piped stdin, and ``replay --rerun``): run turns and print them.
+
+Kept out of :mod:`chatflow_cli.cli` so that ``chatflow --help`` never even compiles it.
+
+Input
+    ``MESSAGE``; ``-`` or no message with a piped stdin reads all of stdin (UTF-8, at most
+    :data:`MAX_MESSAGE_BYTES`); ``--tool-result ID JSON`` answers a pending custom tool;
+    ``--input jsonl`` reads one JSON object a line (see :func:`parse_input_line`).
+
+Output (``--output``)
+    ``text``: on a terminal the reply streams as rendered Markdown (``rich.live``), tool
+    calls and handoffs shown above it; into a pipe the reply is plain text with no ANSI
+    codes and control characters made inert (:func:`chatflow_cli.render.safe_text`).
+    ``json``: one object on stdout when the turn ends: the :class:`RunResult` fields plus
+    ``"is_error": false`` -- or, when it fails, ``{"is_error": true, "error", "error_type",
+    "exit_code", "session_id"}``.
+    ``jsonl``: one event a line as it happens, each ``{"seq", "type", "session_id", "turn",
+    "data"}`` (``seq`` is the event-log seq of stored events, ``null`` for runtime events such
+    as ``text.delta``), ending with exactly one ``{"type": "result", ...}`` line carrying
+    ``is_error``. With ``--input jsonl`` each finished turn also gets a ``turn.result`` line.
+
+De-duplication (seed 000's webhooks): ``--message-id`` is claimed in one atomic statement
+before anything else is done; an id already processed within 192 h prints a notice to
+stderr (or ``{"duplicate": true}`` with ``--output json``), calls nothing, and exits 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
+
+from .core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
+from .render import ReplyPrinter, dumps, safe_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cli import State
+    from .config import Settings
+
+__all__ = ["MAX_MESSAGE_BYTES", "ChatOptions", "parse_input_line", "rerun_session", "run_chat"]
+
+#: The largest message chatflow sends (2 MiB of UTF-8). Bigger input is refused with exit 2
+#: before anything is stored, rather than stored and then refused by the provider.
+MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+
+
+@dataclass
+class ChatOptions:
+    message: str | None = None
+    session: str | None = None
+    continue_: bool = False
+    system: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    agent: str | None = None
+    max_turns: int | None = None
+    metadata: dict[str, str] | None = None
+    message_id: str | None = None
+    idempotency_key: str | None = None
+    tool_result: tuple[str, str] | None = None
+    wait: float = 0.0
+    output: str = "text"
+    input: str = "text"
+    timeout: float = 60.0
+
+
+@dataclass
+class InputItem:
+    """One line of ``--input jsonl``: a user message or a tool result."""
+
+    line: int
+    message: str | None = None
+    tool_use_id: str | None = None
+    output: str | None = None
+    session: str | None = None
+    metadata: dict[str, Any] | None = None
+    message_id: str | None = None
+    idempotency_key: str | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# input
+# ---------------------------------------------------------------------------------------
+def _check_message(text: str) -> str:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_MESSAGE_BYTES:
+        raise UsageError(
+            f"the message is too long ({size / 1048576:.1f} MiB; chatflow sends at most {MAX_MESSAGE_BYTES // 1048576} MiB)"
+        )
+    if not text.strip():
+        raise UsageError("the message is empty")
+    return text
+
+
+def _message_from(state: State, opts: ChatOptions) -> str:
+    from .cli import read_stdin_text
+
+    if opts.message is not None and opts.message != "-":
+        return _check_message(opts.message)
+    if opts.message is None and state.env.stdin_isatty:
+        raise UsageError('no message: pass one (chatflow chat "hello"), or pipe it: echo hello | chatflow chat')
+    return _check_message(read_stdin_text(state).strip())
+
+
+def _tool_output_text(raw: str) -> str:
+    """``--tool-result`` output: must be JSON; passed on as the JSON text given."""
+    try:
+        json.loads(raw)
+    except ValueError as exc:
+        raise UsageError(f"--tool-result: the output is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    return raw
+
+
+def parse_input_line(number: int, line: str) -> InputItem | None:
+    """One ``--input jsonl`` line -> :class:`InputItem` (``None`` for a blank line).
+
+    Accepted objects::
+
+        {"message": "text"}                       also {"content": ...} or {"role": "user", "content": ...}
+        {"tool_use_id": "call_1", "output": ...}  also {"tool_result": {"tool_use_id": ..., "output": ...}}
+
+    plus, on a message, optional ``"session"``, ``"metadata"`` (object), ``"message_id"`` and
+    ``"idempotency_key"``. A non-string ``output`` is sent as its JSON text. Anything else
+    raises :class:`UsageError` naming the line.
+    """
+    if not line.strip():
+        return None
+
+    def bad(problem: str) -> UsageError:
+        return UsageError(f"--input jsonl line {number}: {problem}")
+
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise bad(f"not JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise bad(f"expected a JSON object, got {type(obj).__name__}")
+    if isinstance(obj.get("tool_result"), dict):
+        obj = {**obj, **obj.pop("tool_result")}
+    item = InputItem(line=number)
+    for key in ("session", "session_id"):
+        if key in obj:
+            if not isinstance(obj[key], str):
+                raise bad(f"{key} must be a string")
+            item.session = obj[key]
+    if "tool_use_id" in obj:
+        if not isinstance(obj["tool_use_id"], str) or not obj["tool_use_id"]:
+            raise bad("tool_use_id must be a non-empty string")
+        if "output" not in obj:
+            raise bad("a tool result needs an output")
+        out = obj["output"]
+        item.tool_use_id = obj["tool_use_id"]
+        item.output = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False)
+        return item
+    if "role" in obj and obj["role"] != "user":
+        raise bad(f"role must be 'user', got {obj['role']!r}")
+    text = obj.get("message", obj.get("content"))
+    if not isinstance(text, str):
+        raise bad('expected {"message": "..."} or {"tool_use_id": "...", "output": ...}')
+    try:
+        item.message = _check_message(text)
+    except UsageError as exc:
+        raise bad(exc.message) from None
+    if "metadata" in obj:
+        if not isinstance(obj["metadata"], dict):
+            raise bad("metadata must be an object")
+        item.metadata = obj["metadata"]
+    for key in ("message_id", "idempotency_key"):
+        if key in obj:
+            if not isinstance(obj[key], str) or not obj[key]:
+                raise bad(f"{key} must be a non-empty string")
+            setattr(item, key, obj[key])
+    return item
+
+
+def _input_items(state: State) -> Iterator[InputItem]:
+    stream = state.env.stdin
+    buffer = getattr(stream, "buffer", None)
+    source = buffer if buffer is not None else stream
+    for number, raw in enumerate(iter(source.readline, b"" if buffer is not None else ""), 1):
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"--input jsonl line {number}: not valid UTF-8 (byte {exc.start})") from None
+        item = parse_input_line(number, raw)
+        if item is not None:
+            yield item
+
+
+# ---------------------------------------------------------------------------------------
+# output
+# ---------------------------------------------------------------------------------------
+class _Output:
+    """Writes a run's events in the chosen ``--output`` form."""
+
+    def __init__(self, state: State, mode: str, *, multi: bool = False) -> None:
+        self.state = state
+        self.mode = mode
+        self.multi = multi
+        self.out = state.env.stdout
+        self.final_written = False
+        self.last_result: Any = None
+        self.turns = 0
+
+    def _line(self, obj: dict[str, Any]) -> None:
+        self.out.write(dumps(obj) + "\n")
+        self.out.flush()
+
+    # -- one run ------------------------------------------------------------------------
+    def run(self, events: Iterator[Any]) -> Any:
+        """Consume a run's stream events; return its RunResult."""
+        printer = None
+        if self.mode == "text":
+            env = self.state.env
+            err = env.console(stderr=True) if env.stderr_isatty else None
+            printer = ReplyPrinter(env.console(), err, live=env.stdout_isatty)
+        result = None
+        try:
+            for ev in events:
+                if self.mode == "jsonl":
+                    if ev.type == "result":
+                        result = ev.result
+                        continue
+                    self._line(_event_dict(ev))
+                elif printer is not None:
+                    self._show(printer, ev)
+                if ev.type == "result":
+                    result = ev.result
+        except BaseException:
+            if printer is not None:
+                printer.abort()
+            raise
+        if printer is not None:
+            printer.finish(result.content if result is not None and result.replayed else None)
+        if result is None:  # pragma: no cover - the Runner always ends with a result
+            raise ChatflowError("the run ended without a result")
+        self.last_result = result
+        self.turns += 1
+        if self.mode == "jsonl" and self.multi:
+            self._line({"seq": None, "type": "turn.result", "session_id": result.session_id, "turn": result.turn,
+                        "data": result.to_dict()})
+        if self.mode == "json" and self.multi:
+            self._line({**result.to_dict(), "is_error": False})
+        if self.mode == "text" and result.pending_tool_calls:
+            _pending_notice(self.state, result)
+        return result
+
+    @staticmethod
+    def _show(printer: ReplyPrinter, ev: Any) -> None:
+        data = ev.data or {}
+        if ev.type == "text.delta":
+            printer.delta(data.get("text", ""))
+        elif ev.type == "tool.call_started":
+            if not str(data.get("name", "")).startswith("transfer_to_"):
+                printer.tool_started(data.get("agent"), data.get("name", "?"), data.get("arguments"))
+        elif ev.type == "tool.call_finished":
+            if not str(data.get("name", "")).startswith("transfer_to_"):
+                printer.tool_finished(data.get("name", "?"), data.get("output"), bool(data.get("is_error")))
+        elif ev.type == "handoff":
+            printer.handoff(data.get("from_agent"), data.get("to_agent"))
+
+    def pending_only(self, session_id: str, remaining: list[str]) -> None:
+        """``--tool-result`` answered one id while others still wait."""
+        data = {"session_id": session_id, "status": "idle", "pending_tool_use_ids": remaining, "content": None}
+        if self.mode == "json":
+            self._line({**data, "is_error": False})
+            self.final_written = True
+        elif self.mode == "jsonl":
+            self._line({"seq": None, "type": "result", "session_id": session_id, "turn": None, "data": data,
+                        "is_error": False})
+            self.final_written = True
+        else:
+            from .cli import _notice
+
+            _notice(self.state, f"recorded; still waiting for: {', '.join(remaining)}")
+
+    # -- the end ------------------------------------------------------------------------
+    def success(self) -> None:
+        if self.final_written:
+            return
+        self.final_written = True
+        result = self.last_result
+        if result is None:
+            return
+        if self.mode == "json" and not self.multi:
+            self._line({**result.to_dict(), "is_error": False})
+        elif self.mode == "jsonl":
+            data = result.to_dict()
+            if self.multi:
+                data["turns"] = self.turns
+            self._line({"seq": None, "type": "result", "session_id": result.session_id, "turn": result.turn,
+                        "data": data, "is_error": False})
+
+    def failure(self, exc: BaseException, session_id: str | None) -> None:
+        if self.final_written or self.mode == "text":
+            return
+        self.final_written = True
+        code = exc.exit_code if isinstance(exc, ChatflowError) else (
+            ExitStatus.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitStatus.ERROR)
+        message = exc.message if isinstance(exc, ChatflowError) else (
+            "interrupted" if isinstance(exc, KeyboardInterrupt) else f"unexpected {type(exc).__name__}: {exc}")
+        from .cli import _scrub
+
+        err = {"error": _scrub(message), "error_type": type(exc).__name__, "exit_code": int(code),
+               "session_id": getattr(exc, "session_id", None) or session_id}
+        if self.mode == "json":
+            self._line({**err, "is_error": True})
+        else:
+            self._line({"seq": None, "type": "result", "session_id": err["session_id"], "turn": None,
+                        "data": err, "is_error": True})
+
+    def duplicate(self, message_id: str, session_id: str) -> None:
+        self.final_written = True
+        if self.mode == "text":
+            from .cli import _notice
+
+            _notice(self.state, f"message {message_id} was already processed (within 192 h): nothing sent")
+            return
+        data = {"duplicate": True, "message_id": message_id, "session_id": session_id, "content": None}
+        if self.mode == "json":
+            self._line({**data, "is_error": False})
+        else:
+            self._line({"seq": None, "type": "result", "session_id": session_id, "turn": None, "data": data,
+                        "is_error": False})
+
+
+def _event_dict(ev: Any) -> dict[str, Any]:
+    return {"seq": ev.seq, "type": ev.type, "session_id": ev.session_id, "turn": ev.turn, "data": ev.data}
+
+
+def _pending_notice(state: State, result: Any) -> None:
+    from .cli import _notice
+
+    for call in result.pending_tool_calls:
+        _notice(
+            state,
+            f"waiting for tool {call.name} {call.arguments}: answer with "
+            f"chatflow chat -s {result.session_id} --tool-result {call.id} JSON",
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# the model endpoint and the runner
+# ---------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _runner(state: State, settings: Settings, opts: ChatOptions, store: Any) -> Iterator[Any]:
+    """A Runner on ``store`` whose model client points at the configured endpoint.
+
+    The local model's llama.cpp server, when it is the choice, runs for the duration of
+    the ``with`` block and is stopped on every way out (issue 2: no orphan process).
+    """
+    from .config import LOCAL_MODEL, build_agents, resolve_model
+
+    choice = resolve_model(settings)
+    with contextlib.ExitStack() as stack:
+        base_url, api_key, model = choice.base_url, choice.api_key, choice.model
+        if choice.local:
+            from .core.local import LocalServer
+
+            server = stack.enter_context(LocalServer())
+            base_url = server.base_url
+            model = getattr(server, "model", None) or LOCAL_MODEL
+        override = opts.model
+        if override == LOCAL_MODEL:
+            override = model
+        start, agents = build_agents(settings, model_override=override)
+        if opts.agent:
+            if opts.agent not in agents:
+                raise NotFoundError(
+                    f"unknown agent {safe_text(opts.agent)!r} (configured: {', '.join(sorted(agents))})"
+                )
+            start = agents[opts.agent]
+        from .core.model import ModelClient
+        from .core.runner import Runner
+
+        client = ModelClient(base_url, api_key, timeout=opts.timeout)
+        runner = Runner(start, store, model_client=client, default_model=model)
+        stack.callback(runner.close)
+        yield runner
+
+
+def _session_for(state: State, store: Any, opts: ChatOptions, *, announce: bool = True) -> str:
+    from .cli import _notice, new_session_id, validate_session_id
+
+    if opts.session and opts.continue_:
+        raise UsageError("give --session or --continue, not both")
+    if opts.session:
+        return validate_session_id(opts.session)
+    if opts.continue_:
+        latest = store.latest_session_id()
+        if latest is None:
+            raise NotFoundError("no session to continue: start one with chatflow chat \"hello\"")
+        return latest
+    if opts.tool_result:
+        raise UsageError("--tool-result needs the session: add --session ID (or --continue)")
+    session_id = new_session_id()
+    if announce:
+        _notice(state, f"new session {session_id} (continue it with: chatflow chat -s {session_id} MESSAGE)")
+    return session_id
+
+
+# ---------------------------------------------------------------------------------------
+# chat
+# ---------------------------------------------------------------------------------------
+def run_chat(state: State, opts: ChatOptions) -> None:
+    """Run ``chatflow chat`` with ``opts``; raises chatflow errors for the boundary."""
+    if opts.output not in {"text", "json", "jsonl"}:
+        raise UsageError(f"--output {opts.output!r}: use text, json or jsonl")
+    multi = opts.input == "jsonl"
+    message: str | None = None
+    tool_output: str | None = None
+    if multi:
+        if opts.message is not None or opts.tool_result:
+            raise UsageError("--input jsonl reads everything from stdin: give no MESSAGE and no --tool-result")
+        if state.env.stdin_isatty:
+            raise UsageError("--input jsonl reads stdin, which is a terminal: pipe the JSON lines in")
+    elif opts.tool_result:
+        if opts.message is not None:
+            raise UsageError("give a MESSAGE or --tool-result, not both")
+        tool_output = _tool_output_text(opts.tool_result[1])
+    else:
+        message = _message_from(state, opts)
+
+    settings = state.settings(model=opts.model, base_url=opts.base_url)
+    from .config import resolve_model
+
+    resolve_model(settings)  # a configuration problem is reported before anything is stored
+    store = state.store()
+    session_id = _session_for(state, store, opts)
+    out = _Output(state, opts.output, multi=multi)
+    try:
+        if opts.message_id and not store.claim_message(opts.message_id):
+            out.duplicate(opts.message_id, session_id)
+            return
+        with _runner(state, settings, opts, store) as runner:
+            if multi:
+                _run_items(state, runner, store, opts, session_id, out)
+            elif tool_output is not None:
+                assert opts.tool_result is not None
+                remaining = store.submit_tool_result(session_id, opts.tool_result[0], tool_output)
+                if remaining:
+                    out.pending_only(session_id, remaining)
+                else:
+                    out.run(runner.continue_streamed(session_id, wait=opts.wait))
+            else:
+                assert message is not None
+                out.run(
+                    runner.run_streamed(
+                        session_id,
+                        message,
+                        opts.metadata,
+                        idempotency_key=opts.idempotency_key,
+                        wait=opts.wait,
+                        max_turns=opts.max_turns or settings.max_turns,
+                        system=opts.system,
+                    )
+                )
+        out.success()
+    except BaseException as exc:
+        if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
+            out.failure(exc, session_id)
+        raise
+
+
+def _run_items(state: State, runner: Any, store: Any, opts: ChatOptions, session_id: str, out: _Output) -> None:
+    from .cli import validate_session_id
+
+    settings_turns = opts.max_turns
+    for item in _input_items(state):
+        sid = validate_session_id(item.session) if item.session else session_id
+        if item.tool_use_id is not None:
+            remaining = store.submit_tool_result(sid, item.tool_use_id, item.output or "")
+            if not remaining:
+                out.run(runner.continue_streamed(sid, wait=opts.wait))
+            continue
+        if item.message_id and not store.claim_message(item.message_id):
+            if out.mode == "jsonl":
+                out._line({"seq": None, "type": "duplicate", "session_id": sid, "turn": None,
+                           "data": {"message_id": item.message_id}})
+            continue
+        metadata = {**(opts.metadata or {}), **(item.metadata or {})} or None
+        out.run(
+            runner.run_streamed(
+                sid,
+                item.message or "",
+                metadata,
+                idempotency_key=item.idempotency_key,
+                wait=opts.wait,
+                max_turns=settings_turns,
+                system=opts.system,
+            )
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# replay --rerun
+# ---------------------------------------------------------------------------------------
+def rerun_session(
+    state: State,
+    session_id: str,
+    *,
+    into: str | None,
+    model: str | None,
+    base_url: str | None,
+    agent: str | None,
+    output: str,
+) -> None:
+    """Send ``session_id``'s user messages again, one turn each, into a new session (issue 5).
+
+    The new session gets the old one's system messages, the current agent and model
+    (``--model``/``--agent`` or the configured ones). Turns rolled back or failed are not
+    re-sent. ``--into`` must name a session that does not exist yet.
+    """
+    from .cli import _notice, new_session_id, validate_session_id
+    from .core.errors import SessionNotFoundError
+
+    store = state.store(create=False)
+    if store is None:
+        raise SessionNotFoundError(f"no session {safe_text(session_id)!r}")
+    records = store.load_turns(session_id, first=0)
+    systems = [m.content or "" for r in records if r.number == 0 for m in r.messages]
+    users: list[str] = []
+    for record in records:
+        if record.number == 0 or record.rolled_back or record.failed:
+            continue
+        first_user = next((m for m in record.messages if getattr(m.role, "value", m.role) == "user"), None)
+        if first_user is not None and first_user.content:
+            users.append(first_user.content)
+    if not users:
+        raise UsageError(f"session {safe_text(session_id)!r} has no user messages to re-run")
+    target = validate_session_id(into) if into else new_session_id()
+    if store.get(target) is not None:
+        raise UsageError(f"session {target!r} already exists: --into needs a new id")
+    opts = ChatOptions(session=target, model=model, base_url=base_url, agent=agent, output=output)
+    settings = state.settings(model=model, base_url=base_url)
+    _notice(state, f"re-running {len(users)} user message(s) of {session_id} into {target}")
+    out = _Output(state, output, multi=True)
+    system = "\n\n".join(s for s in systems if s) or None
+    try:
+        with _runner(state, settings, opts, store) as runner:
+            for text in users:
+                if output == "text":
+                    from rich.text import Text
+
+                    state.out().print(Text("You: ", style="bold green") + Text(safe_text(text)))
+                out.run(runner.run_streamed(target, text, system=system))
+                system = None
+        out.success()
+    except BaseException as exc:
+        if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
+            out.failure(exc, target)
+        raise

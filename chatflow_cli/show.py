@@ -1,0 +1,301 @@
+"""``sessions show``, ``sessions rollback``, ``sessions delete`` and ``replay``: reading and editing stored sessions.
+
+``sessions show`` streams: turns are loaded from the store in pages of
+:data:`PAGE_TURNS` and each turn is printed as soon as it is rendered, so the first turns
+of a long session are on screen (or in the pager) at once (issue 5: a 500-turn session shows
+its first turns within 0.3 s). On a terminal the output goes through a pager
+(``$PAGER``, else ``less``; ``LESS=FRX`` unless set, so a short session prints and exits
+like ``git log``); ``--no-pager`` turns that off. Into a pipe the text is plain, with no
+ANSI codes and no Markdown rendering.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from typing import TYPE_CHECKING, Any, Iterator
+
+from .core.errors import SessionNotFoundError, UsageError
+from .render import dumps, safe_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cli import State
+
+__all__ = ["PAGE_TURNS", "delete_sessions", "replay_events", "rollback_session", "show_session"]
+
+PAGE_TURNS = 50
+FOLLOW_POLL_S = 0.25
+
+
+def _not_found(session_id: str) -> SessionNotFoundError:
+    shown = safe_text(session_id[:60]) + ("…" if len(session_id) > 60 else "")
+    return SessionNotFoundError(f"no session {shown!r} (list them with: chatflow sessions ls)", session_id=session_id)
+
+
+def _store_or_missing(state: State, session_id: str) -> Any:
+    store = state.store(create=False)
+    if store is None:
+        raise _not_found(session_id)
+    return store
+
+
+def _summary(store: Any, session_id: str) -> Any:
+    from .core.errors import SessionNotFoundError as _NF
+
+    # list_sessions has no id filter; the session context gives what show needs.
+    try:
+        session = store.get(session_id)
+    except _NF:
+        session = None
+    if session is None:
+        raise _not_found(session_id)
+    return session
+
+
+def _pages(store: Any, session_id: str, last_turn: int, include_rolled_back: bool) -> Iterator[Any]:
+    first = 0
+    while first <= last_turn:
+        upto = first + PAGE_TURNS - 1
+        records = store.load_turns(session_id, first=first, last=upto, include_rolled_back=include_rolled_back)
+        yield from records
+        first = upto + 1
+
+
+def _handoffs_by_turn(store: Any, session_id: str) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
+    for event in store.events(session_id):
+        if event.type == "handoff":
+            out.setdefault(int(event.payload.get("turn") or 0), []).append(dict(event.payload))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# show
+# ---------------------------------------------------------------------------------------
+def show_session(
+    state: State, session_id: str, *, include_rolled_back: bool, full: bool, as_json: bool, pager: bool
+) -> None:
+    store = _store_or_missing(state, session_id)
+    session = _summary(store, session_id)
+    handoffs = _handoffs_by_turn(store, session_id)
+    if include_rolled_back:  # rolled-back turns may carry numbers past the live last turn
+        records: Iterator[Any] = iter(store.load_turns(session_id, first=0, last=None, include_rolled_back=True))
+    else:
+        records = _pages(store, session_id, session.turn_count, False)
+    env = state.env
+    if as_json:
+        _show_json(env.stdout, session, records, handoffs)
+        return
+    use_pager = pager and env.interactive and session.turn_count > 3
+    if use_pager:
+        _show_paged(state, session, records, handoffs, full)
+    else:
+        console = state.out()
+        _render(console, session, records, handoffs, full, markdown=env.stdout_isatty, out=env.stdout)
+
+
+def _header(session: Any) -> Any:
+    from rich.text import Text
+
+    status = getattr(session.status, "value", session.status)
+    agent = getattr(session.active_agent, "name", "?")
+    text = Text()
+    text.append(f"Session {safe_text(session.session_id)}", style="bold")
+    text.append(f"  agent {safe_text(agent)} · {status} · {session.turn_count} turns · window {session.max_turns}",
+                style="dim")
+    if session.metadata:
+        text.append("\n" + safe_text(", ".join(f"{k}={v}" for k, v in session.metadata.items())), style="dim")
+    return text
+
+
+def _render(console: Any, session: Any, records: Iterator[Any], handoffs: dict[int, list[dict[str, Any]]],
+            full: bool, *, markdown: bool, out: Any) -> None:
+    from .render import turn_renderables
+
+    console.print(_header(session))
+    width = console.width
+    shown = 0
+    for record in records:
+        if record.number == 0:
+            if not record.messages:
+                continue
+        for item in turn_renderables(record, markdown=markdown, full=full,
+                                     handoffs=handoffs.get(record.number, ()), width=width):
+            console.print(item)
+        shown += 1
+        if shown <= 3 or shown % 20 == 0:
+            try:
+                out.flush()
+            except (AttributeError, ValueError):
+                pass
+    if shown == 0 or (shown == 1 and session.turn_count == 0):
+        console.print("(no turns yet)", style="dim")
+
+
+def _show_paged(state: State, session: Any, records: Iterator[Any], handoffs: dict[int, list[dict[str, Any]]],
+                full: bool) -> None:
+    """Stream the rendering into a pager process as it is produced."""
+    pager_cmd = os.environ.get("PAGER") or "less"
+    env = dict(os.environ)
+    env.setdefault("LESS", "FRX")
+    try:
+        proc = subprocess.Popen(shlex.split(pager_cmd), stdin=subprocess.PIPE, env=env, text=True,
+                                encoding="utf-8", errors="replace")
+    except (OSError, ValueError):
+        console = state.out()
+        _render(console, session, records, handoffs, full, markdown=True, out=state.env.stdout)
+        return
+    assert proc.stdin is not None
+    console = state.env.console(file=proc.stdin, terminal=True)
+    try:
+        _render(console, session, records, handoffs, full, markdown=True, out=proc.stdin)
+    except (BrokenPipeError, OSError):
+        pass  # the user quit the pager early
+    finally:
+        try:
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        proc.wait()
+
+
+def _show_json(stream: Any, session: Any, records: Iterator[Any], handoffs: dict[int, list[dict[str, Any]]]) -> None:
+    from .render import turn_dict
+
+    head = {
+        "session_id": session.session_id,
+        "agent": getattr(session.active_agent, "name", None),
+        "status": getattr(session.status, "value", session.status),
+        "turns": session.turn_count,
+        "max_turns": session.max_turns,
+        "metadata": session.metadata,
+    }
+    stream.write('{"session":' + dumps(head) + ',"turns":[')
+    first = True
+    for record in records:
+        if record.number == 0 and not record.messages:
+            continue
+        stream.write(("" if first else ",") + "\n" + dumps(turn_dict(record, handoffs.get(record.number, ()))))
+        first = False
+    stream.write("\n]}\n")
+
+
+# ---------------------------------------------------------------------------------------
+# rollback
+# ---------------------------------------------------------------------------------------
+def rollback_session(state: State, session_id: str, *, to: int | None, last: int | None, yes: bool) -> None:
+    from .cli import _notice, confirm
+
+    store = _store_or_missing(state, session_id)
+    session = _summary(store, session_id)
+    count = session.turn_count
+    target = to if to is not None else count - (last or 0)
+    if to is not None and to > count:
+        raise UsageError(f"--to {to} is beyond the last turn of {session_id} ({count}); nothing changed")
+    if target < 0:
+        raise UsageError(f"--last {last}: {session_id} has only {count} turns; nothing changed")
+    if target == count:
+        _notice(state, f"nothing to roll back: {session_id} ends at turn {count}")
+        return
+    going = store.load_turns(session_id, first=target + 1, last=count)
+    env = state.env
+    err = env.console(stderr=True)
+    from rich.text import Text
+
+    err.print(Text(f"Rolling back {session_id} to turn {target}; these turns go:", style="bold"))
+    for record in going:
+        first_user = next((m for m in record.messages if getattr(m.role, "value", m.role) == "user"), None)
+        preview = safe_text((first_user.content or "") if first_user else "").replace("\n", " ")
+        err.print(Text(f"  turn {record.number}: {preview[:70]}"))
+    if env.stdin_isatty and not yes and not confirm(state, "Roll back?", assume_yes=False):
+        _notice(state, "nothing changed")
+        return
+    rollback = getattr(store, "rollback", None)
+    try:
+        if rollback is not None:
+            rollback(session_id, target)
+        else:  # pragma: no cover - every chatflow store has rollback()
+            session.rollback_to(target)
+            store.save(session)
+    except ValueError as exc:
+        raise UsageError(f"cannot roll back {session_id}: {exc}; nothing changed") from None
+    _notice(state, f"rolled back {session_id} to turn {target} ({count - target} turn(s) removed)")
+
+
+# ---------------------------------------------------------------------------------------
+# delete
+# ---------------------------------------------------------------------------------------
+def delete_sessions(state: State, ids: list[str], *, older_than: float | None, all_: bool, yes: bool) -> None:
+    from .cli import _notice, confirm
+
+    store = state.store(create=False)
+    if store is None:
+        if ids:
+            raise _not_found(ids[0])
+        _notice(state, "no sessions")
+        return
+    if ids:
+        missing: list[str] = []
+        deleted = 0
+        for sid in ids:
+            if store.delete(sid):
+                deleted += 1
+            else:
+                missing.append(sid)
+        if deleted:
+            _notice(state, f"deleted {deleted} session(s)")
+        if missing:
+            raise _not_found(missing[0]) if len(missing) == 1 else SessionNotFoundError(
+                f"no sessions {', '.join(repr(safe_text(m[:60])) for m in missing)}")
+        return
+    summaries = store.list_sessions()
+    if older_than is not None:
+        cutoff = time.time() - older_than
+        summaries = [s for s in summaries if (s.updated_at or 0) < cutoff]
+    if not summaries:
+        _notice(state, "no sessions match: nothing deleted")
+        return
+    what = "ALL sessions" if all_ else "sessions not updated since " + time.strftime(
+        "%Y-%m-%d %H:%M", time.localtime(time.time() - (older_than or 0)))
+    if not yes:
+        if not state.env.stdin_isatty:
+            raise UsageError(f"deleting {len(summaries)} {what} needs --yes when not on a terminal")
+        if not confirm(state, f"Delete {len(summaries)} {what}?", assume_yes=False):
+            _notice(state, "nothing deleted")
+            return
+    deleted = sum(1 for s in summaries if store.delete(s.session_id))
+    _notice(state, f"deleted {deleted} session(s)")
+
+
+# ---------------------------------------------------------------------------------------
+# replay
+# ---------------------------------------------------------------------------------------
+def replay_events(state: State, session_id: str, *, since: int, follow: bool, as_json: bool) -> None:
+    store = _store_or_missing(state, session_id)
+    out = state.env.stdout
+    console = None if as_json else state.out()
+    from .render import event_text
+
+    cursor = since
+    while True:
+        try:
+            events = store.events(session_id, after_seq=cursor)
+        except SessionNotFoundError:
+            if cursor > since or follow and cursor > 0:
+                from .cli import _notice
+
+                _notice(state, f"session {session_id} was deleted")
+                return
+            raise _not_found(session_id) from None
+        for event in events:
+            if as_json:
+                out.write(dumps(event.to_dict()) + "\n")
+            else:
+                console.print(event_text(event))
+            cursor = event.seq
+        if not follow:
+            return
+        out.flush()
+        time.sleep(FOLLOW_POLL_S)
