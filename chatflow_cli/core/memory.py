@@ -423,10 +423,7 @@ class SessionContext:
             self._local_events.append(Event(self.session_id, seq, op.type, op.payload, time.time()))
 
     def _take_journal(self) -> list[_Op]:
-        last = self._journal[-1] if self._journal else None
-        if self.metadata != self._saved_metadata and not (
-            last is not None and last.kind == "metadata" and last.payload["metadata"] == self.metadata
-        ):
+        if self.metadata != self._saved_metadata:  # changed in place: journal it like update_metadata
             self.update_metadata({})
         return list(self._journal)
 
@@ -555,6 +552,7 @@ class SessionContext:
     def update_metadata(self, changes: Mapping[str, Any]) -> None:
         """Merge ``changes`` into ``metadata``; journals ``metadata.updated`` with the whole dict."""
         self.metadata.update(changes)
+        self._saved_metadata = copy.deepcopy(self.metadata)  # what the journal will leave in the store
         self._record(_Op("metadata", EventType.METADATA_UPDATED.value, {"metadata": copy.deepcopy(self.metadata)}))
 
     def set_status(self, status: SessionStatus | str, reason: str = "", **extra: Any) -> None:
@@ -990,7 +988,7 @@ class BaseSessionStore:
                         f"session {session.session_id} was deleted", session_id=session.session_id
                     )
             elif row is None:
-                row = self._new_row(session.session_id, session.active_agent, session.max_turns, session._saved_metadata)
+                row = self._new_row(session.session_id, session.active_agent, session.max_turns, session.metadata)
                 events += self._create(tx, row)
             else:
                 raise SessionBusyError(

@@ -1,0 +1,545 @@
+"""One contract suite, run against both stores (in-memory and SQLite on a real file).
+
+Everything here is behaviour a caller may rely on whatever the store: windows, turn
+numbers, rollback, the event log, idempotency, status and owners, de-duplication, agent
+resolution, deletion, async twins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from chatflow_cli.core.agents import Agent
+from chatflow_cli.core.errors import (
+    IdempotencyConflictError,
+    PendingToolCallsError,
+    SessionBusyError,
+    SessionDeletedError,
+    SessionNotFoundError,
+    SessionTerminatedError,
+    ToolResultError,
+)
+from chatflow_cli.core.events import EventType, SessionStatus
+from chatflow_cli.core.memory import (
+    DEFAULT_DEDUP_TTL_HOURS,
+    INTERRUPTED_TOOL_RESULT,
+    BaseSessionStore,
+    Owner,
+    SessionContext,
+    SessionStore,
+)
+from chatflow_cli.core.messages import Message, Role, ToolCall, history_problems
+from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+from .conftest import FakeClock
+
+HOUR = 3600.0
+
+
+def add_turn(ctx: SessionContext, n: int | str, *, tool: bool = False) -> None:
+    """One whole turn: user, optionally a tool call and its result, then the model's answer."""
+    ctx.add_message(Message.user(f"u{n}"))
+    if tool:
+        ctx.add_message(Message.model(None, [ToolCall(f"call_{n}", "lookup", '{"n": 1}')]))
+        ctx.add_message(Message.tool(f"call_{n}", f"r{n}", name="lookup"))
+    ctx.add_message(Message.model(f"m{n}"))
+    ctx.complete_turn(f"m{n}")
+
+
+def contents(ctx: SessionContext) -> list[str | None]:
+    return [m.content for m in ctx.history]
+
+
+def all_seqs(store: BaseSessionStore, session_id: str) -> list[int]:
+    return [e.seq for e in store.events(session_id)]
+
+
+# -- construction ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-3, ValueError), ("40", TypeError), (True, TypeError)])
+def test_default_max_turns_validated(tmp_path, bad: object, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        SessionStore(default_max_turns=bad)  # type: ignore[arg-type]
+    with pytest.raises(error):
+        SQLiteSessionStore(tmp_path / "x.db", default_max_turns=bad)  # type: ignore[arg-type]
+
+
+def test_max_turns_validated_per_session(store: BaseSessionStore, agent: Agent) -> None:
+    with pytest.raises(ValueError):
+        store.get_or_create("s", agent, max_turns=0)
+    with pytest.raises(TypeError):
+        store.get_or_create("s", agent, max_turns=2.5)  # type: ignore[arg-type]
+    assert store.get("s") is None
+
+
+def test_sqlite_store_takes_only_two_parameters(tmp_path) -> None:
+    with pytest.raises(TypeError):
+        SQLiteSessionStore(db_path=tmp_path / "app.db", busy_timeout=5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        SQLiteSessionStore(tmp_path / "app.db", 40, 5)  # type: ignore[call-arg]
+
+
+# -- sessions, windows -------------------------------------------------------------------------
+
+
+def test_get_absent_is_none_and_get_or_create_creates_once(store: BaseSessionStore, agent: Agent) -> None:
+    assert store.get("nope") is None
+    ctx = store.get_or_create("s1", agent, metadata={"channel": "whatsapp"})
+    assert ctx.session_id == "s1" and ctx.active_agent is agent and ctx.metadata == {"channel": "whatsapp"}
+    again = store.get_or_create("s1", agent, metadata={"channel": "other"})
+    assert again.metadata == {"channel": "whatsapp"}
+    events = store.events("s1")
+    assert [e.type for e in events] == ["session.created"]
+    assert events[0].payload == {"agent": "Assistant", "max_turns": 40, "metadata": {"channel": "whatsapp"}}
+
+
+def test_saved_window_is_reloaded_exactly(make_store: Callable[..., BaseSessionStore], agent: Agent) -> None:
+    store = make_store()
+    ctx = store.get_or_create("s", agent, max_turns=3)
+    ctx.add_message(Message.system("Be brief."))
+    for n in range(1, 7):
+        add_turn(ctx, n, tool=n % 2 == 0)
+    store.save(ctx)
+    assert [t.number for t in ctx.turns] == [4, 5, 6]
+    loaded = make_store().get("s")
+    assert loaded is not None
+    assert loaded.history == ctx.history
+    assert [t.number for t in loaded.turns] == [4, 5, 6]
+    assert loaded.turn_count == 6
+    assert history_problems(loaded.history) == []
+
+
+def test_turn_numbering_after_rollback(make_store: Callable[..., BaseSessionStore], agent: Agent) -> None:
+    store = make_store()
+    ctx = store.get_or_create("s", agent)
+    for n in range(1, 5):
+        add_turn(ctx, n)
+    store.save(ctx)
+    ctx.rollback_to(2)
+    store.save(ctx)
+    ctx.add_message(Message.user("new"))
+    assert ctx.turn_count == 3
+    store.save(ctx)
+    loaded = make_store().get("s")
+    assert loaded is not None and loaded.turn_count == 3
+    assert [(t.number, t.messages[0].content) for t in loaded.turns] == [(1, "u1"), (2, "u2"), (3, "new")]
+    user_turns = [e.payload["turn"] for e in store.events("s") if e.type == "message.user"]
+    assert user_turns == [1, 2, 3, 4, 3]  # the log keeps the rolled-back turns; nothing renumbered
+
+
+def test_rollback_reaches_turns_pruned_out_of_the_window(make_store: Callable[..., BaseSessionStore], agent: Agent) -> None:
+    store = make_store()
+    ctx = store.get_or_create("s", agent, max_turns=2)
+    ctx.add_message(Message.system("sys"))
+    for n in range(1, 8):
+        add_turn(ctx, n, tool=True)
+    store.save(ctx)
+    loaded = make_store().get("s")  # a fresh context: turns 1-5 exist only in the store
+    assert loaded is not None and [t.number for t in loaded.turns] == [6, 7]
+    loaded.rollback_to(3)
+    assert [t.number for t in loaded.turns] == [2, 3]
+    assert contents(loaded) == ["sys", "u2", None, "r2", "m2", "u3", None, "r3", "m3"]
+    store.save(loaded)
+    again = make_store().get("s")
+    assert again is not None and again.history == loaded.history
+    # store.rollback does the same in one transaction
+    store.rollback("s", 1)
+    final = make_store().get("s")
+    assert final is not None and contents(final) == ["sys", "u1", None, "r1", "m1"]
+
+
+def test_store_rollback_validates_and_changes_nothing(store: BaseSessionStore, agent: Agent) -> None:
+    ctx = store.get_or_create("s", agent)
+    add_turn(ctx, 1)
+    store.save(ctx)
+    before = store.events("s")
+    with pytest.raises(ValueError):
+        store.rollback("s", 2)
+    with pytest.raises(ValueError):
+        store.rollback("s", -1)
+    with pytest.raises(SessionNotFoundError):
+        store.rollback("absent", 0)
+    assert store.events("s") == before
+
+
+def test_rollback_is_atomic(store: BaseSessionStore, agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = store.get_or_create("s", agent)
+    for n in range(1, 4):
+        add_turn(ctx, n)
+    store.save(ctx)
+    before_events = store.events("s")
+    before_history = store.get("s").history  # type: ignore[union-attr]
+    ctx.rollback_to(1)
+    ctx.add_message(Message.user("after"))
+    real_append = BaseSessionStore._append
+
+    def failing_append(self, tx, session_id, type, payload, turn=None, key=None):  # noqa: ANN001
+        if type == EventType.MESSAGE_USER.value:  # after the rollback was applied in the transaction
+            raise OSError("simulated failure inside the transaction")
+        return real_append(self, tx, session_id, type, payload, turn, key)
+
+    monkeypatch.setattr(BaseSessionStore, "_append", failing_append)
+    with pytest.raises(OSError):
+        store.save(ctx)
+    monkeypatch.undo()
+    assert store.events("s") == before_events
+    reloaded = store.get("s")
+    assert reloaded is not None and reloaded.history == before_history and reloaded.turn_count == 3
+    # the journal was kept: saving again applies it whole
+    store.save(ctx)
+    assert [t.number for t in store.get("s").turns] == [1, 2]  # type: ignore[union-attr]
+
+
+def test_load_turns_marks_window_rollback_and_failure(store: BaseSessionStore, agent: Agent) -> None:
+    ctx = store.get_or_create("s", agent, max_turns=2)
+    ctx.add_message(Message.system("sys"))
+    for n in range(1, 5):
+        add_turn(ctx, n)
+    ctx.rollback_to(3)
+    ctx.add_message(Message.user("u4b"))
+    ctx.fail_turn(RuntimeError("provider down"))
+    store.save(ctx)
+    live = store.load_turns("s")
+    assert [(r.number, r.in_window) for r in live] == [(1, False), (2, True), (3, True)]
+    everything = store.load_turns("s", first=0, include_rolled_back=True)
+    flags = [(r.number, r.messages[0].content, r.rolled_back, r.failed) for r in everything]
+    assert flags == [
+        (0, "sys", False, False), (1, "u1", False, False), (2, "u2", False, False), (3, "u3", False, False),
+        (4, "u4", True, False), (4, "u4b", False, True),
+    ]
+    assert [r.number for r in store.load_turns("s", first=2, last=2)] == [2]
+    with pytest.raises(SessionNotFoundError):
+        store.load_turns("absent")
+
+
+def test_list_sessions_and_latest(store: BaseSessionStore, agent: Agent, clock: FakeClock) -> None:
+    other = Agent(name="Billing", instructions="Billing")
+    assert store.list_sessions() == [] and store.latest_session_id() is None
+    for i, sid in enumerate(["a", "b", "c"]):
+        clock.advance(10)
+        ctx = store.get_or_create(sid, other if sid == "b" else agent)
+        add_turn(ctx, "x" * 100 if sid == "a" else sid)
+        store.save(ctx)
+    clock.advance(10)
+    ctx = store.get("a")
+    assert ctx is not None
+    ctx.update_metadata({"k": 1})
+    store.save(ctx)
+    summaries = store.list_sessions()
+    assert [s.session_id for s in summaries] == ["a", "c", "b"]
+    assert summaries[0].preview == ("u" + "x" * 100)[:80] and summaries[0].metadata == {"k": 1}
+    assert summaries[0].turn_count == 1 and summaries[0].status is SessionStatus.IDLE
+    assert store.latest_session_id() == "a"
+    assert [s.session_id for s in store.list_sessions(agent="Billing")] == ["b"]
+    assert len(store.list_sessions(limit=2)) == 2
+    assert store.list_sessions(status="running") == []
+
+
+# -- event log -------------------------------------------------------------------------------
+
+
+def test_event_seq_gap_free_increasing_never_reused(make_store: Callable[..., BaseSessionStore], agent: Agent) -> None:
+    store = make_store()
+    ctx = store.get_or_create("s", agent)
+    for n in range(1, 4):
+        add_turn(ctx, n, tool=True)
+        store.save(ctx)
+    store.rollback("s", 1)
+    store.append_event("s", "custom.note", {"x": 1})
+    ctx = make_store().get("s")
+    assert ctx is not None
+    add_turn(ctx, "again")
+    store.save(ctx)
+    seqs = all_seqs(store, "s")
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert store.last_seq("s") == seqs[-1]
+    types = [e.type for e in store.events("s")]
+    assert types.count("rollback") == 1 and types[-1] == "turn.completed"
+    assert [e.seq for e in store.events("s", after_seq=5, limit=3)] == [6, 7, 8]
+
+
+def test_events_cover_every_kind_of_change(store: BaseSessionStore, agent: Agent) -> None:
+    ctx = store.get_or_create("s", agent)
+    ctx.add_message(Message.system("sys"))
+    add_turn(ctx, 1, tool=True)
+    ctx.set_active_agent(Agent(name="Billing", instructions=""), tool_call_id="call_h")
+    ctx.update_metadata({"ticket": "tk_123"})
+    ctx.set_status(SessionStatus.RESCHEDULED, "rate limited", retry_at=5.0)
+    ctx.record_event(EventType.TOOL_PENDING, {"turn": 1, "tool_use_ids": []})
+    events = store.save(ctx)
+    assert [e.type for e in events] == [
+        "message.system", "message.user", "message.model", "tool.result", "message.model", "turn.completed",
+        "handoff", "metadata.updated", "status", "tool.pending",
+    ]
+    assert events[-2].payload == {"status": "rescheduled", "reason": "rate limited", "retry_at": 5.0}
+    assert Message.from_dict(events[1].payload["message"]) == Message.user("u1")
+    assert store.events("s")[1:] == events
+    loaded = store.get("s")
+    assert loaded is not None and loaded.status is SessionStatus.RESCHEDULED
+    assert loaded.metadata == {"ticket": "tk_123"}
+
+
+def test_append_event_idempotency(store: BaseSessionStore, agent: Agent) -> None:
+    store.get_or_create("s", agent)
+    first = store.append_event("s", "custom.note", {"a": 1}, idempotency_key="k1")
+    assert first.idempotency_key == "k1"
+    assert store.append_event("s", "custom.note", {"a": 1}, idempotency_key="k1") == first
+    with pytest.raises(IdempotencyConflictError):
+        store.append_event("s", "custom.note", {"a": 2}, idempotency_key="k1")
+    assert [e.type for e in store.events("s")] == ["session.created", "custom.note"]
+    with pytest.raises(SessionNotFoundError):
+        store.append_event("absent", "x", {})
+
+
+# -- begin_turn, owners, status ---------------------------------------------------------------
+
+
+def test_begin_turn_creates_claims_and_releases(store: BaseSessionStore, agent: Agent) -> None:
+    owner = Owner.current()
+    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=owner,
+                             system="Be brief.", metadata={"channel": "cli"})
+    assert start.turn == 1 and start.replayed is None
+    assert [e.type for e in start.events] == ["session.created", "message.system", "status", "message.user"]
+    assert start.session.status is SessionStatus.RUNNING
+    assert contents(start.session) == ["Be brief.", "hi"]
+    assert store.list_sessions()[0].status is SessionStatus.RUNNING
+    with pytest.raises(SessionBusyError):
+        store.begin_turn("s", default_agent=agent, user_message=Message.user("again"), owner=Owner.current())
+    ctx = start.session
+    ctx.add_message(Message.model("hello", agent="Assistant"))
+    ctx.complete_turn("hello", agent, {"prompt_tokens": 3})
+    store.release(ctx)
+    assert store.list_sessions()[0].status is SessionStatus.IDLE
+    second = store.begin_turn("s", default_agent=agent, user_message=Message.user("more"), owner=owner)
+    assert second.turn == 2 and second.session.metadata == {"channel": "cli"}
+
+
+def test_case5_idempotency_key_with_begin_turn(store: BaseSessionStore, agent: Agent) -> None:
+    msg = Message.user("Where is order 404?")
+    start = store.begin_turn("s", default_agent=agent, user_message=msg, owner=Owner.current(),
+                             idempotency_key="wamid.1")
+    running = store.begin_turn("s", default_agent=agent, user_message=msg, owner=Owner.current(),
+                               idempotency_key="wamid.1")
+    assert running.replayed == {"turn": 1, "outcome": "running"} and running.events == []
+    ctx = start.session
+    ctx.add_message(Message.model("In transit.", agent="Assistant"))
+    ctx.complete_turn("In transit.", agent)
+    store.release(ctx)
+    before = store.events("s")
+    replay = store.begin_turn("s", default_agent=agent, user_message=msg, owner=Owner.current(),
+                              idempotency_key="wamid.1")
+    assert replay.turn == 1
+    assert replay.replayed == {"turn": 1, "agent": "Assistant", "content": "In transit.", "usage": {},
+                               "outcome": "completed"}
+    assert store.events("s") == before
+    assert [r.number for r in store.load_turns("s")] == [1]  # one stored turn
+    with pytest.raises(IdempotencyConflictError):
+        store.begin_turn("s", default_agent=agent, user_message=Message.user("other"), owner=Owner.current(),
+                         idempotency_key="wamid.1")
+    assert store.events("s") == before
+
+
+def test_custom_tool_results_then_continue(store: BaseSessionStore, agent: Agent) -> None:
+    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("approve?"), owner=Owner.current())
+    ctx = start.session
+    ctx.add_message(Message.model(None, [ToolCall("t1", "approve"), ToolCall("t2", "approve")]))
+    ctx.record_event(EventType.TOOL_PENDING, {"turn": 1, "tool_use_ids": ["t1", "t2"]})
+    store.release(ctx, reason="waiting for custom tool results")
+    with pytest.raises(PendingToolCallsError) as err:
+        store.begin_turn("s", default_agent=agent, user_message=Message.user("hello?"), owner=Owner.current())
+    assert err.value.tool_use_ids == ["t1", "t2"]
+    with pytest.raises(PendingToolCallsError):
+        store.begin_turn("s", default_agent=agent, user_message=None, owner=Owner.current())
+    with pytest.raises(ToolResultError):
+        store.submit_tool_result("s", "nope", "x")
+    assert store.submit_tool_result("s", "t2", "no") == ["t1"]
+    with pytest.raises(ToolResultError):
+        store.submit_tool_result("s", "t2", "again")
+    assert store.submit_tool_result("s", "t1", "yes") == []
+    resumed = store.begin_turn("s", default_agent=agent, user_message=None, owner=Owner.current())
+    tools = [m for m in resumed.session.history if m.role is Role.TOOL]
+    assert [(m.tool_call_id, m.content) for m in tools] == [("t1", "yes"), ("t2", "no")]  # call order
+    assert resumed.turn == 1 and resumed.session.pending_tool_calls == ()
+    submitted = [e.payload for e in store.events("s") if e.type == "tool.result_submitted"]
+    assert submitted == [{"turn": 1, "tool_use_id": "t2", "output": "no"}, {"turn": 1, "tool_use_id": "t1", "output": "yes"}]
+
+
+def test_dead_owner_is_recovered(store: BaseSessionStore, agent: Agent) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        owner = Owner.of_process(child.pid)
+        assert owner.alive()
+        start = store.begin_turn("s", default_agent=agent, user_message=Message.user("slow job"), owner=owner)
+        ctx = start.session
+        ctx.add_message(Message.model(None, [ToolCall("call_x", "slow")]))
+        store.save(ctx)
+        with pytest.raises(SessionBusyError):
+            store.begin_turn("s", default_agent=agent, user_message=Message.user("next"), owner=Owner.current())
+    finally:
+        child.kill()
+        child.wait()
+    assert not owner.alive()
+    assert store.list_sessions()[0].status is SessionStatus.IDLE  # effective status
+    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("next"), owner=Owner.current())
+    types = [e.type for e in start.events]
+    assert types == ["tool.result", "turn.interrupted", "session.recovered", "status", "status", "message.user"]
+    assert start.events[2].payload["owner"]["pid"] == child.pid
+    synthetic = [m for m in start.session.history if m.role is Role.TOOL]
+    assert synthetic == [Message.tool("call_x", INTERRUPTED_TOOL_RESULT, name="slow", is_error=True, interrupted=True)]
+    assert start.turn == 2 and history_problems(start.session.history, pending_ok=True) == []
+
+
+def test_owner_detects_pid_reuse() -> None:
+    me = Owner.current()
+    assert me.alive()
+    assert not Owner(me.pid, me.start_time + 1, me.host, "t").alive() or me.start_time == 0
+    assert Owner(me.pid, me.start_time, "another-host", "t").alive()  # cannot be checked: assumed alive
+    assert Owner.from_dict(me.to_dict()) == me
+
+
+def test_terminated_refuses_writes(store: BaseSessionStore, agent: Agent) -> None:
+    ctx = store.get_or_create("s", agent)
+    add_turn(ctx, 1)
+    store.release(ctx, SessionStatus.TERMINATED, "case closed")
+    before = store.events("s")
+    ctx.add_message(Message.user("more"))
+    with pytest.raises(SessionTerminatedError):
+        store.save(ctx)
+    with pytest.raises(SessionTerminatedError):
+        store.begin_turn("s", default_agent=agent, user_message=Message.user("x"), owner=Owner.current())
+    with pytest.raises(SessionTerminatedError):
+        store.append_event("s", "note", {})
+    with pytest.raises(SessionTerminatedError):
+        store.rollback("s", 0)
+    with pytest.raises(SessionTerminatedError):
+        store.get("s").set_status("idle")  # type: ignore[union-attr]
+    assert store.events("s") == before
+    assert store.get("s").status is SessionStatus.TERMINATED  # type: ignore[union-attr]
+
+
+def test_session_deleted_error(store: BaseSessionStore, agent: Agent) -> None:
+    ctx = store.get_or_create("s", agent, max_turns=1)
+    for n in range(1, 4):
+        add_turn(ctx, n)
+    store.save(ctx)
+    task_view = store.get("s")
+    assert task_view is not None
+    assert store.delete("s") is True
+    assert store.delete("s") is False
+    assert store.get("s") is None
+    with pytest.raises(SessionDeletedError):
+        task_view.rollback_to(1)  # reads pruned turns from the store
+    ctx.add_message(Message.user("late"))
+    with pytest.raises(SessionDeletedError):
+        store.save(ctx)
+    store.get_or_create("s", agent)  # same id, new session: the stale task still may not write into it
+    with pytest.raises(SessionDeletedError):
+        store.save(ctx)
+    with pytest.raises(SessionNotFoundError):
+        store.events("absent")
+
+
+def test_stale_context_refused(store: BaseSessionStore, agent: Agent) -> None:
+    first = store.get_or_create("s", agent)
+    second = store.get("s")
+    assert second is not None
+    add_turn(first, 1)
+    store.save(first)
+    add_turn(second, 1)
+    with pytest.raises(SessionBusyError):
+        store.save(second)
+    assert [r.number for r in store.load_turns("s")] == [1]
+
+
+# -- agents ----------------------------------------------------------------------------------
+
+
+def test_agent_resolver_and_fallback(store: BaseSessionStore, caplog: pytest.LogCaptureFixture) -> None:
+    billing = Agent(name="Billing", instructions="Billing specialist", model="gpt-4o")
+    support = Agent(name="Support", instructions="Support", handoffs=[billing], model="gpt-4o")
+    ctx = store.get_or_create("s", support)
+    ctx.set_active_agent(billing, tool_call_id="call_1")
+    store.save(ctx)
+    with caplog.at_level(logging.WARNING, logger="chatflow_cli.core.memory"):
+        fallback = store.get("s")
+    assert fallback is not None and fallback.active_agent.name == "Billing"
+    assert fallback.active_agent is not billing and not fallback.active_agent.tools
+    assert any("Billing" in r.getMessage() and "fallback" in r.getMessage() for r in caplog.records)
+    store.set_agent_resolver(lambda name: billing if name == "Billing" else support)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="chatflow_cli.core.memory"):
+        resolved = store.get("s")
+    assert resolved is not None and resolved.active_agent is billing
+    assert caplog.records == []
+    store.set_agent_resolver(lambda name: None)
+    with caplog.at_level(logging.WARNING, logger="chatflow_cli.core.memory"):
+        unknown = store.get("s")
+    assert unknown is not None and unknown.active_agent.name == "Billing" and caplog.records
+
+
+# -- de-duplication --------------------------------------------------------------------------
+
+
+def test_dedup_ttl_boundary_and_purge(store: BaseSessionStore, clock: FakeClock) -> None:
+    assert DEFAULT_DEDUP_TTL_HOURS == 192
+    t0 = clock.now
+    assert not store.is_message_processed("wamid.A")
+    store.mark_message_processed("wamid.A")
+    assert store.is_message_processed("wamid.A")
+    clock.now = t0 + 192 * HOUR - 0.001
+    assert store.is_message_processed("wamid.A")
+    assert store.claim_message("wamid.A") is False
+    clock.now = t0 + 192 * HOUR  # now < processed_at + 192 h no longer holds
+    assert not store.is_message_processed("wamid.A")
+    store.mark_message_processed("wamid.B")  # purges expired records
+    clock.now = t0  # were A still stored, it would count again at its own time
+    assert not store.is_message_processed("wamid.A")
+    clock.now = t0 + 2 * 192 * HOUR - 1
+    assert store.is_message_processed("wamid.B")
+
+
+def test_claim_message_once_then_again_after_expiry(store: BaseSessionStore, clock: FakeClock) -> None:
+    assert store.claim_message("MSG-0001") is True
+    assert store.claim_message("MSG-0001") is False
+    assert store.is_message_processed("MSG-0001")
+    clock.advance(192 * HOUR)
+    assert store.claim_message("MSG-0001") is True
+    assert store.claim_message("MSG-0001") is False
+
+
+# -- async twins -----------------------------------------------------------------------------
+
+
+def test_async_twins(store: BaseSessionStore, agent: Agent) -> None:
+    async def main() -> None:
+        ctx = await store.aget_or_create("s", agent)
+        assert await store.aget("absent") is None
+        add_turn(ctx, 1)
+        saved = await store.asave(ctx)
+        assert saved[-1].type == "turn.completed"
+        start = await store.abegin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current())
+        start.session.add_message(Message.model(None, [ToolCall("c", "custom")]))
+        await store.arelease(start.session)
+        assert await store.asubmit_tool_result("s", "c", "done") == []
+        event = await store.aappend_event("s", "note", {"n": 1}, idempotency_key="k")
+        assert (await store.aevents("s", after_seq=event.seq - 1)) == [event]
+        assert await store.alast_seq("s") == event.seq
+        assert [s.session_id for s in await store.alist_sessions()] == ["s"]
+        assert await store.alatest_session_id() == "s"
+        assert [r.number for r in await store.aload_turns("s")] == [1, 2]
+        await store.arollback("s", 1)
+        assert not await store.ais_message_processed("m")
+        await store.amark_message_processed("m")
+        assert await store.ais_message_processed("m")
+        assert await store.aclaim_message("m2") is True
+        assert await store.aclaim_message("m2") is False
+        assert await store.adelete("s") is True
+
+    asyncio.run(main())
