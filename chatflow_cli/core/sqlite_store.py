@@ -464,8 +464,9 @@ class SQLiteSessionStore(BaseSessionStore):
     def _create_file(self) -> None:
         path = Path(self.db_path)
         try:
-            if not path.parent.exists():
-                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+            for directory in reversed(missing):  # every directory we create is private, not only the last
+                directory.mkdir(mode=0o700, exist_ok=True)
             if not path.exists():
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
                 os.close(fd)
