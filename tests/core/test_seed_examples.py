@@ -1,0 +1,174 @@
+"""Every code example of seed 000 runs unchanged, apart from the package name.
+
+The examples are kept here verbatim (``chatflow_agent`` -> ``chatflow_cli``); a test checks
+each one still matches the seed text word for word. The one marked ``[no-exec]`` (the
+async webhook handler) needs a model: the runner tests run it against the fake server.
+Each example runs in a fresh temporary directory, as the seed's relative paths
+(``conversations.db``, ``agents.db``, ``app.db``) expect.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SEED = Path(__file__).resolve().parents[3] / "shared" / "seeds" / "000_e4b3ed540acedfd3.txt"
+
+SESSION_CONTEXT = '''
+from chatflow_cli import Agent
+from chatflow_cli.core.memory import SessionContext
+
+agent = Agent(name="Assistant", instructions="Helpful bot", model="gpt-4o")
+
+session = SessionContext(
+    session_id="user-session-1001",
+    initial_agent=agent,
+    max_turns=40,
+    metadata={"user_id": "cust_882", "channel": "whatsapp"},
+)
+
+assert session.active_agent.name == "Assistant"
+assert session.metadata["channel"] == "whatsapp"
+'''
+
+IN_MEMORY_STORE = '''
+from chatflow_cli import Agent, Runner, SessionStore
+
+store = SessionStore(default_max_turns=40)
+agent = Agent(name="Bot", instructions="Assistant", model="gpt-4o")
+runner = Runner(starting_agent=agent, session_store=store)
+
+# As sessões são criadas sob demanda
+session = store.get_or_create(session_id="session-alpha", default_agent=agent)
+assert session.session_id == "session-alpha"
+'''
+
+SQLITE_STORE = '''
+from chatflow_cli import SQLiteSessionStore
+
+# Armazenamento persistente salvo em banco SQLite local
+sqlite_store = SQLiteSessionStore(
+    db_path="conversations.db",
+    default_max_turns=40,
+)
+'''
+
+AGENT_RESOLVER = '''
+from chatflow_cli import Agent, Runner, SQLiteSessionStore
+
+billing = Agent(name="Billing", instructions="Billing specialist", model="gpt-4o")
+support = Agent(name="Support", instructions="Support", handoffs=[billing], model="gpt-4o")
+
+store = SQLiteSessionStore(db_path="agents.db")
+
+# O Runner registra automaticamente seu resolvedor interno
+runner = Runner(starting_agent=support, session_store=store)
+
+# Se você carregar sessões de forma isolada fora do Runner:
+store.set_agent_resolver(lambda name: billing if name == "Billing" else support)
+session = store.get("session-101")
+assert session.active_agent.name in ["Billing", "Support"]
+'''
+
+DEDUP = '''
+from chatflow_cli.core.memory import DEFAULT_DEDUP_TTL_HOURS, SessionStore
+
+# O TTL padrão é de 192 horas (8 dias), cobrindo a janela de reenvio de 7 dias do WhatsApp
+assert DEFAULT_DEDUP_TTL_HOURS == 192
+
+store = SessionStore()
+
+msg_id = "wamid.HBgLMjAyNjEwMzAA"
+if not store.is_message_processed(msg_id):
+    store.mark_message_processed(msg_id)
+    # Processar turno com segurança sem risco de execução duplicada
+'''
+
+PITFALL_ARGUMENTS = '''
+# [INCORRETO]: "busy_timeout" não é um parâmetro aceito
+# store = SQLiteSessionStore(db_path="app.db", busy_timeout=5000)  # TypeError!
+
+# [CORRETO]: Passe apenas db_path e default_max_turns
+store = SQLiteSessionStore(db_path="app.db", default_max_turns=50)
+'''
+
+EXAMPLES = {
+    "session_context": SESSION_CONTEXT,
+    "in_memory_store": IN_MEMORY_STORE,
+    "sqlite_store": SQLITE_STORE,
+    "agent_resolver": AGENT_RESOLVER,
+    "dedup": DEDUP,
+    "pitfall_arguments": PITFALL_ARGUMENTS,
+}
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run_example(code: str, namespace: dict[str, object] | None = None) -> dict[str, object]:
+    scope: dict[str, object] = dict(namespace or {})
+    exec(compile(textwrap.dedent(code), "<seed 000 example>", "exec"), scope)  # noqa: S102
+    return scope
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_examples_match_the_seed_word_for_word(name: str) -> None:
+    if not SEED.exists():
+        pytest.skip(f"seed file not found at {SEED}")
+    seed = "\n".join(line.rstrip() for line in SEED.read_text(encoding="utf-8").splitlines())
+    original = EXAMPLES[name].strip("\n").replace("chatflow_cli", "chatflow_agent")
+    assert original in seed
+
+
+def test_session_context_example(in_tmp: Path) -> None:
+    scope = run_example(SESSION_CONTEXT)
+    session = scope["session"]
+    assert session.max_turns == 40 and session.metadata == {"user_id": "cust_882", "channel": "whatsapp"}  # type: ignore[attr-defined]
+
+
+def test_in_memory_store_example(in_tmp: Path) -> None:
+    scope = run_example(IN_MEMORY_STORE)
+    store = scope["store"]
+    assert store.get("session-alpha") is not None  # type: ignore[attr-defined]
+
+
+def test_sqlite_store_example(in_tmp: Path) -> None:
+    scope = run_example(SQLITE_STORE)
+    assert (in_tmp / "conversations.db").is_file()
+    assert scope["sqlite_store"].default_max_turns == 40  # type: ignore[attr-defined]
+    scope["sqlite_store"].close()  # type: ignore[attr-defined]
+
+
+def test_agent_resolver_example(in_tmp: Path) -> None:
+    # The example loads an existing session: an earlier run handed session-101 to Billing.
+    from chatflow_cli import Agent, SQLiteSessionStore
+
+    earlier = SQLiteSessionStore(db_path="agents.db")
+    ctx = earlier.get_or_create("session-101", Agent(name="Support", instructions="Support"))
+    ctx.set_active_agent(Agent(name="Billing", instructions="Billing specialist"), tool_call_id="call_1")
+    earlier.save(ctx)
+    earlier.close()
+    scope = run_example(AGENT_RESOLVER)
+    assert scope["session"].active_agent is scope["billing"]  # type: ignore[attr-defined]
+
+
+def test_dedup_example(in_tmp: Path) -> None:
+    scope = run_example(DEDUP)
+    assert scope["store"].is_message_processed("wamid.HBgLMjAyNjEwMzAA")  # type: ignore[attr-defined]
+
+
+def test_pitfall_arguments_example(in_tmp: Path) -> None:
+    from chatflow_cli import SQLiteSessionStore
+
+    scope = run_example(PITFALL_ARGUMENTS, {"SQLiteSessionStore": SQLiteSessionStore})
+    assert scope["store"].default_max_turns == 50  # type: ignore[attr-defined]
+    scope["store"].close()  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):  # the line the seed marks INCORRETO
+        SQLiteSessionStore(db_path="app.db", busy_timeout=5000)  # type: ignore[call-arg]
+    assert os.path.exists("app.db")
