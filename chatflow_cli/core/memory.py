@@ -362,6 +362,8 @@ class SessionContext:
         self._saved_metadata: dict[str, Any] = copy.deepcopy(self.metadata)
         self._messages: list[Message] = []
         self._turn_offset = 0
+        self._turn_count = 0  # number of the last live turn
+        self._call_ids: set[str] | None = None  # tool-call ids in the window; None: recount
         self._archive: dict[int, tuple[Message, ...]] = {}
         self._loader: TurnLoader | None = None
         self._journal: list[_Op] = []
@@ -397,7 +399,7 @@ class SessionContext:
     @property
     def turn_count(self) -> int:
         """Number of the last live turn (0 when there is none)."""
-        return self._turn_offset + sum(1 for m in self._messages if m.role is Role.USER)
+        return self._turn_count
 
     @property
     def status(self) -> SessionStatus:
@@ -465,7 +467,9 @@ class SessionContext:
                 session_id=self.session_id,
             )
         if msg.tool_calls:
-            seen = {call.id for m in self._messages for call in m.tool_calls}
+            if self._call_ids is None:
+                self._call_ids = {call.id for m in self._messages for call in m.tool_calls}
+            seen = self._call_ids
             ids = [call.id for call in msg.tool_calls]
             dup = [i for i in ids if i in seen or ids.count(i) > 1]
             if dup:
@@ -474,12 +478,16 @@ class SessionContext:
                     problems=[f"tool_call_id_unique: {dup[0]!r}"],
                     session_id=self.session_id,
                 )
-        turn = self.turn_count + 1 if msg.role is Role.USER else self._current_turn()
+        turn = self._turn_count + 1 if msg.role is Role.USER else self._turn_count
         self._messages.append(msg)
+        self._turn_count = turn
+        if msg.tool_calls and self._call_ids is not None:
+            self._call_ids.update(call.id for call in msg.tool_calls)
         self._record(_Op("message", _MESSAGE_EVENT[msg.role], self._message_payload(turn, msg), turn, msg))
 
     def _current_turn(self) -> int:
-        return self.turn_count if any(m.role is Role.USER for m in self._messages) else 0
+        """The turn new messages belong to: the last live turn (0 before the first USER message)."""
+        return self._turn_count
 
     @staticmethod
     def _message_payload(turn: int, msg: Message) -> dict[str, Any]:
@@ -500,6 +508,7 @@ class SessionContext:
         self._turn_offset += len(dropped)
         kept = turns[len(dropped) :]
         self._messages = systems + [m for msgs in kept for m in msgs]
+        self._call_ids = None
 
     def _rebuild(self, last_turn: int) -> tuple[list[Message], int]:
         """The window holding the newest ``max_turns`` of turns 1..last_turn, and its offset."""
@@ -536,7 +545,7 @@ class SessionContext:
         if not 0 <= turn <= count:
             raise ValueError(f"cannot roll back to turn {turn}: session {self.session_id} has turns 0..{count}")
         messages, offset = self._rebuild(turn)
-        self._messages, self._turn_offset = messages, offset
+        self._messages, self._turn_offset, self._turn_count, self._call_ids = messages, offset, turn, None
         self._archive = {k: v for k, v in self._archive.items() if k <= turn}
         self._record(_Op("rollback", EventType.ROLLBACK.value, {"to_turn": turn, "removed_turns": list(range(turn + 1, count + 1))}))
 
@@ -576,7 +585,7 @@ class SessionContext:
         turn = self._current_turn()
         if turn:
             messages, offset = self._rebuild(turn - 1)
-            self._messages, self._turn_offset = messages, offset
+            self._messages, self._turn_offset, self._turn_count, self._call_ids = messages, offset, turn - 1, None
             self._archive = {k: v for k, v in self._archive.items() if k < turn}
         error_type = type(error).__name__ if isinstance(error, BaseException) else "Error"
         payload = {"turn": turn, "error": str(error), "error_type": error_type}
@@ -631,6 +640,7 @@ class SessionContext:
         ctx._messages = [msg for _, msg in window]
         numbers = sorted({turn for turn, _ in window if turn > 0})
         ctx._turn_offset = (numbers[0] - 1) if numbers else turn_count
+        ctx._turn_count = turn_count
         ctx._status = status
         ctx._local_events = None
         ctx._incarnation = incarnation

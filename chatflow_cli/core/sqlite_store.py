@@ -230,9 +230,35 @@ class _SQLiteTx(_Tx):
     """Primitives over one connection inside one transaction."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
-        self.c = conn
+        self._conn = conn
         self._seq: dict[str, int] = {}
         self._positions: dict[tuple[str, int], int] = {}
+        # Inserts of events and messages are batched (one executemany each) and flushed
+        # before any other statement of the transaction and before COMMIT.
+        self._events: list[tuple[Any, ...]] = []
+        self._messages: list[tuple[Any, ...]] = []
+
+    @property
+    def c(self) -> sqlite3.Connection:
+        """The connection, after the batched inserts were written."""
+        self.flush()
+        return self._conn
+
+    def flush(self) -> None:
+        if self._events:
+            rows, self._events = self._events, []
+            self._conn.executemany(
+                "INSERT INTO chatflow_events (session_id, seq, event_type, turn, payload_json, idempotency_key, "
+                "created_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        if self._messages:
+            rows, self._messages = self._messages, []
+            self._conn.executemany(
+                "INSERT INTO chatflow_messages (session_id, turn, position, role, message_json, event_seq) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
 
     def get_row(self, session_id: str) -> _SessionRow | None:
         r = self.c.execute(f"SELECT {_ROW_COLUMNS} FROM chatflow_sessions WHERE session_id = ?", (session_id,)).fetchone()
@@ -282,11 +308,9 @@ class _SQLiteTx(_Tx):
         return seq + 1
 
     def insert_event(self, event: Event, turn: int | None) -> None:
-        self.c.execute(
-            "INSERT INTO chatflow_events (session_id, seq, event_type, turn, payload_json, idempotency_key, "
-            "created_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        self._events.append(
             (event.session_id, event.seq, event.type, turn, _dumps(event.payload), event.idempotency_key,
-             event.created_at),
+             event.created_at)
         )
         self._seq[event.session_id] = event.seq
 
@@ -325,11 +349,7 @@ class _SQLiteTx(_Tx):
                 "WHERE session_id = ? AND turn = ? AND removed_at_seq IS NULL",
                 key,
             ).fetchone()[0]
-        self.c.execute(
-            "INSERT INTO chatflow_messages (session_id, turn, position, role, message_json, event_seq) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (session_id, turn, position, message.role.value, message.to_json(), seq),
-        )
+        self._messages.append((session_id, turn, position, message.role.value, message.to_json(), seq))
         self._positions[key] = position + 1
 
     def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
@@ -579,7 +599,9 @@ class SQLiteSessionStore(BaseSessionStore):
             except sqlite3.Error as exc:
                 raise _store_error(exc, self._label) from exc
             try:
-                yield _SQLiteTx(conn)
+                tx = _SQLiteTx(conn)
+                yield tx
+                tx.flush()
                 conn.execute("COMMIT")
             except BaseException as exc:
                 try:
