@@ -907,7 +907,9 @@ class BaseSessionStore:
             )
 
     def _apply(self, tx: _Tx, row: _SessionRow, ops: Sequence[_Op]) -> list[Event]:
-        """Apply journal entries to ``row`` and storage, one event each."""
+        """Apply journal entries to ``row`` and storage, one event each (nothing at all for none)."""
+        if not ops:
+            return []
         events: list[Event] = []
         now = self.clock()
         for op in ops:

@@ -218,6 +218,12 @@ _ROW_COLUMNS = ("session_id, incarnation, active_agent_name, metadata_json, max_
                 "created_at_utc, updated_at_utc")
 
 
+_INSERT_EVENT = ("INSERT INTO chatflow_events (session_id, seq, event_type, turn, payload_json, idempotency_key, "
+                 "created_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?)")
+_INSERT_MESSAGE = ("INSERT INTO chatflow_messages (session_id, turn, position, role, message_json, event_seq) "
+                   "VALUES (?, ?, ?, ?, ?, ?)")
+
+
 def _dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -245,20 +251,10 @@ class _SQLiteTx(_Tx):
         return self._conn
 
     def flush(self) -> None:
-        if self._events:
-            rows, self._events = self._events, []
-            self._conn.executemany(
-                "INSERT INTO chatflow_events (session_id, seq, event_type, turn, payload_json, idempotency_key, "
-                "created_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-        if self._messages:
-            rows, self._messages = self._messages, []
-            self._conn.executemany(
-                "INSERT INTO chatflow_messages (session_id, turn, position, role, message_json, event_seq) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                rows,
-            )
+        for sql, rows in ((_INSERT_EVENT, self._events), (_INSERT_MESSAGE, self._messages)):
+            if rows:
+                self._conn.executemany(sql, rows)
+                rows.clear()
 
     def get_row(self, session_id: str) -> _SessionRow | None:
         r = self.c.execute(f"SELECT {_ROW_COLUMNS} FROM chatflow_sessions WHERE session_id = ?", (session_id,)).fetchone()

@@ -192,26 +192,30 @@ def test_new_files_are_private(tmp_path: Path) -> None:
     store.close()
 
 
-def test_schema_too_new_is_refused_without_changing_the_file(tmp_path: Path) -> None:
-    db = tmp_path / "future.db"
-    SQLiteSessionStore(db).close()
-    conn = sqlite3.connect(db)
+def _future_schema(path: Path) -> None:
+    SQLiteSessionStore(path).close()
+    conn = sqlite3.connect(path)
     conn.execute("INSERT INTO chatflow_schema_migrations VALUES (?, 'from the future', 0)", (SCHEMA_VERSION + 1,))
     conn.commit()
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
-    before = sha256(db)
-    with pytest.raises(SchemaTooNewError, match="newer"):
-        SQLiteSessionStore(db)
-    assert sha256(db) == before
 
 
-def test_not_a_database(tmp_path: Path) -> None:
-    path = tmp_path / "notes.txt"
+def _text_file(path: Path) -> None:
     path.write_text("these are my notes, not a database\n" * 200)
+
+
+@pytest.mark.parametrize(
+    "make_file, error, match",
+    [(_future_schema, SchemaTooNewError, "newer than this chatflow"), (_text_file, StoreError, "not a SQLite database")],
+)
+def test_refused_files_are_left_unchanged(tmp_path: Path, make_file, error: type[Exception], match: str) -> None:  # noqa: ANN001
+    path = tmp_path / "existing.db"
+    make_file(path)
     before = sha256(path)
-    with pytest.raises(StoreError, match="not a SQLite database"):
+    with pytest.raises(error, match=match) as raised:
         SQLiteSessionStore(path)
+    assert "\n" not in str(raised.value)
     assert sha256(path) == before
 
 
