@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from .errors import (
     ChatflowError,
@@ -161,14 +161,14 @@ class Owner:
     token: str
 
     @classmethod
-    def current(cls) -> "Owner":
+    def current(cls) -> Owner:
         """This process, with a fresh token."""
         pid = os.getpid()
         stat = _proc_stat(pid)
         return cls(pid=pid, start_time=stat[1] if stat else 0, host=socket.gethostname(), token=secrets.token_hex(8))
 
     @classmethod
-    def of_process(cls, pid: int) -> "Owner":
+    def of_process(cls, pid: int) -> Owner:
         """Another local process ``pid`` as an owner (used by tests and recovery tools)."""
         stat = _proc_stat(pid)
         return cls(pid=pid, start_time=stat[1] if stat else 0, host=socket.gethostname(), token=secrets.token_hex(8))
@@ -202,7 +202,7 @@ class Owner:
         return {"pid": self.pid, "start_time": self.start_time, "host": self.host, "token": self.token}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Owner":
+    def from_dict(cls, data: Mapping[str, Any]) -> Owner:
         return cls(int(data["pid"]), int(data.get("start_time", 0)), str(data.get("host", "")), str(data["token"]))
 
 
@@ -267,7 +267,7 @@ class TurnStart:
     ``events``: the events this call appended.
     """
 
-    session: "SessionContext"
+    session: SessionContext
     turn: int
     replayed: dict[str, Any] | None = None
     events: list[Event] = field(default_factory=list)
@@ -514,7 +514,9 @@ class SessionContext:
         """The window holding the newest ``max_turns`` of turns 1..last_turn, and its offset."""
         systems, _, window_turns = _split_turns(self._messages)
         first = max(1, last_turn - self._max_turns + 1)
-        have: dict[int, tuple[Message, ...]] = {k: tuple(v) for k, v in self._archive.items() if first <= k <= last_turn}
+        have: dict[int, tuple[Message, ...]] = {
+            k: tuple(v) for k, v in self._archive.items() if first <= k <= last_turn
+        }
         for k, msgs in enumerate(window_turns, start=self._turn_offset + 1):
             if first <= k <= last_turn:
                 have[k] = tuple(msgs)
@@ -547,7 +549,13 @@ class SessionContext:
         messages, offset = self._rebuild(turn)
         self._messages, self._turn_offset, self._turn_count, self._call_ids = messages, offset, turn, None
         self._archive = {k: v for k, v in self._archive.items() if k <= turn}
-        self._record(_Op("rollback", EventType.ROLLBACK.value, {"to_turn": turn, "removed_turns": list(range(turn + 1, count + 1))}))
+        self._record(
+            _Op(
+                "rollback",
+                EventType.ROLLBACK.value,
+                {"to_turn": turn, "removed_turns": list(range(turn + 1, count + 1))},
+            )
+        )
 
     def set_active_agent(self, agent: Any, *, tool_call_id: str | None = None) -> None:
         """Make ``agent`` the active agent; journals one ``handoff`` event when it changes."""
@@ -635,7 +643,7 @@ class SessionContext:
         turn_count: int,
         incarnation: str,
         store_id: int,
-    ) -> "SessionContext":
+    ) -> SessionContext:
         ctx = cls(session_id, agent, max_turns, metadata)
         ctx._messages = [msg for _, msg in window]
         numbers = sorted({turn for turn, _ in window if turn > 0})
@@ -736,7 +744,9 @@ class _Tx:
         """Live SYSTEM messages of turn 0, then live messages of turns >= first_turn, in order."""
         raise NotImplementedError
 
-    def turn_messages(self, session_id: str, first: int, last: int | None, include_removed: bool) -> list[_StoredMessage]:
+    def turn_messages(
+        self, session_id: str, first: int, last: int | None, include_removed: bool
+    ) -> list[_StoredMessage]:
         """Messages of turns first..last in (turn, insertion) order; turn 0 only its SYSTEM messages."""
         raise NotImplementedError
 
@@ -804,7 +814,7 @@ class BaseSessionStore:
     def close(self) -> None:
         """Release resources; the in-memory store has none."""
 
-    def __enter__(self) -> "BaseSessionStore":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -836,8 +846,15 @@ class BaseSessionStore:
         return _fallback_agent(name)
 
     # -- helpers -----------------------------------------------------------------------
-    def _append(self, tx: _Tx, session_id: str, type: str, payload: dict[str, Any], turn: int | None = None,
-                key: str | None = None) -> Event:
+    def _append(
+        self,
+        tx: _Tx,
+        session_id: str,
+        type: str,
+        payload: dict[str, Any],
+        turn: int | None = None,
+        key: str | None = None,
+    ) -> Event:
         event = Event(session_id, tx.next_seq(session_id), type, payload, self.clock(), key)
         tx.insert_event(event, turn)
         return event
@@ -847,8 +864,15 @@ class BaseSessionStore:
         window = tx.window(row.session_id, first)
         agent = self._resolve_agent(row.active_agent_name, default_agent, quiet)
         ctx = SessionContext._restore(
-            row.session_id, agent, row.max_turns, dict(row.metadata), row.status, window, row.turn_count,
-            row.incarnation, id(self),
+            row.session_id,
+            agent,
+            row.max_turns,
+            dict(row.metadata),
+            row.status,
+            window,
+            row.turn_count,
+            row.incarnation,
+            id(self),
         )
         # Inside the transaction, pruned turns come from the same transaction; _detach()
         # switches to the store's own reads before the context leaves the store.
@@ -874,13 +898,25 @@ class BaseSessionStore:
             out.setdefault(item.turn, []).append(item.message)
         return out
 
-    def _new_row(self, session_id: str, agent: Any, max_turns: int | None, metadata: Mapping[str, Any] | None) -> _SessionRow:
+    def _new_row(
+        self, session_id: str, agent: Any, max_turns: int | None, metadata: Mapping[str, Any] | None
+    ) -> _SessionRow:
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
         turns = self.default_max_turns if max_turns is None else _check_max_turns(max_turns)
         now = self.clock()
-        return _SessionRow(session_id, secrets.token_hex(8), _agent_name(agent), dict(metadata or {}), turns, 0,
-                           SessionStatus.IDLE, None, now, now)
+        return _SessionRow(
+            session_id,
+            secrets.token_hex(8),
+            _agent_name(agent),
+            dict(metadata or {}),
+            turns,
+            0,
+            SessionStatus.IDLE,
+            None,
+            now,
+            now,
+        )
 
     def _create(self, tx: _Tx, row: _SessionRow, system: str | None = None) -> list[Event]:
         tx.insert_row(row)
@@ -888,7 +924,9 @@ class BaseSessionStore:
         events = [self._append(tx, row.session_id, EventType.SESSION_CREATED.value, payload)]
         if system:
             msg = Message.system(system)
-            event = self._append(tx, row.session_id, EventType.MESSAGE_SYSTEM.value, {"turn": 0, "message": msg.to_dict()}, 0)
+            event = self._append(
+                tx, row.session_id, EventType.MESSAGE_SYSTEM.value, {"turn": 0, "message": msg.to_dict()}, 0
+            )
             tx.insert_message(row.session_id, 0, msg, event.seq)
             events.append(event)
         return events
@@ -921,7 +959,11 @@ class BaseSessionStore:
             if op.kind == "message":
                 assert op.message is not None
                 stale = op.turn != 0 and op.turn < row.turn_count
-                if stale or op.turn > row.turn_count + 1 or (op.message.role is Role.USER and op.turn != row.turn_count + 1):
+                if (
+                    stale
+                    or op.turn > row.turn_count + 1
+                    or (op.message.role is Role.USER and op.turn != row.turn_count + 1)
+                ):
                     raise SessionBusyError(
                         f"session {row.session_id} changed since it was loaded (turn {op.turn} vs stored "
                         f"{row.turn_count}); load it again",
@@ -1018,8 +1060,9 @@ class BaseSessionStore:
             session._loader = partial(self._load_live_turns, row.session_id, row.incarnation)
         return events
 
-    def release(self, session: SessionContext, status: SessionStatus | str = SessionStatus.IDLE, reason: str = "",
-                **extra: Any) -> list[Event]:
+    def release(
+        self, session: SessionContext, status: SessionStatus | str = SessionStatus.IDLE, reason: str = "", **extra: Any
+    ) -> list[Event]:
         """End a run: ``session.set_status(status, reason, **extra)`` then :meth:`save`."""
         session.set_status(status, reason, **extra)
         return self.save(session)
@@ -1059,10 +1102,19 @@ class BaseSessionStore:
                 effective = self._effective_status(row)
                 if wanted is not None and effective is not wanted:
                     continue
-                out.append(SessionSummary(
-                    row.session_id, row.active_agent_name, effective, row.turn_count, row.max_turns,
-                    row.created_at, row.updated_at, tx.preview(row.session_id)[:_PREVIEW_CHARS], dict(row.metadata),
-                ))
+                out.append(
+                    SessionSummary(
+                        row.session_id,
+                        row.active_agent_name,
+                        effective,
+                        row.turn_count,
+                        row.max_turns,
+                        row.created_at,
+                        row.updated_at,
+                        tx.preview(row.session_id)[:_PREVIEW_CHARS],
+                        dict(row.metadata),
+                    )
+                )
                 if limit is not None and len(out) >= limit:
                     break
         return out
@@ -1091,8 +1143,11 @@ class BaseSessionStore:
             groups.setdefault((item.turn, item.removed_at_seq, item.removed), []).append(item.message)
         records = [
             TurnRecord(
-                turn, tuple(msgs), in_window=reason is None and (turn == 0 or turn >= window_first),
-                rolled_back=reason == "rolled_back", failed=reason == "failed",
+                turn,
+                tuple(msgs),
+                in_window=reason is None and (turn == 0 or turn >= window_first),
+                rolled_back=reason == "rolled_back",
+                failed=reason == "failed",
             )
             for (turn, _seq, reason), msgs in groups.items()
         ]
@@ -1112,7 +1167,10 @@ class BaseSessionStore:
             return tx.next_seq(session_id) - 1
 
     def append_event(
-        self, session_id: str, type: EventType | str, payload: Mapping[str, Any] | None = None,
+        self,
+        session_id: str,
+        type: EventType | str,
+        payload: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> Event:
         """Append one event. A repeated ``idempotency_key`` with the same type and payload
@@ -1185,7 +1243,9 @@ class BaseSessionStore:
                             session_id=session_id,
                         )
                     turn = int(known[1] or 0)
-                    replay = TurnStart(self._context(tx, row, default_agent), turn, self._outcome(tx, row, turn, known[2]))
+                    replay = TurnStart(
+                        self._context(tx, row, default_agent), turn, self._outcome(tx, row, turn, known[2])
+                    )
                     self._detach(replay.session)
                     return replay
             self._refuse_terminated(row)
@@ -1204,7 +1264,8 @@ class BaseSessionStore:
                 if pending:
                     raise PendingToolCallsError(
                         f"session {session_id} waits for tool results {[c.id for c in pending]}",
-                        tool_use_ids=[c.id for c in pending], session_id=session_id,
+                        tool_use_ids=[c.id for c in pending],
+                        session_id=session_id,
                     )
                 ctx.set_status(SessionStatus.RUNNING, "turn started", owner=owner.to_dict())
                 ctx.add_message(user_message)
@@ -1216,7 +1277,8 @@ class BaseSessionStore:
                 if missing:
                     raise PendingToolCallsError(
                         f"session {session_id} still waits for tool results {missing}",
-                        tool_use_ids=missing, session_id=session_id,
+                        tool_use_ids=missing,
+                        session_id=session_id,
                     )
                 ctx.set_status(SessionStatus.RUNNING, "turn continued", owner=owner.to_dict())
                 for call in pending:
@@ -1276,7 +1338,9 @@ class BaseSessionStore:
             pending = [c.id for c in ctx.pending_tool_calls]
             submitted = self._submitted(tx, session_id)
             if tool_use_id not in pending:
-                raise ToolResultError(f"no pending tool call {tool_use_id!r} in session {session_id}", session_id=session_id)
+                raise ToolResultError(
+                    f"no pending tool call {tool_use_id!r} in session {session_id}", session_id=session_id
+                )
             if tool_use_id in submitted:
                 raise ToolResultError(f"tool call {tool_use_id!r} already has a result", session_id=session_id)
             payload = {"turn": ctx.turn_count, "tool_use_id": tool_use_id, "output": str(output)}
@@ -1310,15 +1374,21 @@ class BaseSessionStore:
     async def aget(self, session_id: str) -> SessionContext | None:
         return await self._run_blocking(self.get, session_id)
 
-    async def aget_or_create(self, session_id: str, default_agent: Any, max_turns: int | None = None,
-                             metadata: Mapping[str, Any] | None = None) -> SessionContext:
+    async def aget_or_create(
+        self,
+        session_id: str,
+        default_agent: Any,
+        max_turns: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionContext:
         return await self._run_blocking(self.get_or_create, session_id, default_agent, max_turns, metadata)
 
     async def asave(self, session: SessionContext) -> list[Event]:
         return await self._run_blocking(self.save, session)
 
-    async def arelease(self, session: SessionContext, status: SessionStatus | str = SessionStatus.IDLE,
-                       reason: str = "", **extra: Any) -> list[Event]:
+    async def arelease(
+        self, session: SessionContext, status: SessionStatus | str = SessionStatus.IDLE, reason: str = "", **extra: Any
+    ) -> list[Event]:
         return await self._run_blocking(self.release, session, status, reason, **extra)
 
     async def adelete(self, session_id: str) -> bool:
@@ -1327,15 +1397,17 @@ class BaseSessionStore:
     async def arollback(self, session_id: str, to_turn: int) -> list[Event]:
         return await self._run_blocking(self.rollback, session_id, to_turn)
 
-    async def alist_sessions(self, limit: int | None = None, agent: str | None = None,
-                             status: SessionStatus | str | None = None) -> list[SessionSummary]:
+    async def alist_sessions(
+        self, limit: int | None = None, agent: str | None = None, status: SessionStatus | str | None = None
+    ) -> list[SessionSummary]:
         return await self._run_blocking(self.list_sessions, limit, agent, status)
 
     async def alatest_session_id(self) -> str | None:
         return await self._run_blocking(self.latest_session_id)
 
-    async def aload_turns(self, session_id: str, first: int = 1, last: int | None = None,
-                          include_rolled_back: bool = False) -> list[TurnRecord]:
+    async def aload_turns(
+        self, session_id: str, first: int = 1, last: int | None = None, include_rolled_back: bool = False
+    ) -> list[TurnRecord]:
         return await self._run_blocking(self.load_turns, session_id, first, last, include_rolled_back)
 
     async def aevents(self, session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
@@ -1344,8 +1416,13 @@ class BaseSessionStore:
     async def alast_seq(self, session_id: str) -> int:
         return await self._run_blocking(self.last_seq, session_id)
 
-    async def aappend_event(self, session_id: str, type: EventType | str, payload: Mapping[str, Any] | None = None,
-                            idempotency_key: str | None = None) -> Event:
+    async def aappend_event(
+        self,
+        session_id: str,
+        type: EventType | str,
+        payload: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Event:
         return await self._run_blocking(self.append_event, session_id, type, payload, idempotency_key)
 
     async def abegin_turn(self, session_id: str, **kwargs: Any) -> TurnStart:
@@ -1381,7 +1458,7 @@ class _MemSession:
 class _MemoryTx(_Tx):
     """Dict-backed primitives; writes log an undo step so a failed transaction leaves no trace."""
 
-    def __init__(self, store: "SessionStore", writable: bool) -> None:
+    def __init__(self, store: SessionStore, writable: bool) -> None:
         self._s = store
         self._writable = writable
         self.undo: list[Callable[[], None]] = []
@@ -1411,8 +1488,11 @@ class _MemoryTx(_Tx):
         return True
 
     def list_rows(self, agent: str | None) -> list[_SessionRow]:
-        rows = [copy.deepcopy(e.row) for e in self._s._sessions.values()
-                if agent is None or e.row.active_agent_name == agent]
+        rows = [
+            copy.deepcopy(e.row)
+            for e in self._s._sessions.values()
+            if agent is None or e.row.active_agent_name == agent
+        ]
         rows.sort(key=lambda r: (-r.updated_at, r.session_id))
         return rows
 
@@ -1463,8 +1543,11 @@ class _MemoryTx(_Tx):
 
     def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
         entry = self._session(session_id)
-        changed = [item for item in entry.messages
-                   if item[2] is None and item[0] >= max(1, first) and (last is None or item[0] <= last)]
+        changed = [
+            item
+            for item in entry.messages
+            if item[2] is None and item[0] >= max(1, first) and (last is None or item[0] <= last)
+        ]
         for item in changed:
             item[2], item[3] = reason, seq
 
@@ -1481,11 +1564,16 @@ class _MemoryTx(_Tx):
         turns.sort(key=lambda item: item[0])  # stable: keeps insertion order inside a turn
         return system + turns
 
-    def turn_messages(self, session_id: str, first: int, last: int | None, include_removed: bool) -> list[_StoredMessage]:
+    def turn_messages(
+        self, session_id: str, first: int, last: int | None, include_removed: bool
+    ) -> list[_StoredMessage]:
         entry = self._session(session_id)
         out = [
-            _StoredMessage(t, m, r, s) for t, m, r, s in entry.messages
-            if t >= first and (last is None or t <= last) and (include_removed or r is None)
+            _StoredMessage(t, m, r, s)
+            for t, m, r, s in entry.messages
+            if t >= first
+            and (last is None or t <= last)
+            and (include_removed or r is None)
             and (t > 0 or m.role is Role.SYSTEM)
         ]
         out.sort(key=lambda item: item.turn)

@@ -208,20 +208,33 @@ def _store_error(exc: BaseException, where: str) -> StoreError:
 def _row(r: sqlite3.Row | tuple[Any, ...]) -> _SessionRow:
     owner = json.loads(r[7]) if r[7] else None
     return _SessionRow(
-        session_id=r[0], incarnation=r[1], active_agent_name=r[2], metadata=json.loads(r[3]), max_turns=r[4],
-        turn_count=r[5], status=SessionStatus(r[6]), owner=Owner.from_dict(owner) if owner else None,
-        created_at=r[8], updated_at=r[9],
+        session_id=r[0],
+        incarnation=r[1],
+        active_agent_name=r[2],
+        metadata=json.loads(r[3]),
+        max_turns=r[4],
+        turn_count=r[5],
+        status=SessionStatus(r[6]),
+        owner=Owner.from_dict(owner) if owner else None,
+        created_at=r[8],
+        updated_at=r[9],
     )
 
 
-_ROW_COLUMNS = ("session_id, incarnation, active_agent_name, metadata_json, max_turns, turn_count, status, owner_json, "
-                "created_at_utc, updated_at_utc")
+_ROW_COLUMNS = (
+    "session_id, incarnation, active_agent_name, metadata_json, max_turns, turn_count, status, owner_json, "
+    "created_at_utc, updated_at_utc"
+)
 
 
-_INSERT_EVENT = ("INSERT INTO chatflow_events (session_id, seq, event_type, turn, payload_json, idempotency_key, "
-                 "created_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?)")
-_INSERT_MESSAGE = ("INSERT INTO chatflow_messages (session_id, turn, position, role, message_json, event_seq) "
-                   "VALUES (?, ?, ?, ?, ?, ?)")
+_INSERT_EVENT = (
+    "INSERT INTO chatflow_events (session_id, seq, event_type, turn, payload_json, idempotency_key, "
+    "created_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_MESSAGE = (
+    "INSERT INTO chatflow_messages (session_id, turn, position, role, message_json, event_seq) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
 
 
 def _dumps(data: Any) -> str:
@@ -257,23 +270,41 @@ class _SQLiteTx(_Tx):
                 rows.clear()
 
     def get_row(self, session_id: str) -> _SessionRow | None:
-        r = self.c.execute(f"SELECT {_ROW_COLUMNS} FROM chatflow_sessions WHERE session_id = ?", (session_id,)).fetchone()
+        r = self.c.execute(
+            f"SELECT {_ROW_COLUMNS} FROM chatflow_sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()
         return None if r is None else _row(r)
 
     def insert_row(self, row: _SessionRow) -> None:
         self.c.execute(
             f"INSERT INTO chatflow_sessions ({_ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (row.session_id, row.incarnation, row.active_agent_name, _dumps(row.metadata), row.max_turns,
-             row.turn_count, row.status.value, _dumps(row.owner.to_dict()) if row.owner else None,
-             row.created_at, row.updated_at),
+            (
+                row.session_id,
+                row.incarnation,
+                row.active_agent_name,
+                _dumps(row.metadata),
+                row.max_turns,
+                row.turn_count,
+                row.status.value,
+                _dumps(row.owner.to_dict()) if row.owner else None,
+                row.created_at,
+                row.updated_at,
+            ),
         )
 
     def update_row(self, row: _SessionRow) -> None:
         self.c.execute(
             "UPDATE chatflow_sessions SET active_agent_name = ?, metadata_json = ?, turn_count = ?, status = ?, "
             "owner_json = ?, updated_at_utc = ? WHERE session_id = ?",
-            (row.active_agent_name, _dumps(row.metadata), row.turn_count, row.status.value,
-             _dumps(row.owner.to_dict()) if row.owner else None, row.updated_at, row.session_id),
+            (
+                row.active_agent_name,
+                _dumps(row.metadata),
+                row.turn_count,
+                row.status.value,
+                _dumps(row.owner.to_dict()) if row.owner else None,
+                row.updated_at,
+                row.session_id,
+            ),
         )
 
     def delete_row(self, session_id: str) -> bool:
@@ -305,8 +336,15 @@ class _SQLiteTx(_Tx):
 
     def insert_event(self, event: Event, turn: int | None) -> None:
         self._events.append(
-            (event.session_id, event.seq, event.type, turn, _dumps(event.payload), event.idempotency_key,
-             event.created_at)
+            (
+                event.session_id,
+                event.seq,
+                event.type,
+                turn,
+                _dumps(event.payload),
+                event.idempotency_key,
+                event.created_at,
+            )
         )
         self._seq[event.session_id] = event.seq
 
@@ -319,8 +357,10 @@ class _SQLiteTx(_Tx):
         return [_event(session_id, r) for r in rows]
 
     def last_event(self, session_id: str, type: str, turn: int | None = None, after_seq: int = 0) -> Event | None:
-        sql = ("SELECT seq, event_type, payload_json, created_at_utc, idempotency_key FROM chatflow_events "
-               "WHERE session_id = ? AND event_type = ? AND seq > ?")
+        sql = (
+            "SELECT seq, event_type, payload_json, created_at_utc, idempotency_key FROM chatflow_events "
+            "WHERE session_id = ? AND event_type = ? AND seq > ?"
+        )
         args: tuple[Any, ...] = (session_id, type, after_seq)
         if turn is not None:
             sql += " AND turn = ?"
@@ -369,12 +409,18 @@ class _SQLiteTx(_Tx):
         ).fetchall()
         return [(0, Message.from_json(r[0])) for r in system] + [(t, Message.from_json(j)) for t, j in rows]
 
-    def turn_messages(self, session_id: str, first: int, last: int | None, include_removed: bool) -> list[_StoredMessage]:
-        sql = ("SELECT turn, message_json, removed_reason, removed_at_seq, role FROM chatflow_messages "
-               "WHERE session_id = ? AND turn >= ? AND turn <= ?")
+    def turn_messages(
+        self, session_id: str, first: int, last: int | None, include_removed: bool
+    ) -> list[_StoredMessage]:
+        sql = (
+            "SELECT turn, message_json, removed_reason, removed_at_seq, role FROM chatflow_messages "
+            "WHERE session_id = ? AND turn >= ? AND turn <= ?"
+        )
         if not include_removed:
             sql += " AND removed_at_seq IS NULL"
-        rows = self.c.execute(sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**62))
+        rows = self.c.execute(
+            sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**62)
+        )
         return [
             _StoredMessage(t, Message.from_json(j), reason, seq)
             for t, j, reason, seq, role in rows

@@ -22,7 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +84,14 @@ def bench_window(directory: Path, repeat: int) -> None:
             store.get(sid)
             samples[sid].append(time.perf_counter() - t0)
     conn = store._connection()
-    sql = ("SELECT turn, message_json FROM chatflow_messages WHERE session_id = ? AND turn >= ? "
-           "AND removed_at_seq IS NULL ORDER BY turn, position")
-    query = {sid: timed(lambda sid=sid, first=first: conn.execute(sql, (sid, first)).fetchall(), repeat)
-             for sid, first in (("big", 9_961), ("small", 61))}
+    sql = (
+        "SELECT turn, message_json FROM chatflow_messages WHERE session_id = ? AND turn >= ? "
+        "AND removed_at_seq IS NULL ORDER BY turn, position"
+    )
+    query = {
+        sid: timed(lambda sid=sid, first=first: conn.execute(sql, (sid, first)).fetchall(), repeat)
+        for sid, first in (("big", 9_961), ("small", 61))
+    }
     print("\n1. load the context window (max_turns 40 -> 161 messages), store.get()")
     print(f"   10,000-turn session (40,000 messages): {ms(samples['big'])}")
     print(f"   100-turn session    (   400 messages): {ms(samples['small'])}")
@@ -103,7 +107,7 @@ def bench_append(directory: Path, repeat: int) -> None:
         from agents import SQLiteSession
     except ImportError:
         print("   (openai-agents not installed: pip install openai-agents to compare)")
-        SQLiteSession = None  # noqa: N806
+        SQLiteSession = None
 
     async def run() -> dict[str, list[float]]:
         stores: dict[str, SQLiteSessionStore] = {}
@@ -129,7 +133,6 @@ def bench_append(directory: Path, repeat: int) -> None:
         async def save_async() -> None:
             await pooled.asave(contexts["async"])
 
-        variants: dict[str, Callable[[int], Awaitable[None]]] = {}
         labels = {
             "NORMAL": "chatflow store.save, WAL synchronous=NORMAL (default)",
             "FULL": "chatflow store.save, WAL synchronous=FULL",
@@ -139,7 +142,7 @@ def bench_append(directory: Path, repeat: int) -> None:
         samples: dict[str, list[float]] = {key: [] for key in labels}
         for n in range(1, repeat + 1):
             order = ["NORMAL", "FULL", "async", "sdk"]
-            order = order[n % 4:] + order[: n % 4]
+            order = order[n % 4 :] + order[: n % 4]
             for key in order:
                 if key == "sdk":
                     if sdk is None:

@@ -93,8 +93,9 @@ def test_prune_drops_non_system_before_first_user_even_when_no_turn_goes() -> No
 
 
 def test_prune_is_a_no_op_while_tool_calls_are_open() -> None:
-    ctx = _context([Message.user("1"), Message.model("a"), Message.user("2"),
-                    Message.model(None, [ToolCall("c1", "t")])], 1)
+    ctx = _context(
+        [Message.user("1"), Message.model("a"), Message.user("2"), Message.model(None, [ToolCall("c1", "t")])], 1
+    )
     before = ctx.history
     ctx._prune_history()
     assert ctx.history == before

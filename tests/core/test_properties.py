@@ -90,7 +90,9 @@ def assert_valid(history: tuple[Message, ...], conv: Conversation) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(conv=conversations(), max_turns=st.integers(1, 6), data=st.data())
-def test_context_prune_and_rollback_keep_histories_valid(conv: Conversation, max_turns: int, data: st.DataObject) -> None:
+def test_context_prune_and_rollback_keep_histories_valid(
+    conv: Conversation, max_turns: int, data: st.DataObject
+) -> None:
     ctx = SessionContext("p", AGENT, max_turns=max_turns)
     feed(ctx, conv, complete=False)
     ctx._prune_history()

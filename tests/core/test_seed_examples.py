@@ -17,7 +17,7 @@ import pytest
 
 SEED = Path(__file__).resolve().parents[3] / "shared" / "seeds" / "000_e4b3ed540acedfd3.txt"
 
-SESSION_CONTEXT = '''
+SESSION_CONTEXT = """
 from chatflow_cli import Agent
 from chatflow_cli.core.memory import SessionContext
 
@@ -32,9 +32,9 @@ session = SessionContext(
 
 assert session.active_agent.name == "Assistant"
 assert session.metadata["channel"] == "whatsapp"
-'''
+"""
 
-IN_MEMORY_STORE = '''
+IN_MEMORY_STORE = """
 from chatflow_cli import Agent, Runner, SessionStore
 
 store = SessionStore(default_max_turns=40)
@@ -44,9 +44,9 @@ runner = Runner(starting_agent=agent, session_store=store)
 # As sessões são criadas sob demanda
 session = store.get_or_create(session_id="session-alpha", default_agent=agent)
 assert session.session_id == "session-alpha"
-'''
+"""
 
-SQLITE_STORE = '''
+SQLITE_STORE = """
 from chatflow_cli import SQLiteSessionStore
 
 # Armazenamento persistente salvo em banco SQLite local
@@ -54,9 +54,9 @@ sqlite_store = SQLiteSessionStore(
     db_path="conversations.db",
     default_max_turns=40,
 )
-'''
+"""
 
-AGENT_RESOLVER = '''
+AGENT_RESOLVER = """
 from chatflow_cli import Agent, Runner, SQLiteSessionStore
 
 billing = Agent(name="Billing", instructions="Billing specialist", model="gpt-4o")
@@ -71,9 +71,9 @@ runner = Runner(starting_agent=support, session_store=store)
 store.set_agent_resolver(lambda name: billing if name == "Billing" else support)
 session = store.get("session-101")
 assert session.active_agent.name in ["Billing", "Support"]
-'''
+"""
 
-DEDUP = '''
+DEDUP = """
 from chatflow_cli.core.memory import DEFAULT_DEDUP_TTL_HOURS, SessionStore
 
 # O TTL padrão é de 192 horas (8 dias), cobrindo a janela de reenvio de 7 dias do WhatsApp
@@ -85,15 +85,15 @@ msg_id = "wamid.HBgLMjAyNjEwMzAA"
 if not store.is_message_processed(msg_id):
     store.mark_message_processed(msg_id)
     # Processar turno com segurança sem risco de execução duplicada
-'''
+"""
 
-PITFALL_ARGUMENTS = '''
+PITFALL_ARGUMENTS = """
 # [INCORRETO]: "busy_timeout" não é um parâmetro aceito
 # store = SQLiteSessionStore(db_path="app.db", busy_timeout=5000)  # TypeError!
 
 # [CORRETO]: Passe apenas db_path e default_max_turns
 store = SQLiteSessionStore(db_path="app.db", default_max_turns=50)
-'''
+"""
 
 EXAMPLES = {
     "session_context": SESSION_CONTEXT,

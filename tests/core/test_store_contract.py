@@ -134,7 +134,9 @@ def test_turn_numbering_after_rollback(make_store: Callable[..., BaseSessionStor
     assert user_turns == [1, 2, 3, 4, 3]  # the log keeps the rolled-back turns; nothing renumbered
 
 
-def test_rollback_reaches_turns_pruned_out_of_the_window(make_store: Callable[..., BaseSessionStore], agent: Agent) -> None:
+def test_rollback_reaches_turns_pruned_out_of_the_window(
+    make_store: Callable[..., BaseSessionStore], agent: Agent
+) -> None:
     store = make_store()
     ctx = store.get_or_create("s", agent, max_turns=2)
     ctx.add_message(Message.system("sys"))
@@ -180,7 +182,7 @@ def test_rollback_is_atomic(store: BaseSessionStore, agent: Agent, monkeypatch: 
     ctx.add_message(Message.user("after"))
     real_append = BaseSessionStore._append
 
-    def failing_append(self, tx, session_id, type, payload, turn=None, key=None):  # noqa: ANN001
+    def failing_append(self, tx, session_id, type, payload, turn=None, key=None):
         if type == EventType.MESSAGE_USER.value:  # after the rollback was applied in the transaction
             raise OSError("simulated failure inside the transaction")
         return real_append(self, tx, session_id, type, payload, turn, key)
@@ -211,8 +213,12 @@ def test_load_turns_marks_window_rollback_and_failure(store: BaseSessionStore, a
     everything = store.load_turns("s", first=0, include_rolled_back=True)
     flags = [(r.number, r.messages[0].content, r.rolled_back, r.failed) for r in everything]
     assert flags == [
-        (0, "sys", False, False), (1, "u1", False, False), (2, "u2", False, False), (3, "u3", False, False),
-        (4, "u4", True, False), (4, "u4b", False, True),
+        (0, "sys", False, False),
+        (1, "u1", False, False),
+        (2, "u2", False, False),
+        (3, "u3", False, False),
+        (4, "u4", True, False),
+        (4, "u4b", False, True),
     ]
     assert [r.number for r in store.load_turns("s", first=2, last=2)] == [2]
     with pytest.raises(SessionNotFoundError):
@@ -275,8 +281,16 @@ def test_events_cover_every_kind_of_change(store: BaseSessionStore, agent: Agent
     ctx.record_event(EventType.TOOL_PENDING, {"turn": 1, "tool_use_ids": []})
     events = store.save(ctx)
     assert [e.type for e in events] == [
-        "message.system", "message.user", "message.model", "tool.result", "message.model", "turn.completed",
-        "handoff", "metadata.updated", "status", "tool.pending",
+        "message.system",
+        "message.user",
+        "message.model",
+        "tool.result",
+        "message.model",
+        "turn.completed",
+        "handoff",
+        "metadata.updated",
+        "status",
+        "tool.pending",
     ]
     assert events[-2].payload == {"status": "rescheduled", "reason": "rate limited", "retry_at": 5.0}
     assert Message.from_dict(events[1].payload["message"]) == Message.user("u1")
@@ -303,8 +317,14 @@ def test_append_event_idempotency(store: BaseSessionStore, agent: Agent) -> None
 
 def test_begin_turn_creates_claims_and_releases(store: BaseSessionStore, agent: Agent) -> None:
     owner = Owner.current()
-    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=owner,
-                             system="Be brief.", metadata={"channel": "cli"})
+    start = store.begin_turn(
+        "s",
+        default_agent=agent,
+        user_message=Message.user("hi"),
+        owner=owner,
+        system="Be brief.",
+        metadata={"channel": "cli"},
+    )
     assert start.turn == 1 and start.replayed is None
     assert [e.type for e in start.events] == ["session.created", "message.system", "status", "message.user"]
     assert start.session.status is SessionStatus.RUNNING
@@ -323,26 +343,39 @@ def test_begin_turn_creates_claims_and_releases(store: BaseSessionStore, agent: 
 
 def test_case5_idempotency_key_with_begin_turn(store: BaseSessionStore, agent: Agent) -> None:
     msg = Message.user("Where is order 404?")
-    start = store.begin_turn("s", default_agent=agent, user_message=msg, owner=Owner.current(),
-                             idempotency_key="wamid.1")
-    running = store.begin_turn("s", default_agent=agent, user_message=msg, owner=Owner.current(),
-                               idempotency_key="wamid.1")
+    start = store.begin_turn(
+        "s", default_agent=agent, user_message=msg, owner=Owner.current(), idempotency_key="wamid.1"
+    )
+    running = store.begin_turn(
+        "s", default_agent=agent, user_message=msg, owner=Owner.current(), idempotency_key="wamid.1"
+    )
     assert running.replayed == {"turn": 1, "outcome": "running"} and running.events == []
     ctx = start.session
     ctx.add_message(Message.model("In transit.", agent="Assistant"))
     ctx.complete_turn("In transit.", agent)
     store.release(ctx)
     before = store.events("s")
-    replay = store.begin_turn("s", default_agent=agent, user_message=msg, owner=Owner.current(),
-                              idempotency_key="wamid.1")
+    replay = store.begin_turn(
+        "s", default_agent=agent, user_message=msg, owner=Owner.current(), idempotency_key="wamid.1"
+    )
     assert replay.turn == 1
-    assert replay.replayed == {"turn": 1, "agent": "Assistant", "content": "In transit.", "usage": {},
-                               "outcome": "completed"}
+    assert replay.replayed == {
+        "turn": 1,
+        "agent": "Assistant",
+        "content": "In transit.",
+        "usage": {},
+        "outcome": "completed",
+    }
     assert store.events("s") == before
     assert [r.number for r in store.load_turns("s")] == [1]  # one stored turn
     with pytest.raises(IdempotencyConflictError):
-        store.begin_turn("s", default_agent=agent, user_message=Message.user("other"), owner=Owner.current(),
-                         idempotency_key="wamid.1")
+        store.begin_turn(
+            "s",
+            default_agent=agent,
+            user_message=Message.user("other"),
+            owner=Owner.current(),
+            idempotency_key="wamid.1",
+        )
     assert store.events("s") == before
 
 
@@ -368,7 +401,10 @@ def test_custom_tool_results_then_continue(store: BaseSessionStore, agent: Agent
     assert [(m.tool_call_id, m.content) for m in tools] == [("t1", "yes"), ("t2", "no")]  # call order
     assert resumed.turn == 1 and resumed.session.pending_tool_calls == ()
     submitted = [e.payload for e in store.events("s") if e.type == "tool.result_submitted"]
-    assert submitted == [{"turn": 1, "tool_use_id": "t2", "output": "no"}, {"turn": 1, "tool_use_id": "t1", "output": "yes"}]
+    assert submitted == [
+        {"turn": 1, "tool_use_id": "t2", "output": "no"},
+        {"turn": 1, "tool_use_id": "t1", "output": "yes"},
+    ]
 
 
 def test_dead_owner_is_recovered(store: BaseSessionStore, agent: Agent) -> None:
@@ -543,3 +579,33 @@ def test_async_twins(store: BaseSessionStore, agent: Agent) -> None:
         assert await store.adelete("s") is True
 
     asyncio.run(main())
+
+
+# -- threads -----------------------------------------------------------------------------------
+
+
+def test_threads_claim_once_and_share_the_event_log(store: BaseSessionStore, agent: Agent) -> None:
+    import threading
+
+    store.get_or_create("t", agent)
+    barrier = threading.Barrier(8)
+    claims: list[bool] = []
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            barrier.wait()
+            claims.append(store.claim_message("MSG-0001"))
+            for n in range(10):
+                store.append_event("t", "note", {"i": i, "n": n})
+        except Exception as exc:  # noqa: BLE001  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(claims) == [False] * 7 + [True]
+    assert all_seqs(store, "t") == list(range(1, 82))
