@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakeserver import FakeServer, fake_server, validate_messages  # noqa: F401  (fixture)
+from tests.fakeserver import FakeServer, validate_messages
 
 ROOT = Path(__file__).resolve().parent.parent
 

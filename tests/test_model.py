@@ -34,7 +34,7 @@ from chatflow_cli.core.model import (
     ToolCallDelta,
     Usage,
 )
-from tests.fakeserver import CLOSE, INVALID_JSON, FakeServer, fake_server  # noqa: F401  (fixture)
+from tests.fakeserver import CLOSE, INVALID_JSON, FakeServer
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -43,11 +43,8 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import IO, Any, Sequence
 
@@ -287,6 +284,8 @@ class LocalServer:
         read_fd, write_fd = os.pipe()  # non-inheritable: only this child gets read_fd (pass_fds)
         try:
             argv = self.command(port, read_fd)
+            import tempfile
+
             self._output = tempfile.TemporaryFile(prefix="chatflow-llama-")
             self.process = subprocess.Popen(
                 argv,
@@ -307,6 +306,9 @@ class LocalServer:
         self.port = port
 
     def _wait_ready(self, port: int) -> None:
+        import urllib.error
+        import urllib.request
+
         url = f"http://{self.host}:{port}/v1/models"
         deadline = time.monotonic() + self.startup_timeout
         delay = 0.05

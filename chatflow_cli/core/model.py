@@ -55,13 +55,11 @@ arrived so far, so the Runner can persist partial text as interrupted (issue 4).
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
 import re
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence, Union
 
@@ -292,7 +290,7 @@ class StreamAccumulator:
         for index in sorted(self._slots):
             slot = self._slots[index]
             if slot.id is None:
-                slot.id = f"call_{uuid.uuid4().hex[:24]}"
+                slot.id = f"call_{os.urandom(12).hex()}"
             calls.append(ToolCall(slot.id, slot.name or "", "".join(slot.arguments)))
         return calls
 
@@ -367,6 +365,8 @@ def _retry_after_seconds(headers: Any) -> float | None:
         try:
             seconds = float(value) / divisor
         except ValueError:
+            import email.utils
+
             parsed = email.utils.parsedate_tz(value)
             if parsed is None:
                 continue
