@@ -437,10 +437,15 @@ class MarkdownStream:
         if self.clock() - self._last_refresh >= self.interval:
             self.refresh()
 
-    def set_status(self, status: str | None) -> None:
-        """Show ``status`` with a spinner as the last live line (None removes it)."""
+    def set_status(self, status: str | None, *, refresh: bool = True) -> None:
+        """Show ``status`` with a spinner as the last live line (None removes it).
+
+        The status shows only while no text of the current segment is live; with
+        ``refresh=False`` the change appears at the next refresh.
+        """
         self._status = sanitize_terminal_text(status) if status else None
-        self.refresh()
+        if refresh:
+            self.refresh()
 
     def print(self, *renderables: RenderableType) -> None:
         """End the current text (its tail becomes final) and print ``renderables`` below it."""

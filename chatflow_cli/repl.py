@@ -1,0 +1,899 @@
+"""The interactive REPL (issue 6): ``chatflow`` or ``chatflow chat`` with no message, on a terminal.
+
+Entry point, called lazily by the CLI (prompt-toolkit is imported only here)::
+
+    run_repl(state, *, session_id=None, continue_last=False, model=None, agent=None,
+             base_url=None, input=None, output=None, console=None) -> int
+
+``state`` is the CLI's :class:`chatflow_cli.cli.State` (settings, store, consoles).
+``session_id`` continues (or creates) that session; ``continue_last`` picks the most
+recently updated one; otherwise a new session id is made. ``model``/``agent``/``base_url``
+are the ``--model``/``--agent``/``--base-url`` flags. ``input``/``output`` are
+prompt-toolkit ``Input``/``Output`` objects (tests pass ``create_pipe_input()`` and
+``DummyOutput()``); ``console`` is the Rich console replies are rendered on (default: the
+CLI's stdout console). Returns the exit status (0). Configuration problems raise the
+chatflow errors the CLI's error boundary reports; nothing that happens in a turn ends the
+REPL.
+
+Keys:
+
+=====================  ============================================================
+Enter                  send the message
+Esc Enter / Alt-Enter  a new line in the message
+paste                  a bracketed paste is inserted as it is (one message, CRLF
+                       made LF), and sent only on Enter
+Ctrl-X Ctrl-E, /edit   write the message in ``$VISUAL`` / ``$EDITOR``
+Up / Down, Ctrl-R      history (kept in ``<data dir>/repl_history``, mode 0600), search
+Right arrow            accept the grey suggestion taken from history
+Tab                    complete a slash command, a session id, an agent name
+Ctrl-C                 at the prompt: clear it; while a reply streams or a tool runs:
+                       stop the turn (stored as interrupted) and come back here
+Ctrl-D                 at an empty prompt: leave
+=====================  ============================================================
+
+Slash commands: ``/help``, ``/new``, ``/sessions``, ``/switch ID``, ``/show``,
+``/rollback [N]`` (keep turns 1..N as ``/show`` numbers them; default: drop the last
+turn; asks first), ``/retry`` (send the last message again: after a failure as it was,
+otherwise as a new answer to the last turn, which is rolled back first), ``/agent [NAME]``,
+``/model [NAME]``, ``/metadata [KEY=VALUE]``, ``/edit``, ``/clear`` (the screen only),
+``/exit``. An unknown command gets a suggestion and never reaches the model; a message
+that really starts with ``/`` is sent by typing ``//`` first.
+
+While a turn runs: a spinner until the first token; the reply streams as Markdown
+(:class:`~chatflow_cli.markdown_stream.MarkdownStream`: finished blocks printed once,
+only the tail redrawn); tool calls print as they start and finish (arguments and results
+folded when long); a handoff prints ``handoff: A -> B`` and the prompt then shows the new
+agent. A custom tool (config ``tools = [{name, description, parameters}]``) asks here for
+its result — JSON or plain text — and the turn continues. A provider error prints one
+line and keeps the message for ``/retry``.
+
+The bottom toolbar shows the session id, active agent, model, turn number, context
+window use (turns in the window of ``max_turns``) and the tokens of the last turn.
+
+How a turn runs: the Runner's ``run_streamed`` generator is consumed on a worker thread
+(it blocks on the network and on tools); its events come to the asyncio loop through a
+queue. Meanwhile the terminal is in raw mode and its keys are read, so Ctrl-C arrives as
+a key (SIGINT is handled too) and sets the Runner's cancel event; the Runner stores the
+turn as interrupted and the REPL returns to the prompt. Printable keys typed during a
+reply are kept and pre-filled in the next prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import difflib
+import os
+import shlex
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from .core.errors import ChatflowError, RunInterrupted, ToolResultError, UsageError
+from .render import pretty_json_text, safe_text
+
+__all__ = ["COMMANDS", "HISTORY_FILENAME", "Repl", "run_repl"]
+
+HISTORY_FILENAME = "repl_history"
+
+#: name -> (arguments, help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "/help": ("", "list the commands and keys"),
+    "/new": ("", "start a new session"),
+    "/sessions": ("", "list recent sessions"),
+    "/switch": ("ID", "continue another session"),
+    "/show": ("", "show this session's turns"),
+    "/rollback": ("[N]", "keep turns 1..N (default: drop the last turn); asks first"),
+    "/retry": ("", "send the last message again (after an error, or for another answer)"),
+    "/agent": ("[NAME]", "list the agents, or make NAME the active agent"),
+    "/model": ("[NAME]", "show or change the model"),
+    "/metadata": ("[KEY=VALUE]", "show or set the session's metadata"),
+    "/edit": ("", "write the message in $EDITOR (also Ctrl-X Ctrl-E)"),
+    "/clear": ("", "clear the screen"),
+    "/exit": ("", "leave the REPL (also Ctrl-D)"),
+}
+_ALIASES = {"/quit": "/exit", "/q": "/exit", "/h": "/help", "/?": "/help"}
+_TICK_S = 0.08  # spinner and late-text refresh while waiting for events
+
+
+# --------------------------------------------------------------------------------------
+# entry point
+# --------------------------------------------------------------------------------------
+def run_repl(
+    state: Any,
+    *,
+    session_id: str | None = None,
+    continue_last: bool = False,
+    model: str | None = None,
+    agent: str | None = None,
+    base_url: str | None = None,
+    input: Any = None,  # noqa: A002 - prompt-toolkit's name
+    output: Any = None,
+    console: Any = None,
+) -> int:
+    """Run the REPL until ``/exit`` or Ctrl-D; see the module docstring. Returns 0."""
+    from .chat import ChatOptions, _runner
+    from .cli import _notice, new_session_id, validate_session_id
+    from .config import ensure_private_dir, resolve_model
+
+    if session_id and continue_last:
+        raise UsageError("give --session or --continue, not both")
+    settings = state.settings(model=model, base_url=base_url)
+    choice = resolve_model(settings)  # configuration problems before anything is stored
+    store = state.store()
+    if session_id:
+        sid = validate_session_id(session_id)
+    elif continue_last:
+        latest = store.latest_session_id()
+        if latest is None:
+            from .core.errors import NotFoundError
+
+            raise NotFoundError("no session to continue: start one with chatflow")
+        sid = latest
+    else:
+        sid = new_session_id()
+    console = console if console is not None else state.out()
+    if choice.local:
+        _notice(state, "starting the local model (SmolLM2 on llama.cpp)…")
+    history_path = ensure_private_dir(Path(settings.data_dir)) / HISTORY_FILENAME
+    opts = ChatOptions(model=model, agent=agent, base_url=base_url)
+    with _runner(state, settings, opts, store) as runner:
+        repl = Repl(
+            runner,
+            store,
+            sid,
+            console=console,
+            input=input,
+            output=output,
+            history_path=history_path,
+            max_turns=settings.max_turns,
+            new_session_id=new_session_id,
+            validate_session_id=validate_session_id,
+        )
+        return asyncio.run(repl.run())
+
+
+# --------------------------------------------------------------------------------------
+# the reply as it streams
+# --------------------------------------------------------------------------------------
+class _TurnView:
+    """One turn on screen: spinner, streamed Markdown, tool and handoff lines."""
+
+    def __init__(self, console: Any) -> None:
+        from .markdown_stream import MarkdownStream
+
+        self.console = console
+        self.stream = MarkdownStream(console)
+        self.stream.set_status("thinking…")
+        self.got_text = False
+
+    def text(self, delta: str) -> None:
+        if not self.got_text:
+            self.got_text = True
+            self.stream.set_status(None, refresh=False)  # the spinner gives way to the text
+        self.stream.feed(delta)
+
+    def line(self, text: Any, *, status: str | None = None) -> None:
+        self.stream.set_status(None, refresh=False)
+        self.stream.print(text)
+        self.got_text = False
+        if status:
+            self.stream.set_status(status)
+
+    def tool_started(self, agent: str | None, name: str, arguments: str | None) -> None:
+        from rich.text import Text
+
+        line = Text()
+        line.append("⚙ ", style="yellow")
+        line.append(f"{safe_text(agent or 'model')} called ", style="dim")
+        line.append(safe_text(name), style="bold yellow")
+        args = safe_text(_short(pretty_json_text(arguments)))
+        if args:
+            line.append(" " + args, style="dim")
+        self.line(line, status=f"running {safe_text(name)}…")
+
+    def tool_finished(self, name: str, output: str | None, is_error: bool, duration_ms: float | None) -> None:
+        from rich.text import Text
+
+        line = Text("  ✗ error: " if is_error else "  ↳ ", style="red" if is_error else "dim")
+        line.append(safe_text(_short(pretty_json_text(output))), style="dim")
+        if duration_ms and duration_ms >= 100:
+            line.append(f"  ({duration_ms / 1000:.1f}s)" if duration_ms >= 1000 else f"  ({duration_ms:.0f}ms)",
+                        style="dim")
+        self.line(line, status="thinking…")
+
+    def handoff(self, from_agent: str | None, to_agent: str | None) -> None:
+        from rich.text import Text
+
+        self.line(Text(f"⇄ handoff: {safe_text(from_agent)} -> {safe_text(to_agent)}", style="bold magenta"),
+                  status="thinking…")
+
+    def status(self, text: str) -> None:
+        self.stream.set_status(text)
+
+    def tick(self) -> None:
+        self.stream.refresh(force=False)
+
+    def finish(self) -> None:
+        self.stream.finish()
+
+
+@dataclass
+class _Outcome:
+    result: Any = None
+    error: BaseException | None = None
+    interrupted: bool = False
+
+
+# --------------------------------------------------------------------------------------
+# the REPL
+# --------------------------------------------------------------------------------------
+class Repl:
+    """The REPL's state and loop. Built by :func:`run_repl`; tests may build it directly.
+
+    Args:
+        runner: a :class:`~chatflow_cli.core.runner.Runner` (its store is ``store``).
+        store: the session store.
+        session_id: the session to talk in (created with the first message if new).
+        console: the Rich console replies are rendered on.
+        input, output: prompt-toolkit input/output (None: the terminal).
+        history_path: the input history file (created 0600), or None for memory only.
+        max_turns: ``max_turns`` of a session created here (None: the store's default).
+    """
+
+    def __init__(
+        self,
+        runner: Any,
+        store: Any,
+        session_id: str,
+        *,
+        console: Any,
+        input: Any = None,  # noqa: A002
+        output: Any = None,
+        history_path: Path | None = None,
+        max_turns: int | None = None,
+        new_session_id: Callable[[], str] | None = None,
+        validate_session_id: Callable[[str], str] | None = None,
+    ) -> None:
+        from prompt_toolkit.input import create_input
+        from prompt_toolkit.output import create_output
+
+        self.runner = runner
+        self.store = store
+        self.session_id = session_id
+        self.console = console
+        self.input = input if input is not None else create_input()
+        self.output = output if output is not None else create_output()
+        self.history_path = history_path
+        self.max_turns = max_turns
+        self._new_session_id = new_session_id or _fallback_session_id
+        self._validate_session_id = validate_session_id or (lambda s: s)
+        self.done = False
+        self.failed_message: str | None = None  # kept after a provider error, for /retry
+        self.last_usage_tokens: int | None = None
+        self._prefill = ""
+        self._typeahead: list[str] = []
+        self._ids_cache: tuple[float, list[str]] = (0.0, [])
+        # what the toolbar shows, refreshed after each turn and command
+        self.agent_name = runner.starting_agent.name
+        self.turn = 0
+        self.window_turns = 0
+        self.session_max_turns = max_turns or getattr(store, "default_max_turns", 40)
+        self.exists = False
+        self._refresh_info()
+        self.prompt_session = self._make_prompt_session()
+        self._ask_session = self._make_ask_session()
+
+    # ---------------------------------------------------------------- prompt-toolkit
+    def _make_prompt_session(self) -> Any:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.auto_suggest import AutoSuggestFromHistory
+        from prompt_toolkit.filters import completion_is_selected, has_completions
+        from prompt_toolkit.history import FileHistory, InMemoryHistory
+        from prompt_toolkit.key_binding import KeyBindings
+        from prompt_toolkit.styles import Style
+
+        bindings = KeyBindings()
+
+        @bindings.add("enter", filter=has_completions & completion_is_selected)
+        def _take_completion(event: Any) -> None:
+            buffer = event.current_buffer
+            buffer.complete_state = None
+            word = buffer.document.text_before_cursor.split(" ")[0]
+            if COMMANDS.get(word, ("", ""))[0] and not buffer.document.text_after_cursor:
+                buffer.insert_text(" ")
+
+        @bindings.add("enter", filter=~(has_completions & completion_is_selected))
+        def _send(event: Any) -> None:
+            event.current_buffer.validate_and_handle()
+
+        @bindings.add("escape", "enter")
+        def _newline(event: Any) -> None:
+            event.current_buffer.insert_text("\n")
+
+        if self.history_path is not None:
+            _private_file(self.history_path)
+            history: Any = FileHistory(str(self.history_path))
+        else:
+            history = InMemoryHistory()
+        style = Style.from_dict({
+            "agent": "bold ansicyan",
+            "bottom-toolbar": "noreverse bg:#262626 #bcbcbc",
+            "bottom-toolbar.key": "bold",
+        })
+        return PromptSession(
+            history=history,
+            auto_suggest=AutoSuggestFromHistory(),
+            completer=_slash_completer(self),
+            complete_while_typing=True,
+            key_bindings=bindings,
+            multiline=True,
+            enable_open_in_editor=True,
+            bottom_toolbar=self._toolbar,
+            prompt_continuation=lambda width, line_number, wrap_count: "… ".rjust(width),
+            style=style,
+            input=self.input,
+            output=self.output,
+        )
+
+    def _make_ask_session(self) -> Any:
+        from prompt_toolkit import PromptSession
+
+        return PromptSession(input=self.input, output=self.output)
+
+    def _prompt_message(self) -> Any:
+        return [("class:agent", safe_text(self.agent_name)), ("", " › ")]
+
+    def _toolbar(self) -> Any:
+        parts = [
+            ("class:bottom-toolbar.key", " session "), ("", safe_text(self.session_id)),
+            ("class:bottom-toolbar.key", "  agent "), ("", safe_text(self.agent_name)),
+            ("class:bottom-toolbar.key", "  model "), ("", safe_text(self.model_name or "?")),
+            ("class:bottom-toolbar.key", "  turn "), ("", str(self.turn)),
+            ("class:bottom-toolbar.key", "  context "), ("", f"{self.window_turns}/{self.session_max_turns} turns"),
+        ]
+        if self.last_usage_tokens is not None:
+            parts += [("class:bottom-toolbar.key", "  last turn "), ("", f"{self.last_usage_tokens} tokens")]
+        parts.append(("", "  · /help "))
+        return parts
+
+    @property
+    def model_name(self) -> str | None:
+        agent = self.runner.agents.get(self.agent_name)
+        return (getattr(agent, "model", None) or self.runner.default_model) if agent else self.runner.default_model
+
+    def _refresh_info(self) -> None:
+        """Re-read what the toolbar and prompt show from the store (one indexed read)."""
+        try:
+            session = self.store.get(self.session_id)
+        except ChatflowError:
+            session = None
+        self.exists = session is not None
+        if session is None:
+            self.agent_name = self.runner.starting_agent.name
+            self.turn = self.window_turns = 0
+            self.session_max_turns = self.max_turns or getattr(self.store, "default_max_turns", 40)
+            return
+        self.agent_name = getattr(session.active_agent, "name", str(session.active_agent))
+        self.turn = session.turn_count
+        self.window_turns = len(session.turns)
+        self.session_max_turns = session.max_turns
+
+    # ---------------------------------------------------------------- output helpers
+    def say(self, text: str, style: str = "dim") -> None:
+        from rich.text import Text
+
+        self.console.print(Text(text, style=style))
+
+    def error(self, text: str) -> None:
+        from rich.text import Text
+
+        # One logical line (the terminal wraps it), so it reads and copies as one line.
+        self.console.print(Text("error: ", style="bold red") + Text(safe_text(text).replace("\n", " ")),
+                           soft_wrap=True)
+
+    # ---------------------------------------------------------------- the loop
+    async def run(self) -> int:
+        """Read, run, print until ``/exit`` or Ctrl-D. Returns 0."""
+        state = f"{self.turn} turns" if self.exists else "new"
+        self.say(f"chatflow · session {self.session_id} ({state}) · agent {self.agent_name} · "
+                 f"model {self.model_name} — Enter sends, Esc-Enter new line, /help, Ctrl-D leaves")
+        while not self.done:
+            try:
+                text = await self.prompt_session.prompt_async(self._prompt_message, default=self._take_prefill())
+            except KeyboardInterrupt:
+                continue  # Ctrl-C clears the line
+            except EOFError:
+                break
+            try:
+                await self.handle(text)
+            except ChatflowError as exc:
+                self.error(exc.message)
+        return 0
+
+    def _take_prefill(self) -> str:
+        text = self._prefill + "".join(self._typeahead)
+        self._prefill = ""
+        self._typeahead.clear()
+        return text
+
+    async def handle(self, text: str) -> None:
+        """One line from the prompt: a slash command or a message."""
+        stripped = text.strip()
+        if not stripped:
+            return
+        if stripped.startswith("//"):
+            await self.send(text.lstrip()[1:])
+        elif stripped.startswith("/"):
+            await self.command(stripped)
+        else:
+            await self.send(text)
+
+    # ---------------------------------------------------------------- messages and turns
+    async def send(self, text: str) -> None:
+        """Send ``text`` as the next user message (answering pending custom tools first)."""
+        if not await self._settle_pending():
+            self._prefill = text
+            return
+        self.failed_message = None
+        outcome = await self._run_turn(
+            lambda cancel: self.runner.run_streamed(self.session_id, text, cancel=cancel, max_turns=self.max_turns)
+        )
+        if outcome.error is not None and not outcome.interrupted:
+            self.failed_message = text
+        await self._after_turn(outcome)
+
+    async def _after_turn(self, outcome: _Outcome) -> None:
+        result = outcome.result
+        self._refresh_info()
+        if result is not None and result.pending_tool_calls:
+            await self._answer_tools(list(result.pending_tool_calls))
+
+    async def _settle_pending(self) -> bool:
+        """Custom tool calls still open (from before): ask for them first. False if the user declined."""
+        session = self.store.get(self.session_id)
+        if session is None or not session.pending_tool_calls:
+            return True
+        self.say(f"turn {session.turn_count} is waiting for tool results first.", style="yellow")
+        return await self._answer_tools(list(session.pending_tool_calls))
+
+    async def _answer_tools(self, calls: list[Any]) -> bool:
+        """Ask the user for each custom tool result, then continue the turn. False on Ctrl-C."""
+        from rich.text import Text
+
+        while calls:
+            remaining: list[str] = []
+            for call in calls:
+                line = Text("? ", style="bold yellow")
+                line.append(f"tool {safe_text(call.name)} ", style="bold")
+                line.append(safe_text(_short(pretty_json_text(call.arguments), max_lines=8, max_chars=600)), style="dim")
+                line.append("\n  type its result (JSON or text), Enter sends; Ctrl-C leaves it waiting", style="dim")
+                self.console.print(line)
+                try:
+                    answer = await self._ask_session.prompt_async(f"{call.name} result › ")
+                except (KeyboardInterrupt, EOFError):
+                    self.say(f"turn {self.turn} waits for {call.name}; your next message asks again.", style="yellow")
+                    return False
+                try:
+                    remaining = self.store.submit_tool_result(self.session_id, call.id, answer.strip())
+                except ToolResultError as exc:
+                    self.error(exc.message)
+                    remaining = []
+            if remaining:
+                session = self.store.get(self.session_id)
+                calls = [c for c in (session.pending_tool_calls if session else ()) if c.id in remaining]
+                continue
+            outcome = await self._run_turn(lambda cancel: self.runner.continue_streamed(self.session_id, cancel=cancel))
+            self._refresh_info()
+            result = outcome.result
+            calls = list(result.pending_tool_calls) if result is not None else []
+        return True
+
+    async def _run_turn(self, start: Callable[[threading.Event], Iterator[Any]]) -> _Outcome:
+        """Consume a Runner event stream on a worker thread, rendering as events arrive."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        cancel = threading.Event()
+
+        def put(kind: str, value: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+            except RuntimeError:  # pragma: no cover - the loop is gone
+                pass
+
+        def work() -> None:
+            try:
+                for event in start(cancel):
+                    put("event", event)
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop
+                put("error", exc)
+            else:
+                put("end", None)
+
+        view = _TurnView(self.console)
+        outcome = _Outcome()
+        stopping = False
+
+        def interrupt() -> None:
+            nonlocal stopping
+            if not stopping:
+                stopping = True
+                cancel.set()
+                view.status("stopping…")
+
+        thread = threading.Thread(target=work, name="chatflow-repl-turn", daemon=True)
+        with self._watch_keys(interrupt), self._sigint(loop, interrupt):
+            thread.start()
+            try:
+                while True:
+                    try:
+                        kind, value = await asyncio.wait_for(queue.get(), _TICK_S)
+                    except asyncio.TimeoutError:
+                        view.tick()
+                        continue
+                    if kind == "event":
+                        self._show_event(view, value, outcome)
+                    elif kind == "error":
+                        outcome.error = value
+                        break
+                    else:
+                        break
+            finally:
+                view.finish()
+        if isinstance(outcome.error, (RunInterrupted, KeyboardInterrupt)) or (stopping and outcome.error is not None):
+            outcome.interrupted = True
+            self.say(f"⏹ interrupted: turn {self.turn} was kept as interrupted; the session is ready.",
+                     style="yellow")
+        elif outcome.error is not None:
+            exc = outcome.error
+            message = exc.message if isinstance(exc, ChatflowError) else f"{type(exc).__name__}: {exc}"
+            self.error(f"{message} (/retry sends the message again)")
+        elif outcome.result is not None:
+            self.last_usage_tokens = outcome.result.usage.total_tokens if outcome.result.usage else None
+        return outcome
+
+    def _show_event(self, view: _TurnView, event: Any, outcome: _Outcome) -> None:
+        data = event.data or {}
+        kind = event.type
+        if kind == "text.delta":
+            view.text(data.get("text", ""))
+        elif kind == "tool.call_started":
+            if not str(data.get("name", "")).startswith("transfer_to_"):
+                view.tool_started(data.get("agent"), str(data.get("name", "?")), data.get("arguments"))
+        elif kind == "tool.call_finished":
+            if not str(data.get("name", "")).startswith("transfer_to_"):
+                view.tool_finished(str(data.get("name", "?")), data.get("output"), bool(data.get("is_error")),
+                                   data.get("duration_ms"))
+        elif kind == "handoff":
+            view.handoff(data.get("from_agent"), data.get("to_agent"))
+            if data.get("to_agent"):
+                self.agent_name = str(data["to_agent"])
+        elif kind == "message.user":
+            if event.turn:
+                self.turn = int(event.turn)
+        elif kind == "result":
+            outcome.result = event.result
+
+    @contextlib.contextmanager
+    def _watch_keys(self, on_interrupt: Callable[[], None]) -> Iterator[None]:
+        """Read the keyboard while a turn runs: Ctrl-C interrupts, printable keys are kept."""
+        from prompt_toolkit.keys import Keys
+
+        inp = self.input
+
+        def ready() -> None:
+            for press in inp.read_keys():
+                key = press.key
+                if key == Keys.ControlC:
+                    on_interrupt()
+                elif key == Keys.BracketedPaste:
+                    self._typeahead.append(press.data.replace("\r\n", "\n").replace("\r", "\n"))
+                elif not isinstance(key, Keys) and len(key) == 1 and key.isprintable():
+                    self._typeahead.append(key)
+
+        try:
+            raw = inp.raw_mode()
+            attach = inp.attach(ready)
+        except Exception:  # pragma: no cover - an input that cannot be watched: SIGINT still works
+            yield
+            return
+        with raw, attach:
+            yield
+
+    @contextlib.contextmanager
+    def _sigint(self, loop: asyncio.AbstractEventLoop, on_interrupt: Callable[[], None]) -> Iterator[None]:
+        installed = False
+        try:
+            loop.add_signal_handler(signal.SIGINT, on_interrupt)
+            installed = True
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+            pass
+        try:
+            yield
+        finally:
+            if installed:
+                loop.remove_signal_handler(signal.SIGINT)
+
+    # ---------------------------------------------------------------- slash commands
+    async def command(self, line: str) -> None:
+        """Run a slash command line (``/name args``)."""
+        name, _, arg = line.partition(" ")
+        name = _ALIASES.get(name.lower(), name.lower())
+        arg = arg.strip()
+        handler = getattr(self, "cmd_" + name[1:], None) if name in COMMANDS else None
+        if handler is None:
+            close = difflib.get_close_matches(name, [*COMMANDS, *_ALIASES], n=1, cutoff=0.5)
+            hint = f" — did you mean {_ALIASES.get(close[0], close[0])}?" if close else ""
+            self.error(f"unknown command {safe_text(name)}{hint} (/help lists them; start a message with // "
+                       "to send a slash)")
+            return
+        await handler(arg)
+
+    async def cmd_help(self, arg: str) -> None:
+        from rich.table import Table
+
+        table = Table(box=None, show_header=False, pad_edge=False)
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column()
+        for name, (args, text) in COMMANDS.items():
+            table.add_row(f"{name} {args}".rstrip(), text)
+        table.add_row("", "")
+        for keys, text in [
+            ("Enter", "send"),
+            ("Esc Enter / Alt-Enter", "new line"),
+            ("Ctrl-C", "stop the reply or tool; at the prompt, clear it"),
+            ("Ctrl-R, Up", "search / walk the history"),
+            ("Ctrl-X Ctrl-E", "edit in $EDITOR"),
+            ("Ctrl-D", "leave"),
+        ]:
+            table.add_row(keys, text)
+        self.console.print(table)
+
+    async def cmd_exit(self, arg: str) -> None:
+        self.done = True
+
+    async def cmd_clear(self, arg: str) -> None:
+        self.console.clear()
+
+    async def cmd_new(self, arg: str) -> None:
+        self.session_id = self._new_session_id()
+        self.failed_message = None
+        self.last_usage_tokens = None
+        self._refresh_info()
+        self.say(f"new session {self.session_id}")
+
+    async def cmd_sessions(self, arg: str) -> None:
+        from .render import sessions_table
+
+        summaries = self.store.list_sessions(limit=20)
+        if not summaries:
+            self.say("no sessions yet")
+            return
+        self.console.print(sessions_table(summaries))
+
+    async def cmd_switch(self, arg: str) -> None:
+        if not arg:
+            self.error("/switch needs a session id (Tab completes; /sessions lists them)")
+            return
+        session = self.store.get(arg)
+        if session is None:
+            close = difflib.get_close_matches(arg, self._session_ids(), n=1)
+            self.error(f"no session {safe_text(arg)}" + (f" — did you mean {close[0]}?" if close else ""))
+            return
+        self.session_id = arg
+        self.failed_message = None
+        self.last_usage_tokens = None
+        self._refresh_info()
+        self.say(f"session {arg}: {self.turn} turns, agent {self.agent_name}")
+
+    async def cmd_show(self, arg: str) -> None:
+        from .render import turn_renderables
+
+        if self.store.get(self.session_id) is None:
+            self.say("nothing yet: this session has no turns")
+            return
+        for record in self.store.load_turns(self.session_id):
+            for renderable in turn_renderables(record, markdown=True, width=self.console.width):
+                self.console.print(renderable)
+
+    async def cmd_rollback(self, arg: str) -> None:
+        session = self.store.get(self.session_id)
+        count = session.turn_count if session is not None else 0
+        if count == 0:
+            self.say("nothing to roll back")
+            return
+        try:
+            target = int(arg) if arg else count - 1
+        except ValueError:
+            self.error(f"/rollback {safe_text(arg)}: N is a turn number (0..{count})")
+            return
+        if not 0 <= target <= count:
+            self.error(f"/rollback {target}: this session has turns 1..{count}; nothing was changed")
+            return
+        if target == count:
+            self.say(f"nothing to remove: turn {count} is the last turn")
+            return
+        removed = f"turn {count}" if target + 1 == count else f"turns {target + 1}-{count}"
+        if not await self.confirm(f"Remove {removed} and keep turns 1..{target}?"):
+            self.say("nothing was changed")
+            return
+        self.store.rollback(self.session_id, target)
+        self._refresh_info()
+        self.say(f"rolled back: {removed} removed; the next message is turn {target + 1}")
+
+    async def cmd_retry(self, arg: str) -> None:
+        if self.failed_message is not None:
+            await self.send(self.failed_message)
+            return
+        session = self.store.get(self.session_id)
+        turns = session.turns if session is not None else ()
+        if not turns:
+            self.say("nothing to retry")
+            return
+        last = turns[-1]
+        text = last.messages[0].content if last.messages else None
+        if not text:
+            self.say("nothing to retry")
+            return
+        self.store.rollback(self.session_id, last.number - 1)
+        self.say(f"retrying turn {last.number}")
+        await self.send(text)
+
+    async def cmd_agent(self, arg: str) -> None:
+        agents = self.runner.agents
+        if not arg:
+            for name in agents:
+                mark = "●" if name == self.agent_name else " "
+                self.say(f"{mark} {name}", style="bold" if name == self.agent_name else "")
+            return
+        if arg not in agents:
+            close = difflib.get_close_matches(arg, list(agents), n=1)
+            self.error(f"no agent {safe_text(arg)}" + (f" — did you mean {close[0]}?" if close else "")
+                       + f" (agents: {', '.join(agents)})")
+            return
+        session = self.store.get_or_create(self.session_id, agents[arg], max_turns=self.max_turns)
+        if getattr(session.active_agent, "name", None) != arg:
+            session.set_active_agent(agents[arg])
+            self.store.save(session)
+        self._refresh_info()
+        self.say(f"active agent: {arg}")
+
+    async def cmd_model(self, arg: str) -> None:
+        if not arg:
+            self.say(f"model: {self.model_name}")
+            return
+        for agent in self.runner.agents.values():
+            agent.model = arg
+        self.runner.default_model = arg
+        self.say(f"model: {arg} (from the next message)")
+
+    async def cmd_metadata(self, arg: str) -> None:
+        if not arg:
+            session = self.store.get(self.session_id)
+            meta = session.metadata if session is not None else {}
+            self.say(safe_text(pretty_json_text(_json(meta))) if meta else "no metadata", style="")
+            return
+        key, sep, value = arg.partition("=")
+        if not sep or not key.strip():
+            self.error("/metadata KEY=VALUE")
+            return
+        starting = self.runner.agents.get(self.agent_name, self.runner.starting_agent)
+        session = self.store.get_or_create(self.session_id, starting, max_turns=self.max_turns)
+        session.update_metadata({key.strip(): value})
+        self.store.save(session)
+        self._refresh_info()
+        self.say(f"metadata: {safe_text(key.strip())} = {safe_text(value)}")
+
+    async def cmd_edit(self, arg: str) -> None:
+        text = await self.edit(arg)
+        if text is None:
+            return
+        if text.strip():
+            self._prefill = text.rstrip("\n")
+            self.say("edited: press Enter to send")
+
+    async def edit(self, initial: str = "") -> str | None:
+        """Open ``$VISUAL``/``$EDITOR`` (default ``vi``) on ``initial``; the text written, or None."""
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        fd, path = tempfile.mkstemp(prefix="chatflow-", suffix=".md")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(initial)
+            try:
+                code = await asyncio.to_thread(subprocess.call, [*shlex.split(editor), path])
+            except OSError as exc:
+                self.error(f"cannot run the editor {safe_text(editor)!r}: {exc.strerror or exc}")
+                return None
+            if code != 0:
+                self.say(f"the editor exited with status {code}; nothing was changed")
+                return None
+            with open(path, encoding="utf-8") as fh:
+                return fh.read()
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    async def confirm(self, question: str) -> bool:
+        try:
+            answer = await self._ask_session.prompt_async(f"{question} [y/N] ")
+        except (KeyboardInterrupt, EOFError):
+            return False
+        return answer.strip().lower() in {"y", "yes"}
+
+    # ---------------------------------------------------------------- completion data
+    def _session_ids(self) -> list[str]:
+        stamp, ids = self._ids_cache
+        if time.monotonic() - stamp > 5:
+            try:
+                ids = [s.session_id for s in self.store.list_sessions(limit=200)]
+            except ChatflowError:
+                ids = []
+            self._ids_cache = (time.monotonic(), ids)
+        return ids
+
+
+def slash_completions(repl: Repl, text: str) -> list[tuple[str, int, str]]:
+    """Completions for the text before the cursor: ``(text, start offset, help)`` each.
+
+    Slash commands first; then session ids after ``/switch``, agent names after ``/agent``
+    and configured model names after ``/model``.
+    """
+    if not text.startswith("/") or "\n" in text:
+        return []
+    if " " not in text:
+        return [(name, -len(text), help_text) for name, (_, help_text) in COMMANDS.items()
+                if name.startswith(text.lower())]
+    name, _, partial = text.partition(" ")
+    choices: list[str] = []
+    if name == "/switch":
+        choices = repl._session_ids()
+    elif name == "/agent":
+        choices = list(repl.runner.agents)
+    elif name == "/model":
+        choices = sorted({a.model for a in repl.runner.agents.values() if getattr(a, "model", None)})
+    return [(choice, -len(partial), "") for choice in choices if choice.startswith(partial)]
+
+
+def _slash_completer(repl: Repl) -> Any:
+    from prompt_toolkit.completion import Completer, Completion
+
+    class SlashCompleter(Completer):
+        def get_completions(self, document: Any, complete_event: Any) -> Iterable[Any]:
+            for text, start, meta in slash_completions(repl, document.text_before_cursor):
+                yield Completion(text, start, display_meta=meta or None)
+
+    return SlashCompleter()
+
+
+def _short(text: str, *, max_lines: int = 4, max_chars: int = 240) -> str:
+    """``text`` folded for a tool line: at most ``max_lines`` lines / ``max_chars`` characters."""
+    lines = text.splitlines() or [""]
+    cut = "\n".join(lines[:max_lines])[:max_chars]
+    if len(cut) >= len(text.rstrip("\n")):
+        return text
+    return f"{cut}… ({len(text) - len(cut)} more characters; /show has them all)"
+
+
+def _private_file(path: Path) -> None:
+    """Create ``path`` if needed and make it readable by its owner only (0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
+    os.close(fd)
+    os.chmod(path, 0o600)
+
+
+def _json(data: Any) -> str:
+    import json
+
+    return json.dumps(data, ensure_ascii=False)
+
+
+def _fallback_session_id() -> str:
+    import secrets
+
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)

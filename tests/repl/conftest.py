@@ -1,0 +1,108 @@
+"""Drive the REPL in process: prompt-toolkit pipe input, Rich output into a StringIO, the fake server.
+
+``repl_driver`` gives a :class:`Driver`: write its script as a function of the driver
+(``d.type("hello\\r")``, ``d.wait_for(...)``), then ``d.run(script)`` runs
+:func:`chatflow_cli.repl.run_repl` in this (main) thread while the script types from
+another one. The script always ends the REPL with Ctrl-D, even when it fails.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from rich.console import Console
+
+from tests.repl.vt import Terminal
+
+
+class Driver:
+    def __init__(self, server: Any, home: Path, config: Path) -> None:
+        self.server = server
+        self.home = home
+        self.config = config
+        self.out = io.StringIO()
+        self.console = Console(file=self.out, width=80, height=24, force_terminal=True, color_system=None)
+        self.input: Any = None
+        self.exit_code: int | None = None
+        self.error: BaseException | None = None
+        self.kwargs: dict[str, Any] = {}
+
+    # -- used by scripts
+    def type(self, text: str) -> None:
+        self.input.send_text(text)
+
+    def wait_for(self, condition: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            time.sleep(0.02)
+        raise AssertionError(f"timed out waiting for {what}; output so far:\n{self.screen()}")
+
+    def wait_text(self, text: str, count: int = 1, timeout: float = 15.0) -> None:
+        self.wait_for(lambda: self.screen().count(text) >= count, timeout, what=repr(text))
+
+    def requests(self) -> list[Any]:
+        return [r for r in self.server.requests if isinstance(r, dict) and "messages" in r]
+
+    def screen(self) -> str:
+        term = Terminal(80, 24)
+        term.feed(self.out.getvalue())
+        return "\n".join(term.logical_lines())
+
+    def store(self) -> Any:
+        from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+        return SQLiteSessionStore(str(self.home / "chatflow.db"))
+
+    # -- running
+    def run(self, script: Callable[["Driver"], None], **kwargs: Any) -> None:
+        from prompt_toolkit.input import create_pipe_input
+        from prompt_toolkit.output import DummyOutput
+
+        from chatflow_cli._console import Env
+        from chatflow_cli.cli import State
+        from chatflow_cli.repl import run_repl
+
+        def drive() -> None:
+            try:
+                script(self)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
+                self.error = exc
+            finally:
+                for _ in range(3):
+                    try:
+                        self.type("\x03\x04")
+                    except Exception:  # noqa: BLE001 - the input may be closed already
+                        break
+                    time.sleep(0.1)
+
+        state = State(env=Env(stdin_isatty=True, stdout_isatty=True))
+        with create_pipe_input() as pipe:
+            self.input = pipe
+            thread = threading.Thread(target=drive, daemon=True)
+            thread.start()
+            self.exit_code = run_repl(state, input=pipe, output=kwargs.pop("output", DummyOutput()),
+                                      console=self.console, **kwargs)
+            thread.join(10)
+        state.close()
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture
+def repl_driver(fake_server: Any, isolated_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Driver:
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("CHATFLOW_MODEL", "fake-model")
+    monkeypatch.setenv("EDITOR", "false")
+    monkeypatch.delenv("VISUAL", raising=False)
+    config = tmp_path / "config" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    return Driver(fake_server, isolated_home, config)

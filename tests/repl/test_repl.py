@@ -1,0 +1,340 @@
+"""The REPL (issue 6), driven through prompt-toolkit's pipe input against the fake server.
+
+Every test runs the real ``run_repl`` on a real SQLite file, with the real Runner and
+model client talking HTTP to tests/fakeserver.py; keys are typed as a terminal sends them
+(``\\r`` for Enter, ``\\x1b\\r`` for Esc-Enter, ``\\x03`` for Ctrl-C, ``\\x04`` for Ctrl-D,
+``\\x1b[200~...\\x1b[201~`` for a bracketed paste).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import pytest
+
+from chatflow_cli.core.messages import Role, check_history
+from tests.repl import tools_for_repl
+
+
+def user_texts(request: dict) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+
+
+def only_session(d) -> str:
+    sessions = d.store().list_sessions()
+    assert len(sessions) == 1
+    return sessions[0].session_id
+
+
+def test_three_line_paste_is_one_message_sent_only_on_enter(repl_driver) -> None:
+    d = repl_driver
+    d.server.add_text("Got all three lines.")
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("\x1b[200~first line\r\nsecond line\r\nthird line\x1b[201~")
+        time.sleep(0.5)
+        assert d.requests() == [], "a paste must not send anything before Enter"
+        d.type("\r")
+        d.wait_text("Got all three lines.")
+
+    d.run(script)
+    assert d.exit_code == 0
+    requests = d.requests()
+    assert len(requests) == 1
+    assert user_texts(requests[0]) == ["first line\nsecond line\nthird line"]
+    store = d.store()
+    session = store.get(only_session(d))
+    assert session.turn_count == 1
+    assert [m.role for m in session.history if m.role is not Role.SYSTEM] == [Role.USER, Role.MODEL]
+
+
+def test_esc_enter_inserts_a_newline_and_ctrl_c_clears_the_prompt(repl_driver) -> None:
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("a draft I abandon\x03")
+        d.type("line one\x1b\rline two\r")
+        d.wait_text("ok: line one")
+
+    repl_driver.run(script)
+    requests = repl_driver.requests()
+    assert len(requests) == 1
+    assert user_texts(requests[0]) == ["line one\nline two"]
+
+
+def test_ctrl_c_during_a_tool_call_keeps_the_repl_open_and_the_session_valid(repl_driver) -> None:
+    d = repl_driver
+    d.config.write_text(
+        '[[agents]]\nname = "Helper"\ninstructions = "You look things up."\n'
+        'tools = ["tests.repl.tools_for_repl:slow_lookup"]\n'
+    )
+    os.environ["CHATFLOW_CONFIG"] = str(d.config)
+    tools_for_repl.started.clear()
+    tools_for_repl.release.clear()
+    d.server.add_tool_calls([("call_slow", "slow_lookup", '{"query": "orders"}')])
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("look up my orders\r")
+        assert tools_for_repl.started.wait(15), "the tool never started"
+        d.wait_text("slow_lookup")
+        d.type("\x03")
+        d.wait_text("interrupted")
+        d.type("are you still there?\r")
+        d.wait_text("ok: are you still there?")
+
+    try:
+        d.run(script)
+    finally:
+        tools_for_repl.release.set()
+    requests = d.requests()
+    assert len(requests) == 2
+    # The second request carries the interrupted turn with a synthetic result for the call.
+    tool_messages = [m for m in requests[1]["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_messages] == ["call_slow"]
+    session = d.store().get(only_session(d))
+    assert session.turn_count == 2
+    check_history(list(session.history))
+    kinds = [e.type for e in d.store().events(session.session_id)]
+    assert "turn.interrupted" in kinds
+    assert d.screen().count("interrupted") >= 1
+
+
+def test_rollback_1_then_a_new_message_is_turn_2(repl_driver) -> None:
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        for text in ("first question", "second question", "third question"):
+            d.type(text + "\r")
+            d.wait_text(f"ok: {text}")
+        d.type("/rollback 1\r")
+        d.wait_for(lambda: d.store().get(only_session(d)) is not None)
+        time.sleep(0.3)
+        d.type("y\r")
+        d.wait_text("the next message is turn 2")
+        d.type("a new second question\r")
+        d.wait_text("ok: a new second question")
+
+    repl_driver.run(script)
+    d = repl_driver
+    session = d.store().get(only_session(d))
+    assert session.turn_count == 2
+    assert [t.number for t in session.turns] == [1, 2]
+    assert session.turns[1].messages[0].content == "a new second question"
+    assert user_texts(d.requests()[-1]) == ["first question", "a new second question"]
+    assert [e.payload["to_turn"] for e in d.store().events(session.session_id) if e.type == "rollback"] == [1]
+
+
+def test_rollback_asks_first_and_no_keeps_everything(repl_driver) -> None:
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("only question\r")
+        d.wait_text("ok: only question")
+        d.type("/rollback 0\r")
+        time.sleep(0.3)
+        d.type("n\r")
+        d.wait_text("nothing was changed")
+
+    repl_driver.run(script)
+    session = repl_driver.store().get(only_session(repl_driver))
+    assert session.turn_count == 1
+
+
+def test_unknown_command_suggests_and_never_calls_the_model(repl_driver) -> None:
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("/shwo\r")
+        d.wait_text("did you mean /show?")
+        d.type("/help\r")
+        d.wait_text("/rollback [N]")
+
+    repl_driver.run(script)
+    assert repl_driver.requests() == []
+
+
+def test_provider_error_is_one_line_and_retry_resends_the_message(repl_driver) -> None:
+    d = repl_driver
+    d.server.add_error(400, {"error": {"message": "context too long", "type": "invalid_request_error"}})
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("please summarise\r")
+        d.wait_text("error:")
+        d.type("/retry\r")
+        d.wait_text("ok: please summarise")
+
+    d.run(script)
+    error_lines = [line for line in d.screen().splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and "context too long" in error_lines[0] and "/retry" in error_lines[0]
+    requests = d.requests()
+    assert [user_texts(r)[-1] for r in requests] == ["please summarise", "please summarise"]
+    session = d.store().get(only_session(d))
+    assert session.turn_count == 1  # the failed turn left the window; the retry is turn 1
+
+
+def test_custom_tool_asks_for_the_result_and_continues_the_turn(repl_driver) -> None:
+    d = repl_driver
+    d.config.write_text(
+        '[[agents]]\nname = "Refunds"\ninstructions = "You process refunds."\n'
+        'tools = [{ name = "approve_refund", description = "Ask a human to approve a refund.", '
+        'parameters = { type = "object", properties = { order_id = { type = "string" } }, '
+        'required = ["order_id"] } }]\n'
+    )
+    os.environ["CHATFLOW_CONFIG"] = str(d.config)
+    d.server.add_tool_calls([("call_ok", "approve_refund", '{"order_id": "A7"}')])
+    d.server.add_text("Refund approved and sent.")
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("refund order A7\r")
+        d.wait_text("type its result")
+        d.type('{"approved": true}\r')
+        d.wait_text("Refund approved and sent.")
+
+    d.run(script)
+    requests = d.requests()
+    assert len(requests) == 2
+    tool_messages = [m for m in requests[1]["messages"] if m["role"] == "tool"]
+    assert tool_messages == [{"role": "tool", "tool_call_id": "call_ok", "content": '{"approved": true}'}] or (
+        [(m["tool_call_id"], m["content"]) for m in tool_messages] == [("call_ok", '{"approved": true}')]
+    )
+    session = d.store().get(only_session(d))
+    assert session.turn_count == 1 and session.pending_tool_calls == ()
+
+
+def test_handoff_is_shown_and_the_new_agent_answers(repl_driver) -> None:
+    d = repl_driver
+    d.config.write_text(
+        '[[agents]]\nname = "Triage"\ninstructions = "You route."\nhandoffs = ["Billing"]\n\n'
+        '[[agents]]\nname = "Billing"\ninstructions = "You handle invoices."\n'
+    )
+    os.environ["CHATFLOW_CONFIG"] = str(d.config)
+    d.server.add_tool_calls([("call_h", "transfer_to_billing", "{}")])
+    d.server.add_text("Billing here: your invoice is paid.")
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("where is my invoice?\r")
+        d.wait_text("Billing here")
+        d.type("/agent\r")
+        d.wait_text("● Billing")
+
+    d.run(script)
+    screen = d.screen()
+    assert "handoff: Triage -> Billing" in screen
+    assert screen.index("handoff: Triage -> Billing") < screen.index("Billing here")
+    session = d.store().get(only_session(d))
+    assert session.active_agent.name == "Billing"
+
+
+def test_tool_calls_show_as_they_start_and_finish(repl_driver) -> None:
+    d = repl_driver
+    d.config.write_text(
+        '[[agents]]\nname = "Helper"\ninstructions = "You look things up."\n'
+        'tools = ["tests.repl.tools_for_repl:slow_lookup"]\n'
+    )
+    os.environ["CHATFLOW_CONFIG"] = str(d.config)
+    tools_for_repl.release.set()
+    d.server.add_tool_calls([("call_q", "slow_lookup", '{"query": "' + "x" * 900 + '"}')])
+    d.server.add_text("Here is what I found.")
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("find it\r")
+        d.wait_text("Here is what I found.")
+
+    d.run(script)
+    screen = d.screen()
+    assert "Helper called slow_lookup" in screen
+    assert "↳ found" in screen
+    assert screen.count("more characters") == 2  # the 900-character argument and result are folded
+    assert "x" * 900 not in screen.replace("\n", "")
+    assert screen.index("slow_lookup") < screen.index("↳ found") < screen.index("Here is what I found.")
+
+
+def test_history_file_is_private_and_keeps_messages(repl_driver) -> None:
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("remember this line\r")
+        d.wait_text("ok: remember this line")
+
+    repl_driver.run(script)
+    path = repl_driver.home / "repl_history"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert "remember this line" in path.read_text()
+
+
+def test_sessions_new_switch_and_show(repl_driver) -> None:
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("hello one\r")
+        d.wait_text("ok: hello one")
+        first = only_session(d)
+        d.type("/new\r")
+        d.wait_text("new session")
+        d.type("hello two\r")
+        d.wait_text("ok: hello two")
+        d.type("/sessions\r")
+        d.wait_text("hello two", count=2)
+        d.type(f"/switch {first}\r")
+        d.wait_text(f"session {first}: 1 turns")
+        d.type("/show\r")
+        d.wait_text("Turn 1")
+        d.type("/switch nope\r")
+        d.wait_text("no session nope")
+
+    repl_driver.run(script)
+    assert len(repl_driver.store().list_sessions()) == 2
+
+
+def test_metadata_and_model_commands(repl_driver) -> None:
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("/metadata ticket=T-9\r")
+        d.wait_text("ticket = T-9")
+        d.type("/model other-model\r")
+        d.wait_text("model: other-model")
+        d.type("hi\r")
+        d.wait_text("ok: hi")
+
+    repl_driver.run(script)
+    d = repl_driver
+    assert d.requests()[-1]["model"] == "other-model"
+    assert d.store().get(only_session(d)).metadata == {"ticket": "T-9"}
+
+
+def test_slash_completion_offers_commands_and_session_ids(repl_driver) -> None:
+    from chatflow_cli.repl import slash_completions
+
+    captured = {}
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("hi\r")
+        d.wait_text("ok: hi")
+        captured["sid"] = only_session(d)
+
+    repl_driver.run(script)
+
+    class FakeRepl:
+        class runner:  # noqa: N801 - a stand-in namespace
+            agents = {}
+
+        @staticmethod
+        def _session_ids() -> list[str]:
+            return [s.session_id for s in repl_driver.store().list_sessions()]
+
+    assert [c[0] for c in slash_completions(FakeRepl, "/r")] == ["/rollback", "/retry"]
+    assert [c[0] for c in slash_completions(FakeRepl, "/switch ")] == [captured["sid"]]
+    assert slash_completions(FakeRepl, "hello /r") == []
+
+
+def test_ctrl_d_at_an_empty_prompt_leaves(repl_driver) -> None:
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("\x04")
+
+    repl_driver.run(script)
+    assert repl_driver.exit_code == 0
+    assert repl_driver.requests() == []

@@ -1,0 +1,20 @@
+"""Tools the REPL tests configure in config.toml (``tests.repl.tools_for_repl:slow_lookup``)."""
+
+from __future__ import annotations
+
+import threading
+
+#: set when slow_lookup starts; set ``release`` to let it finish
+started = threading.Event()
+release = threading.Event()
+
+
+def slow_lookup(query: str) -> str:
+    """Look a query up, slowly (until the test releases it, at most 30 s).
+
+    Args:
+        query: what to look up.
+    """
+    started.set()
+    release.wait(30)
+    return f"found {query}"
