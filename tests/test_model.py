@@ -195,6 +195,28 @@ def test_any_split_gives_the_same_result(case: tuple[str, list[tuple[str, str, s
     assert "".join(d.text for d in deltas if isinstance(d, TextDelta)) == text
 
 
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["choices", "delta", "content", "tool_calls", "index", "id", "function", "name",
+                         "arguments", "usage", "finish_reason", "prompt_tokens", "x"]), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from(["choices", "usage", "id", "error"]), JSON, max_size=3), max_size=6))
+def test_fuzzed_chunks_never_break_the_accumulator(chunks: list[dict[str, Any]]) -> None:
+    acc = StreamAccumulator()
+    for chunk in chunks:
+        for delta in acc.feed(chunk):
+            assert isinstance(delta, (TextDelta, ToolCallDelta))
+    turn = acc.result()
+    assert turn.content is None or isinstance(turn.content, str)
+    assert all(isinstance(c.id, str) and c.id and isinstance(c.name, str) and isinstance(c.arguments, str)
+               for c in turn.tool_calls)
+
+
 # ======================================================================================
 # ModelClient over real HTTP
 # ======================================================================================

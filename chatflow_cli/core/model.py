@@ -237,11 +237,12 @@ class StreamAccumulator:
         if usage is not None:
             self.usage = usage
         deltas: list[StreamDelta] = []
-        for choice in chunk.get("choices") or ():
-            if not isinstance(choice, Mapping) or (choice.get("index") or 0) != 0:
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, (list, tuple)) else ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) not in (0, None):
                 continue
-            if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])
+            if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
+                self.finish_reason = choice["finish_reason"]
             delta = choice.get("delta")
             if not isinstance(delta, Mapping):
                 continue
@@ -249,15 +250,18 @@ class StreamAccumulator:
             if isinstance(content, str) and content:
                 self._text.append(content)
                 deltas.append(TextDelta(content))
-            for call in delta.get("tool_calls") or ():
+            calls = delta.get("tool_calls")
+            for call in calls if isinstance(calls, (list, tuple)) else ():
                 if isinstance(call, Mapping):
                     deltas.append(self._feed_call(call))
         return deltas
 
     def _feed_call(self, call: Mapping[str, Any]) -> ToolCallDelta:
         call_id = call.get("id") or None
+        if call_id is not None and not isinstance(call_id, str):
+            call_id = json.dumps(call_id, default=str)
         index = call.get("index")
-        if not isinstance(index, int):
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             index = next((i for i, s in self._slots.items() if call_id and s.id == call_id), None)
             if index is None:
                 if call_id or not self._slots:
@@ -273,8 +277,8 @@ class StreamAccumulator:
         fragment = ""
         if isinstance(function, Mapping):
             name = function.get("name")
-            if name and not slot.name:
-                slot.name = str(name)
+            if isinstance(name, str) and name and not slot.name:
+                slot.name = name
             arguments = function.get("arguments")
             if isinstance(arguments, str):
                 fragment = arguments
