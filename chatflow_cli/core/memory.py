@@ -1156,12 +1156,16 @@ class BaseSessionStore:
 
     # -- events ------------------------------------------------------------------------
     def events(self, session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
-        """Events with ``seq > after_seq`` in seq order (the ``replay`` cursor)."""
+        """Events with ``seq > after_seq`` in seq order, at most ``limit`` (the ``replay`` cursor).
+
+        Raises :class:`SessionNotFoundError` when the session does not exist.
+        """
         with self._read() as tx:
             self._require(tx, session_id)
             return tx.events(session_id, after_seq, limit)
 
     def last_seq(self, session_id: str) -> int:
+        """The session's newest event seq (SessionNotFoundError when absent)."""
         with self._read() as tx:
             self._require(tx, session_id)
             return tx.next_seq(session_id) - 1
