@@ -237,6 +237,22 @@ _INSERT_MESSAGE = (
 )
 
 
+def _row_params(row: _SessionRow) -> tuple[Any, ...]:
+    """The row's values in ``_ROW_COLUMNS`` order."""
+    return (
+        row.session_id,
+        row.incarnation,
+        row.active_agent_name,
+        _dumps(row.metadata),
+        row.max_turns,
+        row.turn_count,
+        row.status.value,
+        _dumps(row.owner.to_dict()) if row.owner else None,
+        row.created_at,
+        row.updated_at,
+    )
+
+
 def _dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -277,34 +293,15 @@ class _SQLiteTx(_Tx):
 
     def insert_row(self, row: _SessionRow) -> None:
         self.c.execute(
-            f"INSERT INTO chatflow_sessions ({_ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                row.session_id,
-                row.incarnation,
-                row.active_agent_name,
-                _dumps(row.metadata),
-                row.max_turns,
-                row.turn_count,
-                row.status.value,
-                _dumps(row.owner.to_dict()) if row.owner else None,
-                row.created_at,
-                row.updated_at,
-            ),
+            f"INSERT INTO chatflow_sessions ({_ROW_COLUMNS}) VALUES ({', '.join('?' * 10)})", _row_params(row)
         )
 
     def update_row(self, row: _SessionRow) -> None:
+        # every column but the key, in _ROW_COLUMNS order (a row-value SET)
         self.c.execute(
-            "UPDATE chatflow_sessions SET active_agent_name = ?, metadata_json = ?, turn_count = ?, status = ?, "
-            "owner_json = ?, updated_at_utc = ? WHERE session_id = ?",
-            (
-                row.active_agent_name,
-                _dumps(row.metadata),
-                row.turn_count,
-                row.status.value,
-                _dumps(row.owner.to_dict()) if row.owner else None,
-                row.updated_at,
-                row.session_id,
-            ),
+            f"UPDATE chatflow_sessions SET ({_ROW_COLUMNS.split(', ', 1)[1]}) = ({', '.join('?' * 9)}) "
+            "WHERE session_id = ?",
+            (*_row_params(row)[1:], row.session_id),
         )
 
     def delete_row(self, session_id: str) -> bool:
