@@ -276,7 +276,8 @@ def reply_from_spec(spec: dict[str, Any]) -> Reply:
     ``{"type": "html"}``.
     """
     kind = spec.get("type")
-    delay = float(spec.get("delay", 0.0))
+    raw_delay = spec.get("delay", 0.0)
+    delay: float | list[float] = [float(d) for d in raw_delay] if isinstance(raw_delay, list) else float(raw_delay)
     if kind == "text":
         return FakeServer.make_text(spec["text"], chunks=spec.get("chunks"), delay=delay)
     if kind == "tool_calls":
@@ -442,7 +443,8 @@ class FakeServer:
     def add_text(self, text: str, *, chunks: Sequence[str] | None = None, delay: float | Sequence[float] = 0.0,
                  finish_reason: str = "stop") -> Reply:
         """Queue a text reply; ``chunks`` (default: word by word) must join to ``text``;
-        ``delay`` seconds before each chunk."""
+        ``delay`` seconds before each event (event 0 is the ``role`` chunk, then one per
+        chunk, then the finish chunk)."""
         return self.add(self.make_text(text, chunks=chunks, delay=delay, finish_reason=finish_reason))
 
     def add_tool_calls(self, calls: Sequence[tuple[str, str, str]], *, content: str | None = None, split: int = 1,
