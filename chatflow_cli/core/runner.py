@@ -597,7 +597,7 @@ class Runner:
             else:
                 outgoing = list(history)
             check_history(outgoing, session_id=session_id)
-            wire = [m.to_wire() for m in outgoing]
+            wire = [state.wire(m) for m in outgoing]
             model = agent.model or self.default_model
             if not model:
                 raise ConfigError(f"no model for agent {agent.name!r}: set Agent(model=...) or "
@@ -851,6 +851,25 @@ class _TurnState:
     handoffs: dict[str, Agent] = dataclasses.field(default_factory=dict)
     finished: dict[str, tuple[str, bool]] = dataclasses.field(default_factory=dict)
     released: bool = False  # the turn's end (idle) is stored: nothing left to undo
+    # Chat Completions form of each message sent in this turn, by identity (messages are
+    # immutable; the tuple keeps the message alive so its id is not reused)
+    _wire: dict[int, tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+
+    def wire(self, message: Message) -> dict[str, Any]:
+        """``message.to_wire()``, computed once per turn.
+
+        A MODEL message with tool calls and no text goes out with ``content: ""`` rather
+        than ``null``: OpenAI accepts both, llama.cpp's server (SmolLM2, issue 4 case 5)
+        refuses ``null`` and breaks on a missing key.
+        """
+        cached = self._wire.get(id(message))
+        if cached is not None and cached[0] is message:
+            return cached[1]
+        data = message.to_wire()
+        if message.role is Role.MODEL and data.get("content") is None:
+            data["content"] = ""
+        self._wire[id(message)] = (message, data)
+        return data
 
 
 # --------------------------------------------------------------------------------------
