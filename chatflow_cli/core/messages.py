@@ -148,15 +148,20 @@ class Message:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Message":
+        # Loading a session parses every message of its window: keep this path lean
+        # (a dict look-up instead of the Enum call, no work for absent fields).
+        role = _ROLES.get(data["role"]) or Role(data["role"])
+        get = data.get
+        calls = get("tool_calls")
         return cls(
-            role=Role(data["role"]),
-            content=data.get("content"),
-            tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls") or ()),
-            tool_call_id=data.get("tool_call_id"),
-            name=data.get("name"),
-            agent=data.get("agent"),
-            interrupted=bool(data.get("interrupted", False)),
-            is_error=bool(data.get("is_error", False)),
+            role,
+            get("content"),
+            tuple(ToolCall.from_dict(c) for c in calls) if calls else (),
+            get("tool_call_id"),
+            get("name"),
+            get("agent"),
+            bool(get("interrupted", False)),
+            bool(get("is_error", False)),
         )
 
     def to_json(self) -> str:
@@ -179,6 +184,9 @@ class Message:
         else:
             data["content"] = self.content if self.content is not None else ""
         return data
+
+
+_ROLES: dict[str, Role] = {role.value: role for role in Role}
 
 
 def history_problems(messages: Sequence[Message], *, pending_ok: bool = False) -> list[str]:
