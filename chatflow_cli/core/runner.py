@@ -89,6 +89,7 @@ from .errors import (
     RateLimitedError,
     RunInterrupted,
     SessionBusyError,
+    UsageError,
 )
 from .events import Event, EventType, SessionStatus
 from .messages import Message, Role, ToolCall, check_history
@@ -490,18 +491,29 @@ class Runner:
 
     # -- the turn ----------------------------------------------------------------------------
     def _begin(self, session_id: str, start: dict[str, Any], wait: float, cancel: _CancelToken) -> Any:
+        """``store.begin_turn``, polling up to ``wait`` seconds while another run owns the session.
+
+        A replayed idempotency key whose first turn is still running counts as busy too, so
+        with ``wait`` a retried webhook waits for the first delivery's answer.
+        """
         from .memory import Owner
 
         deadline = time.monotonic() + max(0.0, float(wait))
         delay = 0.02
         while True:
             try:
-                return self.store.begin_turn(
+                begun = self.store.begin_turn(
                     session_id,
                     default_agent=self.starting_agent,
                     owner=Owner.current(),
                     **start,
                 )
+                replay = begun.replayed
+                if replay is not None and replay.get("outcome") == "running":
+                    raise SessionBusyError(
+                        f"session {session_id} is still running turn {replay.get('turn')}, started with this "
+                        "idempotency key", session_id=session_id)
+                return begun
             except SessionBusyError:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -510,6 +522,38 @@ class Runner:
                     raise RunInterrupted("interrupted while waiting for a busy session",
                                          session_id=session_id) from None
                 delay = min(delay * 2, 0.25)
+
+    def _replayed(self, session_id: str, begun: Any, written: tuple[Event, ...]) -> RunResult:
+        """The :class:`RunResult` of a turn started earlier with the same idempotency key.
+
+        Outcomes (``begin_turn``'s ``replayed["outcome"]``): ``completed`` gives the first
+        result; ``pending`` (custom tool calls wait) gives an idle result listing them;
+        ``failed``, ``interrupted`` or ``rolled_back`` raise :class:`UsageError` — that turn
+        did not answer, and sending it again needs a new key.
+        """
+        replay = begun.replayed
+        turn = int(replay.get("turn", begun.turn) or begun.turn)
+        outcome = replay.get("outcome", "completed")
+        session = begun.session
+        if outcome == "completed":
+            return RunResult(
+                content=replay.get("content"),
+                agent=str(replay.get("agent") or _name(session.active_agent)),
+                session_id=session_id,
+                turn=turn,
+                usage=Usage.from_dict(replay.get("usage")) or Usage(),
+                status=session.status,
+                events=written,
+                replayed=True,
+            )
+        if outcome == "pending":
+            return RunResult(None, _name(session.active_agent), session_id, turn, Usage(), session.status,
+                             pending_tool_calls=tuple(session.pending_tool_calls), events=written, replayed=True)
+        raise UsageError(
+            f"turn {turn} of session {session_id}, sent with this idempotency key, was {outcome.replace('_', ' ')}; "
+            "nothing was run again (send the message with a new key to retry it)",
+            session_id=session_id,
+        )
 
     def _turn(
         self,
@@ -532,17 +576,7 @@ class Runner:
         turn: int = begun.turn
         if begun.replayed is not None:
             yield from stored(list(begun.events), turn)
-            replay = begun.replayed
-            result = RunResult(
-                content=replay.get("content"),
-                agent=str(replay.get("agent") or self.starting_agent.name),
-                session_id=session_id,
-                turn=int(replay.get("turn", turn)),
-                usage=Usage.from_dict(replay.get("usage")) or Usage(),
-                status=begun.session.status,
-                events=tuple(written),
-                replayed=True,
-            )
+            result = self._replayed(session_id, begun, tuple(written))
             yield StreamEvent("result", session_id, turn=result.turn, result=result)
             return
 
@@ -875,6 +909,10 @@ class _TurnState:
 # --------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------
+def _name(agent: Any) -> str:
+    return str(getattr(agent, "name", agent) or "")
+
+
 def _output_text(output: Any) -> str:
     if isinstance(output, str):
         return output

@@ -609,3 +609,26 @@ def events_of_safe(store: Any, session_id: str, type_: str) -> list[Any]:
         return events_of(store, session_id, type_)
     except Exception:  # the session does not exist yet
         return []
+
+
+def test_idempotency_key_of_a_failed_or_waiting_turn(fake_server: FakeServer, make_runner: Callable[..., Runner],
+                                                     store: Any) -> None:
+    from chatflow_cli.core.errors import UsageError
+
+    approve = Tool.custom("approve", "Ask a human.")
+    runner = make_runner(Agent("A", "x", model=MODEL, tools=[approve]))
+    fake_server.add_text("hello")
+    runner.run("idem2", "hi")
+    fake_server.add_error(400, message="bad request")
+    with pytest.raises(Exception):
+        runner.run("idem2", "this fails", idempotency_key="k-fail")
+    seq = store.last_seq("idem2")
+    with pytest.raises(UsageError, match="was failed; nothing was run again"):
+        runner.run("idem2", "this fails", idempotency_key="k-fail")
+    assert store.last_seq("idem2") == seq and len(fake_server.requests) == 2
+
+    fake_server.add_tool_calls([("call_ap", "approve", "{}")])
+    waiting = runner.run("idem2", "needs approval", idempotency_key="k-wait")
+    again = runner.run("idem2", "needs approval", idempotency_key="k-wait")
+    assert again.replayed and [c.id for c in again.pending_tool_calls] == ["call_ap"]
+    assert again.turn == waiting.turn == 2 and len(fake_server.requests) == 3
