@@ -3,7 +3,8 @@
 Entry point, called lazily by the CLI (prompt-toolkit is imported only here)::
 
     run_repl(state, *, session_id=None, continue_last=False, model=None, agent=None,
-             base_url=None, input=None, output=None, console=None) -> int
+             base_url=None, max_turns=None, system=None, input=None, output=None,
+             console=None) -> int
 
 ``state`` is the CLI's :class:`chatflow_cli.cli.State` (settings, store, consoles).
 ``session_id`` continues (or creates) that session; ``continue_last`` picks the most
@@ -112,11 +113,17 @@ def run_repl(
     model: str | None = None,
     agent: str | None = None,
     base_url: str | None = None,
+    max_turns: int | None = None,
+    system: str | None = None,
     input: Any = None,  # noqa: A002 - prompt-toolkit's name
     output: Any = None,
     console: Any = None,
 ) -> int:
-    """Run the REPL until ``/exit`` or Ctrl-D; see the module docstring. Returns 0."""
+    """Run the REPL until ``/exit`` or Ctrl-D; see the module docstring. Returns 0.
+
+    ``max_turns`` and ``system`` (``--max-turns``, ``--system``) apply to a session the
+    REPL creates, as in ``chatflow chat``.
+    """
     from .chat import ChatOptions, _runner
     from .cli import _notice, new_session_id, validate_session_id
     from .config import ensure_private_dir, resolve_model
@@ -151,7 +158,8 @@ def run_repl(
             input=input,
             output=output,
             history_path=history_path,
-            max_turns=settings.max_turns,
+            max_turns=max_turns or settings.max_turns,
+            system=system,
             new_session_id=new_session_id,
             validate_session_id=validate_session_id,
         )
@@ -244,6 +252,7 @@ class Repl:
         input, output: prompt-toolkit input/output (None: the terminal).
         history_path: the input history file (created 0600), or None for memory only.
         max_turns: ``max_turns`` of a session created here (None: the store's default).
+        system: a system message for a session created here.
     """
 
     def __init__(
@@ -257,6 +266,7 @@ class Repl:
         output: Any = None,
         history_path: Path | None = None,
         max_turns: int | None = None,
+        system: str | None = None,
         new_session_id: Callable[[], str] | None = None,
         validate_session_id: Callable[[str], str] | None = None,
     ) -> None:
@@ -271,6 +281,7 @@ class Repl:
         self.output = output if output is not None else create_output()
         self.history_path = history_path
         self.max_turns = max_turns
+        self.system = system
         self._new_session_id = new_session_id or _fallback_session_id
         self._validate_session_id = validate_session_id or (lambda s: s)
         self.done = False
@@ -325,6 +336,7 @@ class Repl:
             "agent": "bold ansicyan",
             "bottom-toolbar": "noreverse bg:#262626 #bcbcbc",
             "bottom-toolbar.key": "bold",
+            "bottom-toolbar.sep": "#6c6c6c",
         })
         return PromptSession(
             history=history,
@@ -350,16 +362,17 @@ class Repl:
         return [("class:agent", safe_text(self.agent_name)), ("", " › ")]
 
     def _toolbar(self) -> Any:
+        """``session · agent · model · turn N · ctx W/M · T tok``: compact enough for 80 columns."""
+        sep = ("class:bottom-toolbar.sep", " │ ")
         parts = [
-            ("class:bottom-toolbar.key", " session "), ("", safe_text(self.session_id)),
-            ("class:bottom-toolbar.key", "  agent "), ("", safe_text(self.agent_name)),
-            ("class:bottom-toolbar.key", "  model "), ("", safe_text(self.model_name or "?")),
-            ("class:bottom-toolbar.key", "  turn "), ("", str(self.turn)),
-            ("class:bottom-toolbar.key", "  context "), ("", f"{self.window_turns}/{self.session_max_turns} turns"),
+            ("", " "), ("class:bottom-toolbar.key", safe_text(self.session_id)), sep,
+            ("", safe_text(self.agent_name)), sep,
+            ("", safe_text(self.model_name or "?")), sep,
+            ("", f"turn {self.turn}"), sep,
+            ("", f"ctx {self.window_turns}/{self.session_max_turns}"),
         ]
         if self.last_usage_tokens is not None:
-            parts += [("class:bottom-toolbar.key", "  last turn "), ("", f"{self.last_usage_tokens} tokens")]
-        parts.append(("", "  · /help "))
+            parts += [sep, ("", f"{self.last_usage_tokens} tok")]
         return parts
 
     @property
@@ -442,7 +455,8 @@ class Repl:
             return
         self.failed_message = None
         outcome = await self._run_turn(
-            lambda cancel: self.runner.run_streamed(self.session_id, text, cancel=cancel, max_turns=self.max_turns)
+            lambda cancel: self.runner.run_streamed(self.session_id, text, cancel=cancel, max_turns=self.max_turns,
+                                                    system=self.system)
         )
         if outcome.error is not None and not outcome.interrupted:
             self.failed_message = text

@@ -338,3 +338,103 @@ def test_ctrl_d_at_an_empty_prompt_leaves(repl_driver) -> None:
     repl_driver.run(script)
     assert repl_driver.exit_code == 0
     assert repl_driver.requests() == []
+
+
+def test_ctrl_c_while_the_reply_streams_keeps_the_partial_text(repl_driver) -> None:
+    d = repl_driver
+    words = [f"word{i} " for i in range(400)]
+    d.server.add_text("".join(words), chunks=words, delay=0.02)
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("tell me a long story\r")
+        d.wait_text("word20")
+        d.type("\x03")
+        d.wait_text("interrupted")
+        d.type("shorter please\r")
+        d.wait_text("ok: shorter please")
+
+    d.run(script)
+    raw = d.out.getvalue()
+    assert "thinking" in raw  # the spinner showed until the first token
+    session = d.store().get(only_session(d))
+    assert session.turn_count == 2
+    partial = session.turns[0].messages[1]
+    assert partial.role is Role.MODEL and partial.interrupted
+    assert partial.content.startswith("word0 word1") and "word399" not in partial.content
+    check_history(list(session.history))
+    assert "word399" not in d.screen()
+
+
+def test_keys_typed_during_a_reply_wait_in_the_next_prompt(repl_driver) -> None:
+    d = repl_driver
+    words = [f"w{i} " for i in range(60)]
+    d.server.add_text("".join(words), chunks=words, delay=0.02)
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("go\r")
+        d.wait_text("w5")
+        d.type("next one")
+        d.wait_text("w59")
+        time.sleep(0.3)
+        d.type("\r")
+        d.wait_text("ok: next one")
+
+    d.run(script)
+    assert [user_texts(r)[-1] for r in d.requests()] == ["go", "next one"]
+
+
+def test_edit_opens_the_editor_and_prefills_the_message(repl_driver, tmp_path, monkeypatch) -> None:
+    editor = tmp_path / "fake-editor.sh"
+    editor.write_text("#!/bin/sh\nprintf 'from the editor\\nsecond line\\n' > \"$1\"\n")
+    editor.chmod(0o755)
+    monkeypatch.setenv("EDITOR", str(editor))
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("/edit\r")
+        d.wait_text("press Enter to send")
+        time.sleep(0.3)
+        d.type("\r")
+        d.wait_text("ok: from the editor")
+
+    repl_driver.run(script)
+    assert user_texts(repl_driver.requests()[0]) == ["from the editor\nsecond line"]
+
+
+def test_bottom_toolbar_shows_session_agent_model_turn_context_and_tokens(repl_driver) -> None:
+    import io
+
+    from prompt_toolkit.data_structures import Size
+    from prompt_toolkit.output.vt100 import Vt100_Output
+
+    class Recording(io.StringIO):
+        """The terminal: records what is drawn and answers cursor position requests like a real one."""
+
+        encoding = "utf-8"
+
+        def isatty(self) -> bool:
+            return True
+
+        def write(self, data: str) -> int:
+            if "\x1b[6n" in data:
+                repl_driver.type("\x1b[1;1R")
+            return super().write(data)
+
+    screen = Recording()
+    output = Vt100_Output(screen, lambda: Size(rows=24, columns=80), term="xterm")
+
+    def script(d) -> None:
+        d.wait_for(lambda: "ctx 0/40" in screen.getvalue(), what="the first toolbar")
+        d.type("hi\r")
+        d.wait_text("ok: hi")
+        d.wait_for(lambda: "ctx 1/40" in screen.getvalue(), what="the toolbar after turn 1")
+
+    repl_driver.run(script, output=output)
+    drawn = screen.getvalue()
+    sid = only_session(repl_driver)
+    assert sid in drawn and "Assistant" in drawn and "fake-model" in drawn
+    assert "turn 1" in drawn and "ctx 1/40" in drawn
+    usage = [e.payload["usage"] for e in repl_driver.store().events(sid) if e.type == "turn.completed"][0]
+    assert f"{usage['total_tokens']} tok" in drawn
