@@ -59,8 +59,9 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Self
 
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.control import Control, ControlType
@@ -92,7 +93,7 @@ def _control_picture(code: int) -> str:
 
 _UNSAFE_TABLE: dict[int, str] = {
     code: _control_picture(code)
-    for code in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), *sorted(_BIDI)]
+    for code in [*range(0x20), 0x7F, *range(0x80, 0xA0), *sorted(_BIDI)]
     if code not in (0x09, 0x0A)
 }
 
@@ -497,7 +498,7 @@ class MarkdownStream:
         self._closed = True
         return self.text
 
-    def __enter__(self) -> "MarkdownStream":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -71,9 +71,10 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from .core.errors import ChatflowError, RunInterrupted, ToolResultError, UsageError
 from .render import pretty_json_text, safe_text
@@ -115,7 +116,7 @@ def run_repl(
     base_url: str | None = None,
     max_turns: int | None = None,
     system: str | None = None,
-    input: Any = None,  # noqa: A002 - prompt-toolkit's name
+    input: Any = None,
     output: Any = None,
     console: Any = None,
 ) -> int:
@@ -211,15 +212,18 @@ class _TurnView:
         line = Text("  ✗ error: " if is_error else "  ↳ ", style="red" if is_error else "dim")
         line.append(safe_text(_short(pretty_json_text(output))), style="dim")
         if duration_ms and duration_ms >= 100:
-            line.append(f"  ({duration_ms / 1000:.1f}s)" if duration_ms >= 1000 else f"  ({duration_ms:.0f}ms)",
-                        style="dim")
+            line.append(
+                f"  ({duration_ms / 1000:.1f}s)" if duration_ms >= 1000 else f"  ({duration_ms:.0f}ms)", style="dim"
+            )
         self.line(line, status="thinking…")
 
     def handoff(self, from_agent: str | None, to_agent: str | None) -> None:
         from rich.text import Text
 
-        self.line(Text(f"⇄ handoff: {safe_text(from_agent)} -> {safe_text(to_agent)}", style="bold magenta"),
-                  status="thinking…")
+        self.line(
+            Text(f"⇄ handoff: {safe_text(from_agent)} -> {safe_text(to_agent)}", style="bold magenta"),
+            status="thinking…",
+        )
 
     def status(self, text: str) -> None:
         self.stream.set_status(text)
@@ -262,7 +266,7 @@ class Repl:
         session_id: str,
         *,
         console: Any,
-        input: Any = None,  # noqa: A002
+        input: Any = None,
         output: Any = None,
         history_path: Path | None = None,
         max_turns: int | None = None,
@@ -332,12 +336,14 @@ class Repl:
             history: Any = FileHistory(str(self.history_path))
         else:
             history = InMemoryHistory()
-        style = Style.from_dict({
-            "agent": "bold ansicyan",
-            "bottom-toolbar": "noreverse bg:#262626 #bcbcbc",
-            "bottom-toolbar.key": "bold",
-            "bottom-toolbar.sep": "#6c6c6c",
-        })
+        style = Style.from_dict(
+            {
+                "agent": "bold ansicyan",
+                "bottom-toolbar": "noreverse bg:#262626 #bcbcbc",
+                "bottom-toolbar.key": "bold",
+                "bottom-toolbar.sep": "#6c6c6c",
+            }
+        )
         return PromptSession(
             history=history,
             auto_suggest=AutoSuggestFromHistory(),
@@ -365,10 +371,15 @@ class Repl:
         """``session · agent · model · turn N · ctx W/M · T tok``: compact enough for 80 columns."""
         sep = ("class:bottom-toolbar.sep", " │ ")
         parts = [
-            ("", " "), ("class:bottom-toolbar.key", safe_text(self.session_id)), sep,
-            ("", safe_text(self.agent_name)), sep,
-            ("", safe_text(self.model_name or "?")), sep,
-            ("", f"turn {self.turn}"), sep,
+            ("", " "),
+            ("class:bottom-toolbar.key", safe_text(self.session_id)),
+            sep,
+            ("", safe_text(self.agent_name)),
+            sep,
+            ("", safe_text(self.model_name or "?")),
+            sep,
+            ("", f"turn {self.turn}"),
+            sep,
             ("", f"ctx {self.window_turns}/{self.session_max_turns}"),
         ]
         if self.last_usage_tokens is not None:
@@ -407,15 +418,16 @@ class Repl:
         from rich.text import Text
 
         # One logical line (the terminal wraps it), so it reads and copies as one line.
-        self.console.print(Text("error: ", style="bold red") + Text(safe_text(text).replace("\n", " ")),
-                           soft_wrap=True)
+        self.console.print(Text("error: ", style="bold red") + Text(safe_text(text).replace("\n", " ")), soft_wrap=True)
 
     # ---------------------------------------------------------------- the loop
     async def run(self) -> int:
         """Read, run, print until ``/exit`` or Ctrl-D. Returns 0."""
         state = f"{self.turn} turns" if self.exists else "new"
-        self.say(f"chatflow · session {self.session_id} ({state}) · agent {self.agent_name} · "
-                 f"model {self.model_name} — Enter sends, Esc-Enter new line, /help, Ctrl-D leaves")
+        self.say(
+            f"chatflow · session {self.session_id} ({state}) · agent {self.agent_name} · "
+            f"model {self.model_name} — Enter sends, Esc-Enter new line, /help, Ctrl-D leaves"
+        )
         while not self.done:
             try:
                 text = await self.prompt_session.prompt_async(self._prompt_message, default=self._take_prefill())
@@ -455,8 +467,9 @@ class Repl:
             return
         self.failed_message = None
         outcome = await self._run_turn(
-            lambda cancel: self.runner.run_streamed(self.session_id, text, cancel=cancel, max_turns=self.max_turns,
-                                                    system=self.system)
+            lambda cancel: self.runner.run_streamed(
+                self.session_id, text, cancel=cancel, max_turns=self.max_turns, system=self.system
+            )
         )
         if outcome.error is not None and not outcome.interrupted:
             self.failed_message = text
@@ -485,7 +498,9 @@ class Repl:
             for call in calls:
                 line = Text("? ", style="bold yellow")
                 line.append(f"tool {safe_text(call.name)} ", style="bold")
-                line.append(safe_text(_short(pretty_json_text(call.arguments), max_lines=8, max_chars=600)), style="dim")
+                line.append(
+                    safe_text(_short(pretty_json_text(call.arguments), max_lines=8, max_chars=600)), style="dim"
+                )
                 line.append("\n  type its result (JSON or text), Enter sends; Ctrl-C leaves it waiting", style="dim")
                 self.console.print(line)
                 try:
@@ -547,7 +562,7 @@ class Repl:
                 while True:
                     try:
                         kind, value = await asyncio.wait_for(queue.get(), _TICK_S)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         view.tick()
                         continue
                     if kind == "event":
@@ -561,8 +576,7 @@ class Repl:
                 view.finish()
         if isinstance(outcome.error, (RunInterrupted, KeyboardInterrupt)) or (stopping and outcome.error is not None):
             outcome.interrupted = True
-            self.say(f"⏹ interrupted: turn {self.turn} was kept as interrupted; the session is ready.",
-                     style="yellow")
+            self.say(f"⏹ interrupted: turn {self.turn} was kept as interrupted; the session is ready.", style="yellow")
         elif outcome.error is not None:
             exc = outcome.error
             message = exc.message if isinstance(exc, ChatflowError) else f"{type(exc).__name__}: {exc}"
@@ -581,8 +595,9 @@ class Repl:
                 view.tool_started(data.get("agent"), str(data.get("name", "?")), data.get("arguments"))
         elif kind == "tool.call_finished":
             if not str(data.get("name", "")).startswith("transfer_to_"):
-                view.tool_finished(str(data.get("name", "?")), data.get("output"), bool(data.get("is_error")),
-                                   data.get("duration_ms"))
+                view.tool_finished(
+                    str(data.get("name", "?")), data.get("output"), bool(data.get("is_error")), data.get("duration_ms")
+                )
         elif kind == "handoff":
             view.handoff(data.get("from_agent"), data.get("to_agent"))
             if data.get("to_agent"):
@@ -613,7 +628,7 @@ class Repl:
         try:
             raw = inp.raw_mode()
             attach = inp.attach(ready)
-        except Exception:  # pragma: no cover - an input that cannot be watched: SIGINT still works
+        except Exception:  # noqa: BLE001 - an input that cannot be watched: SIGINT still works
             yield
             return
         with raw, attach:
@@ -643,8 +658,9 @@ class Repl:
         if handler is None:
             close = difflib.get_close_matches(name, [*COMMANDS, *_ALIASES], n=1, cutoff=0.5)
             hint = f" — did you mean {_ALIASES.get(close[0], close[0])}?" if close else ""
-            self.error(f"unknown command {safe_text(name)}{hint} (/help lists them; start a message with // "
-                       "to send a slash)")
+            self.error(
+                f"unknown command {safe_text(name)}{hint} (/help lists them; start a message with // to send a slash)"
+            )
             return
         await handler(arg)
 
@@ -767,8 +783,11 @@ class Repl:
             return
         if arg not in agents:
             close = difflib.get_close_matches(arg, list(agents), n=1)
-            self.error(f"no agent {safe_text(arg)}" + (f" — did you mean {close[0]}?" if close else "")
-                       + f" (agents: {', '.join(agents)})")
+            self.error(
+                f"no agent {safe_text(arg)}"
+                + (f" — did you mean {close[0]}?" if close else "")
+                + f" (agents: {', '.join(agents)})"
+            )
             return
         session = self.store.get_or_create(self.session_id, agents[arg], max_turns=self.max_turns)
         if getattr(session.active_agent, "name", None) != arg:
@@ -814,23 +833,15 @@ class Repl:
     async def edit(self, initial: str = "") -> str | None:
         """Open ``$VISUAL``/``$EDITOR`` (default ``vi``) on ``initial``; the text written, or None."""
         editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
-        fd, path = tempfile.mkstemp(prefix="chatflow-", suffix=".md")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(initial)
-            try:
-                code = await asyncio.to_thread(subprocess.call, [*shlex.split(editor), path])
-            except OSError as exc:
-                self.error(f"cannot run the editor {safe_text(editor)!r}: {exc.strerror or exc}")
-                return None
-            if code != 0:
-                self.say(f"the editor exited with status {code}; nothing was changed")
-                return None
-            with open(path, encoding="utf-8") as fh:
-                return fh.read()
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+            code, text = await asyncio.to_thread(_run_editor, editor, initial)
+        except OSError as exc:
+            self.error(f"cannot run the editor {safe_text(editor)!r}: {exc.strerror or exc}")
+            return None
+        if code != 0:
+            self.say(f"the editor exited with status {code}; nothing was changed")
+            return None
+        return text
 
     async def confirm(self, question: str) -> bool:
         try:
@@ -860,8 +871,9 @@ def slash_completions(repl: Repl, text: str) -> list[tuple[str, int, str]]:
     if not text.startswith("/") or "\n" in text:
         return []
     if " " not in text:
-        return [(name, -len(text), help_text) for name, (_, help_text) in COMMANDS.items()
-                if name.startswith(text.lower())]
+        return [
+            (name, -len(text), help_text) for name, (_, help_text) in COMMANDS.items() if name.startswith(text.lower())
+        ]
     name, _, partial = text.partition(" ")
     choices: list[str] = []
     if name == "/switch":
@@ -891,6 +903,20 @@ def _short(text: str, *, max_lines: int = 4, max_chars: int = 240) -> str:
     if len(cut) >= len(text.rstrip("\n")):
         return text
     return f"{cut}… ({len(text) - len(cut)} more characters; /show has them all)"
+
+
+def _run_editor(editor: str, initial: str) -> tuple[int, str]:
+    """Run ``editor`` (a command line) on a temporary file holding ``initial``: (exit status, text)."""
+    fd, path = tempfile.mkstemp(prefix="chatflow-", suffix=".md")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(initial)
+        code = subprocess.call([*shlex.split(editor), path])
+        with open(path, encoding="utf-8") as fh:
+            return code, fh.read()
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _private_file(path: Path) -> None:

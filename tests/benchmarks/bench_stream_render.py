@@ -30,17 +30,17 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from rich.console import Console  # noqa: E402
+from rich.console import Console
 
-from chatflow_cli.markdown_stream import MarkdownStream  # noqa: E402
-from tests.repl.answer import long_answer, markers, tokens  # noqa: E402
-from tests.repl.vt import Terminal  # noqa: E402
+from chatflow_cli.markdown_stream import MarkdownStream
+from tests.repl.answer import long_answer, markers, tokens
+from tests.repl.vt import Terminal
 
 
 def server_process(script: list[dict]) -> tuple[subprocess.Popen, str]:
@@ -82,7 +82,9 @@ def main() -> int:
 
     answer = long_answer(args.lines, code_blocks=5)
     pieces = tokens(answer)
-    print(f"answer: {args.lines} lines, {len(answer)} chars, {len(pieces)} chunks, {answer.count('```') // 2} code blocks")
+    print(
+        f"answer: {args.lines} lines, {len(answer)} chars, {len(pieces)} chunks, {answer.count('```') // 2} code blocks"
+    )
 
     def source() -> Iterator[str]:
         if args.in_process:
@@ -115,13 +117,17 @@ def main() -> int:
 
     ratio = render_s / server_s
     rate = len(pieces) / server_s
-    print(f"server streaming time: {server_s:.2f} s ({rate:.0f} chunks/s); with rendering: {render_s:.2f} s; "
-          f"ratio {ratio:.3f} (target <= 1.25)")
+    print(
+        f"server streaming time: {server_s:.2f} s ({rate:.0f} chunks/s); with rendering: {render_s:.2f} s; "
+        f"ratio {ratio:.3f} (target <= 1.25)"
+    )
 
     stats = renderer.stats
     total_refresh = sum(s.seconds for s in stats)
-    print(f"refreshes: {len(stats)}, rendering CPU in refreshes: {total_refresh:.2f} s, "
-          f"max live tail {max(s.tail_rows for s in stats)} rows")
+    print(
+        f"refreshes: {len(stats)}, rendering CPU in refreshes: {total_refresh:.2f} s, "
+        f"max live tail {max(s.tail_rows for s in stats)} rows"
+    )
     deciles: list[list[float]] = [[] for _ in range(10)]
     for stat in stats:
         deciles[min(9, stat.answer_chars * 10 // len(answer))].append(stat.seconds * 1000)

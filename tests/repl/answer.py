@@ -15,17 +15,39 @@ import re
 
 MARKER = re.compile(r"L\d{4}")
 
-_WORDS = (
-    "session turn window prune store event runner agent tool handoff stream token model "
-    "context message history rollback sqlite journal replay cursor status lease owner"
-).split()
+_WORDS = [
+    "session",
+    "turn",
+    "window",
+    "prune",
+    "store",
+    "event",
+    "runner",
+    "agent",
+    "tool",
+    "handoff",
+    "stream",
+    "token",
+    "model",
+    "context",
+    "message",
+    "history",
+    "rollback",
+    "sqlite",
+    "journal",
+    "replay",
+    "cursor",
+    "status",
+    "lease",
+    "owner",
+]
 
 _CODE = [
     ("python", "    value_{n} = compute({n}, limit=window)  # {m}"),
     ("bash", "echo \"{m} step {n}\" && chatflow chat -s s{n} 'ping'"),
     ("json", '  "{m}": {{"turn": {n}, "agent": "triage", "ok": true}},'),
     ("sql", "SELECT seq, type FROM chatflow_events WHERE seq > {n}; -- {m}"),
-    ("rust", "    let x{n} = store.get(\"{m}\").unwrap_or_default();"),
+    ("rust", '    let x{n} = store.get("{m}").unwrap_or_default();'),
 ]
 
 

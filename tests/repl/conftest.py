@@ -11,8 +11,9 @@ from __future__ import annotations
 import io
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -62,7 +63,7 @@ class Driver:
         return SQLiteSessionStore(str(self.home / "chatflow.db"))
 
     # -- running
-    def run(self, script: Callable[["Driver"], None], **kwargs: Any) -> None:
+    def run(self, script: Callable[[Driver], None], **kwargs: Any) -> None:
         from prompt_toolkit.input import create_pipe_input
         from prompt_toolkit.output import DummyOutput
 
@@ -88,8 +89,9 @@ class Driver:
             self.input = pipe
             thread = threading.Thread(target=drive, daemon=True)
             thread.start()
-            self.exit_code = run_repl(state, input=pipe, output=kwargs.pop("output", DummyOutput()),
-                                      console=self.console, **kwargs)
+            self.exit_code = run_repl(
+                state, input=pipe, output=kwargs.pop("output", DummyOutput()), console=self.console, **kwargs
+            )
             thread.join(10)
         state.close()
         if self.error is not None:

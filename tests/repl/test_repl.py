@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-
-import pytest
+from typing import ClassVar
 
 from chatflow_cli.core.messages import Role, check_history
 from tests.repl import tools_for_repl
@@ -248,7 +247,9 @@ def test_tool_calls_show_as_they_start_and_finish(repl_driver) -> None:
     screen = d.screen()
     assert "Helper called slow_lookup" in screen
     assert "↳ found" in screen
-    assert " ".join(screen.split()).count("more characters; /show has them all") == 2  # the 900-character argument and result are folded
+    assert (
+        " ".join(screen.split()).count("more characters; /show has them all") == 2
+    )  # the 900-character argument and result are folded
     assert "x" * 900 not in screen.replace("\n", "")
     assert screen.index("slow_lookup") < screen.index("↳ found") < screen.index("Here is what I found.")
 
@@ -318,8 +319,8 @@ def test_slash_completion_offers_commands_and_session_ids(repl_driver) -> None:
     repl_driver.run(script)
 
     class FakeRepl:
-        class runner:  # noqa: N801 - a stand-in namespace
-            agents = {}
+        class runner:
+            agents: ClassVar[dict] = {}
 
         @staticmethod
         def _session_ids() -> list[str]:
@@ -436,5 +437,5 @@ def test_bottom_toolbar_shows_session_agent_model_turn_context_and_tokens(repl_d
     sid = only_session(repl_driver)
     assert sid in drawn and "Assistant" in drawn and "fake-model" in drawn
     assert "turn 1" in drawn and "ctx 1/40" in drawn
-    usage = [e.payload["usage"] for e in repl_driver.store().events(sid) if e.type == "turn.completed"][0]
+    usage = next(e.payload["usage"] for e in repl_driver.store().events(sid) if e.type == "turn.completed")
     assert f"{usage['total_tokens']} tok" in drawn

@@ -56,8 +56,9 @@ def test_repl_streams_a_local_answer_and_exits_cleanly(isolated_home: Path) -> N
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CHATFLOW_MODEL"))}
     env.update({"TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24", "EDITOR": "false"})
     log = TimedLog()
-    child = pexpect.spawn(command[0], command[1:], env=env, dimensions=(24, 80), encoding="utf-8",
-                          codec_errors="replace", timeout=180)
+    child = pexpect.spawn(
+        command[0], command[1:], env=env, dimensions=(24, 80), encoding="utf-8", codec_errors="replace", timeout=180
+    )
     child.logfile_read = log
     try:
         child.expect("Enter sends", timeout=240)  # the banner: the local server is up
@@ -111,9 +112,7 @@ def _turn_completed(home: Path) -> bool:
         return False
     store = SQLiteSessionStore(str(path))
     try:
-        return any(
-            e.type == "turn.completed" for s in store.list_sessions() for e in store.events(s.session_id)
-        )
+        return any(e.type == "turn.completed" for s in store.list_sessions() for e in store.events(s.session_id))
     finally:
         store.close()
 

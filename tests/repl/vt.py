@@ -120,7 +120,7 @@ class Terminal:
             if first == 0:
                 span = range(self.col, self.width)
             elif first == 1:
-                span = range(0, self.col + 1)
+                span = range(self.col + 1)
             else:
                 span = range(self.width)
             for c in span:
