@@ -186,11 +186,18 @@ class _Cancelled(Exception):
 
 
 class _CancelToken:
-    """A cancel request: the caller's ``threading.Event`` plus the model stream to close at once."""
+    """A cancel request: the caller's ``threading.Event`` plus the model stream to close at once.
 
-    __slots__ = ("event", "stream")
+    When the Runner owns the token (Ctrl-C in the main thread, a cancelled ``run_async``
+    task), :meth:`set` closes the stream's socket itself. When the caller passed its own
+    event, :meth:`watch` polls it every 50 ms during a request, so a server that has gone
+    silent cannot hold a cancelled run until the read timeout.
+    """
+
+    __slots__ = ("event", "stream", "external")
 
     def __init__(self, event: threading.Event | None = None) -> None:
+        self.external = event is not None
         self.event = event if event is not None else threading.Event()
         self.stream: Any = None
 
@@ -199,15 +206,43 @@ class _CancelToken:
 
     def set(self) -> None:
         self.event.set()
-        stream = self.stream
-        if stream is not None and hasattr(stream, "cancel"):
-            try:
-                stream.cancel()  # wakes a read blocked on a silent server
-            except Exception:  # noqa: BLE001 - best effort; the event alone stops it at the next chunk
-                pass
+        _cancel_stream(self.stream)
 
     def wait(self, timeout: float) -> bool:
         return self.event.wait(timeout)
+
+    def watch(self, stream: Any) -> Callable[[], None]:
+        """Cancel ``stream`` as soon as the token is set, until the returned ``stop()`` is called."""
+        self.stream = stream
+        if not self.external:
+            def forget() -> None:
+                self.stream = None
+
+            return forget
+        done = threading.Event()
+
+        def watcher() -> None:
+            while not done.is_set():
+                if self.event.wait(0.05):
+                    if not done.is_set():
+                        _cancel_stream(stream)
+                    return
+
+        threading.Thread(target=watcher, name="chatflow-cancel-watch", daemon=True).start()
+
+        def stop() -> None:
+            done.set()
+            self.stream = None
+
+        return stop
+
+
+def _cancel_stream(stream: Any) -> None:
+    if stream is not None and hasattr(stream, "cancel"):
+        try:
+            stream.cancel()  # wakes a read blocked on a silent server
+        except Exception:  # noqa: BLE001 - best effort; the event alone stops it at the next chunk
+            pass
 
 
 # --------------------------------------------------------------------------------------
@@ -583,8 +618,14 @@ class Runner:
         session = begun.session
         state = _TurnState(agent=session.active_agent)
         try:
-            yield from stored(list(begun.events), turn)
-            result = yield from self._loop(session, turn, state, cancel, loop, stored)
+            try:
+                yield from stored(list(begun.events), turn)
+                result = yield from self._loop(session, turn, state, cancel, loop, stored)
+            except Exception as exc:
+                if cancel.is_set() and not isinstance(exc, _Cancelled) and not state.released:
+                    # cancelled while a request was still connecting: its error is the cancel's echo
+                    raise _Cancelled() from exc
+                raise
         except (KeyboardInterrupt, _Cancelled, GeneratorExit, asyncio.CancelledError) as exc:
             closing = isinstance(exc, GeneratorExit)
             if state.released:  # the turn was already stored as finished; only the consumer left
@@ -645,7 +686,7 @@ class Runner:
             stream = client.stream(model, wire, [t.to_wire() for t in tools.values()] or None,
                                    tool_choice=tool_choice, max_tokens=self.max_tokens,
                                    temperature=self.temperature, cancel=cancel.event)
-            cancel.stream = stream
+            unwatch = cancel.watch(stream)
             try:
                 for item in stream:
                     if isinstance(item, TextDelta):
@@ -657,7 +698,7 @@ class Runner:
                     if cancel.is_set():
                         raise _Cancelled()
             finally:
-                cancel.stream = None
+                unwatch()
                 close = getattr(stream, "close", None)
                 if close is not None and reply is None:
                     close()

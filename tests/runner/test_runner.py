@@ -632,3 +632,39 @@ def test_idempotency_key_of_a_failed_or_waiting_turn(fake_server: FakeServer, ma
     again = runner.run("idem2", "needs approval", idempotency_key="k-wait")
     assert again.replayed and [c.id for c in again.pending_tool_calls] == ["call_ap"]
     assert again.turn == waiting.turn == 2 and len(fake_server.requests) == 3
+
+
+def test_a_callers_cancel_event_stops_a_request_to_a_silent_server_at_once(
+    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+) -> None:
+    runner = make_runner(Agent("A", "x", model=MODEL))  # client read timeout: 20 s
+    # the stream opens after 3 s, then stays silent for 3 s before each further chunk
+    fake_server.add_text("late reply", chunks=["late", " reply"], delay=3.0)
+    cancel = threading.Event()
+    timer = threading.Timer(3.5, cancel.set)  # set from another thread, as the REPL does
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(RunInterrupted):
+        runner.run("silent", "anyone there?", cancel=cancel)
+    assert time.monotonic() - started < 5.5, "the read was woken, not left to the next chunk"
+    session = store.get("silent")
+    assert session.status is SessionStatus.IDLE
+    assert [m.role for m in session.history] == [Role.USER]  # no partial text: nothing was said
+    assert len(events_of(store, "silent", "turn.interrupted")) == 1
+
+
+def test_cancel_before_the_server_answers_is_an_interrupt_not_a_failure(
+    fake_server: FakeServer, store: Any
+) -> None:
+    from chatflow_cli.core.model import ModelClient
+
+    runner = Runner(Agent("A", "x", model=MODEL), store,
+                    model_client=ModelClient(fake_server.url, "k", max_retries=0, timeout=2))
+    fake_server.add_hang()
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    with pytest.raises(RunInterrupted):
+        runner.run("hung", "hello?", cancel=cancel)
+    assert events_of(store, "hung", "turn.failed") == []
+    assert len(events_of(store, "hung", "turn.interrupted")) == 1
+    assert store.get("hung").status is SessionStatus.IDLE
