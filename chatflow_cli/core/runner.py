@@ -49,8 +49,11 @@ chatflow error is raised. 429/5xx are retried by the model client (honouring
 is raised.
 
 Interrupts: Ctrl-C (``KeyboardInterrupt``; in the main thread the Runner turns the first
-Ctrl-C into a cancel request so it never lands inside a database write), a set ``cancel``
-event, or the cancellation of the ``run_async`` task. The partial model text is kept as a
+Ctrl-C into a cancel request so it never lands inside a database write — a second Ctrl-C
+raises at once), a set ``cancel`` event, or the cancellation of the ``run_async`` task. A
+cancel request wakes a streaming read at once and stops running tools from being waited
+for (they finish in the background on daemon threads); a request whose server has not yet
+sent response headers ends at the client's timeout (or at a second Ctrl-C). The partial model text is kept as a
 MODEL message flagged ``interrupted``, every unanswered tool call gets a synthetic result
 ("interrupted, side effects unknown"), all persisted once with a ``turn.interrupted``
 event; the session returns to ``idle`` and the next turn is valid. Then
@@ -995,8 +998,15 @@ def _drain(events: Iterator[StreamEvent]) -> RunResult:
     return result
 
 
+#: Longest a cancelled ``run_async`` task waits for its worker to store the interrupted turn.
+#: Only a request still connecting (no response headers yet) can take that long; the
+#: worker then stores the interruption by itself when the request gives up.
+CANCEL_GRACE_S = 10.0
+
+
 async def _wait_thread(done: threading.Event) -> None:
-    while not done.is_set():
+    deadline = time.monotonic() + CANCEL_GRACE_S
+    while not done.is_set() and time.monotonic() < deadline:
         try:
             await asyncio.sleep(0.01)
         except asyncio.CancelledError:  # keep waiting: the turn must be stored first
