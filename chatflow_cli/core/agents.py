@@ -49,7 +49,7 @@ def handoff_tool_name(agent_name: str) -> str:
 class HandoffTool(Tool):
     """The ``transfer_to_<target>`` tool; ``target`` is the :class:`Agent` it hands off to."""
 
-    def __init__(self, target: "Agent") -> None:
+    def __init__(self, target: Agent) -> None:
         summary = (target.instructions or "").strip().splitlines()[0] if (target.instructions or "").strip() else ""
         description = f"Hand the conversation over to the {target.name} agent."
         if summary:
@@ -89,7 +89,7 @@ class Agent:
             same turn use the server's default, so a forced tool cannot loop forever.
     """
 
-    __slots__ = ("name", "instructions", "model", "tools", "handoffs", "tool_choice", "_tool_cache")
+    __slots__ = ("_tool_cache", "handoffs", "instructions", "model", "name", "tool_choice", "tools")
 
     def __init__(
         self,
@@ -97,7 +97,7 @@ class Agent:
         instructions: str = "",
         model: str | None = None,
         tools: Iterable[Any] = (),
-        handoffs: Iterable["Agent"] = (),
+        handoffs: Iterable[Agent] = (),
         *,
         tool_choice: str | dict[str, Any] | None = None,
     ) -> None:
@@ -126,7 +126,7 @@ class Agent:
         return f"Agent(name={self.name!r}, model={self.model!r}, tools={[t.name for t in self.tools]}, " \
                f"handoffs={[a.name for a in self.handoffs]})"
 
-    def clone(self, **changes: Any) -> "Agent":
+    def clone(self, **changes: Any) -> Agent:
         """A copy with some fields changed (a new identity, so give it a new ``name`` if both run together)."""
         fields = {"name": self.name, "instructions": self.instructions, "model": self.model, "tools": self.tools,
                   "handoffs": self.handoffs, "tool_choice": self.tool_choice}

@@ -129,7 +129,7 @@ class RunResult:
     agent: str
     session_id: str
     turn: int
-    usage: Usage = Usage()
+    usage: Usage = dataclasses.field(default_factory=Usage)
     status: SessionStatus = SessionStatus.IDLE
     pending_tool_calls: tuple[ToolCall, ...] = ()
     events: tuple[Event, ...] = ()
@@ -197,7 +197,7 @@ class _CancelToken:
     silent cannot hold a cancelled run until the read timeout.
     """
 
-    __slots__ = ("event", "stream", "external")
+    __slots__ = ("event", "external", "stream")
 
     def __init__(self, event: threading.Event | None = None) -> None:
         self.external = event is not None
@@ -244,8 +244,8 @@ def _cancel_stream(stream: Any) -> None:
     if stream is not None and hasattr(stream, "cancel"):
         try:
             stream.cancel()  # wakes a read blocked on a silent server
-        except Exception:  # noqa: BLE001 - best effort; the event alone stops it at the next chunk
-            pass
+        except Exception as exc:  # noqa: BLE001 - best effort; the event alone stops it at the next chunk
+            log.debug("closing the model stream on cancel failed: %s", exc)
 
 
 # --------------------------------------------------------------------------------------
@@ -358,8 +358,8 @@ class Runner:
             raise ValueError("user_message must be a USER message")
         return self._guarded(
             session_id,
-            dict(user_message=message, metadata=metadata, idempotency_key=idempotency_key, max_turns=max_turns,
-                 system=system),
+            {"user_message": message, "metadata": metadata, "idempotency_key": idempotency_key,
+             "max_turns": max_turns, "system": system},
             wait=wait,
             cancel=cancel,
             loop=None,
@@ -405,8 +405,8 @@ class Runner:
     ) -> AsyncIterator[StreamEvent]:
         """Async twin of :meth:`run_streamed`."""
         message = user_message if isinstance(user_message, Message) else Message.user(str(user_message))
-        kwargs = dict(user_message=message, metadata=metadata, idempotency_key=idempotency_key, max_turns=max_turns,
-                      system=system)
+        kwargs = {"user_message": message, "metadata": metadata, "idempotency_key": idempotency_key,
+                  "max_turns": max_turns, "system": system}
         async for event in self._in_thread(session_id, kwargs, wait=wait):
             yield event
 
@@ -434,7 +434,7 @@ class Runner:
         if remaining:
             return None
         result: RunResult | None = None
-        async for event in self._in_thread(session_id, dict(user_message=None), wait=wait):
+        async for event in self._in_thread(session_id, {"user_message": None}, wait=wait):
             if event.result is not None:
                 result = event.result
         return result
@@ -443,7 +443,7 @@ class Runner:
         self, session_id: str, *, wait: float = 0.0, cancel: threading.Event | None = None
     ) -> Iterator[StreamEvent]:
         """Continue a turn whose custom tool calls are all answered, streaming its events."""
-        return self._guarded(session_id, dict(user_message=None), wait=wait, cancel=cancel, loop=None)
+        return self._guarded(session_id, {"user_message": None}, wait=wait, cancel=cancel, loop=None)
 
     def close(self) -> None:
         """Close the model client's connections (it reconnects if used again)."""
@@ -656,7 +656,7 @@ class Runner:
         self,
         session: Any,
         turn: int,
-        state: "_TurnState",
+        state: _TurnState,
         cancel: _CancelToken,
         loop: asyncio.AbstractEventLoop | None,
         stored: Callable[[list[Event], int | None], Iterator[StreamEvent]],
@@ -788,7 +788,7 @@ class Runner:
         calls: list[ToolCall],
         cancel: _CancelToken,
         loop: asyncio.AbstractEventLoop | None,
-        state: "_TurnState",
+        state: _TurnState,
     ) -> Iterator[StreamEvent]:
         """Run the regular and handoff calls; returns ``{call id: (text, is_error)}`` (custom calls left out)."""
         outcomes: dict[str, tuple[str, bool]] = {}
@@ -831,7 +831,7 @@ class Runner:
         timings: dict[str, float],
         cancel: _CancelToken,
         loop: asyncio.AbstractEventLoop | None,
-        state: "_TurnState",
+        state: _TurnState,
     ) -> Iterator[StreamEvent]:
         """Run the calls concurrently, each on its own daemon thread, and wait for all.
 
@@ -868,7 +868,7 @@ class Runner:
         return None
 
     # -- endings -----------------------------------------------------------------------------
-    def _interrupt(self, session: Any, turn: int, state: "_TurnState", reason: str) -> list[Event]:
+    def _interrupt(self, session: Any, turn: int, state: _TurnState, reason: str) -> list[Event]:
         """Store the interrupted turn once: partial text, finished results, synthetic ones; then idle."""
         partial = "".join(state.partial) or None
         try:
@@ -884,7 +884,7 @@ class Runner:
             return self._close_from_store(session.session_id, lambda s: s.interrupt_turn(
                 reason=reason, partial_text=partial, agent=state.agent), reason)
 
-    def _fail(self, session: Any, turn: int, state: "_TurnState", exc: BaseException) -> list[Event]:
+    def _fail(self, session: Any, turn: int, state: _TurnState, exc: BaseException) -> list[Event]:
         """Store a failed turn: out of the window, ``turn.failed``, then idle or rescheduled."""
         if isinstance(exc, RateLimitedError):
             status, extra = SessionStatus.RESCHEDULED, {"retry_at": exc.retry_at}
@@ -923,7 +923,7 @@ class Runner:
 @dataclasses.dataclass
 class _TurnState:
     agent: Agent
-    usage: Usage = Usage()
+    usage: Usage = dataclasses.field(default_factory=Usage)
     rounds: int = 0
     partial: list[str] = dataclasses.field(default_factory=list)
     handoffs: dict[str, Agent] = dataclasses.field(default_factory=dict)

@@ -356,7 +356,7 @@ def function_schema(func: Callable[..., Any]) -> tuple[str, dict[str, Any], list
             raise ToolDefinitionError(f"tool {func.__name__!r}: *args/**kwargs cannot be described to a model")
         hint = hints.get(name, parameter.annotation)
         schema = dict(_schema_for(hint, f"tool {func.__name__!r}, parameter {name!r}"))
-        if name in doc.params and doc.params[name]:
+        if doc.params.get(name):
             schema["description"] = doc.params[name]
         is_required = parameter.default is inspect.Parameter.empty
         if is_required:
@@ -423,7 +423,7 @@ class Tool:
         self.parameters = parameters
         self.function = function
         self.is_async = function is not None and (
-            inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(getattr(function, "__call__", None))
+            inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__)
         )
         self._params = _params
         if function is not None:
@@ -433,7 +433,7 @@ class Tool:
     @classmethod
     def from_function(
         cls, function: Callable[..., Any], *, name: str | None = None, description: str | None = None
-    ) -> "Tool":
+    ) -> Tool:
         """A tool from a sync or async function (what :func:`tool` does)."""
         if not callable(function):
             raise ToolDefinitionError(f"@tool needs a function, got {function!r}")
@@ -447,7 +447,7 @@ class Tool:
         )
 
     @classmethod
-    def custom(cls, name: str, description: str = "", parameters_schema: dict[str, Any] | None = None) -> "Tool":
+    def custom(cls, name: str, description: str = "", parameters_schema: dict[str, Any] | None = None) -> Tool:
         """A custom tool (seed 003): offered to the model, answered later by ``submit_tool_result``.
 
         ``parameters_schema`` is a JSON Schema object; ``None`` means no parameters.

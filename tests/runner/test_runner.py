@@ -18,11 +18,13 @@ import pytest
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.errors import (
     AuthenticationError,
+    BadRequestError,
     IdempotencyConflictError,
     MaxToolRoundsExceeded,
     PendingToolCallsError,
     RateLimitedError,
     RunInterrupted,
+    SessionNotFoundError,
     ToolResultError,
 )
 from chatflow_cli.core.events import SessionStatus
@@ -607,7 +609,7 @@ def test_a_second_run_in_the_same_process_is_refused_while_the_first_runs(
 def events_of_safe(store: Any, session_id: str, type_: str) -> list[Any]:
     try:
         return events_of(store, session_id, type_)
-    except Exception:  # the session does not exist yet
+    except SessionNotFoundError:  # the session does not exist yet
         return []
 
 
@@ -620,7 +622,7 @@ def test_idempotency_key_of_a_failed_or_waiting_turn(fake_server: FakeServer, ma
     fake_server.add_text("hello")
     runner.run("idem2", "hi")
     fake_server.add_error(400, message="bad request")
-    with pytest.raises(Exception):
+    with pytest.raises(BadRequestError):
         runner.run("idem2", "this fails", idempotency_key="k-fail")
     seq = store.last_seq("idem2")
     with pytest.raises(UsageError, match="was failed; nothing was run again"):

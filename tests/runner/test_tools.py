@@ -43,9 +43,9 @@ def schema_of(hint: Any, **default: Any) -> dict[str, Any]:
         (float, {"type": "number"}),
         (bool, {"type": "boolean"}),
         (type(None), {"type": "null"}),
-        (Optional[str], {"type": ["string", "null"]}),
+        (Optional[str], {"type": ["string", "null"]}),  # noqa: UP045 - the typing spelling is the case
         (int | None, {"type": ["integer", "null"]}),
-        (Union[int, str], {"type": ["integer", "string"]}),
+        (Union[int, str], {"type": ["integer", "string"]}),  # noqa: UP007
         (list[int], {"type": "array", "items": {"type": "integer"}}),
         (list[list[str]], {"type": "array", "items": {"type": "array", "items": {"type": "string"}}}),
         (list, {"type": "array"}),
@@ -61,7 +61,7 @@ def schema_of(hint: Any, **default: Any) -> dict[str, Any]:
         (Literal["a", 1], {"enum": ["a", 1]}),
         (Color, {"type": "string", "enum": ["red", "blue"]}),
         (Level, {"type": "integer", "enum": [1, 2]}),
-        (Optional[Color], {"anyOf": [{"type": "string", "enum": ["red", "blue"]}, {"type": "null"}]}),
+        (Optional[Color], {"anyOf": [{"type": "string", "enum": ["red", "blue"]}, {"type": "null"}]}),  # noqa: UP045
         (list[int] | None, {"anyOf": [{"type": "array", "items": {"type": "integer"}}, {"type": "null"}]}),
         (Any, {}),
         (Annotated[int, "how many"], {"type": "integer", "description": "how many"}),
@@ -83,7 +83,7 @@ def test_unannotated_parameter_accepts_anything() -> None:
 
 def test_defaults_are_not_required_and_are_shown() -> None:
     @tool
-    def f(a: str, b: int = 3, c: Color = Color.BLUE, d: Optional[str] = None, e: object = object()) -> str:
+    def f(a: str, b: int = 3, c: Color = Color.BLUE, d: str | None = None, e: object = object()) -> str:
         return "x"
 
     params = f.parameters
@@ -230,7 +230,7 @@ def test_arguments_are_checked_and_converted() -> None:
 
     @tool
     def f(n: int, ratio: float, flag: bool, color: Color, tags: list[str], pair: tuple[int, str],
-          level: Literal["lo", "hi"] = "lo", maybe: Optional[int] = None, scores: dict[str, float] | None = None) -> str:
+          level: Literal["lo", "hi"] = "lo", maybe: int | None = None, scores: dict[str, float] | None = None) -> str:
         seen.update(locals())
         return "done"
 
