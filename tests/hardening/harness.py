@@ -33,8 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).with_name("chatflow")
 #: How to start chatflow: the installed console script, else ``python -m chatflow_cli``.
 COMMAND = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "chatflow_cli"]
-#: Directory holding the ``sitecustomize`` that kills chatflow at a chosen COMMIT (crash tests).
-KILLHOOK_DIR = Path(__file__).resolve().parent / "killhook"
+#: Directory holding the ``sitecustomize`` that injects faults (kill at a COMMIT, full disk).
+FAULTS_DIR = Path(__file__).resolve().parent / "faults"
 
 
 @dataclass
@@ -81,12 +81,15 @@ def env_for(extra: Mapping[str, str] | None = None, *, pythonpath: Iterable[str 
 
 def run(*args: str, input: bytes | str | None = None, env: Mapping[str, str] | None = None,
         pythonpath: Iterable[str | os.PathLike[str]] = (), timeout: float = 90,
-        cwd: str | os.PathLike[str] | None = None) -> Result:
-    """Run ``chatflow ARGS`` to the end; stdin is ``/dev/null`` unless ``input`` is given."""
+        cwd: str | os.PathLike[str] | None = None, **popen: Any) -> Result:
+    """Run ``chatflow ARGS`` to the end; stdin is ``/dev/null`` unless ``input`` is given.
+
+    ``popen`` goes to :func:`subprocess.run` (e.g. ``user=``/``group=`` to drop root).
+    """
     data = input.encode() if isinstance(input, str) else input
     proc = subprocess.run(
         [*COMMAND, *args], input=data, stdin=subprocess.DEVNULL if data is None else None,
-        capture_output=True, env=env_for(env, pythonpath=pythonpath), timeout=timeout, cwd=cwd,
+        capture_output=True, env=env_for(env, pythonpath=pythonpath), timeout=timeout, cwd=cwd, **popen,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr, list(args))
 
@@ -194,6 +197,21 @@ def window_problems(db: Path, session_id: str, *, pending_ok: bool = True) -> li
         return history_problems(ctx.history, pending_ok=pending_ok)
     finally:
         store.close()
+
+
+def assert_one_error_line(r: Result, code: int, *, mentions: str | None = None) -> str:
+    """``r`` failed with exit ``code``: exactly one ``chatflow: error:`` line on stderr, no traceback."""
+    assert r.returncode == code, r
+    assert "Traceback" not in r.stderr, r
+    lines = r.stderr_lines
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}: {r!r}"
+    line = lines[0]
+    assert line.startswith("chatflow: error: "), r
+    assert len(line) < 400, f"the error line is {len(line)} characters long"
+    assert "\x1b" not in line
+    if mentions is not None:
+        assert mentions.lower() in line.lower(), r
+    return line
 
 
 def sessions_json(env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:

@@ -195,7 +195,7 @@ def test_sigkill_during_rollback_is_all_or_nothing(how: str, when: str, fake_ser
     pythonpath: list[Path] = []
     if how == "hook":
         env["CHATFLOW_HARDEN_KILL"] = when
-        pythonpath.append(h.KILLHOOK_DIR)
+        pythonpath.append(h.FAULTS_DIR)
     proc = h.spawn("sessions", "rollback", ROLLBACK_SESSION, "--to", "2", "--yes", env=env, pythonpath=pythonpath)
     if how == "hook":
         proc.communicate(timeout=300)

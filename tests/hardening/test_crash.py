@@ -11,7 +11,7 @@ Kill points come three ways:
   once the request arrived (``server`` points): the process is then mid-request/mid-stream;
 * the test polls the event log or the tools' marker files and kills on sight (``log`` and
   ``tool`` points): after a save, while a tool runs, right after it returned;
-* ``tests/hardening/killhook/sitecustomize.py`` makes the process SIGKILL itself just
+* ``tests/hardening/faults/sitecustomize.py`` makes the process SIGKILL itself just
   before or after the N-th COMMIT of a write transaction (``commit`` points): a crash
   inside ``begin_turn`` and inside the final save, at an exact place.
 
@@ -183,7 +183,7 @@ def test_sigkill_at_a_point_of_the_turn(point: Point, setup: dict[str, Any], fak
     if point.wait[0] == "commit":
         env["CHATFLOW_HARDEN_KILL"] = f"{point.wait[1]}:{point.wait[2]}"
         env["CHATFLOW_HARDEN_SNAPSHOT"] = str(snapshot)
-        pythonpath.insert(0, h.KILLHOOK_DIR)
+        pythonpath.insert(0, h.FAULTS_DIR)
 
     proc = h.spawn("chat", "-s", SESSION, "--timeout", "120", "What is the weather and the time in Paris?",
                    env=env, pythonpath=pythonpath)

@@ -1,11 +1,19 @@
-"""Fault injection for the crash tests (issue 7): SIGKILL chatflow at an exact COMMIT.
+"""Fault injection for the hardening tests (issue 7): a crash at an exact COMMIT, a full disk.
 
-This directory is put on ``PYTHONPATH`` of one ``chatflow chat`` process only; Python
-imports ``sitecustomize`` at start-up. With ``CHATFLOW_HARDEN_KILL=before:N`` (or
+This directory is put on ``PYTHONPATH`` of one ``chatflow`` process only; Python imports
+``sitecustomize`` at start-up. Nothing of chatflow is changed: its store's connections
+are wrapped (or configured) from outside.
+
+Full disk: ``CHATFLOW_HARDEN_MAX_PAGES=N`` runs ``PRAGMA max_page_count = N`` on every
+connection the store opens (SQLite keeps the limit at least at the current size, so
+``1`` means "not one page more"): any write that needs a new page fails with
+SQLITE_FULL, as on a full disk.
+
+Crash: with ``CHATFLOW_HARDEN_KILL=before:N`` (or
 ``after:N``) the process kills itself with SIGKILL just before (after) the N-th COMMIT
 of a write transaction (``BEGIN IMMEDIATE``) of its SQLite store: the first is the turn's
-``begin_turn``, the last the turn's final save. Nothing of chatflow is changed; its store
-connection is wrapped in a proxy that watches the SQL text going by.
+``begin_turn``, the last the turn's final save. The store's connection is wrapped in a
+proxy that watches the SQL text going by.
 
 Just before dying it writes the events committed so far (read on a separate connection,
 so exactly what a crash must keep) to ``CHATFLOW_HARDEN_SNAPSHOT`` as JSON.
@@ -14,6 +22,23 @@ so exactly what a crash must keep) to ``CHATFLOW_HARDEN_SNAPSHOT`` as JSON.
 import os
 
 _SPEC = os.environ.get("CHATFLOW_HARDEN_KILL", "")
+_MAX_PAGES = os.environ.get("CHATFLOW_HARDEN_MAX_PAGES", "")
+
+if _MAX_PAGES:
+    from chatflow_cli.core import sqlite_store as _store_for_pages
+
+    _original_for_pages = _store_for_pages.SQLiteSessionStore._connection
+    _limited: set = set()
+
+    def _limited_connection(self):
+        conn = _original_for_pages(self)
+        if id(conn) not in _limited:
+            _limited.add(id(conn))
+            target = getattr(conn, "_conn", conn)
+            target.execute(f"PRAGMA max_page_count = {int(_MAX_PAGES)}")
+        return conn
+
+    _store_for_pages.SQLiteSessionStore._connection = _limited_connection
 
 if _SPEC:
     import json
