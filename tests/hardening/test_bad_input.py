@@ -223,6 +223,24 @@ def test_invalid_utf8_on_stdin(stored: Path, env: dict[str, str], fake_server: F
     assert len(fake_server.requests) == calls
 
 
+def test_invalid_utf8_in_arguments_and_escaped_lone_surrogates(stored: Path, env: dict[str, str],
+                                                               fake_server: FakeServer) -> None:
+    """Bytes that are not UTF-8 in argv arrive as lone surrogates (PEP 383), and JSON can spell
+    one (``"\\ud800"``): neither can be stored or sent, so both are bad input (exit 2)."""
+    import subprocess
+
+    before = h.dump_db(stored)
+    calls = len(fake_server.requests)
+    proc = subprocess.run([*h.COMMAND, "chat", "-s", "s1", b"caf\xe9 au lait"], capture_output=True,
+                          env=h.env_for(env), stdin=subprocess.DEVNULL, timeout=90)
+    h.assert_one_error_line(h.Result(proc.returncode, proc.stdout, proc.stderr, ["chat", "<bytes>"]),
+                            ExitStatus.USAGE, mentions="UTF-8")
+    r = h.run("chat", "-s", "s1", "--input", "jsonl", input=b'{"message": "lone \\ud800 surrogate"}\n', env=env)
+    h.assert_one_error_line(r, ExitStatus.USAGE, mentions="line 1")
+    assert h.dump_db(stored) == before
+    assert len(fake_server.requests) == calls
+
+
 def test_a_10_mb_message_on_stdin(stored: Path, env: dict[str, str], fake_server: FakeServer) -> None:
     before = h.dump_db(stored)
     calls = len(fake_server.requests)
