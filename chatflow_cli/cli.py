@@ -686,6 +686,9 @@ def main(argv: list[str] | None = None) -> None:
     code: int = ExitStatus.SUCCESS
     try:
         command = typer.main.get_command(app)
+        from ._typer_fast import install
+
+        install(command)
         rv = command.main(args=args, prog_name=PROG, complete_var=COMPLETE_VAR, standalone_mode=False)
         code = rv if isinstance(rv, int) else ExitStatus.SUCCESS
         sys.stdout.flush()

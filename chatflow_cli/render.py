@@ -131,6 +131,85 @@ def format_age(timestamp: float | None, now: float | None = None) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(timestamp))
 
 
+class Lines:
+    """Styled text built piece by piece; ``plain`` for a pipe, :meth:`to_text` for Rich.
+
+    Cheaper than appending to ``rich.text.Text`` (which scans every piece for control
+    codes again): chatflow's pieces are already made safe by :func:`safe_text`. Nothing
+    from Rich is imported until :meth:`to_text`, so ``sessions show`` into a pipe does not
+    load Rich at all.
+    """
+
+    __slots__ = ("parts",)
+
+    def __init__(self, text: str = "", style: str = "") -> None:
+        self.parts: list[tuple[str, str]] = [(text, style)] if text else []
+
+    def append(self, text: str, style: str = "") -> "Lines":
+        if text:
+            self.parts.append((text, style))
+        return self
+
+    @property
+    def plain(self) -> str:
+        return "".join(text for text, _ in self.parts)
+
+    def rstrip(self) -> None:
+        while self.parts:
+            text, style = self.parts[-1]
+            stripped = text.rstrip()
+            if stripped:
+                self.parts[-1] = (stripped, style)
+                return
+            self.parts.pop()
+
+    def to_text(self) -> Any:
+        from rich.text import Span, Text
+
+        plain = self.plain
+        spans = []
+        offset = 0
+        for text, style in self.parts:
+            if style:
+                spans.append(Span(offset, offset + len(text), style))
+            offset += len(text)
+        text = Text(plain, spans=spans)
+        return text
+
+    def __rich__(self) -> Any:
+        return self.to_text()
+
+    def ansi(self, color_system: str | None) -> str:
+        """The text with SGR colour codes for ``color_system`` (``None``: plain), no wrapping.
+
+        Used for terminals and pagers: the terminal wraps long lines itself, so Rich's
+        layout pass (the slow part of printing thousands of lines) is skipped.
+        """
+        if not color_system:
+            return self.plain
+        return "".join(_style_of(style, color_system).render(text, color_system=_color_system(color_system))
+                       if style else text for text, style in self.parts)
+
+
+_STYLES: dict[tuple[str, str], Any] = {}
+
+
+def _style_of(style: str, color_system: str) -> Any:
+    key = (style, color_system)
+    if key not in _STYLES:
+        from rich.style import Style
+
+        _STYLES[key] = Style.parse(style)
+    return _STYLES[key]
+
+
+def _color_system(name: str) -> Any:
+    from rich.color import ColorSystem
+
+    return {"standard": ColorSystem.STANDARD, "256": ColorSystem.EIGHT_BIT, "truecolor": ColorSystem.TRUECOLOR,
+            "windows": ColorSystem.WINDOWS}.get(name, ColorSystem.STANDARD)
+
+
 # ---------------------------------------------------------------------------------------
 # sessions ls
 # ---------------------------------------------------------------------------------------
@@ -182,7 +261,26 @@ def _role(msg: Any) -> str:
     return getattr(msg.role, "value", msg.role)
 
 
-def turn_dict(record: Any, handoffs: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+def turn_handoffs(record: Any) -> list[dict[str, Any]]:
+    """The handoffs of one turn, from its messages: each ``transfer_to_*`` call, with the
+    agent that made it and the agent that spoke next (``from_agent``, ``to_agent``,
+    ``tool_call_id``). No event-log scan is needed, so ``sessions show`` stays fast."""
+    out: list[dict[str, Any]] = []
+    msgs = record.messages
+    for index, msg in enumerate(msgs):
+        if _role(msg) != "model":
+            continue
+        for call in msg.tool_calls:
+            if call.name.startswith("transfer_to_"):
+                out.append({
+                    "from_agent": msg.agent,
+                    "to_agent": _next_agent(msgs, index, msg.agent) or call.name[len("transfer_to_"):],
+                    "tool_call_id": call.id,
+                })
+    return out
+
+
+def turn_dict(record: Any) -> dict[str, Any]:
     """One turn as JSON-ready data (``sessions show --json``)."""
     return {
         "number": record.number,
@@ -190,27 +288,16 @@ def turn_dict(record: Any, handoffs: Iterable[dict[str, Any]] = ()) -> dict[str,
         "rolled_back": record.rolled_back,
         "failed": record.failed,
         "messages": [m.to_dict() for m in record.messages],
-        "handoffs": list(handoffs),
+        "handoffs": turn_handoffs(record),
     }
 
 
-def turn_renderables(
-    record: Any,
-    *,
-    markdown: bool = False,
-    full: bool = False,
-    handoffs: Sequence[dict[str, Any]] = (),
-    width: int | None = None,
-) -> list[Any]:
+def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False, width: int | None = None) -> list[Any]:
     """The renderables of one turn (see the module docstring for the layout).
 
-    ``markdown=True`` renders the model's text as Markdown (for a terminal); otherwise the
-    text is printed as it was written. ``handoffs`` are the turn's ``handoff`` event payloads
-    (``from_agent``, ``to_agent``, ``tool_call_id``); without them handoffs are inferred from
-    ``transfer_to_*`` calls and the agent names on the model's messages.
+    Items are :class:`Lines` (with ``plain`` text and Rich styles) and, when ``markdown``
+    is true (a terminal), ``rich.markdown.Markdown`` for the model's text.
     """
-    from rich.text import Text
-
     marks = []
     if record.rolled_back:
         marks.append("rolled back")
@@ -218,90 +305,71 @@ def turn_renderables(
         marks.append("failed")
     if not record.in_window and not record.rolled_back:
         marks.append("outside the context window")
-    title = f"Turn {record.number}" + ("".join(f" · {m}" for m in marks))
+    title = f"── Turn {record.number}" + ("".join(f" · {m}" for m in marks)) + " "
     rule_style = "dim" if marks else "bold blue"
-    out: list[Any] = []
-    header = Text(f"── {title} ", style=rule_style)
-    header.append("─" * max(3, (width or 72) - len(header.plain)), style=rule_style)
-    out.append(header)
+    out: list[Any] = [Lines(title + "─" * max(3, (width or 72) - len(title)), rule_style)]
 
-    by_call = {h.get("tool_call_id"): h for h in handoffs if h.get("tool_call_id")}
     msgs = record.messages
     results = {m.tool_call_id: m for m in msgs if _role(m) == "tool"}
+    handoff_to = {h["tool_call_id"]: h["to_agent"] for h in turn_handoffs(record)}
     agent_so_far: str | None = None
-    body = Text()
+    body = Lines()
 
     def flush() -> None:
         nonlocal body
-        if body.plain:
-            body.rstrip()
+        body.rstrip()
+        if body.parts:
             out.append(body)
-        body = Text()
+        body = Lines()
 
-    for index, msg in enumerate(msgs):
+    for msg in msgs:
         role = _role(msg)
         if role == "user":
-            body.append("You: ", style="bold green")
-            body.append(safe_text(msg.content))
-            body.append("\n")
+            body.append("You: ", "bold green").append(safe_text(msg.content)).append("\n")
         elif role == "system":
-            body.append("System: ", style="bold magenta")
-            body.append(fold(safe_text(msg.content), full=full), style="dim")
+            body.append("System: ", "bold magenta").append(fold(safe_text(msg.content), full=full), "dim")
             body.append("\n")
         elif role == "model":
             agent = msg.agent or agent_so_far or "model"
-            if agent_so_far and msg.agent and msg.agent != agent_so_far and not _announced(msgs, index, by_call):
-                body.append(f"handoff: {safe_text(agent_so_far)} -> {safe_text(msg.agent)}\n", style="bold magenta")
             agent_so_far = agent
             if msg.content:
-                body.append(f"{safe_text(agent)}: ", style="bold cyan")
+                body.append(f"{safe_text(agent)}: ", "bold cyan")
                 if markdown:
                     flush()
                     from rich.markdown import Markdown
 
                     out.append(Markdown(safe_text(msg.content)))
                 else:
-                    body.append(safe_text(msg.content))
-                    body.append("\n")
+                    body.append(safe_text(msg.content)).append("\n")
             if msg.interrupted:
-                body.append("  (interrupted)\n", style="yellow")
+                body.append("  (interrupted)\n", "yellow")
             for call in msg.tool_calls:
                 result = results.get(call.id)
-                if call.name.startswith("transfer_to_"):
-                    target = by_call.get(call.id, {}).get("to_agent") or _next_agent(msgs, index) or call.name[12:]
-                    body.append(f"handoff: {safe_text(agent)} -> {safe_text(target)}\n", style="bold magenta")
+                if call.id in handoff_to:
+                    body.append(f"handoff: {safe_text(agent)} -> {safe_text(handoff_to[call.id])}\n", "bold magenta")
                     continue
-                body.append(f"{safe_text(agent)} called ", style="dim")
-                body.append(safe_text(call.name), style="bold yellow")
-                body.append(" ")
-                body.append(safe_text(pretty_json_text(call.arguments, full=full)))
-                body.append("\n")
+                body.append(f"{safe_text(agent)} called ", "dim").append(safe_text(call.name), "bold yellow")
+                body.append(" " + safe_text(pretty_json_text(call.arguments, full=full)) + "\n")
                 if result is None:
-                    body.append("  result: (waiting for --tool-result)\n", style="yellow")
+                    body.append("  result: (waiting for --tool-result)\n", "yellow")
                 else:
-                    label = "  error: " if result.is_error else "  result: "
-                    body.append(label, style="red" if result.is_error else "dim")
+                    if result.is_error:
+                        body.append("  error: ", "red")
+                    else:
+                        body.append("  result: ", "dim")
                     text = safe_text(pretty_json_text(result.content, full=full))
-                    body.append(text.replace("\n", "\n    "))
-                    body.append("\n")
+                    body.append(text.replace("\n", "\n    ") + "\n")
         # TOOL messages are shown with their call
     flush()
-    out.append(Text(""))
+    out.append(Lines())
     return out
 
 
-def _next_agent(msgs: Sequence[Any], index: int) -> str | None:
+def _next_agent(msgs: Sequence[Any], index: int, current: str | None = None) -> str | None:
     for msg in msgs[index + 1 :]:
-        if _role(msg) == "model" and msg.agent:
+        if _role(msg) == "model" and msg.agent and msg.agent != current:
             return msg.agent
     return None
-
-
-def _announced(msgs: Sequence[Any], index: int, by_call: dict[Any, Any]) -> bool:
-    """True when an earlier ``transfer_to_*`` call of this turn already shows the handoff."""
-    return any(
-        _role(m) == "model" and any(c.name.startswith("transfer_to_") for c in m.tool_calls) for m in msgs[:index]
-    )
 
 
 # ---------------------------------------------------------------------------------------

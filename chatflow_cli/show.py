@@ -41,10 +41,20 @@ def _store_or_missing(state: State, session_id: str) -> Any:
     return store
 
 
+class _NamedAgent:
+    """What ``show`` needs of an agent: its name (no need to import and build real agents)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 def _summary(store: Any, session_id: str) -> Any:
     from .core.errors import SessionNotFoundError as _NF
 
     # list_sessions has no id filter; the session context gives what show needs.
+    store.set_agent_resolver(_NamedAgent)
     try:
         session = store.get(session_id)
     except _NF:
@@ -63,14 +73,6 @@ def _pages(store: Any, session_id: str, last_turn: int, include_rolled_back: boo
         first = upto + 1
 
 
-def _handoffs_by_turn(store: Any, session_id: str) -> dict[int, list[dict[str, Any]]]:
-    out: dict[int, list[dict[str, Any]]] = {}
-    for event in store.events(session_id):
-        if event.type == "handoff":
-            out.setdefault(int(event.payload.get("turn") or 0), []).append(dict(event.payload))
-    return out
-
-
 # ---------------------------------------------------------------------------------------
 # show
 # ---------------------------------------------------------------------------------------
@@ -79,63 +81,80 @@ def show_session(
 ) -> None:
     store = _store_or_missing(state, session_id)
     session = _summary(store, session_id)
-    handoffs = _handoffs_by_turn(store, session_id)
     if include_rolled_back:  # rolled-back turns may carry numbers past the live last turn
         records: Iterator[Any] = iter(store.load_turns(session_id, first=0, last=None, include_rolled_back=True))
     else:
         records = _pages(store, session_id, session.turn_count, False)
     env = state.env
     if as_json:
-        _show_json(env.stdout, session, records, handoffs)
+        _show_json(env.stdout, session, records)
         return
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:
-        _show_paged(state, session, records, handoffs, full)
+        _show_paged(state, session, records, full)
     else:
-        console = state.out()
-        _render(console, session, records, handoffs, full, markdown=env.stdout_isatty, out=env.stdout)
+        console = state.out() if env.stdout_isatty else None
+        _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout)
 
 
 def _header(session: Any) -> Any:
-    from rich.text import Text
+    from .render import Lines
 
     status = getattr(session.status, "value", session.status)
     agent = getattr(session.active_agent, "name", "?")
-    text = Text()
-    text.append(f"Session {safe_text(session.session_id)}", style="bold")
+    text = Lines(f"Session {safe_text(session.session_id)}", "bold")
     text.append(f"  agent {safe_text(agent)} · {status} · {session.turn_count} turns · window {session.max_turns}",
-                style="dim")
+                "dim")
     if session.metadata:
-        text.append("\n" + safe_text(", ".join(f"{k}={v}" for k, v in session.metadata.items())), style="dim")
+        text.append("\n" + safe_text(", ".join(f"{k}={v}" for k, v in session.metadata.items())), "dim")
     return text
 
 
-def _render(console: Any, session: Any, records: Iterator[Any], handoffs: dict[int, list[dict[str, Any]]],
-            full: bool, *, markdown: bool, out: Any) -> None:
+def _render(console: Any, session: Any, records: Iterator[Any], full: bool, *, markdown: bool, out: Any) -> None:
+    """Print the session turn by turn as each is rendered.
+
+    ``console=None`` (a pipe): the plain text of each turn is written directly; Rich is
+    not even imported, since its layout pass is only needed for colours, wrapping and
+    Markdown on a terminal.
+    """
     from .render import turn_renderables
 
-    console.print(_header(session))
-    width = console.width
+    plain = console is None
+    width = 80 if console is None else console.width
+    if console is not None:
+        console.width = width  # fixed: otherwise Rich asks the terminal for its size on every print
+    color_system = None if console is None or console.no_color else console.color_system
+
+    def emit(item: Any) -> None:
+        if plain:
+            out.write(item.plain + "\n")
+        elif hasattr(item, "ansi"):
+            out.write(item.ansi(color_system) + "\n")
+        else:
+            console.print(item)
+
+    emit(_header(session))
     shown = 0
     for record in records:
-        if record.number == 0:
-            if not record.messages:
-                continue
-        for item in turn_renderables(record, markdown=markdown, full=full,
-                                     handoffs=handoffs.get(record.number, ()), width=width):
-            console.print(item)
+        if record.number == 0 and not record.messages:
+            continue
+        for item in turn_renderables(record, markdown=markdown, full=full, width=width):
+            emit(item)
         shown += 1
-        if shown <= 3 or shown % 20 == 0:
-            try:
-                out.flush()
-            except (AttributeError, ValueError):
-                pass
-    if shown == 0 or (shown == 1 and session.turn_count == 0):
-        console.print("(no turns yet)", style="dim")
+        if shown <= 2 or shown % 25 == 0:
+            out.flush()
+    if shown == 0:
+        emit(_no_turns())
+    out.flush()
 
 
-def _show_paged(state: State, session: Any, records: Iterator[Any], handoffs: dict[int, list[dict[str, Any]]],
-                full: bool) -> None:
+def _no_turns() -> Any:
+    from .render import Lines
+
+    return Lines("(no turns yet)", "dim")
+
+
+def _show_paged(state: State, session: Any, records: Iterator[Any], full: bool) -> None:
     """Stream the rendering into a pager process as it is produced."""
     pager_cmd = os.environ.get("PAGER") or "less"
     env = dict(os.environ)
@@ -144,13 +163,12 @@ def _show_paged(state: State, session: Any, records: Iterator[Any], handoffs: di
         proc = subprocess.Popen(shlex.split(pager_cmd), stdin=subprocess.PIPE, env=env, text=True,
                                 encoding="utf-8", errors="replace")
     except (OSError, ValueError):
-        console = state.out()
-        _render(console, session, records, handoffs, full, markdown=True, out=state.env.stdout)
+        _render(state.out(), session, records, full, markdown=True, out=state.env.stdout)
         return
     assert proc.stdin is not None
     console = state.env.console(file=proc.stdin, terminal=True)
     try:
-        _render(console, session, records, handoffs, full, markdown=True, out=proc.stdin)
+        _render(console, session, records, full, markdown=True, out=proc.stdin)
     except (BrokenPipeError, OSError):
         pass  # the user quit the pager early
     finally:
@@ -161,7 +179,7 @@ def _show_paged(state: State, session: Any, records: Iterator[Any], handoffs: di
         proc.wait()
 
 
-def _show_json(stream: Any, session: Any, records: Iterator[Any], handoffs: dict[int, list[dict[str, Any]]]) -> None:
+def _show_json(stream: Any, session: Any, records: Iterator[Any]) -> None:
     from .render import turn_dict
 
     head = {
@@ -177,7 +195,7 @@ def _show_json(stream: Any, session: Any, records: Iterator[Any], handoffs: dict
     for record in records:
         if record.number == 0 and not record.messages:
             continue
-        stream.write(("" if first else ",") + "\n" + dumps(turn_dict(record, handoffs.get(record.number, ()))))
+        stream.write(("" if first else ",") + "\n" + dumps(turn_dict(record)))
         first = False
     stream.write("\n]}\n")
 

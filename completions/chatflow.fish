@@ -1,0 +1,1 @@
+complete --command chatflow --no-files --arguments "(env _CHATFLOW_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) chatflow)" --condition "env _CHATFLOW_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) chatflow"

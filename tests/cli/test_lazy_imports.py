@@ -1,0 +1,61 @@
+"""``chatflow --help``, ``sessions ls`` and ``sessions show`` never import the heavy modules (issues 2 and 5).
+
+Each command runs in a fresh interpreter through ``chatflow_cli.cli.main``; the modules
+loaded when it exits are then checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+#: pydantic is not listed: typer 0.29 itself imports it to coerce any non-flag option (issue 2
+#: calls that "the honest floor"). httpx is: only openai brings it.
+HEAVY = ("openai", "prompt_toolkit", "rich.markdown", "llama_cpp", "httpx")
+
+PROBE = r"""
+import atexit, json, sys
+def report():
+    sys.__stderr__.write("MODULES=" + json.dumps(sorted(sys.modules)) + "\n")
+atexit.register(report)
+sys.argv = ["chatflow", *json.loads(sys.argv[1])]
+from chatflow_cli.cli import main
+main()
+"""
+
+
+def _modules(args: list[str]) -> set[str]:
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True,
+                          env=dict(os.environ), timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("MODULES=")][-1]
+    return set(json.loads(line[len("MODULES="):]))
+
+
+@pytest.fixture
+def stored_session(chatflow, provider):
+    provider.add_tool_calls([("c1", "nothing", "{}")])  # an unknown tool: an error result, then text
+    provider.add_text("Some **markdown** answer")
+    assert chatflow("chat", "-s", "lazy", "hello").returncode == 0
+    return "lazy"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["sessions", "ls"], ["sessions", "ls", "--json"], ["sessions", "show", "lazy"],
+     ["sessions", "show", "lazy", "--json"], ["sessions", "--help"], ["chat", "--help"]],
+)
+def test_no_heavy_imports(stored_session, args):
+    loaded = _modules(args)
+    heavy = sorted(m for m in loaded if m.split(".")[0] in {h.split(".")[0] for h in HEAVY if "." not in h}
+                   or m in HEAVY)
+    assert heavy == [], f"chatflow {' '.join(args)} imported {heavy}"
+
+
+def test_the_probe_can_see_heavy_imports(stored_session):
+    """The guard itself works: a chat turn does import openai."""
+    assert "openai" in _modules(["chat", "-s", "lazy", "again"])
