@@ -101,6 +101,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 _ALIASES = {"/quit": "/exit", "/q": "/exit", "/h": "/help", "/?": "/help"}
 _TICK_S = 0.08  # spinner and late-text refresh while waiting for events
+#: After Ctrl-C, how long the REPL waits for the Runner to store the interrupted turn before
+#: it gives the prompt back anyway (a server that never sends its response headers keeps
+#: the request blocked until the client's timeout); the next turn waits for that close.
+ABANDON_AFTER_S = 3.0
 
 
 # --------------------------------------------------------------------------------------
@@ -240,6 +244,7 @@ class _Outcome:
     result: Any = None
     error: BaseException | None = None
     interrupted: bool = False
+    abandoned: bool = False  # interrupted, but the turn is still closing on its worker thread
 
 
 # --------------------------------------------------------------------------------------
@@ -293,6 +298,7 @@ class Repl:
         self.last_usage_tokens: int | None = None
         self._prefill = ""
         self._typeahead: list[str] = []
+        self._closing: threading.Thread | None = None  # an interrupted turn still being stored
         self._ids_cache: tuple[float, list[str]] = (0.0, [])
         # what the toolbar shows, refreshed after each turn and command
         self.agent_name = runner.starting_agent.name
@@ -462,7 +468,7 @@ class Repl:
     # ---------------------------------------------------------------- messages and turns
     async def send(self, text: str) -> None:
         """Send ``text`` as the next user message (answering pending custom tools first)."""
-        if not await self._settle_pending():
+        if not await self._wait_closing() or not await self._settle_pending():
             self._prefill = text
             return
         self.failed_message = None
@@ -547,11 +553,13 @@ class Repl:
         view = _TurnView(self.console)
         outcome = _Outcome()
         stopping = False
+        stop_at = 0.0
 
         def interrupt() -> None:
-            nonlocal stopping
+            nonlocal stopping, stop_at
             if not stopping:
                 stopping = True
+                stop_at = loop.time()
                 cancel.set()
                 view.status("stopping…")
 
@@ -564,6 +572,10 @@ class Repl:
                         kind, value = await asyncio.wait_for(queue.get(), _TICK_S)
                     except TimeoutError:
                         view.tick()
+                        if stopping and loop.time() - stop_at > ABANDON_AFTER_S:
+                            outcome.interrupted = outcome.abandoned = True
+                            self._closing = thread
+                            break
                         continue
                     if kind == "event":
                         self._show_event(view, value, outcome)
@@ -574,7 +586,13 @@ class Repl:
                         break
             finally:
                 view.finish()
-        if isinstance(outcome.error, (RunInterrupted, KeyboardInterrupt)) or (stopping and outcome.error is not None):
+        if outcome.abandoned:
+            self.say(
+                "⏹ interrupted: the server is not answering; the turn is stored as interrupted when the request "
+                "gives up (the next message waits for that)",
+                style="yellow",
+            )
+        elif isinstance(outcome.error, (RunInterrupted, KeyboardInterrupt)) or (stopping and outcome.error is not None):
             outcome.interrupted = True
             self.say(f"⏹ interrupted: turn {self.turn} was kept as interrupted; the session is ready.", style="yellow")
         elif outcome.error is not None:
@@ -584,6 +602,29 @@ class Repl:
         elif outcome.result is not None:
             self.last_usage_tokens = outcome.result.usage.total_tokens if outcome.result.usage else None
         return outcome
+
+    async def _wait_closing(self) -> bool:
+        """Wait for an abandoned interrupted turn to be stored. False when the user stopped waiting."""
+        thread = self._closing
+        if thread is None or not thread.is_alive():
+            self._closing = None
+            return True
+        self.say("waiting for the interrupted turn to close (the server has not answered); Ctrl-C stops waiting")
+        loop = asyncio.get_running_loop()
+        gave_up = False
+
+        def stop() -> None:
+            nonlocal gave_up
+            gave_up = True
+
+        with self._watch_keys(stop), self._sigint(loop, stop):
+            while thread.is_alive() and not gave_up:
+                await asyncio.sleep(0.05)
+        if thread.is_alive():
+            return False
+        self._closing = None
+        self._refresh_info()
+        return True
 
     def _show_event(self, view: _TurnView, event: Any, outcome: _Outcome) -> None:
         data = event.data or {}
@@ -732,6 +773,8 @@ class Repl:
                 self.console.print(renderable)
 
     async def cmd_rollback(self, arg: str) -> None:
+        if not await self._wait_closing():
+            return
         session = self.store.get(self.session_id)
         count = session.turn_count if session is not None else 0
         if count == 0:
@@ -757,6 +800,8 @@ class Repl:
         self.say(f"rolled back: {removed} removed; the next message is turn {target + 1}")
 
     async def cmd_retry(self, arg: str) -> None:
+        if not await self._wait_closing():
+            return
         if self.failed_message is not None:
             await self.send(self.failed_message)
             return
@@ -775,6 +820,8 @@ class Repl:
         await self.send(text)
 
     async def cmd_agent(self, arg: str) -> None:
+        if not await self._wait_closing():
+            return
         agents = self.runner.agents
         if not arg:
             for name in agents:
@@ -806,6 +853,8 @@ class Repl:
         self.say(f"model: {arg} (from the next message)")
 
     async def cmd_metadata(self, arg: str) -> None:
+        if not await self._wait_closing():
+            return
         if not arg:
             session = self.store.get(self.session_id)
             meta = session.metadata if session is not None else {}

@@ -14,6 +14,7 @@ import time
 from typing import ClassVar
 
 from chatflow_cli.core.messages import Role, check_history
+from chatflow_cli.repl import ABANDON_AFTER_S
 from tests.repl import tools_for_repl
 
 
@@ -439,3 +440,62 @@ def test_bottom_toolbar_shows_session_agent_model_turn_context_and_tokens(repl_d
     assert "turn 1" in drawn and "ctx 1/40" in drawn
     usage = next(e.payload["usage"] for e in repl_driver.store().events(sid) if e.type == "turn.completed")
     assert f"{usage['total_tokens']} tok" in drawn
+
+
+def test_ctrl_c_while_the_server_goes_silent_mid_reply(repl_driver) -> None:
+    d = repl_driver
+    d.server.add_text("Hello there, I was saying", chunks=["Hello there,", " I was saying"], delay=[0.0, 0.0, 600.0])
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("are you there?\r")
+        d.wait_text("Hello there,")
+        started = time.monotonic()
+        d.type("\x03")
+        d.wait_text("was kept as interrupted", timeout=10)
+        assert time.monotonic() - started < ABANDON_AFTER_S, "Ctrl-C must close the silent stream at once"
+        d.type("hello\r")
+        d.wait_text("ok: hello")
+
+    d.run(script)
+    session = d.store().get(only_session(d))
+    assert session.turn_count == 2
+    assert session.turns[0].messages[1].content == "Hello there," and session.turns[0].messages[1].interrupted
+    check_history(list(session.history))
+
+
+def test_ctrl_c_when_the_server_never_answers_gives_the_prompt_back(repl_driver) -> None:
+    d = repl_driver
+    d.server.add_hang()
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("are you there?\r")
+        d.wait_for(lambda: len(d.requests()) == 1, what="the request")
+        started = time.monotonic()
+        d.type("\x03")
+        d.wait_text("the server is not answering", timeout=ABANDON_AFTER_S + 10)
+        assert time.monotonic() - started < ABANDON_AFTER_S + 5
+        d.type("/help\r")  # the REPL answers again
+        d.wait_text("/rollback [N]")
+
+    d.run(script)
+
+
+def test_retry_after_an_answer_replaces_the_last_turn(repl_driver) -> None:
+    d = repl_driver
+    d.server.add_text("A first answer.")
+    d.server.add_text("A second answer.")
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("question\r")
+        d.wait_text("A first answer.")
+        d.type("/retry\r")
+        d.wait_text("A second answer.")
+
+    d.run(script)
+    session = d.store().get(only_session(d))
+    assert session.turn_count == 1
+    assert session.turns[0].messages[-1].content == "A second answer."
+    assert [user_texts(r) for r in d.requests()] == [["question"], ["question"]]
