@@ -29,7 +29,20 @@ _EXPORTS = {
     "tool": "chatflow_cli.core.tools",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "Agent",
+    "ChatflowError",
+    "Message",
+    "Role",
+    "RunResult",
+    "Runner",
+    "SQLiteSessionStore",
+    "SessionContext",
+    "SessionStore",
+    "ToolCall",
+    "__version__",
+    "tool",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .core.agents import Agent

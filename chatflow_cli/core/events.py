@@ -89,7 +89,7 @@ class Event:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Event":
+    def from_dict(cls, data: dict[str, Any]) -> Event:
         return cls(
             session_id=data["session_id"],
             seq=int(data["seq"]),

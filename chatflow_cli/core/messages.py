@@ -21,9 +21,10 @@ to a model must pass (the session-core issue names them):
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from .errors import InvalidHistoryError
 
@@ -59,7 +60,7 @@ class ToolCall:
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ToolCall":
+    def from_dict(cls, data: dict[str, Any]) -> ToolCall:
         return cls(id=str(data["id"]), name=str(data["name"]), arguments=str(data.get("arguments", "{}")))
 
     def to_wire(self) -> dict[str, Any]:
@@ -94,11 +95,11 @@ class Message:
 
     # -- constructors -------------------------------------------------------------------
     @classmethod
-    def system(cls, content: str) -> "Message":
+    def system(cls, content: str) -> Message:
         return cls(Role.SYSTEM, content)
 
     @classmethod
-    def user(cls, content: str) -> "Message":
+    def user(cls, content: str) -> Message:
         return cls(Role.USER, content)
 
     @classmethod
@@ -109,7 +110,7 @@ class Message:
         *,
         agent: str | None = None,
         interrupted: bool = False,
-    ) -> "Message":
+    ) -> Message:
         return cls(Role.MODEL, content, tuple(tool_calls), agent=agent, interrupted=interrupted)
 
     @classmethod
@@ -121,7 +122,7 @@ class Message:
         name: str | None = None,
         is_error: bool = False,
         interrupted: bool = False,
-    ) -> "Message":
+    ) -> Message:
         return cls(
             Role.TOOL, content, tool_call_id=tool_call_id, name=name, is_error=is_error, interrupted=interrupted
         )
@@ -147,7 +148,7 @@ class Message:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Message":
+    def from_dict(cls, data: dict[str, Any]) -> Message:
         # Loading a session parses every message of its window: keep this path lean
         # (a dict look-up instead of the Enum call, no work for absent fields).
         role = _ROLES.get(data["role"]) or Role(data["role"])
@@ -168,14 +169,20 @@ class Message:
         return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str) -> "Message":
+    def from_json(cls, text: str) -> Message:
         return cls.from_dict(json.loads(text))
 
     def to_wire(self) -> dict[str, Any]:
-        """The Chat Completions form of this message (``role`` ``assistant`` for MODEL)."""
+        """The Chat Completions form of this message (``role`` ``assistant`` for MODEL).
+
+        ``content`` is always a string on the wire (``""`` when the message has none).
+        """
         data: dict[str, Any] = {"role": self.role.wire}
         if self.role is Role.MODEL:
-            data["content"] = self.content
+            # A message that only calls tools goes out with content "" rather than null:
+            # OpenAI accepts both; llama.cpp's server refuses null and its chat template
+            # breaks on a missing key.
+            data["content"] = self.content if self.content is not None else ""
             if self.tool_calls:
                 data["tool_calls"] = [call.to_wire() for call in self.tool_calls]
         elif self.role is Role.TOOL:

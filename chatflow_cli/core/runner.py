@@ -934,18 +934,11 @@ class _TurnState:
     _wire: dict[int, tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=dict)
 
     def wire(self, message: Message) -> dict[str, Any]:
-        """``message.to_wire()``, computed once per turn.
-
-        A MODEL message with tool calls and no text goes out with ``content: ""`` rather
-        than ``null``: OpenAI accepts both, llama.cpp's server (SmolLM2, issue 4 case 5)
-        refuses ``null`` and breaks on a missing key.
-        """
+        """``message.to_wire()``, computed once per turn."""
         cached = self._wire.get(id(message))
         if cached is not None and cached[0] is message:
             return cached[1]
         data = message.to_wire()
-        if message.role is Role.MODEL and data.get("content") is None:
-            data["content"] = ""
         self._wire[id(message)] = (message, data)
         return data
 
