@@ -62,8 +62,10 @@ reply are kept and pre-filled in the next prompt.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import difflib
+import logging
 import os
 import shlex
 import signal
@@ -299,6 +301,7 @@ class Repl:
         self._prefill = ""
         self._typeahead: list[str] = []
         self._closing: threading.Thread | None = None  # an interrupted turn still being stored
+        self._notes: collections.deque[logging.LogRecord] = collections.deque(maxlen=50)
         self._ids_cache: tuple[float, list[str]] = (0.0, [])
         # what the toolbar shows, refreshed after each turn and command
         self.agent_name = runner.starting_agent.name
@@ -434,18 +437,52 @@ class Repl:
             f"chatflow · session {self.session_id} ({state}) · agent {self.agent_name} · "
             f"model {self.model_name} — Enter sends, Esc-Enter new line, /help, Ctrl-D leaves"
         )
-        while not self.done:
-            try:
-                text = await self.prompt_session.prompt_async(self._prompt_message, default=self._take_prefill())
-            except KeyboardInterrupt:
-                continue  # Ctrl-C clears the line
-            except EOFError:
-                break
-            try:
-                await self.handle(text)
-            except ChatflowError as exc:
-                self.error(exc.message)
+        with self._log_notes():
+            while not self.done:
+                try:
+                    text = await self.prompt_session.prompt_async(self._prompt_message, default=self._take_prefill())
+                except KeyboardInterrupt:
+                    continue  # Ctrl-C clears the line
+                except EOFError:
+                    break
+                try:
+                    await self.handle(text)
+                except ChatflowError as exc:
+                    self.error(exc.message)
         return 0
+
+    @contextlib.contextmanager
+    def _log_notes(self) -> Iterator[None]:
+        """Show library warnings as REPL lines instead of raw stderr writes.
+
+        With no logging configured (no ``--debug``), Python would write warnings straight
+        to stderr, in the middle of the live reply. Records are queued (they may come from
+        worker threads) and printed by the loop: above the live tail during a turn, or
+        before the next prompt.
+        """
+        root = logging.getLogger()
+        if any(_writes_to_terminal(h) for h in root.handlers):  # --debug logging: leave it as it is
+            yield
+            return
+        handler = _QueueHandler(self._notes)
+        handler.setLevel(logging.WARNING)
+        root.addHandler(handler)
+        try:
+            yield
+        finally:
+            root.removeHandler(handler)
+            self._print_notes()
+
+    def _print_notes(self, view: _TurnView | None = None) -> None:
+        from rich.text import Text
+
+        while self._notes:
+            record = self._notes.popleft()
+            line = Text(f"{record.levelname.lower()}: {safe_text(record.getMessage())}", style="yellow")
+            if view is not None:
+                view.line(line)
+            else:
+                self.console.print(line)
 
     def _take_prefill(self) -> str:
         text = self._prefill + "".join(self._typeahead)
@@ -571,12 +608,15 @@ class Repl:
                     try:
                         kind, value = await asyncio.wait_for(queue.get(), _TICK_S)
                     except TimeoutError:
+                        self._print_notes(view)
                         view.tick()
                         if stopping and loop.time() - stop_at > ABANDON_AFTER_S:
                             outcome.interrupted = outcome.abandoned = True
                             self._closing = thread
                             break
                         continue
+                    if self._notes:
+                        self._print_notes(view)
                     if kind == "event":
                         self._show_event(view, value, outcome)
                     elif kind == "error":
@@ -586,6 +626,7 @@ class Repl:
                         break
             finally:
                 view.finish()
+        self._print_notes()
         if outcome.abandoned:
             self.say(
                 "⏹ interrupted: the server is not answering; the turn is stored as interrupted when the request "
@@ -952,6 +993,24 @@ def _short(text: str, *, max_lines: int = 4, max_chars: int = 240) -> str:
     if len(cut) >= len(text.rstrip("\n")):
         return text
     return f"{cut}… ({len(text) - len(cut)} more characters; /show has them all)"
+
+
+def _writes_to_terminal(handler: logging.Handler) -> bool:
+    import sys
+
+    stream = getattr(handler, "stream", None)
+    return stream is not None and stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+
+
+class _QueueHandler(logging.Handler):
+    """A logging handler that only queues records; the REPL loop prints them."""
+
+    def __init__(self, queue: collections.deque[logging.LogRecord]) -> None:
+        super().__init__()
+        self.queue = queue
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.queue.append(record)
 
 
 def _run_editor(editor: str, initial: str) -> tuple[int, str]:

@@ -499,3 +499,26 @@ def test_retry_after_an_answer_replaces_the_last_turn(repl_driver) -> None:
     assert session.turn_count == 1
     assert session.turns[0].messages[-1].content == "A second answer."
     assert [user_texts(r) for r in d.requests()] == [["question"], ["question"]]
+
+
+def test_library_warnings_print_as_lines_above_the_reply(repl_driver) -> None:
+    d = repl_driver
+    d.config.write_text(
+        '[[agents]]\nname = "Helper"\ninstructions = "You look things up."\n'
+        'tools = ["tests.repl.tools_for_repl:noisy_lookup"]\n'
+    )
+    os.environ["CHATFLOW_CONFIG"] = str(d.config)
+    d.server.add_tool_calls([("call_n", "noisy_lookup", '{"query": "plans"}')])
+    words = [f"part{i} " for i in range(40)]
+    d.server.add_text("".join(words), chunks=words, delay=0.01)
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("find plans\r")
+        d.wait_text("part39")
+
+    d.run(script)
+    screen = d.screen()
+    assert screen.count("warning: the cache for plans is cold") == 1
+    assert screen.index("warning: the cache") < screen.index("part0")
+    assert screen.count("part20") == 1

@@ -18,3 +18,15 @@ def slow_lookup(query: str) -> str:
     started.set()
     release.wait(30)
     return f"found {query}"
+
+
+def noisy_lookup(query: str) -> str:
+    """Look a query up and complain about it in the logs.
+
+    Args:
+        query: what to look up.
+    """
+    import logging
+
+    logging.getLogger("tests.repl.noisy").warning("the cache for %s is cold", query)
+    return f"found {query}"
