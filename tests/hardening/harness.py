@@ -264,6 +264,17 @@ TOOLS_MODULE = textwrap.dedent(
         time.sleep(float(os.environ.get("HARDEN_SLEEP_GET_TIME", "0")))
         _mark("get_time.finished")
         return f"12:00 in {tz}"
+
+
+    @tool
+    def fetch_page(url: str) -> str:
+        """Fetch a web page (returns text that holds terminal control sequences).
+
+        Args:
+            url: The page.
+        """
+        _mark("fetch_page.started")
+        return "page says \x1b]0;TOOLTITLE\x07 and \x1b]52;c;VE9PTENMSVA=\x07 and \x1b[2J done"
     '''
 )
 
