@@ -83,7 +83,10 @@ class InputItem:
 # input
 # ---------------------------------------------------------------------------------------
 def _check_message(text: str) -> str:
-    size = len(text.encode("utf-8", "surrogatepass"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise UsageError("the message is not valid UTF-8 (it holds a lone surrogate)") from None
     if size > MAX_MESSAGE_BYTES:
         raise UsageError(
             f"the message is too long ({size / 1048576:.1f} MiB; chatflow sends at most {MAX_MESSAGE_BYTES // 1048576} MiB)"
@@ -105,6 +108,10 @@ def _message_from(state: State, opts: ChatOptions) -> str:
 
 def _tool_output_text(raw: str) -> str:
     """``--tool-result`` output: must be JSON; passed on as the JSON text given."""
+    try:
+        json.dumps(json.loads(raw), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("--tool-result: the output is not valid UTF-8 (a lone surrogate)") from None
     try:
         json.loads(raw)
     except ValueError as exc:
@@ -136,6 +143,10 @@ def parse_input_line(number: int, line: str) -> InputItem | None:
         raise bad(f"not JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(obj, dict):
         raise bad(f"expected a JSON object, got {type(obj).__name__}")
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad("not valid UTF-8 (a lone surrogate such as \\ud800)") from None
     if isinstance(obj.get("tool_result"), dict):
         obj = {**obj, **obj.pop("tool_result")}
     item = InputItem(line=number)
@@ -384,9 +395,9 @@ def _runner(state: State, settings: Settings, opts: ChatOptions, store: Any) -> 
 def _session_for(state: State, store: Any, opts: ChatOptions, *, announce: bool = True) -> str:
     from .cli import _notice, new_session_id, validate_session_id
 
-    if opts.session and opts.continue_:
+    if opts.session is not None and opts.continue_:
         raise UsageError("give --session or --continue, not both")
-    if opts.session:
+    if opts.session is not None:
         return validate_session_id(opts.session)
     if opts.continue_:
         latest = store.latest_session_id()
@@ -469,7 +480,7 @@ def _run_items(state: State, runner: Any, store: Any, opts: ChatOptions, session
 
     settings_turns = opts.max_turns
     for item in _input_items(state):
-        sid = validate_session_id(item.session) if item.session else session_id
+        sid = validate_session_id(item.session) if item.session is not None else session_id
         if item.tool_use_id is not None:
             remaining = store.submit_tool_result(sid, item.tool_use_id, item.output or "")
             if not remaining:
@@ -530,7 +541,7 @@ def rerun_session(
             users.append(first_user.content)
     if not users:
         raise UsageError(f"session {safe_text(session_id)!r} has no user messages to re-run")
-    target = validate_session_id(into) if into else new_session_id()
+    target = validate_session_id(into) if into is not None else new_session_id()
     if store.get(target) is not None:
         raise UsageError(f"session {target!r} already exists: --into needs a new id")
     opts = ChatOptions(session=target, model=model, base_url=base_url, agent=agent, output=output)

@@ -666,6 +666,15 @@ def _silence_broken_pipe() -> None:
         pass
 
 
+def _check_utf8_args(args: list[str]) -> None:
+    """Bytes that are not UTF-8 in argv arrive as lone surrogates (PEP 383); refuse them (exit 2)."""
+    for position, arg in enumerate(args, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UsageError(f"argument {position} is not valid UTF-8 (bad byte at offset {exc.start})") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run chatflow and exit with the code of :class:`ExitStatus` that fits the outcome."""
     from typer import _click
@@ -685,6 +694,7 @@ def main(argv: list[str] | None = None) -> None:
         completion_init()
     code: int = ExitStatus.SUCCESS
     try:
+        _check_utf8_args(args)
         command = typer.main.get_command(app)
         from ._typer_fast import install
 
