@@ -44,6 +44,9 @@ class Role(str, Enum):
         return "assistant" if self is Role.MODEL else self.value
 
 
+_ROLES: dict[str, Role] = {role.value: role for role in Role}
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One tool call of a MODEL message: ``id``, function ``name``, ``arguments`` as JSON text."""
@@ -92,6 +95,20 @@ class Message:
     agent: str | None = None
     interrupted: bool = False
     is_error: bool = False
+
+    def __post_init__(self) -> None:
+        # Cheap shape checks, so a bad message fails where it is made, not deep in a store.
+        if type(self.role) is not Role:
+            if not isinstance(self.role, str) or self.role not in _ROLES:
+                raise ValueError(f"unknown role {self.role!r}: one of {', '.join(_ROLES)}")
+            object.__setattr__(self, "role", _ROLES[self.role])
+        if self.content is not None and type(self.content) is not str:
+            raise TypeError(f"message content must be str or None, got {type(self.content).__name__}")
+        if type(self.tool_calls) is not tuple:
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        for call in self.tool_calls:
+            if not isinstance(call, ToolCall):
+                raise TypeError(f"tool_calls must hold ToolCall objects, got {type(call).__name__}")
 
     # -- constructors -------------------------------------------------------------------
     @classmethod
@@ -149,6 +166,9 @@ class Message:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Message:
+        """The inverse of :meth:`to_dict`. ``ValueError``/``TypeError`` for data of another shape."""
+        if not isinstance(data, dict) or "role" not in data:
+            raise ValueError(f"a message is a JSON object with a 'role', got {type(data).__name__}")
         # Loading a session parses every message of its window: keep this path lean
         # (a dict look-up instead of the Enum call, no work for absent fields).
         role = _ROLES.get(data["role"]) or Role(data["role"])
@@ -191,9 +211,6 @@ class Message:
         else:
             data["content"] = self.content if self.content is not None else ""
         return data
-
-
-_ROLES: dict[str, Role] = {role.value: role for role in Role}
 
 
 def history_problems(messages: Sequence[Message], *, pending_ok: bool = False) -> list[str]:
