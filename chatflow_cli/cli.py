@@ -318,12 +318,15 @@ def root(
     run_chat(state, ChatOptions(message=text))
 
 
-def _start_repl(ctx: typer.Context, state: State) -> None:
+def _start_repl(ctx: typer.Context, state: State, **options: Any) -> None:
+    """Open the REPL (chatflow_cli.repl, which alone imports prompt-toolkit)."""
     try:
         from .repl import run_repl
     except ImportError as exc:  # pragma: no cover - the REPL ships with chatflow
         raise UsageError(f"the REPL is not available ({exc}); use chatflow chat MESSAGE") from None
-    run_repl(state)
+    code = run_repl(state, **options)
+    if code:
+        raise typer.Exit(code)
 
 
 # ---------------------------------------------------------------------------------------
@@ -369,8 +372,15 @@ def chat(
     input_: Annotated[InputFormat, typer.Option("--input", help="jsonl: read user messages and tool results, one JSON object a line, from stdin.", case_sensitive=False)] = InputFormat.text,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the model server.", metavar="SECONDS")] = 60.0,
 ) -> None:
-    """Send one message (or several with --input jsonl) and print the reply."""
+    """Send one message (or several with --input jsonl) and print the reply.
+
+    With no message on a terminal, the REPL opens on the session (-s/-c) instead.
+    """
     state = _state(ctx)
+    if message is None and tool_result is None and input_ is InputFormat.text and state.env.interactive:
+        _start_repl(ctx, state, session_id=session, continue_last=continue_, model=model, agent=agent,
+                    base_url=base_url, max_turns=max_turns, system=system)
+        return
     from .chat import ChatOptions, run_chat
 
     opts = ChatOptions(
