@@ -1,0 +1,508 @@
+"""The benchmark report (issue 7): every speed figure of chatflow beside the tool a user would pick instead.
+
+Run from the repository root (not collected by pytest)::
+
+    python -m tests.benchmarks.report            # the real run: several minutes
+    python -m tests.benchmarks.report --quick    # few repetitions: checks that it all works
+    python tests/benchmarks/report.py --only turn,cli --runs 9 --json report.json
+
+It prints one Markdown table -- figure, chatflow, the alternative measured in the same run,
+ratio, target, verdict -- under a line naming the machine (CPU model from /proc/cpuinfo,
+cores, Python, load average before and after: the figures are medians of repeated runs, but
+a busy machine still moves them). The sections:
+
+``turn`` (issue 2)
+    ``chatflow chat "Say hi"`` against an already running server, as a whole process, beside
+    a 10-line script that makes the same streaming request with the ``openai`` client alone.
+    "The same request" is literal: chatflow's request body is captured first (by a fake
+    server) and the script replays it, so model, messages, ``max_tokens`` and ``temperature``
+    (chatflow sends neither unless configured) are the same. The server is the local llama.cpp
+    one with SmolLM2 (:class:`chatflow_cli.core.local.LocalServer`) when the ``local`` extra
+    is installed, else the fake server in its own process (the row says which). Runs
+    alternate between the two sides. Target: at most 1.05x.
+``cli`` (issues 2 and 5)
+    ``chatflow --help`` and ``chatflow sessions ls`` (1,000 stored sessions) beside the
+    reference typer script (tests/benchmarks/reference_typer_ls.py; target 1.25x) and beside
+    ``llm --help`` / ``llm logs list -n 20`` (llm's log filled with real logged prompts to a
+    fake OpenAI-compatible model); ``sessions show`` of a 500-turn session: first turn and
+    whole output (targets 0.3 s and 1 s). Uses tests/benchmarks/bench_cli.py's functions.
+``store`` (issue 3)
+    tests/benchmarks/bench_store.py: the context window of a 10,000-turn session beside a
+    100-turn one (same time: ratio about 1), and appending one 4-message turn beside the
+    OpenAI Agents SDK's ``SQLiteSession.add_items`` (target at most 1x).
+``runner`` (issue 4)
+    tests/benchmarks/bench_runner.py: time per turn (one tool call, two requests) of the
+    Runner beside the Agents SDK's Runner with ``SQLiteSession`` (target at most 0.5x).
+``render`` (issue 6)
+    tests/benchmarks/bench_stream_render.py: a 1,500-line answer streamed into an 80x24
+    terminal, beside only reading the same stream (target at most 1.25x).
+``fakeserver`` (test infrastructure)
+    tests/benchmarks/bench_fakeserver.py: what one fake-server request costs, and a 40-turn
+    window sent through chatflow's ModelClient beside ``openai``'s typed
+    ``chat.completions.create``.
+
+A benchmark that fails prints its error in its row; the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+PY = sys.executable
+CHATFLOW = [str(Path(PY).with_name("chatflow"))] if Path(PY).with_name("chatflow").exists() else [PY, "-m",
+                                                                                                 "chatflow_cli"]
+LLM = str(Path(PY).with_name("llm")) if Path(PY).with_name("llm").exists() else shutil.which("llm")
+SECTIONS = ("turn", "cli", "store", "runner", "render", "fakeserver")
+
+#: The 10-line script of issue 2: the same streaming request with the openai client alone.
+OPENAI_ALONE = '''\
+import json, sys
+from openai import OpenAI
+
+url, body_file = sys.argv[1], sys.argv[2]
+body = json.load(open(body_file))  # chatflow's own request body: same model, messages, options
+client = OpenAI(base_url=url, api_key=body.pop("__key__"))
+for chunk in client.chat.completions.create(**body):
+    if chunk.choices and chunk.choices[0].delta.content:
+        sys.stdout.write(chunk.choices[0].delta.content)
+print()
+'''
+
+
+@dataclass
+class Row:
+    """One line of the report. Times are seconds (``None``: not measured)."""
+
+    section: str
+    figure: str
+    chatflow: float | None
+    alternative_name: str = "-"
+    alternative: float | None = None
+    target: str = "-"
+    max_ratio: float | None = None  #: the ratio the target allows, when it is a ratio
+    max_seconds: float | None = None  #: the time the target allows, when it is a time
+    note: str = ""
+    error: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.chatflow is None or not self.alternative:
+            return None
+        return self.chatflow / self.alternative
+
+    @property
+    def verdict(self) -> str:
+        if self.error:
+            return "error"
+        if self.max_ratio is not None and self.ratio is not None:
+            return "ok" if self.ratio <= self.max_ratio else "MISSED"
+        if self.max_seconds is not None and self.chatflow is not None:
+            return "ok" if self.chatflow <= self.max_seconds else "MISSED"
+        return "-"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ratio": self.ratio, "verdict": self.verdict}
+
+
+@dataclass
+class Options:
+    quick: bool
+    runs: int
+    work: Path
+    verbose: bool
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "load_average": round(os.getloadavg()[0], 2)}
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1000:.1f} ms" if seconds >= 0.001 else f"{seconds * 1000:.3f} ms"
+
+
+def clean_env(home: Path | None = None, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CHATFLOW_MODEL", "CHATFLOW_DB", "NO_COLOR", "COLUMNS",
+                 "CHATFLOW_DEBUG"):
+        env.pop(name, None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    if home is not None:
+        env["CHATFLOW_HOME"] = str(home)
+        env["CHATFLOW_CONFIG"] = str(home.parent / "no-config.toml")
+    env.update(extra)
+    return env
+
+
+def wall(cmd: list[str], env: dict[str, str], *, check: bool = True) -> float:
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    took = time.perf_counter() - started
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])}... failed ({proc.returncode}): {proc.stderr.decode()[-300:]}")
+    return took
+
+
+def alternate(cmds: dict[str, list[str] | Callable[[int], list[str]]], env: dict[str, str], runs: int,
+              warmup: int = 1) -> dict[str, float]:
+    """Median wall time of each command, the commands run in turn (so they share machine noise)."""
+    samples: dict[str, list[float]] = {name: [] for name in cmds}
+    for i in range(warmup + runs):
+        names = list(cmds)
+        names = names[i % len(names):] + names[: i % len(names)]
+        for name in names:
+            cmd = cmds[name]
+            took = wall(cmd(i) if callable(cmd) else cmd, env)
+            if i >= warmup:
+                samples[name].append(took)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def run_script(args: list[str], timeout: float, env: dict[str, str] | None = None,
+               ok: tuple[int, ...] = (0,)) -> str:
+    proc = subprocess.run([PY, *args], cwd=REPO, env=env or clean_env(), capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode not in ok:
+        raise RuntimeError(f"{Path(args[0]).name} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}")
+    return proc.stdout
+
+
+def grab(pattern: str, text: str, what: str) -> float:
+    m = re.search(pattern, text, re.M)
+    if not m:
+        raise RuntimeError(f"could not find {what} in the benchmark's output")
+    return float(m.group(1).replace(",", ""))
+
+
+@contextmanager
+def fake_server_process(script: list[dict[str, Any]] | None = None) -> Iterator[str]:
+    """``python -m tests.fakeserver`` in its own process; yields its base URL."""
+    args = [PY, "-m", "tests.fakeserver", "--port", "0"]
+    path = None
+    if script:
+        fd, path = tempfile.mkstemp(suffix=".json")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(script, fh)
+        args += ["--script", path]
+    proc = subprocess.Popen(args, cwd=REPO, env=clean_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if path:
+            os.unlink(path)
+
+
+# ---------------------------------------------------------------------------------------
+# turn: chatflow chat vs the openai client alone
+# ---------------------------------------------------------------------------------------
+@contextmanager
+def model_server(opts: Options) -> Iterator[tuple[str, str, str]]:
+    """(base URL, model name, description) of an already running server for the turn benchmark."""
+    try:
+        from chatflow_cli.core.local import LocalServer, local_available
+
+        available = local_available()
+    except ImportError:
+        available = False
+    if available:
+        # an alias other than "local": ``-m local`` would make chatflow start its own server
+        with LocalServer(alias="smollm2-135m-instruct") as server:
+            yield server.base_url, server.model, "local llama.cpp server, SmolLM2-135M"
+        return
+    opts.notes.append("turn: llama_cpp is not installed, so the turn ran against the fake server")
+    with fake_server_process() as url:
+        yield url, "fake-model", "fake server (llama_cpp not installed)"
+
+
+def bench_turn(opts: Options) -> list[Row]:
+    from tests.fakeserver import FakeServer
+
+    work = opts.work / "turn"
+    home = work / "home"
+    work.mkdir(parents=True)
+    script = work / "openai_alone.py"
+    script.write_text(OPENAI_ALONE)
+    message = "Say hi"
+    with model_server(opts) as (url, model, where):
+        # 1. chatflow's exact request, captured
+        with FakeServer() as capture:
+            env = clean_env(home)
+            wall([*CHATFLOW, "chat", "--base-url", capture.url, "-m", model, "-s", "capture", message], env)
+            body = dict(capture.requests[0])
+        body["__key__"] = "chatflow-no-key"
+        body_file = work / "body.json"
+        body_file.write_text(json.dumps(body))
+        # 2. both sides against the same running server, alternating
+        env = clean_env(home)
+        times = alternate({
+            "chatflow": lambda i: [*CHATFLOW, "chat", "--base-url", url, "-m", model, "-s", f"turn-{i}", message],
+            "openai": [PY, str(script), url, str(body_file)],
+        }, env, opts.runs)
+    sent = {k: v for k, v in body.items() if k in ("max_tokens", "temperature")}
+    return [Row("turn", f'chat "{message}", whole process ({where})', times["chatflow"],
+                "openai client alone, same request", times["openai"], "<= 1.05x", max_ratio=1.05,
+                note=f"request options: {sent or 'none beyond model/messages/stream'}")]
+
+
+# ---------------------------------------------------------------------------------------
+# cli: start-up and listing
+# ---------------------------------------------------------------------------------------
+def fill_llm_logs(user_dir: Path, entries: int) -> None:
+    """``entries`` real llm log records: prompts to a fake OpenAI-compatible model, logged by llm."""
+    code = f'''
+import os, sys
+sys.path.insert(0, {str(REPO)!r})
+from pathlib import Path
+from tests.fakeserver import FakeServer
+user = Path(os.environ["LLM_USER_PATH"])
+with FakeServer() as server:
+    (user / "extra-openai-models.yaml").write_text(
+        f"- model_id: fake\\n  model_name: fake-model\\n  api_base: {{server.url}}\\n")
+    import llm, sqlite_utils
+    from llm.migrations import migrate
+    db = sqlite_utils.Database(user / "logs.db")
+    migrate(db)
+    model = llm.get_model("fake")
+    for i in range({entries}):
+        response = model.prompt(f"Question number {{i}}: what is {{i}} + {{i}}?", key="x")
+        response.text()
+        response.log_to_db(db)
+'''
+    user_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run([PY, "-c", code], env=clean_env(LLM_USER_PATH=str(user_dir)), check=True, timeout=1800,
+                   capture_output=True)
+
+
+def bench_cli_section(opts: Options) -> list[Row]:
+    from tests.benchmarks import bench_cli
+
+    work = opts.work / "cli"
+    home = work / "home"
+    long_id = bench_cli.populate(home, sessions=1000, long_turns=500)
+    env = clean_env(home)
+    reference = [PY, str(HERE / "reference_typer_ls.py")]
+    cmds: dict[str, list[str]] = {
+        "chatflow --help": [*CHATFLOW, "--help"],
+        "reference --help": [*reference, "--help"],
+        "chatflow ls": [*CHATFLOW, "sessions", "ls"],
+        "reference ls": [*reference, "ls"],
+    }
+    rows: list[Row] = []
+    llm_error = ""
+    if LLM:
+        try:
+            llm_home = work / "llm"
+            fill_llm_logs(llm_home, 40 if opts.quick else 200)
+            env["LLM_USER_PATH"] = str(llm_home)
+            cmds["llm --help"] = [LLM, "--help"]
+            cmds["llm logs"] = [LLM, "logs", "list", "-n", "20"]
+        except Exception as exc:  # noqa: BLE001 - the row says what went wrong
+            llm_error = f"llm: {exc}"[:200]
+    else:
+        llm_error = "llm is not installed (pip install llm)"
+    times = alternate(cmds, env, opts.runs)
+    rows.append(Row("cli", "chatflow --help", times["chatflow --help"], "reference typer script --help",
+                    times["reference --help"], "<= 1.25x", max_ratio=1.25))
+    rows.append(Row("cli", "chatflow sessions ls (1,000 sessions)", times["chatflow ls"],
+                    "reference typer script ls (50 rows, rich Table)", times["reference ls"], "<= 1.25x",
+                    max_ratio=1.25))
+    if "llm logs" in times:
+        rows.append(Row("cli", "chatflow --help", times["chatflow --help"], "llm --help", times["llm --help"]))
+        rows.append(Row("cli", "chatflow sessions ls (1,000 sessions)", times["chatflow ls"],
+                        "llm logs list -n 20", times["llm logs"], "about 1/3 (issue 5)", max_ratio=0.40))
+    else:
+        rows.append(Row("cli", "chatflow sessions ls vs llm logs list -n 20", times["chatflow ls"], error=llm_error))
+    for mode, tty, extra in (("pipe", False, []), ("terminal", True, ["--no-pager"])):
+        samples = [bench_cli.first_and_total([*CHATFLOW, "sessions", "show", long_id, *extra], env, b"Turn 1", tty=tty)
+                   for _ in range(opts.runs)]
+        first = statistics.median(s[0] for s in samples)
+        whole = statistics.median(s[1] for s in samples)
+        rows.append(Row("cli", f"sessions show, 500 turns with tools, into a {mode}: first turn", first,
+                        target="<= 0.3 s", max_seconds=0.3))
+        rows.append(Row("cli", f"sessions show, 500 turns with tools, into a {mode}: whole output", whole,
+                        target="<= 1 s", max_seconds=1.0))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# store, runner, render, fake server: the other helpers' benchmarks, run and parsed
+# ---------------------------------------------------------------------------------------
+def bench_store_section(opts: Options) -> list[Row]:
+    out = run_script([str(HERE / "bench_store.py"), "--repeat", str(30 if opts.quick else 300),
+                      "--dir", str(opts.work)], timeout=3600)
+    big = grab(r"10,000-turn session.*?median\s+([\d.]+) ms", out, "the 10,000-turn window time") / 1000
+    small = grab(r"100-turn session.*?median\s+([\d.]+) ms", out, "the 100-turn window time") / 1000
+    normal = grab(r"synchronous=NORMAL \(default\)\s+median\s+([\d.]+) ms", out, "the append time") / 1000
+    full = grab(r"synchronous=FULL\s+median\s+([\d.]+) ms", out, "the FULL append time") / 1000
+    rows = [Row("store", "load context window, 10,000-turn session (max_turns 40)", big,
+                "same, 100-turn session (chatflow)", small, "about 1x (indexed)", max_ratio=1.5)]
+    m = re.search(r"SQLiteSession\.add_items.*?median\s+([\d.]+) ms", out)
+    if m:
+        sdk = float(m.group(1)) / 1000
+        rows.append(Row("store", "append one 4-message turn (WAL, synchronous=NORMAL)", normal,
+                        "Agents SDK SQLiteSession.add_items", sdk, "<= 1x", max_ratio=1.0))
+        rows.append(Row("store", "append one 4-message turn (WAL, synchronous=FULL)", full,
+                        "Agents SDK SQLiteSession.add_items", sdk, note="like-for-like fsync per commit"))
+    else:
+        rows.append(Row("store", "append one 4-message turn", normal, error="openai-agents not installed"))
+    return rows
+
+
+def bench_runner_section(opts: Options) -> list[Row]:
+    turns = 45 if opts.quick else 200  # bench_runner checks a full 40-turn window: at least 40
+    reps = 1 if opts.quick else 3
+    ours, theirs = [], []
+    for _ in range(reps):
+        out = run_script([str(HERE / "bench_runner.py"), "--turns", str(turns)], timeout=3600)
+        ours.append(grab(r"chatflow Runner.*?([\d.]+) ms/turn", out, "chatflow's time per turn") / 1000)
+        theirs.append(grab(r"Agents SDK Runner.*?([\d.]+) ms/turn", out, "the SDK's time per turn") / 1000)
+    return [Row("runner", f"Runner, one tool call per turn ({turns} turns, max_turns 40), per turn",
+                statistics.median(ours), "Agents SDK Runner + SQLiteSession(limit=160)", statistics.median(theirs),
+                "<= 0.5x", max_ratio=0.5, note=f"median of {reps} run(s)")]
+
+
+def bench_render_section(opts: Options) -> list[Row]:
+    lines = 500 if opts.quick else 1500
+    server, render = [], []
+    for _ in range(1 if opts.quick else 3):
+        # it exits 1 when it misses one of its own targets: the figures are still reported
+        out = run_script([str(HERE / "bench_stream_render.py"), "--lines", str(lines)], timeout=3600, ok=(0, 1))
+        server.append(grab(r"server streaming time: ([\d.]+) s", out, "the streaming time"))
+        render.append(grab(r"with rendering: ([\d.]+) s", out, "the rendering time"))
+    return [Row("render", f"stream a {lines:,}-line Markdown answer into 80x24 (MarkdownStream)",
+                statistics.median(render), "reading the same stream, no rendering", statistics.median(server),
+                "<= 1.25x", max_ratio=1.25)]
+
+
+def bench_fakeserver_section(opts: Options) -> list[Row]:
+    out = run_script([str(HERE / "bench_fakeserver.py"), "--requests", str(40 if opts.quick else 300)],
+                     timeout=3600)
+
+    def row_ms(where: str, client: str, kind: str) -> float:
+        pattern = rf"^{where}\s+{re.escape(client)}\s+{re.escape(kind)}\s+([\d.]+)"
+        return grab(pattern, out, f"{where}/{client}/{kind}") / 1000
+
+    rows = [Row("fakeserver", "one streamed request to the fake server (server in a thread), ModelClient",
+                row_ms("thread", "ModelClient", "streaming"), "http.client, minimal",
+                row_ms("thread", "http.client", "streaming"), note="test infrastructure")]
+    m = re.search(r"^thread\s+ModelClient\s+(\d+) messages\s+([\d.]+)", out, re.M)
+    n = re.search(r"^thread\s+openai typed\s+(\d+) messages\s+([\d.]+)", out, re.M)
+    if m and n:
+        rows.append(Row("fakeserver", f"a 40-turn window ({m.group(1)} messages) streamed, ModelClient",
+                        float(m.group(2)) / 1000, "openai typed chat.completions.create", float(n.group(2)) / 1000))
+    return rows
+
+
+RUNNERS: dict[str, Callable[[Options], list[Row]]] = {
+    "turn": bench_turn,
+    "cli": bench_cli_section,
+    "store": bench_store_section,
+    "runner": bench_runner_section,
+    "render": bench_render_section,
+    "fakeserver": bench_fakeserver_section,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# the table
+# ---------------------------------------------------------------------------------------
+def table(rows: list[Row], info: dict[str, Any], runs: int) -> str:
+    lines = [
+        f"Machine: {info['cpu']}, {info['cores']} cores, Python {info['python']} ({info['platform']}); "
+        f"load average {info['load_average']} before, {info.get('load_average_after', '?')} after; "
+        f"medians of {runs} whole-process runs (turn, cli) or of each benchmark's own repetitions.",
+        "",
+        "| figure | chatflow | alternative | alternative's time | ratio | target | verdict |",
+        "|---|---:|---|---:|---:|---|---|",
+    ]
+    for r in rows:
+        ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
+        alt = r.alternative_name if not r.error else "error: " + " ".join(r.error.split()).replace("|", "/")
+        figure = r.figure + (f" ({r.note})" if r.note else "")
+        lines.append(f"| {figure} | {fmt_time(r.chatflow)} | {alt} | {fmt_time(r.alternative)} | {ratio} | "
+                     f"{r.target} | {r.verdict} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few repetitions: check that every benchmark runs")
+    parser.add_argument("--runs", type=int, help="whole-process runs per command (default 9; 3 with --quick)")
+    parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
+    parser.add_argument("--json", type=Path, help="also write the rows and the machine as JSON here")
+    parser.add_argument("--verbose", action="store_true", help="print each section's rows as it finishes")
+    args = parser.parse_args(argv)
+    chosen = [s.strip() for s in args.only.split(",")] if args.only else list(SECTIONS)
+    unknown = [s for s in chosen if s not in RUNNERS]
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}; choose from {','.join(SECTIONS)}")
+    runs = args.runs or (3 if args.quick else 9)
+    info = machine()
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="chatflow-report-") as tmp:
+        opts = Options(quick=args.quick, runs=runs, work=Path(tmp), verbose=args.verbose)
+        for name in chosen:
+            started = time.perf_counter()
+            print(f"[{name}] running...", file=sys.stderr, flush=True)
+            try:
+                section_rows = RUNNERS[name](opts)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
+                section_rows = [Row(name, name, None, error=f"{type(exc).__name__}: {exc}"[:300])]
+            rows += section_rows
+            print(f"[{name}] done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+            if args.verbose:
+                for r in section_rows:
+                    print(f"  {r.figure}: {fmt_time(r.chatflow)} vs {fmt_time(r.alternative)} {r.verdict}",
+                          file=sys.stderr)
+        notes = opts.notes
+    info["load_average_after"] = round(os.getloadavg()[0], 2)
+    print(table(rows, info, runs))
+    for note in notes:
+        print(f"\nNote: {note}")
+    print(f"\nCommand: python -m tests.benchmarks.report{' ' + ' '.join(argv or sys.argv[1:]) if (argv or sys.argv[1:]) else ''}")
+    if args.json:
+        args.json.write_text(json.dumps({"machine": info, "runs": runs, "rows": [r.to_dict() for r in rows]},
+                                        indent=2))
+    return 1 if any(r.verdict == "error" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
