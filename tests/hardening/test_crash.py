@@ -251,3 +251,54 @@ def test_sigkill_at_a_point_of_the_turn(point: Point, setup: dict[str, Any], fak
         assert "session.recovered" in [t for _, t, _ in after[len(post):]], "a dead owner's turn was not recovered"
     rows = {row["session_id"]: row for row in h.sessions_json()}
     assert rows[SESSION]["status"] == "idle"
+
+
+# ---------------------------------------------------------------------------------------
+# custom tools (seed 003): a crash around the pending state
+# ---------------------------------------------------------------------------------------
+CUSTOM_AGENT = """
+[[agents]]
+name = "Approver"
+instructions = "Ask for approval."
+tools = [{ name = "approve_refund", description = "Ask a human.", parameters = { type = "object", properties = { order_id = { type = "string" } } } }]
+"""
+CUSTOM_POINTS = [("before", 2), ("before", 3), ("after", 3)]  # 2: the tool call's save; 3: tool.pending + idle
+
+
+@pytest.mark.parametrize("when,commit", CUSTOM_POINTS, ids=[f"{w}_commit_{c}" for w, c in CUSTOM_POINTS])
+def test_sigkill_around_a_pending_custom_tool(when: str, commit: int, fake_server: FakeServer, tmp_path: Path) -> None:
+    h.write_config(CUSTOM_AGENT)
+    db = h.default_db()
+    env = h.provider_env(fake_server)
+    first = h.run("chat", "-s", "cust", "hello", env=env)
+    assert first.returncode == 0, first
+    before = h.read_events(db, "cust")
+    fake_server.add_tool_calls([("call_refund", "approve_refund", '{"order_id": "42"}')])
+    snapshot = tmp_path / "snapshot.json"
+    proc = h.spawn("chat", "-s", "cust", "refund order 42", pythonpath=[h.FAULTS_DIR],
+                   env={**env, "CHATFLOW_HARDEN_KILL": f"{when}:{commit}", "CHATFLOW_HARDEN_SNAPSHOT": str(snapshot)})
+    proc.communicate(timeout=120)
+    assert proc.returncode == -9, "the kill hook did not fire"
+    pre = [tuple(r[1:]) for r in json.loads(snapshot.read_text()) if r[0] == "cust"]
+    post = h.read_events(db, "cust")
+    assert [tuple(e) for e in post] == pre and post[: len(before)] == before
+    h.assert_seq_gap_free(post)
+    assert h.window_problems(db, "cust", pending_ok=True) == []  # the custom call may be open: that is its state
+    rows = {row["session_id"]: row for row in h.sessions_json()}
+    assert rows["cust"]["status"] != "running"
+
+    fake_server.clear()
+    pending = [json.loads(p) for _, t, p in post if t == "tool.pending"]
+    if pending:  # the turn reached its waiting state: the next step is the tool's result
+        nxt = h.run("chat", "-s", "cust", "--tool-result", "call_refund", '{"approved": true}', env=env)
+        assert nxt.returncode == 0, nxt
+        sent = fake_server.requests[-1]["messages"]
+        assert sent[-1] == {"role": "tool", "tool_call_id": "call_refund", "content": '{"approved": true}'}
+    else:  # killed before it: the dead owner's turn is closed on the next message
+        nxt = h.run("chat", "-s", "cust", "are you there?", env=env)
+        assert nxt.returncode == 0, nxt
+        assert nxt.stdout == "ok: are you there?\n"
+    after = h.read_events(db, "cust")
+    assert after[: len(post)] == post
+    h.assert_seq_gap_free(after)
+    assert h.window_problems(db, "cust", pending_ok=False) == []

@@ -188,17 +188,21 @@ def test_eight_processes_creating_a_fresh_home_at_once_under_umask_000(fake_serv
         conn.close()
 
 
-def test_every_directory_chatflow_creates_is_private_under_umask_000(fake_server: FakeServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("via", ["CHATFLOW_HOME", "--db"])
+def test_every_directory_chatflow_creates_is_private_under_umask_000(via: str, fake_server: FakeServer,
+                                                                    tmp_path: Path) -> None:
     """Not only the data directory: a world-writable parent would let anyone swap it."""
     base = tmp_path / "base"
     base.mkdir()
     home = base / "a" / "b" / "home"
     env = h.env_for(h.provider_env(fake_server, CHATFLOW_HOME=str(home)))
-    proc = subprocess.run([*h.COMMAND, "chat", "-s", "s", "hi"], env=env, stdin=subprocess.DEVNULL,
+    args = ["chat", "-s", "s", "hi"] if via == "CHATFLOW_HOME" else ["--db", str(home / "my.db"), "chat", "-s", "s", "hi"]
+    proc = subprocess.run([*h.COMMAND, *args], env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, preexec_fn=lambda: os.umask(0), timeout=300)
     assert proc.returncode == 0, proc
     for directory in (base / "a", base / "a" / "b", home):
         assert _mode(directory) & 0o077 == 0, f"{directory} was created {oct(_mode(directory))}"
+    _private_files(home)
 
 
 def test_repl_history_file_is_private_under_umask_000(fake_server: FakeServer, tmp_path: Path) -> None:
