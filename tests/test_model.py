@@ -465,3 +465,57 @@ def test_messages_round_trip_through_the_wire(fake_server: FakeServer) -> None:
                Message.tool("call_W", "sunny"), Message.model("It is sunny."), Message.user("thanks")]
     client_for(fake_server).complete("fake-model", [m.to_wire() for m in history])
     assert json.loads(json.dumps(fake_server.requests[0]["messages"])) == [m.to_wire() for m in history]
+
+
+def cancel_once_the_request_waits(server: FakeServer, cancel: Any, after: float = 0.3) -> dict[str, float]:
+    """Call ``cancel()`` ``after`` seconds after the server received the request; returns
+    ``{"at": monotonic time of the call}`` once it happened."""
+    done: dict[str, float] = {}
+
+    def run() -> None:
+        deadline = time.monotonic() + 20
+        while not server.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(after)
+        done["at"] = time.monotonic()
+        cancel()
+
+    threading.Thread(target=run, daemon=True).start()
+    return done
+
+
+def request_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "chatflow-request" and t.is_alive()]
+
+
+@pytest.mark.parametrize("how", ["cancel()", "event"])
+def test_cancel_aborts_a_request_whose_server_never_sends_headers(fake_server: FakeServer, how: str) -> None:
+    """A hung server (no status line, no headers): cancelling ends the stream at once as an
+    interrupted turn -- not at the 30 s read timeout --, the request's connection is shut
+    (its thread ends) and openai does not retry it."""
+    fake_server.add_hang()
+    fake_server.add_text("a retry must not be sent")
+    cancel = threading.Event()
+    stream = client_for(fake_server, timeout=30, max_retries=2).stream("fake-model", USER, cancel=cancel)
+    cancelled = cancel_once_the_request_waits(fake_server, stream.cancel if how == "cancel()" else cancel.set)
+    items = list(stream)
+    ended = time.monotonic()
+    assert items == [ModelTurn(None, [], None, None, interrupted=True)]
+    assert stream.turn == items[-1] and stream.partial().interrupted
+    assert ended - cancelled["at"] < 1.0, f"the stream ended {ended - cancelled['at']:.1f} s after the cancel"
+    deadline = time.monotonic() + 2
+    while request_threads() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert request_threads() == [], "the pending request was left waiting instead of aborted"
+    time.sleep(1.0)  # openai's first retry would come after 0.5-1 s
+    assert len(fake_server.requests) == 1 and fake_server.pending == 1, "the cancelled request was retried"
+
+
+def test_the_client_works_after_a_cancelled_pending_request(fake_server: FakeServer) -> None:
+    client = client_for(fake_server, timeout=30)
+    fake_server.add_hang()
+    stream = client.stream("fake-model", USER)
+    cancel_once_the_request_waits(fake_server, stream.cancel, after=0.1)
+    assert list(stream)[-1].interrupted
+    fake_server.add_text("fine again")
+    assert client.complete("fake-model", USER).content == "fine again"

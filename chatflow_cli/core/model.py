@@ -46,9 +46,11 @@ Usage::
             turn = item
 
 Interrupting: pass ``cancel=threading.Event()``; when it is set (or
-:meth:`ModelStream.cancel` is called, from any thread) the stream stops at the next chunk
-boundary, closes the connection and yields, as its last item, the partial
-:class:`ModelTurn` with ``interrupted=True``. When iteration is cut by an exception
+:meth:`ModelStream.cancel` is called, from any thread) the stream stops at once -- also
+while the request still waits for the server's response headers, connects, or sleeps
+between openai's retries -- aborts the connection (the server sees it close) and yields,
+as its last item, the partial :class:`ModelTurn` with ``interrupted=True``. A cancelled
+request is never retried. When iteration is cut by an exception
 (``KeyboardInterrupt``, a provider error), :meth:`ModelStream.partial` still gives what
 arrived so far, so the Runner can persist partial text as interrupted (issue 4).
 """
@@ -463,11 +465,14 @@ class ModelClient:
                         key = NO_KEY_PLACEHOLDER
                     import openai  # lazy: importing openai costs ~0.2 s
 
+                    http_client = openai.DefaultHttpxClient()  # openai's own defaults (limits, redirects)
+                    _make_abortable(http_client)
                     self._client = openai.OpenAI(
                         base_url=self.base_url,
                         api_key=key,
                         timeout=openai.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
                         max_retries=self.max_retries,
+                        http_client=http_client,
                     )
         return self._client
 
@@ -505,7 +510,8 @@ class ModelClient:
             tools: function tool definitions (``{"type": "function", "function": {...}}``).
             tool_choice: ``"auto"``, ``"required"``, ``"none"`` or
                 ``{"type": "function", "function": {"name": ...}}``.
-            cancel: set it (from any thread) to stop at the next chunk boundary.
+            cancel: set it (from any thread) to stop the stream within ~50 ms, also while the
+                request waits for the server's first answer (see :meth:`ModelStream.cancel`).
             extra_body: extra JSON fields for servers that accept more (``seed``, ``top_k``…).
 
         Returns:
@@ -627,6 +633,139 @@ def _mentions_stream_options(exc: Any) -> bool:
     return "stream_options" in text or "include_usage" in text
 
 
+# --------------------------------------------------------------------------------------
+# aborting a request from another thread
+# --------------------------------------------------------------------------------------
+# A request that waits for the server's status line is blocked inside httpx, out of reach
+# of the response object (there is none yet). So the connections chatflow's HTTP client
+# makes are wrapped: on every read and write a connection reports to the ModelStream whose
+# request runs in the current thread (``_owner``), and that stream can then shut the socket
+# down from any thread, which wakes the blocked read at once.
+_owner = threading.local()
+_aborted_class: Any = None
+
+
+def _request_aborted() -> BaseException:
+    """The exception a cancelled request's I/O raises: an ``openai.OpenAIError``, which openai
+    re-raises as it is, without retrying (any other error would be retried)."""
+    global _aborted_class
+    if _aborted_class is None:
+        import openai
+
+        class RequestAborted(openai.OpenAIError):
+            """The request was cancelled by chatflow (internal; never leaves ModelStream)."""
+
+        _aborted_class = RequestAborted
+    return _aborted_class("the request was cancelled")
+
+
+def _shutdown(connection: Any) -> None:
+    """Shut a connection's socket down (both ways): a read blocked on it in another thread returns."""
+    try:
+        sock = connection.get_extra_info("socket") if connection is not None else None
+        if sock is not None:
+            import socket
+
+            # the plain socket method: SSLSocket.shutdown would also drop its TLS object under
+            # the reading thread's feet
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except Exception:  # noqa: BLE001 - already closed or never connected: nothing to wake
+        pass
+
+
+class _AbortableConnection:
+    """An httpcore network stream that reports to the current thread's ModelStream and fails
+    fast once that stream is cancelled."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def _claim(self) -> "ModelStream | None":
+        owner: ModelStream | None = getattr(_owner, "stream", None)
+        if owner is not None:
+            owner._attach(self)
+            if owner._stopping():
+                raise _request_aborted()
+        return owner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        owner = self._claim()
+        try:
+            data = self._inner.read(max_bytes, timeout)
+        except Exception:
+            if owner is not None and owner._stopping():
+                raise _request_aborted() from None
+            raise
+        if not data and owner is not None and owner._stopping():
+            raise _request_aborted()
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        owner = self._claim()
+        try:
+            self._inner.write(buffer, timeout)
+        except Exception:
+            if owner is not None and owner._stopping():
+                raise _request_aborted() from None
+            raise
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, *args: Any, **kwargs: Any) -> "_AbortableConnection":
+        return _AbortableConnection(self._inner.start_tls(*args, **kwargs))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _AbortableBackend:
+    """Wraps httpcore's network backend so that every connection is an :class:`_AbortableConnection`."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def _wrap(self, connection: Any) -> _AbortableConnection:
+        wrapped = _AbortableConnection(connection)
+        owner: ModelStream | None = getattr(_owner, "stream", None)
+        if owner is not None and owner._stopping():  # cancelled while connecting
+            connection.close()
+            raise _request_aborted()
+        return wrapped
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> _AbortableConnection:
+        return self._wrap(self._inner.connect_tcp(*args, **kwargs))
+
+    def connect_unix_socket(self, *args: Any, **kwargs: Any) -> _AbortableConnection:
+        return self._wrap(self._inner.connect_unix_socket(*args, **kwargs))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _make_abortable(http_client: Any) -> bool:
+    """Wrap the network backend of every connection pool of an ``httpx`` client (the direct
+    transport and any proxy mounts). Reaches into httpx/httpcore internals, so it checks each
+    step and returns ``False`` when they changed: cancelling then still ends the iteration at
+    once (the request runs on a helper thread) but the socket stays open until the server
+    answers or the timeout."""
+    transports = [getattr(http_client, "_transport", None), *(getattr(http_client, "_mounts", None) or {}).values()]
+    done = False
+    for transport in transports:
+        pool = getattr(transport, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if backend is None or not callable(getattr(backend, "connect_tcp", None)):
+            continue
+        if not isinstance(backend, _AbortableBackend):
+            pool._network_backend = _AbortableBackend(backend)
+        done = True
+    return done
+
+
 class ModelStream:
     """One streamed request: iterate for deltas then the final :class:`ModelTurn`.
 
@@ -643,6 +782,10 @@ class ModelStream:
         self._cancel = cancel if cancel is not None else threading.Event()
         self._response: Any = None
         self._closed = False
+        self._lock = threading.Lock()
+        self._connection: Any = None  # the connection of the request, while it is ours
+        self._done = False  # finished: the connection may serve another request now
+        self._abandoned = False  # left by the iterating side (cancel, Ctrl-C) while opening
         self.accumulator = StreamAccumulator()
         self.turn: ModelTurn | None = None
         self._gen: Iterator[StreamDelta | ModelTurn] = self._run()
@@ -668,9 +811,10 @@ class ModelStream:
         return self.accumulator.result(interrupted=True)
 
     def cancel(self) -> None:
-        """Stop the stream: sets the cancel event and closes the connection, which wakes a
-        read that is waiting for the next chunk. The iteration then ends with the partial
-        turn (``interrupted=True``)."""
+        """Stop the stream, from any thread: sets the cancel event and shuts the connection
+        down, which wakes a read waiting for the next chunk -- or for the response headers of
+        a server that never answers. The iteration then ends at once with the partial turn
+        (``interrupted=True``); the request is not retried."""
         self._cancel.set()
         self._shutdown_socket()
         self._close_response()
@@ -681,19 +825,39 @@ class ModelStream:
         self._close_response()
         self._gen.close()
 
+    # -- aborting ------------------------------------------------------------------------
+    def _stopping(self) -> bool:
+        return self._abandoned or self._cancel.is_set()
+
+    def _attach(self, connection: Any) -> None:
+        """Called by the connection a request of this stream reads or writes on (helper thread)."""
+        with self._lock:
+            if self._done:
+                return
+            self._connection = connection
+            if self._stopping():
+                _shutdown(connection)
+
     def _shutdown_socket(self) -> None:
         # Closing a response from another thread does not wake a blocked recv(); shutting
-        # the socket down does (httpcore exposes it as the "network_stream" extension).
-        response = self._response
-        try:
-            network = response.extensions.get("network_stream") if response is not None else None
-            sock = network.get_extra_info("socket") if network is not None else None
-            if sock is not None:
-                import socket
+        # the socket down does. The connection is known from its first read or write (see
+        # _AbortableConnection), else -- once the headers came -- from the response's
+        # "network_stream" extension. Never after the stream finished: the pool may have
+        # given the connection to another request since.
+        with self._lock:
+            if self._done:
+                return
+            connection = self._connection
+            if connection is None and self._response is not None:
+                connection = self._response.extensions.get("network_stream")
+            _shutdown(connection)
 
-                sock.shutdown(socket.SHUT_RDWR)
-        except Exception:  # noqa: BLE001 - best effort; the next chunk or the timeout ends the read anyway
-            pass
+    def _release(self) -> None:
+        """The request is over: forget its connection, then close the response."""
+        with self._lock:
+            self._done = True
+            self._connection = None
+        self._close_response()
 
     def _close_response(self) -> None:
         response = self._response
@@ -704,6 +868,68 @@ class ModelStream:
                 pass
 
     def _open(self) -> Any:
+        """Send the request on a helper thread and wait for its response headers; ``None``
+        when the stream was cancelled first (the request is then aborted, never retried).
+
+        The helper thread lets a cancel end the wait at once whatever httpx and openai are
+        doing (connecting, waiting for headers, sleeping before a retry); the connection is
+        shut down too, so the server sees the request go and the thread ends promptly.
+        """
+        result: dict[str, Any] = {}
+        finished = threading.Event()
+
+        def send() -> None:
+            _owner.stream = self
+            try:
+                opened = self._send()
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                result["error"] = exc
+            else:
+                with self._lock:
+                    abandoned = self._abandoned
+                    if not abandoned:
+                        result["stream"] = opened
+                if abandoned:
+                    try:
+                        opened.response.close()
+                    except Exception:  # noqa: BLE001 - closing a shut-down socket may complain
+                        pass
+            finally:
+                _owner.stream = None
+                finished.set()
+
+        threading.Thread(target=send, name="chatflow-request", daemon=True).start()
+        cancel = self._cancel
+        try:
+            while not finished.wait(0.05):
+                if cancel.is_set():
+                    break
+        except BaseException:  # Ctrl-C while waiting: abort the request, then let it propagate
+            self._abandon(result)
+            raise
+        if cancel.is_set():
+            self._abandon(result)
+            return None
+        if "error" in result:
+            error = result["error"]
+            if self._stopping():
+                return None
+            raise error
+        return result["stream"]
+
+    def _abandon(self, result: dict[str, Any]) -> None:
+        """Leave the request: its thread closes what it gets from now on; close what it got."""
+        with self._lock:
+            self._abandoned = True
+            opened = result.pop("stream", None)
+        self._shutdown_socket()
+        if opened is not None:
+            try:
+                opened.response.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _send(self) -> Any:
         import openai
 
         client = self._client
@@ -741,7 +967,16 @@ class ModelStream:
             self.turn = acc.result(interrupted=True)
             yield self.turn
             return
-        stream = self._open()
+        try:
+            stream = self._open()
+        except BaseException:
+            self._release()
+            raise
+        if stream is None:  # cancelled before the response headers came
+            self._release()
+            self.turn = acc.result(interrupted=True)
+            yield self.turn
+            return
         self._response = stream.response
         try:
             ctype = (stream.response.headers.get("content-type") or "").lower()
@@ -769,7 +1004,7 @@ class ModelStream:
                         f"the server at {client.display_url} sent an empty stream (no events)"
                     )
         finally:
-            self._close_response()
+            self._release()
         self.turn = acc.result(interrupted=cancel.is_set())
         yield self.turn
 

@@ -670,3 +670,45 @@ def test_cancel_before_the_server_answers_is_an_interrupt_not_a_failure(
     assert events_of(store, "hung", "turn.failed") == []
     assert len(events_of(store, "hung", "turn.interrupted")) == 1
     assert store.get("hung").status is SessionStatus.IDLE
+
+
+def test_a_cancel_event_set_while_the_server_hangs_interrupts_the_turn_at_once(
+    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any, db_path: Any
+) -> None:
+    """The server took the request and never sends headers; the client would wait 20 s. A
+    cancel event set 0.3 s in ends the run at once as an interrupt; the session is idle,
+    valid, and answers the next message."""
+    runner = make_runner(Agent("A", "x", model=MODEL))  # client read timeout: 20 s
+    fake_server.add_hang()
+    cancel = threading.Event()
+    cancelled: dict[str, float] = {}
+
+    def cancel_when_waiting() -> None:
+        deadline = time.monotonic() + 20
+        while not fake_server.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        cancelled["at"] = time.monotonic()
+        cancel.set()
+
+    threading.Thread(target=cancel_when_waiting, daemon=True).start()
+    with pytest.raises(RunInterrupted):
+        runner.run("hung-long", "hello?", cancel=cancel)
+    ended = time.monotonic()
+    assert ended - cancelled["at"] < 1.0, f"the run ended {ended - cancelled['at']:.1f} s after the cancel"
+    assert events_of(store, "hung-long", "turn.failed") == []
+    interrupted = events_of(store, "hung-long", "turn.interrupted")
+    assert len(interrupted) == 1 and interrupted[0].payload["turn"] == 1
+    other = sqlite_store(db_path)  # what another process sees
+    session = other.get("hung-long")
+    other.close()
+    assert session.status is SessionStatus.IDLE
+    assert [m.role for m in session.history] == [Role.USER]  # nothing was said: no partial message
+    check_history(session.history)
+    assert len(fake_server.requests) == 1
+
+    fake_server.add_text("here now")
+    again = runner.run("hung-long", "still there?")
+    assert again.content == "here now" and again.turn == 2 and again.status is SessionStatus.IDLE
+    assert roles(fake_server.requests[-1]["messages"])[-1] == "user"
+    check_history(store.get("hung-long").history)
