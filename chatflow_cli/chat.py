@@ -109,13 +109,14 @@ def _message_from(state: State, opts: ChatOptions) -> str:
 def _tool_output_text(raw: str) -> str:
     """``--tool-result`` output: must be JSON; passed on as the JSON text given."""
     try:
-        json.dumps(json.loads(raw), ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise UsageError("--tool-result: the output is not valid UTF-8 (a lone surrogate)") from None
-    try:
-        json.loads(raw)
+        value = json.loads(raw)
     except ValueError as exc:
         raise UsageError(f"--tool-result: the output is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    try:
+        raw.encode("utf-8")
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("--tool-result: the output is not valid UTF-8 (a lone surrogate)") from None
     return raw
 
 
@@ -226,7 +227,9 @@ class _Output:
         if self.mode == "text":
             env = self.state.env
             err = env.console(stderr=True) if env.stderr_isatty else None
-            printer = ReplyPrinter(env.console(), err, live=env.stdout_isatty)
+            # into a pipe the reply is written straight to stdout: no Rich console needed
+            out = env.console() if env.stdout_isatty else None
+            printer = ReplyPrinter(out, err, live=env.stdout_isatty, file=env.stdout)
         result = None
         try:
             for ev in events:

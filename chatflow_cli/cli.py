@@ -354,22 +354,22 @@ class InputFormat(str, Enum):
 )
 def chat(
     ctx: typer.Context,
-    message: Annotated[Optional[str], typer.Argument(help="The message; '-' (or no message with piped stdin) reads stdin.", show_default=False)] = None,
-    session: Annotated[Optional[str], typer.Option("--session", "-s", help="Session id (created when new; a new id is generated and printed to stderr when absent).", autocompletion=complete_session_id)] = None,
+    message: Annotated[Optional[str], typer.Argument(metavar="MESSAGE", help="The message; '-' (or no message with piped stdin) reads stdin.", show_default=False)] = None,
+    session: Annotated[Optional[str], typer.Option("--session", "-s", metavar="ID", help="Session id (created when new; a new id is generated and printed to stderr when absent).", autocompletion=complete_session_id)] = None,
     continue_: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recently updated session.")] = False,
-    system: Annotated[Optional[str], typer.Option("--system", help="System prompt for a new session.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model name ('local' for the embedded llama.cpp model); overrides CHATFLOW_MODEL and config.")] = None,
-    base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; overrides OPENAI_BASE_URL.")] = None,
-    agent: Annotated[Optional[str], typer.Option("--agent", "-a", help="Start with this configured agent (a new session).")] = None,
-    max_turns: Annotated[Optional[int], typer.Option("--max-turns", min=1, help="Turns kept in the context window of a new session.")] = None,
+    system: Annotated[Optional[str], typer.Option("--system", metavar="TEXT", help="System prompt for a new session.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", help="Model name ('local' for the embedded llama.cpp model); overrides CHATFLOW_MODEL and config.")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; overrides OPENAI_BASE_URL.")] = None,
+    agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="Start with this configured agent (a new session).")] = None,
+    max_turns: Annotated[Optional[int], typer.Option("--max-turns", min=1, metavar="N", help="Turns kept in the context window of a new session.")] = None,
     metadata: Annotated[Optional[list[str]], typer.Option("--metadata", help="KEY=VALUE stored on the session (repeatable).", metavar="KEY=VALUE")] = None,
-    message_id: Annotated[Optional[str], typer.Option("--message-id", help="Webhook message id: an id seen in the last 192 h is skipped (exit 0).")] = None,
-    idempotency_key: Annotated[Optional[str], typer.Option("--idempotency-key", help="Resending with the same key returns the stored turn instead of a new one.")] = None,
+    message_id: Annotated[Optional[str], typer.Option("--message-id", metavar="ID", help="Webhook message id: an id seen in the last 192 h is skipped (exit 0).")] = None,
+    idempotency_key: Annotated[Optional[str], typer.Option("--idempotency-key", metavar="KEY", help="Resending with the same key returns the stored turn instead of a new one.")] = None,
     tool_result: Annotated[Optional[tuple[str, str]], typer.Option("--tool-result", help="Answer a pending custom tool: TOOL_USE_ID JSON.", metavar="TOOL_USE_ID JSON")] = None,
     wait: Annotated[float, typer.Option("--wait", min=0, help="Seconds to wait for a busy session before giving up.", metavar="SECONDS")] = 0.0,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="text (rendered on a terminal), json (one object) or jsonl (events).", case_sensitive=False)] = OutputFormat.text,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", metavar="text|json|jsonl", help="text (rendered on a terminal), json (one object) or jsonl (events).", case_sensitive=False)] = OutputFormat.text,
     json_: Annotated[bool, typer.Option("--json", help="Same as --output json.")] = False,
-    input_: Annotated[InputFormat, typer.Option("--input", help="jsonl: read user messages and tool results, one JSON object a line, from stdin.", case_sensitive=False)] = InputFormat.text,
+    input_: Annotated[InputFormat, typer.Option("--input", metavar="text|jsonl", help="jsonl: read user messages and tool results, one JSON object a line, from stdin.", case_sensitive=False)] = InputFormat.text,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the model server.", metavar="SECONDS")] = 60.0,
 ) -> None:
     """Send one message (or several with --input jsonl) and print the reply.
@@ -410,9 +410,9 @@ def chat(
 @sessions_app.command("ls", epilog="\b\nExamples:\n  chatflow sessions ls\n  chatflow sessions ls --status running --json")
 def sessions_ls(
     ctx: typer.Context,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="At most this many, newest first (0: all).")] = 50,
-    agent: Annotated[Optional[str], typer.Option("--agent", "-a", help="Only sessions whose active agent is this.")] = None,
-    status: Annotated[Optional[str], typer.Option("--status", help="Only this status: idle, running, rescheduled, terminated.")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=0, metavar="N", help="At most this many, newest first (0: all).")] = 50,
+    agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="Only sessions whose active agent is this.")] = None,
+    status: Annotated[Optional[str], typer.Option("--status", metavar="STATUS", help="Only this status: idle, running, rescheduled, terminated.")] = None,
     json_: Annotated[bool, typer.Option("--json", help="A JSON array instead of a table.")] = False,
 ) -> None:
     """List stored sessions: id, active agent, status, turns, last update, preview."""
@@ -459,8 +459,8 @@ def sessions_show(
 def sessions_rollback(
     ctx: typer.Context,
     session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id.", autocompletion=complete_session_id)],
-    to: Annotated[Optional[int], typer.Option("--to", min=0, help="Keep turns 1..N (N as 'sessions show' numbers them).")] = None,
-    last: Annotated[Optional[int], typer.Option("--last", min=1, help="Remove the last K turns.")] = None,
+    to: Annotated[Optional[int], typer.Option("--to", min=0, metavar="N", help="Keep turns 1..N (N as 'sessions show' numbers them).")] = None,
+    last: Annotated[Optional[int], typer.Option("--last", min=1, metavar="K", help="Remove the last K turns.")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
 ) -> None:
     """Remove the newest turns of a session (all or nothing)."""
@@ -513,10 +513,10 @@ def replay(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="One JSON event a line.")] = False,
     rerun: Annotated[bool, typer.Option("--rerun", help="Send the user messages again, one turn each, into a new session.")] = False,
-    into: Annotated[Optional[str], typer.Option("--into", help="With --rerun: the new session's id.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="With --rerun: the model to use.")] = None,
-    base_url: Annotated[Optional[str], typer.Option("--base-url", help="With --rerun: the endpoint.")] = None,
-    agent: Annotated[Optional[str], typer.Option("--agent", "-a", help="With --rerun: the starting agent.")] = None,
+    into: Annotated[Optional[str], typer.Option("--into", metavar="ID", help="With --rerun: the new session's id.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", help="With --rerun: the model to use.")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="With --rerun: the endpoint.")] = None,
+    agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="With --rerun: the starting agent.")] = None,
 ) -> None:
     """Print a session's event log in seq order, or re-run its user messages."""
     state = _state(ctx)
@@ -628,7 +628,7 @@ def config_show(
 
 @app.command(epilog="\b\nExamples:\n  chatflow completion bash > ~/.local/share/bash-completion/completions/chatflow\n  chatflow completion fish > ~/.config/fish/completions/chatflow.fish")
 def completion(
-    shell: Annotated[str, typer.Argument(help="bash, zsh or fish.")],
+    shell: Annotated[str, typer.Argument(metavar="SHELL", help="bash, zsh or fish.")],
 ) -> None:
     """Print the shell completion script (session ids complete from the store)."""
     sys.stdout.write(completion_script(shell) + "\n")

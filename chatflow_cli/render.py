@@ -423,15 +423,15 @@ class ReplyPrinter:
     go to stderr only when stderr is a terminal, so stdout holds the answer and nothing else.
     """
 
-    def __init__(self, out_console: Any, err_console: Any | None, *, live: bool) -> None:
+    def __init__(self, out_console: Any | None, err_console: Any | None, *, live: bool, file: Any = None) -> None:
         self.out = out_console
         self.err = err_console
-        self.live_enabled = live
+        self.live_enabled = live and out_console is not None
         self._stream: Any = None
         self._text = ""
         self._printed_any = False
-        self._file = out_console.file
-        if live:
+        self._file = file if file is not None else out_console.file
+        if self.live_enabled:
             from .markdown_stream import MarkdownStream
 
             self._stream = MarkdownStream(out_console, live=True)
