@@ -306,3 +306,43 @@ def test_sixteen_parallel_chats_and_ls_loop(chatflow, provider):
     assert sorted(s["session_id"] for s in listed) == sorted(f"p{i}" for i in range(1, 17))
     with sqlite3.connect(_db()) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_busy_session_exit_4_then_wait(chatflow, provider):
+    import subprocess
+
+    from tests.cli.conftest import COMMAND, REPO  # noqa: PLC0415
+
+    provider.add_text("slow answer here", chunks=["slow", " answer", " here"], delay=1.0)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    first = subprocess.Popen([*COMMAND, "chat", "-s", "busy", "first"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            listed = chatflow("sessions", "ls", "--json").json()
+            if listed and listed[0]["status"] == "running":
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the first turn never showed as running")
+        busy = chatflow("chat", "-s", "busy", "second")
+        assert busy.returncode == 4, busy
+        assert len(busy.stderr_lines) == 1 and ("busy" in busy.stderr or "running" in busy.stderr), busy
+        waited = chatflow("chat", "-s", "busy", "--wait", "60", "third", timeout=120)
+        assert waited.returncode == 0, waited
+        assert waited.stdout == "ok: third\n"
+    finally:
+        out, err = first.communicate(timeout=120)
+    assert first.returncode == 0 and out == b"slow answer here\n", err
+    turns = chatflow("sessions", "show", "busy", "--json").json()["turns"]
+    assert [t["messages"][0]["content"] for t in turns] == ["first", "third"]
+
+
+def test_agent_flag_starts_with_that_agent(chatflow, provider, config_file):
+    config_file('[[agents]]\nname = "Support"\ninstructions = "S"\n[[agents]]\nname = "Billing"\ninstructions = "B"\n')
+    r = chatflow("chat", "-s", "ag", "-a", "Billing", "--json", "hi")
+    assert r.returncode == 0 and r.json()["agent"] == "Billing", r
+    assert provider.requests[0]["messages"][0] == {"role": "system", "content": "B"}
+    r = chatflow("chat", "-s", "ag2", "-a", "Nobody", "hi")
+    assert r.returncode == 3 and "Nobody" in r.stderr, r
