@@ -341,6 +341,87 @@ def test_begin_turn_creates_claims_and_releases(store: BaseSessionStore, agent: 
     assert second.turn == 2 and second.session.metadata == {"channel": "cli"}
 
 
+def _window_loads(store: BaseSessionStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the store's context-window queries (``_Tx.window`` of its transaction class)."""
+    from chatflow_cli.core.memory import _MemoryTx
+    from chatflow_cli.core.sqlite_store import _SQLiteTx
+
+    tx_class = _SQLiteTx if isinstance(store, SQLiteSessionStore) else _MemoryTx
+    calls: list[int] = []
+    original = tx_class.window
+
+    def window(self: object, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
+        calls.append(first_turn)
+        return original(self, session_id, first_turn)
+
+    monkeypatch.setattr(tx_class, "window", window)
+    return calls
+
+
+def _finish(store: BaseSessionStore, ctx: SessionContext, agent: Agent, text: str) -> None:
+    ctx.add_message(Message.model(text, agent=agent.name))
+    ctx.complete_turn(text, agent)
+    store.release(ctx)
+
+
+def test_begin_turn_loads_the_window_once(
+    store: BaseSessionStore, agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(1, 4):
+        start = store.begin_turn("s", default_agent=agent, user_message=Message.user(f"q{n}"), owner=Owner.current())
+        _finish(store, start.session, agent, f"a{n}")
+    loads = _window_loads(store, monkeypatch)
+    store.begin_turn("s", default_agent=agent, user_message=Message.user("q4"), owner=Owner.current())
+    assert len(loads) == 1, f"begin_turn loaded the context window {len(loads)} times"
+
+
+@pytest.mark.parametrize("system", [None, "Be brief."])
+def test_begin_turn_gives_the_window_a_fresh_load_would(
+    make_store: Callable[..., BaseSessionStore], agent: Agent, system: str | None
+) -> None:
+    """At the max_turns edge the new turn pushes the oldest one out; the context begin_turn
+    returns equals the stored session loaded again (window, numbering, status, pending calls,
+    metadata), and reaches pruned turns through the store (rollback)."""
+    store = make_store()
+    owner = Owner.current()
+    for n in range(1, 4):
+        start = store.begin_turn("s", default_agent=agent, user_message=Message.user(f"q{n}"), owner=owner,
+                                 max_turns=3, system=system, metadata={"n": n})
+        assert start.turn == n
+        _finish(store, start.session, agent, f"a{n}")
+    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("q4"), owner=owner,
+                             metadata={"n": 4})
+    fresh = make_store().get("s")
+    assert fresh is not None
+    ctx = start.session
+    for got in (ctx, fresh):
+        assert [m.content for m in got.history if m.role is Role.USER] == ["q2", "q3", "q4"]
+    assert ctx.history == fresh.history
+    assert [t.number for t in ctx.turns] == [t.number for t in fresh.turns] == [2, 3, 4]
+    assert ctx.turn_count == fresh.turn_count == start.turn == 4
+    assert ctx.status is fresh.status is SessionStatus.RUNNING
+    assert ctx.metadata == fresh.metadata == {"n": 4}
+    assert ctx.active_agent.name == fresh.active_agent.name
+    # tool calls in the new turn, then custom results: the continued turn matches a fresh load too
+    ctx.add_message(Message.model(None, [ToolCall("c1", "approve"), ToolCall("c2", "lookup")]))
+    ctx.record_event(EventType.TOOL_PENDING, {"turn": 4, "tool_use_ids": ["c1", "c2"]})
+    store.release(ctx, reason="waiting for custom tool results")
+    store.submit_tool_result("s", "c2", "found")
+    store.submit_tool_result("s", "c1", "yes")
+    resumed = store.begin_turn("s", default_agent=agent, user_message=None, owner=owner)
+    again = make_store().get("s")
+    assert again is not None
+    assert resumed.session.history == again.history
+    assert [t.number for t in resumed.session.turns] == [2, 3, 4]
+    assert resumed.session.pending_tool_calls == again.pending_tool_calls == ()
+    _finish(store, resumed.session, agent, "a4")
+    # a pruned turn is still reachable: roll back through the store
+    back = make_store().get("s")
+    assert back is not None
+    back.rollback_to(1)
+    assert [m.content for m in back.history if m.role is not Role.SYSTEM] == ["q1", "a1"]
+
+
 def test_case5_idempotency_key_with_begin_turn(store: BaseSessionStore, agent: Agent) -> None:
     msg = Message.user("Where is order 404?")
     start = store.begin_turn(
