@@ -346,3 +346,29 @@ def test_agent_flag_starts_with_that_agent(chatflow, provider, config_file):
     assert provider.requests[0]["messages"][0] == {"role": "system", "content": "B"}
     r = chatflow("chat", "-s", "ag2", "-a", "Nobody", "hi")
     assert r.returncode == 3 and "Nobody" in r.stderr, r
+
+
+def test_ctrl_c_mid_reply_exits_130_and_keeps_the_partial_turn(chatflow, provider):
+    import signal
+    import subprocess
+
+    from tests.cli.conftest import COMMAND, REPO  # noqa: PLC0415
+
+    provider.add_text("partial words then more", chunks=["partial", " words", " then", " more"], delay=[0, 0, 5, 5])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([*COMMAND, "chat", "-s", "int", "go"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env)
+    os.set_blocking(proc.stdout.fileno(), False)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while b"words" not in seen and time.monotonic() < deadline:
+        seen += proc.stdout.read() or b""
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (seen + out, err)
+    assert b"Traceback" not in err and err.count(b"chatflow: error:") == 1
+    [turn] = chatflow("sessions", "show", "int", "--json").json()["turns"]
+    model = turn["messages"][-1]
+    assert model["interrupted"] is True and model["content"].startswith("partial words")
+    assert chatflow("chat", "-s", "int", "next").returncode == 0  # the session is usable again
