@@ -1305,7 +1305,8 @@ class BaseSessionStore:
                     )
                 ctx.set_status(SessionStatus.RUNNING, "turn continued", owner=owner.to_dict())
                 for call in pending:
-                    ctx.add_message(Message.tool(call.id, submitted[call.id], name=call.name))
+                    output, is_error = submitted[call.id]
+                    ctx.add_message(Message.tool(call.id, output, name=call.name, is_error=is_error))
             journal = ctx._take_journal()
             new_events = self._apply(tx, row, journal)
             events += new_events
@@ -1345,12 +1346,16 @@ class BaseSessionStore:
         ctx.set_status(SessionStatus.IDLE, "recovered: the running process died")
         return self._apply(tx, row, ctx._take_journal())
 
-    def _submitted(self, tx: _Tx, session_id: str) -> dict[str, str]:
-        """tool_use_id -> output submitted since the last MODEL message."""
+    def _submitted(self, tx: _Tx, session_id: str) -> dict[str, tuple[str, bool]]:
+        """tool_use_id -> (output, is_error) submitted since the last MODEL message.
+
+        ``is_error`` comes from the payload's optional ``"is_error": true``, which the Runner
+        sets for a regular tool's error result recorded beside custom calls (seed 003).
+        """
         model = tx.last_event(session_id, EventType.MESSAGE_MODEL.value)
         after = model.seq if model is not None else 0
         return {
-            str(e.payload["tool_use_id"]): str(e.payload.get("output", ""))
+            str(e.payload["tool_use_id"]): (str(e.payload.get("output", "")), e.payload.get("is_error") is True)
             for e in tx.events_of_type(session_id, EventType.TOOL_RESULT_SUBMITTED.value, after)
         }
 

@@ -30,7 +30,8 @@ A turn, step by step:
    in the same turn with its own instructions and tools.
 5. A call to a custom tool (:meth:`Tool.custom`, seed 003) ends the run with the session
    ``idle`` and a ``tool.pending`` event listing the ids to answer. Regular tools called in
-   the same reply run and their results are recorded as submitted.
+   the same reply run and their results are recorded as submitted (an error result keeps
+   ``is_error`` in the TOOL message stored when the turn continues).
    :meth:`Runner.submit_tool_result` answers one id; once all are answered the turn
    continues, the results sent in call order.
 6. A reply without tool calls completes the turn: ``turn.completed``, pruning, status
@@ -738,7 +739,7 @@ class Runner:
                 # seed 003: stop here; regular results wait with the custom ones, sent in call order
                 for call in calls:
                     if call.id in outcomes:
-                        self._record_submitted(session, turn, call, outcomes[call.id][0])
+                        self._record_submitted(session, turn, call, *outcomes[call.id])
                 session.record_event(EventType.TOOL_PENDING, {"turn": turn, "tool_use_ids": [c.id for c in custom],
                                                                "tools": [c.to_dict() for c in custom]})
                 session.set_status(SessionStatus.IDLE, reason="waiting for custom tool results")
@@ -759,9 +760,13 @@ class Runner:
                 state.agent = handoff_to
             yield from stored(self.store.save(session), turn)
 
-    def _record_submitted(self, session: Any, turn: int, call: ToolCall, output: str) -> None:
-        session.record_event(EventType.TOOL_RESULT_SUBMITTED,
-                             {"turn": turn, "tool_use_id": call.id, "output": output})
+    def _record_submitted(self, session: Any, turn: int, call: ToolCall, output: str, is_error: bool) -> None:
+        """A regular call's result waiting beside custom ones; an error result carries
+        ``"is_error": true`` so the TOOL message stored when the turn continues is flagged."""
+        payload: dict[str, Any] = {"turn": turn, "tool_use_id": call.id, "output": output}
+        if is_error:
+            payload["is_error"] = True
+        session.record_event(EventType.TOOL_RESULT_SUBMITTED, payload)
 
     @staticmethod
     def _fresh_ids(session: Any, calls: list[ToolCall]) -> list[ToolCall]:

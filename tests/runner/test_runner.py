@@ -147,6 +147,39 @@ def test_regular_tools_called_with_custom_ones_wait_in_call_order(
         ("call_1", "yes"), ("call_2", "5")]
 
 
+def test_a_failing_regular_tool_beside_a_custom_one_stays_an_error_result(
+    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any, db_path: Any
+) -> None:
+    """Seed 003: the regular results of a reply that also called custom tools wait with the
+    custom ones; an error result of a regular tool (it raised, or is unknown) keeps
+    ``is_error`` in the stored TOOL message, and a good one stays unflagged."""
+    @tool
+    def divide(a: int, b: int) -> float:
+        return a / b
+
+    approve = Tool.custom("approve", "Ask a human.")
+    runner = make_runner(Agent("A", "x", model=MODEL, tools=[divide, approve]))
+    fake_server.add_tool_calls([("call_1", "divide", '{"a": 1, "b": 0}'), ("call_2", "approve", "{}"),
+                                ("call_3", "divide", '{"a": 6, "b": 3}'), ("call_4", "no_such_tool", "{}")])
+    fake_server.add_text("1/0 failed; approved; 6/3 is 2")
+    first = runner.run("mixed-error", "go")
+    assert [c.id for c in first.pending_tool_calls] == ["call_2"]
+    result = runner.submit_tool_result("mixed-error", "call_2", "yes")
+    assert result is not None and result.content == "1/0 failed; approved; 6/3 is 2"
+
+    other = sqlite_store(db_path)  # as another process reads it
+    tools = {m.tool_call_id: m for m in other.get("mixed-error").history if m.role is Role.TOOL}
+    other.close()
+    assert list(tools) == ["call_1", "call_2", "call_3", "call_4"]  # call order
+    assert [tools[i].is_error for i in tools] == [True, False, False, True]
+    assert "ZeroDivisionError" in (tools["call_1"].content or "") or "division" in (tools["call_1"].content or "")
+    assert tools["call_3"].content == "2.0" and tools["call_2"].content == "yes"
+    stored = [e.payload["message"] for e in events_of(store, "mixed-error", "tool.result")]
+    assert [(m["tool_call_id"], m.get("is_error", False)) for m in stored] == [
+        ("call_1", True), ("call_2", False), ("call_3", False), ("call_4", True)]
+    check_history(store.get("mixed-error").history)
+
+
 # --------------------------------------------------------------------------------------
 # issue 4, case 4: nothing persisted twice
 # --------------------------------------------------------------------------------------
