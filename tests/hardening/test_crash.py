@@ -109,7 +109,7 @@ class Point:
 
 POINTS = [
     # before the request
-    Point("starting_up", ("sleep", 0.3)),
+    Point("starting_up", ("sleep", 0.3), hold=(1, 0)),
     Point("user_message_stored", ("event", "message.user", 1), hold=(1, 0)),
     Point("request_1_sent_nothing_back", ("request", 1), hold=(1, 0)),
     # mid-stream of the first reply
