@@ -22,6 +22,9 @@ Output (``--output``)
 De-duplication (seed 000's webhooks): ``--message-id`` is claimed in one atomic statement
 before anything else is done; an id already processed within 192 h prints a notice to
 stderr (or ``{"duplicate": true}`` with ``--output json``), calls nothing, and exits 0.
+As in seed 000's example (mark, then process), the id counts as processed from the claim
+on: a delivery whose turn then fails is not retried by a redelivery of the same id; the
+failed turn is in the event log (``turn.failed``) for the caller to act on.
 """
 
 from __future__ import annotations

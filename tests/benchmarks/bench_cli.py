@@ -10,6 +10,10 @@ What it measures, each as the median of ``--runs`` whole-process runs (stdout a 
 * ``chatflow sessions ls`` with 1,000 stored sessions against ``reference_typer_ls.py ls``,
   which opens the same SQLite file, selects 50 rows and prints a ``rich.table.Table``
   (target: at most 1.25x);
+* ``chatflow chat "Say hi"`` against ``--base-url`` of an already running fake
+  OpenAI-compatible server (tests/fakeserver.py in another process), beside a 10-line
+  script making the same streaming request with the ``openai`` client (issue 2's target:
+  at most 1.05x);
 * ``chatflow sessions show`` of a 500-turn session whose turns each hold a tool call and
   its result: time until the first turn is on stdout (target 0.3 s) and until the whole
   output is (target 1 s) -- into a pipe (plain text), and into a pseudo-terminal
@@ -36,6 +40,18 @@ CHATFLOW = [str(Path(sys.executable).with_name("chatflow"))]
 if not Path(CHATFLOW[0]).exists():
     CHATFLOW = [sys.executable, "-m", "chatflow_cli"]
 REFERENCE = [sys.executable, str(HERE / "reference_typer_ls.py")]
+
+PLAIN_CLIENT = """
+import os, sys
+from openai import OpenAI
+client = OpenAI(base_url=os.environ["OPENAI_BASE_URL"], api_key="unused")
+stream = client.chat.completions.create(model="fake-model", stream=True,
+                                        messages=[{"role": "user", "content": "Say hi"}])
+for chunk in stream:
+    if chunk.choices and chunk.choices[0].delta.content:
+        sys.stdout.write(chunk.choices[0].delta.content)
+sys.stdout.write("\\n")
+"""
 
 
 def populate(home: Path, sessions: int = 1000, long_turns: int = 500) -> str:
@@ -164,6 +180,22 @@ def main() -> None:
         print(f"{'benchmark (wall | cpu)':<30}{'chatflow':>18}{'reference':>18}{'ratio':>14}  target")
         for label, (a, ac), (b, bc) in rows:
             print(f"{label:<30}{a:>8.3f}s |{ac:>6.3f}s{b:>9.3f}s |{bc:>6.3f}s{a / b:>6.2f}x |{ac / bc:>5.2f}x  <= 1.25x")
+
+        server = subprocess.Popen([sys.executable, "-m", "tests.fakeserver", "--port", "0"], cwd=REPO,
+                                  stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            url = server.stdout.readline().strip()  # type: ignore[union-attr]
+            chat_env = dict(env, OPENAI_BASE_URL=url)
+            timed([*CHATFLOW, "chat", "-s", "warm", "--base-url", url, "-m", "fake-model", "Say hi"], chat_env, 2)
+            ours = timed([*CHATFLOW, "chat", "-s", "bench", "--base-url", url, "-m", "fake-model", "Say hi"],
+                         chat_env, args.runs)
+            plain = timed([sys.executable, "-c", PLAIN_CLIENT], chat_env, args.runs)
+        finally:
+            server.terminate()
+            server.wait()
+        label = "chat 'Say hi' (fake server)"
+        print(f"{label:<30}{ours[0]:>8.3f}s |{ours[1]:>6.3f}s{plain[0]:>9.3f}s |{plain[1]:>6.3f}s"
+              f"{ours[0] / plain[0]:>6.2f}x |{ours[1] / plain[1]:>5.2f}x  <= 1.05x (vs the openai client alone)")
 
         print(f"\nsessions show {long_id} (500 turns, a tool call each): first turn / whole output")
         for mode, tty, extra in (("pipe", False, []), ("terminal (--no-pager)", True, ["--no-pager"])):
