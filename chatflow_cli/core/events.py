@@ -16,7 +16,7 @@ type                       payload
 ``message.system``         ``{"turn": 0, "message": ...}``
 ``tool.result``            ``{"turn": int, "message": ...}`` (a TOOL message)
 ``tool.pending``           ``{"turn": int, "tool_use_ids": [str, ...]}`` custom tools wait
-``tool.result_submitted``  ``{"turn": int, "tool_use_id": str, "output": str}``
+``tool.result_submitted``  ``{"turn": int, "tool_use_id": str, "output": str}`` (+ ``"is_error": true``)
 ``handoff``                ``{"turn": int, "from_agent": str, "to_agent": str, "tool_call_id": str}``
 ``status``                 ``{"status": "idle"|"running"|"rescheduled"|"terminated", "reason": str, ...}``
 ``turn.completed``         ``{"turn": int, "agent": str, "content": str, "usage": {...}}``
