@@ -1,10 +1,10 @@
 """The Runner across real processes: Ctrl-C and kill -9 mid-tool (issue 4 case 3), a busy session,
-and seed 000's no-exec webhook example run as written."""
+and seed 000's no-exec webhook example run as written (the example text lives in
+tests/core/test_seed_examples.py, checked word for word against the seed there)."""
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -21,12 +21,12 @@ from chatflow_cli.core.events import SessionStatus
 from chatflow_cli.core.messages import check_history
 from chatflow_cli.core.runner import INTERRUPTED_RESULT, Runner
 from chatflow_cli.core.tools import tool
+from tests.core.test_seed_examples import WEBHOOK
 from tests.fakeserver import FakeServer
 
 from .conftest import sqlite_store
 
 REPO = Path(__file__).resolve().parents[2]
-SEED_000 = REPO.parent / "shared" / "seeds" / "000_e4b3ed540acedfd3.txt"
 
 CHILD = textwrap.dedent(
     """
@@ -159,19 +159,9 @@ def test_busy_session_across_two_processes(tmp_path: Path, fake_server: FakeServ
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
 
 
-def seed_webhook_example() -> str:
-    """The seed's no-exec webhook example, verbatim apart from the package name."""
-    text = SEED_000.read_text(encoding="utf-8")
-    match = re.search(r"# \[no-exec: illustrative async webhook handler\].*?print\(\"Webhook Response:\", res\)",
-                      text, re.DOTALL)
-    assert match, "the example is in seed 000"
-    return match.group(0).replace("chatflow_agent", "chatflow_cli")
-
-
-@pytest.mark.skipif(not SEED_000.exists(), reason="seed 000 is not next to the repository")
 def test_seed_000_webhook_example_runs_as_written(tmp_path: Path, fake_server: FakeServer) -> None:
     script = tmp_path / "webhook.py"
-    script.write_text(seed_webhook_example())
+    script.write_text(WEBHOOK.lstrip("\n"))
     env = child_env()
     env.update(OPENAI_BASE_URL=fake_server.url, OPENAI_API_KEY="test-key")
     fake_server.add_tool_calls([("call_1", "check_order_status", '{"order_id": "404"}')])
