@@ -36,6 +36,7 @@ code  name          when
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -116,6 +117,7 @@ class State:
             from .config import load_settings
 
             self._settings[key] = load_settings(db=self.db, config=self.config, model=model, base_url=base_url)
+            remember_secret(self._settings[key].api_key)
         return self._settings[key]
 
     def db_path(self) -> Path:
@@ -646,14 +648,62 @@ def completion_script(shell: str) -> str:
 # ---------------------------------------------------------------------------------------
 # the error boundary
 # ---------------------------------------------------------------------------------------
-def _scrub(text: str) -> str:
-    """Remove any configured API key from ``text`` (defence in depth: errors never show keys)."""
-    names = {"OPENAI_API_KEY"}
-    for name in names | {os.environ.get("CHATFLOW_API_KEY_ENV", "")}:
+#: Secret values this process has read (the API key named by ``api_key_env``, recorded by
+#: :meth:`State.settings`): the error boundary removes them from everything it prints.
+_SECRETS: set[str] = set()
+#: Shorter values are not treated as secrets (replacing them would garble ordinary text).
+_MIN_SECRET_LEN = 6
+
+
+def remember_secret(value: str | None) -> None:
+    """Record ``value`` as a secret that :func:`_scrub` removes from printed text."""
+    if value and len(value) >= _MIN_SECRET_LEN:
+        _SECRETS.add(value)
+
+
+def _secrets() -> list[str]:
+    """Every secret to scrub, longest first (a key containing another is removed whole)."""
+    values = set(_SECRETS)
+    for name in ("OPENAI_API_KEY", os.environ.get("CHATFLOW_API_KEY_ENV", "")):
         value = os.environ.get(name) if name else None
-        if value and len(value) >= 6 and value in text:
-            text = text.replace(value, "****")
+        if value and len(value) >= _MIN_SECRET_LEN:
+            values.add(value)
+    return sorted(values, key=len, reverse=True)
+
+
+def _scrub(text: str) -> str:
+    """``text`` with every API key chatflow knows of (``$OPENAI_API_KEY``, the variable the
+    config's ``api_key_env`` names) replaced by ``[redacted]``, as the model client does.
+
+    Defence in depth, since a provider error body may echo the key (issue 7): :func:`main`
+    applies it to the error line, the ``--debug`` traceback (chained causes included) and
+    ``--debug`` log lines.
+    """
+    for value in _secrets():
+        if value in text:
+            text = text.replace(value, "[redacted]")
     return text
+
+
+class _ScrubbingFormatter(logging.Formatter):
+    """``--debug`` log lines (and the tracebacks they carry) with secrets removed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _scrub(super().format(record))
+
+
+def _print_traceback() -> None:
+    """The current exception's traceback (chained causes included) on stderr, scrubbed of
+    secrets and with terminal control characters made inert."""
+    import traceback
+
+    from .render import safe_text
+
+    try:
+        sys.stderr.write(safe_text(_scrub(traceback.format_exc())))
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):  # pragma: no cover
+        pass
 
 
 def _error_line(message: str) -> None:
@@ -691,10 +741,10 @@ def main(argv: list[str] | None = None) -> None:
 
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("CHATFLOW_DEBUG", "") not in ("", "0")
-    import logging
-
     if debug:
-        logging.basicConfig(level=logging.DEBUG, format="chatflow: %(levelname)s %(name)s: %(message)s")
+        handler = logging.StreamHandler()
+        handler.setFormatter(_ScrubbingFormatter("chatflow: %(levelname)s %(name)s: %(message)s"))
+        logging.basicConfig(level=logging.DEBUG, handlers=[handler])
     else:
         logging.getLogger("chatflow_cli").addHandler(logging.NullHandler())
         logging.getLogger("chatflow_cli").propagate = False
@@ -714,9 +764,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.flush()
     except ChatflowError as exc:
         if debug:
-            import traceback
-
-            traceback.print_exc()
+            _print_traceback()
         _error_line(exc.message)
         code = exc.exit_code
     except _click.exceptions.NoArgsIsHelpError as exc:
@@ -747,9 +795,7 @@ def main(argv: list[str] | None = None) -> None:
         raise
     except Exception as exc:  # a bug: one line, unless --debug
         if debug:
-            import traceback
-
-            traceback.print_exc()
+            _print_traceback()
         _error_line(f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)")
         code = ExitStatus.ERROR
     try:

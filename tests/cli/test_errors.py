@@ -225,6 +225,24 @@ def test_api_key_never_printed_or_stored(chatflow, config_file, isolated_home, t
             assert SECRET.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.parametrize("debug", [False, True])
+def test_key_named_by_api_key_env_is_scrubbed_from_errors_and_tracebacks(chatflow, provider, config_file, debug):
+    """Issue 7: a provider error echoing the key named by the config's ``api_key_env`` (not
+    OPENAI_API_KEY) shows neither in the error line nor in the ``--debug`` traceback."""
+    key = "sk-ownvar-" + SECRET[::-1]
+    config_file('api_key_env = "MY_PROVIDER_KEY"\n')
+    provider.add_error(400, message=f"Invalid request for key {key}")
+    args = ["--debug"] if debug else []
+    r = chatflow(*args, "chat", "-s", "k", "hi", env={"MY_PROVIDER_KEY": key})
+    assert r.returncode == ExitStatus.PROVIDER, r
+    assert key not in r.stdout + r.stderr, r
+    assert "Invalid request for key [redacted]" in r.stderr, r
+    if debug:
+        assert "Traceback" in r.stderr and "BadRequestError" in r.stderr, r
+    else:
+        _one_error_line(r)
+
+
 def test_data_dir_and_db_are_private(chatflow, provider, isolated_home):
     assert chatflow("chat", "-s", "p", "hi").returncode == 0
     assert (isolated_home.stat().st_mode & 0o777) == 0o700
