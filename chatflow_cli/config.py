@@ -138,18 +138,34 @@ def config_path(explicit: str | os.PathLike[str] | None = None, env: Mapping[str
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) with mode 0700 when missing; return it.
+    """Create ``path`` and every missing parent with mode 0700; return ``path``.
 
-    A directory that already exists is left as the user set it up. Raises
-    :class:`~chatflow_cli.core.errors.StoreError` when it cannot be created.
+    Each folder chatflow creates is private whatever the umask (``mkdir``'s mode is
+    filtered by it, so each is ``chmod``-ed too): a world-writable parent would let another
+    user swap the data directory (issue 7). Folders that already exist are left as the
+    user set them up, and so is one another process creates at the same moment. Raises
+    :class:`~chatflow_cli.core.errors.StoreError` when a folder cannot be created.
     """
     from .core.errors import StoreError
 
     if path.is_dir():
         return path
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+        for folder in reversed(missing):
+            try:
+                os.mkdir(folder, 0o700)
+            except FileExistsError:
+                if not folder.is_dir():
+                    raise
+                continue  # made by someone else just now: theirs to set up
+            os.chmod(folder, 0o700)
+        if not path.is_dir():
+            raise NotADirectoryError(20, "Not a directory")
     except OSError as exc:
         raise StoreError(f"cannot create the data directory {path}: {exc.strerror or exc}") from exc
     return path

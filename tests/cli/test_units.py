@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from chatflow_cli.config import (
     DEFAULT_REMOTE_MODEL,
     build_agents,
+    ensure_private_dir,
     load_settings,
     mask_secret,
     resolve_model,
@@ -123,6 +126,31 @@ handoffs = ["Support"]
 
 # -- rendering -----------------------------------------------------------------------------
 HOSTILE = "a\x1b[2Jb\x1b]52;c;ZWNobw==\x07c\x9b31md\u202eevil\r\n\tok"
+
+
+def test_ensure_private_dir_creates_every_missing_parent_private_under_umask_000(tmp_path):
+    """Issue 7: a world-writable parent of CHATFLOW_HOME would let anyone swap the data dir."""
+    existing = tmp_path / "existing"
+    existing.mkdir(mode=0o755)
+    os.chmod(existing, 0o755)
+    target = existing / "a" / "b" / "home"
+    old = os.umask(0)
+    try:
+        assert ensure_private_dir(target) == target
+    finally:
+        os.umask(old)
+    for directory in (existing / "a", existing / "a" / "b", target):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o755, "a folder that existed is left as it was"
+    assert ensure_private_dir(target) == target  # already there: nothing to do
+
+
+def test_ensure_private_dir_refuses_a_file_in_the_way(tmp_path):
+    from chatflow_cli.core.errors import StoreError
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StoreError, match="cannot create the data directory"):
+        ensure_private_dir(tmp_path / "file" / "home")
 
 
 def test_safe_text_makes_every_control_inert():
