@@ -36,6 +36,7 @@ import secrets
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass
@@ -1627,14 +1628,14 @@ class _MemoryTx(_Tx):
         self.undo.append(lambda: keys.pop(key, None))
 
     def processed_live(self, message_id: str, now: float, ttl_s: float) -> bool:
-        at = self._s._processed.get(message_id)
+        at = self._s._processed.at.get(message_id)
         return at is not None and now < at + ttl_s
 
     def processed_mark(self, message_id: str, now: float) -> None:
         processed = self._s._processed
-        old = processed.get(message_id)
-        processed[message_id] = now
-        self.undo.append(lambda: processed.pop(message_id) if old is None else processed.__setitem__(message_id, old))
+        old = processed.at.get(message_id)
+        processed.set(message_id, now)
+        self.undo.append(lambda: processed.restore(message_id, old))
 
     def processed_claim(self, message_id: str, now: float, ttl_s: float) -> bool:
         if self.processed_live(message_id, now, ttl_s):
@@ -1643,11 +1644,74 @@ class _MemoryTx(_Tx):
         return True
 
     def processed_purge(self, now: float, ttl_s: float) -> None:
-        processed = self._s._processed
-        expired = {k: v for k, v in processed.items() if now >= v + ttl_s}
-        for k in expired:
-            del processed[k]
-        self.undo.append(lambda: processed.update(expired))
+        # Not undone: an expired id is not a duplicate, so dropping it changes no answer.
+        self._s._processed.purge(now, ttl_s)
+
+
+class _ProcessedIds:
+    """Processed message ids for :class:`SessionStore`: O(1) amortized mark and purge.
+
+    ``at`` maps id -> processed-at time; ``_queue`` holds ``(time, id)`` in marking order.
+    While the clock never goes back the queue is sorted by time, so a purge pops expired
+    entries from its front and stops at the first live one. An entry whose id was marked
+    again later is stale and is dropped when it reaches the front. If the clock goes back
+    (an injected test clock, a wall-clock step) the queue is marked unsorted; a full sweep
+    that rebuilds it sorted then runs after as many purges as there were ids at that moment
+    (still O(1) amortized, plus the sort). ``scanned`` counts queue entries examined by
+    purges and sweeps.
+    """
+
+    __slots__ = ("_calls", "_queue", "_sorted", "_sweep_after", "at", "scanned")
+
+    def __init__(self) -> None:
+        self.at: dict[str, float] = {}
+        self._queue: deque[tuple[float, str]] = deque()
+        self._sorted = True
+        self._calls = 0
+        self._sweep_after = 0
+        self.scanned = 0
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def set(self, message_id: str, at: float) -> None:
+        if self._sorted and self._queue and at < self._queue[-1][0]:
+            self._sorted = False
+            self._calls, self._sweep_after = 0, len(self.at) + 1
+        self.at[message_id] = at
+        self._queue.append((at, message_id))
+        if len(self._queue) > 2 * len(self.at) + 1024:  # many re-marks of live ids: drop the stale entries
+            self._rebuild(None, 0.0)
+
+    def restore(self, message_id: str, old: float | None) -> None:
+        """Undo a :meth:`set`: put back the previous time (None: the id was not recorded)."""
+        if old is None:
+            self.at.pop(message_id, None)
+        else:
+            self.set(message_id, old)
+
+    def purge(self, now: float, ttl_s: float) -> None:
+        """Forget ids with ``now >= at + ttl_s``."""
+        self._calls += 1
+        if not self._sorted and self._calls >= self._sweep_after:
+            self._rebuild(now, ttl_s)
+            return
+        queue, at = self._queue, self.at
+        while queue and queue[0][0] + ttl_s <= now:
+            when, message_id = queue.popleft()
+            self.scanned += 1
+            if at.get(message_id) == when:
+                del at[message_id]
+        if not queue:
+            self._sorted = True
+
+    def _rebuild(self, now: float | None, ttl_s: float) -> None:
+        """Full sweep: drop expired ids (when ``now`` is given) and rebuild the queue sorted."""
+        self.scanned += len(self.at)
+        if now is not None:
+            self.at = {k: v for k, v in self.at.items() if now < v + ttl_s}
+        self._queue = deque(sorted((v, k) for k, v in self.at.items()))
+        self._sorted = True
 
 
 class SessionStore(BaseSessionStore):
@@ -1664,7 +1728,7 @@ class SessionStore(BaseSessionStore):
         super().__init__(default_max_turns)
         self._lock = threading.RLock()
         self._sessions: dict[str, _MemSession] = {}
-        self._processed: dict[str, float] = {}
+        self._processed = _ProcessedIds()
 
     @contextmanager
     def _read(self) -> Iterator[_Tx]:
