@@ -1384,20 +1384,39 @@ class BaseSessionStore:
             return [i for i in pending if i != tool_use_id and i not in submitted]
 
     # -- de-duplication ----------------------------------------------------------------
+    @staticmethod
+    def _check_message_id(message_id: Any) -> str:
+        """Message ids are non-empty strings in every store: ``5`` and ``"5"`` must not
+        differ between backends, and ``None`` would never count as a duplicate in SQLite."""
+        if not isinstance(message_id, str):
+            raise TypeError(f"message_id must be a str, got {type(message_id).__name__}")
+        if not message_id:
+            raise TypeError("message_id must be a non-empty str")
+        return message_id
+
     def is_message_processed(self, message_id: str) -> bool:
-        """True while ``now < processed_at + 192 h`` (seed 000)."""
+        """True while ``now < processed_at + 192 h`` (seed 000).
+
+        ``message_id``: a non-empty ``str`` (TypeError otherwise, in every store and method).
+        """
+        self._check_message_id(message_id)
         with self._read() as tx:
             return tx.processed_live(message_id, self.clock(), self._dedup_ttl_s)
 
     def mark_message_processed(self, message_id: str) -> None:
-        """Record ``message_id`` as processed now; expired records are purged."""
+        """Record ``message_id`` (non-empty str) as processed now; expired records are purged."""
+        self._check_message_id(message_id)
         now = self.clock()
         with self._write() as tx:
             tx.processed_purge(now, self._dedup_ttl_s)
             tx.processed_mark(message_id, now)
 
     def claim_message(self, message_id: str) -> bool:
-        """Check and mark in one atomic step: True for exactly one caller while the id is live."""
+        """Check and mark in one atomic step: True for exactly one caller while the id is live.
+
+        ``message_id``: a non-empty ``str`` (TypeError otherwise).
+        """
+        self._check_message_id(message_id)
         now = self.clock()
         with self._write() as tx:
             claimed = tx.processed_claim(message_id, now, self._dedup_ttl_s)

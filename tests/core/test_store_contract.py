@@ -631,6 +631,17 @@ def test_claim_message_once_then_again_after_expiry(store: BaseSessionStore, clo
     assert store.claim_message("MSG-0001") is False
 
 
+@pytest.mark.parametrize("bad", [None, 5, 5.0, b"wamid.A", "", ["x"]])
+@pytest.mark.parametrize("method", ["is_message_processed", "mark_message_processed", "claim_message"])
+def test_dedup_refuses_ids_that_are_not_non_empty_strings(store: BaseSessionStore, method: str, bad: object) -> None:
+    with pytest.raises(TypeError, match="message_id"):
+        getattr(store, method)(bad)
+    with pytest.raises(TypeError, match="message_id"):
+        asyncio.run(getattr(store, "a" + method)(bad))
+    assert store.claim_message("5") is True  # nothing was recorded for the refused ids
+    assert store.claim_message("5") is False
+
+
 # -- async twins -----------------------------------------------------------------------------
 
 
