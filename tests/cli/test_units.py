@@ -229,3 +229,20 @@ def test_lines_ansi_and_plain():
     assert lines.ansi(None) == "bold plain"
     assert lines.ansi("truecolor") == "\x1b[1mbold\x1b[0m plain"
     assert lines.to_text().plain == "bold plain"
+
+
+# -- shared fixtures -------------------------------------------------------------------------
+def test_cli_fixtures_are_shared_with_every_test_folder():
+    """``chatflow``, ``provider`` and ``config_file`` live in tests/conftest.py, so the
+    hardening (and any other) tests can drive the real process the same way."""
+    import subprocess
+    import sys
+
+    for folder in ("tests/hardening", "tests/repl"):
+        listing = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fixtures", folder],
+            cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120,
+        ).stdout
+        for name in ("chatflow", "provider", "config_file", "fake_server", "isolated_home"):
+            assert any(line.startswith(f"{name} -- tests/conftest.py") or line.startswith(f"{name} -- tests/fakeserver.py")
+                       for line in listing.splitlines()), (folder, name, listing[-3000:])
