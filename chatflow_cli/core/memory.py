@@ -61,6 +61,8 @@ from .messages import Message, Role, ToolCall
 __all__ = [
     "DEFAULT_DEDUP_TTL_HOURS",
     "DEFAULT_MAX_TURNS",
+    "RESERVED_EVENT_PREFIXES",
+    "RESERVED_EVENT_TYPES",
     "BaseSessionStore",
     "Owner",
     "SessionContext",
@@ -83,6 +85,54 @@ DEFAULT_MAX_TURNS = 40
 INTERRUPTED_TOOL_RESULT = "Interrupted before a result: side effects unknown."
 _PREVIEW_CHARS = 80
 _T = TypeVar("_T")
+
+#: Event types chatflow itself writes and derives state from (the session row, the window,
+#: pending tool results). :meth:`BaseSessionStore.append_event` refuses them, so the log
+#: never says something the derived state does not show. Any other type (``"note"``,
+#: ``"billing.invoice_sent"``…) is a custom/business event and is accepted.
+RESERVED_EVENT_PREFIXES = ("message.", "tool.", "turn.", "session.", "metadata.")
+RESERVED_EVENT_TYPES = frozenset({"status", "rollback", "handoff"} | {t.value for t in EventType})
+
+_USE_INSTEAD = {
+    "message.": "session.add_message() then store.save()",
+    "tool.result_submitted": "store.submit_tool_result()",
+    "tool.": "session.add_message() (tool results) or a Runner (pending custom tools)",
+    "turn.": "session.complete_turn(), fail_turn() or interrupt_turn() then store.save()",
+    "session.": "store.get_or_create(), store.begin_turn() or store.delete()",
+    "metadata.": "session.update_metadata() then store.save()",
+    "status": "session.set_status() then store.save(), or store.release()",
+    "rollback": "store.rollback() or session.rollback_to()",
+    "handoff": "session.set_active_agent() then store.save()",
+}
+
+#: Types SessionContext.record_event may journal: they change no stored row or window.
+_RECORDABLE = frozenset(
+    {
+        EventType.TOOL_PENDING.value,
+        EventType.TOOL_RESULT_SUBMITTED.value,
+        EventType.TURN_COMPLETED.value,
+        EventType.TURN_INTERRUPTED.value,
+        EventType.SESSION_RECOVERED.value,
+    }
+)
+
+
+def _is_reserved(kind: str) -> bool:
+    return kind in RESERVED_EVENT_TYPES or kind.startswith(RESERVED_EVENT_PREFIXES)
+
+
+def _use_instead(kind: str) -> str:
+    for prefix, method in _USE_INSTEAD.items():
+        if kind == prefix or (prefix.endswith(".") and kind.startswith(prefix)):
+            return method
+    return "the SessionContext method that makes this change"
+
+
+def _event_type(type: Any) -> str:
+    kind = type.value if isinstance(type, EventType) else type
+    if not isinstance(kind, str) or not kind:
+        raise TypeError(f"event type must be a non-empty str, got {kind!r}")
+    return kind
 
 
 def _check_max_turns(value: Any, name: str = "max_turns") -> int:
@@ -582,8 +632,19 @@ class SessionContext:
         self._record(_Op("status", EventType.STATUS.value, {"status": status.value, "reason": reason, **extra}))
 
     def record_event(self, type: EventType | str, payload: Mapping[str, Any] | None = None) -> None:
-        """Journal an event with no other effect (e.g. ``tool.pending``)."""
-        kind = type.value if isinstance(type, EventType) else str(type)
+        """Journal an event with no other effect (e.g. ``tool.pending``).
+
+        Custom types are accepted. Of the reserved types (see ``RESERVED_EVENT_PREFIXES``)
+        only those that change no stored state may be recorded here (``tool.pending``,
+        ``tool.result_submitted``, ``turn.completed``, ``turn.interrupted``,
+        ``session.recovered``); the others raise :class:`UsageError` naming the method that
+        makes the change, so the log never contradicts the session.
+        """
+        kind = _event_type(type)
+        if _is_reserved(kind) and kind not in _RECORDABLE:
+            raise UsageError(
+                f"event type {kind!r} is reserved: use {_use_instead(kind)}", session_id=self.session_id
+            )
         self._record(_Op("event", kind, dict(payload or {})))
 
     def fail_turn(self, error: BaseException | str) -> None:
@@ -1197,11 +1258,23 @@ class BaseSessionStore:
         payload: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> Event:
-        """Append one event. A repeated ``idempotency_key`` with the same type and payload
+        """Append one custom event. A repeated ``idempotency_key`` with the same type and payload
         returns the original event; with another payload, :class:`IdempotencyConflictError`.
         Nothing is written in either case.
+
+        ``type``: a non-empty str (TypeError otherwise). Reserved types — those chatflow
+        writes and derives state from: ``status``, ``rollback``, ``handoff``, and every type
+        starting with ``message.``, ``tool.``, ``turn.``, ``session.`` or ``metadata.``
+        (``RESERVED_EVENT_PREFIXES``) — raise :class:`UsageError` naming the method to use,
+        since an event appended here would never be applied and the log would contradict
+        the session. Anything else (``"note"``, ``"billing.refund"``…) is accepted.
         """
-        kind = type.value if isinstance(type, EventType) else str(type)
+        kind = _event_type(type)
+        if _is_reserved(kind):
+            raise UsageError(
+                f"event type {kind!r} is reserved for chatflow's own events: use {_use_instead(kind)}",
+                session_id=session_id,
+            )
         data = dict(payload or {})
         digest = _sha256({"type": kind, "payload": data})
         with self._write() as tx:

@@ -24,6 +24,7 @@ from chatflow_cli.core.errors import (
     SessionNotFoundError,
     SessionTerminatedError,
     ToolResultError,
+    UsageError,
 )
 from chatflow_cli.core.events import EventType, SessionStatus
 from chatflow_cli.core.memory import (
@@ -310,6 +311,54 @@ def test_append_event_idempotency(store: BaseSessionStore, agent: Agent) -> None
     assert [e.type for e in store.events("s")] == ["session.created", "custom.note"]
     with pytest.raises(SessionNotFoundError):
         store.append_event("absent", "x", {})
+
+
+@pytest.mark.parametrize(
+    "kind, method",
+    [
+        ("status", "set_status"),
+        (EventType.STATUS, "set_status"),
+        ("rollback", "rollback"),
+        ("handoff", "set_active_agent"),
+        ("message.user", "add_message"),
+        ("message.anything", "add_message"),
+        ("tool.result", "add_message"),
+        ("tool.result_submitted", "submit_tool_result"),
+        ("tool.pending", "Runner"),
+        ("turn.completed", "complete_turn"),
+        ("session.created", "get_or_create"),
+        ("metadata.updated", "update_metadata"),
+    ],
+)
+def test_append_event_refuses_reserved_types(store: BaseSessionStore, agent: Agent, kind: object, method: str) -> None:
+    store.get_or_create("s", agent)
+    before = store.events("s")
+    with pytest.raises(UsageError, match=method):
+        store.append_event("s", kind, {"status": "terminated", "to_turn": 0})  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="reserved"):
+        asyncio.run(store.aappend_event("s", kind, {}))  # type: ignore[arg-type]
+    assert store.events("s") == before
+    loaded = store.get("s")
+    assert loaded is not None and loaded.status is SessionStatus.IDLE
+
+
+def test_custom_event_types_are_accepted_and_type_must_be_a_string(store: BaseSessionStore, agent: Agent) -> None:
+    store.get_or_create("s", agent)
+    for kind in ("note", "billing.refund", "statusx", "custom.status", "tooling.x"):
+        assert store.append_event("s", kind, {"n": 1}).type == kind
+    for bad in ("", None, 3):
+        with pytest.raises(TypeError):
+            store.append_event("s", bad, {})  # type: ignore[arg-type]
+
+
+def test_record_event_refuses_reserved_types_that_change_state(agent: Agent) -> None:
+    ctx = SessionContext("s", agent)
+    for kind in ("status", "rollback", "handoff", "message.user", "tool.result", "turn.failed", "metadata.updated"):
+        with pytest.raises(UsageError, match="reserved"):
+            ctx.record_event(kind, {})
+    ctx.record_event(EventType.TOOL_PENDING, {"turn": 0, "tool_use_ids": []})
+    ctx.record_event("note", {})
+    assert [e.type for e in ctx.events] == ["tool.pending", "note"]
 
 
 # -- begin_turn, owners, status ---------------------------------------------------------------
