@@ -682,7 +682,24 @@ class SessionContext:
         self._prune_history()
 
     def complete_turn(self, content: str | None, agent: Any = None, usage: Any = None) -> None:
-        """Journal ``turn.completed`` ``{"turn", "agent", "content", "usage"}``, then prune."""
+        """Journal ``turn.completed`` ``{"turn", "agent", "content", "usage"}``, then prune.
+
+        Refused, with nothing journalled: :class:`UsageError` when there is no open turn
+        (turn 0: no USER message yet), :class:`PendingToolCallsError` while tool calls of
+        the turn still wait for results (``tool_use_ids`` lists them).
+        """
+        if self._current_turn() == 0:
+            raise UsageError(
+                f"session {self.session_id} has no open turn to complete (add a user message first)",
+                session_id=self.session_id,
+            )
+        pending = [call.id for call in self.pending_tool_calls]
+        if pending:
+            raise PendingToolCallsError(
+                f"turn {self._current_turn()} of session {self.session_id} still waits for tool results {pending}",
+                tool_use_ids=pending,
+                session_id=self.session_id,
+            )
         payload = {
             "turn": self._current_turn(),
             "agent": _agent_name(agent if agent is not None else self._agent),

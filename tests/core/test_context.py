@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatflow_cli.core.errors import InvalidHistoryError
+from chatflow_cli.core.errors import InvalidHistoryError, PendingToolCallsError, UsageError
 from chatflow_cli.core.memory import INTERRUPTED_TOOL_RESULT, SessionContext
 from chatflow_cli.core.messages import Message, Role, ToolCall, history_problems
 
@@ -214,3 +214,28 @@ def test_handoff_event_once_per_change() -> None:
     assert len(handoffs) == 1
     assert handoffs[0].payload["from_agent"] == "Support" and handoffs[0].payload["to_agent"] == "Billing"
     assert ctx.active_agent is billing
+
+
+def test_complete_turn_refused_without_an_open_turn() -> None:
+    ctx = SessionContext("s", _Agent("A"))
+    ctx.add_message(Message.system("Be brief."))
+    events = len(ctx.events)
+    with pytest.raises(UsageError, match="no open turn"):
+        ctx.complete_turn("hello")
+    assert len(ctx.events) == events and ctx._journal[-1].type == "message.system"
+
+
+def test_complete_turn_refused_while_tool_calls_wait() -> None:
+    ctx = SessionContext("s", _Agent("A"))
+    ctx.add_message(Message.user("two lookups"))
+    ctx.add_message(Message.model(None, [ToolCall("c1", "lookup"), ToolCall("c2", "lookup")]))
+    ctx.add_message(Message.tool("c1", "r1"))
+    events = [e.type for e in ctx.events]
+    with pytest.raises(PendingToolCallsError) as info:
+        ctx.complete_turn("done")
+    assert info.value.tool_use_ids == ["c2"] and "c1" not in str(info.value)
+    assert [e.type for e in ctx.events] == events  # nothing journalled
+    ctx.add_message(Message.tool("c2", "r2"))
+    ctx.add_message(Message.model("done"))
+    ctx.complete_turn("done")
+    assert ctx.events[-1].type == "turn.completed" and ctx.events[-1].payload["turn"] == 1
