@@ -957,7 +957,11 @@ class BaseSessionStore:
         tx.insert_event(event, turn)
         return event
 
-    def _context(self, tx: _Tx, row: _SessionRow, default_agent: Any = None, quiet: bool = False) -> SessionContext:
+    def _context(
+        self, tx: _Tx, row: _SessionRow, default_agent: Any = None, quiet: bool = False, effective: bool = False
+    ) -> SessionContext:
+        """The row's context. ``effective``: a dead owner's ``running`` shows ``idle`` (reads for
+        callers); the store's own writes keep the stored status."""
         first = max(1, row.turn_count - row.max_turns + 1)
         window = tx.window(row.session_id, first)
         agent = self._resolve_agent(row.active_agent_name, default_agent, quiet)
@@ -966,7 +970,7 @@ class BaseSessionStore:
             agent,
             row.max_turns,
             dict(row.metadata),
-            row.status,
+            self._effective_status(row) if effective else row.status,
             window,
             row.turn_count,
             row.incarnation,
@@ -1091,10 +1095,15 @@ class BaseSessionStore:
 
     # -- sessions ----------------------------------------------------------------------
     def get(self, session_id: str) -> SessionContext | None:
-        """The session's context (window loaded with an indexed query), or None when absent."""
+        """The session's context (window loaded with an indexed query), or None when absent.
+
+        ``status`` is effective, as in :meth:`list_sessions`: a dead owner's ``running``
+        shows ``idle``. Nothing is written; the next :meth:`begin_turn` recovers the turn
+        (``turn.interrupted`` + ``session.recovered``).
+        """
         with self._read() as tx:
             row = tx.get_row(session_id)
-            ctx = None if row is None else self._context(tx, row)
+            ctx = None if row is None else self._context(tx, row, effective=True)
         return None if ctx is None else self._detach(ctx)
 
     def get_or_create(
@@ -1107,20 +1116,20 @@ class BaseSessionStore:
         """Load the session, or create it (``session.created`` event) with ``default_agent``.
 
         ``max_turns`` (default: the store's ``default_max_turns``) and ``metadata`` apply
-        only to a new session.
+        only to a new session. ``status`` is effective, as in :meth:`get`.
         """
         if max_turns is not None:
             _check_max_turns(max_turns)
         with self._read() as tx:
             row = tx.get_row(session_id)
             if row is not None:
-                return self._detach(self._context(tx, row, default_agent))
+                return self._detach(self._context(tx, row, default_agent, effective=True))
         with self._write() as tx:
             row = tx.get_row(session_id)
             if row is None:
                 row = self._new_row(session_id, default_agent, max_turns, metadata)
                 self._create(tx, row)
-            ctx = self._context(tx, row, default_agent)
+            ctx = self._context(tx, row, default_agent, effective=True)
         return self._detach(ctx)
 
     def save(self, session: SessionContext) -> list[Event]:

@@ -548,11 +548,18 @@ def test_dead_owner_is_recovered(store: BaseSessionStore, agent: Agent) -> None:
         store.save(ctx)
         with pytest.raises(SessionBusyError):
             store.begin_turn("s", default_agent=agent, user_message=Message.user("next"), owner=Owner.current())
+        assert store.get("s").status is SessionStatus.RUNNING  # a live owner runs it
     finally:
         child.kill()
         child.wait()
     assert not owner.alive()
-    assert store.list_sessions()[0].status is SessionStatus.IDLE  # effective status
+    seq = store.last_seq("s")
+    # every read shows the effective status, and none writes anything
+    assert store.list_sessions()[0].status is SessionStatus.IDLE
+    assert store.get("s").status is SessionStatus.IDLE
+    assert store.get_or_create("s", agent).status is SessionStatus.IDLE
+    assert asyncio.run(store.aget("s")).status is SessionStatus.IDLE
+    assert store.last_seq("s") == seq
     start = store.begin_turn("s", default_agent=agent, user_message=Message.user("next"), owner=Owner.current())
     types = [e.type for e in start.events]
     assert types == ["tool.result", "turn.interrupted", "session.recovered", "status", "status", "message.user"]
