@@ -144,6 +144,49 @@ def _check_max_turns(value: Any, name: str = "max_turns") -> int:
     return value
 
 
+def _check_text(data: Any, what: str, session_id: str | None = None) -> str:
+    """``data`` as compact JSON text that encodes as UTF-8, or :class:`UsageError`.
+
+    A lone surrogate (``"\\ud800"``, e.g. from ``surrogateescape``-decoded bytes) is not
+    Unicode text: SQLite cannot store it, and the in-memory store must not accept what
+    SQLite refuses. Both stores refuse it the same way, before writing anything (we choose
+    refusing over storing an escaped copy: the caller would get back other text than sent).
+    """
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("utf-8", "backslashreplace").decode("ascii")
+        raise UsageError(
+            f"{what} is not valid Unicode text: lone surrogate {bad} at position {exc.start} "
+            "(decode the input with errors='replace')",
+            session_id=session_id,
+        ) from None
+    return text
+
+
+def _check_metadata(value: Any, name: str = "metadata") -> dict[str, Any]:
+    """A JSON copy of ``value``: a mapping with str keys and JSON-serialisable values.
+
+    TypeError otherwise (both stores alike); a lone surrogate in a string is a
+    :class:`UsageError` (see :func:`_check_text`). The copy is what a JSON round trip
+    gives (tuples become lists, nested keys become str), so both stores return the same.
+    """
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict, got {type(value).__name__}")
+    for key in value:
+        if not isinstance(key, str):
+            raise TypeError(f"{name} keys must be str, got {key!r}")
+    try:
+        text = _check_text(dict(value), name)
+    except (TypeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, UsageError):
+            raise
+        raise TypeError(f"{name} must hold JSON-serialisable values only: {exc}") from None
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
 def _agent_name(agent: Any) -> str:
     if agent is None:
         return ""
@@ -409,8 +452,12 @@ class SessionContext:
         self._max_turns = _check_max_turns(max_turns)
         self.session_id = session_id
         self._agent = initial_agent
-        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.metadata: dict[str, Any] = _check_metadata(metadata) if metadata is not None else {}
         self._saved_metadata: dict[str, Any] = copy.deepcopy(self.metadata)
+        # (status, owner token, agent name) of the stored row this context was loaded from
+        # or last saved to; a status or handoff change from another base is refused.
+        self._base: tuple[SessionStatus, str | None, str] | None = None
+        self._lease: str | None = None  # owner token of the run begin_turn gave this context
         self._messages: list[Message] = []
         self._turn_offset = 0
         self._turn_count = 0  # number of the last live turn
@@ -479,6 +526,13 @@ class SessionContext:
         if self.metadata != self._saved_metadata:  # changed in place: journal it like update_metadata
             self.update_metadata({})
         return list(self._journal)
+
+    def _metadata_saved(self, stored: Mapping[str, Any]) -> None:
+        """After a save: ``metadata`` (same dict object) becomes the stored, merged metadata."""
+        if self.metadata != stored:
+            self.metadata.clear()
+            self.metadata.update(copy.deepcopy(dict(stored)))
+        self._saved_metadata = copy.deepcopy(self.metadata)
 
     def _journal_saved(self, count: int) -> None:
         del self._journal[:count]
@@ -618,10 +672,26 @@ class SessionContext:
             self._record(_Op("agent", EventType.HANDOFF.value, payload))
 
     def update_metadata(self, changes: Mapping[str, Any]) -> None:
-        """Merge ``changes`` into ``metadata``; journals ``metadata.updated`` with the whole dict."""
+        """Merge ``changes`` into ``metadata`` and journal ``metadata.updated`` as a *patch*.
+
+        The patch holds the keys set here plus any changed, added or deleted in place on
+        ``metadata`` since the last save. On save it is applied to the *stored* metadata, so
+        two contexts loaded together that set different keys both keep their keys (no
+        whole-dict overwrite). The event payload is ``{"metadata": <stored result>,
+        "changes": {key: value}, "removed": [key, ...]}``. ``changes``: str keys,
+        JSON-serialisable values (TypeError otherwise, in every store).
+        """
+        changes = _check_metadata(changes, "metadata changes")
+        current = _check_metadata({**self.metadata, **changes})
         self.metadata.update(changes)
+        saved = self._saved_metadata
+        patch = {k: v for k, v in current.items() if k in changes or k not in saved or saved[k] != v}
+        removed = [k for k in saved if k not in current]
+        if not patch and not removed:
+            return
         self._saved_metadata = copy.deepcopy(self.metadata)  # what the journal will leave in the store
-        self._record(_Op("metadata", EventType.METADATA_UPDATED.value, {"metadata": copy.deepcopy(self.metadata)}))
+        payload = {"metadata": current, "changes": patch, "removed": removed}
+        self._record(_Op("metadata", EventType.METADATA_UPDATED.value, payload))
 
     def set_status(self, status: SessionStatus | str, reason: str = "", **extra: Any) -> None:
         """Journal a ``status`` event; ``terminated`` is final (seed 003)."""
@@ -976,10 +1046,38 @@ class BaseSessionStore:
             row.incarnation,
             id(self),
         )
+        ctx._base = self._base_of(row)
         # Inside the transaction, pruned turns come from the same transaction; _detach()
         # switches to the store's own reads before the context leaves the store.
         ctx._loader = lambda first, last: self._group_live(tx.turn_messages(row.session_id, first, last, False))
         return ctx
+
+    @staticmethod
+    def _base_of(row: _SessionRow) -> tuple[SessionStatus, str | None, str]:
+        """What a status or handoff change must not silently overwrite: status, owner, agent.
+
+        A value that changed and changed back (idle -> running -> idle under another run's
+        owner) compares equal: such a change overwrites nothing the other writer left.
+        """
+        return (row.status, row.owner.token if row.owner else None, row.active_agent_name)
+
+    def _refuse_stale_base(self, session: SessionContext, row: _SessionRow, ops: Sequence[_Op]) -> None:
+        """SessionBusyError when ``ops`` change status or agent but another writer changed
+        them since ``session`` was loaded -- unless ``session`` belongs to the run that
+        holds the lease (begin_turn's owner of the running row)."""
+        if not any(op.kind in ("status", "agent") for op in ops):
+            return
+        base = session._base
+        if base is None or base == self._base_of(row):
+            return
+        lease = row.owner.token if row.owner is not None and row.status is SessionStatus.RUNNING else None
+        if lease is not None and session._lease == lease:
+            return
+        raise SessionBusyError(
+            f"session {row.session_id} changed since it was loaded (status {base[0].value} -> "
+            f"{row.status.value}, agent {base[2]!r} -> {row.active_agent_name!r}); load it again",
+            session_id=row.session_id,
+        )
 
     def _detach(self, ctx: SessionContext) -> SessionContext:
         assert ctx._incarnation is not None
@@ -1056,7 +1154,14 @@ class BaseSessionStore:
             if row.status is SessionStatus.TERMINATED:
                 self._refuse_terminated(row)
             turn: int | None = op.payload.get("turn") if isinstance(op.payload.get("turn"), int) else None
-            event = self._append(tx, row.session_id, op.type, op.payload, turn)
+            payload = op.payload
+            if op.kind == "metadata":  # a patch on the stored metadata, not the context's whole dict
+                merged = {**row.metadata, **op.payload.get("changes", {})}
+                for key in op.payload.get("removed", ()):
+                    merged.pop(key, None)
+                row.metadata = merged
+                payload = {**op.payload, "metadata": copy.deepcopy(merged)}
+            event = self._append(tx, row.session_id, op.type, payload, turn)
             events.append(event)
             if op.kind == "message":
                 assert op.message is not None
@@ -1087,8 +1192,6 @@ class BaseSessionStore:
                     row.owner = None
             elif op.kind == "agent":
                 row.active_agent_name = str(op.payload["to_agent"])
-            elif op.kind == "metadata":
-                row.metadata = dict(op.payload["metadata"])
         row.updated_at = now
         tx.update_row(row)
         return events
@@ -1138,6 +1241,16 @@ class BaseSessionStore:
         A context never stored before is created. Raises :class:`SessionDeletedError`
         when the session was deleted since it was loaded, :class:`SessionTerminatedError`
         once it is terminated; nothing is written then.
+
+        Concurrent writers (a context loaded before another writer saved):
+
+        * metadata changes are a patch of the keys set (or deleted) on this context, merged
+          into the stored metadata -- another writer's keys are kept; afterwards
+          ``session.metadata`` is the stored, merged dict;
+        * a turn change (new messages) from a stale window raises :class:`SessionBusyError`;
+        * so does a status or handoff change when the stored status, owner or agent changed
+          since this context was loaded ("changed since it was loaded") -- except for the
+          context :meth:`begin_turn` returned to the run that still holds the lease.
         """
         ops = session._take_journal()
         with self._write() as tx:
@@ -1158,8 +1271,11 @@ class BaseSessionStore:
                 )
             if ops:
                 self._refuse_terminated(row)
+                self._refuse_stale_base(session, row, ops)
             events += self._apply(tx, row, ops)
         session._journal_saved(len(ops))
+        session._metadata_saved(row.metadata)
+        session._base = self._base_of(row)
         session._incarnation = row.incarnation
         session._store_id = id(self)
         session._local_events = None
@@ -1419,8 +1535,11 @@ class BaseSessionStore:
             # The window is loaded once: the context that made the change becomes what a fresh
             # load would give (a second load cost as much as the first, ~1 ms for 40 turns).
             ctx._journal_saved(len(journal))
+            ctx._metadata_saved(row.metadata)
             if not ctx._as_stored(row.turn_count, row.status):
                 ctx = self._context(tx, row, default_agent)
+            ctx._base = self._base_of(row)
+            ctx._lease = owner.token  # this run holds the lease: its status changes are never stale
         return TurnStart(self._detach(ctx), turn, None, events)
 
     def _outcome(self, tx: _Tx, row: _SessionRow, turn: int, seq: int) -> dict[str, Any]:

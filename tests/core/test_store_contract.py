@@ -631,6 +631,78 @@ def test_stale_context_refused(store: BaseSessionStore, agent: Agent) -> None:
     assert [r.number for r in store.load_turns("s")] == [1]
 
 
+def test_stale_contexts_patch_metadata_and_keep_every_writers_keys(store: BaseSessionStore, agent: Agent) -> None:
+    store.get_or_create("s", agent, metadata={"channel": "whatsapp", "old": 1, "shared": "x"})
+    first, second = store.get("s"), store.get("s")
+    assert first is not None and second is not None
+    first.update_metadata({"ticket": "tk_1"})
+    first.metadata["shared"] = "from first"  # changed in place
+    store.save(first)
+    del second.metadata["old"]  # deleted in place: part of the next patch
+    second.update_metadata({"lang": "pt"})
+    events = store.save(second)
+    expected = {"channel": "whatsapp", "ticket": "tk_1", "shared": "from first", "lang": "pt"}
+    assert store.get("s").metadata == expected
+    assert second.metadata == expected  # the saved context now shows the stored, merged dict
+    [event] = events
+    assert event.type == "metadata.updated"
+    assert event.payload == {"metadata": expected, "changes": {"lang": "pt"}, "removed": ["old"]}
+    assert store.list_sessions()[0].metadata == expected
+
+
+def test_stale_status_or_handoff_change_is_refused(store: BaseSessionStore, agent: Agent) -> None:
+    billing = Agent(name="Billing", instructions="Billing specialist")
+    store.get_or_create("s", agent)
+    first, second, third = store.get("s"), store.get("s"), store.get("s")
+    assert first is not None and second is not None and third is not None
+    first.set_status(SessionStatus.RESCHEDULED, "retry later", retry_at=1.0)
+    store.save(first)
+    seq = store.last_seq("s")
+    second.set_status(SessionStatus.TERMINATED, "done")
+    with pytest.raises(SessionBusyError, match="changed since it was loaded"):
+        store.save(second)
+    third.set_active_agent(billing, tool_call_id="call_1")
+    with pytest.raises(SessionBusyError, match="changed since it was loaded"):
+        store.save(third)
+    assert store.last_seq("s") == seq  # nothing written
+    loaded = store.get("s")
+    assert loaded is not None and loaded.status is SessionStatus.RESCHEDULED and loaded.active_agent.name == "Assistant"
+    # the saving context moves its base on: a second change from it is not stale
+    first.set_active_agent(billing, tool_call_id="call_2")
+    store.save(first)
+    # a stale context that changes neither status nor agent still saves (metadata is a patch)
+    fourth = store.get("s")
+    assert fourth is not None
+    first.set_status(SessionStatus.IDLE)
+    store.save(first)
+    fourth.update_metadata({"k": 1})
+    store.save(fourth)
+    final = store.get("s")
+    assert final is not None and final.status is SessionStatus.IDLE and final.metadata == {"k": 1}
+    assert final.active_agent.name == "Billing"
+
+
+def test_the_run_holding_the_lease_may_change_status_after_another_writer(
+    store: BaseSessionStore, agent: Agent
+) -> None:
+    owner = Owner.current()
+    run = store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=owner).session
+    other = store.get("s")
+    assert other is not None and other.status is SessionStatus.RUNNING
+    other.set_active_agent(Agent(name="Billing", instructions="b"), tool_call_id="x")
+    store.save(other)
+    run.add_message(Message.model("a"))
+    run.complete_turn("a")
+    store.release(run)  # stale base, but this run holds the lease
+    loaded = store.get("s")
+    assert loaded is not None and loaded.status is SessionStatus.IDLE and loaded.turn_count == 1
+    # the lease ends with the run: its context is now an ordinary one, stale once another run starts
+    store.begin_turn("s", default_agent=agent, user_message=Message.user("q2"), owner=Owner.current())
+    run.set_status(SessionStatus.TERMINATED)
+    with pytest.raises(SessionBusyError, match="changed since it was loaded"):
+        store.save(run)
+
+
 # -- agents ----------------------------------------------------------------------------------
 
 
