@@ -18,6 +18,13 @@ backend only supplies transactions over its storage:
   short-lived services; seed 000 "Armazenamento em Memória");
 * :class:`~chatflow_cli.core.sqlite_store.SQLiteSessionStore` keeps it in a SQLite file.
 
+Event ``seq`` and deleted sessions: ``seq`` counts 1, 2, 3… per *incarnation* of a session
+id. ``store.delete(session_id)`` removes the session with its whole event log, so a session
+created again under the same id is a new incarnation whose log starts again at ``seq`` 1.
+A consumer that keeps a ``replay`` cursor (``after_seq``) across a delete must reset it;
+a context still held from the old incarnation gets :class:`SessionDeletedError` instead of
+writing into the new one.
+
 De-duplication of inbound messages (webhooks): an id is a duplicate while
 ``now < processed_at + DEFAULT_DEDUP_TTL_HOURS`` (192 h: WhatsApp re-sends for 7 days).
 :meth:`BaseSessionStore.claim_message` checks and marks in one atomic step; the seed's
@@ -1381,7 +1388,9 @@ class BaseSessionStore:
     def events(self, session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after_seq`` in seq order, at most ``limit`` (the ``replay`` cursor).
 
-        Raises :class:`SessionNotFoundError` when the session does not exist.
+        Raises :class:`SessionNotFoundError` when the session does not exist. ``seq`` is per
+        incarnation: after ``delete(session_id)`` and a new session under the same id, the
+        log starts again at 1, so a cursor kept across the delete must be reset to 0.
         """
         with self._read() as tx:
             self._require(tx, session_id)

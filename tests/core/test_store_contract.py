@@ -272,6 +272,20 @@ def test_event_seq_gap_free_increasing_never_reused(make_store: Callable[..., Ba
     assert [e.seq for e in store.events("s", after_seq=5, limit=3)] == [6, 7, 8]
 
 
+def test_seq_restarts_at_1_for_a_new_incarnation_of_a_deleted_id(store: BaseSessionStore, agent: Agent) -> None:
+    old = store.get_or_create("s", agent)
+    add_turn(old, 1)
+    store.save(old)
+    assert store.last_seq("s") > 1
+    assert store.delete("s") is True
+    again = store.get_or_create("s", agent)
+    assert [(e.seq, e.type) for e in store.events("s")] == [(1, "session.created")]
+    add_turn(old, 2)
+    with pytest.raises(SessionDeletedError):  # the old incarnation never writes into the new one
+        store.save(old)
+    assert store.last_seq("s") == 1 and again.turn_count == 0
+
+
 def test_events_cover_every_kind_of_change(store: BaseSessionStore, agent: Agent) -> None:
     ctx = store.get_or_create("s", agent)
     ctx.add_message(Message.system("sys"))
