@@ -142,13 +142,35 @@ def _event_type(type: Any) -> str:
     return kind
 
 
+#: Upper bound of ``max_turns``: far beyond any context window, and within SQLite's 64-bit integers.
+MAX_TURNS_LIMIT = 1_000_000
+
+
 def _check_max_turns(value: Any, name: str = "max_turns") -> int:
-    """``value`` as a positive int. TypeError for a non-int (bool too), ValueError for <= 0 (0.4.0rc1)."""
+    """``value`` as an int in 1..1_000_000.
+
+    TypeError for a non-int (bool too); ValueError for ``<= 0`` (0.4.0rc1) or above
+    ``MAX_TURNS_LIMIT`` -- the same in both stores (SQLite could not even store 2**70).
+    """
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value <= 0:
         raise ValueError(f"{name} must be > 0, got {value}")
+    if value > MAX_TURNS_LIMIT:
+        raise ValueError(f"{name} must be at most {MAX_TURNS_LIMIT:,}, got {value}")
     return value
+
+
+def _check_session_id(session_id: Any, *, empty_ok: bool = True) -> str:
+    """A session id: a str (TypeError otherwise) of valid Unicode text (UsageError), the same in
+    both stores. ``empty_ok=False`` (creating a session): ValueError for ``""``."""
+    if not isinstance(session_id, str):
+        raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
+    if not session_id and not empty_ok:
+        raise ValueError("session_id must be a non-empty string")
+    if not session_id.isascii():
+        _check_text(session_id, "session_id")
+    return session_id
 
 
 def _check_text(data: Any, what: str, session_id: str | None = None) -> str:
@@ -170,6 +192,15 @@ def _check_text(data: Any, what: str, session_id: str | None = None) -> str:
             session_id=session_id,
         ) from None
     return text
+
+
+def _check_idempotency_key(key: Any) -> str:
+    """An idempotency key: a non-empty str of valid Unicode text (TypeError / UsageError)."""
+    if not isinstance(key, str) or not key:
+        raise TypeError(f"idempotency_key must be a non-empty str or None, got {key!r}")
+    if not key.isascii():
+        _check_text(key, "idempotency_key")
+    return key
 
 
 def _check_metadata(value: Any, name: str = "metadata") -> dict[str, Any]:
@@ -456,6 +487,7 @@ class SessionContext:
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
+        _check_session_id(session_id)
         self._max_turns = _check_max_turns(max_turns)
         self.session_id = session_id
         self._agent = initial_agent
@@ -557,6 +589,7 @@ class SessionContext:
         """
         if not isinstance(msg, Message):
             raise TypeError(f"add_message expects a Message, got {type(msg).__name__}")
+        _check_text(msg.to_dict(), f"{msg.role.value} message", self.session_id)
         if msg.role is Role.SYSTEM:
             lead = 0
             while lead < len(self._messages) and self._messages[lead].role is Role.SYSTEM:
@@ -1030,6 +1063,13 @@ class BaseSessionStore:
         turn: int | None = None,
         key: str | None = None,
     ) -> Event:
+        # Every event (messages ride in their events' payloads) is checked here, the same for
+        # both stores, before anything of it is written.
+        if not type.isascii():
+            _check_text(type, "event type", session_id)
+        if key is not None:
+            _check_idempotency_key(key)
+        _check_text(payload, f"{type} event", session_id)
         event = Event(session_id, tx.next_seq(session_id), type, payload, self.clock(), key)
         tx.insert_event(event, turn)
         return event
@@ -1108,15 +1148,16 @@ class BaseSessionStore:
     def _new_row(
         self, session_id: str, agent: Any, max_turns: int | None, metadata: Mapping[str, Any] | None
     ) -> _SessionRow:
-        if not isinstance(session_id, str) or not session_id:
-            raise ValueError("session_id must be a non-empty string")
+        _check_session_id(session_id, empty_ok=False)
         turns = self.default_max_turns if max_turns is None else _check_max_turns(max_turns)
+        name = _agent_name(agent)
+        _check_text(name, "agent name", session_id)
         now = self.clock()
         return _SessionRow(
             session_id,
             secrets.token_hex(8),
-            _agent_name(agent),
-            dict(metadata or {}),
+            name,
+            _check_metadata(metadata) if metadata is not None else {},
             turns,
             0,
             SessionStatus.IDLE,
@@ -1211,6 +1252,7 @@ class BaseSessionStore:
         shows ``idle``. Nothing is written; the next :meth:`begin_turn` recovers the turn
         (``turn.interrupted`` + ``session.recovered``).
         """
+        _check_session_id(session_id)
         with self._read() as tx:
             row = tx.get_row(session_id)
             ctx = None if row is None else self._context(tx, row, effective=True)
@@ -1226,10 +1268,14 @@ class BaseSessionStore:
         """Load the session, or create it (``session.created`` event) with ``default_agent``.
 
         ``max_turns`` (default: the store's ``default_max_turns``) and ``metadata`` apply
-        only to a new session. ``status`` is effective, as in :meth:`get`.
+        only to a new session. ``status`` is effective, as in :meth:`get`. ``metadata``: a
+        dict with str keys and JSON-serialisable values (TypeError otherwise).
         """
+        _check_session_id(session_id)
         if max_turns is not None:
             _check_max_turns(max_turns)
+        if metadata is not None:
+            metadata = _check_metadata(metadata)
         with self._read() as tx:
             row = tx.get_row(session_id)
             if row is not None:
@@ -1303,6 +1349,7 @@ class BaseSessionStore:
         A task still holding its context gets :class:`SessionDeletedError` on its next
         store read or write (0.4.0rc1).
         """
+        _check_session_id(session_id)
         with self._write() as tx:
             return tx.delete_row(session_id)
 
@@ -1312,6 +1359,7 @@ class BaseSessionStore:
         Raises SessionNotFoundError, ValueError (turn out of range), SessionBusyError (a live
         owner runs it), SessionTerminatedError.
         """
+        _check_session_id(session_id)
         with self._write() as tx:
             row = self._require(tx, session_id)
             self._refuse_terminated(row)
@@ -1324,7 +1372,14 @@ class BaseSessionStore:
     def list_sessions(
         self, limit: int | None = None, agent: str | None = None, status: SessionStatus | str | None = None
     ) -> list[SessionSummary]:
-        """Sessions, most recently updated first, with their effective status."""
+        """Sessions, most recently updated first, with their effective status.
+
+        ``agent``: an agent name (str) or None; ``status``: a SessionStatus value or None.
+        """
+        if agent is not None:
+            if not isinstance(agent, str):
+                raise TypeError(f"agent must be a str or None, got {type(agent).__name__}")
+            _check_text(agent, "agent")
         wanted = SessionStatus(status) if status is not None else None
         out: list[SessionSummary] = []
         with self._read() as tx:
@@ -1364,6 +1419,7 @@ class BaseSessionStore:
         self, session_id: str, first: int = 1, last: int | None = None, include_rolled_back: bool = False
     ) -> list[TurnRecord]:
         """Stored turns first..last (for ``sessions show``); SessionNotFoundError when absent."""
+        _check_session_id(session_id)
         with self._read() as tx:
             row = self._require(tx, session_id)
             stored = tx.turn_messages(session_id, first, last, include_rolled_back)
@@ -1392,12 +1448,14 @@ class BaseSessionStore:
         incarnation: after ``delete(session_id)`` and a new session under the same id, the
         log starts again at 1, so a cursor kept across the delete must be reset to 0.
         """
+        _check_session_id(session_id)
         with self._read() as tx:
             self._require(tx, session_id)
             return tx.events(session_id, after_seq, limit)
 
     def last_seq(self, session_id: str) -> int:
         """The session's newest event seq (SessionNotFoundError when absent)."""
+        _check_session_id(session_id)
         with self._read() as tx:
             self._require(tx, session_id)
             return tx.next_seq(session_id) - 1
@@ -1419,14 +1477,22 @@ class BaseSessionStore:
         (``RESERVED_EVENT_PREFIXES``) — raise :class:`UsageError` naming the method to use,
         since an event appended here would never be applied and the log would contradict
         the session. Anything else (``"note"``, ``"billing.refund"``…) is accepted.
+
+        ``payload``: a dict with str keys and JSON-serialisable values (TypeError otherwise),
+        stored as its JSON copy in both stores; text must be valid Unicode (UsageError).
         """
+        _check_session_id(session_id)
         kind = _event_type(type)
+        if idempotency_key is not None:
+            _check_idempotency_key(idempotency_key)
         if _is_reserved(kind):
             raise UsageError(
                 f"event type {kind!r} is reserved for chatflow's own events: use {_use_instead(kind)}",
                 session_id=session_id,
             )
-        data = dict(payload or {})
+        data = _check_metadata(payload if payload is not None else {}, "payload")
+        if not kind.isascii():
+            _check_text(kind, "event type", session_id)
         digest = _sha256({"type": kind, "payload": data})
         with self._write() as tx:
             row = self._require(tx, session_id)
@@ -1471,10 +1537,17 @@ class BaseSessionStore:
         ``owner`` and appends the user message. ``user_message=None`` continues the open
         turn once every pending tool result was submitted.
         """
+        _check_session_id(session_id)
         if user_message is not None and (not isinstance(user_message, Message) or user_message.role is not Role.USER):
             raise TypeError("user_message must be a USER Message or None")
         if max_turns is not None:
             _check_max_turns(max_turns)
+        if metadata is not None:
+            metadata = _check_metadata(metadata)
+        if idempotency_key is not None:
+            _check_idempotency_key(idempotency_key)
+        if user_message is not None:
+            _check_text(user_message.to_dict(), "user message", session_id)
         digest = _sha256(user_message.to_dict() if user_message is not None else None)
         with self._write() as tx:
             events: list[Event] = []
@@ -1592,6 +1665,7 @@ class BaseSessionStore:
 
         An id that is not pending, or was already answered: :class:`ToolResultError`, nothing written.
         """
+        _check_session_id(session_id)
         with self._write() as tx:
             row = self._require(tx, session_id)
             self._refuse_terminated(row)
@@ -1619,6 +1693,8 @@ class BaseSessionStore:
             raise TypeError(f"message_id must be a str, got {type(message_id).__name__}")
         if not message_id:
             raise TypeError("message_id must be a non-empty str")
+        if not message_id.isascii():
+            _check_text(message_id, "message_id")
         return message_id
 
     def is_message_processed(self, message_id: str) -> bool:

@@ -494,14 +494,17 @@ class SQLiteSessionStore(BaseSessionStore):
     """Sessions in a SQLite file, shared safely by threads and processes (seed 000).
 
     ``db_path``: a file path (created with its directory when missing), ``":memory:"``, or
-    a ``file:`` URI. ``default_max_turns``: int > 0 (ValueError otherwise). Raises
+    a ``file:`` URI -- a ``str`` or ``os.PathLike[str]`` (bytes: TypeError). ``default_max_turns``: int > 0 (ValueError otherwise). Raises
     :class:`StoreError` when the file cannot be opened or is not a SQLite database, and
     :class:`SchemaTooNewError` when a newer chatflow wrote it.
     """
 
     def __init__(self, db_path: str | os.PathLike[str], default_max_turns: int = DEFAULT_MAX_TURNS) -> None:
+        path = os.fspath(db_path)  # TypeError for anything that is not a path
+        if not isinstance(path, str):
+            raise TypeError(f"db_path must be a str or os.PathLike[str], got {type(db_path).__name__}")
         super().__init__(default_max_turns)
-        self.db_path = os.fspath(db_path)
+        self.db_path = path
         self._ephemeral = _is_ephemeral(self.db_path)
         self._uri = self.db_path.startswith("file:")
         self._label = self.db_path if not self._ephemeral else "in-memory database"
@@ -550,6 +553,8 @@ class SQLiteSessionStore(BaseSessionStore):
             conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
             raise _store_error(exc, self._label) from exc
+        except UnicodeEncodeError:
+            raise StoreError(f"cannot open {self._label!r}: the path is not valid UTF-8 text") from None
         with self._connections_lock:
             self._connections.append(conn)
         if self._ephemeral:

@@ -64,7 +64,10 @@ def all_seqs(store: BaseSessionStore, session_id: str) -> list[int]:
 # -- construction ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad, error", [(0, ValueError), (-3, ValueError), ("40", TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "bad, error",
+    [(0, ValueError), (-3, ValueError), ("40", TypeError), (True, TypeError), (2**70, ValueError), (1_000_001, ValueError)],
+)
 def test_default_max_turns_validated(tmp_path, bad: object, error: type[Exception]) -> None:
     with pytest.raises(error):
         SessionStore(default_max_turns=bad)  # type: ignore[arg-type]
@@ -78,6 +81,27 @@ def test_max_turns_validated_per_session(store: BaseSessionStore, agent: Agent) 
     with pytest.raises(TypeError):
         store.get_or_create("s", agent, max_turns=2.5)  # type: ignore[arg-type]
     assert store.get("s") is None
+
+
+@pytest.mark.parametrize("bad", [2**70, 1_000_001])
+def test_huge_max_turns_refused_the_same_everywhere(store: BaseSessionStore, agent: Agent, bad: int) -> None:
+    with pytest.raises(ValueError, match="at most 1,000,000"):
+        SessionContext("s", agent, max_turns=bad)
+    with pytest.raises(ValueError, match="at most 1,000,000"):
+        store.get_or_create("s", agent, max_turns=bad)
+    with pytest.raises(ValueError, match="at most 1,000,000"):
+        store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current(), max_turns=bad)
+    assert store.get("s") is None
+    assert store.get_or_create("s", agent, max_turns=1_000_000).max_turns == 1_000_000
+    assert store.get("s").max_turns == 1_000_000
+
+
+def test_sqlite_db_path_must_be_text(tmp_path) -> None:
+    with pytest.raises(TypeError, match="db_path"):
+        SQLiteSessionStore(str(tmp_path / "x.db").encode())  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        SQLiteSessionStore(42)  # type: ignore[arg-type]
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_sqlite_store_takes_only_two_parameters(tmp_path) -> None:
@@ -715,6 +739,84 @@ def test_the_run_holding_the_lease_may_change_status_after_another_writer(
     run.set_status(SessionStatus.TERMINATED)
     with pytest.raises(SessionBusyError, match="changed since it was loaded"):
         store.save(run)
+
+
+# -- input checked the same way in both stores ------------------------------------------------
+
+LONE = "bad \udc80 text"  # what surrogateescape makes of a stray byte: not valid Unicode
+
+
+def test_lone_surrogates_refused_before_anything_is_written(store: BaseSessionStore, agent: Agent) -> None:
+    ctx = store.get_or_create("s", agent)
+    seq = store.last_seq("s")
+    with pytest.raises(UsageError, match="lone surrogate"):
+        ctx.add_message(Message.user(LONE))
+    assert ctx.turn_count == 0 and ctx.history == ()
+    with pytest.raises(UsageError, match="lone surrogate"):
+        store.begin_turn("s", default_agent=agent, user_message=Message.user(LONE), owner=Owner.current())
+    with pytest.raises(UsageError, match="lone surrogate"):
+        store.append_event("s", "note", {"text": LONE})
+    with pytest.raises(UsageError, match="lone surrogate"):
+        ctx.update_metadata({"name": LONE})
+    ctx.add_message(Message.user("fine"))
+    ctx.add_message(Message.model("fine"))
+    ctx.complete_turn(LONE)  # text the context does not check itself: the store refuses it on save
+    with pytest.raises(UsageError, match="lone surrogate"):
+        store.save(ctx)
+    assert store.last_seq("s") == seq and store.get("s").turn_count == 0
+    with pytest.raises(UsageError, match="lone surrogate"):
+        store.get_or_create(LONE, agent)
+    with pytest.raises(UsageError, match="lone surrogate"):
+        store.get(LONE)
+    with pytest.raises(UsageError, match="lone surrogate"):
+        store.claim_message(LONE)
+    with pytest.raises(UsageError, match="lone surrogate"):
+        store.get_or_create("t", Agent(name=LONE, instructions=""))
+    assert [x.session_id for x in store.list_sessions()] == ["s"]
+
+
+def test_tool_output_with_a_lone_surrogate_is_refused(store: BaseSessionStore, agent: Agent) -> None:
+    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current())
+    start.session.add_message(Message.model(None, [ToolCall("c", "custom")]))
+    store.release(start.session)
+    seq = store.last_seq("s")
+    with pytest.raises(UsageError, match="lone surrogate"):
+        store.submit_tool_result("s", "c", LONE)
+    assert store.last_seq("s") == seq
+    assert store.submit_tool_result("s", "c", "ok") == []
+
+
+@pytest.mark.parametrize(
+    "bad", [["a"], "text", {1: "x"}, {"k": {1, 2}}, {"k": object()}, {(1, 2): "x"}], ids=repr
+)
+def test_metadata_must_be_a_dict_of_json_values(store: BaseSessionStore, agent: Agent, bad: object) -> None:
+    with pytest.raises(TypeError, match="metadata"):
+        SessionContext("s", agent, metadata=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="metadata"):
+        store.get_or_create("s", agent, metadata=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="metadata"):
+        store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current(),
+                         metadata=bad)  # type: ignore[arg-type]
+    assert store.get("s") is None
+    ctx = store.get_or_create("s", agent)
+    if isinstance(bad, dict):
+        with pytest.raises(TypeError, match="metadata"):
+            ctx.update_metadata(bad)
+        ctx.metadata.update(bad)  # changed in place: refused on save, nothing written
+        with pytest.raises(TypeError, match="metadata"):
+            store.save(ctx)
+    assert store.get("s").metadata == {} and store.last_seq("s") == 1
+
+
+def test_metadata_is_stored_as_json_in_both_stores(store: BaseSessionStore, agent: Agent) -> None:
+    ctx = store.get_or_create("s", agent, metadata={"tags": ("a", "b"), "n": 2**70, "nested": {"x": None}})
+    assert ctx.metadata == {"tags": ["a", "b"], "n": 2**70, "nested": {"x": None}}
+    assert store.get("s").metadata == ctx.metadata
+    event = store.append_event("s", "note", {"pair": (1, 2)})
+    assert event.payload == {"pair": [1, 2]} and store.events("s")[-1] == event
+    for bad in ({"k": {1}}, {2: "x"}, ["x"]):
+        with pytest.raises(TypeError, match="payload"):
+            store.append_event("s", "note", bad)  # type: ignore[arg-type]
 
 
 # -- agents ----------------------------------------------------------------------------------
