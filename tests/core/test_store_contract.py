@@ -563,7 +563,13 @@ def test_custom_tool_results_then_continue(store: BaseSessionStore, agent: Agent
     assert store.submit_tool_result("s", "t2", "no") == ["t1"]
     with pytest.raises(ToolResultError):
         store.submit_tool_result("s", "t2", "again")
+    with pytest.raises(PendingToolCallsError) as err:  # lists only the id still missing
+        store.begin_turn("s", default_agent=agent, user_message=Message.user("hello?"), owner=Owner.current())
+    assert err.value.tool_use_ids == ["t1"] and "t2" not in str(err.value)
     assert store.submit_tool_result("s", "t1", "yes") == []
+    with pytest.raises(PendingToolCallsError, match="continue") as err:  # all in: the turn goes on first
+        store.begin_turn("s", default_agent=agent, user_message=Message.user("hello?"), owner=Owner.current())
+    assert err.value.tool_use_ids == [] and "t1" not in str(err.value)
     resumed = store.begin_turn("s", default_agent=agent, user_message=None, owner=Owner.current())
     tools = [m for m in resumed.session.history if m.role is Role.TOOL]
     assert [(m.tool_call_id, m.content) for m in tools] == [("t1", "yes"), ("t2", "no")]  # call order

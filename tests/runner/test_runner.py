@@ -17,6 +17,7 @@ import pytest
 
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.errors import (
+    ConfigError,
     AuthenticationError,
     BadRequestError,
     IdempotencyConflictError,
@@ -745,3 +746,23 @@ def test_a_cancel_event_set_while_the_server_hangs_interrupts_the_turn_at_once(
     assert again.content == "here now" and again.turn == 2 and again.status is SessionStatus.IDLE
     assert roles(fake_server.requests[-1]["messages"])[-1] == "user"
     check_history(store.get("hung-long").history)
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_a_runner_with_no_endpoint_says_accurately_how_to_get_one(
+    monkeypatch: pytest.MonkeyPatch, store: Any, installed: bool
+) -> None:
+    from chatflow_cli.core import local
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setattr(local, "local_available", lambda: installed)
+    runner = Runner(Agent(name="Bot", instructions="Assistant", model="gpt-4o"), store)
+    with pytest.raises(ConfigError) as info:
+        runner.run("s", "hi")
+    text = str(info.value)
+    assert "OPENAI_API_KEY" in text
+    assert ("chatflow_cli.core.local.LocalServer" in text) is installed
+    assert ("pip install 'chatflow-cli[local]'" in text) is not installed
+    session = store.get("s")
+    assert session is None or session.status is SessionStatus.IDLE
