@@ -404,24 +404,6 @@ def test_environment_fallback_and_placeholder_key(fake_server: FakeServer, monke
         ModelClient(None, None).complete("gpt", USER)
 
 
-@pytest.mark.parametrize("installed", [True, False])
-def test_no_model_message_is_accurate_about_the_local_extra(
-    monkeypatch: pytest.MonkeyPatch, installed: bool
-) -> None:
-    from chatflow_cli.core import local
-
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.setattr(local, "local_available", lambda: installed)
-    with pytest.raises(ConfigError, match="OPENAI_API_KEY") as info:
-        ModelClient(None, None).complete("gpt", USER)
-    text = str(info.value)
-    if installed:
-        assert "chatflow_cli.core.local.LocalServer" in text and "pip install" not in text
-    else:
-        assert "pip install 'chatflow-cli[local]'" in text and "LocalServer" not in text
-
-
 def test_cancel_event_between_chunks_returns_the_partial_turn(fake_server: FakeServer) -> None:
     fake_server.add_text("one two three four", chunks=["one", " two", " three", " four"])
     cancel = threading.Event()

@@ -17,9 +17,9 @@ import pytest
 
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.errors import (
-    ConfigError,
     AuthenticationError,
     BadRequestError,
+    ConfigError,
     IdempotencyConflictError,
     MaxToolRoundsExceeded,
     PendingToolCallsError,
