@@ -723,14 +723,15 @@ class SessionContext:
         """
         changes = _check_metadata(changes, "metadata changes")
         current = _check_metadata({**self.metadata, **changes})
-        self.metadata.update(changes)
+        self.metadata.clear()  # the same dict object, now holding the JSON copy the stores keep
+        self.metadata.update(current)
         saved = self._saved_metadata
         patch = {k: v for k, v in current.items() if k in changes or k not in saved or saved[k] != v}
         removed = [k for k in saved if k not in current]
         if not patch and not removed:
             return
         self._saved_metadata = copy.deepcopy(self.metadata)  # what the journal will leave in the store
-        payload = {"metadata": current, "changes": patch, "removed": removed}
+        payload = copy.deepcopy({"metadata": current, "changes": patch, "removed": removed})
         self._record(_Op("metadata", EventType.METADATA_UPDATED.value, payload))
 
     def set_status(self, status: SessionStatus | str, reason: str = "", **extra: Any) -> None:
