@@ -41,6 +41,9 @@ __all__ = [
     "event_text",
     "fold",
     "format_age",
+    "has_markdown",
+    "markdown_lines",
+    "markdown_renderable",
     "safe_text",
     "sessions_table",
     "turn_renderables",
@@ -203,11 +206,17 @@ def _style_of(style: str, color_system: str) -> Any:
     return _STYLES[key]
 
 
-def _color_system(name: str) -> Any:
-    from rich.color import ColorSystem
+_COLOR_SYSTEMS: dict[str, Any] = {}
 
-    return {"standard": ColorSystem.STANDARD, "256": ColorSystem.EIGHT_BIT, "truecolor": ColorSystem.TRUECOLOR,
-            "windows": ColorSystem.WINDOWS}.get(name, ColorSystem.STANDARD)
+
+def _color_system(name: str) -> Any:
+    if name not in _COLOR_SYSTEMS:
+        from rich.color import ColorSystem
+
+        _COLOR_SYSTEMS[name] = {"standard": ColorSystem.STANDARD, "256": ColorSystem.EIGHT_BIT,
+                                "truecolor": ColorSystem.TRUECOLOR,
+                                "windows": ColorSystem.WINDOWS}.get(name, ColorSystem.STANDARD)
+    return _COLOR_SYSTEMS[name]
 
 
 # ---------------------------------------------------------------------------------------
@@ -292,11 +301,236 @@ def turn_dict(record: Any) -> dict[str, Any]:
     }
 
 
+#: Characters and line shapes that make Markdown differ from the text as written:
+#: emphasis, code, headings, quotes, links, images, tables, strikethrough, HTML and
+#: entities, escapes, list items, indented code, setext underlines and rules.
+_MARKDOWN_SYNTAX_RE = re.compile(
+    r"[*_`#>\[\]|~<&\\]"
+    r"|^[ \t]*(?:[-+][ \t]|\d{1,9}[.)](?:[ \t]|$))"
+    r"|^(?: {4}|\t)"
+    r"|^[ \t]*(?:=+|-{2,})[ \t]*$",
+    re.MULTILINE,
+)
+
+
+def has_markdown(text: str | None) -> bool:
+    """Whether rendering ``text`` as Markdown could look different from the text itself.
+
+    Conservative: any character or line shape with a Markdown meaning counts, so a false
+    ``True`` only costs time; ``False`` means CommonMark would show the same words (it
+    would join a paragraph's lines; chatflow keeps the line breaks as written).
+    """
+    return bool(text) and _MARKDOWN_SYNTAX_RE.search(text) is not None
+
+
+_MARKDOWN_TEMPLATE: Any = None
+_MARKDOWN_PARSER: Any = None
+
+
+def markdown_renderable(text: str) -> Any:
+    """``rich.markdown.Markdown`` of ``text`` (already made safe), parsed by one shared parser.
+
+    ``Markdown()`` builds a new ``markdown_it.MarkdownIt`` for every instance, which is
+    about half the cost of a short answer; ``sessions show`` renders hundreds, so one
+    parser configured as Rich's (CommonMark + strikethrough + tables) is reused and each
+    instance copies a template's settings. Links are shown as ``text (url)``, not as
+    OSC 8 hyperlinks, as in the REPL.
+    """
+    global _MARKDOWN_TEMPLATE
+    import copy
+
+    if _MARKDOWN_TEMPLATE is None:
+        from rich.markdown import Markdown
+
+        _MARKDOWN_TEMPLATE = Markdown("", hyperlinks=False)
+    item = copy.copy(_MARKDOWN_TEMPLATE)
+    item.markup = text
+    item.parsed = _markdown_parser().parse(text)
+    return item
+
+
+# -- a fast path for the Markdown models write most ---------------------------------------
+#: Block tokens :func:`markdown_lines` lays out itself; anything else (headings, code,
+#: quotes, tables, rules, HTML) is left to ``rich.markdown``.
+_SIMPLE_BLOCKS = frozenset({
+    "paragraph_open", "paragraph_close", "inline", "bullet_list_open", "bullet_list_close",
+    "ordered_list_open", "ordered_list_close", "list_item_open", "list_item_close",
+})
+#: Inline styles, as Rich's default Markdown theme has them.
+_INLINE_STYLES = {"strong": "bold", "em": "italic", "s": "strike"}
+_CODE_STYLE = "bold cyan on black"
+_BULLET_STYLE = "bold"
+_NUMBER_STYLE = "cyan"
+
+
+def _markdown_parser() -> Any:
+    global _MARKDOWN_PARSER
+    if _MARKDOWN_PARSER is None:
+        from markdown_it import MarkdownIt
+
+        _MARKDOWN_PARSER = MarkdownIt().enable("strikethrough").enable("table")
+    return _MARKDOWN_PARSER
+
+
+def _inline_pieces(children: Sequence[Any]) -> list[tuple[str, str]] | None:
+    """Inline tokens -> ``(text, style)`` pieces; ``"\n"`` alone is a hard line break.
+    ``None`` when a token is not one :func:`markdown_lines` handles (links, images, HTML)."""
+    pieces: list[tuple[str, str]] = []
+    active: list[str] = []
+    for tok in children:
+        kind = tok.type
+        if kind == "text":
+            if tok.content:
+                pieces.append((tok.content, " ".join(active)))
+        elif kind == "softbreak":
+            pieces.append((" ", " ".join(active)))
+        elif kind == "hardbreak":
+            pieces.append(("\n", ""))
+        elif kind == "code_inline":
+            pieces.append((tok.content, " ".join([*active, _CODE_STYLE])))
+        elif kind.endswith("_open") and kind[:-5] in _INLINE_STYLES:
+            active.append(_INLINE_STYLES[kind[:-5]])
+        elif kind.endswith("_close") and kind[:-6] in _INLINE_STYLES:
+            if active:
+                active.pop()
+        else:
+            return None
+    return pieces
+
+
+def _wrap(pieces: list[tuple[str, str]], width: int) -> list[list[tuple[str, str]]]:
+    """Greedy word wrap of styled pieces to ``width`` cells, as Rich wraps a paragraph:
+    words (runs without spaces, possibly spanning styles) never split unless longer than
+    the line, spaces at a break dropped, ``"\n"`` pieces force a break."""
+    from rich.cells import cell_len
+
+    width = max(1, width)
+    # words: each a list of (text, style) fragments; separators remember their style
+    lines: list[list[tuple[str, str]]] = []
+    line: list[tuple[str, str]] = []
+    used = 0
+    word: list[tuple[str, str]] = []
+    word_len = 0
+    gap: tuple[str, str] | None = None  # the space before the word being built
+
+    def place() -> None:
+        nonlocal line, used, word, word_len, gap
+        if not word:
+            return
+        if line and used + 1 + word_len > width:
+            lines.append(line)
+            line, used, gap = [], 0, None
+        if line and gap is not None:
+            line.append(gap)
+            used += 1
+        if word_len > width - used:  # longer than a whole line: fold it by characters
+            for text, style in word:
+                for ch in text:
+                    w = cell_len(ch)
+                    if used + w > width and line:
+                        lines.append(line)
+                        line, used = [], 0
+                    line.append((ch, style))
+                    used += w
+        else:
+            line.extend(word)
+            used += word_len
+        word, word_len, gap = [], 0, None
+
+    for text, style in pieces:
+        if text == "\n":
+            place()
+            lines.append(line)
+            line, used, gap = [], 0, None
+            continue
+        for index, chunk in enumerate(text.split(" ")):
+            if index > 0:  # a space came before this chunk
+                place()
+                if line or lines:
+                    gap = (" ", style)
+            if chunk:
+                word.append((chunk, style))
+                word_len += cell_len(chunk)
+    place()
+    if line or not lines:
+        lines.append(line)
+    return lines
+
+
+def markdown_lines(text: str, width: int) -> list[Lines] | None:
+    """``text`` (already made safe) laid out as Rich's Markdown would, or ``None``.
+
+    Covers what models write most -- paragraphs, bullet and numbered lists (nested,
+    tight), bold, italic, strikethrough and inline code -- with Rich's default styles,
+    wrapping and list markers, without Rich's layout engine, which costs several times
+    more per answer (issue 5: ``sessions show`` of 500 turns within 1 s). Anything else
+    (headings, code blocks, quotes, tables, rules, links, images, HTML, loose lists)
+    returns ``None``: the caller renders it with :func:`markdown_renderable`. Lines carry
+    no trailing padding.
+    """
+    tokens = _markdown_parser().parse(text)
+    out: list[Lines] = []
+    # open list levels: [is_ordered, next_number, marker_width, marker_pending]
+    levels: list[list[Any]] = []
+    for index, tok in enumerate(tokens):
+        kind = tok.type
+        if kind not in _SIMPLE_BLOCKS:
+            return None
+        if kind == "paragraph_open":
+            if levels and not tok.hidden:
+                return None  # a loose list: Rich spaces it differently
+            if not levels and out:
+                out.append(Lines())
+        elif kind in ("bullet_list_open", "ordered_list_open"):
+            if not levels and out:
+                out.append(Lines())
+            ordered = kind == "ordered_list_open"
+            start = int(tok.attrs.get("start", 1)) if ordered else 1
+            count = 0
+            for later in tokens[index + 1:]:
+                if later.level == tok.level and later.type == kind.replace("_open", "_close"):
+                    break
+                if later.type == "list_item_open" and later.level == tok.level + 1:
+                    count += 1
+            marker_width = len(str(start + count)) + 2 if ordered else 3
+            levels.append([ordered, start, marker_width, False])
+        elif kind in ("bullet_list_close", "ordered_list_close"):
+            levels.pop()
+        elif kind == "list_item_open":
+            levels[-1][3] = True
+        elif kind == "inline":
+            pieces = _inline_pieces(tok.children or [])
+            if pieces is None:
+                return None
+            indent = sum(level[2] for level in levels)
+            for row in _wrap(pieces, width - indent):
+                line = Lines()
+                for level in levels:
+                    ordered, number, marker_width, pending = level
+                    if pending:
+                        if ordered:
+                            line.append(f"{number}".rjust(marker_width - 1) + " ", _NUMBER_STYLE)
+                            level[1] = number + 1
+                        else:
+                            line.append(" • ", _BULLET_STYLE)
+                        level[3] = False
+                    else:
+                        line.append(" " * marker_width)
+                for piece_text, style in row:
+                    line.append(piece_text, style)
+                out.append(line)
+    return out
+
+
 def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False, width: int | None = None) -> list[Any]:
     """The renderables of one turn (see the module docstring for the layout).
 
     Items are :class:`Lines` (with ``plain`` text and Rich styles) and, when ``markdown``
-    is true (a terminal), ``rich.markdown.Markdown`` for the model's text.
+    is true (a terminal), the model's text as Markdown: laid out by
+    :func:`markdown_lines` into :class:`Lines` when it only uses paragraphs, lists and
+    inline styles, else a ``rich.markdown.Markdown`` (:func:`markdown_renderable`). Text
+    with no Markdown syntax at all (:func:`has_markdown`) is shown as written, unparsed.
+    Issue 5: a 500-turn ``sessions show`` on a terminal within 1 s.
     """
     marks = []
     if record.rolled_back:
@@ -334,11 +568,19 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
             agent_so_far = agent
             if msg.content:
                 body.append(f"{safe_text(agent)}: ", "bold cyan")
-                if markdown:
+                if markdown and has_markdown(msg.content):
                     flush()
-                    from rich.markdown import Markdown
-
-                    out.append(Markdown(safe_text(msg.content)))
+                    safe = safe_text(msg.content)
+                    laid_out = markdown_lines(safe, width or 80)
+                    if laid_out is None:
+                        out.append(markdown_renderable(safe))
+                    else:
+                        block = Lines()
+                        for number, line in enumerate(laid_out):
+                            if number:
+                                block.append("\n")
+                            block.parts.extend(line.parts)
+                        out.append(block)
                 else:
                     body.append(safe_text(msg.content)).append("\n")
             if msg.interrupted:

@@ -110,42 +110,90 @@ def _header(session: Any) -> Any:
     return text
 
 
+class _Batch:
+    """A file-like buffer in front of the real output: :meth:`write` collects text,
+    :meth:`drain` writes it out in one call and flushes.
+
+    A terminal stream is line-buffered, so each printed item used to be one ``write``
+    system call (thousands for a long session, each waking the terminal or pager);
+    Rich also flushes after every ``print``. Batching makes it a few dozen calls.
+    """
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.encoding = getattr(out, "encoding", None) or "utf-8"
+        self.parts: list[str] = []
+        self.size = 0
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        self.size += len(text)
+        return len(text)
+
+    def flush(self) -> None:
+        """Rich calls this after every ``print``: the text waits for :meth:`drain`."""
+
+    def isatty(self) -> bool:  # pragma: no cover - consoles here are forced to terminal or not
+        return False
+
+    def drain(self) -> None:
+        if self.parts:
+            self.out.write("".join(self.parts))
+            self.parts.clear()
+            self.size = 0
+        self.out.flush()
+
+
+#: Text collected before it is written out (after the first turns, which go out at once).
+BATCH_CHARS = 64 * 1024
+
+
 def _render(console: Any, session: Any, records: Iterator[Any], full: bool, *, markdown: bool, out: Any) -> None:
     """Print the session turn by turn as each is rendered.
 
     ``console=None`` (a pipe): the plain text of each turn is written directly; Rich is
     not even imported, since its layout pass is only needed for colours, wrapping and
-    Markdown on a terminal.
+    Markdown on a terminal. The first two turns are written out as soon as each is
+    rendered; after that, output goes out in batches of :data:`BATCH_CHARS` (issue 5).
     """
     from .render import turn_renderables
 
     plain = console is None
+    batch = _Batch(out)
     width = 80 if console is None else console.width
+    saved_file = None
     if console is not None:
-        console.width = width  # fixed: otherwise Rich asks the terminal for its size on every print
+        # fixed size: otherwise Rich asks the terminal for its size on every print
+        console.size = (width, console.height)
+        saved_file = console.file
+        console.file = batch
     color_system = None if console is None or console.no_color else console.color_system
 
     def emit(item: Any) -> None:
         if plain:
-            out.write(item.plain + "\n")
+            batch.write(item.plain + "\n")
         elif hasattr(item, "ansi"):
-            out.write(item.ansi(color_system) + "\n")
+            batch.write(item.ansi(color_system) + "\n")
         else:
             console.print(item)
 
-    emit(_header(session))
-    shown = 0
-    for record in records:
-        if record.number == 0 and not record.messages:
-            continue
-        for item in turn_renderables(record, markdown=markdown, full=full, width=width):
-            emit(item)
-        shown += 1
-        if shown <= 2 or shown % 25 == 0:
-            out.flush()
-    if shown == 0:
-        emit(_no_turns())
-    out.flush()
+    try:
+        emit(_header(session))
+        shown = 0
+        for record in records:
+            if record.number == 0 and not record.messages:
+                continue
+            for item in turn_renderables(record, markdown=markdown, full=full, width=width):
+                emit(item)
+            shown += 1
+            if shown <= 2 or batch.size >= BATCH_CHARS:
+                batch.drain()
+        if shown == 0:
+            emit(_no_turns())
+        batch.drain()
+    finally:
+        if console is not None:
+            console.file = saved_file
 
 
 def _no_turns() -> Any:

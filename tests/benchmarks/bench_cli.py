@@ -17,7 +17,11 @@ What it measures, each as the median of ``--runs`` whole-process runs (stdout a 
 * ``chatflow sessions show`` of a 500-turn session whose turns each hold a tool call and
   its result: time until the first turn is on stdout (target 0.3 s) and until the whole
   output is (target 1 s) -- into a pipe (plain text), and into a pseudo-terminal
-  (``--no-pager``: Markdown rendered, colours on).
+  (``--no-pager``: Markdown rendered, colours on), with the process's CPU seconds (steadier
+  than wall time on a busy machine).
+
+Child processes get compiled ``.pyc`` files (in a temporary ``PYTHONPYCACHEPREFIX``), as
+an installed chatflow has them, even where ``PYTHONDONTWRITEBYTECODE`` is set.
 
 The data lives in a temporary ``CHATFLOW_HOME`` made with the real ``SQLiteSessionStore``.
 """
@@ -128,7 +132,9 @@ def first_and_total(cmd: list[str], env: dict[str, str], marker: bytes, *, tty: 
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 stdin=subprocess.DEVNULL)
         reader = proc.stdout.fileno()  # type: ignore[union-attr]
-    seen = b""
+    chunks: list[bytes] = []
+    size = 0
+    tail = b""  # the end of what was read so far, to find a marker split across reads
     first = None
     while True:
         try:
@@ -137,16 +143,19 @@ def first_and_total(cmd: list[str], env: dict[str, str], marker: bytes, *, tty: 
             chunk = b""
         if not chunk:
             break
-        seen += chunk
-        if first is None and marker in seen:
-            first = time.perf_counter() - started
+        chunks.append(chunk)  # never `seen += chunk`: quadratic, it slowed the reader itself
+        size += len(chunk)
+        if first is None:
+            tail = (tail + chunk)[-(len(marker) + 65536):]
+            if marker in tail:
+                first = time.perf_counter() - started
     proc.wait()
     total = time.perf_counter() - started
     if tty:
         os.close(master)
     if proc.returncode != 0 or first is None:
-        raise SystemExit(f"{cmd} failed (rc {proc.returncode}); output: {seen[-300:]!r}")
-    return first, total, len(seen)
+        raise SystemExit(f"{cmd} failed (rc {proc.returncode}); output: {b''.join(chunks)[-300:]!r}")
+    return first, total, size
 
 
 def main() -> None:
@@ -162,6 +171,10 @@ def main() -> None:
         for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CHATFLOW_MODEL", "NO_COLOR", "COLUMNS"):
             env.pop(name, None)
         env["PYTHONPATH"] = str(REPO)
+        # Compiled .pyc files, as an installed chatflow has them: with PYTHONDONTWRITEBYTECODE
+        # set (as on some dev machines) every run would compile chatflow's modules again.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
         # warm the page cache and the .pyc files
         timed([*CHATFLOW, "sessions", "ls"], env, 2)
         timed([*REFERENCE, "ls"], env, 2)
@@ -197,14 +210,25 @@ def main() -> None:
         print(f"{label:<30}{ours[0]:>8.3f}s |{ours[1]:>6.3f}s{plain[0]:>9.3f}s |{plain[1]:>6.3f}s"
               f"{ours[0] / plain[0]:>6.2f}x |{ours[1] / plain[1]:>5.2f}x  <= 1.05x (vs the openai client alone)")
 
-        print(f"\nsessions show {long_id} (500 turns, a tool call each): first turn / whole output")
+        print(f"\nsessions show {long_id} (500 turns, a tool call each): first turn / whole output / cpu")
+        import resource
+
         for mode, tty, extra in (("pipe", False, []), ("terminal (--no-pager)", True, ["--no-pager"])):
-            samples = [first_and_total([*CHATFLOW, "sessions", "show", long_id, *extra], env, b"Turn 1", tty=tty)
-                       for _ in range(args.runs)]
+            command = [*CHATFLOW, "sessions", "show", long_id, *extra]
+            first_and_total(command, env, b"Turn 1", tty=tty)  # warm-up: compiles the rendering modules
+            samples = []
+            for _ in range(args.runs):
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                first, total, size = first_and_total(command, env, b"Turn 1", tty=tty)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+                samples.append((first, total, size, cpu))
             first = statistics.median(s[0] for s in samples)
             total = statistics.median(s[1] for s in samples)
+            cpu = statistics.median(s[3] for s in samples)
             size = samples[0][2]
-            print(f"  {mode:<24} first {first:.3f}s (target 0.3)  whole {total:.3f}s (target 1.0)  {size:,} bytes")
+            print(f"  {mode:<24} first {first:.3f}s (target 0.3)  whole {total:.3f}s (target 1.0)  "
+                  f"cpu {cpu:.3f}s  {size:,} bytes")
 
 
 if __name__ == "__main__":
