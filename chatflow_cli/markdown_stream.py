@@ -411,6 +411,7 @@ class MarkdownStream:
         self._rows_committed = 0  # rendered rows of the open block already printed
         self._code_committed = 0  # code lines of the open fence already printed
         self._status: str | None = None
+        self._spinner: Spinner | None = None  # kept across refreshes so its frame advances
         self._drawn = _Drawn()
         self._cursor_hidden = False
         self._last_refresh = -math.inf
@@ -585,9 +586,21 @@ class MarkdownStream:
             if self._rows_committed == 0 and self._blocks_printed and not scanner._joined and scanner.lines:
                 lines = [[], *lines]
         if status:
-            spinner = Spinner("dots", Text(status, style="dim"))
-            lines = [*lines, *self.console.render_lines(spinner, self._options(), pad=False)]
+            lines = [*lines, *self.console.render_lines(self._spinner_frame(status), self._options(), pad=False)]
         return lines[-limit:] if len(lines) > limit else lines
+
+    def _spinner_frame(self, status: str) -> RenderableType:
+        """The spinner line for ``status`` at the clock's time: the frame advances between refreshes.
+
+        One :class:`rich.spinner.Spinner` lives as long as the stream (its text is updated), so its
+        start time is the first frame's and each refresh shows the frame for the time elapsed
+        since (``dots``: one frame per 80 ms).
+        """
+        if self._spinner is None:
+            self._spinner = Spinner("dots", Text(status, style="dim"))
+        else:
+            self._spinner.update(text=Text(status, style="dim"))
+        return self._spinner.render(self.clock())
 
     def _fence_tail(self, limit: int) -> list[Line]:
         scanner = self._scanner
