@@ -317,7 +317,7 @@ class Repl:
     def _make_prompt_session(self) -> Any:
         from prompt_toolkit import PromptSession
         from prompt_toolkit.auto_suggest import AutoSuggestFromHistory
-        from prompt_toolkit.filters import completion_is_selected, has_completions
+        from prompt_toolkit.filters import completion_is_selected, has_completions, is_searching
         from prompt_toolkit.history import FileHistory, InMemoryHistory
         from prompt_toolkit.key_binding import KeyBindings
         from prompt_toolkit.styles import Style
@@ -332,9 +332,17 @@ class Repl:
             if COMMANDS.get(word, ("", ""))[0] and not buffer.document.text_after_cursor:
                 buffer.insert_text(" ")
 
-        @bindings.add("enter", filter=~(has_completions & completion_is_selected))
+        @bindings.add("enter", filter=~(has_completions & completion_is_selected) & ~is_searching)
         def _send(event: Any) -> None:
             event.current_buffer.validate_and_handle()
+
+        @bindings.add("enter", filter=is_searching)
+        def _accept_search_and_send(event: Any) -> None:
+            """Enter in a Ctrl-R search takes the match and sends it, as readline's accept-line does."""
+            from prompt_toolkit import search
+
+            search.accept_search()
+            event.app.current_buffer.validate_and_handle()
 
         @bindings.add("escape", "enter")
         def _newline(event: Any) -> None:

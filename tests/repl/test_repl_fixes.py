@@ -9,6 +9,7 @@ terminal, cannot move the cursor back into the scrollback.
 from __future__ import annotations
 
 import io
+import time
 
 from rich.console import Console
 
@@ -45,3 +46,29 @@ def test_the_thinking_spinner_advances_between_refreshes() -> None:
     assert all(line.endswith(" thinking…") and line[0] in SPINNER_FRAMES for line in shown), shown
     assert len(set(frames)) >= 5, f"the spinner shows the same frames: {frames}"
     assert all(a != b for a, b in zip(frames, frames[1:])), frames
+
+
+# ------------------------------------------------------------------ REPL helpers
+def user_texts(request: dict) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+
+
+def sent(d) -> list[str]:
+    """The last user message of every request the fake server got."""
+    return [user_texts(r)[-1] for r in d.requests()]
+
+
+# ------------------------------------------------------------------ 2. Enter in a Ctrl-R search
+def test_enter_in_a_reverse_search_sends_the_match(repl_driver) -> None:
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        for text in ("alpha question", "beta question"):
+            d.type(text + "\r")
+            d.wait_text(f"ok: {text}")
+        d.type("\x12alph")  # Ctrl-R, then part of the first message
+        time.sleep(0.3)
+        d.type("\r")
+        d.wait_text("ok: alpha question", count=2)
+
+    repl_driver.run(script)
+    assert sent(repl_driver) == ["alpha question", "beta question", "alpha question"]
