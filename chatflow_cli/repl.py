@@ -19,11 +19,12 @@ REPL.
 Keys:
 
 =====================  ============================================================
-Enter                  send the message
+Enter                  send the message (in a Ctrl-R search: take the match and send it)
 Esc Enter / Alt-Enter  a new line in the message
 paste                  a bracketed paste is inserted as it is (one message, CRLF
                        made LF), and sent only on Enter
-Ctrl-X Ctrl-E, /edit   write the message in ``$VISUAL`` / ``$EDITOR``
+Ctrl-X Ctrl-E, /edit   write the message in ``$VISUAL`` / ``$EDITOR``; the text comes back
+                       to the prompt for review and Enter sends it
 Up / Down, Ctrl-R      history (kept in ``<data dir>/repl_history``, mode 0600), search
 Right arrow            accept the grey suggestion taken from history
 Tab                    complete a slash command, a session id, an agent name
@@ -32,13 +33,14 @@ Ctrl-C                 at the prompt: clear it; while a reply streams or a tool 
 Ctrl-D                 at an empty prompt: leave
 =====================  ============================================================
 
-Slash commands: ``/help``, ``/new``, ``/sessions``, ``/switch ID``, ``/show``,
+Slash commands: ``/help``, ``/new``, ``/sessions``, ``/switch ID``, ``/show [--full]``,
 ``/rollback [N]`` (keep turns 1..N as ``/show`` numbers them; default: drop the last
 turn; asks first), ``/retry`` (send the last message again: after a failure as it was,
 otherwise as a new answer to the last turn, which is rolled back first), ``/agent [NAME]``,
 ``/model [NAME]``, ``/metadata [KEY=VALUE]``, ``/edit``, ``/clear`` (the screen only),
-``/exit``. An unknown command gets a suggestion and never reaches the model; a message
-that really starts with ``/`` is sent by typing ``//`` first.
+``/exit``. An unknown command gets a suggestion when one is close (difflib ratio 0.75),
+and never reaches the model; a message that really starts with ``/`` is sent by typing
+``//`` first. Blank or whitespace-only input is neither sent nor kept in the history.
 
 While a turn runs: a spinner until the first token; the reply streams as Markdown
 (:class:`~chatflow_cli.markdown_stream.MarkdownStream`: finished blocks printed once,
@@ -91,7 +93,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "/new": ("", "start a new session"),
     "/sessions": ("", "list recent sessions"),
     "/switch": ("ID", "continue another session"),
-    "/show": ("", "show this session's turns"),
+    "/show": ("[--full]", "show this session's turns (--full: long tool calls and results unfolded)"),
     "/rollback": ("[N]", "keep turns 1..N (default: drop the last turn); asks first"),
     "/retry": ("", "send the last message again (after an error, or for another answer)"),
     "/agent": ("[NAME]", "list the agents, or make NAME the active agent"),
@@ -102,6 +104,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "/exit": ("", "leave the REPL (also Ctrl-D)"),
 }
 _ALIASES = {"/quit": "/exit", "/q": "/exit", "/h": "/help", "/?": "/help"}
+#: difflib ratio an unknown command needs to get a "did you mean" ("/shwo" vs "/show" is 0.8).
+_SUGGEST_CUTOFF = 0.75
 _TICK_S = 0.08  # spinner and late-text refresh while waiting for events
 #: After Ctrl-C, how long the REPL waits for the Runner to store the interrupted turn before
 #: it gives the prompt back anyway (a server that never sends its response headers keeps
@@ -344,15 +348,21 @@ class Repl:
             search.accept_search()
             event.app.current_buffer.validate_and_handle()
 
+        @bindings.add("c-x", "c-e")
+        def _open_editor(event: Any) -> None:
+            """Ctrl-X Ctrl-E: edit the message in $VISUAL/$EDITOR; the text comes back to the
+            prompt for review (Enter sends), as with /edit — never sent when the editor closes."""
+            event.current_buffer.open_in_editor(validate_and_handle=False)
+
         @bindings.add("escape", "enter")
         def _newline(event: Any) -> None:
             event.current_buffer.insert_text("\n")
 
         if self.history_path is not None:
             _private_file(self.history_path)
-            history: Any = FileHistory(str(self.history_path))
+            history: Any = _SkipBlank(FileHistory)(str(self.history_path))
         else:
-            history = InMemoryHistory()
+            history = _SkipBlank(InMemoryHistory)()
         style = Style.from_dict(
             {
                 "agent": "bold ansicyan",
@@ -368,7 +378,6 @@ class Repl:
             complete_while_typing=True,
             key_bindings=bindings,
             multiline=True,
-            enable_open_in_editor=True,
             bottom_toolbar=self._toolbar,
             prompt_continuation=lambda width, line_number, wrap_count: "… ".rjust(width),
             style=style,
@@ -746,10 +755,11 @@ class Repl:
         arg = arg.strip()
         handler = getattr(self, "cmd_" + name[1:], None) if name in COMMANDS else None
         if handler is None:
-            close = difflib.get_close_matches(name, [*COMMANDS, *_ALIASES], n=1, cutoff=0.5)
+            # Only a close match is suggested ("/shwo" -> "/show"); "/" or "/ hello" match nothing.
+            close = difflib.get_close_matches(name, [*COMMANDS, *_ALIASES], n=1, cutoff=_SUGGEST_CUTOFF)
             hint = f" — did you mean {_ALIASES.get(close[0], close[0])}?" if close else ""
             self.error(
-                f"unknown command {safe_text(name)}{hint} (/help lists them; start a message with // to send a slash)"
+                f"unknown command {safe_text(name)}{hint}; /help lists them (start a message with // to send a slash)"
             )
             return
         await handler(arg)
@@ -788,13 +798,12 @@ class Repl:
         self.say(f"new session {self.session_id}")
 
     async def cmd_sessions(self, arg: str) -> None:
-        from .render import sessions_table
-
         summaries = self.store.list_sessions(limit=20)
         if not summaries:
             self.say("no sessions yet")
             return
-        self.console.print(sessions_table(summaries))
+        for line in session_lines(summaries, self.console.width, current=self.session_id):
+            self.console.print(line, soft_wrap=True)
 
     async def cmd_switch(self, arg: str) -> None:
         if not arg:
@@ -812,13 +821,19 @@ class Repl:
         self.say(f"session {arg}: {self.turn} turns, agent {self.agent_name}")
 
     async def cmd_show(self, arg: str) -> None:
+        """``/show`` folds long tool arguments and results as ``chatflow sessions show`` does;
+        ``/show --full`` (or ``-f``) prints them whole — the REPL's tool lines point here."""
         from .render import turn_renderables
 
+        if arg not in ("", "--full", "-f"):
+            self.error(f"/show {safe_text(arg)}: the only option is --full")
+            return
         if self.store.get(self.session_id) is None:
             self.say("nothing yet: this session has no turns")
             return
+        full = bool(arg)
         for record in self.store.load_turns(self.session_id):
-            for renderable in turn_renderables(record, markdown=True, width=self.console.width):
+            for renderable in turn_renderables(record, markdown=True, full=full, width=self.console.width):
                 self.console.print(renderable)
 
     async def cmd_rollback(self, arg: str) -> None:
@@ -841,7 +856,11 @@ class Repl:
             self.say(f"nothing to remove: turn {count} is the last turn")
             return
         removed = f"turn {count}" if target + 1 == count else f"turns {target + 1}-{count}"
-        if not await self.confirm(f"Remove {removed} and keep turns 1..{target}?"):
+        if target == 0:
+            question = f"Remove every turn ({removed}; keep only system messages)?"
+        else:
+            question = f"Remove {removed} and keep turns 1..{target}?"
+        if not await self.confirm(question):
             self.say("nothing was changed")
             return
         self.store.rollback(self.session_id, target)
@@ -983,6 +1002,73 @@ def slash_completions(repl: Repl, text: str) -> list[tuple[str, int, str]]:
     return [(choice, -len(partial), "") for choice in choices if choice.startswith(partial)]
 
 
+def session_lines(summaries: Iterable[Any], width: int, *, current: str | None = None, now: float | None = None) -> list[Any]:
+    """The REPL's ``/sessions`` list: a header and one ``rich.text.Text`` line per session.
+
+    Columns: a ``●`` on ``current``, the session id (never shortened: it is what ``/switch``
+    takes), agent, status (only when some session is not idle), turns, last update, and the
+    first message's preview in whatever room is left. When ``width`` (columns) is tight the
+    preview is shortened (with ``…``) and then dropped, then agent names are shortened to 10
+    characters, then the update time, status, agent and turns go, in that order. Lines are
+    not padded.
+    """
+    from rich.text import Text
+
+    from .render import format_age
+
+    rows = []
+    for s in summaries:
+        status = str(getattr(s.status, "value", s.status))
+        rows.append(
+            {
+                "id": safe_text(s.session_id),
+                "agent": safe_text(s.active_agent_name),
+                "status": status,
+                "turns": f"{s.turn_count} turn" + ("" if s.turn_count == 1 else "s"),
+                "age": format_age(s.updated_at, now),
+                "preview": safe_text((s.preview or "").replace("\n", " ").strip()),
+                "current": s.session_id == current,
+            }
+        )
+    show_status = any(r["status"] != "idle" for r in rows)
+    columns = ["id", "agent", *(["status"] if show_status else []), "turns", "age"]
+    gap = 2
+
+    def widths(cols: list[str]) -> dict[str, int]:
+        return {c: max(len(r[c]) for r in rows) for c in cols}
+
+    def used(w: dict[str, int]) -> int:
+        return 2 + sum(w.values()) + gap * (len(w) - 1)
+
+    w = widths(columns)
+    if used(w) + gap + 12 > width and w["agent"] > 10:
+        w["agent"] = 10
+    for optional in ("age", "status", "agent", "turns"):
+        if used(w) > width and optional in w:
+            del w[optional]
+    room = width - used(w) - gap
+    preview = room >= 12 and any(r["preview"] for r in rows)
+    styles = {"id": "cyan", "status": "yellow", "turns": "", "age": "dim", "agent": ""}
+    lines = []
+    for r in rows:
+        line = Text("● " if r["current"] else "  ", style="bold green")
+        for index, col in enumerate(w):
+            value = r[col]
+            if len(value) > w[col]:
+                value = value[: w[col] - 1] + "…"
+            if index:
+                line.append(" " * gap)
+            pad = "" if index == len(w) - 1 and not preview else " " * (w[col] - len(value))
+            line.append(value, style=styles[col])
+            line.append(pad)
+        if preview and r["preview"]:
+            text = r["preview"] if len(r["preview"]) <= room else r["preview"][: room - 1] + "…"
+            line.append(" " * gap + text, style="dim")
+        line.rstrip()
+        lines.append(line)
+    return lines
+
+
 def _slash_completer(repl: Repl) -> Any:
     from prompt_toolkit.completion import Completer, Completion
 
@@ -1000,7 +1086,20 @@ def _short(text: str, *, max_lines: int = 4, max_chars: int = 240) -> str:
     cut = "\n".join(lines[:max_lines])[:max_chars]
     if len(cut) >= len(text.rstrip("\n")):
         return text
-    return f"{cut}… ({len(text) - len(cut)} more characters; /show has them all)"
+    return f"{cut}… ({len(text) - len(cut)} more characters; /show has them all with --full)"
+
+
+def _SkipBlank(base: type) -> type:  # noqa: N802 - a class factory
+    """``base`` (a prompt-toolkit History class) that never stores a blank or whitespace-only
+    entry: such input is never sent, so it has no place in the history."""
+
+    class SkipBlank(base):  # type: ignore[misc, valid-type]
+        def append_string(self, string: str) -> None:
+            if string.strip():
+                super().append_string(string)
+
+    SkipBlank.__name__ = f"SkipBlank{base.__name__}"
+    return SkipBlank
 
 
 def _writes_to_terminal(handler: logging.Handler) -> bool:

@@ -9,11 +9,14 @@ terminal, cannot move the cursor back into the scrollback.
 from __future__ import annotations
 
 import io
+import os
 import time
+from typing import Any
 
 from rich.console import Console
 
 from chatflow_cli.markdown_stream import MarkdownStream
+from tests.repl import tools_for_repl
 from tests.repl.vt import Terminal
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -49,6 +52,26 @@ def test_the_thinking_spinner_advances_between_refreshes() -> None:
 
 
 # ------------------------------------------------------------------ REPL helpers
+def recording_output(d) -> tuple[io.StringIO, Any]:
+    """A prompt-toolkit output that records what the prompts draw (and answers cursor queries)."""
+    from prompt_toolkit.data_structures import Size
+    from prompt_toolkit.output.vt100 import Vt100_Output
+
+    class Recording(io.StringIO):
+        encoding = "utf-8"
+
+        def isatty(self) -> bool:
+            return True
+
+        def write(self, data: str) -> int:
+            if "\x1b[6n" in data:
+                d.type("\x1b[1;1R")
+            return super().write(data)
+
+    screen = Recording()
+    return screen, Vt100_Output(screen, lambda: Size(rows=24, columns=80), term="xterm")
+
+
 def user_texts(request: dict) -> list[str]:
     return [m["content"] for m in request["messages"] if m["role"] == "user"]
 
@@ -72,3 +95,175 @@ def test_enter_in_a_reverse_search_sends_the_match(repl_driver) -> None:
 
     repl_driver.run(script)
     assert sent(repl_driver) == ["alpha question", "beta question", "alpha question"]
+
+
+# ------------------------------------------------------------------ 5. /show --full
+def test_show_full_prints_a_folded_tool_result_whole(repl_driver) -> None:
+    d = repl_driver
+    d.config.write_text(
+        '[[agents]]\nname = "Helper"\ninstructions = "You look things up."\n'
+        'tools = ["tests.repl.tools_for_repl:slow_lookup"]\n'
+    )
+    os.environ["CHATFLOW_CONFIG"] = str(d.config)
+    tools_for_repl.release.set()
+    long_query = "q" * 700 + "END"
+    d.server.add_tool_calls([("call_q", "slow_lookup", '{"query": "' + long_query + '"}')])
+    d.server.add_text("Done looking.")
+    marks = {}
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("find it\r")
+        d.wait_text("Done looking.")
+        marks["folded"] = d.screen()
+        d.type("/show\r")
+        d.wait_text("Turn 1")
+        marks["show"] = d.screen()
+        d.type("/show --full\r")
+        d.wait_text("Turn 1", count=2)
+        time.sleep(0.3)
+        marks["full"] = d.screen()
+
+    d.run(script)
+    joined = " ".join(marks["folded"].split())
+    assert "/show has them all with --full" in joined  # the fold says how to see everything
+    assert "END" not in marks["show"]  # /show folds like the live lines
+    full = marks["full"][len(marks["show"]) :]
+    assert "error" not in full
+    assert long_query in "".join(full.split()), "/show --full must print the whole argument and result"
+
+
+# ------------------------------------------------------------------ 6. /sessions at 80 columns
+def test_sessions_list_keeps_whole_ids_at_80_columns(repl_driver) -> None:
+    d = repl_driver
+    d.config.write_text('[[agents]]\nname = "CustomerSupportEscalations"\ninstructions = "You help."\n')
+    os.environ["CHATFLOW_CONFIG"] = str(d.config)
+    ids = []
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        for n in range(3):
+            text = f"question number {n} " + "with a long preview that cannot fit " * 4
+            d.type(text + "\r")
+            d.wait_text(f"ok: question number {n}")
+            ids.append(d.store().latest_session_id())
+            d.type("/new\r")
+            d.wait_text("new session", count=n + 1)
+        d.type("/sessions\r")
+        d.wait_text(ids[0], count=2)
+        time.sleep(0.3)
+
+    d.run(script)
+    screen = d.screen()
+    listing = screen[screen.rindex("/sessions") :] if "/sessions" in screen else screen
+    term = Terminal(80, 24)
+    term.feed(d.out.getvalue())
+    rows = term.lines()
+    for sid in ids:
+        assert any(sid in row for row in rows), f"{sid} is cut in the list:\n{listing}"
+        row = next(row for row in rows if sid in row and "turn" in row)
+        assert "CustomerS" in row and "1 turn" in row and f"question number {ids.index(sid)}" in row
+        assert len(row) <= 80
+
+
+def test_session_lines_drop_the_preview_before_cutting_an_id() -> None:
+    from chatflow_cli.core.memory import SessionSummary
+    from chatflow_cli.core.events import SessionStatus  # noqa: F401 - the status type
+    from chatflow_cli.repl import session_lines
+
+    summaries = [
+        SessionSummary(
+            f"2024{n}101-120000-abcdef-with-a-long-suffix",
+            "Agent" * 5,
+            "idle",
+            n,
+            40,
+            0.0,
+            1000.0,
+            "a preview " * 10,
+            {},
+        )
+        for n in range(3)
+    ]
+    for width in (80, 60, 40):
+        lines = [line.plain for line in session_lines(summaries, width, now=1060.0)]
+        for s, line in zip(summaries, lines):
+            assert s.session_id in line
+            assert len(line) <= max(width, len(s.session_id) + 2)
+            assert line == line.rstrip()
+    wide = [line.plain for line in session_lines(summaries, 120, now=1060.0)]
+    assert all("a preview" in line for line in wide)
+
+
+# ------------------------------------------------------------------ 8. Ctrl-X Ctrl-E puts the text back
+def test_ctrl_x_ctrl_e_puts_the_edited_text_back_for_review(repl_driver, tmp_path, monkeypatch) -> None:
+    done = tmp_path / "editor-ran"
+    editor = tmp_path / "fake-editor.sh"
+    editor.write_text(f"#!/bin/sh\nprintf 'edited in the editor\\n' > \"$1\"\ntouch {done}\n")
+    editor.chmod(0o755)
+    monkeypatch.setenv("EDITOR", str(editor))
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("draft\x18\x05")  # Ctrl-X Ctrl-E
+        d.wait_for(done.exists, what="the editor")
+        time.sleep(0.8)
+        assert d.requests() == [], "the edited message must wait for Enter"
+        d.type("\r")
+        d.wait_text("ok: edited in the editor")
+
+    repl_driver.run(script)
+    assert sent(repl_driver) == ["edited in the editor"]
+
+
+# ------------------------------------------------------------------ 9. suggestions and /rollback 0
+def test_a_lone_slash_gets_no_far_fetched_suggestion(repl_driver) -> None:
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("/ hello\r")
+        d.wait_text("unknown command")
+        d.type("/shwo\r")
+        d.wait_text("did you mean /show?")
+
+    repl_driver.run(script)
+    screen = repl_driver.screen()
+    first = next(line for line in screen.splitlines() if "unknown command /" in line and "shwo" not in line)
+    assert "did you mean" not in first and "/help lists them" in first
+    assert repl_driver.requests() == []
+
+
+def test_rollback_0_asks_to_remove_every_turn(repl_driver) -> None:
+    drawn, output = recording_output(repl_driver)
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("one\r")
+        d.wait_text("ok: one")
+        d.type("/rollback 0\r")
+        d.wait_for(lambda: "[y/N]" in drawn.getvalue(), what="the question")
+        d.type("n\r")
+        d.wait_text("nothing was changed")
+
+    repl_driver.run(script, output=output)
+    question = drawn.getvalue()
+    assert "Remove every turn" in question and "keep only system messages" in question
+    assert "1..0" not in question
+
+
+# ------------------------------------------------------------------ 10. blank input stays out of history
+def test_whitespace_only_input_is_not_saved_in_history(repl_driver) -> None:
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("kept line\r")
+        d.wait_text("ok: kept line")
+        d.type("   \r")
+        d.type("\x1b\r\r")  # a lone newline
+        d.type("after\r")
+        d.wait_text("ok: after")
+
+    repl_driver.run(script)
+    from prompt_toolkit.history import FileHistory
+
+    entries = list(FileHistory(str(repl_driver.home / "repl_history")).load_history_strings())
+    assert entries == ["after", "kept line"]
+    assert sent(repl_driver) == ["kept line", "after"]
