@@ -57,8 +57,9 @@ How a turn runs: the Runner's ``run_streamed`` generator is consumed on a worker
 (it blocks on the network and on tools); its events come to the asyncio loop through a
 queue. Meanwhile the terminal is in raw mode and its keys are read, so Ctrl-C arrives as
 a key (SIGINT is handled too) and sets the Runner's cancel event; the Runner stores the
-turn as interrupted and the REPL returns to the prompt. Printable keys typed during a
-reply are kept and pre-filled in the next prompt.
+turn as interrupted and the REPL returns to the prompt. Printable text typed during a
+turn (keys and pastes) is kept and pre-filled in the next prompt, where only a fresh Enter
+sends it; every other key typed during a turn (Enter, Ctrl-D, editing keys) is dropped.
 """
 
 from __future__ import annotations
@@ -709,13 +710,20 @@ class Repl:
 
     @contextlib.contextmanager
     def _watch_keys(self, on_interrupt: Callable[[], None]) -> Iterator[None]:
-        """Read the keyboard while a turn runs: Ctrl-C interrupts, printable keys are kept."""
+        """Read the keyboard while a turn runs: Ctrl-C interrupts, printable text is kept.
+
+        The rule while a turn runs: printable characters and bracketed pastes are kept and
+        pre-filled in the next prompt, where only a fresh Enter sends them; every other key
+        (Enter, Esc-Enter, Tab, arrows, Backspace, Ctrl-D, ...) is dropped. When the turn
+        ends, keys already typed but not yet read are read here under the same rule, so an
+        Enter typed during the turn never reaches the next prompt.
+        """
         from prompt_toolkit.keys import Keys
 
         inp = self.input
 
-        def ready() -> None:
-            for press in inp.read_keys():
+        def take(presses: Iterable[Any]) -> None:
+            for press in presses:
                 key = press.key
                 if key == Keys.ControlC:
                     on_interrupt()
@@ -724,6 +732,18 @@ class Repl:
                 elif not isinstance(key, Keys) and len(key) == 1 and key.isprintable():
                     self._typeahead.append(key)
 
+        def ready() -> None:
+            take(inp.read_keys())
+
+        def drain() -> None:
+            with contextlib.suppress(Exception):  # a closed or broken input: nothing left to read
+                for _ in range(64):  # 64 KiB of type-ahead at most
+                    presses = inp.read_keys()
+                    if not presses:
+                        break
+                    take(presses)
+                take(inp.flush_keys())
+
         try:
             raw = inp.raw_mode()
             attach = inp.attach(ready)
@@ -731,7 +751,10 @@ class Repl:
             yield
             return
         with raw, attach:
-            yield
+            try:
+                yield
+            finally:
+                drain()
 
     @contextlib.contextmanager
     def _sigint(self, loop: asyncio.AbstractEventLoop, on_interrupt: Callable[[], None]) -> Iterator[None]:

@@ -267,3 +267,51 @@ def test_whitespace_only_input_is_not_saved_in_history(repl_driver) -> None:
     entries = list(FileHistory(str(repl_driver.home / "repl_history")).load_history_strings())
     assert entries == ["after", "kept line"]
     assert sent(repl_driver) == ["kept line", "after"]
+
+
+# ------------------------------------------------------------------ 7. keys typed while a turn runs
+def test_only_printable_text_typed_during_a_turn_waits_for_a_fresh_enter(repl_driver) -> None:
+    d = repl_driver
+    words = [f"w{i} " for i in range(80)]
+    d.server.add_text("".join(words), chunks=words, delay=0.02)
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("go\r")
+        d.wait_text("w5")
+        for keys in ("abc", "\r", "\x04", "\x7f", "\t", "\x1b\r", "de"):  # Enter, Ctrl-D, Backspace, Tab, Esc-Enter
+            d.type(keys)
+            time.sleep(0.05)
+        d.wait_text("w79")
+        time.sleep(1.0)
+        assert sent(d) == ["go"], "nothing typed during the turn is sent without a fresh Enter"
+        d.type("\r")
+        d.wait_text("ok: abcde")
+
+    d.run(script)
+    assert sent(d) == ["go", "abcde"]
+
+
+def test_keys_still_unread_when_a_turn_ends_follow_the_same_rule() -> None:
+    """Keys typed just before the turn ends (not read yet) must not reach the next prompt raw."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from prompt_toolkit.input import create_pipe_input
+
+    from chatflow_cli.repl import Repl
+
+    interrupts = []
+
+    async def main() -> tuple[str, list]:
+        with create_pipe_input() as pipe:
+            watcher = SimpleNamespace(input=pipe, _typeahead=[])
+            with Repl._watch_keys(watcher, lambda: interrupts.append(1)):
+                pipe.send_text("abc\r\x04\x1b[200~pas\r\nte\x1b[201~de")
+            left = pipe.read_keys() + pipe.flush_keys()
+            return "".join(watcher._typeahead), left
+
+    kept, left = asyncio.run(main())
+    assert kept == "abcpas\ntede"
+    assert left == [], "keys typed during the turn leaked to the next prompt"
+    assert interrupts == []
