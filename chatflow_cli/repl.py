@@ -60,6 +60,8 @@ a key (SIGINT is handled too) and sets the Runner's cancel event; the Runner sto
 turn as interrupted and the REPL returns to the prompt. Printable text typed during a
 turn (keys and pastes) is kept and pre-filled in the next prompt, where only a fresh Enter
 sends it; every other key typed during a turn (Enter, Ctrl-D, editing keys) is dropped.
+Closing the terminal (SIGHUP) during a turn stops it as Ctrl-C does — the Runner stores
+it as interrupted with the partial reply — and then the REPL leaves.
 """
 
 from __future__ import annotations
@@ -112,6 +114,8 @@ _TICK_S = 0.08  # spinner and late-text refresh while waiting for events
 #: it gives the prompt back anyway (a server that never sends its response headers keeps
 #: the request blocked until the client's timeout); the next turn waits for that close.
 ABANDON_AFTER_S = 3.0
+#: After SIGHUP, how long the REPL waits for an interrupted turn still closing before it exits.
+HANGUP_WAIT_S = 15.0
 
 
 # --------------------------------------------------------------------------------------
@@ -301,6 +305,9 @@ class Repl:
         self._new_session_id = new_session_id or _fallback_session_id
         self._validate_session_id = validate_session_id or (lambda s: s)
         self.done = False
+        self.hung_up = False  # the terminal went away (SIGHUP): finish the turn quietly and leave
+        self._turn_interrupt: Callable[[], None] | None = None  # stops the running turn, if any
+        self._devnull: Any = None
         self.failed_message: str | None = None  # kept after a provider error, for /retry
         self.last_usage_tokens: int | None = None
         self._prefill = ""
@@ -455,19 +462,71 @@ class Repl:
             f"chatflow · session {self.session_id} ({state}) · agent {self.agent_name} · "
             f"model {self.model_name} — Enter sends, Esc-Enter new line, /help, Ctrl-D leaves"
         )
-        with self._log_notes():
-            while not self.done:
-                try:
-                    text = await self.prompt_session.prompt_async(self._prompt_message, default=self._take_prefill())
-                except KeyboardInterrupt:
-                    continue  # Ctrl-C clears the line
-                except EOFError:
-                    break
-                try:
-                    await self.handle(text)
-                except ChatflowError as exc:
-                    self.error(exc.message)
+        try:
+            with self._log_notes(), self._hangup_handler():
+                while not self.done:
+                    try:
+                        text = await self.prompt_session.prompt_async(
+                            self._prompt_message, default=self._take_prefill()
+                        )
+                    except KeyboardInterrupt:
+                        continue  # Ctrl-C clears the line
+                    except (EOFError, OSError):  # Ctrl-D, or the terminal is gone
+                        break
+                    try:
+                        await self.handle(text)
+                    except ChatflowError as exc:
+                        self.error(exc.message)
+                if self.hung_up:
+                    await self._let_the_turn_close()
+        finally:
+            if self._devnull is not None:
+                self._devnull.close()
         return 0
+
+    @contextlib.contextmanager
+    def _hangup_handler(self) -> Iterator[None]:
+        """SIGHUP (the terminal closed) is handled like Ctrl-C during a turn, then the REPL leaves.
+
+        A running turn is cancelled and the Runner stores it as interrupted with the partial
+        reply (not left ``running`` for the next command to recover); output goes nowhere from
+        then on (the terminal is gone); a prompt on screen ends as Ctrl-D would. The handler
+        is the REPL's only while it runs; the previous one is put back after.
+        """
+        loop = asyncio.get_running_loop()
+        hup = getattr(signal, "SIGHUP", None)
+        previous = signal.getsignal(hup) if hup is not None else None
+        try:
+            loop.add_signal_handler(hup, self._hang_up)  # type: ignore[arg-type]
+        except (NotImplementedError, RuntimeError, ValueError, TypeError):  # no SIGHUP here, or not the main thread
+            yield
+            return
+        try:
+            yield
+        finally:
+            loop.remove_signal_handler(hup)  # type: ignore[arg-type]
+            if previous is not None:
+                signal.signal(hup, previous)  # type: ignore[arg-type]
+
+    def _hang_up(self) -> None:
+        self.hung_up = True
+        self.done = True
+        if self._devnull is None:
+            self._devnull = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - closed when run() ends
+            self.console.file = self._devnull
+        if self._turn_interrupt is not None:
+            self._turn_interrupt()
+            return
+        for session in (self.prompt_session, self._ask_session):
+            app = session.app
+            if app.is_running and not app.future.done():
+                app.exit(exception=EOFError())
+
+    async def _let_the_turn_close(self) -> None:
+        """After a hang-up: wait (at most :data:`HANGUP_WAIT_S`) for an interrupted turn still closing."""
+        thread = self._closing
+        if thread is not None and thread.is_alive():
+            await asyncio.to_thread(thread.join, HANGUP_WAIT_S)
 
     @contextlib.contextmanager
     def _log_notes(self) -> Iterator[None]:
@@ -539,7 +598,7 @@ class Repl:
     async def _after_turn(self, outcome: _Outcome) -> None:
         result = outcome.result
         self._refresh_info()
-        if result is not None and result.pending_tool_calls:
+        if result is not None and result.pending_tool_calls and not self.hung_up:
             await self._answer_tools(list(result.pending_tool_calls))
 
     async def _settle_pending(self) -> bool:
@@ -619,8 +678,11 @@ class Repl:
                 view.status("stopping…")
 
         thread = threading.Thread(target=work, name="chatflow-repl-turn", daemon=True)
+        self._turn_interrupt = interrupt
         with self._watch_keys(interrupt), self._sigint(loop, interrupt):
             thread.start()
+            if self.hung_up:
+                interrupt()
             try:
                 while True:
                     try:
@@ -643,6 +705,7 @@ class Repl:
                     else:
                         break
             finally:
+                self._turn_interrupt = None
                 view.finish()
         self._print_notes()
         if outcome.abandoned:

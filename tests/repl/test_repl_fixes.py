@@ -315,3 +315,35 @@ def test_keys_still_unread_when_a_turn_ends_follow_the_same_rule() -> None:
     assert kept == "abcpas\ntede"
     assert left == [], "keys typed during the turn leaked to the next prompt"
     assert interrupts == []
+
+
+# ------------------------------------------------------------------ 11. SIGHUP mid-answer
+def test_sighup_mid_answer_stores_the_partial_reply_as_interrupted_and_leaves(repl_driver) -> None:
+    import signal
+
+    d = repl_driver
+    words = [f"word{i} " for i in range(400)]
+    d.server.add_text("".join(words), chunks=words, delay=0.02)
+    caught = []
+    previous = signal.signal(signal.SIGHUP, lambda *_: caught.append("test"))  # never kill pytest
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("tell me a long story\r")
+        d.wait_text("word20")
+        os.kill(os.getpid(), signal.SIGHUP)
+        d.wait_for(lambda: d.exit_code is not None, timeout=10, what="the REPL to leave by itself")
+
+    try:
+        d.run(script)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert caught == [], "the REPL did not handle SIGHUP"
+    assert d.exit_code == 0
+    session = d.store().get(d.store().latest_session_id())
+    assert session.turn_count == 1
+    partial = session.turns[0].messages[1]
+    assert partial.interrupted and partial.content.startswith("word0 word1") and "word399" not in partial.content
+    kinds = [e.type for e in d.store().events(session.session_id)]
+    assert "turn.interrupted" in kinds and "session.recovered" not in kinds
+    assert session.status.value == "idle"
