@@ -23,9 +23,17 @@ type                       payload
 ``turn.failed``            ``{"turn": int, "error": str, "error_type": str}`` the turn left the window
 ``turn.interrupted``       ``{"turn": int, "tool_use_ids": [...], "reason": str}``
 ``rollback``               ``{"to_turn": int, "removed_turns": [int, ...]}``
-``metadata.updated``       ``{"metadata": {...}}``
+``metadata.updated``       ``{"metadata": {...} (stored result), "changes": {...}, "removed": [...]}``
 ``session.recovered``      ``{"turn": int, "owner": {...}}`` a dead owner's run was closed
 =========================  ==============================================================
+
+These types are *reserved*: they change derived state, so only the store writes them.
+``store.append_event`` refuses them (and any type starting with ``message.``, ``tool.``,
+``turn.``, ``session.`` or ``metadata.``); business events (``note``, ``billing.refund``…)
+may be appended freely, with an optional idempotency key.
+
+A session id deleted and created again is a new incarnation whose ``seq`` starts at 1:
+a consumer's cursor must be reset.
 """
 
 from __future__ import annotations
