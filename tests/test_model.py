@@ -519,3 +519,52 @@ def test_the_client_works_after_a_cancelled_pending_request(fake_server: FakeSer
     assert list(stream)[-1].interrupted
     fake_server.add_text("fine again")
     assert client.complete("fake-model", USER).content == "fine again"
+
+
+def test_the_api_key_is_in_no_part_of_the_traceback_chain() -> None:
+    """Defect: the mapped error's message was redacted but ``__cause__`` (the openai error)
+    still held the key the server echoed. The mapped error now carries no cause or context;
+    the non-secret details (status code, request id) are on the chatflow error."""
+    import traceback
+
+    secret = "sk-ECHOED-0123456789abcdef"
+    with FakeServer() as server:
+        server.add_error(400, message=f"bad key {secret} in request",
+                         headers={"x-should-retry": "false", "x-request-id": "req_123"})
+        server.add_error(401, body=f"Authorization: Bearer {secret}", headers={"x-should-retry": "false"})
+        client = ModelClient(server.url, secret, max_retries=0, timeout=5)
+        for expected in (BadRequestError, AuthenticationError):
+            with pytest.raises(expected) as info:
+                client.complete("fake-model", USER)
+            ex = info.value
+            text = "".join(traceback.format_exception(ex))
+            assert secret not in text
+            assert ex.__cause__ is None and ex.__context__ is None
+            assert "[redacted]" in ex.message
+        assert info.value.status_code == 401
+    with FakeServer() as server:
+        server.add_error(400, message=f"bad key {secret}", headers={"x-should-retry": "false", "x-request-id": "req_123"})
+        with pytest.raises(BadRequestError) as info:
+            ModelClient(server.url, secret, max_retries=0, timeout=5).complete("fake-model", USER)
+        assert info.value.request_id == "req_123" and "req_123" in info.value.message
+
+
+@pytest.mark.parametrize("key", ["k", "test", "short7!"])
+def test_short_keys_are_not_redacted_so_messages_stay_readable(key: str) -> None:
+    """Defect: a plain substring replace of key "k" turned "check" into "chec[redacted]".
+    Only keys of at least 8 characters (REDACT_MIN_KEY_LEN) are redacted."""
+    with FakeServer() as server:
+        server.add_error(401, message="please check the test token", headers={"x-should-retry": "false"})
+        with pytest.raises(AuthenticationError) as info:
+            ModelClient(server.url, key, max_retries=0, timeout=5).complete("fake-model", USER)
+    assert "please check the test token" in info.value.message
+    assert "[redacted]" not in info.value.message
+
+
+def test_long_keys_are_redacted_inside_words_too() -> None:
+    key = "sk-longkey-1234"
+    with FakeServer() as server:
+        server.add_error(401, message=f"token=<{key}> check", headers={"x-should-retry": "false"})
+        with pytest.raises(AuthenticationError) as info:
+            ModelClient(server.url, key, max_retries=0, timeout=5).complete("fake-model", USER)
+    assert key not in info.value.message and "token=<[redacted]> check" in info.value.message

@@ -320,8 +320,16 @@ _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
 _BEARER = re.compile(r"(?i)bearer\s+\S+")
 
 
+#: Keys shorter than this are not redacted from messages: a real API key is longer, and
+#: replacing a short test key such as ``"k"`` would garble every word containing it
+#: ("check" -> "chec[redacted]"). ``Bearer <anything>`` is redacted whatever its length.
+REDACT_MIN_KEY_LEN = 8
+
+
 def _redact(text: str, secret: str | None) -> str:
-    if secret and secret != NO_KEY_PLACEHOLDER:
+    """``text`` with the API key (when at least :data:`REDACT_MIN_KEY_LEN` characters) and any
+    ``Bearer <token>`` replaced by ``[redacted]``."""
+    if secret and secret != NO_KEY_PLACEHOLDER and len(secret) >= REDACT_MIN_KEY_LEN:
         text = text.replace(secret, "[redacted]")
     return _BEARER.sub("Bearer [redacted]", text)
 
@@ -566,11 +574,31 @@ class ModelClient:
         except ChatflowError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped to one chatflow error
-            raise self.map_error(exc, model=None) from exc
+            mapped = self.map_error(exc, model=None)
+        raise mapped from None  # outside the except: no context that may hold the key
 
     # -- errors -------------------------------------------------------------------------
     def map_error(self, exc: BaseException, *, model: str | None, mid_stream: bool = False) -> ChatflowError:
-        """The chatflow error for an ``openai`` (or decoding) exception; the key is never in it."""
+        """The chatflow error for an ``openai`` (or decoding) exception; the key is never in it.
+
+        Callers raise it ``from None`` outside the ``except`` block, so neither ``__cause__``
+        nor ``__context__`` holds the openai exception (whose body may echo the key). The
+        non-secret details stay on the error: ``status_code`` and ``request_id`` (the
+        server's ``x-request-id``, also named in the message; ``None`` when absent).
+        """
+        mapped = self._map_error(exc, model=model, mid_stream=mid_stream)
+        request_id = getattr(exc, "request_id", None)
+        request_id = request_id if isinstance(request_id, str) and request_id else None
+        mapped.request_id = request_id  # type: ignore[attr-defined]
+        if request_id:
+            mapped.message = f"{mapped.message} (request id {_redact(request_id, self._api_key)})"
+            mapped.args = (mapped.message,)
+        mapped.__cause__ = None
+        mapped.__context__ = None
+        mapped.__suppress_context__ = True
+        return mapped
+
+    def _map_error(self, exc: BaseException, *, model: str | None, mid_stream: bool = False) -> ChatflowError:
         import openai
 
         url = self.display_url
@@ -956,6 +984,7 @@ class ModelStream:
             body = {**params, **extra, "stream": True}
             if use_options:
                 body["stream_options"] = {"include_usage": True}
+            mapped: ChatflowError | None = None
             try:
                 # The generic ``post`` keeps openai's retries, error classes and SSE decoding but
                 # skips its typed request transform and chunk models, whose cost grows with the
@@ -972,7 +1001,8 @@ class ModelStream:
                     use_options = False
                     client._stream_options_ok = False  # this server rejects them: stop sending
                     continue
-                raise client.map_error(exc, model=params.get("model")) from exc
+                mapped = client.map_error(exc, model=params.get("model"))
+            raise mapped from None  # outside the except: no context that may hold the key
 
     def _run(self) -> Iterator[StreamDelta | ModelTurn]:
         client = self._client
@@ -1001,6 +1031,7 @@ class ModelStream:
                 for delta in self._deltas_of_plain():
                     yield delta
             else:
+                mapped: ChatflowError | None = None
                 try:
                     for chunk in stream:
                         if cancel.is_set():
@@ -1013,7 +1044,9 @@ class ModelStream:
                     if cancel.is_set():
                         pass  # the connection was closed by cancel(): not an error
                     else:
-                        raise client.map_error(exc, model=self._params.get("model"), mid_stream=True) from exc
+                        mapped = client.map_error(exc, model=self._params.get("model"), mid_stream=True)
+                if mapped is not None:
+                    raise mapped from None  # outside the except: no context that may hold the key
                 if not cancel.is_set() and acc.chunks == 0:
                     raise ProviderResponseError(
                         f"the server at {client.display_url} sent an empty stream (no events)"
@@ -1027,7 +1060,8 @@ class ModelStream:
         try:
             return stream.response.read().decode("utf-8", "replace")
         except Exception as exc:  # noqa: BLE001
-            raise self._client.map_error(exc, model=self._params.get("model"), mid_stream=True) from exc
+            mapped = self._client.map_error(exc, model=self._params.get("model"), mid_stream=True)
+        raise mapped from None  # outside the except: no context that may hold the key
 
     def _fold_plain(self, body: str, ctype: str) -> None:
         """A server that ignored ``stream: true`` and sent one JSON completion is read as
