@@ -173,6 +173,26 @@ def _check_session_id(session_id: Any, *, empty_ok: bool = True) -> str:
     return session_id
 
 
+def storable_text(text: str) -> str:
+    """``text`` made storable: every lone surrogate (``"\\udcff"``, e.g. from
+    ``os.fsdecode(b"file-\\xff.txt")``) replaced by its backslash escape (the six characters
+    ``\\udcff``); any other text is returned as is (same object).
+
+    Used by the Runner for text chatflow did not get from the caller -- tool output, model
+    text, tool-call arguments, error messages -- so such a value never fails a turn: we
+    choose ``backslashreplace`` over ``replace`` ("?") because the escape keeps which
+    character it was, for the model and for the user reading the log. A *user* message
+    with a lone surrogate is still refused (:class:`UsageError`, see :func:`_check_text`).
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def _check_text(data: Any, what: str, session_id: str | None = None) -> str:
     """``data`` as compact JSON text that encodes as UTF-8, or :class:`UsageError`.
 
@@ -769,7 +789,7 @@ class SessionContext:
             self._messages, self._turn_offset, self._turn_count, self._call_ids = messages, offset, turn - 1, None
             self._archive = {k: v for k, v in self._archive.items() if k < turn}
         error_type = type(error).__name__ if isinstance(error, BaseException) else "Error"
-        payload = {"turn": turn, "error": str(error), "error_type": error_type}
+        payload = {"turn": turn, "error": storable_text(str(error)), "error_type": error_type}
         self._record(_Op("turn_failed", EventType.TURN_FAILED.value, payload, turn))
 
     def interrupt_turn(self, reason: str = "interrupted", partial_text: str | None = None, agent: Any = None) -> None:

@@ -96,6 +96,7 @@ from .errors import (
     UsageError,
 )
 from .events import Event, EventType, SessionStatus
+from .memory import storable_text
 from .messages import Message, Role, ToolCall, check_history
 from .model import ModelTurn, TextDelta, Usage
 from .tools import Tool, ToolArgumentsError
@@ -694,8 +695,9 @@ class Runner:
             try:
                 for item in stream:
                     if isinstance(item, TextDelta):
-                        state.partial.append(item.text)
-                        yield StreamEvent("text.delta", session_id, {"text": item.text, "agent": agent.name},
+                        delta = storable_text(item.text)
+                        state.partial.append(delta)
+                        yield StreamEvent("text.delta", session_id, {"text": delta, "agent": agent.name},
                                           turn=turn)
                     elif isinstance(item, ModelTurn):
                         reply = item
@@ -711,7 +713,7 @@ class Runner:
             if reply.usage is not None:
                 state.usage = state.usage + reply.usage
             calls = self._fresh_ids(session, list(reply.tool_calls or ()))
-            content = reply.content
+            content = storable_text(reply.content) if reply.content else reply.content
             state.partial = []
             if not calls:
                 text = content or ""
@@ -776,11 +778,13 @@ class Runner:
         used = {c.id for m in session.history if m.role is Role.MODEL for c in m.tool_calls}
         fixed: list[ToolCall] = []
         for call in calls:
-            call_id = call.id
+            call_id = storable_text(call.id or "")
             if not call_id or call_id in used:
                 call_id = f"call_{uuid.uuid4().hex[:24]}"
             used.add(call_id)
-            fixed.append(call if call_id == call.id else ToolCall(call_id, call.name, call.arguments))
+            name, arguments = storable_text(call.name), storable_text(call.arguments)
+            same = call_id == call.id and name == call.name and arguments == call.arguments
+            fixed.append(call if same else ToolCall(call_id, name, arguments))
         return fixed
 
     # -- tools -------------------------------------------------------------------------------
@@ -964,14 +968,15 @@ def _output_text(output: Any) -> str:
 
 
 def _invoke(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None) -> tuple[str, bool]:
-    """Run one tool call; errors become text the model sees (``is_error`` True)."""
+    """Run one tool call; errors become text the model sees (``is_error`` True). The text is
+    made storable (:func:`~chatflow_cli.core.memory.storable_text`: lone surrogates escaped)."""
     try:
-        return found.invoke(call.arguments, loop=loop), False
+        return storable_text(found.invoke(call.arguments, loop=loop)), False
     except ToolArgumentsError as exc:
-        return f"Error: invalid arguments for {call.name}: {exc}", True
+        return storable_text(f"Error: invalid arguments for {call.name}: {exc}"), True
     except Exception as exc:  # noqa: BLE001 - the model sees the error and the turn goes on
         log.info("tool %s raised %s: %s", call.name, type(exc).__name__, exc)
-        return f"Error: {call.name} raised {type(exc).__name__}: {exc}", True
+        return storable_text(f"Error: {call.name} raised {type(exc).__name__}: {exc}"), True
 
 
 def _run_into(future: concurrent.futures.Future[tuple[str, bool, float]], found: Tool, call: ToolCall,
