@@ -43,6 +43,20 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Give SIGINT back its default meaning when the test run inherited it ignored.
+
+    A job started in the background by a non-interactive shell (as CI launchers may do)
+    inherits SIGINT ignored, and every process it starts inherits that too: the Ctrl-C
+    tests would then see a process that cannot be interrupted. A handled signal is reset
+    to its default across exec, so installing Python's handler here fixes the children.
+    """
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def llama_cpp_installed() -> bool:
     import importlib.util
 
