@@ -778,10 +778,15 @@ class SessionContext:
             )
         self._record(_Op("event", kind, dict(payload or {})))
 
-    def fail_turn(self, error: BaseException | str) -> None:
+    def fail_turn(self, error: BaseException | str, *, agent: Any = None) -> None:
         """Take the current turn out of the window and journal ``turn.failed``.
 
         The failed turn's number is used again by the next turn, as after a rollback.
+        ``agent``: the active agent when the turn began. A failed turn leaves the session as
+        it was before it, so a handoff made inside it is undone: the payload then carries
+        ``"active_agent"`` (the agent restored) and ``"reverted_from_agent"`` (the handoff
+        target that is dropped), and the store sets ``active_agent_name`` from it. The error
+        text is made storable (:func:`storable_text`).
         """
         turn = self._current_turn()
         if turn:
@@ -789,7 +794,13 @@ class SessionContext:
             self._messages, self._turn_offset, self._turn_count, self._call_ids = messages, offset, turn - 1, None
             self._archive = {k: v for k, v in self._archive.items() if k < turn}
         error_type = type(error).__name__ if isinstance(error, BaseException) else "Error"
-        payload = {"turn": turn, "error": storable_text(str(error)), "error_type": error_type}
+        payload: dict[str, Any] = {"turn": turn, "error": storable_text(str(error)), "error_type": error_type}
+        if agent is not None:
+            before, after = _agent_name(self._agent), _agent_name(agent)
+            payload["active_agent"] = after
+            if before != after:
+                payload["reverted_from_agent"] = before
+                self._agent = agent
         self._record(_Op("turn_failed", EventType.TURN_FAILED.value, payload, turn))
 
     def interrupt_turn(self, reason: str = "interrupted", partial_text: str | None = None, agent: Any = None) -> None:
@@ -1255,6 +1266,8 @@ class BaseSessionStore:
                 if op.turn > 0:
                     tx.remove_turns(row.session_id, op.turn, None, "failed", event.seq)
                     row.turn_count = min(row.turn_count, op.turn - 1)
+                if "active_agent" in op.payload:  # a handoff inside the failed turn is undone
+                    row.active_agent_name = str(op.payload["active_agent"])
             elif op.kind == "status":
                 row.status = SessionStatus(op.payload["status"])
                 if row.status is not SessionStatus.RUNNING:

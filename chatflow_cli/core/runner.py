@@ -621,7 +621,7 @@ class Runner:
             return
 
         session = begun.session
-        state = _TurnState(agent=session.active_agent)
+        state = _TurnState(agent=session.active_agent, start_agent=session.active_agent)
         try:
             try:
                 yield from stored(list(begun.events), turn)
@@ -901,14 +901,14 @@ class Runner:
             status, extra = SessionStatus.IDLE, {}
         reason = f"turn failed: {type(exc).__name__}"
         try:
-            session.fail_turn(exc)
+            session.fail_turn(exc, agent=state.start_agent)  # also undoes a handoff made in the turn
             session.set_status(status, reason=reason, **extra)
             return list(self.store.save(session))
         except BaseException as second:  # noqa: BLE001
             log.warning("storing the failed turn from memory failed (%s); retrying from the store", second)
 
             def close(s: Any) -> None:
-                s.fail_turn(exc)
+                s.fail_turn(exc, agent=state.start_agent)
 
             return self._close_from_store(session.session_id, close, reason, status=status, **extra)
 
@@ -932,6 +932,7 @@ class Runner:
 @dataclasses.dataclass
 class _TurnState:
     agent: Agent
+    start_agent: Any = None  # the active agent when the turn began (restored if the turn fails)
     usage: Usage = dataclasses.field(default_factory=Usage)
     rounds: int = 0
     partial: list[str] = dataclasses.field(default_factory=list)
