@@ -406,6 +406,11 @@ class SessionSummary:
     metadata: dict[str, Any]
 
 
+#: Outcomes of a first attempt that produced no result: the same idempotency key with the
+#: same message runs the turn again (see :class:`TurnStart`).
+_RETRYABLE_OUTCOMES = frozenset({"failed", "interrupted", "rolled_back"})
+
+
 @dataclass(slots=True)
 class TurnStart:
     """What :meth:`BaseSessionStore.begin_turn` returns.
@@ -414,8 +419,12 @@ class TurnStart:
     ``turn``: the turn number started (or continued, or replayed).
     ``replayed``: None normally; for a repeated idempotency key with the same message, the
     stored ``turn.completed`` payload of the original turn with ``"outcome": "completed"``
-    added — or, when that turn did not complete, ``{"turn": n, "outcome": <"running" |
-    "pending" | "failed" | "interrupted" | "rolled_back">}``. Nothing is written then.
+    added — or, when that turn is still open, ``{"turn": n, "outcome": <"running" |
+    "pending">}``. Nothing is written then. When the first attempt gave no result
+    (``failed`` -- also a rate-limited turn that left the session ``rescheduled`` --,
+    ``interrupted`` or ``rolled_back``), the same key with the same message is *not* a
+    replay: the turn runs again and the key then maps to the new attempt, so a webhook that
+    retries a failed delivery can succeed.
     ``events``: the events this call appended.
     """
 
@@ -1598,11 +1607,13 @@ class BaseSessionStore:
                             session_id=session_id,
                         )
                     turn = int(known[1] or 0)
-                    replay = TurnStart(
-                        self._context(tx, row, default_agent), turn, self._outcome(tx, row, turn, known[2])
-                    )
-                    self._detach(replay.session)
-                    return replay
+                    outcome = self._outcome(tx, row, turn, known[2])
+                    if outcome["outcome"] not in _RETRYABLE_OUTCOMES:
+                        replay = TurnStart(self._context(tx, row, default_agent), turn, outcome)
+                        self._detach(replay.session)
+                        return replay
+                    # the first attempt gave no result: run the message again; the key then
+                    # maps to this attempt (idempotency_put below replaces the old record)
             self._refuse_terminated(row)
             if row.status is SessionStatus.RUNNING and row.owner is not None:
                 if row.owner.alive():
@@ -1985,8 +1996,9 @@ class _MemoryTx(_Tx):
 
     def idempotency_put(self, session_id: str, key: str, digest: str, turn: int | None, seq: int, now: float) -> None:
         keys = self._session(session_id).keys
+        old = keys.get(key)
         keys[key] = (digest, turn, seq)
-        self.undo.append(lambda: keys.pop(key, None))
+        self.undo.append(lambda: keys.pop(key, None) if old is None else keys.__setitem__(key, old))
 
     def processed_live(self, message_id: str, now: float, ttl_s: float) -> bool:
         at = self._s._processed.at.get(message_id)

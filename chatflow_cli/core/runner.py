@@ -14,7 +14,8 @@ A turn, step by step:
    for this process (status ``running`` with an owner record; a live owner elsewhere means
    :class:`~chatflow_cli.core.errors.SessionBusyError` after ``wait`` seconds of polling),
    and appends the user message. An ``idempotency_key`` already used with the same message
-   returns the first result from the log without calling the model.
+   returns the first result from the log without calling the model -- unless that attempt
+   gave no result (failed, rescheduled, interrupted): then the turn runs again.
 2. The request goes out as Chat Completions: the active agent's instructions first, as a
    system message, then the session's context window (already pruned to ``max_turns``
    whole turns). Every request passes :func:`~chatflow_cli.core.messages.check_history`
@@ -567,9 +568,10 @@ class Runner:
         """The :class:`RunResult` of a turn started earlier with the same idempotency key.
 
         Outcomes (``begin_turn``'s ``replayed["outcome"]``): ``completed`` gives the first
-        result; ``pending`` (custom tool calls wait) gives an idle result listing them;
-        ``failed``, ``interrupted`` or ``rolled_back`` raise :class:`UsageError` — that turn
-        did not answer, and sending it again needs a new key.
+        result; ``pending`` (custom tool calls wait) gives an idle result listing them.
+        A first attempt that gave no result (``failed``, rescheduled, ``interrupted``,
+        ``rolled_back``) is no replay: ``begin_turn`` runs the turn again under the same key.
+        Any other outcome raises :class:`UsageError` (defensive; not reached today).
         """
         replay = begun.replayed
         turn = int(replay.get("turn", begun.turn) or begun.turn)

@@ -443,7 +443,9 @@ class _SQLiteTx(_Tx):
     def idempotency_put(self, session_id: str, key: str, digest: str, turn: int | None, seq: int, now: float) -> None:
         self.c.execute(
             "INSERT INTO chatflow_idempotency_keys (session_id, idempotency_key, request_sha256, turn, event_seq, "
-            "created_at_utc) VALUES (?, ?, ?, ?, ?, ?)",
+            "created_at_utc) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, idempotency_key) DO UPDATE SET "
+            "request_sha256 = excluded.request_sha256, turn = excluded.turn, event_seq = excluded.event_seq, "
+            "created_at_utc = excluded.created_at_utc",  # a retry of a turn that gave no result
             (session_id, key, digest, turn, seq, now),
         )
 

@@ -103,3 +103,38 @@ def test_a_failed_turn_reverts_a_handoff_made_in_it(
     fake_server.add_text("beta again")
     assert runner.run("ho", "retry").agent == "Beta"
     assert fake_server.requests[-1]["messages"][0] == {"role": "system", "content": "beta"}
+
+
+def test_a_rescheduled_or_interrupted_turn_can_be_retried_with_the_same_idempotency_key(
+    fake_server: FakeServer, store: Any, make_runner: Callable[..., Runner]
+) -> None:
+    from chatflow_cli.core.errors import IdempotencyConflictError, RateLimitedError
+
+    runner = make_runner(Agent("A", "x", model=MODEL))
+    fake_server.add_error(429, headers={"Retry-After": "0", "x-should-retry": "false"})
+    with pytest.raises(RateLimitedError):
+        runner.run("hook", "order 42?", idempotency_key="wamid.9")
+    assert store.get("hook").status is SessionStatus.RESCHEDULED
+    fake_server.add_text("shipped")
+    first = runner.run("hook", "order 42?", idempotency_key="wamid.9")
+    assert first.content == "shipped" and not first.replayed and first.turn == 1
+    replay = runner.run("hook", "order 42?", idempotency_key="wamid.9")
+    assert replay.replayed and replay.content == "shipped" and len(fake_server.requests) == 2
+    with pytest.raises(IdempotencyConflictError):
+        runner.run("hook", "other", idempotency_key="wamid.9")
+
+    import threading
+
+    cancel = threading.Event()
+    fake_server.add_text("slow", delay=[0.0, 5.0], chunks=["s", "low"])
+    it = runner.run_streamed("hook", "again?", idempotency_key="wamid.10", cancel=cancel)
+    from chatflow_cli.core.errors import RunInterrupted
+
+    with pytest.raises(RunInterrupted):
+        for event in it:
+            if event.type == "text.delta":
+                cancel.set()
+    fake_server.add_text("done")
+    retried = runner.run("hook", "again?", idempotency_key="wamid.10")
+    assert retried.content == "done" and not retried.replayed
+    assert runner.run("hook", "again?", idempotency_key="wamid.10").replayed

@@ -649,8 +649,6 @@ def events_of_safe(store: Any, session_id: str, type_: str) -> list[Any]:
 
 def test_idempotency_key_of_a_failed_or_waiting_turn(fake_server: FakeServer, make_runner: Callable[..., Runner],
                                                      store: Any) -> None:
-    from chatflow_cli.core.errors import UsageError
-
     approve = Tool.custom("approve", "Ask a human.")
     runner = make_runner(Agent("A", "x", model=MODEL, tools=[approve]))
     fake_server.add_text("hello")
@@ -659,15 +657,22 @@ def test_idempotency_key_of_a_failed_or_waiting_turn(fake_server: FakeServer, ma
     with pytest.raises(BadRequestError):
         runner.run("idem2", "this fails", idempotency_key="k-fail")
     seq = store.last_seq("idem2")
-    with pytest.raises(UsageError, match="was failed; nothing was run again"):
-        runner.run("idem2", "this fails", idempotency_key="k-fail")
+    with pytest.raises(IdempotencyConflictError):  # same key, another message: still refused
+        runner.run("idem2", "other text", idempotency_key="k-fail")
     assert store.last_seq("idem2") == seq and len(fake_server.requests) == 2
+    # the failed attempt gave no result: a retry with the same key and message runs the turn
+    fake_server.add_text("worked now")
+    retried = runner.run("idem2", "this fails", idempotency_key="k-fail")
+    assert not retried.replayed and retried.content == "worked now" and retried.turn == 2
+    again = runner.run("idem2", "this fails", idempotency_key="k-fail")  # now the key maps to it
+    assert again.replayed and again.content == "worked now" and len(fake_server.requests) == 3
+    store.rollback("idem2", 1)  # the retried turn leaves the window; the custom-tool turn is turn 2 again
 
     fake_server.add_tool_calls([("call_ap", "approve", "{}")])
     waiting = runner.run("idem2", "needs approval", idempotency_key="k-wait")
     again = runner.run("idem2", "needs approval", idempotency_key="k-wait")
     assert again.replayed and [c.id for c in again.pending_tool_calls] == ["call_ap"]
-    assert again.turn == waiting.turn == 2 and len(fake_server.requests) == 3
+    assert again.turn == waiting.turn == 2 and len(fake_server.requests) == 4
 
 
 def test_a_callers_cancel_event_stops_a_request_to_a_silent_server_at_once(
