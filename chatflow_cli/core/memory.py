@@ -214,6 +214,11 @@ def _check_text(data: Any, what: str, session_id: str | None = None) -> str:
     return text
 
 
+def _busy_message(session_id: str, owner: Any) -> str:
+    """The :class:`SessionBusyError` text for a session another live run owns."""
+    return f"session {session_id!r} is busy: a turn is running in pid {owner.pid} on {owner.host}"
+
+
 def _check_idempotency_key(key: Any) -> str:
     """An idempotency key: a non-empty str of valid Unicode text (TypeError / UsageError)."""
     if not isinstance(key, str) or not key:
@@ -1162,7 +1167,7 @@ class BaseSessionStore:
         if lease is not None and session._lease == lease:
             return
         raise SessionBusyError(
-            f"session {row.session_id} changed since it was loaded (status {base[0].value} -> "
+            f"session {row.session_id!r} is busy: it changed since it was loaded (status {base[0].value} -> "
             f"{row.status.value}, agent {base[2]!r} -> {row.active_agent_name!r}); load it again",
             session_id=row.session_id,
         )
@@ -1261,7 +1266,7 @@ class BaseSessionStore:
                     or (op.message.role is Role.USER and op.turn != row.turn_count + 1)
                 ):
                     raise SessionBusyError(
-                        f"session {row.session_id} changed since it was loaded (turn {op.turn} vs stored "
+                        f"session {row.session_id!r} is busy: it changed since it was loaded (turn {op.turn} vs stored "
                         f"{row.turn_count}); load it again",
                         session_id=row.session_id,
                     )
@@ -1362,7 +1367,7 @@ class BaseSessionStore:
                 events += self._create(tx, row)
             else:
                 raise SessionBusyError(
-                    f"session {session.session_id} already exists in the store; load it with get()",
+                    f"session {session.session_id!r} is busy: it already exists in the store; load it with get()",
                     session_id=session.session_id,
                 )
             if ops:
@@ -1407,7 +1412,7 @@ class BaseSessionStore:
             row = self._require(tx, session_id)
             self._refuse_terminated(row)
             if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
-                raise SessionBusyError(f"session {session_id} is running (pid {row.owner.pid})", session_id=session_id)
+                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
             ctx = self._context(tx, row, quiet=True)
             ctx.rollback_to(to_turn)
             return self._apply(tx, row, ctx._take_journal())
@@ -1618,7 +1623,7 @@ class BaseSessionStore:
             if row.status is SessionStatus.RUNNING and row.owner is not None:
                 if row.owner.alive():
                     raise SessionBusyError(
-                        f"session {session_id} is running (pid {row.owner.pid} on {row.owner.host})",
+                        _busy_message(session_id, row.owner),
                         session_id=session_id,
                     )
                 events += self._recover(tx, row, default_agent)

@@ -552,7 +552,7 @@ class Runner:
                 replay = begun.replayed
                 if replay is not None and replay.get("outcome") == "running":
                     raise SessionBusyError(
-                        f"session {session_id} is still running turn {replay.get('turn')}, started with this "
+                        f"session {session_id!r} is busy: it is still running turn {replay.get('turn')}, started with this "
                         "idempotency key", session_id=session_id)
                 return begun
             except SessionBusyError:

@@ -632,7 +632,7 @@ def test_a_second_run_in_the_same_process_is_refused_while_the_first_runs(
     while not events_of_safe(store, "busy1", "message.user"):
         time.sleep(0.01)
     seq = store.last_seq("busy1")
-    with pytest.raises(SessionBusyError, match="running"):
+    with pytest.raises(SessionBusyError, match=r"^session 'busy1' is busy: a turn is running in pid \d+ on "):
         runner.run("busy1", "second")
     assert store.last_seq("busy1") == seq
     result = runner.run("busy1", "second", wait=10)
