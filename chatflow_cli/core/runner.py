@@ -100,7 +100,7 @@ from .events import Event, EventType, SessionStatus
 from .memory import storable_text
 from .messages import Message, Role, ToolCall, check_history
 from .model import ModelTurn, TextDelta, Usage
-from .tools import Tool, ToolArgumentsError
+from .tools import Tool, ToolArgumentsError, to_json_text
 
 __all__ = ["INTERRUPTED_RESULT", "RunResult", "Runner", "StreamEvent"]
 
@@ -963,11 +963,8 @@ def _name(agent: Any) -> str:
 
 
 def _output_text(output: Any) -> str:
-    if isinstance(output, str):
-        return output
-    import json
-
-    return json.dumps(output, ensure_ascii=False, default=str)
+    """A submitted custom-tool result as text: as a tool's return value (:func:`to_json_text`)."""
+    return storable_text(to_json_text(output))
 
 
 def _invoke(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None) -> tuple[str, bool]:

@@ -38,8 +38,9 @@ lines) or from Sphinx ``:param name: text`` lines.
 :meth:`Tool.invoke` parses the model's JSON arguments, checks them against the hints
 (converting Enum values to members and lists to tuples/sets where the hint says so),
 calls the function — an ``async def`` one runs to completion — and returns text: a
-``str`` result stays as it is, anything else is JSON (``default=str`` for what JSON cannot
-encode). Bad arguments raise :class:`ToolArgumentsError`; an exception the function
+``str`` result stays as it is, anything else is strict JSON by :func:`to_json_text` (sets
+and tuples as arrays, Enums as their values, bytes as UTF-8 text or base64, dataclasses and
+pydantic-like models as objects, NaN/Infinity as ``null``). Bad arguments raise :class:`ToolArgumentsError`; an exception the function
 raises propagates unchanged (the Runner turns both into an error result the model sees).
 
 :meth:`Tool.custom` declares a tool with a schema and no implementation (seed 003's
@@ -50,12 +51,14 @@ custom tools): the Runner stops the turn when the model calls one and waits for
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections.abc
 import dataclasses
 import enum
 import functools
 import inspect
 import json
+import math
 import re
 import types
 import typing
@@ -379,16 +382,83 @@ def function_schema(func: Callable[..., Any]) -> tuple[str, dict[str, Any], list
 # --------------------------------------------------------------------------------------
 # Tool
 # --------------------------------------------------------------------------------------
-def _to_text(result: Any) -> str:
+def to_json_text(result: Any) -> str:
+    """A tool's return value as the text the model sees.
+
+    A ``str`` stays as it is. Anything else is converted, recursively, then written as
+    strict JSON (``allow_nan=False``, non-ASCII kept):
+
+    * mappings -> objects (keys: an Enum key becomes its value, other keys ``str(key)``);
+      lists, tuples, sets, frozensets and other iterables of known kinds -> arrays (a set's
+      items sorted when they can be, so the text is stable);
+    * an ``Enum`` member -> its ``value`` (at any depth: never ``"Color.RED"``);
+    * ``bytes``/``bytearray``/``memoryview`` -> the UTF-8 text, or when they are not UTF-8
+      ``{"base64": "<standard base64>"}``;
+    * a dataclass instance -> its fields; a pydantic-like object -> ``model_dump(mode="json")``;
+    * ``float`` NaN and +/-Infinity -> ``null`` (bare ``NaN`` is not JSON);
+    * ``datetime``/``date``/``time`` -> ISO 8601; anything else -> ``str(value)``;
+      a value that contains itself -> ``"[circular]"`` at the repeat.
+    """
     if isinstance(result, str):
         return result
-    if dataclasses.is_dataclass(result) and not isinstance(result, type):
-        result = dataclasses.asdict(result)
-    elif hasattr(result, "model_dump") and callable(result.model_dump):  # a pydantic model
-        result = result.model_dump(mode="json")
-    if isinstance(result, enum.Enum):
-        result = result.value
-    return json.dumps(result, ensure_ascii=False, default=str)
+    return json.dumps(_jsonable(result, set()), ensure_ascii=False, allow_nan=False)
+
+
+def _jsonable(value: Any, active: set[int]) -> Any:
+    if isinstance(value, enum.Enum):  # first: an IntEnum/StrEnum member is an int/str too
+        return _jsonable(value.value, active)
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(raw).decode("ascii")}
+    marker = id(value)
+    if marker in active:
+        return "[circular]"
+    active.add(marker)
+    try:
+        if isinstance(value, collections.abc.Mapping):
+            return {_key(k): _jsonable(v, active) for k, v in value.items()}
+        if isinstance(value, (set, frozenset)):
+            items = [_jsonable(v, active) for v in value]
+            try:
+                return sorted(items)
+            except TypeError:  # mixed kinds: keep iteration order
+                return items
+        if isinstance(value, (list, tuple, collections.abc.KeysView, collections.abc.ValuesView,
+                              collections.abc.Iterator, types.GeneratorType, range)):
+            return [_jsonable(v, active) for v in value]
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {f.name: _jsonable(getattr(value, f.name), active) for f in dataclasses.fields(value)}
+        dump = getattr(value, "model_dump", None)
+        if callable(dump) and not isinstance(value, type):
+            try:
+                dumped = dump(mode="json")
+            except TypeError:
+                dumped = dump()
+            return _jsonable(dumped, active)
+        iso = getattr(value, "isoformat", None)
+        if callable(iso) and not isinstance(value, type):
+            return str(iso())
+        return str(value)
+    finally:
+        active.discard(marker)
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, enum.Enum):
+        key = key.value
+    return key if isinstance(key, str) else str(key)
+
+
+_to_text = to_json_text
 
 
 class Tool:

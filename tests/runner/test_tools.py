@@ -327,3 +327,65 @@ def test_custom_tool_has_schema_and_no_implementation() -> None:
     with pytest.raises(ToolDefinitionError, match="type 'object'"):
         Tool.custom("bad", "", {"type": "string"})
     assert Tool.custom("noargs").parameters == {"type": "object", "properties": {}}
+
+
+def test_return_values_become_strict_json_text() -> None:
+    """Defect: a set became "{1, 2, 3}", bytes "b'...'", NaN bare NaN, a nested Enum "Color.RED"."""
+    import dataclasses
+    import enum
+    import math
+
+    from chatflow_cli.core.tools import to_json_text
+
+    class Color(enum.Enum):
+        RED = "red"
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+        tags: frozenset[str]
+
+    class Model:  # pydantic-like
+        def model_dump(self, mode: str = "python") -> dict[str, Any]:
+            return {"mode": mode, "color": Color.RED}
+
+    value = {
+        "set": {3, 1, 2},
+        "tuple": (1, "a"),
+        "bytes": b"caf\xc3\xa9",
+        "binary": b"\xff\x00",
+        "nan": math.nan,
+        "inf": -math.inf,
+        "nested": [{"c": Color.RED}],
+        Color.RED: Level.HIGH,
+        "point": Point(1, frozenset({"b", "a"})),
+        "model": Model(),
+    }
+    text = to_json_text(value)
+    assert "NaN" not in text and "Infinity" not in text and "Color." not in text
+    assert json.loads(text) == {
+        "set": [1, 2, 3],
+        "tuple": [1, "a"],
+        "bytes": "café",
+        "binary": {"base64": "/wA="},
+        "nan": None,
+        "inf": None,
+        "nested": [{"c": "red"}],
+        "red": 3,
+        "point": {"x": 1, "tags": ["a", "b"]},
+        "model": {"mode": "json", "color": "red"},
+    }
+    assert to_json_text("plain") == "plain" and to_json_text(math.nan) == "null"
+    loop: list[Any] = [1]
+    loop.append(loop)
+    assert json.loads(to_json_text(loop)) == [1, "[circular]"]
+
+    @tool
+    def f() -> Any:
+        """Return a set."""
+        return {Color.RED, Color.RED}
+
+    assert f.invoke("{}") == '["red"]'
