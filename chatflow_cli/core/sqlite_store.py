@@ -33,18 +33,16 @@ database, corrupt, read-only, disk full, locked).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import SchemaTooNewError, StoreError
 from .events import Event, SessionStatus
@@ -57,6 +55,9 @@ from .memory import (
     _Tx,
 )
 from .messages import Message, Role
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["SCHEMA_VERSION", "SQLiteSessionStore"]
 
@@ -71,9 +72,14 @@ _executor_lock = threading.Lock()
 
 
 def _blocking_executor() -> ThreadPoolExecutor:
+    """The private pool, made on first use. ``asyncio`` and ``concurrent.futures`` are
+    imported only here and in ``_run_blocking``: a sync caller (``chatflow sessions ls``)
+    never pays their ~10-40 ms import."""
     global _executor
     with _executor_lock:
         if _executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
             _executor = ThreadPoolExecutor(max_workers=_BLOCKING_IO_WORKERS, thread_name_prefix="chatflow-sqlite")
         return _executor
 
@@ -675,6 +681,8 @@ class SQLiteSessionStore(BaseSessionStore):
         """Run ``fn`` on the private 4-thread pool for on-disk files; on the loop for ephemeral ones."""
         if self._ephemeral:
             return fn(*args, **kwargs)
+        import asyncio  # lazily: see _blocking_executor
+
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(_blocking_executor(), partial(fn, *args, **kwargs))
 
