@@ -363,3 +363,14 @@ def test_stored_json_is_one_message_a_row(tmp_path: Path) -> None:
     conn.execute("DELETE FROM chatflow_sessions")
     assert conn.execute("SELECT COUNT(*) FROM chatflow_messages").fetchone()[0] == 0  # ON DELETE CASCADE
     conn.close()
+
+
+def test_importing_the_stores_does_not_import_asyncio_or_concurrent_futures() -> None:
+    """Startup cost: sync callers (``chatflow sessions ls``) must not pay for asyncio's import."""
+    import subprocess
+    import sys
+
+    code = ("import sys, chatflow_cli.core.sqlite_store, chatflow_cli.core.memory; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('asyncio', 'concurrent')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
