@@ -68,10 +68,11 @@ from rich.control import Control, ControlType
 from rich.markdown import Markdown
 from rich.segment import Segment, Segments
 from rich.spinner import Spinner
+from rich.style import Style
 from rich.syntax import Syntax
 from rich.text import Text
 
-__all__ = ["MarkdownStream", "RefreshStat", "sanitize_terminal_text"]
+__all__ = ["MarkdownStream", "RefreshStat", "print_unpadded", "sanitize_terminal_text"]
 
 DEFAULT_CODE_THEME = "monokai"
 
@@ -349,8 +350,31 @@ class RefreshStat:
 
 @dataclass
 class _Drawn:
+    """The live tail on screen, and what of it may stay as final output after a resize.
+
+    ``keep`` leading lines are final-able: after a resize they are left in place (the
+    terminal reflowed them like any scrollback line) and the stream's state is advanced
+    with ``keep_rows`` (Markdown rows of the open block, rendered at ``keep_width``) or
+    ``keep_code`` (complete code lines of the open fence). The other lines are erased.
+    """
+
     widths: list[int] = field(default_factory=list)  # cell width of each drawn tail line
-    width: int = 0  # terminal width when drawn
+    width: int = 0  # terminal size when drawn
+    height: int = 0
+    kind: str = ""  # "md", "fence" or "" (nothing final-able)
+    keep: int = 0
+    keep_rows: int = 0
+    keep_code: int = 0
+    keep_width: int = 0
+
+
+@dataclass
+class _Keep:
+    kind: str = ""
+    keep: int = 0
+    rows: int = 0
+    code: int = 0
+    width: int = 0
 
 
 def _is_blank(line: Line) -> bool:
@@ -366,6 +390,78 @@ def _strip_blank_edges(lines: list[Line]) -> list[Line]:
     return lines[start:end]
 
 
+def _unpad(line: Line) -> tuple[Line, Style | None]:
+    """``line`` without its trailing blank cells, and the background they had (if any).
+
+    Rich pads left-justified text and code blocks with spaces to the full width; printed
+    as they are, those spaces end up in the scrollback, in copied text, and as blank rows
+    when the terminal reflows to a narrower width.
+    """
+    segments = list(line)
+    fill: Style | None = None
+    while segments:
+        seg = segments[-1]
+        if seg.control:
+            break
+        stripped = seg.text.rstrip(" ")
+        if seg.style is not None and seg.style.bgcolor is not None and stripped != seg.text:
+            fill = fill or Style(bgcolor=seg.style.bgcolor)
+        if stripped:
+            if stripped != seg.text:
+                segments[-1] = Segment(stripped, seg.style)
+            break
+        segments.pop()
+    return segments, fill
+
+
+def _fill_segments(line: Line, width: int, fill_ok: bool) -> list[Segment]:
+    """``line`` unpadded; a background its padding had is drawn to the edge by an erase
+    to end of line in that colour (not when the line fills the row: with the cursor in
+    the last column a terminal would erase the last character)."""
+    segments, fill = _unpad(line)
+    if fill is not None and fill_ok and Segment.get_line_length(segments) < width:
+        segments.append(Segment("\x1b[K", fill, [(ControlType.ERASE_IN_LINE, 0)]))
+    return segments
+
+
+def print_unpadded(console: Console, *renderables: RenderableType) -> None:
+    """``console.print`` each renderable without the spaces Rich pads lines with.
+
+    For REPL output that is not streamed (``/show``, ``/help``): what lands in the
+    scrollback, and in copied text, has no trailing padding.
+    """
+    width = console.size.width
+    fill_ok = console.is_terminal and console.color_system is not None
+    segments: list[Segment] = []
+    for renderable in renderables:
+        for line in console.render_lines(renderable, console.options, pad=False):
+            segments.extend(_fill_segments(line, width, fill_ok))
+            segments.append(Segment.line())
+    if segments:
+        console.print(Segments(segments), end="", crop=False, soft_wrap=True, highlight=False)
+
+
+_EMPHASIS = re.compile(r"(?<![\w*])\*(?!\*)|(?<!\*)\*(?![\w*])|(?<!\w)_(?!_)|(?<!_)_(?!\w)")
+
+
+def _settled_markup(text: str) -> bool:
+    """True when no inline span (code, emphasis) is open in ``text`` and it is not a table:
+    later text cannot then change how its earlier rows are laid out."""
+    if text.count("`") % 2 or text.count("**") % 2 or text.count("__") % 2:
+        return False
+    if len(_EMPHASIS.findall(text.replace("**", "").replace("__", ""))) % 2:
+        return False
+    return not any(line.lstrip().startswith("|") for line in text.split("\n"))
+
+
+def _terminal_reflows() -> bool:
+    """Whether the terminal rewraps lines on a resize (VTE, kitty, iTerm2, tmux, Windows
+    Terminal, WezTerm, foot, Alacritty... do); xterm (``$XTERM_VERSION``) does not."""
+    import os
+
+    return not os.environ.get("XTERM_VERSION")
+
+
 class MarkdownStream:
     """Render streamed Markdown into ``console``: complete blocks once, the tail live.
 
@@ -376,11 +472,30 @@ class MarkdownStream:
         refresh_per_second: the most live redraws a second (default 20).
         live: force live drawing on (True) or off (False); None decides from the console.
         clock: monotonic clock in seconds, injectable for tests.
+        settle: seconds the terminal size must stay the same after a resize before the
+            live tail is drawn again (default 0.3).
+        reflow: whether the terminal rewraps lines on a resize (None: all but xterm).
 
     Methods: :meth:`feed` (a text delta), :meth:`set_status` (a spinner line in the tail),
     :meth:`print` (a renderable into the scrollback, ending the current text),
     :meth:`refresh`, :meth:`finish`. ``text`` is everything fed (sanitized);
     ``stats`` the :class:`RefreshStat` of every live redraw.
+
+    Resizes (SIGWINCH needs no handler: the size is read at every refresh):
+
+    * The tail on screen was drawn for the old size. Its lines that are final already —
+      the complete code lines of an open fence, the rows but the last of a paragraph whose
+      inline markup is settled — stay where they are as printed output (the terminal has
+      reflowed them like the rest of the scrollback); only the rest (the line being
+      written, the spinner: a few rows) is erased, its row count computed for the new
+      width. A paragraph whose top stayed continues at the width it started with, so its
+      rows never shift.
+    * Debounce: while the size keeps changing (until it has been stable for ``settle``
+      seconds) nothing is drawn; complete text waits and is printed once, at the settled
+      width. :meth:`finish` prints everything whatever the state.
+
+    Lines are printed without trailing padding; a code block's background reaches the
+    right edge with an erase-to-end-of-line in its colour, not with spaces.
     """
 
     def __init__(
@@ -391,6 +506,8 @@ class MarkdownStream:
         refresh_per_second: float = 20.0,
         live: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
+        settle: float = 0.3,
+        reflow: bool | None = None,
     ) -> None:
         self.console = console
         self.code_theme = code_theme
@@ -399,6 +516,8 @@ class MarkdownStream:
             live = console.is_terminal and not console.is_dumb_terminal
         self.live = live
         self.clock = clock
+        self.settle = settle
+        self.reflow = _terminal_reflows() if reflow is None else reflow
         self.stats: list[RefreshStat] = []
         self._sanitizer = _Sanitizer()
         self._scanner = _BlockScanner()
@@ -409,10 +528,13 @@ class MarkdownStream:
         self._out: list[Line] = []  # lines to print into the scrollback at the next refresh
         self._blocks_printed = 0  # blocks printed in this text segment
         self._rows_committed = 0  # rendered rows of the open block already printed
+        self._pin: int | None = None  # width the open block's printed rows were rendered at
         self._code_committed = 0  # code lines of the open fence already printed
         self._status: str | None = None
         self._spinner: Spinner | None = None  # kept across refreshes so its frame advances
         self._drawn = _Drawn()
+        self._size = self._terminal_size()
+        self._settle_until = -math.inf
         self._cursor_hidden = False
         self._last_refresh = -math.inf
         self._closed = False
@@ -459,6 +581,7 @@ class MarkdownStream:
 
     def end_text(self) -> None:
         """The text so far is complete: print its tail as final blocks. Later text starts afresh."""
+        self._check_resize()
         rest = self._sanitizer.flush()
         if rest:
             self._chunks.append(rest)
@@ -472,17 +595,23 @@ class MarkdownStream:
         self._blocks_printed = 0
 
     def refresh(self, *, force: bool = True) -> None:
-        """Print completed blocks and redraw the tail now (``force=False``: only if due)."""
+        """Print completed blocks and redraw the tail now (``force=False``: only if due).
+
+        Right after a resize (until the size has been stable for ``settle`` seconds) it
+        draws nothing.
+        """
         now = self.clock()
         if not force and now - self._last_refresh < self.interval:
             return
         self._last_refresh = now
+        if self._check_resize() and not self._closed:
+            return
         started = time.perf_counter()
         self._commit_ready()
-        tail = self._tail_lines() if self.live else []
+        tail, keep = self._tail_lines() if self.live else ([], _Keep())
         if not self._out and not tail and not self._drawn.widths:
             return
-        self._write(tail)
+        self._write(tail, keep)
         if self.live:
             self.stats.append(RefreshStat(now, time.perf_counter() - started, self._chars, len(tail)))
 
@@ -492,11 +621,11 @@ class MarkdownStream:
             return self.text
         self._status = None
         self.end_text()
-        self._write([])
+        self._closed = True
+        self._write([], _Keep())
         if self._cursor_hidden:
             self.console.show_cursor(True)
             self._cursor_hidden = False
-        self._closed = True
         return self.text
 
     def __enter__(self) -> Self:
@@ -518,15 +647,21 @@ class MarkdownStream:
             self._ready.extend(push(line))
 
     # ------------------------------------------------------------------ rendering
-    def _options(self) -> ConsoleOptions:
-        return self.console.options.update(height=None)
+    def _terminal_size(self) -> tuple[int, int]:
+        size = self.console.size
+        return size.width, size.height
+
+    def _options(self, width: int | None = None) -> ConsoleOptions:
+        if width is None:
+            return self.console.options.update(height=None)
+        return self.console.options.update(width=width, height=None)
 
     def _max_live_rows(self) -> int:
         return max(2, self.console.size.height // 2)
 
-    def _render_markdown(self, text: str) -> list[Line]:
+    def _render_markdown(self, text: str, width: int | None = None) -> list[Line]:
         markdown = Markdown(text, code_theme=self.code_theme, hyperlinks=False)
-        return _strip_blank_edges(self.console.render_lines(markdown, self._options(), pad=False))
+        return _strip_blank_edges(self.console.render_lines(markdown, self._options(width), pad=False))
 
     def _render_code(self, code_lines: Iterable[str], info: str, *, top: bool, bottom: bool) -> list[Line]:
         code = "\n".join(code_lines)
@@ -554,40 +689,54 @@ class MarkdownStream:
                 self._code_committed = 0
             else:
                 first = self._rows_committed == 0
-                rendered = self._render_markdown(block.text)[self._rows_committed :]
+                # A block whose top rows are printed already keeps the width they had.
+                rendered = self._render_markdown(block.text, None if first else self._pin)[self._rows_committed :]
                 self._rows_committed = 0
+                self._pin = None
             if first:
                 self._out.extend(self._gap(block.joined))
             self._out.extend(rendered)
             self._blocks_printed += 1
         self._ready.clear()
 
-    def _tail_lines(self) -> list[Line]:
-        """The live tail; moves its overflow (beyond half the screen) into the scrollback."""
+    def _tail_lines(self) -> tuple[list[Line], _Keep]:
+        """The live tail and what of it is final-able; moves its overflow (beyond half the
+        screen) into the scrollback."""
         scanner = self._scanner
         limit = self._max_live_rows()
         status = self._status if not (scanner.lines or self._partial) else None
         lines: list[Line] = []
+        keep = _Keep()
         if scanner.kind == "fence" and scanner.fence is not None:
-            lines = self._fence_tail(limit)
+            lines, keep = self._fence_tail(limit)
         elif scanner.lines or self._partial.strip():
             text = "\n".join([*scanner.lines, self._partial]) if scanner.lines else self._partial
-            rendered = self._render_markdown(text)
+            width = self._pin if self._rows_committed else None
+            term_width = self._size[0]
+            if width and term_width > 0 and width > term_width:
+                limit = max(1, limit // math.ceil(width / term_width))  # rows wrap in the terminal
+            rendered = self._render_markdown(text, width)
             if len(rendered) - self._rows_committed > limit and scanner.lines:
                 # Print the stable top of an over-tall block; keep its last rows live.
-                stable = self._render_markdown("\n".join(scanner.lines))
+                stable = self._render_markdown("\n".join(scanner.lines), width)
                 upto = max(self._rows_committed, min(len(stable) - 1, len(rendered) - limit // 2))
                 if upto > self._rows_committed:
                     if self._rows_committed == 0:
                         self._out.extend(self._gap(scanner._joined))
+                        self._pin = width or self._size[0]
                     self._out.extend(stable[self._rows_committed : upto])
                     self._rows_committed = upto
             lines = rendered[self._rows_committed :]
-            if self._rows_committed == 0 and self._blocks_printed and not scanner._joined and scanner.lines:
-                lines = [[], *lines]
+            gap = 0
+            if self._rows_committed == 0 and self._gap(bool(scanner.lines) and scanner._joined):
+                lines, gap = [[], *lines], 1
+            if len(lines) > 1 and len(lines) <= limit and not scanner._blanks and _settled_markup(text):
+                keep = _Keep("md", len(lines) - 1, len(lines) - 1 - gap, width=width or self._size[0])
         if status:
             lines = [*lines, *self.console.render_lines(self._spinner_frame(status), self._options(), pad=False)]
-        return lines[-limit:] if len(lines) > limit else lines
+        if len(lines) > limit:
+            return lines[-limit:], _Keep()
+        return lines, keep
 
     def _spinner_frame(self, status: str) -> RenderableType:
         """The spinner line for ``status`` at the clock's time: the frame advances between refreshes.
@@ -602,15 +751,14 @@ class MarkdownStream:
             self._spinner.update(text=Text(status, style="dim"))
         return self._spinner.render(self.clock())
 
-    def _fence_tail(self, limit: int) -> list[Line]:
+    def _fence_tail(self, limit: int) -> tuple[list[Line], _Keep]:
         scanner = self._scanner
         assert scanner.fence is not None
         code = scanner.lines[1:]
         info = scanner.fence.info
         first = self._code_committed == 0
-        live = [*code[self._code_committed :], self._partial]
-        rendered = self._render_code(live, info, top=first, bottom=False)
         complete = len(code) - self._code_committed
+        rendered = self._render_code([*code[self._code_committed :], self._partial], info, top=first, bottom=False)
         if len(rendered) > limit and complete > 1:
             # Print all complete code lines but the last; the rest stays live.
             upto = len(code) - 1
@@ -618,39 +766,85 @@ class MarkdownStream:
                 self._out.extend(self._gap(scanner._joined))
             self._out.extend(self._render_code(code[self._code_committed : upto], info, top=first, bottom=False))
             self._code_committed = upto
-            rendered = self._render_code([*code[upto:], self._partial], info, top=False, bottom=False)
-        elif first and self._blocks_printed and not scanner._joined:
-            rendered = [[], *rendered]
-        return rendered
+            first, complete = False, 1
+        gap = [[]] if first and self._blocks_printed and not scanner._joined else []
+        # The complete lines and the line being written, rendered apart: the complete ones
+        # are final and may stay on screen across a resize.
+        done = self._render_code(code[self._code_committed :], info, top=first, bottom=False) if complete else []
+        live = self._render_code([self._partial], info, top=first and not complete, bottom=False)
+        keep = _Keep("fence", len(gap) + len(done), code=len(code)) if complete else _Keep()
+        return [*gap, *done, *live], keep
 
     # ------------------------------------------------------------------ terminal out
-    def _rows_of_drawn(self, width: int) -> int:
-        if not self._drawn.widths:
-            return 0
-        if width == self._drawn.width or width <= 0:
-            return len(self._drawn.widths)
-        # The terminal was resized: a reflowing terminal wraps each old line at the new width.
-        return sum(max(1, math.ceil(w / width)) for w in self._drawn.widths)
+    def _rows_of(self, widths: Iterable[int], width: int, *, reflowed: bool) -> int:
+        """Rows that lines of ``widths`` cells take at terminal ``width``: a line wider than
+        the terminal wraps into several when written, or when a reflowing terminal rewraps
+        it; a non-reflowing terminal keeps an old line on one (cut) row."""
+        if width <= 0 or not reflowed:
+            return sum(1 for _ in widths)
+        return sum(max(1, math.ceil(w / width)) for w in widths)
 
-    def _write(self, tail: list[Line]) -> None:
-        console = self.console
-        width = console.size.width
+    def _check_resize(self) -> bool:
+        """Notice a resize: keep the final-able part of the tail, erase the rest. True while settling."""
+        if not self.live:
+            return False
+        size = self._terminal_size()
+        now = self.clock()
+        if size != self._size:
+            self._size = size
+            self._settle_until = now + self.settle
+            self._release_tail(size)
+            return True
+        return now < self._settle_until
+
+    def _release_tail(self, size: tuple[int, int]) -> None:
+        drawn = self._drawn
+        if not drawn.widths:
+            return
+        keep = drawn.keep
+        if drawn.kind == "md":
+            self._rows_committed += drawn.keep_rows
+            self._pin = drawn.keep_width
+        elif drawn.kind == "fence":
+            self._code_committed = drawn.keep_code
+        # The rest was drawn at the old width; a reflowing terminal has rewrapped it.
+        width, height = size
+        rows = self._rows_of(drawn.widths[keep:], width, reflowed=self.reflow or width >= drawn.width)
+        rows = min(rows, max(1, height))
         segments: list[Segment] = []
-        rows = self._rows_of_drawn(width)
+        if rows:
+            codes: list = [ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2)]
+            codes += [(ControlType.CURSOR_UP, 1), (ControlType.ERASE_IN_LINE, 2)] * (rows - 1)
+            segments.append(Control(*codes).segment)  # the cursor is where the erased rows began
+        elif keep:
+            segments.append(Segment.line())  # everything stays: the next output starts below it
+        self._drawn = _Drawn()
+        if segments:
+            self.console.print(Segments(segments), end="", crop=False, soft_wrap=True, highlight=False)
+
+    def _write(self, tail: list[Line], keep: _Keep) -> None:
+        console = self.console
+        width, height = self._size if self.live else self._terminal_size()
+        fill_ok = console.is_terminal and console.color_system is not None
+        segments: list[Segment] = []
+        rows = self._rows_of(self._drawn.widths, width, reflowed=True)
         if rows:
             codes: list = [ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2)]
             codes += [(ControlType.CURSOR_UP, 1), (ControlType.ERASE_IN_LINE, 2)] * (rows - 1)
             segments.append(Control(*codes).segment)
         newline = Segment.line()
         for line in self._out:
-            segments.extend(line)
+            segments.extend(_fill_segments(line, width, fill_ok))
             segments.append(newline)
         self._out = []
+        widths = []
         for index, line in enumerate(tail):
             if index:
                 segments.append(newline)
-            segments.extend(line)
-        self._drawn = _Drawn([Segment.get_line_length(line) for line in tail], width)
+            drawn = _fill_segments(line, width, fill_ok)
+            widths.append(Segment.get_line_length(drawn))
+            segments.extend(drawn)
+        self._drawn = _Drawn(widths, width, height, keep.kind, keep.keep, keep.rows, keep.code, keep.width)
         if tail and not self._cursor_hidden:
             console.show_cursor(False)
             self._cursor_hidden = True

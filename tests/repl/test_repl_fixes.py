@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import time
+from collections import Counter
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from chatflow_cli.markdown_stream import MarkdownStream
 from tests.repl import tools_for_repl
+from tests.repl.answer import long_answer, markers, tokens
 from tests.repl.vt import Terminal
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -76,6 +80,13 @@ def user_texts(request: dict) -> list[str]:
     return [m["content"] for m in request["messages"] if m["role"] == "user"]
 
 
+def turn_done(d, text: str) -> None:
+    """Wait for ``text`` of a reply, then for the turn to end: keys typed while it runs
+    are type-ahead (printable text only), not keys for the next prompt."""
+    d.wait_text(text)
+    time.sleep(0.3)
+
+
 def sent(d) -> list[str]:
     """The last user message of every request the fake server got."""
     return [user_texts(r)[-1] for r in d.requests()]
@@ -87,7 +98,7 @@ def test_enter_in_a_reverse_search_sends_the_match(repl_driver) -> None:
         d.wait_text("Enter sends")
         for text in ("alpha question", "beta question"):
             d.type(text + "\r")
-            d.wait_text(f"ok: {text}")
+            turn_done(d, f"ok: {text}")
         d.type("\x12alph")  # Ctrl-R, then part of the first message
         time.sleep(0.3)
         d.type("\r")
@@ -114,7 +125,7 @@ def test_show_full_prints_a_folded_tool_result_whole(repl_driver) -> None:
     def script(d) -> None:
         d.wait_text("Enter sends")
         d.type("find it\r")
-        d.wait_text("Done looking.")
+        turn_done(d, "Done looking.")
         marks["folded"] = d.screen()
         d.type("/show\r")
         d.wait_text("Turn 1")
@@ -131,6 +142,10 @@ def test_show_full_prints_a_folded_tool_result_whole(repl_driver) -> None:
     full = marks["full"][len(marks["show"]) :]
     assert "error" not in full
     assert long_query in "".join(full.split()), "/show --full must print the whole argument and result"
+    term = Terminal(80, 24)
+    term.feed(d.out.getvalue())
+    padded = [row for row in written_rows(term) if row and row[-1] == " "]
+    assert not padded, "REPL output is padded with spaces: " + "".join(c or " " for c in padded[0])
 
 
 # ------------------------------------------------------------------ 6. /sessions at 80 columns
@@ -145,7 +160,7 @@ def test_sessions_list_keeps_whole_ids_at_80_columns(repl_driver) -> None:
         for n in range(3):
             text = f"question number {n} " + "with a long preview that cannot fit " * 4
             d.type(text + "\r")
-            d.wait_text(f"ok: question number {n}")
+            turn_done(d, f"ok: question number {n}")
             ids.append(d.store().latest_session_id())
             d.type("/new\r")
             d.wait_text("new session", count=n + 1)
@@ -238,7 +253,7 @@ def test_rollback_0_asks_to_remove_every_turn(repl_driver) -> None:
     def script(d) -> None:
         d.wait_text("Enter sends")
         d.type("one\r")
-        d.wait_text("ok: one")
+        turn_done(d, "ok: one")
         d.type("/rollback 0\r")
         d.wait_for(lambda: "[y/N]" in drawn.getvalue(), what="the question")
         d.type("n\r")
@@ -255,7 +270,7 @@ def test_whitespace_only_input_is_not_saved_in_history(repl_driver) -> None:
     def script(d) -> None:
         d.wait_text("Enter sends")
         d.type("kept line\r")
-        d.wait_text("ok: kept line")
+        turn_done(d, "ok: kept line")
         d.type("   \r")
         d.type("\x1b\r\r")  # a lone newline
         d.type("after\r")
@@ -347,3 +362,110 @@ def test_sighup_mid_answer_stores_the_partial_reply_as_interrupted_and_leaves(re
     kinds = [e.type for e in d.store().events(session.session_id)]
     assert "turn.interrupted" in kinds and "session.recovered" not in kinds
     assert session.status.value == "idle"
+
+
+# ------------------------------------------------------------------ 3, 4. resizes and padding
+def written_rows(term: Terminal) -> list[list]:
+    """Each row's cells up to the last one anything was written to (None: never written)."""
+    rows = []
+    for row in term.rows:
+        end = len(row)
+        while end and row[end - 1] is None:
+            end -= 1
+        rows.append(row[:end])
+    return rows
+
+
+def test_rendered_lines_are_not_padded_to_the_terminal_width() -> None:
+    answer = long_answer(240, code_blocks=2, code_lines=20)
+    out = io.StringIO()
+    console = Console(file=out, width=80, height=24, force_terminal=True, color_system="standard")
+    renderer = MarkdownStream(console, clock=FakeClock())
+    for piece in tokens(answer):
+        renderer.clock.now += 0.001
+        renderer.feed(piece)
+    renderer.finish()
+    term = Terminal(80, 24)
+    term.feed(out.getvalue())
+    padded = [i for i, row in enumerate(written_rows(term)) if row and row[-1] == " "]
+    assert not padded, f"{len(padded)} rows end in padding spaces, e.g. {term.lines()[padded[0]]!r}"
+    blank = sum(1 for line in term.logical_lines() if not line.strip())
+    term.resize(50, 24)  # a narrower terminal reflows: padding would add blank rows
+    assert sum(1 for line in term.lines() if not line.strip()) == blank
+    assert_each_line_once(answer, "\n".join(term.logical_lines()))
+
+
+def assert_each_line_once(source: str, screen_text: str, *, at_least: bool = False) -> None:
+    seen = Counter(markers(screen_text))
+    wanted = markers(source)
+    lost = [m for m in wanted if seen[m] == 0]
+    assert not lost, f"{len(lost)} lines lost, e.g. {lost[:8]}"
+    if not at_least:
+        twice = {m: seen[m] for m in wanted if seen[m] > 1}
+        assert not twice, f"{len(twice)} lines shown more than once, e.g. {dict(list(twice.items())[:8])}"
+        assert markers(screen_text) == wanted, "lines out of order"
+
+
+def stream_with_resizes(answer: str, resizes: dict[float, tuple[int, int]], *, step: float = 0.001) -> Terminal:
+    """Stream ``answer`` (one token every ``step`` s of a fake clock) into the VT emulator,
+    resizing the terminal (and the console with it) at the given clock times."""
+    term = Terminal(80, 24)
+    out = io.StringIO()
+    console = Console(file=out, width=80, height=24, force_terminal=True, color_system="standard")
+    clock = FakeClock()
+    start = clock.now
+    renderer = MarkdownStream(console, clock=clock)
+    renderer.set_status("thinking…")
+    pending = sorted(resizes.items())
+    for piece in tokens(answer):
+        clock.now += step
+        while pending and clock.now - start >= pending[0][0]:
+            term.feed(out.getvalue())
+            out.seek(0)
+            out.truncate()
+            _, (width, height) = pending.pop(0)
+            term.resize(width, height)
+            console.size = (width, height)
+        renderer.feed(piece)
+        if clock.now - renderer._last_refresh >= 0.08:  # the REPL's tick
+            renderer.refresh(force=False)
+    renderer.finish()
+    term.feed(out.getvalue())
+    return term
+
+
+def test_forty_quick_resizes_neither_repeat_nor_lose_lines() -> None:
+    answer = long_answer(600, code_blocks=3, code_lines=40)
+    rng = random.Random(3)
+    sizes = [(80, 24), (100, 30), (60, 20), (120, 40), (70, 18), (90, 26)]
+    resizes = {0.5 + 0.08 * n: rng.choice(sizes) for n in range(40)}
+    term = stream_with_resizes(answer, resizes)
+    assert_each_line_once(answer, "\n".join(term.logical_lines()))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_resizes_spread_over_an_answer_neither_repeat_nor_lose_lines(seed: int) -> None:
+    answer = long_answer(500, code_blocks=3, code_lines=40)
+    rng = random.Random(seed)
+    times = sorted(rng.uniform(0.2, 8.0) for _ in range(12))
+    resizes = {t: (rng.randint(50, 130), rng.randint(14, 45)) for t in times}
+    term = stream_with_resizes(answer, resizes)
+    assert_each_line_once(answer, "\n".join(term.logical_lines()))
+
+
+@pytest.mark.parametrize(
+    "resizes",
+    [
+        {1.0: (10, 3), 1.05: (3, 2), 1.2: (80, 24)},  # a burst: nothing is drawn at the tiny sizes
+        {1.0: (10, 3), 1.6: (3, 2), 1.7: (80, 24)},  # the tail is drawn at 10x3 for a while
+    ],
+)
+def test_shrinking_to_a_tiny_terminal_loses_no_line(resizes: dict) -> None:
+    """The tail's line being written, reflowed at 10 columns, is taller than a 3-row screen:
+    its top rows are in the scrollback before the stream can erase them, so that one line
+    may show twice; no line is ever lost."""
+    answer = long_answer(300, code_blocks=2, code_lines=30)
+    term = stream_with_resizes(answer, resizes)
+    assert_each_line_once(answer, "\n".join(term.logical_lines()), at_least=True)
+    seen = Counter(markers("\n".join(term.logical_lines())))
+    assert sum(count - 1 for count in seen.values()) <= 1
