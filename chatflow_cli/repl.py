@@ -446,7 +446,8 @@ class Repl:
     def say(self, text: str, style: str = "dim") -> None:
         from rich.text import Text
 
-        self.console.print(Text(text, style=style))
+        # One logical line (the terminal wraps it): no hard breaks or padding in copied text.
+        self.console.print(Text(text, style=style), soft_wrap=True)
 
     def error(self, text: str) -> None:
         from rich.text import Text
@@ -868,7 +869,9 @@ class Repl:
             ("Ctrl-D", "leave"),
         ]:
             table.add_row(keys, text)
-        self.console.print(table)
+        from .markdown_stream import print_unpadded
+
+        print_unpadded(self.console, table)
 
     async def cmd_exit(self, arg: str) -> None:
         self.done = True
@@ -917,10 +920,11 @@ class Repl:
         if self.store.get(self.session_id) is None:
             self.say("nothing yet: this session has no turns")
             return
+        from .markdown_stream import print_unpadded
+
         full = bool(arg)
         for record in self.store.load_turns(self.session_id):
-            for renderable in turn_renderables(record, markdown=True, full=full, width=self.console.width):
-                self.console.print(renderable)
+            print_unpadded(self.console, *turn_renderables(record, markdown=True, full=full, width=self.console.width))
 
     async def cmd_rollback(self, arg: str) -> None:
         if not await self._wait_closing():
