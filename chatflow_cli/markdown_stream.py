@@ -20,9 +20,16 @@ Rich so that a long answer stays fast and readable:
   ellipsis, and because the live region always fits on the screen, moving the cursor
   back over it never reaches into the scrollback: no line is ever printed twice, also
   when the terminal is smaller than the answer.
-* Resizes: the number of rows the old tail occupies is recomputed at the new width
-  (terminals that reflow, which most do, wrap each old line into ``ceil(len/width)``
-  rows), so the old tail is erased exactly before the new one is drawn.
+* Resizes (seen at the next refresh; no SIGWINCH handler is needed): the part of the
+  tail that is final already (complete code lines, a paragraph's rows but the last when
+  its inline markup is settled) stays on screen as printed output, and only the rest —
+  the line being written and the spinner, a few rows — is erased, its rows recomputed at
+  the new width (terminals that reflow, which all but xterm do, wrap each old line into
+  ``ceil(len/width)`` rows). While the size keeps changing nothing is drawn; the stream
+  resumes once it has been stable for ``settle`` seconds (0.3). Lines are never erased
+  beyond that small live part, so none is lost.
+* Lines carry no trailing padding (Rich pads to the width): nothing extra lands in the
+  scrollback or in copied text, and a reflow to a narrower width adds no blank rows.
 * On a console that is not a terminal nothing is drawn live: complete blocks are
   printed as they complete, and the rest by :meth:`MarkdownStream.finish`.
 
@@ -39,7 +46,10 @@ Cosmetic limits, chosen on purpose: list items are printed one by one, so an ord
 passing from 9 to 10 items shifts its text by one column; when a paragraph taller than the
 live region has its top lines printed early, an emphasis (``**...**``) opened in the
 printed part and closed later keeps its literal asterisks in the printed lines; a code
-block printed in chunks is highlighted chunk by chunk.
+block printed in chunks is highlighted chunk by chunk (and the line being written of a
+live code block on its own); a terminal shrunk to fewer rows than the line being written
+takes at the new width has pushed that line's top rows into its scrollback before they
+can be erased, so that one line may show twice.
 
 Usage::
 
