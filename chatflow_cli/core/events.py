@@ -21,6 +21,7 @@ type                       payload
 ``status``                 ``{"status": "idle"|"running"|"rescheduled"|"terminated", "reason": str, ...}``
 ``turn.completed``         ``{"turn": int, "agent": str, "content": str, "usage": {...}}``
 ``turn.failed``            ``{"turn": int, "error": str, "error_type": str}`` the turn left the window
+                           (+ ``active_agent``, ``reverted_from_agent`` when a handoff was undone)
 ``turn.interrupted``       ``{"turn": int, "tool_use_ids": [...], "reason": str}``
 ``rollback``               ``{"to_turn": int, "removed_turns": [int, ...]}``
 ``metadata.updated``       ``{"metadata": {...} (stored result), "changes": {...}, "removed": [...]}``
