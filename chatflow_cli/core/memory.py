@@ -1027,6 +1027,10 @@ class _Tx:
     def processed_purge(self, now: float, ttl_s: float) -> None:
         raise NotImplementedError
 
+    def processed_release(self, message_id: str) -> bool:
+        """Forget the record of ``message_id``; True if there was one."""
+        raise NotImplementedError
+
 
 class BaseSessionStore:
     """The session rules, shared by every store (seed 000 ``BaseSessionStore``).
@@ -1781,6 +1785,17 @@ class BaseSessionStore:
             tx.processed_purge(now, self._dedup_ttl_s)
             return claimed
 
+    def release_message(self, message_id: str) -> bool:
+        """Undo a claim whose processing failed, so a redelivery of ``message_id`` runs again.
+
+        The seed's pattern marks an id *before* processing it; when the turn then fails,
+        the delivery was not processed, and a webhook's retry must not be skipped. Returns
+        True when a record was removed. ``message_id``: a non-empty ``str`` (TypeError).
+        """
+        self._check_message_id(message_id)
+        with self._write() as tx:
+            return tx.processed_release(message_id)
+
     # -- async twins -------------------------------------------------------------------
     async def aget(self, session_id: str) -> SessionContext | None:
         return await self._run_blocking(self.get, session_id)
@@ -1850,6 +1865,9 @@ class BaseSessionStore:
 
     async def aclaim_message(self, message_id: str) -> bool:
         return await self._run_blocking(self.claim_message, message_id)
+
+    async def arelease_message(self, message_id: str) -> bool:
+        return await self._run_blocking(self.release_message, message_id)
 
 
 # ----------------------------------------------------------------------------------------
@@ -2024,6 +2042,15 @@ class _MemoryTx(_Tx):
     def processed_purge(self, now: float, ttl_s: float) -> None:
         # Not undone: an expired id is not a duplicate, so dropping it changes no answer.
         self._s._processed.purge(now, ttl_s)
+
+    def processed_release(self, message_id: str) -> bool:
+        processed = self._s._processed
+        old = processed.at.get(message_id)
+        if old is None:
+            return False
+        processed.restore(message_id, None)
+        self.undo.append(lambda: processed.restore(message_id, old))
+        return True
 
 
 class _ProcessedIds:

@@ -482,6 +482,10 @@ class _SQLiteTx(_Tx):
     def processed_purge(self, now: float, ttl_s: float) -> None:
         self.c.execute("DELETE FROM chatflow_processed_messages WHERE processed_at_utc <= ?", (now - ttl_s,))
 
+    def processed_release(self, message_id: str) -> bool:
+        cur = self.c.execute("DELETE FROM chatflow_processed_messages WHERE message_id = ?", (message_id,))
+        return cur.rowcount == 1
+
 
 # ----------------------------------------------------------------------------------------
 # Store

@@ -881,8 +881,18 @@ def test_claim_message_once_then_again_after_expiry(store: BaseSessionStore, clo
     assert store.claim_message("MSG-0001") is False
 
 
+def test_release_message_lets_a_failed_delivery_be_claimed_again(store: BaseSessionStore) -> None:
+    assert store.claim_message("MSG-0002") is True
+    assert store.release_message("MSG-0002") is True  # the turn failed: not processed after all
+    assert not store.is_message_processed("MSG-0002")
+    assert store.claim_message("MSG-0002") is True  # the redelivery runs
+    assert store.claim_message("MSG-0002") is False
+    assert store.release_message("MSG-0003") is False  # never claimed
+    assert asyncio.run(store.arelease_message("MSG-0002")) is True
+
+
 @pytest.mark.parametrize("bad", [None, 5, 5.0, b"wamid.A", "", ["x"]])
-@pytest.mark.parametrize("method", ["is_message_processed", "mark_message_processed", "claim_message"])
+@pytest.mark.parametrize("method", ["is_message_processed", "mark_message_processed", "claim_message", "release_message"])
 def test_dedup_refuses_ids_that_are_not_non_empty_strings(store: BaseSessionStore, method: str, bad: object) -> None:
     with pytest.raises(TypeError, match="message_id"):
         getattr(store, method)(bad)
