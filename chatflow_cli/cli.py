@@ -431,9 +431,13 @@ def sessions_ls(
     if not summaries:
         _notice(state, "no sessions yet: start one with chatflow chat \"hello\"")
         return
-    from .render import sessions_table
+    from .render import sessions_lines
 
-    state.out().print(sessions_table(summaries))
+    width, colors = None, None
+    if state.env.stdout_isatty:  # piped: no width limit, no colour (issue 5)
+        console = state.out()
+        width, colors = console.width, console.color_system
+    state.env.stdout.write("".join(line.ansi(colors) + "\n" for line in sessions_lines(summaries, width=width)))
 
 
 @sessions_app.command(

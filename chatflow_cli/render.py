@@ -45,7 +45,7 @@ __all__ = [
     "markdown_lines",
     "markdown_renderable",
     "safe_text",
-    "sessions_table",
+    "sessions_lines",
     "turn_renderables",
 ]
 
@@ -222,30 +222,69 @@ def _color_system(name: str) -> Any:
 # ---------------------------------------------------------------------------------------
 # sessions ls
 # ---------------------------------------------------------------------------------------
-def sessions_table(summaries: Sequence[Any], *, now: float | None = None) -> Any:
-    """A ``rich.table.Table`` of session summaries: id, agent, status, turns, last update, preview."""
-    from rich.table import Table
-    from rich.text import Text
+_LS_HEADERS = ("SESSION", "AGENT", "STATUS", "TURNS", "UPDATED", "PREVIEW")
+_LS_STATUS_STYLES = {"running": "yellow", "rescheduled": "magenta", "terminated": "dim"}
+_LS_MIN_PREVIEW = 12  # a preview narrower than this is dropped instead
+_LS_MIN_AGENT = 6  # an agent name narrower than this (with its ellipsis) is dropped instead
 
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    table.add_column("SESSION", no_wrap=True, overflow="fold")
-    table.add_column("AGENT", no_wrap=True)
-    table.add_column("STATUS", no_wrap=True)
-    table.add_column("TURNS", justify="right", no_wrap=True)
-    table.add_column("UPDATED", no_wrap=True)
-    table.add_column("PREVIEW", no_wrap=True, overflow="ellipsis", ratio=1)
-    styles = {"running": "yellow", "rescheduled": "magenta", "terminated": "dim"}
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "\u2026"
+
+
+def sessions_lines(summaries: Sequence[Any], *, width: int | None = None, now: float | None = None) -> list[Lines]:
+    """The ``sessions ls`` table as styled lines, columns two spaces apart (issue 5).
+
+    ``width`` is the terminal's width in cells; ``None`` (output is not a terminal) means
+    no limit: nothing is wrapped or truncated, each line is as long as it needs to be.
+    On a narrow terminal the PREVIEW column shrinks (ellipsis) and is dropped below
+    ``_LS_MIN_PREVIEW`` cells, then AGENT likewise; SESSION, STATUS, TURNS and UPDATED
+    are never truncated (a terminal too narrow even for those wraps the lines itself).
+    """
+    rows: list[list[str]] = []
+    statuses: list[str] = []
     for s in summaries:
-        status = getattr(s.status, "value", s.status)
-        table.add_row(
-            Text(safe_text(s.session_id), style="cyan"),
-            Text(safe_text(s.active_agent_name)),
-            Text(str(status), style=styles.get(str(status), "")),
-            str(s.turn_count),
-            format_age(s.updated_at, now),
-            Text(safe_text((s.preview or "").replace("\n", " "))),
-        )
-    return table
+        status = str(getattr(s.status, "value", s.status))
+        statuses.append(status)
+        rows.append([
+            safe_text(s.session_id), safe_text(s.active_agent_name or "-"), status, str(s.turn_count),
+            format_age(s.updated_at, now), safe_text((s.preview or "").replace("\n", " ")).strip(),
+        ])
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(_LS_HEADERS)]
+    columns = list(range(len(_LS_HEADERS)))
+    if width is not None:
+        def total() -> int:
+            return sum(widths[i] for i in columns) + 2 * (len(columns) - 1)
+
+        for col, minimum in ((5, _LS_MIN_PREVIEW), (1, _LS_MIN_AGENT)):
+            excess = total() - width
+            if excess <= 0:
+                break
+            if widths[col] - excess >= minimum:
+                widths[col] -= excess
+            else:
+                columns.remove(col)
+    lines: list[Lines] = []
+    header = Lines()
+    for n, i in enumerate(columns):
+        last = n == len(columns) - 1
+        text = _LS_HEADERS[i] if last else _LS_HEADERS[i].ljust(widths[i]) if i != 3 else _LS_HEADERS[i].rjust(widths[i])
+        header.append(text + ("" if last else "  "), "bold")
+    header.rstrip()
+    lines.append(header)
+    for row, status in zip(rows, statuses):
+        line = Lines()
+        for n, i in enumerate(columns):
+            last = n == len(columns) - 1
+            cell = _clip(row[i], widths[i])
+            cell = cell.rjust(widths[i]) if i == 3 else (cell if last else cell.ljust(widths[i]))
+            style = "cyan" if i == 0 else _LS_STATUS_STYLES.get(status, "") if i == 2 else ""
+            line.append(cell, style)
+            if not last:
+                line.append("  ")
+        line.rstrip()
+        lines.append(line)
+    return lines
 
 
 def summary_dict(s: Any) -> dict[str, Any]:
