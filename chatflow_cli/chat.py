@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
-from .render import ReplyPrinter, dumps, safe_text
+from .render import ReplyPrinter, dumps, plural, safe_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cli import State
@@ -552,7 +552,7 @@ def rerun_session(
         raise UsageError(f"session {target!r} already exists: --into needs a new id")
     opts = ChatOptions(session=target, model=model, base_url=base_url, agent=agent, output=output)
     settings = state.settings(model=model, base_url=base_url)
-    _notice(state, f"re-running {len(users)} user message(s) of {session_id} into {target}")
+    _notice(state, f"re-running {plural(len(users), 'user message')} of {session_id} into {target}")
     out = _Output(state, output, multi=True)
     system = "\n\n".join(s for s in systems if s) or None
     try:

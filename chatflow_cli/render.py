@@ -46,6 +46,7 @@ __all__ = [
     "markdown_renderable",
     "safe_text",
     "sessions_lines",
+    "plural",
     "turn_renderables",
 ]
 
@@ -115,6 +116,11 @@ def pretty_json_text(raw: str | None, *, full: bool = False) -> str:
     if len(compact) <= 100:
         return compact
     return fold(json.dumps(data, ensure_ascii=False, indent=2), full=full)
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """``"1 turn"``, ``"0 turns"``, ``"3 turns"``: a count with its noun agreeing (issue 5)."""
+    return f"{count} {word if count == 1 else (words or word + 's')}"
 
 
 def format_age(timestamp: float | None, now: float | None = None) -> str:

@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .core.errors import SessionNotFoundError, UsageError
-from .render import dumps, safe_text
+from .render import dumps, plural, safe_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cli import State
@@ -103,7 +103,7 @@ def _header(session: Any) -> Any:
     status = getattr(session.status, "value", session.status)
     agent = getattr(session.active_agent, "name", "?")
     text = Lines(f"Session {safe_text(session.session_id)}", "bold")
-    text.append(f"  agent {safe_text(agent)} · {status} · {session.turn_count} turns · window {session.max_turns}",
+    text.append(f"  agent {safe_text(agent)} · {status} · {plural(session.turn_count, 'turn')} · window {session.max_turns}",
                 "dim")
     if session.metadata:
         text.append("\n" + safe_text(", ".join(f"{k}={v}" for k, v in session.metadata.items())), "dim")
@@ -261,7 +261,7 @@ def rollback_session(state: State, session_id: str, *, to: int | None, last: int
     if to is not None and to > count:
         raise UsageError(f"--to {to} is beyond the last turn of {session_id} ({count}); nothing changed")
     if target < 0:
-        raise UsageError(f"--last {last}: {session_id} has only {count} turns; nothing changed")
+        raise UsageError(f"--last {last}: {session_id} has only {plural(count, 'turn')}; nothing changed")
     if target == count:
         _notice(state, f"nothing to roll back: {session_id} ends at turn {count}")
         return
@@ -287,7 +287,7 @@ def rollback_session(state: State, session_id: str, *, to: int | None, last: int
             store.save(session)
     except ValueError as exc:
         raise UsageError(f"cannot roll back {session_id}: {exc}; nothing changed") from None
-    _notice(state, f"rolled back {session_id} to turn {target} ({count - target} turn(s) removed)")
+    _notice(state, f"rolled back {session_id} to turn {target} ({plural(count - target, 'turn')} removed)")
 
 
 # ---------------------------------------------------------------------------------------
@@ -311,7 +311,7 @@ def delete_sessions(state: State, ids: list[str], *, older_than: float | None, a
             else:
                 missing.append(sid)
         if deleted:
-            _notice(state, f"deleted {deleted} session(s)")
+            _notice(state, f"deleted {plural(deleted, 'session')}")
         if missing:
             raise _not_found(missing[0]) if len(missing) == 1 else SessionNotFoundError(
                 f"no sessions {', '.join(repr(safe_text(m[:60])) for m in missing)}")
@@ -323,16 +323,16 @@ def delete_sessions(state: State, ids: list[str], *, older_than: float | None, a
     if not summaries:
         _notice(state, "no sessions match: nothing deleted")
         return
-    what = "ALL sessions" if all_ else "sessions not updated since " + time.strftime(
+    what = f"ALL {plural(len(summaries), 'session')}" if all_ else plural(len(summaries), "session") + " not updated since " + time.strftime(
         "%Y-%m-%d %H:%M", time.localtime(time.time() - (older_than or 0)))
     if not yes:
         if not state.env.stdin_isatty:
-            raise UsageError(f"deleting {len(summaries)} {what} needs --yes when not on a terminal")
-        if not confirm(state, f"Delete {len(summaries)} {what}?", assume_yes=False):
+            raise UsageError(f"deleting {what} needs --yes when not on a terminal")
+        if not confirm(state, f"Delete {what}?", assume_yes=False):
             _notice(state, "nothing deleted")
             return
     deleted = sum(1 for s in summaries if store.delete(s.session_id))
-    _notice(state, f"deleted {deleted} session(s)")
+    _notice(state, f"deleted {plural(deleted, 'session')}")
 
 
 # ---------------------------------------------------------------------------------------

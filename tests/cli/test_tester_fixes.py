@@ -67,3 +67,20 @@ def test_ls_on_a_narrow_terminal_shrinks_the_preview_then_the_agent_never_the_id
     assert narrower[0].split() == ["SESSION", "STATUS", "TURNS", "UPDATED"]  # then the agent
     cells = re.split(r"\s{2,}", narrower[1])
     assert cells[:3] == [LONG_ID, "idle", "2"] and cells[3].endswith("ago")
+
+
+def test_counts_agree_with_their_nouns(chatflow, provider):
+    assert chatflow("chat", "-s", "one", "hi").returncode == 0
+    shown = chatflow("sessions", "show", "one").stdout
+    assert "· 1 turn ·" in shown and "1 turns" not in shown
+    assert chatflow("chat", "-s", "one", "again").returncode == 0
+    assert "· 2 turns ·" in chatflow("sessions", "show", "one").stdout
+    r = chatflow("sessions", "rollback", "one", "--last", "1")
+    assert r.returncode == 0 and "(1 turn removed)" in r.stderr, r
+    r = chatflow("sessions", "delete", "one")
+    assert r.returncode == 0
+    assert chatflow("chat", "-s", "two", "hi").returncode == 0
+    r = chatflow("sessions", "delete", "--all")
+    assert "deleting ALL 1 session needs --yes" in r.stderr, r
+    r = chatflow("sessions", "delete", "--all", "--yes")
+    assert r.returncode == 0 and "deleted 1 session" in r.stderr and "(s)" not in r.stderr, r
