@@ -46,6 +46,7 @@ __all__ = [
     "markdown_renderable",
     "safe_text",
     "sessions_lines",
+    "turn_interrupted",
     "plural",
     "turn_renderables",
 ]
@@ -334,13 +335,29 @@ def turn_handoffs(record: Any) -> list[dict[str, Any]]:
     return out
 
 
-def turn_dict(record: Any) -> dict[str, Any]:
+def turn_interrupted(record: Any, interrupted_turns: Any = ()) -> bool:
+    """Whether a stored turn was stopped by Ctrl-C or cancellation (issue 5).
+
+    True when a message carries the ``interrupted`` flag (partial model text, synthetic
+    tool results), or when the turn ends with its user message (stopped while the model
+    was thinking: nothing else was stored) and its number is in ``interrupted_turns`` (the
+    turn numbers of the session's ``turn.interrupted`` events; any container, queried
+    only in that second case).
+    """
+    msgs = record.messages
+    if any(m.interrupted for m in msgs):
+        return True
+    return bool(msgs) and _role(msgs[-1]) == "user" and record.number in interrupted_turns
+
+
+def turn_dict(record: Any, *, interrupted: bool = False) -> dict[str, Any]:
     """One turn as JSON-ready data (``sessions show --json``)."""
     return {
         "number": record.number,
         "in_window": record.in_window,
         "rolled_back": record.rolled_back,
         "failed": record.failed,
+        "interrupted": interrupted,
         "messages": [m.to_dict() for m in record.messages],
         "handoffs": turn_handoffs(record),
     }
@@ -567,7 +584,8 @@ def markdown_lines(text: str, width: int) -> list[Lines] | None:
     return out
 
 
-def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False, width: int | None = None) -> list[Any]:
+def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False, width: int | None = None,
+                     interrupted: bool = False) -> list[Any]:
     """The renderables of one turn (see the module docstring for the layout).
 
     Items are :class:`Lines` (with ``plain`` text and Rich styles) and, when ``markdown``
@@ -582,6 +600,8 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
         marks.append("rolled back")
     if record.failed:
         marks.append("failed")
+    if interrupted:
+        marks.append("interrupted")
     if not record.in_window and not record.rolled_back:
         marks.append("outside the context window")
     title = f"── Turn {record.number}" + ("".join(f" · {m}" for m in marks)) + " "
@@ -605,6 +625,8 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
         role = _role(msg)
         if role == "user":
             body.append("You: ", "bold green").append(safe_text(msg.content)).append("\n")
+            if interrupted and msg is msgs[-1]:
+                body.append("  (interrupted)\n", "yellow")
         elif role == "system":
             body.append("System: ", "bold magenta").append(fold(safe_text(msg.content), full=full), "dim")
             body.append("\n")
@@ -646,6 +668,8 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
                         body.append("  result: ", "dim")
                     text = safe_text(pretty_json_text(result.content, full=full))
                     body.append(text.replace("\n", "\n    ") + "\n")
+                    if result.interrupted:
+                        body.append("  (interrupted)\n", "yellow")
         # TOOL messages are shown with their call
     flush()
     out.append(Lines())
@@ -692,9 +716,59 @@ def event_text(event: Any, *, full: bool = False) -> Any:
         line.append(f"turn {p.get('turn')} by {safe_text(str(p.get('agent')))}")
     elif t == "turn.failed":
         line.append(f"turn {p.get('turn')}: {safe_text(str(p.get('error')))}", style="red")
+        if p.get("reverted_from_agent"):
+            line.append(f" (handoff undone: {safe_text(str(p['reverted_from_agent']))} -> "
+                        f"{safe_text(str(p.get('active_agent')))})", style="dim")
+    elif t == "session.created":
+        line.append(f"agent {safe_text(str(p.get('agent')))}, window {p.get('max_turns')}")
+        if p.get("metadata"):
+            line.append(" " + _key_values(p["metadata"], full=full), style="dim")
+    elif t == "turn.interrupted":
+        line.append(f"turn {p.get('turn')}: {safe_text(str(p.get('reason') or 'interrupted'))}", style="yellow")
+        ids = p.get("tool_use_ids") or []
+        if ids:
+            line.append(f" (tool calls left without a result: {safe_text(', '.join(map(str, ids)))})", style="dim")
+    elif t == "tool.pending":
+        ids = ", ".join(map(str, p.get("tool_use_ids") or []))
+        line.append(f"turn {p.get('turn')}: waiting for --tool-result {safe_text(ids)}", style="yellow")
+    elif t == "tool.result_submitted":
+        line.append(f"turn {p.get('turn')}: result for {safe_text(str(p.get('tool_use_id')))}"
+                    f"{' (error)' if p.get('is_error') else ''}: ")
+        line.append(safe_text(fold(str(p.get("output") or ""), full=full, max_lines=1, max_chars=200)))
+    elif t == "rollback":
+        removed = p.get("removed_turns") or []
+        line.append(f"to turn {p.get('to_turn')}, removed {plural(len(removed), 'turn')}"
+                    + (f" ({', '.join(map(str, removed))})" if removed else ""))
+    elif t == "metadata.updated":
+        changes = p.get("changes") or {}
+        line.append(_key_values(changes, full=full) or "-")
+        if p.get("removed"):
+            line.append(f" removed {safe_text(', '.join(map(str, p['removed'])))}", style="dim")
+    elif t == "session.recovered":
+        owner = p.get("owner") or {}
+        line.append(f"turn {p.get('turn')}: closed the run of a dead process "
+                    f"(pid {owner.get('pid')} on {safe_text(str(owner.get('host')))})", style="yellow")
     else:
-        line.append(safe_text(fold(json.dumps(p, ensure_ascii=False), full=full, max_lines=1, max_chars=200)), style="dim")
+        line.append(_key_values(p, full=full), style="dim")
     return line
+
+
+def _key_values(data: Any, *, full: bool = False) -> str:
+    """A compact ``key=value key2=value2`` summary of an event payload (values as compact JSON
+    unless plain strings/numbers), made safe; the fallback for event types replay does not
+    know (business events such as ``note`` or ``billing.refund``)."""
+    if not isinstance(data, dict):
+        return safe_text(fold(json.dumps(data, ensure_ascii=False), full=full, max_lines=1, max_chars=200))
+    parts = []
+    for key, value in data.items():
+        if isinstance(value, str):
+            shown = value if value and not any(c.isspace() for c in value) else json.dumps(value, ensure_ascii=False)
+        elif isinstance(value, (int, float, bool)) or value is None:
+            shown = json.dumps(value)
+        else:
+            shown = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        parts.append(f"{key}={shown}")
+    return safe_text(fold(" ".join(parts), full=full, max_lines=1, max_chars=300))
 
 
 # ---------------------------------------------------------------------------------------

@@ -76,6 +76,27 @@ def _pages(store: Any, session_id: str, last_turn: int, include_rolled_back: boo
 # ---------------------------------------------------------------------------------------
 # show
 # ---------------------------------------------------------------------------------------
+class _InterruptedTurns:
+    """Turn numbers of the session's ``turn.interrupted`` events, read on first use only.
+
+    Only a turn that ends with its user message needs them (see
+    :func:`chatflow_cli.render.turn_interrupted`), so most ``show`` runs never scan the log.
+    """
+
+    def __init__(self, store: Any, session_id: str) -> None:
+        self._store, self._session_id = store, session_id
+        self._numbers: set[int] | None = None
+
+    def __contains__(self, number: object) -> bool:
+        if self._numbers is None:
+            self._numbers = {
+                int(e.payload.get("turn") or 0)
+                for e in self._store.events(self._session_id)
+                if str(getattr(e.type, "value", e.type)) == "turn.interrupted" and e.payload
+            }
+        return number in self._numbers
+
+
 def show_session(
     state: State, session_id: str, *, include_rolled_back: bool, full: bool, as_json: bool, pager: bool
 ) -> None:
@@ -86,15 +107,16 @@ def show_session(
     else:
         records = _pages(store, session_id, session.turn_count, False)
     env = state.env
+    interrupted = _InterruptedTurns(store, session_id)
     if as_json:
-        _show_json(env.stdout, session, records)
+        _show_json(env.stdout, session, records, interrupted)
         return
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:
-        _show_paged(state, session, records, full)
+        _show_paged(state, session, records, full, interrupted)
     else:
         console = state.out() if env.stdout_isatty else None
-        _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout)
+        _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout, interrupted=interrupted)
 
 
 def _header(session: Any) -> Any:
@@ -148,7 +170,8 @@ class _Batch:
 BATCH_CHARS = 64 * 1024
 
 
-def _render(console: Any, session: Any, records: Iterator[Any], full: bool, *, markdown: bool, out: Any) -> None:
+def _render(console: Any, session: Any, records: Iterator[Any], full: bool, *, markdown: bool, out: Any,
+            interrupted: Any = ()) -> None:
     """Print the session turn by turn as each is rendered.
 
     ``console=None`` (a pipe): the plain text of each turn is written directly; Rich is
@@ -156,7 +179,7 @@ def _render(console: Any, session: Any, records: Iterator[Any], full: bool, *, m
     Markdown on a terminal. The first two turns are written out as soon as each is
     rendered; after that, output goes out in batches of :data:`BATCH_CHARS` (issue 5).
     """
-    from .render import turn_renderables
+    from .render import turn_interrupted, turn_renderables
 
     plain = console is None
     batch = _Batch(out)
@@ -183,7 +206,8 @@ def _render(console: Any, session: Any, records: Iterator[Any], full: bool, *, m
         for record in records:
             if record.number == 0 and not record.messages:
                 continue
-            for item in turn_renderables(record, markdown=markdown, full=full, width=width):
+            for item in turn_renderables(record, markdown=markdown, full=full, width=width,
+                                         interrupted=turn_interrupted(record, interrupted)):
                 emit(item)
             shown += 1
             if shown <= 2 or batch.size >= BATCH_CHARS:
@@ -202,7 +226,7 @@ def _no_turns() -> Any:
     return Lines("(no turns yet)", "dim")
 
 
-def _show_paged(state: State, session: Any, records: Iterator[Any], full: bool) -> None:
+def _show_paged(state: State, session: Any, records: Iterator[Any], full: bool, interrupted: Any = ()) -> None:
     """Stream the rendering into a pager process as it is produced."""
     pager_cmd = os.environ.get("PAGER") or "less"
     env = dict(os.environ)
@@ -211,12 +235,12 @@ def _show_paged(state: State, session: Any, records: Iterator[Any], full: bool) 
         proc = subprocess.Popen(shlex.split(pager_cmd), stdin=subprocess.PIPE, env=env, text=True,
                                 encoding="utf-8", errors="replace")
     except (OSError, ValueError):
-        _render(state.out(), session, records, full, markdown=True, out=state.env.stdout)
+        _render(state.out(), session, records, full, markdown=True, out=state.env.stdout, interrupted=interrupted)
         return
     assert proc.stdin is not None
     console = state.env.console(file=proc.stdin, terminal=True)
     try:
-        _render(console, session, records, full, markdown=True, out=proc.stdin)
+        _render(console, session, records, full, markdown=True, out=proc.stdin, interrupted=interrupted)
     except (BrokenPipeError, OSError):
         pass  # the user quit the pager early
     finally:
@@ -227,8 +251,8 @@ def _show_paged(state: State, session: Any, records: Iterator[Any], full: bool) 
         proc.wait()
 
 
-def _show_json(stream: Any, session: Any, records: Iterator[Any]) -> None:
-    from .render import turn_dict
+def _show_json(stream: Any, session: Any, records: Iterator[Any], interrupted: Any = ()) -> None:
+    from .render import turn_dict, turn_interrupted
 
     head = {
         "session_id": session.session_id,
@@ -243,7 +267,7 @@ def _show_json(stream: Any, session: Any, records: Iterator[Any]) -> None:
     for record in records:
         if record.number == 0 and not record.messages:
             continue
-        stream.write(("" if first else ",") + "\n" + dumps(turn_dict(record)))
+        stream.write(("" if first else ",") + "\n" + dumps(turn_dict(record, interrupted=turn_interrupted(record, interrupted))))
         first = False
     stream.write("\n]}\n")
 
@@ -359,7 +383,7 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, as
             if as_json:
                 out.write(dumps(event.to_dict()) + "\n")
             else:
-                console.print(event_text(event))
+                console.print(event_text(event), soft_wrap=not state.env.stdout_isatty)  # piped: never wrapped
             cursor = event.seq
         if not follow:
             return

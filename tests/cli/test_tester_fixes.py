@@ -84,3 +84,61 @@ def test_counts_agree_with_their_nouns(chatflow, provider):
     assert "deleting ALL 1 session needs --yes" in r.stderr, r
     r = chatflow("sessions", "delete", "--all", "--yes")
     assert r.returncode == 0 and "deleted 1 session" in r.stderr and "(s)" not in r.stderr, r
+
+
+def _interrupt(args: list[str], wait_for: bytes | None = None, *, env: dict[str, str] | None = None,
+               settle: float = 1.5) -> None:
+    import signal
+    import subprocess
+    import time
+
+    full = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), (env or {}).get("PYTHONPATH")])))
+    proc = subprocess.Popen([*COMMAND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=full)
+    try:
+        time.sleep(settle)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+
+
+def test_show_marks_turns_interrupted_while_thinking_or_in_a_tool(chatflow, provider, config_file, tmp_path):
+    (tmp_path / "slowtools.py").write_text(
+        "import time\nfrom chatflow_cli import tool\n\n"
+        "@tool\n"
+        "def slow(seconds: int) -> str:\n"
+        "    \"\"\"Sleep.\"\"\"\n"
+        "    time.sleep(seconds)\n"
+        "    return 'done'\n"
+    )
+    config_file('default_agent = "Slow"\n[[agents]]\nname = "Slow"\ninstructions = "x"\ntools = ["slowtools:slow"]\n')
+    env = {"PYTHONPATH": str(tmp_path)}
+    assert chatflow("chat", "-s", "i", "first", env=env).returncode == 0
+    provider.add_text("late", delay=30)  # turn 2: Ctrl-C while the model thinks
+    _interrupt(["chat", "-s", "i", "think hard"], env=env)
+    provider.add_tool_calls([("call_s", "slow", '{"seconds": 30}')])  # turn 3: Ctrl-C inside the tool
+    _interrupt(["chat", "-s", "i", "run slow"], env=env, settle=2.5)
+    provider.add_text("fine")
+    assert chatflow("chat", "-s", "i", "last", env=env).returncode == 0
+
+    data = chatflow("sessions", "show", "i", "--json", env=env).json()
+    marks = {t["number"]: t["interrupted"] for t in data["turns"]}
+    assert marks[2] is True and marks[3] is True and marks[4] is False
+    assert marks[1] is False
+    text = chatflow("sessions", "show", "i", env=env).stdout
+    turns = re.split(r"(?m)^── Turn ", text)[1:]
+    by_number = {int(t.split()[0]): t for t in turns}
+    for n in (2, 3):
+        assert by_number[n].splitlines()[0].startswith(f"{n} · interrupted"), by_number[n]
+        assert "(interrupted)" in by_number[n], by_number[n]
+    assert "interrupted" not in by_number[4] and "interrupted" not in by_number[1]
+
+    replay = chatflow("replay", "i", env=env).stdout
+    interrupted_lines = [line for line in replay.splitlines() if "turn.interrupted" in line]
+    assert len(interrupted_lines) == 2
+    assert '{"turn"' not in replay and '"reason"' not in replay, replay  # no raw JSON payloads
+    assert "turn 2: cancelled" in interrupted_lines[0] and "call_s" in interrupted_lines[1]
+    assert "side effects unknown." in replay  # piped: no wrapping
