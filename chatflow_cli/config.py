@@ -53,6 +53,12 @@ A custom tool (a table with ``name``, ``description`` and a JSON Schema ``parame
 no implementation) makes the turn wait for ``chatflow chat --tool-result ID JSON``
 (seed 003's custom tools). Tool modules are imported only from references written in
 this file (issue 7): nothing is ever loaded from the database or from model output.
+The module of a ``module:function`` reference is looked up first in the config file's
+directory, then in the current working directory, then on ``sys.path`` as usual (issue 5:
+a ``mytools.py`` next to ``config.toml`` works without setting ``PYTHONPATH``). Only the
+top-level name is looked up that way (``pkg`` of ``pkg.sub:fn``; its submodules come from
+the package); a name already imported (``json``) is not looked up again, and the module's
+own imports use ``sys.path`` unchanged.
 
 Model choice (:func:`resolve_model`): ``model = "local"`` means the embedded llama.cpp
 server with SmolLM2 (``chatflow-cli[local]``); it is also the default when neither an API
@@ -618,10 +624,8 @@ def _load_tool(settings: Settings, spec: AgentSpec, tool_spec: ToolSpec, tool_cl
         except Exception as exc:
             raise ConfigError(f"{where}: custom tool {tool_spec.name!r}: {exc}") from None
     module_name, _, attr = tool_spec.ref.partition(":")
-    import importlib
-
     try:
-        module = importlib.import_module(module_name)
+        module = _import_tool_module(module_name, settings.config_path.parent)
     except Exception as exc:  # ImportError, or the module raised while importing
         raise ConfigError(
             f"{where}: cannot import tool module {module_name!r} ({type(exc).__name__}: {exc})"
@@ -639,3 +643,33 @@ def _load_tool(settings: Settings, spec: AgentSpec, tool_spec: ToolSpec, tool_cl
         except Exception as exc:
             raise ConfigError(f"{where}: {tool_spec.ref} cannot be a tool: {exc}") from None
     raise ConfigError(f"{where}: {tool_spec.ref} is not a @tool function")
+
+
+def _import_tool_module(name: str, config_dir: Path) -> Any:
+    """Import ``name`` looking its top-level package up in ``config_dir``, then the current
+    directory, then ``sys.path`` (see the module docstring). Raises what importing raises."""
+    import importlib
+    import importlib.util
+    import sys
+    from importlib.machinery import PathFinder
+
+    top = name.partition(".")[0]
+    if top not in sys.modules:
+        dirs: list[str] = []
+        for directory in (config_dir, Path.cwd()):
+            try:
+                resolved = str(Path(directory).resolve())
+            except OSError:
+                continue
+            if resolved not in dirs:
+                dirs.append(resolved)
+        found = PathFinder.find_spec(top, dirs)
+        if found is not None and found.loader is not None:
+            module = importlib.util.module_from_spec(found)
+            sys.modules[top] = module
+            try:
+                found.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(top, None)
+                raise
+    return importlib.import_module(name)
