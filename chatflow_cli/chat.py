@@ -445,7 +445,8 @@ def run_chat(state: State, opts: ChatOptions) -> None:
 
     resolve_model(settings)  # a configuration problem is reported before anything is stored
     store = state.store()
-    session_id = _session_for(state, store, opts)
+    session_id = _session_for(state, store, opts, announce=False)
+    new_id = opts.session is None and not opts.continue_ and not opts.tool_result
     out = _Output(state, opts.output, multi=multi)
     try:
         if opts.message_id and not store.claim_message(opts.message_id):
@@ -479,6 +480,24 @@ def run_chat(state: State, opts: ChatOptions) -> None:
         if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
             out.failure(exc, session_id)
         raise
+    finally:
+        if new_id:
+            _announce_if_stored(state, store, session_id)
+
+
+def _announce_if_stored(state: State, store: Any, session_id: str) -> None:
+    """Tell the user the id of the new session chatflow made up, once it is in the store
+    (issue 5): a run that failed before storing anything names no session."""
+    from .cli import _notice
+    from .core.errors import SessionNotFoundError
+
+    try:
+        store.last_seq(session_id)
+    except SessionNotFoundError:
+        return
+    except Exception:  # the store itself failed: the run's own error is reported instead
+        return
+    _notice(state, f"new session {session_id} (continue it with: chatflow chat -s {session_id} MESSAGE)")
 
 
 def _run_items(state: State, runner: Any, store: Any, opts: ChatOptions, session_id: str, out: _Output) -> None:

@@ -167,3 +167,19 @@ def test_tool_modules_are_found_next_to_the_config_file_then_in_the_current_dire
     assert results == ["near from the config dir", "here from the cwd"]
     elsewhere = chatflow("chat", "-s", "t2", "where?", cwd=tmp_path)  # cwdtools is not found from here
     assert elsewhere.returncode != 0 and "cannot import tool module 'cwdtools'" in elsewhere.stderr, elsewhere
+
+
+def test_new_session_notice_only_once_the_session_is_stored(chatflow, provider, config_file):
+    config_file('default_agent = "Desk"\n[[agents]]\nname = "Desk"\ninstructions = "x"\n'
+                'tools = ["no_such_module_here:fn"]\n')
+    r = chatflow("chat", "hello")
+    assert r.returncode != 0 and "cannot import tool module" in r.stderr, r
+    assert "new session" not in r.stderr, r
+    assert chatflow("sessions", "ls", "--json").json() == []
+
+    config_file('default_agent = "Desk"\n[[agents]]\nname = "Desk"\ninstructions = "x"\n')
+    ok = chatflow("chat", "hello")
+    assert ok.returncode == 0, ok
+    [line] = [ln for ln in ok.stderr_lines if "new session" in ln]
+    [stored] = chatflow("sessions", "ls", "--json").json()
+    assert f"new session {stored['session_id']} " in line
