@@ -23,8 +23,15 @@ De-duplication (seed 000's webhooks): ``--message-id`` is claimed in one atomic 
 before anything else is done; an id already processed within 192 h prints a notice to
 stderr (or ``{"duplicate": true}`` with ``--output json``), calls nothing, and exits 0.
 As in seed 000's example (mark, then process), the id counts as processed from the claim
-on: a delivery whose turn then fails is not retried by a redelivery of the same id; the
-failed turn is in the event log (``turn.failed``) for the caller to act on.
+on, so a concurrent redelivery is skipped; when the turn then fails (a provider error,
+Ctrl-C), the claim is released (``store.release_message``) and a later redelivery runs.
+
+``--agent NAME`` on an existing session makes NAME its active agent (a ``handoff`` event)
+before the turn. Every configured agent resolves, whichever one the run starts from.
+
+The local model (SmolLM2-135M) is sampled greedily (``temperature`` :data:`LOCAL_TEMPERATURE`):
+at the server's default, and even at 0.2, it wanders (asked for the capital of France it
+tells a story in French); remote models keep their provider's default.
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ __all__ = ["MAX_MESSAGE_BYTES", "ChatOptions", "parse_input_line", "rerun_sessio
 #: The largest message chatflow sends (2 MiB of UTF-8). Bigger input is refused with exit 2
 #: before anything is stored, rather than stored and then refused by the provider.
 MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+
+#: Sampling temperature for the embedded local model (see the module docstring).
+LOCAL_TEMPERATURE = 0.0
 
 
 @dataclass
@@ -393,9 +403,22 @@ def _runner(state: State, settings: Settings, opts: ChatOptions, store: Any) -> 
         from .core.runner import Runner
 
         client = ModelClient(base_url, api_key, timeout=opts.timeout)
-        runner = Runner(start, store, model_client=client, default_model=model)
+        temperature = LOCAL_TEMPERATURE if choice.local else None
+        runner = Runner(start, store, model_client=client, default_model=model, temperature=temperature)
+        # Every configured agent resolves, not only those reachable from the starting one:
+        # a session whose active agent is another one keeps its instructions and tools.
+        runner.agents.update(agents)
         stack.callback(runner.close)
         yield runner
+
+
+def _switch_agent(store: Any, session_id: str, agent: Any) -> None:
+    """``--agent`` on an existing session makes ``agent`` its active agent (a ``handoff`` event)."""
+    session = store.get(session_id)
+    if session is None or session.active_agent.name == agent.name:
+        return
+    session.set_active_agent(agent)
+    store.save(session)
 
 
 def _session_for(state: State, store: Any, opts: ChatOptions, *, announce: bool = True) -> str:
@@ -448,11 +471,16 @@ def run_chat(state: State, opts: ChatOptions) -> None:
     session_id = _session_for(state, store, opts, announce=False)
     new_id = opts.session is None and not opts.continue_ and not opts.tool_result
     out = _Output(state, opts.output, multi=multi)
+    claimed = False
     try:
-        if opts.message_id and not store.claim_message(opts.message_id):
-            out.duplicate(opts.message_id, session_id)
-            return
+        if opts.message_id:
+            if not store.claim_message(opts.message_id):
+                out.duplicate(opts.message_id, session_id)
+                return
+            claimed = True
         with _runner(state, settings, opts, store) as runner:
+            if opts.agent:
+                _switch_agent(store, session_id, runner.agents[opts.agent])
             if multi:
                 _run_items(state, runner, store, opts, session_id, out)
             elif tool_output is not None:
@@ -477,12 +505,24 @@ def run_chat(state: State, opts: ChatOptions) -> None:
                 )
         out.success()
     except BaseException as exc:
+        if claimed:
+            _release_claim(store, opts.message_id)
         if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
             out.failure(exc, session_id)
         raise
     finally:
         if new_id:
             _announce_if_stored(state, store, session_id)
+
+
+def _release_claim(store: Any, message_id: str | None) -> None:
+    """The turn of a claimed ``--message-id`` failed: un-claim it so a redelivery runs."""
+    if message_id is None:
+        return
+    try:
+        store.release_message(message_id)
+    except Exception:  # the store itself failed: the run's own error is reported instead
+        pass
 
 
 def _announce_if_stored(state: State, store: Any, session_id: str) -> None:
@@ -517,17 +557,22 @@ def _run_items(state: State, runner: Any, store: Any, opts: ChatOptions, session
                            "data": {"message_id": item.message_id}})
             continue
         metadata = {**(opts.metadata or {}), **(item.metadata or {})} or None
-        out.run(
-            runner.run_streamed(
-                sid,
-                item.message or "",
-                metadata,
-                idempotency_key=item.idempotency_key,
-                wait=opts.wait,
-                max_turns=settings_turns,
-                system=opts.system,
+        try:
+            out.run(
+                runner.run_streamed(
+                    sid,
+                    item.message or "",
+                    metadata,
+                    idempotency_key=item.idempotency_key,
+                    wait=opts.wait,
+                    max_turns=settings_turns,
+                    system=opts.system,
+                )
             )
-        )
+        except BaseException:
+            if item.message_id:
+                _release_claim(store, item.message_id)
+            raise
 
 
 # ---------------------------------------------------------------------------------------
