@@ -465,11 +465,18 @@ def _settled_markup(text: str) -> bool:
 
 
 def _terminal_reflows() -> bool:
-    """Whether the terminal rewraps lines on a resize (VTE, kitty, iTerm2, tmux, Windows
-    Terminal, WezTerm, foot, Alacritty... do); xterm (``$XTERM_VERSION``) does not."""
+    """Whether the terminal rewraps lines on a resize in step with the size we read.
+
+    VTE, kitty, iTerm2, Windows Terminal, WezTerm, foot, Alacritty... do. xterm
+    (``$XTERM_VERSION``) does not rewrap; tmux (``$TMUX``) and screen (``$STY``) rewrap at
+    once but tell the program the new size later (tmux holds it back while resizes keep
+    coming), so rows computed from the size we read may be too many: there, an old line
+    is counted as one row (too few rows erased leave a line twice; too many would erase
+    printed lines).
+    """
     import os
 
-    return not os.environ.get("XTERM_VERSION")
+    return not (os.environ.get("XTERM_VERSION") or os.environ.get("TMUX") or os.environ.get("STY"))
 
 
 class MarkdownStream:
@@ -484,7 +491,9 @@ class MarkdownStream:
         clock: monotonic clock in seconds, injectable for tests.
         settle: seconds the terminal size must stay the same after a resize before the
             live tail is drawn again (default 0.3).
-        reflow: whether the terminal rewraps lines on a resize (None: all but xterm).
+        reflow: whether the terminal rewraps lines on a resize in step with the size read
+            (None: all but xterm, and not inside tmux or screen): after a resize, the rows of
+            the erased part are then computed for the new width, else one per line.
 
     Methods: :meth:`feed` (a text delta), :meth:`set_status` (a spinner line in the tail),
     :meth:`print` (a renderable into the scrollback, ending the current text),
@@ -667,7 +676,11 @@ class MarkdownStream:
         return self.console.options.update(width=width, height=None)
 
     def _max_live_rows(self) -> int:
-        return max(2, self.console.size.height // 2)
+        """Half the screen; at most 4 rows where the size we read may be stale (tmux,
+        screen, xterm): a tail drawn for a width the terminal no longer has is erased
+        short, so the less of it is live, the less of it can be left twice."""
+        rows = max(2, self.console.size.height // 2)
+        return rows if self.reflow else min(rows, 4)
 
     def _render_markdown(self, text: str, width: int | None = None) -> list[Line]:
         markdown = Markdown(text, code_theme=self.code_theme, hyperlinks=False)
@@ -726,7 +739,16 @@ class MarkdownStream:
             if width and term_width > 0 and width > term_width:
                 limit = max(1, limit // math.ceil(width / term_width))  # rows wrap in the terminal
             rendered = self._render_markdown(text, width)
-            if len(rendered) - self._rows_committed > limit and scanner.lines:
+            if width and width > term_width > 0:
+                # The block keeps a width the terminal no longer has: its live rows would wrap
+                # into a number of rows that cannot be known for sure, so none is drawn; its
+                # complete rows are printed as they become final, the rest when it completes.
+                stable = self._render_markdown("\n".join(scanner.lines), width) if scanner.lines else []
+                upto = max(self._rows_committed, len(stable) - 1)
+                self._out.extend(stable[self._rows_committed : upto])
+                self._rows_committed = upto
+                rendered = []
+            elif len(rendered) - self._rows_committed > limit and scanner.lines:
                 # Print the stable top of an over-tall block; keep its last rows live.
                 stable = self._render_markdown("\n".join(scanner.lines), width)
                 upto = max(self._rows_committed, min(len(stable) - 1, len(rendered) - limit // 2))
@@ -819,7 +841,8 @@ class MarkdownStream:
             self._code_committed = drawn.keep_code
         # The rest was drawn at the old width; a reflowing terminal has rewrapped it.
         width, height = size
-        rows = self._rows_of(drawn.widths[keep:], width, reflowed=self.reflow or width >= drawn.width)
+        # Never more than those rows: erasing too many would remove printed lines.
+        rows = self._rows_of(drawn.widths[keep:], width, reflowed=self.reflow)
         rows = min(rows, max(1, height))
         segments: list[Segment] = []
         if rows:

@@ -48,7 +48,7 @@ def stream(
     out = io.StringIO()
     console = Console(file=out, width=width, height=height, force_terminal=True, color_system=color_system)
     clock = FakeClock(step)
-    renderer = MarkdownStream(console, clock=clock, refresh_per_second=refresh_per_second)
+    renderer = MarkdownStream(console, clock=clock, refresh_per_second=refresh_per_second, reflow=True)
     for index, piece in enumerate(pieces if pieces is not None else tokens(text)):
         clock.tick()
         renderer.feed(piece)

@@ -406,26 +406,41 @@ def assert_each_line_once(source: str, screen_text: str, *, at_least: bool = Fal
         assert markers(screen_text) == wanted, "lines out of order"
 
 
-def stream_with_resizes(answer: str, resizes: dict[float, tuple[int, int]], *, step: float = 0.001) -> Terminal:
+def stream_with_resizes(
+    answer: str,
+    resizes: dict[float, tuple[int, int]],
+    *,
+    step: float = 0.001,
+    reflow: bool = True,
+    lag: float = 0.0,
+) -> Terminal:
     """Stream ``answer`` (one token every ``step`` s of a fake clock) into the VT emulator,
-    resizing the terminal (and the console with it) at the given clock times."""
+    resizing the terminal at the given clock times. The program (the console) learns the
+    new size ``lag`` seconds later — tmux holds it back while resizes keep coming."""
     term = Terminal(80, 24)
     out = io.StringIO()
     console = Console(file=out, width=80, height=24, force_terminal=True, color_system="standard")
     clock = FakeClock()
     start = clock.now
-    renderer = MarkdownStream(console, clock=clock)
+    renderer = MarkdownStream(console, clock=clock, reflow=reflow)
     renderer.set_status("thinking…")
     pending = sorted(resizes.items())
+    told: list[tuple[float, tuple[int, int]]] = []
     for piece in tokens(answer):
         clock.now += step
         while pending and clock.now - start >= pending[0][0]:
             term.feed(out.getvalue())
             out.seek(0)
             out.truncate()
-            _, (width, height) = pending.pop(0)
-            term.resize(width, height)
-            console.size = (width, height)
+            at, size = pending.pop(0)
+            term.resize(*size)
+            told = [t for t in told if t[0] < at + lag] if lag else []
+            told.append((at + lag, size))
+        while told and clock.now - start >= told[0][0]:
+            term.feed(out.getvalue())
+            out.seek(0)
+            out.truncate()
+            console.size = told.pop(0)[1]
         renderer.feed(piece)
         if clock.now - renderer._last_refresh >= 0.08:  # the REPL's tick
             renderer.refresh(force=False)
@@ -469,3 +484,17 @@ def test_shrinking_to_a_tiny_terminal_loses_no_line(resizes: dict) -> None:
     assert_each_line_once(answer, "\n".join(term.logical_lines()), at_least=True)
     seen = Counter(markers("\n".join(term.logical_lines())))
     assert sum(count - 1 for count in seen.values()) <= 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_terminal_that_reports_sizes_late_loses_no_line(seed: int) -> None:
+    """tmux rewraps at once but tells the program the size up to a storm's end later: the
+    stream draws for a size the terminal no longer has. Lines may then show twice; none
+    may be lost (so after a resize only one row per old line is erased)."""
+    answer = long_answer(500, code_blocks=3, code_lines=40)
+    rng = random.Random(seed)
+    sizes = [(80, 24), (100, 30), (60, 20), (120, 40), (70, 18)]
+    resizes = {0.5 + 0.08 * n: rng.choice(sizes) for n in range(40)}
+    resizes.update({5.0 + 0.5 * n: rng.choice(sizes) for n in range(6)})
+    term = stream_with_resizes(answer, resizes, reflow=False, lag=0.4)
+    assert_each_line_once(answer, "\n".join(term.logical_lines()), at_least=True)
