@@ -25,9 +25,12 @@ Rich so that a long answer stays fast and readable:
   its inline markup is settled) stays on screen as printed output, and only the rest —
   the line being written and the spinner, a few rows — is erased, its rows recomputed at
   the new width (terminals that reflow, which all but xterm do, wrap each old line into
-  ``ceil(len/width)`` rows). While the size keeps changing nothing is drawn; the stream
-  resumes once it has been stable for ``settle`` seconds (0.3). Lines are never erased
-  beyond that small live part, so none is lost.
+  ``ceil(len/width)`` rows; inside tmux or screen, which report a new size late, and in
+  xterm, which does not rewrap, each old line counts as one row and the live tail is at
+  most 4 rows). While the size keeps changing nothing is drawn; the stream resumes once
+  it has been stable for ``settle`` seconds (0.3). Nothing beyond that small live part is
+  ever erased, so no line is lost; a line may show twice when the terminal had a size
+  the stream could not know.
 * Lines carry no trailing padding (Rich pads to the width): nothing extra lands in the
   scrollback or in copied text, and a reflow to a narrower width adds no blank rows.
 * On a console that is not a terminal nothing is drawn live: complete blocks are
