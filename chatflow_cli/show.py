@@ -327,18 +327,13 @@ def delete_sessions(state: State, ids: list[str], *, older_than: float | None, a
         _notice(state, "no sessions")
         return
     if ids:
-        missing: list[str] = []
-        deleted = 0
-        for sid in ids:
-            if store.delete(sid):
-                deleted += 1
-            else:
-                missing.append(sid)
-        if deleted:
-            _notice(state, f"deleted {plural(deleted, 'session')}")
+        # All or nothing: a command that fails (an unknown id) deletes nothing.
+        missing = [sid for sid in ids if store.get(sid) is None]
         if missing:
             raise _not_found(missing[0]) if len(missing) == 1 else SessionNotFoundError(
-                f"no sessions {', '.join(repr(safe_text(m[:60])) for m in missing)}")
+                f"no sessions {', '.join(repr(safe_text(m[:60])) for m in missing)}: nothing was deleted")
+        deleted = sum(1 for sid in ids if store.delete(sid))
+        _notice(state, f"deleted {plural(deleted, 'session')}")
         return
     summaries = store.list_sessions()
     if older_than is not None:

@@ -43,3 +43,13 @@ instructions = "You handle refunds."
     # the next turn, with no flag, stays with the agent the session now has
     assert chatflow("chat", "-s", "agx", "three").returncode == 0
     assert provider.requests[-1]["messages"][0] == {"role": "system", "content": "You handle refunds."}
+
+
+def test_delete_with_an_unknown_id_deletes_nothing(chatflow, provider):
+    assert chatflow("chat", "-s", "md1", "hello").returncode == 0
+    result = chatflow("sessions", "delete", "md1", "nosuch")
+    assert result.returncode == 3
+    assert "nosuch" in result.stderr and result.stderr.count("\n") == 1
+    listed = json.loads(chatflow("sessions", "ls", "--json").stdout)
+    assert [s["session_id"] for s in listed] == ["md1"]
+    assert chatflow("sessions", "delete", "md1").returncode == 0

@@ -74,6 +74,9 @@ def test_delete_ids_older_than_and_all(chatflow, provider):
         assert chatflow("chat", "-s", sid, "hi").returncode == 0
     r = chatflow("sessions", "delete", "a", "zzz")
     assert r.returncode == ExitStatus.NOT_FOUND and "zzz" in r.stderr, r
+    # a failed command changes nothing: "a" is still there
+    assert sorted(s["session_id"] for s in chatflow("sessions", "ls", "--json").json()) == ["a", "b", "c"]
+    assert chatflow("sessions", "delete", "a").returncode == 0
     assert sorted(s["session_id"] for s in chatflow("sessions", "ls", "--json").json()) == ["b", "c"]
     r = chatflow("sessions", "delete", "--older-than", "1d", "--yes")
     assert r.returncode == 0 and len(chatflow("sessions", "ls", "--json").json()) == 2
