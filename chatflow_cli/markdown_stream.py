@@ -427,13 +427,75 @@ def _unpad(line: Line) -> tuple[Line, Style | None]:
     return segments, fill
 
 
-def _fill_segments(line: Line, width: int, fill_ok: bool) -> list[Segment]:
+def _fresh_style(style: Style) -> Style:
+    """A new ``Style`` equal to ``style``, with no ANSI codes cached yet.
+
+    Rich caches a style's ANSI codes on the ``Style`` object the first time it is
+    rendered, for the colour system of *that* console, and shares ``Style`` objects
+    process-wide (``Style.parse``, ``Style + Style`` and ``Style.normalize`` are
+    cached by ``lru_cache``; a Syntax theme's token style plus its background is one such object).
+    Rendered for a 256-colour console first, a shared style then prints 256-colour codes
+    into a 16-colour one (and the other way round). Segments printed through a private
+    copy never read, nor leave, codes cached for another console.
+    """
+    return Style(
+        color=style.color,
+        bgcolor=style.bgcolor,
+        bold=style.bold,
+        dim=style.dim,
+        italic=style.italic,
+        underline=style.underline,
+        blink=style.blink,
+        blink2=style.blink2,
+        reverse=style.reverse,
+        conceal=style.conceal,
+        strike=style.strike,
+        underline2=style.underline2,
+        frame=style.frame,
+        encircle=style.encircle,
+        overline=style.overline,
+        link=style.link,
+        meta=style.meta or None,
+    )
+
+
+class OwnStyles:
+    """Maps Rich's (process-wide, shared) styles to private copies for one console.
+
+    ``own(segments)`` yields the segments with every style replaced by its copy (one copy
+    per distinct style, kept in this object), see :func:`_fresh_style`. Use one instance
+    per console: the copies cache that console's ANSI codes.
+    """
+
+    __slots__ = ("_styles",)
+
+    def __init__(self) -> None:
+        self._styles: dict[Style, Style] = {}
+
+    def style(self, style: Style | None) -> Style | None:
+        if style is None:
+            return None
+        own = self._styles.get(style)
+        if own is None:
+            own = self._styles[style] = _fresh_style(style)
+        return own
+
+    def own(self, segments: Iterable[Segment]) -> Iterable[Segment]:
+        style_of = self.style
+        for text, style, control in segments:
+            yield Segment(text, style_of(style), control)
+
+
+def _fill_segments(line: Line, width: int, fill_ok: bool, styles: OwnStyles | None = None) -> list[Segment]:
     """``line`` unpadded; a background its padding had is drawn to the edge by an erase
     to end of line in that colour (not when the line fills the row: with the cursor in
-    the last column a terminal would erase the last character)."""
+    the last column a terminal would erase the last character). With ``styles``, the
+    segments carry its private copies of their styles (see :class:`OwnStyles`)."""
     segments, fill = _unpad(line)
     if fill is not None and fill_ok and Segment.get_line_length(segments) < width:
         segments.append(Segment("\x1b[K", fill, [(ControlType.ERASE_IN_LINE, 0)]))
+    if styles is not None:
+        segments = list(styles.own(segments))
     return segments
 
 
@@ -446,9 +508,10 @@ def print_unpadded(console: Console, *renderables: RenderableType) -> None:
     width = console.size.width
     fill_ok = console.is_terminal and console.color_system is not None
     segments: list[Segment] = []
+    styles = OwnStyles()
     for renderable in renderables:
         for line in console.render_lines(renderable, console.options, pad=False):
-            segments.extend(_fill_segments(line, width, fill_ok))
+            segments.extend(_fill_segments(line, width, fill_ok, styles))
             segments.append(Segment.line())
     if segments:
         console.print(Segments(segments), end="", crop=False, soft_wrap=True, highlight=False)
@@ -542,6 +605,7 @@ class MarkdownStream:
         self.reflow = _terminal_reflows() if reflow is None else reflow
         self.stats: list[RefreshStat] = []
         self._sanitizer = _Sanitizer()
+        self._styles = OwnStyles()  # private copies of Rich's shared styles, for this console
         self._scanner = _BlockScanner()
         self._chunks: list[str] = []
         self._chars = 0
@@ -870,14 +934,14 @@ class MarkdownStream:
             segments.append(Control(*codes).segment)
         newline = Segment.line()
         for line in self._out:
-            segments.extend(_fill_segments(line, width, fill_ok))
+            segments.extend(_fill_segments(line, width, fill_ok, self._styles))
             segments.append(newline)
         self._out = []
         widths = []
         for index, line in enumerate(tail):
             if index:
                 segments.append(newline)
-            drawn = _fill_segments(line, width, fill_ok)
+            drawn = _fill_segments(line, width, fill_ok, self._styles)
             widths.append(Segment.get_line_length(drawn))
             segments.extend(drawn)
         self._drawn = _Drawn(widths, width, height, keep.kind, keep.keep, keep.rows, keep.code, keep.width)

@@ -397,18 +397,42 @@ def markdown_renderable(text: str) -> Any:
     parser configured as Rich's (CommonMark + strikethrough + tables) is reused and each
     instance copies a template's settings. Links are shown as ``text (url)``, not as
     OSC 8 hyperlinks, as in the REPL.
+
+    It renders through private copies of Rich's styles (see
+    :class:`chatflow_cli.markdown_stream.OwnStyles`): Rich caches a shared ``Style``'s
+    ANSI codes for the colour system of the first console that prints it, so printing
+    Markdown on, say, a 256-colour console would otherwise make later 16-colour output
+    (the REPL's code blocks) come out in 256-colour codes, and the other way round.
     """
     global _MARKDOWN_TEMPLATE
     import copy
 
     if _MARKDOWN_TEMPLATE is None:
-        from rich.markdown import Markdown
-
-        _MARKDOWN_TEMPLATE = Markdown("", hyperlinks=False)
+        _MARKDOWN_TEMPLATE = _isolated_markdown_class()("", hyperlinks=False)
     item = copy.copy(_MARKDOWN_TEMPLATE)
     item.markup = text
     item.parsed = _markdown_parser().parse(text)
     return item
+
+
+def _isolated_markdown_class() -> Any:
+    """``rich.markdown.Markdown`` whose segments carry styles private to each rendering."""
+    from rich.markdown import Markdown
+    from rich.segment import Segment
+
+    from .markdown_stream import OwnStyles
+
+    class IsolatedMarkdown(Markdown):
+        def __rich_console__(self, console: Any, options: Any) -> Any:
+            styles = OwnStyles()
+            for item in super().__rich_console__(console, options):
+                if isinstance(item, Segment):
+                    yield Segment(item.text, styles.style(item.style), item.control)
+                else:
+                    yield from styles.own(console.render(item, options))
+
+    IsolatedMarkdown.__name__ = IsolatedMarkdown.__qualname__ = "Markdown"
+    return IsolatedMarkdown
 
 
 # -- a fast path for the Markdown models write most ---------------------------------------
