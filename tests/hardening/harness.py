@@ -17,7 +17,6 @@ Everything here drives chatflow from the outside, the way a user or a script doe
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import signal
 import sqlite3
@@ -25,7 +24,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -37,34 +35,7 @@ COMMAND = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "chatflow_cli"]
 FAULTS_DIR = Path(__file__).resolve().parent / "faults"
 
 
-@dataclass
-class Result:
-    returncode: int
-    stdout_bytes: bytes
-    stderr_bytes: bytes
-    args: list[str]
-
-    @property
-    def stdout(self) -> str:
-        return self.stdout_bytes.decode("utf-8", "replace")
-
-    @property
-    def stderr(self) -> str:
-        return self.stderr_bytes.decode("utf-8", "replace")
-
-    @property
-    def stderr_lines(self) -> list[str]:
-        return [line for line in self.stderr.splitlines() if line.strip()]
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-    def jsonl(self) -> list[Any]:
-        return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
-
-    def __repr__(self) -> str:  # what pytest shows on a failed assert
-        return (f"Result(rc={self.returncode}, args={self.args!r:.300},\n stdout={self.stdout[-1500:]!r},\n"
-                f" stderr={self.stderr[-1500:]!r})")
+from tests.conftest import Result  # noqa: E402  (one Result for every folder's process runs)
 
 
 def env_for(extra: Mapping[str, str] | None = None, *, pythonpath: Iterable[str | os.PathLike[str]] = ()) -> dict[str, str]:
