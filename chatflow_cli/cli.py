@@ -186,7 +186,8 @@ _SESSION_ID_MAX = 128
 
 
 def validate_session_id(session_id: str) -> str:
-    """A session id chatflow will create: 1-128 letters, digits and ``. _ - : @ + =``.
+    """A session id chatflow will create: 1-128 letters, digits and ``. _ - : @ + =``, not
+    starting with ``-`` and not ``.`` or ``..``.
 
     Ids are database keys, never paths, but spaces, quotes, slashes and control
     characters make ids hard to type and to pass around safely, so they are refused
@@ -194,7 +195,13 @@ def validate_session_id(session_id: str) -> str:
     """
     import re
 
-    if not session_id or len(session_id) > _SESSION_ID_MAX or not re.fullmatch(r"[A-Za-z0-9._:@+=-]+", session_id):
+    # The first character is not '-' (it would read as an option) and '.'/'..' are refused.
+    if (
+        not session_id
+        or len(session_id) > _SESSION_ID_MAX
+        or not re.fullmatch(r"[A-Za-z0-9._:@+=][A-Za-z0-9._:@+=-]*", session_id)
+        or session_id in {".", ".."}
+    ):
         from .render import safe_text
 
         shown = safe_text(session_id[:40]) + ("…" if len(session_id) > 40 else "")

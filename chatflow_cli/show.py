@@ -17,7 +17,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
-from .core.errors import SessionNotFoundError, UsageError
+from .core.errors import ChatflowError, SessionNotFoundError, UsageError
 from .render import dumps, plural, safe_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,7 +29,16 @@ PAGE_TURNS = 50
 FOLLOW_POLL_S = 0.25
 
 
-def _not_found(session_id: str) -> SessionNotFoundError:
+def _not_found(session_id: str) -> ChatflowError:
+    """The error for an id with no session: a usage error (exit 2) when chatflow would never
+    make such an id, else not found (exit 3). Ids are checked only once the look-up failed, so
+    a session a library user stored under any id can still be read."""
+    from .cli import validate_session_id
+
+    try:
+        validate_session_id(session_id)
+    except UsageError as exc:
+        return exc
     shown = safe_text(session_id[:60]) + ("…" if len(session_id) > 60 else "")
     return SessionNotFoundError(f"no session {shown!r} (list them with: chatflow sessions ls)", session_id=session_id)
 

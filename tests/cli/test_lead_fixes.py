@@ -53,3 +53,16 @@ def test_delete_with_an_unknown_id_deletes_nothing(chatflow, provider):
     listed = json.loads(chatflow("sessions", "ls", "--json").stdout)
     assert [s["session_id"] for s in listed] == ["md1"]
     assert chatflow("sessions", "delete", "md1").returncode == 0
+
+
+def test_invalid_ids_are_usage_errors_on_every_command(chatflow, provider):
+    assert chatflow("chat", "-s", "real", "hello").returncode == 0
+    for args in (("sessions", "show", "../x"), ("replay", "a b"), ("sessions", "delete", "a'b"),
+                 ("sessions", "rollback", "a b", "--to", "0", "--yes")):
+        result = chatflow(*args)
+        assert result.returncode == 2 and "invalid session id" in result.stderr, result
+    assert chatflow("sessions", "show", "nosuch").returncode == 3  # valid id, no session
+    for bad in ("-x", ".", ".."):
+        result = chatflow("chat", "-s", bad, "hi")
+        assert result.returncode == 2 and "invalid session id" in result.stderr, result
+    assert [s["session_id"] for s in chatflow("sessions", "ls", "--json").json()] == ["real"]
