@@ -108,3 +108,23 @@ def repl_driver(fake_server: Any, isolated_home: Path, monkeypatch: pytest.Monke
     config = tmp_path / "config" / "config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     return Driver(fake_server, isolated_home, config)
+
+
+def recording_output(d) -> tuple[io.StringIO, Any]:
+    """A prompt-toolkit output that records what the prompts draw (and answers cursor queries)."""
+    from prompt_toolkit.data_structures import Size
+    from prompt_toolkit.output.vt100 import Vt100_Output
+
+    class Recording(io.StringIO):
+        encoding = "utf-8"
+
+        def isatty(self) -> bool:
+            return True
+
+        def write(self, data: str) -> int:
+            if "\x1b[6n" in data:
+                d.type("\x1b[1;1R")
+            return super().write(data)
+
+    screen = Recording()
+    return screen, Vt100_Output(screen, lambda: Size(rows=24, columns=80), term="xterm")

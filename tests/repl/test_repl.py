@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from chatflow_cli.core.messages import Role, check_history
 from chatflow_cli.repl import ABANDON_AFTER_S
+from tests.repl.conftest import recording_output
 from tests.repl import tools_for_repl
 
 
@@ -406,26 +407,7 @@ def test_edit_opens_the_editor_and_prefills_the_message(repl_driver, tmp_path, m
 
 
 def test_bottom_toolbar_shows_session_agent_model_turn_context_and_tokens(repl_driver) -> None:
-    import io
-
-    from prompt_toolkit.data_structures import Size
-    from prompt_toolkit.output.vt100 import Vt100_Output
-
-    class Recording(io.StringIO):
-        """The terminal: records what is drawn and answers cursor position requests like a real one."""
-
-        encoding = "utf-8"
-
-        def isatty(self) -> bool:
-            return True
-
-        def write(self, data: str) -> int:
-            if "\x1b[6n" in data:
-                repl_driver.type("\x1b[1;1R")
-            return super().write(data)
-
-    screen = Recording()
-    output = Vt100_Output(screen, lambda: Size(rows=24, columns=80), term="xterm")
+    screen, output = recording_output(repl_driver)
 
     def script(d) -> None:
         d.wait_for(lambda: "ctx 0/40" in screen.getvalue(), what="the first toolbar")

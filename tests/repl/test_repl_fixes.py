@@ -13,7 +13,6 @@ import os
 import random
 import time
 from collections import Counter
-from typing import Any
 
 import pytest
 from rich.console import Console
@@ -21,6 +20,7 @@ from rich.console import Console
 from chatflow_cli.markdown_stream import MarkdownStream
 from tests.repl import tools_for_repl
 from tests.repl.answer import long_answer, markers, tokens
+from tests.repl.conftest import recording_output
 from tests.repl.vt import Terminal
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -56,26 +56,6 @@ def test_the_thinking_spinner_advances_between_refreshes() -> None:
 
 
 # ------------------------------------------------------------------ REPL helpers
-def recording_output(d) -> tuple[io.StringIO, Any]:
-    """A prompt-toolkit output that records what the prompts draw (and answers cursor queries)."""
-    from prompt_toolkit.data_structures import Size
-    from prompt_toolkit.output.vt100 import Vt100_Output
-
-    class Recording(io.StringIO):
-        encoding = "utf-8"
-
-        def isatty(self) -> bool:
-            return True
-
-        def write(self, data: str) -> int:
-            if "\x1b[6n" in data:
-                d.type("\x1b[1;1R")
-            return super().write(data)
-
-    screen = Recording()
-    return screen, Vt100_Output(screen, lambda: Size(rows=24, columns=80), term="xterm")
-
-
 def user_texts(request: dict) -> list[str]:
     return [m["content"] for m in request["messages"] if m["role"] == "user"]
 
