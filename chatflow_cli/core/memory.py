@@ -1827,12 +1827,23 @@ class BaseSessionStore:
         return TurnStart(self._detach(ctx), turn, None, events)
 
     def _outcome(self, tx: _Tx, row: _SessionRow, turn: int, seq: int) -> dict[str, Any]:
-        done = tx.last_event(row.session_id, EventType.TURN_COMPLETED.value, turn, seq)
-        if done is not None:
-            return {**done.payload, "outcome": "completed"}
-        for type, outcome in ((EventType.TURN_FAILED, "failed"), (EventType.TURN_INTERRUPTED, "interrupted")):
-            if tx.last_event(row.session_id, type.value, turn, seq) is not None:
-                return {"turn": turn, "outcome": outcome}
+        # The first ending of the turn after the key's message: a turn number is used again
+        # after a failure, so a later ending may belong to another message.
+        ends: list[tuple[int, str, Event]] = []
+        for type, outcome in (
+            (EventType.TURN_COMPLETED, "completed"),
+            (EventType.TURN_FAILED, "failed"),
+            (EventType.TURN_INTERRUPTED, "interrupted"),
+        ):
+            first = next((e for e in tx.events_of_type(row.session_id, type.value, seq) if e.payload.get("turn") == turn),
+                         None)
+            if first is not None:
+                ends.append((first.seq, outcome, first))
+        if ends:
+            _, outcome, event = min(ends, key=lambda end: end[0])
+            if outcome == "completed":
+                return {**event.payload, "outcome": "completed"}
+            return {"turn": turn, "outcome": outcome}
         rollback = tx.last_event(row.session_id, EventType.ROLLBACK.value, None, seq)
         if rollback is not None and int(rollback.payload.get("to_turn", 0)) < turn:
             return {"turn": turn, "outcome": "rolled_back"}
@@ -2055,6 +2066,20 @@ class BaseSessionStore:
         return released
 
     # -- turn queue --------------------------------------------------------------------
+    def turn_may_start(self, session_id: str, ticket: int | None = None) -> bool:
+        """A read-only look: False while a live owner runs the session or a live waiter with an
+        earlier ticket (any, for ``ticket=None``) waits for it. Waiters poll this, not
+        :meth:`begin_turn`, so waiting never takes the write lock."""
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None:
+                return True
+            if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
+                return False
+            return not any(
+                (ticket is None or waiter < ticket) and owner.alive() for waiter, owner in tx.queue_list(session_id)
+            )
+
     def leave_turn_queue(self, session_id: str, ticket: int) -> None:
         """Give up the place ``ticket`` (from :meth:`begin_turn` with ``enqueue=True``) holds."""
         with self._write() as tx:

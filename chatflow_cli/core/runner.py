@@ -565,11 +565,12 @@ class Runner:
         """``store.begin_turn``, waiting up to ``wait`` seconds while the session is busy.
 
         The first busy attempt takes a ticket in the store's queue for the session, so
-        waiting turns start in arrival order (in this process and in others). Waiters of
-        this process wake when a turn of the store object ends; others poll (20 ms, doubling
-        to 250 ms). A replayed idempotency key whose first turn is still running, and a
-        message id another live holder is running, count as busy too: the wait then ends
-        with that turn's result. Giving up (time out, interrupt, error) leaves the queue.
+        waiting turns start in the order they reached the store (in this process and in
+        others). Waiters of this process wake when a turn of the store object ends; others
+        poll with a read (20 ms, doubling to 100 ms) and try again once the turn may start.
+        A replayed idempotency key whose first turn is still running, and a message id
+        another live holder is running, count as busy too: the wait then ends with that
+        turn's result. Giving up (time out, interrupt, error) leaves the queue.
         """
         from .memory import Owner
 
@@ -603,14 +604,17 @@ class Runner:
                     ticket = None  # begin_turn removed it
                     return begun
                 except SessionBusyError:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise
-                    _wait_for_turn_end(self.store, min(delay, remaining))
-                    if cancel.is_set():
-                        raise RunInterrupted("interrupted while waiting for a busy session",
-                                             session_id=session_id) from None
-                    delay = min(delay * 2, 0.25)
+                    while True:  # poll with reads until the turn may start, then try again
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            raise
+                        _wait_for_turn_end(self.store, min(delay, remaining))
+                        if cancel.is_set():
+                            raise RunInterrupted("interrupted while waiting for a busy session",
+                                                 session_id=session_id) from None
+                        delay = min(delay * 2, 0.1)
+                        if _may_start(self.store, session_id, ticket):
+                            break
         finally:
             if ticket is not None and begun is None:
                 try:
@@ -1053,6 +1057,11 @@ def _drain(events: Iterator[StreamEvent]) -> RunResult:
             result = event.result
     assert result is not None, "a run ends with a result event or an error"
     return result
+
+
+def _may_start(store: Any, session_id: str, ticket: int | None) -> bool:
+    check = getattr(store, "turn_may_start", None)
+    return True if check is None else bool(check(session_id, ticket))
 
 
 def _wait_for_turn_end(store: Any, timeout: float) -> None:

@@ -380,3 +380,31 @@ def test_importing_the_stores_does_not_import_asyncio_or_concurrent_futures() ->
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('asyncio', 'concurrent')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_migration_2_keeps_processed_ids_of_a_version_1_file(tmp_path: Path) -> None:
+    """A file written before message claims existed: its processed ids stay processed."""
+    from chatflow_cli.core.memory import MessageState
+    from chatflow_cli.core.sqlite_store import _MIGRATIONS, _MIGRATIONS_TABLE
+
+    db = tmp_path / "v1.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute(_MIGRATIONS_TABLE)
+    for statement in _MIGRATIONS[0][2]:
+        conn.execute(statement)
+    conn.execute("INSERT INTO chatflow_schema_migrations VALUES (1, 'v1', 0)")
+    conn.execute("INSERT INTO chatflow_processed_messages VALUES ('wamid.OLD', ?)", (time.time(),))
+    conn.close()
+    store = SQLiteSessionStore(db)
+    try:
+        assert store.message_state("wamid.OLD") is MessageState.PROCESSED
+        assert store.claim_message("wamid.OLD") is False
+        assert store.claim_message("wamid.NEW") is True
+    finally:
+        store.close()
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT version FROM chatflow_schema_migrations ORDER BY version").fetchall() == [(1,), (2,)]
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
