@@ -1092,12 +1092,14 @@ class _Tx:
         """True when an in-progress claim started ``turn`` of the session."""
         raise NotImplementedError
 
-    def processed_finish_turn(self, session_id: str, turn: int, now: float) -> None:
-        """In-progress claims that started ``turn`` of the session become completed at ``now``."""
+    def processed_finish_turn(self, session_id: str, turn: int, holder: str | None, now: float) -> None:
+        """In-progress claims that started ``turn`` of the session under the holder token
+        ``holder`` (None: any) become completed at ``now``."""
         raise NotImplementedError
 
-    def processed_drop_turn(self, session_id: str, turn: int) -> None:
-        """Forget in-progress claims that started ``turn`` of the session (it failed or was interrupted)."""
+    def processed_drop_turn(self, session_id: str, turn: int, holder: str | None) -> None:
+        """Forget in-progress claims that started ``turn`` of the session under the holder
+        token ``holder`` (None: any): the turn failed or was interrupted."""
         raise NotImplementedError
 
     def processed_purge(self, now: float, ttl_s: float) -> None:
@@ -1351,11 +1353,12 @@ class BaseSessionStore:
                 payload = {**op.payload, "metadata": copy.deepcopy(merged)}
             event = self._append(tx, row.session_id, op.type, payload, turn)
             events.append(event)
+            holder = row.owner.token if row.owner is not None else None
             if turn is not None and op.kind == "event":
                 if op.type in (EventType.TURN_COMPLETED.value, EventType.TOOL_PENDING.value):
-                    tx.processed_finish_turn(row.session_id, turn, now)
+                    tx.processed_finish_turn(row.session_id, turn, holder, now)
                 elif op.type == EventType.TURN_INTERRUPTED.value:
-                    tx.processed_drop_turn(row.session_id, turn)
+                    tx.processed_drop_turn(row.session_id, turn, holder)
             if op.kind == "message":
                 assert op.message is not None
                 stale = op.turn != 0 and op.turn < row.turn_count
@@ -1376,7 +1379,7 @@ class BaseSessionStore:
                 tx.remove_turns(row.session_id, to_turn + 1, None, "rolled_back", event.seq)
                 row.turn_count = min(row.turn_count, to_turn)
             elif op.kind == "turn_failed":
-                tx.processed_drop_turn(row.session_id, op.turn)
+                tx.processed_drop_turn(row.session_id, op.turn, holder)
                 if op.turn > 0:
                     tx.remove_turns(row.session_id, op.turn, None, "failed", event.seq)
                     row.turn_count = min(row.turn_count, op.turn - 1)
@@ -1999,8 +2002,9 @@ class BaseSessionStore:
         now = self.clock()
         with self._write() as tx:
             tx.processed_purge(now, self._dedup_ttl_s)
-            if self._state_of(tx.processed_get(message_id), now) is MessageState.NEW:
-                tx.processed_put(message_id, _MessageRecord("in_progress", now, owner))
+            old = tx.processed_get(message_id)
+            if self._state_of(old, now) is MessageState.NEW:
+                tx.processed_put(message_id, self._new_claim(old, owner, now))
         return owner.token
 
     def claim_message(self, message_id: str, *, owner: Owner | None = None) -> bool:
@@ -2025,13 +2029,23 @@ class BaseSessionStore:
         holder = owner if owner is not None else Owner.current()
         now = self.clock()
         with self._write() as tx:
-            if self._state_of(tx.processed_get(message_id), now) is not MessageState.NEW:
+            old = tx.processed_get(message_id)
+            if self._state_of(old, now) is not MessageState.NEW:
                 claimed = False
             else:
-                tx.processed_put(message_id, _MessageRecord("in_progress", now, holder))
+                tx.processed_put(message_id, self._new_claim(old, holder, now))
                 claimed = True
             tx.processed_purge(now, self._dedup_ttl_s)
         return holder.token if claimed else None
+
+    @staticmethod
+    def _new_claim(old: _MessageRecord | None, holder: Owner, now: float) -> _MessageRecord:
+        """A claim taking over ``old``: an attempt whose holder died keeps naming its turn, so
+        the turn's recovery knows the message is retried (and takes the attempt out of the
+        window)."""
+        if old is not None and old.state == "in_progress" and old.session_id is not None:
+            return _MessageRecord("in_progress", now, holder, old.session_id, old.turn)
+        return _MessageRecord("in_progress", now, holder)
 
     def _forget_context_claim(self, message_id: str) -> None:
         claim = _CLAIM.get()
@@ -2352,20 +2366,23 @@ class _MemoryTx(_Tx):
             processed.records[m].state == "in_progress" for m in processed.by_turn.get((session_id, turn), ())
         )
 
-    def _turn_claims(self, session_id: str, turn: int) -> list[tuple[str, _MessageRecord]]:
+    def _turn_claims(self, session_id: str, turn: int, holder: str | None) -> list[str]:
         processed = self._s._processed
-        return [
-            (m, processed.records[m])
-            for m in list(processed.by_turn.get((session_id, turn), ()))
-            if processed.records[m].state == "in_progress"
-        ]
+        out = []
+        for message_id in list(processed.by_turn.get((session_id, turn), ())):
+            record = processed.records[message_id]
+            if record.state == "in_progress" and (
+                holder is None or (record.holder is not None and record.holder.token == holder)
+            ):
+                out.append(message_id)
+        return out
 
-    def processed_finish_turn(self, session_id: str, turn: int, now: float) -> None:
-        for message_id, record in self._turn_claims(session_id, turn):
+    def processed_finish_turn(self, session_id: str, turn: int, holder: str | None, now: float) -> None:
+        for message_id in self._turn_claims(session_id, turn, holder):
             self.processed_put(message_id, _MessageRecord("completed", now, None, session_id, turn))
 
-    def processed_drop_turn(self, session_id: str, turn: int) -> None:
-        for message_id, _record in self._turn_claims(session_id, turn):
+    def processed_drop_turn(self, session_id: str, turn: int, holder: str | None) -> None:
+        for message_id in self._turn_claims(session_id, turn, holder):
             self.processed_release(message_id)
 
     def processed_purge(self, now: float, ttl_s: float) -> None:

@@ -520,17 +520,19 @@ class _SQLiteTx(_Tx):
         ).fetchone()
         return r is not None
 
-    def processed_finish_turn(self, session_id: str, turn: int, now: float) -> None:
+    def processed_finish_turn(self, session_id: str, turn: int, holder: str | None, now: float) -> None:
         self.c.execute(
             "UPDATE chatflow_processed_messages SET state = 'completed', processed_at_utc = ?, holder_json = NULL "
-            "WHERE session_id = ? AND turn = ? AND state = 'in_progress'",
-            (now, session_id, turn),
+            "WHERE session_id = ? AND turn = ? AND state = 'in_progress' "
+            "AND (? IS NULL OR json_extract(holder_json, '$.token') = ?)",
+            (now, session_id, turn, holder, holder),
         )
 
-    def processed_drop_turn(self, session_id: str, turn: int) -> None:
+    def processed_drop_turn(self, session_id: str, turn: int, holder: str | None) -> None:
         self.c.execute(
-            "DELETE FROM chatflow_processed_messages WHERE session_id = ? AND turn = ? AND state = 'in_progress'",
-            (session_id, turn),
+            "DELETE FROM chatflow_processed_messages WHERE session_id = ? AND turn = ? AND state = 'in_progress' "
+            "AND (? IS NULL OR json_extract(holder_json, '$.token') = ?)",
+            (session_id, turn, holder, holder),
         )
 
     def processed_purge(self, now: float, ttl_s: float) -> None:

@@ -1105,6 +1105,20 @@ def test_a_retry_after_the_owner_died_recovers_first_and_replaces_the_attempt(
     assert history_problems(retry.session.history, pending_ok=True) == []
 
 
+def test_a_redelivery_claimed_again_before_its_turn_recovers_replaces_the_attempt(
+    store: BaseSessionStore, agent: Agent, child: _Child
+) -> None:
+    """claim_message, then the turn: the new claim (the dead holder's is free) keeps naming the
+    dead attempt, so the turn's recovery still takes that attempt out of the window."""
+    _dead_keyed_turn(store, agent, child, message_id="wamid.9")
+    assert store.claim_message("wamid.9") is True
+    retry = store.begin_turn("s", default_agent=agent, user_message=Message.user("refund order 7"),
+                             owner=Owner.current(), message_id="wamid.9", message_claim=_claim_token(store))
+    assert [m.content for m in retry.session.history if m.role is Role.USER] == ["refund order 7"]
+    _finish(store, retry.session, agent, "refunded")
+    assert store.message_state("wamid.9") is MessageState.PROCESSED
+
+
 def test_another_message_after_a_keyed_turn_died_and_then_its_retry(
     store: BaseSessionStore, agent: Agent, child: _Child
 ) -> None:

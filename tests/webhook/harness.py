@@ -11,6 +11,7 @@ a connection that failed), as WhatsApp does, until each one is acknowledged.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
@@ -23,6 +24,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parents[2]
 APP_DIR = Path(__file__).resolve().parent
@@ -156,34 +158,64 @@ def make_plan(customers: int, per_customer: int, *, spread: float, gap: float = 
     return plan
 
 
+async def post_json(url: str, payload: Any, timeout: float = 120.0) -> tuple[int, Any]:
+    """POST ``payload`` as JSON over one HTTP/1.1 connection; (status, decoded body).
+    Raises OSError (or asyncio.TimeoutError, EOFError) when the connection fails."""
+    parts = urlsplit(url)
+    body = json.dumps(payload).encode()
+
+    async def exchange() -> tuple[int, Any]:
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+        try:
+            writer.write(
+                f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+            )
+            await writer.drain()
+            raw = await reader.read()
+        finally:
+            writer.close()
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        if not head:
+            raise EOFError("no answer")
+        status = int(head.split(b" ", 2)[1])
+        try:
+            return status, json.loads(rest) if rest else None
+        except ValueError:
+            return status, rest.decode(errors="replace")
+
+    return await asyncio.wait_for(exchange(), timeout)
+
+
+def post_json_sync(url: str, payload: Any, timeout: float = 120.0) -> tuple[int, Any]:
+    """:func:`post_json` from a thread."""
+    return asyncio.run(post_json(url, payload, timeout))
+
+
 async def deliver(url: str, plan: list[Delivery], *, concurrency: int = 32, deadline: float = 180.0) -> float:
     """Post every delivery at its moment, at most ``concurrency`` at once, again after each
     failure (0.1-0.3 s later) until 2xx. Returns the seconds the whole run took."""
-    import httpx
-
     limit = asyncio.Semaphore(concurrency)
     rng = random.Random(7)
     t0 = time.monotonic()
-    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=httpx.Limits(max_connections=concurrency)) as client:
 
-        async def one(d: Delivery) -> None:
-            await asyncio.sleep(max(0.0, d.at - (time.monotonic() - t0)))
-            while time.monotonic() - t0 < deadline:
-                async with limit:
-                    sent = time.monotonic()
-                    try:
-                        response = await client.post(url, json={"phone": d.phone, "text": d.text, "id": d.msg_id})
-                        status = response.status_code
-                    except httpx.HTTPError:
-                        status = 0
-                d.statuses.append(status)
-                if 200 <= status < 300:
-                    d.latencies.append(time.monotonic() - sent)
-                    d.acked_at = time.monotonic() - t0
-                    return
-                await asyncio.sleep(rng.uniform(0.1, 0.3))
+    async def one(d: Delivery) -> None:
+        await asyncio.sleep(max(0.0, d.at - (time.monotonic() - t0)))
+        while time.monotonic() - t0 < deadline:
+            async with limit:
+                sent = time.monotonic()
+                try:
+                    status, _ = await post_json(url, {"phone": d.phone, "text": d.text, "id": d.msg_id})
+                except (OSError, EOFError, ValueError, IndexError, asyncio.TimeoutError):
+                    status = 0
+            d.statuses.append(status)
+            if 200 <= status < 300:
+                d.latencies.append(time.monotonic() - sent)
+                d.acked_at = time.monotonic() - t0
+                return
+            await asyncio.sleep(rng.uniform(0.1, 0.3))
 
-        await asyncio.gather(*(one(d) for d in plan))
+    await asyncio.gather(*(one(d) for d in plan))
     return time.monotonic() - t0
 
 

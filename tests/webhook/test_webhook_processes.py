@@ -126,18 +126,18 @@ def test_turns_waiting_for_a_busy_session_start_in_arrival_order(tmp_path: Path,
     import concurrent.futures
     import threading
 
-    import httpx
-
     from tests.fakeserver import Reply
+
+    from .harness import post_json_sync
 
     db = tmp_path / "bot.db"
     gate = threading.Event()
     with FakeServer() as model:
         model.add(Reply(events=FakeServer.make_text("first answer").events, gate=gate))
-        with WebhookServer(db, model.url, style, workers=2) as server, httpx.Client(timeout=120) as client:
+        with WebhookServer(db, model.url, style, workers=2) as server:
 
-            def post(k: int) -> httpx.Response:
-                return client.post(server.url, json={"phone": "+15550199", "text": f"message {k}", "id": f"m{k}"})
+            def post(k: int) -> tuple[int, object]:
+                return post_json_sync(server.url, {"phone": "+15550199", "text": f"message {k}", "id": f"m{k}"})
 
             with concurrent.futures.ThreadPoolExecutor(5) as pool:
                 first = pool.submit(post, 0)
@@ -148,8 +148,8 @@ def test_turns_waiting_for_a_busy_session_start_in_arrival_order(tmp_path: Path,
                     _until(lambda k=k: _queued(db, "+15550199") == k)  # arrived: waiting in the queue
                 gate.set()
                 answers = [f.result() for f in [first, *later]]
-    assert [a.status_code for a in answers] == [200] * 5
-    assert [a.json()["content"] for a in answers] == ["first answer"] + [f"ok: message {k}" for k in range(1, 5)]
+    assert [status for status, _ in answers] == [200] * 5
+    assert [body["content"] for _, body in answers] == ["first answer"] + [f"ok: message {k}" for k in range(1, 5)]  # type: ignore[index]
     report = check_store(db, [])
     assert report.problems == []
     from chatflow_cli.core.sqlite_store import SQLiteSessionStore
