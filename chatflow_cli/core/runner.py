@@ -103,7 +103,15 @@ from .messages import Message, Role, ToolCall, check_history
 from .model import ModelTurn, TextDelta, Usage
 from .tools import Tool, ToolArgumentsError, to_json_text
 
-__all__ = ["DEFAULT_WAIT_S", "INTERRUPTED_RESULT", "RUN_WORKERS", "RunResult", "Runner", "StreamEvent"]
+__all__ = [
+    "DEFAULT_WAIT_S",
+    "INTERRUPTED_RESULT",
+    "RUN_WORKERS",
+    "RunResult",
+    "Runner",
+    "StreamEvent",
+    "set_run_workers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -401,9 +409,10 @@ class Runner:
     ) -> RunResult:
         """Async twin of :meth:`run` (seed 000's webhook example).
 
-        The turn runs on a thread of a shared pool of ``RUN_WORKERS`` (32) threads (the
+        The turn runs on a thread of a shared pool of ``RUN_WORKERS`` (16) threads (the
         event loop never blocks on the network or the database; more concurrent runs queue
-        for a thread); async tools run on the caller's loop. Cancelling the task interrupts
+        for a thread, in order; see :func:`set_run_workers`); async tools run on the
+        caller's loop. Cancelling the task interrupts
         the turn: it is stored as interrupted before ``CancelledError`` propagates.
         """
         result: RunResult | None = None
@@ -1111,9 +1120,20 @@ class _RunPool:
 
 
 #: Threads of the shared pool that runs ``run_async`` turns (each blocks on the model's
-#: network reply and short store transactions; the event loop never does).
-RUN_WORKERS = 32
+#: network reply and short store transactions; the event loop never does). More busy
+#: threads make the event loop wait longer for the GIL: 200 concurrent runs with a model
+#: that answers at once stall the loop about 0.2 s with 32 threads, about 1 s with one
+#: thread per run (tests/benchmarks/bench_webhook.py). Change it with set_run_workers().
+RUN_WORKERS = 16
 _RUN_POOL = _RunPool(RUN_WORKERS)
+
+
+def set_run_workers(count: int) -> None:
+    """Bound the shared ``run_async`` pool at ``count`` threads (>= 1); threads already
+    started stay. Runs beyond the bound wait for a thread, in order."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be an int >= 1, got {count!r}")
+    _RUN_POOL.size = count
 
 #: Longest a cancelled ``run_async`` task waits for its worker to store the interrupted turn.
 #: Only a request still connecting (no response headers yet) can take that long; the

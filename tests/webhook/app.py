@@ -11,6 +11,9 @@
   - ``claim``: ``aclaim_message`` then ``run_async`` (a duplicate is acknowledged unanswered);
   - ``message_id``: one call, ``run_async(..., message_id=...)``;
   - ``idempotency``: ``run_async(..., idempotency_key=...)``;
+  - ``agents_sdk``: the same bot on the OpenAI Agents SDK (``Runner.run`` with a
+    ``SQLiteSession`` on a file beside the database; the SDK has no de-duplication), for the
+    benchmark's comparison;
 * ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``: the model server (the fake server in tests).
 
 Any exception is an HTTP 500, so the platform (the test driver) delivers the message again.
@@ -81,11 +84,30 @@ async def handle_with_idempotency_key(user_phone: str, message_text: str, webhoo
     return result.content
 
 
+_sdk_bot: Any = None
+
+
+async def handle_with_agents_sdk(user_phone: str, message_text: str, webhook_msg_id: str) -> Any:
+    global _sdk_bot
+    import agents
+    from openai import AsyncOpenAI
+
+    if _sdk_bot is None:
+        agents.set_tracing_disabled(True)
+        model = agents.OpenAIChatCompletionsModel(model="fake-model", openai_client=AsyncOpenAI())
+        _sdk_bot = agents.Agent(name="OrderTrackingAgent", instructions="Assist customers with order queries.",
+                                model=model, tools=[agents.function_tool(check_order_status.function)])
+    session = agents.SQLiteSession(user_phone, os.environ["CHATFLOW_WEBHOOK_DB"] + ".sdk")
+    result = await agents.Runner.run(_sdk_bot, message_text, session=session)
+    return result.final_output
+
+
 HANDLERS = {
     "seed": handle_inbound_webhook,
     "claim": handle_with_claim,
     "message_id": handle_with_message_id,
     "idempotency": handle_with_idempotency_key,
+    "agents_sdk": handle_with_agents_sdk,
 }
 
 
