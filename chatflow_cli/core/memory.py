@@ -2047,6 +2047,18 @@ class BaseSessionStore:
             return _MessageRecord("in_progress", now, holder, old.session_id, old.turn)
         return _MessageRecord("in_progress", now, holder)
 
+    def _release_held(self, message_id: str, token: str) -> bool:
+        """Free ``message_id`` if the claim in progress is still the one ``token`` holds (a
+        turn that never started: busy past its wait, refused); True when freed."""
+        self._check_message_id(message_id)
+        with self._write() as tx:
+            record = tx.processed_get(message_id)
+            if record is None or record.state != "in_progress" or record.holder is None:
+                return False
+            if record.holder.token != token:
+                return False
+            return tx.processed_release(message_id)
+
     def _forget_context_claim(self, message_id: str) -> None:
         claim = _CLAIM.get()
         if claim is not None and claim[0] == id(self) and claim[1] == message_id:

@@ -630,6 +630,13 @@ class Runner:
                     self.store.leave_turn_queue(session_id, ticket)
                 except Exception as exc:  # noqa: BLE001 - a dead waiter's ticket is skipped anyway
                     log.warning("could not leave the queue of session %s: %s", session_id, exc)
+            claim = start.get("message_claim")
+            if begun is None and claim is not None and hasattr(self.store, "_release_held"):
+                # the turn never started: the message was not processed, its redelivery must run
+                try:
+                    self.store._release_held(start["message_id"], claim)
+                except Exception as exc:  # noqa: BLE001 - the run's own error is raised instead
+                    log.warning("could not release the claim of message %s: %s", start["message_id"], exc)
 
     def _replayed(self, session_id: str, begun: Any, written: tuple[Event, ...]) -> RunResult:
         """The :class:`RunResult` of a turn started earlier with the same idempotency key.
