@@ -601,7 +601,9 @@ class Runner:
                     if begun.queued is not None:
                         ticket = begun.queued
                         begun = None
-                        raise SessionBusyError(f"session {session_id!r} is busy", session_id=session_id)
+                        raise SessionBusyError(
+                            f"session {session_id!r} is busy: other turns run or wait for it (waited {wait:g} s)",
+                            session_id=session_id)
                     replay = begun.replayed
                     if replay is not None:
                         ticket = None  # a replay gave the ticket up

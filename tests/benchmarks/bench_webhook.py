@@ -43,10 +43,25 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+async def warm_up(url: str, workers: int) -> None:
+    """Until every worker answered once (imports, connections): not measured."""
+    from tests.webhook.harness import post_json
+
+    seen: set[int] = set()
+    for i in range(200):
+        batch = await asyncio.gather(*(post_json(url, {"phone": f"+1999{i}{k}", "text": "warm up", "id": f"warm-{i}-{k}"})
+                                       for k in range(workers)))
+        seen |= {body["pid"] for status, body in batch if status == 200}
+        if len(seen) >= workers:
+            return
+    raise RuntimeError("the workers did not all answer")
+
+
 def bench_webhook(style: str, workers: int, customers: int, workdir: Path) -> dict[str, float]:
     db = workdir / f"{style}-{workers}.db"
     plan = make_plan(customers, 4, spread=1.0, gap=0.02)
     with FakeServer() as model, WebhookServer(db, model.url, style, workers) as server:
+        asyncio.run(warm_up(server.url, workers))
         elapsed = asyncio.run(deliver(server.url, plan))
         calls = model_calls(model.requests)
     latencies = [lat for d in plan for lat in d.latencies]
