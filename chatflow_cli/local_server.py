@@ -17,8 +17,9 @@ with four additions:
   so this module sets it on the parameters of every model load
   (``llama_cpp.llama_model_load_from_file``) and reports what the load really used at
   ``GET /chatflow/health`` (``"use_extra_bufts"``).
-* **A fatal signal names itself** in the log: :mod:`faulthandler` writes ``Fatal Python
-  error: Illegal instruction`` and the Python stack before the process dies.
+* **How it died is known to every chatflow**: the exit status (``Popen`` for a private
+  server, the supervisor's record for a warm one) names the signal -- SIGILL or SIGSEGV
+  where a VM traps AMX, depending on the hypervisor.
 * **A guard** in front of the app: with a token (environment variable
   ``CHATFLOW_LOCAL_TOKEN``) every request must carry ``Authorization: Bearer <token>``
   (401 otherwise); ``GET /chatflow/health`` answers ``{"instance", "pid", "version",
@@ -41,7 +42,6 @@ guard, signals and lifetime rules (``CHATFLOW_LOCAL_SERVER_APP`` in chatflow).
 
 from __future__ import annotations
 
-import faulthandler
 import hmac
 import json
 import os
@@ -382,7 +382,6 @@ def _supervise(opts: _Options) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run the server (see the module docstring)."""
     opts, rest = _split_args(list(sys.argv[1:] if argv is None else argv))
-    faulthandler.enable()  # SIGILL, SIGSEGV, SIGBUS, SIGFPE, SIGABRT name themselves in the log
     if opts.watch_fd is not None:
         _watch_pipe(opts.watch_fd)
     if opts.state is not None:

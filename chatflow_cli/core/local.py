@@ -19,11 +19,14 @@ tools work, on a free ``127.0.0.1`` port. Two ways to run it:
 
 Every machine: llama.cpp is started with its extra CPU buffer types off (AMX tiles, weight
 repacking). A native build selects them from what ``cpuid`` advertises, and many VMs
-advertise AMX without enabling it: the first AMX instruction then kills the server with
-SIGILL. The plain CPU buffer runs everywhere, at no measurable cost for SmolLM2
-(``tests/benchmarks/bench_local_model.py``); see :mod:`chatflow_cli.local_server`. It is
-the default rather than a probe because a probe costs a model load on first use and a
-verdict to keep per machine, and a restart after a crash loses the reply that crashed.
+advertise AMX without enabling it: the first AMX instruction then kills the server (SIGILL,
+or SIGSEGV on some hypervisors). The plain CPU buffer runs on every CPU the build runs on,
+and for SmolLM2-135M it also saves the second copy of the weights (95 MiB) that the AMX
+buffer holds beside the memory-mapped file; tokens per second are in
+``tests/benchmarks/bench_local_model.py``. See :mod:`chatflow_cli.local_server`. This is the
+default rather than a probe (a child process trying the model once and remembering the
+verdict) or a restart in a safe mode after a crash, because both cost a model load and the
+second loses the reply being written.
 
 **A private server never outlives chatflow.** ``__exit__`` (and an ``atexit`` hook)
 stops it: the watch pipe is closed, then SIGTERM, then SIGKILL, each followed by a
@@ -264,7 +267,7 @@ def _useful_lines(tail: str, count: int = 2) -> list[str]:
     fatal = [i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error:")]
     if fatal and any(ln for ln in lines[:fatal[-1]]):
         lines = lines[:fatal[-1]]  # what the program said before the signal; the signal is named anyway
-    lines = [ln for ln in lines if ln and not _FRAME.match(ln) and not ln.startswith("^")]
+    lines = [ln for ln in lines if ln and not _FRAME.match(ln) and not ln.startswith(("^", "Model metadata:"))]
     notable = [ln for ln in lines[-8:] if _NOTABLE.search(ln)]
     chosen = (notable or lines)[-count:]
     return [ln if len(ln) <= 160 else ln[:159] + "…" for ln in chosen]
@@ -292,6 +295,10 @@ def _hint(returncode: int | None, log_path: str | None) -> str:
     where = f"; its log: {log_path}" if log_path else ""
     if returncode == -int(signal.SIGKILL):
         return f"it was killed from outside (out of memory?): send the message again to start a new one{where}"
+    if returncode in (-int(signal.SIGSEGV), -int(signal.SIGBUS)):
+        return ("send the message again to start a new one (/retry in the REPL); if it crashes again, reinstall "
+                "llama-cpp-python built for a generic CPU: CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install "
+                f"--force-reinstall --no-cache-dir llama-cpp-python{where}")
     return f"send the message again to start a new one (/retry in the REPL){where}"
 
 
