@@ -400,3 +400,48 @@ def test_head_reads_the_first_line_and_chatflow_exits_0(chatflow: Any, provider:
                               capture_output=True, env=env, timeout=60)
         assert proc.returncode == 0 and proc.stderr == b"", (args, proc)
         assert proc.stdout, args
+
+
+# ---------------------------------------------------------------------------------------
+# on a terminal: a dim note after the text (chat and the REPL)
+# ---------------------------------------------------------------------------------------
+def _spawn(args: list[str]) -> Any:
+    pexpect = pytest.importorskip("pexpect")
+    env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=str(REPO))
+    env.pop("NO_COLOR", None)
+    return pexpect.spawn(COMMAND[0], [*COMMAND[1:], *args], env=env, timeout=60, dimensions=(40, 120),
+                         encoding="utf-8", codec_errors="replace")
+
+
+def test_on_a_terminal_a_cut_reply_ends_with_a_dim_note(provider: Any) -> None:
+    import pexpect
+
+    provider.add_text("the start of it", finish_reason="length")
+    child = _spawn(["chat", "-s", "tty", "tell me"])
+    child.expect(pexpect.EOF)
+    child.close()
+    out = child.before
+    assert child.exitstatus == ExitStatus.INCOMPLETE, out
+    text_at, note_at = out.index("the start of it"), out.index("[reply cut by the token limit (finish_reason length)")
+    assert text_at < note_at
+    assert "\x1b[2m[reply cut" in out, "the note is dim"
+
+
+def test_the_repl_notes_a_cut_reply_and_a_reasoning_only_one(provider: Any, chatflow: Any) -> None:
+    import pexpect
+
+    provider.add_text("half an answer", finish_reason="length")
+    provider.add_reasoning(["Only thinking here."])
+    child = _spawn(["chat", "-s", "repl"])
+    child.expect("\u203a")
+    child.send("first\r")
+    child.expect(r"reply cut by the token limit \(finish_reason length\)")
+    child.expect("\u203a")
+    child.send("second\r")
+    child.expect("the model answered with reasoning only")
+    child.expect("\u203a")
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    _next_turn_is_valid(chatflow, provider, "repl")
