@@ -26,6 +26,7 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │   │   └── InvalidToolCallError   a tool call whose arguments are not a complete JSON object
     │   ├── MaxToolRoundsExceeded      the model kept calling tools past the bound of a turn
     │   └── LocalModelError            the embedded llama.cpp server could not start
+    │       └── LocalServerCrashedError  it died (a signal or an exit code)
     ├── NetworkError (6)               connection refused, reset, DNS
     │   ├── ProviderTimeoutError
     │   └── StreamBrokenError          the reply stopped before a finish reason; kept as interrupted
