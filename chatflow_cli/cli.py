@@ -655,7 +655,7 @@ def local_status(
     ctx: typer.Context,
     json_: Annotated[bool, typer.Option("--json", help="A JSON array instead of lines.")] = False,
 ) -> None:
-    """Show the warm local model server: pid, URL, uptime, keep-alive, version.
+    """Show the warm local model server (pid, URL, uptime).
 
     Each server found in the data directory is health-checked with its token; one that does
     not answer is shown as stale (the next call replaces it).
