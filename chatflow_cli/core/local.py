@@ -257,6 +257,9 @@ def _pdeathsig_setter() -> Any:
 # how a server died, in one line
 # ---------------------------------------------------------------------------------------
 _FRAME = re.compile(r'^(File "|Current thread|Thread 0x|Traceback|Extension modules|Stack \(most recent)')
+#: llama-cpp-python's start-up chatter: never what a crash report needs.
+_NOISE = ("^", "Model metadata:", "CPU : ", "Available chat formats", "Using gguf chat template", "Using chat ",
+          "llama_perf_", "Guessed chat format")
 _NOTABLE = re.compile(r"(?i)error|fatal|exception|failed|abort|illegal|killed|cannot|unable|not found")
 
 
@@ -267,7 +270,7 @@ def _useful_lines(tail: str, count: int = 2) -> list[str]:
     fatal = [i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error:")]
     if fatal and any(ln for ln in lines[:fatal[-1]]):
         lines = lines[:fatal[-1]]  # what the program said before the signal; the signal is named anyway
-    lines = [ln for ln in lines if ln and not _FRAME.match(ln) and not ln.startswith(("^", "Model metadata:"))]
+    lines = [ln for ln in lines if ln and not _FRAME.match(ln) and not ln.startswith(_NOISE)]
     notable = [ln for ln in lines[-8:] if _NOTABLE.search(ln)]
     chosen = (notable or lines)[-count:]
     return [ln if len(ln) <= 160 else ln[:159] + "…" for ln in chosen]
@@ -1158,6 +1161,15 @@ class LocalModelClient:
         crashed.session_id = exc.session_id
         return crashed
 
+    def crash_of(self, turn: Any) -> ChatflowError | None:
+        """The crash of the server when ``turn`` (a streamed reply) broke off because it
+        died; ``None`` for a reply that finished, was cancelled, or broke off otherwise."""
+        from ._stream import ReplyState
+
+        if turn.verdict.state is not ReplyState.BROKEN:
+            return None
+        return self.server.wait_death(self.DEATH_WAIT)
+
     def close(self) -> None:
         with self._lock:
             client, self._client = self._client, None
@@ -1185,10 +1197,17 @@ class _LocalStream:
                 self._inner.cancel()
             said = False
             try:
+                mapped: ChatflowError | None = None
                 for item in self._inner:
+                    if isinstance(item, ModelTurn) and not self._cancelled:
+                        # a reply that broke off (the verdict) because the server died is its crash
+                        mapped = self._owner.crash_of(item)
+                        if mapped is not None:
+                            break
                     said = said or not isinstance(item, ModelTurn)
                     yield item
-                return
+                if mapped is None:
+                    return
             except ChatflowError as exc:
                 mapped = self._owner.crash_or(exc)
                 if mapped is exc:
