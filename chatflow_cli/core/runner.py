@@ -293,6 +293,10 @@ class Runner:
         self._client = model_client if model_client is not None and hasattr(model_client, "stream") else None
         self._client_factory: Callable[[], Any] | None = model_client if self._client is None else None
         self._client_lock = threading.Lock()
+        #: Called once when a run starts waiting (``wait`` > 0) for a session another process
+        #: runs: ``{"session_id", "pid" (the running turn's process, or None), "wait_s"}``.
+        #: Front-ends use it to say what a turn waits for; exceptions from it are ignored.
+        self.on_wait: Callable[[dict[str, Any]], None] | None = None
         session_store.set_agent_resolver(self.agents.get)
 
     # -- public API -----------------------------------------------------------------------
@@ -555,10 +559,16 @@ class Runner:
                         f"session {session_id!r} is busy: it is still running turn {replay.get('turn')}, started with this "
                         "idempotency key", session_id=session_id)
                 return begun
-            except SessionBusyError:
+            except SessionBusyError as exc:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise
+                hook = self.on_wait
+                if hook is not None and delay == 0.02:  # once, when the wait starts
+                    try:
+                        hook({"session_id": session_id, "pid": getattr(exc, "pid", None), "wait_s": float(wait)})
+                    except Exception:  # noqa: BLE001 - a display problem never breaks the turn
+                        log.debug("on_wait failed", exc_info=True)
                 if cancel.wait(min(delay, remaining)):
                     raise RunInterrupted("interrupted while waiting for a busy session",
                                          session_id=session_id) from None
