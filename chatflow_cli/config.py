@@ -109,7 +109,10 @@ LOCAL_MODEL = "local"
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOOL_REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-_TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "agents"}
+_TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "message_id_scope", "agents"}
+#: ``--message-id`` scopes: ``global`` (one id space for every session: WhatsApp-style
+#: provider message ids) or ``session`` (ids unique within one chat only: Telegram-style).
+MESSAGE_ID_SCOPES = ("global", "session")
 _AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools"}
 _CUSTOM_TOOL_KEYS = {"name", "description", "parameters"}
 
@@ -236,6 +239,7 @@ class Settings:
     max_turns: int | None = None
     agents: tuple[AgentSpec, ...] = ()
     sources: dict[str, str] = field(default_factory=dict)
+    message_id_scope: str = "global"
 
     def agent(self, name: str) -> AgentSpec | None:
         for spec in self.agents:
@@ -313,6 +317,7 @@ def load_settings(
         max_turns=file_settings.get("max_turns"),
         agents=tuple(file_settings.get("agents", ())),
         sources=sources,
+        message_id_scope=file_settings.get("message_id_scope", "global"),
     )
 
 
@@ -473,6 +478,11 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
                 _key_line(text, "api_key_env"),
             )
         out["api_key_env"] = value
+    if "message_id_scope" in data:
+        value = _want_str(text, "message_id_scope", data["message_id_scope"])
+        if value not in MESSAGE_ID_SCOPES:
+            raise _Problem("message_id_scope must be \"global\" or \"session\"", _key_line(text, "message_id_scope"))
+        out["message_id_scope"] = value
     if "max_turns" in data:
         value = data["max_turns"]
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
