@@ -297,7 +297,10 @@ class _Output:
                     if ev.type == "result":
                         result = ev.result
                         continue
-                    self._line(event_json(ev.type, ev.session_id, ev.data, seq=ev.seq, turn=ev.turn))
+                    # a stored event's turn is its payload's, as replay shows it
+                    turn = (ev.data or {}).get("turn") if ev.seq is not None else ev.turn
+                    self._line(event_json(ev.type, ev.session_id, ev.data, seq=ev.seq,
+                                          turn=turn if isinstance(turn, int) else None))
                 elif printer is not None:
                     self._show(printer, ev)
                 if ev.type == "result":
@@ -523,7 +526,7 @@ def run_chat(state: State, opts: ChatOptions) -> None:
     choice = resolve_model(settings)  # a configuration problem is reported before anything is stored
     store = reader if reader is not None else state.store()
     if existing is not None:
-        _unapplied_options(state, existing, opts)
+        _unapplied_options(state, store, existing, opts)
     announce = new_id or (existing is None and opts.session is not None)
     out = _Output(state, opts.output, multi=multi)
     scope = opts.message_id_scope or settings.message_id_scope
@@ -634,7 +637,7 @@ def remember_endpoint(store: Any, session_id: str, choice: Any, *, model: str | 
         pass
 
 
-def _unapplied_options(state: State, existing: Any, opts: ChatOptions) -> None:
+def _unapplied_options(state: State, store: Any, existing: Any, opts: ChatOptions) -> None:
     """``--system`` and ``--max-turns`` set up a new session: on an existing one they are not
     applied, and chatflow says so rather than ignoring them silently."""
     from .cli import _notice
@@ -644,7 +647,7 @@ def _unapplied_options(state: State, existing: Any, opts: ChatOptions) -> None:
         _notice(state, f"--max-turns {opts.max_turns} not applied: it sets up a new session, and {sid} keeps "
                        f"its window of {plural(existing.max_turns, 'turn')}")
     if opts.system is not None:
-        stored = [m.content for m in existing.history if getattr(m.role, "value", m.role) == "system"]
+        stored = [m.content for r in store.load_turns(sid, first=0, last=0) for m in r.messages]
         if opts.system not in stored:
             _notice(state, f"--system not applied: it sets up a new session, and {sid} keeps its system prompt "
                            f"(start a new session with -s NEW_ID --system ...)")

@@ -167,10 +167,11 @@ def test_bare_chatflow_reads_a_piped_message(chatflow, provider):
 
 
 def test_bare_chatflow_with_empty_stdin_exits_cleanly(chatflow):
-    """Issue 5 case 2: ``chatflow < /dev/null > /dev/null``: no model, no hang, exit 0."""
+    """``chatflow < /dev/null > /dev/null``: no model, no hang; nothing to send is a usage
+    error (exit 2), as on every other path that gets empty input."""
     started = time.monotonic()
     r = chatflow(timeout=20)  # stdin is /dev/null
-    assert r.returncode == 0, r
+    assert r.returncode == 2, r
     assert time.monotonic() - started < 15
     assert r.stdout == ""
     assert len(r.stderr_lines) == 1 and "stdin was empty" in r.stderr
@@ -198,7 +199,7 @@ def test_input_jsonl_malformed_line_is_named(chatflow, provider):
     assert r.returncode == 2, r
     assert "line 2" in r.stderr and "Traceback" not in r.stderr
     events = r.jsonl()
-    assert events[-1]["type"] == "result" and events[-1]["is_error"] is True
+    assert events[-1]["type"] == "result" and events[-1]["data"]["is_error"] is True
     assert sum(e["type"] == "result" for e in events) == 1
     # the first line's turn is kept, the third was never sent
     assert len(chatflow("sessions", "show", "bad", "--json").json()["turns"]) == 1

@@ -95,7 +95,7 @@ def test_provider_failures(chatflow, provider, case):
         events = jl.jsonl()
         finals = [e for e in events if e["type"] == "result"]
         assert len(finals) == 1 and events[-1] is finals[0]
-        assert finals[0]["is_error"] is True and finals[0]["data"]["exit_code"] == expected
+        assert finals[0]["data"]["is_error"] is True and finals[0]["data"]["exit_code"] == expected
         assert SECRET not in jl.stdout + jl.stderr
     assert line
 
