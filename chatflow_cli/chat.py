@@ -571,8 +571,11 @@ def run_chat(state: State, opts: ChatOptions) -> None:
         if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
             out.failure(exc, session_id)
         raise
-    finally:
+    else:
+        # only a run that worked moves the session to its endpoint: a mistyped --base-url
+        # that failed leaves the session where it was
         remember_endpoint(store, session_id, choice)
+    finally:
         if announce:
             _announce_if_stored(state, store, session_id)
 

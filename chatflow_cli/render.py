@@ -949,6 +949,7 @@ class ReplyPrinter:
         self._waiting: tuple[str, float | None, str] = ("thinking", None, "thinking")
         self._stop = threading.Event()
         self._ticker: Any = None
+        self._segment_text = False  # text of the current segment is live (no spinner then)
         if self.live_enabled:
             from .markdown_stream import MarkdownStream
 
@@ -988,6 +989,8 @@ class ReplyPrinter:
             with self._lock:
                 if self._stream is None:
                     return
+                if self._segment_text:  # text is streaming: its own redraws suffice
+                    continue
                 self._show_waiting()
                 self._stream.refresh()
 
@@ -1007,6 +1010,7 @@ class ReplyPrinter:
         with self._lock:
             self._text += text
             self._printed_any = True
+            self._segment_text = True
             self._waiting = ("thinking", None, "thinking")
             if self._stream is not None:
                 self._stream.feed(text)
@@ -1027,6 +1031,7 @@ class ReplyPrinter:
     def note(self, text: Any) -> None:
         """A line about a tool call or handoff: above the live tail, or on a terminal stderr."""
         with self._lock:
+            self._segment_text = False  # after a tool or handoff line the spinner shows again
             if self._stream is not None:
                 self._stream.print(text)
                 return

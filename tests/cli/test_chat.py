@@ -372,7 +372,8 @@ def test_ctrl_c_mid_reply_exits_130_and_keeps_the_partial_turn(chatflow, provide
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (seen + out, err)
-    assert b"Traceback" not in err and err.count(b"chatflow: error:") == 1
+    # an interrupt is not an error: one notice, no "error:" line
+    assert b"Traceback" not in err and err.count(b"chatflow: error:") == 0 and b"interrupted" in err
     [turn] = chatflow("sessions", "show", "int", "--json").json()["turns"]
     model = turn["messages"][-1]
     assert model["interrupted"] is True and model["content"].startswith("partial words")
