@@ -62,7 +62,8 @@ COMPLETE_VAR = "_CHATFLOW_COMPLETE"
 app = typer.Typer(
     name=PROG,
     help="Chat with OpenAI-compatible models from the terminal; sessions are kept in SQLite.",
-    epilog="Example: chatflow chat \"What is the capital of France?\"",
+    epilog=("--db, --config, --debug and --no-color may also follow the command.\n\n"
+            "Example: chatflow chat \"What is the capital of France?\""),
     rich_markup_mode=None,  # plain help: fast, and no rich.markdown import
     pretty_exceptions_enable=False,
     pretty_exceptions_show_locals=False,
