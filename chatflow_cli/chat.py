@@ -29,6 +29,16 @@ The session's model and endpoint: a session keeps the model and base URL it talk
 given, which switch it (announced). ``--system`` and ``--max-turns`` set up a new session;
 on an existing one they are not applied and a notice says so.
 
+Replies that did not finish (the verdict of :mod:`chatflow_cli.core._stream`)
+    cut by the token limit or a content filter: the turn is stored, marked with its
+    ``finish_reason``; text mode adds a dim note after the reply on a terminal, or a
+    ``chatflow: reply cut …`` line on stderr when piped; JSON results carry
+    ``"finish_reason"``; the exit code is 10 (:attr:`ExitStatus.INCOMPLETE`). A reply of
+    reasoning only (or empty) gets a note too and exits 0. A stream that broke off is a
+    :class:`~chatflow_cli.core.errors.StreamBrokenError` (exit 6; the partial reply is kept
+    as an interrupted turn); a tool call with cut arguments is an
+    :class:`~chatflow_cli.core.errors.InvalidToolCallError` (exit 5; the turn fails).
+
 De-duplication (seed 000's webhooks): ``--message-id`` is claimed (under its scope, see
 :func:`claim_key`) in one atomic statement before anything else is done; an id already processed within 192 h prints a notice to
 stderr (or ``{"duplicate": true}`` with ``--output json``), calls nothing, and exits 0.
@@ -53,7 +63,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
-from .render import ReplyPrinter, dumps, event_json, plural, safe_text
+from .render import ReplyPrinter, dumps, event_json, plural, reply_note, safe_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cli import State
@@ -251,6 +261,7 @@ class _Output:
         self.last_result: Any = None
         self.turns = 0
         self.printer: ReplyPrinter | None = None
+        self.incomplete = False  # a turn's reply was cut (finish_reason length/content_filter)
 
     # -- what a reply waits for (called from the request's or the runner's thread) -------------
     def retrying(self, info: dict[str, Any]) -> None:
@@ -317,6 +328,18 @@ class _Output:
             raise ChatflowError("the run ended without a result")
         self.last_result = result
         self.turns += 1
+        if result.truncated:
+            self.incomplete = True
+        note = reply_note(result)
+        if note is not None and self.mode == "text":
+            if self.state.env.stdout_isatty:
+                from rich.text import Text
+
+                self.state.out().print(Text(f"[{note}]", style="dim"))
+            else:
+                from .cli import _notice
+
+                _notice(self.state, note)
         if self.mode == "jsonl" and self.multi:
             self._line(event_json("turn.result", result.session_id, {**result.to_dict(), "is_error": False},
                                   turn=result.turn))
@@ -355,6 +378,11 @@ class _Output:
             _notice(self.state, f"recorded; still waiting for: {', '.join(remaining)}")
 
     # -- the end ------------------------------------------------------------------------
+    @property
+    def exit_code(self) -> ExitStatus:
+        """:attr:`ExitStatus.INCOMPLETE` when a turn's reply was cut, else success."""
+        return ExitStatus.INCOMPLETE if self.incomplete else ExitStatus.SUCCESS
+
     def success(self) -> None:
         if self.final_written:
             return
@@ -495,8 +523,11 @@ def _session_for(state: State, store: Any, opts: ChatOptions, *, announce: bool 
 # ---------------------------------------------------------------------------------------
 # chat
 # ---------------------------------------------------------------------------------------
-def run_chat(state: State, opts: ChatOptions) -> None:
-    """Run ``chatflow chat`` with ``opts``; raises chatflow errors for the boundary."""
+def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
+    """Run ``chatflow chat`` with ``opts``; raises chatflow errors for the boundary.
+
+    Returns the exit status: :attr:`ExitStatus.INCOMPLETE` (10) when a turn's reply was
+    cut by the token limit or a content filter (stored and marked), else success."""
     if opts.output not in {"text", "json", "jsonl"}:
         raise UsageError(f"--output {opts.output!r}: use text, json or jsonl")
     multi = opts.input == "jsonl"
@@ -541,7 +572,7 @@ def run_chat(state: State, opts: ChatOptions) -> None:
             claim_id = claim_key(opts.message_id, session_id, scope)
             if not store.claim_message(claim_id):
                 out.duplicate(opts.message_id, session_id)
-                return
+                return ExitStatus.SUCCESS
             claimed = True
         with _runner(state, settings, opts, store, out) as runner:
             if opts.agent:
@@ -568,6 +599,7 @@ def run_chat(state: State, opts: ChatOptions) -> None:
                     )
                 )
         out.success()
+        return out.exit_code
     except BaseException as exc:
         if claimed:
             _release_claim(store, claim_id)
@@ -784,7 +816,7 @@ def rerun_session(
     base_url: str | None,
     agent: str | None,
     output: str,
-) -> None:
+) -> ExitStatus:
     """Send ``session_id``'s user messages again, one turn each, into a new session (issue 5).
 
     The new session gets the old one's system messages, the current agent and model
@@ -823,9 +855,10 @@ def rerun_session(
                     from rich.text import Text
 
                     state.out().print(Text("You: ", style="bold green") + Text(safe_text(text)))
-                out.run(runner.run_streamed(target, text, system=system))
+                out.run(runner.run_streamed(target, text, system=system, wait=0))
                 system = None
         out.success()
+        return out.exit_code
     except BaseException as exc:
         if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
             out.failure(exc, target)

@@ -84,7 +84,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.errors import ChatflowError, RunInterrupted, ToolResultError, UsageError
-from .render import pretty_json_text, safe_text
+from .render import pretty_json_text, reply_note, safe_text
 
 __all__ = ["COMMANDS", "HISTORY_FILENAME", "Repl", "run_repl"]
 
@@ -597,7 +597,7 @@ class Repl:
         self.failed_message = None
         outcome = await self._run_turn(
             lambda cancel: self.runner.run_streamed(
-                self.session_id, text, cancel=cancel, max_turns=self.max_turns, system=self.system
+                self.session_id, text, cancel=cancel, max_turns=self.max_turns, system=self.system, wait=0
             )
         )
         if outcome.error is not None and not outcome.interrupted:
@@ -646,7 +646,9 @@ class Repl:
                 session = self.store.get(self.session_id)
                 calls = [c for c in (session.pending_tool_calls if session else ()) if c.id in remaining]
                 continue
-            outcome = await self._run_turn(lambda cancel: self.runner.continue_streamed(self.session_id, cancel=cancel))
+            outcome = await self._run_turn(
+                lambda cancel: self.runner.continue_streamed(self.session_id, cancel=cancel, wait=0)
+            )
             self._refresh_info()
             result = outcome.result
             calls = list(result.pending_tool_calls) if result is not None else []
@@ -732,6 +734,9 @@ class Repl:
             self.error(f"{message} (/retry sends the message again)")
         elif outcome.result is not None:
             self.last_usage_tokens = outcome.result.usage.total_tokens if outcome.result.usage else None
+            note = reply_note(outcome.result)
+            if note is not None:
+                self.say(f"[{note}]")
         return outcome
 
     async def _wait_closing(self) -> bool:

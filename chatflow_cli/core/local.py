@@ -1161,6 +1161,15 @@ class LocalModelClient:
         crashed.session_id = exc.session_id
         return crashed
 
+    def crash_of(self, turn: Any) -> ChatflowError | None:
+        """The crash of the server when ``turn`` (a streamed reply) broke off because it
+        died; ``None`` for a reply that finished, was cancelled, or broke off otherwise."""
+        from ._stream import ReplyState
+
+        if turn.verdict.state is not ReplyState.BROKEN:
+            return None
+        return self.server.wait_death(self.DEATH_WAIT)
+
     def close(self) -> None:
         with self._lock:
             client, self._client = self._client, None
@@ -1188,10 +1197,17 @@ class _LocalStream:
                 self._inner.cancel()
             said = False
             try:
+                mapped: ChatflowError | None = None
                 for item in self._inner:
+                    if isinstance(item, ModelTurn) and not self._cancelled:
+                        # a reply that broke off (the verdict) because the server died is its crash
+                        mapped = self._owner.crash_of(item)
+                        if mapped is not None:
+                            break
                     said = said or not isinstance(item, ModelTurn)
                     yield item
-                return
+                if mapped is None:
+                    return
             except ChatflowError as exc:
                 mapped = self._owner.crash_or(exc)
                 if mapped is exc:
@@ -1312,7 +1328,24 @@ def stop_local_servers(data_dir: str | os.PathLike[str]) -> list[int]:
             except OSError:
                 pass
         pid, instance = state.get("pid"), str(state.get("instance", ""))
-        if isinstance(pid, int) and instance and _pid_alive(pid) and _is_server(pid, instance):
+        if not Path("/proc/self").is_dir():  # no command lines to check: the server, asked with its token,
+            pid = _server_pid(state)         # names its own pid; its supervisor follows it out
+        elif not (isinstance(pid, int) and instance and _is_server(pid, instance)):
+            pid = None
+        if isinstance(pid, int) and _pid_alive(pid):
             _terminate(pid)
             stopped.append(pid)
     return stopped
+
+
+def _server_pid(state: dict[str, Any]) -> int | None:
+    """The pid the server of ``state`` reports at ``/chatflow/health`` (asked with its token)."""
+    try:
+        url = f"http://127.0.0.1:{int(state['port'])}{HEALTH_PATH}"
+    except (KeyError, TypeError, ValueError):
+        return None
+    status, data = _get_json(url, str(state.get("token", "")), 2.0)
+    if status == 200 and isinstance(data, dict) and data.get("instance") == state.get("instance"):
+        pid = data.get("pid")
+        return pid if isinstance(pid, int) else None
+    return None
