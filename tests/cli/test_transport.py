@@ -189,3 +189,38 @@ def test_both_paths_map_a_refused_connection_alike(chatflow: Callable[..., Any],
     assert slow.returncode == fast.returncode == ExitStatus.NETWORK
     assert _normalised(fast.stderr) == _normalised(slow.stderr)
     assert "cannot connect to http://127.0.0.1:" in fast.stderr and "after 3 attempts" in fast.stderr
+
+
+@pytest.mark.parametrize("transport", ["http", "openai"])
+def test_ctrl_c_while_the_server_has_not_answered_is_immediate(chatflow: Callable[..., Any], provider: FakeServer,
+                                                              transport: str) -> None:
+    """A server that never sends its status line: Ctrl-C ends the run at once (exit 130),
+    the turn is kept as interrupted, and the request is not retried."""
+    import signal
+    import time
+
+    from tests.cli.conftest import COMMAND, REPO
+
+    provider.add_hang()
+    provider.add_text("a retry must not be sent")
+    env = dict(os.environ, PYTHONPATH=str(REPO), CHATFLOW_TRANSPORT=transport)
+    proc = subprocess.Popen([*COMMAND, "chat", "-s", "hung", "--timeout", "60", "go"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not provider.requests and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert provider.requests, "the request never reached the server"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == ExitStatus.INTERRUPTED, (out, err)
+    assert took < 2.0, f"Ctrl-C took {took:.1f} s to end the run"
+    assert b"Traceback" not in err and err.count(b"chatflow: error:") == 1
+    [turn] = chatflow("sessions", "show", "hung", "--json", "--all").json()["turns"]
+    assert turn["interrupted"] is True
+    assert len(provider.requests) == 1 and provider.pending == 1, "the cancelled request was retried"
