@@ -126,7 +126,7 @@ SCENARIOS: dict[str, tuple[Callable[[FakeServer], Any], int]] = {
     "empty-stream": (lambda s: s.add_error(200, body="", headers={"Content-Type": "text/event-stream"}),
                      ExitStatus.PROVIDER),
     "invalid-json": (lambda s: s.add_chunks([_text("Hel"), INVALID_JSON]), ExitStatus.PROVIDER),
-    "close-mid-stream": (lambda s: s.add_chunks([_text("Hel"), CLOSE]), ExitStatus.PROVIDER),
+    "close-mid-stream": (lambda s: s.add_chunks([_text("Hel"), CLOSE]), ExitStatus.NETWORK),
     "error-event": (lambda s: s.add_chunks([_text("Hel"), {"error": {"message": "model overloaded"}}]),
                     ExitStatus.PROVIDER),
     "stream-options-refused": (lambda s: s.add_error(400, message="Unrecognized request argument supplied: "
