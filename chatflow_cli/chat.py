@@ -693,7 +693,7 @@ def rerun_session(
                     from rich.text import Text
 
                     state.out().print(Text("You: ", style="bold green") + Text(safe_text(text)))
-                out.run(runner.run_streamed(target, text, system=system))
+                out.run(runner.run_streamed(target, text, system=system, wait=0))
                 system = None
         out.success()
         return out.exit_code

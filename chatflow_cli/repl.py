@@ -589,7 +589,7 @@ class Repl:
         self.failed_message = None
         outcome = await self._run_turn(
             lambda cancel: self.runner.run_streamed(
-                self.session_id, text, cancel=cancel, max_turns=self.max_turns, system=self.system
+                self.session_id, text, cancel=cancel, max_turns=self.max_turns, system=self.system, wait=0
             )
         )
         if outcome.error is not None and not outcome.interrupted:
@@ -638,7 +638,9 @@ class Repl:
                 session = self.store.get(self.session_id)
                 calls = [c for c in (session.pending_tool_calls if session else ()) if c.id in remaining]
                 continue
-            outcome = await self._run_turn(lambda cancel: self.runner.continue_streamed(self.session_id, cancel=cancel))
+            outcome = await self._run_turn(
+                lambda cancel: self.runner.continue_streamed(self.session_id, cancel=cancel, wait=0)
+            )
             self._refresh_info()
             result = outcome.result
             calls = list(result.pending_tool_calls) if result is not None else []

@@ -1332,7 +1332,24 @@ def stop_local_servers(data_dir: str | os.PathLike[str]) -> list[int]:
             except OSError:
                 pass
         pid, instance = state.get("pid"), str(state.get("instance", ""))
-        if isinstance(pid, int) and instance and _pid_alive(pid) and _is_server(pid, instance):
+        if not Path("/proc/self").is_dir():  # no command lines to check: the server, asked with its token,
+            pid = _server_pid(state)         # names its own pid; its supervisor follows it out
+        elif not (isinstance(pid, int) and instance and _is_server(pid, instance)):
+            pid = None
+        if isinstance(pid, int) and _pid_alive(pid):
             _terminate(pid)
             stopped.append(pid)
     return stopped
+
+
+def _server_pid(state: dict[str, Any]) -> int | None:
+    """The pid the server of ``state`` reports at ``/chatflow/health`` (asked with its token)."""
+    try:
+        url = f"http://127.0.0.1:{int(state['port'])}{HEALTH_PATH}"
+    except (KeyError, TypeError, ValueError):
+        return None
+    status, data = _get_json(url, str(state.get("token", "")), 2.0)
+    if status == 200 and isinstance(data, dict) and data.get("instance") == state.get("instance"):
+        pid = data.get("pid")
+        return pid if isinstance(pid, int) else None
+    return None
