@@ -140,7 +140,7 @@ def run_repl(
     ``max_turns`` and ``system`` (``--max-turns``, ``--system``) apply to a session the
     REPL creates, as in ``chatflow chat``.
     """
-    from .chat import ChatOptions, _runner, existing_session, remember_endpoint, session_endpoint
+    from .chat import ChatOptions, _runner, existing_session, remember_endpoint, session_endpoint, transport_for
     from .cli import _notice, new_session_id, validate_session_id
     from .config import ensure_private_dir, resolve_model
 
@@ -168,7 +168,7 @@ def run_repl(
         _notice(state, "starting the local model (SmolLM2 on llama.cpp)…")
     history_path = ensure_private_dir(Path(settings.data_dir)) / HISTORY_FILENAME
     opts = ChatOptions(model=model, agent=agent, base_url=base_url)
-    with _runner(state, settings, opts, store) as runner:
+    with _runner(state, settings, opts, store, transport=transport_for("openai")) as runner:
         repl = Repl(
             runner,
             store,
