@@ -626,6 +626,9 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                     )
                 )
         out.success()
+        # only a run that worked moves the session to its endpoint: a mistyped --base-url
+        # that failed leaves the session where it was
+        remember_endpoint(store, session_id, choice)
         return out.exit_code
     except BaseException as exc:
         if claimed:
@@ -634,10 +637,6 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
         if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
             out.failure(exc, session_id)
         raise
-    else:
-        # only a run that worked moves the session to its endpoint: a mistyped --base-url
-        # that failed leaves the session where it was
-        remember_endpoint(store, session_id, choice)
     finally:
         if announce:
             _announce_if_stored(state, store, session_id, seen=session_id in out.stored)
