@@ -221,7 +221,7 @@ def test_ctrl_c_while_the_server_has_not_answered_is_immediate(chatflow: Callabl
             proc.kill()
     assert proc.returncode == ExitStatus.INTERRUPTED, (out, err)
     assert took < 2.0, f"Ctrl-C took {took:.1f} s to end the run"
-    assert b"Traceback" not in err and err.count(b"chatflow: error:") == 1
+    assert b"Traceback" not in err and err.count(b"chatflow: error:") == 0 and b"interrupted" in err  # Ctrl-C is no error
     [turn] = chatflow("sessions", "show", "hung", "--json", "--all").json()["turns"]
     assert turn["interrupted"] is True
     assert len(provider.requests) == 1 and provider.pending == 1, "the cancelled request was retried"
