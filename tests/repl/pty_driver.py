@@ -89,8 +89,17 @@ class PtyRepl:
         self.wait_for(lambda: self.raw.count(text) >= count, timeout, what=f"raw {text!r}")
 
     def wait_prompt(self, count: int = 1, timeout: float = 20.0) -> None:
-        """Wait for the ``count``-th prompt (``›``) drawn since the start."""
+        """Wait for the ``count``-th prompt (``›``) drawn since the start (the first prompt)."""
         self.wait_for(lambda: self.raw.count("\u203a") >= count, timeout, what=f"prompt #{count}")
+
+    def wait_prompt_after(self, text: str, timeout: float = 20.0) -> None:
+        """Wait for ``text`` and then a prompt drawn after its last occurrence."""
+
+        def drawn() -> bool:
+            at = self.raw.rfind(text)
+            return at >= 0 and "\u203a" in self.raw[at + len(text) :]
+
+        self.wait_for(drawn, timeout, what=f"a prompt after {text!r}")
 
     # -- writing
     def send(self, text: str) -> None:

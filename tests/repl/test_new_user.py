@@ -47,8 +47,7 @@ def test_a_streamed_table_looks_as_in_sessions_show(provider, pty_chatflow, rows
     repl = pty_chatflow("chat", "-s", "tab", width=100, height=24)
     repl.wait_prompt()
     repl.send("hello\r")
-    repl.wait_text("after")
-    repl.wait_prompt(2)
+    repl.wait_prompt_after("after")
     leave(repl)
     live = repl.rows()
     show = pty_chatflow("sessions", "show", "tab", "--no-pager", width=100, height=24)
@@ -71,8 +70,7 @@ def test_retry_after_reopening_sends_the_failed_message_and_keeps_the_good_turn(
     repl = pty_chatflow("chat", "-s", "r1")
     repl.wait_prompt()
     repl.send("the message that failed\r")
-    repl.wait_text("error:")
-    repl.wait_prompt(2)
+    repl.wait_prompt_after("error:")
     repl.send("/exit\r")
     assert repl.wait_exit() == 0
 
@@ -80,8 +78,7 @@ def test_retry_after_reopening_sends_the_failed_message_and_keeps_the_good_turn(
     repl.wait_text("your last message failed: /retry sends it again")
     repl.wait_prompt()
     repl.send("/retry\r")
-    repl.wait_text("ok: the message that failed")
-    repl.wait_prompt(2)
+    repl.wait_prompt_after("ok: the message that failed")
     screen = repl.screen()
     assert "rolled back" not in screen and "retrying turn 1" not in screen
     assert sent(provider) == ["first", "the message that failed", "the message that failed"]
@@ -139,8 +136,7 @@ def test_single_line_breaks_are_kept_live_and_in_sessions_show(provider, pty_cha
     repl = pty_chatflow("chat", "-s", "breaks")
     repl.wait_prompt()
     repl.send("csv please\r")
-    repl.wait_text("violets are blue.")
-    repl.wait_prompt(2)
+    repl.wait_prompt_after("violets are blue.")
     leave(repl)
     expected = ["Rows:", "name,qty", "apples,3", "pears,5", "", "Roses are red,", "violets are blue."]
     live = repl.rows()
@@ -188,8 +184,7 @@ def test_leaving_prints_the_resume_command_and_resuming_recaps_the_last_exchange
     repl = pty_chatflow("chat", "-s", "trip")
     repl.wait_prompt()
     repl.send("capital of France?\r")
-    repl.wait_text("Paris.")
-    repl.wait_prompt(2)
+    repl.wait_prompt_after("Paris.")
     repl.send("\x04")
     assert repl.wait_exit() == 0
     assert repl.screen().splitlines()[-1] == "session trip (1 turn) · resume: chatflow chat -s trip"
@@ -231,8 +226,7 @@ def test_a_blank_line_between_a_reply_and_the_next_prompt(provider, pty_chatflow
     repl = pty_chatflow("chat", "-s", "gap")
     repl.wait_prompt()
     repl.send("q\r")
-    repl.wait_text("Short answer.")
-    repl.wait_prompt(2)
+    repl.wait_prompt_after("Short answer.")
     rows = repl.rows()
     at = rows.index("Short answer.")
     assert rows[at + 1] == "" and "\u203a" in rows[at + 2]
@@ -243,11 +237,9 @@ def test_continuation_lines_in_show_are_under_the_message(provider, pty_chatflow
     repl = pty_chatflow("chat", "-s", "multi")
     repl.wait_prompt()
     repl.send("\x1b[200~line one\nline two\nline three\x1b[201~\r")  # a pasted three-line message
-    repl.wait_text("ok: line one")
-    repl.wait_prompt(2)
+    repl.wait_prompt_after("ok: line one")
     repl.send("/show\r")
-    repl.wait_text("Turn 1")
-    repl.wait_prompt(3)
+    repl.wait_prompt_after("Turn 1")
     rows = repl.rows()
     leave(repl)
     at = rows.index("You: line one")
@@ -308,8 +300,7 @@ def test_one_long_paragraph_looks_the_same_live_and_in_sessions_show(provider, p
     repl = pty_chatflow("chat", "-s", "para", width=100, height=24)
     repl.wait_prompt()
     repl.send("go\r")
-    repl.wait_text("Last paragraph.", timeout=120)
-    repl.wait_prompt(2)
+    repl.wait_prompt_after("Last paragraph.", timeout=120)
     leave(repl)
     live = repl.rows()
     show = pty_chatflow("sessions", "show", "para", "--no-pager", width=100, height=24)
@@ -330,8 +321,7 @@ def test_ctrl_c_while_a_long_reply_arrives_stops_at_once_and_keeps_what_was_rece
     repl.send("go\r")
     repl.wait_text("alpha")
     repl.send("\x03")
-    repl.wait_text("⏹ interrupted")
-    repl.wait_prompt(2)
+    repl.wait_prompt_after("⏹ interrupted")
     line = notice(repl)
     received, shown = (int(n.replace(",", "")) for n in re.findall(r"([\d,]+) characters", line))
     assert shown <= received
@@ -357,8 +347,7 @@ def test_ctrl_c_after_a_huge_reply_arrived_at_once_says_what_was_stored(provider
     repl.send("go\r")
     repl.wait_text("alpha")
     repl.send("\x03")
-    repl.wait_text("⏹", timeout=60)
-    repl.wait_prompt(2)
+    repl.wait_prompt_after("⏹", timeout=60)
     line = notice(repl)
     leave(repl)
     with store() as st:

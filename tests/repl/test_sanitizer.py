@@ -125,8 +125,7 @@ def test_the_same_controls_show_the_same_live_piped_and_in_sessions_show(provide
     repl = pty_chatflow("chat", "-s", "ctl2")
     repl.wait_prompt()
     repl.send("hi\r")
-    repl.wait_text(" end")
-    repl.wait_prompt(2)
+    repl.wait_prompt_after(" end")
     assert expected in repl.screen()
     repl.send("\x04")
     assert repl.wait_exit() == 0
