@@ -375,20 +375,23 @@ def _pending_notice(state: State, result: Any) -> None:
 def _runner(state: State, settings: Settings, opts: ChatOptions, store: Any) -> Iterator[Any]:
     """A Runner on ``store`` whose model client points at the configured endpoint.
 
-    The local model's llama.cpp server, when it is the choice, runs for the duration of
-    the ``with`` block and is stopped on every way out (issue 2: no orphan process).
+    The local model's llama.cpp server, when it is the choice, is started or reused on
+    entering (:class:`~chatflow_cli.core.local.LocalModel`): with ``local_keep_alive`` 0 it
+    is private and stopped on every way out (no orphan process); otherwise it is the warm
+    server of the data directory, left running for the next call until it idles out.
     """
     from .config import LOCAL_MODEL, build_agents, resolve_model
 
     choice = resolve_model(settings)
     with contextlib.ExitStack() as stack:
         base_url, api_key, model = choice.base_url, choice.api_key, choice.model
+        local = None
         if choice.local:
-            from .core.local import LocalServer
+            from .core.local import LocalModel
 
-            server = stack.enter_context(LocalServer())
-            base_url = server.base_url
-            model = getattr(server, "model", None) or LOCAL_MODEL
+            local = stack.enter_context(LocalModel(keep_alive=settings.local_keep_alive, data_dir=settings.data_dir))
+            base_url = local.base_url
+            model = local.model or LOCAL_MODEL
         override = opts.model
         if override == LOCAL_MODEL:
             override = model
@@ -402,7 +405,8 @@ def _runner(state: State, settings: Settings, opts: ChatOptions, store: Any) -> 
         from .core.model import ModelClient
         from .core.runner import Runner
 
-        client = ModelClient(base_url, api_key, timeout=opts.timeout)
+        client = local.client(timeout=opts.timeout) if local is not None else ModelClient(
+            base_url, api_key, timeout=opts.timeout)
         temperature = LOCAL_TEMPERATURE if choice.local else None
         runner = Runner(start, store, model_client=client, default_model=model, temperature=temperature)
         # Every configured agent resolves, not only those reachable from the starting one:

@@ -24,7 +24,8 @@ code  name          when
 4     SESSION_BUSY  another process is running a turn on the session (see ``--wait``), or
                     the session is terminated
 5     PROVIDER      the model server refused or failed: 401/403, unknown model, 400,
-                    invalid reply, tool-round limit, local model could not start
+                    invalid reply, tool-round limit, local model server failed to start
+                    or crashed
 6     NETWORK       connection refused/reset, DNS failure, timeout
 7     RATE_LIMITED  429/5xx after retries; the session is marked rescheduled
 8     STORE         the database cannot be opened, read or written (corrupt, read-only,
@@ -93,7 +94,15 @@ config_app = typer.Typer(
 )
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(agents_app, name="agents")
+local_app = typer.Typer(
+    help="The local model's warm llama.cpp server: whether one runs, and stopping it.",
+    epilog="Example: chatflow local status",
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 app.add_typer(config_app, name="config")
+app.add_typer(local_app, name="local")
 
 
 # ---------------------------------------------------------------------------------------
@@ -625,6 +634,8 @@ def config_show(
         "api_key": mask_secret(s.api_key),
         "default_agent": s.default_agent,
         "max_turns": s.max_turns,
+        "local_keep_alive": s.local_keep_alive,
+        "local_keep_alive_source": s.sources.get("local_keep_alive"),
         "agents": [a.name for a in s.agents],
     }
     if json_:
@@ -637,6 +648,53 @@ def config_show(
         elif value is None:
             value = "-"
         state.env.stdout.write(f"{key:<{width}}  {safe_text(str(value))}\n")
+
+
+@local_app.command("status", epilog="\b\nExamples:\n  chatflow local status\n  chatflow local status --json")
+def local_status(
+    ctx: typer.Context,
+    json_: Annotated[bool, typer.Option("--json", help="A JSON array instead of lines.")] = False,
+) -> None:
+    """List the warm local model servers of the data directory: pid, URL, model, idle time."""
+    from .core.local import local_servers
+    from .render import dumps, safe_text
+
+    state = _state(ctx)
+    settings = state.settings()
+    servers = local_servers(settings.data_dir)
+    if json_:
+        state.env.stdout.write(dumps([s.to_dict() for s in servers], indent=2) + "\n")
+        return
+    if not servers:
+        _notice(state, f"no warm local model server (keep-alive {settings.local_keep_alive:g} s)")
+        return
+    import time
+
+    for s in servers:
+        age = max(0, int(time.time() - s.started_at))
+        health = "running" if s.healthy else "not answering (stale: replaced on next use)"
+        state.env.stdout.write(safe_text(
+            f"pid {s.pid}  {s.base_url}  {health}  up {age} s  keep-alive {s.keep_alive:g} s  "
+            f"chatflow {s.version}  {Path(s.model).name}") + "\n")
+
+
+@local_app.command("stop", epilog="\b\nExamples:\n  chatflow local stop\n  chatflow local stop --json")
+def local_stop(
+    ctx: typer.Context,
+    json_: Annotated[bool, typer.Option("--json", help="As JSON: {\"stopped\": [pids]}.")] = False,
+) -> None:
+    """Stop the warm local model servers now (the next call starts a new one)."""
+    from .core.local import stop_local_servers
+    from .render import dumps
+
+    state = _state(ctx)
+    stopped = stop_local_servers(state.settings().data_dir)
+    if json_:
+        state.env.stdout.write(dumps({"stopped": stopped}) + "\n")
+    elif stopped:
+        _notice(state, "stopped the local model server (pid " + ", ".join(map(str, stopped)) + ")")
+    else:
+        _notice(state, "no warm local model server was running")
 
 
 @app.command(epilog="\b\nExamples:\n  chatflow completion bash > ~/.local/share/bash-completion/completions/chatflow\n  chatflow completion fish > ~/.config/fish/completions/chatflow.fish")

@@ -19,7 +19,14 @@ setting            flag                 environment         config.toml key
 model              ``--model/-m``       ``CHATFLOW_MODEL``  ``model``
 base URL           ``--base-url``       ``OPENAI_BASE_URL`` ``base_url``
 API key            (none: never a flag) ``$<api_key_env>``  ``api_key_env`` names the variable
+local keep-alive   (none)               ``CHATFLOW_LOCAL_   ``local_keep_alive``
+                                        KEEP_ALIVE``
 =================  ===================  ==================  ==============================
+
+``local_keep_alive`` is how long the local model's warm server waits for the next request
+after the last one: seconds (``300``) or a duration (``"5m"``, ``"1h30m"``, ``"90s"``);
+default 5 minutes; ``0`` starts a private server for each chatflow process and stops it
+when the process ends.
 
 API keys never live in a file or the database: ``config.toml`` holds only the *name* of
 the environment variable that holds the key (``api_key_env``, default
@@ -78,7 +85,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .core.errors import ConfigError
+from .core.errors import ChatflowError, ConfigError
 
 __all__ = [
     "DB_FILENAME",
@@ -106,10 +113,14 @@ DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_REMOTE_MODEL = "gpt-4o-mini"
 #: The model name that means "the embedded llama.cpp server" (issue 2).
 LOCAL_MODEL = "local"
+#: Seconds the local model's warm server waits for the next request (``core.local.DEFAULT_KEEP_ALIVE``).
+DEFAULT_LOCAL_KEEP_ALIVE = 300.0
+#: The environment variable of ``local_keep_alive``.
+KEEP_ALIVE_ENV = "CHATFLOW_LOCAL_KEEP_ALIVE"
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOOL_REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-_TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "agents"}
+_TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "agents", "local_keep_alive"}
 _AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools"}
 _CUSTOM_TOOL_KEYS = {"name", "description", "parameters"}
 
@@ -235,6 +246,7 @@ class Settings:
     default_agent: str | None = None
     max_turns: int | None = None
     agents: tuple[AgentSpec, ...] = ()
+    local_keep_alive: float = 300.0
     sources: dict[str, str] = field(default_factory=dict)
 
     def agent(self, name: str) -> AgentSpec | None:
@@ -292,6 +304,20 @@ def load_settings(
     api_key = env.get(key_env) or None
     sources["api_key"] = f"env ${key_env}" if api_key else "default"
 
+    keep_alive = DEFAULT_LOCAL_KEEP_ALIVE
+    sources["local_keep_alive"] = "default"
+    if env.get(KEEP_ALIVE_ENV, "").strip():
+        from .core.local import parse_keep_alive  # only when set: core.local is not needed by sessions ls
+
+        try:
+            keep_alive = parse_keep_alive(env[KEEP_ALIVE_ENV])
+        except ChatflowError as exc:
+            raise ConfigError(f"{KEEP_ALIVE_ENV}: {exc.message}") from None
+        sources["local_keep_alive"] = "env"
+    elif "local_keep_alive" in file_settings:
+        keep_alive = file_settings["local_keep_alive"]
+        sources["local_keep_alive"] = "file"
+
     ddir = data_dir(env)
     if db:
         db_path = Path(db).expanduser()
@@ -312,6 +338,7 @@ def load_settings(
         default_agent=file_settings.get("default_agent"),
         max_turns=file_settings.get("max_turns"),
         agents=tuple(file_settings.get("agents", ())),
+        local_keep_alive=keep_alive,
         sources=sources,
     )
 
@@ -478,6 +505,13 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise _Problem("max_turns must be a positive integer", _key_line(text, "max_turns"))
         out["max_turns"] = value
+    if "local_keep_alive" in data:
+        from .core.local import parse_keep_alive
+
+        try:
+            out["local_keep_alive"] = parse_keep_alive(data["local_keep_alive"])
+        except ChatflowError as exc:
+            raise _Problem(f"local_keep_alive: {exc.message}", _key_line(text, "local_keep_alive")) from None
     agents_raw = data.get("agents", [])
     if isinstance(agents_raw, dict):  # [agents.Name] tables
         agents_raw = [{"name": name, **body} if isinstance(body, dict) else body for name, body in agents_raw.items()]

@@ -25,22 +25,31 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
-PROVIDER_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CHATFLOW_MODEL", "CHATFLOW_DB", "NO_COLOR")
+PROVIDER_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CHATFLOW_MODEL", "CHATFLOW_DB", "NO_COLOR",
+                      "CHATFLOW_LOCAL_KEEP_ALIVE", "CHATFLOW_LOCAL_SERVER_APP")
 
 
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private chatflow data directory (``CHATFLOW_HOME``) and config file path for the test."""
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private chatflow data directory (``CHATFLOW_HOME``) and config file path for the test.
+
+    A warm local model server the test left in it (the default keep-alive) is stopped at
+    the end, so the suite leaves no process behind.
+    """
     home = tmp_path / "chatflow-home"
     monkeypatch.setenv("CHATFLOW_HOME", str(home))
     monkeypatch.setenv("CHATFLOW_CONFIG", str(tmp_path / "config" / "config.toml"))
     for name in PROVIDER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    return home
+    yield home
+    if (home / "local").is_dir():
+        from chatflow_cli.core.local import stop_local_servers
+
+        stop_local_servers(home)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -218,3 +218,77 @@ def test_an_error_inside_the_block_stops_the_server() -> None:
             pid = server.pid
             raise RuntimeError("boom")
     assert pid is not None and not alive(pid)
+
+
+# -- extra CPU buffer types off: the model runs where the CPU advertises what it cannot run --
+def _health(base_url: str, token: str | None = None) -> dict:
+    import json
+
+    root = base_url.rsplit("/v1", 1)[0]
+    request = urllib.request.Request(root + "/chatflow/health",
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        return json.load(resp)
+
+
+def cpu_advertises_amx() -> bool:
+    try:
+        return "amx_tile" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.local_model
+@needs_llama
+def test_the_private_server_loads_the_model_with_extra_buffer_types_off_and_answers() -> None:
+    with LocalServer() as server:
+        health = _health(server.base_url)
+        assert health["use_extra_bufts"] is False, "the model was loaded with AMX / repacking buffer types on"
+        client = ModelClient(server.base_url, None, timeout=120)
+        turn = client.complete(server.model, [{"role": "user", "content": "What is the capital of France?"}],
+                               max_tokens=24, temperature=0.0)
+        assert turn.content and turn.content.strip()  # on a CPU advertising AMX too (see the next test)
+        client.close()
+        assert "AMX" not in server.output_tail(1_000_000).split("load_tensors:", 1)[-1].split("\n", 3)[0]
+
+
+@pytest.mark.local_model
+@needs_llama
+def test_the_warm_server_loads_the_model_with_extra_buffer_types_off(tmp_path: Path) -> None:
+    from chatflow_cli.core.local import SharedLocalServer, stop_local_servers
+
+    try:
+        server = SharedLocalServer(data_dir=tmp_path, keep_alive=60).start()
+        assert server.started
+        assert _health(server.base_url, server.api_key)["use_extra_bufts"] is False
+        again = SharedLocalServer(data_dir=tmp_path, keep_alive=60).start()
+        assert not again.started and again.pid == server.pid and again.base_url == server.base_url
+    finally:
+        stop_local_servers(tmp_path)
+
+
+@pytest.mark.local_model
+@needs_llama
+@pytest.mark.skipif(not cpu_advertises_amx(), reason="this CPU does not advertise AMX")
+def test_where_amx_is_advertised_the_model_with_extra_buffer_types_on_either_answers_or_dies_named() -> None:
+    """What the default protects from: llama.cpp's own choice of buffer types. On a VM that
+    traps AMX this dies at the first reply (SIGILL or SIGSEGV), and the error says so in one line."""
+    from chatflow_cli.core.errors import ChatflowError
+    from chatflow_cli.core.local import LocalModelClient, LocalServerCrashedError
+
+    with LocalServer(extra_bufts=True) as server:
+        assert _health(server.base_url)["use_extra_bufts"] is True
+        client = LocalModelClient(server, timeout=120)
+        try:
+            turn = client.complete(server.model, [{"role": "user", "content": "Say hi"}], max_tokens=8,
+                                   temperature=0.0)
+        except ChatflowError as exc:
+            assert isinstance(exc, LocalServerCrashedError), exc
+            # SIGILL on the VMs of the report, SIGSEGV on others (the hypervisor decides)
+            assert exc.returncode in (-signal.SIGILL, -signal.SIGSEGV), exc
+            assert f"killed by {signal.Signals(-exc.returncode).name}" in exc.message
+            assert "GGML_NATIVE=OFF" in exc.message
+            assert "\n" not in exc.message
+        else:
+            assert turn.content is not None
+        client.close()

@@ -25,6 +25,7 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │   ├── ProviderResponseError      invalid JSON, HTML, a broken stream
     │   ├── MaxToolRoundsExceeded      the model kept calling tools past the bound of a turn
     │   └── LocalModelError            the embedded llama.cpp server could not start
+    │       └── LocalServerCrashedError  it died (a signal or an exit code)
     ├── NetworkError (6)               connection refused, reset, DNS
     │   └── ProviderTimeoutError
     ├── RateLimitedError (7)           429/5xx after retries; the session is rescheduled

@@ -648,7 +648,11 @@ class Runner:
         except BaseException as exc:
             if state.released:
                 raise
-            events = self._fail(session, turn, state, exc)
+            if getattr(exc, "keeps_partial_reply", False) and state.partial:
+                # the model server died mid-reply: what it said stays, as an interrupted turn
+                events = self._interrupt(session, turn, state, reason=f"interrupted: {type(exc).__name__}")
+            else:
+                events = self._fail(session, turn, state, exc)
             yield from stored(events, turn)
             if isinstance(exc, ChatflowError) and exc.session_id is None:
                 exc.session_id = session_id

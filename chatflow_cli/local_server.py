@@ -1,0 +1,413 @@
+"""The process of the embedded local model: llama.cpp's OpenAI-compatible server, made safe.
+
+:mod:`chatflow_cli.core.local` starts this module as a child (``python -m
+chatflow_cli.local_server [--chatflow-* options] [llama_cpp.server options]``); it is
+never imported by chatflow itself. It runs llama-cpp-python's server app under uvicorn,
+with four additions:
+
+* **Extra CPU buffer types off** (``--chatflow-extra-bufts off``, the default chatflow
+  passes). llama.cpp, built natively, picks an extra CPU buffer type for the weights when
+  the CPU advertises it -- AMX tiles on recent Xeons, or repacked layouts for AVX2/AVX-512
+  -- and loads them there. Many hypervisors advertise AMX in ``cpuid`` without enabling
+  its tile state, and the first AMX instruction (``tilezero`` in ggml's AMX matmul) then
+  kills the server with SIGILL. Loading the model with ``use_extra_bufts = False`` in
+  ``llama_model_params`` keeps the weights in the plain CPU buffer, which runs on every
+  machine; SmolLM2-135M Q4_1 loses little or nothing by it (measured by
+  ``tests/benchmarks/bench_local_model.py``). llama-cpp-python does not expose the field,
+  so this module sets it on the parameters of every model load
+  (``llama_cpp.llama_model_load_from_file``) and reports what the load really used at
+  ``GET /chatflow/health`` (``"use_extra_bufts"``).
+* **How it died is known to every chatflow**: the exit status (``Popen`` for a private
+  server, the supervisor's record for a warm one) names the signal -- SIGILL or SIGSEGV
+  where a VM traps AMX, depending on the hypervisor.
+* **A guard** in front of the app: with a token (environment variable
+  ``CHATFLOW_LOCAL_TOKEN``) every request must carry ``Authorization: Bearer <token>``
+  (401 otherwise); ``GET /chatflow/health`` answers ``{"instance", "pid", "version",
+  "model", "use_extra_bufts", "in_flight"}``; requests in flight and the time of the last
+  one are counted for the idle shutdown.
+* **Its lifetime.** ``--chatflow-watch-fd FD`` (a server private to one chatflow
+  process): exit as soon as that pipe reports EOF, i.e. when chatflow is gone.
+  ``--chatflow-state PATH --chatflow-keep-alive SECONDS`` (a shared warm server): the
+  process forks; the parent is a small supervisor that waits for the server, writes how
+  it ended (``<state>.exit``: instance and return code, a negative code being the signal)
+  and removes the state file when it still names this server; the server stops itself
+  when no request came for the keep-alive time, when its model file changed, or when the
+  state file names another server (a chatflow of another version, options or model took
+  the slot), each only while no request is in flight, under the slot's lock.
+
+``--chatflow-app MODULE:FUNCTION`` replaces llama.cpp's app by ``FUNCTION(argv)``, which
+returns ``(asgi_app, host, port)``: the tests run a stand-in server through the same
+guard, signals and lifetime rules (``CHATFLOW_LOCAL_SERVER_APP`` in chatflow).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+TOKEN_ENV = "CHATFLOW_LOCAL_TOKEN"
+HEALTH_PATH = "/chatflow/health"
+
+#: What the model loads really used (``None`` until a model was loaded).
+_loaded: dict[str, Any] = {"use_extra_bufts": None}
+
+
+class _Options:
+    def __init__(self) -> None:
+        self.watch_fd: int | None = None
+        self.state: str | None = None
+        self.lock: str | None = None
+        self.keep_alive: float = 0.0
+        self.instance: str = ""
+        self.extra_bufts: bool = False
+        self.app: str | None = None
+        self.version: str = ""
+        self.model_path: str | None = None
+
+
+def _split_args(argv: list[str]) -> tuple[_Options, list[str]]:
+    """Our ``--chatflow-NAME VALUE`` options, and the rest (for the server app)."""
+    opts = _Options()
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--chatflow-") and i + 1 < len(argv):
+            name, value = arg[len("--chatflow-"):], argv[i + 1]
+            i += 2
+            if name == "watch-fd":
+                opts.watch_fd = int(value)
+            elif name == "state":
+                opts.state = value
+            elif name == "lock":
+                opts.lock = value
+            elif name == "keep-alive":
+                opts.keep_alive = float(value)
+            elif name == "instance":
+                opts.instance = value
+            elif name == "extra-bufts":
+                opts.extra_bufts = value == "on"
+            elif name == "app":
+                opts.app = value
+            elif name == "version":
+                opts.version = value
+            else:
+                raise SystemExit(f"chatflow local server: unknown option --chatflow-{name}")
+            continue
+        if arg == "--model" and i + 1 < len(argv):
+            opts.model_path = argv[i + 1]
+        rest.append(arg)
+        i += 1
+    return opts, rest
+
+
+# ---------------------------------------------------------------------------------------
+# extra buffer types off
+# ---------------------------------------------------------------------------------------
+def disable_extra_buffer_types() -> bool:
+    """Make every model load of llama-cpp-python use ``use_extra_bufts = False``.
+
+    Wraps ``llama_cpp.llama_cpp.llama_model_load_from_file`` (the call through which
+    ``Llama`` loads a GGUF) so the parameter struct it receives has the field cleared, and
+    records the value each load used. Returns ``False`` when this llama-cpp-python has no
+    such field (an old llama.cpp, which has no extra buffer types to turn off either).
+    """
+    import llama_cpp.llama_cpp as lib
+
+    fields = {name for name, *_ in getattr(lib.llama_model_params, "_fields_", ())}
+    if "use_extra_bufts" not in fields:
+        return False
+    original = lib.llama_model_load_from_file
+    if getattr(original, "_chatflow_wrapped", False):
+        return True
+
+    def load(path_model: bytes, params: Any) -> Any:
+        params.use_extra_bufts = False
+        _loaded["use_extra_bufts"] = bool(params.use_extra_bufts)
+        return original(path_model, params)
+
+    load._chatflow_wrapped = True  # type: ignore[attr-defined]
+    lib.llama_model_load_from_file = load
+    return True
+
+
+def _record_loads() -> None:
+    """With extra buffer types on, still record what each load used (for the health answer)."""
+    import llama_cpp.llama_cpp as lib
+
+    original = lib.llama_model_load_from_file
+
+    def load(path_model: bytes, params: Any) -> Any:
+        _loaded["use_extra_bufts"] = bool(getattr(params, "use_extra_bufts", True))
+        return original(path_model, params)
+
+    lib.llama_model_load_from_file = load
+
+
+def _llama_app(argv: list[str]) -> tuple[Any, str, int]:
+    """llama-cpp-python's server app from its command-line options (``python -m llama_cpp.server``'s)."""
+    import argparse
+
+    from llama_cpp.server.app import create_app
+    from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
+    from llama_cpp.server.settings import ModelSettings, ServerSettings, Settings
+
+    parser = argparse.ArgumentParser(prog="chatflow-local-server")
+    add_args_from_model(parser, Settings)
+    args = parser.parse_args(argv)
+    server_settings = parse_model_from_args(ServerSettings, args)
+    model_settings = [parse_model_from_args(ModelSettings, args)]
+    app = create_app(server_settings=server_settings, model_settings=model_settings)
+    return app, server_settings.host, int(server_settings.port)
+
+
+# ---------------------------------------------------------------------------------------
+# the guard
+# ---------------------------------------------------------------------------------------
+class Guard:
+    """ASGI middleware: the token check, ``/chatflow/health``, and the activity count."""
+
+    def __init__(self, app: Any, *, token: str | None, info: dict[str, Any]) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+        self.info = info
+        self.in_flight = 0
+        self.last_activity = time.monotonic()
+        self.lock = threading.Lock()
+
+    def idle_for(self) -> float | None:
+        """Seconds since the last request ended, or ``None`` while one is in flight."""
+        with self.lock:
+            if self.in_flight:
+                return None
+            return time.monotonic() - self.last_activity
+
+    def _authorized(self, scope: dict[str, Any]) -> bool:
+        if self.token is None:
+            return True
+        for name, value in scope.get("headers") or ():
+            if name.lower() == b"authorization":
+                scheme, _, credentials = value.partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self.token)
+        return False
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        with self.lock:
+            self.in_flight += 1
+            self.last_activity = time.monotonic()
+        try:
+            if not self._authorized(scope):
+                await _send_json(send, 401, {"error": {"message": "invalid API key", "type": "invalid_request_error",
+                                                       "code": "invalid_api_key"}})
+            elif scope.get("path") == HEALTH_PATH:
+                body = dict(self.info, pid=os.getpid(), in_flight=self.in_flight - 1,
+                            use_extra_bufts=_loaded["use_extra_bufts"])
+                await _send_json(send, 200, body)
+            else:
+                await self.app(scope, receive, send)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+                self.last_activity = time.monotonic()
+
+
+async def _send_json(send: Callable[..., Any], status: int, body: dict[str, Any]) -> None:
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})
+
+
+# ---------------------------------------------------------------------------------------
+# lifetime
+# ---------------------------------------------------------------------------------------
+def _watch_pipe(fd: int) -> None:
+    """Exit at once when chatflow, which holds the only write end of the pipe, is gone."""
+
+    def watch() -> None:
+        try:
+            while os.read(fd, 4096):
+                pass
+        except OSError:
+            pass
+        os._exit(0)
+
+    threading.Thread(target=watch, name="chatflow-parent-watch", daemon=True).start()
+
+
+def _read_json(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _file_id(path: str | None) -> tuple[int, int, int] | None:
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class _Flock:
+    """An exclusive ``flock`` on ``path`` for a ``with`` block."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = -1
+
+    def __enter__(self) -> "_Flock":
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # releases the lock
+
+
+def _forget_state(state: str, instance: str) -> None:
+    """Remove the state file when it still names ``instance`` (caller holds the lock)."""
+    data = _read_json(state)
+    if data is not None and data.get("instance") == instance:
+        try:
+            os.unlink(state)
+        except OSError:
+            pass
+
+
+def _keep_alive_watch(guard: Guard, opts: _Options) -> None:
+    """Stop the server when idle, when its model file changed, or when superseded."""
+    assert opts.state is not None and opts.lock is not None
+    model_id = _file_id(opts.model_path)
+    interval = max(0.05, min(1.0, opts.keep_alive / 5))
+
+    def reason(seen: list[bool]) -> str | None:
+        data = _read_json(opts.state or "")
+        mine = data is not None and data.get("instance") == opts.instance
+        seen[0] = seen[0] or mine
+        if seen[0] and not mine:
+            return "another server took its place"
+        if opts.model_path and _file_id(opts.model_path) != model_id:
+            return "its model file changed"
+        idle = guard.idle_for()
+        if idle is not None and idle >= opts.keep_alive:
+            return f"no request for {opts.keep_alive:g} s"
+        return None
+
+    def watch() -> None:
+        seen = [False]
+        while True:
+            time.sleep(interval)
+            why = reason(seen)
+            if why is None or guard.idle_for() is None:
+                continue
+            with _Flock(opts.lock or ""):
+                why = reason(seen)
+                if why is None or guard.idle_for() is None:
+                    continue
+                _forget_state(opts.state or "", opts.instance)
+                sys.stderr.write(f"chatflow: the local model server stops: {why}\n")
+                sys.stderr.flush()
+                os._exit(0)  # the lock goes with the process
+
+    threading.Thread(target=watch, name="chatflow-keep-alive", daemon=True).start()
+
+
+def _set_pdeathsig() -> None:
+    """Linux: die with SIGKILL when the supervisor dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _supervise(opts: _Options) -> None:
+    """Fork: the child returns and becomes the server; this process waits for it and
+    records how it ended, then exits with the same status."""
+    pid = os.fork()
+    if pid == 0:
+        _set_pdeathsig()
+        return
+
+    def forward(signum: int, frame: Any) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    assert opts.state is not None and opts.lock is not None
+    record = {"instance": opts.instance, "pid": os.getpid(), "server_pid": pid, "returncode": code,
+              "time": time.time()}
+    # the record first, without the lock: a chatflow starting this server holds the lock and
+    # waits for either the server's health or this record
+    tmp = f"{opts.state}.exit.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(record, fh)
+    os.replace(tmp, f"{opts.state}.exit")
+    with _Flock(opts.lock):
+        _forget_state(opts.state, opts.instance)
+    os._exit(0 if code == 0 else 1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the server (see the module docstring)."""
+    opts, rest = _split_args(list(sys.argv[1:] if argv is None else argv))
+    if opts.watch_fd is not None:
+        _watch_pipe(opts.watch_fd)
+    if opts.state is not None:
+        _supervise(opts)
+    token = os.environ.pop(TOKEN_ENV, None) or None
+    if opts.app:
+        import importlib
+
+        module, _, function = opts.app.partition(":")
+        factory = getattr(importlib.import_module(module), function)
+    else:
+        if opts.extra_bufts:
+            _record_loads()
+        else:
+            disable_extra_buffer_types()
+        factory = _llama_app
+    app, host, port = factory(rest)
+    info = {"instance": opts.instance, "version": opts.version, "model": opts.model_path,
+            "keep_alive": opts.keep_alive}
+    guard = Guard(app, token=token, info=info)
+    if opts.state is not None:
+        _keep_alive_watch(guard, opts)
+    import uvicorn
+
+    uvicorn.run(guard, host=host, port=port, log_level="warning", access_log=False, lifespan="auto")
+
+
+if __name__ == "__main__":
+    main()
