@@ -495,8 +495,10 @@ class Repl:
         print_unpadded(self.console, Text(text, style=style))
 
     def recap(self) -> None:
-        """On opening an existing session: its last exchange, as ``/show`` prints it (the
-        rows nearest the prompt when it is taller than half the screen)."""
+        """On opening an existing session: its last exchange, as ``/show`` prints it; taller
+        than half the screen, its title, the user's message and the reply's last rows."""
+        from rich.text import Text
+
         from .markdown_stream import print_unpadded
         from .render import turn_renderables
 
@@ -513,15 +515,25 @@ class Repl:
             lines.extend(self.console.render_lines(item, self.console.options, pad=False))
         while lines and not "".join(seg.text for seg in lines[-1]).strip():
             lines.pop()
-        room = max(6, self.console.size.height // 2)
-        if len(lines) > room:
-            hidden = len(lines) - room + 1
-            self.say(f"… {plural_rows(hidden)} of turn {record.number} above; /show prints it whole")
-            lines = lines[-(room - 1) :]
         from rich.segment import Segment, Segments
 
+        def text_of(line: list[Any]) -> str:
+            return "".join(segment.text for segment in line)
+
+        room = max(8, self.console.size.height // 2)
+        if len(lines) > room:
+            # The title and the user's message stay; the reply keeps its last rows.
+            head = 1
+            if head < len(lines) and text_of(lines[head]).startswith("You: "):
+                head += 1
+                while head < min(len(lines), 5) and text_of(lines[head]).startswith("     "):
+                    head += 1
+            tail = room - head - 1
+            hidden = len(lines) - head - tail
+            note = Text(f"  … {plural_rows(hidden)} more; /show prints the whole turn", style="dim")
+            lines = [*lines[:head], *self.console.render_lines(note, self.console.options, pad=False), *lines[-tail:]]
         segments: list[Any] = []
-        for line in lines:
+        for line in [*lines, []]:  # and a blank line before the prompt
             segments.extend(line)
             segments.append(Segment.line())
         print_unpadded(self.console, Segments(segments))

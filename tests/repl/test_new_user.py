@@ -199,6 +199,23 @@ def test_leaving_prints_the_resume_command_and_resuming_recaps_the_last_exchange
         leave(again)
 
 
+def test_the_recap_of_a_tall_last_turn_keeps_the_message_and_the_end_of_the_reply(provider, chatflow, pty_chatflow) -> None:
+    reply = "\n".join(f"line {n} of the answer" for n in range(1, 41))
+    provider.add_text(reply)
+    assert chatflow("chat", "-s", "tall", "a long one please").returncode == 0
+    repl = pty_chatflow("chat", "-s", "tall", width=60, height=24)
+    repl.wait_prompt()
+    rows = repl.rows()
+    leave(repl)
+    recap = rows[: next(i for i, row in enumerate(rows) if "\u203a" in row)]
+    stripped = [row.strip() for row in recap]
+    assert "You: a long one please" in recap and "line 40 of the answer" in stripped
+    assert not any(row.endswith("line 1 of the answer") for row in stripped)
+    assert any(re.fullmatch(r"  … \d+ rows more; /show prints the whole turn", row) for row in recap)
+    banner = next(i for i, row in enumerate(recap) if row.startswith("──"))
+    assert len(recap) - banner <= 12 + 1  # half the screen, and a blank line before the prompt
+
+
 def test_leaving_a_session_never_used_says_nothing_was_stored(provider, pty_chatflow) -> None:
     repl = pty_chatflow("chat")
     repl.wait_prompt()
