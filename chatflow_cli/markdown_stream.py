@@ -8,15 +8,20 @@ Rich so that a long answer stays fast and readable:
   *complete* when a later block has started (a blank line followed by a non-continuation
   line, a heading, a fence, a sibling list item...); a fenced code block when its closing
   fence arrives. A complete block is rendered once with :class:`rich.markdown.Markdown`
-  (code blocks with :class:`rich.syntax.Syntax`, highlighted) and printed into the
-  scrollback. It is never redrawn.
+  exactly as ``sessions show`` renders it (:func:`chatflow_cli.render.markdown_renderable`:
+  single line breaks kept; code blocks with :class:`rich.syntax.Syntax`, highlighted) and
+  printed into the scrollback. It is never redrawn.
 * Only the unfinished *tail* (the open block plus the partial last line, and a spinner
   line while waiting) is drawn live, below the scrollback, and redrawn at most
   ``refresh_per_second`` times a second. A refresh costs time proportional to the tail,
   not to the answer, so the answer does not slow down as it grows.
 * The tail is never taller than half the screen: when the open block grows past that
   (a long code block, a huge paragraph), its completed lines are printed into the
-  scrollback and only the rest stays live. Nothing is cropped or hidden behind an
+  scrollback and only the rest stays live. A paragraph's final rows (its complete lines,
+  or the rows of a long line before a space where no inline markup is open) leave the
+  live text as well, so a refresh costs the same for a paragraph of any length. A table
+  is the exception: a later row can widen every column, so it is redrawn whole while it
+  fits in the live region and, taller, held behind a row count until it is complete. Nothing is cropped or hidden behind an
   ellipsis, and because the live region always fits on the screen, moving the cursor
   back over it never reaches into the scrollback: no line is ever printed twice, also
   when the terminal is smaller than the answer.
