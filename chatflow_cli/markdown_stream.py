@@ -90,7 +90,7 @@ from rich.style import Style
 from rich.syntax import Syntax
 from rich.text import Text
 
-from .render import TextSanitizer, markdown_renderable, parse_markdown, safe_text
+from .render import TextSanitizer, markdown_lines, markdown_renderable, parse_markdown, safe_text
 
 __all__ = ["MarkdownStream", "RefreshStat", "print_unpadded", "sanitize_terminal_text"]
 
@@ -575,6 +575,7 @@ class MarkdownStream:
         self.stats: list[RefreshStat] = []
         self._sanitizer = _Sanitizer()
         self._styles = OwnStyles()  # private copies of Rich's shared styles, for this console
+        self._parsed_styles: dict[str, Style] = {}
         self._scanner = _BlockScanner()
         self._chunks: list[str] = []
         self._chars = 0
@@ -721,12 +722,27 @@ class MarkdownStream:
         return rows if self.reflow else min(rows, 4)
 
     def _render_markdown(self, text: str, width: int | None = None) -> list[Line]:
+        """``text`` laid out as ``sessions show`` lays it out: paragraphs, lists and inline
+        styles by :func:`chatflow_cli.render.markdown_lines` (Rich's layout, without Rich's
+        layout engine: a long paragraph costs a fraction), anything else by Rich's Markdown."""
+        laid_out = markdown_lines(text, width or self._options().max_width)
+        if laid_out is not None:
+            style_of = self._style_of
+            return _strip_blank_edges([[Segment(part, style_of(style)) for part, style in line.parts] for line in laid_out])
         if self.code_theme == DEFAULT_CODE_THEME:
             markdown = markdown_renderable(text)  # exactly as ``sessions show`` renders it
         else:
             markdown = Markdown(text, code_theme=self.code_theme, hyperlinks=False)
             markdown.parsed = parse_markdown(text)
         return _strip_blank_edges(self.console.render_lines(markdown, self._options(width), pad=False))
+
+    def _style_of(self, style: str) -> Style | None:
+        if not style:
+            return None
+        found = self._parsed_styles.get(style)
+        if found is None:
+            found = self._parsed_styles[style] = Style.parse(style)
+        return found
 
     def _render_code(self, code_lines: Iterable[str], info: str, *, top: bool, bottom: bool) -> list[Line]:
         code = "\n".join(code_lines)
