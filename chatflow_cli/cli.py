@@ -655,7 +655,11 @@ def local_status(
     ctx: typer.Context,
     json_: Annotated[bool, typer.Option("--json", help="A JSON array instead of lines.")] = False,
 ) -> None:
-    """List the warm local model servers of the data directory: pid, URL, model, idle time."""
+    """Show the warm local model server (pid, URL, uptime).
+
+    Each server found in the data directory is health-checked with its token; one that does
+    not answer is shown as stale (the next call replaces it).
+    """
     from .core.local import local_servers
     from .render import dumps, safe_text
 
@@ -683,7 +687,11 @@ def local_stop(
     ctx: typer.Context,
     json_: Annotated[bool, typer.Option("--json", help="As JSON: {\"stopped\": [pids]}.")] = False,
 ) -> None:
-    """Stop the warm local model servers now (the next call starts a new one)."""
+    """Stop the warm local model server now.
+
+    The next call on the local model starts a new one. Only processes that are verifiably
+    chatflow's servers are signalled (SIGTERM, then SIGKILL after 5 s).
+    """
     from .core.local import stop_local_servers
     from .render import dumps
 

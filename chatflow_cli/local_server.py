@@ -374,8 +374,10 @@ def _supervise(opts: _Options) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(record, fh)
     os.replace(tmp, f"{opts.state}.exit")
-    with _Flock(opts.lock):
-        _forget_state(opts.state, opts.instance)
+    state = _read_json(opts.state)
+    if state is not None and state.get("instance") == opts.instance:  # else never written: no lock needed
+        with _Flock(opts.lock):
+            _forget_state(opts.state, opts.instance)
     os._exit(0 if code == 0 else 1)
 
 

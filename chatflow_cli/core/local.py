@@ -257,6 +257,9 @@ def _pdeathsig_setter() -> Any:
 # how a server died, in one line
 # ---------------------------------------------------------------------------------------
 _FRAME = re.compile(r'^(File "|Current thread|Thread 0x|Traceback|Extension modules|Stack \(most recent)')
+#: llama-cpp-python's start-up chatter: never what a crash report needs.
+_NOISE = ("^", "Model metadata:", "CPU : ", "Available chat formats", "Using gguf chat template", "Using chat ",
+          "llama_perf_", "Guessed chat format")
 _NOTABLE = re.compile(r"(?i)error|fatal|exception|failed|abort|illegal|killed|cannot|unable|not found")
 
 
@@ -267,7 +270,7 @@ def _useful_lines(tail: str, count: int = 2) -> list[str]:
     fatal = [i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error:")]
     if fatal and any(ln for ln in lines[:fatal[-1]]):
         lines = lines[:fatal[-1]]  # what the program said before the signal; the signal is named anyway
-    lines = [ln for ln in lines if ln and not _FRAME.match(ln) and not ln.startswith(("^", "Model metadata:"))]
+    lines = [ln for ln in lines if ln and not _FRAME.match(ln) and not ln.startswith(_NOISE)]
     notable = [ln for ln in lines[-8:] if _NOTABLE.search(ln)]
     chosen = (notable or lines)[-count:]
     return [ln if len(ln) <= 160 else ln[:159] + "…" for ln in chosen]

@@ -20,6 +20,12 @@ a busy machine still moves them). The sections:
     one with SmolLM2 (:class:`chatflow_cli.core.local.LocalServer`) when the ``local`` extra
     is installed, else the fake server in its own process (the row says which). Runs
     alternate between the two sides. Target: at most 1.05x.
+``local`` (issue 10)
+    ``chatflow chat "Say hi"`` on the local model while its warm server runs, beside the same
+    call with ``--base-url`` of an already running llama.cpp server with the same model
+    (target: at most 1.15x); and the first call, cold (a fresh data directory: it starts the
+    warm server) beside the same with ``local_keep_alive`` 0 (a private server started and
+    stopped by the process, the behaviour before the warm server; target: no slower, 1.05x).
 ``cli`` (issues 2 and 5)
     ``chatflow --help`` and ``chatflow sessions ls`` (1,000 stored sessions) beside the
     reference typer script (tests/benchmarks/reference_typer_ls.py; target 1.25x) and beside
@@ -74,7 +80,7 @@ PY = sys.executable
 CHATFLOW = [str(Path(PY).with_name("chatflow"))] if Path(PY).with_name("chatflow").exists() else [PY, "-m",
                                                                                                  "chatflow_cli"]
 LLM = str(Path(PY).with_name("llm")) if Path(PY).with_name("llm").exists() else shutil.which("llm")
-SECTIONS = ("turn", "cli", "store", "runner", "render", "fakeserver")
+SECTIONS = ("turn", "local", "cli", "store", "runner", "render", "fakeserver")
 
 #: The 10-line script of issue 2: the same streaming request with the openai client alone.
 OPENAI_ALONE = '''\
@@ -441,8 +447,42 @@ def bench_fakeserver_section(opts: Options) -> list[Row]:
     return rows
 
 
+def bench_local_section(opts: Options) -> list[Row]:
+    from chatflow_cli.core.local import LocalServer, local_available
+
+    message = "Say hi"
+    if not local_available():
+        return [Row("local", f'chat "{message}" on the local model', None, error="the local extra is not installed")]
+    work = opts.work / "local"
+    work.mkdir(parents=True)
+    env = clean_env(work / "home")
+    with LocalServer(alias="smollm2-135m-instruct") as running:
+        wall([*CHATFLOW, "chat", "-s", "warm-up", message], env)  # starts the warm server
+        times = alternate({
+            "warm": lambda i: [*CHATFLOW, "chat", "-s", f"warm-{i}", message],
+            "base-url": lambda i: [*CHATFLOW, "chat", "--base-url", running.base_url, "-m", running.model,
+                                   "-s", f"url-{i}", message],
+        }, env, opts.runs)
+    wall([*CHATFLOW, "local", "stop"], env)
+    cold: dict[str, list[float]] = {"private": [], "warm-start": []}
+    for i in range(max(3, opts.runs // 3)):
+        for kind in (("private", "warm-start") if i % 2 == 0 else ("warm-start", "private")):
+            home = work / f"cold-{kind}-{i}"
+            extra = {"CHATFLOW_LOCAL_KEEP_ALIVE": "0"} if kind == "private" else {}
+            cold[kind].append(wall([*CHATFLOW, "chat", message], clean_env(home, **extra)))
+            wall([*CHATFLOW, "local", "stop"], clean_env(home))
+    return [
+        Row("local", f'chat "{message}" on the local model, warm server, whole process', times["warm"],
+            "same call, --base-url of a running llama.cpp server", times["base-url"], "<= 1.15x", max_ratio=1.15),
+        Row("local", f'chat "{message}" on the local model, first call (cold: starts the warm server)',
+            statistics.median(cold["warm-start"]), "same, local_keep_alive 0 (a private server)",
+            statistics.median(cold["private"]), "<= 1.05x (no slower)", max_ratio=1.05),
+    ]
+
+
 RUNNERS: dict[str, Callable[[Options], list[Row]]] = {
     "turn": bench_turn,
+    "local": bench_local_section,
     "cli": bench_cli_section,
     "store": bench_store_section,
     "runner": bench_runner_section,

@@ -145,13 +145,13 @@ def test_the_repl_recovers_after_the_server_died_mid_reply(standin, isolated_hom
     d = Driver(None, isolated_home, isolated_home / "config.toml")
 
     def script(d: Driver) -> None:
-        d.wait_text("Enter sends", timeout=30)
+        d.wait_text("Enter sends", timeout=90)
         d.type("first question\r")
-        d.wait_text("killed by SIGILL", timeout=30)
+        d.wait_text("killed by SIGILL", timeout=90)
         d.type("/retry\r")  # a new server answers the same message
-        d.wait_text(REPLY, timeout=30)
+        d.wait_text(REPLY, timeout=90)
         d.type("next question\r")
-        d.wait_text(REPLY, count=2, timeout=30)
+        d.wait_text(REPLY, count=2, timeout=90)
 
     d.run(script)
     assert d.exit_code == 0
@@ -340,7 +340,7 @@ def test_interrupting_or_killing_one_chatflow_does_not_stop_the_warm_server(stan
     assert proc.stdout is not None
     assert proc.stdout.read(5) == b"Hello"  # the reply is streaming
     os.kill(proc.pid, sig)
-    proc.communicate(timeout=30)
+    proc.communicate(timeout=90)
     assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL)
     assert alive(state["pid"])
     r = chat("hi")  # another process keeps using it
