@@ -19,6 +19,16 @@ Output (``--output``)
     as ``text.delta``), ending with exactly one ``{"type": "result", ...}`` line carrying
     ``is_error``. With ``--input jsonl`` each finished turn also gets a ``turn.result`` line.
 
+Replies that did not finish (the verdict of :mod:`chatflow_cli.core._stream`)
+    cut by the token limit or a content filter: the turn is stored, marked with its
+    ``finish_reason``; text mode adds a dim note after the reply on a terminal, or a
+    ``chatflow: reply cut …`` line on stderr when piped; JSON results carry
+    ``"finish_reason"``; the exit code is 10 (:attr:`ExitStatus.INCOMPLETE`). A reply of
+    reasoning only (or empty) gets a note too and exits 0. A stream that broke off is a
+    :class:`~chatflow_cli.core.errors.StreamBrokenError` (exit 6; the partial reply is kept
+    as an interrupted turn); a tool call with cut arguments is an
+    :class:`~chatflow_cli.core.errors.InvalidToolCallError` (exit 5; the turn fails).
+
 De-duplication (seed 000's webhooks): ``--message-id`` is claimed in one atomic statement
 before anything else is done; an id already processed within 192 h prints a notice to
 stderr (or ``{"duplicate": true}`` with ``--output json``), calls nothing, and exits 0.
@@ -42,7 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
-from .render import ReplyPrinter, dumps, plural, safe_text
+from .render import ReplyPrinter, dumps, plural, reply_note, safe_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cli import State
@@ -228,6 +238,7 @@ class _Output:
         self.final_written = False
         self.last_result: Any = None
         self.turns = 0
+        self.incomplete = False  # a turn's reply was cut (finish_reason length/content_filter)
 
     def _line(self, obj: dict[str, Any]) -> None:
         self.out.write(dumps(obj) + "\n")
@@ -265,6 +276,18 @@ class _Output:
             raise ChatflowError("the run ended without a result")
         self.last_result = result
         self.turns += 1
+        if result.truncated:
+            self.incomplete = True
+        note = reply_note(result)
+        if note is not None and self.mode == "text":
+            if self.state.env.stdout_isatty:
+                from rich.text import Text
+
+                self.state.out().print(Text(f"[{note}]", style="dim"))
+            else:
+                from .cli import _notice
+
+                _notice(self.state, note)
         if self.mode == "jsonl" and self.multi:
             self._line({"seq": None, "type": "turn.result", "session_id": result.session_id, "turn": result.turn,
                         "data": result.to_dict()})
@@ -304,6 +327,11 @@ class _Output:
             _notice(self.state, f"recorded; still waiting for: {', '.join(remaining)}")
 
     # -- the end ------------------------------------------------------------------------
+    @property
+    def exit_code(self) -> ExitStatus:
+        """:attr:`ExitStatus.INCOMPLETE` when a turn's reply was cut, else success."""
+        return ExitStatus.INCOMPLETE if self.incomplete else ExitStatus.SUCCESS
+
     def success(self) -> None:
         if self.final_written:
             return
@@ -448,8 +476,11 @@ def _session_for(state: State, store: Any, opts: ChatOptions, *, announce: bool 
 # ---------------------------------------------------------------------------------------
 # chat
 # ---------------------------------------------------------------------------------------
-def run_chat(state: State, opts: ChatOptions) -> None:
-    """Run ``chatflow chat`` with ``opts``; raises chatflow errors for the boundary."""
+def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
+    """Run ``chatflow chat`` with ``opts``; raises chatflow errors for the boundary.
+
+    Returns the exit status: :attr:`ExitStatus.INCOMPLETE` (10) when a turn's reply was
+    cut by the token limit or a content filter (stored and marked), else success."""
     if opts.output not in {"text", "json", "jsonl"}:
         raise UsageError(f"--output {opts.output!r}: use text, json or jsonl")
     multi = opts.input == "jsonl"
@@ -480,7 +511,7 @@ def run_chat(state: State, opts: ChatOptions) -> None:
         if opts.message_id:
             if not store.claim_message(opts.message_id):
                 out.duplicate(opts.message_id, session_id)
-                return
+                return ExitStatus.SUCCESS
             claimed = True
         with _runner(state, settings, opts, store) as runner:
             if opts.agent:
@@ -508,6 +539,7 @@ def run_chat(state: State, opts: ChatOptions) -> None:
                     )
                 )
         out.success()
+        return out.exit_code
     except BaseException as exc:
         if claimed:
             _release_claim(store, opts.message_id)
@@ -591,7 +623,7 @@ def rerun_session(
     base_url: str | None,
     agent: str | None,
     output: str,
-) -> None:
+) -> ExitStatus:
     """Send ``session_id``'s user messages again, one turn each, into a new session (issue 5).
 
     The new session gets the old one's system messages, the current agent and model
@@ -633,6 +665,7 @@ def rerun_session(
                 out.run(runner.run_streamed(target, text, system=system))
                 system = None
         out.success()
+        return out.exit_code
     except BaseException as exc:
         if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
             out.failure(exc, target)

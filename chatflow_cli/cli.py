@@ -8,7 +8,10 @@ the commands that need them, so ``chatflow --help``, ``sessions ls`` and ``sessi
 Errors: :func:`main` is the one error boundary. A :class:`~chatflow_cli.core.errors.ChatflowError`
 becomes one line on stderr, ``chatflow: error: <message>``, and the process exits with the
 error's code; ``--debug`` (or ``CHATFLOW_DEBUG=1``) shows the traceback instead. Ctrl-C
-exits 130; a closed pipe (``chatflow sessions ls | head -1``) ends quietly.
+exits 130. A reader that closes stdout early (``chatflow sessions show ID | head -1``,
+``chatflow replay ID --json | head -c 10``) ends every command quietly with exit 0: nothing on
+stderr, the rest of the output dropped (a ``chat`` whose reader left stops its turn, kept as
+interrupted).
 
 Exit codes (the README has the same table; values from
 :class:`chatflow_cli.core.errors.ExitStatus`):
@@ -31,6 +34,8 @@ code  name          when
 8     STORE         the database cannot be opened, read or written (corrupt, read-only,
                     disk full, newer schema)
 9     CONFIG        a bad config file, or no model configured
+10    INCOMPLETE    the reply was cut by the token limit or a content filter
+                    (``finish_reason`` ``length``/``content_filter``); the turn is stored, marked
 130   INTERRUPTED   Ctrl-C; an interrupted turn is kept as interrupted
 ====  ============  ======================================================================
 """
@@ -389,7 +394,7 @@ def chat(
     json_: Annotated[bool, typer.Option("--json", help="Same as --output json.")] = False,
     input_: Annotated[InputFormat, typer.Option("--input", metavar="text|jsonl", help="jsonl: read user messages and tool results, one JSON object a line, from stdin.", case_sensitive=False)] = InputFormat.text,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the model server.", metavar="SECONDS")] = 60.0,
-) -> None:
+) -> int | None:
     """Send one message (or several with --input jsonl) and print the reply.
 
     With no message on a terminal, the REPL opens on the session (-s/-c) instead.
@@ -419,7 +424,7 @@ def chat(
         input=input_.value,
         timeout=timeout,
     )
-    run_chat(state, opts)
+    return run_chat(state, opts)
 
 
 # ---------------------------------------------------------------------------------------
@@ -539,15 +544,14 @@ def replay(
     model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", help="With --rerun: the model to use.")] = None,
     base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="With --rerun: the endpoint.")] = None,
     agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="With --rerun: the starting agent.")] = None,
-) -> None:
+) -> int | None:
     """Print a session's event log in seq order, or re-run its user messages."""
     state = _state(ctx)
     if rerun:
         from .chat import rerun_session
 
-        rerun_session(state, session_id, into=into, model=model, base_url=base_url, agent=agent,
-                      output="jsonl" if json_ else "text")
-        return
+        return rerun_session(state, session_id, into=into, model=model, base_url=base_url, agent=agent,
+                             output="jsonl" if json_ else "text")
     if into or model or base_url or agent:
         raise UsageError("--into, --model, --base-url and --agent go with --rerun")
     from .show import replay_events
@@ -803,6 +807,32 @@ def _silence_broken_pipe() -> None:
         pass
 
 
+class _ReaderGone(Exception):
+    """stdout was closed by its reader (EPIPE) while a command wrote to it."""
+
+
+def _reader_gone_is_ours(command: Any) -> None:
+    """Make a closed stdout reach :func:`main` as :class:`_ReaderGone`.
+
+    click's ``main`` turns an EPIPE raised inside it into ``sys.exit(1)``; wrapping the root
+    command's ``make_context`` (parsing, where ``--help`` prints) and ``invoke`` (which runs
+    every subcommand) hands it to chatflow's boundary instead, so every command ends the
+    same quiet way.
+    """
+
+    def guard(method: Any) -> Any:
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            except BrokenPipeError:
+                raise _ReaderGone() from None
+
+        return guarded
+
+    command.make_context = guard(command.make_context)
+    command.invoke = guard(command.invoke)
+
+
 def _check_utf8_args(args: list[str]) -> None:
     """Bytes that are not UTF-8 in argv arrive as lone surrogates (PEP 383); refuse them (exit 2)."""
     for position, arg in enumerate(args, 1):
@@ -836,6 +866,7 @@ def main(argv: list[str] | None = None) -> None:
         from ._typer_fast import install
 
         install(command)
+        _reader_gone_is_ours(command)
         rv = command.main(args=args, prog_name=PROG, complete_var=COMPLETE_VAR, standalone_mode=False)
         code = rv if isinstance(rv, int) else ExitStatus.SUCCESS
         sys.stdout.flush()
@@ -865,7 +896,7 @@ def main(argv: list[str] | None = None) -> None:
         except OSError:  # pragma: no cover
             pass
         code = ExitStatus.INTERRUPTED
-    except BrokenPipeError:
+    except (BrokenPipeError, _ReaderGone):
         _silence_broken_pipe()
         code = ExitStatus.SUCCESS
     except SystemExit:

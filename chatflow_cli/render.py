@@ -33,6 +33,8 @@ import re
 import time
 from typing import Any, Iterable, Sequence
 
+from .core._stream import cut_phrase
+
 __all__ = [
     "FOLD_CHARS",
     "FOLD_LINES",
@@ -767,6 +769,9 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
         marks.append("failed")
     if interrupted:
         marks.append("interrupted")
+    cut = next((m.finish_reason for m in record.messages if getattr(m, "finish_reason", None)), None)
+    if cut:
+        marks.append(f"cut ({cut})")
     if not record.in_window and not record.rolled_back:
         marks.append("outside the context window")
     title = f"── Turn {record.number}" + ("".join(f" · {m}" for m in marks)) + " "
@@ -815,6 +820,17 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
                         out.append(block)
                 else:
                     body.append(_hanging(safe_text(msg.content), len(safe_text(agent)) + 2)).append("\n")
+            if msg.reasoning and (full or not msg.content):
+                if full:
+                    body.append(f"{safe_text(agent)} reasoned: ", "dim").append(safe_text(msg.reasoning), "dim")
+                    body.append("\n")
+                else:
+                    body.append(f"{safe_text(agent)}: ", "bold cyan")
+                    body.append("(reasoning only, no text; --full shows it)\n", "yellow")
+            elif not msg.content and not msg.tool_calls and not msg.interrupted:
+                body.append(f"{safe_text(agent)}: ", "bold cyan").append("(empty reply)\n", "yellow")
+            if msg.finish_reason:
+                body.append(f"  ({reply_cut_text(msg.finish_reason)})\n", "yellow")
             if msg.interrupted:
                 body.append("  (interrupted)\n", "yellow")
             for call in msg.tool_calls:
@@ -885,6 +901,12 @@ def event_text(event: Any, *, full: bool = False, width: int | None = None) -> A
             line.append(_hanging(safe_text(fold(str(msg["content"]), full=full, max_lines=3, max_chars=300)), 6))
         for call in msg.get("tool_calls") or ():
             line.append(f" call {safe_text(call.get('name'))}({safe_text(fold(call.get('arguments') or '', full=full, max_lines=1, max_chars=200))})", style="yellow")
+        if msg.get("finish_reason"):
+            line.append(f" ({reply_cut_text(str(msg['finish_reason']))})", style="yellow")
+        if msg.get("reasoning") and (full or not msg.get("content")):
+            line.append(" reasoning: " if full else " (reasoning only)", style="dim")
+            if full:
+                line.append(safe_text(str(msg["reasoning"])), style="dim")
     elif t == "handoff":
         line.append(f"{safe_text(p.get('from_agent'))} -> {safe_text(p.get('to_agent'))}", style="magenta")
     elif t == "status":
@@ -893,6 +915,8 @@ def event_text(event: Any, *, full: bool = False, width: int | None = None) -> A
             line.append(f" ({safe_text(str(p['reason']))})", style="dim")
     elif t == "turn.completed":
         line.append(f"turn {p.get('turn')} by {safe_text(str(p.get('agent')))}")
+        if cut_phrase(p.get("finish_reason")):
+            line.append(f" ({reply_cut_text(str(p['finish_reason']))})", style="yellow")
     elif t == "turn.failed":
         line.append(f"turn {p.get('turn')}: {safe_text(str(p.get('error')))}", style="red")
         if p.get("reverted_from_agent"):
@@ -942,6 +966,30 @@ def _hanging_text(text: Any, width: int, hang: int) -> Any:
         style = " ".join(s.style for s in spans if s.start <= start and s.end >= end)
         lines.append(plain[start:end], style)
     return lines.wrapped(width, hang=hang).to_text()
+
+
+def reply_cut_text(finish_reason: str) -> str:
+    """``"cut by the token limit, finish_reason length"`` for a stored cut reply's mark."""
+    phrase = cut_phrase(finish_reason) or "cut"
+    return f"{phrase}, finish_reason {safe_text(finish_reason)}"
+
+
+def reply_note(result: Any) -> str | None:
+    """The note a front-end shows after a finished turn whose reply is not a plain whole
+    answer: cut (``finish_reason`` ``length``/``content_filter``, read from the turn's
+    stored verdict), reasoning only, or empty. ``None`` for a whole answer."""
+    if result is None or result.pending_tool_calls or result.replayed and not result.finish_reason:
+        return None
+    phrase = cut_phrase(result.finish_reason)
+    show = f"chatflow sessions show {result.session_id} --full"
+    if phrase:
+        tail = (" before any text (its reasoning: " + show + ")") if not result.content and result.reasoning else ""
+        return f"reply {phrase} (finish_reason {result.finish_reason}){tail}; turn {result.turn} is stored, marked as cut"
+    if not result.content:
+        if result.reasoning:
+            return f"the model answered with reasoning only, no text (see it with: {show})"
+        return "the model's reply was empty"
+    return None
 
 
 def _key_values(data: Any, *, full: bool = False) -> str:

@@ -86,7 +86,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.errors import ChatflowError, RunInterrupted, ToolResultError, UsageError
-from .render import pretty_json_text, safe_text
+from .render import pretty_json_text, reply_note, safe_text
 
 __all__ = ["COMMANDS", "HISTORY_FILENAME", "Repl", "run_repl"]
 
@@ -885,6 +885,9 @@ class Repl:
             self.error(f"{message} (/retry sends the message again)")
         elif outcome.result is not None:
             self.last_usage_tokens = outcome.result.usage.total_tokens if outcome.result.usage else None
+            note = reply_note(outcome.result)
+            if note is not None:
+                self.say(f"[{note}]")
         if not self.hung_up:
             self.console.print()  # a blank line between the reply and the next prompt
         return outcome

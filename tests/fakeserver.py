@@ -24,8 +24,17 @@ Like a real provider (issue 2), a request whose message list is invalid is refus
 HTTP 400 and an OpenAI-style error body *before* a scripted reply is consumed: unknown
 roles, a first non-system message that is not ``user``, a ``tool`` message that does not
 answer an id of the nearest preceding assistant ``tool_calls`` (with only tool messages in
-between), a tool call answered twice, and assistant ``tool_calls`` left unanswered before
-the next non-tool message or the end of the list.
+between), a tool call answered twice, assistant ``tool_calls`` left unanswered before
+the next non-tool message or the end of the list, an assistant message with neither text
+nor tool calls (content ``""`` or ``null``: Anthropic-compatible gateways refuse it), and
+tool-call ``arguments`` that are not the text of a JSON object (vLLM parses them).
+
+Replies that did not finish, as real servers send them on a bad day: ``finish_reason``
+``length``/``content_filter`` (``add_text(..., finish_reason=...)``, also on tool calls),
+no finish reason at all (``finish_reason=None``), no ``data: [DONE]`` (``done=False``), a
+connection closed mid-stream (``CLOSE``), several calls all at ``index`` 0
+(``add_tool_calls(..., same_index=True)``, as Ollama does) and ``reasoning_content``
+deltas (``add_reasoning``).
 
 Hostile behaviours for issue 7 (each is a scripted reply): HTTP errors with any status,
 body and headers; per-chunk delays; a reply that never comes (``add_hang``); invalid JSON
@@ -134,8 +143,19 @@ def validate_messages(messages: Any) -> tuple[str, str] | None:
                 seen.add(call_id)
                 open_ids.append(call_id)
             open_from = i
-            if not calls and msg.get("content") is None:
-                return f"messages[{i}]: an assistant message needs 'content' or 'tool_calls'.", f"messages.[{i}]"
+            for k, call in enumerate(calls):
+                arguments = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+                try:
+                    parsed = json.loads(arguments) if isinstance(arguments, str) else None
+                except ValueError:
+                    parsed = None
+                if not isinstance(parsed, dict):
+                    return (f"Invalid 'messages[{i}].tool_calls[{k}].function.arguments': expected the text of a JSON "
+                            f"object, got {arguments!r}.", f"messages.[{i}].tool_calls")
+            content = msg.get("content")
+            if not calls and (content is None or (isinstance(content, str) and not content.strip())):
+                return (f"messages[{i}]: an assistant message needs non-empty 'content' or 'tool_calls'.",
+                        f"messages.[{i}]")
     if open_ids:
         return (
             "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
@@ -185,10 +205,11 @@ def _chunk(delta: dict[str, Any] | None, finish_reason: str | None = None) -> di
     return {"choices": [choice]}
 
 
-def _text_events(chunks: Sequence[str], finish_reason: str = "stop") -> list[Any]:
+def _text_events(chunks: Sequence[str], finish_reason: str | None = "stop") -> list[Any]:
     events: list[Any] = [_chunk({"role": "assistant", "content": ""})]
     events += [_chunk({"content": piece}) for piece in chunks]
-    events.append(_chunk({}, finish_reason))
+    if finish_reason is not None:
+        events.append(_chunk({}, finish_reason))
     return events
 
 
@@ -205,12 +226,14 @@ def _tool_call_events(
     content: str | None,
     split: int,
     repeat_id_name: bool,
+    finish_reason: str | None = "tool_calls",
+    same_index: bool = False,
 ) -> list[Any]:
     events: list[Any] = [_chunk({"role": "assistant", "content": content})]
     for index, (call_id, name, arguments) in enumerate(calls):
         for k, piece in enumerate(_split(arguments, split) or [""]):
             head = k == 0 or repeat_id_name
-            call: dict[str, Any] = {"index": index}
+            call: dict[str, Any] = {"index": 0 if same_index else index}
             function: dict[str, Any] = {"arguments": piece}
             if head:
                 call["id"] = call_id
@@ -218,7 +241,8 @@ def _tool_call_events(
                 function["name"] = name
             call["function"] = function
             events.append(_chunk({"tool_calls": [call]}))
-    events.append(_chunk({}, "tool_calls"))
+    if finish_reason is not None:
+        events.append(_chunk({}, finish_reason))
     return events
 
 
@@ -254,8 +278,11 @@ def _merge_events(events: Iterable[Any]) -> tuple[str | None, list[dict[str, Any
             if delta.get("content"):
                 text.append(delta["content"])
             for tc in delta.get("tool_calls") or []:
+                key = tc.get("index", 0)
+                if key in calls and tc.get("id") and calls[key]["id"] not in ("", tc["id"]):
+                    key = max(calls) + 1  # a new call at a reused index
                 slot = calls.setdefault(
-                    tc.get("index", 0), {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                    key, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
                 )
                 if tc.get("id"):
                     slot["id"] = tc["id"]
@@ -269,17 +296,22 @@ def _merge_events(events: Iterable[Any]) -> tuple[str | None, list[dict[str, Any
 def reply_from_spec(spec: dict[str, Any]) -> Reply:
     """Build a :class:`Reply` from a JSON spec (the ``--script`` file format).
 
-    ``{"type": "text", "text": str, "chunks": [str]?, "delay": float?}``,
+    ``{"type": "text", "text": str, "chunks": [str]?, "delay": float?, "finish_reason": str | null?,
+    "done": bool?}``,
     ``{"type": "tool_calls", "calls": [[id, name, arguments]], "content": str?, "split": int?,
-    "repeat_id_name": bool?}``, ``{"type": "chunks", "chunks": [dict | "INVALID_JSON" | "CLOSE"]}``,
+    "repeat_id_name": bool?, "same_index": bool?, "finish_reason": str | null?}``,
+    ``{"type": "reasoning", "reasoning": [str], "text": str?, "finish_reason": str?}``,
+    ``{"type": "chunks", "chunks": [dict | "INVALID_JSON" | "CLOSE"], "done": bool?}``,
     ``{"type": "error", "status": int, "body": any?, "headers": {}?}``, ``{"type": "hang"}``,
     ``{"type": "html"}``.
     """
     kind = spec.get("type")
     raw_delay = spec.get("delay", 0.0)
     delay: float | list[float] = [float(d) for d in raw_delay] if isinstance(raw_delay, list) else float(raw_delay)
+    done = bool(spec.get("done", True))
     if kind == "text":
-        return FakeServer.make_text(spec["text"], chunks=spec.get("chunks"), delay=delay)
+        return FakeServer.make_text(spec["text"], chunks=spec.get("chunks"), delay=delay,
+                                    finish_reason=spec.get("finish_reason", "stop"), done=done)
     if kind == "tool_calls":
         return FakeServer.make_tool_calls(
             [tuple(c) for c in spec["calls"]],  # type: ignore[misc]
@@ -287,10 +319,17 @@ def reply_from_spec(spec: dict[str, Any]) -> Reply:
             split=int(spec.get("split", 1)),
             repeat_id_name=bool(spec.get("repeat_id_name", False)),
             delay=delay,
+            finish_reason=spec.get("finish_reason", "tool_calls"),
+            same_index=bool(spec.get("same_index", False)),
         )
+    if kind == "reasoning":
+        return FakeServer.make_reasoning(spec["reasoning"], text=spec.get("text"),
+                                         finish_reason=spec.get("finish_reason", "stop"))
     if kind == "chunks":
         markers = {"INVALID_JSON": INVALID_JSON, "CLOSE": CLOSE}
         events = [markers.get(c, c) if isinstance(c, str) else c for c in spec["chunks"]]
+        if not done:
+            events.append(_NO_DONE)
         return Reply(events=events, delay=delay, usage=spec.get("usage"))
     if kind == "error":
         return Reply(kind="error", status=int(spec["status"]), body=spec.get("body"),
@@ -426,34 +465,61 @@ class FakeServer:
 
     @staticmethod
     def make_text(text: str, *, chunks: Sequence[str] | None = None, delay: float | Sequence[float] = 0.0,
-                  finish_reason: str = "stop") -> Reply:
+                  finish_reason: str | None = "stop", done: bool = True) -> Reply:
         pieces = list(chunks) if chunks is not None else _split_words(text)
         if "".join(pieces) != text:
             raise ValueError("chunks must join to text")
-        return Reply(events=_text_events(pieces, finish_reason), delay=delay)
+        events = _text_events(pieces, finish_reason)
+        if not done:
+            events.append(_NO_DONE)
+        return Reply(events=events, delay=delay)
 
     @staticmethod
     def make_tool_calls(calls: Sequence[tuple[str, str, str]], *, content: str | None = None, split: int = 1,
-                        repeat_id_name: bool = False, delay: float | Sequence[float] = 0.0) -> Reply:
+                        repeat_id_name: bool = False, delay: float | Sequence[float] = 0.0,
+                        finish_reason: str | None = "tool_calls", same_index: bool = False) -> Reply:
         return Reply(
-            events=_tool_call_events(calls, content=content, split=split, repeat_id_name=repeat_id_name),
+            events=_tool_call_events(calls, content=content, split=split, repeat_id_name=repeat_id_name,
+                                     finish_reason=finish_reason, same_index=same_index),
             delay=delay,
         )
 
+    @staticmethod
+    def make_reasoning(reasoning: Sequence[str], *, text: str | None = None,
+                       finish_reason: str | None = "stop") -> Reply:
+        events: list[Any] = [_chunk({"role": "assistant", "content": None})]
+        events += [_chunk({"content": None, "reasoning_content": piece}) for piece in reasoning]
+        if text:
+            events += [_chunk({"content": piece, "reasoning_content": None}) for piece in _split_words(text)]
+        if finish_reason is not None:
+            events.append(_chunk({}, finish_reason))
+        return Reply(events=events)
+
     def add_text(self, text: str, *, chunks: Sequence[str] | None = None, delay: float | Sequence[float] = 0.0,
-                 finish_reason: str = "stop") -> Reply:
+                 finish_reason: str | None = "stop", done: bool = True) -> Reply:
         """Queue a text reply; ``chunks`` (default: word by word) must join to ``text``;
         ``delay`` seconds before each event (event 0 is the ``role`` chunk, then one per
-        chunk, then the finish chunk)."""
-        return self.add(self.make_text(text, chunks=chunks, delay=delay, finish_reason=finish_reason))
+        chunk, then the finish chunk). ``finish_reason=None`` sends no finish chunk at all
+        (a reply that never finished); ``done=False`` leaves out ``data: [DONE]``."""
+        return self.add(self.make_text(text, chunks=chunks, delay=delay, finish_reason=finish_reason, done=done))
 
     def add_tool_calls(self, calls: Sequence[tuple[str, str, str]], *, content: str | None = None, split: int = 1,
-                       repeat_id_name: bool = False, delay: float | Sequence[float] = 0.0) -> Reply:
+                       repeat_id_name: bool = False, delay: float | Sequence[float] = 0.0,
+                       finish_reason: str | None = "tool_calls", same_index: bool = False) -> Reply:
         """Queue a reply calling tools: ``calls`` is ``[(id, name, arguments_text), ...]``
         (arguments need not be JSON). Each call's arguments stream in ``split`` pieces;
-        ``repeat_id_name`` repeats id and name in every piece, as llama.cpp does."""
+        ``repeat_id_name`` repeats id and name in every piece, as llama.cpp does;
+        ``same_index`` sends every call at ``index`` 0, as Ollama does with parallel calls;
+        ``finish_reason`` ends the reply (``"length"``: cut by the token limit; ``None``: no
+        finish chunk)."""
         return self.add(self.make_tool_calls(calls, content=content, split=split, repeat_id_name=repeat_id_name,
-                                             delay=delay))
+                                             delay=delay, finish_reason=finish_reason, same_index=same_index))
+
+    def add_reasoning(self, reasoning: Sequence[str], *, text: str | None = None,
+                      finish_reason: str | None = "stop") -> Reply:
+        """Queue a reply whose ``reasoning_content`` deltas (``content: null``) come first,
+        then ``text`` (none: a reasoning-only reply), as DeepSeek, vLLM and llama.cpp send."""
+        return self.add(self.make_reasoning(reasoning, text=text, finish_reason=finish_reason))
 
     def add_chunks(self, chunks: Sequence[Any], *, delay: float | Sequence[float] = 0.0,
                    usage: dict[str, int] | None = None, done: bool = True) -> Reply:

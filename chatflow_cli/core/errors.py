@@ -22,16 +22,23 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │   ├── AuthenticationError        401/403
     │   ├── ModelNotFoundError         404
     │   ├── BadRequestError            400/422 from the provider
-    │   ├── ProviderResponseError      invalid JSON, HTML, a broken stream
+    │   ├── ProviderResponseError      invalid JSON, HTML, an error event mid-stream
+    │   │   └── InvalidToolCallError   a tool call whose arguments are not a complete JSON object
     │   ├── MaxToolRoundsExceeded      the model kept calling tools past the bound of a turn
     │   └── LocalModelError            the embedded llama.cpp server could not start
     │       └── LocalServerCrashedError  it died (a signal or an exit code)
     ├── NetworkError (6)               connection refused, reset, DNS
-    │   └── ProviderTimeoutError
+    │   ├── ProviderTimeoutError
+    │   └── StreamBrokenError          the reply stopped before a finish reason; kept as interrupted
     ├── RateLimitedError (7)           429/5xx after retries; the session is rescheduled
     ├── StoreError (8)                 the database cannot be opened, read or written
     │   └── SchemaTooNewError          written by a newer chatflow: refused, never migrated down
     └── RunInterrupted (130)           Ctrl-C or cancellation; the turn was kept as interrupted
+
+Exit code 10 (:attr:`ExitStatus.INCOMPLETE`) belongs to no error: the turn completed and
+is stored, but its reply was cut by the token limit or a content filter (its
+``finish_reason`` is ``length`` or ``content_filter``) -- ``chatflow chat`` exits 10 so a
+script can tell a cut answer from a whole one.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ __all__ = [
     "ExitStatus",
     "IdempotencyConflictError",
     "InvalidHistoryError",
+    "InvalidToolCallError",
     "LocalModelError",
     "MaxToolRoundsExceeded",
     "ModelNotFoundError",
@@ -63,6 +71,7 @@ __all__ = [
     "SessionNotFoundError",
     "SessionTerminatedError",
     "StoreError",
+    "StreamBrokenError",
     "ToolResultError",
     "UsageError",
 ]
@@ -81,6 +90,7 @@ class ExitStatus(IntEnum):
     RATE_LIMITED = 7
     STORE = 8
     CONFIG = 9
+    INCOMPLETE = 10
     INTERRUPTED = 130
 
 
@@ -180,6 +190,12 @@ class ProviderResponseError(ProviderError):
     pass
 
 
+class InvalidToolCallError(ProviderResponseError):
+    """The model called a tool with arguments that are not a complete JSON object (cut by
+    the token limit, or malformed), or without a function name. Nothing ran and the turn
+    failed (left out of the context window; the user message stays in the log)."""
+
+
 class MaxToolRoundsExceeded(ProviderError):
     pass
 
@@ -194,6 +210,12 @@ class NetworkError(ChatflowError):
 
 class ProviderTimeoutError(NetworkError):
     pass
+
+
+class StreamBrokenError(NetworkError):
+    """The reply stopped before any finish reason arrived (the connection closed or timed
+    out mid-reply, or the stream just ended). What arrived was kept as an interrupted turn,
+    as after Ctrl-C; the session is ready for the next message."""
 
 
 class RateLimitedError(ChatflowError):

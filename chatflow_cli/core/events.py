@@ -19,7 +19,8 @@ type                       payload
 ``tool.result_submitted``  ``{"turn": int, "tool_use_id": str, "output": str}`` (+ ``"is_error": true``)
 ``handoff``                ``{"turn": int, "from_agent": str, "to_agent": str, "tool_call_id": str}``
 ``status``                 ``{"status": "idle"|"running"|"rescheduled"|"terminated", "reason": str, ...}``
-``turn.completed``         ``{"turn": int, "agent": str, "content": str, "usage": {...}}``
+``turn.completed``         ``{"turn": int, "agent": str, "content": str, "usage": {...}, "finish_reason": str}``
+                           (``finish_reason`` ``"length"``/``"content_filter"``: the reply was cut)
 ``turn.failed``            ``{"turn": int, "error": str, "error_type": str}`` the turn left the window
                            (+ ``active_agent``, ``reverted_from_agent`` when a handoff was undone)
 ``turn.interrupted``       ``{"turn": int, "tool_use_ids": [...], "reason": str}``

@@ -1161,6 +1161,15 @@ class LocalModelClient:
         crashed.session_id = exc.session_id
         return crashed
 
+    def crash_of(self, turn: Any) -> ChatflowError | None:
+        """The crash of the server when ``turn`` (a streamed reply) broke off because it
+        died; ``None`` for a reply that finished, was cancelled, or broke off otherwise."""
+        from ._stream import ReplyState
+
+        if turn.verdict.state is not ReplyState.BROKEN:
+            return None
+        return self.server.wait_death(self.DEATH_WAIT)
+
     def close(self) -> None:
         with self._lock:
             client, self._client = self._client, None
@@ -1188,10 +1197,17 @@ class _LocalStream:
                 self._inner.cancel()
             said = False
             try:
+                mapped: ChatflowError | None = None
                 for item in self._inner:
+                    if isinstance(item, ModelTurn) and not self._cancelled:
+                        # a reply that broke off (the verdict) because the server died is its crash
+                        mapped = self._owner.crash_of(item)
+                        if mapped is not None:
+                            break
                     said = said or not isinstance(item, ModelTurn)
                     yield item
-                return
+                if mapped is None:
+                    return
             except ChatflowError as exc:
                 mapped = self._owner.crash_or(exc)
                 if mapped is exc:

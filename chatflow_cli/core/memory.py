@@ -837,8 +837,11 @@ class SessionContext:
         self._record(_Op("event", EventType.TURN_INTERRUPTED.value, payload))
         self._prune_history()
 
-    def complete_turn(self, content: str | None, agent: Any = None, usage: Any = None) -> None:
-        """Journal ``turn.completed`` ``{"turn", "agent", "content", "usage"}``, then prune.
+    def complete_turn(self, content: str | None, agent: Any = None, usage: Any = None,
+                      finish_reason: str | None = None) -> None:
+        """Journal ``turn.completed`` ``{"turn", "agent", "content", "usage"}`` (plus
+        ``"finish_reason"`` when given: ``"stop"``, or ``"length"``/``"content_filter"`` for
+        a reply that was cut), then prune.
 
         Refused, with nothing journalled: :class:`UsageError` when there is no open turn
         (turn 0: no USER message yet), :class:`PendingToolCallsError` while tool calls of
@@ -862,6 +865,8 @@ class SessionContext:
             "content": content or "",
             "usage": _plain_usage(usage),
         }
+        if finish_reason is not None:
+            payload["finish_reason"] = str(finish_reason)
         self._record(_Op("event", EventType.TURN_COMPLETED.value, payload))
         self._prune_history()
 

@@ -85,6 +85,10 @@ class Message:
             result is synthetic because the call was interrupted (TOOL).
         is_error: a TOOL result that reports an error (the tool raised, was unknown,
             or got arguments that are not JSON).
+        reasoning: for a MODEL message, the model's reasoning text when the server sent
+            one (kept for people and JSON output; never sent back to a model).
+        finish_reason: for a MODEL message cut short by the server, why: ``"length"``
+            (the token limit) or ``"content_filter"``; ``None`` for a reply that finished.
     """
 
     role: Role
@@ -95,6 +99,8 @@ class Message:
     agent: str | None = None
     interrupted: bool = False
     is_error: bool = False
+    reasoning: str | None = None
+    finish_reason: str | None = None
 
     def __post_init__(self) -> None:
         # Cheap shape checks, so a bad message fails where it is made, not deep in a store.
@@ -127,8 +133,11 @@ class Message:
         *,
         agent: str | None = None,
         interrupted: bool = False,
+        reasoning: str | None = None,
+        finish_reason: str | None = None,
     ) -> Message:
-        return cls(Role.MODEL, content, tuple(tool_calls), agent=agent, interrupted=interrupted)
+        return cls(Role.MODEL, content, tuple(tool_calls), agent=agent, interrupted=interrupted,
+                   reasoning=reasoning, finish_reason=finish_reason)
 
     @classmethod
     def tool(
@@ -162,6 +171,10 @@ class Message:
             data["interrupted"] = True
         if self.is_error:
             data["is_error"] = True
+        if self.reasoning is not None:
+            data["reasoning"] = self.reasoning
+        if self.finish_reason is not None:
+            data["finish_reason"] = self.finish_reason
         return data
 
     @classmethod
@@ -183,6 +196,8 @@ class Message:
             get("agent"),
             bool(get("interrupted", False)),
             bool(get("is_error", False)),
+            get("reasoning"),
+            get("finish_reason"),
         )
 
     def to_json(self) -> str:
@@ -191,6 +206,13 @@ class Message:
     @classmethod
     def from_json(cls, text: str) -> Message:
         return cls.from_dict(json.loads(text))
+
+    @property
+    def says_nothing(self) -> bool:
+        """A MODEL message with neither text nor tool calls (a reply that was empty, or
+        reasoning only). It is kept in the session but left out of requests: several
+        providers refuse an assistant message with empty content."""
+        return self.role is Role.MODEL and not self.content and not self.tool_calls
 
     def to_wire(self) -> dict[str, Any]:
         """The Chat Completions form of this message (``role`` ``assistant`` for MODEL).

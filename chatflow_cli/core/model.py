@@ -2,14 +2,12 @@
 
 Two layers:
 
-* :class:`StreamAccumulator` is pure (no ``openai`` import): it folds streamed chunk
-  dicts into text, tool calls, usage and finish reason, tolerating what real servers
-  send (issue 4): chunks with empty ``choices``, with no ``delta``, with
-  ``content: null``, usage-only chunks, and -- as llama.cpp does in
-  ``chatml-function-calling`` mode (issue 2) -- the same tool-call ``id`` and function
-  ``name`` repeated in every chunk. Tool calls are accumulated per ``index``: ``id`` and
-  ``name`` are *set* (the first non-empty value wins; never concatenated), ``arguments``
-  fragments are concatenated as text (they may stop mid-JSON; they are kept as text).
+* :class:`StreamAccumulator` (in :mod:`chatflow_cli.core._stream`, re-exported here) is
+  pure (no ``openai`` import): it folds streamed chunk dicts into text, reasoning, tool
+  calls, usage and finish reason, tolerating the quirks of real servers (see its
+  docstring), and :attr:`ModelTurn.verdict` is the one decision on whether the reply is
+  complete, truncated (``length``/``content_filter``), broken (no finish reason), or holds
+  a tool call whose arguments are not a complete JSON object.
 
 * :class:`ModelClient` sends the request through the ``openai`` package (imported
   lazily, inside methods, so importing this module stays cheap) and maps every failure
@@ -26,8 +24,8 @@ Two layers:
   other HTTP status                         :class:`ProviderError`
   connection refused, reset, DNS            :class:`NetworkError`
   no answer within ``timeout``              :class:`ProviderTimeoutError`
-  HTML page, invalid JSON in SSE, a stream
-  that breaks off, an error event mid-stream :class:`ProviderResponseError`
+  HTML page, invalid JSON in SSE,
+  an error event mid-stream                 :class:`ProviderResponseError`
   ========================================  ============================================
 
   429 and 5xx (and timeouts, connection errors) are retried by ``openai`` itself,
@@ -52,7 +50,12 @@ between openai's retries -- aborts the connection (the server sees it close) and
 as its last item, the partial :class:`ModelTurn` with ``interrupted=True``. A cancelled
 request is never retried. When iteration is cut by an exception
 (``KeyboardInterrupt``, a provider error), :meth:`ModelStream.partial` still gives what
-arrived so far, so the Runner can persist partial text as interrupted (issue 4).
+arrived so far, so the Runner can persist partial text as interrupted.
+
+A stream that stops before its reply finished -- the connection closes or resets, a read
+times out between chunks, or the body simply ends with no finish reason (``[DONE]`` or
+not) -- raises nothing: the last item is the partial :class:`ModelTurn` with ``broken``
+saying what happened, and its verdict is ``broken``. The caller decides what to keep.
 """
 
 from __future__ import annotations
@@ -62,8 +65,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence, Union
+from typing import Any, Iterator, Mapping, Sequence
 
 from .errors import (
     AuthenticationError,
@@ -77,7 +79,18 @@ from .errors import (
     ProviderTimeoutError,
     RateLimitedError,
 )
-from .messages import Message, ToolCall
+from ._stream import (
+    ModelTurn,
+    ReasoningDelta,
+    ReplyState,
+    StreamAccumulator,
+    StreamDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    Verdict,
+    judge,
+)
 
 __all__ = [
     "DEFAULT_RETRY_AFTER_S",
@@ -85,11 +98,15 @@ __all__ = [
     "ModelClient",
     "ModelStream",
     "ModelTurn",
+    "ReasoningDelta",
+    "ReplyState",
     "StreamAccumulator",
     "StreamDelta",
     "TextDelta",
     "ToolCallDelta",
     "Usage",
+    "Verdict",
+    "judge",
 ]
 
 #: Seconds until a retry when a 429/5xx carried no ``Retry-After``.
@@ -97,219 +114,6 @@ DEFAULT_RETRY_AFTER_S = 30.0
 #: API key sent to a server given by base URL alone (local servers need none; openai needs one).
 NO_KEY_PLACEHOLDER = "chatflow-no-key"
 _OPENAI_BASE_URL = "https://api.openai.com/v1"
-
-
-# --------------------------------------------------------------------------------------
-# values
-# --------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token counts of one model request (or, added with ``+``, of several)."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-
-    def __add__(self, other: "Usage") -> "Usage":
-        return Usage(
-            self.prompt_tokens + other.prompt_tokens,
-            self.completion_tokens + other.completion_tokens,
-            self.total_tokens + other.total_tokens,
-        )
-
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.total_tokens,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "Usage | None":
-        """Read a usage object; ``None`` for ``None``. Missing counts are 0; a missing total is the sum."""
-        if not isinstance(data, Mapping):
-            return None
-        prompt = _int(data.get("prompt_tokens"))
-        completion = _int(data.get("completion_tokens"))
-        total = data.get("total_tokens")
-        return cls(prompt, completion, _int(total) if total is not None else prompt + completion)
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-@dataclass(frozen=True, slots=True)
-class TextDelta:
-    """A piece of the model's text, in arrival order."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallDelta:
-    """A piece of the tool call at ``index``.
-
-    ``id`` and ``name`` are the values known so far for that index (``None`` until the
-    server sent them); ``arguments_fragment`` is the new piece of the arguments text.
-    """
-
-    index: int
-    id: str | None
-    name: str | None
-    arguments_fragment: str
-
-
-@dataclass(frozen=True, slots=True)
-class ModelTurn:
-    """The model's whole answer to one request.
-
-    Fields:
-        content: the text, or ``None`` when the model only called tools (or said nothing).
-        tool_calls: the tool calls in index order; ``arguments`` is the JSON *text* as
-            received (possibly invalid JSON: a small ``max_tokens`` can cut it).
-        usage: token counts, when the server reported them.
-        finish_reason: ``"stop"``, ``"tool_calls"``, ``"length"``…; ``None`` if not sent
-            or when interrupted.
-        interrupted: the stream was cancelled; content and tool calls are partial.
-    """
-
-    content: str | None
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    usage: Usage | None = None
-    finish_reason: str | None = None
-    interrupted: bool = False
-
-    def to_message(self, *, agent: str | None = None) -> Message:
-        """The MODEL message to store for this answer (``interrupted`` carried over)."""
-        return Message.model(self.content, self.tool_calls, agent=agent, interrupted=self.interrupted)
-
-
-StreamDelta = Union[TextDelta, ToolCallDelta]
-
-
-# --------------------------------------------------------------------------------------
-# accumulation (pure)
-# --------------------------------------------------------------------------------------
-class _Slot:
-    __slots__ = ("id", "name", "arguments")
-
-    def __init__(self) -> None:
-        self.id: str | None = None
-        self.name: str | None = None
-        self.arguments: list[str] = []
-
-
-class StreamAccumulator:
-    """Folds Chat Completions stream chunks into a :class:`ModelTurn`.
-
-    :meth:`feed` takes a chunk as a dict (or any object with ``model_dump()``, such as
-    an ``openai`` chunk) and returns the deltas it carried. Only choice ``index`` 0 is
-    read. Tolerated, never an error: empty or missing ``choices``, a choice with no
-    ``delta`` or ``delta: null``, ``content: null``, usage-only chunks (usage may also
-    ride on a content chunk), ``id``/``name`` repeated in every tool-call chunk,
-    arguments sent as a JSON object instead of text (re-encoded), and tool-call deltas
-    with no ``index`` (matched by ``id``, else appended to the last call). A tool call
-    that never got an id receives a generated ``call_<hex>`` one in :meth:`result`, so
-    the stored history stays valid.
-    """
-
-    def __init__(self) -> None:
-        self._text: list[str] = []
-        self._slots: dict[int, _Slot] = {}
-        self.usage: Usage | None = None
-        self.finish_reason: str | None = None
-        self.chunks = 0
-
-    @property
-    def text(self) -> str:
-        return "".join(self._text)
-
-    def feed(self, chunk: Any) -> list[StreamDelta]:
-        if not isinstance(chunk, Mapping):
-            dump = getattr(chunk, "model_dump", None)
-            if dump is None:
-                raise TypeError(f"a stream chunk must be a mapping, not {type(chunk).__name__}")
-            chunk = dump()
-        self.chunks += 1
-        usage = Usage.from_dict(chunk.get("usage"))
-        if usage is not None:
-            self.usage = usage
-        deltas: list[StreamDelta] = []
-        choices = chunk.get("choices")
-        for choice in choices if isinstance(choices, (list, tuple)) else ():
-            if not isinstance(choice, Mapping) or choice.get("index", 0) not in (0, None):
-                continue
-            if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
-                self.finish_reason = choice["finish_reason"]
-            delta = choice.get("delta")
-            if not isinstance(delta, Mapping):
-                continue
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                self._text.append(content)
-                deltas.append(TextDelta(content))
-            calls = delta.get("tool_calls")
-            for call in calls if isinstance(calls, (list, tuple)) else ():
-                if isinstance(call, Mapping):
-                    deltas.append(self._feed_call(call))
-        return deltas
-
-    def _feed_call(self, call: Mapping[str, Any]) -> ToolCallDelta:
-        call_id = call.get("id") or None
-        if call_id is not None and not isinstance(call_id, str):
-            call_id = json.dumps(call_id, default=str)
-        index = call.get("index")
-        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            index = next((i for i, s in self._slots.items() if call_id and s.id == call_id), None)
-            if index is None:
-                if call_id or not self._slots:
-                    index = max(self._slots, default=-1) + 1
-                else:
-                    index = max(self._slots)
-        slot = self._slots.get(index)
-        if slot is None:
-            slot = self._slots[index] = _Slot()
-        if call_id and not slot.id:
-            slot.id = str(call_id)
-        function = call.get("function")
-        fragment = ""
-        if isinstance(function, Mapping):
-            name = function.get("name")
-            if isinstance(name, str) and name and not slot.name:
-                slot.name = name
-            arguments = function.get("arguments")
-            if isinstance(arguments, str):
-                fragment = arguments
-            elif arguments is not None:
-                fragment = json.dumps(arguments, ensure_ascii=False)
-            if fragment:
-                slot.arguments.append(fragment)
-        return ToolCallDelta(index, slot.id, slot.name, fragment)
-
-    @property
-    def tool_calls(self) -> list[ToolCall]:
-        calls = []
-        for index in sorted(self._slots):
-            slot = self._slots[index]
-            if slot.id is None:
-                slot.id = f"call_{os.urandom(12).hex()}"
-            calls.append(ToolCall(slot.id, slot.name or "", "".join(slot.arguments)))
-        return calls
-
-    def result(self, *, interrupted: bool = False) -> ModelTurn:
-        """The answer so far (``interrupted=True`` marks it partial)."""
-        text = self.text
-        return ModelTurn(
-            content=text if text else None,
-            tool_calls=self.tool_calls,
-            usage=self.usage,
-            finish_reason=None if interrupted else self.finish_reason,
-            interrupted=interrupted,
-        )
 
 
 # --------------------------------------------------------------------------------------
@@ -1023,6 +827,7 @@ class ModelStream:
             yield self.turn
             return
         self._response = stream.response
+        broken: str | None = None
         try:
             ctype = (stream.response.headers.get("content-type") or "").lower()
             if "text/event-stream" not in ctype:
@@ -1044,17 +849,34 @@ class ModelStream:
                     if cancel.is_set():
                         pass  # the connection was closed by cancel(): not an error
                     else:
-                        mapped = client.map_error(exc, model=self._params.get("model"), mid_stream=True)
+                        broken = self._broken_by(exc)
+                        if broken is None:
+                            mapped = client.map_error(exc, model=self._params.get("model"), mid_stream=True)
                 if mapped is not None:
                     raise mapped from None  # outside the except: no context that may hold the key
-                if not cancel.is_set() and acc.chunks == 0:
+                if not cancel.is_set() and acc.chunks == 0 and broken is None:
                     raise ProviderResponseError(
                         f"the server at {client.display_url} sent an empty stream (no events)"
                     )
         finally:
             self._release()
-        self.turn = acc.result(interrupted=cancel.is_set())
+        self.turn = acc.result(interrupted=cancel.is_set(), broken=broken)
         yield self.turn
+
+    def _broken_by(self, exc: BaseException) -> str | None:
+        """How the connection failed mid-reply (closed, reset, timed out), or ``None`` when
+        ``exc`` is not a transport failure (invalid JSON, an error event: raised instead)."""
+        import openai
+
+        url = self._client.display_url
+        names = {cls.__name__ for cls in type(exc).__mro__}
+        if isinstance(exc, (openai.APITimeoutError, TimeoutError)) or names & {"TimeoutException", "ReadTimeout"}:
+            return f"no data from {url} for {self._client.timeout:g} s mid-reply"
+        if isinstance(exc, (openai.APIConnectionError, OSError)) or names & {"TransportError", "NetworkError",
+                                                                             "ProtocolError", "ReadError"}:
+            cause = str(exc) if str(exc) and not isinstance(exc, openai.APIConnectionError) else _cause_text(exc)
+            return _one_line(_redact(f"the connection to {url} closed mid-reply: {cause}", self._client._api_key), 160)
+        return None
 
     def _read_body(self, stream: Any) -> str:
         try:
@@ -1089,7 +911,8 @@ class ModelStream:
                 chunk["choices"].append({
                     "index": choice.get("index", 0),
                     "finish_reason": choice.get("finish_reason"),
-                    "delta": {"content": message.get("content"), "tool_calls": calls},
+                    "delta": {"content": message.get("content"), "tool_calls": calls,
+                              "reasoning_content": message.get("reasoning_content") or message.get("reasoning")},
                 })
         self._plain_deltas = self.accumulator.feed(chunk)
 

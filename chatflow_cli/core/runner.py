@@ -38,11 +38,28 @@ A turn, step by step:
 6. A reply without tool calls completes the turn: ``turn.completed``, pruning, status
    ``idle`` — in one transaction.
 
+Whether a reply finished is decided once, by the reply's verdict
+(:attr:`~chatflow_cli.core.model.ModelTurn.verdict`); the Runner acts on it:
+
+* ``truncated`` (``finish_reason`` ``length`` or ``content_filter``): the turn completes,
+  its MODEL message and ``turn.completed`` carry the ``finish_reason``, and so does the
+  :class:`RunResult` (``truncated`` is true).
+* ``invalid_tool_call`` (arguments that are not a complete JSON object, or no function
+  name): nothing runs and nothing is offered as pending; the turn fails
+  (:class:`~chatflow_cli.core.errors.InvalidToolCallError`, exit 5).
+* ``broken`` (no finish reason: the connection closed or timed out mid-reply, or the
+  stream just ended): what arrived is kept as an interrupted turn, exactly as after
+  Ctrl-C, and :class:`~chatflow_cli.core.errors.StreamBrokenError` (exit 6) is raised.
+* A reply with neither text nor tool calls (empty, or reasoning only) completes the
+  turn; its MODEL message keeps the reasoning but is left out of later requests
+  (:attr:`~chatflow_cli.core.messages.Message.says_nothing`), since several providers
+  refuse an empty assistant message.
+
 More than ``max_tool_rounds`` replies with tool calls in one turn raise
 :class:`~chatflow_cli.core.errors.MaxToolRoundsExceeded`; the turn is failed like any other
 failure, so the session stays valid.
 
-Failures (connection refused, timeouts, 401, 404, 400, a broken stream): the turn is
+Failures (connection refused, timeouts, 401, 404, 400, invalid JSON in the stream): the turn is
 marked failed and leaves the context window as it was before the turn; the user message
 stays in the event log so the caller can retry it; the session returns to ``idle`` and the
 chatflow error is raised. 429/5xx are retried by the model client (honouring
@@ -89,17 +106,19 @@ from .agents import Agent, HandoffTool, reachable_agents
 from .errors import (
     ChatflowError,
     ConfigError,
+    InvalidToolCallError,
     MaxToolRoundsExceeded,
     ProviderResponseError,
     RateLimitedError,
     RunInterrupted,
     SessionBusyError,
+    StreamBrokenError,
     UsageError,
 )
 from .events import Event, EventType, SessionStatus
 from .memory import storable_text
 from .messages import Message, Role, ToolCall, check_history
-from .model import ModelTurn, TextDelta, Usage
+from ._stream import TRUNCATING_FINISH_REASONS, ModelTurn, ReplyState, TextDelta, Usage
 from .tools import Tool, ToolArgumentsError, to_json_text
 
 __all__ = ["INTERRUPTED_RESULT", "RunResult", "Runner", "StreamEvent"]
@@ -126,6 +145,10 @@ class RunResult:
         pending_tool_calls: custom tool calls waiting for ``submit_tool_result`` (seed 003).
         events: the events this run wrote to the session's log, in ``seq`` order.
         replayed: the result came from the log (idempotency key seen before); no model call.
+        finish_reason: why the final reply ended (``"stop"``; ``"length"`` or
+            ``"content_filter"`` when it was cut: the turn is stored, marked with it);
+            ``None`` when the run stopped for custom tools.
+        reasoning: the final reply's reasoning text, when the server sent one.
     """
 
     content: str | None
@@ -137,6 +160,18 @@ class RunResult:
     pending_tool_calls: tuple[ToolCall, ...] = ()
     events: tuple[Event, ...] = ()
     replayed: bool = False
+    finish_reason: str | None = None
+    reasoning: str | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """The final reply was cut by the token limit or a content filter (stored, marked)."""
+        return self.finish_reason in TRUNCATING_FINISH_REASONS.values()
+
+    @property
+    def reasoning_only(self) -> bool:
+        """The model answered with reasoning and no text (nothing of it is sent back)."""
+        return not self.content and bool(self.reasoning) and not self.pending_tool_calls
 
     @property
     def final_output(self) -> str | None:
@@ -153,6 +188,8 @@ class RunResult:
             "status": self.status.value,
             "pending_tool_calls": [c.to_dict() for c in self.pending_tool_calls],
             "replayed": self.replayed,
+            "finish_reason": self.finish_reason,
+            "reasoning": self.reasoning,
         }
 
 
@@ -189,6 +226,10 @@ class StreamEvent:
 
 class _Cancelled(Exception):
     """Internal: the cancel event was set."""
+
+
+class _Broken(Exception):
+    """Internal: the model's reply stopped before it finished (``args[0]`` says why)."""
 
 
 class _CancelToken:
@@ -587,6 +628,7 @@ class Runner:
                 status=session.status,
                 events=written,
                 replayed=True,
+                finish_reason=replay.get("finish_reason"),
             )
         if outcome == "pending":
             return RunResult(None, _name(session.active_agent), session_id, turn, Usage(), session.status,
@@ -633,6 +675,13 @@ class Runner:
                     # cancelled while a request was still connecting: its error is the cancel's echo
                     raise _Cancelled() from exc
                 raise
+        except _Broken as exc:
+            if state.released:  # pragma: no cover - raised before anything is released
+                raise
+            events = self._interrupt(session, turn, state, reason="broken stream")
+            yield from stored(events, turn)
+            raise StreamBrokenError(f"{exc.args[0]}; what arrived is kept as interrupted turn {turn}",
+                                    session_id=session_id) from None
         except (KeyboardInterrupt, _Cancelled, GeneratorExit, asyncio.CancelledError) as exc:
             closing = isinstance(exc, GeneratorExit)
             if state.released:  # the turn was already stored as finished; only the consumer left
@@ -683,7 +732,7 @@ class Runner:
             else:
                 outgoing = list(history)
             check_history(outgoing, session_id=session_id)
-            wire = [state.wire(m) for m in outgoing]
+            wire = [state.wire(m) for m in outgoing if not m.says_nothing]
             model = agent.model or self.default_model
             if not model:
                 raise ConfigError(f"no model for agent {agent.name!r}: set Agent(model=...) or "
@@ -718,18 +767,30 @@ class Runner:
                 raise ProviderResponseError("the model's stream ended without a reply", session_id=session_id)
             if reply.usage is not None:
                 state.usage = state.usage + reply.usage
+            verdict = reply.verdict
+            if verdict.state is ReplyState.INTERRUPTED:
+                raise _Cancelled()
+            if verdict.state is ReplyState.BROKEN:
+                raise _Broken(verdict.reason)  # the partial text in state.partial is kept
+            if verdict.state is ReplyState.INVALID_TOOL_CALL:
+                raise InvalidToolCallError(
+                    f"the model's reply cannot be used: {verdict.reason}; nothing ran and turn {turn} was not kept "
+                    "(send the message again, or raise the token limit)", session_id=session_id)
             calls = self._fresh_ids(session, list(reply.tool_calls or ()))
             content = storable_text(reply.content) if reply.content else reply.content
+            reasoning = storable_text(reply.reasoning) if reply.reasoning else None
             state.partial = []
             if not calls:
                 text = content or ""
-                session.add_message(Message.model(text, agent=agent.name))
-                session.complete_turn(text, agent, state.usage.to_dict())
+                cut = verdict.finish_reason if verdict.truncated else None
+                session.add_message(Message.model(text, agent=agent.name, reasoning=reasoning, finish_reason=cut))
+                session.complete_turn(text, agent, state.usage.to_dict(), finish_reason=verdict.finish_reason)
                 session.set_status(SessionStatus.IDLE, reason="turn completed")
                 events = self.store.save(session)
                 state.released = True
                 yield from stored(events, turn)
-                return RunResult(text, agent.name, session_id, turn, state.usage, SessionStatus.IDLE)
+                return RunResult(text, agent.name, session_id, turn, state.usage, SessionStatus.IDLE,
+                                 finish_reason=verdict.finish_reason, reasoning=reasoning)
 
             state.rounds += 1
             if state.rounds > self.max_tool_rounds:
@@ -738,7 +799,7 @@ class Runner:
                     "the turn was dropped from the context window",
                     session_id=session_id,
                 )
-            session.add_message(Message.model(content or None, calls, agent=agent.name))
+            session.add_message(Message.model(content or None, calls, agent=agent.name, reasoning=reasoning))
             yield from stored(self.store.save(session), turn)
 
             custom = [c for c in calls if c.name in tools and tools[c.name].is_custom]

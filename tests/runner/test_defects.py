@@ -60,7 +60,8 @@ def test_model_text_with_a_lone_surrogate_escape_is_stored(
     fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
 ) -> None:
     runner = make_runner(Agent("A", "x", model=MODEL, tools=[]))
-    fake_server.add_chunks([{"choices": [{"index": 0, "delta": {"content": "bad \ud800 char"}}]}])
+    fake_server.add_chunks([{"choices": [{"index": 0, "delta": {"content": "bad \ud800 char"},
+                                          "finish_reason": "stop"}]}])
     result = runner.run("surr2", "hi")
     assert result.content == "bad \\ud800 char"
     assert store.get("surr2").history[-1].content == "bad \\ud800 char"

@@ -21,11 +21,13 @@ from chatflow_cli.core.errors import (
     BadRequestError,
     ConfigError,
     IdempotencyConflictError,
+    InvalidToolCallError,
     MaxToolRoundsExceeded,
     PendingToolCallsError,
     RateLimitedError,
     RunInterrupted,
     SessionNotFoundError,
+    StreamBrokenError,
     ToolResultError,
 )
 from chatflow_cli.core.events import SessionStatus
@@ -239,7 +241,7 @@ def test_tool_errors_become_error_results_and_the_run_goes_on(
     fake_server.add_tool_calls([
         ("call_1", "explode", '{"reason": "disk"}'),
         ("call_2", "no_such_tool", "{}"),
-        ("call_3", "echo", '{"text": "unterminated'),
+        ("call_3", "echo", '{"text": 5}'),
         ("call_4", "echo", '{"text": "fine"}'),
     ])
     fake_server.add_text("recovered")
@@ -250,10 +252,36 @@ def test_tool_errors_become_error_results_and_the_run_goes_on(
     assert [m.is_error for m in tools] == [True, True, True, False]
     assert "RuntimeError: boom: disk" in tools[0].content
     assert "unknown tool 'no_such_tool'" in tools[1].content and "echo" in tools[1].content
-    assert "not valid JSON" in tools[2].content
+    assert "invalid arguments for echo" in tools[2].content
     assert tools[3].content == "fine"
     sent = [m for m in fake_server.requests[1]["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in sent] == [t.content for t in tools]
+
+
+def test_a_call_whose_arguments_are_not_a_json_object_fails_the_turn_and_runs_nothing(
+    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+) -> None:
+    ran: list[str] = []
+
+    @tool
+    def echo(text: str) -> str:
+        ran.append(text)
+        return text
+
+    runner = make_runner(Agent("A", "x", model=MODEL, tools=[echo]))
+    runner.run("cut", "hello")
+    window = store.get("cut").history
+    fake_server.add_tool_calls([("call_ok", "echo", '{"text": "fine"}'), ("call_cut", "echo", '{"text": "unterm')],
+                               finish_reason="length")
+    with pytest.raises(InvalidToolCallError) as info:
+        runner.run("cut", "go")
+    assert info.value.exit_code == 5 and "call_cut" in info.value.message and "token limit" in info.value.message
+    assert ran == [], "no call of a reply with cut arguments runs"
+    session = store.get("cut")
+    assert session.history == window and session.status is SessionStatus.IDLE
+    assert [e.type for e in store.events("cut")][-2:] == ["turn.failed", "status"]
+    runner.run("cut", "again")  # the fake refuses arguments that are not a JSON object: none were stored
+    assert all("tool_calls" not in m for m in fake_server.requests[-1]["messages"])
 
 
 def test_parallel_tool_calls_run_concurrently_and_results_keep_call_order(
@@ -449,7 +477,7 @@ def test_failure_mid_tool_round_drops_the_whole_turn(
 
     runner = make_runner(Agent("A", "x", model=MODEL, tools=[t]))
     fake_server.add_tool_calls([("call_1", "t", "{}")])
-    fake_server.add_close_midstream()
+    fake_server.add_invalid_json()
     with pytest.raises(Exception) as info:
         runner.run("midway", "go")
     assert type(info.value).__name__ == "ProviderResponseError"
@@ -457,6 +485,27 @@ def test_failure_mid_tool_round_drops_the_whole_turn(
     assert session.history == () and session.status is SessionStatus.IDLE and session.turn_count == 0
     fake_server.add_text("ok now")
     assert runner.run("midway", "go").turn == 1
+
+
+def test_a_stream_broken_mid_tool_round_keeps_the_turn_as_interrupted(
+    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+) -> None:
+    @tool
+    def t() -> str:
+        return "x"
+
+    runner = make_runner(Agent("A", "x", model=MODEL, tools=[t]))
+    fake_server.add_tool_calls([("call_1", "t", "{}")])
+    fake_server.add_close_midstream(after=["Hel"])
+    with pytest.raises(StreamBrokenError) as info:
+        runner.run("midway", "go")
+    assert info.value.exit_code == 6 and "kept as interrupted turn 1" in info.value.message
+    session = store.get("midway")
+    assert [(m.role, m.content, m.interrupted) for m in session.history] == [
+        (Role.USER, "go", False), (Role.MODEL, None, False), (Role.TOOL, "x", False), (Role.MODEL, "Hel", True)]
+    assert session.status is SessionStatus.IDLE and session.turn_count == 1
+    fake_server.add_text("ok now")
+    assert runner.run("midway", "go on").turn == 2
 
 
 def test_rate_limited_turn_reschedules_the_session_with_a_retry_time(

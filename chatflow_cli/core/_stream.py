@@ -1,0 +1,456 @@
+"""Folding a streamed Chat Completions reply, and the verdict on whether it finished.
+
+Pure (no ``openai``, no I/O): every way of talking to a server -- the streamed request of
+:class:`~chatflow_cli.core.model.ModelStream`, a server that answered with one JSON body,
+any faster request path -- feeds its chunk dicts to one :class:`StreamAccumulator` and
+reads the :class:`ModelTurn` it gives. :meth:`ModelTurn.verdict` (computed by
+:func:`judge`) is the one place that decides whether a reply is complete; the Runner, the
+command line, the REPL and the stores read that verdict and never re-derive it.
+
+Verdicts (:class:`ReplyState`):
+
+=================  ====================================================================
+state              when
+=================  ====================================================================
+``complete``       a finish reason arrived (``stop``, ``tool_calls``, or any other that
+                   does not mean a cut) and every tool call's arguments are a JSON object
+``truncated``      ``finish_reason`` ``length`` (also sent as ``max_tokens``) or
+                   ``content_filter``, with no tool calls: the text is all there will
+                   be; it is stored as the turn's reply, marked with its finish reason
+``invalid_tool_call``  a tool call whose arguments are not a complete JSON object (cut by
+                   the token limit, or malformed), or that has no function name: it must
+                   never run, be offered as pending, or be stored for the next request
+``broken``         the stream stopped before any choice carried a finish reason
+                   (connection closed, read timeout, or the body just ended, with or
+                   without ``[DONE]``): what arrived is partial
+``interrupted``    chatflow cancelled the stream (Ctrl-C, a cancel request)
+=================  ====================================================================
+
+A finish reason followed by usage-only chunks, or with no ``[DONE]`` after it, is complete.
+A truncated reply whose tool calls all have complete arguments is a normal tool round (the
+calls are whole; the cut came after them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping, Union
+
+from .messages import Message, ToolCall
+
+__all__ = [
+    "ModelTurn",
+    "ReasoningDelta",
+    "ReplyState",
+    "StreamAccumulator",
+    "StreamDelta",
+    "TRUNCATING_FINISH_REASONS",
+    "TextDelta",
+    "ToolCallDelta",
+    "Usage",
+    "Verdict",
+    "cut_phrase",
+    "judge",
+]
+
+#: Finish reasons that mean the reply was cut, and the name chatflow stores for each.
+TRUNCATING_FINISH_REASONS: dict[str, str] = {
+    "length": "length",
+    "max_tokens": "length",
+    "content_filter": "content_filter",
+}
+#: Spellings of the same normal finish reasons, stored under the OpenAI name.
+_FINISH_ALIASES = {"function_call": "tool_calls", "tool_use": "tool_calls", "end_turn": "stop", "eos": "stop"}
+
+
+def cut_phrase(finish_reason: str | None) -> str:
+    """How a reply with ``finish_reason`` was cut, for people: ``"cut by the token limit"``,
+    ``"stopped by a content filter"``, or ``""`` for a reason that is no cut."""
+    cut = TRUNCATING_FINISH_REASONS.get(finish_reason or "")
+    if cut == "length":
+        return "cut by the token limit"
+    if cut == "content_filter":
+        return "stopped by a content filter"
+    return ""
+
+
+def normalize_finish_reason(value: Any) -> str | None:
+    """The finish reason chatflow stores for what a server sent (``None`` for none)."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    value = value.strip()
+    return TRUNCATING_FINISH_REASONS.get(value) or _FINISH_ALIASES.get(value) or value
+
+
+# --------------------------------------------------------------------------------------
+# values
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one model request (or, added with ``+``, of several)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.total_tokens + other.total_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "Usage | None":
+        """Read a usage object; ``None`` for ``None``. Missing counts are 0; a missing total is the sum."""
+        if not isinstance(data, Mapping):
+            return None
+        prompt = _int(data.get("prompt_tokens"))
+        completion = _int(data.get("completion_tokens"))
+        total = data.get("total_tokens")
+        return cls(prompt, completion, _int(total) if total is not None else prompt + completion)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of the model's text, in arrival order."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """A piece of the model's reasoning (``reasoning_content`` or ``reasoning`` deltas)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of one tool call.
+
+    ``index`` is the call's position among the reply's calls in arrival order (0, 1, 2…;
+    unique even when a server reuses its own ``index`` for several calls); ``id`` and
+    ``name`` are the values known so far (``None`` until sent); ``arguments_fragment`` is
+    the new piece of the arguments text.
+    """
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments_fragment: str
+
+
+StreamDelta = Union[TextDelta, ToolCallDelta, ReasoningDelta]
+
+
+class ReplyState(str, Enum):
+    """How a reply ended (see the module docstring)."""
+
+    COMPLETE = "complete"
+    TRUNCATED = "truncated"
+    INVALID_TOOL_CALL = "invalid_tool_call"
+    BROKEN = "broken"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The decision on one reply.
+
+    Attributes:
+        state: the :class:`ReplyState`.
+        finish_reason: the normalized finish reason (``None`` when none arrived).
+        reason: one phrase for people saying why the reply is not complete (``""`` when
+            it is): ``"cut by the token limit (finish_reason length)"``…
+        invalid_calls: for ``invalid_tool_call``, the calls that must not run.
+    """
+
+    state: ReplyState
+    finish_reason: str | None
+    reason: str = ""
+    invalid_calls: tuple[ToolCall, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        """The reply may be stored as the turn's answer (complete, or truncated and marked)."""
+        return self.state in (ReplyState.COMPLETE, ReplyState.TRUNCATED)
+
+    @property
+    def truncated(self) -> bool:
+        return self.state is ReplyState.TRUNCATED
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTurn:
+    """The model's whole answer to one request.
+
+    Fields:
+        content: the text, or ``None`` when the model only called tools (or said nothing).
+        tool_calls: the tool calls in call order; ``arguments`` is the JSON *text* as
+            received (``"{}"`` when none streamed; possibly invalid JSON when cut).
+        usage: token counts, when the server reported them.
+        finish_reason: normalized (``"stop"``, ``"tool_calls"``, ``"length"``,
+            ``"content_filter"``…); ``None`` if not sent or when interrupted.
+        interrupted: the stream was cancelled by chatflow; content and tool calls are partial.
+        reasoning: the reasoning text (``reasoning_content``/``reasoning`` deltas), if any.
+        broken: why the stream stopped early when it did so without an exception reaching
+            the caller (``"the connection closed: …"``); ``None`` otherwise.
+    """
+
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    interrupted: bool = False
+    reasoning: str | None = None
+    broken: str | None = None
+
+    @property
+    def verdict(self) -> Verdict:
+        """:func:`judge` of this turn."""
+        return judge(self)
+
+    def to_message(self, *, agent: str | None = None) -> Message:
+        """The MODEL message to store for this answer (``interrupted``, ``reasoning`` and a
+        truncating ``finish_reason`` carried over)."""
+        finish = self.finish_reason if self.finish_reason in TRUNCATING_FINISH_REASONS.values() else None
+        return Message.model(self.content, self.tool_calls, agent=agent, interrupted=self.interrupted,
+                             reasoning=self.reasoning, finish_reason=finish)
+
+
+def _arguments_problem(arguments: str) -> str | None:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return "are not a complete JSON object"
+    if not isinstance(value, dict):
+        return f"are JSON {type(value).__name__}, not an object"
+    return None
+
+
+def _shorten(text: str, limit: int = 40) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def judge(turn: ModelTurn) -> Verdict:
+    """Decide whether ``turn`` is complete (see the module docstring for the states)."""
+    finish = turn.finish_reason
+    if turn.interrupted:
+        return Verdict(ReplyState.INTERRUPTED, None, "interrupted")
+    if finish is None:
+        why = turn.broken or "the stream ended without a finish reason"
+        return Verdict(ReplyState.BROKEN, None, f"the reply did not finish ({why})")
+    cut = TRUNCATING_FINISH_REASONS.get(finish)
+    phrase = cut_phrase(finish)
+    invalid: list[ToolCall] = []
+    problems: list[str] = []
+    for call in turn.tool_calls:
+        problem = "has no function name" if not call.name else _arguments_problem(call.arguments)
+        if problem is not None:
+            invalid.append(call)
+            if problem.startswith("are"):
+                problems.append(f"tool call {call.name} ({call.id}): arguments {_shorten(call.arguments)!r} {problem}")
+            else:
+                problems.append(f"tool call {call.id} {problem}")
+    if invalid:
+        tail = f"; {phrase}, finish_reason {finish}" if cut else f"; finish_reason {finish}"
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        return Verdict(ReplyState.INVALID_TOOL_CALL, finish, f"{problems[0]}{more}{tail}", tuple(invalid))
+    if cut and not turn.tool_calls:
+        return Verdict(ReplyState.TRUNCATED, finish, f"{phrase} (finish_reason {finish})")
+    return Verdict(ReplyState.COMPLETE, finish)
+
+
+# --------------------------------------------------------------------------------------
+# accumulation
+# --------------------------------------------------------------------------------------
+class _Slot:
+    __slots__ = ("id", "name", "arguments", "index", "ordinal")
+
+    def __init__(self, index: int, ordinal: int) -> None:
+        self.id: str | None = None
+        self.name: str | None = None
+        self.arguments: list[str] = []
+        self.index = index  # the server's index
+        self.ordinal = ordinal  # arrival order among the reply's calls
+
+    def arguments_complete(self) -> bool:
+        text = "".join(self.arguments).strip()
+        if not text:
+            return False
+        try:
+            json.loads(text)
+        except ValueError:
+            return False
+        return True
+
+
+class StreamAccumulator:
+    """Folds Chat Completions stream chunks into a :class:`ModelTurn`.
+
+    :meth:`feed` takes a chunk as a dict (or any object with ``model_dump()``, such as an
+    ``openai`` chunk) and returns the deltas it carried. Only choice ``index`` 0 is read.
+    Tolerated, never an error: empty or missing ``choices``, a choice with no ``delta`` or
+    ``delta: null``, ``content: null``, usage-only chunks (usage may also ride on a content
+    chunk, or follow the finish reason), arguments sent as a JSON object instead of text
+    (re-encoded), and these tool-call patterns of real servers:
+
+    * OpenAI: ``index``, ``id`` and ``name`` in a call's first chunk, then ``index`` and
+      argument fragments;
+    * llama.cpp: the same ``id`` and ``name`` repeated in every chunk of one call (one call);
+    * Ollama and some proxies: several calls all at ``index`` 0, each with its own ``id``:
+      a new ``id`` at an index whose call has another id starts a new call -- when the
+      chunk names a function or the call before it is already complete JSON (a proxy that
+      stamps a fresh id on every fragment of one call still gives one call);
+    * no ``index``: matched by ``id``, else a new call when there is an ``id``, else the
+      last call.
+
+    A call that never got an id receives a generated ``call_<hex>`` one; a call that
+    streamed no arguments gets ``"{}"``. ``id`` and ``name`` are set once (never
+    concatenated); argument fragments are concatenated as text.
+    """
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._slots: list[_Slot] = []
+        self._at: dict[int, _Slot] = {}  # server index -> the call now receiving fragments there
+        self.usage: Usage | None = None
+        self.finish_reason: str | None = None
+        self.chunks = 0
+
+    @property
+    def text(self) -> str:
+        return "".join(self._text)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self._reasoning)
+
+    def feed(self, chunk: Any) -> list[StreamDelta]:
+        if not isinstance(chunk, Mapping):
+            dump = getattr(chunk, "model_dump", None)
+            if dump is None:
+                raise TypeError(f"a stream chunk must be a mapping, not {type(chunk).__name__}")
+            chunk = dump()
+        self.chunks += 1
+        usage = Usage.from_dict(chunk.get("usage"))
+        if usage is not None:
+            self.usage = usage
+        deltas: list[StreamDelta] = []
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, (list, tuple)) else ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) not in (0, None):
+                continue
+            finish = normalize_finish_reason(choice.get("finish_reason"))
+            if finish is not None:
+                self.finish_reason = finish
+            delta = choice.get("delta")
+            if not isinstance(delta, Mapping):
+                continue
+            for key in ("reasoning_content", "reasoning"):
+                thought = delta.get(key)
+                if isinstance(thought, str) and thought:
+                    self._reasoning.append(thought)
+                    deltas.append(ReasoningDelta(thought))
+                    break
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._text.append(content)
+                deltas.append(TextDelta(content))
+            calls = delta.get("tool_calls")
+            for call in calls if isinstance(calls, (list, tuple)) else ():
+                if isinstance(call, Mapping):
+                    deltas.append(self._feed_call(call))
+        return deltas
+
+    def _new_slot(self, index: int) -> _Slot:
+        slot = _Slot(index, len(self._slots))
+        self._slots.append(slot)
+        self._at[index] = slot
+        return slot
+
+    def _feed_call(self, call: Mapping[str, Any]) -> ToolCallDelta:
+        call_id = call.get("id") or None
+        if call_id is not None and not isinstance(call_id, str):
+            call_id = json.dumps(call_id, default=str)
+        function = call.get("function")
+        name = function.get("name") if isinstance(function, Mapping) else None
+        name = name if isinstance(name, str) and name else None
+        index = call.get("index")
+        known = next((s for s in self._slots if call_id and s.id == call_id), None)
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            if known is not None:
+                slot = known
+            elif call_id or not self._slots:
+                slot = self._new_slot(max((s.index for s in self._slots), default=-1) + 1)
+            else:
+                slot = self._slots[-1]
+        else:
+            slot = self._at.get(index)  # type: ignore[assignment]
+            if slot is None:
+                slot = self._new_slot(index)
+            elif call_id and slot.id and call_id != slot.id:
+                if known is not None:  # back to an earlier call of this index
+                    slot = known
+                elif name is not None or slot.arguments_complete():
+                    slot = self._new_slot(index)
+        if call_id and not slot.id:
+            slot.id = str(call_id)
+        fragment = ""
+        if isinstance(function, Mapping):
+            if name is not None and not slot.name:
+                slot.name = name
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                fragment = arguments
+            elif arguments is not None:
+                fragment = json.dumps(arguments, ensure_ascii=False)
+            if fragment:
+                slot.arguments.append(fragment)
+        return ToolCallDelta(slot.ordinal, slot.id, slot.name, fragment)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        calls = []
+        for slot in sorted(self._slots, key=lambda s: (s.index, s.ordinal)):
+            if slot.id is None:
+                slot.id = f"call_{os.urandom(12).hex()}"
+            arguments = "".join(slot.arguments)
+            calls.append(ToolCall(slot.id, slot.name or "", arguments if arguments.strip() else "{}"))
+        return calls
+
+    def result(self, *, interrupted: bool = False, broken: str | None = None) -> ModelTurn:
+        """The answer so far. ``interrupted=True`` marks it cancelled by chatflow;
+        ``broken`` says why the stream stopped early (the finish reason is then dropped
+        only if none had arrived: a reply that finished is complete whatever came after)."""
+        text = self.text
+        reasoning = self.reasoning
+        return ModelTurn(
+            content=text if text else None,
+            tool_calls=self.tool_calls,
+            usage=self.usage,
+            finish_reason=None if interrupted else self.finish_reason,
+            interrupted=interrupted,
+            reasoning=reasoning if reasoning else None,
+            broken=None if interrupted or self.finish_reason is not None else broken,
+        )
