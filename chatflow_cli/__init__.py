@@ -4,8 +4,10 @@ The public API of the session library (seed 000)::
 
     from chatflow_cli import Agent, Runner, SessionStore, SQLiteSessionStore, tool
 
-Names are resolved on first use, so that ``import chatflow_cli`` (and so ``chatflow
---help``) stays cheap.
+and the errors a bot catches (``SessionBusyError``, ``ProviderError``, ``NetworkError``,
+``RateLimitedError``…; all derive from ``ChatflowError``). The package is typed
+(``py.typed``). Names are resolved on first use, so that ``import chatflow_cli`` (and so
+``chatflow --help``) stays cheap.
 """
 
 from __future__ import annotations
@@ -18,38 +20,84 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Agent": "chatflow_cli.core.agents",
     "ChatflowError": "chatflow_cli.core.errors",
+    "IdempotencyConflictError": "chatflow_cli.core.errors",
     "Message": "chatflow_cli.core.messages",
+    "MessageState": "chatflow_cli.core.memory",
+    "NetworkError": "chatflow_cli.core.errors",
+    "NotFoundError": "chatflow_cli.core.errors",
+    "PendingToolCallsError": "chatflow_cli.core.errors",
+    "ProviderError": "chatflow_cli.core.errors",
+    "RateLimitedError": "chatflow_cli.core.errors",
     "Role": "chatflow_cli.core.messages",
+    "RunInterrupted": "chatflow_cli.core.errors",
     "RunResult": "chatflow_cli.core.runner",
     "Runner": "chatflow_cli.core.runner",
     "SQLiteSessionStore": "chatflow_cli.core.sqlite_store",
+    "SessionBusyError": "chatflow_cli.core.errors",
     "SessionContext": "chatflow_cli.core.memory",
+    "SessionDeletedError": "chatflow_cli.core.errors",
+    "SessionNotFoundError": "chatflow_cli.core.errors",
     "SessionStore": "chatflow_cli.core.memory",
+    "SessionTerminatedError": "chatflow_cli.core.errors",
+    "StoreError": "chatflow_cli.core.errors",
     "ToolCall": "chatflow_cli.core.messages",
+    "ToolResultError": "chatflow_cli.core.errors",
+    "UsageError": "chatflow_cli.core.errors",
     "tool": "chatflow_cli.core.tools",
 }
 
 __all__ = [
     "Agent",
     "ChatflowError",
+    "IdempotencyConflictError",
     "Message",
+    "MessageState",
+    "NetworkError",
+    "NotFoundError",
+    "PendingToolCallsError",
+    "ProviderError",
+    "RateLimitedError",
     "Role",
+    "RunInterrupted",
     "RunResult",
     "Runner",
     "SQLiteSessionStore",
+    "SessionBusyError",
     "SessionContext",
+    "SessionDeletedError",
+    "SessionNotFoundError",
     "SessionStore",
+    "SessionTerminatedError",
+    "StoreError",
     "ToolCall",
+    "ToolResultError",
+    "UsageError",
     "__version__",
     "tool",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .core.agents import Agent
-    from .core.errors import ChatflowError
-    from .core.memory import SessionContext, SessionStore
+    from .core.errors import (
+        ChatflowError,
+        IdempotencyConflictError,
+        NetworkError,
+        NotFoundError,
+        PendingToolCallsError,
+        ProviderError,
+        RateLimitedError,
+        RunInterrupted,
+        SessionBusyError,
+        SessionDeletedError,
+        SessionNotFoundError,
+        SessionTerminatedError,
+        StoreError,
+        ToolResultError,
+        UsageError,
+    )
+    from .core.memory import MessageState, SessionContext, SessionStore
     from .core.messages import Message, Role, ToolCall
-    from .core.runner import Runner, RunResult
+    from .core.runner import RunResult, Runner
     from .core.sqlite_store import SQLiteSessionStore
     from .core.tools import tool
 

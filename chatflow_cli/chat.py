@@ -238,6 +238,7 @@ class _Output:
         self.final_written = False
         self.last_result: Any = None
         self.turns = 0
+        self.stored: set[str] = set()  #: the sessions a stored event (one with a seq) was seen for
         self.incomplete = False  # a turn's reply was cut (finish_reason length/content_filter)
 
     def _line(self, obj: dict[str, Any]) -> None:
@@ -257,6 +258,8 @@ class _Output:
         result = None
         try:
             for ev in events:
+                if ev.seq is not None:
+                    self.stored.add(ev.session_id)
                 if self.mode == "jsonl":
                     if ev.type == "result":
                         result = ev.result
@@ -399,9 +402,31 @@ def _pending_notice(state: State, result: Any) -> None:
 # ---------------------------------------------------------------------------------------
 # the model endpoint and the runner
 # ---------------------------------------------------------------------------------------
+def transport_for(default: str) -> str:
+    """The model client's transport: ``$CHATFLOW_TRANSPORT`` (``http`` or ``openai``) when
+    set, else ``default`` -- ``http`` for ``chatflow chat`` and ``replay --rerun`` (no openai
+    import: a one-shot call starts about 0.5 s sooner), ``openai`` for the REPL.
+
+    Raises:
+        ConfigError: ``$CHATFLOW_TRANSPORT`` names no transport.
+    """
+    import os
+
+    from .core.model import TRANSPORTS
+
+    chosen = os.environ.get("CHATFLOW_TRANSPORT") or default
+    if chosen not in TRANSPORTS:
+        from .core.errors import ConfigError
+
+        raise ConfigError(f"CHATFLOW_TRANSPORT={safe_text(chosen)!r}: use {' or '.join(TRANSPORTS)}")
+    return chosen
+
+
 @contextlib.contextmanager
-def _runner(state: State, settings: Settings, opts: ChatOptions, store: Any) -> Iterator[Any]:
-    """A Runner on ``store`` whose model client points at the configured endpoint.
+def _runner(state: State, settings: Settings, opts: ChatOptions, store: Any, *,
+            transport: str = "openai") -> Iterator[Any]:
+    """A Runner on ``store`` whose model client points at the configured endpoint and sends
+    through ``transport`` (see :func:`transport_for`).
 
     The local model's llama.cpp server, when it is the choice, is started or reused on
     entering (:class:`~chatflow_cli.core.local.LocalModel`): with ``local_keep_alive`` 0 it
@@ -433,8 +458,8 @@ def _runner(state: State, settings: Settings, opts: ChatOptions, store: Any) -> 
         from .core.model import ModelClient
         from .core.runner import Runner
 
-        client = local.client(timeout=opts.timeout) if local is not None else ModelClient(
-            base_url, api_key, timeout=opts.timeout)
+        client = local.client(timeout=opts.timeout, transport=transport) if local is not None else ModelClient(
+            base_url, api_key, timeout=opts.timeout, transport=transport)
         temperature = LOCAL_TEMPERATURE if choice.local else None
         runner = Runner(start, store, model_client=client, default_model=model, temperature=temperature)
         # Every configured agent resolves, not only those reachable from the starting one:
@@ -502,6 +527,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
     from .config import resolve_model
 
     resolve_model(settings)  # a configuration problem is reported before anything is stored
+    transport = transport_for("http")
     store = state.store()
     session_id = _session_for(state, store, opts, announce=False)
     new_id = opts.session is None and not opts.continue_ and not opts.tool_result
@@ -513,7 +539,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                 out.duplicate(opts.message_id, session_id)
                 return ExitStatus.SUCCESS
             claimed = True
-        with _runner(state, settings, opts, store) as runner:
+        with _runner(state, settings, opts, store, transport=transport) as runner:
             if opts.agent:
                 _switch_agent(store, session_id, runner.agents[opts.agent])
             if multi:
@@ -548,7 +574,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
         raise
     finally:
         if new_id:
-            _announce_if_stored(state, store, session_id)
+            _announce_if_stored(state, store, session_id, seen=session_id in out.stored)
 
 
 def _release_claim(store: Any, message_id: str | None) -> None:
@@ -561,18 +587,23 @@ def _release_claim(store: Any, message_id: str | None) -> None:
         pass
 
 
-def _announce_if_stored(state: State, store: Any, session_id: str) -> None:
+def _announce_if_stored(state: State, store: Any, session_id: str, *, seen: bool = False) -> None:
     """Tell the user the id of the new session chatflow made up, once it is in the store
-    (issue 5): a run that failed before storing anything names no session."""
+    (issue 5): a run that failed before storing anything names no session.
+
+    ``seen``: the run already yielded a stored event of the session, so it is in the store
+    without asking it (a successful turn needs no third SQLite transaction for this notice).
+    """
     from .cli import _notice
     from .core.errors import SessionNotFoundError
 
-    try:
-        store.last_seq(session_id)
-    except SessionNotFoundError:
-        return
-    except Exception:  # the store itself failed: the run's own error is reported instead
-        return
+    if not seen:
+        try:
+            store.last_seq(session_id)
+        except SessionNotFoundError:
+            return
+        except Exception:  # the store itself failed: the run's own error is reported instead
+            return
     _notice(state, f"new session {session_id} (continue it with: chatflow chat -s {session_id} MESSAGE)")
 
 
@@ -656,13 +687,13 @@ def rerun_session(
     out = _Output(state, output, multi=True)
     system = "\n\n".join(s for s in systems if s) or None
     try:
-        with _runner(state, settings, opts, store) as runner:
+        with _runner(state, settings, opts, store, transport=transport_for("http")) as runner:
             for text in users:
                 if output == "text":
                     from rich.text import Text
 
                     state.out().print(Text("You: ", style="bold green") + Text(safe_text(text)))
-                out.run(runner.run_streamed(target, text, system=system))
+                out.run(runner.run_streamed(target, text, system=system, wait=0))
                 system = None
         out.success()
         return out.exit_code

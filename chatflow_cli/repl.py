@@ -143,7 +143,7 @@ def run_repl(
     ``max_turns`` and ``system`` (``--max-turns``, ``--system``) apply to a session the
     REPL creates, as in ``chatflow chat``.
     """
-    from .chat import ChatOptions, _runner
+    from .chat import ChatOptions, _runner, transport_for
     from .cli import _notice, new_session_id, validate_session_id
     from .config import ensure_private_dir, resolve_model
 
@@ -168,7 +168,7 @@ def run_repl(
         _notice(state, "starting the local model (SmolLM2 on llama.cpp)…")
     history_path = ensure_private_dir(Path(settings.data_dir)) / HISTORY_FILENAME
     opts = ChatOptions(model=model, agent=agent, base_url=base_url)
-    with _runner(state, settings, opts, store) as runner:
+    with _runner(state, settings, opts, store, transport=transport_for("openai")) as runner:
         repl = Repl(
             runner,
             store,
@@ -730,7 +730,7 @@ class Repl:
         self.failed_message = None
         outcome = await self._run_turn(
             lambda cancel: self.runner.run_streamed(
-                self.session_id, text, cancel=cancel, max_turns=self.max_turns, system=self.system
+                self.session_id, text, cancel=cancel, max_turns=self.max_turns, system=self.system, wait=0
             )
         )
         if outcome.error is not None and not outcome.interrupted:
@@ -779,7 +779,9 @@ class Repl:
                 session = self.store.get(self.session_id)
                 calls = [c for c in (session.pending_tool_calls if session else ()) if c.id in remaining]
                 continue
-            outcome = await self._run_turn(lambda cancel: self.runner.continue_streamed(self.session_id, cancel=cancel))
+            outcome = await self._run_turn(
+                lambda cancel: self.runner.continue_streamed(self.session_id, cancel=cancel, wait=0)
+            )
             self._refresh_info()
             result = outcome.result
             calls = list(result.pending_tool_calls) if result is not None else []

@@ -18,7 +18,8 @@ Use it as a context manager or through the ``fake_server`` pytest fixture::
         assert server.requests[0]["messages"][-1]["content"] == "hi"
 
 Replies are consumed in order, one per valid chat request. When the queue is empty the
-server answers ``"ok: <last user message>"`` so many-turn tests need no script.
+server answers ``"ok: <last user message>"`` so many-turn tests need no script, after
+``reply_delay`` seconds (0 unless set: a model that takes its time).
 
 Like a real provider (issue 2), a request whose message list is invalid is refused with
 HTTP 400 and an OpenAI-style error body *before* a scripted reply is consumed: unknown
@@ -187,6 +188,8 @@ class Reply:
             ``i`` (0 after the list ends); a non-streamed body waits for the sum.
         status, body, headers: for ``error`` and ``html``.
         usage: the usage object reported (streamed only when ``include_usage`` asked).
+        gate: when set, a streamed reply sends its first event only once the gate is set
+            (a model that answers when the test says so).
     """
 
     kind: str = "stream"
@@ -196,6 +199,7 @@ class Reply:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     usage: dict[str, int] | None = None
+    gate: threading.Event | None = None
 
 
 def _chunk(delta: dict[str, Any] | None, finish_reason: str | None = None) -> dict[str, Any]:
@@ -399,6 +403,7 @@ class FakeServer:
         self.strict_models = strict_models
         self.api_key = api_key
         self.validate = validate
+        self.reply_delay = 0.0  # seconds before the first event of an unscripted reply
         self._lock = threading.Lock()
         self._replies: deque[Reply] = deque()
         self._requests: list[Any] = []
@@ -626,7 +631,7 @@ class FakeServer:
         with self._lock:
             reply = self._replies.popleft() if self._replies else None
         if reply is None:
-            reply = self.make_text(f"ok: {_last_user_text(body.get('messages') or [])}")
+            reply = self.make_text(f"ok: {_last_user_text(body.get('messages') or [])}", delay=[self.reply_delay])
         self._record(environ, body, reply.status if reply.kind in ("error", "html") else 200, chat)
 
         if reply.kind == "error":
@@ -665,6 +670,9 @@ class FakeServer:
         def generate() -> Iterator[bytes]:
             yield b""  # werkzeug sends the status line and headers now, as real servers do
             done = True
+            if reply.gate is not None:
+                while not reply.gate.wait(0.05) and not stopping.is_set():
+                    pass
             for i, event in enumerate(reply.events):
                 pause = _delay_at(reply.delay, i)
                 if pause and not stopping.is_set():

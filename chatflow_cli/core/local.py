@@ -1087,8 +1087,9 @@ class LocalModel:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def client(self, *, timeout: float = 60.0, max_retries: int = 2) -> "LocalModelClient":
-        return LocalModelClient(self.server, timeout=timeout, max_retries=max_retries)
+    def client(self, *, timeout: float = 60.0, max_retries: int = 2,
+               transport: str | None = None) -> "LocalModelClient":
+        return LocalModelClient(self.server, timeout=timeout, max_retries=max_retries, transport=transport)
 
 
 class LocalModelClient:
@@ -1098,16 +1099,19 @@ class LocalModelClient:
     one is reused or replaced), so the next message after a crash simply works. When a
     request fails because the server died, the error is a :class:`LocalServerCrashedError`
     naming how, instead of the broken stream or the refused connection it caused.
-    ``server``: a started :class:`LocalServer` or :class:`SharedLocalServer`.
+    ``server``: a started :class:`LocalServer` or :class:`SharedLocalServer`; ``transport``:
+    as :class:`~chatflow_cli.core.model.ModelClient`'s.
     """
 
     #: Seconds to wait, after a failed request, for a dying server to be seen dead.
     DEATH_WAIT = 3.0
 
-    def __init__(self, server: Any, *, timeout: float = 60.0, max_retries: int = 2) -> None:
+    def __init__(self, server: Any, *, timeout: float = 60.0, max_retries: int = 2,
+                 transport: str | None = None) -> None:
         self.server = server
         self.timeout = timeout
         self.max_retries = max_retries
+        self.transport = transport
         self._client: Any = None
         self._endpoint: tuple[str, str | None] | None = None
         self._lock = threading.Lock()
@@ -1125,7 +1129,7 @@ class LocalModelClient:
                 from .model import ModelClient
 
                 self._client = ModelClient(endpoint[0], endpoint[1], timeout=self.timeout,
-                                           max_retries=self.max_retries)
+                                           max_retries=self.max_retries, transport=self.transport)
                 self._endpoint = endpoint
             return self._client
 
@@ -1328,7 +1332,24 @@ def stop_local_servers(data_dir: str | os.PathLike[str]) -> list[int]:
             except OSError:
                 pass
         pid, instance = state.get("pid"), str(state.get("instance", ""))
-        if isinstance(pid, int) and instance and _pid_alive(pid) and _is_server(pid, instance):
+        if not Path("/proc/self").is_dir():  # no command lines to check: the server, asked with its token,
+            pid = _server_pid(state)         # names its own pid; its supervisor follows it out
+        elif not (isinstance(pid, int) and instance and _is_server(pid, instance)):
+            pid = None
+        if isinstance(pid, int) and _pid_alive(pid):
             _terminate(pid)
             stopped.append(pid)
     return stopped
+
+
+def _server_pid(state: dict[str, Any]) -> int | None:
+    """The pid the server of ``state`` reports at ``/chatflow/health`` (asked with its token)."""
+    try:
+        url = f"http://127.0.0.1:{int(state['port'])}{HEALTH_PATH}"
+    except (KeyError, TypeError, ValueError):
+        return None
+    status, data = _get_json(url, str(state.get("token", "")), 2.0)
+    if status == 200 and isinstance(data, dict) and data.get("instance") == state.get("instance"):
+        pid = data.get("pid")
+        return pid if isinstance(pid, int) else None
+    return None

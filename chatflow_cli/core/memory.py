@@ -25,16 +25,22 @@ A consumer that keeps a ``replay`` cursor (``after_seq``) across a delete must r
 a context still held from the old incarnation gets :class:`SessionDeletedError` instead of
 writing into the new one.
 
-De-duplication of inbound messages (webhooks): an id is a duplicate while
-``now < processed_at + DEFAULT_DEDUP_TTL_HOURS`` (192 h: WhatsApp re-sends for 7 days).
-:meth:`BaseSessionStore.claim_message` checks and marks in one atomic step; the seed's
-``is_message_processed`` / ``mark_message_processed`` pair is kept for its examples but
-races between processes.
+De-duplication of inbound messages (webhooks): a message id is *claimed* (in progress) by
+the process that handles it -- the claim records its holder, the same owner record as a
+running turn -- and becomes *processed* when the turn it started completes, in the same
+transaction. A processed id stays a duplicate while ``now < processed_at +
+DEFAULT_DEDUP_TTL_HOURS`` (192 h: WhatsApp re-sends for 7 days). A claim whose holder died,
+or whose turn failed or was interrupted, is free again, so the platform's redelivery runs
+it. :meth:`BaseSessionStore.claim_message` checks and claims in one atomic step; the seed's
+``is_message_processed`` / ``mark_message_processed`` pair claims the same way, and a
+Runner turn started next in the same thread or task completes the claim.
 """
 
 from __future__ import annotations
 
+import contextvars
 import copy
+import enum
 import hashlib
 import json
 import logging
@@ -71,6 +77,7 @@ __all__ = [
     "RESERVED_EVENT_PREFIXES",
     "RESERVED_EVENT_TYPES",
     "BaseSessionStore",
+    "MessageState",
     "Owner",
     "SessionContext",
     "SessionDeletedError",
@@ -212,6 +219,10 @@ def _check_text(data: Any, what: str, session_id: str | None = None) -> str:
             session_id=session_id,
         ) from None
     return text
+
+
+class TurnOwnerDied(Exception):
+    """Why a recovered turn left the context window (the ``error_type`` of its ``turn.failed``)."""
 
 
 def _busy_message(session_id: str, owner: Any) -> str:
@@ -364,6 +375,54 @@ class Owner:
 
 
 # ----------------------------------------------------------------------------------------
+# Inbound message ids (webhook de-duplication)
+# ----------------------------------------------------------------------------------------
+
+
+class MessageState(str, enum.Enum):
+    """Where an inbound message id stands (:meth:`BaseSessionStore.message_state`).
+
+    ``new``: never seen, expired, or its claim is free again (holder dead, turn failed or
+    interrupted, claim released); ``in_progress``: claimed by a live holder whose turn has
+    not finished; ``processed``: its turn completed (or stopped for custom tool results), a
+    duplicate for ``DEFAULT_DEDUP_TTL_HOURS``.
+    """
+
+    NEW = "new"
+    IN_PROGRESS = "in_progress"
+    PROCESSED = "processed"
+
+
+@dataclass(frozen=True, slots=True)
+class _MessageRecord:
+    """One stored message id: ``state`` ("in_progress" | "completed"), ``at`` (UTC epoch
+    seconds of the last change; the TTL counts from it), the claim's ``holder`` (None once
+    completed), and the turn the claim started (``session_id``, ``turn``; None until then)."""
+
+    state: str
+    at: float
+    holder: Owner | None = None
+    session_id: str | None = None
+    turn: int | None = None
+
+
+#: The message id claimed last in this thread or asyncio task, with the claim's owner token
+#: and the store's id: the next Runner turn started in the same context completes the claim
+#: when the turn completes (and frees it when the turn fails), so the seed's
+#: ``mark_message_processed(id)`` then ``run_async(...)`` is safe as written.
+_CLAIM: contextvars.ContextVar[tuple[int, str, str] | None] = contextvars.ContextVar("chatflow_claim", default=None)
+
+
+def take_context_claim(store: Any) -> tuple[str, str] | None:
+    """(message id, owner token) of the claim made last in this context on ``store``, once."""
+    claim = _CLAIM.get()
+    if claim is None or claim[0] != id(store):
+        return None
+    _CLAIM.set(None)
+    return claim[1], claim[2]
+
+
+# ----------------------------------------------------------------------------------------
 # Value objects
 # ----------------------------------------------------------------------------------------
 
@@ -431,12 +490,16 @@ class TurnStart:
     replay: the turn runs again and the key then maps to the new attempt, so a webhook that
     retries a failed delivery can succeed.
     ``events``: the events this call appended.
+    ``queued``: the ticket of a caller that asked to queue (``enqueue=True``) for a busy
+    session: nothing else was written, ``turn`` is 0; pass the ticket back until the turn
+    starts (or give it up with :meth:`BaseSessionStore.leave_turn_queue`).
     """
 
     session: SessionContext
     turn: int
     replayed: dict[str, Any] | None = None
     events: list[Event] = field(default_factory=list)
+    queued: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1019,14 +1082,29 @@ class _Tx:
     def idempotency_put(self, session_id: str, key: str, digest: str, turn: int | None, seq: int, now: float) -> None:
         raise NotImplementedError
 
-    def processed_live(self, message_id: str, now: float, ttl_s: float) -> bool:
+    def idempotency_turn_keyed(self, session_id: str, turn: int) -> bool:
+        """True when a ``begin_turn`` idempotency key maps to ``turn``."""
         raise NotImplementedError
 
-    def processed_mark(self, message_id: str, now: float) -> None:
+    def processed_get(self, message_id: str) -> _MessageRecord | None:
         raise NotImplementedError
 
-    def processed_claim(self, message_id: str, now: float, ttl_s: float) -> bool:
-        """Insert, or refresh an expired record, in one atomic step; True when this call claimed it."""
+    def processed_put(self, message_id: str, record: _MessageRecord) -> None:
+        """Insert or replace the record of ``message_id``."""
+        raise NotImplementedError
+
+    def processed_turn_claimed(self, session_id: str, turn: int) -> bool:
+        """True when an in-progress claim started ``turn`` of the session."""
+        raise NotImplementedError
+
+    def processed_finish_turn(self, session_id: str, turn: int, holder: str | None, now: float) -> None:
+        """In-progress claims that started ``turn`` of the session under the holder token
+        ``holder`` (None: any) become completed at ``now``."""
+        raise NotImplementedError
+
+    def processed_drop_turn(self, session_id: str, turn: int, holder: str | None) -> None:
+        """Forget in-progress claims that started ``turn`` of the session under the holder
+        token ``holder`` (None: any): the turn failed or was interrupted."""
         raise NotImplementedError
 
     def processed_purge(self, now: float, ttl_s: float) -> None:
@@ -1034,6 +1112,17 @@ class _Tx:
 
     def processed_release(self, message_id: str) -> bool:
         """Forget the record of ``message_id``; True if there was one."""
+        raise NotImplementedError
+
+    def queue_add(self, session_id: str, owner: Owner, now: float) -> int:
+        """Append a waiter for the session; its ticket (increasing across the store)."""
+        raise NotImplementedError
+
+    def queue_list(self, session_id: str) -> list[tuple[int, Owner]]:
+        """The session's waiters, oldest ticket first."""
+        raise NotImplementedError
+
+    def queue_remove(self, session_id: str, ticket: int) -> None:
         raise NotImplementedError
 
 
@@ -1058,6 +1147,9 @@ class BaseSessionStore:
         self.clock: Callable[[], float] = time.time
         self._resolver: Callable[[str], Any] | None = None
         self._dedup_ttl_s = DEFAULT_DEDUP_TTL_HOURS * 3600.0
+        # Notified when a turn ends or a waiter leaves: waiters of this process wake at once
+        # (other processes' waiters poll).
+        self._turn_ended = threading.Condition(threading.Lock())
 
     # -- backend -----------------------------------------------------------------------
     @contextmanager
@@ -1266,6 +1358,12 @@ class BaseSessionStore:
                 payload = {**op.payload, "metadata": copy.deepcopy(merged)}
             event = self._append(tx, row.session_id, op.type, payload, turn)
             events.append(event)
+            holder = row.owner.token if row.owner is not None else None
+            if turn is not None and op.kind == "event":
+                if op.type in (EventType.TURN_COMPLETED.value, EventType.TOOL_PENDING.value):
+                    tx.processed_finish_turn(row.session_id, turn, holder, now)
+                elif op.type == EventType.TURN_INTERRUPTED.value:
+                    tx.processed_drop_turn(row.session_id, turn, holder)
             if op.kind == "message":
                 assert op.message is not None
                 stale = op.turn != 0 and op.turn < row.turn_count
@@ -1286,6 +1384,7 @@ class BaseSessionStore:
                 tx.remove_turns(row.session_id, to_turn + 1, None, "rolled_back", event.seq)
                 row.turn_count = min(row.turn_count, to_turn)
             elif op.kind == "turn_failed":
+                tx.processed_drop_turn(row.session_id, op.turn, holder)
                 if op.turn > 0:
                     tx.remove_turns(row.session_id, op.turn, None, "failed", event.seq)
                     row.turn_count = min(row.turn_count, op.turn - 1)
@@ -1383,6 +1482,8 @@ class BaseSessionStore:
                 self._refuse_terminated(row)
                 self._refuse_stale_base(session, row, ops)
             events += self._apply(tx, row, ops)
+        if any(op.kind == "status" for op in ops):
+            self._notify_turn_ended()
         session._journal_saved(len(ops))
         session._metadata_saved(row.metadata)
         session._base = self._base_of(row)
@@ -1583,16 +1684,30 @@ class BaseSessionStore:
         idempotency_key: str | None = None,
         max_turns: int | None = None,
         system: str | None = None,
+        message_id: str | None = None,
+        message_claim: str | None = None,
+        ticket: int | None = None,
+        enqueue: bool = False,
     ) -> TurnStart:
         """Start (or continue) a turn in one transaction; see the design notes and events.py.
 
-        Creates the session when new (with ``system`` as its first message), replays a
-        repeated idempotency key, refuses a terminated session (SessionTerminatedError) or
-        one a live owner runs (SessionBusyError), recovers a dead owner's turn
-        (``turn.interrupted`` + ``session.recovered``), refuses a user message while tool
-        calls wait (PendingToolCallsError), then marks the session ``running`` under
-        ``owner`` and appends the user message. ``user_message=None`` continues the open
-        turn once every pending tool result was submitted.
+        In this order: recovers a dead owner's turn (``turn.interrupted`` +
+        ``session.recovered``; a turn started under an idempotency key or a message id is
+        then also taken out of the context window, ``turn.failed``, so its retry replaces
+        it); replays a processed ``message_id`` (the turn it started) or waits for one
+        another live holder claimed (SessionBusyError); creates the session when new (with
+        ``system`` as its first message); replays a repeated idempotency key whose first
+        attempt has a result; refuses a terminated session (SessionTerminatedError), one a
+        live owner runs or for which earlier callers queue (SessionBusyError -- or, with
+        ``enqueue=True`` and no ``ticket``, a :class:`TurnStart` whose ``queued`` is this
+        caller's ticket; callers with a ticket start in ticket order); refuses a user
+        message while tool calls wait (PendingToolCallsError); then marks the session
+        ``running`` under ``owner``, appends the user message and, with ``message_id``,
+        records the claim as held by ``owner`` for this turn: it becomes processed when
+        the turn completes and free again when it fails or is interrupted.
+        ``message_claim``: the owner token of a claim this caller made with
+        :meth:`claim_message`. ``user_message=None`` continues the open turn once every
+        pending tool result was submitted.
         """
         _check_session_id(session_id)
         if user_message is not None and (not isinstance(user_message, Message) or user_message.role is not Role.USER):
@@ -1603,12 +1718,25 @@ class BaseSessionStore:
             metadata = _check_metadata(metadata)
         if idempotency_key is not None:
             _check_idempotency_key(idempotency_key)
+        if message_id is not None:
+            self._check_message_id(message_id)
         if user_message is not None:
             _check_text(user_message.to_dict(), "user message", session_id)
         digest = _sha256(user_message.to_dict() if user_message is not None else None)
         with self._write() as tx:
+            now = self.clock()
             events: list[Event] = []
             row = tx.get_row(session_id)
+            if row is not None and row.status is SessionStatus.RUNNING and row.owner is not None:
+                if not row.owner.alive():  # first, so a retry sees the dead attempt closed
+                    events += self._recover(tx, row, default_agent)
+            if message_id is not None and user_message is not None:
+                replay = self._message_replay(tx, session_id, row, message_id, message_claim, default_agent, now)
+                if replay is not None:
+                    if ticket is not None:
+                        tx.queue_remove(session_id, ticket)
+                    replay.events = events
+                    return replay
             if row is None:
                 row = self._new_row(session_id, default_agent, max_turns, metadata)
                 events += self._create(tx, row, system)
@@ -1623,19 +1751,34 @@ class BaseSessionStore:
                     turn = int(known[1] or 0)
                     outcome = self._outcome(tx, row, turn, known[2])
                     if outcome["outcome"] not in _RETRYABLE_OUTCOMES:
-                        replay = TurnStart(self._context(tx, row, default_agent), turn, outcome)
-                        self._detach(replay.session)
-                        return replay
+                        if ticket is not None:
+                            tx.queue_remove(session_id, ticket)
+                        replay_start = TurnStart(self._context(tx, row, default_agent), turn, outcome, events)
+                        self._detach(replay_start.session)
+                        return replay_start
                     # the first attempt gave no result: run the message again; the key then
                     # maps to this attempt (idempotency_put below replaces the old record)
             self._refuse_terminated(row)
-            if row.status is SessionStatus.RUNNING and row.owner is not None:
-                if row.owner.alive():
-                    raise SessionBusyError(
-                        _busy_message(session_id, row.owner),
-                        session_id=session_id,
-                    )
-                events += self._recover(tx, row, default_agent)
+            busy = row.status is SessionStatus.RUNNING and row.owner is not None
+            ahead = []
+            for waiter, waiter_owner in tx.queue_list(session_id):
+                if not waiter_owner.alive():
+                    tx.queue_remove(session_id, waiter)
+                elif ticket is None or waiter < ticket:
+                    ahead.append(waiter)
+            if busy or ahead:
+                if enqueue and ticket is None:
+                    queued = tx.queue_add(session_id, owner, now)
+                    waiting = TurnStart(self._context(tx, row, default_agent, effective=True), 0, None, events, queued)
+                    self._detach(waiting.session)
+                    return waiting
+                if busy:
+                    raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+                raise SessionBusyError(
+                    f"session {session_id!r} is busy: {len(ahead)} earlier turn(s) wait for it", session_id=session_id
+                )
+            if ticket is not None:
+                tx.queue_remove(session_id, ticket)
             ctx = self._context(tx, row, default_agent)
             if metadata and any(ctx.metadata.get(k) != v for k, v in metadata.items()):
                 ctx.update_metadata(metadata)
@@ -1678,6 +1821,9 @@ class BaseSessionStore:
             if idempotency_key is not None and user_message is not None:
                 first_seq = next(e.seq for e in new_events if e.type == EventType.MESSAGE_USER.value)
                 tx.idempotency_put(session_id, idempotency_key, digest, turn, first_seq, self.clock())
+            if message_id is not None and user_message is not None:
+                tx.processed_purge(now, self._dedup_ttl_s)
+                tx.processed_put(message_id, _MessageRecord("in_progress", now, owner, session_id, turn))
             # The window is loaded once: the context that made the change becomes what a fresh
             # load would give (a second load cost as much as the first, ~1 ms for 40 turns).
             ctx._journal_saved(len(journal))
@@ -1689,12 +1835,23 @@ class BaseSessionStore:
         return TurnStart(self._detach(ctx), turn, None, events)
 
     def _outcome(self, tx: _Tx, row: _SessionRow, turn: int, seq: int) -> dict[str, Any]:
-        done = tx.last_event(row.session_id, EventType.TURN_COMPLETED.value, turn, seq)
-        if done is not None:
-            return {**done.payload, "outcome": "completed"}
-        for type, outcome in ((EventType.TURN_FAILED, "failed"), (EventType.TURN_INTERRUPTED, "interrupted")):
-            if tx.last_event(row.session_id, type.value, turn, seq) is not None:
-                return {"turn": turn, "outcome": outcome}
+        # The first ending of the turn after the key's message: a turn number is used again
+        # after a failure, so a later ending may belong to another message.
+        ends: list[tuple[int, str, Event]] = []
+        for type, outcome in (
+            (EventType.TURN_COMPLETED, "completed"),
+            (EventType.TURN_FAILED, "failed"),
+            (EventType.TURN_INTERRUPTED, "interrupted"),
+        ):
+            first = next((e for e in tx.events_of_type(row.session_id, type.value, seq) if e.payload.get("turn") == turn),
+                         None)
+            if first is not None:
+                ends.append((first.seq, outcome, first))
+        if ends:
+            _, outcome, event = min(ends, key=lambda end: end[0])
+            if outcome == "completed":
+                return {**event.payload, "outcome": "completed"}
+            return {"turn": turn, "outcome": outcome}
         rollback = tx.last_event(row.session_id, EventType.ROLLBACK.value, None, seq)
         if rollback is not None and int(rollback.payload.get("to_turn", 0)) < turn:
             return {"turn": turn, "outcome": "rolled_back"}
@@ -1706,10 +1863,54 @@ class BaseSessionStore:
         """Close a dead owner's running turn: interrupt it, then ``session.recovered`` and ``idle``."""
         dead = row.owner
         ctx = self._context(tx, row, default_agent)
+        turn = ctx.turn_count
+        retried = turn > 0 and (tx.idempotency_turn_keyed(row.session_id, turn) or tx.processed_turn_claimed(
+            row.session_id, turn))
         ctx.interrupt_turn(reason="owner died")
-        ctx.record_event(EventType.SESSION_RECOVERED, {"turn": ctx.turn_count, "owner": dead.to_dict() if dead else {}})
+        if retried:  # its sender retries it (same key or message id): the retry replaces it in the window
+            ctx.fail_turn(TurnOwnerDied("the process running this turn died; a retry of its message replaces it"))
+        ctx.record_event(EventType.SESSION_RECOVERED, {"turn": turn, "owner": dead.to_dict() if dead else {}})
         ctx.set_status(SessionStatus.IDLE, "recovered: the running process died")
         return self._apply(tx, row, ctx._take_journal())
+
+    def _message_replay(
+        self,
+        tx: _Tx,
+        session_id: str,
+        row: _SessionRow | None,
+        message_id: str,
+        claim: str | None,
+        default_agent: Any,
+        now: float,
+    ) -> TurnStart | None:
+        """The replay of a processed ``message_id``; SessionBusyError while another live holder
+        has it in progress; None when this caller may run it (free, expired, or its own claim)."""
+        record = tx.processed_get(message_id)
+        state = self._state_of(record, now)
+        if record is None or state is MessageState.NEW:
+            return None
+        if state is MessageState.IN_PROGRESS:
+            assert record.holder is not None
+            if claim is not None and record.holder.token == claim:
+                return None
+            raise SessionBusyError(
+                f"message {message_id!r} is being processed by pid {record.holder.pid} on {record.holder.host}",
+                session_id=session_id,
+            )
+        where = record.session_id or session_id
+        source = row if where == session_id else tx.get_row(where)
+        turn = record.turn or 0
+        outcome: dict[str, Any] = {"turn": turn, "outcome": "completed", "content": None, "message_id": message_id}
+        if source is None:
+            ctx = SessionContext(where, default_agent)
+        else:
+            ctx = self._detach(self._context(tx, source, default_agent, effective=True))
+            done = tx.last_event(where, EventType.TURN_COMPLETED.value, turn) if turn else None
+            if done is not None:
+                outcome = {**done.payload, "outcome": "completed", "message_id": message_id}
+            elif turn and tx.last_event(where, EventType.TOOL_PENDING.value, turn) is not None:
+                outcome = {"turn": turn, "outcome": "pending", "message_id": message_id}
+        return TurnStart(ctx, turn, outcome)
 
     def _submitted(self, tx: _Tx, session_id: str) -> dict[str, tuple[str, bool]]:
         """tool_use_id -> (output, is_error) submitted since the last MODEL message.
@@ -1761,45 +1962,169 @@ class BaseSessionStore:
             _check_text(message_id, "message_id")
         return message_id
 
-    def is_message_processed(self, message_id: str) -> bool:
-        """True while ``now < processed_at + 192 h`` (seed 000).
+    def _state_of(self, record: _MessageRecord | None, now: float) -> MessageState:
+        if record is None or now >= record.at + self._dedup_ttl_s:
+            return MessageState.NEW
+        if record.state == "completed":
+            return MessageState.PROCESSED
+        if record.holder is None or not record.holder.alive():
+            return MessageState.NEW
+        return MessageState.IN_PROGRESS
+
+    def message_state(self, message_id: str) -> MessageState:
+        """Where ``message_id`` stands: ``new``, ``in_progress`` (a live holder's claim) or
+        ``processed`` (its turn completed less than 192 h ago). See :class:`MessageState`.
 
         ``message_id``: a non-empty ``str`` (TypeError otherwise, in every store and method).
         """
         self._check_message_id(message_id)
         with self._read() as tx:
-            return tx.processed_live(message_id, self.clock(), self._dedup_ttl_s)
+            return self._state_of(tx.processed_get(message_id), self.clock())
+
+    def is_message_processed(self, message_id: str) -> bool:
+        """True when a delivery of ``message_id`` must be skipped: it was processed (less than
+        192 h ago) or a live holder is processing it now (:meth:`message_state` tells which).
+        False for a new id and for a claim whose holder died or whose turn failed.
+
+        ``message_id``: a non-empty ``str`` (TypeError otherwise, in every store and method).
+        """
+        return self.message_state(message_id) is not MessageState.NEW
 
     def mark_message_processed(self, message_id: str) -> None:
-        """Record ``message_id`` (non-empty str) as processed now; expired records are purged."""
-        self._check_message_id(message_id)
-        now = self.clock()
-        with self._write() as tx:
-            tx.processed_purge(now, self._dedup_ttl_s)
-            tx.processed_mark(message_id, now)
-
-    def claim_message(self, message_id: str) -> bool:
-        """Check and mark in one atomic step: True for exactly one caller while the id is live.
-
-        ``message_id``: a non-empty ``str`` (TypeError otherwise).
+        """Claim ``message_id`` for this caller, as :meth:`claim_message` does (the seed's
+        name): the next Runner turn this thread or asyncio task starts completes the claim
+        when it completes. When another live holder already has the id in progress, that
+        turn (in this context) waits for it and returns its result instead of running twice.
+        A processed id stays processed. ``message_id``: a non-empty str (TypeError).
         """
+        _CLAIM.set((id(self), message_id, self._mark(message_id)))
+
+    def _mark(self, message_id: str) -> str:
+        """mark_message_processed's transaction; the claim's owner token (a fresh one when
+        another holder has it: this caller's turn then waits for that holder)."""
+        self._check_message_id(message_id)
+        owner = Owner.current()
+        now = self.clock()
+        with self._write() as tx:
+            tx.processed_purge(now, self._dedup_ttl_s)
+            old = tx.processed_get(message_id)
+            if self._state_of(old, now) is MessageState.NEW:
+                tx.processed_put(message_id, self._new_claim(old, owner, now))
+        return owner.token
+
+    def claim_message(self, message_id: str, *, owner: Owner | None = None) -> bool:
+        """Claim ``message_id`` in one atomic step: True for exactly one caller while the id is
+        new (never seen, expired, or its claim is free again).
+
+        The claim records its holder (``owner``, default: this process); it is *in progress*
+        until the turn it starts completes -- the next Runner turn started in this thread or
+        asyncio task, in the same transaction as ``turn.completed`` -- and then *processed*
+        for 192 hours. A claim whose holder died, or whose turn failed or was interrupted,
+        is free again. Without a Runner turn, call :meth:`complete_message` when done (or
+        :meth:`release_message` when it failed). ``message_id``: a non-empty str (TypeError).
+        """
+        token = self._claim(message_id, owner)
+        if token is not None:
+            _CLAIM.set((id(self), message_id, token))
+        return token is not None
+
+    def _claim(self, message_id: str, owner: Owner | None) -> str | None:
+        """claim_message's transaction: the holder's token when claimed, else None."""
+        self._check_message_id(message_id)
+        holder = owner if owner is not None else Owner.current()
+        now = self.clock()
+        with self._write() as tx:
+            old = tx.processed_get(message_id)
+            if self._state_of(old, now) is not MessageState.NEW:
+                claimed = False
+            else:
+                tx.processed_put(message_id, self._new_claim(old, holder, now))
+                claimed = True
+            tx.processed_purge(now, self._dedup_ttl_s)
+        return holder.token if claimed else None
+
+    @staticmethod
+    def _new_claim(old: _MessageRecord | None, holder: Owner, now: float) -> _MessageRecord:
+        """A claim taking over ``old``: an attempt whose holder died keeps naming its turn, so
+        the turn's recovery knows the message is retried (and takes the attempt out of the
+        window)."""
+        if old is not None and old.state == "in_progress" and old.session_id is not None:
+            return _MessageRecord("in_progress", now, holder, old.session_id, old.turn)
+        return _MessageRecord("in_progress", now, holder)
+
+    def _release_held(self, message_id: str, token: str) -> bool:
+        """Free ``message_id`` if the claim in progress is still the one ``token`` holds (a
+        turn that never started: busy past its wait, refused); True when freed."""
+        self._check_message_id(message_id)
+        with self._write() as tx:
+            record = tx.processed_get(message_id)
+            if record is None or record.state != "in_progress" or record.holder is None:
+                return False
+            if record.holder.token != token:
+                return False
+            return tx.processed_release(message_id)
+
+    def _forget_context_claim(self, message_id: str) -> None:
+        claim = _CLAIM.get()
+        if claim is not None and claim[0] == id(self) and claim[1] == message_id:
+            _CLAIM.set(None)
+
+    def complete_message(self, message_id: str) -> None:
+        """Record ``message_id`` as processed now (for ids handled without a Runner turn).
+
+        ``message_id``: a non-empty str (TypeError otherwise)."""
         self._check_message_id(message_id)
         now = self.clock()
         with self._write() as tx:
-            claimed = tx.processed_claim(message_id, now, self._dedup_ttl_s)
-            tx.processed_purge(now, self._dedup_ttl_s)
-            return claimed
+            old = tx.processed_get(message_id)
+            tx.processed_put(
+                message_id,
+                _MessageRecord("completed", now, None, old.session_id if old else None, old.turn if old else None),
+            )
+        self._forget_context_claim(message_id)
 
     def release_message(self, message_id: str) -> bool:
         """Undo a claim whose processing failed, so a redelivery of ``message_id`` runs again.
 
-        The seed's pattern marks an id *before* processing it; when the turn then fails,
-        the delivery was not processed, and a webhook's retry must not be skipped. Returns
-        True when a record was removed. ``message_id``: a non-empty ``str`` (TypeError).
+        A Runner turn releases its claim itself when it fails; this is for failures before
+        or outside a turn. Returns True when a record was removed. ``message_id``: a
+        non-empty ``str`` (TypeError).
         """
         self._check_message_id(message_id)
         with self._write() as tx:
-            return tx.processed_release(message_id)
+            released = tx.processed_release(message_id)
+        self._forget_context_claim(message_id)
+        return released
+
+    # -- turn queue --------------------------------------------------------------------
+    def turn_may_start(self, session_id: str, ticket: int | None = None) -> bool:
+        """A read-only look: False while a live owner runs the session or a live waiter with an
+        earlier ticket (any, for ``ticket=None``) waits for it. Waiters poll this, not
+        :meth:`begin_turn`, so waiting never takes the write lock."""
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None:
+                return True
+            if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
+                return False
+            return not any(
+                (ticket is None or waiter < ticket) and owner.alive() for waiter, owner in tx.queue_list(session_id)
+            )
+
+    def leave_turn_queue(self, session_id: str, ticket: int) -> None:
+        """Give up the place ``ticket`` (from :meth:`begin_turn` with ``enqueue=True``) holds."""
+        with self._write() as tx:
+            tx.queue_remove(session_id, ticket)
+        self._notify_turn_ended()
+
+    def _notify_turn_ended(self) -> None:
+        with self._turn_ended:
+            self._turn_ended.notify_all()
+
+    def wait_turn_ended(self, timeout: float) -> None:
+        """Sleep until a turn of this store object ends or a waiter leaves, at most ``timeout`` s."""
+        with self._turn_ended:
+            self._turn_ended.wait(timeout)
 
     # -- async twins -------------------------------------------------------------------
     async def aget(self, session_id: str) -> SessionContext | None:
@@ -1866,13 +2191,25 @@ class BaseSessionStore:
         return await self._run_blocking(self.is_message_processed, message_id)
 
     async def amark_message_processed(self, message_id: str) -> None:
-        return await self._run_blocking(self.mark_message_processed, message_id)
+        _CLAIM.set((id(self), message_id, await self._run_blocking(self._mark, message_id)))
 
-    async def aclaim_message(self, message_id: str) -> bool:
-        return await self._run_blocking(self.claim_message, message_id)
+    async def aclaim_message(self, message_id: str, *, owner: Owner | None = None) -> bool:
+        token = await self._run_blocking(self._claim, message_id, owner)
+        if token is not None:  # set here: the claim belongs to the calling task's context
+            _CLAIM.set((id(self), message_id, token))
+        return token is not None
+
+    async def amessage_state(self, message_id: str) -> MessageState:
+        return await self._run_blocking(self.message_state, message_id)
+
+    async def acomplete_message(self, message_id: str) -> None:
+        await self._run_blocking(self.complete_message, message_id)
+        self._forget_context_claim(message_id)
 
     async def arelease_message(self, message_id: str) -> bool:
-        return await self._run_blocking(self.release_message, message_id)
+        released = await self._run_blocking(self.release_message, message_id)
+        self._forget_context_claim(message_id)
+        return released
 
 
 # ----------------------------------------------------------------------------------------
@@ -2028,21 +2365,42 @@ class _MemoryTx(_Tx):
         keys[key] = (digest, turn, seq)
         self.undo.append(lambda: keys.pop(key, None) if old is None else keys.__setitem__(key, old))
 
-    def processed_live(self, message_id: str, now: float, ttl_s: float) -> bool:
-        at = self._s._processed.at.get(message_id)
-        return at is not None and now < at + ttl_s
+    def idempotency_turn_keyed(self, session_id: str, turn: int) -> bool:
+        return any(t == turn for _, t, _ in self._session(session_id).keys.values())
 
-    def processed_mark(self, message_id: str, now: float) -> None:
+    def processed_get(self, message_id: str) -> _MessageRecord | None:
+        return self._s._processed.records.get(message_id)
+
+    def processed_put(self, message_id: str, record: _MessageRecord) -> None:
         processed = self._s._processed
-        old = processed.at.get(message_id)
-        processed.set(message_id, now)
+        old = processed.records.get(message_id)
+        processed.put(message_id, record)
         self.undo.append(lambda: processed.restore(message_id, old))
 
-    def processed_claim(self, message_id: str, now: float, ttl_s: float) -> bool:
-        if self.processed_live(message_id, now, ttl_s):
-            return False
-        self.processed_mark(message_id, now)
-        return True
+    def processed_turn_claimed(self, session_id: str, turn: int) -> bool:
+        processed = self._s._processed
+        return any(
+            processed.records[m].state == "in_progress" for m in processed.by_turn.get((session_id, turn), ())
+        )
+
+    def _turn_claims(self, session_id: str, turn: int, holder: str | None) -> list[str]:
+        processed = self._s._processed
+        out = []
+        for message_id in list(processed.by_turn.get((session_id, turn), ())):
+            record = processed.records[message_id]
+            if record.state == "in_progress" and (
+                holder is None or (record.holder is not None and record.holder.token == holder)
+            ):
+                out.append(message_id)
+        return out
+
+    def processed_finish_turn(self, session_id: str, turn: int, holder: str | None, now: float) -> None:
+        for message_id in self._turn_claims(session_id, turn, holder):
+            self.processed_put(message_id, _MessageRecord("completed", now, None, session_id, turn))
+
+    def processed_drop_turn(self, session_id: str, turn: int, holder: str | None) -> None:
+        for message_id in self._turn_claims(session_id, turn, holder):
+            self.processed_release(message_id)
 
     def processed_purge(self, now: float, ttl_s: float) -> None:
         # Not undone: an expired id is not a duplicate, so dropping it changes no answer.
@@ -2050,12 +2408,33 @@ class _MemoryTx(_Tx):
 
     def processed_release(self, message_id: str) -> bool:
         processed = self._s._processed
-        old = processed.at.get(message_id)
+        old = processed.records.get(message_id)
         if old is None:
             return False
         processed.restore(message_id, None)
         self.undo.append(lambda: processed.restore(message_id, old))
         return True
+
+    def queue_add(self, session_id: str, owner: Owner, now: float) -> int:
+        store = self._s
+        store._tickets += 1
+        ticket = store._tickets
+        waiters = store._queues.setdefault(session_id, {})
+        waiters[ticket] = owner
+        self.undo.append(lambda: waiters.pop(ticket, None))
+        return ticket
+
+    def queue_list(self, session_id: str) -> list[tuple[int, Owner]]:
+        return sorted(self._s._queues.get(session_id, {}).items())
+
+    def queue_remove(self, session_id: str, ticket: int) -> None:
+        waiters = self._s._queues.get(session_id)
+        if waiters is None or ticket not in waiters:
+            return
+        owner = waiters.pop(ticket)
+        if not waiters:
+            self._s._queues.pop(session_id, None)
+        self.undo.append(lambda: self._s._queues.setdefault(session_id, {}).__setitem__(ticket, owner))
 
 
 class _ProcessedIds:
@@ -2068,13 +2447,16 @@ class _ProcessedIds:
     (an injected test clock, a wall-clock step) the queue is marked unsorted; a full sweep
     that rebuilds it sorted then runs after as many purges as there were ids at that moment
     (still O(1) amortized, plus the sort). ``scanned`` counts queue entries examined by
-    purges and sweeps.
+    purges and sweeps. ``records`` holds each id's :class:`_MessageRecord` (``at`` is its
+    time), ``by_turn`` the ids whose claim started a (session, turn).
     """
 
-    __slots__ = ("_calls", "_queue", "_sorted", "_sweep_after", "at", "scanned")
+    __slots__ = ("_calls", "_queue", "_sorted", "_sweep_after", "at", "by_turn", "records", "scanned")
 
     def __init__(self) -> None:
         self.at: dict[str, float] = {}
+        self.records: dict[str, _MessageRecord] = {}
+        self.by_turn: dict[tuple[str, int], set[str]] = {}
         self._queue: deque[tuple[float, str]] = deque()
         self._sorted = True
         self._calls = 0
@@ -2093,12 +2475,34 @@ class _ProcessedIds:
         if len(self._queue) > 2 * len(self.at) + 1024:  # many re-marks of live ids: drop the stale entries
             self._rebuild(None, 0.0)
 
-    def restore(self, message_id: str, old: float | None) -> None:
-        """Undo a :meth:`set`: put back the previous time (None: the id was not recorded)."""
+    def put(self, message_id: str, record: _MessageRecord) -> None:
+        self._unindex(message_id)
+        self.records[message_id] = record
+        if record.session_id is not None and record.turn is not None:
+            self.by_turn.setdefault((record.session_id, record.turn), set()).add(message_id)
+        if self.at.get(message_id) != record.at:
+            self.set(message_id, record.at)
+
+    def _unindex(self, message_id: str) -> None:
+        old = self.records.get(message_id)
+        if old is not None and old.session_id is not None and old.turn is not None:
+            ids = self.by_turn.get((old.session_id, old.turn))
+            if ids is not None:
+                ids.discard(message_id)
+                if not ids:
+                    del self.by_turn[(old.session_id, old.turn)]
+
+    def _forget(self, message_id: str) -> None:
+        self._unindex(message_id)
+        self.records.pop(message_id, None)
+        self.at.pop(message_id, None)
+
+    def restore(self, message_id: str, old: _MessageRecord | None) -> None:
+        """Undo a :meth:`put`: put back the previous record (None: the id was not recorded)."""
         if old is None:
-            self.at.pop(message_id, None)
+            self._forget(message_id)
         else:
-            self.set(message_id, old)
+            self.put(message_id, old)
 
     def purge(self, now: float, ttl_s: float) -> None:
         """Forget ids with ``now >= at + ttl_s``."""
@@ -2111,7 +2515,7 @@ class _ProcessedIds:
             when, message_id = queue.popleft()
             self.scanned += 1
             if at.get(message_id) == when:
-                del at[message_id]
+                self._forget(message_id)
         if not queue:
             self._sorted = True
 
@@ -2119,7 +2523,8 @@ class _ProcessedIds:
         """Full sweep: drop expired ids (when ``now`` is given) and rebuild the queue sorted."""
         self.scanned += len(self.at)
         if now is not None:
-            self.at = {k: v for k, v in self.at.items() if now < v + ttl_s}
+            for k in [k for k, v in self.at.items() if now >= v + ttl_s]:
+                self._forget(k)
         self._queue = deque(sorted((v, k) for k, v in self.at.items()))
         self._sorted = True
 
@@ -2139,6 +2544,8 @@ class SessionStore(BaseSessionStore):
         self._lock = threading.RLock()
         self._sessions: dict[str, _MemSession] = {}
         self._processed = _ProcessedIds()
+        self._queues: dict[str, dict[int, Owner]] = {}  # session id -> ticket -> waiting owner
+        self._tickets = 0
 
     @contextmanager
     def _read(self) -> Iterator[_Tx]:

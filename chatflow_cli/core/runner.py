@@ -95,6 +95,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import logging
+import queue
 import signal
 import threading
 import time
@@ -121,9 +122,20 @@ from .messages import Message, Role, ToolCall, check_history
 from ._stream import TRUNCATING_FINISH_REASONS, ModelTurn, ReplyState, TextDelta, Usage
 from .tools import Tool, ToolArgumentsError, to_json_text
 
-__all__ = ["INTERRUPTED_RESULT", "RunResult", "Runner", "StreamEvent"]
+__all__ = [
+    "DEFAULT_WAIT_S",
+    "INTERRUPTED_RESULT",
+    "RUN_WORKERS",
+    "RunResult",
+    "Runner",
+    "StreamEvent",
+    "set_run_workers",
+]
 
 log = logging.getLogger(__name__)
+
+#: How long a turn waits, by default, for a session other turns run or queue for (seconds).
+DEFAULT_WAIT_S = 60.0
 
 INTERRUPTED_RESULT = "Interrupted before a result: side effects unknown."
 
@@ -362,23 +374,37 @@ class Runner:
         metadata: dict[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
-        wait: float = 0.0,
+        message_id: str | None = None,
+        wait: float = DEFAULT_WAIT_S,
         max_turns: int | None = None,
         system: str | None = None,
         cancel: threading.Event | None = None,
     ) -> RunResult:
         """Run one turn and return its :class:`RunResult`.
 
-        ``metadata`` is merged into the session's metadata; ``wait`` is how long (seconds)
-        to wait for a session another run owns before :class:`SessionBusyError`;
-        ``max_turns`` and ``system`` (a system message) apply when the session is created;
-        ``cancel``, when set from another thread, interrupts the run.
+        ``metadata`` is merged into the session's metadata; ``max_turns`` and ``system`` (a
+        system message) apply when the session is created; ``cancel``, when set from another
+        thread, interrupts the run.
+
+        ``wait``: while another run owns the session, this turn waits its turn -- turns that
+        wait start in arrival order, across processes -- for at most ``wait`` seconds
+        (default ``DEFAULT_WAIT_S``, 60), then raises :class:`SessionBusyError`; ``wait=0``
+        refuses a busy session at once.
+
+        ``message_id``: an inbound message id (a webhook delivery's id) to process once:
+        claimed in the same transaction that starts the turn, processed when the turn
+        completes, free again when it fails (so a redelivery runs it). A processed id
+        returns the first turn's result with ``replayed=True`` and calls no model; an id
+        another live process is running waits for that turn's result. Without
+        ``message_id``, a claim made in this thread or task with
+        ``store.claim_message`` / ``store.mark_message_processed`` is used the same way.
 
         Raises the chatflow errors of the module docstring; :class:`RunInterrupted` after an
         interrupt (the turn was stored as interrupted).
         """
         return _drain(self.run_streamed(session_id, user_message, metadata, idempotency_key=idempotency_key,
-                                        wait=wait, max_turns=max_turns, system=system, cancel=cancel))
+                                        message_id=message_id, wait=wait, max_turns=max_turns, system=system,
+                                        cancel=cancel))
 
     def run_streamed(
         self,
@@ -387,7 +413,8 @@ class Runner:
         metadata: dict[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
-        wait: float = 0.0,
+        message_id: str | None = None,
+        wait: float = DEFAULT_WAIT_S,
         max_turns: int | None = None,
         system: str | None = None,
         cancel: threading.Event | None = None,
@@ -403,7 +430,7 @@ class Runner:
         return self._guarded(
             session_id,
             {"user_message": message, "metadata": metadata, "idempotency_key": idempotency_key,
-             "max_turns": max_turns, "system": system},
+             "max_turns": max_turns, "system": system, **self._message_claim(message_id)},
             wait=wait,
             cancel=cancel,
             loop=None,
@@ -416,20 +443,23 @@ class Runner:
         metadata: dict[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
-        wait: float = 0.0,
+        message_id: str | None = None,
+        wait: float = DEFAULT_WAIT_S,
         max_turns: int | None = None,
         system: str | None = None,
     ) -> RunResult:
         """Async twin of :meth:`run` (seed 000's webhook example).
 
-        The turn runs in a worker thread (the event loop never blocks on the network or the
-        database); async tools run on the caller's loop. Cancelling the task interrupts the
-        turn: it is stored as interrupted before ``CancelledError`` propagates.
+        The turn runs on a thread of a shared pool of ``RUN_WORKERS`` (16) threads (the
+        event loop never blocks on the network or the database; more concurrent runs queue
+        for a thread, in order; see :func:`set_run_workers`); async tools run on the
+        caller's loop. Cancelling the task interrupts
+        the turn: it is stored as interrupted before ``CancelledError`` propagates.
         """
         result: RunResult | None = None
         async for event in self.run_streamed_async(
-            session_id, user_message, metadata, idempotency_key=idempotency_key, wait=wait, max_turns=max_turns,
-            system=system,
+            session_id, user_message, metadata, idempotency_key=idempotency_key, message_id=message_id, wait=wait,
+            max_turns=max_turns, system=system,
         ):
             if event.result is not None:
                 result = event.result
@@ -443,19 +473,29 @@ class Runner:
         metadata: dict[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
-        wait: float = 0.0,
+        message_id: str | None = None,
+        wait: float = DEFAULT_WAIT_S,
         max_turns: int | None = None,
         system: str | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Async twin of :meth:`run_streamed`."""
         message = user_message if isinstance(user_message, Message) else Message.user(str(user_message))
         kwargs = {"user_message": message, "metadata": metadata, "idempotency_key": idempotency_key,
-                  "max_turns": max_turns, "system": system}
+                  "max_turns": max_turns, "system": system, **self._message_claim(message_id)}
         async for event in self._in_thread(session_id, kwargs, wait=wait):
             yield event
 
+    def _message_claim(self, message_id: str | None) -> dict[str, Any]:
+        """begin_turn's message arguments: ``message_id``, or the claim this context made last."""
+        if message_id is not None:
+            return {"message_id": message_id}
+        from .memory import take_context_claim
+
+        claim = take_context_claim(self.store)
+        return {} if claim is None else {"message_id": claim[0], "message_claim": claim[1]}
+
     def submit_tool_result(
-        self, session_id: str, tool_use_id: str, output: Any, *, wait: float = 0.0,
+        self, session_id: str, tool_use_id: str, output: Any, *, wait: float = DEFAULT_WAIT_S,
         cancel: threading.Event | None = None,
     ) -> RunResult | None:
         """Answer one pending custom tool call (seed 003) and, once all are answered, continue the turn.
@@ -471,7 +511,7 @@ class Runner:
         return _drain(self.continue_streamed(session_id, wait=wait, cancel=cancel))
 
     async def asubmit_tool_result(self, session_id: str, tool_use_id: str, output: Any, *,
-                                  wait: float = 0.0) -> RunResult | None:
+                                  wait: float = DEFAULT_WAIT_S) -> RunResult | None:
         """Async twin of :meth:`submit_tool_result`."""
         remaining = await asyncio.to_thread(self.store.submit_tool_result, session_id, tool_use_id,
                                             _output_text(output))
@@ -484,7 +524,7 @@ class Runner:
         return result
 
     def continue_streamed(
-        self, session_id: str, *, wait: float = 0.0, cancel: threading.Event | None = None
+        self, session_id: str, *, wait: float = DEFAULT_WAIT_S, cancel: threading.Event | None = None
     ) -> Iterator[StreamEvent]:
         """Continue a turn whose custom tool calls are all answered, streaming its events."""
         return self._guarded(session_id, {"user_message": None}, wait=wait, cancel=cancel, loop=None)
@@ -552,8 +592,7 @@ class Runner:
             finally:
                 done.set()
 
-        thread = threading.Thread(target=work, name=f"chatflow-run-{session_id}"[:60], daemon=True)
-        thread.start()
+        _RUN_POOL.submit(work)
         try:
             while True:
                 kind, value = await queue.get()
@@ -573,37 +612,74 @@ class Runner:
 
     # -- the turn ----------------------------------------------------------------------------
     def _begin(self, session_id: str, start: dict[str, Any], wait: float, cancel: _CancelToken) -> Any:
-        """``store.begin_turn``, polling up to ``wait`` seconds while another run owns the session.
+        """``store.begin_turn``, waiting up to ``wait`` seconds while the session is busy.
 
-        A replayed idempotency key whose first turn is still running counts as busy too, so
-        with ``wait`` a retried webhook waits for the first delivery's answer.
+        The first busy attempt takes a ticket in the store's queue for the session, so
+        waiting turns start in the order they reached the store (in this process and in
+        others). Waiters of this process wake when a turn of the store object ends; others
+        poll with a read (20 ms, doubling to 100 ms) and try again once the turn may start.
+        A replayed idempotency key whose first turn is still running, and a message id
+        another live holder is running, count as busy too: the wait then ends with that
+        turn's result. Giving up (time out, interrupt, error) leaves the queue.
         """
         from .memory import Owner
 
         deadline = time.monotonic() + max(0.0, float(wait))
         delay = 0.02
-        while True:
-            try:
-                begun = self.store.begin_turn(
-                    session_id,
-                    default_agent=self.starting_agent,
-                    owner=Owner.current(),
-                    **start,
-                )
-                replay = begun.replayed
-                if replay is not None and replay.get("outcome") == "running":
-                    raise SessionBusyError(
-                        f"session {session_id!r} is busy: it is still running turn {replay.get('turn')}, started with this "
-                        "idempotency key", session_id=session_id)
-                return begun
-            except SessionBusyError:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise
-                if cancel.wait(min(delay, remaining)):
-                    raise RunInterrupted("interrupted while waiting for a busy session",
-                                         session_id=session_id) from None
-                delay = min(delay * 2, 0.25)
+        ticket: int | None = None
+        begun: Any = None
+        try:
+            while True:
+                try:
+                    begun = self.store.begin_turn(
+                        session_id,
+                        default_agent=self.starting_agent,
+                        owner=Owner.current(),
+                        ticket=ticket,
+                        enqueue=wait > 0 and ticket is None,
+                        **start,
+                    )
+                    if begun.queued is not None:
+                        ticket = begun.queued
+                        begun = None
+                        raise SessionBusyError(
+                            f"session {session_id!r} is busy: other turns run or wait for it (waited {wait:g} s)",
+                            session_id=session_id)
+                    replay = begun.replayed
+                    if replay is not None:
+                        ticket = None  # a replay gave the ticket up
+                    if replay is not None and replay.get("outcome") == "running":
+                        begun = None
+                        raise SessionBusyError(
+                            f"session {session_id!r} is busy: it is still running turn {replay.get('turn')}, started "
+                            "with this idempotency key", session_id=session_id)
+                    ticket = None  # begin_turn removed it
+                    return begun
+                except SessionBusyError:
+                    while True:  # poll with reads until the turn may start, then try again
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            raise
+                        _wait_for_turn_end(self.store, min(delay, remaining))
+                        if cancel.is_set():
+                            raise RunInterrupted("interrupted while waiting for a busy session",
+                                                 session_id=session_id) from None
+                        delay = min(delay * 2, 0.1)
+                        if _may_start(self.store, session_id, ticket):
+                            break
+        finally:
+            if ticket is not None and begun is None:
+                try:
+                    self.store.leave_turn_queue(session_id, ticket)
+                except Exception as exc:  # noqa: BLE001 - a dead waiter's ticket is skipped anyway
+                    log.warning("could not leave the queue of session %s: %s", session_id, exc)
+            claim = start.get("message_claim")
+            if begun is None and claim is not None and hasattr(self.store, "_release_held"):
+                # the turn never started: the message was not processed, its redelivery must run
+                try:
+                    self.store._release_held(start["message_id"], claim)
+                except Exception as exc:  # noqa: BLE001 - the run's own error is raised instead
+                    log.warning("could not release the claim of message %s: %s", start["message_id"], exc)
 
     def _replayed(self, session_id: str, begun: Any, written: tuple[Event, ...]) -> RunResult:
         """The :class:`RunResult` of a turn started earlier with the same idempotency key.
@@ -1065,6 +1141,73 @@ def _drain(events: Iterator[StreamEvent]) -> RunResult:
     assert result is not None, "a run ends with a result event or an error"
     return result
 
+
+def _may_start(store: Any, session_id: str, ticket: int | None) -> bool:
+    check = getattr(store, "turn_may_start", None)
+    return True if check is None else bool(check(session_id, ticket))
+
+
+def _wait_for_turn_end(store: Any, timeout: float) -> None:
+    """Sleep ``timeout`` seconds, or less when a turn of ``store`` ends in this process."""
+    wait = getattr(store, "wait_turn_ended", None)
+    if wait is None:
+        time.sleep(timeout)
+    else:
+        wait(timeout)
+
+
+class _RunPool:
+    """A shared pool of at most ``size`` daemon threads running ``run_async`` turns.
+
+    Threads start on demand and stay for later runs; work beyond ``size`` concurrent runs
+    waits in a FIFO queue. Daemon threads, like the tool threads: a run still going never
+    holds up the process's exit.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self.threads = 0
+        self._outstanding = 0  # jobs queued or running
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            self._outstanding += 1
+            start = self.threads < self.size and self._outstanding > self.threads
+            if start:
+                self.threads += 1
+        self._jobs.put(job)
+        if start:
+            threading.Thread(target=self._serve, name="chatflow-run", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                job()
+            except BaseException:  # noqa: BLE001 - a job reports its own errors
+                log.exception("a run_async job failed")
+            finally:
+                with self._lock:
+                    self._outstanding -= 1
+
+
+#: Threads of the shared pool that runs ``run_async`` turns (each blocks on the model's
+#: network reply and short store transactions; the event loop never does). More busy
+#: threads make the event loop wait longer for the GIL: 200 concurrent runs with a model
+#: that answers at once stall the loop about 0.2 s with 32 threads, about 1 s with one
+#: thread per run (tests/benchmarks/bench_webhook.py). Change it with set_run_workers().
+RUN_WORKERS = 16
+_RUN_POOL = _RunPool(RUN_WORKERS)
+
+
+def set_run_workers(count: int) -> None:
+    """Bound the shared ``run_async`` pool at ``count`` threads (>= 1); threads already
+    started stay. Runs beyond the bound wait for a thread, in order."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be an int >= 1, got {count!r}")
+    _RUN_POOL.size = count
 
 #: Longest a cancelled ``run_async`` task waits for its worker to store the interrupted turn.
 #: Only a request still connecting (no response headers yet) can take that long; the

@@ -50,6 +50,7 @@ from .memory import (
     DEFAULT_MAX_TURNS,
     BaseSessionStore,
     Owner,
+    _MessageRecord,
     _SessionRow,
     _StoredMessage,
     _Tx,
@@ -165,6 +166,32 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     processed_at_utc REAL NOT NULL       -- epoch seconds
 )""",
             "CREATE INDEX chatflow_processed_by_time ON chatflow_processed_messages (processed_at_utc)",
+        ],
+    ),
+    (
+        2,
+        "message claims with their holder and turn; the queue of turns waiting for a busy session",
+        [
+            # Rows written before this version were marked processed: they stay 'completed'.
+            """ALTER TABLE chatflow_processed_messages ADD COLUMN state TEXT NOT NULL DEFAULT 'completed'
+    CHECK (state IN ('in_progress', 'completed'))""",
+            # the claim's holder (pid, process start time, host, token), as owner_json of a
+            # running session; NULL once completed. A dead holder's claim is free again.
+            "ALTER TABLE chatflow_processed_messages ADD COLUMN holder_json TEXT",
+            # the turn the claim started: its turn.completed completes the claim in the same
+            # transaction, its turn.failed / turn.interrupted frees it
+            "ALTER TABLE chatflow_processed_messages ADD COLUMN session_id TEXT",
+            "ALTER TABLE chatflow_processed_messages ADD COLUMN turn INTEGER",
+            """CREATE INDEX chatflow_processed_by_turn ON chatflow_processed_messages (session_id, turn)
+    WHERE session_id IS NOT NULL""",
+            """CREATE TABLE chatflow_turn_queue (
+    -- callers waiting for a busy session start their turns in ticket (arrival) order
+    ticket          INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id      TEXT NOT NULL,
+    owner_json      TEXT NOT NULL,       -- the waiter; a dead waiter's ticket is skipped and removed
+    enqueued_at_utc REAL NOT NULL
+)""",
+            "CREATE INDEX chatflow_turn_queue_by_session ON chatflow_turn_queue (session_id, ticket)",
         ],
     ),
 ]
@@ -455,29 +482,58 @@ class _SQLiteTx(_Tx):
             (session_id, key, digest, turn, seq, now),
         )
 
-    def processed_live(self, message_id: str, now: float, ttl_s: float) -> bool:
+    def idempotency_turn_keyed(self, session_id: str, turn: int) -> bool:
         r = self.c.execute(
-            "SELECT 1 FROM chatflow_processed_messages WHERE message_id = ? AND ? < processed_at_utc + ?",
-            (message_id, now, ttl_s),
+            "SELECT 1 FROM chatflow_idempotency_keys WHERE session_id = ? AND turn = ? LIMIT 1", (session_id, turn)
         ).fetchone()
         return r is not None
 
-    def processed_mark(self, message_id: str, now: float) -> None:
+    def processed_get(self, message_id: str) -> _MessageRecord | None:
+        r = self.c.execute(
+            "SELECT state, processed_at_utc, holder_json, session_id, turn FROM chatflow_processed_messages "
+            "WHERE message_id = ?",
+            (message_id,),
+        ).fetchone()
+        if r is None:
+            return None
+        return _MessageRecord(r[0], r[1], Owner.from_dict(json.loads(r[2])) if r[2] else None, r[3], r[4])
+
+    def processed_put(self, message_id: str, record: _MessageRecord) -> None:
         self.c.execute(
-            "INSERT INTO chatflow_processed_messages (message_id, processed_at_utc) VALUES (?, ?) "
-            "ON CONFLICT (message_id) DO UPDATE SET processed_at_utc = excluded.processed_at_utc",
-            (message_id, now),
+            "INSERT OR REPLACE INTO chatflow_processed_messages (message_id, processed_at_utc, state, holder_json, "
+            "session_id, turn) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                message_id,
+                record.at,
+                record.state,
+                _dumps(record.holder.to_dict()) if record.holder else None,
+                record.session_id,
+                record.turn,
+            ),
         )
 
-    def processed_claim(self, message_id: str, now: float, ttl_s: float) -> bool:
-        # One statement: insert, or take over a record whose TTL ran out; a live record is left alone.
-        cur = self.c.execute(
-            "INSERT INTO chatflow_processed_messages (message_id, processed_at_utc) VALUES (?, ?) "
-            "ON CONFLICT (message_id) DO UPDATE SET processed_at_utc = excluded.processed_at_utc "
-            "WHERE excluded.processed_at_utc >= chatflow_processed_messages.processed_at_utc + ?",
-            (message_id, now, ttl_s),
+    def processed_turn_claimed(self, session_id: str, turn: int) -> bool:
+        r = self.c.execute(
+            "SELECT 1 FROM chatflow_processed_messages WHERE session_id = ? AND turn = ? AND state = 'in_progress' "
+            "LIMIT 1",
+            (session_id, turn),
+        ).fetchone()
+        return r is not None
+
+    def processed_finish_turn(self, session_id: str, turn: int, holder: str | None, now: float) -> None:
+        self.c.execute(
+            "UPDATE chatflow_processed_messages SET state = 'completed', processed_at_utc = ?, holder_json = NULL "
+            "WHERE session_id = ? AND turn = ? AND state = 'in_progress' "
+            "AND (? IS NULL OR json_extract(holder_json, '$.token') = ?)",
+            (now, session_id, turn, holder, holder),
         )
-        return cur.rowcount == 1
+
+    def processed_drop_turn(self, session_id: str, turn: int, holder: str | None) -> None:
+        self.c.execute(
+            "DELETE FROM chatflow_processed_messages WHERE session_id = ? AND turn = ? AND state = 'in_progress' "
+            "AND (? IS NULL OR json_extract(holder_json, '$.token') = ?)",
+            (session_id, turn, holder, holder),
+        )
 
     def processed_purge(self, now: float, ttl_s: float) -> None:
         self.c.execute("DELETE FROM chatflow_processed_messages WHERE processed_at_utc <= ?", (now - ttl_s,))
@@ -485,6 +541,23 @@ class _SQLiteTx(_Tx):
     def processed_release(self, message_id: str) -> bool:
         cur = self.c.execute("DELETE FROM chatflow_processed_messages WHERE message_id = ?", (message_id,))
         return cur.rowcount == 1
+
+    def queue_add(self, session_id: str, owner: Owner, now: float) -> int:
+        cur = self.c.execute(
+            "INSERT INTO chatflow_turn_queue (session_id, owner_json, enqueued_at_utc) VALUES (?, ?, ?)",
+            (session_id, _dumps(owner.to_dict()), now),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def queue_list(self, session_id: str) -> list[tuple[int, Owner]]:
+        rows = self.c.execute(
+            "SELECT ticket, owner_json FROM chatflow_turn_queue WHERE session_id = ? ORDER BY ticket", (session_id,)
+        )
+        return [(t, Owner.from_dict(json.loads(o))) for t, o in rows]
+
+    def queue_remove(self, session_id: str, ticket: int) -> None:
+        self.c.execute("DELETE FROM chatflow_turn_queue WHERE session_id = ? AND ticket = ?", (session_id, ticket))
 
 
 # ----------------------------------------------------------------------------------------

@@ -71,10 +71,15 @@ def test_case4_two_processes_claim_the_same_message_at_once(tmp_path: Path) -> N
     for round_ in range(3):
         db = tmp_path / f"dedup-{round_}.db"
         SQLiteSessionStore(db).close()
+        # each holder stays alive until both have claimed: a dead holder's claim is free again
         code = """
             from chatflow_cli.core.sqlite_store import SQLiteSessionStore
             store = SQLiteSessionStore(sys.argv[2])
-            print(store.claim_message("MSG-0001"))
+            claimed = store.claim_message("MSG-0001")
+            open(sys.argv[2] + ".claimed-" + sys.argv[1], "w").close()
+            while sum(os.path.exists(sys.argv[2] + ".claimed-" + n) for n in "01") < 2:
+                time.sleep(0.005)
+            print(claimed)
         """
         results = run_workers(code, 2, str(db))
         assert sorted(results) == ["False", "True"]
@@ -95,7 +100,8 @@ def test_sixteen_processes_open_a_fresh_file_at_once(tmp_path: Path) -> None:
     assert run_workers(code, 16, str(db)) == ["ok"] * 16
     conn = sqlite3.connect(db)
     try:
-        assert conn.execute("SELECT version FROM chatflow_schema_migrations").fetchall() == [(SCHEMA_VERSION,)]
+        versions = conn.execute("SELECT version FROM chatflow_schema_migrations ORDER BY version").fetchall()
+        assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]  # each applied once
         assert conn.execute("SELECT COUNT(*) FROM chatflow_sessions").fetchone()[0] == 16
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -374,3 +380,31 @@ def test_importing_the_stores_does_not_import_asyncio_or_concurrent_futures() ->
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('asyncio', 'concurrent')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_migration_2_keeps_processed_ids_of_a_version_1_file(tmp_path: Path) -> None:
+    """A file written before message claims existed: its processed ids stay processed."""
+    from chatflow_cli.core.memory import MessageState
+    from chatflow_cli.core.sqlite_store import _MIGRATIONS, _MIGRATIONS_TABLE
+
+    db = tmp_path / "v1.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute(_MIGRATIONS_TABLE)
+    for statement in _MIGRATIONS[0][2]:
+        conn.execute(statement)
+    conn.execute("INSERT INTO chatflow_schema_migrations VALUES (1, 'v1', 0)")
+    conn.execute("INSERT INTO chatflow_processed_messages VALUES ('wamid.OLD', ?)", (time.time(),))
+    conn.close()
+    store = SQLiteSessionStore(db)
+    try:
+        assert store.message_state("wamid.OLD") is MessageState.PROCESSED
+        assert store.claim_message("wamid.OLD") is False
+        assert store.claim_message("wamid.NEW") is True
+    finally:
+        store.close()
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT version FROM chatflow_schema_migrations ORDER BY version").fetchall() == [(1,), (2,)]
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -31,6 +31,7 @@ from chatflow_cli.core.memory import (
     DEFAULT_DEDUP_TTL_HOURS,
     INTERRUPTED_TOOL_RESULT,
     BaseSessionStore,
+    MessageState,
     Owner,
     SessionContext,
     SessionStore,
@@ -961,3 +962,220 @@ def test_threads_claim_once_and_share_the_event_log(store: BaseSessionStore, age
     assert errors == []
     assert sorted(claims) == [False] * 7 + [True]
     assert all_seqs(store, "t") == list(range(1, 82))
+
+
+# -- message claims: holder, turn, state -----------------------------------------------------
+
+
+class _Child:
+    """A live process to stand for another worker; ``kill()`` makes it a dead holder/owner."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        self.owner = Owner.of_process(self.proc.pid)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def child() -> Iterator[_Child]:
+    made = _Child()
+    yield made
+    made.kill()
+
+
+def _claim_token(store: BaseSessionStore) -> str:
+    from chatflow_cli.core.memory import take_context_claim
+
+    claim = take_context_claim(store)
+    assert claim is not None
+    return claim[1]
+
+
+def test_a_claim_records_its_holder_and_is_free_again_once_the_holder_dies(
+    store: BaseSessionStore, child: _Child
+) -> None:
+    assert store.message_state("wamid.K") is MessageState.NEW
+    assert store.claim_message("wamid.K", owner=child.owner) is True
+    assert store.message_state("wamid.K") is MessageState.IN_PROGRESS
+    assert store.is_message_processed("wamid.K")  # a live holder's claim: skip the redelivery
+    assert store.claim_message("wamid.K") is False
+    store.mark_message_processed("wamid.K")  # the seed's pair: leaves the live holder's claim alone
+    assert store.message_state("wamid.K") is MessageState.IN_PROGRESS
+    child.kill()  # the worker died before it answered
+    assert store.message_state("wamid.K") is MessageState.NEW
+    assert not store.is_message_processed("wamid.K")
+    assert store.claim_message("wamid.K") is True  # the redelivery runs
+    assert asyncio.run(store.amessage_state("wamid.K")) is MessageState.IN_PROGRESS
+
+
+def test_a_claimed_turn_completes_the_claim_when_it_completes(
+    store: BaseSessionStore, agent: Agent, clock: FakeClock
+) -> None:
+    assert store.claim_message("wamid.C") is True
+    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current(),
+                             message_id="wamid.C", message_claim=_claim_token(store))
+    assert store.message_state("wamid.C") is MessageState.IN_PROGRESS
+    t0 = clock.now
+    _finish(store, start.session, agent, "hello")
+    assert store.message_state("wamid.C") is MessageState.PROCESSED  # in the turn.completed transaction
+    clock.now = t0 + 192 * HOUR - 0.001
+    assert store.is_message_processed("wamid.C")
+    clock.now = t0 + 192 * HOUR
+    assert store.message_state("wamid.C") is MessageState.NEW
+
+
+@pytest.mark.parametrize("ending", ["failed", "interrupted"])
+def test_a_claimed_turn_that_fails_or_is_interrupted_frees_the_claim(
+    store: BaseSessionStore, agent: Agent, ending: str
+) -> None:
+    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current(),
+                             message_id="wamid.F")
+    ctx = start.session
+    if ending == "failed":
+        ctx.fail_turn(RuntimeError("provider down"))
+    else:
+        ctx.interrupt_turn("cancelled")
+    store.release(ctx)
+    assert store.message_state("wamid.F") is MessageState.NEW
+    assert store.claim_message("wamid.F") is True
+
+
+def test_a_processed_message_id_replays_its_turn_and_writes_nothing(
+    store: BaseSessionStore, agent: Agent
+) -> None:
+    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("where is 404?"),
+                             owner=Owner.current(), message_id="wamid.R")
+    _finish(store, start.session, agent, "in transit")
+    seq = store.last_seq("s")
+    again = store.begin_turn("s", default_agent=agent, user_message=Message.user("where is 404?"),
+                             owner=Owner.current(), message_id="wamid.R")
+    assert again.replayed is not None
+    assert again.replayed["outcome"] == "completed" and again.replayed["content"] == "in transit"
+    assert again.turn == 1 and store.last_seq("s") == seq
+
+
+def test_a_message_id_another_live_holder_runs_is_busy_until_the_holder_dies(
+    store: BaseSessionStore, agent: Agent, child: _Child
+) -> None:
+    assert store.claim_message("wamid.B", owner=child.owner)
+    with pytest.raises(SessionBusyError, match="wamid.B' is being processed by pid"):
+        store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current(),
+                         message_id="wamid.B")
+    child.kill()
+    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current(),
+                             message_id="wamid.B")
+    assert start.replayed is None and start.turn == 1
+
+
+def test_complete_message_marks_an_id_handled_without_a_turn(store: BaseSessionStore) -> None:
+    assert store.claim_message("wamid.M") is True
+    store.complete_message("wamid.M")
+    assert store.message_state("wamid.M") is MessageState.PROCESSED
+
+
+def _dead_keyed_turn(store: BaseSessionStore, agent: Agent, child: _Child, **key: str) -> None:
+    """A turn started under an idempotency key or message id by ``child``, which then dies mid-reply."""
+    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("refund order 7"),
+                             owner=child.owner, **key)
+    ctx = start.session
+    ctx.add_message(Message.model(None, [ToolCall("call_r", "refund")]))
+    store.save(ctx)
+    child.kill()
+
+
+@pytest.mark.parametrize("key", [{"idempotency_key": "k-7"}, {"message_id": "wamid.7"}])
+def test_a_retry_after_the_owner_died_recovers_first_and_replaces_the_attempt(
+    store: BaseSessionStore, agent: Agent, child: _Child, key: dict[str, str]
+) -> None:
+    _dead_keyed_turn(store, agent, child, **key)
+    retry = store.begin_turn("s", default_agent=agent, user_message=Message.user("refund order 7"),
+                             owner=Owner.current(), **key)
+    assert retry.replayed is None, "the retry runs the turn again"
+    types = [e.type for e in retry.events]
+    assert types[:4] == ["tool.result", "turn.interrupted", "turn.failed", "session.recovered"]
+    assert types[-1] == "message.user"
+    assert retry.turn == 1
+    users = [m.content for m in retry.session.history if m.role is Role.USER]
+    assert users == ["refund order 7"], "the retry replaces the interrupted attempt in the window"
+    logged = [e for e in store.events("s") if e.type == "message.user"]
+    assert len(logged) == 2, "the log keeps both attempts"
+    assert history_problems(retry.session.history, pending_ok=True) == []
+
+
+def test_a_redelivery_claimed_again_before_its_turn_recovers_replaces_the_attempt(
+    store: BaseSessionStore, agent: Agent, child: _Child
+) -> None:
+    """claim_message, then the turn: the new claim (the dead holder's is free) keeps naming the
+    dead attempt, so the turn's recovery still takes that attempt out of the window."""
+    _dead_keyed_turn(store, agent, child, message_id="wamid.9")
+    assert store.claim_message("wamid.9") is True
+    retry = store.begin_turn("s", default_agent=agent, user_message=Message.user("refund order 7"),
+                             owner=Owner.current(), message_id="wamid.9", message_claim=_claim_token(store))
+    assert [m.content for m in retry.session.history if m.role is Role.USER] == ["refund order 7"]
+    _finish(store, retry.session, agent, "refunded")
+    assert store.message_state("wamid.9") is MessageState.PROCESSED
+
+
+def test_another_message_after_a_keyed_turn_died_and_then_its_retry(
+    store: BaseSessionStore, agent: Agent, child: _Child
+) -> None:
+    _dead_keyed_turn(store, agent, child, idempotency_key="k-7")
+    other = store.begin_turn("s", default_agent=agent, user_message=Message.user("hello?"), owner=Owner.current())
+    _finish(store, other.session, agent, "hi")
+    retry = store.begin_turn("s", default_agent=agent, user_message=Message.user("refund order 7"),
+                             owner=Owner.current(), idempotency_key="k-7")
+    assert retry.replayed is None
+    _finish(store, retry.session, agent, "refunded")
+    window = store.get("s")
+    assert window is not None
+    assert [m.content for m in window.history if m.role is Role.USER] == ["hello?", "refund order 7"]
+    assert [t.number for t in window.turns] == [1, 2]
+    assert history_problems(window.history) == []
+
+
+# -- turns waiting for a busy session ---------------------------------------------------------
+
+
+def test_waiting_turns_start_in_arrival_order(store: BaseSessionStore, agent: Agent, child: _Child) -> None:
+    running = store.begin_turn("s", default_agent=agent, user_message=Message.user("first"), owner=Owner.current())
+    late, later = Owner.current(), Owner.current()
+    first = store.begin_turn("s", default_agent=agent, user_message=Message.user("second"), owner=late,
+                             enqueue=True)
+    second = store.begin_turn("s", default_agent=agent, user_message=Message.user("third"), owner=later,
+                              enqueue=True)
+    dead = store.begin_turn("s", default_agent=agent, user_message=Message.user("never"), owner=child.owner,
+                            enqueue=True)
+    assert first.queued is not None and second.queued is not None and dead.queued is not None
+    assert first.queued < second.queued < dead.queued and first.turn == 0
+    seq = store.last_seq("s")
+    assert seq == running.events[-1].seq, "queueing writes no event"
+    _finish(store, running.session, agent, "one")
+    with pytest.raises(SessionBusyError, match="1 earlier turn"):  # a newcomer queues behind them all
+        store.begin_turn("s", default_agent=agent, user_message=Message.user("newcomer"), owner=Owner.current(),
+                         ticket=second.queued)
+    with pytest.raises(SessionBusyError):
+        store.begin_turn("s", default_agent=agent, user_message=Message.user("newcomer"), owner=Owner.current())
+    go = store.begin_turn("s", default_agent=agent, user_message=Message.user("second"), owner=late,
+                          ticket=first.queued)
+    assert go.turn == 2
+    _finish(store, go.session, agent, "two")
+    child.kill()  # a dead waiter's ticket is skipped
+    go = store.begin_turn("s", default_agent=agent, user_message=Message.user("third"), owner=later,
+                          ticket=second.queued)
+    assert go.turn == 3
+    _finish(store, go.session, agent, "three")
+    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("newcomer"), owner=Owner.current())
+    assert start.turn == 4
+
+
+def test_leaving_the_queue_lets_the_next_waiter_start(store: BaseSessionStore, agent: Agent) -> None:
+    running = store.begin_turn("s", default_agent=agent, user_message=Message.user("first"), owner=Owner.current())
+    gone = store.begin_turn("s", default_agent=agent, user_message=Message.user("x"), owner=Owner.current(),
+                            enqueue=True)
+    _finish(store, running.session, agent, "one")
+    assert gone.queued is not None
+    store.leave_turn_queue("s", gone.queued)
+    assert store.begin_turn("s", default_agent=agent, user_message=Message.user("y"), owner=Owner.current()).turn == 2

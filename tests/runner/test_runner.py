@@ -682,7 +682,7 @@ def test_a_second_run_in_the_same_process_is_refused_while_the_first_runs(
         time.sleep(0.01)
     seq = store.last_seq("busy1")
     with pytest.raises(SessionBusyError, match=r"^session 'busy1' is busy: a turn is running in pid \d+ on "):
-        runner.run("busy1", "second")
+        runner.run("busy1", "second", wait=0)  # wait=0: refused at once (the default waits its turn)
     assert store.last_seq("busy1") == seq
     result = runner.run("busy1", "second", wait=10)
     thread.join()

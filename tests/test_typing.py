@@ -1,0 +1,114 @@
+"""Typed users: the package ships ``py.typed`` and a bot written against the README's API
+passes ``mypy --strict``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+BOT = '''
+import asyncio
+
+from chatflow_cli import (
+    Agent,
+    ChatflowError,
+    MessageState,
+    NetworkError,
+    ProviderError,
+    RateLimitedError,
+    RunResult,
+    Runner,
+    SessionBusyError,
+    SQLiteSessionStore,
+    tool,
+)
+
+
+@tool
+def check_order_status(order_id: str) -> dict[str, str]:
+    """Check shipment tracking for an order ID."""
+    return {"order_id": order_id, "status": "IN_TRANSIT"}
+
+
+agent = Agent(name="Orders", instructions="Answer order questions.", tools=[check_order_status], model="gpt-4o-mini")
+store = SQLiteSessionStore(db_path="sessions.db", default_max_turns=30)
+runner = Runner(starting_agent=agent, session_store=store)
+answer: str | None = runner.run("customer-1", "Where is order 404?").content
+
+
+async def handle_inbound_webhook(user_phone: str, message_text: str, webhook_msg_id: str) -> str | None:
+    if store.is_message_processed(webhook_msg_id):
+        return None
+    store.mark_message_processed(webhook_msg_id)
+    response = await runner.run_async(
+        session_id=user_phone,
+        user_message=message_text,
+        metadata={"channel": "whatsapp", "phone": user_phone},
+    )
+    return response.content
+
+
+async def handle(user_phone: str, text: str, msg_id: str) -> str | None:
+    try:
+        result: RunResult = await runner.run_async(user_phone, text, message_id=msg_id, wait=30.0)
+    except SessionBusyError:
+        return None
+    except (RateLimitedError, ProviderError, NetworkError) as exc:
+        raise RuntimeError("deliver again later") from exc
+    except ChatflowError:
+        raise
+    state: MessageState = store.message_state(msg_id)
+    return result.content if state is MessageState.PROCESSED else None
+
+
+print(asyncio.run(handle_inbound_webhook("+15550199", "Where is order 404?", "msg_id_001")))
+'''
+
+
+def test_the_package_ships_py_typed() -> None:
+    assert (REPO / "chatflow_cli" / "py.typed").is_file()
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["chatflow_cli"]
+
+
+MYPY_INI = """[mypy]
+strict = True
+
+# chatflow_cli is followed silently, as an installed typed package is; the front-end and
+# provider packages it imports lazily are not the user's concern here.
+[mypy-chatflow_cli.*]
+follow_imports = silent
+
+[mypy-openai.*,typer.*,rich.*,prompt_toolkit.*,llama_cpp.*,httpx.*,httpx2.*]
+follow_imports = skip
+"""
+
+WRONG = """from chatflow_cli import Agent, Runner, SessionStore
+
+runner = Runner(starting_agent=Agent(name="A", instructions=""), session_store=SessionStore())
+text: int = runner.run("s", "hi").content
+"""
+
+
+@pytest.mark.slow
+def test_mypy_strict_passes_on_a_bot_using_the_readme_api(tmp_path: Path) -> None:
+    """bot.py (the README's API) is clean; wrong.py (a misuse) is an error: the check is real."""
+    pytest.importorskip("mypy")
+    (tmp_path / "bot.py").write_text(BOT)
+    (tmp_path / "wrong.py").write_text(WRONG)
+    (tmp_path / "mypy.ini").write_text(MYPY_INI)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "mypy.ini", "--cache-dir", str(tmp_path / ".mypy_cache"),
+         "bot.py", "wrong.py"],
+        cwd=tmp_path, env={**os.environ, "MYPYPATH": str(REPO)}, capture_output=True, text=True, timeout=280,
+    )
+    lines = [line for line in done.stdout.splitlines() if ": error:" in line]
+    assert lines and all(line.startswith("wrong.py:4:") for line in lines), done.stdout + done.stderr
+    assert "Incompatible types in assignment" in lines[0]
