@@ -47,6 +47,7 @@ __all__ = [
     "markdown_lines",
     "markdown_renderable",
     "safe_text",
+    "TextSanitizer",
     "sessions_lines",
     "turn_interrupted",
     "plural",
@@ -56,30 +57,91 @@ __all__ = [
 FOLD_LINES = 8
 FOLD_CHARS = 600
 
-# C0 controls except TAB and LF, DEL, C1 controls, and the Unicode bidi controls that
-# can reorder what a terminal shows ("Trojan Source").
-_UNSAFE_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# -- the terminal sanitizer ---------------------------------------------------------------
+#: Bidirectional formatting characters: they reorder what a terminal shows ("Trojan Source").
+BIDI_CONTROLS = frozenset(
+    [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+)
+#: Characters that end a line for Unicode or for ``str.splitlines`` besides ``\n``.
+LINE_SEPARATORS = frozenset([0x2028, 0x2029])
+
+
+def _picture(code: int) -> str:
+    if code < 0x20:
+        return chr(0x2400 + code)  # control pictures: ESC -> "␛", CR -> "␍", VT -> "␋"
+    if code == 0x7F:
+        return "\u2421"  # "␡"
+    if 0xD800 <= code <= 0xDFFF:
+        return "\ufffd"  # a lone surrogate cannot be written as UTF-8 at all
+    return f"<U+{code:04X}>"  # C1 controls (NEL, the one-byte CSI U+009B...), bidi controls
+
+
+def _sanitizer_table(*, one_line: bool) -> dict[int, str]:
+    table = {code: _picture(code) for code in [*range(0x20), 0x7F, *range(0x80, 0xA0), *BIDI_CONTROLS]}
+    table.update({code: _picture(code) for code in range(0xD800, 0xE000)})
+    if one_line:
+        table.update({0x09: " ", 0x0A: " ", **{code: " " for code in LINE_SEPARATORS}})
+    else:
+        del table[0x09], table[0x0A]
+        table.update({code: "\n" for code in LINE_SEPARATORS})
+    return table
+
+
+_TEXT_TABLE = _sanitizer_table(one_line=False)
+_LINE_TABLE = _sanitizer_table(one_line=True)
 _C1_JSON_RE = re.compile("[\x7f-\x9f\u2028\u2029]")
 
 
-def _inert(match: re.Match[str]) -> str:
-    ch = match.group()
-    code = ord(ch)
-    if code < 0x20:
-        return chr(0x2400 + code)  # control pictures: ESC -> "␛", CR -> "␍"
-    if code == 0x7F:
-        return "\u2421"  # "␡"
-    return f"<U+{code:04X}>"
+def safe_text(text: str | None, *, one_line: bool = False) -> str:
+    """``text`` made safe for a terminal or a line-oriented pipe: the one sanitizer of chatflow.
 
+    Every character that could control a terminal becomes a visible, inert stand-in, so
+    text from a model, a tool or the database can never clear the screen, set the title,
+    write the clipboard (OSC 52), hide a link (OSC 8) or reorder what is shown. By class:
 
-def safe_text(text: str | None) -> str:
-    """``text`` with every terminal control character replaced by a visible, inert symbol.
+    ==========================================  ==================================================
+    ``\n`` and tab                               kept (``one_line``: a space each)
+    CR LF                                       ``\n`` (``one_line``: a space); a lone CR ``␍``
+    other C0 controls (ESC, BEL, VT, FF, ...)   their control pictures: ``␛`` ``␇`` ``␋`` ``␌``
+    DEL                                         ``␡``
+    C1 controls U+0080–U+009F (NEL, CSI ...)    ``<U+0085>``, ``<U+009B>``
+    U+2028 line / U+2029 paragraph separator    ``\n`` (``one_line``: a space)
+    bidi controls: ALM, LRM, RLM, U+202A–E,
+    U+2066–9                                    ``<U+202E>`` and so on
+    lone surrogates (invalid in UTF-8)          ``\ufffd``
+    everything else (letters, emoji with their
+    ZWJ and variation selectors, tags, other
+    format characters such as U+200B, U+00AD)   kept: a terminal prints them, never obeys them
+    ==========================================  ==================================================
 
-    ``"\\x1b[2J"`` becomes ``"␛[2J"``; tabs and newlines are kept. ``None`` -> ``""``.
+    ``one_line=True`` is for one-row fields (``sessions ls`` previews, names): no character
+    of the result makes a terminal or ``str.splitlines`` start a new line. ``None`` -> ``""``.
+    Pure, O(len(text)).
     """
     if not text:
         return ""
-    return _UNSAFE_RE.sub(_inert, text)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    return text.translate(_LINE_TABLE if one_line else _TEXT_TABLE)
+
+
+class TextSanitizer:
+    """:func:`safe_text` over a stream of deltas: a CR at the end of a delta waits for the
+    next one, so CR LF split across two deltas still becomes one ``\n``."""
+
+    def __init__(self) -> None:
+        self._carry = ""
+
+    def feed(self, text: str) -> str:
+        text = self._carry + text
+        self._carry = ""
+        if text.endswith("\r"):
+            self._carry, text = "\r", text[:-1]
+        return safe_text(text)
+
+    def flush(self) -> str:
+        text, self._carry = self._carry, ""
+        return safe_text(text)
 
 
 def dumps(obj: Any, *, indent: int | None = None) -> str:
@@ -191,6 +253,67 @@ class Lines:
     def __rich__(self) -> Any:
         return self.to_text()
 
+    def wrapped(self, width: int, *, hang: int | None = None) -> "Lines":
+        """These lines word-wrapped to ``width`` cells, for a terminal (which would otherwise
+        cut words at its edge). A wrapped row hangs under the start of its line's text: after
+        a leading label such as ``You: `` (a bold piece ending in ``": "``) or under its
+        leading spaces. Words longer than a row are folded; nothing else is ever split."""
+        from rich.cells import cell_len
+
+        out = Lines()
+        logical: list[list[tuple[str, str]]] = [[]]
+        for text, style in self.parts:
+            for index, piece in enumerate(text.split("\n")):
+                if index:
+                    logical.append([])
+                if piece:
+                    logical[-1].append((piece, style))
+        for number, parts in enumerate(logical):
+            if number:
+                out.append("\n")
+            plain = "".join(text for text, _ in parts)
+            if cell_len(plain) <= width:
+                out.parts.extend(parts)
+                continue
+            indent = len(plain) - len(plain.lstrip(" ")) if hang is None else hang
+            if hang is None and parts and parts[0][1].startswith("bold") and parts[0][0].endswith(": "):
+                indent = len(parts[0][0])
+            indent = min(indent, width // 3)
+            used = 0
+            for text, style in parts:
+                for token in re.findall(r" +|[^ ]+", text):
+                    size = cell_len(token)
+                    if token[0] == " ":
+                        if used + size < width:
+                            out.append(token, style)
+                            used += size
+                        continue
+                    if used + size > width and used > indent:
+                        out.rstrip_spaces()
+                        out.append("\n" + " " * indent)
+                        used = indent
+                    while used + cell_len(token) > width:  # a word longer than the row
+                        room, cut = width - used, 0
+                        while cut < len(token) and cell_len(token[: cut + 1]) <= room:
+                            cut += 1
+                        cut = max(cut, 1)
+                        out.append(token[:cut], style)
+                        out.append("\n" + " " * indent)
+                        token, used = token[cut:], indent
+                    out.append(token, style)
+                    used += cell_len(token)
+        return out
+
+    def rstrip_spaces(self) -> None:
+        """Drop the spaces at the end of the last line (not its newline)."""
+        while self.parts:
+            text, style = self.parts[-1]
+            stripped = text.rstrip(" ")
+            if stripped or text == "":
+                self.parts[-1] = (stripped, style)
+                return
+            self.parts.pop()
+
     def ansi(self, color_system: str | None) -> str:
         """The text with SGR colour codes for ``color_system`` (``None``: plain), no wrapping.
 
@@ -259,8 +382,7 @@ def sessions_lines(summaries: Sequence[Any], *, width: int | None = None, now: f
             safe_text(s.session_id), safe_text(s.active_agent_name or "-"), status, str(s.turn_count),
             format_age(s.updated_at, now),
             # a session whose only turns failed previews the failed message, marked as such
-            ("(failed) " if s.turn_count == 0 and s.preview else "")
-            + safe_text((s.preview or "").replace("\n", " ")).strip(),
+            ("(failed) " if s.turn_count == 0 and s.preview else "") + safe_text(s.preview, one_line=True).strip(),
         ])
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(_LS_HEADERS)]
     columns = list(range(len(_LS_HEADERS)))
@@ -502,7 +624,7 @@ def has_markdown(text: str | None) -> bool:
 
     Conservative: any character or line shape with a Markdown meaning counts, so a false
     ``True`` only costs time; ``False`` means CommonMark would show the same words (it
-    would join a paragraph's lines; chatflow keeps the line breaks as written).
+    would join a paragraph's lines; chatflow keeps them, see :func:`parse_markdown`).
     """
     return bool(text) and _MARKDOWN_SYNTAX_RE.search(text) is not None
 
@@ -518,7 +640,9 @@ def markdown_renderable(text: str) -> Any:
     about half the cost of a short answer; ``sessions show`` renders hundreds, so one
     parser configured as Rich's (CommonMark + strikethrough + tables) is reused and each
     instance copies a template's settings. Links are shown as ``text (url)``, not as
-    OSC 8 hyperlinks, as in the REPL.
+    OSC 8 hyperlinks, as in the REPL; single line breaks are kept (:func:`parse_markdown`).
+    The REPL's live view renders through this too, so a reply looks the same live and in
+    ``sessions show``.
 
     It renders through private copies of Rich's styles (see
     :class:`chatflow_cli.markdown_stream.OwnStyles`): Rich caches a shared ``Style``'s
@@ -533,7 +657,7 @@ def markdown_renderable(text: str) -> Any:
         _MARKDOWN_TEMPLATE = _isolated_markdown_class()("", hyperlinks=False)
     item = copy.copy(_MARKDOWN_TEMPLATE)
     item.markup = text
-    item.parsed = _markdown_parser().parse(text)
+    item.parsed = parse_markdown(text)
     return item
 
 
@@ -578,6 +702,20 @@ def _markdown_parser() -> Any:
 
         _MARKDOWN_PARSER = MarkdownIt().enable("strikethrough").enable("table")
     return _MARKDOWN_PARSER
+
+
+def parse_markdown(text: str) -> list[Any]:
+    """``text`` parsed as chatflow shows Markdown: CommonMark with tables and strikethrough,
+    and every single line break kept (a soft break becomes a hard one), as chat interfaces
+    show replies: CSV rows, addresses and poems keep their lines. A blank line still
+    separates paragraphs."""
+    tokens = _markdown_parser().parse(text)
+    for token in tokens:
+        if token.type == "inline" and token.children:
+            for child in token.children:
+                if child.type == "softbreak":
+                    child.type, child.tag, child.markup = "hardbreak", "br", ""
+    return tokens
 
 
 def _inline_pieces(children: Sequence[Any]) -> list[tuple[str, str]] | None:
@@ -676,7 +814,7 @@ def markdown_lines(text: str, width: int) -> list[Lines] | None:
     returns ``None``: the caller renders it with :func:`markdown_renderable`. Lines carry
     no trailing padding.
     """
-    tokens = _markdown_parser().parse(text)
+    tokens = parse_markdown(text)
     out: list[Lines] = []
     # open list levels: [is_ordered, next_number, marker_width, marker_pending]
     levels: list[list[Any]] = []
@@ -739,7 +877,9 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
     :func:`markdown_lines` into :class:`Lines` when it only uses paragraphs, lists and
     inline styles, else a ``rich.markdown.Markdown`` (:func:`markdown_renderable`). Text
     with no Markdown syntax at all (:func:`has_markdown`) is shown as written, unparsed.
-    Issue 5: a 500-turn ``sessions show`` on a terminal within 1 s.
+    Issue 5: a 500-turn ``sessions show`` on a terminal within 1 s. With ``markdown`` and
+    ``width`` (a terminal) the lines are word-wrapped to ``width`` (:meth:`Lines.wrapped`);
+    continuation lines of a multi-line message are indented under its text.
     """
     marks = []
     if record.rolled_back:
@@ -773,11 +913,11 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
     for msg in msgs:
         role = _role(msg)
         if role == "user":
-            body.append("You: ", "bold green").append(safe_text(msg.content)).append("\n")
+            body.append("You: ", "bold green").append(_hanging(safe_text(msg.content), 5)).append("\n")
             if interrupted and msg is msgs[-1]:
                 body.append("  (interrupted)\n", "yellow")
         elif role == "system":
-            body.append("System: ", "bold magenta").append(fold(safe_text(msg.content), full=full), "dim")
+            body.append("System: ", "bold magenta").append(_hanging(fold(safe_text(msg.content), full=full), 8), "dim")
             body.append("\n")
         elif role == "model":
             agent = msg.agent or agent_so_far or "model"
@@ -798,7 +938,7 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
                             block.parts.extend(line.parts)
                         out.append(block)
                 else:
-                    body.append(safe_text(msg.content)).append("\n")
+                    body.append(_hanging(safe_text(msg.content), len(safe_text(agent)) + 2)).append("\n")
             if msg.reasoning and (full or not msg.content):
                 if full:
                     body.append(f"{safe_text(agent)} reasoned: ", "dim").append(safe_text(msg.reasoning), "dim")
@@ -833,7 +973,15 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
         # TOOL messages are shown with their call
     flush()
     out.append(Lines())
+    if markdown and width:
+        out = [item.wrapped(width) if isinstance(item, Lines) else item for item in out]
     return out
+
+
+def _hanging(text: str, indent: int) -> str:
+    """``text`` with its continuation lines indented by ``indent`` (at most 12) spaces: a
+    multi-line message reads as one block after its label, not from column 0."""
+    return text.replace("\n", "\n" + " " * min(indent, 12)) if "\n" in text else text
 
 
 def _next_agent(msgs: Sequence[Any], index: int, current: str | None = None) -> str | None:
@@ -846,8 +994,14 @@ def _next_agent(msgs: Sequence[Any], index: int, current: str | None = None) -> 
 # ---------------------------------------------------------------------------------------
 # replay
 # ---------------------------------------------------------------------------------------
-def event_text(event: Any, *, full: bool = False) -> Any:
-    """One stored event as a line of ``rich.text.Text`` (``chatflow replay``)."""
+def event_text(event: Any, *, full: bool = False, width: int | None = None) -> Any:
+    """One stored event as a line of ``rich.text.Text`` (``chatflow replay``).
+
+    With ``width`` (a terminal's columns) the line is word-wrapped to it, wrapped rows and
+    the continuation lines of a multi-line message indented by 6 (under the event type).
+    """
+    if width:
+        return _hanging_text(event_text(event, full=full), width, 6)
     from rich.text import Text
 
     p = event.payload or {}
@@ -863,7 +1017,7 @@ def event_text(event: Any, *, full: bool = False) -> Any:
         if msg.get("agent"):
             line.append(f"{safe_text(msg['agent'])}: ", style="cyan")
         if msg.get("content"):
-            line.append(safe_text(fold(str(msg["content"]), full=full, max_lines=3, max_chars=300)))
+            line.append(_hanging(safe_text(fold(str(msg["content"]), full=full, max_lines=3, max_chars=300)), 6))
         for call in msg.get("tool_calls") or ():
             line.append(f" call {safe_text(call.get('name'))}({safe_text(fold(call.get('arguments') or '', full=full, max_lines=1, max_chars=200))})", style="yellow")
         if msg.get("finish_reason"):
@@ -919,6 +1073,18 @@ def event_text(event: Any, *, full: bool = False) -> Any:
     else:
         line.append(_key_values(p, full=full), style="dim")
     return line
+
+
+def _hanging_text(text: Any, width: int, hang: int) -> Any:
+    """A ``rich.text.Text`` word-wrapped to ``width`` with wrapped rows indented by ``hang``."""
+    spans = [span for span in text.spans if isinstance(span.style, str)]
+    plain = text.plain
+    cuts = sorted({0, len(plain), *(s.start for s in spans), *(s.end for s in spans)})
+    lines = Lines()
+    for start, end in zip(cuts, cuts[1:]):
+        style = " ".join(s.style for s in spans if s.start <= start and s.end >= end)
+        lines.append(plain[start:end], style)
+    return lines.wrapped(width, hang=hang).to_text()
 
 
 def reply_cut_text(finish_reason: str) -> str:
@@ -998,6 +1164,7 @@ class ReplyPrinter:
         self._stop = threading.Event()
         self._ticker: Any = None
         self._segment_text = False  # text of the current segment is live (no spinner then)
+        self._sanitizer = TextSanitizer()
         if self.live_enabled:
             from .markdown_stream import MarkdownStream
 
@@ -1063,7 +1230,7 @@ class ReplyPrinter:
             if self._stream is not None:
                 self._stream.feed(text)
             else:
-                self._file.write(safe_text(text))
+                self._file.write(self._sanitizer.feed(text))
                 self._file.flush()
 
     def _end_segment(self) -> None:
@@ -1071,6 +1238,7 @@ class ReplyPrinter:
         if self._stream is not None:
             self._stream.end_text()
         elif self._text and not self._text.endswith("\n"):
+            self._file.write(self._sanitizer.flush())
             self._file.write("\n")
             self._file.flush()
         self._text = ""

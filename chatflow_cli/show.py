@@ -220,7 +220,7 @@ def _render(console: Any, session: Any, records: Iterator[Any], full: bool, *, m
         if plain:
             batch.write(item.plain + "\n")
         elif hasattr(item, "ansi"):
-            batch.write(item.ansi(color_system) + "\n")
+            batch.write(item.wrapped(width).ansi(color_system) + "\n")  # a terminal never cuts a word
         else:
             console.print(item)
 
@@ -337,7 +337,7 @@ def rollback_session(state: State, session_id: str, *, to: int | None, last: int
     err.print(Text(f"Rolling back {session_id} to turn {target}; these turns go:", style="bold"))
     for record in going:
         first_user = next((m for m in record.messages if getattr(m.role, "value", m.role) == "user"), None)
-        preview = safe_text((first_user.content or "") if first_user else "").replace("\n", " ")
+        preview = safe_text((first_user.content or "") if first_user else "", one_line=True)
         err.print(Text(f"  turn {record.number}: {preview[:70]}"))
     if env.stdin_isatty and not yes and not confirm(state, "Roll back?", assume_yes=False):
         _notice(state, "nothing changed")
@@ -433,7 +433,10 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
             elif as_json:
                 out.write(dumps(stored_event_json(event)) + "\n")
             else:
-                console.print(event_text(event), soft_wrap=not state.env.stdout_isatty)  # piped: never wrapped
+                if state.env.stdout_isatty:  # word-wrapped, wrapped rows indented
+                    console.print(event_text(event, width=console.width))
+                else:  # piped: never wrapped
+                    console.print(event_text(event), soft_wrap=True)
             cursor = event.seq
         if not follow:
             if collected is not None:

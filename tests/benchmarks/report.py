@@ -44,7 +44,10 @@ a busy machine still moves them). The sections:
     Runner beside the Agents SDK's Runner with ``SQLiteSession`` (target at most 0.5x).
 ``render`` (issue 6)
     tests/benchmarks/bench_stream_render.py: a 1,500-line answer streamed into an 80x24
-    terminal, beside only reading the same stream (target at most 1.25x).
+    terminal, beside only reading the same stream (target at most 1.25x);
+    tests/benchmarks/bench_repl_paragraph.py: one 190 KB paragraph arriving at once, in the
+    REPL in a 100x40 pseudo-terminal beside ``chat`` piped (extra time over a one-word
+    answer; target at most 1.5x).
 ``fakeserver`` (test infrastructure)
     tests/benchmarks/bench_fakeserver.py: what one fake-server request costs, and a 40-turn
     window sent through chatflow's ModelClient beside ``openai``'s typed
@@ -447,9 +450,16 @@ def bench_render_section(opts: Options) -> list[Row]:
         out = run_script([str(HERE / "bench_stream_render.py"), "--lines", str(lines)], timeout=3600, ok=(0, 1))
         server.append(grab(r"server streaming time: ([\d.]+) s", out, "the streaming time"))
         render.append(grab(r"with rendering: ([\d.]+) s", out, "the rendering time"))
-    return [Row("render", f"stream a {lines:,}-line Markdown answer into 80x24 (MarkdownStream)",
+    rows = [Row("render", f"stream a {lines:,}-line Markdown answer into 80x24 (MarkdownStream)",
                 statistics.median(render), "reading the same stream, no rendering", statistics.median(server),
                 "<= 1.25x", max_ratio=1.25)]
+    out = run_script([str(HERE / "bench_repl_paragraph.py"), "--runs", "1" if opts.quick else "3"], timeout=3600,
+                     ok=(0, 1))
+    rows.append(Row("render", "REPL: one 190 KB paragraph arriving at once, 100x40 pty, extra time over a one-word answer",
+                    grab(r"extra time: REPL ([\d.]+) s", out, "the REPL's extra time"),
+                    "`chat` piped, same answer, extra time", grab(r"piped ([\d.]+) s, ratio", out, "the piped time"),
+                    "<= 1.5x", max_ratio=1.5))
+    return rows
 
 
 def bench_fakeserver_section(opts: Options) -> list[Row]:
