@@ -35,9 +35,12 @@ with four additions:
   state file names another server (a chatflow of another version, options or model took
   the slot), each only while no request is in flight, under the slot's lock.
 
-``--chatflow-app MODULE:FUNCTION`` replaces llama.cpp's app by ``FUNCTION(argv)``, which
-returns ``(asgi_app, host, port)``: the tests run a stand-in server through the same
-guard, signals and lifetime rules (``CHATFLOW_LOCAL_SERVER_APP`` in chatflow).
+``--chatflow-app MODULE:FUNCTION`` replaces llama.cpp's app: ``MODULE`` is imported and
+``FUNCTION(argv)`` called with the command-line options left once chatflow's own
+``--chatflow-*`` ones are removed (``--model PATH --model_alias NAME --chat_format F --host H
+--port P --n_ctx N`` ...); it must return ``(asgi_app, host, port)``, and uvicorn serves
+``asgi_app`` on ``host:port`` behind the same guard, signals and lifetime rules. The tests
+run a stand-in server so (``CHATFLOW_LOCAL_SERVER_APP`` in chatflow).
 """
 
 from __future__ import annotations

@@ -8,15 +8,20 @@ Rich so that a long answer stays fast and readable:
   *complete* when a later block has started (a blank line followed by a non-continuation
   line, a heading, a fence, a sibling list item...); a fenced code block when its closing
   fence arrives. A complete block is rendered once with :class:`rich.markdown.Markdown`
-  (code blocks with :class:`rich.syntax.Syntax`, highlighted) and printed into the
-  scrollback. It is never redrawn.
+  exactly as ``sessions show`` renders it (:func:`chatflow_cli.render.markdown_renderable`:
+  single line breaks kept; code blocks with :class:`rich.syntax.Syntax`, highlighted) and
+  printed into the scrollback. It is never redrawn.
 * Only the unfinished *tail* (the open block plus the partial last line, and a spinner
   line while waiting) is drawn live, below the scrollback, and redrawn at most
   ``refresh_per_second`` times a second. A refresh costs time proportional to the tail,
   not to the answer, so the answer does not slow down as it grows.
 * The tail is never taller than half the screen: when the open block grows past that
   (a long code block, a huge paragraph), its completed lines are printed into the
-  scrollback and only the rest stays live. Nothing is cropped or hidden behind an
+  scrollback and only the rest stays live. A paragraph's final rows (its complete lines,
+  or the rows of a long line before a space where no inline markup is open) leave the
+  live text as well, so a refresh costs the same for a paragraph of any length. A table
+  is the exception: a later row can widen every column, so it is redrawn whole while it
+  fits in the live region and, taller, held behind a row count until it is complete. Nothing is cropped or hidden behind an
   ellipsis, and because the live region always fits on the screen, moving the cursor
   back over it never reaches into the scrollback: no line is ever printed twice, also
   when the terminal is smaller than the answer.
@@ -36,13 +41,13 @@ Rich so that a long answer stays fast and readable:
 * On a console that is not a terminal nothing is drawn live: complete blocks are
   printed as they complete, and the rest by :meth:`MarkdownStream.finish`.
 
-Safety: model text is untrusted. :func:`sanitize_terminal_text` turns every terminal
-control character into a visible, inert picture before anything is parsed: ESC (so CSI,
-OSC — including OSC 52 clipboard writes and OSC 8 hyperlinks — and every other escape
-sequence), BEL, the other C0 controls except ``\\n`` and ``\\t``, DEL, the C1 controls
-(U+0080–U+009F, e.g. the one-byte CSI U+009B) and the bidirectional overrides that can
-make text read differently from what it is (U+202A–U+202E, U+2066–U+2069). ``\\r\\n`` is
-normalised to ``\\n``. Markdown links are shown as ``text (url)`` rather than as OSC 8
+Safety: model text is untrusted. Every delta goes through chatflow's one terminal
+sanitizer, :func:`chatflow_cli.render.safe_text` (here also named
+:func:`sanitize_terminal_text`), before anything is parsed: ESC (so CSI, OSC — including
+OSC 52 clipboard writes and OSC 8 hyperlinks — and every other escape sequence), BEL, the
+other C0 controls except ``\\n`` and ``\\t``, DEL, the C1 controls and the bidirectional
+controls become visible, inert stand-ins; ``\\r\\n``, U+2028 and U+2029 become ``\\n``.
+Markdown links are shown as ``text (url)`` rather than as OSC 8
 hyperlinks, so a link's target is always visible.
 
 Cosmetic limits, chosen on purpose: list items are printed one by one, so an ordered list
@@ -85,62 +90,17 @@ from rich.style import Style
 from rich.syntax import Syntax
 from rich.text import Text
 
+from .render import TextSanitizer, markdown_lines, markdown_renderable, parse_markdown, safe_text
+
 __all__ = ["MarkdownStream", "RefreshStat", "print_unpadded", "sanitize_terminal_text"]
 
 DEFAULT_CODE_THEME = "monokai"
 
 # --------------------------------------------------------------------------- sanitizing
 
-_BIDI = {0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069}
-
-
-def _control_picture(code: int) -> str:
-    if code < 0x20:
-        return chr(0x2400 + code)  # ␀ … ␟ (ESC is ␛)
-    if code == 0x7F:
-        return "\u2421"  # ␡
-    if 0x80 <= code <= 0x9F:
-        # A C1 control is the 7-bit "ESC + (code - 0x40)": show it that way (U+009B -> "␛[").
-        return "\u241b" + chr(code - 0x40)
-    return f"<U+{code:04X}>"
-
-
-_UNSAFE_TABLE: dict[int, str] = {
-    code: _control_picture(code)
-    for code in [*range(0x20), 0x7F, *range(0x80, 0xA0), *sorted(_BIDI)]
-    if code not in (0x09, 0x0A)
-}
-
-
-def sanitize_terminal_text(text: str) -> str:
-    """Return ``text`` with every terminal control character made visible and inert.
-
-    ``\\r\\n`` becomes ``\\n``; ``\\n`` and ``\\t`` are kept; ESC becomes ``␛`` (so
-    ``"\\x1b[31m"`` shows as ``␛[31m`` and changes no colour), BEL ``␇``, other C0
-    controls their control pictures (U+2400…), DEL ``␡``, a C1 control ``␛`` plus its
-    7-bit letter, a bidirectional override ``<U+202E>``. Pure; O(len(text)).
-    """
-    if "\r" in text:
-        text = text.replace("\r\n", "\n")
-    return text.translate(_UNSAFE_TABLE)
-
-
-class _Sanitizer:
-    """Incremental :func:`sanitize_terminal_text`: a ``\\r`` at the end of a delta waits for the next."""
-
-    def __init__(self) -> None:
-        self._carry = ""
-
-    def feed(self, text: str) -> str:
-        text = self._carry + text
-        self._carry = ""
-        if text.endswith("\r"):
-            self._carry, text = "\r", text[:-1]
-        return sanitize_terminal_text(text)
-
-    def flush(self) -> str:
-        text, self._carry = self._carry, ""
-        return sanitize_terminal_text(text)
+#: The one terminal sanitizer of chatflow (see :func:`chatflow_cli.render.safe_text`).
+sanitize_terminal_text = safe_text
+_Sanitizer = TextSanitizer
 
 
 # --------------------------------------------------------------------------- block scanner
@@ -530,6 +490,15 @@ def _settled_markup(text: str) -> bool:
     return not any(line.lstrip().startswith("|") for line in text.split("\n"))
 
 
+def _starts_a_block(line: str) -> bool:
+    """Whether ``line`` would open a block other than a paragraph (a list item, heading,
+    quote, rule, fence, table row, HTML) if it began a line."""
+    return bool(
+        _LIST.match(line) or _ATX.match(line) or _QUOTE.match(line) or _HR.match(line) or _SETEXT.match(line)
+        or _FENCE.match(line) or line.lstrip().startswith(("|", "<"))
+    )
+
+
 def _terminal_reflows() -> bool:
     """Whether the terminal rewraps lines on a resize in step with the size we read.
 
@@ -606,6 +575,7 @@ class MarkdownStream:
         self.stats: list[RefreshStat] = []
         self._sanitizer = _Sanitizer()
         self._styles = OwnStyles()  # private copies of Rich's shared styles, for this console
+        self._parsed_styles: dict[str, Style] = {}
         self._scanner = _BlockScanner()
         self._chunks: list[str] = []
         self._chars = 0
@@ -616,6 +586,7 @@ class MarkdownStream:
         self._rows_committed = 0  # rendered rows of the open block already printed
         self._pin: int | None = None  # width the open block's printed rows were rendered at
         self._code_committed = 0  # code lines of the open fence already printed
+        self._continued = False  # the open block continues a paragraph whose top rows are printed
         self._status: str | None = None
         self._spinner: Spinner | None = None  # kept across refreshes so its frame advances
         self._drawn = _Drawn()
@@ -679,6 +650,7 @@ class MarkdownStream:
         self._ready.extend(self._scanner.close())
         self._commit_ready()
         self._blocks_printed = 0
+        self._continued = False
 
     def refresh(self, *, force: bool = True) -> None:
         """Print completed blocks and redraw the tail now (``force=False``: only if due).
@@ -750,8 +722,27 @@ class MarkdownStream:
         return rows if self.reflow else min(rows, 4)
 
     def _render_markdown(self, text: str, width: int | None = None) -> list[Line]:
-        markdown = Markdown(text, code_theme=self.code_theme, hyperlinks=False)
+        """``text`` laid out as ``sessions show`` lays it out: paragraphs, lists and inline
+        styles by :func:`chatflow_cli.render.markdown_lines` (Rich's layout, without Rich's
+        layout engine: a long paragraph costs a fraction), anything else by Rich's Markdown."""
+        laid_out = markdown_lines(text, width or self._options().max_width)
+        if laid_out is not None:
+            style_of = self._style_of
+            return _strip_blank_edges([[Segment(part, style_of(style)) for part, style in line.parts] for line in laid_out])
+        if self.code_theme == DEFAULT_CODE_THEME:
+            markdown = markdown_renderable(text)  # exactly as ``sessions show`` renders it
+        else:
+            markdown = Markdown(text, code_theme=self.code_theme, hyperlinks=False)
+            markdown.parsed = parse_markdown(text)
         return _strip_blank_edges(self.console.render_lines(markdown, self._options(width), pad=False))
+
+    def _style_of(self, style: str) -> Style | None:
+        if not style:
+            return None
+        found = self._parsed_styles.get(style)
+        if found is None:
+            found = self._parsed_styles[style] = Style.parse(style)
+        return found
 
     def _render_code(self, code_lines: Iterable[str], info: str, *, top: bool, bottom: bool) -> list[Line]:
         code = "\n".join(code_lines)
@@ -783,11 +774,87 @@ class MarkdownStream:
                 rendered = self._render_markdown(block.text, None if first else self._pin)[self._rows_committed :]
                 self._rows_committed = 0
                 self._pin = None
-            if first:
+            if first and not self._continued:
                 self._out.extend(self._gap(block.joined))
+            self._continued = False
             self._out.extend(rendered)
             self._blocks_printed += 1
         self._ready.clear()
+
+    def _trim_paragraph(self, limit: int) -> None:
+        """Keep the open paragraph's live text short, so a refresh costs the same however
+        long the paragraph grows (one 190 KB paragraph renders as fast as it prints).
+
+        Single line breaks are hard breaks, so the rows of a paragraph's complete lines but
+        the last are final: they are printed and dropped from the open block. A line longer
+        than the live region is cut at a space where no inline markup is open; the rows of
+        the text before the cut but the last are printed (greedy word wrap never changes an
+        earlier row), and the words of that last row, checked to render to the same row on
+        their own, start the text that stays live. The rest of the paragraph then continues
+        those rows (no blank line between them).
+        """
+        scanner = self._scanner
+        budget = max(1, limit) * max(1, self._size[0])
+        if scanner._blanks and scanner.kind in ("para", "quote") and len(self._partial) > budget:
+            if self._partial[:1].strip():  # a new paragraph after a blank line: the open block is complete
+                self._ready.extend(scanner._emit())
+                self._commit_ready()
+        if scanner.kind not in (None, "para") or scanner._blanks:
+            return
+        width = self._pin if self._rows_committed else self._size[0]
+        if not width or width <= 0 or (self._rows_committed and width > self._size[0]):
+            return
+        budget = max(1, limit) * width
+        if len(scanner.lines) > 1 and (len(scanner.lines) > limit or sum(map(len, scanner.lines)) > budget):
+            head = "\n".join(scanner.lines[:-1])
+            if _settled_markup(head) and not any(_SETEXT.match(line) for line in scanner.lines):
+                rows = self._render_markdown(head, width)
+                if len(rows) >= self._rows_committed:  # else rows of the last line are printed already
+                    self._print_continued(rows[self._rows_committed :], width)
+                    scanner.lines = scanner.lines[-1:]
+        if len(self._partial) > budget:
+            self._trim_long_line(width)
+
+    def _print_continued(self, rows: list[Line], width: int) -> None:
+        """Print ``rows``, the final top of the open paragraph; what stays live continues them."""
+        if rows:
+            if self._rows_committed == 0 and not self._continued:
+                self._out.extend(self._gap(self._scanner._joined))
+            self._out.extend(rows)
+        self._rows_committed = 0
+        self._pin = None
+        self._continued = True
+
+    def _trim_long_line(self, width: int) -> None:
+        scanner = self._scanner
+        partial = self._partial
+        end = len(partial) - width
+        for _ in range(4):
+            cut = partial.rfind(" ", 0, end)
+            if cut <= 0:
+                return
+            end = cut - width // 2
+            head = partial[:cut]
+            text = "\n".join([*scanner.lines, head])
+            if not _settled_markup(text):
+                continue
+            rows = self._render_markdown(text, width)
+            if len(rows) - 1 <= self._rows_committed:
+                return
+            last = "".join(segment.text for segment in rows[-1]).split()
+            words = head.split()
+            if not last or len(last) > len(words):
+                continue
+            carried = " ".join(words[-len(last) :])
+            if _starts_a_block(carried) or not _settled_markup(carried) or re.search(r"[\[\]<>&\\!]", carried):
+                continue
+            alone = self._render_markdown(carried, width)
+            if len(alone) != 1 or "".join(s.text for s in alone[0]).split() != last:
+                continue
+            self._print_continued(rows[self._rows_committed : -1], width)
+            scanner.lines, scanner.kind, scanner._joined = [], None, False
+            self._partial = carried + partial[cut:]
+            return
 
     def _tail_lines(self) -> tuple[list[Line], _Keep]:
         """The live tail and what of it is final-able; moves its overflow (beyond half the
@@ -799,7 +866,10 @@ class MarkdownStream:
         keep = _Keep()
         if scanner.kind == "fence" and scanner.fence is not None:
             lines, keep = self._fence_tail(limit)
+        elif self._open_table():
+            lines = self._table_tail(limit)
         elif scanner.lines or self._partial.strip():
+            self._trim_paragraph(limit)
             text = "\n".join([*scanner.lines, self._partial]) if scanner.lines else self._partial
             width = self._pin if self._rows_committed else None
             term_width = self._size[0]
@@ -820,14 +890,14 @@ class MarkdownStream:
                 stable = self._render_markdown("\n".join(scanner.lines), width)
                 upto = max(self._rows_committed, min(len(stable) - 1, len(rendered) - limit // 2))
                 if upto > self._rows_committed:
-                    if self._rows_committed == 0:
+                    if self._rows_committed == 0 and not self._continued:
                         self._out.extend(self._gap(scanner._joined))
                         self._pin = width or self._size[0]
                     self._out.extend(stable[self._rows_committed : upto])
                     self._rows_committed = upto
             lines = rendered[self._rows_committed :]
             gap = 0
-            if self._rows_committed == 0 and self._gap(bool(scanner.lines) and scanner._joined):
+            if self._rows_committed == 0 and not self._continued and self._gap(bool(scanner.lines) and scanner._joined):
                 lines, gap = [[], *lines], 1
             if len(lines) > 1 and len(lines) <= limit and not scanner._blanks and _settled_markup(text):
                 keep = _Keep("md", len(lines) - 1, len(lines) - 1 - gap, width=width or self._size[0])
@@ -836,6 +906,32 @@ class MarkdownStream:
         if len(lines) > limit:
             return lines[-limit:], _Keep()
         return lines, keep
+
+    def _open_table(self) -> bool:
+        """Whether the open block holds a table (a line starting with ``|``)."""
+        scanner = self._scanner
+        if scanner.kind not in (None, "para"):
+            return False
+        if self._partial.lstrip().startswith("|"):
+            return True
+        return any(line.lstrip().startswith("|") for line in scanner.lines)
+
+    def _table_tail(self, limit: int) -> list[Line]:
+        """A table is laid out from all its rows (a later row can widen every column), so it
+        is never printed a row at a time: while it fits in the live region it is redrawn
+        whole at each refresh; taller, a status line counts its rows until it is complete
+        and printed once, exactly as ``sessions show`` prints it."""
+        scanner = self._scanner
+        rows = len(scanner.lines) + (1 if self._partial.strip() else 0)
+        gap = 1 if self._rows_committed == 0 and self._gap(scanner._joined) else 0
+        if rows + 2 + gap <= limit:  # the rule and a row of spacing Rich may add
+            text = "\n".join([*scanner.lines, self._partial])
+            width = self._pin if self._rows_committed else None
+            rendered = self._render_markdown(text, width)[self._rows_committed :]
+            if len(rendered) + gap <= limit:
+                return [*([[]] * gap), *rendered]
+        status = f"receiving a table ({rows} rows)…"
+        return self.console.render_lines(self._spinner_frame(status), self._options(), pad=False)
 
     def _spinner_frame(self, status: str) -> RenderableType:
         """The spinner line for ``status`` at the clock's time: the frame advances between refreshes.

@@ -47,6 +47,7 @@ __all__ = [
     "markdown_lines",
     "markdown_renderable",
     "safe_text",
+    "TextSanitizer",
     "sessions_lines",
     "turn_interrupted",
     "plural",
@@ -56,30 +57,91 @@ __all__ = [
 FOLD_LINES = 8
 FOLD_CHARS = 600
 
-# C0 controls except TAB and LF, DEL, C1 controls, and the Unicode bidi controls that
-# can reorder what a terminal shows ("Trojan Source").
-_UNSAFE_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# -- the terminal sanitizer ---------------------------------------------------------------
+#: Bidirectional formatting characters: they reorder what a terminal shows ("Trojan Source").
+BIDI_CONTROLS = frozenset(
+    [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+)
+#: Characters that end a line for Unicode or for ``str.splitlines`` besides ``\n``.
+LINE_SEPARATORS = frozenset([0x2028, 0x2029])
+
+
+def _picture(code: int) -> str:
+    if code < 0x20:
+        return chr(0x2400 + code)  # control pictures: ESC -> "␛", CR -> "␍", VT -> "␋"
+    if code == 0x7F:
+        return "\u2421"  # "␡"
+    if 0xD800 <= code <= 0xDFFF:
+        return "\ufffd"  # a lone surrogate cannot be written as UTF-8 at all
+    return f"<U+{code:04X}>"  # C1 controls (NEL, the one-byte CSI U+009B...), bidi controls
+
+
+def _sanitizer_table(*, one_line: bool) -> dict[int, str]:
+    table = {code: _picture(code) for code in [*range(0x20), 0x7F, *range(0x80, 0xA0), *BIDI_CONTROLS]}
+    table.update({code: _picture(code) for code in range(0xD800, 0xE000)})
+    if one_line:
+        table.update({0x09: " ", 0x0A: " ", **{code: " " for code in LINE_SEPARATORS}})
+    else:
+        del table[0x09], table[0x0A]
+        table.update({code: "\n" for code in LINE_SEPARATORS})
+    return table
+
+
+_TEXT_TABLE = _sanitizer_table(one_line=False)
+_LINE_TABLE = _sanitizer_table(one_line=True)
 _C1_JSON_RE = re.compile("[\x7f-\x9f\u2028\u2029]")
 
 
-def _inert(match: re.Match[str]) -> str:
-    ch = match.group()
-    code = ord(ch)
-    if code < 0x20:
-        return chr(0x2400 + code)  # control pictures: ESC -> "␛", CR -> "␍"
-    if code == 0x7F:
-        return "\u2421"  # "␡"
-    return f"<U+{code:04X}>"
+def safe_text(text: str | None, *, one_line: bool = False) -> str:
+    """``text`` made safe for a terminal or a line-oriented pipe: the one sanitizer of chatflow.
 
+    Every character that could control a terminal becomes a visible, inert stand-in, so
+    text from a model, a tool or the database can never clear the screen, set the title,
+    write the clipboard (OSC 52), hide a link (OSC 8) or reorder what is shown. By class:
 
-def safe_text(text: str | None) -> str:
-    """``text`` with every terminal control character replaced by a visible, inert symbol.
+    ==========================================  ==================================================
+    ``\n`` and tab                               kept (``one_line``: a space each)
+    CR LF                                       ``\n`` (``one_line``: a space); a lone CR ``␍``
+    other C0 controls (ESC, BEL, VT, FF, ...)   their control pictures: ``␛`` ``␇`` ``␋`` ``␌``
+    DEL                                         ``␡``
+    C1 controls U+0080–U+009F (NEL, CSI ...)    ``<U+0085>``, ``<U+009B>``
+    U+2028 line / U+2029 paragraph separator    ``\n`` (``one_line``: a space)
+    bidi controls: ALM, LRM, RLM, U+202A–E,
+    U+2066–9                                    ``<U+202E>`` and so on
+    lone surrogates (invalid in UTF-8)          ``\ufffd``
+    everything else (letters, emoji with their
+    ZWJ and variation selectors, tags, other
+    format characters such as U+200B, U+00AD)   kept: a terminal prints them, never obeys them
+    ==========================================  ==================================================
 
-    ``"\\x1b[2J"`` becomes ``"␛[2J"``; tabs and newlines are kept. ``None`` -> ``""``.
+    ``one_line=True`` is for one-row fields (``sessions ls`` previews, names): no character
+    of the result makes a terminal or ``str.splitlines`` start a new line. ``None`` -> ``""``.
+    Pure, O(len(text)).
     """
     if not text:
         return ""
-    return _UNSAFE_RE.sub(_inert, text)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    return text.translate(_LINE_TABLE if one_line else _TEXT_TABLE)
+
+
+class TextSanitizer:
+    """:func:`safe_text` over a stream of deltas: a CR at the end of a delta waits for the
+    next one, so CR LF split across two deltas still becomes one ``\n``."""
+
+    def __init__(self) -> None:
+        self._carry = ""
+
+    def feed(self, text: str) -> str:
+        text = self._carry + text
+        self._carry = ""
+        if text.endswith("\r"):
+            self._carry, text = "\r", text[:-1]
+        return safe_text(text)
+
+    def flush(self) -> str:
+        text, self._carry = self._carry, ""
+        return safe_text(text)
 
 
 def dumps(obj: Any, *, indent: int | None = None) -> str:
@@ -191,6 +253,67 @@ class Lines:
     def __rich__(self) -> Any:
         return self.to_text()
 
+    def wrapped(self, width: int, *, hang: int | None = None) -> "Lines":
+        """These lines word-wrapped to ``width`` cells, for a terminal (which would otherwise
+        cut words at its edge). A wrapped row hangs under the start of its line's text: after
+        a leading label such as ``You: `` (a bold piece ending in ``": "``) or under its
+        leading spaces. Words longer than a row are folded; nothing else is ever split."""
+        from rich.cells import cell_len
+
+        out = Lines()
+        logical: list[list[tuple[str, str]]] = [[]]
+        for text, style in self.parts:
+            for index, piece in enumerate(text.split("\n")):
+                if index:
+                    logical.append([])
+                if piece:
+                    logical[-1].append((piece, style))
+        for number, parts in enumerate(logical):
+            if number:
+                out.append("\n")
+            plain = "".join(text for text, _ in parts)
+            if cell_len(plain) <= width:
+                out.parts.extend(parts)
+                continue
+            indent = len(plain) - len(plain.lstrip(" ")) if hang is None else hang
+            if hang is None and parts and parts[0][1].startswith("bold") and parts[0][0].endswith(": "):
+                indent = len(parts[0][0])
+            indent = min(indent, width // 3)
+            used = 0
+            for text, style in parts:
+                for token in re.findall(r" +|[^ ]+", text):
+                    size = cell_len(token)
+                    if token[0] == " ":
+                        if used + size < width:
+                            out.append(token, style)
+                            used += size
+                        continue
+                    if used + size > width and used > indent:
+                        out.rstrip_spaces()
+                        out.append("\n" + " " * indent)
+                        used = indent
+                    while used + cell_len(token) > width:  # a word longer than the row
+                        room, cut = width - used, 0
+                        while cut < len(token) and cell_len(token[: cut + 1]) <= room:
+                            cut += 1
+                        cut = max(cut, 1)
+                        out.append(token[:cut], style)
+                        out.append("\n" + " " * indent)
+                        token, used = token[cut:], indent
+                    out.append(token, style)
+                    used += cell_len(token)
+        return out
+
+    def rstrip_spaces(self) -> None:
+        """Drop the spaces at the end of the last line (not its newline)."""
+        while self.parts:
+            text, style = self.parts[-1]
+            stripped = text.rstrip(" ")
+            if stripped or text == "":
+                self.parts[-1] = (stripped, style)
+                return
+            self.parts.pop()
+
     def ansi(self, color_system: str | None) -> str:
         """The text with SGR colour codes for ``color_system`` (``None``: plain), no wrapping.
 
@@ -257,7 +380,9 @@ def sessions_lines(summaries: Sequence[Any], *, width: int | None = None, now: f
         statuses.append(status)
         rows.append([
             safe_text(s.session_id), safe_text(s.active_agent_name or "-"), status, str(s.turn_count),
-            format_age(s.updated_at, now), safe_text((s.preview or "").replace("\n", " ")).strip(),
+            format_age(s.updated_at, now),
+            # a session whose only turns failed previews the failed message, marked as such
+            ("(failed) " if s.turn_count == 0 and s.preview else "") + safe_text(s.preview, one_line=True).strip(),
         ])
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(_LS_HEADERS)]
     columns = list(range(len(_LS_HEADERS)))
@@ -273,6 +398,8 @@ def sessions_lines(summaries: Sequence[Any], *, width: int | None = None, now: f
                 widths[col] -= excess
             else:
                 columns.remove(col)
+        if total() > width:  # even the columns that are never truncated do not fit
+            return _sessions_stacked(rows, statuses, width)
     lines: list[Lines] = []
     header = Lines()
     for n, i in enumerate(columns):
@@ -294,6 +421,121 @@ def sessions_lines(summaries: Sequence[Any], *, width: int | None = None, now: f
         line.rstrip()
         lines.append(line)
     return lines
+
+
+def _sessions_stacked(rows: list[list[str]], statuses: list[str], width: int) -> list[Lines]:
+    """``sessions ls`` on a terminal too narrow for its columns: two lines a session, the id
+    and status, then turns, age, agent and preview, indented and clipped to ``width``."""
+    lines: list[Lines] = []
+    for row, status in zip(rows, statuses):
+        sid, agent, _, turns, updated, preview = row
+        first = Lines(sid, "cyan")
+        if len(sid) + 2 + len(status) <= width:
+            first.append("  " + status, _LS_STATUS_STYLES.get(status, ""))
+        lines.append(first)
+        detail = f"{plural(int(turns), 'turn')} · {updated}" + (f" · {agent}" if agent != "-" else "")
+        detail = _clip("  " + detail, width)
+        second = Lines(detail, "dim")
+        room = width - len(detail) - 2
+        if preview and room >= _LS_MIN_PREVIEW:
+            second.append("  " + _clip(preview, room))
+        lines.append(second)
+    return lines
+
+
+def agents_lines(rows: Sequence[dict[str, Any]], *, width: int | None = None) -> list[Lines]:
+    """The ``agents ls`` listing as styled lines.
+
+    ``rows`` as :func:`agent_dicts` gives them. A table (AGENT, MODEL, HANDOFFS, TOOLS,
+    INSTRUCTIONS; ``*`` marks the starting agent) when it fits ``width`` with at least
+    :data:`_LS_MIN_PREVIEW` cells of instructions, or when ``width`` is ``None`` (a pipe:
+    nothing truncated); otherwise one block an agent, each line wrapped to ``width``.
+    """
+    def cells(r: dict[str, Any]) -> list[str]:
+        tools = ", ".join(t["name"] + (" (custom)" if t["kind"] == "custom" else "") for t in r["tools"])
+        first = (r["instructions"] or "").strip().splitlines()[0] if (r["instructions"] or "").strip() else ""
+        return [safe_text(r["name"]) + (" *" if r["start"] else ""), safe_text(r["model"] or "(default)"),
+                safe_text(", ".join(r["handoffs"]) or "-"), safe_text(tools or "-"), safe_text(first)]
+
+    headers = ("AGENT", "MODEL", "HANDOFFS", "TOOLS", "INSTRUCTIONS")
+    table = [cells(r) for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in table]) for i, h in enumerate(headers)]
+    fixed = sum(widths[:4]) + 2 * 4
+    if width is None or fixed + _LS_MIN_PREVIEW <= width:
+        last = widths[4] if width is None else max(0, min(widths[4], width - fixed))
+        out = [Lines("  ".join(h.ljust(w) for h, w in zip(headers[:4], widths)) + "  " + headers[4], "bold")]
+        for c in table:
+            line = Lines(c[0].ljust(widths[0]), "cyan")
+            line.append("  " + "  ".join(v.ljust(w) for v, w in zip(c[1:4], widths[1:4])) + "  ")
+            line.append(_clip(c[4], last) if width is not None else c[4], "dim")
+            line.rstrip()
+            out.append(line)
+        return out
+    import textwrap
+
+    out = []
+    for c in table:
+        out.append(Lines(_clip(c[0], width), "bold cyan"))
+        for label, value in (("model", c[1]), ("handoffs", c[2]), ("tools", c[3]), ("", c[4])):
+            if not value or (label and value == "-"):
+                continue
+            text = f"{label}: {value}" if label else value
+            for piece in textwrap.wrap(text, width=max(10, width - 2), break_long_words=True) or [""]:
+                out.append(Lines("  " + piece, "dim" if not label else ""))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# the JSON event shape (chat --output jsonl, replay --output json/jsonl)
+# ---------------------------------------------------------------------------------------
+#: The version of the JSON event shape, in every event's ``"schema"`` field. It changes
+#: only when a field is removed or changes meaning; new fields may appear within a version.
+EVENT_SCHEMA = 1
+
+
+def _without_tokens(data: Any) -> Any:
+    """``data`` without the lock tokens of the owners it names (a ``status`` or
+    ``session.recovered`` payload's ``owner``): the token is the running turn's credential."""
+    if isinstance(data, dict) and isinstance(data.get("owner"), dict) and "token" in data["owner"]:
+        data = {**data, "owner": {k: v for k, v in data["owner"].items() if k != "token"}}
+    return data
+
+
+def event_json(type: str, session_id: str | None, data: Any = None, *, seq: int | None = None,
+               turn: int | None = None, created_at: float | None = None,
+               idempotency_key: str | None = None) -> dict[str, Any]:
+    """One event in chatflow's JSON shape (README, "JSON output")::
+
+        {"schema": 1, "seq": 7, "type": "message.model", "session_id": "s1", "turn": 2,
+         "created_at": 1764547200.5, "data": {...}}
+
+    ``seq`` (the event-log position) and ``created_at`` (epoch seconds, UTC) are present only
+    on events stored in the log; runtime events (``text.delta``, ``tool.call_started``...)
+    and ``result`` have neither. ``turn`` is always present (``null`` when none applies).
+    ``data`` is the event's payload; a ``result``/``error`` event's ``data`` holds
+    ``is_error``. Owners' lock tokens are never included.
+    """
+    out: dict[str, Any] = {"schema": EVENT_SCHEMA}
+    if seq is not None:
+        out["seq"] = seq
+    out["type"] = type
+    out["session_id"] = session_id
+    out["turn"] = turn
+    if created_at is not None:
+        out["created_at"] = created_at
+    if idempotency_key is not None:
+        out["idempotency_key"] = idempotency_key
+    out["data"] = _without_tokens(data if data is not None else {})
+    return out
+
+
+def stored_event_json(event: Any) -> dict[str, Any]:
+    """A stored :class:`~chatflow_cli.core.events.Event` in the JSON event shape."""
+    payload = event.payload or {}
+    turn = payload.get("turn") if isinstance(payload, dict) else None
+    return event_json(str(getattr(event.type, "value", event.type)), event.session_id, payload, seq=event.seq,
+                      turn=turn if isinstance(turn, int) else None, created_at=event.created_at,
+                      idempotency_key=event.idempotency_key)
 
 
 def summary_dict(s: Any) -> dict[str, Any]:
@@ -382,7 +624,7 @@ def has_markdown(text: str | None) -> bool:
 
     Conservative: any character or line shape with a Markdown meaning counts, so a false
     ``True`` only costs time; ``False`` means CommonMark would show the same words (it
-    would join a paragraph's lines; chatflow keeps the line breaks as written).
+    would join a paragraph's lines; chatflow keeps them, see :func:`parse_markdown`).
     """
     return bool(text) and _MARKDOWN_SYNTAX_RE.search(text) is not None
 
@@ -398,7 +640,9 @@ def markdown_renderable(text: str) -> Any:
     about half the cost of a short answer; ``sessions show`` renders hundreds, so one
     parser configured as Rich's (CommonMark + strikethrough + tables) is reused and each
     instance copies a template's settings. Links are shown as ``text (url)``, not as
-    OSC 8 hyperlinks, as in the REPL.
+    OSC 8 hyperlinks, as in the REPL; single line breaks are kept (:func:`parse_markdown`).
+    The REPL's live view renders through this too, so a reply looks the same live and in
+    ``sessions show``.
 
     It renders through private copies of Rich's styles (see
     :class:`chatflow_cli.markdown_stream.OwnStyles`): Rich caches a shared ``Style``'s
@@ -413,7 +657,7 @@ def markdown_renderable(text: str) -> Any:
         _MARKDOWN_TEMPLATE = _isolated_markdown_class()("", hyperlinks=False)
     item = copy.copy(_MARKDOWN_TEMPLATE)
     item.markup = text
-    item.parsed = _markdown_parser().parse(text)
+    item.parsed = parse_markdown(text)
     return item
 
 
@@ -458,6 +702,20 @@ def _markdown_parser() -> Any:
 
         _MARKDOWN_PARSER = MarkdownIt().enable("strikethrough").enable("table")
     return _MARKDOWN_PARSER
+
+
+def parse_markdown(text: str) -> list[Any]:
+    """``text`` parsed as chatflow shows Markdown: CommonMark with tables and strikethrough,
+    and every single line break kept (a soft break becomes a hard one), as chat interfaces
+    show replies: CSV rows, addresses and poems keep their lines. A blank line still
+    separates paragraphs."""
+    tokens = _markdown_parser().parse(text)
+    for token in tokens:
+        if token.type == "inline" and token.children:
+            for child in token.children:
+                if child.type == "softbreak":
+                    child.type, child.tag, child.markup = "hardbreak", "br", ""
+    return tokens
 
 
 def _inline_pieces(children: Sequence[Any]) -> list[tuple[str, str]] | None:
@@ -556,7 +814,7 @@ def markdown_lines(text: str, width: int) -> list[Lines] | None:
     returns ``None``: the caller renders it with :func:`markdown_renderable`. Lines carry
     no trailing padding.
     """
-    tokens = _markdown_parser().parse(text)
+    tokens = parse_markdown(text)
     out: list[Lines] = []
     # open list levels: [is_ordered, next_number, marker_width, marker_pending]
     levels: list[list[Any]] = []
@@ -619,7 +877,9 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
     :func:`markdown_lines` into :class:`Lines` when it only uses paragraphs, lists and
     inline styles, else a ``rich.markdown.Markdown`` (:func:`markdown_renderable`). Text
     with no Markdown syntax at all (:func:`has_markdown`) is shown as written, unparsed.
-    Issue 5: a 500-turn ``sessions show`` on a terminal within 1 s.
+    Issue 5: a 500-turn ``sessions show`` on a terminal within 1 s. With ``markdown`` and
+    ``width`` (a terminal) the lines are word-wrapped to ``width`` (:meth:`Lines.wrapped`);
+    continuation lines of a multi-line message are indented under its text.
     """
     marks = []
     if record.rolled_back:
@@ -653,11 +913,11 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
     for msg in msgs:
         role = _role(msg)
         if role == "user":
-            body.append("You: ", "bold green").append(safe_text(msg.content)).append("\n")
+            body.append("You: ", "bold green").append(_hanging(safe_text(msg.content), 5)).append("\n")
             if interrupted and msg is msgs[-1]:
                 body.append("  (interrupted)\n", "yellow")
         elif role == "system":
-            body.append("System: ", "bold magenta").append(fold(safe_text(msg.content), full=full), "dim")
+            body.append("System: ", "bold magenta").append(_hanging(fold(safe_text(msg.content), full=full), 8), "dim")
             body.append("\n")
         elif role == "model":
             agent = msg.agent or agent_so_far or "model"
@@ -678,7 +938,7 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
                             block.parts.extend(line.parts)
                         out.append(block)
                 else:
-                    body.append(safe_text(msg.content)).append("\n")
+                    body.append(_hanging(safe_text(msg.content), len(safe_text(agent)) + 2)).append("\n")
             if msg.reasoning and (full or not msg.content):
                 if full:
                     body.append(f"{safe_text(agent)} reasoned: ", "dim").append(safe_text(msg.reasoning), "dim")
@@ -713,7 +973,15 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
         # TOOL messages are shown with their call
     flush()
     out.append(Lines())
+    if markdown and width:
+        out = [item.wrapped(width) if isinstance(item, Lines) else item for item in out]
     return out
+
+
+def _hanging(text: str, indent: int) -> str:
+    """``text`` with its continuation lines indented by ``indent`` (at most 12) spaces: a
+    multi-line message reads as one block after its label, not from column 0."""
+    return text.replace("\n", "\n" + " " * min(indent, 12)) if "\n" in text else text
 
 
 def _next_agent(msgs: Sequence[Any], index: int, current: str | None = None) -> str | None:
@@ -726,8 +994,14 @@ def _next_agent(msgs: Sequence[Any], index: int, current: str | None = None) -> 
 # ---------------------------------------------------------------------------------------
 # replay
 # ---------------------------------------------------------------------------------------
-def event_text(event: Any, *, full: bool = False) -> Any:
-    """One stored event as a line of ``rich.text.Text`` (``chatflow replay``)."""
+def event_text(event: Any, *, full: bool = False, width: int | None = None) -> Any:
+    """One stored event as a line of ``rich.text.Text`` (``chatflow replay``).
+
+    With ``width`` (a terminal's columns) the line is word-wrapped to it, wrapped rows and
+    the continuation lines of a multi-line message indented by 6 (under the event type).
+    """
+    if width:
+        return _hanging_text(event_text(event, full=full), width, 6)
     from rich.text import Text
 
     p = event.payload or {}
@@ -743,7 +1017,7 @@ def event_text(event: Any, *, full: bool = False) -> Any:
         if msg.get("agent"):
             line.append(f"{safe_text(msg['agent'])}: ", style="cyan")
         if msg.get("content"):
-            line.append(safe_text(fold(str(msg["content"]), full=full, max_lines=3, max_chars=300)))
+            line.append(_hanging(safe_text(fold(str(msg["content"]), full=full, max_lines=3, max_chars=300)), 6))
         for call in msg.get("tool_calls") or ():
             line.append(f" call {safe_text(call.get('name'))}({safe_text(fold(call.get('arguments') or '', full=full, max_lines=1, max_chars=200))})", style="yellow")
         if msg.get("finish_reason"):
@@ -801,6 +1075,18 @@ def event_text(event: Any, *, full: bool = False) -> Any:
     return line
 
 
+def _hanging_text(text: Any, width: int, hang: int) -> Any:
+    """A ``rich.text.Text`` word-wrapped to ``width`` with wrapped rows indented by ``hang``."""
+    spans = [span for span in text.spans if isinstance(span.style, str)]
+    plain = text.plain
+    cuts = sorted({0, len(plain), *(s.start for s in spans), *(s.end for s in spans)})
+    lines = Lines()
+    for start, end in zip(cuts, cuts[1:]):
+        style = " ".join(s.style for s in spans if s.start <= start and s.end >= end)
+        lines.append(plain[start:end], style)
+    return lines.wrapped(width, hang=hang).to_text()
+
+
 def reply_cut_text(finish_reason: str) -> str:
     """``"cut by the token limit, finish_reason length"`` for a stored cut reply's mark."""
     phrase = cut_phrase(finish_reason) or "cut"
@@ -856,7 +1142,12 @@ class ReplyPrinter:
     go to stderr only when stderr is a terminal, so stdout holds the answer and nothing else.
     """
 
+    #: Seconds between two redraws of the spinner while nothing else arrives.
+    TICK_S = 0.1
+
     def __init__(self, out_console: Any | None, err_console: Any | None, *, live: bool, file: Any = None) -> None:
+        import threading
+
         self.out = out_console
         self.err = err_console
         self.live_enabled = live and out_console is not None
@@ -864,29 +1155,90 @@ class ReplyPrinter:
         self._text = ""
         self._printed_any = False
         self._file = file if file is not None else out_console.file
+        # The spinner moves on its own: a ticker thread redraws the live tail every TICK_S
+        # seconds while the main thread waits on the model. Every use of the stream holds
+        # the lock, since MarkdownStream itself is not thread-safe.
+        self._lock = threading.RLock()
+        # (what, until: monotonic s or None, what once the countdown is over)
+        self._waiting: tuple[str, float | None, str] = ("thinking", None, "thinking")
+        self._stop = threading.Event()
+        self._ticker: Any = None
+        self._segment_text = False  # text of the current segment is live (no spinner then)
+        self._sanitizer = TextSanitizer()
         if self.live_enabled:
             from .markdown_stream import MarkdownStream
 
             self._stream = MarkdownStream(out_console, live=True)
             self._stream.set_status("thinking")
+            self._ticker = threading.Thread(target=self._tick, name="chatflow-spinner", daemon=True)
+            self._ticker.start()
+
+    # -- the spinner ----------------------------------------------------------------------
+    def waiting(self, what: str, seconds: float | None = None, then: str | None = None) -> None:
+        """Say what the reply waits for (any thread): ``what`` beside the spinner. With
+        ``seconds``, ``{seconds}`` in ``what`` counts down ("rate limited, retrying in 3 s
+        (2/3)") and ``then`` is shown once it reaches 0."""
+        import time
+
+        with self._lock:
+            until = time.monotonic() + seconds if seconds is not None else None
+            self._waiting = (what, until, then or what)
+            self._show_waiting()
+
+    def _status_text(self) -> str:
+        import math
+        import time
+
+        what, until, then = self._waiting
+        if until is None:
+            return what
+        left = until - time.monotonic()
+        return what.format(seconds=math.ceil(left)) if left > 0 else then
+
+    def _show_waiting(self) -> None:
+        if self._stream is not None:
+            self._stream.set_status(self._status_text(), refresh=False)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.TICK_S):
+            with self._lock:
+                if self._stream is None:
+                    return
+                if self._segment_text:  # text is streaming: its own redraws suffice
+                    continue
+                self._show_waiting()
+                self._stream.refresh()
+
+    def _stop_ticker(self) -> None:
+        self._stop.set()
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None and ticker.is_alive():
+            import threading
+
+            if ticker is not threading.current_thread():
+                ticker.join(timeout=1.0)
 
     # -- text ---------------------------------------------------------------------------
     def delta(self, text: str) -> None:
         if not text:
             return
-        self._text += text
-        self._printed_any = True
-        if self._stream is not None:
-            self._stream.feed(text)
-        else:
-            self._file.write(safe_text(text))
-            self._file.flush()
+        with self._lock:
+            self._text += text
+            self._printed_any = True
+            self._segment_text = True
+            self._waiting = ("thinking", None, "thinking")
+            if self._stream is not None:
+                self._stream.feed(text)
+            else:
+                self._file.write(self._sanitizer.feed(text))
+                self._file.flush()
 
     def _end_segment(self) -> None:
         """Close the current text segment (before a tool call line, or at the end)."""
         if self._stream is not None:
             self._stream.end_text()
         elif self._text and not self._text.endswith("\n"):
+            self._file.write(self._sanitizer.flush())
             self._file.write("\n")
             self._file.flush()
         self._text = ""
@@ -894,12 +1246,14 @@ class ReplyPrinter:
     # -- notes --------------------------------------------------------------------------
     def note(self, text: Any) -> None:
         """A line about a tool call or handoff: above the live tail, or on a terminal stderr."""
-        if self._stream is not None:
-            self._stream.print(text)
-            return
-        self._end_segment()
-        if self.err is not None:
-            self.err.print(text)
+        with self._lock:
+            self._segment_text = False  # after a tool or handoff line the spinner shows again
+            if self._stream is not None:
+                self._stream.print(text)
+                return
+            self._end_segment()
+            if self.err is not None:
+                self.err.print(text)
 
     def tool_started(self, agent: str | None, name: str, arguments: str | None) -> None:
         from rich.text import Text
@@ -926,17 +1280,21 @@ class ReplyPrinter:
         """End the reply. ``final_text`` is printed when nothing was streamed (a replayed turn)."""
         if final_text and not self._printed_any:
             self.delta(final_text)
-        if self._stream is not None:
-            self._stream.finish()
-            self._stream = None
-        else:
-            self._end_segment()
+        self._stop_ticker()
+        with self._lock:
+            if self._stream is not None:
+                self._stream.finish()
+                self._stream = None
+            else:
+                self._end_segment()
 
     def abort(self) -> None:
-        if self._stream is not None:
-            try:
-                self._stream.finish()
-            finally:
-                self._stream = None
-        else:
-            self._end_segment()
+        self._stop_ticker()
+        with self._lock:
+            if self._stream is not None:
+                try:
+                    self._stream.finish()
+                finally:
+                    self._stream = None
+            else:
+                self._end_segment()

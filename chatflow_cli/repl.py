@@ -35,8 +35,9 @@ Ctrl-D                 at an empty prompt: leave
 
 Slash commands: ``/help``, ``/new``, ``/sessions``, ``/switch ID``, ``/show [--full]``,
 ``/rollback [N]`` (keep turns 1..N as ``/show`` numbers them; default: drop the last
-turn; asks first), ``/retry`` (send the last message again: after a failure as it was,
-otherwise as a new answer to the last turn, which is rolled back first), ``/agent [NAME]``,
+turn; asks first), ``/retry`` (send the last failed message again, also after reopening
+the session: it is in the event log; when nothing failed it says so and offers, asking
+first, to roll back the last turn for another answer), ``/agent [NAME]``,
 ``/model [NAME]``, ``/metadata [KEY=VALUE]``, ``/edit``, ``/clear`` (the screen only),
 ``/exit``. An unknown command gets a suggestion when one is close (difflib ratio 0.75),
 and never reaches the model; a message that really starts with ``/`` is sent by typing
@@ -57,9 +58,10 @@ How a turn runs: the Runner's ``run_streamed`` generator is consumed on a worker
 (it blocks on the network and on tools); its events come to the asyncio loop through a
 queue. Meanwhile the terminal is in raw mode and its keys are read, so Ctrl-C arrives as
 a key (SIGINT is handled too) and sets the Runner's cancel event; the Runner stores the
-turn as interrupted and the REPL returns to the prompt. Printable text typed during a
-turn (keys and pastes) is kept and pre-filled in the next prompt, where only a fresh Enter
-sends it; every other key typed during a turn (Enter, Ctrl-D, editing keys) is dropped.
+turn as interrupted and the REPL returns to the prompt. Keys typed during a turn are
+type-ahead, as in a shell: kept in order and acted on by the next prompt as if typed
+there (a line typed and entered during a reply is sent when the turn ends; Ctrl-D
+leaves); Ctrl-C discards the type-ahead typed before it.
 Closing the terminal (SIGHUP) during a turn stops it as Ctrl-C does — the Runner stores
 it as interrupted with the partial reply — and then the REPL leaves.
 """
@@ -98,7 +100,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "/switch": ("ID", "continue another session"),
     "/show": ("[--full]", "show this session's turns (--full: long tool calls and results unfolded)"),
     "/rollback": ("[N]", "keep turns 1..N (default: drop the last turn); asks first"),
-    "/retry": ("", "send the last message again (after an error, or for another answer)"),
+    "/retry": ("", "send the last failed message again (nothing failed: asks to redo the last turn)"),
     "/agent": ("[NAME]", "list the agents, or make NAME the active agent"),
     "/model": ("[NAME]", "show or change the model"),
     "/metadata": ("[KEY=VALUE]", "show or set the session's metadata"),
@@ -110,6 +112,7 @@ _ALIASES = {"/quit": "/exit", "/q": "/exit", "/h": "/help", "/?": "/help"}
 #: difflib ratio an unknown command needs to get a "did you mean" ("/shwo" vs "/show" is 0.8).
 _SUGGEST_CUTOFF = 0.75
 _TICK_S = 0.08  # spinner and late-text refresh while waiting for events
+_BATCH = 512  # events shown between two looks at the keyboard
 #: After Ctrl-C, how long the REPL waits for the Runner to store the interrupted turn before
 #: it gives the prompt back anyway (a server that never sends its response headers keeps
 #: the request blocked until the client's timeout); the next turn waits for that close.
@@ -140,19 +143,17 @@ def run_repl(
     ``max_turns`` and ``system`` (``--max-turns``, ``--system``) apply to a session the
     REPL creates, as in ``chatflow chat``.
     """
-    from .chat import ChatOptions, _runner
+    from .chat import ChatOptions, _runner, existing_session, remember_endpoint, session_endpoint, transport_for
     from .cli import _notice, new_session_id, validate_session_id
     from .config import ensure_private_dir, resolve_model
 
     if session_id and continue_last:
         raise UsageError("give --session or --continue, not both")
-    settings = state.settings(model=model, base_url=base_url)
-    choice = resolve_model(settings)  # configuration problems before anything is stored
-    store = state.store()
+    reader = state.store(create=False)  # the session's stored model and endpoint, if it exists
     if session_id:
         sid = validate_session_id(session_id)
     elif continue_last:
-        latest = store.latest_session_id()
+        latest = reader.latest_session_id() if reader is not None else None
         if latest is None:
             from .core.errors import NotFoundError
 
@@ -160,12 +161,17 @@ def run_repl(
         sid = latest
     else:
         sid = new_session_id()
+    existing = existing_session(reader, sid) if reader is not None else None
+    settings = state.settings(**dict(zip(("model", "base_url"),
+                                         session_endpoint(state, reader, existing, model, base_url))))
+    choice = resolve_model(settings)  # configuration problems before anything is stored
+    store = reader if reader is not None else state.store()
     console = console if console is not None else state.out()
     if choice.local:
         _notice(state, "starting the local model (SmolLM2 on llama.cpp)…")
     history_path = ensure_private_dir(Path(settings.data_dir)) / HISTORY_FILENAME
     opts = ChatOptions(model=model, agent=agent, base_url=base_url)
-    with _runner(state, settings, opts, store) as runner:
+    with _runner(state, settings, opts, store, transport=transport_for("openai")) as runner:
         repl = Repl(
             runner,
             store,
@@ -178,8 +184,24 @@ def run_repl(
             system=system,
             new_session_id=new_session_id,
             validate_session_id=validate_session_id,
+            resume_prefix=_resume_prefix(state),
         )
-        return asyncio.run(repl.run())
+        initial_model = runner.default_model
+        try:
+            return asyncio.run(repl.run())
+        finally:  # the session keeps its model (a /model switch too) and endpoint
+            switched = runner.default_model if runner.default_model != initial_model else None
+            remember_endpoint(store, repl.session_id, choice, model=switched)
+
+
+def _resume_prefix(state: Any) -> list[str]:
+    """``chatflow`` with the global options that pick this store and config (``--db``, ``--config``)."""
+    prefix = ["chatflow"]
+    if getattr(state, "db", None):
+        prefix += ["--db", str(state.db)]
+    if getattr(state, "config", None):
+        prefix += ["--config", str(state.config)]
+    return prefix
 
 
 # --------------------------------------------------------------------------------------
@@ -256,6 +278,8 @@ class _Outcome:
     error: BaseException | None = None
     interrupted: bool = False
     abandoned: bool = False  # interrupted, but the turn is still closing on its worker thread
+    received: int = 0  # characters of reply text received
+    shown: int = 0  # of which shown (none after Ctrl-C)
 
 
 # --------------------------------------------------------------------------------------
@@ -289,6 +313,7 @@ class Repl:
         system: str | None = None,
         new_session_id: Callable[[], str] | None = None,
         validate_session_id: Callable[[str], str] | None = None,
+        resume_prefix: Iterable[str] = ("chatflow",),
     ) -> None:
         from prompt_toolkit.input import create_input
         from prompt_toolkit.output import create_output
@@ -304,6 +329,7 @@ class Repl:
         self.system = system
         self._new_session_id = new_session_id or _fallback_session_id
         self._validate_session_id = validate_session_id or (lambda s: s)
+        self.resume_prefix = list(resume_prefix)
         self.done = False
         self.hung_up = False  # the terminal went away (SIGHUP): finish the turn quietly and leave
         self._turn_interrupt: Callable[[], None] | None = None  # stops the running turn, if any
@@ -311,7 +337,7 @@ class Repl:
         self.failed_message: str | None = None  # kept after a provider error, for /retry
         self.last_usage_tokens: int | None = None
         self._prefill = ""
-        self._typeahead: list[str] = []
+        self._typeahead: list[Any] = []  # key presses typed while a turn ran
         self._closing: threading.Thread | None = None  # an interrupted turn still being stored
         self._notes: collections.deque[logging.LogRecord] = collections.deque(maxlen=50)
         self._ids_cache: tuple[float, list[str]] = (0.0, [])
@@ -365,6 +391,30 @@ class Repl:
         @bindings.add("escape", "enter")
         def _newline(event: Any) -> None:
             event.current_buffer.insert_text("\n")
+
+        @bindings.add("tab", filter=~has_completions)
+        def _complete_now(event: Any) -> None:
+            """Tab completes from what is typed *now*: a single match is inserted, several
+            insert their common part and open the menu. (prompt-toolkit's own Tab does nothing
+            while the completion started by typing is still running, so ``/sw`` Tab typed
+            fast would open the menu without inserting ``/switch``.)"""
+            from prompt_toolkit.completion import CompleteEvent
+
+            buffer = event.current_buffer
+            document = buffer.document
+            found = list(buffer.completer.get_completions(document, CompleteEvent(completion_requested=True)))
+            if not found:
+                return
+            if len(found) == 1:
+                buffer.cancel_completion()
+                buffer.apply_completion(found[0])
+                return
+            from prompt_toolkit.completion import get_common_complete_suffix
+
+            common = get_common_complete_suffix(document, found)
+            if common:
+                buffer.insert_text(common)
+            buffer.start_completion(select_first=False)
 
         if self.history_path is not None:
             _private_file(self.history_path)
@@ -446,8 +496,69 @@ class Repl:
     def say(self, text: str, style: str = "dim") -> None:
         from rich.text import Text
 
-        # One logical line (the terminal wraps it): no hard breaks or padding in copied text.
-        self.console.print(Text(text, style=style), soft_wrap=True)
+        from .markdown_stream import print_unpadded
+
+        # Wrapped between words at the terminal's width (with no trailing spaces), so a
+        # narrow terminal never cuts a word in two.
+        print_unpadded(self.console, Text(text, style=style))
+
+    def recap(self) -> None:
+        """On opening an existing session: its last exchange, as ``/show`` prints it; taller
+        than half the screen, its title, the user's message and the reply's last rows."""
+        from rich.text import Text
+
+        from .markdown_stream import print_unpadded
+        from .render import turn_renderables
+
+        try:
+            records = self.store.load_turns(self.session_id, first=max(1, self.turn))
+        except ChatflowError:
+            return
+        if not records:
+            return
+        record = records[-1]
+        width = self.console.width
+        lines: list[Any] = []
+        for item in turn_renderables(record, markdown=True, width=width):
+            lines.extend(self.console.render_lines(item, self.console.options, pad=False))
+        while lines and not "".join(seg.text for seg in lines[-1]).strip():
+            lines.pop()
+        from rich.segment import Segment, Segments
+
+        def text_of(line: list[Any]) -> str:
+            return "".join(segment.text for segment in line)
+
+        room = max(8, self.console.size.height // 2)
+        if len(lines) > room:
+            # The title and the user's message stay; the reply keeps its last rows.
+            head = 1
+            if head < len(lines) and text_of(lines[head]).startswith("You: "):
+                head += 1
+                while head < min(len(lines), 5) and text_of(lines[head]).startswith("     "):
+                    head += 1
+            tail = room - head - 1
+            hidden = len(lines) - head - tail
+            note = Text(f"  … {plural_rows(hidden)} more; /show prints the whole turn", style="dim")
+            lines = [*lines[:head], *self.console.render_lines(note, self.console.options, pad=False), *lines[-tail:]]
+        segments: list[Any] = []
+        for line in [*lines, []]:  # and a blank line before the prompt
+            segments.extend(line)
+            segments.append(Segment.line())
+        print_unpadded(self.console, Segments(segments))
+        if self._failed_in_log() is not None:
+            self.say("your last message failed: /retry sends it again", style="yellow")
+
+    def farewell(self) -> None:
+        """On leaving: the session id and the command that opens it again."""
+        if self.exists:
+            from .render import plural
+
+            self.say(f"session {self.session_id} ({plural(self.turn, 'turn')}) · resume: {self.resume_command()}")
+        else:
+            self.say("nothing was sent; no session was stored")
+
+    def resume_command(self) -> str:
+        return shlex.join([*self.resume_prefix, "chat", "-s", self.session_id])
 
     def error(self, text: str) -> None:
         from rich.text import Text
@@ -458,13 +569,15 @@ class Repl:
     # ---------------------------------------------------------------- the loop
     async def run(self) -> int:
         """Read, run, print until ``/exit`` or Ctrl-D. Returns 0."""
-        state = f"{self.turn} turns" if self.exists else "new"
-        self.say(
-            f"chatflow · session {self.session_id} ({state}) · agent {self.agent_name} · "
-            f"model {self.model_name} — Enter sends, Esc-Enter new line, /help, Ctrl-D leaves"
-        )
+        from .render import plural
+
+        state = plural(self.turn, "turn") if self.exists else "new"
+        self.say(f"chatflow · session {self.session_id} ({state}) · agent {self.agent_name} · model {self.model_name}")
+        self.say("Enter sends · Esc-Enter new line · /help · Ctrl-D leaves")
+        if self.exists:
+            self.recap()
         try:
-            with self._log_notes(), self._hangup_handler():
+            with self._log_notes(), self._hangup_handler(), self._raw_terminal():
                 while not self.done:
                     try:
                         text = await self.prompt_session.prompt_async(
@@ -480,10 +593,47 @@ class Repl:
                         self.error(exc.message)
                 if self.hung_up:
                     await self._let_the_turn_close()
+                else:
+                    self.farewell()
         finally:
             if self._devnull is not None:
                 self._devnull.close()
         return 0
+
+    @contextlib.contextmanager
+    def _raw_terminal(self) -> Iterator[None]:
+        """Keep the terminal in raw mode for the whole run, also between prompts and turns.
+
+        In the terminal's cooked mode, Ctrl-D is not a key but an end-of-file that the line
+        discipline swallows when raw mode comes back: a Ctrl-D pressed right as a reply ends
+        (or while a command prints) would be lost. Raw mode only changes how keys are read
+        (output is processed as before); the editor runs in cooked mode.
+        """
+        try:
+            raw = self.input.raw_mode()
+            raw.__enter__()
+        except Exception:  # noqa: BLE001 - not a terminal: nothing to keep
+            yield
+            return
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                raw.__exit__(None, None, None)
+
+    @contextlib.contextmanager
+    def _cooked_terminal(self) -> Iterator[None]:
+        try:
+            cooked = self.input.cooked_mode()
+            cooked.__enter__()
+        except Exception:  # noqa: BLE001 - not a terminal
+            yield
+            return
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                cooked.__exit__(None, None, None)
 
     @contextlib.contextmanager
     def _hangup_handler(self) -> Iterator[None]:
@@ -563,9 +713,8 @@ class Repl:
                 self.console.print(line)
 
     def _take_prefill(self) -> str:
-        text = self._prefill + "".join(self._typeahead)
+        text = self._prefill
         self._prefill = ""
-        self._typeahead.clear()
         return text
 
     async def handle(self, text: str) -> None:
@@ -687,9 +836,10 @@ class Repl:
             if self.hung_up:
                 interrupt()
             try:
-                while True:
+                finished = False
+                while not finished:
                     try:
-                        kind, value = await asyncio.wait_for(queue.get(), _TICK_S)
+                        first = await asyncio.wait_for(queue.get(), _TICK_S)
                     except TimeoutError:
                         self._print_notes(view)
                         view.tick()
@@ -698,15 +848,23 @@ class Repl:
                             self._closing = thread
                             break
                         continue
+                    # Events that arrived together are shown together (one refresh at most);
+                    # the keyboard is read between batches, so Ctrl-C is seen at once.
+                    batch = [first]
+                    while len(batch) < _BATCH and not queue.empty():
+                        batch.append(queue.get_nowait())
                     if self._notes:
                         self._print_notes(view)
-                    if kind == "event":
-                        self._show_event(view, value, outcome)
-                    elif kind == "error":
-                        outcome.error = value
-                        break
-                    else:
-                        break
+                    for kind, value in batch:
+                        if kind == "event":
+                            self._show_event(view, value, outcome, display=not stopping)
+                        else:
+                            if kind == "error":
+                                outcome.error = value
+                            finished = True
+                            break
+                    view.tick()
+                    await asyncio.sleep(0)
             finally:
                 self._turn_interrupt = None
                 view.finish()
@@ -719,7 +877,18 @@ class Repl:
             )
         elif isinstance(outcome.error, (RunInterrupted, KeyboardInterrupt)) or (stopping and outcome.error is not None):
             outcome.interrupted = True
-            self.say(f"⏹ interrupted: turn {self.turn} was kept as interrupted; the session is ready.", style="yellow")
+            self.say(
+                f"⏹ interrupted: turn {self.turn} was kept as interrupted with the {_chars(outcome.received)} of reply "
+                f"received ({_chars(outcome.shown)} shown); the session is ready.",
+                style="yellow",
+            )
+        elif stopping and outcome.result is not None and outcome.shown < outcome.received:
+            # The whole reply had arrived (the model was done) before Ctrl-C: only the display stopped.
+            self.say(
+                f"⏹ display stopped: turn {self.turn} had arrived whole and is stored complete "
+                f"({_chars(outcome.shown)} of {_chars(outcome.received)} shown); /show prints it.",
+                style="yellow",
+            )
         elif outcome.error is not None:
             exc = outcome.error
             message = exc.message if isinstance(exc, ChatflowError) else f"{type(exc).__name__}: {exc}"
@@ -729,6 +898,8 @@ class Repl:
             note = reply_note(outcome.result)
             if note is not None:
                 self.say(f"[{note}]")
+        if not self.hung_up:
+            self.console.print()  # a blank line between the reply and the next prompt
         return outcome
 
     async def _wait_closing(self) -> bool:
@@ -754,11 +925,27 @@ class Repl:
         self._refresh_info()
         return True
 
-    def _show_event(self, view: _TurnView, event: Any, outcome: _Outcome) -> None:
+    def _show_event(self, view: _TurnView, event: Any, outcome: _Outcome, *, display: bool = True) -> None:
+        """Show one Runner event (``display=False`` after Ctrl-C: only count and record it)."""
         data = event.data or {}
         kind = event.type
         if kind == "text.delta":
-            view.text(data.get("text", ""))
+            text = data.get("text", "")
+            outcome.received += len(text)
+            if display:
+                outcome.shown += len(text)
+                view.text(text)
+        elif kind == "result":
+            outcome.result = event.result
+        elif kind == "message.user":
+            if event.turn:
+                self.turn = int(event.turn)
+        elif kind == "handoff" and data.get("to_agent"):
+            self.agent_name = str(data["to_agent"])
+            if display:
+                view.handoff(data.get("from_agent"), data.get("to_agent"))
+        elif not display:
+            return
         elif kind == "tool.call_started":
             if not str(data.get("name", "")).startswith("transfer_to_"):
                 view.tool_started(data.get("agent"), str(data.get("name", "?")), data.get("arguments"))
@@ -769,24 +956,20 @@ class Repl:
                 )
         elif kind == "handoff":
             view.handoff(data.get("from_agent"), data.get("to_agent"))
-            if data.get("to_agent"):
-                self.agent_name = str(data["to_agent"])
-        elif kind == "message.user":
-            if event.turn:
-                self.turn = int(event.turn)
-        elif kind == "result":
-            outcome.result = event.result
 
     @contextlib.contextmanager
     def _watch_keys(self, on_interrupt: Callable[[], None]) -> Iterator[None]:
-        """Read the keyboard while a turn runs: Ctrl-C interrupts, printable text is kept.
+        """Read the keyboard while a turn runs: Ctrl-C interrupts, every other key is type-ahead.
 
-        The rule while a turn runs: printable characters and bracketed pastes are kept and
-        pre-filled in the next prompt, where only a fresh Enter sends them; every other key
-        (Enter, Esc-Enter, Tab, arrows, Backspace, Ctrl-D, ...) is dropped. When the turn
-        ends, keys already typed but not yet read are read here under the same rule, so an
-        Enter typed during the turn never reaches the next prompt.
+        Type-ahead works as in a shell: the keys typed while a reply streams or a tool runs
+        (text, Enter, Esc-Enter, pastes, editing keys, Ctrl-D) are kept in order and given to
+        the next prompt as if typed there, so a line typed and entered during a reply is sent
+        when the turn ends, and Ctrl-D pressed as a reply ends leaves. Ctrl-C stops the turn
+        and, like a terminal's interrupt, discards what was typed before it. Keys already
+        typed but not yet read when the turn ends are read here too, so none is lost or
+        reordered.
         """
+        from prompt_toolkit.input.typeahead import store_typeahead
         from prompt_toolkit.keys import Keys
 
         inp = self.input
@@ -795,11 +978,10 @@ class Repl:
             for press in presses:
                 key = press.key
                 if key == Keys.ControlC:
+                    self._typeahead.clear()
                     on_interrupt()
-                elif key == Keys.BracketedPaste:
-                    self._typeahead.append(press.data.replace("\r\n", "\n").replace("\r", "\n"))
-                elif not isinstance(key, Keys) and len(key) == 1 and key.isprintable():
-                    self._typeahead.append(key)
+                elif key != Keys.CPRResponse:  # a late answer to a cursor query is no key
+                    self._typeahead.append(press)
 
         def ready() -> None:
             take(inp.read_keys())
@@ -819,11 +1001,16 @@ class Repl:
         except Exception:  # noqa: BLE001 - an input that cannot be watched: SIGINT still works
             yield
             return
-        with raw, attach:
-            try:
-                yield
-            finally:
-                drain()
+        try:
+            with raw, attach:
+                try:
+                    yield
+                finally:
+                    drain()
+        finally:
+            if self._typeahead:
+                store_typeahead(inp, self._typeahead)  # the next prompt reads these first
+                self._typeahead = []
 
     @contextlib.contextmanager
     def _sigint(self, loop: asyncio.AbstractEventLoop, on_interrupt: Callable[[], None]) -> Iterator[None]:
@@ -851,7 +1038,7 @@ class Repl:
             close = difflib.get_close_matches(name, [*COMMANDS, *_ALIASES], n=1, cutoff=_SUGGEST_CUTOFF)
             hint = f" — did you mean {_ALIASES.get(close[0], close[0])}?" if close else ""
             self.error(
-                f"unknown command {safe_text(name)}{hint}; /help lists them (start a message with // to send a slash)"
+                f"unknown command {safe_text(name)}{hint} (/help lists them; start a message with // to send a slash)"
             )
             return
         await handler(arg)
@@ -912,7 +1099,11 @@ class Repl:
         self.failed_message = None
         self.last_usage_tokens = None
         self._refresh_info()
-        self.say(f"session {arg}: {self.turn} turns, agent {self.agent_name}")
+        from .render import plural
+
+        self.say(f"session {arg}: {plural(self.turn, 'turn')}, agent {self.agent_name}")
+        if self.turn:
+            self.recap()
 
     async def cmd_show(self, arg: str) -> None:
         """``/show`` folds long tool arguments and results as ``chatflow sessions show`` does;
@@ -963,24 +1154,61 @@ class Repl:
         self.say(f"rolled back: {removed} removed; the next message is turn {target + 1}")
 
     async def cmd_retry(self, arg: str) -> None:
+        """Send the last failed message again, or say that nothing failed.
+
+        The failed message comes from this run or, after reopening the session, from the
+        event log (a ``turn.failed`` with no completed turn, rollback or interruption after
+        it). When nothing failed, ``/retry`` says so and offers to roll back the last turn
+        and send its message again for another answer; it asks first, and nothing changes
+        on "no".
+        """
         if not await self._wait_closing():
             return
-        if self.failed_message is not None:
-            await self.send(self.failed_message)
+        failed = self.failed_message if self.failed_message is not None else self._failed_in_log()
+        if failed is not None:
+            self.say("sending the failed message again")
+            await self.send(failed)
             return
         session = self.store.get(self.session_id)
         turns = session.turns if session is not None else ()
         if not turns:
-            self.say("nothing to retry")
+            self.say("nothing failed: there is nothing to retry")
             return
         last = turns[-1]
         text = last.messages[0].content if last.messages else None
         if not text:
-            self.say("nothing to retry")
+            self.say(f"nothing failed: turn {last.number} completed")
+            return
+        question = f"Nothing failed: turn {last.number} completed. Roll it back and send its message again for another answer?"
+        if not await self.confirm(question):
+            self.say("nothing was changed")
             return
         self.store.rollback(self.session_id, last.number - 1)
-        self.say(f"retrying turn {last.number}")
+        self.say(f"turn {last.number} rolled back; sending its message again")
         await self.send(text)
+
+    def _failed_in_log(self) -> str | None:
+        """The user message of the session's last turn when that turn failed and nothing
+        came after it (a completed, interrupted or rolled-back turn), else None."""
+        try:
+            if self.store.get(self.session_id) is None:
+                return None
+            events = self.store.events(self.session_id)
+        except ChatflowError:
+            return None
+        last = next(
+            (e for e in reversed(events) if e.type in ("turn.failed", "turn.completed", "turn.interrupted", "rollback")),
+            None,
+        )
+        if last is None or last.type != "turn.failed":
+            return None
+        number = (last.payload or {}).get("turn")
+        records = self.store.load_turns(self.session_id, include_rolled_back=True)
+        failed = [r for r in records if r.failed and r.number == number]
+        for message in failed[-1].messages if failed else ():
+            if getattr(message.role, "value", message.role) == "user" and message.content:
+                return str(message.content)
+        return None
 
     async def cmd_agent(self, arg: str) -> None:
         if not await self._wait_closing():
@@ -1013,6 +1241,11 @@ class Repl:
         for agent in self.runner.agents.values():
             agent.model = arg
         self.runner.default_model = arg
+        try:  # the session keeps it (a new session gets it with its first message)
+            if self.store.get(self.session_id) is not None:
+                self.store.set_session_endpoint(self.session_id, arg, self.store.session_endpoint(self.session_id)[1])
+        except Exception:  # noqa: BLE001 - the switch still applies to this run
+            pass
         self.say(f"model: {arg} (from the next message)")
 
     async def cmd_metadata(self, arg: str) -> None:
@@ -1046,7 +1279,8 @@ class Repl:
         """Open ``$VISUAL``/``$EDITOR`` (default ``vi``) on ``initial``; the text written, or None."""
         editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
         try:
-            code, text = await asyncio.to_thread(_run_editor, editor, initial)
+            with self._cooked_terminal():
+                code, text = await asyncio.to_thread(_run_editor, editor, initial)
         except OSError as exc:
             self.error(f"cannot run the editor {safe_text(editor)!r}: {exc.strerror or exc}")
             return None
@@ -1121,7 +1355,7 @@ def session_lines(summaries: Iterable[Any], width: int, *, current: str | None =
                 "status": status,
                 "turns": f"{s.turn_count} turn" + ("" if s.turn_count == 1 else "s"),
                 "age": format_age(s.updated_at, now),
-                "preview": safe_text((s.preview or "").replace("\n", " ").strip()),
+                "preview": safe_text(s.preview, one_line=True).strip(),
                 "current": s.session_id == current,
             }
         )
@@ -1173,6 +1407,14 @@ def _slash_completer(repl: Repl) -> Any:
                 yield Completion(text, start, display_meta=meta or None)
 
     return SlashCompleter()
+
+
+def _chars(count: int) -> str:
+    return f"{count:,} character" + ("" if count == 1 else "s")
+
+
+def plural_rows(count: int) -> str:
+    return f"{count} row" + ("" if count == 1 else "s")
 
 
 def _short(text: str, *, max_lines: int = 4, max_chars: int = 240) -> str:

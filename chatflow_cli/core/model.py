@@ -10,7 +10,9 @@ Two layers:
   a tool call whose arguments are not a complete JSON object.
 
 * :class:`ModelClient` sends the request through the ``openai`` package (imported
-  lazily, inside methods, so importing this module stays cheap) and maps every failure
+  lazily, inside methods, so importing this module stays cheap) -- or, with
+  ``transport="http"``, straight through ``httpx2`` with openai's retry rules
+  (:mod:`chatflow_cli.core._http`) -- and maps every failure of either transport
   to one :mod:`chatflow_cli.core.errors` exception with a one-line message that never
   contains the API key:
 
@@ -28,10 +30,11 @@ Two layers:
   an error event mid-stream                 :class:`ProviderResponseError`
   ========================================  ============================================
 
-  429 and 5xx (and timeouts, connection errors) are retried by ``openai`` itself,
-  ``max_retries`` times with exponential backoff that honours ``Retry-After`` (up to
-  two minutes). ``RateLimitedError.retry_at`` is ``now + Retry-After`` of the last
-  answer when the server sent one, else ``now + DEFAULT_RETRY_AFTER_S``.
+  429 and 5xx (and timeouts, connection errors) are retried (by ``openai`` itself, or
+  by the http transport under the same rules), ``max_retries`` times with exponential
+  backoff that honours ``Retry-After`` (up to two minutes). ``RateLimitedError.retry_at``
+  is ``now + Retry-After`` of the last answer when the server sent one, else
+  ``now + DEFAULT_RETRY_AFTER_S``.
 
 Usage::
 
@@ -61,11 +64,12 @@ saying what happened, and its verdict is ``broken``. The caller decides what to 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
 import time
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from .errors import (
     AuthenticationError,
@@ -95,6 +99,7 @@ from ._stream import (
 __all__ = [
     "DEFAULT_RETRY_AFTER_S",
     "NO_KEY_PLACEHOLDER",
+    "TRANSPORTS",
     "ModelClient",
     "ModelStream",
     "ModelTurn",
@@ -114,6 +119,9 @@ DEFAULT_RETRY_AFTER_S = 30.0
 #: API key sent to a server given by base URL alone (local servers need none; openai needs one).
 NO_KEY_PLACEHOLDER = "chatflow-no-key"
 _OPENAI_BASE_URL = "https://api.openai.com/v1"
+#: How a :class:`ModelClient` sends requests: through the ``openai`` client, or straight
+#: through ``httpx2`` (the HTTP library openai is built on) without importing openai.
+TRANSPORTS = ("openai", "http")
 
 
 # --------------------------------------------------------------------------------------
@@ -148,8 +156,19 @@ def _looks_like_html(text: str) -> bool:
     return head.startswith("<!doctype html") or head.startswith("<html") or "<html" in head
 
 
+#: Prefixes that repeat what chatflow's own line already says: ``openai``'s "Error code: 400 - "
+#: and a provider's "Error: " (chatflow prints ``error:`` and the HTTP status itself).
+_REDUNDANT_PREFIX = re.compile(r"^\s*(?:Error code:\s*\d{3}\s*-\s*|Error:\s*)+", re.IGNORECASE)
+
+
 def _describe_body(body: Any, fallback: str = "") -> str:
-    """One short phrase for an error body: the provider's message, an HTML page's title, or the text."""
+    """One short phrase for an error body: the provider's message, an HTML page's title, or the
+    text, without a leading "Error code: NNN - " or "Error: "."""
+    text = _describe_body_raw(body, fallback)
+    return _REDUNDANT_PREFIX.sub("", text) or text
+
+
+def _describe_body_raw(body: Any, fallback: str = "") -> str:
     if isinstance(body, Mapping):
         error = body.get("error", body)
         if isinstance(error, Mapping):
@@ -238,11 +257,21 @@ class ModelClient:
             nor a base URL, requests raise :class:`ConfigError`.
         timeout: seconds to wait to connect (at most 10 s of it), and for each read
             -- between two chunks of a stream too.
-        max_retries: how often ``openai`` retries 429, 5xx, 408/409, timeouts and
-            connection errors before chatflow maps the error (backoff 0.5 s doubling to
-            8 s, or the server's ``Retry-After`` up to 120 s).
+        max_retries: how often 429, 5xx, 408/409, timeouts and connection errors are
+            retried before chatflow maps the error (backoff 0.5 s doubling to 8 s, or the
+            server's ``Retry-After`` up to 120 s).
+        transport: ``"openai"`` (the default; ``None`` reads ``CHATFLOW_TRANSPORT`` first)
+            sends requests through the ``openai`` client (its retries and SSE decoding);
+            ``"http"`` sends the same request with ``httpx2``, the HTTP
+            library openai is built on, following openai's retry rules
+            (:mod:`chatflow_cli.core._http`), without importing openai -- about 0.5 s less
+            for a process that makes one request. Both give the same stream items and
+            raise the same chatflow errors. ``list_models`` always uses openai.
 
-    The ``openai`` client is built on first use and reused (one HTTP connection pool).
+    The HTTP client is built on first use and reused (one HTTP connection pool).
+
+    Raises:
+        ValueError: ``timeout`` <= 0, ``max_retries`` < 0, or an unknown ``transport``.
     """
 
     def __init__(
@@ -252,11 +281,17 @@ class ModelClient:
         *,
         timeout: float = 60.0,
         max_retries: int = 2,
+        transport: str | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be > 0 seconds")
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        if transport is None:
+            transport = os.environ.get("CHATFLOW_TRANSPORT") or "openai"
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
+        self.transport = transport
         env_url = os.environ.get("OPENAI_BASE_URL") or None
         self.base_url: str = (base_url or env_url or _OPENAI_BASE_URL).rstrip("/")
         key = api_key or os.environ.get("OPENAI_API_KEY") or None
@@ -265,11 +300,18 @@ class ModelClient:
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
         self._client: Any = None
+        self._http_client: Any = None
         self._lock = threading.Lock()
         self._stream_options_ok = True
+        #: Called (on the request's thread) before each retry's wait with ``{"attempt": n
+        #: (the one about to start, 2..), "attempts": max_retries + 1, "delay_s": float,
+        #: "status": HTTP status of the failed attempt or None (no response)}``; front-ends
+        #: use it to say what a reply waits for. Exceptions from it are ignored.
+        self.on_retry: Callable[[dict[str, Any]], None] | None = None
 
     def __repr__(self) -> str:  # never shows the key
-        return f"ModelClient(base_url={self.display_url!r}, timeout={self.timeout}, max_retries={self.max_retries})"
+        return (f"ModelClient(base_url={self.display_url!r}, timeout={self.timeout}, max_retries={self.max_retries}, "
+                f"transport={self.transport!r})")
 
     @property
     def display_url(self) -> str:
@@ -280,17 +322,33 @@ class ModelClient:
     def has_key(self) -> bool:
         return self._api_key is not None
 
-    # -- openai -------------------------------------------------------------------------
+    # -- transports ---------------------------------------------------------------------
+    def _key_to_send(self) -> str:
+        key = self._api_key
+        if key is None:
+            if not self._explicit_url:
+                raise ConfigError(_no_model_message())
+            key = NO_KEY_PLACEHOLDER
+        return key
+
+    def _httpx(self) -> Any:
+        """The ``http`` transport's ``httpx2.Client`` (made abortable), built on first use."""
+        if self._http_client is None:
+            with self._lock:
+                if self._http_client is None:
+                    from ._http import make_client
+
+                    http_client = make_client(self.timeout)
+                    _make_abortable(http_client)
+                    self._http_client = http_client
+        return self._http_client
+
     def _openai(self) -> Any:
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    key = self._api_key
-                    if key is None:
-                        if not self._explicit_url:
-                            raise ConfigError(_no_model_message())
-                        key = NO_KEY_PLACEHOLDER
-                    import openai  # lazy: importing openai costs ~0.2 s
+                    key = self._key_to_send()
+                    import openai  # lazy: importing openai costs ~0.5 s
 
                     http_client = openai.DefaultHttpxClient()  # openai's own defaults (limits, redirects)
                     _make_abortable(http_client)
@@ -301,14 +359,45 @@ class ModelClient:
                         max_retries=self.max_retries,
                         http_client=http_client,
                     )
+                    self._report_retries(self._client)
         return self._client
+
+    def _retrying(self, attempt: int, delay_s: float, status: int | None) -> None:
+        """Tell :attr:`on_retry` (the http transport calls this before each retry's wait)."""
+        hook = self.on_retry
+        if hook is not None:
+            hook({"attempt": attempt, "attempts": self.max_retries + 1, "delay_s": float(delay_s), "status": status})
+
+    def _report_retries(self, client: Any) -> None:
+        """Call :attr:`on_retry` before each of ``openai``'s retry waits (openai computes the
+        wait: ``Retry-After`` or its backoff). Its internals are checked first; when they are
+        not as expected nothing is reported and retries work as before."""
+        sleep_for_retry = getattr(client, "_sleep_for_retry", None)
+        calculate = getattr(client, "_calculate_retry_timeout", None)
+        if sleep_for_retry is None or calculate is None:
+            return
+
+        def report_then_sleep(*, retries_taken: int, max_retries: int, options: Any, response: Any) -> None:
+            timeout = calculate(max_retries - retries_taken, options, response.headers if response is not None else None)
+            hook = self.on_retry
+            if hook is not None:
+                try:
+                    hook({"attempt": retries_taken + 2, "attempts": max_retries + 1, "delay_s": float(timeout),
+                          "status": getattr(response, "status_code", None)})
+                except Exception:  # noqa: BLE001 - a display problem never breaks the request
+                    logging.getLogger(__name__).debug("on_retry failed", exc_info=True)
+            time.sleep(timeout)
+
+        client._sleep_for_retry = report_then_sleep
 
     def close(self) -> None:
         """Close the HTTP connection pool (the client can be used again afterwards)."""
         with self._lock:
             client, self._client = self._client, None
-        if client is not None:
-            client.close()
+            http_client, self._http_client = self._http_client, None
+        for each in (client, http_client):
+            if each is not None:
+                each.close()
 
     def __enter__(self) -> "ModelClient":
         return self
@@ -403,7 +492,7 @@ class ModelClient:
         return mapped
 
     def _map_error(self, exc: BaseException, *, model: str | None, mid_stream: bool = False) -> ChatflowError:
-        import openai
+        from . import _http
 
         url = self.display_url
         attempts = self.max_retries + 1
@@ -412,34 +501,27 @@ class ModelClient:
         def line(text: str) -> str:
             return _one_line(_redact(text, key))
 
+        # The http transport's failures, each mapped as its openai counterpart below.
+        if isinstance(exc, _http.HTTPStatusFailure):
+            return self._map_status(exc, model=model, line=line)
+        if isinstance(exc, _http.TimedOut):
+            where = "in the middle of the reply" if mid_stream else f"after {_attempts(attempts)}"
+            return ProviderTimeoutError(line(f"no answer from {url} within {self.timeout:g} s ({where})"))
+        if isinstance(exc, _http.ConnectFailed):
+            if mid_stream:
+                return ProviderResponseError(line(f"the stream from {url} broke off mid-reply: {_cause_text(exc)}"))
+            return NetworkError(line(f"cannot connect to {url} ({_cause_text(exc)}) after {_attempts(attempts)}"))
+        if isinstance(exc, _http.StreamErrorEvent):
+            return ProviderResponseError(line(f"the server at {url} reported an error: {exc.message}"))
+        if isinstance(exc, (ValueError, UnicodeDecodeError)):  # json.JSONDecodeError is a ValueError
+            return ProviderResponseError(line(f"the server at {url} sent invalid JSON in the stream: {exc}"))
+        if isinstance(exc, _http.TransportFailure) or self.transport == "http":
+            return ProviderError(line(f"the request to {url} failed: {type(exc).__name__}: {exc}"))
+
+        import openai
+
         if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            what = line(_describe_body(exc.body, fallback=exc.message or ""))
-            if status in (401, 403):
-                return AuthenticationError(
-                    line(f"the server at {url} refused the request (HTTP {status}): {what} -- check the API key"),
-                    status_code=status,
-                )
-            if status == 404:
-                code = _error_code(exc.body)
-                subject = f"model {model!r} not found" if model else "not found"
-                hint = "" if code == "model_not_found" else " (unknown model, or a base URL that is not the API root)"
-                return ModelNotFoundError(line(f"{subject} at {url} (HTTP 404){hint}: {what}"), status_code=status)
-            if status in (400, 422):
-                return BadRequestError(line(f"the server at {url} rejected the request (HTTP {status}): {what}"),
-                                       status_code=status)
-            if status == 429 or status >= 500:
-                headers = getattr(exc.response, "headers", None)
-                delay = _retry_after_seconds(headers)
-                retry_at = time.time() + (delay if delay is not None else DEFAULT_RETRY_AFTER_S)
-                wait = f"; retry in {delay:.0f} s" if delay is not None else ""
-                reason = "rate limited" if status == 429 else "server error"
-                return RateLimitedError(
-                    line(f"{reason} at {url} (HTTP {status}) after {_attempts(attempts)}{wait}: {what}"),
-                    retry_at=retry_at,
-                    status_code=status,
-                )
-            return ProviderError(line(f"the server at {url} answered HTTP {status}: {what}"), status_code=status)
+            return self._map_status(exc, model=model, line=line)
         if isinstance(exc, openai.APITimeoutError):
             where = "in the middle of the reply" if mid_stream else f"after {_attempts(attempts)}"
             return ProviderTimeoutError(line(f"no answer from {url} within {self.timeout:g} s ({where})"))
@@ -451,11 +533,44 @@ class ModelClient:
             return ProviderResponseError(line(f"the server at {url} sent a reply chatflow cannot read: {exc.message}"))
         if isinstance(exc, openai.APIError):
             return ProviderResponseError(line(f"the server at {url} reported an error: {exc.message}"))
-        if isinstance(exc, (ValueError, UnicodeDecodeError)):  # json.JSONDecodeError is a ValueError
-            return ProviderResponseError(line(f"the server at {url} sent invalid JSON in the stream: {exc}"))
         if isinstance(exc, openai.OpenAIError):
             return ProviderError(line(f"the request to {url} failed: {exc}"))
         return ProviderError(line(f"the request to {url} failed: {type(exc).__name__}: {exc}"))
+
+    def _map_status(self, exc: Any, *, model: str | None, line: Callable[[str], str]) -> ChatflowError:
+        """An HTTP error answer (``status_code``, ``body``, ``message``; headers on ``headers``
+        or ``response.headers``), from either transport."""
+        url = self.display_url
+        attempts = self.max_retries + 1
+        status = exc.status_code
+        what = line(_describe_body(exc.body, fallback=exc.message or ""))
+        if status in (401, 403):
+            return AuthenticationError(
+                line(f"the server at {url} refused the request (HTTP {status}): {what} -- check the API key"),
+                status_code=status,
+            )
+        if status == 404:
+            code = _error_code(exc.body)
+            subject = f"model {model!r} not found" if model else "not found"
+            hint = "" if code == "model_not_found" else " (unknown model, or a base URL that is not the API root)"
+            return ModelNotFoundError(line(f"{subject} at {url} (HTTP 404){hint}: {what}"), status_code=status)
+        if status in (400, 422):
+            return BadRequestError(line(f"the server at {url} rejected the request (HTTP {status}): {what}"),
+                                   status_code=status)
+        if status == 429 or status >= 500:
+            from ._http import HTTPStatusFailure
+
+            headers = exc.headers if isinstance(exc, HTTPStatusFailure) else getattr(exc.response, "headers", None)
+            delay = _retry_after_seconds(headers)
+            retry_at = time.time() + (delay if delay is not None else DEFAULT_RETRY_AFTER_S)
+            wait = f"; retry in {delay:.0f} s" if delay is not None else ""
+            reason = "rate limited" if status == 429 else "server error"
+            return RateLimitedError(
+                line(f"{reason} at {url} (HTTP {status}) after {_attempts(attempts)}{wait}: {what}"),
+                retry_at=retry_at,
+                status_code=status,
+            )
+        return ProviderError(line(f"the server at {url} answered HTTP {status}: {what}"), status_code=status)
 
 
 def _attempts(n: int) -> str:
@@ -492,9 +607,14 @@ _owner = threading.local()
 _aborted_class: Any = None
 
 
-def _request_aborted() -> BaseException:
-    """The exception a cancelled request's I/O raises: an ``openai.OpenAIError``, which openai
-    re-raises as it is, without retrying (any other error would be retried)."""
+def _request_aborted(owner: "ModelStream | None" = None) -> BaseException:
+    """The exception a cancelled request's I/O raises. On the ``openai`` transport an
+    ``openai.OpenAIError``, which openai re-raises as it is, without retrying (any other error
+    would be retried); on the ``http`` transport its own ``RequestAborted``."""
+    if owner is not None and owner._client.transport == "http":
+        from ._http import RequestAborted
+
+        return RequestAborted("the request was cancelled")
     global _aborted_class
     if _aborted_class is None:
         import openai
@@ -534,7 +654,7 @@ class _AbortableConnection:
         if owner is not None:
             owner._attach(self)
             if owner._stopping():
-                raise _request_aborted()
+                raise _request_aborted(owner)
         return owner
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
@@ -543,10 +663,10 @@ class _AbortableConnection:
             data = self._inner.read(max_bytes, timeout)
         except Exception:
             if owner is not None and owner._stopping():
-                raise _request_aborted() from None
+                raise _request_aborted(owner) from None
             raise
         if not data and owner is not None and owner._stopping():
-            raise _request_aborted()
+            raise _request_aborted(owner)
         return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
@@ -555,7 +675,7 @@ class _AbortableConnection:
             self._inner.write(buffer, timeout)
         except Exception:
             if owner is not None and owner._stopping():
-                raise _request_aborted() from None
+                raise _request_aborted(owner) from None
             raise
 
     def close(self) -> None:
@@ -581,7 +701,7 @@ class _AbortableBackend:
         owner: ModelStream | None = getattr(_owner, "stream", None)
         if owner is not None and owner._stopping():  # cancelled while connecting
             connection.close()
-            raise _request_aborted()
+            raise _request_aborted(owner)
         return wrapped
 
     def connect_tcp(self, *args: Any, **kwargs: Any) -> _AbortableConnection:
@@ -777,6 +897,40 @@ class ModelStream:
                 pass
 
     def _send(self) -> Any:
+        if self._client.transport == "http":
+            return self._send_http()
+        return self._send_openai()
+
+    def _send_http(self) -> Any:
+        """The request through ``httpx2`` alone (see :mod:`chatflow_cli.core._http`): the
+        same body, retries, stream_options fallback and error mapping as :meth:`_send_openai`."""
+        from . import _http
+
+        client = self._client
+        http_client = client._httpx()
+        headers = _http.request_headers(client._key_to_send())
+        url = client.base_url + "/chat/completions"
+        params = dict(self._params)
+        extra = params.pop("extra_body", None) or {}
+        use_options = client._stream_options_ok
+        cancel = self._cancel
+        while True:
+            body = {**params, **extra, "stream": True}
+            if use_options:
+                body["stream_options"] = {"include_usage": True}
+            mapped: ChatflowError | None = None
+            try:
+                return _http.open_stream(http_client, url, headers, body, max_retries=client.max_retries,
+                                         stopping=self._stopping, sleep=cancel.wait, on_retry=client._retrying)
+            except Exception as exc:  # noqa: BLE001 - mapped below
+                if use_options and _mentions_stream_options(exc):
+                    use_options = False
+                    client._stream_options_ok = False  # this server rejects them: stop sending
+                    continue
+                mapped = client.map_error(exc, model=params.get("model"))
+            raise mapped from None  # outside the except: no context that may hold the key
+
+    def _send_openai(self) -> Any:
         import openai
 
         client = self._client
@@ -866,15 +1020,22 @@ class ModelStream:
     def _broken_by(self, exc: BaseException) -> str | None:
         """How the connection failed mid-reply (closed, reset, timed out), or ``None`` when
         ``exc`` is not a transport failure (invalid JSON, an error event: raised instead)."""
-        import openai
+        from ._http import ConnectFailed, TimedOut
 
+        timeouts: tuple[type[BaseException], ...] = (TimedOut, TimeoutError)
+        wrappers: tuple[type[BaseException], ...] = (ConnectFailed,)  # the real error is their cause
+        if self._client.transport == "openai":
+            import openai
+
+            timeouts += (openai.APITimeoutError,)
+            wrappers += (openai.APIConnectionError,)
         url = self._client.display_url
         names = {cls.__name__ for cls in type(exc).__mro__}
-        if isinstance(exc, (openai.APITimeoutError, TimeoutError)) or names & {"TimeoutException", "ReadTimeout"}:
+        if isinstance(exc, timeouts) or names & {"TimeoutException", "ReadTimeout"}:
             return f"no data from {url} for {self._client.timeout:g} s mid-reply"
-        if isinstance(exc, (openai.APIConnectionError, OSError)) or names & {"TransportError", "NetworkError",
-                                                                             "ProtocolError", "ReadError"}:
-            cause = str(exc) if str(exc) and not isinstance(exc, openai.APIConnectionError) else _cause_text(exc)
+        if isinstance(exc, (*wrappers, OSError)) or names & {"TransportError", "NetworkError",
+                                                             "ProtocolError", "ReadError"}:
+            cause = str(exc) if str(exc) and not isinstance(exc, wrappers) else _cause_text(exc)
             return _one_line(_redact(f"the connection to {url} closed mid-reply: {cause}", self._client._api_key), 160)
         return None
 

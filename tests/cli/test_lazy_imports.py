@@ -14,8 +14,8 @@ import sys
 import pytest
 
 #: pydantic is not listed: typer 0.29 itself imports it to coerce any non-flag option (issue 2
-#: calls that "the honest floor"). httpx is: only openai brings it.
-HEAVY = ("openai", "prompt_toolkit", "rich.markdown", "llama_cpp", "httpx")
+#: calls that "the honest floor"). httpx and httpx2 are: only a model request needs them.
+HEAVY = ("openai", "prompt_toolkit", "rich.markdown", "llama_cpp", "httpx", "httpx2")
 
 PROBE = r"""
 import atexit, json, sys
@@ -56,6 +56,15 @@ def test_no_heavy_imports(stored_session, args):
     assert heavy == [], f"chatflow {' '.join(args)} imported {heavy}"
 
 
-def test_the_probe_can_see_heavy_imports(stored_session):
-    """The guard itself works: a chat turn does import openai."""
-    assert "openai" in _modules(["chat", "-s", "lazy", "again"])
+def test_the_probe_can_see_heavy_imports(stored_session, monkeypatch):
+    """The guard itself works: a chat turn imports httpx2, and openai when sent through it."""
+    assert "httpx2" in _modules(["chat", "-s", "lazy", "again"])
+    monkeypatch.setenv("CHATFLOW_TRANSPORT", "openai")
+    assert "openai" in _modules(["chat", "-s", "lazy", "once more"])
+
+
+def test_a_one_shot_chat_imports_neither_openai_nor_rich_nor_prompt_toolkit(stored_session):
+    """Into a pipe, a chat turn needs no openai (its request goes through httpx2), no Rich
+    and no prompt_toolkit."""
+    loaded = _modules(["chat", "-s", "lazy", "piped"])
+    assert sorted(m for m in loaded if m.split(".")[0] in {"openai", "rich", "prompt_toolkit", "llama_cpp"}) == []

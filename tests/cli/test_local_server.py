@@ -99,6 +99,10 @@ def test_a_server_killed_by_sigill_at_start_up_is_one_clear_line_and_exit_5(stan
     assert "the local model server crashed while starting: killed by SIGILL (illegal instruction)" in line
     assert "standin: loading the model with an instruction this CPU traps" in line  # its log, the useful line
     assert "GGML_NATIVE=OFF" in line  # what to do
+    assert "send the message again to start a new one (/retry in the REPL); if it crashes again" in line
+    if keep_alive != "0":  # a warm server writes a log file; a private one's output is only in the line
+        [log] = (standin.home / "local").glob("server-*.log")
+        assert line.endswith(f"; its log: {log}")
     assert "broke off" not in line and "127.0.0.1" not in line and ":45" not in line
     assert run_chatflow("sessions", "ls", "--json").json() == []  # nothing stored, nothing lost
     assert all(not alive(pid) for pid in standin.pids())

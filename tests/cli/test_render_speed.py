@@ -20,11 +20,11 @@ from chatflow_cli.render import Lines, has_markdown, markdown_lines, markdown_re
 
 
 def _rich_plain(text: str, width: int) -> str:
+    """Rich's Markdown layout of ``text`` as chatflow parses it (single line breaks kept)."""
     from rich.console import Console
-    from rich.markdown import Markdown
 
     console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
-    console.print(Markdown(text, hyperlinks=False))
+    console.print(markdown_renderable(text))
     return _normal(console.file.getvalue())
 
 
@@ -156,7 +156,7 @@ def test_terminal_turns_use_rich_markdown_only_where_needed():
     assert "Assistant: \n" in text or "Assistant:\n" in text
     assert " • hub" in text and "**" not in text and "`" not in text
     plain = turn_renderables(_turn(2, "Hello there,\nall good."), markdown=True, width=80)
-    assert "Assistant: Hello there,\nall good." in "\n".join(item.plain for item in plain)
+    assert "Assistant: Hello there,\n           all good." in "\n".join(item.plain for item in plain)
     heading = turn_renderables(_turn(3, "# Done\n\nok"), markdown=True, width=80)
     assert any(type(item).__name__ == "Markdown" for item in heading)
 

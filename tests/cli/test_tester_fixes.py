@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Callable
 
 import pytest
 
@@ -86,8 +87,8 @@ def test_counts_agree_with_their_nouns(chatflow, provider):
     assert r.returncode == 0 and "deleted 1 session" in r.stderr and "(s)" not in r.stderr, r
 
 
-def _interrupt(args: list[str], wait_for: bytes | None = None, *, env: dict[str, str] | None = None,
-               settle: float = 1.5) -> None:
+def _interrupt(args: list[str], *, ready: Callable[[], bool], env: dict[str, str] | None = None) -> None:
+    """Run chatflow, wait until ``ready()`` says the turn is where the test wants it, then Ctrl-C it."""
     import signal
     import subprocess
     import time
@@ -96,7 +97,11 @@ def _interrupt(args: list[str], wait_for: bytes | None = None, *, env: dict[str,
     proc = subprocess.Popen([*COMMAND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=full)
     try:
-        time.sleep(settle)
+        deadline = time.monotonic() + 60
+        while not ready():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the turn never got there"
+            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -111,6 +116,7 @@ def test_show_marks_turns_interrupted_while_thinking_or_in_a_tool(chatflow, prov
         "@tool\n"
         "def slow(seconds: int) -> str:\n"
         "    \"\"\"Sleep.\"\"\"\n"
+        f"    open({str(tmp_path / 'tool-started')!r}, 'w').close()\n"
         "    time.sleep(seconds)\n"
         "    return 'done'\n"
     )
@@ -118,9 +124,10 @@ def test_show_marks_turns_interrupted_while_thinking_or_in_a_tool(chatflow, prov
     env = {"PYTHONPATH": str(tmp_path)}
     assert chatflow("chat", "-s", "i", "first", env=env).returncode == 0
     provider.add_text("late", delay=30)  # turn 2: Ctrl-C while the model thinks
-    _interrupt(["chat", "-s", "i", "think hard"], env=env)
+    asked = len(provider.requests)
+    _interrupt(["chat", "-s", "i", "think hard"], env=env, ready=lambda: len(provider.requests) > asked)
     provider.add_tool_calls([("call_s", "slow", '{"seconds": 30}')])  # turn 3: Ctrl-C inside the tool
-    _interrupt(["chat", "-s", "i", "run slow"], env=env, settle=2.5)
+    _interrupt(["chat", "-s", "i", "run slow"], env=env, ready=(tmp_path / "tool-started").exists)
     provider.add_text("fine")
     assert chatflow("chat", "-s", "i", "last", env=env).returncode == 0
 

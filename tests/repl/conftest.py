@@ -128,3 +128,21 @@ def recording_output(d) -> tuple[io.StringIO, Any]:
 
     screen = Recording()
     return screen, Vt100_Output(screen, lambda: Size(rows=24, columns=80), term="xterm")
+
+
+@pytest.fixture
+def pty_chatflow(provider: Any) -> Any:
+    """``pty_chatflow(*args, width=100, height=40, env=None)``: the real ``chatflow ARGS`` in a
+    pseudo-terminal (:class:`tests.repl.pty_driver.PtyRepl`) against the fake server."""
+    from tests.repl.pty_driver import PtyRepl
+
+    made: list[PtyRepl] = []
+
+    def spawn(*args: str, width: int = 100, height: int = 40, env: dict[str, str] | None = None) -> PtyRepl:
+        repl = PtyRepl(list(args), width=width, height=height, env=env)
+        made.append(repl)
+        return repl
+
+    yield spawn
+    for repl in made:
+        repl.close()

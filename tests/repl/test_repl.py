@@ -281,9 +281,10 @@ def test_sessions_new_switch_and_show(repl_driver) -> None:
         d.type("/sessions\r")
         d.wait_text("hello two", count=2)
         d.type(f"/switch {first}\r")
-        d.wait_text(f"session {first}: 1 turns")
+        d.wait_text(f"session {first}: 1 turn,")
+        d.wait_text("Turn 1")  # the recap of its last exchange
         d.type("/show\r")
-        d.wait_text("Turn 1")
+        d.wait_text("Turn 1", count=2)
         d.type("/switch nope\r")
         d.wait_text("no session nope")
 
@@ -483,6 +484,7 @@ def test_retry_after_an_answer_replaces_the_last_turn(repl_driver) -> None:
         d.type("question\r")
         d.wait_text("A first answer.")
         d.type("/retry\r")
+        d.type("y\r")  # the question asked first (drawn by the prompt: tests/repl/test_new_user.py sees it)
         d.wait_text("A second answer.")
 
     d.run(script)

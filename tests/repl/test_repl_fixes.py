@@ -265,7 +265,9 @@ def test_whitespace_only_input_is_not_saved_in_history(repl_driver) -> None:
 
 
 # ------------------------------------------------------------------ 7. keys typed while a turn runs
-def test_only_printable_text_typed_during_a_turn_waits_for_a_fresh_enter(repl_driver) -> None:
+def test_keys_typed_during_a_turn_act_at_the_next_prompt_as_typed(repl_driver) -> None:
+    """Type-ahead works as in a shell: text, editing keys and Enter typed during a reply act,
+    in order, once the turn ends; Esc-Enter is a new line in the message."""
     d = repl_driver
     words = [f"w{i} " for i in range(80)]
     d.server.add_text("".join(words), chunks=words, delay=0.02)
@@ -274,42 +276,42 @@ def test_only_printable_text_typed_during_a_turn_waits_for_a_fresh_enter(repl_dr
         d.wait_text("Enter sends")
         d.type("go\r")
         d.wait_text("w5")
-        for keys in ("abc", "\r", "\x04", "\x7f", "\t", "\x1b\r", "de"):  # Enter, Ctrl-D, Backspace, Tab, Esc-Enter
+        for keys in ("abx", "\x7f", "c", "\x1b\r", "de", "\r"):  # Backspace, Esc-Enter, Enter
             d.type(keys)
             time.sleep(0.05)
-        d.wait_text("w79")
-        time.sleep(1.0)
-        assert sent(d) == ["go"], "nothing typed during the turn is sent without a fresh Enter"
-        d.type("\r")
-        d.wait_text("ok: abcde")
+        d.wait_text("ok: abc")
+        d.wait_text("de")
 
     d.run(script)
-    assert sent(d) == ["go", "abcde"]
+    assert sent(d) == ["go", "abc\nde"]
 
 
-def test_keys_still_unread_when_a_turn_ends_follow_the_same_rule() -> None:
-    """Keys typed just before the turn ends (not read yet) must not reach the next prompt raw."""
+def test_keys_still_unread_when_a_turn_ends_are_type_ahead_in_order() -> None:
+    """Keys typed just before the turn ends (not read yet) are kept for the next prompt in
+    order, and a Ctrl-C discards what was typed before it."""
     import asyncio
     from types import SimpleNamespace
 
     from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.input.typeahead import get_typeahead
 
     from chatflow_cli.repl import Repl
 
     interrupts = []
 
-    async def main() -> tuple[str, list]:
+    async def main(keys: str) -> tuple[list, list]:
         with create_pipe_input() as pipe:
             watcher = SimpleNamespace(input=pipe, _typeahead=[])
             with Repl._watch_keys(watcher, lambda: interrupts.append(1)):
-                pipe.send_text("abc\r\x04\x1b[200~pas\r\nte\x1b[201~de")
+                pipe.send_text(keys)
             left = pipe.read_keys() + pipe.flush_keys()
-            return "".join(watcher._typeahead), left
+            return get_typeahead(pipe), left
 
-    kept, left = asyncio.run(main())
-    assert kept == "abcpas\ntede"
-    assert left == [], "keys typed during the turn leaked to the next prompt"
-    assert interrupts == []
+    kept, left = asyncio.run(main("abc\r\x04\x1b[200~pas\r\nte\x1b[201~de"))
+    assert [p.data for p in kept] == ["a", "b", "c", "\r", "\x04", "pas\r\nte", "d", "e"]
+    assert left == [] and interrupts == []
+    kept, left = asyncio.run(main("typed\x03after"))
+    assert "".join(p.data for p in kept) == "after" and interrupts == [1]
 
 
 # ------------------------------------------------------------------ 11. SIGHUP mid-answer
