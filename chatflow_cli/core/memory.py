@@ -40,7 +40,6 @@ delivery runs the message itself when that holder dies before answering.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import copy
 import enum
@@ -2288,6 +2287,8 @@ class BaseSessionStore:
     async def ais_message_processed(self, message_id: str, *, wait: float = DUPLICATE_WAIT_S) -> bool:
         """:meth:`is_message_processed`, waiting for another process's claim without blocking
         the event loop."""
+        import asyncio  # here: importing the stores does not import asyncio
+
         deadline = time.monotonic() + _check_wait(wait)
         delay = 0.02
         while True:
