@@ -256,6 +256,31 @@ def _pdeathsig_setter() -> Any:
     return set_pdeathsig
 
 
+def _reap_when_done(proc: "subprocess.Popen[bytes]") -> None:
+    """Reap ``proc`` as soon as it exits, so a dead child never lingers as a zombie.
+
+    A daemon thread waits with ``waitid(WNOWAIT)`` (which leaves the child to be reaped)
+    and then calls ``proc.poll()``, so ``Popen`` records the exit status itself and its
+    own ``poll``/``wait`` in other threads keep working. Nothing blocks the caller, and no
+    SIGCHLD handler is installed (it would belong to the main thread and to every child).
+    """
+    waitid = getattr(os, "waitid", None)
+
+    def reap() -> None:
+        if waitid is not None:
+            try:
+                waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            except ChildProcessError:
+                pass  # reaped elsewhere already
+            except OSError:
+                return
+            proc.poll()
+        else:  # pragma: no cover - POSIX without waitid
+            proc.wait()
+
+    threading.Thread(target=reap, name=f"chatflow-reap-{proc.pid}", daemon=True).start()
+
+
 # ---------------------------------------------------------------------------------------
 # how a server died, in one line
 # ---------------------------------------------------------------------------------------
@@ -564,6 +589,7 @@ class LocalServer:
             raise
         finally:
             os.close(read_fd)
+        _reap_when_done(self.process)
         self._watch_fd = write_fd
         self.port = port
 
@@ -931,6 +957,7 @@ class SharedLocalServer:
                         argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                         start_new_session=True, close_fds=True, env={**os.environ, TOKEN_ENV: token},
                     )
+                _reap_when_done(self.process)
                 state["pid"] = self.process.pid
                 self.state = state
                 self._wait_ready(state, state_path, log_path)
