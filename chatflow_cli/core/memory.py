@@ -2344,7 +2344,7 @@ class _MemoryTx(_Tx):
     def __init__(self, store: SessionStore, writable: bool) -> None:
         self._s = store
         self._writable = writable
-        self.undo: list[Callable[[], None]] = []
+        self.undo: list[Callable[[], object]] = []  # called for their effect; results ignored
 
     def _session(self, session_id: str) -> _MemSession:
         return self._s._sessions[session_id]
