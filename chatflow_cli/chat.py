@@ -4,20 +4,30 @@ Kept out of :mod:`chatflow_cli.cli` so that ``chatflow --help`` never even compi
 
 Input
     ``MESSAGE``; ``-`` or no message with a piped stdin reads all of stdin (UTF-8, at most
-    :data:`MAX_MESSAGE_BYTES`); ``--tool-result ID JSON`` answers a pending custom tool;
-    ``--input jsonl`` reads one JSON object a line (see :func:`parse_input_line`).
+    :data:`MAX_MESSAGE_BYTES`); a MESSAGE with a piped stdin sends the message, a blank line,
+    then stdin (``git diff | chatflow chat "review this"``). Nothing to send is a usage error
+    (exit 2) on every path. ``--tool-result ID OUTPUT`` (repeatable) answers pending custom
+    tool calls, OUTPUT sent as given (JSON or plain text); ``--input jsonl`` reads one JSON
+    object a line (see :func:`parse_input_line`).
 
 Output (``--output``)
-    ``text``: on a terminal the reply streams as rendered Markdown (``rich.live``), tool
-    calls and handoffs shown above it; into a pipe the reply is plain text with no ANSI
-    codes and control characters made inert (:func:`chatflow_cli.render.safe_text`).
+    ``text``: on a terminal the reply streams as rendered Markdown, tool calls and handoffs
+    shown above it, and until it starts a spinner says what it waits for (``thinking``, a
+    rate-limited retry with its countdown and attempt, a busy session's pid with ``--wait``);
+    into a pipe the reply is plain text with no ANSI codes and control characters made inert
+    (:func:`chatflow_cli.render.safe_text`).
     ``json``: one object on stdout when the turn ends: the :class:`RunResult` fields plus
     ``"is_error": false`` -- or, when it fails, ``{"is_error": true, "error", "error_type",
     "exit_code", "session_id"}``.
-    ``jsonl``: one event a line as it happens, each ``{"seq", "type", "session_id", "turn",
-    "data"}`` (``seq`` is the event-log seq of stored events, ``null`` for runtime events such
-    as ``text.delta``), ending with exactly one ``{"type": "result", ...}`` line carrying
-    ``is_error``. With ``--input jsonl`` each finished turn also gets a ``turn.result`` line.
+    ``jsonl``: one event a line as it happens, in :func:`chatflow_cli.render.event_json`'s
+    shape (``schema``, ``seq`` on stored events only, ``type``, ``session_id``, ``turn``,
+    ``data``), ending with exactly one ``result`` event whose ``data`` carries ``is_error``.
+    With ``--input jsonl`` each finished turn also gets a ``turn.result`` line.
+
+The session's model and endpoint: a session keeps the model and base URL it talks to
+(``store.session_endpoint``); resuming it uses them unless ``--model``/``--base-url`` are
+given, which switch it (announced). ``--system`` and ``--max-turns`` set up a new session;
+on an existing one they are not applied and a notice says so.
 
 Replies that did not finish (the verdict of :mod:`chatflow_cli.core._stream`)
     cut by the token limit or a content filter: the turn is stored, marked with its
@@ -29,8 +39,8 @@ Replies that did not finish (the verdict of :mod:`chatflow_cli.core._stream`)
     as an interrupted turn); a tool call with cut arguments is an
     :class:`~chatflow_cli.core.errors.InvalidToolCallError` (exit 5; the turn fails).
 
-De-duplication (seed 000's webhooks): ``--message-id`` is claimed in one atomic statement
-before anything else is done; an id already processed within 192 h prints a notice to
+De-duplication (seed 000's webhooks): ``--message-id`` is claimed (under its scope, see
+:func:`claim_key`) in one atomic statement before anything else is done; an id already processed within 192 h prints a notice to
 stderr (or ``{"duplicate": true}`` with ``--output json``), calls nothing, and exits 0.
 As in seed 000's example (mark, then process), the id counts as processed from the claim
 on, so a concurrent redelivery is skipped; when the turn then fails (a provider error,
@@ -48,11 +58,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
-from .render import ReplyPrinter, dumps, plural, reply_note, safe_text
+from .render import ReplyPrinter, dumps, event_json, plural, reply_note, safe_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cli import State
@@ -80,8 +91,9 @@ class ChatOptions:
     max_turns: int | None = None
     metadata: dict[str, str] | None = None
     message_id: str | None = None
+    message_id_scope: str | None = None
     idempotency_key: str | None = None
-    tool_result: tuple[str, str] | None = None
+    tool_results: list[tuple[str, str]] | None = None
     wait: float = 0.0
     output: str = "text"
     input: str = "text"
@@ -120,26 +132,36 @@ def _check_message(text: str) -> str:
 
 
 def _message_from(state: State, opts: ChatOptions) -> str:
+    """The message to send: ``MESSAGE``; all of stdin for ``-`` or no message; or, when a
+    MESSAGE is given and stdin is piped (``git diff | chatflow chat "review this"``), the
+    message, a blank line, then stdin. Nothing to send is a :class:`UsageError` (exit 2) on
+    every path."""
     from .cli import read_stdin_text
 
     if opts.message is not None and opts.message != "-":
-        return _check_message(opts.message)
+        text = opts.message
+        if not state.env.stdin_isatty:
+            piped = read_stdin_text(state).strip("\n")
+            if piped.strip():
+                text = f"{text.rstrip()}\n\n{piped}"
+        return _check_message(text)
     if opts.message is None and state.env.stdin_isatty:
         raise UsageError('no message: pass one (chatflow chat "hello"), or pipe it: echo hello | chatflow chat')
-    return _check_message(read_stdin_text(state).strip())
+    text = read_stdin_text(state).strip()
+    if not text:
+        raise UsageError('nothing to send: stdin was empty (chatflow chat MESSAGE, or chatflow on a terminal for the REPL)')
+    return _check_message(text)
 
 
-def _tool_output_text(raw: str) -> str:
-    """``--tool-result`` output: must be JSON; passed on as the JSON text given."""
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise UsageError(f"--tool-result: the output is not valid JSON ({exc.msg} at column {exc.colno})") from None
+def _tool_output_text(tool_use_id: str, raw: str) -> str:
+    """A ``--tool-result`` output, sent as given, as the REPL does: JSON (``'{"ok": true}'``)
+    or plain text (``yes``) alike. Empty or non-UTF-8 text is a :class:`UsageError`."""
     try:
         raw.encode("utf-8")
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        raise UsageError("--tool-result: the output is not valid UTF-8 (a lone surrogate)") from None
+        raise UsageError(f"--tool-result {safe_text(tool_use_id)}: the output is not valid UTF-8 (a lone surrogate)") from None
+    if not raw.strip():
+        raise UsageError(f"--tool-result {safe_text(tool_use_id)}: the output is empty (give JSON or text, e.g. '\"yes\"')")
     return raw
 
 
@@ -238,8 +260,32 @@ class _Output:
         self.final_written = False
         self.last_result: Any = None
         self.turns = 0
+        self.printer: ReplyPrinter | None = None
         self.stored: set[str] = set()  #: the sessions a stored event (one with a seq) was seen for
         self.incomplete = False  # a turn's reply was cut (finish_reason length/content_filter)
+
+    # -- what a reply waits for (called from the request's or the runner's thread) -------------
+    def retrying(self, info: dict[str, Any]) -> None:
+        """openai is about to retry: "rate limited, retrying in 3 s (2/3)" beside the spinner."""
+        printer = self.printer
+        if printer is None:
+            return
+        status = info.get("status")
+        what = ("rate limited" if status == 429 else f"server error (HTTP {status})" if status
+                else "no connection")
+        count = f"({info.get('attempt')}/{info.get('attempts')})"
+        printer.waiting(f"{what}, retrying in {{seconds}} s {count}", info.get("delay_s"),
+                        then=f"{what}, retrying now {count}")
+
+    def waiting_for_session(self, info: dict[str, Any]) -> None:
+        """``--wait``: "session busy (pid 123), waiting up to 30 s" beside the spinner."""
+        printer = self.printer
+        if printer is None:
+            return
+        pid = info.get("pid")
+        who = f" (pid {pid})" if pid else ""
+        printer.waiting(f"session busy{who}, waiting up to {{seconds}} s", info.get("wait_s"),
+                        then=f"session busy{who}, giving up")
 
     def _line(self, obj: dict[str, Any]) -> None:
         self.out.write(dumps(obj) + "\n")
@@ -266,6 +312,7 @@ class _Output:
             # into a pipe the reply is written straight to stdout: no Rich console needed
             out = env.console() if env.stdout_isatty else None
             printer = ReplyPrinter(out, err, live=env.stdout_isatty, file=env.stdout)
+            self.printer = printer
         result = None
         try:
             for ev in events:
@@ -275,7 +322,10 @@ class _Output:
                     if ev.type == "result":
                         result = ev.result
                         continue
-                    self._line(_event_dict(ev))
+                    # a stored event's turn is its payload's, as replay shows it
+                    turn = (ev.data or {}).get("turn") if ev.seq is not None else ev.turn
+                    self._line(event_json(ev.type, ev.session_id, ev.data, seq=ev.seq,
+                                          turn=turn if isinstance(turn, int) else None))
                 elif printer is not None:
                     self._show(printer, ev)
                 if ev.type == "result":
@@ -288,10 +338,12 @@ class _Output:
             close = getattr(events, "close", None)
             if close is not None:
                 close()
+            self.printer = None
             if printer is not None:
                 with contextlib.suppress(OSError, ValueError):
                     printer.abort()
             raise
+        self.printer = None
         if printer is not None:
             printer.finish(result.content if result is not None and result.replayed else None)
         if result is None:  # pragma: no cover - the Runner always ends with a result
@@ -311,8 +363,8 @@ class _Output:
 
                 _notice(self.state, note)
         if self.mode == "jsonl" and self.multi:
-            self._line({"seq": None, "type": "turn.result", "session_id": result.session_id, "turn": result.turn,
-                        "data": result.to_dict()})
+            self._line(event_json("turn.result", result.session_id, {**result.to_dict(), "is_error": False},
+                                  turn=result.turn))
         if self.mode == "json" and self.multi:
             self._line({**result.to_dict(), "is_error": False})
         if self.mode == "text" and result.pending_tool_calls:
@@ -340,8 +392,7 @@ class _Output:
             self._line({**data, "is_error": False})
             self.final_written = True
         elif self.mode == "jsonl":
-            self._line({"seq": None, "type": "result", "session_id": session_id, "turn": None, "data": data,
-                        "is_error": False})
+            self._line(event_json("result", session_id, {**data, "is_error": False}))
             self.final_written = True
         else:
             from .cli import _notice
@@ -367,8 +418,7 @@ class _Output:
             data = result.to_dict()
             if self.multi:
                 data["turns"] = self.turns
-            self._final_line({"seq": None, "type": "result", "session_id": result.session_id, "turn": result.turn,
-                        "data": data, "is_error": False})
+            self._final_line(event_json("result", result.session_id, {**data, "is_error": False}, turn=result.turn))
 
     def failure(self, exc: BaseException, session_id: str | None) -> None:
         if self.final_written or self.mode == "text":
@@ -385,8 +435,7 @@ class _Output:
         if self.mode == "json":
             self._final_line({**err, "is_error": True})
         else:
-            self._final_line({"seq": None, "type": "result", "session_id": err["session_id"], "turn": None,
-                        "data": err, "is_error": True})
+            self._final_line(event_json("result", err["session_id"], {**err, "is_error": True}))
 
     def duplicate(self, message_id: str, session_id: str) -> None:
         self.final_written = True
@@ -399,12 +448,7 @@ class _Output:
         if self.mode == "json":
             self._line({**data, "is_error": False})
         else:
-            self._line({"seq": None, "type": "result", "session_id": session_id, "turn": None, "data": data,
-                        "is_error": False})
-
-
-def _event_dict(ev: Any) -> dict[str, Any]:
-    return {"seq": ev.seq, "type": ev.type, "session_id": ev.session_id, "turn": ev.turn, "data": ev.data}
+            self._line(event_json("result", session_id, {**data, "is_error": False}))
 
 
 def _pending_notice(state: State, result: Any) -> None:
@@ -442,10 +486,11 @@ def transport_for(default: str) -> str:
 
 
 @contextlib.contextmanager
-def _runner(state: State, settings: Settings, opts: ChatOptions, store: Any, *,
+def _runner(state: State, settings: Settings, opts: ChatOptions, store: Any, out: Any = None, *,
             transport: str = "openai") -> Iterator[Any]:
     """A Runner on ``store`` whose model client points at the configured endpoint and sends
-    through ``transport`` (see :func:`transport_for`).
+    through ``transport`` (see :func:`transport_for`); with ``out`` (an :class:`_Output`),
+    the spinner says what the reply waits for.
 
     The local model's llama.cpp server, when it is the choice, is started or reused on
     entering (:class:`~chatflow_cli.core.local.LocalModel`): with ``local_keep_alive`` 0 it
@@ -484,6 +529,9 @@ def _runner(state: State, settings: Settings, opts: ChatOptions, store: Any, *,
         # Every configured agent resolves, not only those reachable from the starting one:
         # a session whose active agent is another one keeps its instructions and tools.
         runner.agents.update(agents)
+        if out is not None:  # the spinner says what the reply waits for
+            client.on_retry = out.retrying
+            runner.on_wait = out.waiting_for_session
         stack.callback(runner.close)
         yield runner
 
@@ -505,11 +553,11 @@ def _session_for(state: State, store: Any, opts: ChatOptions, *, announce: bool 
     if opts.session is not None:
         return validate_session_id(opts.session)
     if opts.continue_:
-        latest = store.latest_session_id()
+        latest = store.latest_session_id() if store is not None else None
         if latest is None:
             raise NotFoundError("no session to continue: start one with chatflow chat \"hello\"")
         return latest
-    if opts.tool_result:
+    if opts.tool_results:
         raise UsageError("--tool-result needs the session: add --session ID (or --continue)")
     session_id = new_session_id()
     if announce:
@@ -529,43 +577,56 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
         raise UsageError(f"--output {opts.output!r}: use text, json or jsonl")
     multi = opts.input == "jsonl"
     message: str | None = None
-    tool_output: str | None = None
+    tool_outputs: list[tuple[str, str]] = []
     if multi:
-        if opts.message is not None or opts.tool_result:
+        if opts.message is not None or opts.tool_results:
             raise UsageError("--input jsonl reads everything from stdin: give no MESSAGE and no --tool-result")
         if state.env.stdin_isatty:
             raise UsageError("--input jsonl reads stdin, which is a terminal: pipe the JSON lines in")
-    elif opts.tool_result:
+    elif opts.tool_results:
         if opts.message is not None:
             raise UsageError("give a MESSAGE or --tool-result, not both")
-        tool_output = _tool_output_text(opts.tool_result[1])
+        seen: set[str] = set()
+        for tool_use_id, raw in opts.tool_results:
+            if tool_use_id in seen:
+                raise UsageError(f"--tool-result {safe_text(tool_use_id)} is given twice: give each tool call one result")
+            seen.add(tool_use_id)
+            tool_outputs.append((tool_use_id, _tool_output_text(tool_use_id, raw)))
     else:
         message = _message_from(state, opts)
 
-    settings = state.settings(model=opts.model, base_url=opts.base_url)
     from .config import resolve_model
 
-    resolve_model(settings)  # a configuration problem is reported before anything is stored
+    reader = state.store(create=False)  # an existing session's settings, without creating a file
+    session_id = _session_for(state, reader, opts, announce=False)
+    new_id = opts.session is None and not opts.continue_ and not opts.tool_results
+    existing = None if new_id or reader is None else existing_session(reader, session_id)
+    model, base_url = session_endpoint(state, reader, existing, opts.model, opts.base_url)
+    settings = state.settings(model=model, base_url=base_url)
+    choice = resolve_model(settings)  # a configuration problem is reported before anything is stored
     transport = transport_for("http")
-    store = state.store()
-    session_id = _session_for(state, store, opts, announce=False)
-    new_id = opts.session is None and not opts.continue_ and not opts.tool_result
+    store = reader if reader is not None else state.store()
+    if existing is not None:
+        _unapplied_options(state, store, existing, opts)
+    announce = new_id or (existing is None and opts.session is not None)
     out = _Output(state, opts.output, multi=multi)
+    scope = opts.message_id_scope or settings.message_id_scope
     claimed = False
+    claim_id: str | None = None
     try:
         if opts.message_id:
-            if not store.claim_message(opts.message_id):
+            claim_id = claim_key(opts.message_id, session_id, scope)
+            if not store.claim_message(claim_id):
                 out.duplicate(opts.message_id, session_id)
                 return ExitStatus.SUCCESS
             claimed = True
-        with _runner(state, settings, opts, store, transport=transport) as runner:
+        with _runner(state, settings, opts, store, out, transport=transport) as runner:
             if opts.agent:
                 _switch_agent(store, session_id, runner.agents[opts.agent])
             if multi:
-                _run_items(state, runner, store, opts, session_id, out)
-            elif tool_output is not None:
-                assert opts.tool_result is not None
-                remaining = store.submit_tool_result(session_id, opts.tool_result[0], tool_output)
+                _run_items(state, runner, store, opts, session_id, out, scope)
+            elif tool_outputs:
+                remaining = _submit_tool_results(store, session_id, tool_outputs)
                 if remaining:
                     out.pending_only(session_id, remaining)
                 else:
@@ -584,16 +645,147 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                     )
                 )
         out.success()
+        # only a run that worked moves the session to its endpoint: a mistyped --base-url
+        # that failed leaves the session where it was
+        remember_endpoint(store, session_id, choice)
         return out.exit_code
     except BaseException as exc:
         if claimed:
-            _release_claim(store, opts.message_id)
+            _release_claim(store, claim_id)
+        _busy_hint(exc, opts.wait)
         if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
             out.failure(exc, session_id)
         raise
     finally:
-        if new_id:
+        if announce:
             _announce_if_stored(state, store, session_id, seen=session_id in out.stored)
+
+
+_OPENAI_URL = "https://api.openai.com/v1"
+
+
+def existing_session(store: Any, session_id: str) -> Any:
+    """The stored session ``session_id`` (agents by name only), or ``None``."""
+    from .core.errors import SessionNotFoundError
+    from .show import _NamedAgent
+
+    store.set_agent_resolver(_NamedAgent)
+    try:
+        return store.get(session_id)
+    except SessionNotFoundError:
+        return None
+
+
+def session_endpoint(state: State, store: Any, existing: Any, model: str | None,
+                     base_url: str | None) -> tuple[str | None, str | None]:
+    """The model and base URL to use on ``existing`` (a session or ``None``): the flags when
+    given, else those stored with the session (``store.session_endpoint``), else ``None``
+    (the configured ones). A flag that changes a stored value is announced."""
+    from .cli import _notice
+
+    if existing is None:
+        return model, base_url
+    stored_model, stored_url = store.session_endpoint(existing.session_id)
+    for flag, what, given, stored in (("--model", "model", model, stored_model),
+                                      ("--base-url", "endpoint", base_url, stored_url)):
+        if given and stored and given != stored:
+            _notice(state, f"session {existing.session_id} used {what} {stored}; {flag} switches it to {given}")
+    if base_url and not model and stored_model == "local":
+        stored_model = None  # the embedded model's name means nothing to another endpoint
+    return model or stored_model, base_url or stored_url
+
+
+def endpoint_of(choice: Any) -> tuple[str, str | None]:
+    """The ``(model, base_url)`` a :class:`~chatflow_cli.config.ModelChoice` sends requests to,
+    as stored with a session (the local model has no fixed URL: ``None``)."""
+    if choice.local:
+        return choice.model, None
+    return choice.model, choice.base_url or os.environ.get("OPENAI_BASE_URL") or _OPENAI_URL
+
+
+def remember_endpoint(store: Any, session_id: str, choice: Any, *, model: str | None = None) -> None:
+    """Store ``choice``'s model (or ``model``, a switch made since) and endpoint with the
+    session when they changed (and the session exists); a store failure here never hides the
+    run's own outcome."""
+    from .core.errors import SessionNotFoundError
+
+    wanted = endpoint_of(choice)
+    if model:
+        wanted = (model, wanted[1])
+    try:
+        if store.session_endpoint(session_id) != wanted:
+            store.set_session_endpoint(session_id, *wanted)
+    except SessionNotFoundError:
+        pass
+    except ChatflowError:
+        pass
+
+
+def _unapplied_options(state: State, store: Any, existing: Any, opts: ChatOptions) -> None:
+    """``--system`` and ``--max-turns`` set up a new session: on an existing one they are not
+    applied, and chatflow says so rather than ignoring them silently."""
+    from .cli import _notice
+
+    sid = existing.session_id
+    if opts.max_turns is not None and opts.max_turns != existing.max_turns:
+        _notice(state, f"--max-turns {opts.max_turns} not applied: it sets up a new session, and {sid} keeps "
+                       f"its window of {plural(existing.max_turns, 'turn')}")
+    if opts.system is not None:
+        stored = [m.content for r in store.load_turns(sid, first=0, last=0) for m in r.messages]
+        if opts.system not in stored:
+            _notice(state, f"--system not applied: it sets up a new session, and {sid} keeps its system prompt "
+                           f"(start a new session with -s NEW_ID --system ...)")
+
+
+def _submit_tool_results(store: Any, session_id: str, outputs: list[tuple[str, str]]) -> list[str]:
+    """Record every ``--tool-result`` in the order given; the ids still unanswered after them.
+
+    Every id is checked against the pending calls before anything is written, so an unknown
+    or already answered id records none of them (exit 2).
+    """
+    from .core.errors import ToolResultError
+
+    session = store.get(session_id)
+    if session is None:
+        from .core.errors import SessionNotFoundError
+
+        raise SessionNotFoundError(f"no session {safe_text(session_id)!r} (list them with: chatflow sessions ls)",
+                                   session_id=session_id)
+    pending = [c.id for c in session.pending_tool_calls]
+    unknown = [i for i, _ in outputs if i not in pending]
+    if unknown:
+        waiting = ", ".join(pending) if pending else "none"
+        raise ToolResultError(f"no pending tool call {safe_text(unknown[0])} in session {session_id} "
+                              f"(waiting for: {waiting}); nothing was recorded", session_id=session_id)
+    remaining: list[str] = []
+    for tool_use_id, output in outputs:
+        remaining = store.submit_tool_result(session_id, tool_use_id, output)
+    return remaining
+
+
+def _busy_hint(exc: BaseException, wait: float) -> None:
+    """A :class:`SessionBusyError` names the way to wait for the running turn (``--wait``)."""
+    from .core.errors import SessionBusyError
+
+    if isinstance(exc, SessionBusyError) and "--wait" not in exc.message:
+        hint = (f" (still busy after --wait {wait:g} s)" if wait
+                else "; wait for it with --wait SECONDS, e.g. --wait 60")
+        exc.message = exc.message + hint
+        exc.args = (exc.message,)
+
+
+def claim_key(message_id: str, session_id: str, scope: str) -> str:
+    """The id a ``--message-id`` is claimed under: the id itself in the ``global`` scope (one
+    id space for every session, as WhatsApp message ids are), ``session:<session id>:<id>``
+    in the ``session`` scope (ids unique within one chat, as Telegram's are), so the same id in
+    two sessions is two messages. A global id cannot take the session form (``session:`` ids
+    are refused), so the two scopes never collide."""
+    if scope == "session":
+        return f"session:{session_id}:{message_id}"
+    if message_id.startswith("session:"):
+        raise UsageError(f"--message-id {safe_text(message_id)!r}: ids starting with 'session:' are reserved "
+                         "for --message-id-scope session")
+    return message_id
 
 
 def _release_claim(store: Any, message_id: str | None) -> None:
@@ -626,7 +818,8 @@ def _announce_if_stored(state: State, store: Any, session_id: str, *, seen: bool
     _notice(state, f"new session {session_id} (continue it with: chatflow chat -s {session_id} MESSAGE)")
 
 
-def _run_items(state: State, runner: Any, store: Any, opts: ChatOptions, session_id: str, out: _Output) -> None:
+def _run_items(state: State, runner: Any, store: Any, opts: ChatOptions, session_id: str, out: _Output,
+               scope: str = "global") -> None:
     from .cli import validate_session_id
 
     settings_turns = opts.max_turns
@@ -637,10 +830,10 @@ def _run_items(state: State, runner: Any, store: Any, opts: ChatOptions, session
             if not remaining:
                 out.run(runner.continue_streamed(sid, wait=opts.wait))
             continue
-        if item.message_id and not store.claim_message(item.message_id):
+        item_claim = claim_key(item.message_id, sid, scope) if item.message_id else None
+        if item_claim and not store.claim_message(item_claim):
             if out.mode == "jsonl":
-                out._line({"seq": None, "type": "duplicate", "session_id": sid, "turn": None,
-                           "data": {"message_id": item.message_id}})
+                out._line(event_json("duplicate", sid, {"message_id": item.message_id}))
             continue
         metadata = {**(opts.metadata or {}), **(item.metadata or {})} or None
         try:
@@ -656,8 +849,8 @@ def _run_items(state: State, runner: Any, store: Any, opts: ChatOptions, session
                 )
             )
         except BaseException:
-            if item.message_id:
-                _release_claim(store, item.message_id)
+            if item_claim:
+                _release_claim(store, item_claim)
             raise
 
 

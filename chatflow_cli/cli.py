@@ -70,7 +70,8 @@ COMPLETE_VAR = "_CHATFLOW_COMPLETE"
 app = typer.Typer(
     name=PROG,
     help="Chat with OpenAI-compatible models from the terminal; sessions are kept in SQLite.",
-    epilog="Example: chatflow chat \"What is the capital of France?\"",
+    epilog=("--db, --config, --debug and --no-color may also follow the command.\n\n"
+            "Example: chatflow chat \"What is the capital of France?\""),
     rich_markup_mode=None,  # plain help: fast, and no rich.markdown import
     pretty_exceptions_enable=False,
     pretty_exceptions_show_locals=False,
@@ -302,6 +303,31 @@ def complete_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
         return []
 
 
+STATUSES = ("idle", "running", "rescheduled", "terminated")
+SHELLS = ("bash", "zsh", "fish")
+
+
+def complete_agent_name(ctx: typer.Context, incomplete: str) -> list[str]:
+    """The configured agents' names (the default agent's when none are configured)."""
+    try:
+        from .config import DEFAULT_AGENT_NAME, load_settings
+
+        params = ctx.find_root().params
+        settings = load_settings(db=params.get("db"), config=params.get("config"))
+        names = [a.name for a in settings.agents] or [DEFAULT_AGENT_NAME]
+        return [n for n in names if n.startswith(incomplete)]
+    except Exception:
+        return []
+
+
+def complete_status(incomplete: str) -> list[str]:
+    return [s for s in STATUSES if s.startswith(incomplete)]
+
+
+def complete_shell(incomplete: str) -> list[str]:
+    return [s for s in SHELLS if s.startswith(incomplete)]
+
+
 # ---------------------------------------------------------------------------------------
 # the root command
 # ---------------------------------------------------------------------------------------
@@ -318,30 +344,33 @@ def root(
     config: Annotated[Optional[str], typer.Option("--config", help="config.toml to read (default: $CHATFLOW_CONFIG or the platform config dir).", metavar="PATH")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs on errors.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="No colours (NO_COLOR is honoured too).")] = False,
+    session: Annotated[Optional[str], typer.Option("--session", "-s", metavar="ID", help="With no command: the REPL (or the piped message) on this session, created when new.", autocompletion=complete_session_id)] = None,
+    continue_: Annotated[bool, typer.Option("--continue", "-c", help="With no command: the REPL (or the piped message) on the most recently updated session.")] = False,
     version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     """Chat with OpenAI-compatible models from the terminal; sessions are kept in SQLite.
 
     With no command: the REPL on a terminal; otherwise the message is read from stdin.
+    --db, --config, --debug and --no-color may also follow the command.
     """
     state = State(db=db, config=config, debug=debug, no_color=no_color, env=Env.from_sys(no_color=no_color))
     ctx.obj = state
     ctx.call_on_close(state.close)
     if ctx.invoked_subcommand is not None:
+        if session is not None or continue_:
+            flag = "--session" if session is not None else "--continue"
+            raise UsageError(f"{flag} before a command opens the REPL; give it to the command instead "
+                             f"(chatflow {ctx.invoked_subcommand} {flag} ...)")
         return
     env = state.env
     if env.interactive:
-        _start_repl(ctx, state)
+        _start_repl(ctx, state, session_id=session, continue_last=continue_)
         return
     if env.stdin_isatty:
         raise UsageError("stdout is not a terminal: pass the message, e.g. chatflow chat \"hello\" > reply.txt")
-    text = read_stdin_text(state).strip()
-    if not text:
-        _notice(state, "nothing to send: stdin was empty (run chatflow on a terminal for the REPL, or chatflow chat MESSAGE)")
-        return
     from .chat import ChatOptions, run_chat
 
-    run_chat(state, ChatOptions(message=text))
+    run_chat(state, ChatOptions(session=session, continue_=continue_))
 
 
 def _start_repl(ctx: typer.Context, state: State, **options: Any) -> None:
@@ -364,6 +393,42 @@ class OutputFormat(str, Enum):
     jsonl = "jsonl"
 
 
+#: ``--output`` of the listing commands, beside their ``--json``.
+OutputOption = Annotated[Optional[OutputFormat], typer.Option(
+    "--output", "-o", metavar="text|json|jsonl", case_sensitive=False,
+    help="text (a table on a terminal), json (one document) or jsonl (one JSON object a line).")]
+
+
+def _output_format(output: Optional[OutputFormat], json_: bool) -> str:
+    """``--output`` and ``--json`` as one format name; both, disagreeing: a usage error.
+
+    In json/jsonl mode an error is also printed as a JSON object on stdout (see :func:`main`)."""
+    global _JSON_ERRORS
+    if json_ and output not in (None, OutputFormat.json):
+        raise UsageError(f"--json means --output json; it cannot go with --output {output.value}")
+    fmt = "json" if json_ else (output.value if output is not None else "text")
+    _JSON_ERRORS = fmt if fmt != "text" else None
+    return fmt
+
+
+def _terminal_width(state: State) -> int | None:
+    """The terminal's width in cells, or ``None`` into a pipe (no width limit)."""
+    return state.out().width if state.env.stdout_isatty else None
+
+
+def _write_lines(state: State, lines: list[Any]) -> None:
+    colors = None
+    if state.env.stdout_isatty:
+        console = state.out()
+        colors = None if console.no_color else console.color_system
+    state.env.stdout.write("".join(line.ansi(colors) + "\n" for line in lines))
+
+
+class MessageIdScope(str, Enum):
+    global_ = "global"
+    session = "session"
+
+
 class InputFormat(str, Enum):
     text = "text"
     jsonl = "jsonl"
@@ -374,8 +439,8 @@ class InputFormat(str, Enum):
         "\b\nExamples:\n"
         "  chatflow chat \"What is the capital of France?\"\n"
         "  chatflow chat -s support-42 --output json \"Where is my order?\"\n"
-        "  git diff | chatflow chat -s review --system \"You review code\" -\n"
-        "  chatflow chat -s s1 --tool-result call_1 '{\"approved\": true}'"
+        "  git diff | chatflow chat \"review this\"      (the message, a blank line, then stdin)\n"
+        "  chatflow chat -s s1 --tool-result call_1 '{\"approved\": true}' --tool-result call_2 no"
     )
 )
 def chat(
@@ -386,12 +451,13 @@ def chat(
     system: Annotated[Optional[str], typer.Option("--system", metavar="TEXT", help="System prompt for a new session.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", help="Model name ('local' for the embedded llama.cpp model); overrides CHATFLOW_MODEL and config.")] = None,
     base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; overrides OPENAI_BASE_URL.")] = None,
-    agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="Start with this configured agent (a new session).")] = None,
+    agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="Start with this configured agent (on an existing session: switch to it).", autocompletion=complete_agent_name)] = None,
     max_turns: Annotated[Optional[int], typer.Option("--max-turns", min=1, metavar="N", help="Turns kept in the context window of a new session.")] = None,
     metadata: Annotated[Optional[list[str]], typer.Option("--metadata", help="KEY=VALUE stored on the session (repeatable).", metavar="KEY=VALUE")] = None,
     message_id: Annotated[Optional[str], typer.Option("--message-id", metavar="ID", help="Webhook message id: an id seen in the last 192 h is skipped (exit 0).")] = None,
+    message_id_scope: Annotated[Optional[MessageIdScope], typer.Option("--message-id-scope", metavar="global|session", case_sensitive=False, help="global: an id is one message across all sessions (WhatsApp-style ids); session: ids are per session (Telegram-style chat ids). Default: config message_id_scope, else global.")] = None,
     idempotency_key: Annotated[Optional[str], typer.Option("--idempotency-key", metavar="KEY", help="Resending with the same key returns the stored turn instead of a new one.")] = None,
-    tool_result: Annotated[Optional[tuple[str, str]], typer.Option("--tool-result", help="Answer a pending custom tool: TOOL_USE_ID JSON.", metavar="TOOL_USE_ID JSON")] = None,
+    tool_result: Annotated[Optional[tuple[str, str]], typer.Option("--tool-result", help="Answer a pending custom tool call with OUTPUT (JSON or plain text, sent as given); repeat it for several calls.", metavar="TOOL_USE_ID OUTPUT")] = None,
     wait: Annotated[float, typer.Option("--wait", min=0, help="Seconds to wait for a busy session before giving up.", metavar="SECONDS")] = 0.0,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", metavar="text|json|jsonl", help="text (rendered on a terminal), json (one object) or jsonl (events).", case_sensitive=False)] = OutputFormat.text,
     json_: Annotated[bool, typer.Option("--json", help="Same as --output json.")] = False,
@@ -403,7 +469,7 @@ def chat(
     With no message on a terminal, the REPL opens on the session (-s/-c) instead.
     """
     state = _state(ctx)
-    if message is None and tool_result is None and input_ is InputFormat.text and state.env.interactive:
+    if message is None and not tool_result and input_ is InputFormat.text and state.env.interactive:
         _start_repl(ctx, state, session_id=session, continue_last=continue_, model=model, agent=agent,
                     base_url=base_url, max_turns=max_turns, system=system)
         return
@@ -420,8 +486,9 @@ def chat(
         max_turns=max_turns,
         metadata=parse_metadata(metadata),
         message_id=message_id,
+        message_id_scope=message_id_scope.value if message_id_scope is not None else None,
         idempotency_key=idempotency_key,
-        tool_result=tool_result,
+        tool_results=[(str(a), str(b)) for a, b in tool_result] if tool_result else None,
         wait=wait,
         output="json" if json_ else output.value,
         input=input_.value,
@@ -437,31 +504,35 @@ def chat(
 def sessions_ls(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option("--limit", "-n", min=0, metavar="N", help="At most this many, newest first (0: all).")] = 50,
-    agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="Only sessions whose active agent is this.")] = None,
-    status: Annotated[Optional[str], typer.Option("--status", metavar="STATUS", help="Only this status: idle, running, rescheduled, terminated.")] = None,
-    json_: Annotated[bool, typer.Option("--json", help="A JSON array instead of a table.")] = False,
+    agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="Only sessions whose active agent is this.", autocompletion=complete_agent_name)] = None,
+    status: Annotated[Optional[str], typer.Option("--status", metavar="STATUS", help="Only this status: idle, running, rescheduled, terminated.", autocompletion=complete_status)] = None,
+    output: OutputOption = None,
+    json_: Annotated[bool, typer.Option("--json", help="Same as --output json: a JSON array.")] = False,
 ) -> None:
     """List stored sessions: id, active agent, status, turns, last update, preview."""
+    fmt = _output_format(output, json_)
     state = _state(ctx)
-    if status is not None and status not in {"idle", "running", "rescheduled", "terminated"}:
+    if status is not None and status not in STATUSES:
         raise UsageError(f"--status {status!r}: use idle, running, rescheduled or terminated")
     store = state.store(create=False)
     summaries = [] if store is None else store.list_sessions(limit=limit or None, agent=agent, status=status)
-    if json_:
+    if fmt != "text":
         from .render import dumps, summary_dict
 
-        state.env.stdout.write(dumps([summary_dict(s) for s in summaries], indent=2) + "\n")
+        rows = [summary_dict(s) for s in summaries]
+        text = dumps(rows, indent=2) + "\n" if fmt == "json" else "".join(dumps(r) + "\n" for r in rows)
+        state.env.stdout.write(text)
         return
     if not summaries:
-        _notice(state, "no sessions yet: start one with chatflow chat \"hello\"")
+        filters = [f"--{name} {value}" for name, value in (("status", status), ("agent", agent)) if value]
+        if filters and store is not None and store.latest_session_id() is not None:
+            _notice(state, f"no sessions match {' '.join(filters)}")
+        else:
+            _notice(state, "no sessions yet: start one with chatflow chat \"hello\"")
         return
     from .render import sessions_lines
 
-    width, colors = None, None
-    if state.env.stdout_isatty:  # piped: no width limit, no colour (issue 5)
-        console = state.out()
-        width, colors = console.width, console.color_system
-    state.env.stdout.write("".join(line.ansi(colors) + "\n" for line in sessions_lines(summaries, width=width)))
+    _write_lines(state, sessions_lines(summaries, width=_terminal_width(state)))
 
 
 @sessions_app.command(
@@ -473,13 +544,15 @@ def sessions_show(
     session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id.", autocompletion=complete_session_id)],
     all_: Annotated[bool, typer.Option("--all", help="Also show rolled-back turns.")] = False,
     full: Annotated[bool, typer.Option("--full", help="Do not fold long tool arguments and results.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="The same content as JSON.")] = False,
+    output: OutputOption = None,
+    json_: Annotated[bool, typer.Option("--json", help="Same as --output json: {\"session\": ..., \"turns\": [...]}.")] = False,
     no_pager: Annotated[bool, typer.Option("--no-pager", help="Never page, even on a terminal.")] = False,
 ) -> None:
     """Show a session as numbered turns: messages, tool calls, handoffs."""
     from .show import show_session
 
-    show_session(_state(ctx), session_id, include_rolled_back=all_, full=full, as_json=json_, pager=not no_pager)
+    fmt = _output_format(output, json_)
+    show_session(_state(ctx), session_id, include_rolled_back=all_, full=full, output=fmt, pager=not no_pager)
 
 
 @sessions_app.command(
@@ -541,71 +614,79 @@ def replay(
     session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id.", autocompletion=complete_session_id)],
     since: Annotated[int, typer.Option("--since", min=0, help="Only events after this seq.", metavar="SEQ")] = 0,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="One JSON event a line.")] = False,
+    output: OutputOption = None,
+    json_: Annotated[bool, typer.Option("--json", help="One JSON event a line (as --output jsonl).")] = False,
     rerun: Annotated[bool, typer.Option("--rerun", help="Send the user messages again, one turn each, into a new session.")] = False,
     into: Annotated[Optional[str], typer.Option("--into", metavar="ID", help="With --rerun: the new session's id.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", help="With --rerun: the model to use.")] = None,
     base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="With --rerun: the endpoint.")] = None,
-    agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="With --rerun: the starting agent.")] = None,
+    agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="With --rerun: the starting agent.", autocompletion=complete_agent_name)] = None,
 ) -> int | None:
     """Print a session's event log in seq order, or re-run its user messages."""
+    if json_ and output not in (None, OutputFormat.jsonl):
+        raise UsageError(f"--json means --output jsonl for replay; it cannot go with --output {output.value}")
+    fmt = _output_format(OutputFormat.jsonl if json_ else output, False)
     state = _state(ctx)
     if rerun:
         from .chat import rerun_session
 
-        return rerun_session(state, session_id, into=into, model=model, base_url=base_url, agent=agent,
-                             output="jsonl" if json_ else "text")
+        return rerun_session(state, session_id, into=into, model=model, base_url=base_url, agent=agent, output=fmt)
+    if follow and fmt == "json":
+        raise UsageError("--follow streams events: use --output jsonl (one JSON event a line) instead of json")
     if into or model or base_url or agent:
         raise UsageError("--into, --model, --base-url and --agent go with --rerun")
     from .show import replay_events
 
-    replay_events(state, session_id, since=since, follow=follow, as_json=json_)
+    replay_events(state, session_id, since=since, follow=follow, output=fmt)
 
 
 # ---------------------------------------------------------------------------------------
 # agents, config, completion
 # ---------------------------------------------------------------------------------------
-@agents_app.command("ls", epilog="\b\nExample:\n  chatflow agents ls --json")
+@agents_app.command("ls", epilog="\b\nExamples:\n  chatflow agents ls\n  chatflow agents ls --json | jq '.[].name'")
 def agents_ls(
     ctx: typer.Context,
-    json_: Annotated[bool, typer.Option("--json", help="A JSON array instead of a table.")] = False,
+    output: OutputOption = None,
+    json_: Annotated[bool, typer.Option("--json", help="Same as --output json: a JSON array.")] = False,
 ) -> None:
-    """List the configured agents (one default agent when none are configured)."""
-    from .config import DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, AgentSpec
-    from .render import dumps, safe_text
+    """List the configured agents (one default agent when none are configured).
 
+    Every tool module is imported, as chat does: one that does not import is a config
+    error (exit 9) naming the file and line.
+    """
+    from .config import DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, AgentSpec, build_agents
+    from .render import agents_lines, dumps
+
+    fmt = _output_format(output, json_)
     state = _state(ctx)
     settings = state.settings()
+    _, built = build_agents(settings)
     specs = list(settings.agents) or [AgentSpec(DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS)]
     start = settings.default_agent or specs[0].name
-    rows = [
-        {
-            "name": s.name,
-            "start": s.name == start,
-            "model": s.model or settings.model,
-            "handoffs": list(s.handoffs),
-            "tools": [t.label for t in s.tools],
-            "instructions": s.instructions,
-        }
-        for s in specs
-    ]
-    if json_:
+    rows = []
+    for spec in specs:
+        agent = built.get(spec.name)
+        tools = []
+        for tool_spec, tool in zip(spec.tools, getattr(agent, "tools", None) or ()):
+            entry = {"name": tool.name, "kind": "custom" if tool_spec.ref is None else "python"}
+            if tool_spec.ref is not None:
+                entry["ref"] = tool_spec.ref
+            tools.append(entry)
+        rows.append({
+            "name": spec.name,
+            "start": spec.name == start,
+            "model": spec.model or settings.model,
+            "handoffs": list(spec.handoffs),
+            "tools": tools,
+            "instructions": spec.instructions,
+        })
+    if fmt == "json":
         state.env.stdout.write(dumps(rows, indent=2) + "\n")
         return
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("AGENT", "MODEL", "HANDOFFS", "TOOLS", "INSTRUCTIONS"):
-        table.add_column(col, overflow="fold" if col != "INSTRUCTIONS" else "ellipsis", no_wrap=col == "INSTRUCTIONS")
-    for r in rows:
-        table.add_row(
-            safe_text(r["name"]) + (" *" if r["start"] else ""),
-            safe_text(r["model"] or "(default)"),
-            safe_text(", ".join(r["handoffs"]) or "-"),
-            safe_text(", ".join(r["tools"]) or "-"),
-            safe_text((r["instructions"] or "").splitlines()[0] if r["instructions"] else ""),
-        )
-    state.out().print(table)
+    if fmt == "jsonl":
+        state.env.stdout.write("".join(dumps(r) + "\n" for r in rows))
+        return
+    _write_lines(state, agents_lines(rows, width=_terminal_width(state)))
 
 
 @config_app.command("path", epilog="\b\nExample:\n  $EDITOR \"$(chatflow config path)\"")
@@ -626,16 +707,31 @@ def config_show(
     from .config import mask_secret
     from .render import dumps, safe_text
 
+    from .config import LOCAL_MODEL, resolve_model
+    from .core.errors import ConfigError
+
     state = _state(ctx)
     s = state.settings()
+    # The model and endpoint requests actually use (a default filled in, or the local model),
+    # not only what was configured; a configuration that cannot send anything says why.
+    model, base_url, problem = s.model, s.base_url, None
+    try:
+        choice = resolve_model(s)
+    except ConfigError as exc:
+        problem = exc.message
+    else:
+        model = choice.model
+        base_url = "(the local llama.cpp server chatflow starts)" if choice.local else (
+            choice.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1")
+    model_source = s.sources.get("model") if s.model else ("default" if model != LOCAL_MODEL else "default (local)")
     data = {
         "config_file": str(s.config_path),
         "config_loaded": s.config_loaded,
         "data_dir": str(s.data_dir),
         "db_path": str(s.db_path),
-        "model": s.model,
-        "model_source": s.sources.get("model"),
-        "base_url": s.base_url,
+        "model": model,
+        "model_source": model_source,
+        "base_url": base_url,
         "base_url_source": s.sources.get("base_url"),
         "api_key_env": s.api_key_env,
         "api_key": mask_secret(s.api_key),
@@ -645,6 +741,8 @@ def config_show(
         "local_keep_alive_source": s.sources.get("local_keep_alive"),
         "agents": [a.name for a in s.agents],
     }
+    if problem:
+        data["problem"] = problem
     if json_:
         state.env.stdout.write(dumps(data, indent=2) + "\n")
         return
@@ -714,7 +812,7 @@ def local_stop(
 
 @app.command(epilog="\b\nExamples:\n  chatflow completion bash > ~/.local/share/bash-completion/completions/chatflow\n  chatflow completion fish > ~/.config/fish/completions/chatflow.fish")
 def completion(
-    shell: Annotated[str, typer.Argument(metavar="SHELL", help="bash, zsh or fish.")],
+    shell: Annotated[str, typer.Argument(metavar="SHELL", help="bash, zsh or fish.", autocompletion=complete_shell)],
 ) -> None:
     """Print the shell completion script (session ids complete from the store)."""
     sys.stdout.write(completion_script(shell) + "\n")
@@ -732,6 +830,10 @@ def completion_script(shell: str) -> str:
 # ---------------------------------------------------------------------------------------
 # the error boundary
 # ---------------------------------------------------------------------------------------
+#: ``json``/``jsonl`` while a command prints JSON: an error is then also printed as a JSON
+#: object on stdout (``{"schema", "type": "error", "is_error": true, ...}``), as ``chat --json`` does.
+_JSON_ERRORS: str | None = None
+
 #: Secret values this process has read (the API key named by ``api_key_env``, recorded by
 #: :meth:`State.settings`): the error boundary removes them from everything it prints.
 _SECRETS: set[str] = set()
@@ -790,12 +892,29 @@ def _print_traceback() -> None:
         pass
 
 
-def _error_line(message: str) -> None:
+def _json_error(message: str, error_type: str, code: int, session_id: str | None) -> None:
+    """In a JSON output mode (:data:`_JSON_ERRORS`), the error as JSON on stdout too: the
+    ``chat --output json`` error object, or for jsonl an ``error`` event."""
+    if _JSON_ERRORS is None:
+        return
+    from .render import dumps, event_json
+
+    err = {"error": _scrub(message), "error_type": error_type, "exit_code": int(code), "session_id": session_id,
+           "is_error": True}
+    obj = err if _JSON_ERRORS == "json" else event_json("error", session_id, err)
+    try:
+        sys.stdout.write(dumps(obj) + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):  # pragma: no cover
+        pass
+
+
+def _error_line(message: str, *, prefix: str = "chatflow: error: ") -> None:
     from .render import safe_text
 
     first = message.strip().splitlines()[0] if message.strip() else "unknown error"
     try:
-        sys.stderr.write(f"chatflow: error: {safe_text(_scrub(first))}\n")
+        sys.stderr.write(f"{prefix}{safe_text(_scrub(first))}\n")
         sys.stderr.flush()
     except (BrokenPipeError, OSError):  # pragma: no cover
         pass
@@ -892,9 +1011,149 @@ def _check_utf8_args(args: list[str]) -> None:
             raise UsageError(f"argument {position} is not valid UTF-8 (bad byte at offset {exc.start})") from None
 
 
+# ---------------------------------------------------------------------------------------
+# command-line shape: global options anywhere, no silent repeats, plain argument help
+# ---------------------------------------------------------------------------------------
+#: The root options that every command accepts too, wherever the user types them.
+GLOBAL_OPTIONS = ("--db", "--config", "--debug", "--no-color")
+
+
+def _set_global(ctx: Any, param: Any, value: Any) -> None:
+    """A global option given after the command: update the run's :class:`State`."""
+    if ctx.resilient_parsing or value in (None, False):
+        return
+    state = _state(ctx)
+    if param.name == "db":
+        state.db = value
+    elif param.name == "config":
+        state.config = value
+        state._settings.clear()
+    elif param.name == "debug":
+        state.debug = True
+    elif param.name == "no_color":
+        state.no_color = True
+        state.env = Env.from_sys(no_color=True)
+
+
+def _add_global_options(command: Any) -> None:
+    """Give every subcommand the root's ``--db``, ``--config``, ``--debug`` and ``--no-color``,
+    so ``chatflow sessions ls --db x`` works as ``chatflow --db x sessions ls`` does (they stay
+    out of each command's help; the root's help says they may follow the command)."""
+    import copy
+
+    root_params = {p.name: p for p in command.params}
+    for sub in _walk_commands(command):
+        if sub is command:
+            continue
+        taken = {opt for p in sub.params for opt in (*p.opts, *p.secondary_opts)}
+        for flag in GLOBAL_OPTIONS:
+            if flag in taken:
+                continue
+            name = flag.lstrip("-").replace("-", "_")
+            option = copy.copy(root_params[name])
+            option.expose_value = False
+            option.callback = _set_global
+            option.hidden = True
+            sub.params.append(option)
+
+
+def _walk_commands(command: Any) -> Iterator[Any]:
+    yield command
+    for sub in (getattr(command, "commands", None) or {}).values():
+        yield from _walk_commands(sub)
+
+
+def _refuse_repeats(command: Any) -> None:
+    """An option that takes one value and is given twice is a usage error (exit 2), never a
+    silent "the last one wins": ``--session a --session b`` or ``-m x -m y`` names the option.
+    Repeatable options (``--metadata``, ``--tool-result``) and flags are not affected."""
+    from typer import _click
+
+    for cmd in _walk_commands(command):
+        original = cmd.make_parser
+
+        def make_parser(ctx: Any, _original: Any = original) -> Any:
+            parser = _original(ctx)
+            parse = parser.parse_args
+
+            def parse_args(args: list[str]) -> Any:
+                opts, rest, order = parse(args=args)
+                seen: set[int] = set()
+                for param in order:
+                    if not getattr(param, 'param_type_name', '') == 'option' or param.multiple or param.is_flag or param.count:
+                        continue
+                    if id(param) in seen and not ctx.resilient_parsing:
+                        names = "/".join(sorted(param.opts, key=len, reverse=True))
+                        raise _click.exceptions.UsageError(f"{names} was given more than once; it takes one value", ctx=ctx)
+                    seen.add(id(param))
+                return opts, rest, order
+
+            parser.parse_args = parse_args
+            return parser
+
+        cmd.make_parser = make_parser
+
+
+def _plain_argument_help(command: Any) -> None:
+    """Arguments in help as ``ID``, ``[MESSAGE]`` and ``[ID]...``: no Python types
+    (``<str>``, ``<list[str]>``) and no ``{ID}`` braces."""
+    for cmd in _walk_commands(command):
+        for param in cmd.params:
+            if getattr(param, "param_type_name", "") != "argument" or not hasattr(param, "_usage_display_name"):
+                continue
+            name = (param.metavar or param.name.upper()).rstrip(".")
+
+            def usage(_param: Any = param, _name: str = name) -> str:
+                shown = _name if _param.required else f"[{_name}]"
+                return shown + ("..." if _param.nargs != 1 else "")
+
+            param._usage_display_name = usage
+            param.display_type_rich = lambda ctx=None: ""
+            param._rich_display_name = lambda _name=name, _param=param: _name + ("..." if _param.nargs != 1 else "")
+
+
+#: Options taking a pair of values that may be repeated (typer has no list-of-tuples type).
+_REPEATABLE_PAIRS = {("chat", "tool_result")}
+
+
+def _repeatable_pairs(command: Any) -> None:
+    """``--tool-result ID OUTPUT`` may be given once per pending call: the value is a list of pairs."""
+    from ._typer_fast import _lite_class, _str
+
+    for name, sub in (getattr(command, "commands", None) or {}).items():
+        for param in sub.params:
+            if (name, param.name) in _REPEATABLE_PAIRS:
+                param.multiple = True
+                param.default = None
+
+                def pairs(value: Any, p: Any, c: Any) -> Any:
+                    return [tuple(_str(v, p, c) for v in pair) for pair in value or ()] or None
+
+                desc = param.type_descriptor
+                param._runtime_param = _lite_class()(parameter_info=desc.parameter_info, annotation=desc.annotation,
+                                                     fn=pairs)
+
+
+def build_command() -> Any:
+    """The click command of :data:`app` as chatflow runs it (global options on every
+    command, repeated single-value options refused, plain argument help)."""
+    command = typer.main.get_command(app)
+    from ._typer_fast import install
+
+    install(command)
+    _repeatable_pairs(command)
+    _add_global_options(command)
+    _refuse_repeats(command)
+    _plain_argument_help(command)
+    return command
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run chatflow and exit with the code of :class:`ExitStatus` that fits the outcome."""
     from typer import _click
+
+    global _JSON_ERRORS
+    _JSON_ERRORS = None
 
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("CHATFLOW_DEBUG", "") not in ("", "0")
@@ -913,10 +1172,7 @@ def main(argv: list[str] | None = None) -> None:
     _fill_closed_standard_streams()
     try:
         _check_utf8_args(args)
-        command = typer.main.get_command(app)
-        from ._typer_fast import install
-
-        install(command)
+        command = build_command()
         _reader_gone_is_ours(command)
         rv = command.main(args=args, prog_name=PROG, complete_var=COMPLETE_VAR, standalone_mode=False)
         code = rv if isinstance(rv, int) else ExitStatus.SUCCESS
@@ -924,8 +1180,12 @@ def main(argv: list[str] | None = None) -> None:
     except ChatflowError as exc:
         if debug:
             _print_traceback()
-        _error_line(exc.message)
+        if exc.exit_code == ExitStatus.INTERRUPTED:  # Ctrl-C is not an error: a plain notice
+            _error_line(exc.message, prefix="chatflow: ")
+        else:
+            _error_line(exc.message)
         code = exc.exit_code
+        _json_error(exc.message, type(exc).__name__, code, getattr(exc, "session_id", None))
     except _click.exceptions.NoArgsIsHelpError as exc:
         sys.stderr.write(exc.format_message().rstrip("\n") + "\n")
         code = ExitStatus.USAGE
@@ -935,6 +1195,7 @@ def main(argv: list[str] | None = None) -> None:
             hint = f" (see: {exc.ctx.command_path} --help)"
         _error_line(exc.format_message() + hint)
         code = ExitStatus.USAGE
+        _json_error(exc.format_message(), "UsageError", code, None)
     except _click.exceptions.ClickException as exc:
         _error_line(exc.format_message())
         code = exc.exit_code or ExitStatus.ERROR
@@ -943,7 +1204,7 @@ def main(argv: list[str] | None = None) -> None:
         code = ExitStatus.INTERRUPTED
     except KeyboardInterrupt:
         try:
-            sys.stderr.write("\n")
+            sys.stderr.write("\nchatflow: interrupted\n")
         except OSError:  # pragma: no cover
             pass
         code = ExitStatus.INTERRUPTED

@@ -120,7 +120,11 @@ KEEP_ALIVE_ENV = "CHATFLOW_LOCAL_KEEP_ALIVE"
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOOL_REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-_TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "agents", "local_keep_alive"}
+_TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "agents", "local_keep_alive",
+             "message_id_scope"}
+#: ``--message-id`` scopes: ``global`` (one id space for every session: WhatsApp-style
+#: provider message ids) or ``session`` (ids unique within one chat only: Telegram-style).
+MESSAGE_ID_SCOPES = ("global", "session")
 _AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools"}
 _CUSTOM_TOOL_KEYS = {"name", "description", "parameters"}
 
@@ -248,6 +252,7 @@ class Settings:
     agents: tuple[AgentSpec, ...] = ()
     local_keep_alive: float = 300.0
     sources: dict[str, str] = field(default_factory=dict)
+    message_id_scope: str = "global"
 
     def agent(self, name: str) -> AgentSpec | None:
         for spec in self.agents:
@@ -340,6 +345,7 @@ def load_settings(
         agents=tuple(file_settings.get("agents", ())),
         local_keep_alive=keep_alive,
         sources=sources,
+        message_id_scope=file_settings.get("message_id_scope", "global"),
     )
 
 
@@ -500,6 +506,11 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
                 _key_line(text, "api_key_env"),
             )
         out["api_key_env"] = value
+    if "message_id_scope" in data:
+        value = _want_str(text, "message_id_scope", data["message_id_scope"])
+        if value not in MESSAGE_ID_SCOPES:
+            raise _Problem("message_id_scope must be \"global\" or \"session\"", _key_line(text, "message_id_scope"))
+        out["message_id_scope"] = value
     if "max_turns" in data:
         value = data["max_turns"]
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -380,7 +380,9 @@ def sessions_lines(summaries: Sequence[Any], *, width: int | None = None, now: f
         statuses.append(status)
         rows.append([
             safe_text(s.session_id), safe_text(s.active_agent_name or "-"), status, str(s.turn_count),
-            format_age(s.updated_at, now), safe_text(s.preview, one_line=True).strip(),
+            format_age(s.updated_at, now),
+            # a session whose only turns failed previews the failed message, marked as such
+            ("(failed) " if s.turn_count == 0 and s.preview else "") + safe_text(s.preview, one_line=True).strip(),
         ])
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(_LS_HEADERS)]
     columns = list(range(len(_LS_HEADERS)))
@@ -396,6 +398,8 @@ def sessions_lines(summaries: Sequence[Any], *, width: int | None = None, now: f
                 widths[col] -= excess
             else:
                 columns.remove(col)
+        if total() > width:  # even the columns that are never truncated do not fit
+            return _sessions_stacked(rows, statuses, width)
     lines: list[Lines] = []
     header = Lines()
     for n, i in enumerate(columns):
@@ -417,6 +421,121 @@ def sessions_lines(summaries: Sequence[Any], *, width: int | None = None, now: f
         line.rstrip()
         lines.append(line)
     return lines
+
+
+def _sessions_stacked(rows: list[list[str]], statuses: list[str], width: int) -> list[Lines]:
+    """``sessions ls`` on a terminal too narrow for its columns: two lines a session, the id
+    and status, then turns, age, agent and preview, indented and clipped to ``width``."""
+    lines: list[Lines] = []
+    for row, status in zip(rows, statuses):
+        sid, agent, _, turns, updated, preview = row
+        first = Lines(sid, "cyan")
+        if len(sid) + 2 + len(status) <= width:
+            first.append("  " + status, _LS_STATUS_STYLES.get(status, ""))
+        lines.append(first)
+        detail = f"{plural(int(turns), 'turn')} · {updated}" + (f" · {agent}" if agent != "-" else "")
+        detail = _clip("  " + detail, width)
+        second = Lines(detail, "dim")
+        room = width - len(detail) - 2
+        if preview and room >= _LS_MIN_PREVIEW:
+            second.append("  " + _clip(preview, room))
+        lines.append(second)
+    return lines
+
+
+def agents_lines(rows: Sequence[dict[str, Any]], *, width: int | None = None) -> list[Lines]:
+    """The ``agents ls`` listing as styled lines.
+
+    ``rows`` as :func:`agent_dicts` gives them. A table (AGENT, MODEL, HANDOFFS, TOOLS,
+    INSTRUCTIONS; ``*`` marks the starting agent) when it fits ``width`` with at least
+    :data:`_LS_MIN_PREVIEW` cells of instructions, or when ``width`` is ``None`` (a pipe:
+    nothing truncated); otherwise one block an agent, each line wrapped to ``width``.
+    """
+    def cells(r: dict[str, Any]) -> list[str]:
+        tools = ", ".join(t["name"] + (" (custom)" if t["kind"] == "custom" else "") for t in r["tools"])
+        first = (r["instructions"] or "").strip().splitlines()[0] if (r["instructions"] or "").strip() else ""
+        return [safe_text(r["name"]) + (" *" if r["start"] else ""), safe_text(r["model"] or "(default)"),
+                safe_text(", ".join(r["handoffs"]) or "-"), safe_text(tools or "-"), safe_text(first)]
+
+    headers = ("AGENT", "MODEL", "HANDOFFS", "TOOLS", "INSTRUCTIONS")
+    table = [cells(r) for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in table]) for i, h in enumerate(headers)]
+    fixed = sum(widths[:4]) + 2 * 4
+    if width is None or fixed + _LS_MIN_PREVIEW <= width:
+        last = widths[4] if width is None else max(0, min(widths[4], width - fixed))
+        out = [Lines("  ".join(h.ljust(w) for h, w in zip(headers[:4], widths)) + "  " + headers[4], "bold")]
+        for c in table:
+            line = Lines(c[0].ljust(widths[0]), "cyan")
+            line.append("  " + "  ".join(v.ljust(w) for v, w in zip(c[1:4], widths[1:4])) + "  ")
+            line.append(_clip(c[4], last) if width is not None else c[4], "dim")
+            line.rstrip()
+            out.append(line)
+        return out
+    import textwrap
+
+    out = []
+    for c in table:
+        out.append(Lines(_clip(c[0], width), "bold cyan"))
+        for label, value in (("model", c[1]), ("handoffs", c[2]), ("tools", c[3]), ("", c[4])):
+            if not value or (label and value == "-"):
+                continue
+            text = f"{label}: {value}" if label else value
+            for piece in textwrap.wrap(text, width=max(10, width - 2), break_long_words=True) or [""]:
+                out.append(Lines("  " + piece, "dim" if not label else ""))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# the JSON event shape (chat --output jsonl, replay --output json/jsonl)
+# ---------------------------------------------------------------------------------------
+#: The version of the JSON event shape, in every event's ``"schema"`` field. It changes
+#: only when a field is removed or changes meaning; new fields may appear within a version.
+EVENT_SCHEMA = 1
+
+
+def _without_tokens(data: Any) -> Any:
+    """``data`` without the lock tokens of the owners it names (a ``status`` or
+    ``session.recovered`` payload's ``owner``): the token is the running turn's credential."""
+    if isinstance(data, dict) and isinstance(data.get("owner"), dict) and "token" in data["owner"]:
+        data = {**data, "owner": {k: v for k, v in data["owner"].items() if k != "token"}}
+    return data
+
+
+def event_json(type: str, session_id: str | None, data: Any = None, *, seq: int | None = None,
+               turn: int | None = None, created_at: float | None = None,
+               idempotency_key: str | None = None) -> dict[str, Any]:
+    """One event in chatflow's JSON shape (README, "JSON output")::
+
+        {"schema": 1, "seq": 7, "type": "message.model", "session_id": "s1", "turn": 2,
+         "created_at": 1764547200.5, "data": {...}}
+
+    ``seq`` (the event-log position) and ``created_at`` (epoch seconds, UTC) are present only
+    on events stored in the log; runtime events (``text.delta``, ``tool.call_started``...)
+    and ``result`` have neither. ``turn`` is always present (``null`` when none applies).
+    ``data`` is the event's payload; a ``result``/``error`` event's ``data`` holds
+    ``is_error``. Owners' lock tokens are never included.
+    """
+    out: dict[str, Any] = {"schema": EVENT_SCHEMA}
+    if seq is not None:
+        out["seq"] = seq
+    out["type"] = type
+    out["session_id"] = session_id
+    out["turn"] = turn
+    if created_at is not None:
+        out["created_at"] = created_at
+    if idempotency_key is not None:
+        out["idempotency_key"] = idempotency_key
+    out["data"] = _without_tokens(data if data is not None else {})
+    return out
+
+
+def stored_event_json(event: Any) -> dict[str, Any]:
+    """A stored :class:`~chatflow_cli.core.events.Event` in the JSON event shape."""
+    payload = event.payload or {}
+    turn = payload.get("turn") if isinstance(payload, dict) else None
+    return event_json(str(getattr(event.type, "value", event.type)), event.session_id, payload, seq=event.seq,
+                      turn=turn if isinstance(turn, int) else None, created_at=event.created_at,
+                      idempotency_key=event.idempotency_key)
 
 
 def summary_dict(s: Any) -> dict[str, Any]:
@@ -1023,7 +1142,12 @@ class ReplyPrinter:
     go to stderr only when stderr is a terminal, so stdout holds the answer and nothing else.
     """
 
+    #: Seconds between two redraws of the spinner while nothing else arrives.
+    TICK_S = 0.1
+
     def __init__(self, out_console: Any | None, err_console: Any | None, *, live: bool, file: Any = None) -> None:
+        import threading
+
         self.out = out_console
         self.err = err_console
         self.live_enabled = live and out_console is not None
@@ -1031,24 +1155,83 @@ class ReplyPrinter:
         self._text = ""
         self._printed_any = False
         self._file = file if file is not None else out_console.file
+        # The spinner moves on its own: a ticker thread redraws the live tail every TICK_S
+        # seconds while the main thread waits on the model. Every use of the stream holds
+        # the lock, since MarkdownStream itself is not thread-safe.
+        self._lock = threading.RLock()
+        # (what, until: monotonic s or None, what once the countdown is over)
+        self._waiting: tuple[str, float | None, str] = ("thinking", None, "thinking")
+        self._stop = threading.Event()
+        self._ticker: Any = None
+        self._segment_text = False  # text of the current segment is live (no spinner then)
         self._sanitizer = TextSanitizer()
         if self.live_enabled:
             from .markdown_stream import MarkdownStream
 
             self._stream = MarkdownStream(out_console, live=True)
             self._stream.set_status("thinking")
+            self._ticker = threading.Thread(target=self._tick, name="chatflow-spinner", daemon=True)
+            self._ticker.start()
+
+    # -- the spinner ----------------------------------------------------------------------
+    def waiting(self, what: str, seconds: float | None = None, then: str | None = None) -> None:
+        """Say what the reply waits for (any thread): ``what`` beside the spinner. With
+        ``seconds``, ``{seconds}`` in ``what`` counts down ("rate limited, retrying in 3 s
+        (2/3)") and ``then`` is shown once it reaches 0."""
+        import time
+
+        with self._lock:
+            until = time.monotonic() + seconds if seconds is not None else None
+            self._waiting = (what, until, then or what)
+            self._show_waiting()
+
+    def _status_text(self) -> str:
+        import math
+        import time
+
+        what, until, then = self._waiting
+        if until is None:
+            return what
+        left = until - time.monotonic()
+        return what.format(seconds=math.ceil(left)) if left > 0 else then
+
+    def _show_waiting(self) -> None:
+        if self._stream is not None:
+            self._stream.set_status(self._status_text(), refresh=False)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.TICK_S):
+            with self._lock:
+                if self._stream is None:
+                    return
+                if self._segment_text:  # text is streaming: its own redraws suffice
+                    continue
+                self._show_waiting()
+                self._stream.refresh()
+
+    def _stop_ticker(self) -> None:
+        self._stop.set()
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None and ticker.is_alive():
+            import threading
+
+            if ticker is not threading.current_thread():
+                ticker.join(timeout=1.0)
 
     # -- text ---------------------------------------------------------------------------
     def delta(self, text: str) -> None:
         if not text:
             return
-        self._text += text
-        self._printed_any = True
-        if self._stream is not None:
-            self._stream.feed(text)
-        else:
-            self._file.write(self._sanitizer.feed(text))
-            self._file.flush()
+        with self._lock:
+            self._text += text
+            self._printed_any = True
+            self._segment_text = True
+            self._waiting = ("thinking", None, "thinking")
+            if self._stream is not None:
+                self._stream.feed(text)
+            else:
+                self._file.write(self._sanitizer.feed(text))
+                self._file.flush()
 
     def _end_segment(self) -> None:
         """Close the current text segment (before a tool call line, or at the end)."""
@@ -1063,12 +1246,14 @@ class ReplyPrinter:
     # -- notes --------------------------------------------------------------------------
     def note(self, text: Any) -> None:
         """A line about a tool call or handoff: above the live tail, or on a terminal stderr."""
-        if self._stream is not None:
-            self._stream.print(text)
-            return
-        self._end_segment()
-        if self.err is not None:
-            self.err.print(text)
+        with self._lock:
+            self._segment_text = False  # after a tool or handoff line the spinner shows again
+            if self._stream is not None:
+                self._stream.print(text)
+                return
+            self._end_segment()
+            if self.err is not None:
+                self.err.print(text)
 
     def tool_started(self, agent: str | None, name: str, arguments: str | None) -> None:
         from rich.text import Text
@@ -1095,17 +1280,21 @@ class ReplyPrinter:
         """End the reply. ``final_text`` is printed when nothing was streamed (a replayed turn)."""
         if final_text and not self._printed_any:
             self.delta(final_text)
-        if self._stream is not None:
-            self._stream.finish()
-            self._stream = None
-        else:
-            self._end_segment()
+        self._stop_ticker()
+        with self._lock:
+            if self._stream is not None:
+                self._stream.finish()
+                self._stream = None
+            else:
+                self._end_segment()
 
     def abort(self) -> None:
-        if self._stream is not None:
-            try:
-                self._stream.finish()
-            finally:
-                self._stream = None
-        else:
-            self._end_segment()
+        self._stop_ticker()
+        with self._lock:
+            if self._stream is not None:
+                try:
+                    self._stream.finish()
+                finally:
+                    self._stream = None
+            else:
+                self._end_segment()

@@ -143,19 +143,17 @@ def run_repl(
     ``max_turns`` and ``system`` (``--max-turns``, ``--system``) apply to a session the
     REPL creates, as in ``chatflow chat``.
     """
-    from .chat import ChatOptions, _runner, transport_for
+    from .chat import ChatOptions, _runner, existing_session, remember_endpoint, session_endpoint, transport_for
     from .cli import _notice, new_session_id, validate_session_id
     from .config import ensure_private_dir, resolve_model
 
     if session_id and continue_last:
         raise UsageError("give --session or --continue, not both")
-    settings = state.settings(model=model, base_url=base_url)
-    choice = resolve_model(settings)  # configuration problems before anything is stored
-    store = state.store()
+    reader = state.store(create=False)  # the session's stored model and endpoint, if it exists
     if session_id:
         sid = validate_session_id(session_id)
     elif continue_last:
-        latest = store.latest_session_id()
+        latest = reader.latest_session_id() if reader is not None else None
         if latest is None:
             from .core.errors import NotFoundError
 
@@ -163,6 +161,11 @@ def run_repl(
         sid = latest
     else:
         sid = new_session_id()
+    existing = existing_session(reader, sid) if reader is not None else None
+    settings = state.settings(**dict(zip(("model", "base_url"),
+                                         session_endpoint(state, reader, existing, model, base_url))))
+    choice = resolve_model(settings)  # configuration problems before anything is stored
+    store = reader if reader is not None else state.store()
     console = console if console is not None else state.out()
     if choice.local:
         _notice(state, "starting the local model (SmolLM2 on llama.cpp)…")
@@ -183,7 +186,12 @@ def run_repl(
             validate_session_id=validate_session_id,
             resume_prefix=_resume_prefix(state),
         )
-        return asyncio.run(repl.run())
+        initial_model = runner.default_model
+        try:
+            return asyncio.run(repl.run())
+        finally:  # the session keeps its model (a /model switch too) and endpoint
+            switched = runner.default_model if runner.default_model != initial_model else None
+            remember_endpoint(store, repl.session_id, choice, model=switched)
 
 
 def _resume_prefix(state: Any) -> list[str]:
@@ -1233,6 +1241,11 @@ class Repl:
         for agent in self.runner.agents.values():
             agent.model = arg
         self.runner.default_model = arg
+        try:  # the session keeps it (a new session gets it with its first message)
+            if self.store.get(self.session_id) is not None:
+                self.store.set_session_endpoint(self.session_id, arg, self.store.session_endpoint(self.session_id)[1])
+        except Exception:  # noqa: BLE001 - the switch still applies to this run
+            pass
         self.say(f"model: {arg} (from the next message)")
 
     async def cmd_metadata(self, arg: str) -> None:

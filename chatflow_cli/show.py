@@ -107,18 +107,30 @@ class _InterruptedTurns:
 
 
 def show_session(
-    state: State, session_id: str, *, include_rolled_back: bool, full: bool, as_json: bool, pager: bool
+    state: State, session_id: str, *, include_rolled_back: bool, full: bool, output: str = "text", pager: bool = True
 ) -> None:
+    """Print a session: ``output`` ``text`` (numbered turns; paged on a terminal), ``json``
+    (``{"session": {...}, "turns": [...]}``) or ``jsonl`` (a ``{"session": {...}}`` line, then
+    one turn a line)."""
     store = _store_or_missing(state, session_id)
     session = _summary(store, session_id)
     if include_rolled_back:  # rolled-back turns may carry numbers past the live last turn
         records: Iterator[Any] = iter(store.load_turns(session_id, first=0, last=None, include_rolled_back=True))
+    elif session.turn_count == 0:
+        # no live turn: show the failed ones (a first message that failed, e.g. on a wrong key)
+        records = iter([r for r in store.load_turns(session_id, first=0, last=None, include_rolled_back=True)
+                        if r.number == 0 or r.failed])
     else:
         records = _pages(store, session_id, session.turn_count, False)
     env = state.env
     interrupted = _InterruptedTurns(store, session_id)
-    if as_json:
+    endpoint = getattr(store, "session_endpoint", None)
+    session.endpoint = endpoint(session_id) if endpoint is not None else (None, None)
+    if output == "json":
         _show_json(env.stdout, session, records, interrupted)
+        return
+    if output == "jsonl":
+        _show_jsonl(env.stdout, session, records, interrupted)
         return
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:
@@ -136,6 +148,9 @@ def _header(session: Any) -> Any:
     text = Lines(f"Session {safe_text(session.session_id)}", "bold")
     text.append(f"  agent {safe_text(agent)} · {status} · {plural(session.turn_count, 'turn')} · window {session.max_turns}",
                 "dim")
+    model = (getattr(session, "endpoint", None) or (None, None))[0]
+    if model:
+        text.append(f" · model {safe_text(model)}", "dim")
     if session.metadata:
         text.append("\n" + safe_text(", ".join(f"{k}={v}" for k, v in session.metadata.items())), "dim")
     return text
@@ -260,17 +275,33 @@ def _show_paged(state: State, session: Any, records: Iterator[Any], full: bool, 
         proc.wait()
 
 
-def _show_json(stream: Any, session: Any, records: Iterator[Any], interrupted: Any = ()) -> None:
-    from .render import turn_dict, turn_interrupted
-
-    head = {
+def _session_head(session: Any) -> dict[str, Any]:
+    return {
         "session_id": session.session_id,
         "agent": getattr(session.active_agent, "name", None),
         "status": getattr(session.status, "value", session.status),
         "turns": session.turn_count,
         "max_turns": session.max_turns,
         "metadata": session.metadata,
+        "model": session.endpoint[0],
+        "base_url": session.endpoint[1],
     }
+
+
+def _show_jsonl(stream: Any, session: Any, records: Iterator[Any], interrupted: Any = ()) -> None:
+    from .render import turn_dict, turn_interrupted
+
+    stream.write(dumps({"session": _session_head(session)}) + "\n")
+    for record in records:
+        if record.number == 0 and not record.messages:
+            continue
+        stream.write(dumps({"turn": turn_dict(record, interrupted=turn_interrupted(record, interrupted))}) + "\n")
+
+
+def _show_json(stream: Any, session: Any, records: Iterator[Any], interrupted: Any = ()) -> None:
+    from .render import turn_dict, turn_interrupted
+
+    head = _session_head(session)
     stream.write('{"session":' + dumps(head) + ',"turns":[')
     first = True
     for record in records:
@@ -341,6 +372,13 @@ def delete_sessions(state: State, ids: list[str], *, older_than: float | None, a
         if missing:
             raise _not_found(missing[0]) if len(missing) == 1 else SessionNotFoundError(
                 f"no sessions {', '.join(repr(safe_text(m[:60])) for m in missing)}: nothing was deleted")
+        # Deletion cannot be undone: on a terminal, ask first (as --all and rollback do);
+        # --yes skips the question, and scripts (stdin not a terminal) are not asked.
+        if not yes and state.env.stdin_isatty:
+            what = f"session {safe_text(ids[0])}" if len(ids) == 1 else plural(len(ids), "session") + f" ({', '.join(safe_text(i) for i in ids)})"
+            if not confirm(state, f"Delete {what} with its messages and events? This cannot be undone.", assume_yes=False):
+                _notice(state, "nothing deleted")
+                return
         deleted = sum(1 for sid in ids if store.delete(sid))
         _notice(state, f"deleted {plural(deleted, 'session')}")
         return
@@ -366,11 +404,17 @@ def delete_sessions(state: State, ids: list[str], *, older_than: float | None, a
 # ---------------------------------------------------------------------------------------
 # replay
 # ---------------------------------------------------------------------------------------
-def replay_events(state: State, session_id: str, *, since: int, follow: bool, as_json: bool) -> None:
+def replay_events(state: State, session_id: str, *, since: int, follow: bool, output: str = "text") -> None:
+    """Print the event log from ``since``: ``text`` (one line an event), ``jsonl`` (one JSON
+    event a line, :func:`chatflow_cli.render.event_json`'s shape) or ``json`` (one array of
+    them; not with ``follow``). ``follow`` keeps printing new events until Ctrl-C."""
     store = _store_or_missing(state, session_id)
     out = state.env.stdout
+    as_json = output != "text"
     console = None if as_json else state.out()
-    from .render import event_text
+    from .render import event_text, stored_event_json
+
+    collected: list[Any] | None = [] if output == "json" else None
 
     cursor = since
     while True:
@@ -384,8 +428,10 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, as
                 return
             raise _not_found(session_id) from None
         for event in events:
-            if as_json:
-                out.write(dumps(event.to_dict()) + "\n")
+            if collected is not None:
+                collected.append(stored_event_json(event))
+            elif as_json:
+                out.write(dumps(stored_event_json(event)) + "\n")
             else:
                 if state.env.stdout_isatty:  # word-wrapped, wrapped rows indented
                     console.print(event_text(event, width=console.width))
@@ -393,6 +439,8 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, as
                     console.print(event_text(event), soft_wrap=True)
             cursor = event.seq
         if not follow:
+            if collected is not None:
+                out.write(dumps(collected, indent=2) + "\n")
             return
         out.flush()
         time.sleep(FOLLOW_POLL_S)

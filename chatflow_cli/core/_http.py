@@ -215,6 +215,7 @@ def open_stream(
     max_retries: int,
     stopping: Callable[[], bool] = lambda: False,
     sleep: Callable[[float], bool] | None = None,
+    on_retry: Callable[[int, float, int | None], None] | None = None,
 ) -> "EventStream":
     """POST ``body`` as JSON to ``url`` and return the streamed answer once its headers came.
 
@@ -224,6 +225,8 @@ def open_stream(
         stopping: true once the request is cancelled: no retry is started then.
         sleep: waits the given seconds and returns True if cancelled meanwhile (default:
             ``time.sleep``, never cancelled).
+        on_retry: called before each retry's wait with (the attempt about to start, 2..;
+            the wait in seconds; the failed attempt's HTTP status, or None with no response).
 
     Raises:
         HTTPStatusFailure, TimedOut, ConnectFailed, RequestAborted.
@@ -249,7 +252,7 @@ def open_stream(
             failure = ConnectFailed("Connection error.")
             failure.__cause__ = exc
         if failure is not None:
-            if remaining > 0 and not stopping() and not _wait(retry_delay_s(attempt, None), sleep):
+            if remaining > 0 and not stopping() and not _wait(_announced(on_retry, attempt, None, None), sleep):
                 continue
             if stopping():
                 raise RequestAborted("the request was cancelled")
@@ -259,7 +262,8 @@ def open_stream(
             return EventStream(response)
         if remaining > 0 and should_retry(response.status_code, response.headers):
             response.close()
-            if not stopping() and not _wait(retry_delay_s(attempt, response.headers), sleep):
+            if not stopping() and not _wait(_announced(on_retry, attempt, response.status_code, response.headers),
+                                             sleep):
                 continue
             raise RequestAborted("the request was cancelled")
         try:
@@ -272,6 +276,18 @@ def open_stream(
             response.close()
         raise HTTPStatusFailure(response.status_code, _error_body(response), response.headers)
     raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
+
+
+def _announced(on_retry: Callable[[int, float, int | None], None] | None, attempt: int, status: int | None,
+               headers: Any) -> float:
+    """The wait before retry ``attempt`` (0-based), told to ``on_retry`` first."""
+    delay = retry_delay_s(attempt, headers)
+    if on_retry is not None:
+        try:
+            on_retry(attempt + 2, delay, status)
+        except Exception:  # noqa: BLE001 - a display problem never breaks the request
+            pass
+    return delay
 
 
 def _wait(seconds: float, sleep: Callable[[float], bool] | None) -> bool:

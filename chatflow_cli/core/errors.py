@@ -157,7 +157,13 @@ class SessionDeletedError(SessionNotFoundError):
 
 
 class SessionBusyError(ChatflowError):
+    """Another live process runs a turn on the session; ``pid`` is that process (or None)."""
+
     exit_code = ExitStatus.SESSION_BUSY
+
+    def __init__(self, message: str, *, session_id: str | None = None, pid: int | None = None) -> None:
+        super().__init__(message, session_id=session_id)
+        self.pid = pid
 
 
 class SessionTerminatedError(ChatflowError):

@@ -256,26 +256,66 @@ def _pdeathsig_setter() -> Any:
     return set_pdeathsig
 
 
+def _reap_when_done(proc: "subprocess.Popen[bytes]") -> None:
+    """Reap ``proc`` as soon as it exits, so a dead child never lingers as a zombie.
+
+    A daemon thread waits with ``waitid(WNOWAIT)`` (which leaves the child to be reaped)
+    and then calls ``proc.poll()``, so ``Popen`` records the exit status itself and its
+    own ``poll``/``wait`` in other threads keep working. Nothing blocks the caller, and no
+    SIGCHLD handler is installed (it would belong to the main thread and to every child).
+    """
+    waitid = getattr(os, "waitid", None)
+
+    def reap() -> None:
+        if waitid is not None:
+            try:
+                waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            except ChildProcessError:
+                pass  # reaped elsewhere already
+            except OSError:
+                return
+            proc.poll()
+        else:  # pragma: no cover - POSIX without waitid
+            proc.wait()
+
+    threading.Thread(target=reap, name=f"chatflow-reap-{proc.pid}", daemon=True).start()
+
+
 # ---------------------------------------------------------------------------------------
 # how a server died, in one line
 # ---------------------------------------------------------------------------------------
 _FRAME = re.compile(r'^(File "|Current thread|Thread 0x|Traceback|Extension modules|Stack \(most recent)')
-#: llama-cpp-python's start-up chatter: never what a crash report needs.
+#: llama-cpp-python's and uvicorn's start-up chatter: never what a crash report needs.
 _NOISE = ("^", "Model metadata:", "CPU : ", "Available chat formats", "Using gguf chat template", "Using chat ",
-          "llama_perf_", "Guessed chat format")
-_NOTABLE = re.compile(r"(?i)error|fatal|exception|failed|abort|illegal|killed|cannot|unable|not found")
+          "llama_perf_", "Guessed chat format", "INFO:", "- kv ", "AVX = ")
+#: llama.cpp's log lines: ``function_name: what it did`` (``sched_reserve: graph nodes = 1086``,
+#: ``load_tensors: ...``, ``print_info: ...``, ``llama_context: ...``, ``load: ...``) -- its
+#: functions are snake_case names with an underscore, or one of a few short ones.
+_LLAMA_LOG = re.compile(r"^(?:[a-z][a-z0-9]*_[a-z0-9_]+|load|main|init|print_info)\s*:\s")
+_NOTABLE = re.compile(r"(?i)error|fatal|exception|failed|abort|illegal|killed|cannot|unable|not found"
+                      r"|segmentation|assert|traceback")
+
+
+def _informational(line: str) -> bool:
+    """A line of start-up chatter (llama.cpp's or uvicorn's informational log) that says
+    nothing about why a server died."""
+    if line.startswith(_NOISE) or set(line) <= set(". "):
+        return True
+    return bool(_LLAMA_LOG.match(line)) and not _NOTABLE.search(line)
 
 
 def _useful_lines(tail: str, count: int = 2) -> list[str]:
-    """The last ``count`` lines of ``tail`` that say something: errors first, else the last lines;
-    stack frames and blank lines are skipped."""
-    lines = [ln.strip() for ln in tail.splitlines()]
+    """The last ``count`` lines of ``tail`` that say something: errors and Python's last
+    exception line first, else the last lines the program wrote before the signal, else
+    the fatal message itself. llama.cpp's informational log, stack frames and blank lines
+    are skipped; when nothing useful remains, the last non-blank lines of the raw tail."""
+    raw = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    lines = [ln for ln in raw if not _FRAME.match(ln) and not _informational(ln)]
     fatal = [i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error:")]
-    if fatal and any(ln for ln in lines[:fatal[-1]]):
+    if fatal and fatal[-1] > 0:
         lines = lines[:fatal[-1]]  # what the program said before the signal; the signal is named anyway
-    lines = [ln for ln in lines if ln and not _FRAME.match(ln) and not ln.startswith(_NOISE)]
-    notable = [ln for ln in lines[-8:] if _NOTABLE.search(ln)]
-    chosen = (notable or lines)[-count:]
+    notable = [ln for ln in lines[-8:] if _NOTABLE.search(ln) and not ln.startswith("Fatal Python error:")]
+    chosen = (notable or lines or raw)[-count:]
     return [ln if len(ln) <= 160 else ln[:159] + "…" for ln in chosen]
 
 
@@ -293,19 +333,28 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
+#: What to do after any crash: the same words in every crash line.
+AGAIN = "send the message again to start a new one (/retry in the REPL)"
+_GENERIC_BUILD = ('reinstall llama-cpp-python built for a generic CPU: CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install '
+                  "--force-reinstall --no-cache-dir llama-cpp-python")
+
+
 def _hint(returncode: int | None, log_path: str | None) -> str:
+    """What to do, in one structure for every way of dying: ``[cause: ]send the message
+    again ... (/retry in the REPL)[; if it crashes again, <remedy>][; its log: PATH]``."""
+    cause, remedy = "", ""
     if returncode == -int(signal.SIGILL):
-        return ("this CPU advertises instructions the machine cannot run (a VM?): reinstall llama-cpp-python "
-                "built for a generic CPU: CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install --force-reinstall "
-                "--no-cache-dir llama-cpp-python")
-    where = f"; its log: {log_path}" if log_path else ""
-    if returncode == -int(signal.SIGKILL):
-        return f"it was killed from outside (out of memory?): send the message again to start a new one{where}"
-    if returncode in (-int(signal.SIGSEGV), -int(signal.SIGBUS)):
-        return ("send the message again to start a new one (/retry in the REPL); if it crashes again, reinstall "
-                "llama-cpp-python built for a generic CPU: CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install "
-                f"--force-reinstall --no-cache-dir llama-cpp-python{where}")
-    return f"send the message again to start a new one (/retry in the REPL){where}"
+        remedy = f"this CPU advertises instructions the machine cannot run (a VM?): {_GENERIC_BUILD}"
+    elif returncode in (-int(signal.SIGSEGV), -int(signal.SIGBUS)):
+        remedy = _GENERIC_BUILD
+    elif returncode == -int(signal.SIGKILL):
+        cause = "it was killed from outside (out of memory?): "
+    hint = cause + AGAIN
+    if remedy:
+        hint += f"; if it crashes again, {remedy}"
+    if log_path:
+        hint += f"; its log: {log_path}"
+    return hint
 
 
 def crash_error(returncode: int | None, tail: str, *, phase: str, log_path: str | None = None
@@ -540,6 +589,7 @@ class LocalServer:
             raise
         finally:
             os.close(read_fd)
+        _reap_when_done(self.process)
         self._watch_fd = write_fd
         self.port = port
 
@@ -907,6 +957,7 @@ class SharedLocalServer:
                         argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                         start_new_session=True, close_fds=True, env={**os.environ, TOKEN_ENV: token},
                     )
+                _reap_when_done(self.process)
                 state["pid"] = self.process.pid
                 self.state = state
                 self._wait_ready(state, state_path, log_path)
@@ -983,7 +1034,7 @@ class SharedLocalServer:
                 if code == 0:
                     return LocalServerCrashedError(
                         "the local model server was stopped while answering (chatflow local stop, or its model "
-                        "file changed); send the message again to start a new one", returncode=0)
+                        f"file changed); {_hint(0, str(path))}", returncode=0)
                 return crash_error(code if isinstance(code, int) else None, _tail(path), phase="answering",
                                    log_path=str(path))
             if not _pid_alive(int(state["pid"])):

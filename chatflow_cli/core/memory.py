@@ -918,7 +918,7 @@ class SessionContext:
         pending = [call.id for call in self.pending_tool_calls]
         if pending:
             raise PendingToolCallsError(
-                f"turn {self._current_turn()} of session {self.session_id} still waits for tool results {pending}",
+                f"turn {self._current_turn()} of session {self.session_id} still waits for tool results {', '.join(pending)}",
                 tool_use_ids=pending,
                 session_id=self.session_id,
             )
@@ -1073,6 +1073,8 @@ class _Tx:
         raise NotImplementedError
 
     def preview(self, session_id: str) -> str:
+        """The first live user message of turn 1; with none, the newest user message of a
+        failed turn (a session whose first turn failed shows what was sent); else ``""``."""
         raise NotImplementedError
 
     def idempotency_get(self, session_id: str, key: str) -> tuple[str, int | None, int] | None:
@@ -1112,6 +1114,13 @@ class _Tx:
 
     def processed_release(self, message_id: str) -> bool:
         """Forget the record of ``message_id``; True if there was one."""
+        raise NotImplementedError
+
+    def endpoint_get(self, session_id: str) -> tuple[str | None, str | None] | None:
+        """The (model, base URL) stored with the session, or None when none was stored."""
+        raise NotImplementedError
+
+    def endpoint_put(self, session_id: str, model: str | None, base_url: str | None, now: float) -> None:
         raise NotImplementedError
 
     def queue_add(self, session_id: str, owner: Owner, now: float) -> int:
@@ -1773,7 +1782,8 @@ class BaseSessionStore:
                     self._detach(waiting.session)
                     return waiting
                 if busy:
-                    raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+                    raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id,
+                                           pid=row.owner.pid if row.owner is not None else None)
                 raise SessionBusyError(
                     f"session {session_id!r} is busy: {len(ahead)} earlier turn(s) wait for it", session_id=session_id
                 )
@@ -1788,7 +1798,7 @@ class BaseSessionStore:
                     submitted = self._submitted(tx, session_id)
                     missing = [c.id for c in pending if c.id not in submitted]
                     if missing:  # only the ids still to answer, never those already submitted
-                        text = f"session {session_id} waits for tool results {missing}"
+                        text = f"session {session_id} waits for tool results {', '.join(missing)}"
                     else:
                         text = (
                             f"session {session_id} has every tool result of turn {ctx.turn_count}: continue that "
@@ -1804,7 +1814,7 @@ class BaseSessionStore:
                 missing = [c.id for c in pending if c.id not in submitted]
                 if missing:
                     raise PendingToolCallsError(
-                        f"session {session_id} still waits for tool results {missing}",
+                        f"session {session_id} still waits for tool results {', '.join(missing)}",
                         tool_use_ids=missing,
                         session_id=session_id,
                     )
@@ -1948,6 +1958,37 @@ class BaseSessionStore:
             row.updated_at = self.clock()
             tx.update_row(row)
             return [i for i in pending if i != tool_use_id and i not in submitted]
+
+    # -- the model endpoint a session talks to ---------------------------------------------
+    def session_endpoint(self, session_id: str) -> tuple[str | None, str | None]:
+        """The ``(model, base_url)`` stored with the session, ``(None, None)`` when none was.
+
+        Front-ends store the model and endpoint a session was created with (never an API
+        key) so that resuming it talks to the same server. Raises
+        :class:`SessionNotFoundError` for an unknown session.
+        """
+        _check_session_id(session_id)
+        with self._read() as tx:
+            self._require(tx, session_id)
+            return tx.endpoint_get(session_id) or (None, None)
+
+    def set_session_endpoint(self, session_id: str, model: str | None, base_url: str | None) -> None:
+        """Store the model name and base URL (``None``: not set) the session talks to.
+
+        Values are strings of at most 2,048 characters; an API key has no place here.
+        Raises :class:`SessionNotFoundError`, or TypeError/ValueError for bad values.
+        """
+        _check_session_id(session_id)
+        for name, value in (("model", model), ("base_url", base_url)):
+            if value is not None:
+                if not isinstance(value, str):
+                    raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
+                if len(value) > 2048:
+                    raise ValueError(f"{name} is longer than 2048 characters")
+                _check_text(value, name, session_id)
+        with self._write() as tx:
+            self._require(tx, session_id)
+            tx.endpoint_put(session_id, model, base_url, self.clock())
 
     # -- de-duplication ----------------------------------------------------------------
     @staticmethod
@@ -2187,6 +2228,12 @@ class BaseSessionStore:
     async def asubmit_tool_result(self, session_id: str, tool_use_id: str, output: str) -> list[str]:
         return await self._run_blocking(self.submit_tool_result, session_id, tool_use_id, output)
 
+    async def asession_endpoint(self, session_id: str) -> tuple[str | None, str | None]:
+        return await self._run_blocking(self.session_endpoint, session_id)
+
+    async def aset_session_endpoint(self, session_id: str, model: str | None, base_url: str | None) -> None:
+        return await self._run_blocking(self.set_session_endpoint, session_id, model, base_url)
+
     async def ais_message_processed(self, message_id: str) -> bool:
         return await self._run_blocking(self.is_message_processed, message_id)
 
@@ -2224,6 +2271,7 @@ class _MemSession:
     events: list[Event] = field(default_factory=list)
     event_turns: list[int | None] = field(default_factory=list)
     keys: dict[str, tuple[str, int | None, int]] = field(default_factory=dict)
+    endpoint: tuple[str | None, str | None] | None = None
 
 
 class _MemoryTx(_Tx):
@@ -2351,10 +2399,13 @@ class _MemoryTx(_Tx):
         return out
 
     def preview(self, session_id: str) -> str:
+        failed = ""
         for t, m, r, _ in self._session(session_id).messages:
             if t == 1 and r is None and m.role is Role.USER:
                 return m.content or ""
-        return ""
+            if r == "failed" and m.role is Role.USER:
+                failed = m.content or ""
+        return failed
 
     def idempotency_get(self, session_id: str, key: str) -> tuple[str, int | None, int] | None:
         return self._session(session_id).keys.get(key)
@@ -2414,6 +2465,15 @@ class _MemoryTx(_Tx):
         processed.restore(message_id, None)
         self.undo.append(lambda: processed.restore(message_id, old))
         return True
+
+    def endpoint_get(self, session_id: str) -> tuple[str | None, str | None] | None:
+        return self._session(session_id).endpoint
+
+    def endpoint_put(self, session_id: str, model: str | None, base_url: str | None, now: float) -> None:
+        entry = self._session(session_id)
+        old = entry.endpoint
+        entry.endpoint = (model, base_url)
+        self.undo.append(lambda: setattr(entry, "endpoint", old))
 
     def queue_add(self, session_id: str, owner: Owner, now: float) -> int:
         store = self._s

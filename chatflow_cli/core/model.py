@@ -64,6 +64,7 @@ saying what happened, and its verdict is ``broken``. The caller decides what to 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -155,8 +156,19 @@ def _looks_like_html(text: str) -> bool:
     return head.startswith("<!doctype html") or head.startswith("<html") or "<html" in head
 
 
+#: Prefixes that repeat what chatflow's own line already says: ``openai``'s "Error code: 400 - "
+#: and a provider's "Error: " (chatflow prints ``error:`` and the HTTP status itself).
+_REDUNDANT_PREFIX = re.compile(r"^\s*(?:Error code:\s*\d{3}\s*-\s*|Error:\s*)+", re.IGNORECASE)
+
+
 def _describe_body(body: Any, fallback: str = "") -> str:
-    """One short phrase for an error body: the provider's message, an HTML page's title, or the text."""
+    """One short phrase for an error body: the provider's message, an HTML page's title, or the
+    text, without a leading "Error code: NNN - " or "Error: "."""
+    text = _describe_body_raw(body, fallback)
+    return _REDUNDANT_PREFIX.sub("", text) or text
+
+
+def _describe_body_raw(body: Any, fallback: str = "") -> str:
     if isinstance(body, Mapping):
         error = body.get("error", body)
         if isinstance(error, Mapping):
@@ -291,6 +303,11 @@ class ModelClient:
         self._http_client: Any = None
         self._lock = threading.Lock()
         self._stream_options_ok = True
+        #: Called (on the request's thread) before each retry's wait with ``{"attempt": n
+        #: (the one about to start, 2..), "attempts": max_retries + 1, "delay_s": float,
+        #: "status": HTTP status of the failed attempt or None (no response)}``; front-ends
+        #: use it to say what a reply waits for. Exceptions from it are ignored.
+        self.on_retry: Callable[[dict[str, Any]], None] | None = None
 
     def __repr__(self) -> str:  # never shows the key
         return (f"ModelClient(base_url={self.display_url!r}, timeout={self.timeout}, max_retries={self.max_retries}, "
@@ -342,7 +359,36 @@ class ModelClient:
                         max_retries=self.max_retries,
                         http_client=http_client,
                     )
+                    self._report_retries(self._client)
         return self._client
+
+    def _retrying(self, attempt: int, delay_s: float, status: int | None) -> None:
+        """Tell :attr:`on_retry` (the http transport calls this before each retry's wait)."""
+        hook = self.on_retry
+        if hook is not None:
+            hook({"attempt": attempt, "attempts": self.max_retries + 1, "delay_s": float(delay_s), "status": status})
+
+    def _report_retries(self, client: Any) -> None:
+        """Call :attr:`on_retry` before each of ``openai``'s retry waits (openai computes the
+        wait: ``Retry-After`` or its backoff). Its internals are checked first; when they are
+        not as expected nothing is reported and retries work as before."""
+        sleep_for_retry = getattr(client, "_sleep_for_retry", None)
+        calculate = getattr(client, "_calculate_retry_timeout", None)
+        if sleep_for_retry is None or calculate is None:
+            return
+
+        def report_then_sleep(*, retries_taken: int, max_retries: int, options: Any, response: Any) -> None:
+            timeout = calculate(max_retries - retries_taken, options, response.headers if response is not None else None)
+            hook = self.on_retry
+            if hook is not None:
+                try:
+                    hook({"attempt": retries_taken + 2, "attempts": max_retries + 1, "delay_s": float(timeout),
+                          "status": getattr(response, "status_code", None)})
+                except Exception:  # noqa: BLE001 - a display problem never breaks the request
+                    logging.getLogger(__name__).debug("on_retry failed", exc_info=True)
+            time.sleep(timeout)
+
+        client._sleep_for_retry = report_then_sleep
 
     def close(self) -> None:
         """Close the HTTP connection pool (the client can be used again afterwards)."""
@@ -875,7 +921,7 @@ class ModelStream:
             mapped: ChatflowError | None = None
             try:
                 return _http.open_stream(http_client, url, headers, body, max_retries=client.max_retries,
-                                         stopping=self._stopping, sleep=cancel.wait)
+                                         stopping=self._stopping, sleep=cancel.wait, on_retry=client._retrying)
             except Exception as exc:  # noqa: BLE001 - mapped below
                 if use_options and _mentions_stream_options(exc):
                     use_options = False

@@ -346,6 +346,10 @@ class Runner:
         self._client = model_client if model_client is not None and hasattr(model_client, "stream") else None
         self._client_factory: Callable[[], Any] | None = model_client if self._client is None else None
         self._client_lock = threading.Lock()
+        #: Called once when a run starts waiting (``wait`` > 0) for a session another process
+        #: runs: ``{"session_id", "pid" (the running turn's process, or None), "wait_s"}``.
+        #: Front-ends use it to say what a turn waits for; exceptions from it are ignored.
+        self.on_wait: Callable[[dict[str, Any]], None] | None = None
         session_store.set_agent_resolver(self.agents.get)
 
     # -- public API -----------------------------------------------------------------------
@@ -628,6 +632,7 @@ class Runner:
         delay = 0.02
         ticket: int | None = None
         begun: Any = None
+        announced = False
         try:
             while True:
                 try:
@@ -655,7 +660,14 @@ class Runner:
                             "with this idempotency key", session_id=session_id)
                     ticket = None  # begin_turn removed it
                     return begun
-                except SessionBusyError:
+                except SessionBusyError as exc:
+                    hook = self.on_wait
+                    if hook is not None and wait > 0 and not announced:  # once, when the wait starts
+                        announced = True
+                        try:
+                            hook({"session_id": session_id, "pid": getattr(exc, "pid", None), "wait_s": float(wait)})
+                        except Exception:  # noqa: BLE001 - a display problem never breaks the turn
+                            log.debug("on_wait failed", exc_info=True)
                     while True:  # poll with reads until the turn may start, then try again
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:

@@ -194,6 +194,19 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "CREATE INDEX chatflow_turn_queue_by_session ON chatflow_turn_queue (session_id, ticket)",
         ],
     ),
+    (
+        3,
+        "the model and endpoint each session talks to",
+        [
+            """CREATE TABLE chatflow_session_endpoints (
+    -- what a front-end resumes the session with; never an API key
+    session_id     TEXT PRIMARY KEY REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
+    model          TEXT,                 -- NULL: not stored
+    base_url       TEXT,                 -- NULL: not stored
+    updated_at_utc REAL NOT NULL         -- epoch seconds
+)""",
+        ],
+    ),
 ]
 #: The newest schema version this chatflow knows.
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
@@ -463,6 +476,12 @@ class _SQLiteTx(_Tx):
             "AND removed_at_seq IS NULL ORDER BY position LIMIT 1",
             (session_id,),
         ).fetchone()
+        if r is None:
+            r = self.c.execute(
+                "SELECT message_json FROM chatflow_messages WHERE session_id = ? AND role = 'user' "
+                "AND removed_reason = 'failed' ORDER BY message_id DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
         return "" if r is None else (Message.from_json(r[0]).content or "")
 
     def idempotency_get(self, session_id: str, key: str) -> tuple[str, int | None, int] | None:
@@ -537,6 +556,20 @@ class _SQLiteTx(_Tx):
 
     def processed_purge(self, now: float, ttl_s: float) -> None:
         self.c.execute("DELETE FROM chatflow_processed_messages WHERE processed_at_utc <= ?", (now - ttl_s,))
+
+    def endpoint_get(self, session_id: str) -> tuple[str | None, str | None] | None:
+        r = self.c.execute(
+            "SELECT model, base_url FROM chatflow_session_endpoints WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return None if r is None else (r[0], r[1])
+
+    def endpoint_put(self, session_id: str, model: str | None, base_url: str | None, now: float) -> None:
+        self.c.execute(
+            "INSERT INTO chatflow_session_endpoints (session_id, model, base_url, updated_at_utc) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (session_id) DO UPDATE SET model = excluded.model, base_url = excluded.base_url, "
+            "updated_at_utc = excluded.updated_at_utc",
+            (session_id, model, base_url, now),
+        )
 
     def processed_release(self, message_id: str) -> bool:
         cur = self.c.execute("DELETE FROM chatflow_processed_messages WHERE message_id = ?", (message_id,))

@@ -14,9 +14,14 @@ from tests.fakeserver import FakeServer
 SECRET = "sk-test-Zq9Xv2Lk7Pm4Rt8Wn6Yb"
 
 
+#: Notices that may precede an error: a session named with -s is announced when new, and a
+#: flag that switches a session's stored model or endpoint is announced.
+_NOTICES = ("chatflow: new session ", "chatflow: session ")
+
+
 def _one_error_line(r) -> str:
     assert "Traceback" not in r.stderr, r
-    lines = r.stderr_lines
+    lines = [ln for ln in r.stderr_lines if not ln.startswith(_NOTICES)]
     assert len(lines) == 1, r
     assert lines[0].startswith("chatflow: error: "), r
     return lines[0]
@@ -95,7 +100,7 @@ def test_provider_failures(chatflow, provider, case):
         events = jl.jsonl()
         finals = [e for e in events if e["type"] == "result"]
         assert len(finals) == 1 and events[-1] is finals[0]
-        assert finals[0]["is_error"] is True and finals[0]["data"]["exit_code"] == expected
+        assert finals[0]["data"]["is_error"] is True and finals[0]["data"]["exit_code"] == expected
         assert SECRET not in jl.stdout + jl.stderr
     assert line
 

@@ -99,6 +99,10 @@ def test_a_server_killed_by_sigill_at_start_up_is_one_clear_line_and_exit_5(stan
     assert "the local model server crashed while starting: killed by SIGILL (illegal instruction)" in line
     assert "standin: loading the model with an instruction this CPU traps" in line  # its log, the useful line
     assert "GGML_NATIVE=OFF" in line  # what to do
+    assert "send the message again to start a new one (/retry in the REPL); if it crashes again" in line
+    if keep_alive != "0":  # a warm server writes a log file; a private one's output is only in the line
+        [log] = (standin.home / "local").glob("server-*.log")
+        assert line.endswith(f"; its log: {log}")
     assert "broke off" not in line and "127.0.0.1" not in line and ":45" not in line
     assert run_chatflow("sessions", "ls", "--json").json() == []  # nothing stored, nothing lost
     assert all(not alive(pid) for pid in standin.pids())
@@ -346,3 +350,39 @@ def test_interrupting_or_killing_one_chatflow_does_not_stop_the_warm_server(stan
     r = chat("hi")  # another process keeps using it
     assert r.returncode == 0 and r.stdout.strip() == REPLY
     assert len(standin.pids()) == 1
+
+
+# ---------------------------------------------------------------------------------------
+# a dead child is reaped at once, not at the next message
+# ---------------------------------------------------------------------------------------
+def proc_state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("kind", ["warm", "private"])
+def test_a_killed_server_leaves_no_zombie_under_the_process_that_started_it(standin, tmp_path, kind) -> None:
+    from chatflow_cli.core.local import LocalServer, SharedLocalServer
+
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    if kind == "warm":
+        server: Any = SharedLocalServer(data_dir=tmp_path / "data", keep_alive=300, model_path=model, app=STANDIN)
+    else:
+        server = LocalServer(model_path=model, app=STANDIN)
+    server.start()
+    try:
+        child = server.process.pid  # the warm server's supervisor, or the private server itself
+        [serving] = standin.pids()
+        os.kill(serving, signal.SIGKILL)
+        # nothing of chatflow runs meanwhile (no message, no poll): the child must still not stay <defunct>
+        wait_until(lambda: proc_state(child) is None, 20, f"pid {child} to be reaped (state {proc_state(child)})")
+        assert server.process.returncode is not None
+    finally:
+        server.stop()
+        if kind == "warm":
+            from chatflow_cli.core.local import stop_local_servers
+
+            stop_local_servers(tmp_path / "data")

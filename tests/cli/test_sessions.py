@@ -95,7 +95,7 @@ def test_replay_json_since_and_text(chatflow, three_turns):
     seqs = [e["seq"] for e in events]
     assert seqs == list(range(1, len(seqs) + 1))
     assert events[0]["type"] == "session.created"
-    assert [e["payload"]["message"]["content"] for e in events if e["type"] == "message.user"] == ["one", "two", "three"]
+    assert [e["data"]["message"]["content"] for e in events if e["type"] == "message.user"] == ["one", "two", "three"]
     later = chatflow("replay", "r", "--json", "--since", str(seqs[-3])).jsonl()
     assert [e["seq"] for e in later] == seqs[-2:]
     text = chatflow("replay", "r")

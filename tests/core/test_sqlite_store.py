@@ -404,7 +404,41 @@ def test_migration_2_keeps_processed_ids_of_a_version_1_file(tmp_path: Path) -> 
         store.close()
     conn = sqlite3.connect(db)
     try:
-        assert conn.execute("SELECT version FROM chatflow_schema_migrations ORDER BY version").fetchall() == [(1,), (2,)]
+        versions = conn.execute("SELECT version FROM chatflow_schema_migrations ORDER BY version").fetchall()
+        assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
+
+
+def test_a_version_1_database_gains_session_endpoints_and_keeps_its_sessions(tmp_path: Path) -> None:
+    """A file made before session endpoints existed gains their table in one migration."""
+    from chatflow_cli.core.agents import Agent
+    from chatflow_cli.core.sqlite_store import _MIGRATIONS
+
+    db = tmp_path / "v1.db"
+    conn = sqlite3.connect(db)
+    conn.execute("""CREATE TABLE chatflow_schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                    applied_at_utc REAL NOT NULL)""")
+    for statement in _MIGRATIONS[0][2]:
+        conn.execute(statement)
+    conn.execute("INSERT INTO chatflow_schema_migrations VALUES (1, 'v1', 0)")
+    conn.execute("INSERT INTO chatflow_sessions (session_id, incarnation, active_agent_name, max_turns, "
+                 "created_at_utc, updated_at_utc) VALUES ('old', 'i', 'A', 5, 1, 1)")
+    conn.commit()
+    conn.close()
+    store = SQLiteSessionStore(db)
+    try:
+        assert [s.session_id for s in store.list_sessions()] == ["old"]
+        assert store.session_endpoint("old") == (None, None)
+        store.set_session_endpoint("old", "m", "http://x/v1")
+        assert store.session_endpoint("old") == ("m", "http://x/v1")
+        store.get_or_create("new", Agent(name="A", instructions=""))
+    finally:
+        store.close()
+    conn = sqlite3.connect(db)
+    try:
+        versions = [v for (v,) in conn.execute("SELECT version FROM chatflow_schema_migrations ORDER BY version")]
+        assert versions == list(range(1, SCHEMA_VERSION + 1))
     finally:
         conn.close()

@@ -1179,3 +1179,52 @@ def test_leaving_the_queue_lets_the_next_waiter_start(store: BaseSessionStore, a
     assert gone.queued is not None
     store.leave_turn_queue("s", gone.queued)
     assert store.begin_turn("s", default_agent=agent, user_message=Message.user("y"), owner=Owner.current()).turn == 2
+
+
+# -- the model endpoint stored with a session ---------------------------------------------
+def test_session_endpoint_round_trip_and_goes_with_the_session(
+        store: BaseSessionStore, agent: Agent, make_store: Callable[..., BaseSessionStore]) -> None:
+    store.get_or_create("s", agent)
+    assert store.session_endpoint("s") == (None, None)
+    store.set_session_endpoint("s", "fake-model", "http://127.0.0.1:9/v1")
+    assert store.session_endpoint("s") == ("fake-model", "http://127.0.0.1:9/v1")
+    assert make_store().session_endpoint("s") == ("fake-model", "http://127.0.0.1:9/v1")  # SQLite: reopened file
+    store.set_session_endpoint("s", "other", None)  # /model other: replaces both values
+    assert store.session_endpoint("s") == ("other", None)
+    assert asyncio.run(store.asession_endpoint("s")) == ("other", None)
+    asyncio.run(store.aset_session_endpoint("s", "m3", "http://h/v1"))
+    assert store.session_endpoint("s") == ("m3", "http://h/v1")
+    assert store.delete("s") is True
+    store.get_or_create("s", agent)  # a new incarnation starts with nothing stored
+    assert store.session_endpoint("s") == (None, None)
+
+
+def test_session_endpoint_refuses_unknown_sessions_and_bad_values(store: BaseSessionStore, agent: Agent) -> None:
+    with pytest.raises(SessionNotFoundError):
+        store.session_endpoint("absent")
+    with pytest.raises(SessionNotFoundError):
+        store.set_session_endpoint("absent", "m", None)
+    store.get_or_create("s", agent)
+    with pytest.raises(TypeError):
+        store.set_session_endpoint("s", 5, None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        store.set_session_endpoint("s", "m" * 2049, None)
+    assert store.session_endpoint("s") == (None, None)  # nothing written by a refused call
+
+
+def test_preview_of_a_session_whose_first_turn_failed_is_the_failed_message(
+        store: BaseSessionStore, agent: Agent) -> None:
+    ctx = store.get_or_create("s", agent)
+    ctx.add_message(Message.user("first try"))
+    ctx.fail_turn(RuntimeError("bad key"))
+    store.save(ctx)
+    ctx.add_message(Message.user("second try"))
+    ctx.fail_turn(RuntimeError("bad key"))
+    store.save(ctx)
+    [summary] = store.list_sessions()
+    assert summary.turn_count == 0 and summary.preview == "second try"  # the newest failed message
+    add_turn(ctx, "ok")
+    store.save(ctx)
+    assert store.list_sessions()[0].preview == "uok"  # a live first turn wins
+    store.rollback("s", 0)
+    assert store.list_sessions()[0].preview == "second try"  # rolled back is not failed: never shown

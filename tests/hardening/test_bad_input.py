@@ -284,7 +284,7 @@ def test_malformed_jsonl_after_good_lines_keeps_the_good_turns(stored: Path, env
     h.assert_one_error_line(r, ExitStatus.USAGE, mentions="line 3")
     events = r.jsonl()
     assert [e["type"] for e in events].count("turn.result") == 2
-    assert events[-1]["type"] == "result" and events[-1]["is_error"] is True
+    assert events[-1]["type"] == "result" and events[-1]["data"]["is_error"] is True
     assert events[-1]["data"]["exit_code"] == ExitStatus.USAGE
     new = h.read_events(stored, "s1")
     assert new[: len(old)] == old

@@ -60,7 +60,7 @@ def test_eight_processes_own_and_shared_sessions(fake_server: FakeServer, tmp_pa
         events = [json.loads(line) for line in out.splitlines() if line.strip()]
         assert sum(1 for e in events if e["type"] == "turn.result") == 2 * TURNS
         [final] = [e for e in events if e["type"] == "result"]
-        assert final["is_error"] is False
+        assert final["data"]["is_error"] is False
     assert len(fake_server.requests) == PROCESSES * TURNS * 2
 
     db = h.default_db()

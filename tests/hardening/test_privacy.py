@@ -282,7 +282,7 @@ def test_control_sequences_are_verbatim_only_in_json_output(fake_server: FakeSer
     assert ESC not in shown.stdout_bytes
     replay = h.run("replay", "j", "--json", env=env)
     assert ESC not in replay.stdout_bytes
-    assert HOSTILE in [json.loads(line)["payload"].get("content") for line in replay.stdout.splitlines()
+    assert HOSTILE in [json.loads(line)["data"].get("content") for line in replay.stdout.splitlines()
                        if json.loads(line)["type"] == "turn.completed"]
 
 

@@ -117,7 +117,11 @@ class WebhookServer:
         self._log_file.close()
 
     def __enter__(self) -> WebhookServer:
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()  # uvicorn that did not come up is not left behind
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
