@@ -703,15 +703,18 @@ def endpoint_of(choice: Any) -> tuple[str, str | None]:
     return choice.model, choice.base_url or os.environ.get("OPENAI_BASE_URL") or _OPENAI_URL
 
 
-def remember_endpoint(store: Any, session_id: str, choice: Any, *, model: str | None = None) -> None:
-    """Store ``choice``'s model (or ``model``, a switch made since) and endpoint with the
-    session when they changed (and the session exists); a store failure here never hides the
-    run's own outcome."""
+def remember_endpoint(store: Any, session_id: str, choice: Any, *, model: str | None = None,
+                      base_url: str | None = None) -> None:
+    """Store ``choice``'s model and endpoint (or ``model`` and ``base_url``, a switch made
+    since) with the session when they changed (and the session exists); a store failure here
+    never hides the run's own outcome."""
     from .core.errors import SessionNotFoundError
 
     wanted = endpoint_of(choice)
     if model:
         wanted = (model, wanted[1])
+    if base_url:
+        wanted = (wanted[0], base_url)
     try:
         if store.session_endpoint(session_id) != wanted:
             store.set_session_endpoint(session_id, *wanted)

@@ -39,7 +39,10 @@ turn; asks first), ``/retry`` (send the last failed message again, also after re
 the session: it is in the event log; when nothing failed it says so and offers, asking
 first, to roll back the last turn for another answer), ``/agent [NAME]``,
 ``/model [NAME]``, ``/metadata [KEY=VALUE]``, ``/edit``, ``/clear`` (the screen only),
-``/exit``. An unknown command gets a suggestion when one is close (difflib ratio 0.75),
+``/exit``. ``/switch ID`` talks to ID's stored model and endpoint, as
+``chatflow chat -s ID`` does (the session being left keeps its own), and ``/new`` goes
+back to the ones from the flags or config; a change is announced (``model: M (session
+ID)``). An unknown command gets a suggestion when one is close (difflib ratio 0.75),
 and never reaches the model; a message that really starts with ``/`` is sent by typing
 ``//`` first. Blank or whitespace-only input is neither sent nor kept in the history.
 
@@ -143,7 +146,8 @@ def run_repl(
     ``max_turns`` and ``system`` (``--max-turns``, ``--system``) apply to a session the
     REPL creates, as in ``chatflow chat``.
     """
-    from .chat import ChatOptions, _runner, existing_session, remember_endpoint, session_endpoint, transport_for
+    from .chat import (ChatOptions, _runner, endpoint_of, existing_session, remember_endpoint, session_endpoint,
+                       transport_for)
     from .cli import _notice, new_session_id, validate_session_id
     from .config import ensure_private_dir, resolve_model
 
@@ -171,7 +175,16 @@ def run_repl(
         _notice(state, "starting the local model (SmolLM2 on llama.cpp)…")
     history_path = ensure_private_dir(Path(settings.data_dir)) / HISTORY_FILENAME
     opts = ChatOptions(model=model, agent=agent, base_url=base_url)
-    with _runner(state, settings, opts, store, transport=transport_for("openai")) as runner:
+    # /switch and /new talk to the other session's stored model and endpoint, else these
+    defaults = endpoint_of(resolve_model(state.settings(model=model, base_url=base_url)))
+    transport = transport_for("openai")
+
+    def client_for(url: str) -> Any:
+        from .core.model import ModelClient
+
+        return ModelClient(url, choice.api_key, timeout=opts.timeout, transport=transport)
+
+    with _runner(state, settings, opts, store, transport=transport) as runner:
         repl = Repl(
             runner,
             store,
@@ -185,13 +198,14 @@ def run_repl(
             new_session_id=new_session_id,
             validate_session_id=validate_session_id,
             resume_prefix=_resume_prefix(state),
+            endpoint=endpoint_of(choice),
+            default_endpoint=defaults,
+            client_for=None if choice.local else client_for,
         )
-        initial_model = runner.default_model
         try:
             return asyncio.run(repl.run())
-        finally:  # the session keeps its model (a /model switch too) and endpoint
-            switched = runner.default_model if runner.default_model != initial_model else None
-            remember_endpoint(store, repl.session_id, choice, model=switched)
+        finally:  # the session keeps its model (a /model or /switch change too) and endpoint
+            remember_endpoint(store, repl.session_id, choice, model=repl.endpoint[0], base_url=repl.endpoint[1])
 
 
 def _resume_prefix(state: Any) -> list[str]:
@@ -314,6 +328,9 @@ class Repl:
         new_session_id: Callable[[], str] | None = None,
         validate_session_id: Callable[[str], str] | None = None,
         resume_prefix: Iterable[str] = ("chatflow",),
+        endpoint: tuple[str | None, str | None] = (None, None),
+        default_endpoint: tuple[str | None, str | None] | None = None,
+        client_for: Callable[[str], Any] | None = None,
     ) -> None:
         from prompt_toolkit.input import create_input
         from prompt_toolkit.output import create_output
@@ -330,6 +347,12 @@ class Repl:
         self._new_session_id = new_session_id or _fallback_session_id
         self._validate_session_id = validate_session_id or (lambda s: s)
         self.resume_prefix = list(resume_prefix)
+        #: the (model, base URL) this run talks to, as stored with a session; the defaults
+        #: (flags, else config) are what ``/new`` goes back to; ``client_for(url)`` makes a
+        #: model client for another endpoint (``None``: the endpoint is not switched)
+        self.endpoint = endpoint
+        self.default_endpoint = default_endpoint if default_endpoint is not None else endpoint
+        self._client_for = client_for
         self.done = False
         self.hung_up = False  # the terminal went away (SIGHUP): finish the turn quietly and leave
         self._turn_interrupt: Callable[[], None] | None = None  # stops the running turn, if any
@@ -1071,7 +1094,35 @@ class Repl:
     async def cmd_clear(self, arg: str) -> None:
         self.console.clear()
 
+    def _enter_endpoint(self, session_id: str | None) -> None:
+        """Leave the current session keeping its model and endpoint, then talk to
+        ``session_id``'s stored ones (``None``: a new session, the defaults), as resuming it
+        with ``chatflow chat -s`` would; a change is announced."""
+        current = self.endpoint
+        try:
+            if self.store.get(self.session_id) is not None and current[0] \
+                    and self.store.session_endpoint(self.session_id) != current:
+                self.store.set_session_endpoint(self.session_id, current[0], current[1])
+            stored = self.store.session_endpoint(session_id) if session_id else (None, None)
+        except ChatflowError:
+            stored = (None, None)
+        model = stored[0] or self.default_endpoint[0]
+        url = stored[1] or self.default_endpoint[1]
+        whose = f"session {session_id}" if session_id else "a new session"
+        if url != current[1] and url and current[1] and self._client_for is not None:
+            self.runner.model_client = self._client_for(url)
+            self.endpoint = (self.endpoint[0], url)
+            self.say(f"endpoint: {safe_text(url)} ({whose})")
+        if model and model != current[0] and model != "local" and current[0] != "local":
+            for agent in self.runner.agents.values():
+                if agent.model == current[0]:  # an agent with a model of its own keeps it
+                    agent.model = model
+            self.runner.default_model = model
+            self.endpoint = (model, self.endpoint[1])
+            self.say(f"model: {safe_text(model)} ({whose})")
+
     async def cmd_new(self, arg: str) -> None:
+        self._enter_endpoint(None)
         self.session_id = self._new_session_id()
         self.failed_message = None
         self.last_usage_tokens = None
@@ -1095,6 +1146,7 @@ class Repl:
             close = difflib.get_close_matches(arg, self._session_ids(), n=1)
             self.error(f"no session {safe_text(arg)}" + (f" — did you mean {close[0]}?" if close else ""))
             return
+        self._enter_endpoint(arg)
         self.session_id = arg
         self.failed_message = None
         self.last_usage_tokens = None
@@ -1241,6 +1293,7 @@ class Repl:
         for agent in self.runner.agents.values():
             agent.model = arg
         self.runner.default_model = arg
+        self.endpoint = (arg, self.endpoint[1])
         try:  # the session keeps it (a new session gets it with its first message)
             if self.store.get(self.session_id) is not None:
                 self.store.set_session_endpoint(self.session_id, arg, self.store.session_endpoint(self.session_id)[1])

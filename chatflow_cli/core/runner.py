@@ -371,6 +371,11 @@ class Runner:
                         self._client = ModelClient()
         return self._client
 
+    @model_client.setter
+    def model_client(self, client: Any) -> None:
+        """Send the next turns through ``client`` (another endpoint); a turn running keeps its own."""
+        self._client = client
+
     def run(
         self,
         session_id: str,

@@ -376,3 +376,34 @@ def test_ctrl_c_after_a_huge_reply_arrived_at_once_says_what_was_stored(provider
             assert "/show prints it" in line
         else:
             assert "kept as interrupted" in line and reply.interrupted
+
+
+# ------------------------------------------------------------------ /switch and /new: the session's model
+def test_switch_talks_to_the_other_sessions_model_and_new_to_the_default(provider, chatflow, pty_chatflow) -> None:
+    """``/switch ID`` uses the model stored with ID (as ``chatflow chat -s ID`` does) and says
+    so; ``/new`` goes back to the configured model; each session keeps its own."""
+    assert chatflow("chat", "-s", "sa", "-m", "model-a", "one").returncode == 0
+    assert chatflow("chat", "-s", "sb", "-m", "model-b", "two").returncode == 0
+    repl = pty_chatflow("chat", "-s", "sa")
+    repl.wait_prompt()
+    repl.send("/switch sb\r")
+    repl.wait_prompt_after("model: model-b (session sb)")
+    repl.send("three\r")
+    repl.wait_for(lambda: sent(provider)[-1:] == ["three"], what="the message after /switch")
+    repl.wait_prompt(count=3)
+    assert provider.requests[-1]["model"] == "model-b"
+    repl.send("/switch sa\r")
+    repl.wait_prompt_after("model: model-a (session sa)")
+    repl.send("four\r")
+    repl.wait_for(lambda: sent(provider)[-1:] == ["four"], what="the message after /switch back")
+    assert provider.requests[-1]["model"] == "model-a"
+    repl.wait_prompt(count=5)
+    repl.send("/new\r")
+    repl.wait_prompt_after("model: fake-model (a new session)")
+    repl.send("five\r")
+    repl.wait_for(lambda: sent(provider)[-1:] == ["five"], what="the message in the new session")
+    assert provider.requests[-1]["model"] == "fake-model"
+    repl.wait_prompt(count=7)
+    leave(repl)
+    assert store().session_endpoint("sa")[0] == "model-a"
+    assert store().session_endpoint("sb")[0] == "model-b"
