@@ -600,10 +600,12 @@ def _attempts(n: int) -> str:
 def _error_code(body: Any) -> str | None:
     if isinstance(body, Mapping):
         error = body.get("error", body)
-        if isinstance(error, Mapping) and isinstance(error.get("code"), str):
-            return error["code"]
-        if isinstance(body.get("code"), str):
-            return body["code"]
+        code = error.get("code") if isinstance(error, Mapping) else None
+        if isinstance(code, str):
+            return code
+        code = body.get("code")
+        if isinstance(code, str):
+            return code
     return None
 
 
@@ -1061,7 +1063,8 @@ class ModelStream:
 
     def _read_body(self, stream: Any) -> str:
         try:
-            return stream.response.read().decode("utf-8", "replace")
+            raw: bytes = stream.response.read()
+            return raw.decode("utf-8", "replace")
         except Exception as exc:  # noqa: BLE001
             mapped = self._client.map_error(exc, model=self._params.get("model"), mid_stream=True)
         raise mapped from None  # outside the except: no context that may hold the key
@@ -1084,7 +1087,7 @@ class ModelStream:
                 f"the server at {url} answered with {what}, not an OpenAI-compatible stream "
                 "(is the base URL the API root, usually ending in /v1?)"
             ))
-        chunk = {"choices": [], "usage": data.get("usage")}
+        chunk: dict[str, Any] = {"choices": [], "usage": data.get("usage")}
         for choice in data["choices"]:
             if isinstance(choice, Mapping):
                 message = choice.get("message") or {}
