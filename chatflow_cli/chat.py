@@ -291,6 +291,17 @@ class _Output:
         self.out.write(dumps(obj) + "\n")
         self.out.flush()
 
+    def _final_line(self, obj: dict[str, Any]) -> None:
+        """The closing line of a run: a reader that has gone (EPIPE, closed stdout) does not
+        change the outcome -- the error's exit code, or 10 for a cut reply, still wins (the
+        error line goes to stderr, which is still open)."""
+        try:
+            self._line(obj)
+        except (BrokenPipeError, ValueError, AttributeError):
+            from .cli import _silence_broken_pipe
+
+            _silence_broken_pipe()
+
     # -- one run ------------------------------------------------------------------------
     def run(self, events: Iterator[Any]) -> Any:
         """Consume a run's stream events; return its RunResult."""
@@ -320,9 +331,17 @@ class _Output:
                 if ev.type == "result":
                     result = ev.result
         except BaseException:
+            # The turn must end before the error goes on: a reader that closed stdout (EPIPE),
+            # a full disk under stdout, or any other failure of the output stops the turn as
+            # Ctrl-C does -- closing the run's iterator stores what arrived as an interrupted
+            # turn (a turn that already ended, or failed, is not touched).
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
             self.printer = None
             if printer is not None:
-                printer.abort()
+                with contextlib.suppress(OSError, ValueError):
+                    printer.abort()
             raise
         self.printer = None
         if printer is not None:
@@ -394,12 +413,12 @@ class _Output:
         if result is None:
             return
         if self.mode == "json" and not self.multi:
-            self._line({**result.to_dict(), "is_error": False})
+            self._final_line({**result.to_dict(), "is_error": False})
         elif self.mode == "jsonl":
             data = result.to_dict()
             if self.multi:
                 data["turns"] = self.turns
-            self._line(event_json("result", result.session_id, {**data, "is_error": False}, turn=result.turn))
+            self._final_line(event_json("result", result.session_id, {**data, "is_error": False}, turn=result.turn))
 
     def failure(self, exc: BaseException, session_id: str | None) -> None:
         if self.final_written or self.mode == "text":
@@ -414,9 +433,9 @@ class _Output:
         err = {"error": _scrub(message), "error_type": type(exc).__name__, "exit_code": int(code),
                "session_id": getattr(exc, "session_id", None) or session_id}
         if self.mode == "json":
-            self._line({**err, "is_error": True})
+            self._final_line({**err, "is_error": True})
         else:
-            self._line(event_json("result", err["session_id"], {**err, "is_error": True}))
+            self._final_line(event_json("result", err["session_id"], {**err, "is_error": True}))
 
     def duplicate(self, message_id: str, session_id: str) -> None:
         self.final_written = True

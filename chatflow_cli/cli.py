@@ -9,9 +9,10 @@ Errors: :func:`main` is the one error boundary. A :class:`~chatflow_cli.core.err
 becomes one line on stderr, ``chatflow: error: <message>``, and the process exits with the
 error's code; ``--debug`` (or ``CHATFLOW_DEBUG=1``) shows the traceback instead. Ctrl-C
 exits 130. A reader that closes stdout early (``chatflow sessions show ID | head -1``,
-``chatflow replay ID --json | head -c 10``) ends every command quietly with exit 0: nothing on
-stderr, the rest of the output dropped (a ``chat`` whose reader left stops its turn, kept as
-interrupted).
+``chatflow replay ID --json | head -c 10``), or a stdout closed before the start (``>&-``), ends
+every command quietly with exit 0: nothing on stderr, the rest of the output dropped (a ``chat``
+whose reader left stops its turn, kept as interrupted). A gone reader never hides an outcome:
+an error still prints its line on stderr and exits with its code, a cut reply still exits 10.
 
 Exit codes (the README has the same table; values from
 :class:`chatflow_cli.core.errors.ExitStatus`):
@@ -20,7 +21,8 @@ Exit codes (the README has the same table; values from
 code  name          when
 ====  ============  ======================================================================
 0     SUCCESS       done (also: a duplicate ``--message-id``, which is skipped on purpose)
-1     ERROR         an unexpected error (a bug: please report it with ``--debug`` output)
+1     ERROR         an unexpected error (a bug: please report it with ``--debug`` output);
+                    also: stdout cannot be written (``> /dev/full``, disk full, I/O error)
 2     USAGE         bad arguments or input: unknown flag, invalid session id, empty or
                     non-UTF-8 message, malformed ``--input jsonl`` line, bad ``--tool-result``
 3     NOT_FOUND     the session (or agent) does not exist
@@ -42,6 +44,7 @@ code  name          when
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -926,6 +929,53 @@ def _silence_broken_pipe() -> None:
         pass
 
 
+class _ClosedStdout:
+    """Stands for a stdout that was closed before chatflow started (``chatflow … >&-``): every
+    write fails as a write into a pipe whose reader has gone, so it takes the same path."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(errno.EPIPE, "stdout is closed")
+
+    def flush(self) -> None:
+        """Nothing is ever buffered."""
+
+    def fileno(self) -> int:
+        return 1
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _fill_closed_standard_streams() -> None:
+    """A standard stream closed at start (Python sets it to ``None``): give its file
+    descriptor ``/dev/null``, so no file chatflow opens (the database) can take fd 0, 1 or 2;
+    stdout becomes :class:`_ClosedStdout`, stdin reads nothing, stderr is dropped."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                devnull = os.open(os.devnull, os.O_RDWR)
+                if devnull != fd:
+                    os.dup2(devnull, fd)
+                    os.close(devnull)
+            except OSError:  # pragma: no cover - /dev/null missing
+                pass
+        if name == "stdout":
+            sys.stdout = _ClosedStdout()  # type: ignore[assignment]
+        else:
+            setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w", encoding="utf-8"))
+
+
+#: errno values of a stdout that cannot take the output (``> /dev/full``, a full disk, I/O error).
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
+
+
 class _ReaderGone(Exception):
     """stdout was closed by its reader (EPIPE) while a command wrote to it."""
 
@@ -1119,6 +1169,7 @@ def main(argv: list[str] | None = None) -> None:
 
         completion_init()
     code: int = ExitStatus.SUCCESS
+    _fill_closed_standard_streams()
     try:
         _check_utf8_args(args)
         command = build_command()
@@ -1165,8 +1216,13 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: one line, unless --debug
         if debug:
             _print_traceback()
-        _error_line(f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)")
-        code = ExitStatus.ERROR
+        if isinstance(exc, OSError) and exc.errno in _OUTPUT_ERRNOS and exc.filename is None:
+            _error_line(f"cannot write the output: {exc.strerror or exc}")
+            code = ExitStatus.ERROR
+            _silence_broken_pipe()
+        else:
+            _error_line(f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)")
+            code = ExitStatus.ERROR
     try:
         sys.stdout.flush()
     except BrokenPipeError:

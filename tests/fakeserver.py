@@ -188,8 +188,8 @@ class Reply:
             ``i`` (0 after the list ends); a non-streamed body waits for the sum.
         status, body, headers: for ``error`` and ``html``.
         usage: the usage object reported (streamed only when ``include_usage`` asked).
-        gate: when set, a streamed reply sends its first event only once the gate is set
-            (a model that answers when the test says so).
+        gate: when set, a streamed reply sends event ``gate_at`` (0: its first) only once the
+            gate is set (a model that answers, or goes on, when the test says so).
     """
 
     kind: str = "stream"
@@ -200,6 +200,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     usage: dict[str, int] | None = None
     gate: threading.Event | None = None
+    gate_at: int = 0
 
 
 def _chunk(delta: dict[str, Any] | None, finish_reason: str | None = None) -> dict[str, Any]:
@@ -670,10 +671,10 @@ class FakeServer:
         def generate() -> Iterator[bytes]:
             yield b""  # werkzeug sends the status line and headers now, as real servers do
             done = True
-            if reply.gate is not None:
-                while not reply.gate.wait(0.05) and not stopping.is_set():
-                    pass
             for i, event in enumerate(reply.events):
+                if reply.gate is not None and i == reply.gate_at:
+                    while not reply.gate.wait(0.05) and not stopping.is_set():
+                        pass
                 pause = _delay_at(reply.delay, i)
                 if pause and not stopping.is_set():
                     stopping.wait(pause)

@@ -112,3 +112,42 @@ def test_mypy_strict_passes_on_a_bot_using_the_readme_api(tmp_path: Path) -> Non
     lines = [line for line in done.stdout.splitlines() if ": error:" in line]
     assert lines and all(line.startswith("wrong.py:4:") for line in lines), done.stdout + done.stderr
     assert "Incompatible types in assignment" in lines[0]
+
+
+def _readme_typed_install() -> list[str]:
+    """The pip arguments of the README's command for typed users (the line that runs mypy)."""
+    readme = (REPO / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if ln.startswith("pip install") and "mypy --strict" in ln)
+    pip_part = line.split("&&")[0].split()
+    return [arg.strip("'") for arg in pip_part[2:]]
+
+
+@pytest.mark.slow
+def test_mypy_strict_passes_after_the_readmes_install_for_typed_users(tmp_path: Path) -> None:
+    """The README's install for typed users, made for real into a fresh environment, then plain
+    ``mypy --strict`` (no MYPYPATH, no per-module settings) with that environment's interpreter:
+    bot.py is clean and wrong.py is an error, so the package's types were seen."""
+    pytest.importorskip("mypy")
+    args = _readme_typed_install()
+    assert "editable_mode=compat" in args or "-e" not in args, args
+    env_dir = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=60)
+    # The README's arguments with the checkout for ".", installed into the fresh environment;
+    # dependencies are left out (mypy checks the bot against chatflow_cli's own types).
+    install = [str(REPO) + a[1:] if a.startswith(".") else a for a in args]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--prefix", str(env_dir), *install],
+        capture_output=True, text=True, timeout=280,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (tmp_path / "bot.py").write_text(BOT)
+    (tmp_path / "wrong.py").write_text(WRONG)
+    env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--python-executable", str(env_dir / "bin" / "python"),
+         "--cache-dir", str(tmp_path / ".mypy_cache"), "bot.py", "wrong.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280,
+    )
+    lines = [line for line in done.stdout.splitlines() if ": error:" in line]
+    assert lines and all(line.startswith("wrong.py:4:") for line in lines), done.stdout + done.stderr
+    assert "Incompatible types in assignment" in lines[0]

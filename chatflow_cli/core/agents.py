@@ -91,6 +91,14 @@ class Agent:
 
     __slots__ = ("_tool_cache", "handoffs", "instructions", "model", "name", "tool_choice", "tools")
 
+    name: str
+    instructions: str
+    model: str | None
+    tool_choice: str | dict[str, Any] | None
+    tools: tuple[Tool, ...]  # any iterable assigned becomes a tuple of Tool (functions wrapped)
+    handoffs: tuple[Agent, ...]
+    _tool_cache: tuple[tuple[tuple[Tool, ...], tuple[Agent, ...]], dict[str, Tool]] | None
+
     def __init__(
         self,
         name: str,
@@ -128,7 +136,7 @@ class Agent:
 
     def clone(self, **changes: Any) -> Agent:
         """A copy with some fields changed (a new identity, so give it a new ``name`` if both run together)."""
-        fields = {"name": self.name, "instructions": self.instructions, "model": self.model, "tools": self.tools,
+        fields: dict[str, Any] = {"name": self.name, "instructions": self.instructions, "model": self.model, "tools": self.tools,
                   "handoffs": self.handoffs, "tool_choice": self.tool_choice}
         fields.update(changes)
         return Agent(**fields)

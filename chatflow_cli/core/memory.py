@@ -34,6 +34,8 @@ or whose turn failed or was interrupted, is free again, so the platform's redeli
 it. :meth:`BaseSessionStore.claim_message` checks and claims in one atomic step; the seed's
 ``is_message_processed`` / ``mark_message_processed`` pair claims the same way, and a
 Runner turn started next in the same thread or task completes the claim.
+``is_message_processed`` waits (bounded) while another process holds the id, so a duplicate
+delivery runs the message itself when that holder dies before answering.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from .messages import Message, Role, ToolCall
 
 __all__ = [
     "DEFAULT_DEDUP_TTL_HOURS",
+    "DUPLICATE_WAIT_S",
     "DEFAULT_MAX_TURNS",
     "RESERVED_EVENT_PREFIXES",
     "RESERVED_EVENT_TYPES",
@@ -93,6 +96,9 @@ logger = logging.getLogger(__name__)
 #: How long a processed message id counts as a duplicate (seed 000: 8 days, covering
 #: WhatsApp's 7-day re-delivery window).
 DEFAULT_DEDUP_TTL_HOURS = 192
+#: How long (seconds) ``is_message_processed`` waits, by default, for a claim another process
+#: holds to end (processed, or free again because the holder died or its turn failed).
+DUPLICATE_WAIT_S = 60.0
 #: Turns kept in the context window unless a session says otherwise (seed 000).
 DEFAULT_MAX_TURNS = 40
 
@@ -411,6 +417,15 @@ class _MessageRecord:
 #: when the turn completes (and frees it when the turn fails), so the seed's
 #: ``mark_message_processed(id)`` then ``run_async(...)`` is safe as written.
 _CLAIM: contextvars.ContextVar[tuple[int, str, str] | None] = contextvars.ContextVar("chatflow_claim", default=None)
+
+
+def _check_wait(wait: Any) -> float:
+    """A wait in seconds: a real number >= 0 (ValueError/TypeError otherwise)."""
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)):
+        raise TypeError(f"wait must be a number of seconds, got {type(wait).__name__}")
+    if not wait >= 0:
+        raise ValueError(f"wait must be >= 0 seconds, got {wait!r}")
+    return float(wait)
 
 
 def take_context_claim(store: Any) -> tuple[str, str] | None:
@@ -2022,14 +2037,49 @@ class BaseSessionStore:
         with self._read() as tx:
             return self._state_of(tx.processed_get(message_id), self.clock())
 
-    def is_message_processed(self, message_id: str) -> bool:
-        """True when a delivery of ``message_id`` must be skipped: it was processed (less than
-        192 h ago) or a live holder is processing it now (:meth:`message_state` tells which).
-        False for a new id and for a claim whose holder died or whose turn failed.
+    def is_message_processed(self, message_id: str, *, wait: float = DUPLICATE_WAIT_S) -> bool:
+        """True when a delivery of ``message_id`` must be skipped: its turn completed (less than
+        192 h ago), or a live holder is processing it now. False for a new id, and for a claim
+        that is free again (its holder died, its turn failed or was interrupted, it was
+        released): the caller then claims the id and runs the message.
 
-        ``message_id``: a non-empty ``str`` (TypeError otherwise, in every store and method).
+        A claim held by a live holder in *another process* (another worker, or another host)
+        is waited for, polling every 20-250 ms, at most ``wait`` seconds (default
+        ``DUPLICATE_WAIT_S``, 60): True once it is processed, False once it is free again
+        (that worker was killed before it answered: this delivery must run the message), and
+        True when ``wait`` runs out with the holder still alive and working. ``wait=0``
+        answers at once. A claim held in *this process* answers True at once: its holder (a
+        thread or a task of this event loop, which a blocking wait would deadlock) cannot die
+        without this process, and when its turn fails its own delivery fails and is
+        delivered again. This method blocks its thread while it waits; in ``async`` code,
+        ``await store.ais_message_processed(id)`` waits without blocking the event loop.
+
+        ``message_id``: a non-empty ``str`` (TypeError otherwise, in every store and method);
+        ``wait``: seconds >= 0 (ValueError otherwise).
         """
-        return self.message_state(message_id) is not MessageState.NEW
+        deadline = time.monotonic() + _check_wait(wait)
+        delay = 0.02
+        while True:
+            verdict = self._duplicate_verdict(message_id)
+            remaining = deadline - time.monotonic()
+            if verdict is not None:
+                return verdict
+            if remaining <= 0:
+                return True
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, 0.25)
+
+    def _duplicate_verdict(self, message_id: str) -> bool | None:
+        """is_message_processed's answer now, or None while another process's live holder works."""
+        state = self.message_state(message_id)
+        if state is not MessageState.IN_PROGRESS:
+            return state is MessageState.PROCESSED
+        with self._read() as tx:
+            record = tx.processed_get(message_id)
+        holder = record.holder if record is not None else None
+        if holder is None:  # it changed between the two reads: look again
+            return None
+        return True if holder.pid == os.getpid() and holder.host == socket.gethostname() else None
 
     def mark_message_processed(self, message_id: str) -> None:
         """Claim ``message_id`` for this caller, as :meth:`claim_message` does (the seed's
@@ -2234,8 +2284,22 @@ class BaseSessionStore:
     async def aset_session_endpoint(self, session_id: str, model: str | None, base_url: str | None) -> None:
         return await self._run_blocking(self.set_session_endpoint, session_id, model, base_url)
 
-    async def ais_message_processed(self, message_id: str) -> bool:
-        return await self._run_blocking(self.is_message_processed, message_id)
+    async def ais_message_processed(self, message_id: str, *, wait: float = DUPLICATE_WAIT_S) -> bool:
+        """:meth:`is_message_processed`, waiting for another process's claim without blocking
+        the event loop."""
+        import asyncio  # here: importing the stores does not import asyncio
+
+        deadline = time.monotonic() + _check_wait(wait)
+        delay = 0.02
+        while True:
+            verdict = await self._run_blocking(self._duplicate_verdict, message_id)
+            remaining = deadline - time.monotonic()
+            if verdict is not None:
+                return verdict
+            if remaining <= 0:
+                return True
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, 0.25)
 
     async def amark_message_processed(self, message_id: str) -> None:
         _CLAIM.set((id(self), message_id, await self._run_blocking(self._mark, message_id)))
@@ -2280,7 +2344,7 @@ class _MemoryTx(_Tx):
     def __init__(self, store: SessionStore, writable: bool) -> None:
         self._s = store
         self._writable = writable
-        self.undo: list[Callable[[], None]] = []
+        self.undo: list[Callable[[], object]] = []  # called for their effect; results ignored
 
     def _session(self, session_id: str) -> _MemSession:
         return self._s._sessions[session_id]

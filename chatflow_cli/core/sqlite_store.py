@@ -657,7 +657,7 @@ class SQLiteSessionStore(BaseSessionStore):
         if self._closed:
             raise StoreError(f"the store for {self._label} is closed")
         if self._ephemeral:
-            conn = getattr(self, "_shared", None)
+            conn: sqlite3.Connection | None = getattr(self, "_shared", None)
         else:
             conn = getattr(self._local, "conn", None)
         if conn is not None:
@@ -699,7 +699,7 @@ class SQLiteSessionStore(BaseSessionStore):
         ).fetchone()
         if not exists:
             return 0
-        return conn.execute("SELECT COALESCE(MAX(version), 0) FROM chatflow_schema_migrations").fetchone()[0]
+        return int(conn.execute("SELECT COALESCE(MAX(version), 0) FROM chatflow_schema_migrations").fetchone()[0])
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         try:

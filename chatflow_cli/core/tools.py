@@ -559,7 +559,7 @@ class Tool:
         elif isinstance(arguments, str):
             try:
                 data = json.loads(arguments)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 raise ToolArgumentsError(f"arguments are not valid JSON ({exc.msg} at position {exc.pos})") from None
         else:
             data = arguments

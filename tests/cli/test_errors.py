@@ -263,3 +263,13 @@ def test_broken_pipe_is_quiet(provider, isolated_home):
         subprocess.run([*COMMAND, "chat", "-s", f"s{i}", "hi"], capture_output=True, check=True) if i < 3 else None
     proc = subprocess.run(f"{' '.join(COMMAND)} replay s0 | head -c 10", shell=True, capture_output=True)
     assert proc.returncode == 0 and b"Traceback" not in proc.stderr and proc.stderr == b""
+
+
+@pytest.mark.parametrize("transport", ["http", "openai"])
+def test_unreadable_tls_certificates_are_a_config_error_naming_the_variable(chatflow, provider, tmp_path, transport):
+    missing = tmp_path / "no-such-ca.pem"
+    r = chatflow("chat", "-s", "tls", "hi", env={"SSL_CERT_FILE": str(missing), "CHATFLOW_TRANSPORT": transport})
+    assert r.returncode == ExitStatus.CONFIG, r
+    line = _one_error_line(r)
+    assert "TLS certificates" in line and f"SSL_CERT_FILE={missing}" in line, line
+    assert not provider.requests

@@ -147,7 +147,7 @@ def test_a_cut_reply_is_stored_marked_and_reported_everywhere(chatflow: Any, pro
     [completed_line] = [ln for ln in replay.stdout.splitlines() if "turn.completed" in ln and "turn 1 " in ln]
     assert f"{phrase}, finish_reason {finish}" in completed_line
     replayed = [json.loads(ln) for ln in chatflow("replay", "t1", "--json").stdout.splitlines()]
-    assert [e["payload"]["finish_reason"] for e in replayed if e["type"] == "turn.completed"] == [finish] * 3
+    assert [e["data"]["finish_reason"] for e in replayed if e["type"] == "turn.completed"] == [finish] * 3
 
     sent = _next_turn_is_valid(chatflow, provider, "t1")
     assert {"role": "assistant", "content": "cut"} in sent["messages"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import subprocess
+import threading
 import sys
 from collections.abc import Callable, Iterator
 
@@ -1000,7 +1001,7 @@ def test_a_claim_records_its_holder_and_is_free_again_once_the_holder_dies(
     assert store.message_state("wamid.K") is MessageState.NEW
     assert store.claim_message("wamid.K", owner=child.owner) is True
     assert store.message_state("wamid.K") is MessageState.IN_PROGRESS
-    assert store.is_message_processed("wamid.K")  # a live holder's claim: skip the redelivery
+    assert store.is_message_processed("wamid.K", wait=0)  # a live holder's claim, no wait: skip it
     assert store.claim_message("wamid.K") is False
     store.mark_message_processed("wamid.K")  # the seed's pair: leaves the live holder's claim alone
     assert store.message_state("wamid.K") is MessageState.IN_PROGRESS
@@ -1009,6 +1010,102 @@ def test_a_claim_records_its_holder_and_is_free_again_once_the_holder_dies(
     assert not store.is_message_processed("wamid.K")
     assert store.claim_message("wamid.K") is True  # the redelivery runs
     assert asyncio.run(store.amessage_state("wamid.K")) is MessageState.IN_PROGRESS
+
+
+def _watch_in_progress(store: BaseSessionStore) -> threading.Event:
+    """An event set once a look at a message's state finds it in progress (the check is waiting)."""
+    import threading
+
+    seen = threading.Event()
+    real = store.message_state
+
+    def watched(message_id: str) -> MessageState:
+        state = real(message_id)
+        if state is MessageState.IN_PROGRESS:
+            seen.set()
+        return state
+
+    store.message_state = watched  # type: ignore[method-assign]
+    return seen
+
+
+def test_is_message_processed_waits_for_another_process_until_its_holder_dies(
+    store: BaseSessionStore, child: _Child
+) -> None:
+    """A duplicate delivery checked while another worker holds the id waits: the worker was
+    killed before it answered, so the answer is False and this delivery runs the message."""
+    import threading
+
+    assert store.claim_message("wamid.W", owner=child.owner) is True
+    answers: list[bool] = []
+    seen = _watch_in_progress(store)
+    checker = threading.Thread(target=lambda: answers.append(store.is_message_processed("wamid.W", wait=60)))
+    checker.start()
+    assert seen.wait(30)  # the check found the worker on it
+    child.kill()
+    checker.join(90)
+    assert answers == [False]
+    assert store.claim_message("wamid.W") is True
+
+
+def test_is_message_processed_waits_for_another_process_until_it_is_processed(
+    store: BaseSessionStore, child: _Child
+) -> None:
+    import threading
+
+    assert store.claim_message("wamid.P", owner=child.owner) is True
+    answers: list[bool] = []
+    seen = _watch_in_progress(store)
+    checker = threading.Thread(target=lambda: answers.append(store.is_message_processed("wamid.P", wait=60)))
+    checker.start()
+    assert seen.wait(30)
+    store.complete_message("wamid.P")  # the holder answered
+    checker.join(90)
+    assert answers == [True]
+
+
+def test_is_message_processed_waits_at_most_wait_seconds_for_a_live_holder(
+    store: BaseSessionStore, child: _Child
+) -> None:
+    """A live worker still on it after ``wait`` seconds: skip (True), and the claim is untouched."""
+    import time
+
+    assert store.claim_message("wamid.L", owner=child.owner) is True
+    started = time.monotonic()
+    assert store.is_message_processed("wamid.L", wait=0.3) is True
+    assert time.monotonic() - started >= 0.3
+    assert asyncio.run(store.ais_message_processed("wamid.L", wait=0.3)) is True
+    assert store.message_state("wamid.L") is MessageState.IN_PROGRESS
+    for bad in (-1, float("nan")):
+        with pytest.raises(ValueError):
+            store.is_message_processed("wamid.L", wait=bad)
+
+
+def test_ais_message_processed_waits_for_another_process_without_blocking_the_loop(
+    store: BaseSessionStore, child: _Child
+) -> None:
+    assert store.claim_message("wamid.A2", owner=child.owner) is True
+    seen = _watch_in_progress(store)
+
+    async def main() -> bool:
+        check = asyncio.create_task(store.ais_message_processed("wamid.A2", wait=60))
+        while not seen.is_set():  # the loop runs other tasks meanwhile: this one kills the holder
+            assert not check.done()
+            await asyncio.sleep(0.01)
+        await asyncio.to_thread(child.kill)
+        return await check
+
+    assert asyncio.run(main()) is False
+
+
+def test_is_message_processed_answers_at_once_for_a_claim_held_in_this_process(store: BaseSessionStore) -> None:
+    """The holder is a thread or task of this process (a blocking wait would deadlock its event
+    loop); a failed turn frees the claim and its own delivery is delivered again."""
+    assert store.claim_message("wamid.S") is True
+    assert store.is_message_processed("wamid.S", wait=3600) is True
+    assert asyncio.run(store.ais_message_processed("wamid.S", wait=3600)) is True
+    assert store.release_message("wamid.S") is True  # its processing failed
+    assert store.is_message_processed("wamid.S", wait=3600) is False
 
 
 def test_a_claimed_turn_completes_the_claim_when_it_completes(

@@ -121,6 +121,17 @@ CHILD = textwrap.dedent(
     runner = Runner(Agent("Orders", "x", model="fake-model"), store, model_client=ModelClient(url, "k", max_retries=0))
     if how == "idempotency_key":
         runner.run("c1", "refund order 7", idempotency_key=key)
+    elif how == "seed":
+        import asyncio
+
+        async def handle_inbound_webhook(user_phone, message_text, webhook_msg_id):
+            if store.is_message_processed(webhook_msg_id):
+                return None
+            store.mark_message_processed(webhook_msg_id)
+            response = await runner.run_async(session_id=user_phone, user_message=message_text)
+            return response.content
+
+        asyncio.run(handle_inbound_webhook("c1", "refund order 7", key))
     else:
         store.claim_message(key)
         runner.run("c1", "refund order 7")
@@ -169,6 +180,62 @@ def test_a_retry_after_the_worker_was_killed_mid_turn_runs_again(
         assert history_problems(session.history) == []
         types = [e.type for e in store.events("c1")]
         assert types.count("message.user") == 2 and "session.recovered" in types  # the log keeps both
+        [summary] = store.list_sessions()
+        assert summary.status is SessionStatus.IDLE
+    finally:
+        store.close()
+
+
+def test_the_seed_handler_waits_for_a_duplicate_held_by_a_worker_that_is_then_killed(
+    tmp_path: Path, fake_server: FakeServer, db_path: Path, make_runner: Callable[..., Runner]
+) -> None:
+    """A worker process runs the seed's handler for a message and waits for the model; a second
+    delivery of that message goes through the seed's handler in this process meanwhile, and
+    waits; the worker is SIGKILLed; the second delivery then runs the message itself: one
+    answer, one user message in the window, the message processed."""
+    import threading
+
+    gate = threading.Event()  # the model never answers the worker
+    fake_server.add(Reply(events=FakeServer.make_text("never sent").events, gate=gate))
+    script = tmp_path / "worker.py"
+    script.write_text(CHILD)
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, str(script), str(db_path), fake_server.url, "seed", "wamid.9"], env=env)
+    store = sqlite_store(db_path)
+    answers: list[Any] = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(fake_server.requests) < 1:  # the worker is waiting for the model's answer
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.01)
+        seen = threading.Event()
+        real_state = store.message_state
+
+        def watched(message_id: str) -> MessageState:
+            state = real_state(message_id)
+            if state is MessageState.IN_PROGRESS:
+                seen.set()
+            return state
+
+        store.message_state = watched  # type: ignore[method-assign]
+        runner = make_runner(Agent("Orders", "x", model=MODEL), session_store=store)
+        handle = seed_handler(store, runner)
+        second = threading.Thread(target=lambda: answers.append(asyncio.run(handle("c1", "refund order 7", "wamid.9"))))
+        second.start()
+        assert seen.wait(30)  # the duplicate found the worker on it
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    gate.set()
+    try:
+        second.join(90)
+        assert answers == ["ok: refund order 7"]
+        assert len(fake_server.requests) == 2
+        store.message_state = real_state  # type: ignore[method-assign]
+        assert store.message_state("wamid.9") is MessageState.PROCESSED
+        session = store.get("c1")
+        assert [m.content for m in session.history if m.role is Role.USER] == ["refund order 7"]
+        assert history_problems(session.history) == []
         [summary] = store.list_sessions()
         assert summary.status is SessionStatus.IDLE
     finally:
