@@ -89,7 +89,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator, Sequence
+from typing import IO, Any, Generator, Sequence
 
 from .errors import ChatflowError, LocalModelError, NetworkError, ProviderResponseError, UsageError
 
@@ -1225,7 +1225,7 @@ class LocalModelClient:
         """``exc``, or the crash of the server that caused it."""
         if not isinstance(exc, (ProviderResponseError, NetworkError)) or isinstance(exc, LocalModelError):
             return exc
-        crashed = self.server.wait_death(self.DEATH_WAIT)
+        crashed: ChatflowError | None = self.server.wait_death(self.DEATH_WAIT)
         if crashed is None:
             return exc
         crashed.session_id = exc.session_id
@@ -1238,7 +1238,8 @@ class LocalModelClient:
 
         if turn.verdict.state is not ReplyState.BROKEN:
             return None
-        return self.server.wait_death(self.DEATH_WAIT)
+        death: ChatflowError | None = self.server.wait_death(self.DEATH_WAIT)
+        return death
 
     def close(self) -> None:
         with self._lock:
@@ -1258,7 +1259,7 @@ class _LocalStream:
         self._cancelled = False
         self._gen = self._run()
 
-    def _run(self) -> Iterator[Any]:
+    def _run(self) -> Generator[Any, None, None]:
         from .model import ModelTurn
 
         for attempt in (1, 2):
