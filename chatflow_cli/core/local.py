@@ -304,7 +304,8 @@ def _informational(line: str) -> bool:
     nothing about why a server died."""
     if line.startswith(_NOISE) or set(line) <= set(". "):
         return True
-    return bool(_LLAMA_LOG.match(line)) and not _NOTABLE.search(line)
+    match = _LLAMA_LOG.match(line)  # its function name says nothing (``set_abort_callback: call``)
+    return match is not None and not _NOTABLE.search(line[match.end():])
 
 
 def _useful_lines(tail: str, count: int = 2) -> list[str]:
