@@ -151,3 +151,21 @@ def test_mypy_strict_passes_after_the_readmes_install_for_typed_users(tmp_path: 
     lines = [line for line in done.stdout.splitlines() if ": error:" in line]
     assert lines and all(line.startswith("wrong.py:4:") for line in lines), done.stdout + done.stderr
     assert "Incompatible types in assignment" in lines[0]
+
+
+@pytest.mark.slow
+def test_mypy_strict_passes_with_the_checkout_on_mypypath(tmp_path: Path) -> None:
+    """The package's own code passes ``mypy --strict`` as a bot's dependency read from source
+    (MYPYPATH, or an editable install mypy is pointed at): plain ``--strict``, no per-module
+    settings, so errors inside chatflow_cli count."""
+    pytest.importorskip("mypy")
+    (tmp_path / "bot.py").write_text(BOT)
+    (tmp_path / "wrong.py").write_text(WRONG)
+    env = {**os.environ, "MYPYPATH": str(REPO)}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / ".mypy_cache"), "bot.py", "wrong.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400,
+    )
+    lines = [line for line in done.stdout.splitlines() if ": error:" in line]
+    assert lines and all(line.startswith("wrong.py:4:") for line in lines), done.stdout + done.stderr

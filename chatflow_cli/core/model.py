@@ -70,7 +70,7 @@ import os
 import re
 import threading
 import time
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Generator, Iterator, Mapping, Sequence
 
 from .errors import (
     AuthenticationError,
@@ -641,11 +641,12 @@ def _request_aborted(owner: "ModelStream | None" = None) -> BaseException:
     if _aborted_class is None:
         import openai
 
-        class RequestAborted(openai.OpenAIError):
+        class _OpenAIRequestAborted(openai.OpenAIError):  # type: ignore[misc, unused-ignore]
             """The request was cancelled by chatflow (internal; never leaves ModelStream)."""
 
-        _aborted_class = RequestAborted
-    return _aborted_class("the request was cancelled")
+        _aborted_class = _OpenAIRequestAborted
+    aborted: BaseException = _aborted_class("the request was cancelled")
+    return aborted
 
 
 def _shutdown(connection: Any) -> None:
@@ -682,7 +683,7 @@ class _AbortableConnection:
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         owner = self._claim()
         try:
-            data = self._inner.read(max_bytes, timeout)
+            data: bytes = self._inner.read(max_bytes, timeout)
         except Exception:
             if owner is not None and owner._stopping():
                 raise _request_aborted(owner) from None
@@ -749,7 +750,7 @@ def _make_abortable(http_client: Any) -> bool:
         backend = getattr(pool, "_network_backend", None)
         if backend is None or not callable(getattr(backend, "connect_tcp", None)):
             continue
-        if not isinstance(backend, _AbortableBackend):
+        if pool is not None and not isinstance(backend, _AbortableBackend):
             pool._network_backend = _AbortableBackend(backend)
         done = True
     return done
@@ -777,7 +778,7 @@ class ModelStream:
         self._abandoned = False  # left by the iterating side (cancel, Ctrl-C) while opening
         self.accumulator = StreamAccumulator()
         self.turn: ModelTurn | None = None
-        self._gen: Iterator[StreamDelta | ModelTurn] = self._run()
+        self._gen: Generator[StreamDelta | ModelTurn, None, None] = self._run()
 
     def __iter__(self) -> "ModelStream":
         return self
@@ -984,7 +985,7 @@ class ModelStream:
                 mapped = client.map_error(exc, model=params.get("model"))
             raise mapped from None  # outside the except: no context that may hold the key
 
-    def _run(self) -> Iterator[StreamDelta | ModelTurn]:
+    def _run(self) -> Generator[StreamDelta | ModelTurn, None, None]:
         client = self._client
         acc = self.accumulator
         cancel = self._cancel
