@@ -23,8 +23,13 @@ with four additions:
 * **A guard** in front of the app: with a token (environment variable
   ``CHATFLOW_LOCAL_TOKEN``) every request must carry ``Authorization: Bearer <token>``
   (401 otherwise); ``GET /chatflow/health`` answers ``{"instance", "pid", "version",
-  "model", "use_extra_bufts", "in_flight"}``; requests in flight and the time of the last
-  one are counted for the idle shutdown.
+  "model", "use_extra_bufts", "in_flight", "reservations"}``; requests in flight and the time
+  of the last one are counted for the idle shutdown. ``GET /chatflow/health?lease=SECONDS&id=ID``
+  also *reserves* the server for a process about to use it: the idle clock does not run out
+  while a reservation is open, and each reservation ends at the next completion request
+  (``POST``) or after ``SECONDS`` (at most :data:`MAX_LEASE`), whichever comes first. So a
+  keep-alive shorter than the time a chatflow takes between finding (or starting) the server
+  and sending its first request never stops the server under it.
 * **Its lifetime.** ``--chatflow-watch-fd FD`` (a server private to one chatflow
   process): exit as soon as that pipe reports EOF, i.e. when chatflow is gone.
   ``--chatflow-state PATH --chatflow-keep-alive SECONDS`` (a shared warm server): the
@@ -56,6 +61,8 @@ from typing import Any, Callable
 
 TOKEN_ENV = "CHATFLOW_LOCAL_TOKEN"
 HEALTH_PATH = "/chatflow/health"
+#: The longest reservation (seconds) one ``/chatflow/health?lease=`` may take.
+MAX_LEASE = 120.0
 
 #: What the model loads really used (``None`` until a model was loaded).
 _loaded: dict[str, Any] = {"use_extra_bufts": None}
@@ -182,14 +189,38 @@ class Guard:
         self.info = info
         self.in_flight = 0
         self.last_activity = time.monotonic()
+        self.leases: dict[str, float] = {}  # open reservations: id -> when it expires (monotonic s)
         self.lock = threading.Lock()
 
     def idle_for(self) -> float | None:
-        """Seconds since the last request ended, or ``None`` while one is in flight."""
+        """Seconds since the last request ended, or ``None`` while one is in flight or a
+        reservation is open."""
         with self.lock:
-            if self.in_flight:
+            now = time.monotonic()
+            self.leases = {key: until for key, until in self.leases.items() if until > now}
+            if self.in_flight or self.leases:
                 return None
-            return time.monotonic() - self.last_activity
+            return now - self.last_activity
+
+    def _reserve(self, scope: dict[str, Any]) -> None:
+        """``?lease=SECONDS&id=ID`` on the health check: open (or renew) reservation ``ID``."""
+        from urllib.parse import parse_qs
+
+        query = parse_qs((scope.get("query_string") or b"").decode("latin-1"))
+        try:
+            seconds = float(query["lease"][-1]) if "lease" in query else 0.0
+        except ValueError:
+            return
+        if seconds > 0:
+            key = query.get("id", [""])[-1]  # a retried health check renews its reservation, never adds one
+            with self.lock:
+                self.leases[key] = time.monotonic() + min(seconds, MAX_LEASE)
+
+    def _use_reservation(self) -> None:
+        """A completion request arrived: it is what the oldest open reservation was for."""
+        with self.lock:
+            if self.leases:
+                del self.leases[min(self.leases, key=self.leases.__getitem__)]
 
     def _authorized(self, scope: dict[str, Any]) -> bool:
         if self.token is None:
@@ -212,10 +243,13 @@ class Guard:
                 await _send_json(send, 401, {"error": {"message": "invalid API key", "type": "invalid_request_error",
                                                        "code": "invalid_api_key"}})
             elif scope.get("path") == HEALTH_PATH:
+                self._reserve(scope)
                 body = dict(self.info, pid=os.getpid(), in_flight=self.in_flight - 1,
-                            use_extra_bufts=_loaded["use_extra_bufts"])
+                            reservations=len(self.leases), use_extra_bufts=_loaded["use_extra_bufts"])
                 await _send_json(send, 200, body)
             else:
+                if scope.get("method") == "POST":
+                    self._use_reservation()
                 await self.app(scope, receive, send)
         finally:
             with self.lock:
@@ -299,13 +333,18 @@ def _keep_alive_watch(guard: Guard, opts: _Options) -> None:
     assert opts.state is not None and opts.lock is not None
     model_id = _file_id(opts.model_path)
     interval = max(0.05, min(1.0, opts.keep_alive / 5))
+    born = time.time()  # before chatflow could write our state file; a later one's started_at is after
 
     def reason(seen: list[bool]) -> str | None:
         data = _read_json(opts.state or "")
         mine = data is not None and data.get("instance") == opts.instance
         seen[0] = seen[0] or mine
-        if seen[0] and not mine:
-            return "another server took its place"
+        if data is not None and not mine:
+            started = data.get("started_at")
+            # it named us and now names another, or names one started after us (it took the slot
+            # before this loop ever saw our own state)
+            if seen[0] or (isinstance(started, (int, float)) and started > born):
+                return "another server took its place"
         if opts.model_path and _file_id(opts.model_path) != model_id:
             return "its model file changed"
         idle = guard.idle_for()

@@ -584,14 +584,15 @@ def turn_interrupted(record: Any, interrupted_turns: Any = ()) -> bool:
 
     True when a message carries the ``interrupted`` flag (partial model text, synthetic
     tool results), or when the turn ends with its user message (stopped while the model
-    was thinking: nothing else was stored) and its number is in ``interrupted_turns`` (the
+    was thinking: nothing else was stored) or with a tool result (stopped after a complete
+    tool round) and its number is in ``interrupted_turns`` (the
     turn numbers of the session's ``turn.interrupted`` events; any container, queried
     only in that second case).
     """
     msgs = record.messages
     if any(m.interrupted for m in msgs):
         return True
-    return bool(msgs) and _role(msgs[-1]) == "user" and record.number in interrupted_turns
+    return bool(msgs) and _role(msgs[-1]) in ("user", "tool") and record.number in interrupted_turns
 
 
 def turn_dict(record: Any, *, interrupted: bool = False) -> dict[str, Any]:
@@ -1102,12 +1103,12 @@ def reply_note(result: Any) -> str | None:
     phrase = cut_phrase(result.finish_reason)
     show = f"chatflow sessions show {result.session_id} --full"
     if phrase:
-        tail = (" before any text (its reasoning: " + show + ")") if not result.content and result.reasoning else ""
+        tail = (" before any text (its reasoning: " + show + ")") if not (result.content or "").strip() and result.reasoning else ""
         return f"reply {phrase} (finish_reason {result.finish_reason}){tail}; turn {result.turn} is stored, marked as cut"
-    if not result.content:
+    if not (result.content or "").strip():
         if result.reasoning:
             return f"the model answered with reasoning only, no text (see it with: {show})"
-        return "the model's reply was empty"
+        return "the model's reply was empty" if not result.content else "the model's reply was only whitespace"
     return None
 
 

@@ -1160,7 +1160,8 @@ class Repl:
     async def cmd_show(self, arg: str) -> None:
         """``/show`` folds long tool arguments and results as ``chatflow sessions show`` does;
         ``/show --full`` (or ``-f``) prints them whole — the REPL's tool lines point here."""
-        from .render import turn_renderables
+        from .render import turn_interrupted, turn_renderables
+        from .show import _InterruptedTurns
 
         if arg not in ("", "--full", "-f"):
             self.error(f"/show {safe_text(arg)}: the only option is --full")
@@ -1171,8 +1172,10 @@ class Repl:
         from .markdown_stream import print_unpadded
 
         full = bool(arg)
+        interrupted = _InterruptedTurns(self.store, self.session_id)
         for record in self.store.load_turns(self.session_id):
-            print_unpadded(self.console, *turn_renderables(record, markdown=True, full=full, width=self.console.width))
+            print_unpadded(self.console, *turn_renderables(record, markdown=True, full=full, width=self.console.width,
+                                                           interrupted=turn_interrupted(record, interrupted)))
 
     async def cmd_rollback(self, arg: str) -> None:
         if not await self._wait_closing():

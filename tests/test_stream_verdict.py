@@ -116,8 +116,9 @@ def test_tool_arguments_cut_mid_json_are_an_invalid_tool_call() -> None:
 
 
 def test_arguments_that_are_json_but_not_an_object_or_a_call_with_no_name_are_invalid() -> None:
-    for arguments, what in (('"text"', "are JSON str, not an object"), ("[1]", "are JSON list, not an object"),
-                            ("{} {}", "are not a complete JSON object")):
+    for arguments, what in (('"text"', "are a string, not a JSON object"), ("[1]", "are a list, not a JSON object"),
+                            ("null", "are null, not a JSON object"), ("3", "are a number, not a JSON object"),
+                            ('{"a": NaN}', "contain NaN, which is not JSON"), ("{} {}", "are not a complete JSON object")):
         acc, _ = _feed([_call(0, "c1", "f", arguments), _choice({}, "tool_calls")])
         verdict = acc.result().verdict
         assert verdict.state is ReplyState.INVALID_TOOL_CALL and what in verdict.reason

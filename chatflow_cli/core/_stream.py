@@ -12,17 +12,22 @@ Verdicts (:class:`ReplyState`):
 =================  ====================================================================
 state              when
 =================  ====================================================================
-``complete``       a finish reason arrived (``stop``, ``tool_calls``, or any other that
-                   does not mean a cut) and every tool call's arguments are a JSON object
-``truncated``      ``finish_reason`` ``length`` (also sent as ``max_tokens``) or
-                   ``content_filter``, with no tool calls: the text is all there will
-                   be; it is stored as the turn's reply, marked with its finish reason
+``complete``       ``finish_reason`` ``stop`` or ``tool_calls`` (or a spelling of them:
+                   ``end_turn``, ``eos``, ``tool_use``…) and every tool call's arguments
+                   are a JSON object
+``truncated``      ``finish_reason`` ``length`` (also sent as ``max_tokens``),
+                   ``content_filter``, or a reason chatflow does not know, with no tool
+                   calls: the text is all there will be; it is stored as the turn's
+                   reply, marked with its finish reason (an unknown reason is shown as
+                   ``ended with an unknown finish reason``)
 ``invalid_tool_call``  a tool call whose arguments are not a complete JSON object (cut by
                    the token limit, or malformed), or that has no function name: it must
                    never run, be offered as pending, or be stored for the next request
 ``broken``         the stream stopped before any choice carried a finish reason
                    (connection closed, read timeout, or the body just ended, with or
-                   without ``[DONE]``): what arrived is partial
+                   without ``[DONE]``; the string ``"null"`` counts as none), or the
+                   server ended it with ``finish_reason`` ``error`` or ``abort`` (vLLM):
+                   what arrived is partial
 ``interrupted``    chatflow cancelled the stream (Ctrl-C, a cancel request)
 =================  ====================================================================
 
@@ -47,6 +52,8 @@ __all__ = [
     "ReplyState",
     "StreamAccumulator",
     "StreamDelta",
+    "BROKEN_FINISH_REASONS",
+    "NORMAL_FINISH_REASONS",
     "TRUNCATING_FINISH_REASONS",
     "TextDelta",
     "ToolCallDelta",
@@ -63,23 +70,32 @@ TRUNCATING_FINISH_REASONS: dict[str, str] = {
     "content_filter": "content_filter",
 }
 #: Spellings of the same normal finish reasons, stored under the OpenAI name.
-_FINISH_ALIASES = {"function_call": "tool_calls", "tool_use": "tool_calls", "end_turn": "stop", "eos": "stop"}
+_FINISH_ALIASES = {"function_call": "tool_calls", "tool_use": "tool_calls", "end_turn": "stop", "eos": "stop",
+                   "stop_sequence": "stop"}
+#: The finish reasons of a reply that ended normally.
+NORMAL_FINISH_REASONS = frozenset({"stop", "tool_calls"})
+#: Finish reasons by which the server says the reply did not finish (vLLM sends both).
+BROKEN_FINISH_REASONS = frozenset({"error", "abort"})
 
 
 def cut_phrase(finish_reason: str | None) -> str:
     """How a reply with ``finish_reason`` was cut, for people: ``"cut by the token limit"``,
-    ``"stopped by a content filter"``, or ``""`` for a reason that is no cut."""
-    cut = TRUNCATING_FINISH_REASONS.get(finish_reason or "")
+    ``"stopped by a content filter"``, ``"ended with an unknown finish reason"`` (any
+    reason but ``stop``/``tool_calls``), or ``""`` for a normal end or none."""
+    if not finish_reason or finish_reason in NORMAL_FINISH_REASONS:
+        return ""
+    cut = TRUNCATING_FINISH_REASONS.get(finish_reason)
     if cut == "length":
         return "cut by the token limit"
     if cut == "content_filter":
         return "stopped by a content filter"
-    return ""
+    return "ended with an unknown finish reason"
 
 
 def normalize_finish_reason(value: Any) -> str | None:
-    """The finish reason chatflow stores for what a server sent (``None`` for none)."""
-    if not isinstance(value, str) or not value.strip():
+    """The finish reason chatflow stores for what a server sent (``None`` for none: also
+    the strings ``"null"`` and ``"none"``, which some proxies send for a JSON null)."""
+    if not isinstance(value, str) or not value.strip() or value.strip().lower() in ("null", "none"):
         return None
     value = value.strip()
     return TRUNCATING_FINISH_REASONS.get(value) or _FINISH_ALIASES.get(value) or value
@@ -231,19 +247,42 @@ class ModelTurn:
     def to_message(self, *, agent: str | None = None) -> Message:
         """The MODEL message to store for this answer (``interrupted``, ``reasoning`` and a
         truncating ``finish_reason`` carried over)."""
-        finish = self.finish_reason if self.finish_reason in TRUNCATING_FINISH_REASONS.values() else None
+        finish = self.finish_reason if cut_phrase(self.finish_reason) else None
         return Message.model(self.content, self.tool_calls, agent=agent, interrupted=self.interrupted,
                              reasoning=self.reasoning, finish_reason=finish)
 
 
 def _arguments_problem(arguments: str) -> str | None:
-    try:
-        value = json.loads(arguments)
+    try:  # NaN and Infinity are no JSON: providers refuse them in a request
+        value = json.loads(arguments, parse_constant=_refuse_constant)
+    except _NotJSON as exc:
+        return f"contain {exc.args[0]}, which is not JSON"
     except ValueError:
         return "are not a complete JSON object"
     if not isinstance(value, dict):
-        return f"are JSON {type(value).__name__}, not an object"
+        return f"are {_json_kind(value)}, not a JSON object"
     return None
+
+
+class _NotJSON(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity`` in arguments (``args[0]`` names it)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJSON(name)
+
+
+def _json_kind(value: Any) -> str:
+    """``"null"``, ``"a list"``, ``"a string"``, ``"a number"``, ``"true"``… for people."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    return "a number"
 
 
 def _shorten(text: str, limit: int = 40) -> str:
@@ -259,15 +298,18 @@ def judge(turn: ModelTurn) -> Verdict:
     if finish is None:
         why = turn.broken or "the stream ended without a finish reason"
         return Verdict(ReplyState.BROKEN, None, f"the reply did not finish ({why})")
-    cut = TRUNCATING_FINISH_REASONS.get(finish)
+    if finish in BROKEN_FINISH_REASONS:
+        return Verdict(ReplyState.BROKEN, finish,
+                       f"the reply did not finish (the server ended it with finish_reason {finish})")
     phrase = cut_phrase(finish)
+    cut = bool(phrase)
     invalid: list[ToolCall] = []
     problems: list[str] = []
     for call in turn.tool_calls:
         problem = "has no function name" if not call.name else _arguments_problem(call.arguments)
         if problem is not None:
             invalid.append(call)
-            if problem.startswith("are"):
+            if problem.startswith(("are", "contain")):
                 problems.append(f"tool call {call.name} ({call.id}): arguments {_shorten(call.arguments)!r} {problem}")
             else:
                 problems.append(f"tool call {call.id} {problem}")

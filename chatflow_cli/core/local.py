@@ -43,7 +43,10 @@ chatflow version, model file identity, keep-alive). The token is the server's AP
 sent on every request, so a recycled pid or port is never trusted: a server is reused
 only after ``GET /chatflow/health`` with the token answered with the recorded instance.
 ``server-<key>.lock`` (``flock``) makes exactly one of many processes starting at once
-start the server; the others wait and reuse it. The server listens on 127.0.0.1 only and
+start the server; the others wait and reuse it. The process that starts or reuses it also
+reserves it (``/chatflow/health?lease=``, :data:`RESERVATION` seconds at most), so the
+idle time counts from the last use *or* reservation: however short the keep-alive, the
+server does not stop between being found and the first request of the process that found it. The server listens on 127.0.0.1 only and
 stops itself when no request came for ``keep_alive`` seconds, when its model file
 changes, or when the state file names another server (a chatflow of another version or
 keep-alive took the slot), each only while no request is in flight. A supervisor process
@@ -301,7 +304,8 @@ def _informational(line: str) -> bool:
     nothing about why a server died."""
     if line.startswith(_NOISE) or set(line) <= set(". "):
         return True
-    return bool(_LLAMA_LOG.match(line)) and not _NOTABLE.search(line)
+    match = _LLAMA_LOG.match(line)  # its function name says nothing (``set_abort_callback: call``)
+    return match is not None and not _NOTABLE.search(line[match.end():])
 
 
 def _useful_lines(tail: str, count: int = 2) -> list[str]:
@@ -777,10 +781,19 @@ def _local_dir(data_dir: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _healthy(state: dict[str, Any], timeout: float = 2.0) -> bool:
-    """The server of ``state`` answers ``/chatflow/health`` with the token, as that instance."""
+#: Seconds a process that found or started a warm server reserves it for its first request:
+#: the server's idle clock does not run out meanwhile (the reservation ends at that request).
+RESERVATION = 30.0
+
+
+def _healthy(state: dict[str, Any], timeout: float = 2.0, *, reserve: str | None = None) -> bool:
+    """The server of ``state`` answers ``/chatflow/health`` with the token, as that instance.
+    ``reserve``: a reservation id; also reserve the server for :data:`RESERVATION` seconds or
+    until the next completion request, so it does not idle out before this process's
+    request (asking again with the same id renews that reservation)."""
+    query = f"?lease={RESERVATION:g}&id={reserve}" if reserve else ""
     try:
-        url = f"http://127.0.0.1:{int(state['port'])}{HEALTH_PATH}"
+        url = f"http://127.0.0.1:{int(state['port'])}{HEALTH_PATH}{query}"
         token, instance = str(state["token"]), str(state["instance"])
     except (KeyError, TypeError, ValueError):
         return False
@@ -904,7 +917,7 @@ class SharedLocalServer:
             state_path, lock_path, log_path = self._paths(path)
             with _Flock(lock_path):
                 state = _read_state(state_path)
-                if state is not None and self._matches(state, path) and _healthy(state):
+                if state is not None and self._matches(state, path) and _healthy(state, reserve=secrets.token_hex(8)):
                     self.state, self.started, self.model = state, False, str(state.get("served_model") or self.alias)
                     log.debug("local model server: reused pid %s on %s", self.pid, self.base_url)
                     return self
@@ -996,7 +1009,7 @@ class SharedLocalServer:
                 code = record.get("returncode") if record else None
                 raise crash_error(code if isinstance(code, int) else None, tail, phase="starting",
                                   log_path=str(log_path))
-            if _healthy(state, timeout=1.0):
+            if _healthy(state, timeout=1.0, reserve=state["instance"]):
                 status, data = _get_json(f"http://{self.host}:{state['port']}/v1/models", state["token"], 5.0)
                 self.model = _first_model(data, self.alias) if status == 200 else self.alias
                 state["served_model"] = self.model

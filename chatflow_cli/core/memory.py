@@ -895,22 +895,25 @@ class SessionContext:
                 self._agent = agent
         self._record(_Op("turn_failed", EventType.TURN_FAILED.value, payload, turn))
 
-    def interrupt_turn(self, reason: str = "interrupted", partial_text: str | None = None, agent: Any = None) -> None:
+    def interrupt_turn(self, reason: str = "interrupted", partial_text: str | None = None, agent: Any = None,
+                       partial_reasoning: str | None = None) -> None:
         """Close the current turn after Ctrl-C or cancellation, keeping what is known.
 
         Every unanswered tool call gets a synthetic TOOL result (``is_error`` and
         ``interrupted`` set, content ``"Interrupted before a result: side effects
-        unknown."``); partial model text is kept as a MODEL message with
-        ``interrupted=True``. Journals ``turn.interrupted``, then prunes.
+        unknown."``); partial model text (and ``partial_reasoning``, the reasoning that
+        came with it, even with no text) is kept as a MODEL message with ``interrupted=True``
+        (one with no text is left out of requests). Journals ``turn.interrupted``, then prunes.
         """
         open_calls = self.pending_tool_calls
         for call in open_calls:
             self.add_message(
                 Message.tool(call.id, INTERRUPTED_TOOL_RESULT, name=call.name, is_error=True, interrupted=True)
             )
-        if partial_text:
+        if partial_text or partial_reasoning:
             name = _agent_name(agent if agent is not None else self._agent) or None
-            self.add_message(Message.model(partial_text, agent=name, interrupted=True))
+            self.add_message(Message.model(partial_text or "", agent=name, interrupted=True,
+                                           reasoning=partial_reasoning or None))
         payload = {"turn": self._current_turn(), "tool_use_ids": [c.id for c in open_calls], "reason": reason}
         self._record(_Op("event", EventType.TURN_INTERRUPTED.value, payload))
         self._prune_history()

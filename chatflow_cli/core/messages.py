@@ -209,10 +209,11 @@ class Message:
 
     @property
     def says_nothing(self) -> bool:
-        """A MODEL message with neither text nor tool calls (a reply that was empty, or
-        reasoning only). It is kept in the session but left out of requests: several
-        providers refuse an assistant message with empty content."""
-        return self.role is Role.MODEL and not self.content and not self.tool_calls
+        """A MODEL message with neither text (whitespace counts as none) nor tool calls (a
+        reply that was empty, only whitespace, or reasoning only). It is kept in the session
+        but left out of requests: several providers refuse an assistant message with empty
+        content."""
+        return self.role is Role.MODEL and not (self.content or "").strip() and not self.tool_calls
 
     def to_wire(self) -> dict[str, Any]:
         """The Chat Completions form of this message (``role`` ``assistant`` for MODEL).

@@ -119,7 +119,7 @@ from .errors import (
 from .events import Event, EventType, SessionStatus
 from .memory import storable_text
 from .messages import Message, Role, ToolCall, check_history
-from ._stream import TRUNCATING_FINISH_REASONS, ModelTurn, ReplyState, TextDelta, Usage
+from ._stream import ModelTurn, ReplyState, TextDelta, Usage, cut_phrase
 from .tools import Tool, ToolArgumentsError, to_json_text
 
 __all__ = [
@@ -178,7 +178,7 @@ class RunResult:
     @property
     def truncated(self) -> bool:
         """The final reply was cut by the token limit or a content filter (stored, marked)."""
-        return self.finish_reason in TRUNCATING_FINISH_REASONS.values()
+        return bool(cut_phrase(self.finish_reason))
 
     @property
     def reasoning_only(self) -> bool:
@@ -242,6 +242,11 @@ class _Cancelled(Exception):
 
 class _Broken(Exception):
     """Internal: the model's reply stopped before it finished (``args[0]`` says why)."""
+
+
+class _InvalidAfterTools(Exception):
+    """Internal: a later round's reply has an invalid tool call after earlier rounds ran
+    tools (``args``: the verdict's reason and finish reason)."""
 
 
 class _CancelToken:
@@ -775,6 +780,17 @@ class Runner:
             yield from stored(events, turn)
             raise StreamBrokenError(f"{exc.args[0]}; what arrived is kept as interrupted turn {turn}",
                                     session_id=session_id) from None
+        except _InvalidAfterTools as exc:
+            if state.released:  # pragma: no cover - raised before anything is released
+                raise
+            ran = ", ".join(dict.fromkeys(state.ran))
+            events = self._interrupt(session, turn, state, reason="invalid tool call")
+            yield from stored(events, turn)
+            hint = "; or raise the token limit" if exc.args[1] == "length" else ""
+            raise InvalidToolCallError(
+                f"the model's reply cannot be used: {exc.args[0]}; it did not run, but earlier rounds ran {ran}: "
+                f"turn {turn} is kept as interrupted up to its last complete round (send a message to go on{hint})",
+                session_id=session_id) from None
         except (KeyboardInterrupt, _Cancelled, GeneratorExit, asyncio.CancelledError) as exc:
             closing = isinstance(exc, GeneratorExit)
             if state.released:  # the turn was already stored as finished; only the consumer left
@@ -864,11 +880,16 @@ class Runner:
             if verdict.state is ReplyState.INTERRUPTED:
                 raise _Cancelled()
             if verdict.state is ReplyState.BROKEN:
+                state.reasoning = storable_text(reply.reasoning) if reply.reasoning else None
                 raise _Broken(verdict.reason)  # the partial text in state.partial is kept
             if verdict.state is ReplyState.INVALID_TOOL_CALL:
+                if state.ran:  # earlier rounds ran tools: keep them, up to the last complete round
+                    raise _InvalidAfterTools(verdict.reason, verdict.finish_reason)
+                hint = "send the message again, or raise the token limit" if verdict.finish_reason == "length" \
+                    else "send the message again"
                 raise InvalidToolCallError(
                     f"the model's reply cannot be used: {verdict.reason}; nothing ran and turn {turn} was not kept "
-                    "(send the message again, or raise the token limit)", session_id=session_id)
+                    f"({hint})", session_id=session_id)
             calls = self._fresh_ids(session, list(reply.tool_calls or ()))
             content = storable_text(reply.content) if reply.content else reply.content
             reasoning = storable_text(reply.reasoning) if reply.reasoning else None
@@ -897,6 +918,7 @@ class Runner:
 
             custom = [c for c in calls if c.name in tools and tools[c.name].is_custom]
             outcomes = yield from self._run_tools(session_id, turn, agent, tools, calls, cancel, loop, state)
+            state.ran.extend(c.name for c in calls if c.id in outcomes)
             if custom:
                 # seed 003: stop here; regular results wait with the custom ones, sent in call order
                 for call in calls:
@@ -1045,13 +1067,14 @@ class Runner:
             for call_id, (text, is_error) in state.finished.items():
                 if call_id in pending:
                     session.add_message(Message.tool(call_id, text, name=pending[call_id].name, is_error=is_error))
-            session.interrupt_turn(reason=reason, partial_text=partial, agent=state.agent)
+            session.interrupt_turn(reason=reason, partial_text=partial, agent=state.agent,
+                                   partial_reasoning=state.reasoning)
             session.set_status(SessionStatus.IDLE, reason=reason)
             return list(self.store.save(session))
         except BaseException as exc:  # noqa: BLE001 - the in-memory session may be half-written
             log.warning("storing the interrupted turn from memory failed (%s); retrying from the store", exc)
             return self._close_from_store(session.session_id, lambda s: s.interrupt_turn(
-                reason=reason, partial_text=partial, agent=state.agent), reason)
+                reason=reason, partial_text=partial, agent=state.agent, partial_reasoning=state.reasoning), reason)
 
     def _fail(self, session: Any, turn: int, state: _TurnState, exc: BaseException) -> list[Event]:
         """Store a failed turn: out of the window, ``turn.failed``, then idle or rescheduled."""
@@ -1095,7 +1118,9 @@ class _TurnState:
     start_agent: Any = None  # the active agent when the turn began (restored if the turn fails)
     usage: Usage = dataclasses.field(default_factory=Usage)
     rounds: int = 0
+    ran: list[str] = dataclasses.field(default_factory=list)  # names of the tools run in this turn, in order
     partial: list[str] = dataclasses.field(default_factory=list)
+    reasoning: str | None = None  # the reasoning of a reply that broke off (kept with the interrupted turn)
     handoffs: dict[str, Agent] = dataclasses.field(default_factory=dict)
     finished: dict[str, tuple[str, bool]] = dataclasses.field(default_factory=dict)
     released: bool = False  # the turn's end (idle) is stored: nothing left to undo

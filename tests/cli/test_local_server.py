@@ -241,8 +241,8 @@ def test_the_warm_server_stops_itself_after_the_idle_time(standin) -> None:
     r = chat("hi", env={"CHATFLOW_LOCAL_KEEP_ALIVE": "2s"})
     assert r.returncode == 0, r
     assert r.stdout.strip() == REPLY
-    servers = standin.pids()  # one (two when the first idled out before chatflow's request)
-    assert servers
+    servers = standin.pids()
+    assert len(servers) == 1  # reserved by chatflow until its request: it did not idle out before it
     wait_until(lambda: not any(alive(pid) for pid in servers), 30, "the idle server to stop")
     wait_until(lambda: standin.state_files() == [], 10, "its state file to go")
     [log] = (standin.home / "local").glob("server-*.log")
@@ -250,6 +250,39 @@ def test_the_warm_server_stops_itself_after_the_idle_time(standin) -> None:
     [record] = (standin.home / "local").glob("server-*.json.exit")
     assert json.loads(record.read_text())["returncode"] == 0
     assert run_chatflow("local", "status", "--json").json() == []
+
+
+@pytest.mark.parametrize("keep_alive", ["100ms", "1"])
+def test_a_keep_alive_shorter_than_the_way_to_the_first_request_starts_one_server(standin, keep_alive) -> None:
+    """The server is reserved for the process that started it until its first request: it
+    does not idle out while that chatflow is still getting there."""
+    r = run_chatflow("--debug", "chat", "x", env={"CHATFLOW_LOCAL_KEEP_ALIVE": keep_alive})
+    assert r.returncode == 0, r
+    assert r.stdout.strip() == REPLY
+    assert "local model server: started pid" in r.stderr
+    assert "starting another" not in r.stderr, r.stderr
+    [server] = standin.pids()
+    wait_until(lambda: not alive(server), 40, "the server to stop once idle")  # the idle stop still works
+
+
+def test_a_process_that_reused_the_server_has_it_reserved_until_its_request(standin, tmp_path) -> None:
+    from chatflow_cli.core.local import LocalModelClient, SharedLocalServer
+
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    options = dict(data_dir=tmp_path / "data", keep_alive=0.2, model_path=model, app=STANDIN)
+    first = SharedLocalServer(**options).start()
+    assert first.started
+    messages = [{"role": "user", "content": "hi"}]
+    assert LocalModelClient(first).complete("local", messages).content == REPLY  # its reservation is used
+    second = SharedLocalServer(**options).start()
+    assert not second.started and second.pid == first.pid
+    used = time.monotonic()
+    wait_until(lambda: time.monotonic() - used > 2.0, 5, "ten keep-alive times")  # chatflow slow to ask
+    client = LocalModelClient(second)
+    assert client.complete("local", messages).content == REPLY
+    assert len(standin.pids()) == 1 and client.server.pid == first.pid  # the same server, not a new one
+    wait_until(lambda: not alive(first.pid), 20, "the server to stop once idle")
 
 
 def test_a_server_in_use_is_not_stopped_by_the_idle_time(standin) -> None:

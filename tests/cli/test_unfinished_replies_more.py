@@ -168,3 +168,163 @@ def test_a_gone_reader_keeps_exit_10_for_a_cut_reply(provider: Any) -> None:
     code, stderr = _run_into_gone_reader("chat", "--output", "json", "m")
     assert code == ExitStatus.INCOMPLETE, (code, stderr)
     assert "Traceback" not in stderr
+
+
+# ---------------------------------------------------------------------------------------
+# 2. a reply of only whitespace is an empty reply
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("reasoning", [None, "Let me think."])
+def test_a_whitespace_only_reply_is_noticed_and_never_sent_back(chatflow: Any, provider: Any,
+                                                                 reasoning: str | None) -> None:
+    chunks: list[Any] = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]}]
+    if reasoning:
+        chunks.append({"choices": [{"index": 0, "delta": {"reasoning_content": reasoning}}]})
+    chunks += [{"choices": [{"index": 0, "delta": {"content": "\n"}}]},
+               {"choices": [{"index": 0, "delta": {"content": "\n"}, "finish_reason": "stop"}]}]
+    provider.add_chunks(chunks)
+    r = chatflow("chat", "-s", "ws", "hello")
+    assert r.returncode == 0, r
+    note = "reasoning only" if reasoning else "only whitespace"
+    assert any(note in line for line in r.stderr_lines), r
+    sent = _next_turn_is_valid(chatflow, provider, "ws")
+    assert [m for m in sent["messages"] if m["role"] == "assistant"] == [], sent["messages"]
+    provider.add_chunks(chunks)
+    as_json = chatflow("chat", "-s", "ws", "--output", "json", "again")
+    assert as_json.returncode == 0 and as_json.json()["is_error"] is False, as_json
+    _next_turn_is_valid(chatflow, provider, "ws")
+
+
+def test_a_broken_whitespace_reply_kept_as_interrupted_is_never_sent_back(chatflow: Any, provider: Any) -> None:
+    provider.add_text("\n\n", chunks=["\n\n"], finish_reason=None)
+    r = chatflow("chat", "-s", "wb", "hello")
+    _one_error_line(r, ExitStatus.NETWORK, "did not finish", "kept as interrupted turn 1")
+    _next_turn_is_valid(chatflow, provider, "wb")
+
+
+# ---------------------------------------------------------------------------------------
+# 3. finish reasons that are not a normal end
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("finish", ["error", "abort"])
+def test_a_server_that_ends_the_reply_with_error_or_abort_did_not_finish(chatflow: Any, provider: Any,
+                                                                         finish: str) -> None:
+    provider.add_text("Half an ans", chunks=["Half ", "an ans"], finish_reason=finish)
+    r = chatflow("chat", "-s", "fe", "hello")
+    _one_error_line(r, ExitStatus.NETWORK, f"the server ended it with finish_reason {finish}",
+                    "kept as interrupted turn 1")
+    reply = _window("fe")[-1]
+    assert reply["role"] == "model" and reply["content"] == "Half an ans" and reply.get("interrupted"), reply
+    assert "turn.interrupted" in [t for t, _ in _events("fe")]
+    provider.add_text("Half", finish_reason=finish)
+    as_json = chatflow("chat", "-s", "fe", "--output", "json", "again")
+    assert as_json.returncode == ExitStatus.NETWORK and as_json.json()["error_type"] == "StreamBrokenError"
+    _next_turn_is_valid(chatflow, provider, "fe")
+
+
+def test_the_string_null_is_no_finish_reason(chatflow: Any, provider: Any) -> None:
+    provider.add_text("Hel", chunks=["Hel"], finish_reason="null")
+    r = chatflow("chat", "-s", "fn", "hello")
+    _one_error_line(r, ExitStatus.NETWORK, "without a finish reason", "kept as interrupted turn 1")
+    _next_turn_is_valid(chatflow, provider, "fn")
+
+
+def test_an_unknown_finish_reason_is_marked_and_shown_like_a_cut(chatflow: Any, provider: Any) -> None:
+    provider.add_text("whole?", finish_reason="recitation")
+    r = chatflow("chat", "-s", "fu", "hello")
+    assert r.returncode == ExitStatus.INCOMPLETE, r
+    assert r.stdout == "whole?\n"
+    assert any("ended with an unknown finish reason (finish_reason recitation)" in line for line in r.stderr_lines), r
+    reply = _window("fu")[-1]
+    assert (reply["content"], reply["finish_reason"]) == ("whole?", "recitation")
+    show = chatflow("sessions", "show", "fu")
+    assert "Turn 1 · cut (recitation)" in show.stdout, show
+    provider.add_text("again?", finish_reason="recitation")
+    as_json = chatflow("chat", "-s", "fu", "--output", "json", "again")
+    assert as_json.returncode == ExitStatus.INCOMPLETE and as_json.json()["finish_reason"] == "recitation"
+    _next_turn_is_valid(chatflow, provider, "fu")
+
+
+# ---------------------------------------------------------------------------------------
+# 4. an invalid tool call after earlier rounds ran tools
+# ---------------------------------------------------------------------------------------
+@pytest.fixture
+def tools_env(tmp_path: Path, config_file: Any, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from tests.cli.test_unfinished_replies import AGENT, TOOLS_MODULE
+
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "unfinished_tools.py").write_text(TOOLS_MODULE, encoding="utf-8")
+    config_file(AGENT)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(tmp_path / "mods")]))
+    marks = tmp_path / "marks"
+    monkeypatch.setenv("MARKS", str(marks))
+    return marks
+
+
+@pytest.mark.parametrize("finish", ["length", "tool_calls"])
+def test_an_invalid_call_in_a_later_round_keeps_the_rounds_that_ran(chatflow: Any, provider: Any, tools_env: Path,
+                                                                    finish: str) -> None:
+    provider.add_tool_calls([("call_1", "get_weather", '{"city": "Oslo"}')])
+    provider.add_tool_calls([("call_2", "get_weather", '{"city": "Par')], finish_reason=finish)
+    r = chatflow("chat", "-s", "lr", "weather?")
+    line = _one_error_line(r, ExitStatus.PROVIDER, "call_2", "earlier rounds ran get_weather",
+                           "turn 1 is kept as interrupted")
+    assert "nothing ran" not in line and ("raise the token limit" in line) == (finish == "length"), line
+    assert (tools_env / "get_weather.log").read_text() == "Oslo\n"
+    window = _window("lr")
+    assert [m["role"] for m in window] == ["user", "model", "tool"], window
+    assert window[2]["content"] == "sunny in Oslo"
+    show = chatflow("sessions", "show", "lr")
+    assert "Turn 1" in show.stdout and "interrupted" in show.stdout, show
+    sent = _next_turn_is_valid(chatflow, provider, "lr")
+    assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "tool", "user"], sent["messages"]
+    assert (tools_env / "get_weather.log").read_text() == "Oslo\n", "the tool ran again"
+
+
+@pytest.mark.parametrize("finish", ["length", "tool_calls"])
+def test_the_token_limit_hint_only_when_the_limit_cut_it(chatflow: Any, provider: Any, tools_env: Path,
+                                                         finish: str) -> None:
+    provider.add_tool_calls([("call_cut", "get_weather", '{"city": "Par')], finish_reason=finish)
+    r = chatflow("chat", "-s", "th", "weather?")
+    line = _one_error_line(r, ExitStatus.PROVIDER, "nothing ran")
+    assert ("raise the token limit" in line) == (finish == "length"), line
+
+
+# ---------------------------------------------------------------------------------------
+# 7. arguments that are no JSON object, said plainly; reasoning of a broken reply kept
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arguments,said", [
+    ('{"city": NaN}', "contain NaN, which is not JSON"),
+    ('{"city": -Infinity}', "contain -Infinity, which is not JSON"),
+    ("null", "are null, not a JSON object"),
+    ('["Oslo"]', "are a list, not a JSON object"),
+    ('"Oslo"', "are a string, not a JSON object"),
+])
+def test_arguments_that_are_no_json_object_are_refused_in_plain_words(chatflow: Any, provider: Any,
+                                                                       tools_env: Path, arguments: str,
+                                                                       said: str) -> None:
+    provider.add_tool_calls([("call_x", "get_weather", arguments)])
+    r = chatflow("chat", "-s", "nn", "weather?")
+    line = _one_error_line(r, ExitStatus.PROVIDER, said, "nothing ran")
+    assert "NoneType" not in line
+    assert not tools_env.exists(), "the tool ran"
+    _next_turn_is_valid(chatflow, provider, "nn")
+
+
+def test_a_broken_reply_of_only_reasoning_keeps_the_reasoning(chatflow: Any, provider: Any) -> None:
+    provider.add_chunks([{"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]},
+                         {"choices": [{"index": 0, "delta": {"reasoning_content": "Step one, step two"}}]}],
+                        done=False)
+    r = chatflow("chat", "-s", "rb", "hello")
+    _one_error_line(r, ExitStatus.NETWORK, "did not finish", "kept as interrupted turn 1")
+    reply = _window("rb")[-1]
+    assert reply["role"] == "model" and reply["reasoning"] == "Step one, step two" and reply.get("interrupted"), reply
+    assert "Step one, step two" in chatflow("sessions", "show", "rb", "--full").stdout
+    sent = _next_turn_is_valid(chatflow, provider, "rb")
+    assert [m for m in sent["messages"] if m["role"] == "assistant"] == []
+
+
+def test_the_public_errors_are_exported() -> None:
+    import chatflow_cli
+    from chatflow_cli.core.errors import InvalidToolCallError, StreamBrokenError
+
+    assert chatflow_cli.StreamBrokenError is StreamBrokenError
+    assert chatflow_cli.InvalidToolCallError is InvalidToolCallError

@@ -480,3 +480,21 @@ def test_a_terminal_that_reports_sizes_late_loses_no_line(seed: int) -> None:
     resizes.update({5.0 + 0.5 * n: rng.choice(sizes) for n in range(6)})
     term = stream_with_resizes(answer, resizes, reflow=False, lag=0.4)
     assert_each_line_once(answer, "\n".join(term.logical_lines()), at_least=True)
+
+
+# ------------------------------------------------------------------ /show marks interrupted turns
+def test_show_marks_an_interrupted_turn_as_sessions_show_does(repl_driver) -> None:
+    d = repl_driver
+    d.server.add_text("Half an ans", chunks=["Half ", "an ans"], finish_reason=None)
+    marks = {}
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("hello\r")
+        d.wait_text("did not finish")
+        d.type("/show\r")
+        d.wait_text("Turn 1 · interrupted")
+        marks["show"] = d.screen()
+
+    d.run(script)
+    assert "Half an ans" in marks["show"].split("Turn 1 · interrupted", 1)[1]
