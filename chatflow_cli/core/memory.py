@@ -2205,6 +2205,16 @@ class BaseSessionStore:
                 (ticket is None or waiter < ticket) and owner.alive() for waiter, owner in tx.queue_list(session_id)
             )
 
+    def running_turn_pid(self, session_id: str) -> int | None:
+        """The process id of the live owner running ``session_id``'s turn, or ``None`` when no
+        turn runs (or the session does not exist): the same read-only look as
+        :meth:`turn_may_start`, so a waiter can say whom it waits for."""
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None or row.status is not SessionStatus.RUNNING or row.owner is None or not row.owner.alive():
+                return None
+            return int(row.owner.pid)
+
     def leave_turn_queue(self, session_id: str, ticket: int) -> None:
         """Give up the place ``ticket`` (from :meth:`begin_turn` with ``enqueue=True``) holds."""
         with self._write() as tx:

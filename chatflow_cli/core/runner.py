@@ -659,7 +659,7 @@ class Runner:
                         begun = None
                         raise SessionBusyError(
                             f"session {session_id!r} is busy: other turns run or wait for it (waited {wait:g} s)",
-                            session_id=session_id)
+                            session_id=session_id, pid=_running_pid(self.store, session_id))
                     replay = begun.replayed
                     if replay is not None:
                         ticket = None  # a replay gave the ticket up
@@ -1187,6 +1187,15 @@ def _drain(events: Iterator[StreamEvent]) -> RunResult:
 def _may_start(store: Any, session_id: str, ticket: int | None) -> bool:
     check = getattr(store, "turn_may_start", None)
     return True if check is None else bool(check(session_id, ticket))
+
+
+def _running_pid(store: Any, session_id: str) -> int | None:
+    """The pid of the process running ``session_id``'s turn, when the store can say (a cheap read)."""
+    look = getattr(store, "running_turn_pid", None)
+    try:
+        return None if look is None else look(session_id)
+    except Exception:  # noqa: BLE001 - only the waiting message loses the pid
+        return None
 
 
 def _wait_for_turn_end(store: Any, timeout: float) -> None:

@@ -574,8 +574,8 @@ def test_one_shot_wait_names_the_busy_session_and_its_pid(provider, chatflow):
                 break
             time.sleep(0.05)
         child = _spawn(["chat", "-s", "bw", "--wait", "30", "second"])
-        # the pid is named when the store knows it (a session queued behind other waiters: no pid)
-        child.expect(f"session busy( \\(pid {first.pid}\\))?, waiting up to [0-9]+ s")
+        # a turn runs: its owner's pid is named, also when this run joins the turn queue
+        child.expect(f"session busy \\(pid {first.pid}\\), waiting up to 30 s")
         child.expect("second answer")
         child.expect(pexpect.EOF)
         child.close()

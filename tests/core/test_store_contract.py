@@ -404,6 +404,23 @@ def test_record_event_refuses_reserved_types_that_change_state(agent: Agent) -> 
 # -- begin_turn, owners, status ---------------------------------------------------------------
 
 
+def test_running_turn_pid_names_the_running_owner_only_while_a_turn_runs(store: BaseSessionStore,
+                                                                         agent: Agent) -> None:
+    import os
+
+    assert store.running_turn_pid("s") is None  # no session
+    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current())
+    assert store.running_turn_pid("s") == os.getpid()
+    waiting = store.begin_turn("s", default_agent=agent, user_message=Message.user("next"), owner=Owner.current(),
+                               enqueue=True)
+    assert waiting.queued is not None and store.running_turn_pid("s") == os.getpid()
+    store.leave_turn_queue("s", waiting.queued)
+    start.session.add_message(Message.model("hello", agent="Assistant"))
+    start.session.complete_turn("hello", agent, {})
+    store.release(start.session)
+    assert store.running_turn_pid("s") is None
+
+
 def test_begin_turn_creates_claims_and_releases(store: BaseSessionStore, agent: Agent) -> None:
     owner = Owner.current()
     start = store.begin_turn(
