@@ -652,6 +652,10 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
     except BaseException as exc:
         if claimed:
             _release_claim(store, claim_id)
+        if _stored_endpoint(store, session_id) == (None, None):
+            # a session's first endpoint is kept even when its first turn failed (a wrong key,
+            # say): resuming it must not send the message, and the key, somewhere else
+            remember_endpoint(store, session_id, choice)
         _busy_hint(exc, opts.wait)
         if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
             out.failure(exc, session_id)
@@ -701,6 +705,15 @@ def endpoint_of(choice: Any) -> tuple[str, str | None]:
     if choice.local:
         return choice.model, None
     return choice.model, choice.base_url or os.environ.get("OPENAI_BASE_URL") or _OPENAI_URL
+
+
+def _stored_endpoint(store: Any, session_id: str) -> tuple[str | None, str | None] | None:
+    """The session's stored ``(model, base_url)``; ``None`` when the session does not exist
+    or the store cannot say (a failing store never hides the error being reported)."""
+    try:
+        return store.session_endpoint(session_id)  # type: ignore[no-any-return]
+    except ChatflowError:
+        return None
 
 
 def remember_endpoint(store: Any, session_id: str, choice: Any, *, model: str | None = None,

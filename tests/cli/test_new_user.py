@@ -582,3 +582,15 @@ def test_one_shot_wait_names_the_busy_session_and_its_pid(provider, chatflow):
         assert child.exitstatus == 0
     finally:
         first.communicate(timeout=30)
+
+
+def test_a_session_whose_first_turn_failed_keeps_its_model_and_endpoint(chatflow, fake_server, monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    fake_server.add_error(401)
+    r = chatflow("chat", "-s", "f1", "--base-url", fake_server.url, "-m", "fake-model", "first fails")
+    assert r.returncode == 5, r
+    shown = chatflow("sessions", "show", "f1", "--json").json()["session"]
+    assert (shown["model"], shown["base_url"]) == ("fake-model", fake_server.url)
+    r = chatflow("chat", "-s", "f1", "resume")  # no flags: the session's own server, never the default one
+    assert r.returncode == 0, r
+    assert [q["model"] for q in fake_server.requests] == ["fake-model", "fake-model"]
