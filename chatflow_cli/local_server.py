@@ -336,6 +336,8 @@ def _keep_alive_watch(guard: Guard, opts: _Options) -> None:
     born = time.time()  # before chatflow could write our state file; a later one's started_at is after
 
     def reason(seen: list[bool]) -> str | None:
+        if not os.path.isdir(os.path.dirname(opts.state or "") or "."):
+            return "its data directory is gone"  # nobody can find this server again
         data = _read_json(opts.state or "")
         mine = data is not None and data.get("instance") == opts.instance
         seen[0] = seen[0] or mine
@@ -352,21 +354,32 @@ def _keep_alive_watch(guard: Guard, opts: _Options) -> None:
             return f"no request for {opts.keep_alive:g} s"
         return None
 
+    def stop(why: str) -> None:
+        sys.stderr.write(f"chatflow: the local model server stops: {why}\n")
+        sys.stderr.flush()
+        os._exit(0)  # the lock goes with the process
+
     def watch() -> None:
         seen = [False]
         while True:
             time.sleep(interval)
-            why = reason(seen)
-            if why is None or guard.idle_for() is None:
-                continue
-            with _Flock(opts.lock or ""):
+            try:
                 why = reason(seen)
                 if why is None or guard.idle_for() is None:
                     continue
-                _forget_state(opts.state or "", opts.instance)
-                sys.stderr.write(f"chatflow: the local model server stops: {why}\n")
-                sys.stderr.flush()
-                os._exit(0)  # the lock goes with the process
+                with _Flock(opts.lock or ""):
+                    why = reason(seen)
+                    if why is None or guard.idle_for() is None:
+                        continue
+                    _forget_state(opts.state or "", opts.instance)
+                    stop(why)
+            except OSError as exc:
+                # the lock or state cannot be reached (the data directory was removed, the disk
+                # went read-only): the watch must not die with it, or the server outlives its
+                # idle time; once idle it stops without the lock, which nobody else can take either
+                if guard.idle_for() is not None:
+                    stop(f"its state in {os.path.dirname(opts.state or '')} cannot be reached "
+                         f"({exc.strerror or exc})")
 
     threading.Thread(target=watch, name="chatflow-keep-alive", daemon=True).start()
 

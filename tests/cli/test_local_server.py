@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -33,13 +33,20 @@ REPLY = "Hello from the stand-in server."
 
 
 @pytest.fixture
-def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> "Standin":
+def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator["Standin"]:
     monkeypatch.setenv("CHATFLOW_LOCAL_SERVER_APP", STANDIN)
     monkeypatch.setenv("CHATFLOW_MODEL", "local")
     starts = tmp_path / "starts.txt"
     monkeypatch.setenv("STANDIN_STARTS", str(starts))
     monkeypatch.setenv("STANDIN_MARKER", str(tmp_path / "crashed-once"))
-    return Standin(starts, Path(os.environ["CHATFLOW_HOME"]))
+    standin = Standin(starts, Path(os.environ["CHATFLOW_HOME"]))
+    yield standin
+    # tests that replace the state file hide their first server from `local stop`: end every one
+    for pid in standin.pids():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 class Standin:
@@ -250,6 +257,17 @@ def test_the_warm_server_stops_itself_after_the_idle_time(standin) -> None:
     [record] = (standin.home / "local").glob("server-*.json.exit")
     assert json.loads(record.read_text())["returncode"] == 0
     assert run_chatflow("local", "status", "--json").json() == []
+
+
+def test_a_warm_server_whose_data_directory_was_removed_still_stops_after_the_idle_time(standin) -> None:
+    import shutil
+
+    r = chat("hi", env={"CHATFLOW_LOCAL_KEEP_ALIVE": "2s"})
+    assert r.returncode == 0, r
+    servers = standin.pids()
+    assert servers and all(alive(pid) for pid in servers)
+    shutil.rmtree(standin.home / "local")  # `rm -rf` of the data directory, or a test's tmp cleanup
+    wait_until(lambda: not any(alive(pid) for pid in servers), 30, "the orphaned server to stop")
 
 
 @pytest.mark.parametrize("keep_alive", ["100ms", "1"])
