@@ -74,6 +74,16 @@ def spawn(*args: str, env: Mapping[str, str] | None = None, pythonpath: Iterable
     )
 
 
+def communicate_all(procs: list[subprocess.Popen[bytes]], timeout: float) -> list[tuple[bytes, bytes]]:
+    """Wait for every process, reading all their pipes at once: reading them one after another
+    would leave a later process blocked on a full stdout pipe while it holds a session that
+    the earlier ones wait for."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, len(procs))) as pool:
+        return list(pool.map(lambda proc: proc.communicate(timeout=timeout), procs))
+
+
 def kill9(proc: subprocess.Popen[Any]) -> tuple[bytes, bytes]:
     """SIGKILL ``proc`` (no clean-up of any kind runs in it) and reap it."""
     try:

@@ -48,10 +48,8 @@ def test_eight_processes_own_and_shared_sessions(fake_server: FakeServer, tmp_pa
         with open(src, "rb") as stdin:
             procs.append((p, h.spawn("chat", "--input", "jsonl", "--output", "jsonl", "--wait", "60",
                                      "-s", f"own-{p}", env=env, stdin=stdin)))
-    outcomes = []
-    for p, proc in procs:
-        out, err = proc.communicate(timeout=1500)
-        outcomes.append((p, proc.returncode, out.decode(), err.decode()))
+    outputs = h.communicate_all([proc for _, proc in procs], timeout=1500)
+    outcomes = [(p, proc.returncode, out.decode(), err.decode()) for (p, proc), (out, err) in zip(procs, outputs)]
 
     # zero errors
     for p, rc, out, err in outcomes:
