@@ -284,9 +284,12 @@ def check_store(db: Path, plan: list[Delivery]) -> StoreReport:
         claims = conn.execute("SELECT message_id FROM chatflow_processed_messages WHERE state != 'completed'").fetchall()
         if claims:
             problems.append(f"claims left in progress: {claims}")
-        queued = conn.execute("SELECT COUNT(*) FROM chatflow_turn_queue").fetchone()[0]
-        if queued:
-            problems.append(f"{queued} tickets left in the turn queue")
+        # a waiter killed in the queue leaves its ticket: the store skips it (its holder is dead)
+        # and the session's next turn removes it; a ticket of a live process would be a leak
+        live = [row[0] for row in conn.execute("SELECT owner_json FROM chatflow_turn_queue")
+                if _alive(json.loads(row[0]).get("pid"))]
+        if live:
+            problems.append(f"{len(live)} tickets of live processes left in the turn queue")
     finally:
         conn.close()
     return StoreReport(completed, interrupted, dict(order), problems)
@@ -300,3 +303,14 @@ def model_calls(requests: list[Any]) -> Counter[str]:
         if users:
             calls[users[-1]["content"]] += 1
     return calls
+
+
+def _alive(pid: object) -> bool:
+    """True while process ``pid`` exists and is not a zombie."""
+    if not isinstance(pid, int):
+        return False
+    try:
+        stat = open(f"/proc/{pid}/stat", encoding="utf-8").read()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
