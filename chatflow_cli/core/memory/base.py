@@ -66,7 +66,7 @@ from ._checks import (
     _fallback_agent,
     _sha256,
 )
-from .context import SessionContext, _Op
+from .context import SessionBinding, SessionContext, _Op
 from .owner import Owner
 from .protocol import MessageState, SessionSummary, TurnRecord, TurnStart
 
@@ -377,14 +377,30 @@ class BaseSessionStore:
         return event
 
     def _context(
-        self, tx: _Tx, row: _SessionRow, default_agent: Any = None, quiet: bool = False, effective: bool = False
+        self,
+        tx: _Tx,
+        row: _SessionRow,
+        default_agent: Any = None,
+        quiet: bool = False,
+        effective: bool = False,
+        lease: str | None = None,
     ) -> SessionContext:
         """The row's context. ``effective``: a dead owner's ``running`` shows ``idle`` (reads for
-        callers); the store's own writes keep the stored status."""
+        callers); the store's own writes keep the stored status. ``lease``: the owner token
+        of the run the context is given to (:meth:`begin_turn`)."""
         first = max(1, row.turn_count - row.max_turns + 1)
         window = tx.window(row.session_id, first)
         agent = self._resolve_agent(row.active_agent_name, default_agent, quiet)
-        ctx = SessionContext._restore(
+        # Inside the transaction, pruned turns come from the same transaction; _detach()
+        # switches to the store's own reads before the context leaves the store.
+        binding = SessionBinding(
+            id(self),
+            row.incarnation,
+            self._base_of(row),
+            lambda first, last: self._group_live(tx.turn_messages(row.session_id, first, last, False)),
+            lease,
+        )
+        return SessionContext._restore(
             row.session_id,
             agent,
             row.max_turns,
@@ -392,14 +408,8 @@ class BaseSessionStore:
             self._effective_status(row) if effective else row.status,
             window,
             row.turn_count,
-            row.incarnation,
-            id(self),
+            binding,
         )
-        ctx._base = self._base_of(row)
-        # Inside the transaction, pruned turns come from the same transaction; _detach()
-        # switches to the store's own reads before the context leaves the store.
-        ctx._loader = lambda first, last: self._group_live(tx.turn_messages(row.session_id, first, last, False))
-        return ctx
 
     @staticmethod
     def _base_of(row: _SessionRow) -> tuple[SessionStatus, str | None, str]:
@@ -416,11 +426,12 @@ class BaseSessionStore:
         holds the lease (begin_turn's owner of the running row)."""
         if not any(op.kind in ("status", "agent") for op in ops):
             return
-        base = session._base
-        if base is None or base == self._base_of(row):
+        binding = session._binding
+        if binding is None or binding.base == self._base_of(row):
             return
+        base = binding.base
         lease = row.owner.token if row.owner is not None and row.status is SessionStatus.RUNNING else None
-        if lease is not None and session._lease == lease:
+        if lease is not None and binding.lease == lease:
             return
         raise SessionBusyError(
             f"session {row.session_id!r} is busy: it changed since it was loaded (status {base[0].value} -> "
@@ -429,8 +440,11 @@ class BaseSessionStore:
         )
 
     def _detach(self, ctx: SessionContext) -> SessionContext:
-        assert ctx._incarnation is not None
-        ctx._loader = partial(self._load_live_turns, ctx.session_id, ctx._incarnation)
+        """``ctx`` (made by :meth:`_context`) ready to leave the store: it reads pruned turns
+        through the store's own transactions from now on."""
+        binding = ctx._binding
+        assert binding is not None
+        binding.loader = partial(self._load_live_turns, ctx.session_id, binding.incarnation)
         return ctx
 
     def _load_live_turns(self, session_id: str, incarnation: str, first: int, last: int) -> dict[int, list[Message]]:
@@ -616,12 +630,13 @@ class BaseSessionStore:
           since this context was loaded ("changed since it was loaded") -- except for the
           context :meth:`begin_turn` returned to the run that still holds the lease.
         """
-        ops = session._take_journal()
+        ops = session._pending()
+        bound = session._binding
         with self._write() as tx:
             row = tx.get_row(session.session_id)
             events: list[Event] = []
-            if session._incarnation is not None:
-                if row is None or row.incarnation != session._incarnation:
+            if bound is not None:
+                if row is None or row.incarnation != bound.incarnation:
                     raise SessionDeletedError(
                         f"session {session.session_id} was deleted", session_id=session.session_id
                     )
@@ -639,14 +654,11 @@ class BaseSessionStore:
             events += self._apply(tx, row, ops)
         if any(op.kind == "status" for op in ops):
             self._notify_turn_ended()
-        session._journal_saved(len(ops))
-        session._metadata_saved(row.metadata)
-        session._base = self._base_of(row)
-        session._incarnation = row.incarnation
-        session._store_id = id(self)
-        session._local_events = None
-        if session._loader is None:
-            session._loader = partial(self._load_live_turns, row.session_id, row.incarnation)
+        if bound is None:  # stored for the first time
+            bound = SessionBinding(id(self), row.incarnation, self._base_of(row),
+                                   partial(self._load_live_turns, row.session_id, row.incarnation))
+        binding = SessionBinding(id(self), row.incarnation, self._base_of(row), bound.loader, bound.lease)
+        session._saved(len(ops), row.metadata, binding)
         return events
 
     def release(
@@ -680,7 +692,7 @@ class BaseSessionStore:
                 raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
             ctx = self._context(tx, row, quiet=True)
             ctx.rollback_to(to_turn)
-            return self._apply(tx, row, ctx._take_journal())
+            return self._apply(tx, row, ctx._pending())
 
     def list_sessions(
         self, limit: int | None = None, agent: str | None = None, status: SessionStatus | str | None = None
@@ -968,7 +980,7 @@ class BaseSessionStore:
                 for call in pending:
                     output, is_error = submitted[call.id]
                     ctx.add_message(Message.tool(call.id, output, name=call.name, is_error=is_error))
-            journal = ctx._take_journal()
+            journal = ctx._pending()
             new_events = self._apply(tx, row, journal)
             events += new_events
             row.owner = owner
@@ -982,12 +994,12 @@ class BaseSessionStore:
                 tx.processed_put(message_id, _MessageRecord("in_progress", now, owner, session_id, turn))
             # The window is loaded once: the context that made the change becomes what a fresh
             # load would give (a second load cost as much as the first, ~1 ms for 40 turns).
-            ctx._journal_saved(len(journal))
-            ctx._metadata_saved(row.metadata)
-            if not ctx._as_stored(row.turn_count, row.status):
-                ctx = self._context(tx, row, default_agent)
-            ctx._base = self._base_of(row)
-            ctx._lease = owner.token  # this run holds the lease: its status changes are never stale
+            # This run holds the lease: its status changes are never stale.
+            binding = ctx._binding
+            assert binding is not None
+            binding = SessionBinding(id(self), row.incarnation, self._base_of(row), binding.loader, owner.token)
+            if not ctx._saved(len(journal), row.metadata, binding, stored=(row.turn_count, row.status)):
+                ctx = self._context(tx, row, default_agent, lease=owner.token)
         return TurnStart(self._detach(ctx), turn, None, events)
 
     def _outcome(self, tx: _Tx, row: _SessionRow, turn: int, seq: int) -> dict[str, Any]:
@@ -1027,7 +1039,7 @@ class BaseSessionStore:
             ctx.fail_turn(TurnOwnerDied("the process running this turn died; a retry of its message replaces it"))
         ctx.record_event(EventType.SESSION_RECOVERED, {"turn": turn, "owner": dead.to_dict() if dead else {}})
         ctx.set_status(SessionStatus.IDLE, "recovered: the running process died")
-        return self._apply(tx, row, ctx._take_journal())
+        return self._apply(tx, row, ctx._pending())
 
     def _message_replay(
         self,

@@ -11,6 +11,24 @@ event that records it); ``store.save(session)`` applies the journal in one trans
 appends one event per change to the session's log (event types in
 :mod:`chatflow_cli.core.events`). A context made by hand, with no store, keeps its own
 events (``events``, seq 1, 2, 3...) and its pruned turns in memory.
+
+The seam to the stores
+----------------------
+A store talks to a context through one named seam and nothing else:
+
+* :class:`SessionBinding` -- what ties a context to one stored session: the store object's
+  id, the session's incarnation (a random id per creation, so a context of a deleted
+  session never writes into a new one of the same id), the base row the context was
+  loaded from (status, owner token, agent name), the lease token of the run that holds the
+  turn, and the loader that reads pruned turns back. The context holds it (``_binding``;
+  None until first stored); only the store that made it reads or updates it.
+* two friend methods, :meth:`SessionContext._pending` (the journal entries to save) and
+  :meth:`SessionContext._saved` (acknowledge them: drop the saved entries, take the
+  stored metadata and the new binding, optionally make the window look freshly loaded).
+* :meth:`SessionContext._restore` builds a bound context from a stored row's window.
+
+So a new backend never needs to know how a context keeps its window or journal, and a
+context never needs to know which store it is in.
 """
 
 from __future__ import annotations
@@ -35,7 +53,7 @@ from ._checks import (
     storable_text,
 )
 
-__all__ = ["INTERRUPTED_TOOL_RESULT", "SessionContext", "Turn", "TurnLoader"]
+__all__ = ["INTERRUPTED_TOOL_RESULT", "SessionBinding", "SessionContext", "Turn", "TurnLoader"]
 
 #: Content of the TOOL result a tool call gets when its turn is interrupted before a result.
 INTERRUPTED_TOOL_RESULT = "Interrupted before a result: side effects unknown."
@@ -70,6 +88,33 @@ _MESSAGE_EVENT = {
 
 #: (first_turn, last_turn) -> {turn: [messages]} of live stored turns; raises SessionDeletedError.
 TurnLoader = Callable[[int, int], dict[int, list[Message]]]
+
+
+@dataclass(slots=True)
+class SessionBinding:
+    """What ties a :class:`SessionContext` to one stored session.
+
+    The store that loads or saves a context makes its binding, and only that store reads
+    or updates it; the context itself only calls ``loader`` (to bring back turns pruned out
+    of the window, for a rollback or a failed turn).
+
+    Attributes:
+        store_id: ``id()`` of the store object that made the binding.
+        incarnation: the stored session's creation id (random per creation): a context
+            whose incarnation no longer matches the stored row was deleted meanwhile.
+        base: ``(status, owner token, agent name)`` of the stored row the context was loaded
+            from or last saved to; a status or handoff change made from another base is
+            refused as stale.
+        loader: reads live stored turns ``first..last`` (:data:`TurnLoader`).
+        lease: the owner token of the run :meth:`BaseSessionStore.begin_turn` gave this
+            context, or None; the lease holder's status changes are never stale.
+    """
+
+    store_id: int
+    incarnation: str
+    base: tuple[SessionStatus, str | None, str]
+    loader: TurnLoader
+    lease: str | None = None
 
 
 def _open_calls(messages: Sequence[Message]) -> tuple[ToolCall, ...]:
@@ -133,21 +178,15 @@ class SessionContext:
         self._agent = initial_agent
         self.metadata: dict[str, Any] = _check_metadata(metadata) if metadata is not None else {}
         self._saved_metadata: dict[str, Any] = copy.deepcopy(self.metadata)
-        # (status, owner token, agent name) of the stored row this context was loaded from
-        # or last saved to; a status or handoff change from another base is refused.
-        self._base: tuple[SessionStatus, str | None, str] | None = None
-        self._lease: str | None = None  # owner token of the run begin_turn gave this context
         self._messages: list[Message] = []
         self._turn_offset = 0
         self._turn_count = 0  # number of the last live turn
         self._call_ids: set[str] | None = None  # tool-call ids in the window; None: recount
         self._archive: dict[int, tuple[Message, ...]] = {}
-        self._loader: TurnLoader | None = None
         self._journal: list[_Op] = []
         self._status = SessionStatus.IDLE
         self._local_events: list[Event] | None = []  # None once bound to a store
-        self._incarnation: str | None = None  # the store's creation id once bound
-        self._store_id: int | None = None
+        self._binding: SessionBinding | None = None  # set by the store that holds the session
 
     # -- read-only views ---------------------------------------------------------------
     @property
@@ -201,21 +240,41 @@ class SessionContext:
             seq = len(self._local_events) + 1
             self._local_events.append(Event(self.session_id, seq, op.type, op.payload, time.time()))
 
-    def _take_journal(self) -> list[_Op]:
+    # -- the seam to the stores (friend methods: only a store calls them) --------------
+    def _pending(self) -> list[_Op]:
+        """The journal entries to save, oldest first (a copy; the journal keeps them).
+
+        A change made in place on ``metadata`` since the last save is journalled first, as
+        :meth:`update_metadata` would.
+        """
         if self.metadata != self._saved_metadata:  # changed in place: journal it like update_metadata
             self.update_metadata({})
         return list(self._journal)
 
-    def _metadata_saved(self, stored: Mapping[str, Any]) -> None:
-        """After a save: ``metadata`` (same dict object) becomes the stored, merged metadata."""
-        if self.metadata != stored:
-            self.metadata.clear()
-            self.metadata.update(copy.deepcopy(dict(stored)))
-        self._saved_metadata = copy.deepcopy(self.metadata)
+    def _saved(
+        self,
+        count: int,
+        metadata: Mapping[str, Any],
+        binding: SessionBinding,
+        *,
+        stored: tuple[int, SessionStatus] | None = None,
+    ) -> bool:
+        """Acknowledge a save of the first ``count`` entries of :meth:`_pending`.
 
-    def _journal_saved(self, count: int) -> None:
+        The saved entries leave the journal; ``metadata`` (the same dict object) becomes the
+        stored, merged ``metadata``; the context is bound to ``binding`` and stops keeping
+        its own events. With ``stored=(turn_count, status)`` of the row just written, the
+        window is also made to look freshly loaded (see :meth:`_as_stored`); the return
+        value says whether it could be (True without ``stored``).
+        """
         del self._journal[:count]
+        if self.metadata != metadata:
+            self.metadata.clear()
+            self.metadata.update(copy.deepcopy(dict(metadata)))
         self._saved_metadata = copy.deepcopy(self.metadata)
+        self._binding = binding
+        self._local_events = None
+        return True if stored is None else self._as_stored(*stored)
 
     # -- mutations ---------------------------------------------------------------------
     def add_message(self, msg: Message) -> None:
@@ -307,9 +366,9 @@ class SessionContext:
                 have[k] = tuple(msgs)
         missing = [k for k in range(first, last_turn + 1) if k not in have]
         if missing:
-            if self._loader is None:
+            if self._binding is None:
                 raise ValueError(f"turns {missing[0]}..{missing[-1]} of session {self.session_id} are not available")
-            loaded = self._loader(missing[0], missing[-1])
+            loaded = self._binding.loader(missing[0], missing[-1])
             for k in missing:
                 if k not in loaded:
                     raise ValueError(f"turn {k} of session {self.session_id} is not in the store")
@@ -509,9 +568,11 @@ class SessionContext:
         status: SessionStatus,
         window: list[tuple[int, Message]],
         turn_count: int,
-        incarnation: str,
-        store_id: int,
+        binding: SessionBinding,
     ) -> SessionContext:
+        """A context bound to ``binding`` holding a stored ``window``: ``(turn, message)``
+        pairs in order, turn 0 for the SYSTEM messages; ``turn_count`` is the number of the
+        last live turn (which may be outside the window when its turns were all removed)."""
         ctx = cls(session_id, agent, max_turns, metadata)
         ctx._messages = [msg for _, msg in window]
         numbers = sorted({turn for turn, _ in window if turn > 0})
@@ -519,8 +580,7 @@ class SessionContext:
         ctx._turn_count = turn_count
         ctx._status = status
         ctx._local_events = None
-        ctx._incarnation = incarnation
-        ctx._store_id = store_id
+        ctx._binding = binding
         return ctx
 
     def __repr__(self) -> str:
