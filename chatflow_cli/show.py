@@ -60,17 +60,26 @@ class _NamedAgent:
 
 
 def _summary(store: Any, session_id: str) -> Any:
-    from .core.errors import SessionNotFoundError as _NF
-
-    # list_sessions has no id filter; the session context gives what show needs.
-    store.set_agent_resolver(_NamedAgent)
+    """The session's :class:`~chatflow_cli.core.memory.SessionSummary` (no window, no agent)."""
     try:
-        session = store.get(session_id)
-    except _NF:
-        session = None
-    if session is None:
-        raise _not_found(session_id)
-    return session
+        return store.session_summary(session_id)
+    except SessionNotFoundError:
+        raise _not_found(session_id) from None
+
+
+class _Shown:
+    """What ``show`` prints of a session: its summary and the endpoint it talks to."""
+
+    __slots__ = ("active_agent", "endpoint", "max_turns", "metadata", "session_id", "status", "turn_count")
+
+    def __init__(self, summary: Any, endpoint: tuple[str | None, str | None]) -> None:
+        self.session_id = summary.session_id
+        self.active_agent = _NamedAgent(summary.active_agent_name)
+        self.status = summary.status
+        self.turn_count = summary.turn_count
+        self.max_turns = summary.max_turns
+        self.metadata = summary.metadata
+        self.endpoint = endpoint
 
 
 def _pages(store: Any, session_id: str, last_turn: int, include_rolled_back: bool) -> Iterator[Any]:
@@ -113,7 +122,7 @@ def show_session(
     (``{"session": {...}, "turns": [...]}``) or ``jsonl`` (a ``{"session": {...}}`` line, then
     one turn a line)."""
     store = _store_or_missing(state, session_id)
-    session = _summary(store, session_id)
+    session = _Shown(_summary(store, session_id), store.session_endpoint(session_id))
     if include_rolled_back:  # rolled-back turns may carry numbers past the live last turn
         records: Iterator[Any] = iter(store.load_turns(session_id, first=0, last=None, include_rolled_back=True))
     elif session.turn_count == 0:
@@ -124,8 +133,6 @@ def show_session(
         records = _pages(store, session_id, session.turn_count, False)
     env = state.env
     interrupted = _InterruptedTurns(store, session_id)
-    endpoint = getattr(store, "session_endpoint", None)
-    session.endpoint = endpoint(session_id) if endpoint is not None else (None, None)
     if output == "json":
         _show_json(env.stdout, session, records, interrupted)
         return
@@ -318,14 +325,15 @@ def _show_json(stream: Any, session: Any, records: Iterator[Any], interrupted: A
 def rollback_session(state: State, session_id: str, *, to: int | None, last: int | None, yes: bool) -> None:
     from .cli import _notice, confirm
 
+    from .core.memory import rollback_target
+
     store = _store_or_missing(state, session_id)
-    session = _summary(store, session_id)
-    count = session.turn_count
-    target = to if to is not None else count - (last or 0)
-    if to is not None and to > count:
-        raise UsageError(f"--to {to} is beyond the last turn of {session_id} ({count}); nothing changed")
-    if target < 0:
-        raise UsageError(f"--last {last}: {session_id} has only {plural(count, 'turn')}; nothing changed")
+    count = _summary(store, session_id).turn_count
+    flag = f"--to {to}" if to is not None else f"--last {last}"
+    try:  # what the store will remove, for the question; the store decides again as it writes
+        target = rollback_target(count, to_turn=to, last=last, session_id=session_id)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}; nothing changed") from None
     if target == count:
         _notice(state, f"nothing to roll back: {session_id} ends at turn {count}")
         return
@@ -342,16 +350,13 @@ def rollback_session(state: State, session_id: str, *, to: int | None, last: int
     if env.stdin_isatty and not yes and not confirm(state, "Roll back?", assume_yes=False):
         _notice(state, "nothing changed")
         return
-    rollback = getattr(store, "rollback", None)
     try:
-        if rollback is not None:
-            rollback(session_id, target)
-        else:  # pragma: no cover - every chatflow store has rollback()
-            session.rollback_to(target)
-            store.save(session)
-    except ValueError as exc:
+        events = store.rollback(session_id, to, last=last)
+    except ValueError as exc:  # the session changed since the question
         raise UsageError(f"cannot roll back {session_id}: {exc}; nothing changed") from None
-    _notice(state, f"rolled back {session_id} to turn {target} ({plural(count - target, 'turn')} removed)")
+    done = next(e.payload for e in events if e.type == "rollback")
+    removed = len(done["removed_turns"])
+    _notice(state, f"rolled back {session_id} to turn {done['to_turn']} ({plural(removed, 'turn')} removed)")
 
 
 # ---------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ SEED_NAMES = [
     ("chatflow_cli.core.memory", "TurnOwnerDied", "chatflow_cli.core.memory.base"),
     ("chatflow_cli.core.memory", "storable_text", "chatflow_cli.core.memory._checks"),
     ("chatflow_cli.core.memory", "take_context_claim", "chatflow_cli.core.memory.base"),
+    ("chatflow_cli.core.memory", "rollback_target", "chatflow_cli.core.memory.base"),
     ("chatflow_cli.core.memory", "SQLiteSessionStore", "chatflow_cli.core.memory.sqlite"),
     ("chatflow_cli.core.sqlite_store", "SQLiteSessionStore", "chatflow_cli.core.memory.sqlite"),
     ("chatflow_cli.core.sqlite_store", "SCHEMA_VERSION", "chatflow_cli.core.memory.schema"),

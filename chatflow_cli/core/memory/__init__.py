@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any
 from ..errors import SessionDeletedError
 from ..events import RESERVED_EVENT_PREFIXES, RESERVED_EVENT_TYPES
 from ._checks import DEFAULT_MAX_TURNS, MAX_TURNS_LIMIT, storable_text
-from .base import DEFAULT_DEDUP_TTL_HOURS, DUPLICATE_WAIT_S, BaseSessionStore, TurnOwnerDied, take_context_claim
+from .base import (
+    DEFAULT_DEDUP_TTL_HOURS,
+    DUPLICATE_WAIT_S,
+    BaseSessionStore,
+    TurnOwnerDied,
+    rollback_target,
+    take_context_claim,
+)
 from .context import INTERRUPTED_TOOL_RESULT, SessionContext, Turn
 from .inmemory import InMemorySessionStore, SessionStore
 from .owner import Owner
@@ -60,6 +67,7 @@ __all__ = [
     "TurnOwnerDied",
     "TurnRecord",
     "TurnStart",
+    "rollback_target",
     "storable_text",
     "take_context_claim",
 ]

@@ -26,10 +26,11 @@ MAX_TURNS_LIMIT = 1_000_000
 
 
 def _check_max_turns(value: Any, name: str = "max_turns") -> int:
-    """``value`` as an int in 1..1_000_000.
+    """``value`` as an int in ``1..MAX_TURNS_LIMIT`` (1,000,000), the same in every store.
 
-    TypeError for a non-int (bool too); ValueError for ``<= 0`` (0.4.0rc1) or above
-    ``MAX_TURNS_LIMIT`` -- the same in both stores (SQLite could not even store 2**70).
+    Raises:
+        TypeError: ``value`` is not an int (a bool is refused too).
+        ValueError: ``value <= 0`` or above ``MAX_TURNS_LIMIT`` (SQLite could not even store 2**70).
     """
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
@@ -145,7 +146,8 @@ def _plain_usage(usage: Any) -> dict[str, Any]:
 
 
 def _fallback_agent(name: str) -> Any:
-    """An agent with this name, no instructions and no tools (seed 000 "agente de fallback")."""
+    """An agent with this name, no instructions and no tools: what a session gets when no
+    agent resolver knows its stored agent name."""
     from ..agents import Agent
 
     return Agent(name=name, instructions="")

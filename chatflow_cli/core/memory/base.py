@@ -75,13 +75,14 @@ __all__ = [
     "DUPLICATE_WAIT_S",
     "BaseSessionStore",
     "TurnOwnerDied",
+    "rollback_target",
     "take_context_claim",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: How long a processed message id counts as a duplicate (seed 000: 8 days, covering
-#: WhatsApp's 7-day re-delivery window).
+#: How long (hours) a processed message id counts as a duplicate: 8 days, covering a 7-day
+#: re-delivery window such as WhatsApp's.
 DEFAULT_DEDUP_TTL_HOURS = 192
 #: How long (seconds) ``is_message_processed`` waits, by default, for a claim another process
 #: holds to end (processed, or free again because the holder died or its turn failed).
@@ -115,8 +116,8 @@ class _MessageRecord:
 
 #: The message id claimed last in this thread or asyncio task, with the claim's owner token
 #: and the store's id: the next Runner turn started in the same context completes the claim
-#: when the turn completes (and frees it when the turn fails), so the seed's
-#: ``mark_message_processed(id)`` then ``run_async(...)`` is safe as written.
+#: when the turn completes (and frees it when the turn fails), so
+#: ``store.mark_message_processed(id)`` then ``runner.run_async(...)`` is safe as written.
 _CLAIM: contextvars.ContextVar[tuple[int, str, str] | None] = contextvars.ContextVar("chatflow_claim", default=None)
 
 
@@ -128,6 +129,56 @@ def take_context_claim(store: Any) -> tuple[str, str] | None:
         return None
     _CLAIM.set(None)
     return claim[1], claim[2]
+
+
+def _rollback_argument(to_turn: Any, last: Any) -> tuple[str, int]:
+    """``("to_turn", n)`` or ``("last", k)``: exactly one given, an int (TypeError otherwise)."""
+    if (to_turn is None) == (last is None):
+        raise TypeError("give exactly one of to_turn (keep turns 1..N) or last (remove the newest K turns)")
+    name, value = ("to_turn", to_turn) if to_turn is not None else ("last", last)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return name, value
+
+
+def rollback_target(
+    turn_count: int, *, to_turn: int | None = None, last: int | None = None, session_id: str | None = None
+) -> int:
+    """The turn a rollback keeps up to, for a session whose last live turn is ``turn_count``.
+
+    ``to_turn=N`` keeps turns 1..N (0 keeps only the SYSTEM messages); ``last=K`` removes the
+    newest K turns, so it keeps turns 1..``turn_count - K``. :meth:`BaseSessionStore.rollback`
+    applies this rule inside its write transaction; a front-end may apply it to a
+    :class:`SessionSummary` to show what a rollback would remove before asking.
+
+    Args:
+        turn_count: the number of the session's last live turn (>= 0).
+        to_turn: the last turn to keep, or None.
+        last: how many of the newest turns to remove, or None.
+        session_id: named in error messages when given.
+
+    Returns:
+        The turn to keep up to, in ``0..turn_count``; equal to ``turn_count`` (nothing to
+        remove) only for ``to_turn=turn_count``.
+
+    Raises:
+        TypeError: neither or both of ``to_turn`` and ``last`` given, or one is not an int.
+        ValueError: ``to_turn`` outside ``0..turn_count``, or ``last`` outside ``1..turn_count``.
+    """
+    name, value = _rollback_argument(to_turn, last)
+    where = f"session {session_id!r}" if session_id is not None else "the session"
+    if name == "to_turn":
+        if value < 0:
+            raise ValueError(f"turn {value} is not a turn number (0 keeps only the system messages)")
+        if value > turn_count:
+            raise ValueError(f"turn {value} is beyond the last turn of {where} ({turn_count})")
+        return value
+    if value < 1:
+        raise ValueError(f"the number of newest turns to remove must be at least 1, got {value}")
+    if value > turn_count:
+        turns = f"{turn_count} turn" + ("" if turn_count == 1 else "s")
+        raise ValueError(f"{where} has only {turns}; cannot remove the last {value}")
+    return turn_count - value
 
 
 #: same message runs the turn again (see :class:`TurnStart`).
@@ -282,7 +333,7 @@ class _Tx:
 
 
 class BaseSessionStore:
-    """The session rules, shared by every store (seed 000 ``BaseSessionStore``).
+    """The session rules, shared by every store.
 
     Subclasses provide :meth:`_read` and :meth:`_write` (context managers yielding a
     :class:`_Tx`); everything else — pruning windows, turn numbering, the event log,
@@ -336,7 +387,7 @@ class BaseSessionStore:
 
         With no resolver, or when it returns None, the session gets the caller's
         ``default_agent`` if its name matches, else a fallback agent of that name with no
-        tools, and a warning is logged (seed 000 "Ausência de Resolvedores de Agentes").
+        tools, and a warning is logged.
         """
         self._resolver = resolver
 
@@ -576,6 +627,11 @@ class BaseSessionStore:
         ``status`` is effective, as in :meth:`list_sessions`: a dead owner's ``running``
         shows ``idle``. Nothing is written; the next :meth:`begin_turn` recovers the turn
         (``turn.interrupted`` + ``session.recovered``).
+
+        Raises:
+            TypeError: ``session_id`` is not a str.
+            UsageError: ``session_id`` is not valid Unicode text.
+            SessionDeletedError: later, from the returned context's reads, once the session is deleted.
         """
         _check_session_id(session_id)
         with self._read() as tx:
@@ -595,6 +651,12 @@ class BaseSessionStore:
         ``max_turns`` (default: the store's ``default_max_turns``) and ``metadata`` apply
         only to a new session. ``status`` is effective, as in :meth:`get`. ``metadata``: a
         dict with str keys and JSON-serialisable values (TypeError otherwise).
+
+        Raises:
+            TypeError: ``session_id`` is not a str, ``max_turns`` not an int, ``metadata`` not a
+                JSON-serialisable dict with str keys.
+            ValueError: ``session_id`` is empty (creating), ``max_turns`` outside 1..1,000,000.
+            UsageError: text that is not valid Unicode (a lone surrogate).
         """
         _check_session_id(session_id)
         if max_turns is not None:
@@ -629,6 +691,12 @@ class BaseSessionStore:
         * so does a status or handoff change when the stored status, owner or agent changed
           since this context was loaded ("changed since it was loaded") -- except for the
           context :meth:`begin_turn` returned to the run that still holds the lease.
+
+        Raises:
+            SessionDeletedError: the session was deleted since the context was loaded.
+            SessionTerminatedError: the session is terminated.
+            SessionBusyError: the changes were made from a stale window or base (see above), or a
+                context made by hand names a session that already exists.
         """
         ops = session._pending()
         bound = session._binding
@@ -672,27 +740,62 @@ class BaseSessionStore:
         """Delete the session with its messages, events and keys; False when there was none.
 
         A task still holding its context gets :class:`SessionDeletedError` on its next
-        store read or write (0.4.0rc1).
+        store read or write.
+
+        Raises:
+            TypeError: ``session_id`` is not a str.
         """
         _check_session_id(session_id)
         with self._write() as tx:
             return tx.delete_row(session_id)
 
-    def rollback(self, session_id: str, to_turn: int) -> list[Event]:
-        """``rollback_to(to_turn)`` on the stored session in one transaction (``chatflow rollback``).
+    def rollback(self, session_id: str, to_turn: int | None = None, *, last: int | None = None) -> list[Event]:
+        """Remove the newest turns of the stored session in one transaction (``chatflow sessions rollback``).
 
-        Raises SessionNotFoundError, ValueError (turn out of range), SessionBusyError (a live
-        owner runs it), SessionTerminatedError.
+        ``to_turn=N`` (also positional: ``rollback(session_id, N)``) keeps turns 1..N, 0 only
+        the SYSTEM messages; ``last=K`` removes the newest K turns *as stored when the
+        transaction runs* (see :func:`rollback_target`). Removed turns stay in the log
+        (``load_turns(..., include_rolled_back=True)``); the next new turn is ``N + 1``.
+
+        Returns:
+            The events appended: one ``rollback`` event, payload ``{"to_turn": N,
+            "removed_turns": [N + 1, ...]}`` (``removed_turns`` is empty for
+            ``to_turn=turn_count``).
+
+        Raises:
+            TypeError: neither or both of ``to_turn`` and ``last``, or a non-int.
+            ValueError: ``to_turn`` outside ``0..turn_count`` or ``last`` outside
+                ``1..turn_count``; nothing is written.
+            SessionNotFoundError: no such session.
+            SessionBusyError: a live owner is running a turn of the session.
+            SessionTerminatedError: the session is terminated.
         """
         _check_session_id(session_id)
+        _rollback_argument(to_turn, last)
         with self._write() as tx:
             row = self._require(tx, session_id)
             self._refuse_terminated(row)
             if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
                 raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+            target = rollback_target(row.turn_count, to_turn=to_turn, last=last, session_id=session_id)
             ctx = self._context(tx, row, quiet=True)
-            ctx.rollback_to(to_turn)
+            ctx.rollback_to(target)
             return self._apply(tx, row, ctx._pending())
+
+    def session_summary(self, session_id: str) -> SessionSummary:
+        """One session's :class:`SessionSummary` (as a row of :meth:`list_sessions`).
+
+        A cheap read: the stored row and the preview, with no window loaded and no agent
+        resolved (so no agent resolver is needed). ``status`` is effective: a dead owner's
+        ``running`` shows ``idle``.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = self._require(tx, session_id)
+            return self._summary(tx, row, self._effective_status(row))
 
     def list_sessions(
         self, limit: int | None = None, agent: str | None = None, status: SessionStatus | str | None = None
@@ -700,6 +803,15 @@ class BaseSessionStore:
         """Sessions, most recently updated first, with their effective status.
 
         ``agent``: an agent name (str) or None; ``status``: a SessionStatus value or None.
+
+        Args:
+            limit: at most this many rows (None: all).
+            agent: only sessions whose active agent has this name.
+            status: only sessions with this effective status.
+
+        Raises:
+            TypeError: ``agent`` is not a str.
+            ValueError: ``status`` is not a :class:`SessionStatus` value.
         """
         if agent is not None:
             if not isinstance(agent, str):
@@ -712,22 +824,24 @@ class BaseSessionStore:
                 effective = self._effective_status(row)
                 if wanted is not None and effective is not wanted:
                     continue
-                out.append(
-                    SessionSummary(
-                        row.session_id,
-                        row.active_agent_name,
-                        effective,
-                        row.turn_count,
-                        row.max_turns,
-                        row.created_at,
-                        row.updated_at,
-                        tx.preview(row.session_id)[:_PREVIEW_CHARS],
-                        dict(row.metadata),
-                    )
-                )
+                out.append(self._summary(tx, row, effective))
                 if limit is not None and len(out) >= limit:
                     break
         return out
+
+    @staticmethod
+    def _summary(tx: _Tx, row: _SessionRow, status: SessionStatus) -> SessionSummary:
+        return SessionSummary(
+            row.session_id,
+            row.active_agent_name,
+            status,
+            row.turn_count,
+            row.max_turns,
+            row.created_at,
+            row.updated_at,
+            tx.preview(row.session_id)[:_PREVIEW_CHARS],
+            dict(row.metadata),
+        )
 
     @staticmethod
     def _effective_status(row: _SessionRow) -> SessionStatus:
@@ -743,7 +857,15 @@ class BaseSessionStore:
     def load_turns(
         self, session_id: str, first: int = 1, last: int | None = None, include_rolled_back: bool = False
     ) -> list[TurnRecord]:
-        """Stored turns first..last (for ``sessions show``); SessionNotFoundError when absent."""
+        """Stored turns first..last (for ``sessions show``); SessionNotFoundError when absent.
+
+        Returns:
+            :class:`TurnRecord` items in turn order; with ``include_rolled_back``, a removed turn
+            comes before the live turn of the same number.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
         _check_session_id(session_id)
         with self._read() as tx:
             row = self._require(tx, session_id)
@@ -805,6 +927,13 @@ class BaseSessionStore:
 
         ``payload``: a dict with str keys and JSON-serialisable values (TypeError otherwise),
         stored as its JSON copy in both stores; text must be valid Unicode (UsageError).
+
+        Raises:
+            TypeError: a bad ``type``, ``payload`` or ``idempotency_key``.
+            UsageError: a reserved ``type``, or text that is not valid Unicode.
+            IdempotencyConflictError: the key was used with another type or payload.
+            SessionNotFoundError: no such session.
+            SessionTerminatedError: the session is terminated (a repeated key still replays).
         """
         _check_session_id(session_id)
         kind = _event_type(type)
@@ -875,6 +1004,17 @@ class BaseSessionStore:
         ``message_claim``: the owner token of a claim this caller made with
         :meth:`claim_message`. ``user_message=None`` continues the open turn once every
         pending tool result was submitted.
+
+        Raises:
+            TypeError: ``user_message`` is not a USER :class:`Message` or None, or another
+                argument has the wrong type.
+            SessionBusyError: a live owner runs the session, earlier callers queue for it, or
+                another live holder processes ``message_id``.
+            SessionTerminatedError: the session is terminated.
+            IdempotencyConflictError: the key was used with another message.
+            PendingToolCallsError: a user message while tool calls wait for results, or a
+                continuation while some results are missing.
+            UsageError: a continuation with no open turn, or text that is not valid Unicode.
         """
         _check_session_id(session_id)
         if user_message is not None and (not isinstance(user_message, Message) or user_message.role is not Role.USER):
@@ -1084,7 +1224,7 @@ class BaseSessionStore:
         """tool_use_id -> (output, is_error) submitted since the last MODEL message.
 
         ``is_error`` comes from the payload's optional ``"is_error": true``, which the Runner
-        sets for a regular tool's error result recorded beside custom calls (seed 003).
+        sets for a regular tool's error result recorded beside custom calls.
         """
         model = tx.last_event(session_id, EventType.MESSAGE_MODEL.value)
         after = model.seq if model is not None else 0
@@ -1097,6 +1237,11 @@ class BaseSessionStore:
         """Record a custom tool's result (``tool.result_submitted``); return the ids still unanswered.
 
         An id that is not pending, or was already answered: :class:`ToolResultError`, nothing written.
+
+        Raises:
+            ToolResultError: ``tool_use_id`` is not pending, or already has a result.
+            SessionNotFoundError: no such session.
+            SessionTerminatedError: the session is terminated.
         """
         _check_session_id(session_id)
         with self._write() as tx:
@@ -1225,8 +1370,8 @@ class BaseSessionStore:
         return True if holder.pid == os.getpid() and holder.host == socket.gethostname() else None
 
     def mark_message_processed(self, message_id: str) -> None:
-        """Claim ``message_id`` for this caller, as :meth:`claim_message` does (the seed's
-        name): the next Runner turn this thread or asyncio task starts completes the claim
+        """Claim ``message_id`` for this caller, as :meth:`claim_message` does (under the
+        name webhook handlers call first): the next Runner turn this thread or asyncio task starts completes the claim
         when it completes. When another live holder already has the id in progress, that
         turn (in this context) waits for it and returns its result instead of running twice.
         A processed id stays processed. ``message_id``: a non-empty str (TypeError).
@@ -1394,8 +1539,11 @@ class BaseSessionStore:
     async def adelete(self, session_id: str) -> bool:
         return await self._run_blocking(self.delete, session_id)
 
-    async def arollback(self, session_id: str, to_turn: int) -> list[Event]:
-        return await self._run_blocking(self.rollback, session_id, to_turn)
+    async def arollback(self, session_id: str, to_turn: int | None = None, *, last: int | None = None) -> list[Event]:
+        return await self._run_blocking(self.rollback, session_id, to_turn, last=last)
+
+    async def asession_summary(self, session_id: str) -> SessionSummary:
+        return await self._run_blocking(self.session_summary, session_id)
 
     async def alist_sessions(
         self, limit: int | None = None, agent: str | None = None, status: SessionStatus | str | None = None

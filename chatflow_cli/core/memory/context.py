@@ -152,15 +152,25 @@ def _split_turns(messages: Sequence[Message]) -> tuple[list[Message], list[Messa
 class SessionContext:
     """One conversation: agent, metadata, the context window, and a journal of changes.
 
-    ``SessionContext(session_id, initial_agent, max_turns=40, metadata=None)`` (seed 000).
-    ``max_turns`` must be an int > 0: ``TypeError`` for anything else that is not an
-    int (``bool`` included), ``ValueError`` for ``<= 0`` — at once (0.4.0rc1).
+    ``SessionContext(session_id, initial_agent, max_turns=40, metadata=None)``.
 
     ``history`` is a read-only tuple: change it only through :meth:`add_message`,
-    :meth:`_prune_history` and :meth:`rollback_to` (seed 000 "Fatiar o Histórico
-    Manualmente"). A context made by hand keeps pruned turns in memory, so
-    :meth:`rollback_to` can reach them; one loaded from a store asks the store.
-    A context with no store keeps its own events (``events``), seq 1, 2, 3…
+    :meth:`_prune_history` and :meth:`rollback_to` (editing the list by hand could
+    separate a tool call from its result). A context made by hand keeps pruned turns in
+    memory, so :meth:`rollback_to` can reach them; one loaded from a store asks the store.
+    A context with no store keeps its own events (``events``), seq 1, 2, 3...
+
+    Args:
+        session_id: a non-empty str of valid Unicode text.
+        initial_agent: the active agent (an ``Agent``, or anything with a ``name``).
+        max_turns: whole turns kept in the window, an int in 1..1,000,000.
+        metadata: a dict with str keys and JSON-serialisable values, kept as its JSON copy.
+
+    Raises:
+        TypeError: ``max_turns`` is not an int (bool included), or ``metadata`` is not a
+            JSON-serialisable dict with str keys.
+        ValueError: ``session_id`` is not a non-empty str, or ``max_turns`` is out of range.
+        UsageError: ``session_id`` or ``metadata`` holds a lone surrogate.
     """
 
     def __init__(
@@ -338,7 +348,7 @@ class SessionContext:
         return {"turn": turn, "message": msg.to_dict()}
 
     def _prune_history(self) -> None:
-        """Seed 000's pruning: SYSTEM messages first, in order; then the newest ``max_turns`` whole turns.
+        """Prune the window: SYSTEM messages first, in order; then the newest ``max_turns`` whole turns.
 
         Non-system messages before the first USER message are dropped. The clean-up runs
         even when no turn has to go. A no-op while tool calls wait for results.
@@ -434,7 +444,12 @@ class SessionContext:
         self._record(_Op("metadata", EventType.METADATA_UPDATED.value, payload))
 
     def set_status(self, status: SessionStatus | str, reason: str = "", **extra: Any) -> None:
-        """Journal a ``status`` event; ``terminated`` is final (seed 003)."""
+        """Journal a ``status`` event ``{"status", "reason", **extra}``.
+
+        Raises:
+            ValueError: ``status`` is not a :class:`SessionStatus` value.
+            SessionTerminatedError: the session is already terminated (``terminated`` is final).
+        """
         status = SessionStatus(status)
         if self._status is SessionStatus.TERMINATED:
             raise SessionTerminatedError(f"session {self.session_id} is terminated", session_id=self.session_id)

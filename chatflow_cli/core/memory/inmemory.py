@@ -355,9 +355,12 @@ class _ProcessedIds:
 class SessionStore(BaseSessionStore):
     """Sessions in process memory, safe under threads: one lock serialises every operation.
 
-    ``SessionStore(default_max_turns=40)`` (seed 000 "Armazenamento em Memória"). A
-    transaction that raises leaves nothing behind (each write logs its undo step).
-    Nothing survives the process.
+    ``SessionStore(default_max_turns=40)``. A transaction that raises leaves nothing
+    behind (each write logs its undo step). Nothing survives the process.
+
+    Raises:
+        TypeError: ``default_max_turns`` is not an int.
+        ValueError: ``default_max_turns`` is outside 1..1,000,000.
     """
 
     _ephemeral = True

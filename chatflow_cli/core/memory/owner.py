@@ -35,7 +35,7 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
 
 @dataclass(frozen=True, slots=True)
 class Owner:
-    """Who runs a session's current turn: the lease record of a ``running`` session (seed 003).
+    """Who runs a session's current turn: the lease record of a ``running`` session.
 
     ``pid`` plus ``start_time`` (the process start time in clock ticks since boot, field 22
     of ``/proc/<pid>/stat``; 0 where there is no ``/proc``) tell a live owner from a new

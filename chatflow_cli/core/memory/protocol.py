@@ -152,8 +152,12 @@ class SessionStoreProtocol(Protocol):
         """Delete the session with its whole log; False when there was none."""
         ...
 
-    def rollback(self, session_id: str, to_turn: int) -> list[Event]:
-        """Keep turns 1..``to_turn`` in one transaction."""
+    def rollback(self, session_id: str, to_turn: int | None = None, *, last: int | None = None) -> list[Event]:
+        """Keep turns 1..``to_turn``, or remove the newest ``last`` turns, in one transaction."""
+        ...
+
+    def session_summary(self, session_id: str) -> SessionSummary:
+        """One session's :class:`SessionSummary`, read without loading its window or agent."""
         ...
 
     def list_sessions(
