@@ -7,10 +7,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from tests.fakeserver import FakeServer  # noqa: E402
-from tests.interop.conftest import run_llm_session, script_replies  # noqa: E402
+from tests.helpers.fakeserver import FakeServer  # noqa: E402
+from tests.core.interop.conftest import run_llm_session, script_replies  # noqa: E402
 
 
 def main(target: str) -> None:

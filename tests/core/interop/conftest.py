@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakeserver import FakeServer
+from tests.helpers.fakeserver import FakeServer
 
 DATA = Path(__file__).parent / "data"
 ADD_TOOL = 'def add(a: int, b: int) -> int:\n    "Add two numbers."\n    return a + b\n'
