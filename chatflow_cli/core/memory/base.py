@@ -121,7 +121,6 @@ class _MessageRecord:
 _CLAIM: contextvars.ContextVar[tuple[int, str, str] | None] = contextvars.ContextVar("chatflow_claim", default=None)
 
 
-
 def take_context_claim(store: Any) -> tuple[str, str] | None:
     """(message id, owner token) of the claim made last in this context on ``store``, once."""
     claim = _CLAIM.get()
@@ -181,9 +180,9 @@ def rollback_target(
     return turn_count - value
 
 
+#: Outcomes of a first attempt that produced no result: the same idempotency key with the
 #: same message runs the turn again (see :class:`TurnStart`).
 _RETRYABLE_OUTCOMES = frozenset({"failed", "interrupted", "rolled_back"})
-
 
 
 @dataclass(slots=True)

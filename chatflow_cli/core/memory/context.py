@@ -67,7 +67,6 @@ class Turn:
     messages: tuple[Message, ...]
 
 
-
 @dataclass(frozen=True, slots=True)
 class _Op:
     """One journal entry: the change (``kind``) and the event that records it."""

@@ -46,7 +46,6 @@ class MessageState(str, enum.Enum):
     PROCESSED = "processed"
 
 
-
 @dataclass(frozen=True, slots=True)
 class TurnRecord:
     """One stored turn, for ``chatflow sessions show``.
@@ -80,9 +79,6 @@ class SessionSummary:
     updated_at: float
     preview: str
     metadata: dict[str, Any]
-
-
-#: Outcomes of a first attempt that produced no result: the same idempotency key with the
 
 
 @dataclass(slots=True)
