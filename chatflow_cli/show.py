@@ -324,7 +324,6 @@ def _show_json(stream: Any, session: Any, records: Iterator[Any], interrupted: A
 # ---------------------------------------------------------------------------------------
 def rollback_session(state: State, session_id: str, *, to: int | None, last: int | None, yes: bool) -> None:
     from .cli import _notice, confirm
-
     from .core.memory import rollback_target
 
     store = _store_or_missing(state, session_id)
