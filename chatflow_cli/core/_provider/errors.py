@@ -314,7 +314,8 @@ def broken_by(exc: BaseException, endpoint: Endpoint) -> str | None:
     names = {cls.__name__ for cls in type(exc).__mro__}
     if isinstance(exc, timeouts) or names & {"TimeoutException", "ReadTimeout"}:
         return f"no data from {url} for {endpoint.timeout:g} s mid-reply"
-    if isinstance(exc, (*wrappers, OSError)) or names & {"TransportError", "NetworkError", "ProtocolError", "ReadError"}:
+    transport_errors = {"TransportError", "NetworkError", "ProtocolError", "ReadError"}
+    if isinstance(exc, (*wrappers, OSError)) or names & transport_errors:
         cause = str(exc) if str(exc) and not isinstance(exc, wrappers) else cause_text(exc)
         return one_line(redact(f"the connection to {url} closed mid-reply: {cause}", endpoint.api_key), 160)
     return None
