@@ -1,4 +1,4 @@
-"""The Runner: runs one turn of a session against an OpenAI-compatible server (issue 4).
+"""The Runner: runs one turn of a session against an OpenAI-compatible server.
 
 ::
 
@@ -29,7 +29,7 @@ A turn, step by step:
 4. A call to ``transfer_to_<agent>`` makes that agent the session's active agent (a
    ``handoff`` event, once) and answers the call with a TOOL result; the new agent answers
    in the same turn with its own instructions and tools.
-5. A call to a custom tool (:meth:`Tool.custom`, seed 003) ends the run with the session
+5. A call to a custom tool (:meth:`Tool.custom`) ends the run with the session
    ``idle`` and a ``tool.pending`` event listing the ids to answer. Regular tools called in
    the same reply run and their results are recorded as submitted (an error result keeps
    ``is_error`` in the TOOL message stored when the turn continues).
@@ -154,7 +154,7 @@ class RunResult:
         turn: the user-visible turn number (1, 2, 3… for the session's life).
         usage: token usage summed over the turn's model requests.
         status: the session's status when the run returned (``idle`` normally).
-        pending_tool_calls: custom tool calls waiting for ``submit_tool_result`` (seed 003).
+        pending_tool_calls: custom tool calls waiting for ``submit_tool_result``.
         events: the events this run wrote to the session's log, in ``seq`` order.
         replayed: the result came from the log (idempotency key seen before); no model call.
         finish_reason: why the final reply ended (``"stop"``; ``"length"`` or
@@ -240,7 +240,7 @@ class StreamEvent:
 # the Runner
 # --------------------------------------------------------------------------------------
 class Runner:
-    """Runs turns of sessions kept in ``session_store`` (issue 4, seed 000).
+    """Runs turns of sessions kept in ``session_store``.
 
     Args:
         starting_agent: the agent of a new session; every agent reachable through handoffs
@@ -253,6 +253,10 @@ class Runner:
         default_model: the model of agents whose ``model`` is ``None``.
         max_tool_rounds: replies with tool calls allowed in one turn (default 10).
         max_tokens, temperature: passed on each request when set.
+
+    Raises:
+        ValueError: ``max_tool_rounds`` is not an int >= 0.
+        AgentDefinitionError: two reachable agents share a name.
     """
 
     def __init__(
@@ -340,8 +344,18 @@ class Runner:
         ``message_id``, a claim made in this thread or task with
         ``store.claim_message`` / ``store.mark_message_processed`` is used the same way.
 
-        Raises the chatflow errors of the module docstring; :class:`RunInterrupted` after an
-        interrupt (the turn was stored as interrupted).
+        Returns:
+            The turn's :class:`RunResult` (``replayed=True`` when it came from the log).
+
+        Raises:
+            SessionBusyError: the session stayed busy for ``wait`` seconds.
+            RunInterrupted: Ctrl-C or ``cancel``; the turn was stored as interrupted.
+            StreamBrokenError: the reply stopped before it finished; kept as an interrupted turn.
+            InvalidToolCallError: the reply holds a tool call that cannot run.
+            MaxToolRoundsExceeded: more than ``max_tool_rounds`` replies with tool calls.
+            RateLimitedError: 429/5xx after the retries; the session is ``rescheduled``.
+            ChatflowError: any other provider or configuration error (module docstring); the
+                turn is stored as failed and the session is ``idle`` again.
         """
         return _drain(self.run_streamed(session_id, user_message, metadata, idempotency_key=idempotency_key,
                                         message_id=message_id, wait=wait, max_turns=max_turns, system=system,
@@ -383,7 +397,7 @@ class Runner:
         max_turns: int | None = None,
         system: str | None = None,
     ) -> RunResult:
-        """Async twin of :meth:`run` (seed 000's webhook example).
+        """Async twin of :meth:`run`, for handlers on an event loop (a webhook endpoint).
 
         The turn runs on a thread of a shared pool of ``RUN_WORKERS`` (16) threads (the
         event loop never blocks on the network or the database; more concurrent runs queue
@@ -439,12 +453,17 @@ class Runner:
         self, session_id: str, tool_use_id: str, output: Any, *, wait: float = DEFAULT_WAIT_S,
         cancel: threading.Event | None = None,
     ) -> RunResult | None:
-        """Answer one pending custom tool call (seed 003) and, once all are answered, continue the turn.
+        """Answer one pending custom tool call and, once all are answered, continue the turn.
 
-        ``output`` is text (anything else is JSON-encoded). Returns ``None`` while other ids
-        are still pending, else the :class:`RunResult` of the continued turn. An unknown id or
-        a second answer for one raises :class:`~chatflow_cli.core.errors.ToolResultError` and
-        writes nothing.
+        ``output`` is text (anything else is JSON-encoded).
+
+        Returns:
+            ``None`` while other ids are still pending, else the :class:`RunResult` of the
+            continued turn.
+
+        Raises:
+            ToolResultError: an unknown id, or a second answer for one (nothing is written).
+            ChatflowError: as :meth:`run`, from the continued turn.
         """
         remaining = self.store.submit_tool_result(session_id, tool_use_id, output_text(output))
         if remaining:
@@ -719,7 +738,7 @@ class Runner:
             outcomes = yield from self._run_tools(session_id, turn, agent, tools, calls, cancel, loop, state)
             state.ran.extend(c.name for c in calls if c.id in outcomes)
             if custom:
-                # seed 003: stop here; regular results wait with the custom ones, sent in call order
+                # stop here; regular results wait with the custom ones, sent in call order
                 for call in calls:
                     if call.id in outcomes:
                         self._record_submitted(session, turn, call, *outcomes[call.id])
