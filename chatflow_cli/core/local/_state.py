@@ -18,8 +18,8 @@ from typing import Any
 from ._process import get_json
 from .options import HEALTH_PATH, SERVER_MODULE
 
-__all__ = ["RESERVATION", "Flock", "chatflow_version", "exit_record", "file_id", "healthy", "is_server", "local_dir",
-           "read_state", "server_pid", "state_files", "write_private"]
+__all__ = ["RESERVATION", "Flock", "chatflow_version", "exit_record", "file_id", "is_healthy", "is_server",
+           "local_dir", "read_state", "server_pid", "state_files", "write_private"]
 
 
 def chatflow_version() -> str:
@@ -100,7 +100,7 @@ def local_dir(data_dir: str | os.PathLike[str]) -> Path:
 RESERVATION = 30.0
 
 
-def healthy(state: dict[str, Any], timeout: float = 2.0, *, reserve: str | None = None) -> bool:
+def is_healthy(state: dict[str, Any], timeout: float = 2.0, *, reserve: str | None = None) -> bool:
     """The server of ``state`` answers ``/chatflow/health`` with the token, as that instance.
     ``reserve``: a reservation id; also reserve the server for :data:`RESERVATION` seconds or
     until the next completion request, so it does not idle out before this process's

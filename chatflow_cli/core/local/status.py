@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ._process import pid_alive, terminate
-from ._state import Flock, healthy, is_server, read_state, server_pid, state_files
+from ._state import Flock, is_healthy, is_server, read_state, server_pid, state_files
 
 __all__ = ["WarmServerInfo", "local_servers", "stop_local_servers"]
 
@@ -45,7 +45,7 @@ def local_servers(data_dir: str | os.PathLike[str]) -> list[WarmServerInfo]:
             pid, port = int(state["pid"]), int(state["port"])
         except (KeyError, TypeError, ValueError):
             continue
-        healthy = pid_alive(pid) and healthy(state)
+        healthy = pid_alive(pid) and is_healthy(state)
         found.append(WarmServerInfo(
             pid=pid, port=port, base_url=f"http://127.0.0.1:{port}/v1", model=str(state.get("model", "")),
             version=str(state.get("version", "")), keep_alive=float(state.get("keep_alive") or 0),

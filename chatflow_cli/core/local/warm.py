@@ -25,7 +25,7 @@ from ._state import (
     chatflow_version,
     exit_record,
     file_id,
-    healthy,
+    is_healthy,
     is_server,
     local_dir,
     read_state,
@@ -129,8 +129,9 @@ class SharedLocalServer:
             state_path, lock_path, log_path = self._paths(path)
             with Flock(lock_path):
                 state = read_state(state_path)
-                if state is not None and self._matches(state, path) and healthy(state, reserve=secrets.token_hex(8)):
-                    self.state, self.started, self.model = state, False, str(state.get("served_model") or self.options.alias)
+                if state is not None and self._matches(state, path) and is_healthy(state, reserve=secrets.token_hex(8)):
+                    self.state, self.started = state, False
+                    self.model = str(state.get("served_model") or self.options.alias)
                     log.debug("local model server: reused pid %s on %s", self.pid, self.base_url)
                     return self
                 if state is not None:
@@ -219,7 +220,7 @@ class SharedLocalServer:
                 code = record.get("returncode") if record else None
                 raise crash_error(code if isinstance(code, int) else None, tail, phase="starting",
                                   log_path=str(log_path))
-            if healthy(state, timeout=1.0, reserve=state["instance"]):
+            if is_healthy(state, timeout=1.0, reserve=state["instance"]):
                 status, data = get_json(f"http://{self.host}:{state['port']}/v1/models", state["token"], 5.0)
                 self.model = first_model(data, self.options.alias) if status == 200 else self.options.alias
                 state["served_model"] = self.model
