@@ -15,6 +15,7 @@ module                    holds
                           behind a lock
 ``sqlite``, ``schema``    :class:`SQLiteSessionStore` and its versioned migrations
 ``owner``                 :class:`Owner`, the lease record of a running turn
+``search``                the search query syntax and :class:`SearchHit`
 ``_checks``               validation shared by all of the above
 ========================  =================================================================
 
@@ -41,6 +42,7 @@ from .context import INTERRUPTED_TOOL_RESULT, SessionContext, Turn
 from .inmemory import InMemorySessionStore, SessionStore
 from .owner import Owner
 from .protocol import MessageState, SessionStoreProtocol, SessionSummary, TurnRecord, TurnStart
+from .search import SearchHit, parse_query
 
 if TYPE_CHECKING:
     from .sqlite import SQLiteSessionStore
@@ -58,6 +60,7 @@ __all__ = [
     "MessageState",
     "Owner",
     "SQLiteSessionStore",
+    "SearchHit",
     "SessionContext",
     "SessionDeletedError",
     "SessionStore",
@@ -69,6 +72,7 @@ __all__ = [
     "TurnStart",
     "rollback_target",
     "storable_text",
+    "parse_query",
     "take_context_claim",
 ]
 

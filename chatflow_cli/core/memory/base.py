@@ -69,6 +69,7 @@ from ._checks import (
 from .context import SessionBinding, SessionContext, _Op
 from .owner import Owner
 from .protocol import MessageState, SessionSummary, TurnRecord, TurnStart
+from .search import Query, SearchHit, parse_query
 
 __all__ = [
     "DEFAULT_DEDUP_TTL_HOURS",
@@ -202,6 +203,18 @@ class _SessionRow:
 
 
 @dataclass(frozen=True, slots=True)
+class SearchFilter:
+    """What a search is limited to (checked by :meth:`BaseSessionStore.search`)."""
+
+    session_id: str | None = None
+    agent: str | None = None
+    since: float | None = None  # UTC epoch seconds; messages stored at or after
+    limit: int = 20
+    include_tools: bool = False
+    include_removed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class _StoredMessage:
     turn: int
     message: Message
@@ -328,6 +341,11 @@ class _Tx:
         raise NotImplementedError
 
     def queue_remove(self, session_id: str, ticket: int) -> None:
+        raise NotImplementedError
+
+    def search(self, query: Query, where: SearchFilter) -> list[SearchHit]:
+        """Turns matching ``query`` under ``where``, best first, at most ``where.limit``:
+        one hit per (session, turn, removal) -- the best-ranked message of the turn."""
         raise NotImplementedError
 
 
@@ -847,6 +865,57 @@ class BaseSessionStore:
         if row.status is SessionStatus.RUNNING and (row.owner is None or not row.owner.alive()):
             return SessionStatus.IDLE
         return row.status
+
+    def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        agent: str | None = None,
+        since: float | None = None,
+        limit: int = 20,
+        include_tools: bool = False,
+        include_removed: bool = False,
+    ) -> list[SearchHit]:
+        """Full-text search over stored user and model text, one hit per turn, best first.
+
+        ``query`` uses the syntax of :mod:`chatflow_cli.core.memory.search`. Turn 0 (SYSTEM
+        messages) is never searched. The SQLite store ranks by bm25 over an FTS5 index the
+        store keeps in step with the messages in the same transaction; the in-memory store
+        scans its messages and ranks by the number of matched word occurrences.
+
+        Args:
+            session_id: only this session.
+            agent: only sessions whose active agent has this name.
+            since: only messages stored at or after this UTC epoch second.
+            limit: at most this many hits (1..10,000).
+            include_tools: also search tool results and tool-call names and arguments.
+            include_removed: also find rolled-back and failed turns (their hits carry
+                ``removed``).
+
+        Returns:
+            :class:`SearchHit` items, best first (ties: newest first).
+
+        Raises:
+            UsageError: the query cannot be parsed (the message says how to write it).
+            TypeError: an argument of the wrong type.
+            ValueError: ``limit`` outside 1..10,000.
+        """
+        parsed = parse_query(query)
+        if session_id is not None:
+            _check_session_id(session_id)
+        if agent is not None and not isinstance(agent, str):
+            raise TypeError(f"agent must be a str or None, got {type(agent).__name__}")
+        if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))):
+            raise TypeError(f"since must be epoch seconds (a number) or None, got {type(since).__name__}")
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"limit must be an int, got {type(limit).__name__}")
+        if not 1 <= limit <= 10_000:
+            raise ValueError(f"limit must be between 1 and 10000, got {limit}")
+        where = SearchFilter(session_id, agent, None if since is None else float(since), limit,
+                             bool(include_tools), bool(include_removed))
+        with self._read() as tx:
+            return tx.search(parsed, where)
 
     def latest_session_id(self) -> str | None:
         """The most recently updated session's id, or None when the store is empty."""
@@ -1548,6 +1617,9 @@ class BaseSessionStore:
         self, limit: int | None = None, agent: str | None = None, status: SessionStatus | str | None = None
     ) -> list[SessionSummary]:
         return await self._run_blocking(self.list_sessions, limit, agent, status)
+
+    async def asearch(self, query: str, **kwargs: Any) -> list[SearchHit]:
+        return await self._run_blocking(self.search, query, **kwargs)
 
     async def alatest_session_id(self) -> str | None:
         return await self._run_blocking(self.latest_session_id)

@@ -21,7 +21,8 @@ from ..errors import ChatflowError
 from ..events import Event
 from ..messages import Message, Role
 from ._checks import DEFAULT_MAX_TURNS
-from .base import BaseSessionStore, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .base import BaseSessionStore, SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .search import Query, SearchHit, memory_snippet, words_of
 from .owner import Owner
 
 __all__ = ["InMemorySessionStore", "SessionStore"]
@@ -30,11 +31,25 @@ __all__ = ["InMemorySessionStore", "SessionStore"]
 @dataclass(slots=True)
 class _MemSession:
     row: _SessionRow
-    messages: list[list[Any]] = field(default_factory=list)  # [turn, Message, removed, removed_at_seq]
+    messages: list[list[Any]] = field(default_factory=list)  # [turn, Message, removed, removed_at_seq, event seq]
     events: list[Event] = field(default_factory=list)
     event_turns: list[int | None] = field(default_factory=list)
     keys: dict[str, tuple[str, int | None, int]] = field(default_factory=dict)
     endpoint: tuple[str | None, str | None] | None = None
+
+
+def _searchable(message: Message, include_tools: bool) -> list[str]:
+    """The texts of ``message`` a search looks at: user and model text; with
+    ``include_tools`` also tool results and the model's tool calls ("name arguments")."""
+    out: list[str] = []
+    if message.role in (Role.USER, Role.MODEL) and message.content:
+        out.append(message.content)
+    if include_tools:
+        if message.role is Role.TOOL and message.content:
+            out.append(message.content)
+        if message.role is Role.MODEL and message.tool_calls:
+            out.append(" ".join(f"{c.name} {c.arguments}" for c in message.tool_calls))
+    return out
 
 
 class _MemoryTx(_Tx):
@@ -120,7 +135,7 @@ class _MemoryTx(_Tx):
 
     def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
         entry = self._session(session_id)
-        entry.messages.append([turn, message, None, None])
+        entry.messages.append([turn, message, None, None, seq])
         self.undo.append(entry.messages.pop)
 
     def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
@@ -141,8 +156,8 @@ class _MemoryTx(_Tx):
 
     def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
         entry = self._session(session_id)
-        system = [(0, m) for t, m, r, _ in entry.messages if t == 0 and r is None and m.role is Role.SYSTEM]
-        turns = [(t, m) for t, m, r, _ in entry.messages if t >= first_turn and t > 0 and r is None]
+        system = [(0, m) for t, m, r, *_ in entry.messages if t == 0 and r is None and m.role is Role.SYSTEM]
+        turns = [(t, m) for t, m, r, *_ in entry.messages if t >= first_turn and t > 0 and r is None]
         turns.sort(key=lambda item: item[0])  # stable: keeps insertion order inside a turn
         return system + turns
 
@@ -152,7 +167,7 @@ class _MemoryTx(_Tx):
         entry = self._session(session_id)
         out = [
             _StoredMessage(t, m, r, s)
-            for t, m, r, s in entry.messages
+            for t, m, r, s, _ in entry.messages
             if t >= first
             and (last is None or t <= last)
             and (include_removed or r is None)
@@ -163,7 +178,7 @@ class _MemoryTx(_Tx):
 
     def preview(self, session_id: str) -> str:
         failed = ""
-        for t, m, r, _ in self._session(session_id).messages:
+        for t, m, r, *_ in self._session(session_id).messages:
             if t == 1 and r is None and m.role is Role.USER:
                 return m.content or ""
             if r == "failed" and m.role is Role.USER:
@@ -258,6 +273,33 @@ class _MemoryTx(_Tx):
         if not waiters:
             self._s._queues.pop(session_id, None)
         self.undo.append(lambda: self._s._queues.setdefault(session_id, {}).__setitem__(ticket, owner))
+
+    def search(self, query: Query, where: SearchFilter) -> list[SearchHit]:
+        # A scan of every stored message: each searched text is split into folded words
+        # and scored by Query.score (matched occurrences); the best message of a turn wins.
+        best: dict[tuple[str, int, int | None], tuple[int, float, str, str, str]] = {}
+        for sid, entry in self._s._sessions.items():
+            if where.session_id is not None and sid != where.session_id:
+                continue
+            if where.agent is not None and entry.row.active_agent_name != where.agent:
+                continue
+            for turn, message, removed, removed_seq, seq in entry.messages:
+                if turn <= 0 or (removed is not None and not where.include_removed):
+                    continue
+                created = entry.events[seq - 1].created_at
+                if where.since is not None and created < where.since:
+                    continue
+                for text in _searchable(message, where.include_tools):
+                    score = query.score(words_of(text))
+                    key = (sid, turn, removed_seq)
+                    if score and (key not in best or score > best[key][0]):
+                        best[key] = (score, created, text, message.role.value, removed or "")
+        ordered = sorted(best.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0][0], kv[0][1]))
+        return [
+            SearchHit(sid, turn, memory_snippet(query, text), role, created, float(-score),
+                      self._s._sessions[sid].row.active_agent_name, removed or None)
+            for (sid, turn, _seq), (score, created, text, role, removed) in ordered[: where.limit]
+        ]
 
 
 class _ProcessedIds:

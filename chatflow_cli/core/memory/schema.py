@@ -18,6 +18,15 @@ import time
 
 __all__ = ["SCHEMA_VERSION", "apply_migrations", "schema_version"]
 
+# What the full-text index holds of a chatflow_messages row ``{m}``: the text of user and
+# model messages; tool results and the model's tool calls ("name arguments").
+_FTS_BODY = "CASE WHEN {m}.role IN ('user', 'model') THEN json_extract({m}.message_json, '$.content') END"
+_FTS_TOOLS = (
+    "CASE WHEN {m}.role = 'tool' THEN json_extract({m}.message_json, '$.content') "
+    "WHEN {m}.role = 'model' THEN (SELECT group_concat(json_extract(c.value, '$.name') || ' ' || "
+    "json_extract(c.value, '$.arguments'), ' ') FROM json_each({m}.message_json, '$.tool_calls') AS c) END"
+)
+
 _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (
         1,
@@ -134,6 +143,27 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     base_url       TEXT,                 -- NULL: not stored
     updated_at_utc REAL NOT NULL         -- epoch seconds
 )""",
+        ],
+    ),
+    (
+        4,
+        "full-text index of message text (FTS5), kept in step by triggers; existing messages indexed",
+        [
+            # body: user and model text; tools: tool results and the model's tool calls
+            # (name and arguments). rowid = chatflow_messages.message_id; removed (rolled
+            # back, failed) messages stay indexed and are filtered by the join.
+            """CREATE VIRTUAL TABLE chatflow_messages_fts USING fts5(
+    body, tools, tokenize = 'unicode61 remove_diacritics 2'
+)""",
+            f"""CREATE TRIGGER chatflow_messages_fts_insert AFTER INSERT ON chatflow_messages BEGIN
+    INSERT INTO chatflow_messages_fts (rowid, body, tools)
+    VALUES (new.message_id, {_FTS_BODY.format(m="new")}, {_FTS_TOOLS.format(m="new")});
+END""",
+            """CREATE TRIGGER chatflow_messages_fts_delete AFTER DELETE ON chatflow_messages BEGIN
+    DELETE FROM chatflow_messages_fts WHERE rowid = old.message_id;
+END""",
+            f"""INSERT INTO chatflow_messages_fts (rowid, body, tools)
+    SELECT m.message_id, {_FTS_BODY.format(m="m")}, {_FTS_TOOLS.format(m="m")} FROM chatflow_messages AS m""",
         ],
     ),
 ]

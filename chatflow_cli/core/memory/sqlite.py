@@ -49,7 +49,8 @@ from ..errors import SchemaTooNewError, StoreError
 from ..events import Event, SessionStatus
 from ..messages import Message, Role
 from ._checks import DEFAULT_MAX_TURNS
-from .base import BaseSessionStore, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .base import BaseSessionStore, SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .search import HIGHLIGHT_END, HIGHLIGHT_START, SNIPPET_WORDS, Query, SearchHit, to_fts5
 from .owner import Owner
 from .schema import SCHEMA_VERSION, apply_migrations, schema_version
 
@@ -454,6 +455,52 @@ class _SQLiteTx(_Tx):
 
     def queue_remove(self, session_id: str, ticket: int) -> None:
         self.c.execute("DELETE FROM chatflow_turn_queue WHERE session_id = ? AND ticket = ?", (session_id, ticket))
+
+    def search(self, query: Query, where: SearchFilter) -> list[SearchHit]:
+        # The page first (bm25 of every match, grouped by turn: the bare columns of a
+        # MIN() aggregate come from the row of the minimum), then snippets for its rows only.
+        match = to_fts5(query, None if where.include_tools else ("body",))
+        sql = (
+            "SELECT m.session_id, m.turn, m.removed_reason, MIN(f.rank) AS best, m.message_id, m.role, "
+            "e.created_at_utc, s.active_agent_name "
+            "FROM chatflow_messages_fts AS f "
+            "JOIN chatflow_messages AS m ON m.message_id = f.rowid "
+            "JOIN chatflow_sessions AS s ON s.session_id = m.session_id "
+            "JOIN chatflow_events AS e ON e.session_id = m.session_id AND e.seq = m.event_seq "
+            "WHERE chatflow_messages_fts MATCH ? AND m.turn > 0"
+        )
+        args: list[Any] = [match]
+        if not where.include_removed:
+            sql += " AND m.removed_at_seq IS NULL"
+        if where.session_id is not None:
+            sql += " AND m.session_id = ?"
+            args.append(where.session_id)
+        if where.agent is not None:
+            sql += " AND s.active_agent_name = ?"
+            args.append(where.agent)
+        if where.since is not None:
+            sql += " AND e.created_at_utc >= ?"
+            args.append(where.since)
+        sql += (
+            " GROUP BY m.session_id, m.turn, m.removed_at_seq "
+            "ORDER BY best, e.created_at_utc DESC, m.session_id, m.turn LIMIT ?"
+        )
+        args.append(where.limit)
+        rows = self.c.execute(sql, args).fetchall()
+        if not rows:
+            return []
+        ids = [r[4] for r in rows]
+        snippets = dict(
+            self.c.execute(
+                f"SELECT rowid, snippet(chatflow_messages_fts, -1, ?, ?, '…', ?) FROM chatflow_messages_fts "
+                f"WHERE chatflow_messages_fts MATCH ? AND rowid IN ({', '.join('?' * len(ids))})",
+                (HIGHLIGHT_START, HIGHLIGHT_END, SNIPPET_WORDS, match, *ids),
+            ).fetchall()
+        )
+        return [
+            SearchHit(sid, turn, snippets.get(mid, ""), role, created, float(rank), agent, reason)
+            for sid, turn, reason, rank, mid, role, created, agent in rows
+        ]
 
 
 # ----------------------------------------------------------------------------------------

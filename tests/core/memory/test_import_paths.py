@@ -36,6 +36,8 @@ SEED_NAMES = [
     ("chatflow_cli.core.memory", "take_context_claim", "chatflow_cli.core.memory.base"),
     ("chatflow_cli.core.memory", "rollback_target", "chatflow_cli.core.memory.base"),
     ("chatflow_cli.core.memory", "SQLiteSessionStore", "chatflow_cli.core.memory.sqlite"),
+    ("chatflow_cli.core.memory", "SearchHit", "chatflow_cli.core.memory.search"),
+    ("chatflow_cli.core.memory", "parse_query", "chatflow_cli.core.memory.search"),
     ("chatflow_cli.core.sqlite_store", "SQLiteSessionStore", "chatflow_cli.core.memory.sqlite"),
     ("chatflow_cli.core.sqlite_store", "SCHEMA_VERSION", "chatflow_cli.core.memory.schema"),
     ("chatflow_cli", "SessionContext", "chatflow_cli.core.memory.context"),

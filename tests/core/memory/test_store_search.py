@@ -1,0 +1,217 @@
+"""Full-text search, the same contract on every store (``store`` runs as in-memory and SQLite).
+
+``store.search(query, session_id=, agent=, since=, limit=, include_tools=, include_removed=)``
+returns one :class:`SearchHit` per matching turn, best first; rolled-back and failed turns
+only with ``include_removed``; a query the syntax cannot parse is a UsageError with a hint.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chatflow_cli.core.agents import Agent
+from chatflow_cli.core.errors import UsageError
+from chatflow_cli.core.memory import BaseSessionStore, SearchHit, parse_query
+from chatflow_cli.core.memory.search import HIGHLIGHT_END, HIGHLIGHT_START, plain_snippet, to_fts5
+from chatflow_cli.core.messages import Message, ToolCall
+from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+
+def _chat(store: BaseSessionStore, agent: Agent, session_id: str, *pairs: tuple[str, str]) -> None:
+    ctx = store.get_or_create(session_id, agent)
+    for user, model in pairs:
+        ctx.add_message(Message.user(user))
+        ctx.add_message(Message.model(model))
+        ctx.complete_turn(model)
+    store.save(ctx)
+
+
+def _where(hits: list[SearchHit]) -> list[tuple[str, int]]:
+    return [(h.session_id, h.turn) for h in hits]
+
+
+def test_hits_are_turns_with_a_highlighted_snippet_and_age(store, agent) -> None:
+    store.clock = lambda: 1_700_000_000.0
+    _chat(store, agent, "a", ("how do I deploy the gateway", "run make deploy"), ("thanks", "you are welcome"))
+    _chat(store, agent, "b", ("what is the weather", "sunny"))
+    hits = store.search("deploy")
+    assert _where(hits) == [("a", 1)]  # one hit for turn 1 though both of its messages match
+    hit = hits[0]
+    assert f"{HIGHLIGHT_START}deploy{HIGHLIGHT_END}" in hit.snippet
+    assert hit.created_at == 1_700_000_000.0
+    assert hit.agent == "Assistant" and hit.removed is None
+    assert hit.to_dict()["snippet"].count("[deploy]") == 1
+
+
+def test_phrase_or_not_prefix_and_accents(store, agent) -> None:
+    _chat(
+        store,
+        agent,
+        "s",
+        ("connection reset by peer", "retry"),
+        ("reset the connection", "done"),
+        ("a timeout happened", "ok"),
+        ("café au lait", "coffee"),
+        ("deployment went fine", "good"),
+    )
+    assert _where(store.search('"connection reset"')) == [("s", 1)]
+    assert sorted(_where(store.search("connection reset"))) == [("s", 1), ("s", 2)]
+    assert sorted(_where(store.search("timeout OR lait"))) == [("s", 3), ("s", 4)]
+    assert _where(store.search("connection NOT peer")) == [("s", 2)]
+    assert _where(store.search("connection -peer")) == [("s", 2)]
+    assert _where(store.search("deploym*")) == [("s", 5)]
+    assert _where(store.search("CAFE")) == [("s", 4)]
+    assert _where(store.search("connection AND peer")) == [("s", 1)]
+
+
+def test_more_matches_rank_first(store, agent) -> None:
+    _chat(store, agent, "one", ("alpha beta gamma delta", "x"))
+    _chat(store, agent, "two", ("alpha alpha alpha delta", "x"))
+    assert _where(store.search("alpha")) == [("two", 1), ("one", 1)]
+
+
+def test_filters_session_agent_since_limit(store, agent) -> None:
+    other = Agent(name="Support", instructions="x", model="gpt-4o")
+    clock = [1_000.0]
+    store.clock = lambda: clock[0]
+    _chat(store, agent, "a", ("invoice late", "ok"))
+    clock[0] = 2_000.0
+    _chat(store, other, "b", ("invoice missing", "ok"), ("invoice again", "ok"))
+    assert sorted(_where(store.search("invoice"))) == [("a", 1), ("b", 1), ("b", 2)]
+    assert sorted(_where(store.search("invoice", session_id="a"))) == [("a", 1)]
+    assert sorted(_where(store.search("invoice", agent="Support"))) == [("b", 1), ("b", 2)]
+    assert sorted(_where(store.search("invoice", since=1_500.0))) == [("b", 1), ("b", 2)]
+    assert len(store.search("invoice", limit=2)) == 2
+    assert store.search("nothing-like-this") == []
+    with pytest.raises(ValueError):
+        store.search("invoice", limit=0)
+
+
+def test_tool_arguments_and_results_only_with_the_flag(store, agent) -> None:
+    ctx = store.get_or_create("t", agent)
+    ctx.add_message(Message.user("look it up"))
+    ctx.add_message(Message.model(None, [ToolCall("c1", "lookup_order", '{"order": "zebra42"}')]))
+    ctx.add_message(Message.tool("c1", "status shipped via quokka express", name="lookup_order"))
+    ctx.add_message(Message.model("It shipped."))
+    ctx.complete_turn("It shipped.")
+    store.save(ctx)
+    assert store.search("zebra42") == [] and store.search("quokka") == []
+    assert _where(store.search("zebra42", include_tools=True)) == [("t", 1)]
+    hits = store.search("quokka", include_tools=True)
+    assert _where(hits) == [("t", 1)] and hits[0].role == "tool"
+    assert _where(store.search("lookup_order", include_tools=True)) == [("t", 1)]
+
+
+def test_rollback_then_search_finds_the_text_only_with_include_removed(store, agent) -> None:
+    _chat(store, agent, "s", ("keep this", "fine"), ("secret plan zeppelin", "noted"))
+    assert _where(store.search("zeppelin")) == [("s", 2)]
+    store.rollback("s", 1)
+    assert store.search("zeppelin") == []
+    hits = store.search("zeppelin", include_removed=True)
+    assert [(h.turn, h.removed) for h in hits] == [(2, "rolled_back")]
+    _chat(store, agent, "s", ("zeppelin again", "yes"))  # the new turn 2 is live, the old one marked
+    hits = store.search("zeppelin", include_removed=True)
+    assert sorted((h.turn, h.removed or "") for h in hits) == [(2, ""), (2, "rolled_back")]
+    assert [(h.turn, h.removed) for h in store.search("zeppelin")] == [(2, None)]
+
+
+def test_deleted_sessions_are_not_found(store, agent) -> None:
+    _chat(store, agent, "s", ("ephemeral words", "ok"))
+    store.delete("s")
+    assert store.search("ephemeral", include_removed=True) == []
+
+
+def test_system_messages_are_not_searched(store, agent) -> None:
+    ctx = store.get_or_create("s", agent)
+    ctx.add_message(Message.user("hello"))
+    ctx.add_message(Message.model("hi"))
+    ctx.complete_turn("hi")
+    store.save(ctx)
+    assert store.search("Helpful") == []  # the agent's instructions are not stored text to find
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ('"', "unbalanced"),
+        ('say "hello', "unbalanced"),
+        ("AND", "AND"),
+        ("a AND", "AND"),
+        ("OR b", "OR"),
+        ("*", "no letters"),
+        ("NOT", "NOT"),
+        ("NOT x", "not only NOT"),
+        ("-x", "not only NOT"),
+        ("", "empty"),
+        ("   ", "empty"),
+        ('""', "empty phrase"),
+        ("a*b", "'*' may only end"),
+        ("...", "no letters"),
+    ],
+)
+def test_unparsable_queries_are_usage_errors_with_a_hint(store, query, words) -> None:
+    with pytest.raises(UsageError) as err:
+        store.search(query)
+    assert words in str(err.value)
+    assert "prefix*" in str(err.value)  # the hint says how to write a query
+
+
+_HOSTILE = st.lists(
+    st.sampled_from(list('"*()-:^+{}[]/.,\'\\ \t') + ["AND", "OR", "NOT", "NEAR", " AND ", " OR ", " NOT ", "x", "é"]),
+    max_size=15,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_HOSTILE)
+def test_hostile_queries_give_hits_or_a_usage_error_never_anything_else(store, agent, query) -> None:
+    if not store.search("x", limit=1) and store.get("s") is None:
+        _chat(store, agent, "s", ("x near é AND (x)", "x"))
+    try:
+        hits = store.search(query)
+    except UsageError as exc:
+        assert "chatflow sessions search" in str(exc)
+    else:
+        assert all(isinstance(h, SearchHit) for h in hits)
+
+
+@given(st.text(max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_every_parsed_query_is_valid_fts5(query) -> None:
+    try:
+        parsed = parse_query(query)
+    except UsageError:
+        return
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE f USING fts5(body, tools, tokenize = 'unicode61 remove_diacritics 2')")
+    conn.execute("INSERT INTO f VALUES ('some text', 'tool text')")
+    for columns in (None, ("body",)):
+        conn.execute("SELECT * FROM f WHERE f MATCH ?", (to_fts5(parsed, columns),)).fetchall()
+
+
+def test_plain_snippet_replaces_the_marks() -> None:
+    assert plain_snippet(f"a {HIGHLIGHT_START}b{HIGHLIGHT_END} c") == "a [b] c"
+
+
+def test_a_database_written_before_the_index_is_indexed_by_the_migration(tmp_path: Path, agent) -> None:
+    path = tmp_path / "old.db"
+    store = SQLiteSessionStore(path)
+    _chat(store, agent, "old", ("archaeopteryx fossils", "feathers"))
+    store.close()
+    conn = sqlite3.connect(path)  # back to the schema before the index: no FTS table, older version
+    conn.executescript(
+        "DROP TRIGGER chatflow_messages_fts_insert; DROP TRIGGER chatflow_messages_fts_delete;"
+        "DROP TABLE chatflow_messages_fts;"
+        "DELETE FROM chatflow_schema_migrations WHERE name LIKE 'full-text index%';"
+    )
+    conn.close()
+    store = SQLiteSessionStore(path)
+    try:
+        assert _where(store.search("archaeopteryx")) == [("old", 1)]
+    finally:
+        store.close()
