@@ -66,7 +66,7 @@ from ._checks import (
     _fallback_agent,
     _sha256,
 )
-from .context import SessionBinding, SessionContext, _Op
+from .context import _MESSAGE_EVENT, SessionBinding, SessionContext, _Op
 from .owner import Owner
 from .protocol import MessageState, SessionSummary, TurnRecord, TurnStart
 from .search import Query, SearchHit, parse_query
@@ -200,6 +200,8 @@ class _SessionRow:
     owner: Owner | None
     created_at: float
     updated_at: float
+    #: {"session_id", "turn", "seq"} of the session this one was forked from, else None
+    forked_from: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -799,6 +801,93 @@ class BaseSessionStore:
             ctx.rollback_to(target)
             return self._apply(tx, row, ctx._pending())
 
+    def fork(self, session_id: str, at: int | None = None, *, into: str | None = None) -> SessionSummary:
+        """Copy turns 1..``at`` of a session into a new session, in one transaction.
+
+        The new session's history is the source's live SYSTEM messages and turns 1..``at``,
+        copied (nothing is re-run), with the agent, ``max_turns`` and metadata of the source.
+        Its event log starts with ``session.created`` whose payload carries ``"forked_from":
+        {"session_id", "turn", "seq"}`` (``seq``: the source's newest event seq at the fork),
+        then one message event per copied message and, after each copied turn the source
+        completed, its ``turn.completed`` (the source's payload). The source is not changed.
+
+        Only completed turns are copied: while the source runs a turn (stored status
+        ``running``), its newest turn is left out, and ``at`` defaults to the newest
+        completed turn.
+
+        Args:
+            at: the last turn to copy (0: only the SYSTEM messages); default: the newest
+                completed turn.
+            into: the new session's id; default ``<source>-fork-<6 hex digits>``.
+
+        Returns:
+            The new session's :class:`SessionSummary` (``forked_from`` set).
+
+        Raises:
+            SessionNotFoundError: no session ``session_id``.
+            ValueError: ``at`` outside 0..the newest completed turn, or ``into`` empty.
+            UsageError: a session ``into`` already exists.
+            TypeError: an argument of the wrong type.
+        """
+        _check_session_id(session_id)
+        if at is not None and (isinstance(at, bool) or not isinstance(at, int)):
+            raise TypeError(f"at must be an int or None, got {type(at).__name__}")
+        if into is not None:
+            _check_session_id(into, empty_ok=False)
+        with self._write() as tx:
+            source = self._require(tx, session_id)
+            completed = source.turn_count - (1 if source.status is SessionStatus.RUNNING else 0)
+            completed = max(0, completed)
+            turn = completed if at is None else at
+            if not 0 <= turn <= completed:
+                running = " (its newest turn is still running)" if completed < source.turn_count else ""
+                raise ValueError(
+                    f"cannot fork session {session_id} at turn {turn}: it has completed turns 1..{completed}{running}"
+                )
+            new_id = into if into is not None else f"{session_id}-fork-{secrets.token_hex(3)}"
+            if tx.get_row(new_id) is not None:
+                raise UsageError(f"session {new_id!r} already exists: fork into another id", session_id=new_id)
+            origin = {"session_id": session_id, "turn": turn, "seq": tx.next_seq(session_id) - 1}
+            stored = tx.turn_messages(session_id, 0, turn, False)
+            agent = source.active_agent_name
+            for item in stored:
+                if item.message.role is Role.MODEL and item.message.agent:
+                    agent = item.message.agent  # the agent that spoke last in the copied turns
+            now = self.clock()
+            row = _SessionRow(
+                new_id, secrets.token_hex(8), agent, copy.deepcopy(source.metadata), source.max_turns, turn,
+                SessionStatus.IDLE, None, now, now, origin,
+            )
+            tx.insert_row(row)
+            payload = {"agent": agent, "max_turns": row.max_turns, "metadata": row.metadata, "forked_from": origin}
+            self._append(tx, new_id, EventType.SESSION_CREATED.value, payload)
+            done: dict[int, dict[str, Any]] = {}
+            for number in range(1, turn + 1):
+                event = tx.last_event(session_id, EventType.TURN_COMPLETED.value, number)
+                if event is not None:
+                    done[number] = dict(event.payload)
+            previous: int | None = None
+            for item in stored:
+                if previous is not None and item.turn != previous and previous in done:
+                    self._append(tx, new_id, EventType.TURN_COMPLETED.value, done.pop(previous), previous)
+                previous = item.turn
+                event = self._append(
+                    tx, new_id, _MESSAGE_EVENT[item.message.role],
+                    {"turn": item.turn, "message": item.message.to_dict()}, item.turn,
+                )
+                tx.insert_message(new_id, item.turn, item.message, event.seq)
+            for number in sorted(done):
+                self._append(tx, new_id, EventType.TURN_COMPLETED.value, done[number], number)
+            return self._summary(tx, row, row.status)
+
+    def forked_from(self, session_id: str) -> dict[str, Any] | None:
+        """``{"session_id", "turn", "seq"}`` of the session ``session_id`` was forked from, or None.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        return self.session_summary(session_id).forked_from
+
     def session_summary(self, session_id: str) -> SessionSummary:
         """One session's :class:`SessionSummary` (as a row of :meth:`list_sessions`).
 
@@ -858,6 +947,7 @@ class BaseSessionStore:
             row.updated_at,
             tx.preview(row.session_id)[:_PREVIEW_CHARS],
             dict(row.metadata),
+            dict(row.forked_from) if row.forked_from else None,
         )
 
     @staticmethod
@@ -1620,6 +1710,9 @@ class BaseSessionStore:
 
     async def asearch(self, query: str, **kwargs: Any) -> list[SearchHit]:
         return await self._run_blocking(self.search, query, **kwargs)
+
+    async def afork(self, session_id: str, at: int | None = None, *, into: str | None = None) -> SessionSummary:
+        return await self._run_blocking(self.fork, session_id, at, into=into)
 
     async def alatest_session_id(self) -> str | None:
         return await self._run_blocking(self.latest_session_id)

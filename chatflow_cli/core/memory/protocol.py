@@ -28,6 +28,7 @@ from ..messages import Message
 if TYPE_CHECKING:
     from .context import SessionContext
     from .owner import Owner
+    from .search import SearchHit
 
 __all__ = ["MessageState", "SessionStoreProtocol", "SessionSummary", "TurnRecord", "TurnStart"]
 
@@ -79,6 +80,8 @@ class SessionSummary:
     updated_at: float
     preview: str
     metadata: dict[str, Any]
+    #: where the session was forked from: ``{"session_id", "turn", "seq"}``; None otherwise
+    forked_from: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -160,6 +163,28 @@ class SessionStoreProtocol(Protocol):
         self, limit: int | None = None, agent: str | None = None, status: SessionStatus | str | None = None
     ) -> list[SessionSummary]:
         """Sessions, most recently updated first."""
+        ...
+
+    def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        agent: str | None = None,
+        since: float | None = None,
+        limit: int = 20,
+        include_tools: bool = False,
+        include_removed: bool = False,
+    ) -> list[SearchHit]:
+        """Full-text search; one hit per matching turn, best first."""
+        ...
+
+    def fork(self, session_id: str, at: int | None = None, *, into: str | None = None) -> SessionSummary:
+        """Copy completed turns 1..``at`` into a new session; the new session's summary."""
+        ...
+
+    def forked_from(self, session_id: str) -> dict[str, Any] | None:
+        """Where the session was forked from, or None."""
         ...
 
     def latest_session_id(self) -> str | None:

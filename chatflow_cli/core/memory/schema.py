@@ -147,8 +147,10 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     ),
     (
         4,
-        "full-text index of message text (FTS5), kept in step by triggers; existing messages indexed",
+        "full-text index of message text (FTS5), kept in step by triggers; existing messages indexed; fork origin",
         [
+            # {"session_id", "turn", "seq"} of the session this one was forked from; NULL otherwise
+            "ALTER TABLE chatflow_sessions ADD COLUMN forked_from_json TEXT",
             # body: user and model text; tools: tool results and the model's tool calls
             # (name and arguments). rowid = chatflow_messages.message_id; removed (rolled
             # back, failed) messages stay indexed and are filtered by the join.

@@ -128,12 +128,13 @@ def _row(r: sqlite3.Row | tuple[Any, ...]) -> _SessionRow:
         owner=Owner.from_dict(owner) if owner else None,
         created_at=r[8],
         updated_at=r[9],
+        forked_from=json.loads(r[10]) if r[10] else None,
     )
 
 
 _ROW_COLUMNS = (
     "session_id, incarnation, active_agent_name, metadata_json, max_turns, turn_count, status, owner_json, "
-    "created_at_utc, updated_at_utc"
+    "created_at_utc, updated_at_utc, forked_from_json"
 )
 
 
@@ -160,6 +161,7 @@ def _row_params(row: _SessionRow) -> tuple[Any, ...]:
         _dumps(row.owner.to_dict()) if row.owner else None,
         row.created_at,
         row.updated_at,
+        _dumps(row.forked_from) if row.forked_from else None,
     )
 
 
@@ -203,13 +205,13 @@ class _SQLiteTx(_Tx):
 
     def insert_row(self, row: _SessionRow) -> None:
         self.c.execute(
-            f"INSERT INTO chatflow_sessions ({_ROW_COLUMNS}) VALUES ({', '.join('?' * 10)})", _row_params(row)
+            f"INSERT INTO chatflow_sessions ({_ROW_COLUMNS}) VALUES ({', '.join('?' * 11)})", _row_params(row)
         )
 
     def update_row(self, row: _SessionRow) -> None:
         # every column but the key, in _ROW_COLUMNS order (a row-value SET)
         self.c.execute(
-            f"UPDATE chatflow_sessions SET ({_ROW_COLUMNS.split(', ', 1)[1]}) = ({', '.join('?' * 9)}) "
+            f"UPDATE chatflow_sessions SET ({_ROW_COLUMNS.split(', ', 1)[1]}) = ({', '.join('?' * 10)}) "
             "WHERE session_id = ?",
             (*_row_params(row)[1:], row.session_id),
         )

@@ -1,0 +1,103 @@
+"""Forking a session at a turn, the same contract on every store.
+
+``store.fork(ID, at=N, into=NEW)`` copies turns 1..N (not re-run) into a new session whose
+log starts with ``session.created`` carrying ``forked_from`` (session, turn, seq); the source
+is untouched; a running turn is never copied.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from chatflow_cli.core.errors import SessionNotFoundError, UsageError
+from chatflow_cli.core.events import SessionStatus
+from chatflow_cli.core.memory import BaseSessionStore, Owner
+from chatflow_cli.core.messages import Message, ToolCall
+
+
+def _chat(store: BaseSessionStore, agent, session_id: str, count: int, system: str | None = None) -> None:
+    ctx = store.get_or_create(session_id, agent)
+    if system:
+        ctx.add_message(Message.system(system))
+    for n in range(1, count + 1):
+        ctx.add_message(Message.user(f"u{n}"))
+        if n == 2:
+            ctx.add_message(Message.model(None, [ToolCall(f"c{n}", "lookup", '{"q": 2}')]))
+            ctx.add_message(Message.tool(f"c{n}", "r2", name="lookup"))
+        ctx.add_message(Message.model(f"m{n}"))
+        ctx.complete_turn(f"m{n}")
+    store.save(ctx)
+
+
+def _texts(store: BaseSessionStore, session_id: str) -> list[list[str | None]]:
+    return [[m.content for m in r.messages] for r in store.load_turns(session_id, first=0)]
+
+
+def test_fork_copies_turns_1_to_n_and_records_its_origin(store, agent) -> None:
+    _chat(store, agent, "src", 4, system="be brief")
+    source_events = store.events("src")
+    summary = store.fork("src", 2, into="branch")
+    assert summary.session_id == "branch" and summary.turn_count == 2
+    assert summary.forked_from == {"session_id": "src", "turn": 2, "seq": source_events[-1].seq}
+    assert store.forked_from("branch") == summary.forked_from and store.forked_from("src") is None
+    assert _texts(store, "branch") == [["be brief"], ["u1", "m1"], ["u2", None, "r2", "m2"]]
+    first = store.events("branch")[0]
+    assert first.seq == 1 and first.type == "session.created"
+    assert first.payload["forked_from"] == summary.forked_from
+    types = [e.type for e in store.events("branch")]
+    assert types.count("turn.completed") == 2 and types.count("message.user") == 2
+    assert store.events("src") == source_events  # the source is untouched
+    # the fork goes on by itself: its next turn is 3
+    ctx = store.get("branch")
+    ctx.add_message(Message.user("u3 in the fork"))
+    ctx.add_message(Message.model("m3 in the fork"))
+    store.save(ctx)
+    assert [r.number for r in store.load_turns("branch")] == [1, 2, 3]
+    assert _texts(store, "src")[3] == ["u3", "m3"]
+
+
+def test_fork_defaults(store, agent) -> None:
+    _chat(store, agent, "src", 3)
+    summary = store.fork("src")
+    assert summary.session_id.startswith("src-fork-") and summary.turn_count == 3
+    assert store.fork("src", 0, into="empty").turn_count == 0
+    assert store.load_turns("empty") == []
+
+
+def test_fork_then_rollback_of_the_fork_leaves_the_source_untouched(store, agent) -> None:
+    _chat(store, agent, "src", 3)
+    before = (store.events("src"), _texts(store, "src"), store.search("u3"))
+    store.fork("src", 3, into="f")
+    store.rollback("f", 1)
+    assert _texts(store, "f") == [["u1", "m1"]]
+    assert (store.events("src"), _texts(store, "src")) == before[:2]
+    assert [(h.session_id, h.turn) for h in store.search("u3")] == [("src", 3)]
+
+
+def test_forking_a_running_session_copies_completed_turns_only(store, agent) -> None:
+    _chat(store, agent, "src", 2)
+    started = store.begin_turn(
+        "src", default_agent=agent, user_message=Message.user("u3 still running"), owner=Owner.current()
+    )
+    assert started.turn == 3 and store.session_summary("src").status is SessionStatus.RUNNING
+    summary = store.fork("src", into="mid")
+    assert summary.turn_count == 2 and summary.forked_from["turn"] == 2
+    assert all("running" not in (m.content or "") for r in store.load_turns("mid") for m in r.messages)
+    with pytest.raises(ValueError, match="still running"):
+        store.fork("src", 3, into="too-far")
+
+
+def test_bad_forks_change_nothing(store, agent) -> None:
+    _chat(store, agent, "src", 2)
+    _chat(store, agent, "taken", 1)
+    with pytest.raises(SessionNotFoundError):
+        store.fork("missing", 1)
+    with pytest.raises(ValueError, match="turns 1..2"):
+        store.fork("src", 5)
+    with pytest.raises(ValueError):
+        store.fork("src", -1)
+    with pytest.raises(UsageError, match="already exists"):
+        store.fork("src", 1, into="taken")
+    with pytest.raises(TypeError):
+        store.fork("src", "1")  # type: ignore[arg-type]
+    assert sorted(s.session_id for s in store.list_sessions()) == ["src", "taken"]
