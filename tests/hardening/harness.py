@@ -153,6 +153,44 @@ def assert_seq_gap_free(events: list[tuple[int, str, str]]) -> None:
     assert seqs == list(range(1, len(seqs) + 1)), f"seq not 1..n without gaps: {seqs}"
 
 
+def search_index_problems(db: Path) -> list[str]:
+    """How the full-text index disagrees with the stored messages ([] when in step): every
+    message has exactly its index row with the text the store indexes, and FTS5's own
+    integrity check passes."""
+    from chatflow_cli.core.memory.schema import _FTS_BODY, _FTS_TOOLS
+
+    conn = _connect(db)
+    try:
+        problems = []
+        missing = conn.execute(
+            "SELECT m.message_id FROM chatflow_messages AS m LEFT JOIN chatflow_messages_fts AS f "
+            "ON f.rowid = m.message_id WHERE f.rowid IS NULL"
+        ).fetchall()
+        if missing:
+            problems.append(f"messages missing from the index: {[r[0] for r in missing]}")
+        extra = conn.execute(
+            "SELECT f.rowid FROM chatflow_messages_fts AS f LEFT JOIN chatflow_messages AS m "
+            "ON m.message_id = f.rowid WHERE m.message_id IS NULL"
+        ).fetchall()
+        if extra:
+            problems.append(f"index rows of no message: {[r[0] for r in extra]}")
+        wrong = conn.execute(
+            f"SELECT m.message_id FROM chatflow_messages AS m JOIN chatflow_messages_fts AS f "
+            f"ON f.rowid = m.message_id WHERE f.body IS NOT {_FTS_BODY.format(m='m')} "
+            f"OR f.tools IS NOT {_FTS_TOOLS.format(m='m')}"
+        ).fetchall()
+        if wrong:
+            problems.append(f"index rows whose text differs from their message: {[r[0] for r in wrong]}")
+        try:
+            conn.execute("INSERT INTO chatflow_messages_fts (chatflow_messages_fts) VALUES ('integrity-check')")
+            conn.commit()
+        except sqlite3.DatabaseError as exc:
+            problems.append(f"FTS5 integrity-check: {exc}")
+        return problems
+    finally:
+        conn.close()
+
+
 def dump_db(db: Path) -> str:
     """A logical dump of ``db`` (schema and rows), independent of WAL checkpoints."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)

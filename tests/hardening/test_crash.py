@@ -20,7 +20,8 @@ with seq 1..n and no gap; the stored window passes the validity checks (tool cal
 killed turn may be open: ``pending_ok``); ``sessions ls --json`` does not show the session
 running; the next ``chat`` on it exits 0, after which the window passes the checks with
 nothing pending, the log is still gap-free and still extends what was there, and turn 1 is
-intact. Each kill point is one test case.
+intact; the full-text index holds exactly the stored messages after the kill and after the
+next turn. Each kill point is one test case.
 """
 
 from __future__ import annotations
@@ -223,8 +224,10 @@ def test_sigkill_at_a_point_of_the_turn(point: Point, setup: dict[str, Any], fak
     if kind == "commit":
         assert [tuple(e) for e in post] == pre, "an uncommitted transaction left rows behind (or one vanished)"
 
-    # 2. the stored window passes the validity checks (the killed turn may hold open calls)
+    # 2. the stored window passes the validity checks (the killed turn may hold open calls);
+    #    the search index holds exactly the stored messages
     assert h.window_problems(db, SESSION, pending_ok=True) == []
+    assert h.search_index_problems(db) == []
 
     # 3. sessions ls does not show it running
     rows = {row["session_id"]: row for row in h.sessions_json()}
@@ -247,6 +250,7 @@ def test_sigkill_at_a_point_of_the_turn(point: Point, setup: dict[str, Any], fak
     assert [tuple(e) for e in after[: len(post)]] == [tuple(e) for e in post]
     h.assert_seq_gap_free(after)
     assert h.window_problems(db, SESSION, pending_ok=False) == []
+    assert h.search_index_problems(db) == []
     if was_running:
         assert "session.recovered" in [t for _, t, _ in after[len(post):]], "a dead owner's turn was not recovered"
     rows = {row["session_id"]: row for row in h.sessions_json()}
