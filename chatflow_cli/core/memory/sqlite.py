@@ -459,19 +459,56 @@ class _SQLiteTx(_Tx):
         self.c.execute("DELETE FROM chatflow_turn_queue WHERE session_id = ? AND ticket = ?", (session_id, ticket))
 
     def search(self, query: Query, where: SearchFilter) -> list[SearchHit]:
-        # The page first (bm25 of every match, grouped by turn: the bare columns of a
-        # MIN() aggregate come from the row of the minimum), then snippets for its rows only.
+        # FTS5 ranks its own matches fastest alone ("ORDER BY rank LIMIT n" on the index):
+        # take the best n, join them to their messages for the filters and the grouping by
+        # turn, and widen n until a page is full or every match was seen. A filter that
+        # keeps few of many matches ends in one query that joins every match.
         match = to_fts5(query, None if where.include_tools else ("body",))
+        n = max(64, where.limit * 4)
+        while True:
+            best = self.c.execute(
+                "SELECT rowid, rank FROM chatflow_messages_fts WHERE chatflow_messages_fts MATCH ? "
+                "ORDER BY rank LIMIT ?",
+                (match, n),
+            ).fetchall()
+            if not best:
+                return []
+            if len(best) < n or n >= 16_384:
+                break
+            rank = dict(best)
+            rows = self._hit_rows("m.message_id IN (SELECT value FROM json_each(?))", [_dumps(list(rank))], where)
+            page = _best_per_turn([(rank[r[3]], r) for r in rows], where.limit)
+            if len(page) >= where.limit:
+                return self._hits(page, match)
+            n *= 8
+        if len(best) < n:  # every match was seen
+            rank = dict(best)
+            rows = self._hit_rows("m.message_id IN (SELECT value FROM json_each(?))", [_dumps(list(rank))], where)
+            return self._hits(_best_per_turn([(rank[r[3]], r) for r in rows], where.limit), match)
+        rows = self._hit_rows(
+            "m.message_id IN (SELECT rowid FROM chatflow_messages_fts WHERE chatflow_messages_fts MATCH ?)",
+            [match],
+            where,
+        )
+        ranked = dict(
+            self.c.execute(
+                "SELECT rowid, rank FROM chatflow_messages_fts WHERE chatflow_messages_fts MATCH ? "
+                "AND rowid IN (SELECT value FROM json_each(?))",
+                (match, _dumps([r[3] for r in rows])),
+            ).fetchall()
+        )
+        return self._hits(_best_per_turn([(ranked[r[3]], r) for r in rows if r[3] in ranked], where.limit), match)
+
+    def _hit_rows(self, condition: str, args: list[Any], where: SearchFilter) -> list[tuple[Any, ...]]:
+        """(session id, turn, removed_at_seq, message id, role, created, agent, removed reason) of
+        the messages under ``condition`` that pass the filters."""
         sql = (
-            "SELECT m.session_id, m.turn, m.removed_reason, MIN(f.rank) AS best, m.message_id, m.role, "
-            "e.created_at_utc, s.active_agent_name "
-            "FROM chatflow_messages_fts AS f "
-            "JOIN chatflow_messages AS m ON m.message_id = f.rowid "
+            "SELECT m.session_id, m.turn, m.removed_at_seq, m.message_id, m.role, e.created_at_utc, "
+            "s.active_agent_name, m.removed_reason FROM chatflow_messages AS m "
             "JOIN chatflow_sessions AS s ON s.session_id = m.session_id "
             "JOIN chatflow_events AS e ON e.session_id = m.session_id AND e.seq = m.event_seq "
-            "WHERE chatflow_messages_fts MATCH ? AND m.turn > 0"
+            f"WHERE {condition} AND m.turn > 0"
         )
-        args: list[Any] = [match]
         if not where.include_removed:
             sql += " AND m.removed_at_seq IS NULL"
         if where.session_id is not None:
@@ -483,26 +520,38 @@ class _SQLiteTx(_Tx):
         if where.since is not None:
             sql += " AND e.created_at_utc >= ?"
             args.append(where.since)
-        sql += (
-            " GROUP BY m.session_id, m.turn, m.removed_at_seq "
-            "ORDER BY best, e.created_at_utc DESC, m.session_id, m.turn LIMIT ?"
-        )
-        args.append(where.limit)
-        rows = self.c.execute(sql, args).fetchall()
-        if not rows:
+        return self.c.execute(sql, args).fetchall()
+
+    def _hits(self, page: list[tuple[float, tuple[Any, ...]]], match: str) -> list[SearchHit]:
+        if not page:
             return []
-        ids = [r[4] for r in rows]
+        ids = [r[3] for _rank, r in page]
         snippets = dict(
             self.c.execute(
-                f"SELECT rowid, snippet(chatflow_messages_fts, -1, ?, ?, '…', ?) FROM chatflow_messages_fts "
-                f"WHERE chatflow_messages_fts MATCH ? AND rowid IN ({', '.join('?' * len(ids))})",
-                (HIGHLIGHT_START, HIGHLIGHT_END, SNIPPET_WORDS, match, *ids),
+                "SELECT rowid, snippet(chatflow_messages_fts, -1, ?, ?, '…', ?) FROM chatflow_messages_fts "
+                "WHERE chatflow_messages_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
+                (HIGHLIGHT_START, HIGHLIGHT_END, SNIPPET_WORDS, match, _dumps(ids)),
             ).fetchall()
         )
         return [
             SearchHit(sid, turn, snippets.get(mid, ""), role, created, float(rank), agent, reason)
-            for sid, turn, reason, rank, mid, role, created, agent in rows
+            for rank, (sid, turn, _removed_seq, mid, role, created, agent, reason) in page
         ]
+
+
+def _best_per_turn(ranked: list[tuple[float, tuple[Any, ...]]], limit: int) -> list[tuple[float, tuple[Any, ...]]]:
+    """The best-ranked row of each (session, turn, removal), best first (ties: newest first)."""
+    ranked.sort(key=lambda item: (item[0], -item[1][5], item[1][0], item[1][1], item[1][3]))
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for rank, row in ranked:
+        key = (row[0], row[1], row[2])
+        if key not in seen:
+            seen.add(key)
+            out.append((rank, row))
+            if len(out) >= limit:
+                break
+    return out
 
 
 # ----------------------------------------------------------------------------------------

@@ -206,7 +206,7 @@ def test_a_database_written_before_the_index_is_indexed_by_the_migration(tmp_pat
     conn = sqlite3.connect(path)  # back to the schema before the index: no FTS table, older version
     conn.executescript(
         "DROP TRIGGER chatflow_messages_fts_insert; DROP TRIGGER chatflow_messages_fts_delete;"
-        "DROP TABLE chatflow_messages_fts;"
+        "DROP TABLE chatflow_messages_fts; ALTER TABLE chatflow_sessions DROP COLUMN forked_from_json;"
         "DELETE FROM chatflow_schema_migrations WHERE name LIKE 'full-text index%';"
     )
     conn.close()
@@ -215,3 +215,15 @@ def test_a_database_written_before_the_index_is_indexed_by_the_migration(tmp_pat
         assert _where(store.search("archaeopteryx")) == [("old", 1)]
     finally:
         store.close()
+
+
+def test_a_filter_that_keeps_few_of_many_matches_still_fills_the_page(store, agent) -> None:
+    # 300 better-ranked matches in one agent's sessions: the page for the other agent must
+    # still come back (the SQLite store widens its candidate set, then joins every match)
+    other = Agent(name="Rare", instructions="x", model="gpt-4o")
+    for n in range(300):
+        _chat(store, agent, f"many{n:03d}", ("needle needle needle", "x"))
+    _chat(store, other, "rare", ("a needle among many other words here", "x"))
+    assert _where(store.search("needle", agent="Rare")) == [("rare", 1)]
+    assert len(store.search("needle", limit=100)) == 100
+    assert _where(store.search("needle", session_id="rare")) == [("rare", 1)]
