@@ -19,6 +19,7 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │       └── SessionDeletedError    the session was deleted under a live task
     ├── SessionBusyError (4)           another run owns the session
     ├── SessionTerminatedError (4)     the session reached its final status (terminated)
+    ├── SessionArchivedError (4)       the session is archived: no new turns until unarchived
     ├── ProviderError (5)              the model server answered, but not with a usable reply
     │   ├── AuthenticationError        401/403
     │   ├── ModelNotFoundError         404
@@ -181,6 +182,12 @@ class SessionBusyError(ChatflowError):
 
 
 class SessionTerminatedError(ChatflowError):
+    exit_code = ExitStatus.SESSION_BUSY
+
+
+class SessionArchivedError(ChatflowError):
+    """The session is archived: it takes no new turn until it is unarchived."""
+
     exit_code = ExitStatus.SESSION_BUSY
 
 

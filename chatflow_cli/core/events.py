@@ -73,6 +73,9 @@ class EventType(str, Enum):
     ROLLBACK = "rollback"
     METADATA_UPDATED = "metadata.updated"
     SESSION_RECOVERED = "session.recovered"
+    SESSION_TITLED = "session.titled"
+    SESSION_ARCHIVED = "session.archived"
+    SESSION_UNARCHIVED = "session.unarchived"
 
 
 @dataclass(frozen=True, slots=True)

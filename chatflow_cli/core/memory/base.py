@@ -45,6 +45,7 @@ from typing import Any, Self, TypeVar
 from ..errors import (
     IdempotencyConflictError,
     PendingToolCallsError,
+    SessionArchivedError,
     SessionBusyError,
     SessionDeletedError,
     SessionNotFoundError,
@@ -90,6 +91,7 @@ DEFAULT_DEDUP_TTL_HOURS = 192
 DUPLICATE_WAIT_S = 60.0
 
 _PREVIEW_CHARS = 80
+_TITLE_CHARS = 200
 _T = TypeVar("_T")
 
 
@@ -202,6 +204,49 @@ class _SessionRow:
     updated_at: float
     #: {"session_id", "turn", "seq"} of the session this one was forked from, else None
     forked_from: dict[str, Any] | None = None
+    title: str | None = None  # set by the user; None: derived from the first user message
+    archived_at: float | None = None  # epoch seconds; None: not archived
+
+
+@dataclass(frozen=True, slots=True)
+class ListFilter:
+    """What :meth:`BaseSessionStore.list_sessions` is limited to (already checked)."""
+
+    agent: str | None = None
+    metadata: tuple[tuple[str, str], ...] = ()  # (key, value): the stored value, or its JSON, equals value
+    since: float | None = None  # updated at or after (epoch seconds)
+    until: float | None = None  # updated before
+    title: str | None = None  # case-insensitive substring of the (effective) title
+    archived: bool = False  # True: only archived sessions; False: only the others
+    after: tuple[float, str] | None = None  # (updated_at, session_id) of the last row seen
+    limit: int | None = None  # in SQL, when no status filter runs after it
+
+
+def title_of(title: str | None, preview: str) -> str:
+    """The title shown for a session: its own, else the first line of its first user message."""
+    if title:
+        return title
+    lines = preview.strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def _cursor(updated_at: float, session_id: str) -> str:
+    return f"{updated_at!r}:{session_id}"
+
+
+def parse_cursor(cursor: str) -> tuple[float, str]:
+    """``(updated_at, session_id)`` of a :attr:`SessionSummary.cursor`.
+
+    Raises:
+        UsageError: not a cursor this store printed.
+    """
+    head, sep, session_id = cursor.partition(":") if isinstance(cursor, str) else ("", "", "")
+    try:
+        if not sep or not session_id:
+            raise ValueError
+        return float(head), session_id
+    except ValueError:
+        raise UsageError(f"{cursor!r} is not a listing cursor: pass the 'next' value printed with --json") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +290,11 @@ class _Tx:
 
     def list_rows(self, agent: str | None) -> list[_SessionRow]:
         """Rows ordered by ``updated_at`` descending (then session id)."""
+        raise NotImplementedError
+
+    def list_summaries(self, where: ListFilter) -> list[tuple[_SessionRow, str]]:
+        """(row, preview) of the sessions under ``where``, ``updated_at`` descending then
+        session id, at most ``where.limit`` -- in one query where the backend has queries."""
         raise NotImplementedError
 
     def latest_session_id(self) -> str | None:
@@ -605,6 +655,8 @@ class BaseSessionStore:
                     tx.processed_drop_turn(row.session_id, turn, holder)
             if op.kind == "message":
                 assert op.message is not None
+                if op.message.role is Role.USER:
+                    self._refuse_archived(row)
                 stale = op.turn != 0 and op.turn < row.turn_count
                 if (
                     stale
@@ -904,39 +956,162 @@ class BaseSessionStore:
             return self._summary(tx, row, self._effective_status(row))
 
     def list_sessions(
-        self, limit: int | None = None, agent: str | None = None, status: SessionStatus | str | None = None
+        self,
+        limit: int | None = None,
+        agent: str | None = None,
+        status: SessionStatus | str | None = None,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        title: str | None = None,
+        archived: bool = False,
+        after: str | None = None,
     ) -> list[SessionSummary]:
-        """Sessions, most recently updated first, with their effective status.
+        """Sessions, most recently updated first (then by id), with their effective status.
 
-        ``agent``: an agent name (str) or None; ``status``: a SessionStatus value or None.
+        One query reads the rows with their previews (the SQLite store), however many rows.
 
         Args:
             limit: at most this many rows (None: all).
             agent: only sessions whose active agent has this name.
             status: only sessions with this effective status.
+            metadata: only sessions whose metadata has every ``key: value`` given -- the
+                stored value is the string ``value``, or its JSON text is (``{"n": 3}``
+                matches ``"3"``, ``{"vip": true}`` matches ``"true"``).
+            since: only sessions updated at or after this UTC epoch second.
+            until: only sessions updated before this UTC epoch second.
+            title: only sessions whose title (set, or derived) contains this text, ignoring case.
+            archived: False (default): only sessions not archived; True: only archived ones.
+            after: a :attr:`SessionSummary.cursor`: only the rows after it in this order.
+                A session updated since the cursor was printed moves before it, so paging
+                on never repeats or skips the others.
 
         Raises:
-            TypeError: ``agent`` is not a str.
-            ValueError: ``status`` is not a :class:`SessionStatus` value.
+            TypeError: an argument of the wrong type.
+            ValueError: ``status`` is not a :class:`SessionStatus` value, ``limit`` < 0.
+            UsageError: ``after`` is not a cursor this store printed.
         """
         if agent is not None:
             if not isinstance(agent, str):
                 raise TypeError(f"agent must be a str or None, got {type(agent).__name__}")
             _check_text(agent, "agent")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        pairs: list[tuple[str, str]] = []
+        for key, value in (metadata or {}).items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise TypeError("metadata filters are str keys with str values")
+            _check_text(key, "metadata key")
+            _check_text(value, "metadata value")
+            pairs.append((key, value))
+        for name, value in (("since", since), ("until", until)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise TypeError(f"{name} must be epoch seconds (a number) or None, got {type(value).__name__}")
+        if title is not None:
+            if not isinstance(title, str):
+                raise TypeError(f"title must be a str or None, got {type(title).__name__}")
+            _check_text(title, "title")
         wanted = SessionStatus(status) if status is not None else None
+        where = ListFilter(
+            agent, tuple(pairs), None if since is None else float(since), None if until is None else float(until),
+            title, bool(archived), parse_cursor(after) if after is not None else None,
+            limit if wanted is None else None,
+        )
         out: list[SessionSummary] = []
         with self._read() as tx:
-            for row in tx.list_rows(agent):
+            for row, preview in tx.list_summaries(where):
                 effective = self._effective_status(row)
                 if wanted is not None and effective is not wanted:
                     continue
-                out.append(self._summary(tx, row, effective))
+                out.append(self._summary(None, row, effective, preview))
                 if limit is not None and len(out) >= limit:
                     break
         return out
 
+    def set_title(self, session_id: str, title: str | None) -> None:
+        """Set the session's title (one line, at most 200 characters, stripped), or with
+        None or ``""`` clear it (the title is then derived again). Journals ``session.titled``
+        ``{"title"}``; no change, no event.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            TypeError: ``title`` is not a str or None.
+            ValueError: ``title`` longer than 200 characters.
+        """
+        _check_session_id(session_id)
+        if title is not None and not isinstance(title, str):
+            raise TypeError(f"title must be a str or None, got {type(title).__name__}")
+        text = " ".join((title or "").split())
+        if len(text) > _TITLE_CHARS:
+            raise ValueError(f"a title is at most {_TITLE_CHARS} characters, got {len(text)}")
+        if text:
+            _check_text(text, "title", session_id)
+        with self._write() as tx:
+            row = self._require(tx, session_id)
+            if (row.title or "") == text:
+                return
+            row.title = text or None
+            self._append(tx, session_id, EventType.SESSION_TITLED.value, {"title": row.title})
+            row.updated_at = self.clock()
+            tx.update_row(row)
+
+    def archive(self, session_id: str) -> bool:
+        """Archive the session: kept whole, left out of :meth:`list_sessions` (unless
+        ``archived=True``), and refusing new turns (:class:`SessionArchivedError`) until
+        :meth:`unarchive`. Journals ``session.archived``. ``updated_at`` does not change.
+
+        Returns:
+            False when it was archived already (nothing written).
+
+        Raises:
+            SessionNotFoundError: no such session.
+            SessionBusyError: a live owner is running a turn of it.
+        """
+        _check_session_id(session_id)
+        with self._write() as tx:
+            row = self._require(tx, session_id)
+            if row.archived_at is not None:
+                return False
+            if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
+                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+            row.archived_at = self.clock()
+            self._append(tx, session_id, EventType.SESSION_ARCHIVED.value, {})
+            tx.update_row(row)
+            return True
+
+    def unarchive(self, session_id: str) -> bool:
+        """Undo :meth:`archive` (journals ``session.unarchived``); False when it was not archived.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        _check_session_id(session_id)
+        with self._write() as tx:
+            row = self._require(tx, session_id)
+            if row.archived_at is None:
+                return False
+            row.archived_at = None
+            self._append(tx, session_id, EventType.SESSION_UNARCHIVED.value, {})
+            tx.update_row(row)
+            return True
+
     @staticmethod
-    def _summary(tx: _Tx, row: _SessionRow, status: SessionStatus) -> SessionSummary:
+    def _refuse_archived(row: _SessionRow) -> None:
+        if row.archived_at is not None:
+            raise SessionArchivedError(
+                f"session {row.session_id} is archived: it takes no new turns until "
+                f"'chatflow sessions unarchive {row.session_id}'",
+                session_id=row.session_id,
+            )
+
+    @staticmethod
+    def _summary(tx: _Tx | None, row: _SessionRow, status: SessionStatus, preview: str | None = None) -> SessionSummary:
+        if preview is None:
+            assert tx is not None
+            preview = tx.preview(row.session_id)
         return SessionSummary(
             row.session_id,
             row.active_agent_name,
@@ -945,9 +1120,12 @@ class BaseSessionStore:
             row.max_turns,
             row.created_at,
             row.updated_at,
-            tx.preview(row.session_id)[:_PREVIEW_CHARS],
+            preview[:_PREVIEW_CHARS],
             dict(row.metadata),
             dict(row.forked_from) if row.forked_from else None,
+            title_of(row.title, preview)[:_TITLE_CHARS],
+            bool(row.title),
+            row.archived_at,
         )
 
     @staticmethod
@@ -1224,6 +1402,7 @@ class BaseSessionStore:
                     # the first attempt gave no result: run the message again; the key then
                     # maps to this attempt (idempotency_put below replaces the old record)
             self._refuse_terminated(row)
+            self._refuse_archived(row)
             busy = row.status is SessionStatus.RUNNING and row.owner is not None
             ahead = []
             for waiter, waiter_owner in tx.queue_list(session_id):
@@ -1704,15 +1883,28 @@ class BaseSessionStore:
         return await self._run_blocking(self.session_summary, session_id)
 
     async def alist_sessions(
-        self, limit: int | None = None, agent: str | None = None, status: SessionStatus | str | None = None
+        self,
+        limit: int | None = None,
+        agent: str | None = None,
+        status: SessionStatus | str | None = None,
+        **filters: Any,
     ) -> list[SessionSummary]:
-        return await self._run_blocking(self.list_sessions, limit, agent, status)
+        return await self._run_blocking(self.list_sessions, limit, agent, status, **filters)
 
     async def asearch(self, query: str, **kwargs: Any) -> list[SearchHit]:
         return await self._run_blocking(self.search, query, **kwargs)
 
     async def afork(self, session_id: str, at: int | None = None, *, into: str | None = None) -> SessionSummary:
         return await self._run_blocking(self.fork, session_id, at, into=into)
+
+    async def aset_title(self, session_id: str, title: str | None) -> None:
+        return await self._run_blocking(self.set_title, session_id, title)
+
+    async def aarchive(self, session_id: str) -> bool:
+        return await self._run_blocking(self.archive, session_id)
+
+    async def aunarchive(self, session_id: str) -> bool:
+        return await self._run_blocking(self.unarchive, session_id)
 
     async def alatest_session_id(self) -> str | None:
         return await self._run_blocking(self.latest_session_id)

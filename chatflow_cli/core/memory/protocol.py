@@ -82,6 +82,20 @@ class SessionSummary:
     metadata: dict[str, Any]
     #: where the session was forked from: ``{"session_id", "turn", "seq"}``; None otherwise
     forked_from: dict[str, Any] | None = None
+    #: the session's title: the one set (``set_title``), else the first line of the first
+    #: user message (no model call)
+    title: str = ""
+    #: True when the title was set, not derived
+    title_set: bool = False
+    #: epoch seconds it was archived; None: not archived
+    archived_at: float | None = None
+
+    @property
+    def cursor(self) -> str:
+        """Where a listing that ended at this row goes on (``list_sessions(after=...)``):
+        stable while sessions are updated (an updated session moves to the top; the rest
+        of the pages neither skip nor repeat a row)."""
+        return f"{self.updated_at!r}:{self.session_id}"
 
 
 @dataclass(slots=True)
@@ -160,9 +174,31 @@ class SessionStoreProtocol(Protocol):
         ...
 
     def list_sessions(
-        self, limit: int | None = None, agent: str | None = None, status: SessionStatus | str | None = None
+        self,
+        limit: int | None = None,
+        agent: str | None = None,
+        status: SessionStatus | str | None = None,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        title: str | None = None,
+        archived: bool = False,
+        after: str | None = None,
     ) -> list[SessionSummary]:
-        """Sessions, most recently updated first."""
+        """Sessions, most recently updated first, in one query."""
+        ...
+
+    def set_title(self, session_id: str, title: str | None) -> None:
+        """Set (or with None clear) the session's title."""
+        ...
+
+    def archive(self, session_id: str) -> bool:
+        """Archive the session; False when it already was."""
+        ...
+
+    def unarchive(self, session_id: str) -> bool:
+        """Unarchive the session; False when it was not archived."""
         ...
 
     def search(

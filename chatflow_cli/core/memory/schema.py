@@ -147,10 +147,14 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     ),
     (
         4,
-        "full-text index of message text (FTS5), kept in step by triggers; existing messages indexed; fork origin",
+        "full-text index of message text (FTS5), kept in step by triggers; existing messages indexed; fork origin, title, archive",
         [
             # {"session_id", "turn", "seq"} of the session this one was forked from; NULL otherwise
             "ALTER TABLE chatflow_sessions ADD COLUMN forked_from_json TEXT",
+            # set by the user; NULL: the title shown is the first user message's first line
+            "ALTER TABLE chatflow_sessions ADD COLUMN title TEXT",
+            # epoch seconds it was archived; NULL: not archived (listed, takes new turns)
+            "ALTER TABLE chatflow_sessions ADD COLUMN archived_at_utc REAL",
             # body: user and model text; tools: tool results and the model's tool calls
             # (name and arguments). rowid = chatflow_messages.message_id; removed (rolled
             # back, failed) messages stay indexed and are filtered by the join.

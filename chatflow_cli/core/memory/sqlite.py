@@ -49,7 +49,7 @@ from ..errors import SchemaTooNewError, StoreError
 from ..events import Event, SessionStatus
 from ..messages import Message, Role
 from ._checks import DEFAULT_MAX_TURNS
-from .base import BaseSessionStore, SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .base import BaseSessionStore, ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .search import HIGHLIGHT_END, HIGHLIGHT_START, SNIPPET_WORDS, Query, SearchHit, to_fts5
 from .owner import Owner
 from .schema import SCHEMA_VERSION, apply_migrations, schema_version
@@ -129,12 +129,14 @@ def _row(r: sqlite3.Row | tuple[Any, ...]) -> _SessionRow:
         created_at=r[8],
         updated_at=r[9],
         forked_from=json.loads(r[10]) if r[10] else None,
+        title=r[11],
+        archived_at=r[12],
     )
 
 
 _ROW_COLUMNS = (
     "session_id, incarnation, active_agent_name, metadata_json, max_turns, turn_count, status, owner_json, "
-    "created_at_utc, updated_at_utc, forked_from_json"
+    "created_at_utc, updated_at_utc, forked_from_json, title, archived_at_utc"
 )
 
 
@@ -162,7 +164,13 @@ def _row_params(row: _SessionRow) -> tuple[Any, ...]:
         row.created_at,
         row.updated_at,
         _dumps(row.forked_from) if row.forked_from else None,
+        row.title,
+        row.archived_at,
     )
+
+
+def _preview_text(message_json: str | None) -> str:
+    return "" if message_json is None else (Message.from_json(message_json).content or "")
 
 
 def _dumps(data: Any) -> str:
@@ -205,13 +213,13 @@ class _SQLiteTx(_Tx):
 
     def insert_row(self, row: _SessionRow) -> None:
         self.c.execute(
-            f"INSERT INTO chatflow_sessions ({_ROW_COLUMNS}) VALUES ({', '.join('?' * 11)})", _row_params(row)
+            f"INSERT INTO chatflow_sessions ({_ROW_COLUMNS}) VALUES ({', '.join('?' * 13)})", _row_params(row)
         )
 
     def update_row(self, row: _SessionRow) -> None:
         # every column but the key, in _ROW_COLUMNS order (a row-value SET)
         self.c.execute(
-            f"UPDATE chatflow_sessions SET ({_ROW_COLUMNS.split(', ', 1)[1]}) = ({', '.join('?' * 10)}) "
+            f"UPDATE chatflow_sessions SET ({_ROW_COLUMNS.split(', ', 1)[1]}) = ({', '.join('?' * 12)}) "
             "WHERE session_id = ?",
             (*_row_params(row)[1:], row.session_id),
         )
@@ -227,6 +235,53 @@ class _SQLiteTx(_Tx):
             args = (agent,)
         sql += " ORDER BY updated_at_utc DESC, session_id"
         return [_row(r) for r in self.c.execute(sql, args)]
+
+    def list_summaries(self, where: ListFilter) -> list[tuple[_SessionRow, str]]:
+        # One statement: the rows with their previews (correlated subqueries on the
+        # messages' indexes: the first live user message of turn 1, else the newest user
+        # message of a failed turn), filtered, ordered and limited in SQL.
+        cols = ", ".join(f"s.{c}" for c in _ROW_COLUMNS.split(", "))
+        preview = (
+            "COALESCE((SELECT m.message_json FROM chatflow_messages AS m WHERE m.session_id = s.session_id "
+            "AND m.turn = 1 AND m.role = 'user' AND m.removed_at_seq IS NULL ORDER BY m.position LIMIT 1), "
+            "(SELECT m.message_json FROM chatflow_messages AS m WHERE m.session_id = s.session_id "
+            "AND m.role = 'user' AND m.removed_reason = 'failed' ORDER BY m.message_id DESC LIMIT 1))"
+        )
+        sql = f"SELECT {cols}, {preview} FROM chatflow_sessions AS s WHERE "
+        conds = ["s.archived_at_utc IS NOT NULL" if where.archived else "s.archived_at_utc IS NULL"]
+        args: list[Any] = []
+        if where.agent is not None:
+            conds.append("s.active_agent_name = ?")
+            args.append(where.agent)
+        for key, value in where.metadata:
+            path = '$."' + key.replace('"', '""') + '"'
+            conds.append("((json_type(s.metadata_json, ?) = 'text' AND json_extract(s.metadata_json, ?) = ?) "
+                         "OR (json_type(s.metadata_json, ?) <> 'text' AND s.metadata_json -> ? = ?))")
+            args += [path, path, value, path, path, value]
+        if where.since is not None:
+            conds.append("s.updated_at_utc >= ?")
+            args.append(where.since)
+        if where.until is not None:
+            conds.append("s.updated_at_utc < ?")
+            args.append(where.until)
+        if where.after is not None:
+            conds.append("(s.updated_at_utc < ? OR (s.updated_at_utc = ? AND s.session_id > ?))")
+            args += [where.after[0], where.after[0], where.after[1]]
+        sql += " AND ".join(conds) + " ORDER BY s.updated_at_utc DESC, s.session_id"
+        if where.title is None:
+            if where.limit is not None:
+                sql += " LIMIT ?"
+                args.append(where.limit)
+            rows = self.c.execute(sql, args).fetchall()
+        else:  # the title may be derived from the preview: matched here, on the same rows
+            needle = where.title.casefold()
+            rows = []
+            for r in self.c.execute(sql, args):
+                if needle in title_of(r[11], _preview_text(r[13])).casefold():
+                    rows.append(r)
+                    if where.limit is not None and len(rows) >= where.limit:
+                        break
+        return [(_row(r), _preview_text(r[13])) for r in rows]
 
     def latest_session_id(self) -> str | None:
         r = self.c.execute(
