@@ -101,7 +101,6 @@ __all__ = [
     "ensure_private_dir",
     "load_settings",
     "mask_secret",
-    "build_agents",
     "resolve_model",
 ]
 
@@ -632,89 +631,3 @@ def _tool_spec(text: str, agent: str, tool: Any, start: int) -> ToolSpec:
 # ---------------------------------------------------------------------------------------
 DEFAULT_AGENT_NAME = "Assistant"
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
-
-
-def build_agents(settings: Settings, *, model_override: str | None = None) -> tuple[Any, dict[str, Any]]:
-    """Build the configured agents: ``(starting agent, {name: Agent})``.
-
-    With no agents configured, one default agent (:data:`DEFAULT_AGENT_NAME`) answers
-    (issue 5). ``model_override`` (``--model``) replaces every agent's model: flags come
-    first. The starting agent is ``default_agent`` or the first one in the file.
-
-    Tool references are imported here, and only here, from what the user wrote in the
-    config file (issue 7). A reference that cannot be imported, or names something that
-    is not a tool or a function, raises :class:`ConfigError` naming the file and line.
-    """
-    from .core.agents import Agent
-    from .core.tools import Tool
-
-    if not settings.agents:
-        agent = Agent(DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, model=model_override)
-        return agent, {agent.name: agent}
-    agents: dict[str, Any] = {}
-    for spec in settings.agents:
-        tools = [_load_tool(settings, spec, tool_spec, Tool) for tool_spec in spec.tools]
-        agents[spec.name] = Agent(spec.name, spec.instructions, model=model_override or spec.model, tools=tools)
-    for spec in settings.agents:
-        agents[spec.name].handoffs = [agents[name] for name in spec.handoffs]
-    start = settings.default_agent or settings.agents[0].name
-    return agents[start], agents
-
-
-def _load_tool(settings: Settings, spec: AgentSpec, tool_spec: ToolSpec, tool_cls: Any) -> Any:
-    where = f"config file {settings.config_path}" + (f", agent {spec.name!r} (line {spec.line})" if spec.line else "")
-    if tool_spec.ref is None:
-        try:
-            return tool_cls.custom(tool_spec.name or "", tool_spec.description, tool_spec.parameters or None)
-        except Exception as exc:
-            raise ConfigError(f"{where}: custom tool {tool_spec.name!r}: {exc}") from None
-    module_name, _, attr = tool_spec.ref.partition(":")
-    try:
-        module = _import_tool_module(module_name, settings.config_path.parent)
-    except Exception as exc:  # ImportError, or the module raised while importing
-        raise ConfigError(
-            f"{where}: cannot import tool module {module_name!r} ({type(exc).__name__}: {exc})"
-        ) from None
-    obj = getattr(module, attr, None)
-    if obj is None:
-        raise ConfigError(f"{where}: module {module_name!r} has no {attr!r}")
-    if isinstance(obj, tool_cls):
-        return obj
-    if callable(obj):
-        from .core.tools import tool
-
-        try:
-            return tool(obj)
-        except Exception as exc:
-            raise ConfigError(f"{where}: {tool_spec.ref} cannot be a tool: {exc}") from None
-    raise ConfigError(f"{where}: {tool_spec.ref} is not a @tool function")
-
-
-def _import_tool_module(name: str, config_dir: Path) -> Any:
-    """Import ``name`` looking its top-level package up in ``config_dir``, then the current
-    directory, then ``sys.path`` (see the module docstring). Raises what importing raises."""
-    import importlib
-    import importlib.util
-    import sys
-    from importlib.machinery import PathFinder
-
-    top = name.partition(".")[0]
-    if top not in sys.modules:
-        dirs: list[str] = []
-        for directory in (config_dir, Path.cwd()):
-            try:
-                resolved = str(Path(directory).resolve())
-            except OSError:
-                continue
-            if resolved not in dirs:
-                dirs.append(resolved)
-        found = PathFinder.find_spec(top, dirs)
-        if found is not None and found.loader is not None:
-            module = importlib.util.module_from_spec(found)
-            sys.modules[top] = module
-            try:
-                found.loader.exec_module(module)
-            except BaseException:
-                sys.modules.pop(top, None)
-                raise
-    return importlib.import_module(name)
