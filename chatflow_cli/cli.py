@@ -49,7 +49,6 @@ code  name          when
 ====  ============  ======================================================================
 """
 
-
 from __future__ import annotations
 
 import logging
@@ -60,12 +59,12 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from . import __version__
-from . import _boundary
+from . import __version__, _boundary
 from ._console import Env
 from .context import State, silence_broken_pipe, state_of
-from .redaction import ScrubbingFormatter
 from .core.errors import ChatflowError, ExitStatus, UsageError
+from .core.events import SessionStatus
+from .redaction import ScrubbingFormatter
 
 __all__ = ["app", "main"]
 
@@ -121,9 +120,6 @@ app.add_typer(local_app, name="local")
 
 
 # ---------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------
 # option values
 # ---------------------------------------------------------------------------------------
 def parse_metadata(items: list[str] | None) -> dict[str, str] | None:
@@ -150,7 +146,6 @@ def parse_duration(text: str) -> float:
     return float(m.group(1)) * unit
 
 
-
 # ---------------------------------------------------------------------------------------
 # completion of session ids (from the store)
 # ---------------------------------------------------------------------------------------
@@ -168,7 +163,8 @@ def complete_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
         return []
 
 
-STATUSES = ("idle", "running", "rescheduled", "terminated")
+#: The statuses ``sessions ls --status`` takes.
+STATUSES = tuple(status.value for status in SessionStatus)
 SHELLS = ("bash", "zsh", "fish")
 
 

@@ -1,6 +1,6 @@
 """Where chatflow keeps its files, and which settings apply.
 
-Paths (issue 2):
+Paths:
 
 * data directory: ``$CHATFLOW_HOME`` when set, else ``platformdirs.user_data_dir("chatflow")``
   (``~/.local/share/chatflow`` on Linux); created with mode 0700 when chatflow first
@@ -10,7 +10,7 @@ Paths (issue 2):
   ``platformdirs.user_config_dir("chatflow")/config.toml``. A missing file is fine (all
   defaults), except one named by ``--config``, which must exist.
 
-Settings precedence (issue 5): command-line flags, then environment variables, then
+Settings precedence: command-line flags, then environment variables, then
 ``config.toml``, then defaults.
 
 =================  ===================  ==================  ==============================
@@ -57,11 +57,11 @@ An example ``config.toml``::
     ]
 
 A custom tool (a table with ``name``, ``description`` and a JSON Schema ``parameters``,
-no implementation) makes the turn wait for ``chatflow chat --tool-result ID JSON``
-(seed 003's custom tools). Tool modules are imported only from references written in
-this file (issue 7): nothing is ever loaded from the database or from model output.
+no implementation) makes the turn wait for ``chatflow chat --tool-result ID JSON``.
+Tool modules are imported only from references written in this file: nothing is ever loaded
+from the database or from model output.
 The module of a ``module:function`` reference is looked up first in the config file's
-directory, then in the current working directory, then on ``sys.path`` as usual (issue 5:
+directory, then in the current working directory, then on ``sys.path`` as usual (so
 a ``mytools.py`` next to ``config.toml`` works without setting ``PYTHONPATH``). Only the
 top-level name is looked up that way (``pkg`` of ``pkg.sub:fn``; its submodules come from
 the package); a name already imported (``json``) is not looked up again, and the module's
@@ -110,7 +110,7 @@ CONFIG_FILENAME = "config.toml"
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 #: The model asked for when an API key or base URL is configured but no model is.
 DEFAULT_REMOTE_MODEL = "gpt-4o-mini"
-#: The model name that means "the embedded llama.cpp server" (issue 2).
+#: The model name that means "the embedded llama.cpp server".
 LOCAL_MODEL = "local"
 #: Seconds the local model's warm server waits for the next request (``core.local.DEFAULT_KEEP_ALIVE``).
 DEFAULT_LOCAL_KEEP_ALIVE = 300.0
@@ -162,7 +162,7 @@ def ensure_private_dir(path: Path) -> Path:
 
     Each folder chatflow creates is private whatever the umask (``mkdir``'s mode is
     filtered by it, so each is ``chmod``-ed too): a world-writable parent would let another
-    user swap the data directory (issue 7). Folders that already exist are left as the
+    user swap the data directory. Folders that already exist are left as the
     user set them up, and so is one another process creates at the same moment. Raises
     :class:`~chatflow_cli.core.errors.StoreError` when a folder cannot be created.
     """
@@ -381,7 +381,7 @@ def local_extra_installed() -> bool:
 
 
 def resolve_model(settings: Settings, *, local_available: bool | None = None) -> ModelChoice:
-    """Decide which model and endpoint a turn uses (issue 2 "Model access").
+    """Decide which model and endpoint a turn uses.
 
     * ``model == "local"``: the embedded server; :class:`ConfigError` when the extra is missing.
     * an API key or a base URL configured: that endpoint, ``model`` or :data:`DEFAULT_REMOTE_MODEL`.

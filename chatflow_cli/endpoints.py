@@ -10,25 +10,27 @@ message, and the key, somewhere else.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .context import notice
 from .core.errors import ChatflowError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .config import ModelChoice
     from .context import State
+    from .core.memory import BaseSessionStore, SessionContext
 
 __all__ = ["endpoint_of", "remember_endpoint", "session_endpoint", "stored_endpoint"]
 
 _OPENAI_URL = "https://api.openai.com/v1"
 
 
-def session_endpoint(state: State, store: Any, existing: Any, model: str | None,
+def session_endpoint(state: State, store: BaseSessionStore | None, existing: SessionContext | None, model: str | None,
                      base_url: str | None) -> tuple[str | None, str | None]:
     """The model and base URL to use on ``existing`` (a session or ``None``): the flags when
     given, else those stored with the session (``store.session_endpoint``), else ``None``
     (the configured ones). A flag that changes a stored value is announced."""
-    if existing is None:
+    if existing is None or store is None:
         return model, base_url
     stored_model, stored_url = store.session_endpoint(existing.session_id)
     for flag, what, given, stored in (("--model", "model", model, stored_model),
@@ -40,7 +42,7 @@ def session_endpoint(state: State, store: Any, existing: Any, model: str | None,
     return model or stored_model, base_url or stored_url
 
 
-def endpoint_of(choice: Any) -> tuple[str, str | None]:
+def endpoint_of(choice: ModelChoice) -> tuple[str, str | None]:
     """The ``(model, base_url)`` a :class:`~chatflow_cli.config.ModelChoice` sends requests to,
     as stored with a session (the local model has no fixed URL: ``None``)."""
     if choice.local:
@@ -48,16 +50,16 @@ def endpoint_of(choice: Any) -> tuple[str, str | None]:
     return choice.model, choice.base_url or os.environ.get("OPENAI_BASE_URL") or _OPENAI_URL
 
 
-def stored_endpoint(store: Any, session_id: str) -> tuple[str | None, str | None] | None:
+def stored_endpoint(store: BaseSessionStore, session_id: str) -> tuple[str | None, str | None] | None:
     """The session's stored ``(model, base_url)``; ``None`` when the session does not exist
     or the store cannot say (a failing store never hides the error being reported)."""
     try:
-        return store.session_endpoint(session_id)  # type: ignore[no-any-return]
+        return store.session_endpoint(session_id)
     except ChatflowError:
         return None
 
 
-def remember_endpoint(store: Any, session_id: str, choice: Any, *, model: str | None = None,
+def remember_endpoint(store: BaseSessionStore, session_id: str, choice: ModelChoice, *, model: str | None = None,
                       base_url: str | None = None) -> None:
     """Store ``choice``'s model and endpoint (or ``model`` and ``base_url``, a switch made
     since) with the session when they changed (and the session exists); a store failure here

@@ -1,4 +1,4 @@
-"""Stream Markdown into a terminal as it arrives: finished blocks once, only the tail live (issue 6).
+"""Stream Markdown into a terminal as it arrives: finished blocks once, only the tail live.
 
 A model's answer arrives as small text deltas. :class:`MarkdownStream` renders it with
 Rich so that a long answer stays fast and readable:

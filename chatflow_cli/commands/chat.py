@@ -45,11 +45,14 @@ from .chat_output import ChatOutput
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
+    from ..core.agents import Agent
+    from ..core.memory import BaseSessionStore, SessionContext
+    from ..core.runner import Runner
 
 __all__ = ["ChatOptions", "claim_key", "run_chat"]
 
 
-def _switch_agent(store: Any, session_id: str, agent: Any) -> None:
+def _switch_agent(store: BaseSessionStore, session_id: str, agent: Agent) -> None:
     """``--agent`` on an existing session makes ``agent`` its active agent (a ``handoff`` event)."""
     session = store.get(session_id)
     if session is None or session.active_agent.name == agent.name:
@@ -58,7 +61,7 @@ def _switch_agent(store: Any, session_id: str, agent: Any) -> None:
     store.save(session)
 
 
-def _session_for(state: State, store: Any, opts: ChatOptions, *, announce: bool = True) -> str:
+def _session_for(state: State, store: BaseSessionStore | None, opts: ChatOptions, *, announce: bool = True) -> str:
     if opts.session is not None and opts.continue_:
         raise UsageError("give --session or --continue, not both")
     if opts.session is not None:
@@ -80,10 +83,22 @@ def _session_for(state: State, store: Any, opts: ChatOptions, *, announce: bool 
 # chat
 # ---------------------------------------------------------------------------------------
 def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
-    """Run ``chatflow chat`` with ``opts``; raises chatflow errors for the boundary.
+    """Run ``chatflow chat``: send the message (or tool results, or ``--input jsonl`` lines)
+    and print the run as ``opts.output`` asks.
 
-    Returns the exit status: :attr:`ExitStatus.INCOMPLETE` (10) when a turn's reply was
-    cut by the token limit or a content filter (stored and marked), else success."""
+    Args:
+        state: The run.
+        opts: The command's options.
+
+    Returns:
+        :attr:`ExitStatus.INCOMPLETE` (10) when a turn's reply was cut by the token limit or
+        a content filter (stored and marked), else :attr:`ExitStatus.SUCCESS`.
+
+    Raises:
+        UsageError: Bad input (no message, bad ``--tool-result``, bad session id...).
+        ChatflowError: What the store, the model server or the configuration raised; the
+            claim of a ``--message-id`` is released first.
+    """
     if opts.output not in {"text", "json", "jsonl"}:
         raise UsageError(f"--output {opts.output!r}: use text, json or jsonl")
     multi = opts.input == "jsonl"
@@ -176,7 +191,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
             _announce_if_stored(state, store, session_id, seen=session_id in out.stored)
 
 
-def _unapplied_options(state: State, store: Any, existing: Any, opts: ChatOptions) -> None:
+def _unapplied_options(state: State, store: BaseSessionStore, existing: SessionContext, opts: ChatOptions) -> None:
     """``--system`` and ``--max-turns`` set up a new session: on an existing one they are not
     applied, and chatflow says so rather than ignoring them silently."""
     sid = existing.session_id
@@ -190,7 +205,7 @@ def _unapplied_options(state: State, store: Any, existing: Any, opts: ChatOption
                            f"(start a new session with -s NEW_ID --system ...)")
 
 
-def _submit_tool_results(store: Any, session_id: str, outputs: list[tuple[str, str]]) -> list[str]:
+def _submit_tool_results(store: BaseSessionStore, session_id: str, outputs: list[tuple[str, str]]) -> list[str]:
     """Record every ``--tool-result`` in the order given; the ids still unanswered after them.
 
     Every id is checked against the pending calls before anything is written, so an unknown
@@ -241,7 +256,7 @@ def claim_key(message_id: str, session_id: str, scope: str) -> str:
     return message_id
 
 
-def _release_claim(store: Any, message_id: str | None) -> None:
+def _release_claim(store: BaseSessionStore, message_id: str | None) -> None:
     """The turn of a claimed ``--message-id`` failed: un-claim it so a redelivery runs."""
     if message_id is None:
         return
@@ -251,7 +266,7 @@ def _release_claim(store: Any, message_id: str | None) -> None:
         pass
 
 
-def _announce_if_stored(state: State, store: Any, session_id: str, *, seen: bool = False) -> None:
+def _announce_if_stored(state: State, store: BaseSessionStore, session_id: str, *, seen: bool = False) -> None:
     """Tell the user the id of the new session chatflow made up, once it is in the store
     : a run that failed before storing anything names no session.
 
@@ -270,7 +285,7 @@ def _announce_if_stored(state: State, store: Any, session_id: str, *, seen: bool
     notice(state, f"new session {session_id} (continue it with: chatflow chat -s {session_id} MESSAGE)")
 
 
-def _run_items(state: State, runner: Any, store: Any, opts: ChatOptions, session_id: str, out: ChatOutput,
+def _run_items(state: State, runner: Runner, store: BaseSessionStore, opts: ChatOptions, session_id: str, out: ChatOutput,
                scope: str = "global") -> None:
     settings_turns = opts.max_turns
     for item in input_items(state):

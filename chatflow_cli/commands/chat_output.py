@@ -30,6 +30,7 @@ from ..render import ReplyPrinter, dumps, event_json, reply_note
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
+    from ..core.runner import RunResult, StreamEvent
 
 __all__ = ["ChatOutput", "pending_notice"]
 
@@ -43,7 +44,7 @@ class ChatOutput:
         self.multi = multi
         self.out = state.env.stdout
         self.final_written = False
-        self.last_result: Any = None
+        self.last_result: RunResult | None = None
         self.turns = 0
         self.printer: ReplyPrinter | None = None
         self.stored: set[str] = set()  #: the sessions a stored event (one with a seq) was seen for
@@ -86,7 +87,7 @@ class ChatOutput:
             silence_broken_pipe()
 
     # -- one run ------------------------------------------------------------------------
-    def run(self, events: Iterator[Any]) -> Any:
+    def run(self, events: Iterator[StreamEvent]) -> RunResult:
         """Consume a run's stream events; return its RunResult."""
         printer = None
         if self.mode == "text":
@@ -149,11 +150,11 @@ class ChatOutput:
         if self.mode == "json" and self.multi:
             self._line({**result.to_dict(), "is_error": False})
         if self.mode == "text" and result.pending_tool_calls:
-            _pendingnotice(self.state, result)
+            pending_notice(self.state, result)
         return result
 
     @staticmethod
-    def _show(printer: ReplyPrinter, ev: Any) -> None:
+    def _show(printer: ReplyPrinter, ev: StreamEvent) -> None:
         data = ev.data or {}
         if ev.type == "text.delta":
             printer.delta(data.get("text", ""))
@@ -226,7 +227,7 @@ class ChatOutput:
             self._line(event_json("result", session_id, {**data, "is_error": False}))
 
 
-def _pendingnotice(state: State, result: Any) -> None:
+def pending_notice(state: State, result: RunResult) -> None:
     for call in result.pending_tool_calls:
         notice(
             state,

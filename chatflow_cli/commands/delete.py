@@ -22,6 +22,19 @@ __all__ = ["delete_sessions"]
 
 
 def delete_sessions(state: State, ids: list[str], *, older_than: float | None, all_: bool, yes: bool) -> None:
+    """Delete sessions with their messages and events.
+
+    Args:
+        state: The run.
+        ids: Session ids to delete (all or nothing), or empty with ``older_than``/``all_``.
+        older_than: Seconds: sessions not updated for this long.
+        all_: Every session.
+        yes: ``--yes``: do not ask.
+
+    Raises:
+        SessionNotFoundError: A named id has no session (nothing is deleted).
+        UsageError: ``--all``/``--older-than`` without ``--yes`` when stdin is not a terminal.
+    """
     store = state.store(create=False)
     if store is None:
         if ids:

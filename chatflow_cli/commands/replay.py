@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..assembly import assemble, transport_for
 from ..context import notice
+from ..core.messages import Role
 from ..core.errors import ChatflowError, ExitStatus, SessionNotFoundError, UsageError
 from ..lookup import not_found, store_or_missing
 from ..render import dumps, plural, safe_text
@@ -29,9 +30,20 @@ FOLLOW_POLL_S = 0.25
 
 
 def replay_events(state: State, session_id: str, *, since: int, follow: bool, output: str = "text") -> None:
-    """Print the event log from ``since``: ``text`` (one line an event), ``jsonl`` (one JSON
-    event a line, :func:`chatflow_cli.render.event_json`'s shape) or ``json`` (one array of
-    them; not with ``follow``). ``follow`` keeps printing new events until Ctrl-C."""
+    """Print a session's event log in seq order.
+
+    Args:
+        state: The run.
+        session_id: The session.
+        since: Only events after this seq.
+        follow: Keep printing new events until Ctrl-C, or until the session is deleted.
+        output: ``text`` (one line an event), ``jsonl`` (one JSON event a line, in
+            :func:`chatflow_cli.render.event_json`'s shape) or ``json`` (one array of them;
+            not with ``follow``).
+
+    Raises:
+        SessionNotFoundError: No such session (:class:`UsageError` for an invalid id).
+    """
     store = store_or_missing(state, session_id)
     out = state.env.stdout
     as_json = output != "text"
@@ -82,7 +94,23 @@ def rerun_session(
 
     The new session gets the old one's system messages, the current agent and model
     (``--model``/``--agent`` or the configured ones). Turns rolled back or failed are not
-    re-sent. ``--into`` must name a session that does not exist yet.
+    re-sent.
+
+    Args:
+        state: The run.
+        session_id: The session whose user messages are sent again.
+        into: The new session's id (it must not exist yet); ``None`` makes one up.
+        model: ``--model``.
+        base_url: ``--base-url``.
+        agent: ``--agent``: the starting agent.
+        output: ``text``, ``json`` or ``jsonl``, as ``chat --input jsonl`` prints.
+
+    Returns:
+        :attr:`ExitStatus.INCOMPLETE` when a reply was cut, else success.
+
+    Raises:
+        SessionNotFoundError: No such session.
+        UsageError: Nothing to re-run, or ``into`` names an existing session.
     """
     store = state.store(create=False)
     if store is None:
@@ -93,7 +121,7 @@ def rerun_session(
     for record in records:
         if record.number == 0 or record.rolled_back or record.failed:
             continue
-        first_user = next((m for m in record.messages if getattr(m.role, "value", m.role) == "user"), None)
+        first_user = next((m for m in record.messages if m.role == Role.USER), None)
         if first_user is not None and first_user.content:
             users.append(first_user.content)
     if not users:

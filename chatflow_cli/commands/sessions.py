@@ -14,21 +14,27 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Container, Iterator
 
 from ..context import notice, terminal_width, write_lines
+from ..core.events import SessionStatus
 from ..lookup import InterruptedTurns, read_session, store_or_missing
-from ..render import dumps, plural, safe_text
+from ..render import Lines, dumps, plural, safe_text
+from ..render.shapes import status_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
+    from ..core.memory import BaseSessionStore, SessionContext, TurnRecord
+
+#: A session's stored ``(model, base_url)``.
+Endpoint = tuple["str | None", "str | None"]
 
 __all__ = ["BATCH_CHARS", "PAGE_TURNS", "list_sessions", "show_session"]
 
 PAGE_TURNS = 50
 
 #: The statuses ``sessions ls --status`` takes.
-STATUSES = ("idle", "running", "rescheduled", "terminated")
+STATUSES = tuple(status.value for status in SessionStatus)
 
 
 def list_sessions(state: State, *, limit: int, agent: str | None, status: str | None, output: str) -> None:
@@ -70,7 +76,7 @@ def list_sessions(state: State, *, limit: int, agent: str | None, status: str | 
     write_lines(state, sessions_lines(summaries, width=terminal_width(state)))
 
 
-def _pages(store: Any, session_id: str, last_turn: int, include_rolled_back: bool) -> Iterator[Any]:
+def _pages(store: BaseSessionStore, session_id: str, last_turn: int, include_rolled_back: bool) -> Iterator[TurnRecord]:
     first = 0
     while first <= last_turn:
         upto = first + PAGE_TURNS - 1
@@ -85,13 +91,25 @@ def _pages(store: Any, session_id: str, last_turn: int, include_rolled_back: boo
 def show_session(
     state: State, session_id: str, *, include_rolled_back: bool, full: bool, output: str = "text", pager: bool = True
 ) -> None:
-    """Print a session: ``output`` ``text`` (numbered turns; paged on a terminal), ``json``
-    (``{"session": {...}, "turns": [...]}``) or ``jsonl`` (a ``{"session": {...}}`` line, then
-    one turn a line)."""
+    """Print a stored session turn by turn.
+
+    Args:
+        state: The run.
+        session_id: The session.
+        include_rolled_back: ``--all``: also rolled-back turns.
+        full: ``--full``: long tool arguments and results unfolded.
+        output: ``text`` (numbered turns; paged on a terminal), ``json`` (``{"session": {...},
+            "turns": [...]}``) or ``jsonl`` (a ``{"session": {...}}`` line, then one
+            ``{"turn": {...}}`` a line).
+        pager: Page on a terminal (``--no-pager`` turns it off).
+
+    Raises:
+        SessionNotFoundError: No such session (:class:`UsageError` for an invalid id).
+    """
     store = store_or_missing(state, session_id)
     session = read_session(store, session_id)
     if include_rolled_back:  # rolled-back turns may carry numbers past the live last turn
-        records: Iterator[Any] = iter(store.load_turns(session_id, first=0, last=None, include_rolled_back=True))
+        records: Iterator[TurnRecord] = iter(store.load_turns(session_id, first=0, last=None, include_rolled_back=True))
     elif session.turn_count == 0:
         # no live turn: show the failed ones (a first message that failed, e.g. on a wrong key)
         records = iter([r for r in store.load_turns(session_id, first=0, last=None, include_rolled_back=True)
@@ -100,31 +118,29 @@ def show_session(
         records = _pages(store, session_id, session.turn_count, False)
     env = state.env
     interrupted = InterruptedTurns(store, session_id)
-    endpoint = getattr(store, "session_endpoint", None)
-    session.endpoint = endpoint(session_id) if endpoint is not None else (None, None)
+    endpoint = store.session_endpoint(session_id)
     if output == "json":
-        _show_json(env.stdout, session, records, interrupted)
+        _show_json(env.stdout, session, records, interrupted, endpoint)
         return
     if output == "jsonl":
-        _show_jsonl(env.stdout, session, records, interrupted)
+        _show_jsonl(env.stdout, session, records, interrupted, endpoint)
         return
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:
-        _show_paged(state, session, records, full, interrupted)
+        _show_paged(state, session, records, full, interrupted, endpoint)
     else:
         console = state.out() if env.stdout_isatty else None
-        _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout, interrupted=interrupted)
+        _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout, interrupted=interrupted,
+                endpoint=endpoint)
 
 
-def _header(session: Any) -> Any:
-    from ..render import Lines
-
-    status = getattr(session.status, "value", session.status)
+def _header(session: SessionContext, endpoint: Endpoint = (None, None)) -> Lines:
+    status = status_name(session.status)
     agent = getattr(session.active_agent, "name", "?")
     text = Lines(f"Session {safe_text(session.session_id)}", "bold")
     text.append(f"  agent {safe_text(agent)} · {status} · {plural(session.turn_count, 'turn')} · window {session.max_turns}",
                 "dim")
-    model = (getattr(session, "endpoint", None) or (None, None))[0]
+    model = endpoint[0]
     if model:
         text.append(f" · model {safe_text(model)}", "dim")
     if session.metadata:
@@ -170,14 +186,14 @@ class _Batch:
 BATCH_CHARS = 64 * 1024
 
 
-def _render(console: Any, session: Any, records: Iterator[Any], full: bool, *, markdown: bool, out: Any,
-            interrupted: Any = ()) -> None:
+def _render(console: Any, session: SessionContext, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
+            out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None)) -> None:
     """Print the session turn by turn as each is rendered.
 
     ``console=None`` (a pipe): the plain text of each turn is written directly; Rich is
     not even imported, since its layout pass is only needed for colours, wrapping and
     Markdown on a terminal. The first two turns are written out as soon as each is
-    rendered; after that, output goes out in batches of :data:`BATCH_CHARS` (issue 5).
+    rendered; after that, output goes out in batches of :data:`BATCH_CHARS`.
     """
     from ..render import turn_interrupted, turn_renderables
 
@@ -201,7 +217,7 @@ def _render(console: Any, session: Any, records: Iterator[Any], full: bool, *, m
             console.print(item)
 
     try:
-        emit(_header(session))
+        emit(_header(session, endpoint))
         shown = 0
         for record in records:
             if record.number == 0 and not record.messages:
@@ -220,13 +236,12 @@ def _render(console: Any, session: Any, records: Iterator[Any], full: bool, *, m
             console.file = saved_file
 
 
-def _no_turns() -> Any:
-    from ..render import Lines
-
+def _no_turns() -> Lines:
     return Lines("(no turns yet)", "dim")
 
 
-def _show_paged(state: State, session: Any, records: Iterator[Any], full: bool, interrupted: Any = ()) -> None:
+def _show_paged(state: State, session: SessionContext, records: Iterator[TurnRecord], full: bool,
+                interrupted: Container[int], endpoint: Endpoint) -> None:
     """Stream the rendering into a pager process as it is produced."""
     pager_cmd = os.environ.get("PAGER") or "less"
     env = dict(os.environ)
@@ -235,12 +250,14 @@ def _show_paged(state: State, session: Any, records: Iterator[Any], full: bool, 
         proc = subprocess.Popen(shlex.split(pager_cmd), stdin=subprocess.PIPE, env=env, text=True,
                                 encoding="utf-8", errors="replace")
     except (OSError, ValueError):
-        _render(state.out(), session, records, full, markdown=True, out=state.env.stdout, interrupted=interrupted)
+        _render(state.out(), session, records, full, markdown=True, out=state.env.stdout, interrupted=interrupted,
+                endpoint=endpoint)
         return
     assert proc.stdin is not None
     console = state.env.console(file=proc.stdin, terminal=True)
     try:
-        _render(console, session, records, full, markdown=True, out=proc.stdin, interrupted=interrupted)
+        _render(console, session, records, full, markdown=True, out=proc.stdin, interrupted=interrupted,
+                endpoint=endpoint)
     except (BrokenPipeError, OSError):
         pass  # the user quit the pager early
     finally:
@@ -251,33 +268,35 @@ def _show_paged(state: State, session: Any, records: Iterator[Any], full: bool, 
         proc.wait()
 
 
-def _session_head(session: Any) -> dict[str, Any]:
+def _session_head(session: SessionContext, endpoint: Endpoint) -> dict[str, Any]:
     return {
         "session_id": session.session_id,
         "agent": getattr(session.active_agent, "name", None),
-        "status": getattr(session.status, "value", session.status),
+        "status": status_name(session.status),
         "turns": session.turn_count,
         "max_turns": session.max_turns,
         "metadata": session.metadata,
-        "model": session.endpoint[0],
-        "base_url": session.endpoint[1],
+        "model": endpoint[0],
+        "base_url": endpoint[1],
     }
 
 
-def _show_jsonl(stream: Any, session: Any, records: Iterator[Any], interrupted: Any = ()) -> None:
+def _show_jsonl(stream: Any, session: SessionContext, records: Iterator[TurnRecord], interrupted: Container[int],
+                endpoint: Endpoint) -> None:
     from ..render import turn_dict, turn_interrupted
 
-    stream.write(dumps({"session": _session_head(session)}) + "\n")
+    stream.write(dumps({"session": _session_head(session, endpoint)}) + "\n")
     for record in records:
         if record.number == 0 and not record.messages:
             continue
         stream.write(dumps({"turn": turn_dict(record, interrupted=turn_interrupted(record, interrupted))}) + "\n")
 
 
-def _show_json(stream: Any, session: Any, records: Iterator[Any], interrupted: Any = ()) -> None:
+def _show_json(stream: Any, session: SessionContext, records: Iterator[TurnRecord], interrupted: Container[int],
+               endpoint: Endpoint) -> None:
     from ..render import turn_dict, turn_interrupted
 
-    head = _session_head(session)
+    head = _session_head(session, endpoint)
     stream.write('{"session":' + dumps(head) + ',"turns":[')
     first = True
     for record in records:

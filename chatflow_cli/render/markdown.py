@@ -218,7 +218,7 @@ def markdown_lines(text: str, width: int) -> list[Lines] | None:
     Covers what models write most -- paragraphs, bullet and numbered lists (nested,
     tight), bold, italic, strikethrough and inline code -- with Rich's default styles,
     wrapping and list markers, without Rich's layout engine, which costs several times
-    more per answer (issue 5: ``sessions show`` of 500 turns within 1 s). Anything else
+    more per answer (``sessions show`` of 500 turns within 1 s). Anything else
     (headings, code blocks, quotes, tables, rules, links, images, HTML, loose lists)
     returns ``None``: the caller renders it with :func:`markdown_renderable`. Lines carry
     no trailing padding.

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..core.events import SessionStatus
 from .lines import Lines
+from .shapes import status_name
 from .text import format_age, plural, safe_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,7 +31,7 @@ def _clip(text: str, width: int) -> str:
 
 def sessions_lines(summaries: Sequence[SessionSummary], *, width: int | None = None, now: float | None = None,
                    compact: bool = False, current: str | None = None) -> list[Lines]:
-    """The ``sessions ls`` table as styled lines, columns two spaces apart (issue 5).
+    """The ``sessions ls`` table as styled lines, columns two spaces apart.
 
     ``width`` is the terminal's width in cells; ``None`` (output is not a terminal) means
     no limit: nothing is wrapped or truncated, each line is as long as it needs to be.
@@ -57,7 +57,7 @@ def sessions_lines(summaries: Sequence[SessionSummary], *, width: int | None = N
     rows: list[list[str]] = []
     statuses: list[str] = []
     for s in summaries:
-        status = _status(s)
+        status = status_name(s.status)
         statuses.append(status)
         rows.append([
             safe_text(s.session_id), safe_text(s.active_agent_name or "-"), status, str(s.turn_count),
@@ -178,7 +178,7 @@ def _marked_lines(summaries: Sequence[SessionSummary], width: int, *, current: s
     """
     rows: list[dict[str, Any]] = []
     for s in summaries:
-        status = _status(s)
+        status = status_name(s.status)
         rows.append(
             {
                 "id": safe_text(s.session_id),
@@ -227,9 +227,3 @@ def _marked_lines(summaries: Sequence[SessionSummary], width: int, *, current: s
         line.rstrip()
         lines.append(line)
     return lines
-
-
-def _status(summary: SessionSummary) -> str:
-    """A summary's status as its plain name (``idle``, ``running``...)."""
-    status = summary.status
-    return status.value if isinstance(status, SessionStatus) else str(status)

@@ -8,7 +8,14 @@ Events (``chat --output jsonl``, ``replay --json``) share one shape, :func:`even
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Container, Sequence
+
+from ..core.events import SessionStatus
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.events import Event
+    from ..core.memory import SessionSummary, TurnRecord
+    from ..core.messages import Message
 
 __all__ = ["EVENT_SCHEMA", "event_json", "stored_event_json", "summary_dict", "turn_dict", "turn_handoffs", "turn_interrupted"]
 
@@ -57,21 +64,21 @@ def event_json(type: str, session_id: str | None, data: Any = None, *, seq: int 
     return out
 
 
-def stored_event_json(event: Any) -> dict[str, Any]:
+def stored_event_json(event: Event) -> dict[str, Any]:
     """A stored :class:`~chatflow_cli.core.events.Event` in the JSON event shape."""
     payload = event.payload or {}
     turn = payload.get("turn") if isinstance(payload, dict) else None
-    return event_json(str(getattr(event.type, "value", event.type)), event.session_id, payload, seq=event.seq,
+    return event_json(event.type, event.session_id, payload, seq=event.seq,
                       turn=turn if isinstance(turn, int) else None, created_at=event.created_at,
                       idempotency_key=event.idempotency_key)
 
 
-def summary_dict(s: Any) -> dict[str, Any]:
+def summary_dict(s: SessionSummary) -> dict[str, Any]:
     """A session summary as JSON-ready data (``sessions ls --json``)."""
     return {
         "session_id": s.session_id,
         "agent": s.active_agent_name,
-        "status": getattr(s.status, "value", s.status),
+        "status": status_name(s.status),
         "turns": s.turn_count,
         "max_turns": s.max_turns,
         "created_at": s.created_at,
@@ -84,11 +91,16 @@ def summary_dict(s: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 # sessions show
 # ---------------------------------------------------------------------------------------
-def _role(msg: Any) -> str:
-    return getattr(msg.role, "value", msg.role)
+def status_name(status: SessionStatus | str) -> str:
+    """A session status as its plain name (``idle``, ``running``, ``rescheduled``, ``terminated``)."""
+    return status.value if isinstance(status, SessionStatus) else status
 
 
-def turn_handoffs(record: Any) -> list[dict[str, Any]]:
+def _role(msg: Message) -> str:
+    return msg.role.value
+
+
+def turn_handoffs(record: TurnRecord) -> list[dict[str, Any]]:
     """The handoffs of one turn, from its messages: each ``transfer_to_*`` call, with the
     agent that made it and the agent that spoke next (``from_agent``, ``to_agent``,
     ``tool_call_id``). No event-log scan is needed, so ``sessions show`` stays fast."""
@@ -107,8 +119,8 @@ def turn_handoffs(record: Any) -> list[dict[str, Any]]:
     return out
 
 
-def turn_interrupted(record: Any, interrupted_turns: Any = ()) -> bool:
-    """Whether a stored turn was stopped by Ctrl-C or cancellation (issue 5).
+def turn_interrupted(record: TurnRecord, interrupted_turns: Container[int] = ()) -> bool:
+    """Whether a stored turn was stopped by Ctrl-C or cancellation.
 
     True when a message carries the ``interrupted`` flag (partial model text, synthetic
     tool results), or when the turn ends with its user message (stopped while the model
@@ -123,7 +135,7 @@ def turn_interrupted(record: Any, interrupted_turns: Any = ()) -> bool:
     return bool(msgs) and _role(msgs[-1]) in ("user", "tool") and record.number in interrupted_turns
 
 
-def turn_dict(record: Any, *, interrupted: bool = False) -> dict[str, Any]:
+def turn_dict(record: TurnRecord, *, interrupted: bool = False) -> dict[str, Any]:
     """One turn as JSON-ready data (``sessions show --json``)."""
     return {
         "number": record.number,
@@ -140,7 +152,7 @@ def turn_dict(record: Any, *, interrupted: bool = False) -> dict[str, Any]:
 #: emphasis, code, headings, quotes, links, images, tables, strikethrough, HTML and
 
 
-def _next_agent(msgs: Sequence[Any], index: int, current: str | None = None) -> str | None:
+def _next_agent(msgs: Sequence[Message], index: int, current: str | None = None) -> str | None:
     for msg in msgs[index + 1 :]:
         if _role(msg) == "model" and msg.agent and msg.agent != current:
             return msg.agent

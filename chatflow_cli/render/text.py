@@ -150,7 +150,7 @@ def pretty_json_text(raw: str | None, *, full: bool = False) -> str:
 
 
 def plural(count: int, word: str, words: str | None = None) -> str:
-    """``"1 turn"``, ``"0 turns"``, ``"3 turns"``: a count with its noun agreeing (issue 5)."""
+    """``"1 turn"``, ``"0 turns"``, ``"3 turns"``: a count with its noun agreeing."""
     return f"{count} {word if count == 1 else (words or word + 's')}"
 
 

@@ -18,7 +18,7 @@ was left out (``--full`` shows everything).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core._stream import cut_phrase
 from .lines import Lines
@@ -26,10 +26,15 @@ from .markdown import has_markdown, markdown_lines, markdown_renderable
 from .shapes import _role, turn_handoffs
 from .text import fold, plural, pretty_json_text, safe_text
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.events import Event
+    from ..core.memory import TurnRecord
+    from ..core.runner import RunResult
+
 __all__ = ["event_text", "reply_cut_text", "reply_note", "turn_renderables"]
 
 
-def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False, width: int | None = None,
+def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool = False, width: int | None = None,
                      interrupted: bool = False) -> list[Any]:
     """The renderables of one turn (see the module docstring for the layout).
 
@@ -38,7 +43,7 @@ def turn_renderables(record: Any, *, markdown: bool = False, full: bool = False,
     :func:`markdown_lines` into :class:`Lines` when it only uses paragraphs, lists and
     inline styles, else a ``rich.markdown.Markdown`` (:func:`markdown_renderable`). Text
     with no Markdown syntax at all (:func:`has_markdown`) is shown as written, unparsed.
-    Issue 5: a 500-turn ``sessions show`` on a terminal within 1 s. With ``markdown`` and
+    Target: a 500-turn ``sessions show`` on a terminal within 1 s. With ``markdown`` and
     ``width`` (a terminal) the lines are word-wrapped to ``width`` (:meth:`Lines.wrapped`);
     continuation lines of a multi-line message are indented under its text.
     """
@@ -148,7 +153,7 @@ def _hanging(text: str, indent: int) -> str:
 # ---------------------------------------------------------------------------------------
 # replay
 # ---------------------------------------------------------------------------------------
-def event_text(event: Any, *, full: bool = False, width: int | None = None) -> Any:
+def event_text(event: Event, *, full: bool = False, width: int | None = None) -> Any:
     """One stored event as a line of ``rich.text.Text`` (``chatflow replay``).
 
     With ``width`` (a terminal's columns) the line is word-wrapped to it, wrapped rows and
@@ -247,7 +252,7 @@ def reply_cut_text(finish_reason: str) -> str:
     return f"{phrase}, finish_reason {safe_text(finish_reason)}"
 
 
-def reply_note(result: Any) -> str | None:
+def reply_note(result: RunResult) -> str | None:
     """The note a front-end shows after a finished turn whose reply is not a plain whole
     answer: cut (``finish_reason`` ``length``/``content_filter``, read from the turn's
     stored verdict), reasoning only, or empty. ``None`` for a whole answer."""

@@ -30,7 +30,9 @@ from .turn import TurnRunner, _TurnView, plural_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
+    from ..core.memory import BaseSessionStore
     from ..core.model import ModelClient
+    from ..core.runner import Runner
 
 __all__ = ["HISTORY_FILENAME", "Repl", "run_repl"]
 
@@ -56,10 +58,28 @@ def run_repl(
     output: Any = None,
     console: Any = None,
 ) -> int:
-    """Run the REPL until ``/exit`` or Ctrl-D; see the module docstring. Returns 0.
+    """Run the REPL until ``/exit`` or Ctrl-D (see :mod:`chatflow_cli.repl`).
 
-    ``max_turns`` and ``system`` (``--max-turns``, ``--system``) apply to a session the
-    REPL creates, as in ``chatflow chat``.
+    Args:
+        state: The run.
+        session_id: Continue (or create) this session.
+        continue_last: Continue the most recently updated session.
+        model: ``--model``.
+        agent: ``--agent``.
+        base_url: ``--base-url``.
+        max_turns: ``--max-turns`` of a session the REPL creates.
+        system: ``--system`` of a session the REPL creates.
+        input: A prompt-toolkit ``Input`` (tests pass ``create_pipe_input()``).
+        output: A prompt-toolkit ``Output`` (tests pass ``DummyOutput()``).
+        console: The Rich console replies are rendered on (default: stdout's).
+
+    Returns:
+        The exit status, 0.
+
+    Raises:
+        UsageError: Both ``session_id`` and ``continue_last``, or an invalid session id.
+        NotFoundError: ``continue_last`` with no session yet, or an unknown agent.
+        ConfigError: No model is configured, or a tool module cannot be imported.
     """
     from ..assembly import assemble, transport_for
     from ..config import ensure_private_dir, resolve_model
@@ -152,8 +172,8 @@ class Repl(SlashCommands, TurnRunner):
 
     def __init__(
         self,
-        runner: Any,
-        store: Any,
+        runner: Runner,
+        store: BaseSessionStore,
         session_id: str,
         *,
         console: Any,
@@ -165,7 +185,7 @@ class Repl(SlashCommands, TurnRunner):
         resume_prefix: Iterable[str] = ("chatflow",),
         endpoint: tuple[str | None, str | None] = (None, None),
         default_endpoint: tuple[str | None, str | None] | None = None,
-        client_for: Callable[[str], Any] | None = None,
+        client_for: Callable[[str], ModelClient] | None = None,
     ) -> None:
         from prompt_toolkit.input import create_input
         from prompt_toolkit.output import create_output
@@ -201,7 +221,7 @@ class Repl(SlashCommands, TurnRunner):
         self.agent_name = runner.starting_agent.name
         self.turn = 0
         self.window_turns = 0
-        self.session_max_turns = max_turns or getattr(store, "default_max_turns", 40)
+        self.session_max_turns = max_turns or store.default_max_turns
         self.exists = False
         self._refresh_info()
         self.prompt_session = self._make_prompt_session()
@@ -341,7 +361,7 @@ class Repl(SlashCommands, TurnRunner):
         if session is None:
             self.agent_name = self.runner.starting_agent.name
             self.turn = self.window_turns = 0
-            self.session_max_turns = self.max_turns or getattr(self.store, "default_max_turns", 40)
+            self.session_max_turns = self.max_turns or self.store.default_max_turns
             return
         self.agent_name = getattr(session.active_agent, "name", str(session.active_agent))
         self.turn = session.turn_count

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ChatflowError
+from ..core.messages import Role
 from ..render import pretty_json_text, safe_text, sessions_lines
 from ..session_ids import new_session_id
 
@@ -266,7 +267,7 @@ class SlashCommands:
         records = self.store.load_turns(self.session_id, include_rolled_back=True)
         failed = [r for r in records if r.failed and r.number == number]
         for message in failed[-1].messages if failed else ():
-            if getattr(message.role, "value", message.role) == "user" and message.content:
+            if message.role == Role.USER and message.content:
                 return str(message.content)
         return None
 

@@ -17,10 +17,14 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ChatflowError, RunInterrupted, ToolResultError
 from ..render import pretty_json_text, reply_note, safe_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.messages import ToolCall
+    from ..core.runner import RunResult, StreamEvent
 
 __all__ = ["ABANDON_AFTER_S", "TurnRunner"]
 
@@ -99,7 +103,7 @@ class _TurnView:
 
 @dataclass
 class _Outcome:
-    result: Any = None
+    result: RunResult | None = None
     error: BaseException | None = None
     interrupted: bool = False
     abandoned: bool = False  # interrupted, but the turn is still closing on its worker thread
@@ -142,7 +146,7 @@ class TurnRunner:
         self.say(f"turn {session.turn_count} is waiting for tool results first.", style="yellow")
         return await self._answer_tools(list(session.pending_tool_calls))
 
-    async def _answer_tools(self, calls: list[Any]) -> bool:
+    async def _answer_tools(self, calls: list[ToolCall]) -> bool:
         """Ask the user for each custom tool result, then continue the turn. False on Ctrl-C."""
         from rich.text import Text
 
@@ -178,7 +182,7 @@ class TurnRunner:
             calls = list(result.pending_tool_calls) if result is not None else []
         return True
 
-    async def _run_turn(self, start: Callable[[threading.Event], Iterator[Any]]) -> _Outcome:
+    async def _run_turn(self, start: Callable[[threading.Event], Iterator[StreamEvent]]) -> _Outcome:
         """Consume a Runner event stream on a worker thread, rendering as events arrive."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -308,7 +312,7 @@ class TurnRunner:
         self._refresh_info()
         return True
 
-    def _show_event(self, view: _TurnView, event: Any, outcome: _Outcome, *, display: bool = True) -> None:
+    def _show_event(self, view: _TurnView, event: StreamEvent, outcome: _Outcome, *, display: bool = True) -> None:
         """Show one Runner event (``display=False`` after Ctrl-C: only count and record it)."""
         data = event.data or {}
         kind = event.type
