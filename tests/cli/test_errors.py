@@ -273,3 +273,25 @@ def test_unreadable_tls_certificates_are_a_config_error_naming_the_variable(chat
     line = _one_error_line(r)
     assert "TLS certificates" in line and f"SSL_CERT_FILE={missing}" in line, line
     assert not provider.requests
+
+
+def test_invalid_ids_are_usage_errors_on_every_command(chatflow, provider):
+    assert chatflow("chat", "-s", "real", "hello").returncode == 0
+    for args in (("sessions", "show", "../x"), ("replay", "a b"), ("sessions", "delete", "a'b"),
+                 ("sessions", "rollback", "a b", "--to", "0", "--yes")):
+        result = chatflow(*args)
+        assert result.returncode == 2 and "invalid session id" in result.stderr, result
+    assert chatflow("sessions", "show", "nosuch").returncode == 3  # valid id, no session
+    for bad in ("-x", ".", ".."):
+        result = chatflow("chat", "-s", bad, "hi")
+        assert result.returncode == 2 and "invalid session id" in result.stderr, result
+    assert [s["session_id"] for s in chatflow("sessions", "ls", "--json").json()] == ["real"]
+
+
+def test_provider_error_lines_say_things_once(chatflow, provider):
+    provider.add_error(400, body="Error: the prompt is too long")
+    r = chatflow("chat", "-s", "e1", "hi")
+    assert r.returncode == 5, r
+    [line] = [ln for ln in r.stderr_lines if "error" in ln]
+    assert line.startswith("chatflow: error: the server at") and "(HTTP 400): the prompt is too long" in line
+    assert "Error: " not in line and "Error code" not in line

@@ -116,3 +116,10 @@ def recording_output(d) -> tuple[io.StringIO, Any]:
 
     screen = Recording()
     return screen, Vt100_Output(screen, lambda: Size(rows=24, columns=80), term="xterm")
+
+
+def turn_done(d: Driver, text: str) -> None:
+    """Wait for ``text`` of a reply, then for the turn to end: keys typed while it runs
+    are type-ahead (printable text only), not keys for the next prompt."""
+    d.wait_text(text)
+    time.sleep(0.3)

@@ -16,11 +16,8 @@ from typing import ClassVar
 from chatflow_cli.core.messages import Role, check_history
 from chatflow_cli.repl import ABANDON_AFTER_S
 from tests.helpers.repl_driver import recording_output
+from tests.helpers.sent import user_texts
 from tests.repl import tools_for_repl
-
-
-def user_texts(request: dict) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
 
 
 def only_session(d) -> str:
@@ -197,9 +194,7 @@ def test_custom_tool_asks_for_the_result_and_continues_the_turn(repl_driver) -> 
     requests = d.requests()
     assert len(requests) == 2
     tool_messages = [m for m in requests[1]["messages"] if m["role"] == "tool"]
-    assert tool_messages == [{"role": "tool", "tool_call_id": "call_ok", "content": '{"approved": true}'}] or (
-        [(m["tool_call_id"], m["content"]) for m in tool_messages] == [("call_ok", '{"approved": true}')]
-    )
+    assert tool_messages == [{"role": "tool", "tool_call_id": "call_ok", "content": '{"approved": true}'}]
     session = d.store().get(only_session(d))
     assert session.turn_count == 1 and session.pending_tool_calls == ()
 
@@ -484,7 +479,7 @@ def test_retry_after_an_answer_replaces_the_last_turn(repl_driver) -> None:
         d.type("question\r")
         d.wait_text("A first answer.")
         d.type("/retry\r")
-        d.type("y\r")  # the question asked first (drawn by the prompt: tests/repl/test_new_user.py sees it)
+        d.type("y\r")  # the question asked first (drawn by the prompt: tests/repl/test_slash_commands.py sees it)
         d.wait_text("A second answer.")
 
     d.run(script)

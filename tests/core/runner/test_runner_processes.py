@@ -24,7 +24,7 @@ from chatflow_cli.core.tools import tool
 from tests.core.test_seed_examples import WEBHOOK
 from tests.helpers.fakeserver import FakeServer
 
-from .conftest import sqlite_store
+from .conftest import open_sqlite_store
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -106,7 +106,7 @@ def test_case3_interrupt_while_a_tool_runs_then_a_new_user_message(
     def deploy(service: str) -> str:
         return "deployed"
 
-    store = sqlite_store(db)
+    store = open_sqlite_store(db)
     runner = Runner(Agent("Ops", "Run deployments.", model="fake-model", tools=[deploy]), store,
                     model_client=client)
     fake_server.add_text("The deploy was interrupted; shall I check its status?")
@@ -131,7 +131,7 @@ def test_busy_session_across_two_processes(tmp_path: Path, fake_server: FakeServ
     fake_server.add_text("a slow answer in four chunks", chunks=["a slow", " answer", " in four", " chunks"],
                          delay=0.4)
     proc, _ = start_child(tmp_path, db, fake_server, "shared", "first question")
-    store = sqlite_store(db)
+    store = open_sqlite_store(db)
 
     def running() -> bool:
         try:
@@ -183,7 +183,7 @@ def test_seed_000_webhook_example_runs_as_written(tmp_path: Path, fake_server: F
         "role": "tool", "tool_call_id": "call_1",
         "content": '{"order_id": "404", "status": "IN_TRANSIT", "eta": "Tomorrow"}',
     }
-    store = sqlite_store(tmp_path / "chat_sessions.db")
+    store = open_sqlite_store(tmp_path / "chat_sessions.db")
     session = store.get("+15550199")
     assert session is not None and session.metadata == {"channel": "whatsapp", "phone": "+15550199"}
     assert session.max_turns == 30 and session.status is SessionStatus.IDLE
