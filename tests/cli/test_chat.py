@@ -9,9 +9,9 @@ import sqlite3
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import COMMAND, REPO
+from tests.helpers.stored import session_running
+from tests.helpers.wait import PipeReader, wait_until
 
 ESC = b"\x1b"
 
@@ -59,8 +59,8 @@ def test_new_session_id_is_generated_and_printed_to_stderr(chatflow, provider):
 
 
 def test_continue_uses_the_latest_session_and_sends_history(chatflow, provider):
+    # each process takes far longer than the clock's resolution: "new" is written after "old"
     assert chatflow("chat", "-s", "old", "first").returncode == 0
-    time.sleep(0.01)
     assert chatflow("chat", "-s", "new", "second").returncode == 0
     r = chatflow("chat", "-c", "third")
     assert r.returncode == 0, r
@@ -323,14 +323,7 @@ def test_busy_session_exit_4_then_wait(chatflow, provider):
     first = subprocess.Popen([*COMMAND, "chat", "-s", "busy", "first"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            listed = chatflow("sessions", "ls", "--json").json()
-            if listed and listed[0]["status"] == "running":
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("the first turn never showed as running")
+        wait_until(lambda: session_running(chatflow, "busy"), 60, "the first turn to show as running")
         busy = chatflow("chat", "-s", "busy", "second")
         assert busy.returncode == 4, busy
         assert busy.stderr_lines == [
@@ -364,15 +357,11 @@ def test_ctrl_c_mid_reply_exits_130_and_keeps_the_partial_turn(chatflow, provide
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([*COMMAND, "chat", "-s", "int", "go"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=env)
-    os.set_blocking(proc.stdout.fileno(), False)
-    seen = b""
-    deadline = time.monotonic() + 60
-    while b"words" not in seen and time.monotonic() < deadline:
-        seen += proc.stdout.read() or b""
-        time.sleep(0.05)
+    out = PipeReader(proc.stdout)
+    out.wait_for(b"words", timeout=60)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, (seen + out, err)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, (out.finish(), err)
     # an interrupt is not an error: one notice, no "error:" line
     assert b"Traceback" not in err and err.count(b"chatflow: error:") == 0 and b"interrupted" in err
     [turn] = chatflow("sessions", "show", "int", "--json").json()["turns"]
@@ -453,15 +442,9 @@ def test_one_shot_ctrl_c_is_not_printed_as_an_error(provider, chatflow):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([*COMMAND, "chat", "-s", "int", "go"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=env)
-    seen = b""
-    os.set_blocking(proc.stdout.fileno(), False)
-    deadline = time.monotonic() + 30
-    while b"partial" not in seen and time.monotonic() < deadline:
-        chunk = proc.stdout.read()
-        seen += chunk or b""
-        time.sleep(0.02)
+    PipeReader(proc.stdout).wait_for(b"partial")
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    err = proc.communicate(timeout=30)[1]
     assert proc.returncode == 130
     text = err.decode()
     assert "chatflow: error" not in text and "interrupted" in text, text

@@ -3,11 +3,9 @@ command, ``-s``/``-c`` before it."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from tests.helpers.terminal import pexpect_module, spawn_chatflow
+from tests.helpers.terminal import PROMPT_READS_KEYS, pexpect_module, spawn_chatflow
 
 
 @pytest.mark.parametrize("args, option", [
@@ -67,11 +65,10 @@ def test_session_before_the_command_opens_the_repl_on_it(provider, chatflow):
     pexpect = pexpect_module()
     assert chatflow("chat", "-s", "work", "first").returncode == 0
     child = spawn_chatflow(["--session", "work"])
-    child.expect("\u203a".encode())
-    time.sleep(0.5)  # as test_terminal does: the prompt is drawn before it reads keys
+    child.expect_exact(PROMPT_READS_KEYS)  # the REPL's prompt
     child.send("second\r")
     child.expect("ok: second")
-    time.sleep(0.3)  # as test_terminal does: Ctrl-D once the reply has ended
+    child.expect_exact(PROMPT_READS_KEYS)  # the reply has ended: the next prompt reads keys
     child.sendcontrol("d")
     child.expect(pexpect.EOF)
     child.close()

@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from typing import Callable
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from chatflow_cli.core.errors import ExitStatus
 from tests.conftest import COMMAND, REPO
 from tests.helpers.terminal import pexpect_module, spawn_chatflow
+from tests.helpers.wait import PipeReader, wait_until
 
 
 @pytest.fixture
@@ -30,9 +30,8 @@ def _turn_numbers(chatflow, session_id: str, *extra: str) -> list[int]:
 
 
 def test_ls_filters_and_limit(chatflow, provider, config_file):
-    for i in range(3):
+    for i in range(3):  # one process after the other: each session is written later than the one before
         assert chatflow("chat", "-s", f"s{i}", f"hello {i}").returncode == 0
-        time.sleep(0.01)
     listed = chatflow("sessions", "ls", "--json").json()
     assert [s["session_id"] for s in listed] == ["s2", "s1", "s0"]  # newest first
     assert {s["status"] for s in listed} == {"idle"}
@@ -111,18 +110,11 @@ def test_replay_follow_prints_new_events_until_ctrl_c(chatflow, three_turns):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([*COMMAND, "replay", "r", "--follow", "--json"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+    out = PipeReader(proc.stdout)
     try:
-        time.sleep(1.5)
+        out.wait_for(b'"three"')  # the stored events are out: --follow now waits for new ones
         assert chatflow("chat", "-s", "r", "four").returncode == 0
-        deadline = time.monotonic() + 30
-        seen = b""
-        os.set_blocking(proc.stdout.fileno(), False)
-        while b'"four"' not in seen and time.monotonic() < deadline:
-            chunk = proc.stdout.read()
-            if chunk:
-                seen += chunk
-            time.sleep(0.1)
-        assert b'"four"' in seen
+        out.wait_for(b'"four"')
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=20)
     finally:
@@ -199,19 +191,12 @@ def test_counts_agree_with_their_nouns(chatflow, provider):
 
 def _interrupt(args: list[str], *, ready: Callable[[], bool], env: dict[str, str] | None = None) -> None:
     """Run chatflow, wait until ``ready()`` says the turn is where the test wants it, then Ctrl-C it."""
-    import signal
-    import subprocess
-    import time
-
     full = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), (env or {}).get("PYTHONPATH")])))
     proc = subprocess.Popen([*COMMAND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=full)
     try:
-        deadline = time.monotonic() + 60
-        while not ready():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the turn never got there"
-            time.sleep(0.05)
+        wait_until(lambda: ready() or proc.poll() is not None, 60, what="the turn to get there")
+        assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-import time
 
 from tests.conftest import COMMAND, REPO
+from tests.helpers.stored import session_running
 from tests.helpers.terminal import pexpect_module, spawn_chatflow
+from tests.helpers.wait import wait_until
 
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -20,12 +21,7 @@ def test_busy_session_error_mentions_wait(chatflow, provider):
     first = subprocess.Popen([*COMMAND, "chat", "-s", "busy", "first"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            rows = chatflow("sessions", "ls", "--json").json()
-            if rows and rows[0]["status"] == "running":
-                break
-            time.sleep(0.05)
+        wait_until(lambda: session_running(chatflow, "busy"), 30, "the first turn to run")
         r = chatflow("chat", "-s", "busy", "second")
         assert r.returncode == 4, r
         assert "is busy" in r.stderr and "--wait SECONDS" in r.stderr
@@ -69,12 +65,7 @@ def test_one_shot_wait_names_the_busy_session_and_its_pid(provider, chatflow):
     first = subprocess.Popen([*COMMAND, "chat", "-s", "bw", "first"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            rows = chatflow("sessions", "ls", "--json").json()
-            if rows and rows[0]["status"] == "running":
-                break
-            time.sleep(0.05)
+        wait_until(lambda: session_running(chatflow, "bw"), 30, "the first turn to run")
         child = spawn_chatflow(["chat", "-s", "bw", "--wait", "30", "second"])
         # a turn runs: its owner's pid is named, also when this run joins the turn queue
         child.expect(f"session busy \\(pid {first.pid}\\), waiting up to 30 s")

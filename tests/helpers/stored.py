@@ -68,3 +68,9 @@ def events_of(store: Any, session_id: str, type_: str) -> list[Any]:
 def open_store() -> SQLiteSessionStore:
     """The SQLite store the real ``chatflow`` process of this test writes (close it, or use ``with``)."""
     return SQLiteSessionStore(str(stored_db()))
+
+
+def session_running(chatflow, session_id: str) -> bool:
+    """``sessions ls`` shows ``session_id`` running (a process holds its turn)."""
+    return any(s["session_id"] == session_id and s["status"] == "running"
+               for s in chatflow("sessions", "ls", "--json").json())

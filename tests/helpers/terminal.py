@@ -16,6 +16,10 @@ import pytest
 
 from tests.conftest import COMMAND, REPO
 
+#: What the REPL's prompt (prompt-toolkit) writes when it starts reading keys: bracketed paste
+#: on. Keys sent before it may reach the REPL while no prompt reads them.
+PROMPT_READS_KEYS = b"\x1b[?2004h"
+
 
 def pexpect_module() -> Any:
     """pexpect, or skip the test where it is not installed."""

@@ -16,13 +16,14 @@ def test_enter_in_a_reverse_search_sends_the_match(repl_driver) -> None:
         for text in ("alpha question", "beta question"):
             d.type(text + "\r")
             turn_done(d, f"ok: {text}")
+        mark = len(d.drawn_text())
         d.type("\x12alph")  # Ctrl-R, then part of the first message
-        time.sleep(0.3)
+        d.wait_drawn("alpha question", after=mark)  # the search found it
         d.type("\r")
         d.wait_text("ok: alpha question", count=2)
 
     repl_driver.run(script)
-    assert sent(repl_driver) == ["alpha question", "beta question", "alpha question"]
+    assert sent(repl_driver.requests()) == ["alpha question", "beta question", "alpha question"]
 
 
 def test_ctrl_x_ctrl_e_puts_the_edited_text_back_for_review(repl_driver, tmp_path, monkeypatch) -> None:
@@ -36,13 +37,13 @@ def test_ctrl_x_ctrl_e_puts_the_edited_text_back_for_review(repl_driver, tmp_pat
         d.wait_text("Enter sends")
         d.type("draft\x18\x05")  # Ctrl-X Ctrl-E
         d.wait_for(done.exists, what="the editor")
-        time.sleep(0.8)
+        d.wait_drawn("edited in the editor")  # back in the prompt, for review
         assert d.requests() == [], "the edited message must wait for Enter"
         d.type("\r")
         d.wait_text("ok: edited in the editor")
 
     repl_driver.run(script)
-    assert sent(repl_driver) == ["edited in the editor"]
+    assert sent(repl_driver.requests()) == ["edited in the editor"]
 
 
 def test_whitespace_only_input_is_not_saved_in_history(repl_driver) -> None:
@@ -60,7 +61,7 @@ def test_whitespace_only_input_is_not_saved_in_history(repl_driver) -> None:
 
     entries = list(FileHistory(str(repl_driver.home / "repl_history")).load_history_strings())
     assert entries == ["after", "kept line"]
-    assert sent(repl_driver) == ["kept line", "after"]
+    assert sent(repl_driver.requests()) == ["kept line", "after"]
 
 
 def test_keys_typed_during_a_turn_act_at_the_next_prompt_as_typed(repl_driver) -> None:

@@ -3,24 +3,18 @@ suggestions for unknown commands, /switch and /new with each session's own model
 
 from __future__ import annotations
 
-import os
-import time
-
 from tests.helpers.pty_driver import leave
 from tests.helpers.repl_driver import recording_output, turn_done
 from tests.helpers.sent import sent
 from tests.helpers.stored import open_store
 from tests.helpers.vt import Terminal, written_rows
 from tests.repl import tools_for_repl
+from tests.repl.tools_for_repl import lookup_agent
 
 
 def test_show_full_prints_a_folded_tool_result_whole(repl_driver) -> None:
     d = repl_driver
-    d.config.write_text(
-        '[[agents]]\nname = "Helper"\ninstructions = "You look things up."\n'
-        'tools = ["tests.repl.tools_for_repl:slow_lookup"]\n'
-    )
-    os.environ["CHATFLOW_CONFIG"] = str(d.config)
+    d.write_config(lookup_agent("slow_lookup"))
     tools_for_repl.release.set()
     long_query = "q" * 700 + "END"
     d.server.add_tool_calls([("call_q", "slow_lookup", '{"query": "' + long_query + '"}')])
@@ -37,7 +31,7 @@ def test_show_full_prints_a_folded_tool_result_whole(repl_driver) -> None:
         marks["show"] = d.screen()
         d.type("/show --full\r")
         d.wait_text("Turn 1", count=2)
-        time.sleep(0.3)
+        d.wait_prompt()  # /show --full has printed everything
         marks["full"] = d.screen()
 
     d.run(script)
@@ -55,8 +49,7 @@ def test_show_full_prints_a_folded_tool_result_whole(repl_driver) -> None:
 
 def test_sessions_list_keeps_whole_ids_at_80_columns(repl_driver) -> None:
     d = repl_driver
-    d.config.write_text('[[agents]]\nname = "CustomerSupportEscalations"\ninstructions = "You help."\n')
-    os.environ["CHATFLOW_CONFIG"] = str(d.config)
+    d.write_config('[[agents]]\nname = "CustomerSupportEscalations"\ninstructions = "You help."\n')
     ids = []
 
     def script(d) -> None:
@@ -70,7 +63,7 @@ def test_sessions_list_keeps_whole_ids_at_80_columns(repl_driver) -> None:
             d.wait_text("new session", count=n + 1)
         d.type("/sessions\r")
         d.wait_text(ids[0], count=2)
-        time.sleep(0.3)
+        d.wait_prompt()  # the whole listing is printed
 
     d.run(script)
     screen = d.screen()

@@ -26,6 +26,7 @@ from chatflow_cli.core.messages import Message
 from chatflow_cli.core.sqlite_store import SCHEMA_VERSION, SQLiteSessionStore
 
 from tests.helpers.clock import FakeClock
+from tests.helpers.wait import wait_until
 
 AGENT = Agent(name="Assistant", instructions="Helpful bot")
 
@@ -37,6 +38,7 @@ def run_workers(code: str, count: int, *args: str, timeout: float = 60) -> list[
         f"""
         import os, sys, time
         go = {str(go)!r}
+        open(go + ".ready-" + sys.argv[1], "w").close()
         while not os.path.exists(go):
             time.sleep(0.001)
         """
@@ -50,7 +52,9 @@ def run_workers(code: str, count: int, *args: str, timeout: float = 60) -> list[
         )
         for i in range(count)
     ]
-    time.sleep(0.5)  # let every interpreter start and wait on the go-file
+    ready = [Path(f"{go}.ready-{i}") for i in range(count)]
+    wait_until(lambda: all(p.exists() for p in ready) or any(p.poll() is not None for p in procs), timeout,
+               "every worker to start and wait on the go-file")
     go.touch()
     outs = []
     for proc in procs:

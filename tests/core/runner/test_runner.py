@@ -37,6 +37,7 @@ from chatflow_cli.core.runner import INTERRUPTED_RESULT, Runner, StreamEvent
 from chatflow_cli.core.tools import Tool, tool
 from tests.helpers.fakeserver import FakeServer
 from tests.helpers.stored import events_of
+from tests.helpers.wait import wait_until
 
 from .conftest import open_sqlite_store
 
@@ -173,7 +174,7 @@ def test_a_failing_regular_tool_beside_a_custom_one_stays_an_error_result(
     other.close()
     assert list(tools) == ["call_1", "call_2", "call_3", "call_4"]  # call order
     assert [tools[i].is_error for i in tools] == [True, False, False, True]
-    assert tools["call_1"].content == "ZeroDivisionError: division by zero"
+    assert tools["call_1"].content == "Error: divide raised ZeroDivisionError: division by zero"
     assert tools["call_3"].content == "2.0" and tools["call_2"].content == "yes"
     stored = [e.payload["message"] for e in events_of(sqlite_store, "mixed-error", "tool.result")]
     assert [(m["tool_call_id"], m.get("is_error", False)) for m in stored] == [
@@ -675,8 +676,7 @@ def test_a_second_run_in_the_same_process_is_refused_while_the_first_runs(
     fake_server.add_text("slow reply here", delay=0.3)
     thread = threading.Thread(target=runner.run, args=("busy1", "first"))
     thread.start()
-    while not events_of_safe(sqlite_store, "busy1", "message.user"):
-        time.sleep(0.01)
+    wait_until(lambda: events_of_safe(sqlite_store, "busy1", "message.user"), what="the first turn to begin")
     seq = sqlite_store.last_seq("busy1")
     with pytest.raises(SessionBusyError, match=r"^session 'busy1' is busy: a turn is running in pid \d+ on "):
         runner.run("busy1", "second", wait=0)  # wait=0: refused at once (the default waits its turn)
@@ -769,10 +769,8 @@ def test_a_cancel_event_set_while_the_server_hangs_interrupts_the_turn_at_once(
     cancelled: dict[str, float] = {}
 
     def cancel_when_waiting() -> None:
-        deadline = time.monotonic() + 20
-        while not fake_server.requests and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)
+        wait_until(lambda: fake_server.requests, what="the request to reach the server")
+        time.sleep(0.3)  # the scenario: the client has been waiting a while, not just started
         cancelled["at"] = time.monotonic()
         cancel.set()
 

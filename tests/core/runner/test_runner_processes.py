@@ -23,6 +23,7 @@ from chatflow_cli.core.runner import INTERRUPTED_RESULT, Runner
 from chatflow_cli.core.tools import tool
 from tests.core.test_seed_examples import WEBHOOK
 from tests.helpers.fakeserver import FakeServer
+from tests.helpers.wait import wait_until
 
 from .conftest import open_sqlite_store
 
@@ -75,14 +76,7 @@ def start_child(tmp_path: Path, db: Path, server: FakeServer, session_id: str, m
 
 
 def wait_for(predicate: Any, timeout: float = 20.0, proc: Any = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if proc is not None and proc.poll() is not None:
-            out, err = proc.communicate()
-            raise AssertionError(f"child exited early ({proc.returncode}): {out}\n{err}")
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.02)
+    wait_until(predicate, timeout, "the child to get there", proc=proc)
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "kill-9"])

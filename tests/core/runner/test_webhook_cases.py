@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,6 +21,7 @@ from chatflow_cli.core.memory import MessageState
 from chatflow_cli.core.messages import Role, history_problems
 from chatflow_cli.core.runner import Runner
 from tests.helpers.fakeserver import FakeServer, Reply
+from tests.helpers.wait import wait_until
 
 from .conftest import open_sqlite_store
 
@@ -155,10 +155,9 @@ def test_a_retry_after_the_worker_was_killed_mid_turn_runs_again(
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, str(script), str(db_path), fake_server.url, how, "wamid.7"], env=env)
     try:
-        deadline = time.monotonic() + 30
-        while len(fake_server.requests) < 1:  # the worker is waiting for the model's answer
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.01)
+        # the worker is waiting for the model's answer
+        wait_until(lambda: fake_server.requests or proc.poll() is not None, 30, "the worker's request")
+        assert proc.poll() is None, "the worker exited before it asked the model"
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -204,10 +203,9 @@ def test_the_seed_handler_waits_for_a_duplicate_held_by_a_worker_that_is_then_ki
     store = open_sqlite_store(db_path)
     answers: list[Any] = []
     try:
-        deadline = time.monotonic() + 30
-        while len(fake_server.requests) < 1:  # the worker is waiting for the model's answer
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.01)
+        # the worker is waiting for the model's answer
+        wait_until(lambda: fake_server.requests or proc.poll() is not None, 30, "the worker's request")
+        assert proc.poll() is None, "the worker exited before it asked the model"
         seen = threading.Event()
         real_state = store.message_state
 
