@@ -310,6 +310,7 @@ def chat(
     json_: Annotated[bool, typer.Option("--json", help="Same as --output json.")] = False,
     input_: Annotated[InputFormat, typer.Option("--input", metavar="text|jsonl", help="jsonl: read user messages and tool results, one JSON object a line, from stdin.", case_sensitive=False)] = InputFormat.text,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the model server.", metavar="SECONDS")] = 60.0,
+    title: Annotated[Optional[str], typer.Option("--title", metavar="TITLE", help="The session's title (default: the first line of its first message).")] = None,
 ) -> int | None:
     """Send one message (or several with --input jsonl) and print the reply.
 
@@ -340,6 +341,7 @@ def chat(
         output="json" if json_ else output.value,
         input=input_.value,
         timeout=timeout,
+        title=title,
     )
     return run_chat(state, opts)
 
@@ -347,19 +349,34 @@ def chat(
 # ---------------------------------------------------------------------------------------
 # sessions
 # ---------------------------------------------------------------------------------------
-@sessions_app.command("ls", epilog="\b\nExamples:\n  chatflow sessions ls\n  chatflow sessions ls --status running --json")
+@sessions_app.command(
+    "ls",
+    epilog="\b\nExamples:\n  chatflow sessions ls\n  chatflow sessions ls --status running --json\n"
+    "  chatflow sessions ls --metadata ticket=T-42 --json\n  chatflow sessions ls --since 7d --title invoice\n"
+    "  chatflow sessions ls -n 50 --after \"$(chatflow sessions ls -n 50 --json | jq -r '.[-1].cursor')\"\n"
+    "  chatflow sessions ls --tree\n  chatflow sessions ls --archived",
+)
 def sessions_ls(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option("--limit", "-n", min=0, metavar="N", help="At most this many, newest first (0: all).")] = 50,
     agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="Only sessions whose active agent is this.", autocompletion=complete_agent_name)] = None,
     status: Annotated[Optional[str], typer.Option("--status", metavar="STATUS", help="Only this status: idle, running, rescheduled, terminated.", autocompletion=complete_status)] = None,
+    metadata: Annotated[Optional[list[str]], typer.Option("--metadata", "-m", metavar="KEY=VALUE", help="Only sessions whose metadata has KEY=VALUE (repeatable: all must match).")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", metavar="WHEN", help="Only sessions updated since: a duration back (30m, 12h, 7d, 2w) or a date (2026-01-31).")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", metavar="WHEN", help="Only sessions last updated before: a duration back or a date.")] = None,
+    title: Annotated[Optional[str], typer.Option("--title", "--grep", metavar="TEXT", help="Only sessions whose title contains TEXT (any case).")] = None,
+    after: Annotated[Optional[str], typer.Option("--after", metavar="CURSOR", help="The page after this cursor (the 'cursor' of the last row of --json).")] = None,
+    archived: Annotated[bool, typer.Option("--archived", help="List archived sessions (only those).")] = False,
+    tree: Annotated[bool, typer.Option("--tree", help="Show forks under the session they were forked from.")] = False,
     output: OutputOption = None,
-    json_: Annotated[bool, typer.Option("--json", help="Same as --output json: a JSON array.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Same as --output json: a JSON array (each row has its 'cursor').")] = False,
 ) -> None:
-    """List stored sessions: id, active agent, status, turns, last update, preview."""
+    """List stored sessions: id, active agent, status, turns, last update, title."""
     from .commands.sessions import list_sessions
 
-    list_sessions(state_of(ctx), limit=limit, agent=agent, status=status, output=_output_format(output, json_))
+    list_sessions(state_of(ctx), limit=limit, agent=agent, status=status, output=_output_format(output, json_),
+                  metadata=parse_metadata(metadata), since=since, until=until, title=title, after=after,
+                  archived=archived, tree=tree)
 
 
 @sessions_app.command(
@@ -374,12 +391,14 @@ def sessions_show(
     output: OutputOption = None,
     json_: Annotated[bool, typer.Option("--json", help="Same as --output json: {\"session\": ..., \"turns\": [...]}.")] = False,
     no_pager: Annotated[bool, typer.Option("--no-pager", help="Never page, even on a terminal.")] = False,
+    turn: Annotated[Optional[int], typer.Option("--turn", "-t", min=0, metavar="N", help="Only turn N (as 'sessions search' names it).")] = None,
 ) -> None:
     """Show a session as numbered turns: messages, tool calls, handoffs."""
     from .commands.sessions import show_session
 
     fmt = _output_format(output, json_)
-    show_session(state_of(ctx), session_id, include_rolled_back=all_, full=full, output=fmt, pager=not no_pager)
+    show_session(state_of(ctx), session_id, include_rolled_back=all_, full=full, output=fmt, pager=not no_pager,
+                 turn=turn)
 
 
 @sessions_app.command(
@@ -425,6 +444,96 @@ def sessions_delete(
         all_=all_,
         yes=yes,
     )
+
+
+@sessions_app.command(
+    "search",
+    epilog="\b\nQuery syntax: words (all must match), \"an exact phrase\", word OR word,\n"
+    "NOT word (or -word), prefix*. Case and accents are ignored.\n\b\nExamples:\n"
+    "  chatflow sessions search deploy\n  chatflow sessions search '\"connection reset\" OR timeout' --since 7d\n"
+    "  chatflow sessions search invoice --agent Support --json\n  chatflow sessions search zebra42 --tools --all",
+)
+def sessions_search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="What to find (syntax below).")],
+    session: Annotated[Optional[str], typer.Option("--session", "-s", metavar="ID", help="Only this session.", autocompletion=complete_session_id)] = None,
+    agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="Only sessions whose active agent is this.", autocompletion=complete_agent_name)] = None,
+    since: Annotated[Optional[str], typer.Option("--since", metavar="WHEN", help="Only messages since: a duration back (30m, 12h, 7d, 2w) or a date (2026-01-31).")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10000, metavar="N", help="At most this many hits, best first.")] = 20,
+    tools: Annotated[bool, typer.Option("--tools", help="Also search tool-call arguments and tool results.")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="Also rolled-back and failed turns (marked).")] = False,
+    output: OutputOption = None,
+    json_: Annotated[bool, typer.Option("--json", help="Same as --output json: a JSON array of hits.")] = False,
+) -> None:
+    """Search the text of every session; one hit per turn: session, turn, age, snippet."""
+    from .commands.search import search_sessions
+
+    search_sessions(state_of(ctx), query, session_id=session, agent=agent, since=since, limit=limit, tools=tools,
+                    include_removed=all_, output=_output_format(output, json_))
+
+
+@sessions_app.command(
+    "fork",
+    epilog="\b\nExamples:\n  chatflow sessions fork support-42 --at 3\n  chatflow sessions fork support-42 --at 3 --into support-42-b\n"
+    "  chatflow chat -s \"$(chatflow sessions fork support-42 --at 3)\" 'try another way'",
+)
+def sessions_fork(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="Session to fork (not changed).", autocompletion=complete_session_id)],
+    at: Annotated[Optional[int], typer.Option("--at", min=0, metavar="N", help="Copy turns 1..N (default: every completed turn).")] = None,
+    into: Annotated[Optional[str], typer.Option("--into", metavar="NEW", help="The new session's id (default: ID-fork-<hex>).")] = None,
+    output: OutputOption = None,
+    json_: Annotated[bool, typer.Option("--json", help="Same as --output json: the new session's row.")] = False,
+) -> None:
+    """Copy turns 1..N of a session into a new session (nothing is re-run); print its id."""
+    from .commands.search import fork_session
+    from .session_ids import validate_session_id
+
+    fork_session(state_of(ctx), session_id, at=at, into=validate_session_id(into) if into is not None else None,
+                 output=_output_format(output, json_))
+
+
+@sessions_app.command(
+    "rename",
+    epilog="\b\nExamples:\n  chatflow sessions rename support-42 'Refund for order 1234'\n  chatflow sessions rename support-42 ''",
+)
+def sessions_rename(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id.", autocompletion=complete_session_id)],
+    title: Annotated[str, typer.Argument(metavar="TITLE", help="The new title ('' goes back to the first message's first line).")],
+) -> None:
+    """Set a session's title."""
+    from .commands.search import rename_session
+
+    rename_session(state_of(ctx), session_id, title)
+
+
+@sessions_app.command(
+    "archive",
+    epilog="\b\nExamples:\n  chatflow sessions archive old-1 old-2\n  chatflow sessions ls --archived",
+)
+def sessions_archive(
+    ctx: typer.Context,
+    session_ids: Annotated[list[str], typer.Argument(metavar="ID...", help="Session ids.", autocompletion=complete_session_id)],
+) -> None:
+    """Hide sessions from 'sessions ls' and completion, keeping them; they take no new turns."""
+    from .commands.search import archive_sessions
+
+    archive_sessions(state_of(ctx), session_ids, archive=True)
+
+
+@sessions_app.command(
+    "unarchive",
+    epilog="\b\nExample:\n  chatflow sessions unarchive old-1",
+)
+def sessions_unarchive(
+    ctx: typer.Context,
+    session_ids: Annotated[list[str], typer.Argument(metavar="ID...", help="Session ids.")],
+) -> None:
+    """Bring archived sessions back to 'sessions ls'; they take new turns again."""
+    from .commands.search import archive_sessions
+
+    archive_sessions(state_of(ctx), session_ids, archive=False)
 
 
 # ---------------------------------------------------------------------------------------

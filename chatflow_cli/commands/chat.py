@@ -170,6 +170,8 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                         system=opts.system,
                     )
                 )
+        if opts.title is not None:
+            store.set_title(session_id, opts.title)
         out.success()
         # only a run that worked moves the session to its endpoint: a mistyped --base-url
         # that failed leaves the session where it was

@@ -48,6 +48,7 @@ class ChatOptions:
     output: str = "text"
     input: str = "text"
     timeout: float = 60.0
+    title: str | None = None
 
 
 @dataclass

@@ -37,7 +37,10 @@ PAGE_TURNS = 50
 STATUSES = tuple(status.value for status in SessionStatus)
 
 
-def list_sessions(state: State, *, limit: int, agent: str | None, status: str | None, output: str) -> None:
+def list_sessions(state: State, *, limit: int, agent: str | None, status: str | None, output: str,
+                  metadata: dict[str, str] | None = None, since: str | None = None, until: str | None = None,
+                  title: str | None = None, after: str | None = None, archived: bool = False,
+                  tree: bool = False) -> None:
     """Print the stored sessions, newest first.
 
     Args:
@@ -46,17 +49,35 @@ def list_sessions(state: State, *, limit: int, agent: str | None, status: str | 
         agent: Only sessions whose active agent has this name.
         status: Only sessions with this status (one of :data:`STATUSES`).
         output: ``text`` (a table; a notice on stderr when there is nothing), ``json`` (one
-            array of :func:`chatflow_cli.render.summary_dict` objects) or ``jsonl`` (one a line).
+            array of :func:`chatflow_cli.render.summary_dict` objects, each with its
+            ``cursor``) or ``jsonl`` (one a line).
+        metadata: Only sessions whose metadata has every ``KEY: VALUE``.
+        since: Only sessions updated since (a duration back or a date).
+        until: Only sessions last updated before (a duration back or a date).
+        title: Only sessions whose title contains this text (any case).
+        after: The page after this cursor.
+        archived: Only archived sessions (else: only the others).
+        tree: Forks listed under the session they came from, indented.
 
     Raises:
-        UsageError: ``status`` is not one of :data:`STATUSES`.
+        UsageError: ``status`` is not one of :data:`STATUSES`, a bad ``since``/``until``
+            or ``after``.
     """
     from ..core.errors import UsageError
+    from .search import parse_since
 
     if status is not None and status not in STATUSES:
         raise UsageError(f"--status {status!r}: use idle, running, rescheduled or terminated")
+    since_s = parse_since(since) if since is not None else None
+    until_s = parse_since(until) if until is not None else None
     store = state.store(create=False)
-    summaries = [] if store is None else store.list_sessions(limit=limit or None, agent=agent, status=status)
+    summaries = [] if store is None else store.list_sessions(
+        limit=limit or None, agent=agent, status=status, metadata=metadata, since=since_s, until=until_s,
+        title=title, archived=archived, after=after,
+    )
+    depths: dict[str, int] = {}
+    if tree:
+        summaries, depths = _as_tree(summaries)
     if output != "text":
         from ..render import summary_dict
 
@@ -65,15 +86,49 @@ def list_sessions(state: State, *, limit: int, agent: str | None, status: str | 
         state.env.stdout.write(text)
         return
     if not summaries:
-        filters = [f"--{name} {value}" for name, value in (("status", status), ("agent", agent)) if value]
-        if filters and store is not None and store.latest_session_id() is not None:
+        filters = [f"--{name} {value}" for name, value in (("status", status), ("agent", agent), ("title", title),
+                                                            ("since", since), ("until", until), ("after", after))
+                   if value]
+        filters += [f"--metadata {k}={v}" for k, v in (metadata or {}).items()]
+        if archived:
+            notice(state, "no archived sessions" + (f" match {' '.join(filters)}" if filters else ""))
+        elif filters and store is not None and store.latest_session_id() is not None:
             notice(state, f"no sessions match {' '.join(filters)}")
         else:
             notice(state, "no sessions yet: start one with chatflow chat \"hello\"")
         return
     from ..render import sessions_lines
 
-    write_lines(state, sessions_lines(summaries, width=terminal_width(state)))
+    write_lines(state, sessions_lines(summaries, width=terminal_width(state), depths=depths))
+
+
+def _as_tree(summaries: list[Any]) -> tuple[list[Any], dict[str, int]]:
+    """The same sessions with each fork right under the session it came from (depth first,
+    newest first among siblings), and each session's depth; a fork whose parent is not in
+    the list stays at the top level."""
+    ids = {s.session_id for s in summaries}
+    children: dict[str, list[Any]] = {}
+    roots = []
+    for s in summaries:
+        parent = (s.forked_from or {}).get("session_id")
+        if parent in ids and parent != s.session_id:
+            children.setdefault(parent, []).append(s)
+        else:
+            roots.append(s)
+    out: list[Any] = []
+    depths: dict[str, int] = {}
+
+    def walk(node: Any, depth: int) -> None:
+        if node.session_id in depths:
+            return
+        depths[node.session_id] = depth
+        out.append(node)
+        for child in children.get(node.session_id, []):
+            walk(child, depth + 1)
+
+    for root in roots:
+        walk(root, 0)
+    return out, depths
 
 
 def _pages(store: BaseSessionStore, session_id: str, last_turn: int, include_rolled_back: bool) -> Iterator[TurnRecord]:
@@ -89,7 +144,8 @@ def _pages(store: BaseSessionStore, session_id: str, last_turn: int, include_rol
 # show
 # ---------------------------------------------------------------------------------------
 def show_session(
-    state: State, session_id: str, *, include_rolled_back: bool, full: bool, output: str = "text", pager: bool = True
+    state: State, session_id: str, *, include_rolled_back: bool, full: bool, output: str = "text", pager: bool = True,
+    turn: int | None = None,
 ) -> None:
     """Print a stored session turn by turn.
 
@@ -102,14 +158,24 @@ def show_session(
             "turns": [...]}``) or ``jsonl`` (a ``{"session": {...}}`` line, then one
             ``{"turn": {...}}`` a line).
         pager: Page on a terminal (``--no-pager`` turns it off).
+        turn: ``--turn N``: only turn N (with ``--all`` also its rolled-back versions).
 
     Raises:
         SessionNotFoundError: No such session (:class:`UsageError` for an invalid id).
+        UsageError: ``turn`` names no stored turn.
     """
     store = store_or_missing(state, session_id)
     session = read_session(store, session_id)
-    if include_rolled_back:  # rolled-back turns may carry numbers past the live last turn
-        records: Iterator[TurnRecord] = iter(store.load_turns(session_id, first=0, last=None, include_rolled_back=True))
+    if turn is not None:
+        from ..core.errors import UsageError
+
+        only = store.load_turns(session_id, first=turn, last=turn, include_rolled_back=include_rolled_back)
+        if not only:
+            hint = "" if include_rolled_back else " (--all also shows rolled-back turns)"
+            raise UsageError(f"{session_id} has no turn {turn}: its turns are 1..{session.turn_count}{hint}")
+        records: Iterator[TurnRecord] = iter(only)
+    elif include_rolled_back:  # rolled-back turns may carry numbers past the live last turn
+        records = iter(store.load_turns(session_id, first=0, last=None, include_rolled_back=True))
     elif session.turn_count == 0:
         # no live turn: show the failed ones (a first message that failed, e.g. on a wrong key)
         records = iter([r for r in store.load_turns(session_id, first=0, last=None, include_rolled_back=True)
@@ -119,22 +185,23 @@ def show_session(
     env = state.env
     interrupted = InterruptedTurns(store, session_id)
     endpoint = store.session_endpoint(session_id)
+    summary = store.session_summary(session_id)
     if output == "json":
-        _show_json(env.stdout, session, records, interrupted, endpoint)
+        _show_json(env.stdout, session, records, interrupted, endpoint, summary)
         return
     if output == "jsonl":
-        _show_jsonl(env.stdout, session, records, interrupted, endpoint)
+        _show_jsonl(env.stdout, session, records, interrupted, endpoint, summary)
         return
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:
-        _show_paged(state, session, records, full, interrupted, endpoint)
+        _show_paged(state, session, records, full, interrupted, endpoint, summary)
     else:
         console = state.out() if env.stdout_isatty else None
         _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout, interrupted=interrupted,
-                endpoint=endpoint)
+                endpoint=endpoint, summary=summary)
 
 
-def _header(session: SessionContext, endpoint: Endpoint = (None, None)) -> Lines:
+def _header(session: SessionContext, endpoint: Endpoint = (None, None), summary: Any = None) -> Lines:
     status = status_name(session.status)
     agent = getattr(session.active_agent, "name", "?")
     text = Lines(f"Session {safe_text(session.session_id)}", "bold")
@@ -143,6 +210,13 @@ def _header(session: SessionContext, endpoint: Endpoint = (None, None)) -> Lines
     model = endpoint[0]
     if model:
         text.append(f" · model {safe_text(model)}", "dim")
+    if summary is not None and summary.title:
+        text.append("\n" + safe_text(summary.title, one_line=True), "bold")
+    if summary is not None and summary.forked_from:
+        origin = summary.forked_from
+        text.append(f"\nforked from {safe_text(origin['session_id'])} at turn {origin['turn']}", "dim")
+    if summary is not None and summary.archived_at is not None:
+        text.append("\narchived (chatflow sessions unarchive to continue it)", "magenta")
     if session.metadata:
         text.append("\n" + safe_text(", ".join(f"{k}={v}" for k, v in session.metadata.items())), "dim")
     return text
@@ -187,7 +261,7 @@ BATCH_CHARS = 64 * 1024
 
 
 def _render(console: Any, session: SessionContext, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
-            out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None)) -> None:
+            out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None), summary: Any = None) -> None:
     """Print the session turn by turn as each is rendered.
 
     ``console=None`` (a pipe): the plain text of each turn is written directly; Rich is
@@ -217,7 +291,7 @@ def _render(console: Any, session: SessionContext, records: Iterator[TurnRecord]
             console.print(item)
 
     try:
-        emit(_header(session, endpoint))
+        emit(_header(session, endpoint, summary))
         shown = 0
         for record in records:
             if record.number == 0 and not record.messages:
@@ -241,7 +315,7 @@ def _no_turns() -> Lines:
 
 
 def _show_paged(state: State, session: SessionContext, records: Iterator[TurnRecord], full: bool,
-                interrupted: Container[int], endpoint: Endpoint) -> None:
+                interrupted: Container[int], endpoint: Endpoint, summary: Any = None) -> None:
     """Stream the rendering into a pager process as it is produced."""
     pager_cmd = os.environ.get("PAGER") or "less"
     env = dict(os.environ)
@@ -251,13 +325,13 @@ def _show_paged(state: State, session: SessionContext, records: Iterator[TurnRec
                                 encoding="utf-8", errors="replace")
     except (OSError, ValueError):
         _render(state.out(), session, records, full, markdown=True, out=state.env.stdout, interrupted=interrupted,
-                endpoint=endpoint)
+                endpoint=endpoint, summary=summary)
         return
     assert proc.stdin is not None
     console = state.env.console(file=proc.stdin, terminal=True)
     try:
         _render(console, session, records, full, markdown=True, out=proc.stdin, interrupted=interrupted,
-                endpoint=endpoint)
+                endpoint=endpoint, summary=summary)
     except (BrokenPipeError, OSError):
         pass  # the user quit the pager early
     finally:
@@ -268,8 +342,8 @@ def _show_paged(state: State, session: SessionContext, records: Iterator[TurnRec
         proc.wait()
 
 
-def _session_head(session: SessionContext, endpoint: Endpoint) -> dict[str, Any]:
-    return {
+def _session_head(session: SessionContext, endpoint: Endpoint, summary: Any = None) -> dict[str, Any]:
+    head = {
         "session_id": session.session_id,
         "agent": getattr(session.active_agent, "name", None),
         "status": status_name(session.status),
@@ -279,13 +353,16 @@ def _session_head(session: SessionContext, endpoint: Endpoint) -> dict[str, Any]
         "model": endpoint[0],
         "base_url": endpoint[1],
     }
+    if summary is not None:
+        head.update(title=summary.title, forked_from=summary.forked_from, archived_at=summary.archived_at)
+    return head
 
 
 def _show_jsonl(stream: Any, session: SessionContext, records: Iterator[TurnRecord], interrupted: Container[int],
-                endpoint: Endpoint) -> None:
+                endpoint: Endpoint, summary: Any = None) -> None:
     from ..render import turn_dict, turn_interrupted
 
-    stream.write(dumps({"session": _session_head(session, endpoint)}) + "\n")
+    stream.write(dumps({"session": _session_head(session, endpoint, summary)}) + "\n")
     for record in records:
         if record.number == 0 and not record.messages:
             continue
@@ -293,10 +370,10 @@ def _show_jsonl(stream: Any, session: SessionContext, records: Iterator[TurnReco
 
 
 def _show_json(stream: Any, session: SessionContext, records: Iterator[TurnRecord], interrupted: Container[int],
-               endpoint: Endpoint) -> None:
+               endpoint: Endpoint, summary: Any = None) -> None:
     from ..render import turn_dict, turn_interrupted
 
-    head = _session_head(session, endpoint)
+    head = _session_head(session, endpoint, summary)
     stream.write('{"session":' + dumps(head) + ',"turns":[')
     first = True
     for record in records:

@@ -19,10 +19,16 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["agents_lines", "sessions_lines"]
 
 
-_LS_HEADERS = ("SESSION", "AGENT", "STATUS", "TURNS", "UPDATED", "PREVIEW")
+_LS_HEADERS = ("SESSION", "AGENT", "STATUS", "TURNS", "UPDATED", "TITLE")
 _LS_STATUS_STYLES = {"running": "yellow", "rescheduled": "magenta", "terminated": "dim"}
 _LS_MIN_PREVIEW = 12  # a preview narrower than this is dropped instead
 _LS_MIN_AGENT = 6  # an agent name narrower than this (with its ellipsis) is dropped instead
+
+
+def _title(s: SessionSummary) -> str:
+    """The session's title (set, or the first line of its first message); the preview for
+    a summary made without one."""
+    return getattr(s, "title", "") or s.preview
 
 
 def _clip(text: str, width: int) -> str:
@@ -30,7 +36,8 @@ def _clip(text: str, width: int) -> str:
 
 
 def sessions_lines(summaries: Sequence[SessionSummary], *, width: int | None = None, now: float | None = None,
-                   compact: bool = False, current: str | None = None) -> list[Lines]:
+                   compact: bool = False, current: str | None = None,
+                   depths: dict[str, int] | None = None) -> list[Lines]:
     """The ``sessions ls`` table as styled lines, columns two spaces apart.
 
     ``width`` is the terminal's width in cells; ``None`` (output is not a terminal) means
@@ -48,6 +55,8 @@ def sessions_lines(summaries: Sequence[SessionSummary], *, width: int | None = N
         now: The time ages are measured from (epoch seconds; default: now).
         compact: The REPL's list instead of the ``sessions ls`` table.
         current: With ``compact``: the REPL's session, marked.
+        depths: ``sessions ls --tree``: session id -> depth; a fork's id is indented under
+            its parent with ``└─ `` (two cells a level).
 
     Returns:
         One :class:`Lines` a row, never padded at the end.
@@ -59,11 +68,12 @@ def sessions_lines(summaries: Sequence[SessionSummary], *, width: int | None = N
     for s in summaries:
         status = status_name(s.status)
         statuses.append(status)
+        depth = (depths or {}).get(s.session_id, 0)
         rows.append([
-            safe_text(s.session_id), safe_text(s.active_agent_name or "-"), status, str(s.turn_count),
+            ("  " * (depth - 1) + "\u2514\u2500 " if depth else "") + safe_text(s.session_id), safe_text(s.active_agent_name or "-"), status, str(s.turn_count),
             format_age(s.updated_at, now),
             # a session whose only turns failed previews the failed message, marked as such
-            ("(failed) " if s.turn_count == 0 and s.preview else "") + safe_text(s.preview, one_line=True).strip(),
+            ("(failed) " if s.turn_count == 0 and s.preview else "") + safe_text(_title(s), one_line=True).strip(),
         ])
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(_LS_HEADERS)]
     columns = list(range(len(_LS_HEADERS)))
@@ -186,7 +196,7 @@ def _marked_lines(summaries: Sequence[SessionSummary], width: int, *, current: s
                 "status": status,
                 "turns": f"{s.turn_count} turn" + ("" if s.turn_count == 1 else "s"),
                 "age": format_age(s.updated_at, now),
-                "preview": safe_text(s.preview, one_line=True).strip(),
+                "preview": safe_text(_title(s), one_line=True).strip(),
                 "current": s.session_id == current,
             }
         )

@@ -85,6 +85,11 @@ def summary_dict(s: SessionSummary) -> dict[str, Any]:
         "updated_at": s.updated_at,
         "preview": s.preview,
         "metadata": s.metadata,
+        "title": s.title,
+        "title_set": s.title_set,
+        "archived_at": s.archived_at,
+        "forked_from": s.forked_from,
+        "cursor": s.cursor,
     }
 
 

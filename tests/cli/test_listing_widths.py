@@ -36,13 +36,13 @@ def long_session(chatflow, provider):
 def test_ls_piped_never_wraps_or_truncates(chatflow, long_session):
     out = chatflow("sessions", "ls").stdout
     header, row = out.splitlines()
-    assert header.split() == ["SESSION", "AGENT", "STATUS", "TURNS", "UPDATED", "PREVIEW"]
+    assert header.split() == ["SESSION", "AGENT", "STATUS", "TURNS", "UPDATED", "TITLE"]
     assert row.startswith(LONG_ID + " ")
     cells = re.split(r"\s{2,}", row)
     assert cells[:4] == [LONG_ID, "Assistant", "idle", "2"]
     assert cells[4].endswith("ago")
     [listed] = chatflow("sessions", "ls", "--json").json()
-    assert cells[5] == listed["preview"].strip() and len(cells[5]) > 60
+    assert cells[5] == listed["title"] and len(cells[5]) > 60
     assert "\u2026" not in out
 
 
@@ -51,7 +51,7 @@ def test_ls_on_a_narrow_terminal_shrinks_the_preview_then_the_agent_never_the_id
     lines = [line for line in out.splitlines() if line.strip()]
     assert all(len(line) <= 80 for line in lines), lines
     header, row = lines
-    assert header.split() == ["SESSION", "AGENT", "STATUS", "TURNS", "UPDATED", "PREVIEW"]
+    assert header.split() == ["SESSION", "AGENT", "STATUS", "TURNS", "UPDATED", "TITLE"]
     cells = re.split(r"\s{2,}", row)
     assert cells[:4] == [LONG_ID, "Assistant", "idle", "2"] and cells[4].endswith("ago")
     assert cells[5].endswith("\u2026") and LONG_PREVIEW.startswith(cells[5][:-1])

@@ -43,7 +43,7 @@ def test_ls_filters_and_limit(chatflow, provider, config_file):
     table = chatflow("sessions", "ls")
     assert table.returncode == 0
     header = table.stdout.splitlines()[0].split()
-    assert header == ["SESSION", "AGENT", "STATUS", "TURNS", "UPDATED", "PREVIEW"]
+    assert header == ["SESSION", "AGENT", "STATUS", "TURNS", "UPDATED", "TITLE"]
     assert "hello 2" in table.stdout and "\x1b" not in table.stdout
 
 
