@@ -1,7 +1,8 @@
 """The REPL's slash commands, apart from the prompt loop.
 
 ``/help``, ``/new``, ``/sessions``, ``/switch ID``, ``/show [--full]``, ``/rollback [N]``,
-``/retry``, ``/agent [NAME]``, ``/model [NAME]``, ``/metadata [KEY=VALUE]``, ``/edit``,
+``/retry``, ``/agent [NAME]``, ``/model [NAME]``, ``/metadata [KEY=VALUE]``, ``/search QUERY``,
+``/fork [N]``, ``/title [TITLE]``, ``/edit``,
 ``/clear``, ``/exit`` (see :mod:`chatflow_cli.repl`). An unknown command gets a suggestion
 when one is close (difflib ratio :data:`_SUGGEST_CUTOFF`) and never reaches the model.
 :func:`slash_completions` gives Tab its choices.
@@ -41,6 +42,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "/agent": ("[NAME]", "list the agents, or make NAME the active agent"),
     "/model": ("[NAME]", "show or change the model"),
     "/metadata": ("[KEY=VALUE]", "show or set the session's metadata"),
+    "/search": ("QUERY", "search every session: words, \"a phrase\", OR, NOT, prefix*"),
+    "/fork": ("[N]", "copy turns 1..N (default: all) into a new session and continue there"),
+    "/title": ("[TITLE]", "show or set this session's title"),
     "/edit": ("", "write the message in $EDITOR (also Ctrl-X Ctrl-E)"),
     "/clear": ("", "clear the screen"),
     "/exit": ("", "leave the REPL (also Ctrl-D)"),
@@ -328,6 +332,68 @@ class SlashCommands:
         self.store.save(session)
         self._refresh_info()
         self.say(f"metadata: {safe_text(key.strip())} = {safe_text(value)}")
+
+    async def cmd_search(self, arg: str) -> None:
+        """The ten best turns of every session for ``arg``, two lines a hit (``/switch ID``
+        goes there)."""
+        from ..core.errors import UsageError
+        from ..render.search import search_hit_lines
+
+        if not arg.strip():
+            self.error('/search QUERY: words, "a phrase", word OR word, NOT word, prefix*')
+            return
+        try:
+            hits = self.store.search(arg, limit=10)
+        except UsageError as exc:
+            self.error(str(exc))
+            return
+        if not hits:
+            self.say(f"no turns match {safe_text(arg)}")
+            return
+        for line in search_hit_lines(hits, width=self.console.width):
+            self.console.print(line, soft_wrap=True)
+        self.say("/switch ID goes to a session; there, /fork N branches from turn N")
+
+    async def cmd_fork(self, arg: str) -> None:
+        """Copy turns 1..N of this session into a new session and continue in the new one;
+        this session is not changed."""
+        if not await self._wait_closing():
+            return
+        if self.store.get(self.session_id) is None:
+            self.say("nothing to fork: this session has no turns")
+            return
+        try:
+            at = int(arg) if arg.strip() else None
+        except ValueError:
+            self.error(f"/fork {safe_text(arg)}: N is a turn number")
+            return
+        try:
+            summary = self.store.fork(self.session_id, at)
+        except ValueError as exc:
+            self.error(f"/fork: {exc}; nothing was changed")
+            return
+        source = self.session_id
+        self._enter_endpoint(summary.session_id)
+        self.session_id = summary.session_id
+        self.failed_message = None
+        self.last_usage_tokens = None
+        self._refresh_info()
+        turn = summary.forked_from["turn"] if summary.forked_from else summary.turn_count
+        self.say(f"forked {source} at turn {turn}: now in {summary.session_id} ({source} is unchanged)")
+
+    async def cmd_title(self, arg: str) -> None:
+        """Show the title, or set it (``/title TITLE``)."""
+        if self.store.get(self.session_id) is None:
+            self.say("this session has no turns yet: send a message first")
+            return
+        if arg.strip():
+            try:
+                self.store.set_title(self.session_id, arg)
+            except ValueError as exc:
+                self.error(f"/title: {exc}")
+                return
+        title = self.store.session_summary(self.session_id).title
+        self.say(f"title: {safe_text(title, one_line=True)}" if title else "no title yet")
 
     async def cmd_edit(self, arg: str) -> None:
         text = await self.edit(arg)
