@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, Container, Iterator
 
 from ..context import notice, terminal_width, write_lines
 from ..core.events import SessionStatus
-from ..lookup import InterruptedTurns, read_session, store_or_missing
+from ..lookup import InterruptedTurns, read_summary, store_or_missing
 from ..render import Lines, dumps, plural, safe_text
 from ..render.shapes import status_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
-    from ..core.memory import BaseSessionStore, SessionContext, TurnRecord
+    from ..core.memory import BaseSessionStore, SessionSummary, TurnRecord
 
 #: A session's stored ``(model, base_url)``.
 Endpoint = tuple["str | None", "str | None"]
@@ -165,7 +165,7 @@ def show_session(
         UsageError: ``turn`` names no stored turn.
     """
     store = store_or_missing(state, session_id)
-    session = read_session(store, session_id)
+    session = read_summary(store, session_id)
     if turn is not None:
         from ..core.errors import UsageError
 
@@ -185,37 +185,36 @@ def show_session(
     env = state.env
     interrupted = InterruptedTurns(store, session_id)
     endpoint = store.session_endpoint(session_id)
-    summary = store.session_summary(session_id)
     if output == "json":
-        _show_json(env.stdout, session, records, interrupted, endpoint, summary)
+        _show_json(env.stdout, session, records, interrupted, endpoint)
         return
     if output == "jsonl":
-        _show_jsonl(env.stdout, session, records, interrupted, endpoint, summary)
+        _show_jsonl(env.stdout, session, records, interrupted, endpoint)
         return
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:
-        _show_paged(state, session, records, full, interrupted, endpoint, summary)
+        _show_paged(state, session, records, full, interrupted, endpoint)
     else:
         console = state.out() if env.stdout_isatty else None
         _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout, interrupted=interrupted,
-                endpoint=endpoint, summary=summary)
+                endpoint=endpoint)
 
 
-def _header(session: SessionContext, endpoint: Endpoint = (None, None), summary: Any = None) -> Lines:
+def _header(session: SessionSummary, endpoint: Endpoint = (None, None)) -> Lines:
     status = status_name(session.status)
-    agent = getattr(session.active_agent, "name", "?")
+    agent = session.active_agent_name
     text = Lines(f"Session {safe_text(session.session_id)}", "bold")
     text.append(f"  agent {safe_text(agent)} · {status} · {plural(session.turn_count, 'turn')} · window {session.max_turns}",
                 "dim")
     model = endpoint[0]
     if model:
         text.append(f" · model {safe_text(model)}", "dim")
-    if summary is not None and summary.title:
-        text.append("\n" + safe_text(summary.title, one_line=True), "bold")
-    if summary is not None and summary.forked_from:
-        origin = summary.forked_from
+    if session.title:
+        text.append("\n" + safe_text(session.title, one_line=True), "bold")
+    if session.forked_from:
+        origin = session.forked_from
         text.append(f"\nforked from {safe_text(origin['session_id'])} at turn {origin['turn']}", "dim")
-    if summary is not None and summary.archived_at is not None:
+    if session.archived_at is not None:
         text.append("\narchived (chatflow sessions unarchive to continue it)", "magenta")
     if session.metadata:
         text.append("\n" + safe_text(", ".join(f"{k}={v}" for k, v in session.metadata.items())), "dim")
@@ -260,8 +259,8 @@ class _Batch:
 BATCH_CHARS = 64 * 1024
 
 
-def _render(console: Any, session: SessionContext, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
-            out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None), summary: Any = None) -> None:
+def _render(console: Any, session: SessionSummary, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
+            out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None)) -> None:
     """Print the session turn by turn as each is rendered.
 
     ``console=None`` (a pipe): the plain text of each turn is written directly; Rich is
@@ -291,7 +290,7 @@ def _render(console: Any, session: SessionContext, records: Iterator[TurnRecord]
             console.print(item)
 
     try:
-        emit(_header(session, endpoint, summary))
+        emit(_header(session, endpoint))
         shown = 0
         for record in records:
             if record.number == 0 and not record.messages:
@@ -314,8 +313,8 @@ def _no_turns() -> Lines:
     return Lines("(no turns yet)", "dim")
 
 
-def _show_paged(state: State, session: SessionContext, records: Iterator[TurnRecord], full: bool,
-                interrupted: Container[int], endpoint: Endpoint, summary: Any = None) -> None:
+def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRecord], full: bool,
+                interrupted: Container[int], endpoint: Endpoint) -> None:
     """Stream the rendering into a pager process as it is produced."""
     pager_cmd = os.environ.get("PAGER") or "less"
     env = dict(os.environ)
@@ -325,13 +324,13 @@ def _show_paged(state: State, session: SessionContext, records: Iterator[TurnRec
                                 encoding="utf-8", errors="replace")
     except (OSError, ValueError):
         _render(state.out(), session, records, full, markdown=True, out=state.env.stdout, interrupted=interrupted,
-                endpoint=endpoint, summary=summary)
+                endpoint=endpoint)
         return
     assert proc.stdin is not None
     console = state.env.console(file=proc.stdin, terminal=True)
     try:
         _render(console, session, records, full, markdown=True, out=proc.stdin, interrupted=interrupted,
-                endpoint=endpoint, summary=summary)
+                endpoint=endpoint)
     except (BrokenPipeError, OSError):
         pass  # the user quit the pager early
     finally:
@@ -342,10 +341,10 @@ def _show_paged(state: State, session: SessionContext, records: Iterator[TurnRec
         proc.wait()
 
 
-def _session_head(session: SessionContext, endpoint: Endpoint, summary: Any = None) -> dict[str, Any]:
+def _session_head(session: SessionSummary, endpoint: Endpoint) -> dict[str, Any]:
     head = {
         "session_id": session.session_id,
-        "agent": getattr(session.active_agent, "name", None),
+        "agent": session.active_agent_name,
         "status": status_name(session.status),
         "turns": session.turn_count,
         "max_turns": session.max_turns,
@@ -353,27 +352,26 @@ def _session_head(session: SessionContext, endpoint: Endpoint, summary: Any = No
         "model": endpoint[0],
         "base_url": endpoint[1],
     }
-    if summary is not None:
-        head.update(title=summary.title, forked_from=summary.forked_from, archived_at=summary.archived_at)
+    head.update(title=session.title, forked_from=session.forked_from, archived_at=session.archived_at)
     return head
 
 
-def _show_jsonl(stream: Any, session: SessionContext, records: Iterator[TurnRecord], interrupted: Container[int],
-                endpoint: Endpoint, summary: Any = None) -> None:
+def _show_jsonl(stream: Any, session: SessionSummary, records: Iterator[TurnRecord], interrupted: Container[int],
+                endpoint: Endpoint) -> None:
     from ..render import turn_dict, turn_interrupted
 
-    stream.write(dumps({"session": _session_head(session, endpoint, summary)}) + "\n")
+    stream.write(dumps({"session": _session_head(session, endpoint)}) + "\n")
     for record in records:
         if record.number == 0 and not record.messages:
             continue
         stream.write(dumps({"turn": turn_dict(record, interrupted=turn_interrupted(record, interrupted))}) + "\n")
 
 
-def _show_json(stream: Any, session: SessionContext, records: Iterator[TurnRecord], interrupted: Container[int],
-               endpoint: Endpoint, summary: Any = None) -> None:
+def _show_json(stream: Any, session: SessionSummary, records: Iterator[TurnRecord], interrupted: Container[int],
+               endpoint: Endpoint) -> None:
     from ..render import turn_dict, turn_interrupted
 
-    head = _session_head(session, endpoint, summary)
+    head = _session_head(session, endpoint)
     stream.write('{"session":' + dumps(head) + ',"turns":[')
     first = True
     for record in records:
