@@ -15,6 +15,12 @@ from chatflow_cli.core.memory import BaseSessionStore, Owner
 from chatflow_cli.core.messages import Message, ToolCall
 
 
+@pytest.fixture
+def store(any_store: BaseSessionStore) -> BaseSessionStore:
+    """The store under test, once per kind of tests/core/memory/conftest.py's STORE_KINDS."""
+    return any_store
+
+
 def _chat(store: BaseSessionStore, agent, session_id: str, count: int, system: str | None = None) -> None:
     ctx = store.get_or_create(session_id, agent)
     if system:

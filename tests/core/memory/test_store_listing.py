@@ -13,6 +13,12 @@ from chatflow_cli.core.messages import Message
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
 
+@pytest.fixture
+def store(any_store: BaseSessionStore) -> BaseSessionStore:
+    """The store under test, once per kind of tests/core/memory/conftest.py's STORE_KINDS."""
+    return any_store
+
+
 def _chat(store: BaseSessionStore, agent, session_id: str, text: str, metadata=None) -> None:
     ctx = store.get_or_create(session_id, agent, metadata=metadata)
     ctx.add_message(Message.user(text))

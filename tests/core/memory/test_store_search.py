@@ -22,6 +22,12 @@ from chatflow_cli.core.messages import Message, ToolCall
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
 
+@pytest.fixture
+def store(any_store: BaseSessionStore) -> BaseSessionStore:
+    """The store under test, once per kind of tests/core/memory/conftest.py's STORE_KINDS."""
+    return any_store
+
+
 def _chat(store: BaseSessionStore, agent: Agent, session_id: str, *pairs: tuple[str, str]) -> None:
     ctx = store.get_or_create(session_id, agent)
     for user, model in pairs:
