@@ -173,3 +173,6 @@ def db_path() -> Path:
 
 # The fake OpenAI-compatible server (tests/fakeserver.py) as the ``fake_server`` fixture.
 from tests.fakeserver import fake_server  # noqa: E402,F401
+
+# A real PostgreSQL server (tests/pgserver.py) as the ``pg_server`` / ``pg_dsn`` fixtures.
+from tests.pgserver import pg_dsn, pg_server  # noqa: E402,F401

@@ -452,7 +452,11 @@ def _window_loads(store: BaseSessionStore, monkeypatch: pytest.MonkeyPatch) -> l
     from chatflow_cli.core.memory import _MemoryTx
     from chatflow_cli.core.sqlite_store import _SQLiteTx
 
-    tx_class = _SQLiteTx if isinstance(store, SQLiteSessionStore) else _MemoryTx
+    tx_class: type = _SQLiteTx if isinstance(store, SQLiteSessionStore) else _MemoryTx
+    if type(store).__name__ == "PostgresSessionStore":
+        from chatflow_cli.core.postgres_store import _PgTx
+
+        tx_class = _PgTx
     calls: list[int] = []
     original = tx_class.window
 
