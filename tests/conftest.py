@@ -11,11 +11,11 @@ Fixtures for driving the real ``chatflow`` process, usable from every test folde
   :class:`Result` (exit code, stdout/stderr as text and bytes). ``input=`` feeds stdin
   (``None``: ``/dev/null``), ``env=`` adds variables, ``timeout=`` bounds the run,
   ``cwd=`` sets the directory. The child inherits the isolated environment.
-* ``provider`` -- the ``fake_server`` fixture (tests/fakeserver.py) wired in through
+* ``provider`` -- the ``fake_server`` fixture (tests/helpers/fakeserver.py) wired in through
   ``OPENAI_BASE_URL`` and ``CHATFLOW_MODEL=fake-model``.
 * ``config_file`` -- ``config_file(text)`` writes ``config.toml`` where ``CHATFLOW_CONFIG``
   points and returns its path.
-* ``fake_server`` -- re-exported from tests/fakeserver.py.
+* ``fake_server`` -- re-exported from tests/helpers/fakeserver.py.
 """
 
 from __future__ import annotations
@@ -171,8 +171,26 @@ def db_path() -> Path:
     return Path(os.environ["CHATFLOW_HOME"]) / "chatflow.db"
 
 
-# The fake OpenAI-compatible server (tests/fakeserver.py) as the ``fake_server`` fixture.
-from tests.fakeserver import fake_server  # noqa: E402,F401
+@pytest.fixture
+def pty_chatflow(provider: Any) -> Any:
+    """``pty_chatflow(*args, width=100, height=40, env=None)``: the real ``chatflow ARGS`` in a
+    pseudo-terminal (:class:`tests.helpers.pty_driver.PtyRepl`) against the fake server."""
+    from tests.helpers.pty_driver import PtyRepl
 
-# A real PostgreSQL server (tests/pgserver.py) as the ``pg_server`` / ``pg_dsn`` fixtures.
-from tests.pgserver import pg_dsn, pg_server  # noqa: E402,F401
+    made: list[PtyRepl] = []
+
+    def spawn(*args: str, width: int = 100, height: int = 40, env: dict[str, str] | None = None) -> PtyRepl:
+        repl = PtyRepl(list(args), width=width, height=height, env=env)
+        made.append(repl)
+        return repl
+
+    yield spawn
+    for repl in made:
+        repl.close()
+
+
+# The fake OpenAI-compatible server (tests/helpers/fakeserver.py) as the ``fake_server`` fixture.
+from tests.helpers.fakeserver import fake_server  # noqa: E402,F401
+
+# A real PostgreSQL server (tests/helpers/pgserver.py) as the ``pg_server`` / ``pg_dsn`` fixtures.
+from tests.helpers.pgserver import pg_dsn, pg_server  # noqa: E402,F401

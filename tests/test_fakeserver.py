@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakeserver import FakeServer, validate_messages
+from tests.helpers.fakeserver import FakeServer, validate_messages
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -198,7 +198,7 @@ def test_invalid_message_lists_get_openai_style_400(fake_server: FakeServer, cas
 def test_command_line_server_serves_a_script(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"type": "text", "text": "from a script"}, {"type": "error", "status": 401}]))
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fakeserver", "--port", "0", "--script", str(script)],
+    proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.fakeserver", "--port", "0", "--script", str(script)],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -12,6 +12,7 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │   ├── IdempotencyConflictError   same idempotency key, different payload
     │   ├── ToolResultError            unknown tool-use id, or a second answer for one
     │   ├── PendingToolCallsError      a new user message while tool calls await results
+    │   ├── ImportFormatError          a file to import that is not what its format says (names the line or row)
     │   └── ConfigError (9)            a bad config file or setting
     ├── NotFoundError (3)
     │   └── SessionNotFoundError
@@ -52,6 +53,7 @@ __all__ = [
     "ConfigError",
     "ExitStatus",
     "IdempotencyConflictError",
+    "ImportFormatError",
     "InvalidHistoryError",
     "InvalidToolCallError",
     "LocalModelError",
@@ -126,6 +128,18 @@ class InvalidHistoryError(UsageError):
 
 class IdempotencyConflictError(UsageError):
     pass
+
+
+class ImportFormatError(UsageError):
+    """A file given to ``sessions import`` is malformed: ``source`` names the file (or ``-``),
+    ``location`` the line (``line 7``) or row (``responses row 01h…``) that is wrong, when known.
+    Nothing of the session it belongs to is imported."""
+
+    def __init__(self, message: str, *, source: str | None = None, location: str | None = None,
+                 session_id: str | None = None) -> None:
+        super().__init__(message, session_id=session_id)
+        self.source = source
+        self.location = location
 
 
 class ToolResultError(UsageError):

@@ -11,7 +11,7 @@ What it measures, each as the median of ``--runs`` whole-process runs (stdout a 
   which opens the same SQLite file, selects 50 rows and prints a ``rich.table.Table``
   (target: at most 1.25x);
 * ``chatflow chat "Say hi"`` (a new session each run) against ``--base-url`` of an already
-  running fake OpenAI-compatible server (tests/fakeserver.py in another process), beside a
+  running fake OpenAI-compatible server (tests/helpers/fakeserver.py in another process), beside a
   10-line script making the same streaming request with the ``openai`` client (target: at
   most 0.8x; tests/benchmarks/report.py runs the two in pairs with the exact same body);
 * ``chatflow sessions show`` of a 500-turn session whose turns each hold a tool call and
@@ -195,7 +195,7 @@ def main() -> None:
         for label, (a, ac), (b, bc) in rows:
             print(f"{label:<30}{a:>8.3f}s |{ac:>6.3f}s{b:>9.3f}s |{bc:>6.3f}s{a / b:>6.2f}x |{ac / bc:>5.2f}x  <= 1.25x")
 
-        server = subprocess.Popen([sys.executable, "-m", "tests.fakeserver", "--port", "0"], cwd=REPO,
+        server = subprocess.Popen([sys.executable, "-m", "tests.helpers.fakeserver", "--port", "0"], cwd=REPO,
                                   stdout=subprocess.PIPE, text=True, env=env)
         try:
             url = server.stdout.readline().strip()  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""Benchmark: the fake provider's own latency per request (tests/fakeserver.py).
+"""Benchmark: the fake provider's own latency per request (tests/helpers/fakeserver.py).
 
 What a test or a benchmark pays for each model request that the fake server answers,
 measured with a minimal client (``http.client``, one new connection per request, since
@@ -14,7 +14,7 @@ through ``openai``'s typed ``chat.completions.create``, whose request transform 
 the history (why ModelClient posts through ``client.post``).
 
 The server runs in this process (a thread, as in the tests) and, separately, in its own
-process (``python -m tests.fakeserver``, as the runner benchmark uses it). Prints medians
+process (``python -m tests.helpers.fakeserver``, as the runner benchmark uses it). Prints medians
 and 90th percentiles in milliseconds. Run::
 
     /tmp/venv/bin/python tests/benchmarks/bench_fakeserver.py [--requests 300]
@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from chatflow_cli.core.model import ModelClient  # noqa: E402
-from tests.fakeserver import FakeServer  # noqa: E402
+from tests.helpers.fakeserver import FakeServer  # noqa: E402
 
 USER = [{"role": "user", "content": "hi"}]
 PLAIN = json.dumps({"model": "fake-model", "messages": USER}).encode()
@@ -55,7 +55,7 @@ def in_process() -> Iterator[str]:
 
 @contextmanager
 def other_process() -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fakeserver", "--port", "0"], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.fakeserver", "--port", "0"], cwd=REPO,
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

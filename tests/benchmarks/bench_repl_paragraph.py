@@ -6,7 +6,7 @@ own process). Both sides are the real ``chatflow`` process:
 
 * *piped*: ``chatflow chat -s ID go`` with stdout a pipe (the text is written as it arrives),
   whole process;
-* *REPL*: ``chatflow chat -s ID`` in a 100x40 pseudo-terminal (tests/repl/pty_driver.py), from
+* *REPL*: ``chatflow chat -s ID`` in a 100x40 pseudo-terminal (tests/helpers/pty_driver.py), from
   the Enter that sends ``go`` to the next prompt, the whole paragraph rendered as Markdown.
 
 Each side is also timed with a one-word answer, and the comparison is of the extra time
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.conftest import COMMAND  # noqa: E402
-from tests.repl.pty_driver import PtyRepl  # noqa: E402
+from tests.helpers.pty_driver import PtyRepl  # noqa: E402
 
 TARGET = 1.5
 
@@ -55,7 +55,7 @@ def server(script: list[dict]) -> tuple[subprocess.Popen, str]:
     path = Path(tempfile.mkdtemp()) / "script.json"
     path.write_text(json.dumps(script))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakeserver", "--port", "0", "--script", str(path)],
+        [sys.executable, "-m", "tests.helpers.fakeserver", "--port", "0", "--script", str(path)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.stdout is not None

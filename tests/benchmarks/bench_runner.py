@@ -50,7 +50,7 @@ def script(turns: int, tag: str) -> list[dict]:
 def server_process(replies: list[dict]) -> Iterator[str]:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(replies, fh)
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fakeserver", "--port", "0", "--script", fh.name],
+    proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.fakeserver", "--port", "0", "--script", fh.name],
                             cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

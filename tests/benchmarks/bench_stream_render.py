@@ -1,6 +1,6 @@
 """Benchmark (issue 6): stream a 1,500-line Markdown answer into an 80x24 terminal.
 
-The fake OpenAI-compatible server (tests/fakeserver.py, in its own process so that it
+The fake OpenAI-compatible server (tests/helpers/fakeserver.py, in its own process so that it
 does not share our GIL) streams a 1,500-line answer with five code blocks as token-sized
 chunks (1 to 7 characters) with 0.8 ms before each: about 1,000 tokens a second. The
 real client (:class:`chatflow_cli.core.model.ModelClient`) reads it twice:
@@ -13,7 +13,7 @@ real client (:class:`chatflow_cli.core.model.ModelClient`) reads it twice:
 Targets: render time <= 1.25 x server time; time per refresh flat as the answer grows
 (the mean and max per decile of the answer are printed: the last decile's mean must stay
 within 2x the first's, or 1 ms); every line of the answer exactly once on the screen and
-in the scrollback (replayed through tests/repl/vt.py). Exits 1 when a target is missed.
+in the scrollback (replayed through tests/helpers/vt.py). Exits 1 when a target is missed.
 
 Run: ``python tests/benchmarks/bench_stream_render.py`` from the repository root
 (``--lines``, ``--delay`` to vary; ``--in-process`` to fall back to a paced generator).
@@ -39,15 +39,15 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console
 
 from chatflow_cli.markdown_stream import MarkdownStream
-from tests.repl.answer import long_answer, markers, tokens
-from tests.repl.vt import Terminal
+from tests.helpers.answer import long_answer, markers, tokens
+from tests.helpers.vt import Terminal
 
 
 def server_process(script: list[dict]) -> tuple[subprocess.Popen, str]:
     path = Path(tempfile.mkdtemp()) / "script.json"
     path.write_text(json.dumps(script))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakeserver", "--port", "0", "--script", str(path)],
+        [sys.executable, "-m", "tests.helpers.fakeserver", "--port", "0", "--script", str(path)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.fakeserver import FakeServer  # noqa: E402
+from tests.helpers.fakeserver import FakeServer  # noqa: E402
 from tests.webhook.harness import WebhookServer, check_store, deliver, make_plan, model_calls  # noqa: E402
 
 
@@ -88,7 +88,7 @@ def bench_webhook(style: str, workers: int, customers: int, workdir: Path) -> di
 @contextmanager
 def model_process() -> Iterator[str]:
     """The fake server in its own process (its threads are not the run's): its base URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fakeserver", "--port", "0"], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.fakeserver", "--port", "0"], cwd=REPO,
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -227,8 +227,8 @@ def grab(pattern: str, text: str, what: str) -> float:
 
 @contextmanager
 def fake_server_process(script: list[dict[str, Any]] | None = None) -> Iterator[str]:
-    """``python -m tests.fakeserver`` in its own process; yields its base URL."""
-    args = [PY, "-m", "tests.fakeserver", "--port", "0"]
+    """``python -m tests.helpers.fakeserver`` in its own process; yields its base URL."""
+    args = [PY, "-m", "tests.helpers.fakeserver", "--port", "0"]
     path = None
     if script:
         fd, path = tempfile.mkstemp(suffix=".json")
@@ -285,7 +285,7 @@ def pairs(a: list[str] | Callable[[int], list[str]], b: list[str], env: dict[str
 def turn_row(opts: Options, where: str, url: str, model: str, target: str, max_ratio: float) -> Row:
     """``chatflow chat -m MODEL "Say hi"`` (a new session each run) against the server at
     ``url``, paired with the openai-alone script replaying chatflow's own request body."""
-    from tests.fakeserver import FakeServer
+    from tests.helpers.fakeserver import FakeServer
 
     work = opts.work / f"turn-{len(list(opts.work.glob('turn-*')))}"
     home = work / "home"
@@ -334,7 +334,7 @@ def fill_llm_logs(user_dir: Path, entries: int) -> None:
 import os, sys
 sys.path.insert(0, {str(REPO)!r})
 from pathlib import Path
-from tests.fakeserver import FakeServer
+from tests.helpers.fakeserver import FakeServer
 user = Path(os.environ["LLM_USER_PATH"])
 with FakeServer() as server:
     (user / "extra-openai-models.yaml").write_text(

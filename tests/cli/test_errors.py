@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chatflow_cli.core.errors import ExitStatus
-from tests.fakeserver import FakeServer
+from tests.helpers.fakeserver import FakeServer
 
 SECRET = "sk-test-Zq9Xv2Lk7Pm4Rt8Wn6Yb"
 

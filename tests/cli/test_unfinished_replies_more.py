@@ -21,7 +21,7 @@ import pytest
 from chatflow_cli.core.errors import ExitStatus
 from tests.cli.test_unfinished_replies import _events, _next_turn_is_valid, _one_error_line, _window
 from tests.conftest import COMMAND, REPO
-from tests.fakeserver import FakeServer
+from tests.helpers.fakeserver import FakeServer
 
 
 def _env() -> dict[str, str]:

@@ -244,5 +244,5 @@ def test_cli_fixtures_are_shared_with_every_test_folder():
             cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120,
         ).stdout
         for name in ("chatflow", "provider", "config_file", "fake_server", "isolated_home"):
-            assert any(line.startswith(f"{name} -- tests/conftest.py") or line.startswith(f"{name} -- tests/fakeserver.py")
+            assert any(line.startswith(f"{name} -- tests/conftest.py") or line.startswith(f"{name} -- tests/helpers/fakeserver.py")
                        for line in listing.splitlines()), (folder, name, listing[-3000:])

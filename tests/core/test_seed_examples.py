@@ -4,7 +4,7 @@ The examples are our spec and live here, verbatim (``chatflow_agent`` -> ``chatf
 so they run in any clone. An extra test checks each one still matches the seed text word for
 word; it runs only where the seed file is found (``$CHATFLOW_SEEDS_DIR``, else
 ``../shared/seeds`` beside the repository). The one marked ``[no-exec]`` (the async webhook
-handler) needs a model: tests/runner/test_runner_processes.py runs it against the fake server.
+handler) needs a model: tests/core/runner/test_runner_processes.py runs it against the fake server.
 Each example runs in a fresh temporary directory, as the seed's relative paths
 (``conversations.db``, ``agents.db``, ``app.db``) expect.
 """

@@ -22,7 +22,7 @@ import pytest
 from chatflow_cli.core.errors import ExitStatus
 from chatflow_cli.core.messages import Message
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
-from tests.fakeserver import FakeServer
+from tests.helpers.fakeserver import FakeServer
 from tests.hardening import harness as h
 
 

@@ -38,7 +38,7 @@ from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.model import ModelClient
 from chatflow_cli.core.runner import Runner
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
-from tests.fakeserver import FakeServer
+from tests.helpers.fakeserver import FakeServer
 from tests.hardening import harness as h
 
 pytestmark = pytest.mark.slow

@@ -29,7 +29,7 @@ import pexpect
 import pytest
 
 from chatflow_cli.core.errors import ExitStatus
-from tests.fakeserver import FakeServer
+from tests.helpers.fakeserver import FakeServer
 from tests.hardening import harness as h
 
 ESC = b"\x1b"

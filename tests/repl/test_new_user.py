@@ -1,5 +1,5 @@
 """What a new user tripped on in the REPL, each through the real ``chatflow`` process in a
-pseudo-terminal (tests/repl/pty_driver.py) against the fake server, read back through the
+pseudo-terminal (tests/helpers/pty_driver.py) against the fake server, read back through the
 VT emulator as a person would see it."""
 
 from __future__ import annotations

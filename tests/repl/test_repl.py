@@ -1,7 +1,7 @@
 """The REPL (issue 6), driven through prompt-toolkit's pipe input against the fake server.
 
 Every test runs the real ``run_repl`` on a real SQLite file, with the real Runner and
-model client talking HTTP to tests/fakeserver.py; keys are typed as a terminal sends them
+model client talking HTTP to tests/helpers/fakeserver.py; keys are typed as a terminal sends them
 (``\\r`` for Enter, ``\\x1b\\r`` for Esc-Enter, ``\\x03`` for Ctrl-C, ``\\x04`` for Ctrl-D,
 ``\\x1b[200~...\\x1b[201~`` for a bracketed paste).
 """
@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from chatflow_cli.core.messages import Role, check_history
 from chatflow_cli.repl import ABANDON_AFTER_S
-from tests.repl.conftest import recording_output
+from tests.helpers.repl_driver import recording_output
 from tests.repl import tools_for_repl
 
 

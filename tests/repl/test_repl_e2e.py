@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import llama_cpp_installed
-from tests.repl.vt import Terminal
+from tests.helpers.vt import Terminal
 
 pexpect = pytest.importorskip("pexpect")
 

@@ -2,7 +2,7 @@
 
 REPL tests drive the real ``run_repl`` through prompt-toolkit's pipe input against the fake
 server (see tests/repl/conftest.py); renderer tests replay the output through the VT
-emulator (tests/repl/vt.py), which reflows on resize like VTE or tmux and, like a real
+emulator (tests/helpers/vt.py), which reflows on resize like VTE or tmux and, like a real
 terminal, cannot move the cursor back into the scrollback.
 """
 
@@ -19,9 +19,9 @@ from rich.console import Console
 
 from chatflow_cli.markdown_stream import MarkdownStream
 from tests.repl import tools_for_repl
-from tests.repl.answer import long_answer, markers, tokens
-from tests.repl.conftest import recording_output
-from tests.repl.vt import Terminal
+from tests.helpers.answer import long_answer, markers, tokens
+from tests.helpers.repl_driver import recording_output
+from tests.helpers.vt import Terminal
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 

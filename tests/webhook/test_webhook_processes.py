@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakeserver import FakeServer
+from tests.helpers.fakeserver import FakeServer
 
 from .harness import WebhookServer, check_store, deliver, make_plan, model_calls
 
@@ -126,7 +126,7 @@ def test_turns_waiting_for_a_busy_session_start_in_arrival_order(tmp_path: Path,
     import concurrent.futures
     import threading
 
-    from tests.fakeserver import Reply
+    from tests.helpers.fakeserver import Reply
 
     from .harness import post_json_sync
 

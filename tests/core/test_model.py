@@ -36,7 +36,7 @@ from chatflow_cli.core.model import (
     ToolCallDelta,
     Usage,
 )
-from tests.fakeserver import CLOSE, INVALID_JSON, FakeServer
+from tests.helpers.fakeserver import CLOSE, INVALID_JSON, FakeServer
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -34,7 +34,7 @@ from chatflow_cli.core.events import SessionStatus
 from chatflow_cli.core.messages import Message, Role, check_history
 from chatflow_cli.core.runner import INTERRUPTED_RESULT, Runner, StreamEvent
 from chatflow_cli.core.tools import Tool, tool
-from tests.fakeserver import FakeServer
+from tests.helpers.fakeserver import FakeServer
 
 from .conftest import sqlite_store
 

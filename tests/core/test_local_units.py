@@ -100,7 +100,7 @@ def test_the_crash_message_is_one_line_with_signal_output_and_advice() -> None:
 def test_the_embedded_model_is_started_with_extra_buffer_types_off(tmp_path: Path) -> None:
     """The command every private and warm server runs: llama.cpp's app behind chatflow's
     entry module, told to load the model with ``use_extra_bufts = False`` (the entry
-    module's side is checked on the real model in tests/test_local.py)."""
+    module's side is checked on the real model in tests/core/test_local.py)."""
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     argv = LocalServer(model_path=gguf, app="").command(8080, 7)

@@ -16,7 +16,7 @@ from chatflow_cli.core.messages import Role
 from chatflow_cli.core.model import ModelClient
 from chatflow_cli.core.runner import Runner
 from chatflow_cli.core.tools import tool
-from tests.fakeserver import FakeServer
+from tests.helpers.fakeserver import FakeServer
 
 MODEL = "fake-model"
 

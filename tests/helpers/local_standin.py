@@ -1,5 +1,5 @@
 """A stand-in for llama.cpp's server app, run by ``chatflow_cli.local_server`` in its place
-(``CHATFLOW_LOCAL_SERVER_APP=tests.local_standin:create_app``).
+(``CHATFLOW_LOCAL_SERVER_APP=tests.helpers.local_standin:create_app``).
 
 It goes through the same process, guard (token, ``/chatflow/health``), lifetime rules and
 signals as the real model, and answers in milliseconds, so the tests can start many

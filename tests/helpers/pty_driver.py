@@ -2,7 +2,7 @@
 
 :class:`PtyRepl` spawns ``chatflow ARGS`` (pexpect) with a given terminal size and keeps
 everything the terminal received; :meth:`PtyRepl.screen` replays it through
-:class:`tests.repl.vt.Terminal` (scrollback included), so assertions see what a person
+:class:`tests.helpers.vt.Terminal` (scrollback included), so assertions see what a person
 would see. Waits poll observable state (text on the screen, the exit) with a deadline.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import pexpect
 
 from tests.conftest import COMMAND, REPO
-from tests.repl.vt import Terminal
+from tests.helpers.vt import Terminal
 
 
 class PtyRepl:

@@ -21,11 +21,11 @@ from chatflow_cli.core.events import SessionStatus
 from chatflow_cli.core.memory import MessageState
 from chatflow_cli.core.messages import Role, history_problems
 from chatflow_cli.core.runner import Runner
-from tests.fakeserver import FakeServer, Reply
+from tests.helpers.fakeserver import FakeServer, Reply
 
 from .conftest import sqlite_store
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MODEL = "fake-model"
 
 

@@ -25,10 +25,10 @@ from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.errors import SchemaTooNewError, SessionBusyError, StoreError
 from chatflow_cli.core.memory import Owner
 from chatflow_cli.core.messages import Message
-from tests.fakeserver import FakeServer
-from tests.pgserver import PASSWORD, PgServer
+from tests.helpers.fakeserver import FakeServer
+from tests.helpers.pgserver import PASSWORD, PgServer
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 AGENT = Agent(name="Assistant", instructions="Be brief.", model="fake-model")
 
 
@@ -40,7 +40,7 @@ def _store(dsn: str, **kwargs: Any) -> Any:
 
 def _worker(*args: str, env: dict[str, str] | None = None, stderr: Any = subprocess.PIPE) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.core.pg_worker", *args],
+        [sys.executable, "-m", "tests.core.memory.pg_worker", *args],
         stdout=subprocess.PIPE, stderr=stderr, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
     )
@@ -115,7 +115,7 @@ def test_a_database_from_a_newer_chatflow_is_refused_unchanged(pg_dsn: str) -> N
 
 
 def test_a_server_that_refuses_the_connection_is_a_store_error(pg_server: PgServer) -> None:
-    from tests.pgserver import free_port
+    from tests.helpers.pgserver import free_port
 
     dsn = f"postgresql://chatflow:{PASSWORD}@127.0.0.1:{free_port()}/nothing"
     started = time.monotonic()

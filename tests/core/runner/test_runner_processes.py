@@ -22,11 +22,11 @@ from chatflow_cli.core.messages import check_history
 from chatflow_cli.core.runner import INTERRUPTED_RESULT, Runner
 from chatflow_cli.core.tools import tool
 from tests.core.test_seed_examples import WEBHOOK
-from tests.fakeserver import FakeServer
+from tests.helpers.fakeserver import FakeServer
 
 from .conftest import sqlite_store
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 CHILD = textwrap.dedent(
     """

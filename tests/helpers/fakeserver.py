@@ -44,7 +44,7 @@ arguments that are not JSON (just pass them to ``add_tool_calls``); and raw chun
 for the quirks of real servers (empty ``choices``, no ``delta``, ``content: null``,
 usage-only chunks, ``id``/``name`` repeated in every chunk as llama.cpp does).
 
-From another process: ``python -m tests.fakeserver --port 0 --script script.json`` prints
+From another process: ``python -m tests.helpers.fakeserver --port 0 --script script.json`` prints
 the base URL on its first stdout line and serves until SIGTERM/SIGINT. The script is a JSON
 list of reply specs, e.g. ``[{"type": "text", "text": "Hi", "chunks": ["H", "i"]},
 {"type": "tool_calls", "calls": [["call_1", "f", "{}"]]}, {"type": "error", "status": 500}]``
@@ -771,10 +771,10 @@ if pytest is not None:
 
 
 # --------------------------------------------------------------------------------------
-# command line: python -m tests.fakeserver --port N --script script.json
+# command line: python -m tests.helpers.fakeserver --port N --script script.json
 # --------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.fakeserver", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.helpers.fakeserver", description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one)")
     parser.add_argument("--script", help="JSON file: a list of reply specs, served in order")
     parser.add_argument("--api-key", help="require this bearer key")

@@ -1,7 +1,7 @@
 """The streaming Markdown renderer (issue 6): every line once, a bounded live tail, inert control codes.
 
 The output goes to ``Console(file=io.StringIO(), width=80, height=24, force_terminal=True)``
-and is replayed through a small terminal emulator (tests/repl/vt.py) whose cursor, like a
+and is replayed through a small terminal emulator (tests/helpers/vt.py) whose cursor, like a
 real one, cannot climb back into the scrollback: a renderer that redraws more than the
 screen holds, or crops its tail, shows up as repeated or missing lines.
 """
@@ -18,8 +18,8 @@ from rich.markdown import Markdown
 from rich.text import Text
 
 from chatflow_cli.markdown_stream import MarkdownStream, _BlockScanner, sanitize_terminal_text
-from tests.repl.answer import long_answer, markers, tokens
-from tests.repl.vt import Terminal
+from tests.helpers.answer import long_answer, markers, tokens
+from tests.helpers.vt import Terminal
 
 
 class FakeClock:
@@ -209,7 +209,7 @@ def test_control_sequences_from_the_model_are_inert(payload: str) -> None:
 
 
 def test_the_stream_uses_the_one_sanitizer() -> None:
-    """The renderer's sanitizer is render.safe_text itself (its table: tests/repl/test_sanitizer.py)."""
+    """The renderer's sanitizer is render.safe_text itself (its table: tests/render/test_sanitizer.py)."""
     from chatflow_cli.render import safe_text
 
     assert sanitize_terminal_text is safe_text

@@ -1,0 +1,149 @@
+"""chatflow's own export format: lossless JSON Lines, one stream per session.
+
+A stream is a header line, then every event of the session's log in ``seq`` order::
+
+    {"format": "chatflow", "version": 1, "session": {"session_id": "work", "agent": "Assistant",
+     "metadata": {...}, "settings": {"max_turns": 40, "model": "gpt-4o-mini", "base_url": null},
+     "created_at": "2026-12-01T02:54:57.839Z", "turns": 3, "events": 14}}
+    {"seq": 1, "type": "session.created", "created_at": 1796093697.8, "data": {...}}
+    {"seq": 2, "type": "message.user", "created_at": ..., "data": {"turn": 1, "message": {...}}}
+    ...
+
+``data`` is the event's payload exactly as stored (the shape ``replay --json`` prints), and
+``idempotency_key`` is present when the event was appended under one, so rolled-back and
+failed turns, tool calls and results, handoffs, status changes, usage and custom events all
+survive. Several sessions are several streams, one after the other in one file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from ..errors import ImportFormatError
+from ..events import Event
+from ..messages import Message
+from .records import json_line, ImportedSession, ImportedTurn, iso_time, parse_time
+
+__all__ = ["FORMAT_VERSION", "export_chatflow", "read_chatflow"]
+
+#: The version of this format; a reader refuses a newer one.
+FORMAT_VERSION = 1
+
+
+def export_chatflow(header: Mapping[str, Any], events: Iterable[Event]) -> Iterator[str]:
+    """The lines (each ending in ``\\n``) of one session's stream.
+
+    ``header``: the ``session`` object of the header line (see the module docstring).
+    """
+    yield json_line({"format": "chatflow", "version": FORMAT_VERSION, "session": dict(header)}) + "\n"
+    for event in events:
+        line: dict[str, Any] = {"seq": event.seq, "type": event.type, "created_at": event.created_at,
+                                "data": event.payload}
+        if event.idempotency_key is not None:
+            line["idempotency_key"] = event.idempotency_key
+        yield json_line(line) + "\n"
+
+
+def _fail(source: str, number: int, what: str) -> ImportFormatError:
+    return ImportFormatError(f"{source}: line {number}: {what}", source=source, location=f"line {number}")
+
+
+def read_chatflow(lines: Iterable[str], *, source: str = "-") -> list[ImportedSession]:
+    """Parse one or more chatflow streams.
+
+    Raises:
+        ImportFormatError: a line that is not a JSON object, an event before any header, a
+            header of another format or a newer version, an event with no ``type`` or a
+            ``data`` that is not an object, a ``seq`` that does not follow the one before
+            (naming the line).
+    """
+    sessions: list[ImportedSession] = []
+    current: ImportedSession | None = None
+    last_seq = 0
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise _fail(source, number, f"not JSON ({exc.msg})") from None
+        if not isinstance(data, dict):
+            raise _fail(source, number, "not a JSON object")
+        if "format" in data:
+            if data.get("format") != "chatflow":
+                raise _fail(source, number, f"a header of format {data.get('format')!r}, not chatflow")
+            version = data.get("version")
+            if not isinstance(version, int) or version > FORMAT_VERSION:
+                raise _fail(source, number, f"format version {version!r}: this chatflow reads up to {FORMAT_VERSION}")
+            head = data.get("session")
+            if not isinstance(head, dict) or not isinstance(head.get("session_id"), str) or not head["session_id"]:
+                raise _fail(source, number, "the header has no session.session_id")
+            settings: dict[str, Any] = head["settings"] if isinstance(head.get("settings"), dict) else {}
+            metadata: dict[str, Any] = head["metadata"] if isinstance(head.get("metadata"), dict) else {}
+            max_turns = settings.get("max_turns")
+            current = ImportedSession(
+                source="chatflow",
+                source_id=f"chatflow:{head['session_id']}:{head.get('created_at') or ''}",
+                session_id=head["session_id"],
+                agent=head.get("agent") if isinstance(head.get("agent"), str) else None,
+                metadata=dict(metadata),
+                model=settings.get("model") if isinstance(settings.get("model"), str) else None,
+                base_url=settings.get("base_url") if isinstance(settings.get("base_url"), str) else None,
+                max_turns=max_turns if isinstance(max_turns, int) and not isinstance(max_turns, bool) else None,
+                created_at=parse_time(head.get("created_at"), source=source, location=f"line {number}"),
+                events=[],
+            )
+            sessions.append(current)
+            last_seq = 0
+            continue
+        if current is None or current.events is None:
+            raise _fail(source, number, "an event before any chatflow header line")
+        kind = data.get("type")
+        if not isinstance(kind, str) or not kind:
+            raise _fail(source, number, "an event with no type")
+        payload = data.get("data", {})
+        if not isinstance(payload, dict):
+            raise _fail(source, number, "the event's data is not a JSON object")
+        seq = data.get("seq")
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq != last_seq + 1:
+            raise _fail(source, number, f"seq {seq!r} does not follow {last_seq}")
+        last_seq = seq
+        if kind.startswith(("message.", "tool.result")) and kind != "tool.result_submitted":
+            message = payload.get("message")
+            try:
+                Message.from_dict(message)  # type: ignore[arg-type]
+            except (TypeError, ValueError, KeyError) as exc:
+                raise _fail(source, number, f"the {kind} event's message is not a chatflow message ({exc})") from None
+        if seq == 1 and kind != "session.created":
+            raise _fail(source, number, f"the log starts with {kind}, not session.created")
+        event = {"seq": seq, "type": kind, "data": payload, "created_at": data.get("created_at"),
+                 "line": number}
+        if isinstance(data.get("idempotency_key"), str):
+            event["idempotency_key"] = data["idempotency_key"]
+        current.events.append(event)
+    for session in sessions:
+        session.turns = turns_of_events(session.events or [])
+    return sessions
+
+
+def turns_of_events(events: Sequence[Mapping[str, Any]]) -> list[ImportedTurn]:
+    """The turns a replayed log adds, one per ``message.user`` event (counts and dry runs)."""
+    turns: list[ImportedTurn] = []
+    for event in events:
+        kind = event["type"]
+        if kind == "message.user":
+            turns.append(ImportedTurn(key=str(event["seq"]), messages=[Message.from_dict(event["data"]["message"])]))
+        elif kind in ("message.model", "tool.result") and turns:
+            turns[-1].messages.append(Message.from_dict(event["data"]["message"]))
+        elif kind == "turn.completed" and turns:
+            usage = event["data"].get("usage")
+            if isinstance(usage, dict):
+                turns[-1].usage = dict(usage)
+    return turns
+
+
+def header_time(epoch: float | None) -> str | None:
+    """The header's time format (ISO 8601, UTC, milliseconds)."""
+    return iso_time(epoch)

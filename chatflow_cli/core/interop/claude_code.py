@@ -1,0 +1,263 @@
+"""Read a Claude Code session file (``~/.claude/projects/<project>/<session id>.jsonl``).
+
+Claude Code writes one JSON object a line. Conversation entries (``"type": "user"`` or
+``"assistant"``) carry a ``uuid`` and the ``parentUuid`` of the entry before them; a
+resumed, edited or branched conversation leaves several chains in one file, and subagent
+work is marked ``"isSidechain": true``. The conversation that counts is the chain that
+ends at the last main-line (not side-chain) entry: this reader walks ``parentUuid`` back
+from it to the root, so abandoned branches and side chains are left out. Where the chain
+has a compaction boundary (``parentUuid`` null, ``logicalParentUuid`` set) it follows
+``logicalParentUuid``. A parent that is not in the file ends the walk there with a warning
+(the conversation starts at the oldest entry still present), never an error.
+
+Mapping, in chatflow's terms:
+
+* a user entry's text (a string, or its ``text`` blocks) is a USER message: a new turn;
+  ``tool_result`` blocks are TOOL messages answering the call ``tool_use_id`` names
+  (``is_error`` kept; non-text blocks such as images are kept as ``[image]``);
+* assistant entries that share one ``message.id`` (Claude Code writes each content block on
+  its own line) are one MODEL message: ``text`` blocks its content, ``thinking`` blocks its
+  reasoning, ``tool_use`` blocks its tool calls (``input`` as the JSON arguments);
+  ``message.model`` and ``message.usage`` are the turn's model and token usage;
+* meta entries (``isMeta``: command caveats), ``system``, ``summary`` and
+  ``file-history-snapshot`` lines are not messages and are skipped;
+* a tool call the file never answers gets the result ``"No result in the imported log."``
+  (marked as an error), so the history stays valid; messages before the first user message
+  are skipped with a warning.
+
+The session id is Claude Code's ``sessionId``; ``cwd``, ``gitBranch`` and ``version`` go
+into the session's metadata (``claude_code_cwd``...).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from ..errors import ImportFormatError
+from ..messages import Message, ToolCall
+from .records import ImportedSession, ImportedTurn, parse_time
+
+__all__ = ["NO_RESULT", "looks_like_claude_code", "read_claude_code"]
+
+NO_RESULT = "No result in the imported log."
+_CONVERSATION = ("user", "assistant")
+
+
+def looks_like_claude_code(first: dict[str, Any]) -> bool:
+    """True for a first JSON line of a Claude Code session file."""
+    keys = set(first)
+    return bool(keys & {"parentUuid", "sessionId", "leafUuid"}) or first.get("type") in (
+        "summary",
+        "file-history-snapshot",
+    )
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for block in content:
+            if isinstance(block, dict):
+                if block.get("type") == "text":
+                    parts.append(str(block.get("text") or ""))
+                elif block.get("type"):
+                    parts.append(f"[{block['type']}]")
+            elif isinstance(block, str):
+                parts.append(block)
+        return "\n".join(parts)
+    if content is None:
+        return ""
+    return json.dumps(content, ensure_ascii=False)
+
+
+def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[ImportedSession]:
+    """Parse a Claude Code session file into one :class:`ImportedSession`.
+
+    Raises:
+        ImportFormatError: a line that is not a JSON object, a conversation entry with no
+            ``uuid`` or a ``message`` that is not an object (naming the line), or a file
+            with no main-line conversation entry.
+    """
+    entries: dict[str, tuple[int, dict[str, Any]]] = {}
+    last_main: tuple[int, dict[str, Any]] | None = None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ImportFormatError(f"{source}: line {number}: not JSON ({exc.msg})", source=source,
+                                    location=f"line {number}") from None
+        if not isinstance(entry, dict):
+            raise ImportFormatError(f"{source}: line {number}: not a JSON object", source=source,
+                                    location=f"line {number}")
+        if entry.get("type") not in _CONVERSATION:
+            continue
+        uuid = entry.get("uuid")
+        if not isinstance(uuid, str) or not uuid:
+            raise ImportFormatError(f"{source}: line {number}: a {entry['type']} entry with no uuid",
+                                    source=source, location=f"line {number}")
+        if not isinstance(entry.get("message"), dict):
+            raise ImportFormatError(f"{source}: line {number}: the {entry['type']} entry's message is not an object",
+                                    source=source, location=f"line {number}")
+        entries[uuid] = (number, entry)
+        if not entry.get("isSidechain"):
+            last_main = (number, entry)
+    if last_main is None:
+        raise ImportFormatError(f"{source}: no conversation entry outside side chains: not a Claude Code session file?",
+                                source=source)
+
+    warnings: list[str] = []
+    chain: list[tuple[int, dict[str, Any]]] = []
+    seen: set[str] = set()
+    current: tuple[int, dict[str, Any]] | None = last_main
+    while current is not None:
+        number, entry = current
+        if entry["uuid"] in seen:
+            warnings.append(f"line {number}: the parent chain loops back to {entry['uuid']}; it starts here")
+            break
+        seen.add(entry["uuid"])
+        chain.append(current)
+        parent = entry.get("parentUuid") or entry.get("logicalParentUuid")
+        if not parent:
+            break
+        current = entries.get(parent)
+        if current is None:
+            warnings.append(
+                f"line {number}: parent {parent} is not in the file; the conversation starts at this entry"
+            )
+    chain.reverse()
+
+    session_id = str(last_main[1].get("sessionId") or "") or None
+    metadata: dict[str, Any] = {}
+    for key, name in (("cwd", "claude_code_cwd"), ("gitBranch", "claude_code_git_branch"),
+                      ("version", "claude_code_version")):
+        value = last_main[1].get(key)
+        if isinstance(value, str) and value:
+            metadata[name] = value
+    created = None
+    for number, entry in chain:
+        try:
+            created = parse_time(entry.get("timestamp"), source=source, location=f"line {number}")
+        except ImportFormatError:
+            created = None
+        if created is not None:
+            break
+
+    turns: list[ImportedTurn] = []
+    open_calls: dict[str, ToolCall] = {}
+    current_turn: ImportedTurn | None = None
+    model_msg: dict[str, Any] | None = None  # the MODEL message being assembled (one message.id)
+
+    def flush_model() -> None:
+        nonlocal model_msg
+        if model_msg is None or current_turn is None:
+            model_msg = None
+            return
+        msg = Message.model(
+            "".join(model_msg["text"]) or None,
+            model_msg["calls"],
+            reasoning="".join(model_msg["thinking"]) or None,
+        )
+        if msg.content is not None or msg.tool_calls or msg.reasoning:
+            close_calls()  # a reply never follows unanswered calls in chatflow's history
+            current_turn.messages.append(msg)
+        for call in model_msg["calls"]:
+            open_calls[call.id] = call
+        if model_msg["model"]:
+            current_turn.model = model_msg["model"]
+        if model_msg["usage"]:
+            usage = current_turn.usage
+            for key in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+                value = model_msg["usage"].get(key)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    usage[key] = usage.get(key, 0) + value
+        model_msg = None
+
+    def close_calls() -> None:
+        if current_turn is None:
+            return
+        for call in list(open_calls.values()):
+            current_turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
+        open_calls.clear()
+
+    skipped_before_user = 0
+    for number, entry in chain:
+        if entry.get("isMeta"):
+            continue
+        message = entry["message"]
+        content = message.get("content")
+        if entry["type"] == "assistant":
+            blocks = content if isinstance(content, list) else [{"type": "text", "text": _text_of(content)}]
+            msg_id = message.get("id") or entry["uuid"]
+            if model_msg is not None and model_msg["id"] != msg_id:
+                flush_model()
+            if current_turn is None:
+                skipped_before_user += 1
+                continue
+            if model_msg is None:
+                model_msg = {"id": msg_id, "text": [], "thinking": [], "calls": [], "model": None, "usage": None}
+            for block in blocks:
+                if not isinstance(block, dict):
+                    continue
+                kind = block.get("type")
+                if kind == "text":
+                    model_msg["text"].append(str(block.get("text") or ""))
+                elif kind in ("thinking", "redacted_thinking"):
+                    model_msg["thinking"].append(str(block.get("thinking") or ""))
+                elif kind in ("tool_use", "server_tool_use"):
+                    call_id = str(block.get("id") or f"{entry['uuid']}:{len(model_msg['calls'])}")
+                    model_msg["calls"].append(
+                        ToolCall(call_id, str(block.get("name") or "tool"),
+                                 json.dumps(block.get("input") or {}, ensure_ascii=False))
+                    )
+            if isinstance(message.get("model"), str) and message["model"] != "<synthetic>":
+                model_msg["model"] = message["model"]
+            if isinstance(message.get("usage"), dict):
+                model_msg["usage"] = message["usage"]  # repeated on each line of one message: keep one
+            continue
+        # a user entry
+        flush_model()
+        user_blocks: list[Any] = content if isinstance(content, list) else []
+        results = [b for b in user_blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+        text_blocks = [b for b in user_blocks if not (isinstance(b, dict) and b.get("type") == "tool_result")]
+        for block in results:
+            call_id = str(block.get("tool_use_id") or "")
+            call = open_calls.pop(call_id, None)
+            if call is None or current_turn is None:
+                warnings.append(f"line {number}: a tool result for {call_id or '?'} answers no open tool call; skipped")
+                continue
+            current_turn.messages.append(
+                Message.tool(call_id, _text_of(block.get("content")), name=call.name,
+                             is_error=bool(block.get("is_error")))
+            )
+        text = content if isinstance(content, str) else (_text_of(text_blocks) if text_blocks else "")
+        if not text.strip():
+            continue
+        close_calls()
+        try:
+            at = parse_time(entry.get("timestamp"), source=source, location=f"line {number}")
+        except ImportFormatError:
+            at = None
+        current_turn = ImportedTurn(key=entry["uuid"], messages=[Message.user(text)], created_at=at)
+        turns.append(current_turn)
+    flush_model()
+    close_calls()
+    if skipped_before_user:
+        warnings.append(f"{skipped_before_user} assistant entries before the first user message were skipped")
+    sid = session_id or source.rsplit("/", 1)[-1].removesuffix(".jsonl")
+    return [
+        ImportedSession(
+            source="claude-code",
+            source_id=sid,
+            session_id=sid,
+            metadata=metadata,
+            model=next((t.model for t in turns if t.model), None),
+            created_at=created,
+            turns=turns,
+            warnings=warnings,
+        )
+    ]

@@ -1,0 +1,117 @@
+"""Export stored sessions: the ``chatflow``, ``md`` and ``openai`` formats from any store.
+
+Only the store's public reads are used (``events``, ``load_turns``, ``session_endpoint``),
+so every store exports the same way. The ``json`` format (the shape ``sessions show
+--json`` prints) belongs to the command line, which draws it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..events import Event
+from ..messages import Role
+from .chatflow_format import export_chatflow
+from .markdown import export_markdown
+from .openai_chat import export_openai
+from .records import iso_time
+
+__all__ = ["export_lines", "session_header"]
+
+
+def _state_of(events: list[Event]) -> dict[str, Any]:
+    """Agent, metadata and max_turns as the log leaves them."""
+    state: dict[str, Any] = {"agent": None, "metadata": {}, "max_turns": None, "status": "idle"}
+    for event in events:
+        data = event.payload
+        if event.type == "session.created":
+            state.update(agent=data.get("agent"), metadata=dict(data.get("metadata") or {}),
+                         max_turns=data.get("max_turns"))
+        elif event.type == "handoff":
+            state["agent"] = data.get("to_agent", state["agent"])
+        elif event.type == "turn.failed" and "active_agent" in data:
+            state["agent"] = data["active_agent"]
+        elif event.type == "metadata.updated" and isinstance(data.get("metadata"), dict):
+            state["metadata"] = dict(data["metadata"])
+        elif event.type == "status":
+            state["status"] = data.get("status", state["status"])
+    return state
+
+
+def session_header(store: Any, session_id: str, events: list[Event] | None = None) -> dict[str, Any]:
+    """The header of an export: ``session_id``, ``agent``, ``status``, ``metadata``,
+    ``settings`` (``max_turns``, ``model``, ``base_url``), ``created_at``/``updated_at`` (ISO
+    8601 UTC), ``turns`` (live turns) and ``events`` (the log's length).
+
+    Raises:
+        SessionNotFoundError: no such session.
+    """
+    if events is None:
+        events = store.events(session_id)
+    state = _state_of(events)
+    endpoint = getattr(store, "session_endpoint", None)
+    model, base_url = endpoint(session_id) if endpoint is not None else (None, None)
+    live = [r for r in store.load_turns(session_id, first=1) if not (r.rolled_back or r.failed)]
+    return {
+        "session_id": session_id,
+        "agent": state["agent"],
+        "status": state["status"],
+        "metadata": state["metadata"],
+        "settings": {"max_turns": state["max_turns"], "model": model, "base_url": base_url},
+        "created_at": iso_time(events[0].created_at) if events else None,
+        "updated_at": iso_time(events[-1].created_at) if events else None,
+        "turns": max((r.number for r in live), default=0),
+        "events": len(events),
+    }
+
+
+def _turn_info(events: list[Event]) -> dict[int, dict[str, Any]]:
+    info: dict[int, dict[str, Any]] = {}
+    for event in events:
+        turn = event.payload.get("turn")
+        if not isinstance(turn, int):
+            continue
+        if event.type == "message.user":
+            info[turn] = {"created_at": event.created_at}
+        elif event.type == "turn.completed" and turn in info:
+            info[turn]["usage"] = event.payload.get("usage") or {}
+            if event.payload.get("finish_reason"):
+                info[turn]["finish_reason"] = event.payload["finish_reason"]
+    return info
+
+
+def export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool = False) -> Iterator[str]:
+    """The text of one session in ``fmt`` (``chatflow``, ``md`` or ``openai``), in pieces.
+
+    ``per_turn`` (``openai`` only): one line per turn window instead of one per session.
+
+    Raises:
+        SessionNotFoundError: no such session.
+        ValueError: an unknown ``fmt``.
+    """
+    events = store.events(session_id)
+    header = session_header(store, session_id, events)
+    if fmt == "chatflow":
+        yield from export_chatflow(header, events)
+        return
+    records = [r for r in store.load_turns(session_id, first=0) if not (r.rolled_back or r.failed)]
+    system = [m for r in records if r.number == 0 for m in r.messages if m.role is Role.SYSTEM]
+    turns = [r for r in records if r.number > 0]
+    if fmt == "openai":
+        yield from export_openai(system, [list(r.messages) for r in turns], per_turn=per_turn,
+                                 max_turns=header["settings"]["max_turns"])
+        return
+    if fmt == "md":
+        info = _turn_info(events)
+        model = header["settings"]["model"]
+        dicts = []
+        for r in turns:
+            extra = info.get(r.number, {})
+            dicts.append({"number": r.number, "messages": list(r.messages), "model": model,
+                          "usage": extra.get("usage"), "finish_reason": extra.get("finish_reason"),
+                          "created_at": extra.get("created_at")})
+        yield from export_markdown(header, system, dicts)
+        return
+    raise ValueError(f"unknown export format {fmt!r}")
+

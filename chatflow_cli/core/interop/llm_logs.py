@@ -1,0 +1,356 @@
+"""Read llm's ``logs.db`` (Simon Willison's ``llm`` CLI) directly, read-only, without llm.
+
+Two schema generations exist, and a file may hold both (older conversations stay in the
+old tables after an upgrade); this reader takes every conversation of each:
+
+* **responses** (llm up to 0.2x): ``conversations`` (id, name, model) and one ``responses``
+  row per model call (``prompt``, ``system``, ``response``, ``datetime_utc``,
+  ``input_tokens``/``output_tokens``, ``model``/``resolved_model``), with ``tool_calls``
+  (the calls a response made) and ``tool_results`` (the results sent *with* a response's
+  prompt). A response with a prompt starts a turn; a response with no prompt that carries
+  tool results continues the turn before it (llm's tool loop). Fragments
+  (``prompt_fragments``/``system_fragments``) are part of what was sent, so their text
+  comes first in the prompt or system text, as llm sends it; attachments become a line
+  ``[attachment: <type> <path or url>]`` after the prompt text (the bytes are not copied).
+* **threads** (llm 0.3x): ``threads`` (id, name, ``tip_message_hash``), a content-addressed
+  ``messages`` tree (``parent_hash``, ``role``) whose ``parts`` hold text, reasoning, tool
+  calls and results, and ``turns`` (one model call: model, tokens, and the tip message it
+  produced). Each thread is walked from its tip to the root; a fork is a thread of its own
+  and becomes a session holding the shared beginning too. A text part whose text lives in
+  fragments (``payload`` ``{"text_ref": [{"fragment": id} | {"literal": str}]}``) is
+  rebuilt from them; attachment parts become the ``[attachment: ...]`` line.
+
+Each conversation (or thread) becomes a session whose id is llm's conversation (thread)
+id; each user prompt a turn with its model's replies, tool calls, tool results, the model
+and the token usage (summed over the calls of the turn). The conversation's name and llm's
+id go into the session's metadata (``llm_name``, ``llm_id``).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from ..errors import ImportFormatError
+from ..messages import Message, ToolCall
+from .claude_code import NO_RESULT
+from .records import ImportedSession, ImportedTurn, parse_time
+
+__all__ = ["is_sqlite_file", "read_llm_logs"]
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def is_sqlite_file(path: str | Path) -> bool:
+    """True when the file starts with SQLite's header."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(16) == _SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def _open(path: str | Path) -> sqlite3.Connection:
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info([{table}])")}
+
+
+def read_llm_logs(path: str | Path) -> list[ImportedSession]:
+    """Every conversation of an llm ``logs.db``, oldest first.
+
+    Raises:
+        ImportFormatError: the file is not a SQLite database with llm's tables, or a row
+            cannot be read (naming the table and row id).
+    """
+    source = str(path)
+    try:
+        conn = _open(path)
+        try:
+            tables = _tables(conn)
+            if not ({"responses", "conversations"} <= tables or {"threads", "messages", "parts"} <= tables):
+                raise ImportFormatError(
+                    f"{source}: not an llm logs.db (no responses/conversations or threads/messages/parts tables)",
+                    source=source,
+                )
+            sessions: list[ImportedSession] = []
+            if {"responses", "conversations"} <= tables:
+                sessions += _read_responses(conn, tables, source)
+            if {"threads", "messages", "parts"} <= tables:
+                sessions += _read_threads(conn, tables, source)
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise ImportFormatError(f"{source}: cannot read it as an llm logs.db: {exc}", source=source) from None
+    sessions.sort(key=lambda s: (s.created_at or 0.0, s.session_id))
+    return sessions
+
+
+def _fragments(conn: sqlite3.Connection, tables: set[str], table: str, response_id: str) -> list[str]:
+    if table not in tables or "fragments" not in tables:
+        return []
+    rows = conn.execute(
+        f"SELECT f.content FROM [{table}] pf JOIN fragments f ON f.id = pf.fragment_id "
+        "WHERE pf.response_id = ? ORDER BY pf.[order]",
+        (response_id,),
+    )
+    return [str(row[0] or "") for row in rows]
+
+
+def _attachment_line(row: sqlite3.Row) -> str:
+    where = row["path"] or row["url"] or row["id"]
+    return f"[attachment: {row['type'] or 'file'} {where}]"
+
+
+def _prompt_attachments(conn: sqlite3.Connection, tables: set[str], response_id: str) -> list[str]:
+    if not {"prompt_attachments", "attachments"} <= tables:
+        return []
+    rows = conn.execute(
+        "SELECT a.id, a.type, a.path, a.url FROM prompt_attachments pa JOIN attachments a ON a.id = pa.attachment_id "
+        "WHERE pa.response_id = ? ORDER BY pa.[order]",
+        (response_id,),
+    )
+    return [_attachment_line(row) for row in rows]
+
+
+def _join(*parts: str) -> str:
+    return "\n".join(p for p in parts if p)
+
+
+def _usage(row: sqlite3.Row, into: dict[str, Any]) -> None:
+    for key in ("input_tokens", "output_tokens"):
+        value = row[key] if key in row.keys() else None
+        if isinstance(value, int):
+            into[key] = into.get(key, 0) + value
+
+
+def _arguments(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value if value is not None else {}, ensure_ascii=False)
+
+
+def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> list[ImportedSession]:
+    columns = _columns(conn, "responses")
+    reasoning_col = ", reasoning" if "reasoning" in columns else ""
+    token_cols = ", input_tokens, output_tokens" if "input_tokens" in columns else ""
+    resolved_col = ", resolved_model" if "resolved_model" in columns else ""
+    has_tools = {"tool_calls", "tool_results"} <= tables
+    names = {row["id"]: row["name"] for row in conn.execute("SELECT id, name FROM conversations")}
+    rows = conn.execute(
+        f"SELECT rowid, id, model, prompt, system, response, conversation_id, datetime_utc{reasoning_col}"
+        f"{token_cols}{resolved_col} FROM responses ORDER BY datetime_utc, rowid"
+    ).fetchall()
+    by_conversation: dict[str, list[sqlite3.Row]] = {}
+    for row in rows:
+        by_conversation.setdefault(row["conversation_id"] or row["id"], []).append(row)
+    sessions = []
+    for conv_id, responses in by_conversation.items():
+        session = ImportedSession(source="llm", source_id=f"llm:{conv_id}", session_id=str(conv_id),
+                                  metadata={"llm_id": conv_id})
+        if names.get(conv_id):
+            session.metadata["llm_name"] = names[conv_id]
+        turn: ImportedTurn | None = None
+        open_calls: dict[str, ToolCall] = {}
+        for row in responses:
+            where = f"responses row {row['id']}"
+            at = parse_time(row["datetime_utc"], source=source, location=where)
+            if session.created_at is None:
+                session.created_at = at
+            system = _join(*_fragments(conn, tables, "system_fragments", row["id"]), row["system"] or "")
+            if system and system not in session.system:
+                if session.system:
+                    session.warnings.append(f"{where}: a later system prompt differs from the first; the first is kept")
+                else:
+                    session.system.append(system)
+            results = []
+            if has_tools:
+                results = conn.execute(
+                    "SELECT rowid, * FROM tool_results WHERE response_id = ? ORDER BY id", (row["id"],)
+                ).fetchall()
+            if turn is not None:
+                for result in results:
+                    call = open_calls.pop(result["tool_call_id"] or "", None)
+                    if call is None:
+                        session.warnings.append(f"tool_results row {result['id']}: answers no open tool call; skipped")
+                        continue
+                    error = result["exception"] if "exception" in result.keys() else None
+                    turn.messages.append(Message.tool(call.id, str(result["output"] or error or ""),
+                                                      name=call.name, is_error=bool(error)))
+            prompt = _join(*_fragments(conn, tables, "prompt_fragments", row["id"]), row["prompt"] or "",
+                           *_prompt_attachments(conn, tables, row["id"]))
+            if prompt:
+                if turn is not None:
+                    for call in open_calls.values():
+                        turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
+                    open_calls.clear()
+                turn = ImportedTurn(key=str(row["id"]), messages=[Message.user(prompt)], created_at=at)
+                session.turns.append(turn)
+            elif turn is None:
+                session.warnings.append(f"{where}: a response with no prompt and nothing before it; skipped")
+                continue
+            calls: list[ToolCall] = []
+            if has_tools:
+                for call_row in conn.execute(
+                    "SELECT id, name, arguments, tool_call_id FROM tool_calls WHERE response_id = ? ORDER BY id",
+                    (row["id"],),
+                ):
+                    call_id = call_row["tool_call_id"] or f"{row['id']}:{call_row['id']}"
+                    calls.append(ToolCall(str(call_id), str(call_row["name"] or "tool"), _arguments(call_row["arguments"])))
+            reasoning = row["reasoning"] if reasoning_col else None
+            text = row["response"]
+            if text or calls or reasoning:
+                turn.messages.append(Message.model(text or None, calls, reasoning=reasoning or None))
+            for call in calls:
+                open_calls[call.id] = call
+            model = (row["resolved_model"] if resolved_col else None) or row["model"]
+            if model:
+                turn.model = str(model)
+                session.model = session.model or str(model)
+            if token_cols:
+                _usage(row, turn.usage)
+        if turn is not None:
+            for call in open_calls.values():
+                turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
+        if session.turns:
+            sessions.append(session)
+    return sessions
+
+
+def _part_text(conn: sqlite3.Connection, tables: set[str], part: sqlite3.Row, payload: dict[str, Any]) -> str:
+    if part["text"] is not None:
+        return str(part["text"])
+    if "text" in payload and isinstance(payload["text"], str):
+        return payload["text"]
+    pieces: list[str] = []
+    for ref in payload.get("text_ref") or []:
+        if isinstance(ref, dict) and "literal" in ref:
+            pieces.append(str(ref["literal"]))
+        elif isinstance(ref, dict) and "fragment" in ref and "fragments" in tables:
+            found = conn.execute("SELECT content FROM fragments WHERE id = ?", (ref["fragment"],)).fetchone()
+            if found is None:
+                raise ImportFormatError(f"parts row {part['id']}: fragment {ref['fragment']} is missing",
+                                        location=f"parts row {part['id']}")
+            pieces.append(str(found[0] or ""))
+    return "".join(pieces)
+
+
+def _read_threads(conn: sqlite3.Connection, tables: set[str], source: str) -> list[ImportedSession]:
+    sessions = []
+    turn_rows: dict[str, sqlite3.Row] = {}
+    if "turns" in tables:
+        for row in conn.execute("SELECT * FROM turns ORDER BY datetime_utc, rowid"):
+            turn_rows.setdefault(row["tip_message_hash"], row)
+    for thread in conn.execute("SELECT * FROM threads ORDER BY datetime_utc, rowid").fetchall():
+        where = f"threads row {thread['id']}"
+        chain: list[sqlite3.Row] = []
+        current = thread["tip_message_hash"]
+        seen: set[str] = set()
+        warnings: list[str] = []
+        while current:
+            if current in seen:
+                raise ImportFormatError(f"{source}: {where}: the message chain loops at {current}",
+                                        source=source, location=where)
+            seen.add(current)
+            row = conn.execute("SELECT * FROM messages WHERE hash = ?", (current,)).fetchone()
+            if row is None:
+                warnings.append(f"{where}: message {current} is missing; the thread starts after it")
+                break
+            chain.append(row)
+            current = row["parent_hash"]
+        chain.reverse()
+        session = ImportedSession(source="llm", source_id=f"llm-thread:{thread['id']}", session_id=str(thread["id"]),
+                                  metadata={"llm_id": thread["id"]}, warnings=warnings,
+                                  created_at=parse_time(thread["datetime_utc"], source=source, location=where))
+        if thread["name"]:
+            session.metadata["llm_name"] = thread["name"]
+        if thread["forked_from"]:
+            session.metadata["llm_forked_from"] = thread["forked_from"]
+        turn: ImportedTurn | None = None
+        open_calls: dict[str, ToolCall] = {}
+        for message in chain:
+            parts = conn.execute(
+                "SELECT * FROM parts WHERE message_hash = ? ORDER BY position", (message["hash"],)
+            ).fetchall()
+            texts: list[str] = []
+            reasoning: list[str] = []
+            calls: list[ToolCall] = []
+            results: list[Message] = []
+            for part in parts:
+                try:
+                    payload = json.loads(part["payload"]) if part["payload"] else {}
+                except json.JSONDecodeError:
+                    raise ImportFormatError(f"{source}: parts row {part['id']}: payload is not JSON",
+                                            source=source, location=f"parts row {part['id']}") from None
+                if not isinstance(payload, dict):
+                    raise ImportFormatError(f"{source}: parts row {part['id']}: payload is not a JSON object",
+                                            source=source, location=f"parts row {part['id']}")
+                kind = part["type"]
+                if kind == "text":
+                    texts.append(_part_text(conn, tables, part, payload))
+                elif kind == "reasoning":
+                    reasoning.append(_part_text(conn, tables, part, payload))
+                elif kind == "tool_call":
+                    call_id = payload.get("tool_call_id") or f"{message['hash']}:{part['position']}"
+                    calls.append(ToolCall(str(call_id), str(payload.get("name") or part["tool_name"] or "tool"),
+                                          _arguments(payload.get("arguments"))))
+                elif kind == "tool_result":
+                    call = open_calls.pop(str(payload.get("tool_call_id") or ""), None)
+                    if call is None:
+                        warnings.append(f"parts row {part['id']}: a tool result that answers no open tool call; skipped")
+                        continue
+                    output = payload.get("output")
+                    error = payload.get("exception")
+                    results.append(Message.tool(call.id, output if isinstance(output, str) else
+                                                json.dumps(output, ensure_ascii=False) if output is not None
+                                                else str(error or ""), name=call.name, is_error=bool(error)))
+                elif kind == "attachment":
+                    texts.append(f"[attachment: {payload.get('type') or 'file'} "
+                                 f"{payload.get('path') or payload.get('url') or payload.get('id') or ''}]".rstrip())
+            role = message["role"]
+            text = "\n".join(t for t in texts if t)
+            if role == "system":
+                if text and not session.system:
+                    session.system.append(text)
+                continue
+            if role == "user" and text:
+                if turn is not None:
+                    for call in open_calls.values():
+                        turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
+                    open_calls.clear()
+                turn = ImportedTurn(key=str(message["hash"]), messages=[Message.user(text)])
+                session.turns.append(turn)
+            elif turn is None:
+                warnings.append(f"messages row {message['hash']}: a {role} message before the first prompt; skipped")
+                continue
+            turn.messages.extend(results)
+            if role == "assistant" and (text or calls or reasoning):
+                turn.messages.append(Message.model(text or None, calls, reasoning="".join(reasoning) or None))
+                for call in calls:
+                    open_calls[call.id] = call
+            meta = turn_rows.get(message["hash"])
+            if meta is not None:
+                model = meta["resolved_model"] or meta["model"]
+                if model:
+                    turn.model = str(model)
+                    session.model = session.model or str(model)
+                if turn.created_at is None:
+                    turn.created_at = parse_time(meta["datetime_utc"], source=source, location=f"turns row {meta['id']}")
+                _usage(meta, turn.usage)
+        if turn is not None:
+            for call in open_calls.values():
+                turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
+        if session.turns:
+            sessions.append(session)
+    return sessions

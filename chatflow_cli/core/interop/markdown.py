@@ -1,0 +1,248 @@
+"""A Markdown transcript a person reads (on GitHub, in an editor) and chatflow imports back.
+
+The file starts with front matter (``session``, ``agent``, ``model``, ``created``,
+``updated``, ``turns``, ``metadata``; each value JSON, which YAML reads too), then a
+``## Turn N`` heading per turn with the user's message and the replies as Markdown; tool
+calls and their results are folded into ``<details>`` blocks, their arguments and output in
+code fences. Every message is preceded by an HTML comment GitHub does not show::
+
+    <!-- chatflow:message {"role":"model","agent":"Support","lines":3} -->
+
+which holds the message's fields and the number of lines of its text, so the text itself
+is written as it is (whatever Markdown, fences or headings it holds) and read back exactly.
+``<!-- chatflow:turn {...} -->`` before each turn keeps its number, model, usage and
+finish reason. A file edited by hand imports as long as those comments still count right.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from ..errors import ImportFormatError
+from ..messages import Message, Role, ToolCall
+from .records import ImportedSession, ImportedTurn, content_digest, parse_time
+
+__all__ = ["MD_MARK", "export_markdown", "read_markdown"]
+
+#: The first front-matter key of a chatflow Markdown transcript.
+MD_MARK = "chatflow"
+_MARKER = re.compile(r"^<!-- chatflow:(message|tool_call|turn) (\{.*\}) -->$")
+_FENCE = re.compile(r"^(`{3,})")
+
+
+def _comment_json(data: Mapping[str, Any]) -> str:
+    # "-->" would end the comment: JSON may spell '>' as \u003e.
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("-->", "--\\u003e")
+
+
+def _fence(text: str, info: str = "") -> tuple[str, str]:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return ticks + info, ticks
+
+
+def _lines(text: str) -> list[str]:
+    return text.split("\n")
+
+
+def _summary_usage(turn: Mapping[str, Any]) -> str:
+    bits = []
+    if turn.get("model"):
+        bits.append(f"`{turn['model']}`")
+    usage = turn.get("usage") or {}
+    tokens_in = usage.get("input_tokens", usage.get("prompt_tokens"))
+    tokens_out = usage.get("output_tokens", usage.get("completion_tokens"))
+    if tokens_in is not None or tokens_out is not None:
+        bits.append(f"{tokens_in if tokens_in is not None else '?'} tokens in, {tokens_out if tokens_out is not None else '?'} out")
+    if turn.get("finish_reason") and turn["finish_reason"] != "stop":
+        bits.append(f"cut ({turn['finish_reason']})")
+    return " · ".join(bits)
+
+
+def _message_block(msg: Message) -> Iterator[str]:
+    fields = msg.to_dict()
+    content = fields.pop("content", None)
+    calls = fields.pop("tool_calls", [])
+    fields.pop("role")
+    head: dict[str, Any] = {"role": msg.role.value, **fields}
+    if msg.role is Role.TOOL:
+        text = content if content is not None else ""
+        opener, closer = _fence(text, "text")
+        label = "Tool error" if msg.is_error else "Tool result"
+        yield f"<details><summary>{label} <code>{msg.name or ''}</code> <code>{msg.tool_call_id}</code></summary>\n\n"
+        yield f"<!-- chatflow:message {_comment_json({**head, 'lines': len(_lines(text)), 'fenced': True})} -->\n"
+        yield f"{opener}\n{text}\n{closer}\n\n</details>\n\n"
+        return
+    if content is None:
+        yield f"<!-- chatflow:message {_comment_json({**head, 'lines': None})} -->\n\n"
+    else:
+        yield f"<!-- chatflow:message {_comment_json({**head, 'lines': len(_lines(content))})} -->\n"
+        yield content + "\n\n"
+    for call in calls:
+        args = call["arguments"]
+        opener, closer = _fence(args, "json")
+        yield f"<details><summary>Tool call <code>{call['name']}</code> <code>{call['id']}</code></summary>\n\n"
+        meta = {"id": call["id"], "name": call["name"], "lines": len(_lines(args)), "fenced": True}
+        yield f"<!-- chatflow:tool_call {_comment_json(meta)} -->\n"
+        yield f"{opener}\n{args}\n{closer}\n\n</details>\n\n"
+
+
+def export_markdown(header: Mapping[str, Any], system: Sequence[Message],
+                    turns: Iterable[Mapping[str, Any]]) -> Iterator[str]:
+    """The Markdown transcript of one session, in pieces.
+
+    ``header``: the session header (as in the chatflow format); ``system``: the SYSTEM
+    messages; ``turns``: ``{"number", "messages", "model", "usage", "finish_reason",
+    "created_at"}`` dicts, oldest first.
+    """
+    settings = header.get("settings") or {}
+    front = {
+        MD_MARK: "md 1",
+        "session": header.get("session_id"),
+        "agent": header.get("agent"),
+        "model": settings.get("model"),
+        "base_url": settings.get("base_url"),
+        "max_turns": settings.get("max_turns"),
+        "created": header.get("created_at"),
+        "updated": header.get("updated_at"),
+        "turns": header.get("turns"),
+        "metadata": header.get("metadata") or {},
+    }
+    yield "---\n"
+    for key, value in front.items():
+        yield f"{key}: {json.dumps(value, ensure_ascii=False)}\n"
+    yield "---\n\n"
+    yield f"# {header.get('session_id')}\n\n"
+    if system:
+        yield "## System\n\n"
+        for msg in system:
+            yield from _message_block(msg)
+    for turn in turns:
+        messages: Sequence[Message] = turn["messages"]
+        meta = {k: turn[k] for k in ("number", "model", "usage", "finish_reason", "created_at") if turn.get(k)}
+        yield f"## Turn {turn['number']}\n\n"
+        yield f"<!-- chatflow:turn {_comment_json(meta)} -->\n\n"
+        for msg in messages:
+            if msg.role is Role.USER:
+                yield "**User**\n\n"
+            elif msg.role is Role.MODEL:
+                note = _summary_usage(turn) if msg is messages[-1] else ""
+                who = f"**{msg.agent or 'Assistant'}**" + (" *(interrupted)*" if msg.interrupted else "")
+                yield who + (f" · {note}" if note else "") + "\n\n"
+            yield from _message_block(msg)
+
+
+def _fail(source: str, number: int, what: str) -> ImportFormatError:
+    return ImportFormatError(f"{source}: line {number}: {what}", source=source, location=f"line {number}")
+
+
+def read_markdown(text: str, *, source: str = "-") -> list[ImportedSession]:
+    """Parse a transcript :func:`export_markdown` wrote into one :class:`ImportedSession`.
+
+    Raises:
+        ImportFormatError: no chatflow front matter, a marker whose JSON does not parse, a
+            message whose text runs past the end of the file, or a tool call outside a
+            model message (naming the line).
+    """
+    lines = text.split("\n")
+    if not lines or lines[0].strip() != "---":
+        raise _fail(source, 1, "no front matter: not a chatflow Markdown transcript")
+    front: dict[str, Any] = {}
+    i = 1
+    while i < len(lines) and lines[i].strip() != "---":
+        key, sep, value = lines[i].partition(":")
+        if not sep:
+            raise _fail(source, i + 1, "a front-matter line with no 'key: value'")
+        try:
+            front[key.strip()] = json.loads(value.strip()) if value.strip() else None
+        except json.JSONDecodeError:
+            front[key.strip()] = value.strip()
+        i += 1
+    if i >= len(lines):
+        raise _fail(source, len(lines), "the front matter never ends")
+    if not str(front.get(MD_MARK, "")).startswith("md"):
+        raise _fail(source, 1, "the front matter has no 'chatflow: md' line: not a chatflow Markdown transcript")
+    session_id = front.get("session")
+    if not isinstance(session_id, str) or not session_id:
+        raise _fail(source, 2, "the front matter has no session id")
+    metadata: dict[str, Any] = front["metadata"] if isinstance(front.get("metadata"), dict) else {}
+    max_turns = front.get("max_turns")
+    session = ImportedSession(
+        source="md",
+        source_id=f"md:{session_id}:{front.get('created') or ''}",
+        session_id=session_id,
+        agent=front.get("agent") if isinstance(front.get("agent"), str) else None,
+        metadata=dict(metadata),
+        model=front.get("model") if isinstance(front.get("model"), str) else None,
+        base_url=front.get("base_url") if isinstance(front.get("base_url"), str) else None,
+        max_turns=max_turns if isinstance(max_turns, int) and not isinstance(max_turns, bool) else None,
+        created_at=parse_time(front.get("created"), source=source, location="front matter"),
+    )
+    turn: ImportedTurn | None = None
+    turn_meta: dict[str, Any] = {}
+    i += 1
+    while i < len(lines):
+        match = _MARKER.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        number = i + 1
+        try:
+            data = json.loads(match.group(2))
+        except json.JSONDecodeError as exc:
+            raise _fail(source, number, f"the chatflow:{match.group(1)} comment is not JSON ({exc.msg})") from None
+        if not isinstance(data, dict):
+            raise _fail(source, number, "the marker's JSON is not an object")
+        kind = match.group(1)
+        i += 1
+        if kind == "turn":
+            turn_meta = data
+            continue
+        count = data.pop("lines", None)
+        fenced = bool(data.pop("fenced", False))
+        body: str | None = None
+        if count is not None:
+            if not isinstance(count, int) or count < 0:
+                raise _fail(source, number, f"'lines' is {count!r}, not a count")
+            if fenced:
+                if i >= len(lines) or not _FENCE.match(lines[i]):
+                    raise _fail(source, i + 1, "a code fence was expected here")
+                i += 1
+            if i + count > len(lines):
+                raise _fail(source, number, f"the text of {count} lines runs past the end of the file")
+            body = "\n".join(lines[i:i + count])
+            i += count
+            if fenced:
+                i += 1
+        if kind == "tool_call":
+            if turn is None or not turn.messages or turn.messages[-1].role is not Role.MODEL:
+                raise _fail(source, number, "a tool call that follows no model message")
+            last = turn.messages[-1]
+            call = ToolCall(str(data.get("id") or ""), str(data.get("name") or ""), body if body is not None else "{}")
+            turn.messages[-1] = Message(last.role, last.content, (*last.tool_calls, call), last.tool_call_id,
+                                        last.name, last.agent, last.interrupted, last.is_error, last.reasoning,
+                                        last.finish_reason)
+            continue
+        try:
+            msg = Message.from_dict({**data, **({"content": body} if body is not None else {})})
+        except (TypeError, ValueError) as exc:
+            raise _fail(source, number, f"not a chatflow message ({exc})") from None
+        if msg.role is Role.SYSTEM:
+            session.system.append(msg.content or "")
+        elif msg.role is Role.USER:
+            key = f"{turn_meta.get('number', len(session.turns) + 1)}:{content_digest(msg.to_dict(), 12)}"
+            usage = turn_meta.get("usage")
+            turn = ImportedTurn(key=key, messages=[msg], usage=dict(usage) if isinstance(usage, dict) else {},
+                                model=turn_meta.get("model") if isinstance(turn_meta.get("model"), str) else None,
+                                finish_reason=turn_meta.get("finish_reason"),
+                                created_at=turn_meta.get("created_at") if isinstance(turn_meta.get("created_at"), (int, float)) else None)
+            session.turns.append(turn)
+            turn_meta = {}
+        elif turn is None:
+            raise _fail(source, number, f"a {msg.role.value} message before the first user message")
+        else:
+            turn.messages.append(msg)
+    return [session]

@@ -1,0 +1,127 @@
+"""Chat Completions message lists, one ``{"messages": [...]}`` a line (eval and fine-tuning data).
+
+Export: a session is one line holding its SYSTEM messages and its live turns as the wire
+sends them (``assistant`` for chatflow's model role, ``tool_calls`` and ``tool`` results;
+replies with neither text nor tool calls are left out, as in requests). ``per_turn=True``
+writes one line per turn instead: the context window the model saw for that turn (the
+SYSTEM messages and the newest ``max_turns`` turns up to it), ending with its reply.
+
+Import: each line is a conversation and becomes a session (``openai-<digest of the line>``).
+``content`` may be a string or a list of parts (their ``text`` is joined; other parts are
+kept as ``[<type>]``); ``developer`` counts as ``system``; a legacy ``function`` message is
+a tool result. A line whose messages break chatflow's history rules (an assistant message
+before any user message, a tool result that answers no call) is an error naming the line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from ..errors import ImportFormatError
+from ..messages import Message, Role, ToolCall, history_problems
+from .records import json_line, ImportedSession, ImportedTurn, content_digest
+
+__all__ = ["export_openai", "read_openai"]
+
+
+def _wire(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    return [m.to_wire() for m in messages if not m.says_nothing]
+
+
+def export_openai(system: Sequence[Message], turns: Sequence[Sequence[Message]], *, per_turn: bool = False,
+                  max_turns: int | None = None) -> Iterator[str]:
+    """The lines (each ending in ``\\n``) for one session; see the module docstring."""
+    if not per_turn:
+        messages = list(system) + [m for turn in turns for m in turn]
+        yield json_line({"messages": _wire(messages)}) + "\n"
+        return
+    for k in range(len(turns)):
+        first = 0 if max_turns is None else max(0, k + 1 - max_turns)
+        window = list(system) + [m for turn in turns[first:k + 1] for m in turn]
+        yield json_line({"messages": _wire(window)}) + "\n"
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                if part.get("type") in ("text", "input_text", "output_text"):
+                    parts.append(str(part.get("text") or ""))
+                else:
+                    parts.append(f"[{part.get('type') or 'part'}]")
+            elif isinstance(part, str):
+                parts.append(part)
+        return "".join(parts)
+    raise TypeError(f"content is a {type(content).__name__}")
+
+
+def _message(data: Any, where: str, source: str) -> Message | None:
+    if not isinstance(data, dict):
+        raise ImportFormatError(f"{source}: {where}: a message is not a JSON object", source=source, location=where)
+    role = data.get("role")
+    try:
+        if role in ("system", "developer"):
+            return Message.system(_text(data.get("content")))
+        if role == "user":
+            return Message.user(_text(data.get("content")))
+        if role == "assistant":
+            calls = []
+            for call in data.get("tool_calls") or []:
+                fn = call.get("function") or {}
+                args = fn.get("arguments", "{}")
+                calls.append(ToolCall(str(call["id"]), str(fn["name"]),
+                                      args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)))
+            content = data.get("content")
+            return Message.model(_text(content) if content is not None else None, calls)
+        if role == "tool":
+            return Message.tool(str(data["tool_call_id"]), _text(data.get("content")), name=data.get("name"))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ImportFormatError(f"{source}: {where}: a {role} message of the wrong shape ({exc})",
+                                source=source, location=where) from None
+    raise ImportFormatError(f"{source}: {where}: unknown role {role!r}", source=source, location=where)
+
+
+def read_openai(lines: Iterable[str], *, source: str = "-") -> list[ImportedSession]:
+    """Parse ``{"messages": [...]}`` lines, one session each.
+
+    Raises:
+        ImportFormatError: a line that is not JSON, has no ``messages`` list, holds a message
+            of an unknown role or shape, or breaks the history rules (naming the line).
+    """
+    sessions = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"line {number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ImportFormatError(f"{source}: {where}: not JSON ({exc.msg})", source=source, location=where) from None
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            raise ImportFormatError(f"{source}: {where}: not a {{\"messages\": [...]}} object", source=source,
+                                    location=where)
+        messages = [m for m in (_message(d, where, source) for d in data["messages"]) if m is not None]
+        problems = history_problems(messages)
+        if problems:
+            raise ImportFormatError(f"{source}: {where}: {problems[0]}", source=source, location=where)
+        digest = content_digest(data["messages"], 12)
+        session = ImportedSession(source="openai", source_id=f"openai:{digest}", session_id=f"openai-{digest}")
+        for msg in messages:
+            if msg.role is Role.SYSTEM:
+                session.system.append(msg.content or "")
+            elif msg.role is Role.USER:
+                session.turns.append(ImportedTurn(key=f"{len(session.turns) + 1}:{content_digest(msg.to_dict(), 12)}",
+                                                  messages=[msg]))
+            else:
+                session.turns[-1].messages.append(msg)
+        if not session.turns:
+            raise ImportFormatError(f"{source}: {where}: no user message", source=source, location=where)
+        sessions.append(session)
+    return sessions

@@ -1,0 +1,149 @@
+"""What an import reads, before anything is written: sessions of turns, in chatflow's terms.
+
+Every reader (``chatflow``, ``md``, ``openai``, ``llm``, ``claude-code``) parses its whole
+input into :class:`ImportedSession` values first, so a malformed line or row is reported
+(:class:`~chatflow_cli.core.errors.ImportFormatError`) before the store is touched.
+
+Each turn carries a ``key``: a stable name of that turn in its source (an llm response id, a
+Claude Code entry uuid, a line number and content hash...). The importer turns it into an
+idempotency key, so importing the same source twice adds nothing, and an import stopped
+halfway adds only what is missing when run again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import ImportFormatError
+from ..messages import Message
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "IMPORT_FORMATS",
+    "ImportedSession",
+    "ImportedTurn",
+    "content_digest",
+    "iso_time",
+    "json_line",
+    "parse_time",
+]
+
+#: Formats ``sessions export --format`` writes.
+EXPORT_FORMATS = ("chatflow", "md", "openai", "json")
+#: Formats ``sessions import --from`` reads.
+IMPORT_FORMATS = ("chatflow", "md", "openai", "llm", "claude-code")
+
+
+@dataclass(slots=True)
+class ImportedTurn:
+    """One turn read from a source.
+
+    ``messages``: the USER message first, then MODEL and TOOL messages in order (every tool
+    call answered). ``key``: the turn's stable name in the source. ``usage``: token counts
+    (``input_tokens``/``output_tokens``...) when the source has them; ``model``: the model
+    that answered; ``created_at``: UTC epoch seconds, when known. ``outcome``:
+    ``"completed"``, ``"interrupted"`` (the source says the reply was cut off) or
+    ``"failed"`` (the turn's user message was never answered).
+    """
+
+    key: str
+    messages: list[Message]
+    usage: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    created_at: float | None = None
+    finish_reason: str | None = None
+    outcome: str = "completed"
+    error: str | None = None
+
+    @property
+    def content(self) -> str:
+        """The text of the turn's last MODEL message ("" when none)."""
+        for msg in reversed(self.messages):
+            if msg.role.value == "model":
+                return msg.content or ""
+        return ""
+
+
+@dataclass(slots=True)
+class ImportedSession:
+    """One session read from a source.
+
+    ``source``: the format name; ``source_id``: the conversation's id in its source (an llm
+    conversation or thread id, a Claude Code session id, a chatflow session id and its
+    creation time); ``session_id``: the id chatflow gives it unless ``--into`` says
+    otherwise. ``system``: SYSTEM messages, in order. ``events``: for chatflow's own
+    format only, the whole event log to replay (``type``, ``payload``, ``created_at``,
+    ``seq``); ``turns`` is then derived from it for counts. ``warnings``: what the reader
+    skipped or repaired (a dangling parent, an unknown entry type).
+    """
+
+    source: str
+    source_id: str
+    session_id: str
+    agent: str | None = None
+    system: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    base_url: str | None = None
+    max_turns: int | None = None
+    created_at: float | None = None
+    turns: list[ImportedTurn] = field(default_factory=list)
+    events: list[dict[str, Any]] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        """``{"turns", "messages", "tool_calls", "events"}`` of what this session holds."""
+        messages = sum(len(t.messages) for t in self.turns) + len(self.system)
+        calls = sum(len(m.tool_calls) for t in self.turns for m in t.messages)
+        out = {"turns": len(self.turns), "messages": messages, "tool_calls": calls}
+        if self.events is not None:
+            out["events"] = len(self.events)
+        return out
+
+
+_LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def json_line(data: Any) -> str:
+    """``data`` as one line of JSON (UTF-8 text, no newline). NEL, U+2028 and U+2029 are
+    written as escapes, since many line readers (Python's ``splitlines``, JavaScript) split
+    on them."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS)
+
+
+def content_digest(data: Any, length: int = 16) -> str:
+    """A short stable hex digest of JSON-able ``data`` (sorted keys)."""
+    text = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+def parse_time(value: Any, *, source: str | None = None, location: str | None = None) -> float | None:
+    """UTC epoch seconds from an ISO 8601 string (``Z``, an offset, or none: UTC), or a number;
+    None for None/"". Raises ImportFormatError for anything else."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().replace("Z", "+00:00").replace(" ", "T", 1)
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            pass
+        else:
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            return moment.timestamp()
+    raise ImportFormatError(f"not a time: {str(value)[:40]!r}", source=source, location=location)
+
+
+def iso_time(epoch: float | None) -> str | None:
+    """``2026-12-01T02:54:57.839Z`` for UTC epoch seconds (None stays None)."""
+    if epoch is None:
+        return None
+    moment = datetime.fromtimestamp(epoch, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

@@ -1,0 +1,65 @@
+"""Fixtures of the interop tests: an llm ``logs.db`` written by the real ``llm`` CLI.
+
+``llm_logs_db`` runs the installed ``llm`` (the ``bench`` extra; llm 0.3x writes the
+threads/messages/parts schema) against the fake OpenAI-compatible server over real HTTP,
+with its own ``LLM_USER_PATH``: a conversation of two prompts with a system prompt, a
+prompt whose model calls a tool (``--functions``), and one with a fragment (``-f``).
+``data/llm-0.27-logs.db`` is the same session made by llm 0.27.1, which wrote the older
+responses/conversations schema (see ``data/README.md``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.fakeserver import FakeServer
+
+DATA = Path(__file__).parent / "data"
+ADD_TOOL = 'def add(a: int, b: int) -> int:\n    "Add two numbers."\n    return a + b\n'
+
+
+def run_llm_session(home: Path, url: str, llm: list[str], env_extra: dict[str, str] | None = None) -> None:
+    """The four ``llm`` calls both fixtures are made of, against the fake server at ``url``."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "extra-openai-models.yaml").write_text(
+        f'- model_id: fake\n  model_name: fake-model\n  api_base: "{url}"\n  api_key_name: fakekey\n'
+        "  supports_tools: true\n"
+    )
+    (home / "keys.json").write_text('{"fakekey": "test"}')
+    notes = home / "notes.txt"
+    notes.write_text("Notes: the meeting is at noon.\n")
+    env = {**os.environ, "LLM_USER_PATH": str(home), **(env_extra or {})}
+    env.pop("OPENAI_API_KEY", None)
+    for args in (
+        ["-m", "fake", "What is the capital of France?", "-s", "Be brief."],
+        ["-m", "fake", "-c", "How many people live there?"],
+        ["-m", "fake", "--functions", ADD_TOOL, "What is 2+3?"],
+        ["-m", "fake", "-f", str(notes), "When is the meeting?"],
+    ):
+        subprocess.run([*llm, *args], env=env, check=True, capture_output=True, timeout=120)
+
+
+def script_replies(server: FakeServer) -> None:
+    server.add_text("Paris is the capital.")
+    server.add_text("About 2.1 million people.")
+    server.add_tool_calls([("call_1", "add", '{"a": 2, "b": 3}')])
+    server.add_text("2 + 3 = 5")
+    server.add_text("At noon.")
+
+
+@pytest.fixture(scope="session")
+def llm_logs_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    if importlib.util.find_spec("llm") is None:
+        pytest.skip("the llm CLI is not installed (pip install -e '.[bench]')")
+    home = tmp_path_factory.mktemp("llm-home")
+    with FakeServer() as server:
+        script_replies(server)
+        run_llm_session(home, server.url, [sys.executable, "-m", "llm"])
+    yield home / "logs.db"

@@ -1,0 +1,113 @@
+"""llm's logs.db, both schema generations, read directly and read-only."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from chatflow_cli.core.errors import ImportFormatError
+from chatflow_cli.core.interop import read_source
+from chatflow_cli.core.interop.llm_logs import read_llm_logs
+from chatflow_cli.core.messages import Message, ToolCall
+
+from .conftest import DATA
+
+OLD_DB = DATA / "llm-0.27-logs.db"
+
+EXPECTED_TURNS = [
+    # (session index, turn messages, usage)
+    (0, [Message.user("What is the capital of France?"), Message.model("Paris is the capital.")],
+     {"input_tokens": 14, "output_tokens": 6}),
+    (0, [Message.user("How many people live there?"), Message.model("About 2.1 million people.")],
+     {"input_tokens": 29, "output_tokens": 6}),
+    (1, [Message.user("What is 2+3?"), Message.model(None, [ToolCall("call_1", "add", '{"a": 2, "b": 3}')]),
+         Message.tool("call_1", "5", name="add"), Message.model("2 + 3 = 5")],
+     {"input_tokens": 19, "output_tokens": 10}),
+    (2, [Message.user("Notes: the meeting is at noon.\n\nWhen is the meeting?"), Message.model("At noon.")], None),
+]
+
+
+def check_sessions(path: Path) -> None:
+    sessions = read_llm_logs(path)
+    assert [len(s.turns) for s in sessions] == [2, 1, 1]
+    assert sessions[0].system == ["Be brief."]
+    assert sessions[1].system == [] and sessions[2].system == []
+    assert sessions[0].metadata["llm_name"] == "What is the capital of France?"
+    for s in sessions:
+        assert s.metadata["llm_id"] == s.session_id
+        assert s.model == "fake"
+        assert s.warnings == []
+        assert all(t.model == "fake" for t in s.turns)
+    flat = [(i, t) for i, s in enumerate(sessions) for t in s.turns]
+    for (index, turn), (want_index, messages, usage) in zip(flat, EXPECTED_TURNS, strict=True):
+        assert index == want_index
+        assert turn.messages == messages
+        if usage is not None:
+            assert turn.usage == usage
+    keys = [t.key for _, t in flat]
+    assert len(set(keys)) == len(keys)
+
+
+def test_older_schema_responses_tables() -> None:
+    tables = {r[0] for r in sqlite3.connect(OLD_DB).execute("select name from sqlite_master")}
+    assert {"responses", "conversations", "tool_calls", "tool_results"} <= tables
+    assert "threads" not in tables
+    check_sessions(OLD_DB)
+
+
+def test_newer_schema_threads_messages_parts(llm_logs_db: Path) -> None:
+    tables = {r[0] for r in sqlite3.connect(llm_logs_db).execute("select name from sqlite_master")}
+    assert {"threads", "messages", "parts", "turns"} <= tables
+    assert sqlite3.connect(llm_logs_db).execute("select count(*) from responses").fetchone()[0] == 0
+    check_sessions(llm_logs_db)
+
+
+def test_a_file_with_both_generations_gives_every_conversation(llm_logs_db: Path, tmp_path: Path) -> None:
+    both = tmp_path / "both.db"
+    shutil.copy(llm_logs_db, both)
+    conn = sqlite3.connect(both)
+    conn.execute("ATTACH ? AS old", (str(OLD_DB),))
+    for table in ("conversations", "responses", "tool_calls", "tool_results", "fragments", "prompt_fragments"):
+        cols = ", ".join(f"[{r[1]}]" for r in conn.execute(f"PRAGMA old.table_info([{table}])"))
+        conn.execute(f"DELETE FROM main.[{table}]")  # the fragment rows are the same in both
+        conn.execute(f"INSERT INTO main.[{table}] ({cols}) SELECT {cols} FROM old.[{table}]")
+    conn.commit()
+    conn.close()
+    sessions = read_llm_logs(both)
+    assert len(sessions) == 6
+    assert {s.source_id.split(":")[0] for s in sessions} == {"llm", "llm-thread"}
+
+
+def test_read_only_the_file_is_not_changed(llm_logs_db: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "logs.db"
+    shutil.copy(llm_logs_db, copy)
+    before = copy.read_bytes()
+    copy.chmod(0o444)
+    fmt, sessions = read_source(str(copy))  # detected from the SQLite header
+    assert fmt == "llm" and len(sessions) == 3
+    assert copy.read_bytes() == before
+    assert not Path(str(copy) + "-wal").exists()
+
+
+def test_not_an_llm_database(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("create table t (x)").connection.commit()
+    with pytest.raises(ImportFormatError, match="not an llm logs.db"):
+        read_llm_logs(other)
+
+
+def test_a_malformed_part_names_its_row(llm_logs_db: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.db"
+    shutil.copy(llm_logs_db, broken)
+    conn = sqlite3.connect(broken)
+    row = conn.execute("select id from parts where type = 'tool_call'").fetchone()[0]
+    conn.execute("update parts set payload = '{not json' where id = ?", (row,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(ImportFormatError, match=f"parts row {row}: payload is not JSON") as info:
+        read_llm_logs(broken)
+    assert info.value.location == f"parts row {row}"
+    assert info.value.exit_code == 2
