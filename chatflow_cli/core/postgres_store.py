@@ -94,6 +94,7 @@ DEFAULT_LEASE_S = 30.0
 NOTIFY_CHANNEL = "chatflow_events"
 _CONNECT_TIMEOUT_S = 10
 _POOL_TIMEOUT_S = 30.0
+_POOL_QUICK_S = 1.0
 
 # Advisory lock namespaces (the first key of pg_advisory_xact_lock(int4, int4)).
 _LOCK_MIGRATE = (0x63686174, 1)  # "chat"
@@ -988,10 +989,15 @@ class PostgresSessionStore(BaseSessionStore):
         if self._closed or self._pool is None:
             raise StoreError(f"the store for {self._label} is closed")
         try:
-            conn = self._pool.getconn()
+            try:
+                conn = self._pool.getconn(timeout=_POOL_QUICK_S)
+            except PoolTimeout:
+                # None idle and none made at once: a server that is down or refuses us is
+                # said now, with libpq's reason; a reachable one only has every connection busy
+                probe = self._connect()
+                probe.close()
+                conn = self._pool.getconn(timeout=_POOL_TIMEOUT_S)
         except PoolTimeout:
-            probe = self._connect()  # says why no connection could be made (refused, credentials...)
-            probe.close()
             raise StoreError(
                 f"no free connection to {self._label} after {_POOL_TIMEOUT_S:.0f} s ({self.pool_size} in use)"
             ) from None

@@ -162,12 +162,12 @@ def test_the_server_restarted_mid_turn_the_turn_ends_cleanly_and_the_next_works(
     from chatflow_cli.core.model import ModelClient
     from chatflow_cli.core.runner import Runner
 
-    store = _store(pg_dsn)
+    store = _store(pg_dsn, lease_s=2.0)
     runner = Runner(AGENT, store, model_client=ModelClient(base_url=fake_server.url, api_key="k"))
     assert runner.run("s", "first").content == "ok: first"
 
     fake_server.add_text("slow answer", delay=1.0)
-    restarted = threading.Thread(target=lambda: (_wait_for(lambda: fake_server.requests), pg_server.restart()))
+    restarted = threading.Thread(target=lambda: (_wait_for(lambda: len(fake_server.requests) >= 2), pg_server.restart()))
     restarted.start()
     result = runner.run("s", "during a restart")
     restarted.join()
@@ -177,8 +177,10 @@ def test_the_server_restarted_mid_turn_the_turn_ends_cleanly_and_the_next_works(
     stopper = threading.Thread(target=lambda: (_wait_for(lambda: len(fake_server.requests) >= 3),
                                                pg_server.stop("fast")))
     stopper.start()
+    failed_at = time.monotonic()
     with pytest.raises(StoreError) as info:
         runner.run("s", "server down at save time")
+    assert time.monotonic() - failed_at < 15  # said at once, not after the pool's 30 s wait
     stopper.join()
     assert PASSWORD not in str(info.value)
     pg_server.start()
