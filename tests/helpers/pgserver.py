@@ -44,8 +44,13 @@ class PgUnavailable(Exception):
 
 
 def find_bin_dir() -> Path:
-    """The directory of ``initdb`` and ``pg_ctl``: on ``PATH``, else Debian's newest
-    ``/usr/lib/postgresql/<version>/bin``."""
+    """The directory of ``initdb`` and ``pg_ctl``: ``$CHATFLOW_TEST_PG_BIN`` when set, else on
+    ``PATH``, else Debian's newest ``/usr/lib/postgresql/<version>/bin``."""
+    chosen = os.environ.get("CHATFLOW_TEST_PG_BIN")
+    if chosen:
+        if not (Path(chosen) / "initdb").is_file():
+            raise PgUnavailable(f"no initdb in $CHATFLOW_TEST_PG_BIN ({chosen})")
+        return Path(chosen)
     found = shutil.which("initdb")
     if found and shutil.which("pg_ctl"):
         return Path(found).parent
