@@ -552,11 +552,14 @@ class _PgTx(_Tx):
 
     def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
         rows = self._x(
-            "SELECT turn, message, message_text FROM chatflow_messages WHERE session_id = %s "
-            "AND removed_at_seq IS NULL AND ((turn = 0 AND role = 'system') OR turn >= %s) ORDER BY turn, event_seq",
-            (session_id, max(1, first_turn)),
+            # two index ranges (an OR of them would scan the whole session's history)
+            "(SELECT turn, message, message_text, event_seq FROM chatflow_messages WHERE session_id = %s "
+            "AND removed_at_seq IS NULL AND turn = 0 AND role = 'system') UNION ALL "
+            "(SELECT turn, message, message_text, event_seq FROM chatflow_messages WHERE session_id = %s "
+            "AND removed_at_seq IS NULL AND turn >= %s) ORDER BY turn, event_seq",
+            (session_id, session_id, max(1, first_turn)),
         ).fetchall()
-        return [(t, _message(m, x)) for t, m, x in rows]
+        return [(t, _message(m, x)) for t, m, x, _seq in rows]
 
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
