@@ -478,9 +478,10 @@ class _PgTx(_Tx):
 
     def delete_row(self, session_id: str) -> bool:
         self._lock_session(session_id)
-        cur = self._x("DELETE FROM chatflow_sessions WHERE session_id = %s", (session_id,))
+        # RETURNING, not rowcount: in pipeline mode a count is known only once results are read
+        gone = self._x("DELETE FROM chatflow_sessions WHERE session_id = %s RETURNING 1", (session_id,)).fetchall()
         self._x("DELETE FROM chatflow_turn_queue WHERE session_id = %s", (session_id,))
-        return cur.rowcount > 0
+        return bool(gone)
 
     def list_rows(self, agent: str | None) -> list[_SessionRow]:
         sql = f"SELECT {_ROW_COLUMNS} FROM chatflow_sessions"
@@ -695,8 +696,8 @@ class _PgTx(_Tx):
 
     def processed_release(self, message_id: str) -> bool:
         self._lock_message(message_id)
-        cur = self._x("DELETE FROM chatflow_processed_messages WHERE message_id = %s", (message_id,))
-        return cur.rowcount == 1
+        gone = self._x("DELETE FROM chatflow_processed_messages WHERE message_id = %s RETURNING 1", (message_id,))
+        return len(gone.fetchall()) == 1
 
     # -- endpoints -------------------------------------------------------------------------
     def endpoint_get(self, session_id: str) -> tuple[str | None, str | None] | None:
@@ -1082,10 +1083,13 @@ class PostgresSessionStore(BaseSessionStore):
                         continue
                     raise _store_error(exc, self._label) from None
                 try:
-                    tx = _PgTx(conn, self, write)
-                    yield tx
-                    tx.flush()
-                    conn.execute("COMMIT")
+                    # pipeline mode: statements whose results are not read yet (the writes, the
+                    # COMMIT) travel together with the next read, one round trip
+                    with conn.pipeline():
+                        tx = _PgTx(conn, self, write)
+                        yield tx
+                        tx.flush()
+                        conn.execute("COMMIT")
                 except BaseException as exc:
                     if not conn.broken:
                         try:

@@ -47,7 +47,7 @@ def _pct(values: list[float], q: float) -> float:
 def bench_append(server: Any, repeat: int) -> None:
     from chatflow_cli.core.postgres_store import PostgresSessionStore
 
-    print("\n1. append one 4-message turn (same PostgreSQL server, durable commits)")
+    print("\n1. append one 4-message turn (same PostgreSQL server, same commits for both)")
     dsn = server.dsn(server.create_database())
     sdk_url = dsn.replace("postgresql://", "postgresql+psycopg://", 1)
     try:
@@ -225,13 +225,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--turns", type=int, default=40, help="turns per fleet worker")
     parser.add_argument("--only", choices=["append", "window", "fleet"], action="append")
+    parser.add_argument("--synchronous-commit-off", action="store_true",
+                        help="run the server with synchronous_commit=off (fsync still on): a commit survives a "
+                             "client crash at once and a server crash after at most 3 x wal_writer_delay, the "
+                             "counterpart of the SQLite store's WAL synchronous=NORMAL")
     args = parser.parse_args(argv)
     from tests.helpers.pgserver import PgServer
 
-    server = PgServer(durable=True).start()
+    settings = {"synchronous_commit": "off"} if args.synchronous_commit_off else {}
+    server = PgServer(durable=True, settings=settings).start()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            print(f"python {sys.version.split()[0]}, PostgreSQL server in {server.root} (fsync on); "
+            print(f"python {sys.version.split()[0]}, PostgreSQL server in {server.root} (fsync on, "
+                  f"synchronous_commit {'off' if settings else 'on'}); "
                   f"load average {os.getloadavg()[0]:.2f}")
             if not args.only or "append" in args.only:
                 bench_append(server, args.repeat)

@@ -72,9 +72,11 @@ def free_port() -> int:
 class PgServer:
     """One PostgreSQL server in a temporary directory (see the module docstring)."""
 
-    def __init__(self, bin_dir: Path | None = None, *, durable: bool = False) -> None:
+    def __init__(self, bin_dir: Path | None = None, *, durable: bool = False,
+                 settings: dict[str, str] | None = None) -> None:
         self.bin_dir = bin_dir or find_bin_dir()
         self.durable = durable  # False: fsync off (tests); True: the server's defaults (benchmarks)
+        self.settings = dict(settings or {})  # more -c name=value options
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="chatflow-pg-"))
         self.data = self.root / "data"
@@ -113,6 +115,7 @@ class PgServer:
         ]
         if not self.durable:
             opts += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
+        opts += [f"-c {name}={value}" for name, value in self.settings.items()]
         return " ".join(opts)
 
     def start(self) -> PgServer:
