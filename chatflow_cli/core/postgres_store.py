@@ -52,7 +52,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import threading
 import time
 import weakref
@@ -62,13 +61,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import SchemaTooNewError, StoreError
+from ._dsn import is_postgres_url, redact_dsn
+from .errors import SchemaTooNewError, SessionNotFoundError, StoreError
 from .events import Event, SessionStatus
 from .memory import (
     DEFAULT_MAX_TURNS,
     BaseSessionStore,
     MessageState,
     Owner,
+    TurnStart,
     _MessageRecord,
     _SessionRow,
     _StoredMessage,
@@ -100,38 +101,6 @@ _POOL_QUICK_S = 1.0
 _LOCK_MIGRATE = (0x63686174, 1)  # "chat"
 _NS_SESSION = 0x63660001
 _NS_MESSAGE = 0x63660002
-
-
-# ----------------------------------------------------------------------------------------
-# DSNs
-# ----------------------------------------------------------------------------------------
-
-
-def is_postgres_url(value: object) -> bool:
-    """True for a ``postgresql://`` or ``postgres://`` URL (any case)."""
-    return isinstance(value, str) and value.lower().startswith(("postgresql://", "postgres://"))
-
-
-_URL_PASSWORD = re.compile(r"(?i)(postgres(?:ql)?://[^\s/@:]*:)([^\s/@]*)(@)")
-_KV_PASSWORD = re.compile(r"(?i)\b(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)")
-
-
-def redact_dsn(text: str) -> str:
-    """``text`` with every password of a PostgreSQL DSN in it replaced by ``***``: the
-    ``user:password@`` of a URL and ``password=...`` in a URL query or a key=value DSN."""
-    text = _URL_PASSWORD.sub(r"\1***\3", text)
-    return _KV_PASSWORD.sub(r"\1***", text)
-
-
-def dsn_password(dsn: str) -> str | None:
-    """The password written in ``dsn`` (URL or key=value form), or None."""
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-
-        value = conninfo_to_dict(dsn).get("password")
-    except Exception:  # noqa: BLE001 - a DSN libpq cannot parse has no password to hide
-        return None
-    return str(value) if value else None
 
 
 # ----------------------------------------------------------------------------------------
@@ -930,6 +899,7 @@ class PostgresSessionStore(BaseSessionStore):
         self._label = _label(dsn)
         self._closed = False
         self._pool: Any = None
+        self._listen_conn: psycopg.Connection[Any] | None = None
         self._leases = _Leases(self)
         try:
             import psycopg  # noqa: F401
@@ -1021,7 +991,9 @@ class PostgresSessionStore(BaseSessionStore):
         conn = self._connect()
         try:
             before = time.time()
-            db_now = float(conn.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()[0])
+            row = conn.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()
+            assert row is not None
+            db_now = float(row[0])
             offset = db_now - (before + time.time()) / 2
             version = self._schema_version(conn)  # a read first: refuses a newer schema before writing
             if version > SCHEMA_VERSION:
@@ -1120,7 +1092,7 @@ class PostgresSessionStore(BaseSessionStore):
         return await loop.run_in_executor(_blocking_executor(max(4, self.pool_size)), partial(fn, *args, **kwargs))
 
     # -- leases ------------------------------------------------------------------------
-    def begin_turn(self, session_id: str, **kwargs: Any) -> Any:  # type: ignore[override]
+    def begin_turn(self, session_id: str, **kwargs: Any) -> TurnStart:
         """:meth:`BaseSessionStore.begin_turn`; the started turn's owner lease (or the queued
         waiter's ticket) is then renewed by this process while the caller works."""
         start = super().begin_turn(session_id, **kwargs)
@@ -1181,24 +1153,31 @@ class PostgresSessionStore(BaseSessionStore):
         deadline = time.monotonic() + max(0.0, timeout)
         key = _channel_key(session_id)
         conn = self._listener()
+
+        def arrived() -> bool:
+            try:
+                return self.last_seq(session_id) > after_seq
+            except SessionNotFoundError:  # deleted: the caller's next read says so
+                return True
+
         try:
-            if self.last_seq(session_id) > after_seq:
+            if arrived():
                 return True
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return self.last_seq(session_id) > after_seq
+                    return arrived()
                 for note in conn.notifies(timeout=min(remaining, 1.0), stop_after=1):
                     if note.payload == key:
                         break
-                if self.last_seq(session_id) > after_seq:
+                if arrived():
                     return True
         except psycopg.Error as exc:
             self._drop_listener()
             raise _store_error(exc, self._label) from None
 
     def _listener(self) -> psycopg.Connection[Any]:
-        conn = getattr(self, "_listen_conn", None)
+        conn = self._listen_conn
         if conn is None or conn.closed:
             conn = self._connect()
             conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
@@ -1206,8 +1185,7 @@ class PostgresSessionStore(BaseSessionStore):
         return conn
 
     def _drop_listener(self) -> None:
-        conn = getattr(self, "_listen_conn", None)
-        self._listen_conn = None
+        conn, self._listen_conn = self._listen_conn, None
         if conn is not None:
             try:
                 conn.close()

@@ -358,3 +358,88 @@ def test_a_worker_killed_mid_turn_on_another_host_is_taken_over_after_its_lease(
     assert first.messages[0].content == "a long question"
     assert time.time() - killed_at < 20
     store.close()
+
+
+# ---------------------------------------------------------------------------------------
+# LISTEN / NOTIFY
+# ---------------------------------------------------------------------------------------
+
+
+def test_every_commit_that_appends_events_notifies_the_session(pg_dsn: str) -> None:
+    import hashlib
+
+    import psycopg
+
+    from chatflow_cli.core.postgres_store import NOTIFY_CHANNEL
+
+    store = _store(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        ctx = store.get_or_create("watched", AGENT)
+        ctx.add_message(Message.user("hello"))
+        store.save(ctx)
+        store.append_event("watched", "note", {"n": 1})
+        notes = [n.payload for n in listener.notifies(timeout=10, stop_after=3)]
+    key = hashlib.md5(b"watched").hexdigest()
+    assert notes == [key, key, key]  # created, the message's save, the note: one per commit
+    store.close()
+
+
+def test_wait_for_events_wakes_when_another_store_appends(pg_dsn: str) -> None:
+    reader = _store(pg_dsn)
+    writer = _store(pg_dsn)
+    writer.get_or_create("s", AGENT)
+    cursor = reader.last_seq("s")
+    assert reader.wait_for_events("s", cursor, timeout=0.2) is False
+    woke: list[bool] = []
+    waiting = threading.Thread(target=lambda: woke.append(reader.wait_for_events("s", cursor, timeout=60)))
+    waiting.start()
+    writer.append_event("s", "note", {"n": 1})
+    waiting.join(timeout=60)
+    assert woke == [True]
+    assert [e.type for e in reader.events("s", after_seq=cursor)] == ["note"]
+    writer.delete("s")
+    assert reader.wait_for_events("s", cursor, timeout=5) is True  # deleted: the next read says so
+    reader.close()
+    writer.close()
+
+
+# ---------------------------------------------------------------------------------------
+# passwords
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("postgresql://bot:s3cr%40t@db:5432/chat", "postgresql://bot:***@db:5432/chat"),
+        ("postgres://bot:s3cret@db/chat?sslmode=require", "postgres://bot:***@db/chat?sslmode=require"),
+        ("postgresql://db/chat?password=s3cret&sslmode=require", "postgresql://db/chat?password=***&sslmode=require"),
+        ("host=db password='s3 cret' user=bot", "host=db password=*** user=bot"),
+        ("postgresql://bot@db/chat", "postgresql://bot@db/chat"),
+    ],
+)
+def test_dsn_passwords_are_redacted(text: str, shown: str) -> None:
+    from chatflow_cli.core._dsn import redact_dsn
+
+    assert redact_dsn(text) == shown
+    assert redact_dsn(f"error on {text}: refused") == f"error on {shown}: refused"
+
+
+def test_the_store_never_shows_its_password(pg_dsn: str) -> None:
+    store = _store(pg_dsn)
+    assert PASSWORD not in repr(store) and "chatflow:***@" in repr(store)
+    assert PASSWORD not in store._label
+    store.close()
+
+
+def test_the_password_may_come_from_pgpassword(pg_server: PgServer, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = pg_dsn.rsplit("/", 1)[1]
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    store = _store(pg_server.dsn(name, password=None))
+    assert store.get_or_create("s", AGENT).session_id == "s"
+    store.close()
+    monkeypatch.setenv("PGPASSWORD", "not-the-password")
+    with pytest.raises(StoreError, match="authentication failed") as info:
+        _store(pg_server.dsn(name, password=None))
+    assert "not-the-password" not in str(info.value)
