@@ -27,6 +27,9 @@ type                       payload
 ``rollback``               ``{"to_turn": int, "removed_turns": [int, ...]}``
 ``metadata.updated``       ``{"metadata": {...} (stored result), "changes": {...}, "removed": [...]}``
 ``session.recovered``      ``{"turn": int, "owner": {...}}`` a dead owner's run was closed
+``turn.interrupt_requested``  ``{"turn": int, "owner": str}`` another process asked the running
+                           turn (its owner's token) to stop; it stops at its next chunk or tool
+                           boundary and records ``turn.interrupted``
 =========================  ==============================================================
 
 These types are *reserved*: they change derived state, so only the store writes them.
@@ -73,6 +76,7 @@ class EventType(str, Enum):
     ROLLBACK = "rollback"
     METADATA_UPDATED = "metadata.updated"
     SESSION_RECOVERED = "session.recovered"
+    TURN_INTERRUPT_REQUESTED = "turn.interrupt_requested"
 
 
 @dataclass(frozen=True, slots=True)

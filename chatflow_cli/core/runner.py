@@ -258,12 +258,13 @@ class _CancelToken:
     silent cannot hold a cancelled run until the read timeout.
     """
 
-    __slots__ = ("event", "external", "stream")
+    __slots__ = ("event", "external", "stream", "reason")
 
     def __init__(self, event: threading.Event | None = None) -> None:
         self.external = event is not None
         self.event = event if event is not None else threading.Event()
         self.stream: Any = None
+        self.reason = "cancelled"
 
     def is_set(self) -> bool:
         return self.event.is_set()
@@ -764,6 +765,7 @@ class Runner:
 
         session = begun.session
         state = _TurnState(agent=session.active_agent, start_agent=session.active_agent)
+        unwatch = _watch_interrupt_requests(self.store, session_id, getattr(session, "_lease", None), cancel)
         try:
             try:
                 yield from stored(list(begun.events), turn)
@@ -795,13 +797,14 @@ class Runner:
             closing = isinstance(exc, GeneratorExit)
             if state.released:  # the turn was already stored as finished; only the consumer left
                 raise
-            events = self._interrupt(session, turn, state, reason="cancelled" if isinstance(exc, _Cancelled)
+            events = self._interrupt(session, turn, state, reason=cancel.reason if isinstance(exc, _Cancelled)
                                      or closing else "interrupted")
             if closing:  # the consumer went away: nothing more may be yielded
                 written.extend(events)
                 raise
             yield from stored(events, turn)
-            raise RunInterrupted(f"turn {turn} was interrupted; the session is ready for the next message",
+            asked = " at another process's request" if cancel.reason == _REQUESTED else ""
+            raise RunInterrupted(f"turn {turn} was interrupted{asked}; the session is ready for the next message",
                                  session_id=session_id) from (None if isinstance(exc, _Cancelled) else exc)
         except BaseException as exc:
             if state.released:
@@ -815,6 +818,8 @@ class Runner:
             if isinstance(exc, ChatflowError) and exc.session_id is None:
                 exc.session_id = session_id
             raise
+        finally:
+            unwatch()
         yield StreamEvent("result", session_id, turn=turn,
                           result=dataclasses.replace(result, events=tuple(written)))
 
@@ -1182,6 +1187,38 @@ def _drain(events: Iterator[StreamEvent]) -> RunResult:
             result = event.result
     assert result is not None, "a run ends with a result event or an error"
     return result
+
+
+#: Seconds between two looks, while a turn runs, at whether another process asked it to stop
+#: (``store.request_interrupt``; ``chatflow sessions interrupt``).
+INTERRUPT_POLL_S = 0.25
+_REQUESTED = "interrupt requested"
+
+
+def _watch_interrupt_requests(store: Any, session_id: str, lease: str | None,
+                              cancel: _CancelToken) -> Callable[[], None]:
+    """Poll ``store.interrupt_requested`` every :data:`INTERRUPT_POLL_S` while the turn runs;
+    a request sets ``cancel`` (the turn stops at its next chunk or tool boundary). Returns
+    the function that stops watching."""
+    look = getattr(store, "interrupt_requested", None)
+    if look is None or lease is None:
+        return lambda: None
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(INTERRUPT_POLL_S):
+            try:
+                asked = look(session_id, lease)
+            except Exception as exc:  # noqa: BLE001 - the turn's own writes report a store that fails
+                log.debug("could not look for an interrupt request: %s", exc)
+                continue
+            if asked and not done.is_set():
+                cancel.reason = _REQUESTED
+                cancel.set()
+                return
+
+    threading.Thread(target=watch, name="chatflow-interrupt-watch", daemon=True).start()
+    return done.set
 
 
 def _may_start(store: Any, session_id: str, ticket: int | None) -> bool:
