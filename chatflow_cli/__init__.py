@@ -3,6 +3,7 @@
 The public API of the session library (seed 000)::
 
     from chatflow_cli import Agent, Runner, SessionStore, SQLiteSessionStore, tool
+    from chatflow_cli import PostgresSessionStore   # pip install 'chatflow-cli[postgres]'
 
 and the errors a bot catches (``SessionBusyError``, ``ProviderError``, ``NetworkError``,
 ``RateLimitedError``…; all derive from ``ChatflowError``). The package is typed
@@ -27,6 +28,7 @@ _EXPORTS = {
     "NetworkError": "chatflow_cli.core.errors",
     "NotFoundError": "chatflow_cli.core.errors",
     "PendingToolCallsError": "chatflow_cli.core.errors",
+    "PostgresSessionStore": "chatflow_cli.core.postgres_store",
     "ProviderError": "chatflow_cli.core.errors",
     "RateLimitedError": "chatflow_cli.core.errors",
     "Role": "chatflow_cli.core.messages",
@@ -58,6 +60,7 @@ __all__ = [
     "NetworkError",
     "NotFoundError",
     "PendingToolCallsError",
+    "PostgresSessionStore",
     "ProviderError",
     "RateLimitedError",
     "Role",
@@ -103,6 +106,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .core.memory import MessageState, SessionContext, SessionStore
     from .core.messages import Message, Role, ToolCall
+    from .core.postgres_store import PostgresSessionStore
     from .core.runner import RunResult, Runner
     from .core.sqlite_store import SQLiteSessionStore
     from .core.tools import tool
