@@ -131,8 +131,6 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     lease_expires_at  timestamptz,
     -- the event seq counter: advanced under the row lock in the inserting transaction
     last_seq          bigint NOT NULL DEFAULT 0,
-    -- set by request_interrupt(): the running turn stops at its next chunk or tool boundary
-    interrupt_token   text,
     created_at_utc    double precision NOT NULL,  -- epoch seconds, database clock
     updated_at_utc    double precision NOT NULL
 )""",
@@ -433,13 +431,12 @@ class _PgTx(_Tx):
             "lease_expires_at = CASE WHEN %s::text IS NULL THEN NULL "
             "WHEN owner_token IS NOT DISTINCT FROM %s THEN lease_expires_at "
             "ELSE clock_timestamp() + %s * interval '1 second' END, "
-            "interrupt_token = CASE WHEN owner_token IS NOT DISTINCT FROM %s THEN interrupt_token END, "
             "owner_token = %s, last_seq = %s, created_at_utc = %s, updated_at_utc = %s "
             "WHERE session_id = %s" + (" RETURNING pg_notify(%s, %s)" if dirty else ""),
             (
                 row.incarnation, row.active_agent_name, meta, meta_text, row.max_turns, row.turn_count,
                 row.status.value, _dumps(row.owner.to_dict()) if row.owner else None, token, token, self._lease_s,
-                token, token, self._seq.get(row.session_id, 0), row.created_at, row.updated_at, row.session_id,
+                token, self._seq.get(row.session_id, 0), row.created_at, row.updated_at, row.session_id,
                 *((NOTIFY_CHANNEL, _channel_key(row.session_id)) if dirty else ()),
             ),
         )
@@ -737,7 +734,6 @@ class _Leases:
         self._tickets: set[int] = set()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self.interrupts: dict[str, threading.Event] = {}
 
     def hold_turn(self, token: str, context: object) -> None:
         with self._lock:
@@ -801,13 +797,13 @@ class _Leases:
         with store._tx(write=True) as tx:
             conn = tx._conn
             kept_turns = {
-                r[0]: r[1]
+                r[0]
                 for r in conn.execute(
                     "UPDATE chatflow_sessions SET lease_expires_at = clock_timestamp() + %s * interval '1 second' "
-                    "WHERE owner_token = ANY(%s) RETURNING owner_token, interrupt_token IS NOT NULL",
+                    "WHERE owner_token = ANY(%s) RETURNING owner_token",
                     (store.lease_s, turns),
                 )
-            } if turns else {}
+            } if turns else set()
             kept_claims = {
                 r[0]
                 for r in conn.execute(
