@@ -138,29 +138,44 @@ class State:
             remember_secret(self._settings[key].api_key)
         return self._settings[key]
 
-    def db_path(self) -> Path:
-        """The database path without reading the config file (it holds nothing about paths)."""
-        if self.db:
-            return Path(self.db).expanduser()
-        from .config import DB_FILENAME, data_dir
+    def db_location(self) -> str:
+        """The database: ``--db``, ``$CHATFLOW_DB``, config.toml's ``db`` or the data directory's
+        ``chatflow.db`` -- a SQLite path or a ``postgresql://`` URL (its password, and
+        ``$PGPASSWORD``, are then registered as secrets the error boundary scrubs)."""
+        from .config import database_location
+        from .core._dsn import dsn_password, is_postgres_url
 
-        return data_dir() / DB_FILENAME
+        location = database_location(self.db, self.config)
+        if is_postgres_url(location):
+            remember_secret(dsn_password(location))
+            remember_secret(os.environ.get("PGPASSWORD"))
+        return location
 
     def store(self, *, create: bool = True) -> Any:
-        """The SQLite store, or ``None`` when ``create=False`` and no database exists yet.
+        """The session store: PostgreSQL for a ``postgresql://`` URL, else SQLite -- or ``None``
+        when ``create=False`` and no SQLite file exists yet.
 
         Read-only commands pass ``create=False`` so that looking creates nothing.
         """
-        path = self.db_path()
-        if not create and not path.exists():
-            return None
-        if create and not self.db:
-            from .config import ensure_private_dir
+        from .core._dsn import is_postgres_url
 
-            ensure_private_dir(path.parent)
-        from .core.sqlite_store import SQLiteSessionStore
+        location = self.db_location()
+        store: Any
+        if is_postgres_url(location):
+            from .core.postgres_store import PostgresSessionStore
 
-        store = SQLiteSessionStore(str(path))
+            store = PostgresSessionStore(location)
+        else:
+            path = Path(location)
+            if not create and not path.exists():
+                return None
+            if create and not self.db:
+                from .config import ensure_private_dir
+
+                ensure_private_dir(path.parent)
+            from .core.sqlite_store import SQLiteSessionStore
+
+            store = SQLiteSessionStore(str(path))
         self._stores.append(store)
         return store
 
@@ -340,7 +355,7 @@ def _version_callback(value: bool) -> None:
 @app.callback()
 def root(
     ctx: typer.Context,
-    db: Annotated[Optional[str], typer.Option("--db", help="SQLite database file (default: chatflow.db in the data dir; $CHATFLOW_HOME overrides the dir).", metavar="PATH")] = None,
+    db: Annotated[Optional[str], typer.Option("--db", help="SQLite database file or postgresql:// URL (default: $CHATFLOW_DB, config.toml's db, else chatflow.db in the data dir).", metavar="PATH|URL")] = None,
     config: Annotated[Optional[str], typer.Option("--config", help="config.toml to read (default: $CHATFLOW_CONFIG or the platform config dir).", metavar="PATH")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs on errors.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="No colours (NO_COLOR is honoured too).")] = False,
@@ -728,7 +743,8 @@ def config_show(
         "config_file": str(s.config_path),
         "config_loaded": s.config_loaded,
         "data_dir": str(s.data_dir),
-        "db_path": str(s.db_path),
+        "db_path": s.db,
+        "db_source": s.sources.get("db_path"),
         "model": model,
         "model_source": model_source,
         "base_url": base_url,
@@ -850,7 +866,7 @@ def remember_secret(value: str | None) -> None:
 def _secrets() -> list[str]:
     """Every secret to scrub, longest first (a key containing another is removed whole)."""
     values = set(_SECRETS)
-    for name in ("OPENAI_API_KEY", os.environ.get("CHATFLOW_API_KEY_ENV", "")):
+    for name in ("OPENAI_API_KEY", "PGPASSWORD", os.environ.get("CHATFLOW_API_KEY_ENV", "")):
         value = os.environ.get(name) if name else None
         if value and len(value) >= _MIN_SECRET_LEN:
             values.add(value)
@@ -868,6 +884,10 @@ def _scrub(text: str) -> str:
     for value in _secrets():
         if value in text:
             text = text.replace(value, "[redacted]")
+    if "postgres" in text.lower() or "password" in text.lower():
+        from .core._dsn import redact_dsn
+
+        text = redact_dsn(text)
     return text
 
 

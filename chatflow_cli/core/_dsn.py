@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["dsn_password", "is_postgres_url", "redact_dsn"]
+__all__ = ["dsn_password", "dsn_without_password", "is_postgres_url", "redact_dsn"]
 
 
 def is_postgres_url(value: object) -> bool:
@@ -45,3 +45,11 @@ def dsn_password(dsn: str) -> str | None:
         return None
     value = match.group(1)
     return value[1:-1].replace("\\'", "'").replace("\\\\", "\\") if value.startswith("'") else value
+
+
+def dsn_without_password(dsn: str) -> str:
+    """``dsn`` with its password left out (``postgresql://bot@db/chat``): what a command a
+    person may copy shows, the password then coming from ``PGPASSWORD`` or ``~/.pgpass``."""
+    text = _URL_PASSWORD.sub(lambda m: m.group(1)[:-1] + m.group(3), dsn)
+    text = re.sub(r"(?i)([?&])password=[^&\s]*&?", lambda m: m.group(1), text).rstrip("?&")
+    return re.sub(r"(?i)\s*\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", "", text).strip()
