@@ -247,6 +247,14 @@ class StreamEvent:
 # --------------------------------------------------------------------------------------
 # the Runner
 # --------------------------------------------------------------------------------------
+def _lease_of(session: Any) -> str | None:
+    """The owner token of the run a context from ``begin_turn`` was given to, or None."""
+    binding = getattr(session, "_binding", None)
+    if binding is not None:
+        return getattr(binding, "lease", None)
+    return getattr(session, "_lease", None)
+
+
 class Runner:
     """Runs turns of sessions kept in ``session_store``.
 
@@ -590,7 +598,7 @@ class Runner:
 
         session = begun.session
         state = TurnState(agent=session.active_agent, start_agent=session.active_agent)
-        unwatch = watch_interrupt_requests(self.store, session_id, getattr(session, "_lease", None), cancel)
+        unwatch = watch_interrupt_requests(self.store, session_id, _lease_of(session), cancel)
         try:
             try:
                 yield from stored(list(begun.events), turn)

@@ -140,13 +140,15 @@ def test_an_interrupt_request_for_another_run_is_not_this_runs(any_kind_store: B
     from chatflow_cli.core.memory import Owner
     from chatflow_cli.core.messages import Message
 
+    from chatflow_cli.core.runner import _lease_of
+
     store = any_kind_store
     agent = Agent(name="Assistant", instructions="")
     first = store.begin_turn("u", default_agent=agent, user_message=Message.user("q1"), owner=Owner.current())
     assert store.request_interrupt("u") == 1
-    assert store.interrupt_requested("u", first.session._lease)
+    assert store.interrupt_requested("u", _lease_of(first.session))
     first.session.interrupt_turn(reason="interrupt requested")
     store.release(first.session)
     second = store.begin_turn("u", default_agent=agent, user_message=Message.user("q2"), owner=Owner.current())
-    assert not store.interrupt_requested("u", second.session._lease)
-    assert not store.interrupt_requested("u", first.session._lease)
+    assert not store.interrupt_requested("u", _lease_of(second.session))
+    assert not store.interrupt_requested("u", _lease_of(first.session))
