@@ -1,28 +1,57 @@
-"""Fixtures of the session-core tests: both stores behind one fixture, an injectable clock, agents."""
+"""Fixtures of the session-core tests: every store kind behind one fixture, an injectable clock, agents.
+
+``any_store`` is parametrised over :data:`STORE_KINDS`, so a test that takes it runs once per
+kind; ``make_store`` opens the store under test again (what another process would see).
+Adding a store kind is one line in :data:`STORE_KINDS`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.memory import BaseSessionStore, SessionStore
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+from tests.helpers.clock import FakeClock
 
 
-class FakeClock:
-    """A settable clock (UTC epoch seconds) for ``store.clock``."""
+@dataclass(frozen=True)
+class StoreKind:
+    """How to open one kind of store in a test's directory.
 
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
+    ``open(place, default_max_turns)`` returns a new store object; ``place`` is the test's
+    directory, or the value of the fixture named by ``place_fixture`` (PostgreSQL: a fresh
+    database's URL on the test server). With ``shared`` true a second call reaches the same
+    data (a new connection to the same database); otherwise the data lives in the object, and
+    opening "again" returns the object already open.
+    """
 
-    def __call__(self) -> float:
-        return self.now
+    open: Callable[[Any, int], BaseSessionStore]
+    shared: bool
+    place_fixture: str | None = None
 
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+
+def _postgres(dsn: str, turns: int) -> BaseSessionStore:
+    from chatflow_cli.core.postgres_store import PostgresSessionStore
+
+    return PostgresSessionStore(dsn, default_max_turns=turns)
+
+
+#: Every store kind the contract suite runs against, by the name that appears in test ids.
+STORE_KINDS: dict[str, StoreKind] = {
+    "memory": StoreKind(lambda tmp, turns: SessionStore(default_max_turns=turns), shared=False),
+    "sqlite": StoreKind(lambda tmp, turns: SQLiteSessionStore(tmp / "sessions.db", default_max_turns=turns),
+                        shared=True),
+    "postgres": StoreKind(_postgres, shared=True, place_fixture="pg_dsn"),
+}
+#: Stores of a kind that holds server connections kept open at once by one test (a long
+#: hypothesis run opens one per example): older ones are closed, as finished processes would be.
+_OPEN_CONNECTIONS_KEPT = 6
 
 
 @pytest.fixture
@@ -30,34 +59,35 @@ def agent() -> Agent:
     return Agent(name="Assistant", instructions="Helpful bot", model="gpt-4o")
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=list(STORE_KINDS))
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
-def make_store(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., BaseSessionStore]]:
-    """Build the store under test; for SQLite every call opens the same real file again."""
+def make_store(store_kind: str, tmp_path: Path,
+               request: pytest.FixtureRequest) -> Iterator[Callable[..., BaseSessionStore]]:
+    """``make_store(default_max_turns=40, fresh=False)``: the store under test, opened again.
+
+    A kind whose data is shared (SQLite) opens a new connection to the same database on
+    every call; the in-memory store returns the store already open unless ``fresh`` asks
+    for a new, empty one.
+    """
+    kind = STORE_KINDS[store_kind]
+    place = request.getfixturevalue(kind.place_fixture) if kind.place_fixture else tmp_path
     opened: list[BaseSessionStore] = []
-    memory: list[SessionStore] = []
-    dsn = request.getfixturevalue("pg_dsn") if store_kind == "postgres" else ""
+    own_data: list[BaseSessionStore] = []
 
     def make(default_max_turns: int = 40, fresh: bool = False) -> BaseSessionStore:
-        if store_kind == "memory":
-            if fresh or not memory:
-                memory.append(SessionStore(default_max_turns=default_max_turns))
-            store: BaseSessionStore = memory[-1]
-        elif store_kind == "postgres":
-            from chatflow_cli.core.postgres_store import PostgresSessionStore
-
-            store = PostgresSessionStore(dsn, default_max_turns=default_max_turns)
-            # each store holds its own connections, as a process would: the older ones of a
-            # long hypothesis run are closed so the server's connection slots last
-            pg_open = [s for s in opened if isinstance(s, PostgresSessionStore) and not s._closed]
-            for old in pg_open[:-6]:
-                old.close()
+        if kind.shared:
+            store = kind.open(place, default_max_turns)
+            if kind.place_fixture:
+                for old in [s for s in opened if not getattr(s, "_closed", True)][:-_OPEN_CONNECTIONS_KEPT]:
+                    old.close()
         else:
-            store = SQLiteSessionStore(tmp_path / "sessions.db", default_max_turns=default_max_turns)
+            if fresh or not own_data:
+                own_data.append(kind.open(place, default_max_turns))
+            store = own_data[-1]
         opened.append(store)
         return store
 
@@ -67,12 +97,14 @@ def make_store(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) 
 
 
 @pytest.fixture
-def store(make_store: Callable[..., BaseSessionStore]) -> BaseSessionStore:
+def any_store(make_store: Callable[..., BaseSessionStore]) -> BaseSessionStore:
+    """The store under test, once per kind in :data:`STORE_KINDS`."""
     return make_store()
 
 
 @pytest.fixture
-def clock(store: BaseSessionStore) -> FakeClock:
+def clock(any_store: BaseSessionStore) -> FakeClock:
+    """A :class:`FakeClock` installed as ``any_store.clock``."""
     fake = FakeClock()
-    store.clock = fake
+    any_store.clock = fake
     return fake
