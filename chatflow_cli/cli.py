@@ -571,6 +571,26 @@ def sessions_show(
 
 
 @sessions_app.command(
+    "interrupt",
+    epilog="\b\nExamples:\n  chatflow sessions interrupt support-42\n  chatflow sessions interrupt support-42 --wait 0 --json",
+)
+def sessions_interrupt(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id.", autocompletion=complete_session_id)],
+    wait: Annotated[float, typer.Option("--wait", min=0, metavar="SECONDS", help="How long to wait for the turn to stop (0: only ask).")] = 10.0,
+    json_: Annotated[bool, typer.Option("--json", help="One JSON object: session_id, turn, requested, outcome.")] = False,
+) -> None:
+    """Stop the turn a session is running, in this or any other process or host.
+
+    The turn stops at its next chunk or tool boundary and keeps its partial reply; open
+    tool calls get a result saying their side effects are unknown; the session is idle.
+    """
+    from .show import interrupt_session
+
+    interrupt_session(_state(ctx), session_id, wait=wait, as_json=json_)
+
+
+@sessions_app.command(
     "rollback",
     epilog="\b\nExamples:\n  chatflow sessions rollback support-42 --to 3\n  chatflow sessions rollback support-42 --last 1 --yes",
 )

@@ -17,7 +17,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
-from .core.errors import ChatflowError, SessionNotFoundError, UsageError
+from .core.errors import ChatflowError, SessionBusyError, SessionNotFoundError, UsageError
 from .render import dumps, plural, safe_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -443,4 +443,71 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
                 out.write(dumps(collected, indent=2) + "\n")
             return
         out.flush()
-        time.sleep(FOLLOW_POLL_S)
+        wait = getattr(store, "wait_for_events", None)
+        if wait is not None:  # PostgreSQL: pushed by LISTEN/NOTIFY (and a read each second)
+            wait(session_id, cursor, 1.0)
+        else:
+            time.sleep(FOLLOW_POLL_S)
+
+
+# ---------------------------------------------------------------------------------------
+# interrupt
+# ---------------------------------------------------------------------------------------
+#: What ``sessions interrupt`` reports for the event that ended the turn it asked to stop.
+_ENDINGS = {
+    "turn.interrupted": "stopped: the partial reply is kept as an interrupted turn",
+    "turn.completed": "had already finished",
+    "turn.failed": "failed before it could stop",
+    "tool.pending": "stopped to wait for tool results",
+    "session.recovered": "was recovered: its process had died",
+}
+
+
+def interrupt_session(state: State, session_id: str, *, wait: float, as_json: bool) -> None:
+    """Ask the process running ``session_id``'s turn (in any process, on any host) to stop it,
+    then wait up to ``wait`` seconds for the turn to end and say how it ended.
+
+    Nothing running is not an error (exit 0). A turn still running when ``wait`` runs out is
+    :class:`SessionBusyError` (exit 4): it was asked and will stop at its next chunk or tool
+    boundary. Raises SessionNotFoundError (exit 3) for an unknown session.
+    """
+    store = _store_or_missing(state, session_id)
+    try:
+        before = store.last_seq(session_id)
+        turn = store.request_interrupt(session_id)
+    except SessionNotFoundError:
+        raise _not_found(session_id) from None
+    outcome: str | None = None
+    if turn is not None and wait > 0:
+        deadline = time.monotonic() + wait
+        while outcome is None:
+            for event in store.events(session_id, after_seq=before):
+                if event.type in _ENDINGS and event.payload.get("turn") in (turn, None):
+                    outcome = event.type
+                    break
+            remaining = deadline - time.monotonic()
+            if outcome is not None or remaining <= 0:
+                break
+            waiter = getattr(store, "wait_for_events", None)
+            if waiter is not None:
+                waiter(session_id, store.last_seq(session_id), min(remaining, 1.0))
+            else:
+                time.sleep(min(FOLLOW_POLL_S, remaining))
+    if turn is not None and wait > 0 and outcome is None:
+        pid = store.running_turn_pid(session_id)
+        raise SessionBusyError(
+            f"asked turn {turn} of session {session_id} to stop; it is still running after {wait:g} s"
+            + (f" (pid {pid})" if pid else "") + ": it stops at its next chunk or tool boundary",
+            session_id=session_id, pid=pid)
+    if as_json:
+        state.env.stdout.write(dumps({"session_id": session_id, "turn": turn, "requested": turn is not None,
+                                      "outcome": outcome}) + "\n")
+        return
+    from .cli import _notice
+
+    if turn is None:
+        _notice(state, f"session {session_id} has no running turn: nothing to interrupt")
+    elif outcome is None:
+        _notice(state, f"asked turn {turn} of session {session_id} to stop")
+    else:
+        _notice(state, f"turn {turn} of session {session_id} {_ENDINGS[outcome]}")

@@ -104,3 +104,34 @@ def test_a_sqlite_path_still_works_through_every_way(chatflow: Callable[..., Any
     env = {"CHATFLOW_DB": str(db)} if where == "env" else None
     assert chatflow(*args, "chat", "-s", "x", "hi", env=env).returncode == 0
     assert db.exists()
+
+
+def test_replay_follow_on_postgres_prints_new_events_as_they_are_committed(
+    chatflow: Callable[..., Any], provider: Any, pg_dsn: str
+) -> None:
+    import json
+    import os
+    import subprocess
+
+    from chatflow_cli.core.postgres_store import PostgresSessionStore
+    from tests.conftest import COMMAND, REPO
+
+    assert chatflow("--db", pg_dsn, "chat", "-s", "watched", "hello").returncode == 0
+    follow = subprocess.Popen([*COMMAND, "--db", pg_dsn, "replay", "watched", "--follow", "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    store = PostgresSessionStore(pg_dsn)
+    last = store.last_seq("watched")
+    try:
+        assert follow.stdout is not None
+        seen = [json.loads(follow.stdout.readline()) for _ in range(last)]  # the log so far
+        assert [e["seq"] for e in seen] == list(range(1, last + 1))
+        assert seen[0]["type"] == "session.created" and "turn.completed" in [e["type"] for e in seen]
+        store.append_event("watched", "note", {"from": "another process"})
+        store.close()
+        line = json.loads(follow.stdout.readline())
+        assert line["type"] == "note" and line["data"] == {"from": "another process"}
+    finally:
+        follow.terminate()
+        follow.communicate(timeout=30)
+    _no_password(follow.stderr.read().decode() if follow.stderr and not follow.stderr.closed else "")
