@@ -64,17 +64,29 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._dsn import is_postgres_url, redact_dsn
 from .errors import SchemaTooNewError, SessionNotFoundError, StoreError
 from .events import Event, SessionStatus
-from .memory import (
-    DEFAULT_MAX_TURNS,
-    BaseSessionStore,
-    MessageState,
-    Owner,
-    TurnStart,
-    _MessageRecord,
-    _SessionRow,
-    _StoredMessage,
-    _Tx,
-)
+try:  # the rules and their transaction port, wherever the store modules keep them
+    from .memory import (
+        DEFAULT_MAX_TURNS,
+        BaseSessionStore,
+        MessageState,
+        Owner,
+        TurnStart,
+        _MessageRecord,
+        _SessionRow,
+        _StoredMessage,
+        _Tx,
+    )
+except ImportError:  # the store package: memory/base.py, owner.py, protocol.py
+    from .memory._checks import DEFAULT_MAX_TURNS  # type: ignore[import-not-found,no-redef]
+    from .memory.base import (  # type: ignore[import-not-found,no-redef]
+        BaseSessionStore,
+        _MessageRecord,
+        _SessionRow,
+        _StoredMessage,
+        _Tx,
+    )
+    from .memory.owner import Owner  # type: ignore[import-not-found,no-redef]
+    from .memory.protocol import MessageState, TurnStart  # type: ignore[import-not-found,no-redef]
 from .messages import Message, Role
 
 if TYPE_CHECKING:
