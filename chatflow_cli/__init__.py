@@ -28,7 +28,7 @@ _EXPORTS = {
     "NetworkError": "chatflow_cli.core.errors",
     "NotFoundError": "chatflow_cli.core.errors",
     "PendingToolCallsError": "chatflow_cli.core.errors",
-    "PostgresSessionStore": "chatflow_cli.core.postgres_store",
+    "PostgresSessionStore": "chatflow_cli.core.memory.postgres",
     "ProviderError": "chatflow_cli.core.errors",
     "RateLimitedError": "chatflow_cli.core.errors",
     "Role": "chatflow_cli.core.messages",
@@ -108,7 +108,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.memory.inmemory import SessionStore
     from .core.memory.protocol import MessageState
     from .core.messages import Message, Role, ToolCall
-    from .core.postgres_store import PostgresSessionStore
+    from .core.memory.postgres import PostgresSessionStore
     from .core.runner import RunResult, Runner
     from .core.memory.sqlite import SQLiteSessionStore
     from .core.tools import tool

@@ -101,7 +101,7 @@ class State:
         location = self.db_location()
         store: BaseSessionStore
         if is_postgres_url(location):
-            from .core.postgres_store import PostgresSessionStore
+            from .core.memory.postgres import PostgresSessionStore
 
             store = PostgresSessionStore(location)
         else:

@@ -45,7 +45,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def bench_append(server: Any, repeat: int) -> None:
-    from chatflow_cli.core.postgres_store import PostgresSessionStore
+    from chatflow_cli.core.memory.postgres import PostgresSessionStore
 
     print("\n1. append one 4-message turn (same PostgreSQL server, same commits for both)")
     dsn = server.dsn(server.create_database())
@@ -107,7 +107,7 @@ def bench_append(server: Any, repeat: int) -> None:
 
 def bench_window(server: Any, repeat: int) -> None:
     from chatflow_cli.core.messages import Message
-    from chatflow_cli.core.postgres_store import PostgresSessionStore
+    from chatflow_cli.core.memory.postgres import PostgresSessionStore
 
     dsn = server.dsn(server.create_database())
     store = PostgresSessionStore(dsn)
@@ -144,7 +144,7 @@ from chatflow_cli.core.model import ModelClient
 from chatflow_cli.core.runner import Runner
 kind, where, base_url, w, turns = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 if kind == "postgres":
-    from chatflow_cli.core.postgres_store import PostgresSessionStore
+    from chatflow_cli.core.memory.postgres import PostgresSessionStore
     store = PostgresSessionStore(where)
 else:
     from chatflow_cli.core.sqlite_store import SQLiteSessionStore

@@ -113,7 +113,7 @@ def test_replay_follow_on_postgres_prints_new_events_as_they_are_committed(
     import os
     import subprocess
 
-    from chatflow_cli.core.postgres_store import PostgresSessionStore
+    from chatflow_cli.core.memory.postgres import PostgresSessionStore
     from tests.conftest import COMMAND, REPO
 
     assert chatflow("--db", pg_dsn, "chat", "-s", "watched", "hello").returncode == 0

@@ -37,7 +37,7 @@ class StoreKind:
 
 
 def _postgres(dsn: str, turns: int) -> BaseSessionStore:
-    from chatflow_cli.core.postgres_store import PostgresSessionStore
+    from chatflow_cli.core.memory.postgres import PostgresSessionStore
 
     return PostgresSessionStore(dsn, default_max_turns=turns)
 

@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
     from chatflow_cli.core.agents import Agent
     from chatflow_cli.core.messages import Message
     from chatflow_cli.core.model import ModelClient
-    from chatflow_cli.core.postgres_store import PostgresSessionStore
+    from chatflow_cli.core.memory.postgres import PostgresSessionStore
     from chatflow_cli.core.runner import Runner
 
     global _CURRENT

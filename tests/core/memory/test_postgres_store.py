@@ -33,7 +33,7 @@ AGENT = Agent(name="Assistant", instructions="Be brief.", model="fake-model")
 
 
 def _store(dsn: str, **kwargs: Any) -> Any:
-    from chatflow_cli.core.postgres_store import PostgresSessionStore
+    from chatflow_cli.core.memory.postgres import PostgresSessionStore
 
     return PostgresSessionStore(dsn, **kwargs)
 
@@ -75,7 +75,7 @@ def _assert_gap_free(store: Any, session_id: str) -> list[Any]:
 
 def test_sixteen_processes_opening_a_fresh_database_migrate_it_once(pg_dsn: str) -> None:
     code = (
-        "import sys; from chatflow_cli.core.postgres_store import PostgresSessionStore as S; "
+        "import sys; from chatflow_cli.core.memory.postgres import PostgresSessionStore as S; "
         "s = S(sys.argv[1]); s.close(); print('ok')"
     )
     procs = [subprocess.Popen([sys.executable, "-c", code, pg_dsn], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -87,7 +87,7 @@ def test_sixteen_processes_opening_a_fresh_database_migrate_it_once(pg_dsn: str)
 
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute("SELECT version FROM chatflow_schema_migrations ORDER BY version").fetchall()
-    from chatflow_cli.core.postgres_store import SCHEMA_VERSION
+    from chatflow_cli.core.memory.postgres import SCHEMA_VERSION
 
     assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
 
@@ -371,7 +371,7 @@ def test_every_commit_that_appends_events_notifies_the_session(pg_dsn: str) -> N
 
     import psycopg
 
-    from chatflow_cli.core.postgres_store import NOTIFY_CHANNEL
+    from chatflow_cli.core.memory.postgres import NOTIFY_CHANNEL
 
     store = _store(pg_dsn)
     with psycopg.connect(pg_dsn, autocommit=True) as listener:

@@ -32,7 +32,7 @@ def any_kind_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[B
     elif request.param == "sqlite":
         store = SQLiteSessionStore(tmp_path / "s.db")
     else:
-        from chatflow_cli.core.postgres_store import PostgresSessionStore
+        from chatflow_cli.core.memory.postgres import PostgresSessionStore
 
         store = PostgresSessionStore(request.getfixturevalue("pg_dsn"))
     yield store

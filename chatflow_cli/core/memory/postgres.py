@@ -2,7 +2,7 @@
 
 ``PostgresSessionStore("postgresql://user@host/db")`` is the store for a fleet: many worker
 processes on many hosts share one database with every guarantee of the SQLite store. The
-session rules are those of :class:`~chatflow_cli.core.memory.BaseSessionStore`; this module
+session rules are those of :class:`~chatflow_cli.core.memory.base.BaseSessionStore`; this module
 supplies transactions over PostgreSQL, with patterns that hold when writers really run at
 the same time (SQLite serialises every writer, PostgreSQL does not):
 
@@ -61,33 +61,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._dsn import is_postgres_url, redact_dsn
-from .errors import SchemaTooNewError, SessionNotFoundError, StoreError
-from .events import Event, SessionStatus
-try:  # the rules and their transaction port, wherever the store modules keep them
-    from .memory import (
-        DEFAULT_MAX_TURNS,
-        BaseSessionStore,
-        MessageState,
-        Owner,
-        TurnStart,
-        _MessageRecord,
-        _SessionRow,
-        _StoredMessage,
-        _Tx,
-    )
-except ImportError:  # the store package: memory/base.py, owner.py, protocol.py
-    from .memory._checks import DEFAULT_MAX_TURNS  # type: ignore[import-not-found,no-redef]
-    from .memory.base import (  # type: ignore[import-not-found,no-redef]
-        BaseSessionStore,
-        _MessageRecord,
-        _SessionRow,
-        _StoredMessage,
-        _Tx,
-    )
-    from .memory.owner import Owner  # type: ignore[import-not-found,no-redef]
-    from .memory.protocol import MessageState, TurnStart  # type: ignore[import-not-found,no-redef]
-from .messages import Message, Role
+from .._dsn import is_postgres_url, redact_dsn
+from ..errors import SchemaTooNewError, SessionNotFoundError, StoreError
+from ..events import Event, SessionStatus
+from ..messages import Message, Role
+from ._checks import DEFAULT_MAX_TURNS
+from .base import BaseSessionStore, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .owner import Owner
+from .protocol import MessageState, TurnStart
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
