@@ -27,6 +27,8 @@ type                       payload
 ``rollback``               ``{"to_turn": int, "removed_turns": [int, ...]}``
 ``metadata.updated``       ``{"metadata": {...} (stored result), "changes": {...}, "removed": [...]}``
 ``session.recovered``      ``{"turn": int, "owner": {...}}`` a dead owner's run was closed
+``session.imported``       ``{"format": str, "source": str, "source_id": str, "counts": {...}}``
+                           an import added turns (``sessions import``; counts of what it added)
 =========================  ==============================================================
 
 These types are *reserved*: they change derived state, so only the store writes them.
@@ -73,6 +75,7 @@ class EventType(str, Enum):
     ROLLBACK = "rollback"
     METADATA_UPDATED = "metadata.updated"
     SESSION_RECOVERED = "session.recovered"
+    SESSION_IMPORTED = "session.imported"
 
 
 @dataclass(frozen=True, slots=True)

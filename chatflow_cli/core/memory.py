@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass
 from functools import partial
-from typing import Any, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from .errors import (
     ChatflowError,
@@ -77,6 +77,7 @@ __all__ = [
     "DEFAULT_DEDUP_TTL_HOURS",
     "DUPLICATE_WAIT_S",
     "DEFAULT_MAX_TURNS",
+    "EditResult",
     "RESERVED_EVENT_PREFIXES",
     "RESERVED_EVENT_TYPES",
     "BaseSessionStore",
@@ -133,6 +134,7 @@ _RECORDABLE = frozenset(
         EventType.TURN_COMPLETED.value,
         EventType.TURN_INTERRUPTED.value,
         EventType.SESSION_RECOVERED.value,
+        EventType.SESSION_IMPORTED.value,
     }
 )
 
@@ -483,6 +485,18 @@ class SessionSummary:
     updated_at: float
     preview: str
     metadata: dict[str, Any]
+
+
+@dataclass(slots=True)
+class EditResult(Generic[_T]):
+    """What :meth:`BaseSessionStore.edit` returns: the change's ``value``, the ``events``
+    appended, ``replayed`` (the idempotency key was applied before: nothing changed) and
+    ``missing`` (no such session and nothing to create it with)."""
+
+    value: _T | None
+    events: list[Event] = field(default_factory=list)
+    replayed: bool = False
+    missing: bool = False
 
 
 #: Outcomes of a first attempt that produced no result: the same idempotency key with the
@@ -2230,7 +2244,114 @@ class BaseSessionStore:
         with self._turn_ended:
             self._turn_ended.wait(timeout)
 
+    # -- edits outside a Runner turn (imports, Agents SDK sessions) --------------------
+    def edit(
+        self,
+        session_id: str,
+        change: Callable[[SessionContext], _T],
+        *,
+        create_agent: Any = None,
+        max_turns: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        digest: str = "",
+    ) -> EditResult[_T]:
+        """Load the session, call ``change(session)`` and save what it journalled, all in one
+        write transaction; return the change's result and the events appended.
+
+        ``change`` uses the context's methods (``add_message``, ``rollback_to``,
+        ``complete_turn``, ``set_active_agent``, ``record_event``...), so every rule and
+        check of :meth:`save` applies, and the events of one edit have consecutive ``seq``.
+        It runs inside the transaction: keep it short, with no network I/O. When it raises,
+        nothing is written.
+
+        ``create_agent``: an agent (or its name) to create the session with when it does not
+        exist (``session.created``, with ``max_turns`` and ``metadata``); without it, a
+        missing session gives ``EditResult(None, [], missing=True)`` and ``change`` is not
+        called. ``idempotency_key``: an edit already applied under this key in the session
+        is not applied again (``replayed=True``, ``change`` not called); ``digest`` is kept
+        with the key.
+
+        Raises:
+            SessionBusyError: a live run owns the session (its turn is running).
+            SessionTerminatedError: the session is terminated.
+        """
+        _check_session_id(session_id)
+        if idempotency_key is not None:
+            _check_idempotency_key(idempotency_key)
+        if max_turns is not None:
+            _check_max_turns(max_turns)
+        if metadata is not None:
+            metadata = _check_metadata(metadata)
+        with self._write() as tx:
+            row = tx.get_row(session_id)
+            events: list[Event] = []
+            if row is None:
+                if create_agent is None:
+                    return EditResult(None, [], missing=True)
+                row = self._new_row(session_id, create_agent, max_turns, metadata)
+                events += self._create(tx, row)
+            if idempotency_key is not None and tx.idempotency_get(session_id, idempotency_key) is not None:
+                return EditResult(None, events, replayed=True)
+            self._refuse_terminated(row)
+            if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
+                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+            ctx = self._context(tx, row, quiet=True)
+            value = change(ctx)
+            events += self._apply(tx, row, ctx._take_journal())
+            if idempotency_key is not None:
+                tx.idempotency_put(session_id, idempotency_key, digest, None, tx.next_seq(session_id) - 1,
+                                   self.clock())
+        return EditResult(value, events)
+
+    def window_turns(self, session_id: str) -> tuple[Turn, ...]:
+        """The turns of the session's context window (``()`` when the session does not exist),
+        read without resolving its agent."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None:
+                return ()
+            return self._context(tx, row, quiet=True).turns
+
+    def turn_count(self, session_id: str) -> int:
+        """The number of the session's last live turn (0 when it has none or does not exist)."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            return 0 if row is None else row.turn_count
+
+    def idempotency_digests(self, session_id: str, keys: Sequence[str]) -> dict[str, str]:
+        """The idempotency keys of ``keys`` already used in the session, with the digest kept
+        with each (``{}`` when the session does not exist)."""
+        _check_session_id(session_id)
+        found: dict[str, str] = {}
+        with self._read() as tx:
+            if tx.get_row(session_id) is None:
+                return found
+            for key in keys:
+                known = tx.idempotency_get(session_id, key)
+                if known is not None:
+                    found[key] = known[0]
+        return found
+
+    def active_agent_name(self, session_id: str) -> str | None:
+        """The name of the session's active agent; None when the session does not exist."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            return None if row is None else row.active_agent_name
+
     # -- async twins -------------------------------------------------------------------
+    async def aedit(self, session_id: str, change: Callable[[SessionContext], _T], **kwargs: Any) -> EditResult[_T]:
+        return await self._run_blocking(partial(self.edit, session_id, change, **kwargs))
+
+    async def awindow_turns(self, session_id: str) -> tuple[Turn, ...]:
+        return await self._run_blocking(self.window_turns, session_id)
+
+    async def aactive_agent_name(self, session_id: str) -> str | None:
+        return await self._run_blocking(self.active_agent_name, session_id)
+
     async def aget(self, session_id: str) -> SessionContext | None:
         return await self._run_blocking(self.get, session_id)
 
