@@ -1098,6 +1098,11 @@ class _Tx:
         """Live SYSTEM messages of turn 0, then live messages of turns >= first_turn, in order."""
         raise NotImplementedError
 
+    def window_dicts(self, session_id: str, first_turn: int) -> list[tuple[int, dict[str, Any]]]:
+        """:meth:`window` as ``Message.to_dict()`` dicts; a backend that stores JSON may
+        return it parsed, without building messages."""
+        return [(turn, msg.to_dict()) for turn, msg in self.window(session_id, first_turn)]
+
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
     ) -> list[_StoredMessage]:
@@ -1263,17 +1268,21 @@ class BaseSessionStore:
         return event
 
     def _context(
-        self, tx: _Tx, row: _SessionRow, default_agent: Any = None, quiet: bool = False, effective: bool = False
+        self, tx: _Tx, row: _SessionRow, default_agent: Any = None, quiet: bool = False, effective: bool = False,
+        last_turns: int | None = None,
     ) -> SessionContext:
         """The row's context. ``effective``: a dead owner's ``running`` shows ``idle`` (reads for
-        callers); the store's own writes keep the stored status."""
-        first = max(1, row.turn_count - row.max_turns + 1)
+        callers); the store's own writes keep the stored status. ``last_turns``: hold only the
+        newest N turns (a context for an edit that needs no more; older turns still load on
+        demand, for a rollback)."""
+        window_turns = row.max_turns if last_turns is None else min(row.max_turns, last_turns)
+        first = max(1, row.turn_count - window_turns + 1)
         window = tx.window(row.session_id, first)
         agent = self._resolve_agent(row.active_agent_name, default_agent, quiet)
         ctx = SessionContext._restore(
             row.session_id,
             agent,
-            row.max_turns,
+            window_turns,
             dict(row.metadata),
             self._effective_status(row) if effective else row.status,
             window,
@@ -2255,6 +2264,7 @@ class BaseSessionStore:
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         digest: str = "",
+        last_turns: int | None = None,
     ) -> EditResult[_T]:
         """Load the session, call ``change(session)`` and save what it journalled, all in one
         write transaction; return the change's result and the events appended.
@@ -2270,7 +2280,9 @@ class BaseSessionStore:
         missing session gives ``EditResult(None, [], missing=True)`` and ``change`` is not
         called. ``idempotency_key``: an edit already applied under this key in the session
         is not applied again (``replayed=True``, ``change`` not called); ``digest`` is kept
-        with the key.
+        with the key. ``last_turns``: the context holds only the newest N turns (its
+        ``max_turns`` is N; the stored session keeps its own): an edit that appends to the
+        last turn then costs the same however long the session is.
 
         Raises:
             SessionBusyError: a live run owns the session (its turn is running).
@@ -2296,7 +2308,7 @@ class BaseSessionStore:
             self._refuse_terminated(row)
             if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
                 raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
-            ctx = self._context(tx, row, quiet=True)
+            ctx = self._context(tx, row, quiet=True, last_turns=last_turns)
             value = change(ctx)
             events += self._apply(tx, row, ctx._take_journal())
             if idempotency_key is not None:
@@ -2334,6 +2346,20 @@ class BaseSessionStore:
                 if known is not None:
                     found[key] = known[0]
         return found
+
+    def window_dicts(self, session_id: str) -> list[tuple[int, dict[str, Any]]]:
+        """The context window's messages as ``(turn, Message.to_dict() form)`` pairs, SYSTEM
+        messages first (turn 0); ``[]`` when the session does not exist. For readers that need
+        no :class:`Message` objects (the Agents SDK session's ``get_items``)."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None:
+                return []
+            return tx.window_dicts(session_id, max(1, row.turn_count - row.max_turns + 1))
+
+    async def awindow_dicts(self, session_id: str) -> list[tuple[int, dict[str, Any]]]:
+        return await self._run_blocking(self.window_dicts, session_id)
 
     def active_agent_name(self, session_id: str) -> str | None:
         """The name of the session's active agent; None when the session does not exist."""

@@ -223,8 +223,24 @@ def _place(ctx: SessionContext, items: Sequence[dict[str, Any]], agent: str | No
         i += 1
 
 
-def _turn_items(ctx_turns: Sequence[Any]) -> list[list[dict[str, Any]]]:
-    return [[it for m in turn.messages for it in _items_of(m)] for turn in ctx_turns]
+def _dict_items(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`_items_of` for a message in its ``to_dict()`` form (no Message built)."""
+    items = data.get("items")
+    if items:
+        return list(items)
+    return _items_of(Message.from_dict(data))
+
+
+def _turn_items(rows: Sequence[tuple[int, dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The window's items grouped by turn (SYSTEM messages, turn 0, form a group of their own)."""
+    groups: list[list[dict[str, Any]]] = []
+    last = None
+    for turn, data in rows:
+        if turn != last:
+            groups.append([])
+            last = turn
+        groups[-1].extend(_dict_items(data))
+    return groups
 
 
 @dataclass(slots=True)
@@ -302,8 +318,7 @@ class ChatflowSession:
         """The session's items, oldest first; see the module docstring for ``limit``."""
         if limit is None:
             limit = self.session_settings.limit
-        turns = await self.store.awindow_turns(self.session_id)
-        per_turn = _turn_items(turns)
+        per_turn = _turn_items(await self.store.awindow_dicts(self.session_id))
         if limit is None or limit < 0:
             items = [it for group in per_turn for it in group]
         elif limit == 0:
@@ -336,7 +351,7 @@ class ChatflowSession:
             _place(ctx, copies, None)
 
         await self.store.aedit(self.session_id, change, create_agent=self._agent_name,
-                               max_turns=self._max_turns, metadata=self._metadata)
+                               max_turns=self._max_turns, metadata=self._metadata, last_turns=1)
 
     async def pop_item(self) -> dict[str, Any] | None:
         """Remove and return the newest item; None when the session has none."""
@@ -363,7 +378,7 @@ class ChatflowSession:
             ctx.record_event("sdk.item_popped", {"turn": turn.number, "item": popped})
             return popped
 
-        popped = (await self.store.aedit(self.session_id, change)).value
+        popped = (await self.store.aedit(self.session_id, change, last_turns=1)).value
         return copy.deepcopy(popped) if (popped is not None and self._copy_out) else popped
 
     async def clear_session(self) -> None:
@@ -374,7 +389,7 @@ class ChatflowSession:
                 ctx.rollback_to(0)
             ctx.record_event("sdk.session_cleared", {})
 
-        await self.store.aedit(self.session_id, change)
+        await self.store.aedit(self.session_id, change, last_turns=1)
 
     # -- beyond the protocol -----------------------------------------------------------
     def close(self) -> None:
