@@ -497,6 +497,8 @@ class EditResult(Generic[_T]):
     events: list[Event] = field(default_factory=list)
     replayed: bool = False
     missing: bool = False
+    position: tuple[str, int] | None = None  #: the log position after the edit (see ``log_position``)
+    before: tuple[str, int] | None = None  #: the log position the change was applied at
 
 
 #: Outcomes of a first attempt that produced no result: the same idempotency key with the
@@ -2308,13 +2310,14 @@ class BaseSessionStore:
             self._refuse_terminated(row)
             if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
                 raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+            before = (row.incarnation, tx.next_seq(session_id) - 1)
             ctx = self._context(tx, row, quiet=True, last_turns=last_turns)
             value = change(ctx)
             events += self._apply(tx, row, ctx._take_journal())
+            last_seq = tx.next_seq(session_id) - 1
             if idempotency_key is not None:
-                tx.idempotency_put(session_id, idempotency_key, digest, None, tx.next_seq(session_id) - 1,
-                                   self.clock())
-        return EditResult(value, events)
+                tx.idempotency_put(session_id, idempotency_key, digest, None, last_seq, self.clock())
+        return EditResult(value, events, position=(row.incarnation, last_seq), before=before)
 
     def window_turns(self, session_id: str) -> tuple[Turn, ...]:
         """The turns of the session's context window (``()`` when the session does not exist),
@@ -2347,18 +2350,34 @@ class BaseSessionStore:
                     found[key] = known[0]
         return found
 
-    def window_dicts(self, session_id: str) -> list[tuple[int, dict[str, Any]]]:
-        """The context window's messages as ``(turn, Message.to_dict() form)`` pairs, SYSTEM
-        messages first (turn 0); ``[]`` when the session does not exist. For readers that need
-        no :class:`Message` objects (the Agents SDK session's ``get_items``)."""
+    def log_position(self, session_id: str) -> tuple[str, int] | None:
+        """``(incarnation, last seq)`` of the session's log, or None when it does not exist.
+
+        Two reads of the same session return the same position exactly when nothing was
+        written to it in between (the incarnation changes when the id is deleted and made
+        again): a cheap check that something read before is still current."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            return None if row is None else (row.incarnation, tx.next_seq(session_id) - 1)
+
+    async def alog_position(self, session_id: str) -> tuple[str, int] | None:
+        return await self._run_blocking(self.log_position, session_id)
+
+    def window_dicts(self, session_id: str) -> tuple[tuple[str, int] | None, list[tuple[int, dict[str, Any]]]]:
+        """The log position (see :meth:`log_position`) and the context window's messages as
+        ``(turn, Message.to_dict() form)`` pairs, SYSTEM messages first (turn 0), read together;
+        ``(None, [])`` when the session does not exist. For readers that need no
+        :class:`Message` objects (the Agents SDK session's ``get_items``)."""
         _check_session_id(session_id)
         with self._read() as tx:
             row = tx.get_row(session_id)
             if row is None:
-                return []
-            return tx.window_dicts(session_id, max(1, row.turn_count - row.max_turns + 1))
+                return None, []
+            position = (row.incarnation, tx.next_seq(session_id) - 1)
+            return position, tx.window_dicts(session_id, max(1, row.turn_count - row.max_turns + 1))
 
-    async def awindow_dicts(self, session_id: str) -> list[tuple[int, dict[str, Any]]]:
+    async def awindow_dicts(self, session_id: str) -> tuple[tuple[str, int] | None, list[tuple[int, dict[str, Any]]]]:
         return await self._run_blocking(self.window_dicts, session_id)
 
     def active_agent_name(self, session_id: str) -> str | None:

@@ -312,13 +312,16 @@ class ChatflowSession:
         self._agent_name = agent_name
         self._metadata = dict(metadata or {})
         self._copy_out = isinstance(self.store, SessionStore)  # the memory store keeps the objects
+        # The items of the whole window as JSON text, at a log position: get_items() answers from
+        # it while the log has not moved (one indexed read), and add_items() extends it.
+        self._cache: tuple[tuple[str, int], list[str]] | None = None
 
     # -- the Session protocol ----------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The session's items, oldest first; see the module docstring for ``limit``."""
         if limit is None:
             limit = self.session_settings.limit
-        per_turn = _turn_items(await self.store.awindow_dicts(self.session_id))
+        per_turn = await self._window_items()
         if limit is None or limit < 0:
             items = [it for group in per_turn for it in group]
         elif limit == 0:
@@ -337,6 +340,34 @@ class ChatflowSession:
             items = flat[-limit:]
         return copy.deepcopy(items) if self._copy_out else items
 
+    async def _window_items(self) -> list[list[dict[str, Any]]]:
+        """The window's items grouped by turn: from the cache when the log has not moved."""
+        cache = self._cache
+        if cache is not None and self._max_turns == UNBOUNDED_TURNS:
+            if await self.store.alog_position(self.session_id) == cache[0]:
+                return [json.loads(text) for text in cache[1]]  # fresh objects, as a read gives
+        position, rows = await self.store.awindow_dicts(self.session_id)
+        groups = _turn_items(rows)
+        self._cache = None
+        if position is not None and self._max_turns == UNBOUNDED_TURNS:
+            self._cache = (position, [json.dumps(g, ensure_ascii=False) for g in groups])
+        return groups
+
+    def _extend_cache(self, result: Any, turn_open: bool, items: list[dict[str, Any]]) -> None:
+        """After add_items: the cache follows when it was current just before the edit."""
+        cache, self._cache = self._cache, None
+        if cache is None or result.position is None or cache[0] != result.before:
+            return
+        groups = list(cache[1])
+        for item in items:
+            if _is_user(item) or not turn_open:  # as _place opens turns
+                groups.append("[]")
+                turn_open = True
+            last = json.loads(groups[-1])
+            last.append(item)
+            groups[-1] = json.dumps(last, ensure_ascii=False)
+        self._cache = (result.position, groups)
+
     async def add_items(self, items: list[Any]) -> None:
         """Append ``items`` in one transaction (nothing is written when one is not a JSON object).
 
@@ -347,11 +378,15 @@ class ChatflowSession:
             return
         copies = [_json_copy(item, k) for k, item in enumerate(items)]
 
+        turn_open: list[bool] = []
+
         def change(ctx: SessionContext) -> None:
+            turn_open.append(ctx.turn_count > 0)
             _place(ctx, copies, None)
 
-        await self.store.aedit(self.session_id, change, create_agent=self._agent_name,
-                               max_turns=self._max_turns, metadata=self._metadata, last_turns=1)
+        result = await self.store.aedit(self.session_id, change, create_agent=self._agent_name,
+                                        max_turns=self._max_turns, metadata=self._metadata, last_turns=1)
+        self._extend_cache(result, bool(turn_open and turn_open[0]), copies)
 
     async def pop_item(self) -> dict[str, Any] | None:
         """Remove and return the newest item; None when the session has none."""
@@ -378,6 +413,7 @@ class ChatflowSession:
             ctx.record_event("sdk.item_popped", {"turn": turn.number, "item": popped})
             return popped
 
+        self._cache = None
         popped = (await self.store.aedit(self.session_id, change, last_turns=1)).value
         return copy.deepcopy(popped) if (popped is not None and self._copy_out) else popped
 
@@ -389,6 +425,7 @@ class ChatflowSession:
                 ctx.rollback_to(0)
             ctx.record_event("sdk.session_cleared", {})
 
+        self._cache = None
         await self.store.aedit(self.session_id, change, last_turns=1)
 
     # -- beyond the protocol -----------------------------------------------------------

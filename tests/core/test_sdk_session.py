@@ -324,3 +324,22 @@ def test_unicode_round_trip_json_file(tmp_path: Path) -> None:
     again = ChatflowSession("u", tmp_path / "u.db")
     assert run(again.get_items()) == json.loads(json.dumps(items))
     again.close()
+
+
+def test_a_second_writer_is_seen_at_once(store: BaseSessionStore) -> None:
+    """Each session object answers get_items from its window cache only while the log has not moved."""
+    one, two = ChatflowSession("both", store), ChatflowSession("both", store)
+    run(one.add_items([{"role": "user", "content": "from one"}]))
+    assert run(one.get_items()) == [{"role": "user", "content": "from one"}]
+    run(two.add_items([{"role": "assistant", "content": "from two"}]))
+    assert run(one.get_items()) == [{"role": "user", "content": "from one"}, {"role": "assistant", "content": "from two"}]
+    run(two.add_items([{"role": "assistant", "content": "two again"}]))
+    run(one.add_items([{"role": "user", "content": "one again"}]))  # its cache was stale: not extended
+    want = [{"role": "user", "content": "from one"}, {"role": "assistant", "content": "from two"},
+            {"role": "assistant", "content": "two again"}, {"role": "user", "content": "one again"}]
+    assert run(one.get_items()) == want and run(two.get_items()) == want
+    assert run(two.pop_item()) == want[-1]
+    assert run(one.get_items()) == want[:-1]
+    store.delete("both")
+    run(two.add_items([{"role": "user", "content": "new incarnation"}]))
+    assert run(one.get_items()) == [{"role": "user", "content": "new incarnation"}]
