@@ -2314,7 +2314,7 @@ class BaseSessionStore:
             ctx = self._context(tx, row, quiet=True, last_turns=last_turns)
             value = change(ctx)
             events += self._apply(tx, row, ctx._take_journal())
-            last_seq = tx.next_seq(session_id) - 1
+            last_seq = events[-1].seq if events else before[1]
             if idempotency_key is not None:
                 tx.idempotency_put(session_id, idempotency_key, digest, None, last_seq, self.clock())
         return EditResult(value, events, position=(row.incarnation, last_seq), before=before)

@@ -363,9 +363,9 @@ class ChatflowSession:
             if _is_user(item) or not turn_open:  # as _place opens turns
                 groups.append("[]")
                 turn_open = True
-            last = json.loads(groups[-1])
-            last.append(item)
-            groups[-1] = json.dumps(last, ensure_ascii=False)
+            text = json.dumps(item, ensure_ascii=False)
+            last = groups[-1]
+            groups[-1] = last[:-1] + ("," if last != "[]" else "") + text + "]"
         self._cache = (result.position, groups)
 
     async def add_items(self, items: list[Any]) -> None:
