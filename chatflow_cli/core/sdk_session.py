@@ -2,7 +2,7 @@
 
 Switching an Agents SDK program to chatflow's store is two lines::
 
-    from chatflow_cli.core.sdk_session import ChatflowSession
+    from chatflow_cli import ChatflowSession
     session = ChatflowSession("user-123", "conversations.db")   # was SQLiteSession("user-123", "conversations.db")
 
     result = await Runner.run(agent, "Hello", session=session)
