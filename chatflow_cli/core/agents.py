@@ -6,7 +6,7 @@
     support = Agent(name="Support", instructions="Support", handoffs=[billing], model="gpt-4o")
 
 Each handoff target is offered to the model as a tool named ``transfer_to_<name in snake
-case>`` with no parameters (issue 4): ``Billing`` -> ``transfer_to_billing``,
+case>`` with no parameters: ``Billing`` -> ``transfer_to_billing``,
 ``OrderTrackingAgent`` -> ``transfer_to_order_tracking_agent``. Calling it makes the target
 the session's active agent.
 
@@ -76,7 +76,7 @@ def _as_tool(item: Any) -> Tool:
 
 
 class Agent:
-    """An agent of seed 000: ``Agent(name, instructions, model=None, tools=(), handoffs=())``.
+    """An agent: ``Agent(name, instructions, model=None, tools=(), handoffs=())``.
 
     Args:
         name: unique within a Runner; stored as the session's ``active_agent_name``.

@@ -16,9 +16,9 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │   └── ConfigError (9)            a bad config file or setting
     ├── NotFoundError (3)
     │   └── SessionNotFoundError
-    │       └── SessionDeletedError    the session was deleted under a live task (seed 000, 0.4.0rc1)
+    │       └── SessionDeletedError    the session was deleted under a live task
     ├── SessionBusyError (4)           another run owns the session
-    ├── SessionTerminatedError (4)     the session reached its final status (seed 003)
+    ├── SessionTerminatedError (4)     the session reached its final status (terminated)
     ├── ProviderError (5)              the model server answered, but not with a usable reply
     │   ├── AuthenticationError        401/403
     │   ├── ModelNotFoundError         404
@@ -167,7 +167,7 @@ class SessionNotFoundError(NotFoundError):
 
 
 class SessionDeletedError(SessionNotFoundError):
-    """A task read or wrote a session after ``store.delete(session_id)`` (seed 000, 0.4.0rc1)."""
+    """A task read or wrote a session after ``store.delete(session_id)`` removed it under the task."""
 
 
 class SessionBusyError(ChatflowError):

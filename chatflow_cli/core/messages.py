@@ -3,12 +3,12 @@
 A message is immutable and round-trips through JSON exactly:
 ``Message.from_dict(m.to_dict()) == m`` and ``Message.from_json(m.to_json()) == m``.
 
-``Role.MODEL`` is what the Chat Completions wire calls ``assistant`` (seed 000 names it
-MODEL). Tool-call arguments are kept as the JSON *text* the model produced, since a
+``Role.MODEL`` is what the Chat Completions wire calls ``assistant`` (``to_wire`` writes
+``assistant``). Tool-call arguments are kept as the JSON *text* the model produced, since a
 model may stop mid-JSON; :meth:`ToolCall.parsed_arguments` parses them.
 
 :func:`history_problems` implements the validity checks that every message list sent
-to a model must pass (the session-core issue names them):
+to a model must pass:
 
 * ``first_after_system_is_user``: after the leading SYSTEM messages the first message is USER;
 * ``tool_result_follows_call``: every TOOL message answers an id of the nearest preceding

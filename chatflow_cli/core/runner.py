@@ -1,4 +1,4 @@
-"""The Runner: runs one turn of a session against an OpenAI-compatible server (issue 4).
+"""The Runner: runs one turn of a session against an OpenAI-compatible server.
 
 ::
 
@@ -29,7 +29,7 @@ A turn, step by step:
 4. A call to ``transfer_to_<agent>`` makes that agent the session's active agent (a
    ``handoff`` event, once) and answers the call with a TOOL result; the new agent answers
    in the same turn with its own instructions and tools.
-5. A call to a custom tool (:meth:`Tool.custom`, seed 003) ends the run with the session
+5. A call to a custom tool (:meth:`Tool.custom`) ends the run with the session
    ``idle`` and a ``tool.pending`` event listing the ids to answer. Regular tools called in
    the same reply run and their results are recorded as submitted (an error result keeps
    ``is_error`` in the TOOL message stored when the turn continues).
@@ -92,35 +92,35 @@ its log ``seq``.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import logging
-import queue
-import signal
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any
 
-from .agents import Agent, HandoffTool, reachable_agents
+from ._run import cancel as _cancel
+from ._run.cancel import RUN_WORKERS, Cancelled, CancelToken, ctrl_c_cancels, events_from_worker
+from ._run.endings import store_failed, store_interrupted
+from ._run.state import Broken, InvalidAfterTools, TurnState
+from ._run.tools import answer_at_once, output_text, run_concurrently
+from ._run.waiting import begin_turn
+from ._stream import ModelTurn, ReplyState, TextDelta, Usage, cut_phrase
+from .agents import Agent, reachable_agents
 from .errors import (
     ChatflowError,
     ConfigError,
     InvalidToolCallError,
     MaxToolRoundsExceeded,
     ProviderResponseError,
-    RateLimitedError,
     RunInterrupted,
-    SessionBusyError,
     StreamBrokenError,
     UsageError,
 )
 from .events import Event, EventType, SessionStatus
 from .memory import storable_text
 from .messages import Message, Role, ToolCall, check_history
-from ._stream import ModelTurn, ReplyState, TextDelta, Usage, cut_phrase
-from .tools import Tool, ToolArgumentsError, to_json_text
+from .tools import Tool
 
 __all__ = [
     "DEFAULT_WAIT_S",
@@ -154,7 +154,7 @@ class RunResult:
         turn: the user-visible turn number (1, 2, 3… for the session's life).
         usage: token usage summed over the turn's model requests.
         status: the session's status when the run returned (``idle`` normally).
-        pending_tool_calls: custom tool calls waiting for ``submit_tool_result`` (seed 003).
+        pending_tool_calls: custom tool calls waiting for ``submit_tool_result``.
         events: the events this run wrote to the session's log, in ``seq`` order.
         replayed: the result came from the log (idempotency key seen before); no model call.
         finish_reason: why the final reply ended (``"stop"``; ``"length"`` or
@@ -236,84 +236,11 @@ class StreamEvent:
         return out
 
 
-class _Cancelled(Exception):
-    """Internal: the cancel event was set."""
-
-
-class _Broken(Exception):
-    """Internal: the model's reply stopped before it finished (``args[0]`` says why)."""
-
-
-class _InvalidAfterTools(Exception):
-    """Internal: a later round's reply has an invalid tool call after earlier rounds ran
-    tools (``args``: the verdict's reason and finish reason)."""
-
-
-class _CancelToken:
-    """A cancel request: the caller's ``threading.Event`` plus the model stream to close at once.
-
-    When the Runner owns the token (Ctrl-C in the main thread, a cancelled ``run_async``
-    task), :meth:`set` closes the stream's socket itself. When the caller passed its own
-    event, :meth:`watch` polls it every 50 ms during a request, so a server that has gone
-    silent cannot hold a cancelled run until the read timeout.
-    """
-
-    __slots__ = ("event", "external", "stream")
-
-    def __init__(self, event: threading.Event | None = None) -> None:
-        self.external = event is not None
-        self.event = event if event is not None else threading.Event()
-        self.stream: Any = None
-
-    def is_set(self) -> bool:
-        return self.event.is_set()
-
-    def set(self) -> None:
-        self.event.set()
-        _cancel_stream(self.stream)
-
-    def wait(self, timeout: float) -> bool:
-        return self.event.wait(timeout)
-
-    def watch(self, stream: Any) -> Callable[[], None]:
-        """Cancel ``stream`` as soon as the token is set, until the returned ``stop()`` is called."""
-        self.stream = stream
-        if not self.external:
-            def forget() -> None:
-                self.stream = None
-
-            return forget
-        done = threading.Event()
-
-        def watcher() -> None:
-            while not done.is_set():
-                if self.event.wait(0.05):
-                    if not done.is_set():
-                        _cancel_stream(stream)
-                    return
-
-        threading.Thread(target=watcher, name="chatflow-cancel-watch", daemon=True).start()
-
-        def stop() -> None:
-            done.set()
-            self.stream = None
-
-        return stop
-
-
-def _cancel_stream(stream: Any) -> None:
-    if stream is not None and hasattr(stream, "cancel"):
-        try:
-            stream.cancel()  # wakes a read blocked on a silent server
-        except Exception as exc:  # noqa: BLE001 - best effort; the event alone stops it at the next chunk
-            log.debug("closing the model stream on cancel failed: %s", exc)
-
-
 # --------------------------------------------------------------------------------------
 # the Runner
 # --------------------------------------------------------------------------------------
 class Runner:
-    """Runs turns of sessions kept in ``session_store`` (issue 4, seed 000).
+    """Runs turns of sessions kept in ``session_store``.
 
     Args:
         starting_agent: the agent of a new session; every agent reachable through handoffs
@@ -326,6 +253,10 @@ class Runner:
         default_model: the model of agents whose ``model`` is ``None``.
         max_tool_rounds: replies with tool calls allowed in one turn (default 10).
         max_tokens, temperature: passed on each request when set.
+
+    Raises:
+        ValueError: ``max_tool_rounds`` is not an int >= 0.
+        AgentDefinitionError: two reachable agents share a name.
     """
 
     def __init__(
@@ -413,8 +344,18 @@ class Runner:
         ``message_id``, a claim made in this thread or task with
         ``store.claim_message`` / ``store.mark_message_processed`` is used the same way.
 
-        Raises the chatflow errors of the module docstring; :class:`RunInterrupted` after an
-        interrupt (the turn was stored as interrupted).
+        Returns:
+            The turn's :class:`RunResult` (``replayed=True`` when it came from the log).
+
+        Raises:
+            SessionBusyError: the session stayed busy for ``wait`` seconds.
+            RunInterrupted: Ctrl-C or ``cancel``; the turn was stored as interrupted.
+            StreamBrokenError: the reply stopped before it finished; kept as an interrupted turn.
+            InvalidToolCallError: the reply holds a tool call that cannot run.
+            MaxToolRoundsExceeded: more than ``max_tool_rounds`` replies with tool calls.
+            RateLimitedError: 429/5xx after the retries; the session is ``rescheduled``.
+            ChatflowError: any other provider or configuration error (module docstring); the
+                turn is stored as failed and the session is ``idle`` again.
         """
         return _drain(self.run_streamed(session_id, user_message, metadata, idempotency_key=idempotency_key,
                                         message_id=message_id, wait=wait, max_turns=max_turns, system=system,
@@ -441,14 +382,8 @@ class Runner:
         message = user_message if isinstance(user_message, Message) else Message.user(str(user_message))
         if message.role is not Role.USER:
             raise ValueError("user_message must be a USER message")
-        return self._guarded(
-            session_id,
-            {"user_message": message, "metadata": metadata, "idempotency_key": idempotency_key,
-             "max_turns": max_turns, "system": system, **self._message_claim(message_id)},
-            wait=wait,
-            cancel=cancel,
-            loop=None,
-        )
+        start = self._start(message, metadata, idempotency_key, message_id, max_turns, system)
+        return self._guarded(session_id, start, wait=wait, cancel=cancel, loop=None)
 
     async def run_async(
         self,
@@ -462,7 +397,7 @@ class Runner:
         max_turns: int | None = None,
         system: str | None = None,
     ) -> RunResult:
-        """Async twin of :meth:`run` (seed 000's webhook example).
+        """Async twin of :meth:`run`, for handlers on an event loop (a webhook endpoint).
 
         The turn runs on a thread of a shared pool of ``RUN_WORKERS`` (16) threads (the
         event loop never blocks on the network or the database; more concurrent runs queue
@@ -494,32 +429,43 @@ class Runner:
     ) -> AsyncIterator[StreamEvent]:
         """Async twin of :meth:`run_streamed`."""
         message = user_message if isinstance(user_message, Message) else Message.user(str(user_message))
-        kwargs = {"user_message": message, "metadata": metadata, "idempotency_key": idempotency_key,
-                  "max_turns": max_turns, "system": system, **self._message_claim(message_id)}
-        async for event in self._in_thread(session_id, kwargs, wait=wait):
+        start = self._start(message, metadata, idempotency_key, message_id, max_turns, system)
+        async for event in self._in_thread(session_id, start, wait=wait):
             yield event
 
-    def _message_claim(self, message_id: str | None) -> dict[str, Any]:
-        """begin_turn's message arguments: ``message_id``, or the claim this context made last."""
+    def _start(self, message: Message, metadata: dict[str, Any] | None, idempotency_key: str | None,
+               message_id: str | None, max_turns: int | None, system: str | None) -> dict[str, Any]:
+        """``begin_turn``'s arguments for a new turn; the message id is ``message_id``, or the
+        claim this thread or task made last (``store.claim_message``)."""
+        start: dict[str, Any] = {"user_message": message, "metadata": metadata, "idempotency_key": idempotency_key,
+                                 "max_turns": max_turns, "system": system}
         if message_id is not None:
-            return {"message_id": message_id}
+            start["message_id"] = message_id
+            return start
         from .memory import take_context_claim
 
         claim = take_context_claim(self.store)
-        return {} if claim is None else {"message_id": claim[0], "message_claim": claim[1]}
+        if claim is not None:
+            start.update(message_id=claim[0], message_claim=claim[1])
+        return start
 
     def submit_tool_result(
         self, session_id: str, tool_use_id: str, output: Any, *, wait: float = DEFAULT_WAIT_S,
         cancel: threading.Event | None = None,
     ) -> RunResult | None:
-        """Answer one pending custom tool call (seed 003) and, once all are answered, continue the turn.
+        """Answer one pending custom tool call and, once all are answered, continue the turn.
 
-        ``output`` is text (anything else is JSON-encoded). Returns ``None`` while other ids
-        are still pending, else the :class:`RunResult` of the continued turn. An unknown id or
-        a second answer for one raises :class:`~chatflow_cli.core.errors.ToolResultError` and
-        writes nothing.
+        ``output`` is text (anything else is JSON-encoded).
+
+        Returns:
+            ``None`` while other ids are still pending, else the :class:`RunResult` of the
+            continued turn.
+
+        Raises:
+            ToolResultError: an unknown id, or a second answer for one (nothing is written).
+            ChatflowError: as :meth:`run`, from the continued turn.
         """
-        remaining = self.store.submit_tool_result(session_id, tool_use_id, _output_text(output))
+        remaining = self.store.submit_tool_result(session_id, tool_use_id, output_text(output))
         if remaining:
             return None
         return _drain(self.continue_streamed(session_id, wait=wait, cancel=cancel))
@@ -528,7 +474,7 @@ class Runner:
                                   wait: float = DEFAULT_WAIT_S) -> RunResult | None:
         """Async twin of :meth:`submit_tool_result`."""
         remaining = await asyncio.to_thread(self.store.submit_tool_result, session_id, tool_use_id,
-                                            _output_text(output))
+                                            output_text(output))
         if remaining:
             return None
         result: RunResult | None = None
@@ -560,148 +506,20 @@ class Runner:
         loop: asyncio.AbstractEventLoop | None,
     ) -> Iterator[StreamEvent]:
         """The turn generator, with Ctrl-C turned into a cancel request while it runs in the main thread."""
-        token = _CancelToken(cancel)
-        previous = None
-        if threading.current_thread() is threading.main_thread():
-            try:
-                if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-                    def on_sigint(signum: int, frame: Any) -> None:
-                        if token.is_set():  # a second Ctrl-C: stop right now
-                            raise KeyboardInterrupt
-                        token.set()
-
-                    previous = signal.signal(signal.SIGINT, on_sigint)
-            except ValueError:  # not the main interpreter's main thread after all
-                previous = None
-        try:
+        token = CancelToken(cancel)
+        with ctrl_c_cancels(token):
             yield from self._turn(session_id, start, wait=wait, cancel=token, loop=loop)
-        finally:
-            if previous is not None:
-                try:
-                    signal.signal(signal.SIGINT, previous)
-                except ValueError:
-                    pass
 
-    async def _in_thread(self, session_id: str, start: dict[str, Any], *, wait: float) -> AsyncIterator[StreamEvent]:
-        """Run the turn generator in a worker thread, handing its events to the event loop."""
-        loop = asyncio.get_running_loop()
-        cancel = _CancelToken()
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        done = threading.Event()
-
-        def put(kind: str, value: Any) -> None:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
-            except RuntimeError:  # the loop is closed: nobody listens any more
-                pass
-
-        def work() -> None:
-            try:
-                for event in self._turn(session_id, start, wait=wait, cancel=cancel, loop=loop):
-                    put("event", event)
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
-                put("error", exc)
-            else:
-                put("end", None)
-            finally:
-                done.set()
-
-        _RUN_POOL.submit(work)
-        try:
-            while True:
-                kind, value = await queue.get()
-                if kind == "event":
-                    yield value
-                elif kind == "error":
-                    raise value
-                else:
-                    return
-        except (asyncio.CancelledError, GeneratorExit):
-            # interrupt the turn and let the worker store it as interrupted before we go
-            cancel.set()
-            await _wait_thread(done)
-            raise
-        finally:
-            cancel.set()  # an early exit of the consumer interrupts a turn still going
+    def _in_thread(self, session_id: str, start: dict[str, Any], *, wait: float) -> AsyncIterator[StreamEvent]:
+        """Run the turn generator on a worker thread, handing its events to the event loop."""
+        return events_from_worker(lambda cancel, loop: self._turn(session_id, start, wait=wait, cancel=cancel,
+                                                                  loop=loop))
 
     # -- the turn ----------------------------------------------------------------------------
-    def _begin(self, session_id: str, start: dict[str, Any], wait: float, cancel: _CancelToken) -> Any:
-        """``store.begin_turn``, waiting up to ``wait`` seconds while the session is busy.
-
-        The first busy attempt takes a ticket in the store's queue for the session, so
-        waiting turns start in the order they reached the store (in this process and in
-        others). Waiters of this process wake when a turn of the store object ends; others
-        poll with a read (20 ms, doubling to 100 ms) and try again once the turn may start.
-        A replayed idempotency key whose first turn is still running, and a message id
-        another live holder is running, count as busy too: the wait then ends with that
-        turn's result. Giving up (time out, interrupt, error) leaves the queue.
-        """
-        from .memory import Owner
-
-        deadline = time.monotonic() + max(0.0, float(wait))
-        delay = 0.02
-        ticket: int | None = None
-        begun: Any = None
-        announced = False
-        try:
-            while True:
-                try:
-                    begun = self.store.begin_turn(
-                        session_id,
-                        default_agent=self.starting_agent,
-                        owner=Owner.current(),
-                        ticket=ticket,
-                        enqueue=wait > 0 and ticket is None,
-                        **start,
-                    )
-                    if begun.queued is not None:
-                        ticket = begun.queued
-                        begun = None
-                        raise SessionBusyError(
-                            f"session {session_id!r} is busy: other turns run or wait for it (waited {wait:g} s)",
-                            session_id=session_id, pid=_running_pid(self.store, session_id))
-                    replay = begun.replayed
-                    if replay is not None:
-                        ticket = None  # a replay gave the ticket up
-                    if replay is not None and replay.get("outcome") == "running":
-                        begun = None
-                        raise SessionBusyError(
-                            f"session {session_id!r} is busy: it is still running turn {replay.get('turn')}, started "
-                            "with this idempotency key", session_id=session_id)
-                    ticket = None  # begin_turn removed it
-                    return begun
-                except SessionBusyError as exc:
-                    hook = self.on_wait
-                    if hook is not None and wait > 0 and not announced:  # once, when the wait starts
-                        announced = True
-                        try:
-                            hook({"session_id": session_id, "pid": getattr(exc, "pid", None), "wait_s": float(wait)})
-                        except Exception:  # noqa: BLE001 - a display problem never breaks the turn
-                            log.debug("on_wait failed", exc_info=True)
-                    while True:  # poll with reads until the turn may start, then try again
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            raise
-                        _wait_for_turn_end(self.store, min(delay, remaining))
-                        if cancel.is_set():
-                            raise RunInterrupted("interrupted while waiting for a busy session",
-                                                 session_id=session_id) from None
-                        delay = min(delay * 2, 0.1)
-                        if _may_start(self.store, session_id, ticket):
-                            break
-        finally:
-            if ticket is not None and begun is None:
-                try:
-                    self.store.leave_turn_queue(session_id, ticket)
-                except Exception as exc:  # noqa: BLE001 - a dead waiter's ticket is skipped anyway
-                    log.warning("could not leave the queue of session %s: %s", session_id, exc)
-            claim = start.get("message_claim")
-            if begun is None and claim is not None and hasattr(self.store, "_release_held"):
-                # the turn never started: the message was not processed, its redelivery must run
-                try:
-                    self.store._release_held(start["message_id"], claim)
-                except Exception as exc:  # noqa: BLE001 - the run's own error is raised instead
-                    log.warning("could not release the claim of message %s: %s", start["message_id"], exc)
+    def _begin(self, session_id: str, start: dict[str, Any], wait: float, cancel: CancelToken) -> Any:
+        """``store.begin_turn``, waiting in the session's queue up to ``wait`` seconds (:func:`begin_turn`)."""
+        return begin_turn(self.store, session_id, start, wait=wait, cancel=cancel,
+                          default_agent=self.starting_agent, on_wait=self.on_wait)
 
     def _replayed(self, session_id: str, begun: Any, written: tuple[Event, ...]) -> RunResult:
         """The :class:`RunResult` of a turn started earlier with the same idempotency key.
@@ -743,7 +561,7 @@ class Runner:
         start: dict[str, Any],
         *,
         wait: float,
-        cancel: _CancelToken,
+        cancel: CancelToken,
         loop: asyncio.AbstractEventLoop | None,
     ) -> Iterator[StreamEvent]:
         written: list[Event] = []
@@ -763,54 +581,54 @@ class Runner:
             return
 
         session = begun.session
-        state = _TurnState(agent=session.active_agent, start_agent=session.active_agent)
+        state = TurnState(agent=session.active_agent, start_agent=session.active_agent)
         try:
             try:
                 yield from stored(list(begun.events), turn)
                 result = yield from self._loop(session, turn, state, cancel, loop, stored)
             except Exception as exc:
-                if cancel.is_set() and not isinstance(exc, _Cancelled) and not state.released:
+                if cancel.is_set() and not isinstance(exc, Cancelled) and not state.released:
                     # cancelled while a request was still connecting: its error is the cancel's echo
-                    raise _Cancelled() from exc
+                    raise Cancelled() from exc
                 raise
-        except _Broken as exc:
+        except Broken as exc:
             if state.released:  # pragma: no cover - raised before anything is released
                 raise
-            events = self._interrupt(session, turn, state, reason="broken stream")
+            events = store_interrupted(self.store, session, state, reason="broken stream")
             yield from stored(events, turn)
             raise StreamBrokenError(f"{exc.args[0]}; what arrived is kept as interrupted turn {turn}",
                                     session_id=session_id) from None
-        except _InvalidAfterTools as exc:
+        except InvalidAfterTools as exc:
             if state.released:  # pragma: no cover - raised before anything is released
                 raise
             ran = ", ".join(dict.fromkeys(state.ran))
-            events = self._interrupt(session, turn, state, reason="invalid tool call")
+            events = store_interrupted(self.store, session, state, reason="invalid tool call")
             yield from stored(events, turn)
             hint = "; or raise the token limit" if exc.args[1] == "length" else ""
             raise InvalidToolCallError(
                 f"the model's reply cannot be used: {exc.args[0]}; it did not run, but earlier rounds ran {ran}: "
                 f"turn {turn} is kept as interrupted up to its last complete round (send a message to go on{hint})",
                 session_id=session_id) from None
-        except (KeyboardInterrupt, _Cancelled, GeneratorExit, asyncio.CancelledError) as exc:
+        except (KeyboardInterrupt, Cancelled, GeneratorExit, asyncio.CancelledError) as exc:
             closing = isinstance(exc, GeneratorExit)
             if state.released:  # the turn was already stored as finished; only the consumer left
                 raise
-            events = self._interrupt(session, turn, state, reason="cancelled" if isinstance(exc, _Cancelled)
+            events = store_interrupted(self.store, session, state, reason="cancelled" if isinstance(exc, Cancelled)
                                      or closing else "interrupted")
             if closing:  # the consumer went away: nothing more may be yielded
                 written.extend(events)
                 raise
             yield from stored(events, turn)
             raise RunInterrupted(f"turn {turn} was interrupted; the session is ready for the next message",
-                                 session_id=session_id) from (None if isinstance(exc, _Cancelled) else exc)
+                                 session_id=session_id) from (None if isinstance(exc, Cancelled) else exc)
         except BaseException as exc:
             if state.released:
                 raise
             if getattr(exc, "keeps_partial_reply", False) and state.partial:
                 # the model server died mid-reply: what it said stays, as an interrupted turn
-                events = self._interrupt(session, turn, state, reason=f"interrupted: {type(exc).__name__}")
+                events = store_interrupted(self.store, session, state, reason=f"interrupted: {type(exc).__name__}")
             else:
-                events = self._fail(session, turn, state, exc)
+                events = store_failed(self.store, session, state, exc)
             yield from stored(events, turn)
             if isinstance(exc, ChatflowError) and exc.session_id is None:
                 exc.session_id = session_id
@@ -822,8 +640,8 @@ class Runner:
         self,
         session: Any,
         turn: int,
-        state: _TurnState,
-        cancel: _CancelToken,
+        state: TurnState,
+        cancel: CancelToken,
         loop: asyncio.AbstractEventLoop | None,
         stored: Callable[[list[Event], int | None], Iterator[StreamEvent]],
     ) -> Generator[StreamEvent, None, RunResult]:
@@ -832,7 +650,7 @@ class Runner:
         requests = 0
         while True:
             if cancel.is_set():
-                raise _Cancelled()
+                raise Cancelled()
             agent: Agent = state.agent
             tools = agent.all_tools()
             history = session.history
@@ -866,7 +684,7 @@ class Runner:
                     elif isinstance(item, ModelTurn):
                         reply = item
                     if cancel.is_set():
-                        raise _Cancelled()
+                        raise Cancelled()
             finally:
                 unwatch()
                 close = getattr(stream, "close", None)
@@ -878,13 +696,13 @@ class Runner:
                 state.usage = state.usage + reply.usage
             verdict = reply.verdict
             if verdict.state is ReplyState.INTERRUPTED:
-                raise _Cancelled()
+                raise Cancelled()
             if verdict.state is ReplyState.BROKEN:
                 state.reasoning = storable_text(reply.reasoning) if reply.reasoning else None
-                raise _Broken(verdict.reason)  # the partial text in state.partial is kept
+                raise Broken(verdict.reason)  # the partial text in state.partial is kept
             if verdict.state is ReplyState.INVALID_TOOL_CALL:
                 if state.ran:  # earlier rounds ran tools: keep them, up to the last complete round
-                    raise _InvalidAfterTools(verdict.reason, verdict.finish_reason)
+                    raise InvalidAfterTools(verdict.reason, verdict.finish_reason)
                 hint = "send the message again, or raise the token limit" if verdict.finish_reason == "length" \
                     else "send the message again"
                 raise InvalidToolCallError(
@@ -920,7 +738,7 @@ class Runner:
             outcomes = yield from self._run_tools(session_id, turn, agent, tools, calls, cancel, loop, state)
             state.ran.extend(c.name for c in calls if c.id in outcomes)
             if custom:
-                # seed 003: stop here; regular results wait with the custom ones, sent in call order
+                # stop here; regular results wait with the custom ones, sent in call order
                 for call in calls:
                     if call.id in outcomes:
                         self._record_submitted(session, turn, call, *outcomes[call.id])
@@ -977,36 +795,23 @@ class Runner:
         agent: Agent,
         tools: dict[str, Tool],
         calls: list[ToolCall],
-        cancel: _CancelToken,
+        cancel: CancelToken,
         loop: asyncio.AbstractEventLoop | None,
-        state: _TurnState,
+        state: TurnState,
     ) -> Generator[StreamEvent, None, dict[str, tuple[str, bool]]]:
         """Run the regular and handoff calls; returns ``{call id: (text, is_error)}`` (custom calls left out)."""
         outcomes: dict[str, tuple[str, bool]] = {}
-        runnable: list[tuple[ToolCall, Tool]] = []
         for call in calls:
             found = tools.get(call.name)
-            if found is not None and found.is_custom:
-                continue
-            yield StreamEvent("tool.call_started", session_id,
-                              {"id": call.id, "name": call.name, "arguments": call.arguments, "agent": agent.name},
-                              turn=turn)
-            if found is None:
-                known = ", ".join(sorted(tools)) or "none"
-                outcomes[call.id] = (f"Error: unknown tool {call.name!r}. Available tools: {known}.", True)
-            elif isinstance(found, HandoffTool):
-                if any(isinstance(tools.get(c.name), HandoffTool) for c in calls[: calls.index(call)]):
-                    outcomes[call.id] = ("Error: only the first handoff of a reply is followed.", True)
-                else:
-                    state.handoffs[call.id] = found.target
-                    outcomes[call.id] = (f"Transferred to {found.target.name}. {found.target.name} answers now.",
-                                         False)
-            else:
-                runnable.append((call, found))
+            if found is None or not found.is_custom:
+                yield StreamEvent("tool.call_started", session_id,
+                                  {"id": call.id, "name": call.name, "arguments": call.arguments,
+                                   "agent": agent.name}, turn=turn)
+        runnable = answer_at_once(calls, tools, state, outcomes)
         timings: dict[str, float] = {}
         if runnable:
             # always on a thread, even one call: the waiting side stays responsive to a cancel request
-            yield from self._run_parallel(runnable, outcomes, timings, cancel, loop, state)
+            run_concurrently(runnable, outcomes, timings, cancel, loop, state)
         for call in calls:
             if call.id in outcomes:
                 text, is_error = outcomes[call.id]
@@ -1015,164 +820,11 @@ class Runner:
                                    "duration_ms": round(timings.get(call.id, 0.0) * 1000, 3)}, turn=turn)
         return outcomes
 
-    def _run_parallel(
-        self,
-        runnable: list[tuple[ToolCall, Tool]],
-        outcomes: dict[str, tuple[str, bool]],
-        timings: dict[str, float],
-        cancel: _CancelToken,
-        loop: asyncio.AbstractEventLoop | None,
-        state: _TurnState,
-    ) -> Iterator[StreamEvent]:
-        """Run the calls concurrently, each on its own daemon thread, and wait for all.
-
-        Daemon threads, not a pool: a tool abandoned by an interrupt keeps running in the
-        background but never holds up the process's exit. The wait wakes every 50 ms to
-        notice a cancel request.
-        """
-        futures: list[tuple[ToolCall, concurrent.futures.Future[tuple[str, bool, float]]]] = []
-        for call, found in runnable:
-            future: concurrent.futures.Future[tuple[str, bool, float]] = concurrent.futures.Future()
-            thread = threading.Thread(target=_run_into, args=(future, found, call, loop),
-                                      name=f"chatflow-tool-{call.name}"[:40], daemon=True)
-            thread.start()
-            futures.append((call, future))
-        pending = {f for _, f in futures}
-        by_future = {f: c for c, f in futures}
-        try:
-            while pending:
-                done, pending = concurrent.futures.wait(pending, timeout=0.05,
-                                                        return_when=concurrent.futures.FIRST_COMPLETED)
-                for future in done:
-                    text, is_error, took = future.result()
-                    call = by_future[future]
-                    outcomes[call.id] = (text, is_error)
-                    timings[call.id] = took
-                if pending and cancel.is_set():
-                    raise _Cancelled()
-        except BaseException:
-            # results that did come in are kept; the others get synthetic results
-            state.finished = dict(outcomes)
-            raise
-        if False:  # pragma: no cover - makes this a generator for `yield from`
-            yield
-        return None
-
-    # -- endings -----------------------------------------------------------------------------
-    def _interrupt(self, session: Any, turn: int, state: _TurnState, reason: str) -> list[Event]:
-        """Store the interrupted turn once: partial text, finished results, synthetic ones; then idle."""
-        partial = "".join(state.partial) or None
-        try:
-            pending = {c.id: c for c in session.pending_tool_calls}
-            for call_id, (text, is_error) in state.finished.items():
-                if call_id in pending:
-                    session.add_message(Message.tool(call_id, text, name=pending[call_id].name, is_error=is_error))
-            session.interrupt_turn(reason=reason, partial_text=partial, agent=state.agent,
-                                   partial_reasoning=state.reasoning)
-            session.set_status(SessionStatus.IDLE, reason=reason)
-            return list(self.store.save(session))
-        except BaseException as exc:  # noqa: BLE001 - the in-memory session may be half-written
-            log.warning("storing the interrupted turn from memory failed (%s); retrying from the store", exc)
-            return self._close_from_store(session.session_id, lambda s: s.interrupt_turn(
-                reason=reason, partial_text=partial, agent=state.agent, partial_reasoning=state.reasoning), reason)
-
-    def _fail(self, session: Any, turn: int, state: _TurnState, exc: BaseException) -> list[Event]:
-        """Store a failed turn: out of the window, ``turn.failed``, then idle or rescheduled."""
-        if isinstance(exc, RateLimitedError):
-            status, extra = SessionStatus.RESCHEDULED, {"retry_at": exc.retry_at}
-        else:
-            status, extra = SessionStatus.IDLE, {}
-        reason = f"turn failed: {type(exc).__name__}"
-        try:
-            session.fail_turn(exc, agent=state.start_agent)  # also undoes a handoff made in the turn
-            session.set_status(status, reason=reason, **extra)
-            return list(self.store.save(session))
-        except BaseException as second:  # noqa: BLE001
-            log.warning("storing the failed turn from memory failed (%s); retrying from the store", second)
-
-            def close(s: Any) -> None:
-                s.fail_turn(exc, agent=state.start_agent)
-
-            return self._close_from_store(session.session_id, close, reason, status=status, **extra)
-
-    def _close_from_store(self, session_id: str, action: Callable[[Any], None], reason: str, *,
-                          status: SessionStatus = SessionStatus.IDLE, **extra: Any) -> list[Event]:
-        try:
-            fresh = self.store.get(session_id)
-            if fresh is None:
-                return []
-            try:
-                action(fresh)
-            except Exception as exc:  # noqa: BLE001
-                log.warning("could not close turn of %s: %s", session_id, exc)
-            fresh.set_status(status, reason=reason, **extra)
-            return list(self.store.save(fresh))
-        except Exception as exc:  # noqa: BLE001 - the owner record lets a later run recover it
-            log.error("could not release session %s: %s", session_id, exc)
-            return []
-
-
-@dataclasses.dataclass
-class _TurnState:
-    agent: Agent
-    start_agent: Any = None  # the active agent when the turn began (restored if the turn fails)
-    usage: Usage = dataclasses.field(default_factory=Usage)
-    rounds: int = 0
-    ran: list[str] = dataclasses.field(default_factory=list)  # names of the tools run in this turn, in order
-    partial: list[str] = dataclasses.field(default_factory=list)
-    reasoning: str | None = None  # the reasoning of a reply that broke off (kept with the interrupted turn)
-    handoffs: dict[str, Agent] = dataclasses.field(default_factory=dict)
-    finished: dict[str, tuple[str, bool]] = dataclasses.field(default_factory=dict)
-    released: bool = False  # the turn's end (idle) is stored: nothing left to undo
-    # Chat Completions form of each message sent in this turn, by identity (messages are
-    # immutable; the tuple keeps the message alive so its id is not reused)
-    _wire: dict[int, tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=dict)
-
-    def wire(self, message: Message) -> dict[str, Any]:
-        """``message.to_wire()``, computed once per turn."""
-        cached = self._wire.get(id(message))
-        if cached is not None and cached[0] is message:
-            return cached[1]
-        data = message.to_wire()
-        self._wire[id(message)] = (message, data)
-        return data
-
-
 # --------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------
 def _name(agent: Any) -> str:
     return str(getattr(agent, "name", agent) or "")
-
-
-def _output_text(output: Any) -> str:
-    """A submitted custom-tool result as text: as a tool's return value (:func:`to_json_text`)."""
-    return storable_text(to_json_text(output))
-
-
-def _invoke(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None) -> tuple[str, bool]:
-    """Run one tool call; errors become text the model sees (``is_error`` True). The text is
-    made storable (:func:`~chatflow_cli.core.memory.storable_text`: lone surrogates escaped)."""
-    try:
-        return storable_text(found.invoke(call.arguments, loop=loop)), False
-    except ToolArgumentsError as exc:
-        return storable_text(f"Error: invalid arguments for {call.name}: {exc}"), True
-    except Exception as exc:  # noqa: BLE001 - the model sees the error and the turn goes on
-        log.info("tool %s raised %s: %s", call.name, type(exc).__name__, exc)
-        return storable_text(f"Error: {call.name} raised {type(exc).__name__}: {exc}"), True
-
-
-def _run_into(future: concurrent.futures.Future[tuple[str, bool, float]], found: Tool, call: ToolCall,
-              loop: asyncio.AbstractEventLoop | None) -> None:
-    if not future.set_running_or_notify_cancel():
-        return
-    began = time.perf_counter()
-    try:
-        text, is_error = _invoke(found, call, loop)
-    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt/SystemExit raised by a tool
-        future.set_exception(exc)
-    else:
-        future.set_result((text, is_error, time.perf_counter() - began))
 
 
 def _drain(events: Iterator[StreamEvent]) -> RunResult:
@@ -1184,92 +836,13 @@ def _drain(events: Iterator[StreamEvent]) -> RunResult:
     return result
 
 
-def _may_start(store: Any, session_id: str, ticket: int | None) -> bool:
-    check = getattr(store, "turn_may_start", None)
-    return True if check is None else bool(check(session_id, ticket))
-
-
-def _running_pid(store: Any, session_id: str) -> int | None:
-    """The pid of the process running ``session_id``'s turn, when the store can say (a cheap read)."""
-    look = getattr(store, "running_turn_pid", None)
-    try:
-        return None if look is None else look(session_id)
-    except Exception:  # noqa: BLE001 - only the waiting message loses the pid
-        return None
-
-
-def _wait_for_turn_end(store: Any, timeout: float) -> None:
-    """Sleep ``timeout`` seconds, or less when a turn of ``store`` ends in this process."""
-    wait = getattr(store, "wait_turn_ended", None)
-    if wait is None:
-        time.sleep(timeout)
-    else:
-        wait(timeout)
-
-
-class _RunPool:
-    """A shared pool of at most ``size`` daemon threads running ``run_async`` turns.
-
-    Threads start on demand and stay for later runs; work beyond ``size`` concurrent runs
-    waits in a FIFO queue. Daemon threads, like the tool threads: a run still going never
-    holds up the process's exit.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self.threads = 0
-        self._outstanding = 0  # jobs queued or running
-
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            self._outstanding += 1
-            start = self.threads < self.size and self._outstanding > self.threads
-            if start:
-                self.threads += 1
-        self._jobs.put(job)
-        if start:
-            threading.Thread(target=self._serve, name="chatflow-run", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            job = self._jobs.get()
-            try:
-                job()
-            except BaseException:  # noqa: BLE001 - a job reports its own errors
-                log.exception("a run_async job failed")
-            finally:
-                with self._lock:
-                    self._outstanding -= 1
-
-
-#: Threads of the shared pool that runs ``run_async`` turns (each blocks on the model's
-#: network reply and short store transactions; the event loop never does). More busy
-#: threads make the event loop wait longer for the GIL: 200 concurrent runs with a model
-#: that answers at once stall the loop about 0.2 s with 32 threads, about 1 s with one
-#: thread per run (tests/benchmarks/bench_webhook.py). Change it with set_run_workers().
-RUN_WORKERS = 16
-_RUN_POOL = _RunPool(RUN_WORKERS)
-
-
 def set_run_workers(count: int) -> None:
     """Bound the shared ``run_async`` pool at ``count`` threads (>= 1); threads already
-    started stay. Runs beyond the bound wait for a thread, in order."""
+    started stay. Runs beyond the bound wait for a thread, in order.
+
+    Raises:
+        ValueError: ``count`` is not an int >= 1.
+    """
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be an int >= 1, got {count!r}")
-    _RUN_POOL.size = count
-
-#: Longest a cancelled ``run_async`` task waits for its worker to store the interrupted turn.
-#: Only a request still connecting (no response headers yet) can take that long; the
-#: worker then stores the interruption by itself when the request gives up.
-CANCEL_GRACE_S = 10.0
-
-
-async def _wait_thread(done: threading.Event) -> None:
-    deadline = time.monotonic() + CANCEL_GRACE_S
-    while not done.is_set() and time.monotonic() < deadline:
-        try:
-            await asyncio.sleep(0.01)
-        except asyncio.CancelledError:  # keep waiting: the turn must be stored first
-            continue
+    _cancel.pool.size = count

@@ -1,7 +1,7 @@
 """Tools an agent may call: :func:`tool` turns a Python function into a :class:`Tool`.
 
 The JSON Schema of the parameters comes from the type hints, the descriptions from the
-docstring (issue 4)::
+docstring::
 
     @tool
     def check_order_status(order_id: str, verbose: bool = False) -> dict:
@@ -43,8 +43,8 @@ and tuples as arrays, Enums as their values, bytes as UTF-8 text or base64, data
 pydantic-like models as objects, NaN/Infinity as ``null``). Bad arguments raise :class:`ToolArgumentsError`; an exception the function
 raises propagates unchanged (the Runner turns both into an error result the model sees).
 
-:meth:`Tool.custom` declares a tool with a schema and no implementation (seed 003's
-custom tools): the Runner stops the turn when the model calls one and waits for
+:meth:`Tool.custom` declares a tool with a schema and no implementation (a custom
+tool, answered by the caller): the Runner stops the turn when the model calls one and waits for
 ``submit_tool_result``.
 """
 
@@ -518,7 +518,7 @@ class Tool:
 
     @classmethod
     def custom(cls, name: str, description: str = "", parameters_schema: dict[str, Any] | None = None) -> Tool:
-        """A custom tool (seed 003): offered to the model, answered later by ``submit_tool_result``.
+        """A custom tool: offered to the model, answered later by ``Runner.submit_tool_result``.
 
         ``parameters_schema`` is a JSON Schema object; ``None`` means no parameters.
         """

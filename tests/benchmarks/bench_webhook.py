@@ -101,11 +101,11 @@ def model_process() -> Iterator[str]:
 def bench_lag(kind: str, pool_size: int | None, runs: int = 200) -> tuple[float, int]:
     """(max event-loop lag in ms, peak thread count) while ``runs`` run_async calls run at once."""
     from chatflow_cli import Agent, Runner, SessionStore, SQLiteSessionStore
-    from chatflow_cli.core import runner as runner_module
+    from chatflow_cli.core._run import cancel as run_cancel
     from chatflow_cli.core.model import ModelClient
 
-    pool = runner_module._RunPool(pool_size if pool_size is not None else runner_module.RUN_WORKERS)
-    saved, runner_module._RUN_POOL = runner_module._RUN_POOL, pool
+    pool = run_cancel.RunPool(pool_size if pool_size is not None else run_cancel.RUN_WORKERS)
+    saved, run_cancel.pool = run_cancel.pool, pool
     try:
         with model_process() as url, tempfile.TemporaryDirectory() as tmp:
             store = SQLiteSessionStore(Path(tmp) / "lag.db") if kind == "sqlite" else SessionStore()
@@ -139,7 +139,7 @@ def bench_lag(kind: str, pool_size: int | None, runs: int = 200) -> tuple[float,
             store.close()
             return out
     finally:
-        runner_module._RUN_POOL = saved
+        run_cancel.pool = saved
 
 
 def main() -> None:

@@ -6,11 +6,11 @@ It follows the rules of ``openai``'s own client, so both transports behave alike
 
 * Retries: up to ``max_retries`` more attempts after HTTP 408, 409, 429 or 5xx, a timeout, or
   a connection error (refused, reset, TLS). An ``x-should-retry: true``/``false`` header
-  decides for the server; a ``Retry-After`` longer than :data:`MAX_RETRY_AFTER_S` (120 s) is
-  not waited for (no retry). The wait before retry ``n`` (0-based) is the server's
-  ``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date) when it is between 0 and
-  120 s, else ``0.5 * 2**n`` seconds capped at 8 s, less a random 0-25 %. The wait ends at
-  once when the request is cancelled; a cancelled request is never retried.
+  decides for the server; a ``Retry-After`` longer than 120 s is not waited for (no retry).
+  The wait before retry ``n`` (0-based) is the server's ``retry-after-ms`` / ``Retry-After``
+  (seconds or an HTTP date) when it is between 0 and 120 s, else ``0.5 * 2**n`` seconds
+  capped at 8 s, less a random 0-25 % (:mod:`.retry`). The wait ends at once when the
+  request is cancelled; a cancelled request is never retried.
 * Timeouts: ``timeout`` seconds for each read (between two chunks of a stream too) and for
   a write, at most 10 s of it to connect.
 * Headers: ``Authorization: Bearer <key>``, ``Accept``/``Content-Type: application/json``,
@@ -26,11 +26,12 @@ holds or formats the API key except the request header itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
-import random
 import time
 from typing import Any, Callable, Iterator, Mapping
+
+from .retry import retry_delay_s, should_retry
 
 __all__ = [
     "ConnectFailed",
@@ -43,14 +44,6 @@ __all__ = [
     "make_client",
     "open_stream",
 ]
-
-#: openai's backoff: the first retry waits about this long, doubling each time…
-INITIAL_RETRY_DELAY_S = 0.5
-#: …up to this.
-MAX_RETRY_DELAY_S = 8.0
-#: A server's Retry-After longer than this is not waited for: the error is raised at once.
-MAX_RETRY_AFTER_S = 120.0
-
 
 # --------------------------------------------------------------------------------------
 # failures (no httpx2 needed to import or catch them)
@@ -132,7 +125,7 @@ def make_client(timeout: float) -> Any:
 def request_headers(api_key: str) -> dict[str, str]:
     import os
 
-    from .. import __version__
+    from ... import __version__
 
     headers = {
         "Accept": "application/json",
@@ -147,55 +140,6 @@ def request_headers(api_key: str) -> dict[str, str]:
     if project:
         headers["OpenAI-Project"] = project
     return headers
-
-
-def retry_after_s(headers: Any) -> float | None:
-    """openai's reading of ``retry-after-ms`` / ``retry-after`` (seconds, or an HTTP date)."""
-    if headers is None:
-        return None
-    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            delay = float(value)
-        except ValueError:
-            continue
-        if delay == math.inf and value.strip().lower() not in ("inf", "+inf", "infinity", "+infinity"):
-            return MAX_RETRY_AFTER_S + 1  # an overflowing number: too long, not "unspecified"
-        return delay / divisor
-    value = headers.get("retry-after")
-    try:
-        import email.utils
-
-        parsed = email.utils.parsedate_tz(value)
-        if parsed is None:
-            return None
-        return float(email.utils.mktime_tz(parsed) - time.time())
-    except (TypeError, ValueError, OverflowError, OSError):
-        return None
-
-
-def should_retry(status: int, headers: Any) -> bool:
-    """Whether an error answer is retried (see the module docstring)."""
-    delay = retry_after_s(headers)
-    if delay is not None and math.isfinite(delay) and delay > MAX_RETRY_AFTER_S:
-        return False
-    verdict = headers.get("x-should-retry") if headers is not None else None
-    if verdict == "true":
-        return True
-    if verdict == "false":
-        return False
-    return status in (408, 409, 429) or status >= 500
-
-
-def retry_delay_s(retry: int, headers: Any) -> float:
-    """Seconds to wait before retry number ``retry`` (0-based)."""
-    delay = retry_after_s(headers)
-    if delay is not None and math.isfinite(delay) and 0 < delay <= MAX_RETRY_AFTER_S:
-        return delay
-    backoff = min(INITIAL_RETRY_DELAY_S * 2.0 ** min(retry, 1000), MAX_RETRY_DELAY_S)
-    return max(0.0, backoff * (1 - 0.25 * random.random()))
 
 
 def _error_body(response: Any) -> Any:
@@ -231,10 +175,6 @@ def open_stream(
     Raises:
         HTTPStatusFailure, TimedOut, ConnectFailed, RequestAborted.
     """
-    import ssl
-
-    import httpx2
-
     content = json.dumps(body, ensure_ascii=False).encode("utf-8")
     for attempt in range(max_retries + 1):
         remaining = max_retries - attempt
@@ -242,15 +182,10 @@ def open_stream(
         failure: TransportFailure | None = None
         response = None
         try:
-            response = client.send(request, stream=True)
-        except RequestAborted:
-            raise
-        except httpx2.TimeoutException as exc:
-            failure = TimedOut("Request timed out.")
-            failure.__cause__ = exc
-        except (httpx2.RequestError, ssl.SSLError) as exc:
-            failure = ConnectFailed("Connection error.")
-            failure.__cause__ = exc
+            with _as_failures():
+                response = client.send(request, stream=True)
+        except (TimedOut, ConnectFailed) as exc:
+            failure = exc
         if failure is not None:
             if remaining > 0 and not stopping() and not _wait(_announced(on_retry, attempt, None, None), sleep):
                 continue
@@ -267,15 +202,29 @@ def open_stream(
                 continue
             raise RequestAborted("the request was cancelled")
         try:
-            response.read()
-        except httpx2.TimeoutException as exc:
-            raise TimedOut("Request timed out.") from exc
-        except (httpx2.RequestError, ssl.SSLError) as exc:
-            raise ConnectFailed("Connection error.") from exc
+            with _as_failures():
+                response.read()
         finally:
             response.close()
         raise HTTPStatusFailure(response.status_code, _error_body(response), response.headers)
     raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _as_failures() -> Iterator[None]:
+    """Raise ``httpx2``'s errors as this module's, the original as ``__cause__``: a timeout
+    (connect, read, write) as :class:`TimedOut`, any other request error or a TLS error as
+    :class:`ConnectFailed`. Anything else passes unchanged."""
+    import ssl
+
+    import httpx2
+
+    try:
+        yield
+    except httpx2.TimeoutException as exc:
+        raise TimedOut("Request timed out.") from exc
+    except (httpx2.RequestError, ssl.SSLError) as exc:
+        raise ConnectFailed("Connection error.") from exc
 
 
 def _announced(on_retry: Callable[[int, float, int | None], None] | None, attempt: int, status: int | None,
@@ -312,27 +261,27 @@ class EventStream:
         self.response = response
 
     def __iter__(self) -> Iterator[Any]:
-        import ssl
-
         import httpx2
 
         response = self.response
         try:
-            for event in httpx2.EventSource(response, max_event_size=None):
-                data = event.data
-                if data.startswith("[DONE]"):
-                    break
-                obj = json.loads(data)
-                if isinstance(obj, Mapping) and obj.get("error"):
-                    error = obj["error"]
-                    message = error.get("message") if isinstance(error, Mapping) else None
-                    if not isinstance(message, str) or not message:
-                        message = "An error occurred during streaming"
-                    raise StreamErrorEvent(message, error)
-                yield obj
-        except httpx2.TimeoutException as exc:
-            raise TimedOut("Request timed out.") from exc
-        except (httpx2.RequestError, ssl.SSLError) as exc:
-            raise ConnectFailed("Connection error.") from exc
+            with _as_failures():
+                yield from self._events(httpx2.EventSource(response, max_event_size=None))
         finally:
             response.close()
+
+    @staticmethod
+    def _events(source: Any) -> Iterator[Any]:
+        for event in source:
+            data = event.data
+            if data.startswith("[DONE]"):
+                break
+            obj = json.loads(data)
+            if isinstance(obj, Mapping) and obj.get("error"):
+                error = obj["error"]
+                message = error.get("message") if isinstance(error, Mapping) else None
+                if not isinstance(message, str) or not message:
+                    message = "An error occurred during streaming"
+                raise StreamErrorEvent(message, error)
+            yield obj
+

@@ -1,0 +1,17 @@
+"""The machinery behind :class:`~chatflow_cli.core.runner.Runner`, one room per concern.
+
+:mod:`chatflow_cli.core.runner` is the only public face (``Runner``, ``RunResult``,
+``StreamEvent``); these modules are private:
+
+* :mod:`.cancel` -- cancel requests: the token a turn checks, Ctrl-C turned into one, the
+  shared worker pool that runs ``run_async`` turns, and the bridge that hands a worker's
+  events to the event loop and keeps a cancelled task waiting until its turn is stored.
+* :mod:`.waiting` -- starting a turn on a busy session: the store's queue, polling, and
+  releasing the queue ticket and message claim of a turn that never started.
+* :mod:`.tools` -- running one reply's tool calls: unknown tools and handoffs answered,
+  the others concurrently on daemon threads, every error turned into text the model sees.
+* :mod:`.state` -- what one turn carries between model requests, and the internal signals
+  (broken reply, invalid tool call after tools ran).
+* :mod:`.endings` -- storing an interrupted or failed turn, from the session in memory or,
+  when that fails, from a fresh copy of the store's.
+"""

@@ -1,0 +1,247 @@
+"""Cancel requests, and driving a turn from sync and async callers.
+
+A turn runs as a generator of events on one thread. It stops when its
+:class:`CancelToken` is set: by the caller's ``threading.Event``, by Ctrl-C in the main
+thread (:func:`ctrl_c_cancels`), or by the cancellation of the ``run_async`` task that
+waits for it (:func:`events_from_worker`). Setting the token also cancels the model
+stream of the request in flight, so a read blocked on a silent server wakes at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar
+
+__all__ = [
+    "CANCEL_GRACE_S",
+    "RUN_WORKERS",
+    "CancelToken",
+    "Cancelled",
+    "RunPool",
+    "ctrl_c_cancels",
+    "events_from_worker",
+    "pool",
+]
+
+log = logging.getLogger("chatflow_cli.core.runner")
+
+T = TypeVar("T")
+
+
+class Cancelled(Exception):
+    """The cancel token was set (internal to the Runner; callers see ``RunInterrupted``)."""
+
+
+class CancelToken:
+    """A cancel request: the caller's ``threading.Event`` plus the model stream to close at once.
+
+    When the Runner owns the token (Ctrl-C in the main thread, a cancelled ``run_async``
+    task), :meth:`set` closes the stream's socket itself. When the caller passed its own
+    event, :meth:`watch` polls it every 50 ms during a request, so a server that has gone
+    silent cannot hold a cancelled run until the read timeout.
+
+    Attributes:
+        event: the ``threading.Event`` passed to the model client as ``cancel``.
+        external: the event is the caller's (it can be set without :meth:`set`).
+        stream: the model stream of the request in flight, or ``None``.
+    """
+
+    __slots__ = ("event", "external", "stream")
+
+    def __init__(self, event: threading.Event | None = None) -> None:
+        self.external = event is not None
+        self.event = event if event is not None else threading.Event()
+        self.stream: Any = None
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def set(self) -> None:
+        """Request the cancel and cancel the stream in flight."""
+        self.event.set()
+        _cancel_stream(self.stream)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the cancel; ``True`` once requested."""
+        return self.event.wait(timeout)
+
+    def watch(self, stream: Any) -> Callable[[], None]:
+        """Cancel ``stream`` as soon as the token is set, until the returned ``stop()`` is called."""
+        self.stream = stream
+        if not self.external:
+            def forget() -> None:
+                self.stream = None
+
+            return forget
+        done = threading.Event()
+
+        def watcher() -> None:
+            while not done.is_set():
+                if self.event.wait(0.05):
+                    if not done.is_set():
+                        _cancel_stream(stream)
+                    return
+
+        threading.Thread(target=watcher, name="chatflow-cancel-watch", daemon=True).start()
+
+        def stop() -> None:
+            done.set()
+            self.stream = None
+
+        return stop
+
+
+def _cancel_stream(stream: Any) -> None:
+    if stream is not None and hasattr(stream, "cancel"):
+        try:
+            stream.cancel()  # wakes a read blocked on a silent server
+        except Exception as exc:  # noqa: BLE001 - best effort; the event alone stops it at the next chunk
+            log.debug("closing the model stream on cancel failed: %s", exc)
+
+
+@contextlib.contextmanager
+def ctrl_c_cancels(token: CancelToken) -> Iterator[None]:
+    """While the block runs in the main thread with Python's default SIGINT handler, the
+    first Ctrl-C sets ``token`` (so it never lands inside a database write) and a second
+    one raises ``KeyboardInterrupt`` at once. Elsewhere nothing changes."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                def on_sigint(signum: int, frame: Any) -> None:
+                    if token.is_set():  # a second Ctrl-C: stop right now
+                        raise KeyboardInterrupt
+                    token.set()
+
+                previous = signal.signal(signal.SIGINT, on_sigint)
+        except ValueError:  # not the main interpreter's main thread after all
+            previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            try:
+                signal.signal(signal.SIGINT, previous)
+            except ValueError:
+                pass
+
+
+# --------------------------------------------------------------------------------------
+# the worker pool of run_async
+# --------------------------------------------------------------------------------------
+class RunPool:
+    """A shared pool of at most ``size`` daemon threads running ``run_async`` turns.
+
+    Threads start on demand and stay for later runs; work beyond ``size`` concurrent runs
+    waits in a FIFO queue. Daemon threads, like the tool threads: a run still going never
+    holds up the process's exit.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self.threads = 0
+        self._outstanding = 0  # jobs queued or running
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on a pool thread (a new one while fewer than ``size`` are busy)."""
+        with self._lock:
+            self._outstanding += 1
+            start = self.threads < self.size and self._outstanding > self.threads
+            if start:
+                self.threads += 1
+        self._jobs.put(job)
+        if start:
+            threading.Thread(target=self._serve, name="chatflow-run", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                job()
+            except BaseException:  # noqa: BLE001 - a job reports its own errors
+                log.exception("a run_async job failed")
+            finally:
+                with self._lock:
+                    self._outstanding -= 1
+
+
+#: Threads of the shared pool that runs ``run_async`` turns (each blocks on the model's
+#: network reply and short store transactions; the event loop never does). More busy
+#: threads make the event loop wait longer for the GIL: 200 concurrent runs with a model
+#: that answers at once stall the loop about 0.2 s with 32 threads, about 1 s with one
+#: thread per run (tests/benchmarks/bench_webhook.py). Change it with set_run_workers().
+RUN_WORKERS = 16
+#: The pool :func:`events_from_worker` submits to (replace it to measure another size).
+pool = RunPool(RUN_WORKERS)
+
+#: Longest a cancelled ``run_async`` task waits for its worker to store the interrupted turn
+#: (seconds). Only a request still connecting (no response headers yet) can take that long;
+#: the worker then stores the interruption by itself when the request gives up.
+CANCEL_GRACE_S = 10.0
+
+
+async def events_from_worker(turn: Callable[[CancelToken, asyncio.AbstractEventLoop], Iterator[T]]
+                             ) -> AsyncIterator[T]:
+    """Run ``turn(cancel, loop)`` on a :data:`pool` thread, yielding its events on the event loop.
+
+    The worker's exception is raised here. When the awaiting task is cancelled (or the
+    consumer stops early), the token is set and the task waits up to :data:`CANCEL_GRACE_S`
+    for the worker to store the interrupted turn before ``CancelledError`` propagates.
+    """
+    loop = asyncio.get_running_loop()
+    cancel = CancelToken()
+    events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    done = threading.Event()
+
+    def put(kind: str, value: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(events.put_nowait, (kind, value))
+        except RuntimeError:  # the loop is closed: nobody listens any more
+            pass
+
+    def work() -> None:
+        try:
+            for event in turn(cancel, loop):
+                put("event", event)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            put("error", exc)
+        else:
+            put("end", None)
+        finally:
+            done.set()
+
+    pool.submit(work)
+    try:
+        while True:
+            kind, value = await events.get()
+            if kind == "event":
+                yield value
+            elif kind == "error":
+                raise value
+            else:
+                return
+    except (asyncio.CancelledError, GeneratorExit):
+        # interrupt the turn and let the worker store it as interrupted before we go
+        cancel.set()
+        await _wait_thread(done)
+        raise
+    finally:
+        cancel.set()  # an early exit of the consumer interrupts a turn still going
+
+
+async def _wait_thread(done: threading.Event) -> None:
+    deadline = time.monotonic() + CANCEL_GRACE_S
+    while not done.is_set() and time.monotonic() < deadline:
+        try:
+            await asyncio.sleep(0.01)
+        except asyncio.CancelledError:  # keep waiting: the turn must be stored first
+            continue

@@ -1,0 +1,62 @@
+"""What one turn carries between its model requests, and the Runner's internal signals."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .._stream import Usage
+from ..agents import Agent
+from ..messages import Message
+
+__all__ = ["Broken", "InvalidAfterTools", "TurnState"]
+
+
+class Broken(Exception):
+    """The model's reply stopped before it finished (``args[0]`` says why)."""
+
+
+class InvalidAfterTools(Exception):
+    """A later round's reply has an invalid tool call after earlier rounds ran tools
+    (``args``: the verdict's reason and finish reason)."""
+
+
+@dataclasses.dataclass
+class TurnState:
+    """One turn's running state.
+
+    Attributes:
+        agent: the agent answering now (changes at a handoff).
+        start_agent: the active agent when the turn began (restored if the turn fails).
+        usage: token usage summed over the turn's requests.
+        rounds: replies with tool calls so far.
+        ran: names of the tools run in this turn, in order.
+        partial: text deltas of the reply being streamed.
+        reasoning: the reasoning of a reply that broke off (kept with the interrupted turn).
+        handoffs: tool call id -> the agent that call hands off to.
+        finished: tool call id -> ``(text, is_error)`` of calls that finished before an interrupt.
+        released: the turn's end (idle) is stored: nothing left to undo.
+    """
+
+    agent: Agent
+    start_agent: Any = None
+    usage: Usage = dataclasses.field(default_factory=Usage)
+    rounds: int = 0
+    ran: list[str] = dataclasses.field(default_factory=list)
+    partial: list[str] = dataclasses.field(default_factory=list)
+    reasoning: str | None = None
+    handoffs: dict[str, Agent] = dataclasses.field(default_factory=dict)
+    finished: dict[str, tuple[str, bool]] = dataclasses.field(default_factory=dict)
+    released: bool = False
+    # Chat Completions form of each message sent in this turn, by identity (messages are
+    # immutable; the tuple keeps the message alive so its id is not reused)
+    _wire: dict[int, tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+
+    def wire(self, message: Message) -> dict[str, Any]:
+        """``message.to_wire()``, computed once per turn."""
+        cached = self._wire.get(id(message))
+        if cached is not None and cached[0] is message:
+            return cached[1]
+        data = message.to_wire()
+        self._wire[id(message)] = (message, data)
+        return data

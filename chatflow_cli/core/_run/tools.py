@@ -1,0 +1,128 @@
+"""Running the tool calls of one model reply.
+
+Unknown tool names and handoffs are answered at once (:func:`answer_at_once`); the other
+calls run concurrently, each on its own daemon thread (:func:`run_concurrently`). Every
+failure becomes text the model sees, flagged ``is_error``: a tool that raises, arguments
+that are not valid JSON or do not fit the parameters, an unknown name, a second handoff
+in one reply. Results are made storable (lone surrogates escaped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from typing import Any
+
+from ..agents import HandoffTool
+from ..memory import storable_text
+from ..messages import ToolCall
+from ..tools import Tool, ToolArgumentsError, to_json_text
+from .cancel import Cancelled, CancelToken
+from .state import TurnState
+
+__all__ = ["answer_at_once", "output_text", "run_concurrently"]
+
+log = logging.getLogger("chatflow_cli.core.runner")
+
+#: ``(text, is_error)`` of one tool call.
+Outcome = tuple[str, bool]
+
+
+def answer_at_once(calls: list[ToolCall], tools: dict[str, Tool], state: TurnState,
+                   outcomes: dict[str, Outcome]) -> list[tuple[ToolCall, Tool]]:
+    """Answer the calls that need no tool run, into ``outcomes``; return the others with their tool.
+
+    An unknown name gets an error listing the tools; the first handoff of the reply is
+    recorded in ``state.handoffs`` and answered "Transferred to …", a later one gets an
+    error. Custom tool calls are neither answered nor returned (the caller answers them).
+    """
+    runnable: list[tuple[ToolCall, Tool]] = []
+    for position, call in enumerate(calls):
+        found = tools.get(call.name)
+        if found is not None and found.is_custom:
+            continue
+        if found is None:
+            known = ", ".join(sorted(tools)) or "none"
+            outcomes[call.id] = (f"Error: unknown tool {call.name!r}. Available tools: {known}.", True)
+        elif isinstance(found, HandoffTool):
+            if any(isinstance(tools.get(c.name), HandoffTool) for c in calls[:position]):
+                outcomes[call.id] = ("Error: only the first handoff of a reply is followed.", True)
+            else:
+                state.handoffs[call.id] = found.target
+                outcomes[call.id] = (f"Transferred to {found.target.name}. {found.target.name} answers now.", False)
+        else:
+            runnable.append((call, found))
+    return runnable
+
+
+def run_concurrently(runnable: list[tuple[ToolCall, Tool]], outcomes: dict[str, Outcome],
+                     timings: dict[str, float], cancel: CancelToken, loop: asyncio.AbstractEventLoop | None,
+                     state: TurnState) -> None:
+    """Run the calls concurrently, each on its own daemon thread, and wait for all.
+
+    ``outcomes`` and ``timings`` (seconds) get each call's result by id. Daemon threads,
+    not a pool: a tool abandoned by an interrupt keeps running in the background but never
+    holds up the process's exit. The wait wakes every 50 ms to notice a cancel request.
+    ``loop``: the event loop async tools run on (``None``: their own).
+
+    Raises:
+        Cancelled: ``cancel`` was set before every call finished; the results that did
+            come in are in ``state.finished`` (the others get synthetic results).
+    """
+    futures: list[tuple[ToolCall, concurrent.futures.Future[tuple[str, bool, float]]]] = []
+    for call, found in runnable:
+        future: concurrent.futures.Future[tuple[str, bool, float]] = concurrent.futures.Future()
+        thread = threading.Thread(target=_run_into, args=(future, found, call, loop),
+                                  name=f"chatflow-tool-{call.name}"[:40], daemon=True)
+        thread.start()
+        futures.append((call, future))
+    pending = {f for _, f in futures}
+    by_future = {f: c for c, f in futures}
+    try:
+        while pending:
+            done, pending = concurrent.futures.wait(pending, timeout=0.05,
+                                                    return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                text, is_error, took = future.result()
+                call = by_future[future]
+                outcomes[call.id] = (text, is_error)
+                timings[call.id] = took
+            if pending and cancel.is_set():
+                raise Cancelled()
+    except BaseException:
+        # results that did come in are kept; the others get synthetic results
+        state.finished = dict(outcomes)
+        raise
+
+
+def output_text(output: Any) -> str:
+    """A submitted custom-tool result as text: as a tool's return value (:func:`to_json_text`)."""
+    return storable_text(to_json_text(output))
+
+
+def _invoke(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None) -> Outcome:
+    """Run one tool call; errors become text the model sees (``is_error`` True). The text is
+    made storable (:func:`~chatflow_cli.core.memory.storable_text`: lone surrogates escaped)."""
+    try:
+        return storable_text(found.invoke(call.arguments, loop=loop)), False
+    except ToolArgumentsError as exc:
+        return storable_text(f"Error: invalid arguments for {call.name}: {exc}"), True
+    except Exception as exc:  # noqa: BLE001 - the model sees the error and the turn goes on
+        log.info("tool %s raised %s: %s", call.name, type(exc).__name__, exc)
+        return storable_text(f"Error: {call.name} raised {type(exc).__name__}: {exc}"), True
+
+
+def _run_into(future: concurrent.futures.Future[tuple[str, bool, float]], found: Tool, call: ToolCall,
+              loop: asyncio.AbstractEventLoop | None) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
+    began = time.perf_counter()
+    try:
+        text, is_error = _invoke(found, call, loop)
+    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt/SystemExit raised by a tool
+        future.set_exception(exc)
+    else:
+        future.set_result((text, is_error, time.perf_counter() - began))

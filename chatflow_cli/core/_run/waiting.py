@@ -1,0 +1,133 @@
+"""Starting a turn, waiting in the store's queue while the session is busy."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import RunInterrupted, SessionBusyError
+from .cancel import CancelToken
+
+__all__ = ["begin_turn"]
+
+log = logging.getLogger("chatflow_cli.core.runner")
+
+
+def begin_turn(store: Any, session_id: str, start: dict[str, Any], *, wait: float, cancel: CancelToken,
+               default_agent: Any, on_wait: Callable[[dict[str, Any]], None] | None) -> Any:
+    """``store.begin_turn``, waiting up to ``wait`` seconds while the session is busy.
+
+    The first busy attempt takes a ticket in the store's queue for the session, so
+    waiting turns start in the order they reached the store (in this process and in
+    others). Waiters of this process wake when a turn of the store object ends; others
+    poll with a read (20 ms, doubling to 100 ms) and try again once the turn may start.
+    A replayed idempotency key whose first turn is still running, and a message id
+    another live holder is running, count as busy too: the wait then ends with that
+    turn's result. Giving up (time out, interrupt, error) leaves the queue, and releases
+    the message claim ``start`` carries (the message was not processed: its redelivery runs).
+
+    Args:
+        start: ``begin_turn``'s keyword arguments (user message, metadata, claims…).
+        wait: seconds to wait at most; ``0`` refuses a busy session at once.
+        default_agent: the agent of a new session.
+        on_wait: called once, when the wait starts, with ``{"session_id", "pid" (the running
+            turn's process, or None), "wait_s"}``; its exceptions are ignored.
+
+    Returns:
+        What ``store.begin_turn`` returned for the turn that started (or was replayed).
+
+    Raises:
+        SessionBusyError: still busy after ``wait`` seconds (``pid`` names the running
+            turn's process when the store can say).
+        RunInterrupted: ``cancel`` was set while waiting.
+    """
+    from ..memory import Owner
+
+    deadline = time.monotonic() + max(0.0, float(wait))
+    delay = 0.02
+    ticket: int | None = None
+    begun: Any = None
+    announced = False
+    try:
+        while True:
+            try:
+                begun = store.begin_turn(
+                    session_id,
+                    default_agent=default_agent,
+                    owner=Owner.current(),
+                    ticket=ticket,
+                    enqueue=wait > 0 and ticket is None,
+                    **start,
+                )
+                if begun.queued is not None:
+                    ticket = begun.queued
+                    begun = None
+                    raise SessionBusyError(
+                        f"session {session_id!r} is busy: other turns run or wait for it (waited {wait:g} s)",
+                        session_id=session_id, pid=_running_pid(store, session_id))
+                replay = begun.replayed
+                if replay is not None:
+                    ticket = None  # a replay gave the ticket up
+                if replay is not None and replay.get("outcome") == "running":
+                    begun = None
+                    raise SessionBusyError(
+                        f"session {session_id!r} is busy: it is still running turn {replay.get('turn')}, started "
+                        "with this idempotency key", session_id=session_id)
+                ticket = None  # begin_turn removed it
+                return begun
+            except SessionBusyError as exc:
+                if on_wait is not None and wait > 0 and not announced:  # once, when the wait starts
+                    announced = True
+                    try:
+                        on_wait({"session_id": session_id, "pid": getattr(exc, "pid", None), "wait_s": float(wait)})
+                    except Exception:  # noqa: BLE001 - a display problem never breaks the turn
+                        log.debug("on_wait failed", exc_info=True)
+                while True:  # poll with reads until the turn may start, then try again
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise
+                    _wait_for_turn_end(store, min(delay, remaining))
+                    if cancel.is_set():
+                        raise RunInterrupted("interrupted while waiting for a busy session",
+                                             session_id=session_id) from None
+                    delay = min(delay * 2, 0.1)
+                    if _may_start(store, session_id, ticket):
+                        break
+    finally:
+        if ticket is not None and begun is None:
+            try:
+                store.leave_turn_queue(session_id, ticket)
+            except Exception as exc:  # noqa: BLE001 - a dead waiter's ticket is skipped anyway
+                log.warning("could not leave the queue of session %s: %s", session_id, exc)
+        claim = start.get("message_claim")
+        if begun is None and claim is not None and hasattr(store, "_release_held"):
+            # the turn never started: the message was not processed, its redelivery must run
+            try:
+                store._release_held(start["message_id"], claim)
+            except Exception as exc:  # noqa: BLE001 - the run's own error is raised instead
+                log.warning("could not release the claim of message %s: %s", start["message_id"], exc)
+
+
+def _may_start(store: Any, session_id: str, ticket: int | None) -> bool:
+    check = getattr(store, "turn_may_start", None)
+    return True if check is None else bool(check(session_id, ticket))
+
+
+def _running_pid(store: Any, session_id: str) -> int | None:
+    """The pid of the process running ``session_id``'s turn, when the store can say (a cheap read)."""
+    look = getattr(store, "running_turn_pid", None)
+    try:
+        return None if look is None else look(session_id)
+    except Exception:  # noqa: BLE001 - only the waiting message loses the pid
+        return None
+
+
+def _wait_for_turn_end(store: Any, timeout: float) -> None:
+    """Sleep ``timeout`` seconds, or less when a turn of ``store`` ends in this process."""
+    wait = getattr(store, "wait_turn_ended", None)
+    if wait is None:
+        time.sleep(timeout)
+    else:
+        wait(timeout)

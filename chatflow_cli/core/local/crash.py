@@ -1,0 +1,129 @@
+"""How a dead local model server is named: one line saying how it died, what it said last,
+and what to do (:func:`crash_error`)."""
+
+from __future__ import annotations
+
+import re
+import signal
+
+from ..errors import LocalModelError
+
+__all__ = ["AGAIN", "LocalServerCrashedError", "crash_error", "describe_exit", "stopped_error"]
+
+
+class LocalServerCrashedError(LocalModelError):
+    """The local model server died (a signal or an exit code), at start-up or mid-reply.
+
+    Attributes:
+        returncode: the exit code, or minus the signal number; ``None`` when unknown.
+        phase: ``"starting"`` or ``"answering"``.
+        output_tail: the end of the server's output.
+
+    The Runner keeps the partial reply of a turn cut by this error as an interrupted
+    turn (``keeps_partial_reply``).
+    """
+
+    keeps_partial_reply = True
+
+    def __init__(self, message: str, *, returncode: int | None = None, phase: str = "answering",
+                 output_tail: str = "", session_id: str | None = None) -> None:
+        super().__init__(message, session_id=session_id)
+        self.returncode = returncode
+        self.phase = phase
+        self.output_tail = output_tail
+
+
+# ---------------------------------------------------------------------------------------
+# how a server died, in one line
+# ---------------------------------------------------------------------------------------
+_FRAME = re.compile(r'^(File "|Current thread|Thread 0x|Traceback|Extension modules|Stack \(most recent)')
+#: llama-cpp-python's and uvicorn's start-up chatter: never what a crash report needs.
+_NOISE = ("^", "Model metadata:", "CPU : ", "Available chat formats", "Using gguf chat template", "Using chat ",
+          "llama_perf_", "Guessed chat format", "INFO:", "- kv ", "AVX = ")
+#: llama.cpp's log lines: ``function_name: what it did`` (``sched_reserve: graph nodes = 1086``,
+#: ``load_tensors: ...``, ``print_info: ...``, ``llama_context: ...``, ``load: ...``) -- its
+#: functions are snake_case names with an underscore, or one of a few short ones.
+_LLAMA_LOG = re.compile(r"^(?:[a-z][a-z0-9]*_[a-z0-9_]+|load|main|init|print_info)\s*:\s")
+_NOTABLE = re.compile(r"(?i)error|fatal|exception|failed|abort|illegal|killed|cannot|unable|not found"
+                      r"|segmentation|assert|traceback")
+
+
+def _informational(line: str) -> bool:
+    """A line of start-up chatter (llama.cpp's or uvicorn's informational log) that says
+    nothing about why a server died."""
+    if line.startswith(_NOISE) or set(line) <= set(". "):
+        return True
+    match = _LLAMA_LOG.match(line)  # its function name says nothing (``set_abort_callback: call``)
+    return match is not None and not _NOTABLE.search(line[match.end():])
+
+
+def _useful_lines(tail: str, count: int = 2) -> list[str]:
+    """The last ``count`` lines of ``tail`` that say something: errors and Python's last
+    exception line first, else the last lines the program wrote before the signal, else
+    the fatal message itself. llama.cpp's informational log, stack frames and blank lines
+    are skipped; when nothing useful remains, the last non-blank lines of the raw tail."""
+    raw = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    lines = [ln for ln in raw if not _FRAME.match(ln) and not _informational(ln)]
+    fatal = [i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error:")]
+    if fatal and fatal[-1] > 0:
+        lines = lines[:fatal[-1]]  # what the program said before the signal; the signal is named anyway
+    notable = [ln for ln in lines[-8:] if _NOTABLE.search(ln) and not ln.startswith("Fatal Python error:")]
+    chosen = (notable or lines or raw)[-count:]
+    return [ln if len(ln) <= 160 else ln[:159] + "…" for ln in chosen]
+
+
+def describe_exit(returncode: int | None) -> str:
+    """``"killed by SIGILL (illegal instruction)"``, ``"exited with code 1"``, or ``"ended"``."""
+    if returncode is None:
+        return "ended (its exit status is unknown)"
+    if returncode < 0:
+        try:
+            sig = signal.Signals(-returncode)
+        except ValueError:
+            return f"killed by signal {-returncode}"
+        what = signal.strsignal(sig) or ""
+        return f"killed by {sig.name}" + (f" ({what.lower()})" if what else "")
+    return f"exited with code {returncode}"
+
+
+#: What to do after any crash: the same words in every crash line.
+AGAIN = "send the message again to start a new one (/retry in the REPL)"
+_GENERIC_BUILD = ('reinstall llama-cpp-python built for a generic CPU: CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install '
+                  "--force-reinstall --no-cache-dir llama-cpp-python")
+
+
+def _hint(returncode: int | None, log_path: str | None) -> str:
+    """What to do, in one structure for every way of dying: ``[cause: ]send the message
+    again ... (/retry in the REPL)[; if it crashes again, <remedy>][; its log: PATH]``."""
+    cause, remedy = "", ""
+    if returncode == -int(signal.SIGILL):
+        remedy = f"this CPU advertises instructions the machine cannot run (a VM?): {_GENERIC_BUILD}"
+    elif returncode in (-int(signal.SIGSEGV), -int(signal.SIGBUS)):
+        remedy = _GENERIC_BUILD
+    elif returncode == -int(signal.SIGKILL):
+        cause = "it was killed from outside (out of memory?): "
+    hint = cause + AGAIN
+    if remedy:
+        hint += f"; if it crashes again, {remedy}"
+    if log_path:
+        hint += f"; its log: {log_path}"
+    return hint
+
+
+def crash_error(returncode: int | None, tail: str, *, phase: str, log_path: str | None = None
+                ) -> LocalServerCrashedError:
+    """The one-line :class:`LocalServerCrashedError` for a server that died."""
+    lines = _useful_lines(tail)
+    said = ("; its output ends: " + " | ".join(repr(ln) for ln in lines)) if lines else "; it wrote nothing"
+    when = "while starting" if phase == "starting" else "while answering"
+    message = (f"the local model server crashed {when}: {describe_exit(returncode)}{said}; "
+               f"{_hint(returncode, log_path)}")
+    return LocalServerCrashedError(message, returncode=returncode, phase=phase, output_tail=tail)
+
+
+def stopped_error(log_path: str | None) -> LocalServerCrashedError:
+    """The error for a warm server that ended normally (exit code 0) under a request:
+    ``chatflow local stop``, or its model file changed."""
+    return LocalServerCrashedError(
+        "the local model server was stopped while answering (chatflow local stop, or its model "
+        f"file changed); {_hint(0, log_path)}", returncode=0)
