@@ -57,7 +57,10 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
+
+from .core.local._state import Flock, file_id, read_state, write_private
 
 TOKEN_ENV = "CHATFLOW_LOCAL_TOKEN"
 HEALTH_PATH = "/chatflow/health"
@@ -282,40 +285,11 @@ def _watch_pipe(fd: int) -> None:
 
 
 def _read_json(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
+    return read_state(Path(path))
 
 
-def _file_id(path: str | None) -> tuple[int, int, int] | None:
-    if not path:
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-class _Flock:
-    """An exclusive ``flock`` on ``path`` for a ``with`` block."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fd = -1
-
-    def __enter__(self) -> "_Flock":
-        import fcntl
-
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)  # releases the lock
+def _file_id(path: str | None) -> list[int] | None:
+    return file_id(Path(path)) if path else None
 
 
 def _forget_state(state: str, instance: str) -> None:
@@ -367,7 +341,7 @@ def _keep_alive_watch(guard: Guard, opts: _Options) -> None:
                 why = reason(seen)
                 if why is None or guard.idle_for() is None:
                     continue
-                with _Flock(opts.lock or ""):
+                with Flock(Path(opts.lock or "")):
                     why = reason(seen)
                     if why is None or guard.idle_for() is None:
                         continue
@@ -424,14 +398,10 @@ def _supervise(opts: _Options) -> None:
               "time": time.time()}
     # the record first, without the lock: a chatflow starting this server holds the lock and
     # waits for either the server's health or this record
-    tmp = f"{opts.state}.exit.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(record, fh)
-    os.replace(tmp, f"{opts.state}.exit")
+    write_private(Path(f"{opts.state}.exit"), record)
     state = _read_json(opts.state)
     if state is not None and state.get("instance") == opts.instance:  # else never written: no lock needed
-        with _Flock(opts.lock):
+        with Flock(Path(opts.lock)):
             _forget_state(opts.state, opts.instance)
     os._exit(0 if code == 0 else 1)
 

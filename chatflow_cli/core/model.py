@@ -233,6 +233,7 @@ class ModelClient:
 
     @property
     def has_key(self) -> bool:
+        """An API key was given or found in ``OPENAI_API_KEY`` (the placeholder does not count)."""
         return self._api_key is not None
 
     # -- transports ---------------------------------------------------------------------
@@ -347,8 +348,12 @@ class ModelClient:
 
         Returns:
             A :class:`ModelStream`: iterate it for :class:`TextDelta` /
-            :class:`ToolCallDelta` items and, last, the :class:`ModelTurn`. Errors (see the
-            module docstring) are raised from the iteration.
+            :class:`ToolCallDelta` / :class:`ReasoningDelta` items and, last, the
+            :class:`ModelTurn`.
+
+        Raises:
+            ChatflowError: from the iteration, never from this call: one of the module
+                docstring's table (:class:`ConfigError` with no key and no base URL).
         """
         params: dict[str, Any] = {"model": model, "messages": list(messages)}
         if tools:
@@ -366,7 +371,11 @@ class ModelClient:
         return ModelStream(self, params, cancel)
 
     def complete(self, model: str, messages: Sequence[Mapping[str, Any]], **kwargs: Any) -> ModelTurn:
-        """:meth:`stream` drained: the final :class:`ModelTurn`."""
+        """:meth:`stream` drained: the final :class:`ModelTurn` (``kwargs`` as :meth:`stream`'s).
+
+        Raises:
+            ChatflowError: as :meth:`stream`'s iteration.
+        """
         turn: ModelTurn | None = None
         for item in self.stream(model, messages, **kwargs):
             if isinstance(item, ModelTurn):
@@ -375,7 +384,11 @@ class ModelClient:
         return turn
 
     def list_models(self) -> list[str]:
-        """Model ids from ``GET /models``; errors mapped as for chat requests."""
+        """Model ids from ``GET /models``, through the ``openai`` client whatever the transport.
+
+        Raises:
+            ChatflowError: mapped as for chat requests (the module docstring's table).
+        """
         try:
             page = self._openai().models.list()
             return [m.id for m in page.data]

@@ -27,6 +27,17 @@ class LocalModel:
     leaving the block stops a private server and leaves a warm one running. ``local.client()``
     is a :class:`LocalModelClient`; ``local.model`` the model id to send; ``local.started``
     says whether this process started the server (``False``: reused a warm one).
+
+    Args:
+        options, settings: how to run the server (:class:`~chatflow_cli.core.local.ServerOptions`
+            or its fields as keywords).
+        keep_alive: seconds a warm server stays after its last request; ``0``: a private one.
+        data_dir: chatflow's data directory, where a warm server is found (needed when
+            ``keep_alive`` > 0).
+
+    Raises:
+        ValueError: ``keep_alive`` > 0 without ``data_dir``.
+        LocalModelError, LocalServerCrashedError: from :meth:`start`, as the server's ``start``.
     """
 
     def __init__(self, options: ServerOptions | None = None, *, keep_alive: float = DEFAULT_KEEP_ALIVE,
@@ -66,6 +77,7 @@ class LocalModel:
 
     def client(self, *, timeout: float = 60.0, max_retries: int = 2,
                transport: str | None = None) -> "LocalModelClient":
+        """A :class:`LocalModelClient` of this server (arguments as ``ModelClient``'s)."""
         return LocalModelClient(self.server, timeout=timeout, max_retries=max_retries, transport=transport)
 
 

@@ -92,7 +92,17 @@ class LocalServer:
                                  chatflow_options=["--chatflow-watch-fd", str(watch_fd)])
 
     def start(self) -> "LocalServer":
-        """Start the child and wait until it answers. Idempotent while running."""
+        """Start the child and wait until it answers. Idempotent while running.
+
+        A free port that another process takes before the child binds it is tried again,
+        three times in all; a fixed ``port`` is tried once. The child never outlives a
+        failed start (Ctrl-C included).
+
+        Raises:
+            LocalModelError: the extra is missing, no port could be bound, or no answer
+                within ``startup_timeout`` (``.output_tail`` has the child's output).
+            LocalServerCrashedError: the child died while starting.
+        """
         with self._lock:
             if self.running:
                 return self
@@ -118,7 +128,11 @@ class LocalServer:
             raise AssertionError("unreachable")
 
     def ensure_running(self) -> bool:
-        """Start a new child when the last one died (``True`` then). Used before each request."""
+        """Start a new child when the last one died (``True`` then). Used before each request.
+
+        Raises:
+            LocalModelError, LocalServerCrashedError: as :meth:`start`.
+        """
         if self.running:
             return False
         self.stop()

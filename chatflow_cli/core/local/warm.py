@@ -123,7 +123,13 @@ class SharedLocalServer:
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> "SharedLocalServer":
-        """Reuse the warm server or start one; see the class docstring."""
+        """Reuse the warm server or start one; see the class docstring.
+
+        Raises:
+            LocalModelError: the extra is missing, no port could be bound, or no answer
+                within ``startup_timeout`` (the message names the log file).
+            LocalServerCrashedError: the new server died while starting.
+        """
         with self._lock:
             path = self.options.model_file()
             state_path, lock_path, log_path = self._paths(path)
@@ -234,7 +240,11 @@ class SharedLocalServer:
             delay = min(delay * 1.5, 0.25)
 
     def ensure_running(self) -> bool:
-        """Before a request: when the server is gone, reuse or start another (``True`` then)."""
+        """Before a request: when the server is gone, reuse or start another (``True`` then).
+
+        Raises:
+            LocalModelError, LocalServerCrashedError: as :meth:`start`.
+        """
         state = self.state
         if (state is not None and pid_alive(int(state["pid"]))
                 and exit_record(Path(str(state["state"])), str(state["instance"]), wait=0) is None):
