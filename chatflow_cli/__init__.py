@@ -25,7 +25,7 @@ _EXPORTS = {
     "ImportFormatError": "chatflow_cli.core.errors",
     "InvalidToolCallError": "chatflow_cli.core.errors",
     "Message": "chatflow_cli.core.messages",
-    "MessageState": "chatflow_cli.core.memory",
+    "MessageState": "chatflow_cli.core.memory.protocol",
     "NetworkError": "chatflow_cli.core.errors",
     "NotFoundError": "chatflow_cli.core.errors",
     "PendingToolCallsError": "chatflow_cli.core.errors",
@@ -35,12 +35,12 @@ _EXPORTS = {
     "RunInterrupted": "chatflow_cli.core.errors",
     "RunResult": "chatflow_cli.core.runner",
     "Runner": "chatflow_cli.core.runner",
-    "SQLiteSessionStore": "chatflow_cli.core.sqlite_store",
+    "SQLiteSessionStore": "chatflow_cli.core.memory.sqlite",
     "SessionBusyError": "chatflow_cli.core.errors",
-    "SessionContext": "chatflow_cli.core.memory",
+    "SessionContext": "chatflow_cli.core.memory.context",
     "SessionDeletedError": "chatflow_cli.core.errors",
     "SessionNotFoundError": "chatflow_cli.core.errors",
-    "SessionStore": "chatflow_cli.core.memory",
+    "SessionStore": "chatflow_cli.core.memory.inmemory",
     "SessionTerminatedError": "chatflow_cli.core.errors",
     "StoreError": "chatflow_cli.core.errors",
     "StreamBrokenError": "chatflow_cli.core.errors",
@@ -106,11 +106,13 @@ if TYPE_CHECKING:  # pragma: no cover
         ToolResultError,
         UsageError,
     )
-    from .core.memory import MessageState, SessionContext, SessionStore
+    from .core.memory.context import SessionContext
+    from .core.memory.inmemory import SessionStore
+    from .core.memory.protocol import MessageState
     from .core.messages import Message, Role, ToolCall
     from .core.runner import RunResult, Runner
     from .core.sdk_session import ChatflowSession
-    from .core.sqlite_store import SQLiteSessionStore
+    from .core.memory.sqlite import SQLiteSessionStore
     from .core.tools import tool
 
 

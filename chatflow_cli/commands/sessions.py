@@ -18,13 +18,13 @@ from typing import IO, TYPE_CHECKING, Any, Container, Iterator
 
 from ..context import notice, terminal_width, write_lines
 from ..core.events import SessionStatus
-from ..lookup import InterruptedTurns, read_session, store_or_missing
+from ..lookup import InterruptedTurns, read_summary, store_or_missing
 from ..render import Lines, dumps, plural, safe_text
 from ..render.shapes import status_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
-    from ..core.memory import BaseSessionStore, SessionContext, TurnRecord
+    from ..core.memory import BaseSessionStore, SessionSummary, TurnRecord
 
 #: A session's stored ``(model, base_url)``.
 Endpoint = tuple["str | None", "str | None"]
@@ -109,7 +109,7 @@ def show_session(
         SessionNotFoundError: No such session (:class:`UsageError` for an invalid id).
     """
     store = store_or_missing(state, session_id)
-    session = read_session(store, session_id)
+    session = read_summary(store, session_id)
     if include_rolled_back:  # rolled-back turns may carry numbers past the live last turn
         records: Iterator[TurnRecord] = iter(store.load_turns(session_id, first=0, last=None, include_rolled_back=True))
     elif session.turn_count == 0:
@@ -136,9 +136,9 @@ def show_session(
                 endpoint=endpoint)
 
 
-def _header(session: SessionContext, endpoint: Endpoint = (None, None)) -> Lines:
+def _header(session: SessionSummary, endpoint: Endpoint = (None, None)) -> Lines:
     status = status_name(session.status)
-    agent = getattr(session.active_agent, "name", "?")
+    agent = session.active_agent_name
     text = Lines(f"Session {safe_text(session.session_id)}", "bold")
     text.append(f"  agent {safe_text(agent)} · {status} · {plural(session.turn_count, 'turn')} · window {session.max_turns}",
                 "dim")
@@ -188,7 +188,7 @@ class _Batch:
 BATCH_CHARS = 64 * 1024
 
 
-def _render(console: Any, session: SessionContext, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
+def _render(console: Any, session: SessionSummary, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
             out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None)) -> None:
     """Print the session turn by turn as each is rendered.
 
@@ -242,7 +242,7 @@ def _no_turns() -> Lines:
     return Lines("(no turns yet)", "dim")
 
 
-def _show_paged(state: State, session: SessionContext, records: Iterator[TurnRecord], full: bool,
+def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRecord], full: bool,
                 interrupted: Container[int], endpoint: Endpoint) -> None:
     """Stream the rendering into a pager process as it is produced."""
     pager_cmd = os.environ.get("PAGER") or "less"
@@ -270,10 +270,10 @@ def _show_paged(state: State, session: SessionContext, records: Iterator[TurnRec
         proc.wait()
 
 
-def _session_head(session: SessionContext, endpoint: Endpoint) -> dict[str, Any]:
+def _session_head(session: SessionSummary, endpoint: Endpoint) -> dict[str, Any]:
     return {
         "session_id": session.session_id,
-        "agent": getattr(session.active_agent, "name", None),
+        "agent": session.active_agent_name,
         "status": status_name(session.status),
         "turns": session.turn_count,
         "max_turns": session.max_turns,
@@ -283,7 +283,7 @@ def _session_head(session: SessionContext, endpoint: Endpoint) -> dict[str, Any]
     }
 
 
-def _show_jsonl(stream: Any, session: SessionContext, records: Iterator[TurnRecord], interrupted: Container[int],
+def _show_jsonl(stream: Any, session: SessionSummary, records: Iterator[TurnRecord], interrupted: Container[int],
                 endpoint: Endpoint) -> None:
     from ..render import turn_dict, turn_interrupted
 
@@ -294,7 +294,7 @@ def _show_jsonl(stream: Any, session: SessionContext, records: Iterator[TurnReco
         stream.write(dumps({"turn": turn_dict(record, interrupted=turn_interrupted(record, interrupted))}) + "\n")
 
 
-def _show_json(stream: Any, session: SessionContext, records: Iterator[TurnRecord], interrupted: Container[int],
+def _show_json(stream: Any, session: SessionSummary, records: Iterator[TurnRecord], interrupted: Container[int],
                endpoint: Endpoint) -> None:
     from ..render import turn_dict, turn_interrupted
 

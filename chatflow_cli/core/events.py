@@ -31,8 +31,8 @@ type                       payload
                            an import added turns (``sessions import``; counts of what it added)
 =========================  ==============================================================
 
-These types are *reserved*: they change derived state, so only the store writes them.
-``store.append_event`` refuses them (and any type starting with ``message.``, ``tool.``,
+These types are *reserved* (:data:`RESERVED_EVENT_TYPES`, :data:`RESERVED_EVENT_PREFIXES`):
+they change derived state, so only the store writes them. ``store.append_event`` refuses them (and any type starting with ``message.``, ``tool.``,
 ``turn.``, ``session.`` or ``metadata.``); business events (``note``, ``billing.refund``…)
 may be appended freely, with an optional idempotency key.
 
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["Event", "EventType", "SessionStatus"]
+__all__ = ["RESERVED_EVENT_PREFIXES", "RESERVED_EVENT_TYPES", "Event", "EventType", "SessionStatus"]
 
 
 class SessionStatus(str, Enum):
@@ -114,3 +114,54 @@ class Event:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+#: Event types chatflow itself writes and derives state from (the session row, the window,
+#: pending tool results). :meth:`BaseSessionStore.append_event` refuses them, so the log
+#: never says something the derived state does not show. Any other type (``"note"``,
+#: ``"billing.invoice_sent"``…) is a custom/business event and is accepted.
+RESERVED_EVENT_PREFIXES = ("message.", "tool.", "turn.", "session.", "metadata.")
+RESERVED_EVENT_TYPES = frozenset({"status", "rollback", "handoff"} | {t.value for t in EventType})
+
+_USE_INSTEAD = {
+    "message.": "session.add_message() then store.save()",
+    "tool.result_submitted": "store.submit_tool_result()",
+    "tool.": "session.add_message() (tool results) or a Runner (pending custom tools)",
+    "turn.": "session.complete_turn(), fail_turn() or interrupt_turn() then store.save()",
+    "session.": "store.get_or_create(), store.begin_turn() or store.delete()",
+    "metadata.": "session.update_metadata() then store.save()",
+    "status": "session.set_status() then store.save(), or store.release()",
+    "rollback": "store.rollback() or session.rollback_to()",
+    "handoff": "session.set_active_agent() then store.save()",
+}
+
+#: Types SessionContext.record_event may journal: they change no stored row or window.
+_RECORDABLE = frozenset(
+    {
+        EventType.TOOL_PENDING.value,
+        EventType.TOOL_RESULT_SUBMITTED.value,
+        EventType.TURN_COMPLETED.value,
+        EventType.TURN_INTERRUPTED.value,
+        EventType.SESSION_RECOVERED.value,
+        EventType.SESSION_IMPORTED.value,
+    }
+)
+
+
+def _is_reserved(kind: str) -> bool:
+    return kind in RESERVED_EVENT_TYPES or kind.startswith(RESERVED_EVENT_PREFIXES)
+
+
+def _use_instead(kind: str) -> str:
+    for prefix, method in _USE_INSTEAD.items():
+        if kind == prefix or (prefix.endswith(".") and kind.startswith(prefix)):
+            return method
+    return "the SessionContext method that makes this change"
+
+
+def _event_type(type: Any) -> str:
+    kind = type.value if isinstance(type, EventType) else type
+    if not isinstance(kind, str) or not kind:
+        raise TypeError(f"event type must be a non-empty str, got {kind!r}")
+    return kind
+

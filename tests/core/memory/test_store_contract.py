@@ -450,8 +450,8 @@ def test_begin_turn_creates_claims_and_releases(any_store: BaseSessionStore, age
 
 def _window_loads(store: BaseSessionStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the store's context-window queries (``_Tx.window`` of its transaction class)."""
-    from chatflow_cli.core.memory import _MemoryTx
-    from chatflow_cli.core.sqlite_store import _SQLiteTx
+    from chatflow_cli.core.memory.inmemory import _MemoryTx
+    from chatflow_cli.core.memory.sqlite import _SQLiteTx
 
     tx_class = _SQLiteTx if isinstance(store, SQLiteSessionStore) else _MemoryTx
     calls: list[int] = []

@@ -1,0 +1,83 @@
+"""Sessions and their stores: one module per concern.
+
+========================  =================================================================
+module                    holds
+========================  =================================================================
+``protocol``              :class:`SessionStoreProtocol` -- what front-ends and the Runner
+                          need of a store -- and the values they read back
+                          (:class:`SessionSummary`, :class:`TurnRecord`, :class:`TurnStart`,
+                          :class:`MessageState`)
+``context``               :class:`SessionContext` (one conversation's window and journal)
+                          and :class:`Turn`
+``base``                  :class:`BaseSessionStore`: the session rules over the ``_Tx``
+                          transaction port, written once for every backend
+``inmemory``              :class:`SessionStore` (alias ``InMemorySessionStore``): dicts
+                          behind a lock
+``sqlite``, ``schema``    :class:`SQLiteSessionStore` and its versioned migrations
+``owner``                 :class:`Owner`, the lease record of a running turn
+``_checks``               validation shared by all of the above
+========================  =================================================================
+
+Every name below is importable from ``chatflow_cli.core.memory``. ``SQLiteSessionStore`` is
+resolved on first use, so importing this package does not import ``sqlite3``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SessionDeletedError
+from ..events import RESERVED_EVENT_PREFIXES, RESERVED_EVENT_TYPES
+from ._checks import DEFAULT_MAX_TURNS, MAX_TURNS_LIMIT, storable_text
+from .base import (
+    DEFAULT_DEDUP_TTL_HOURS,
+    DUPLICATE_WAIT_S,
+    BaseSessionStore,
+    TurnOwnerDied,
+    rollback_target,
+    take_context_claim,
+)
+from .context import INTERRUPTED_TOOL_RESULT, SessionContext, Turn
+from .inmemory import InMemorySessionStore, SessionStore
+from .owner import Owner
+from .protocol import MessageState, SessionStoreProtocol, SessionSummary, TurnRecord, TurnStart
+
+if TYPE_CHECKING:
+    from .sqlite import SQLiteSessionStore
+
+__all__ = [
+    "DEFAULT_DEDUP_TTL_HOURS",
+    "DEFAULT_MAX_TURNS",
+    "DUPLICATE_WAIT_S",
+    "INTERRUPTED_TOOL_RESULT",
+    "MAX_TURNS_LIMIT",
+    "RESERVED_EVENT_PREFIXES",
+    "RESERVED_EVENT_TYPES",
+    "BaseSessionStore",
+    "InMemorySessionStore",
+    "MessageState",
+    "Owner",
+    "SQLiteSessionStore",
+    "SessionContext",
+    "SessionDeletedError",
+    "SessionStore",
+    "SessionStoreProtocol",
+    "SessionSummary",
+    "Turn",
+    "TurnOwnerDied",
+    "TurnRecord",
+    "TurnStart",
+    "rollback_target",
+    "storable_text",
+    "take_context_claim",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """``SQLiteSessionStore`` on first use (it imports ``sqlite3``); AttributeError otherwise."""
+    if name == "SQLiteSessionStore":
+        from .sqlite import SQLiteSessionStore
+
+        globals()[name] = SQLiteSessionStore
+        return SQLiteSessionStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

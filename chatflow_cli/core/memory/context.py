@@ -1,0 +1,604 @@
+"""One conversation's state: :class:`SessionContext`, its turns and its journal of changes.
+
+A context holds the *context window*: every SYSTEM message, then the newest ``max_turns``
+whole turns. A turn starts at a USER message and holds everything up to the next USER
+message, so pruning never separates a tool call from its result. Turn numbers are the ones
+users see: 1, 2, 3... for the life of the session, stable across pruning; after
+``rollback_to(2)`` the next new turn is turn 3.
+
+Every change is recorded in a private *journal* (:class:`_Op` entries, each carrying the
+event that records it); ``store.save(session)`` applies the journal in one transaction and
+appends one event per change to the session's log (event types in
+:mod:`chatflow_cli.core.events`). A context made by hand, with no store, keeps its own
+events (``events``, seq 1, 2, 3...) and its pruned turns in memory.
+
+The seam to the stores
+----------------------
+A store talks to a context through one named seam and nothing else:
+
+* :class:`SessionBinding` -- what ties a context to one stored session: the store object's
+  id, the session's incarnation (a random id per creation, so a context of a deleted
+  session never writes into a new one of the same id), the base row the context was
+  loaded from (status, owner token, agent name), the lease token of the run that holds the
+  turn, and the loader that reads pruned turns back. The context holds it (``_binding``;
+  None until first stored); only the store that made it reads or updates it.
+* two friend methods, :meth:`SessionContext._pending` (the journal entries to save) and
+  :meth:`SessionContext._saved` (acknowledge them: drop the saved entries, take the
+  stored metadata and the new binding, optionally make the window look freshly loaded).
+* :meth:`SessionContext._restore` builds a bound context from a stored row's window.
+
+So a new backend never needs to know how a context keeps its window or journal, and a
+context never needs to know which store it is in.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidHistoryError, PendingToolCallsError, SessionTerminatedError, UsageError
+from ..events import _RECORDABLE, Event, EventType, SessionStatus, _event_type, _is_reserved, _use_instead
+from ..messages import Message, Role, ToolCall
+from ._checks import (
+    DEFAULT_MAX_TURNS,
+    _agent_name,
+    _check_max_turns,
+    _check_metadata,
+    _check_session_id,
+    _check_text,
+    _plain_usage,
+    storable_text,
+)
+
+__all__ = ["INTERRUPTED_TOOL_RESULT", "SessionBinding", "SessionContext", "Turn", "TurnLoader"]
+
+#: Content of the TOOL result a tool call gets when its turn is interrupted before a result.
+INTERRUPTED_TOOL_RESULT = "Interrupted before a result: side effects unknown."
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One turn of the context window: its user-visible ``number`` and its messages (USER first)."""
+
+    number: int
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """One journal entry: the change (``kind``) and the event that records it."""
+
+    kind: str  # message | rollback | turn_failed | status | agent | metadata | event
+    type: str
+    payload: dict[str, Any]
+    turn: int = 0
+    message: Message | None = None
+
+
+_MESSAGE_EVENT = {
+    Role.USER: EventType.MESSAGE_USER.value,
+    Role.MODEL: EventType.MESSAGE_MODEL.value,
+    Role.SYSTEM: EventType.MESSAGE_SYSTEM.value,
+    Role.TOOL: EventType.TOOL_RESULT.value,
+}
+
+#: (first_turn, last_turn) -> {turn: [messages]} of live stored turns; raises SessionDeletedError.
+TurnLoader = Callable[[int, int], dict[int, list[Message]]]
+
+
+@dataclass(slots=True)
+class SessionBinding:
+    """What ties a :class:`SessionContext` to one stored session.
+
+    The store that loads or saves a context makes its binding, and only that store reads
+    or updates it; the context itself only calls ``loader`` (to bring back turns pruned out
+    of the window, for a rollback or a failed turn).
+
+    Attributes:
+        store_id: ``id()`` of the store object that made the binding.
+        incarnation: the stored session's creation id (random per creation): a context
+            whose incarnation no longer matches the stored row was deleted meanwhile.
+        base: ``(status, owner token, agent name)`` of the stored row the context was loaded
+            from or last saved to; a status or handoff change made from another base is
+            refused as stale.
+        loader: reads live stored turns ``first..last`` (:data:`TurnLoader`).
+        lease: the owner token of the run :meth:`BaseSessionStore.begin_turn` gave this
+            context, or None; the lease holder's status changes are never stale.
+    """
+
+    store_id: int
+    incarnation: str
+    base: tuple[SessionStatus, str | None, str]
+    loader: TurnLoader
+    lease: str | None = None
+
+
+def _open_calls(messages: Sequence[Message]) -> tuple[ToolCall, ...]:
+    """Tool calls of the last MODEL message that no TOOL message after it answers yet."""
+    answered: set[str] = set()
+    for msg in reversed(messages):
+        if msg.role is Role.TOOL:
+            answered.add(msg.tool_call_id or "")
+            continue
+        if msg.role is Role.MODEL:
+            return tuple(call for call in msg.tool_calls if call.id not in answered)
+        if msg.role is Role.SYSTEM:
+            continue
+        return ()
+    return ()
+
+
+def _split_turns(messages: Sequence[Message]) -> tuple[list[Message], list[Message], list[list[Message]]]:
+    """(system messages, non-system messages before the first USER, turns)."""
+    systems: list[Message] = []
+    preamble: list[Message] = []
+    turns: list[list[Message]] = []
+    for msg in messages:
+        if msg.role is Role.SYSTEM:
+            systems.append(msg)
+        elif msg.role is Role.USER:
+            turns.append([msg])
+        elif turns:
+            turns[-1].append(msg)
+        else:
+            preamble.append(msg)
+    return systems, preamble, turns
+
+
+class SessionContext:
+    """One conversation: agent, metadata, the context window, and a journal of changes.
+
+    ``SessionContext(session_id, initial_agent, max_turns=40, metadata=None)``.
+
+    ``history`` is a read-only tuple: change it only through :meth:`add_message`,
+    :meth:`_prune_history` and :meth:`rollback_to` (editing the list by hand could
+    separate a tool call from its result). A context made by hand keeps pruned turns in
+    memory, so :meth:`rollback_to` can reach them; one loaded from a store asks the store.
+    A context with no store keeps its own events (``events``), seq 1, 2, 3...
+
+    Args:
+        session_id: a non-empty str of valid Unicode text.
+        initial_agent: the active agent (an ``Agent``, or anything with a ``name``).
+        max_turns: whole turns kept in the window, an int in 1..1,000,000.
+        metadata: a dict with str keys and JSON-serialisable values, kept as its JSON copy.
+
+    Raises:
+        TypeError: ``max_turns`` is not an int (bool included), or ``metadata`` is not a
+            JSON-serialisable dict with str keys.
+        ValueError: ``session_id`` is not a non-empty str, or ``max_turns`` is out of range.
+        UsageError: ``session_id`` or ``metadata`` holds a lone surrogate.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        initial_agent: Any,
+        max_turns: int = DEFAULT_MAX_TURNS,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("session_id must be a non-empty string")
+        _check_session_id(session_id)
+        self._max_turns = _check_max_turns(max_turns)
+        self.session_id = session_id
+        self._agent = initial_agent
+        self.metadata: dict[str, Any] = _check_metadata(metadata) if metadata is not None else {}
+        self._saved_metadata: dict[str, Any] = copy.deepcopy(self.metadata)
+        self._messages: list[Message] = []
+        self._turn_offset = 0
+        self._turn_count = 0  # number of the last live turn
+        self._call_ids: set[str] | None = None  # tool-call ids in the window; None: recount
+        self._archive: dict[int, tuple[Message, ...]] = {}
+        self._journal: list[_Op] = []
+        self._status = SessionStatus.IDLE
+        self._local_events: list[Event] | None = []  # None once bound to a store
+        self._binding: SessionBinding | None = None  # set by the store that holds the session
+
+    # -- read-only views ---------------------------------------------------------------
+    @property
+    def active_agent(self) -> Any:
+        return self._agent
+
+    @active_agent.setter
+    def active_agent(self, agent: Any) -> None:
+        self.set_active_agent(agent)
+
+    @property
+    def max_turns(self) -> int:
+        return self._max_turns
+
+    @property
+    def history(self) -> tuple[Message, ...]:
+        """The context window: SYSTEM messages, then the newest turns. Read-only."""
+        return tuple(self._messages)
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        """The window's turns with their user-visible numbers."""
+        _, _, turns = _split_turns(self._messages)
+        return tuple(Turn(self._turn_offset + k, tuple(msgs)) for k, msgs in enumerate(turns, start=1))
+
+    @property
+    def turn_count(self) -> int:
+        """Number of the last live turn (0 when there is none)."""
+        return self._turn_count
+
+    @property
+    def status(self) -> SessionStatus:
+        return self._status
+
+    @property
+    def pending_tool_calls(self) -> tuple[ToolCall, ...]:
+        """The last MODEL message's tool calls still unanswered."""
+        return _open_calls(self._messages)
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """A store-less context's own events; for a stored session, use ``store.events()``."""
+        return tuple(self._local_events or ())
+
+    # -- journal -----------------------------------------------------------------------
+    def _record(self, op: _Op) -> None:
+        if self._status is SessionStatus.TERMINATED and self._local_events is not None:
+            raise SessionTerminatedError(f"session {self.session_id} is terminated", session_id=self.session_id)
+        self._journal.append(op)
+        if self._local_events is not None:
+            seq = len(self._local_events) + 1
+            self._local_events.append(Event(self.session_id, seq, op.type, op.payload, time.time()))
+
+    # -- the seam to the stores (friend methods: only a store calls them) --------------
+    def _pending(self) -> list[_Op]:
+        """The journal entries to save, oldest first (a copy; the journal keeps them).
+
+        A change made in place on ``metadata`` since the last save is journalled first, as
+        :meth:`update_metadata` would.
+        """
+        if self.metadata != self._saved_metadata:  # changed in place: journal it like update_metadata
+            self.update_metadata({})
+        return list(self._journal)
+
+    def _saved(
+        self,
+        count: int,
+        metadata: Mapping[str, Any],
+        binding: SessionBinding,
+        *,
+        stored: tuple[int, SessionStatus] | None = None,
+    ) -> bool:
+        """Acknowledge a save of the first ``count`` entries of :meth:`_pending`.
+
+        The saved entries leave the journal; ``metadata`` (the same dict object) becomes the
+        stored, merged ``metadata``; the context is bound to ``binding`` and stops keeping
+        its own events. With ``stored=(turn_count, status)`` of the row just written, the
+        window is also made to look freshly loaded (see :meth:`_as_stored`); the return
+        value says whether it could be (True without ``stored``).
+        """
+        del self._journal[:count]
+        if self.metadata != metadata:
+            self.metadata.clear()
+            self.metadata.update(copy.deepcopy(dict(metadata)))
+        self._saved_metadata = copy.deepcopy(self.metadata)
+        self._binding = binding
+        self._local_events = None
+        return True if stored is None else self._as_stored(*stored)
+
+    # -- mutations ---------------------------------------------------------------------
+    def add_message(self, msg: Message) -> None:
+        """Append ``msg``; a USER message opens turn ``turn_count + 1``.
+
+        SYSTEM messages are allowed at any time and go right after the SYSTEM messages
+        already at the front (where pruning would move them), so the window is valid at
+        every step. Raises :class:`InvalidHistoryError` for a non-TOOL message while tool
+        calls are open, a TOOL message that answers no open call, or a tool-call id seen
+        before in the window.
+        """
+        if not isinstance(msg, Message):
+            raise TypeError(f"add_message expects a Message, got {type(msg).__name__}")
+        _check_text(msg.to_dict(), f"{msg.role.value} message", self.session_id)
+        if msg.role is Role.SYSTEM:
+            lead = 0
+            while lead < len(self._messages) and self._messages[lead].role is Role.SYSTEM:
+                lead += 1
+            self._messages.insert(lead, msg)
+            self._record(_Op("message", _MESSAGE_EVENT[msg.role], self._message_payload(0, msg), 0, msg))
+            return
+        open_calls = self.pending_tool_calls
+        if msg.role is Role.TOOL:
+            if msg.tool_call_id not in {call.id for call in open_calls}:
+                raise InvalidHistoryError(
+                    f"tool result for {msg.tool_call_id!r} answers no open tool call",
+                    problems=[f"tool_result_follows_call: {msg.tool_call_id!r}"],
+                    session_id=self.session_id,
+                )
+        elif open_calls:
+            raise InvalidHistoryError(
+                f"tool calls {[c.id for c in open_calls]} need results before a {msg.role.value} message",
+                problems=[f"tool_call_answered_once: {[c.id for c in open_calls]}"],
+                session_id=self.session_id,
+            )
+        if msg.tool_calls:
+            if self._call_ids is None:
+                self._call_ids = {call.id for m in self._messages for call in m.tool_calls}
+            seen = self._call_ids
+            ids = [call.id for call in msg.tool_calls]
+            dup = [i for i in ids if i in seen or ids.count(i) > 1]
+            if dup:
+                raise InvalidHistoryError(
+                    f"tool-call id {dup[0]!r} appears twice in session {self.session_id}",
+                    problems=[f"tool_call_id_unique: {dup[0]!r}"],
+                    session_id=self.session_id,
+                )
+        turn = self._turn_count + 1 if msg.role is Role.USER else self._turn_count
+        self._messages.append(msg)
+        self._turn_count = turn
+        if msg.tool_calls and self._call_ids is not None:
+            self._call_ids.update(call.id for call in msg.tool_calls)
+        self._record(_Op("message", _MESSAGE_EVENT[msg.role], self._message_payload(turn, msg), turn, msg))
+
+    def _current_turn(self) -> int:
+        """The turn new messages belong to: the last live turn (0 before the first USER message)."""
+        return self._turn_count
+
+    @staticmethod
+    def _message_payload(turn: int, msg: Message) -> dict[str, Any]:
+        return {"turn": turn, "message": msg.to_dict()}
+
+    def _prune_history(self) -> None:
+        """Prune the window: SYSTEM messages first, in order; then the newest ``max_turns`` whole turns.
+
+        Non-system messages before the first USER message are dropped. The clean-up runs
+        even when no turn has to go. A no-op while tool calls wait for results.
+        """
+        if self.pending_tool_calls:
+            return
+        systems, _preamble, turns = _split_turns(self._messages)
+        dropped = turns[: max(0, len(turns) - self._max_turns)]
+        for k, msgs in enumerate(dropped, start=self._turn_offset + 1):
+            self._archive[k] = tuple(msgs)
+        self._turn_offset += len(dropped)
+        kept = turns[len(dropped) :]
+        self._messages = systems + [m for msgs in kept for m in msgs]
+        self._call_ids = None
+
+    def _rebuild(self, last_turn: int) -> tuple[list[Message], int]:
+        """The window holding the newest ``max_turns`` of turns 1..last_turn, and its offset."""
+        systems, _, window_turns = _split_turns(self._messages)
+        first = max(1, last_turn - self._max_turns + 1)
+        have: dict[int, tuple[Message, ...]] = {
+            k: tuple(v) for k, v in self._archive.items() if first <= k <= last_turn
+        }
+        for k, msgs in enumerate(window_turns, start=self._turn_offset + 1):
+            if first <= k <= last_turn:
+                have[k] = tuple(msgs)
+        missing = [k for k in range(first, last_turn + 1) if k not in have]
+        if missing:
+            if self._binding is None:
+                raise ValueError(f"turns {missing[0]}..{missing[-1]} of session {self.session_id} are not available")
+            loaded = self._binding.loader(missing[0], missing[-1])
+            for k in missing:
+                if k not in loaded:
+                    raise ValueError(f"turn {k} of session {self.session_id} is not in the store")
+                have[k] = tuple(loaded[k])
+        messages = list(systems)
+        for k in range(first, last_turn + 1):
+            messages.extend(have[k])
+        return messages, first - 1
+
+    def rollback_to(self, turn: int) -> None:
+        """Keep turns 1..``turn`` (0 keeps only the SYSTEM messages); all or nothing.
+
+        Raises ``ValueError`` (and changes nothing) unless ``0 <= turn <= turn_count``.
+        Turns pruned out of the window are brought back. Journals a ``rollback`` event
+        ``{"to_turn": n, "removed_turns": [...]}``; the next new turn is ``turn + 1``.
+        """
+        if isinstance(turn, bool) or not isinstance(turn, int):
+            raise TypeError(f"turn must be an int, got {type(turn).__name__}")
+        count = self.turn_count
+        if not 0 <= turn <= count:
+            raise ValueError(f"cannot roll back to turn {turn}: session {self.session_id} has turns 0..{count}")
+        messages, offset = self._rebuild(turn)
+        self._messages, self._turn_offset, self._turn_count, self._call_ids = messages, offset, turn, None
+        self._archive = {k: v for k, v in self._archive.items() if k <= turn}
+        self._record(
+            _Op(
+                "rollback",
+                EventType.ROLLBACK.value,
+                {"to_turn": turn, "removed_turns": list(range(turn + 1, count + 1))},
+            )
+        )
+
+    def set_active_agent(self, agent: Any, *, tool_call_id: str | None = None) -> None:
+        """Make ``agent`` the active agent; journals one ``handoff`` event when it changes."""
+        old = _agent_name(self._agent)
+        self._agent = agent
+        new = _agent_name(agent)
+        if new != old:
+            payload = {"turn": self.turn_count, "from_agent": old, "to_agent": new, "tool_call_id": tool_call_id or ""}
+            self._record(_Op("agent", EventType.HANDOFF.value, payload))
+
+    def update_metadata(self, changes: Mapping[str, Any]) -> None:
+        """Merge ``changes`` into ``metadata`` and journal ``metadata.updated`` as a *patch*.
+
+        The patch holds the keys set here plus any changed, added or deleted in place on
+        ``metadata`` since the last save. On save it is applied to the *stored* metadata, so
+        two contexts loaded together that set different keys both keep their keys (no
+        whole-dict overwrite). The event payload is ``{"metadata": <stored result>,
+        "changes": {key: value}, "removed": [key, ...]}``. ``changes``: str keys,
+        JSON-serialisable values (TypeError otherwise, in every store).
+        """
+        changes = _check_metadata(changes, "metadata changes")
+        current = _check_metadata({**self.metadata, **changes})
+        self.metadata.clear()  # the same dict object, now holding the JSON copy the stores keep
+        self.metadata.update(current)
+        saved = self._saved_metadata
+        patch = {k: v for k, v in current.items() if k in changes or k not in saved or saved[k] != v}
+        removed = [k for k in saved if k not in current]
+        if not patch and not removed:
+            return
+        self._saved_metadata = copy.deepcopy(self.metadata)  # what the journal will leave in the store
+        payload = copy.deepcopy({"metadata": current, "changes": patch, "removed": removed})
+        self._record(_Op("metadata", EventType.METADATA_UPDATED.value, payload))
+
+    def set_status(self, status: SessionStatus | str, reason: str = "", **extra: Any) -> None:
+        """Journal a ``status`` event ``{"status", "reason", **extra}``.
+
+        Raises:
+            ValueError: ``status`` is not a :class:`SessionStatus` value.
+            SessionTerminatedError: the session is already terminated (``terminated`` is final).
+        """
+        status = SessionStatus(status)
+        if self._status is SessionStatus.TERMINATED:
+            raise SessionTerminatedError(f"session {self.session_id} is terminated", session_id=self.session_id)
+        self._status = status
+        self._record(_Op("status", EventType.STATUS.value, {"status": status.value, "reason": reason, **extra}))
+
+    def record_event(self, type: EventType | str, payload: Mapping[str, Any] | None = None) -> None:
+        """Journal an event with no other effect (e.g. ``tool.pending``).
+
+        Custom types are accepted. Of the reserved types (see ``RESERVED_EVENT_PREFIXES``)
+        only those that change no stored state may be recorded here (``tool.pending``,
+        ``tool.result_submitted``, ``turn.completed``, ``turn.interrupted``,
+        ``session.recovered``); the others raise :class:`UsageError` naming the method that
+        makes the change, so the log never contradicts the session.
+        """
+        kind = _event_type(type)
+        if _is_reserved(kind) and kind not in _RECORDABLE:
+            raise UsageError(
+                f"event type {kind!r} is reserved: use {_use_instead(kind)}", session_id=self.session_id
+            )
+        self._record(_Op("event", kind, dict(payload or {})))
+
+    def fail_turn(self, error: BaseException | str, *, agent: Any = None) -> None:
+        """Take the current turn out of the window and journal ``turn.failed``.
+
+        The failed turn's number is used again by the next turn, as after a rollback.
+        ``agent``: the active agent when the turn began. A failed turn leaves the session as
+        it was before it, so a handoff made inside it is undone: the payload then carries
+        ``"active_agent"`` (the agent restored) and ``"reverted_from_agent"`` (the handoff
+        target that is dropped), and the store sets ``active_agent_name`` from it. The error
+        text is made storable (:func:`storable_text`).
+        """
+        turn = self._current_turn()
+        if turn:
+            messages, offset = self._rebuild(turn - 1)
+            self._messages, self._turn_offset, self._turn_count, self._call_ids = messages, offset, turn - 1, None
+            self._archive = {k: v for k, v in self._archive.items() if k < turn}
+        error_type = type(error).__name__ if isinstance(error, BaseException) else "Error"
+        payload: dict[str, Any] = {"turn": turn, "error": storable_text(str(error)), "error_type": error_type}
+        if agent is not None:
+            before, after = _agent_name(self._agent), _agent_name(agent)
+            payload["active_agent"] = after
+            if before != after:
+                payload["reverted_from_agent"] = before
+                self._agent = agent
+        self._record(_Op("turn_failed", EventType.TURN_FAILED.value, payload, turn))
+
+    def interrupt_turn(self, reason: str = "interrupted", partial_text: str | None = None, agent: Any = None,
+                       partial_reasoning: str | None = None) -> None:
+        """Close the current turn after Ctrl-C or cancellation, keeping what is known.
+
+        Every unanswered tool call gets a synthetic TOOL result (``is_error`` and
+        ``interrupted`` set, content ``"Interrupted before a result: side effects
+        unknown."``); partial model text (and ``partial_reasoning``, the reasoning that
+        came with it, even with no text) is kept as a MODEL message with ``interrupted=True``
+        (one with no text is left out of requests). Journals ``turn.interrupted``, then prunes.
+        """
+        open_calls = self.pending_tool_calls
+        for call in open_calls:
+            self.add_message(
+                Message.tool(call.id, INTERRUPTED_TOOL_RESULT, name=call.name, is_error=True, interrupted=True)
+            )
+        if partial_text or partial_reasoning:
+            name = _agent_name(agent if agent is not None else self._agent) or None
+            self.add_message(Message.model(partial_text or "", agent=name, interrupted=True,
+                                           reasoning=partial_reasoning or None))
+        payload = {"turn": self._current_turn(), "tool_use_ids": [c.id for c in open_calls], "reason": reason}
+        self._record(_Op("event", EventType.TURN_INTERRUPTED.value, payload))
+        self._prune_history()
+
+    def complete_turn(self, content: str | None, agent: Any = None, usage: Any = None,
+                      finish_reason: str | None = None) -> None:
+        """Journal ``turn.completed`` ``{"turn", "agent", "content", "usage"}`` (plus
+        ``"finish_reason"`` when given: ``"stop"``, or ``"length"``/``"content_filter"`` for
+        a reply that was cut), then prune.
+
+        Refused, with nothing journalled: :class:`UsageError` when there is no open turn
+        (turn 0: no USER message yet), :class:`PendingToolCallsError` while tool calls of
+        the turn still wait for results (``tool_use_ids`` lists them).
+        """
+        if self._current_turn() == 0:
+            raise UsageError(
+                f"session {self.session_id} has no open turn to complete (add a user message first)",
+                session_id=self.session_id,
+            )
+        pending = [call.id for call in self.pending_tool_calls]
+        if pending:
+            raise PendingToolCallsError(
+                f"turn {self._current_turn()} of session {self.session_id} still waits for tool results {', '.join(pending)}",
+                tool_use_ids=pending,
+                session_id=self.session_id,
+            )
+        payload = {
+            "turn": self._current_turn(),
+            "agent": _agent_name(agent if agent is not None else self._agent),
+            "content": content or "",
+            "usage": _plain_usage(usage),
+        }
+        if finish_reason is not None:
+            payload["finish_reason"] = str(finish_reason)
+        self._record(_Op("event", EventType.TURN_COMPLETED.value, payload))
+        self._prune_history()
+
+    # -- stores ------------------------------------------------------------------------
+    def _as_stored(self, turn_count: int, status: SessionStatus) -> bool:
+        """Make a context loaded from a store and changed since (its journal saved) look as
+        if loaded again: the SYSTEM messages, then the newest ``max_turns`` turns up to
+        ``turn_count`` -- the store's window query --, nothing archived. False (nothing
+        changed) when the context does not match the stored row; the caller loads it then.
+        """
+        if self._journal or self._turn_count != turn_count or self._status is not status:
+            return False
+        first = max(1, turn_count - self._max_turns + 1)
+        systems, _preamble, turns = _split_turns(self._messages)
+        kept = [(k, msgs) for k, msgs in enumerate(turns, start=self._turn_offset + 1) if k >= first]
+        if kept and kept[-1][0] != turn_count:
+            return False
+        self._messages = systems + [m for _, msgs in kept for m in msgs]
+        self._turn_offset = kept[0][0] - 1 if kept else turn_count
+        self._call_ids = None
+        self._archive = {}
+        return True
+
+    @classmethod
+    def _restore(
+        cls,
+        session_id: str,
+        agent: Any,
+        max_turns: int,
+        metadata: dict[str, Any],
+        status: SessionStatus,
+        window: list[tuple[int, Message]],
+        turn_count: int,
+        binding: SessionBinding,
+    ) -> SessionContext:
+        """A context bound to ``binding`` holding a stored ``window``: ``(turn, message)``
+        pairs in order, turn 0 for the SYSTEM messages; ``turn_count`` is the number of the
+        last live turn (which may be outside the window when its turns were all removed)."""
+        ctx = cls(session_id, agent, max_turns, metadata)
+        ctx._messages = [msg for _, msg in window]
+        numbers = sorted({turn for turn, _ in window if turn > 0})
+        ctx._turn_offset = (numbers[0] - 1) if numbers else turn_count
+        ctx._turn_count = turn_count
+        ctx._status = status
+        ctx._local_events = None
+        ctx._binding = binding
+        return ctx
+
+    def __repr__(self) -> str:
+        return (
+            f"SessionContext(session_id={self.session_id!r}, agent={_agent_name(self._agent)!r}, "
+            f"turns={self.turn_count}, window={len(self._messages)} messages, status={self._status.value})"
+        )

@@ -1,0 +1,185 @@
+"""The SQLite store's schema and its versioned migrations.
+
+``_MIGRATIONS`` lists ``(version, name, statements)`` in order. :func:`apply_migrations`
+runs each missing one in its own ``BEGIN IMMEDIATE`` transaction together with its row in
+``chatflow_schema_migrations``, so a migration is applied wholly or not at all, and many
+processes opening a fresh file at once apply each exactly once (a process that waited for
+the write lock finds the version recorded and skips it). A file whose recorded version is
+newer than :data:`SCHEMA_VERSION` was written by a newer chatflow: the store refuses it
+before writing anything.
+
+Columns ending in ``_utc`` hold UTC epoch seconds; ``*_json`` columns hold compact JSON.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+__all__ = ["SCHEMA_VERSION", "apply_migrations", "schema_version"]
+
+_MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (
+        1,
+        "sessions, messages, events, idempotency keys, processed messages",
+        [
+            """CREATE TABLE chatflow_sessions (
+    session_id        TEXT PRIMARY KEY,
+    -- random per creation: a task holding a deleted session's context gets
+    -- SessionDeletedError even if the same id was created again meanwhile
+    incarnation       TEXT NOT NULL,
+    -- only the name is stored; the agent resolver maps it back to an Agent (seed 000)
+    active_agent_name TEXT NOT NULL,
+    metadata_json     TEXT NOT NULL DEFAULT '{}',
+    -- the context window holds the newest max_turns live turns
+    max_turns         INTEGER NOT NULL CHECK (max_turns > 0),
+    -- number of the last live turn: the window query is "turn > turn_count - max_turns",
+    -- so loading a session never reads its whole history
+    turn_count        INTEGER NOT NULL DEFAULT 0,
+    -- latest status event, cached so listing needs no scan of the log (seed 003)
+    status            TEXT NOT NULL DEFAULT 'idle'
+                      CHECK (status IN ('idle', 'running', 'rescheduled', 'terminated')),
+    -- the running turn's owner (pid, process start time, host, token); NULL unless running,
+    -- so a dead owner's turn can be recovered even when its pid was reused
+    owner_json        TEXT,
+    created_at_utc    REAL NOT NULL,  -- epoch seconds
+    updated_at_utc    REAL NOT NULL   -- epoch seconds; latest_session_id orders by it
+)""",
+            "CREATE INDEX chatflow_sessions_by_update ON chatflow_sessions (updated_at_utc DESC, session_id)",
+            """CREATE TABLE chatflow_messages (
+    message_id     INTEGER PRIMARY KEY,  -- insertion order
+    session_id     TEXT NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
+    -- user-visible turn number (1, 2, 3...); 0 holds the system messages
+    turn           INTEGER NOT NULL,
+    position       INTEGER NOT NULL,     -- order inside the turn
+    -- copy of the JSON's role, so the window query picks system messages without parsing JSON
+    role           TEXT NOT NULL,
+    message_json   TEXT NOT NULL,        -- one Message.to_json() a row (seed 000)
+    event_seq      INTEGER NOT NULL,     -- seq of the event that recorded the message
+    -- NULL while live; else the seq of the rollback / turn.failed event that took it out.
+    -- Rows are never deleted, so rollback can reach any turn still in the log.
+    removed_at_seq INTEGER,
+    removed_reason TEXT CHECK (removed_reason IN ('rolled_back', 'failed'))
+)""",
+            # The context-window query: live rows of one session from a turn on, in order.
+            """CREATE INDEX chatflow_messages_live ON chatflow_messages (session_id, turn, position)
+    WHERE removed_at_seq IS NULL""",
+            "CREATE INDEX chatflow_messages_all ON chatflow_messages (session_id, turn, message_id)",
+            """CREATE TABLE chatflow_events (
+    event_id        INTEGER PRIMARY KEY,
+    session_id      TEXT NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
+    -- per-session cursor 1, 2, 3...: MAX(seq) + 1 inside the inserting write transaction
+    seq             INTEGER NOT NULL,
+    event_type      TEXT NOT NULL,
+    turn            INTEGER,             -- payload's turn, indexed to find a turn's outcome
+    payload_json    TEXT NOT NULL,
+    idempotency_key TEXT,                -- the caller's key, when the event was sent with one
+    created_at_utc  REAL NOT NULL,       -- epoch seconds
+    UNIQUE (session_id, seq)             -- backstop: a seq is never used twice
+)""",
+            "CREATE INDEX chatflow_events_by_type ON chatflow_events (session_id, event_type, seq)",
+            """CREATE TABLE chatflow_idempotency_keys (
+    session_id      TEXT NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
+    idempotency_key TEXT NOT NULL,
+    -- sha256 of the request: same key + same request replays, another request is refused
+    request_sha256  TEXT NOT NULL,
+    turn            INTEGER,             -- the turn a begin_turn key started; NULL for events
+    event_seq       INTEGER NOT NULL,    -- the first event the key produced
+    created_at_utc  REAL NOT NULL,
+    PRIMARY KEY (session_id, idempotency_key)
+)""",
+            """CREATE TABLE chatflow_processed_messages (
+    -- inbound message ids (webhooks) already handled: a duplicate while
+    -- now < processed_at_utc + 192 h (seed 000); expired rows are purged
+    message_id       TEXT PRIMARY KEY,
+    processed_at_utc REAL NOT NULL       -- epoch seconds
+)""",
+            "CREATE INDEX chatflow_processed_by_time ON chatflow_processed_messages (processed_at_utc)",
+        ],
+    ),
+    (
+        2,
+        "message claims with their holder and turn; the queue of turns waiting for a busy session",
+        [
+            # Rows written before this version were marked processed: they stay 'completed'.
+            """ALTER TABLE chatflow_processed_messages ADD COLUMN state TEXT NOT NULL DEFAULT 'completed'
+    CHECK (state IN ('in_progress', 'completed'))""",
+            # the claim's holder (pid, process start time, host, token), as owner_json of a
+            # running session; NULL once completed. A dead holder's claim is free again.
+            "ALTER TABLE chatflow_processed_messages ADD COLUMN holder_json TEXT",
+            # the turn the claim started: its turn.completed completes the claim in the same
+            # transaction, its turn.failed / turn.interrupted frees it
+            "ALTER TABLE chatflow_processed_messages ADD COLUMN session_id TEXT",
+            "ALTER TABLE chatflow_processed_messages ADD COLUMN turn INTEGER",
+            """CREATE INDEX chatflow_processed_by_turn ON chatflow_processed_messages (session_id, turn)
+    WHERE session_id IS NOT NULL""",
+            """CREATE TABLE chatflow_turn_queue (
+    -- callers waiting for a busy session start their turns in ticket (arrival) order
+    ticket          INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id      TEXT NOT NULL,
+    owner_json      TEXT NOT NULL,       -- the waiter; a dead waiter's ticket is skipped and removed
+    enqueued_at_utc REAL NOT NULL
+)""",
+            "CREATE INDEX chatflow_turn_queue_by_session ON chatflow_turn_queue (session_id, ticket)",
+        ],
+    ),
+    (
+        3,
+        "the model and endpoint each session talks to",
+        [
+            """CREATE TABLE chatflow_session_endpoints (
+    -- what a front-end resumes the session with; never an API key
+    session_id     TEXT PRIMARY KEY REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
+    model          TEXT,                 -- NULL: not stored
+    base_url       TEXT,                 -- NULL: not stored
+    updated_at_utc REAL NOT NULL         -- epoch seconds
+)""",
+        ],
+    ),
+]
+#: The newest schema version this chatflow knows.
+SCHEMA_VERSION = _MIGRATIONS[-1][0]
+
+_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS chatflow_schema_migrations (
+    version        INTEGER PRIMARY KEY,  -- applied in order, each in one transaction with its row
+    name           TEXT NOT NULL,
+    applied_at_utc REAL NOT NULL
+)"""
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The newest migration version recorded in the database (0 for a file with none).
+
+    A read only: a file that is not a SQLite database fails here (``sqlite3.DatabaseError``)
+    before anything is written.
+    """
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'chatflow_schema_migrations'"
+    ).fetchone()
+    if not exists:
+        return 0
+    return int(conn.execute("SELECT COALESCE(MAX(version), 0) FROM chatflow_schema_migrations").fetchone()[0])
+
+
+def apply_migrations(conn: sqlite3.Connection) -> None:
+    """Apply every migration not yet recorded, each in one ``BEGIN IMMEDIATE`` transaction.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``). A migration that fails
+    is rolled back with its version row and the error propagates (``sqlite3.Error``).
+    """
+    for number, name, statements in _MIGRATIONS:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(_MIGRATIONS_TABLE)
+            done = conn.execute("SELECT 1 FROM chatflow_schema_migrations WHERE version = ?", (number,))
+            if done.fetchone() is None:
+                for statement in statements:
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO chatflow_schema_migrations (version, name, applied_at_utc) VALUES (?, ?, ?)",
+                    (number, name, time.time()),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise

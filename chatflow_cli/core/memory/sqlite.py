@@ -1,0 +1,654 @@
+"""The SQLite store: :class:`SQLiteSessionStore`, sessions with their messages and event log in one file.
+
+``SQLiteSessionStore(db_path, default_max_turns=40)`` takes these two parameters only (any
+other keyword, such as ``busy_timeout=``, is a ``TypeError``). The session rules are those
+of :class:`~chatflow_cli.core.memory.base.BaseSessionStore`; this module supplies
+transactions over SQLite (:class:`_SQLiteTx`), the schema lives in
+:mod:`chatflow_cli.core.memory.schema`.
+
+Several processes may share one file:
+
+* WAL journal, a 30 s busy timeout, foreign keys on, ``BEGIN IMMEDIATE`` for every write
+  (so two writers queue instead of failing on lock upgrade), short transactions with no
+  network I/O inside (the Runner calls the model between transactions);
+* ``synchronous=NORMAL`` in WAL mode: a commit survives a crash of the process at once,
+  and survives power loss once the WAL is checkpointed -- the usual choice for WAL, which
+  keeps a 4-message turn append well under a millisecond. The database can never be
+  corrupted by it; at worst the last transactions before a power cut roll back;
+* event ``seq`` is ``MAX(seq) + 1`` read inside the write transaction that inserts the
+  event, with ``UNIQUE(session_id, seq)`` as backstop (never a counter in process memory);
+* versioned migrations, each in one transaction with its version record; a file written
+  by a newer chatflow is refused (:class:`SchemaTooNewError`) before anything is written;
+  16 processes opening a fresh file at once is safe;
+* new files are created 0600 and new directories 0700.
+
+Connections: one per thread for an on-disk file; one connection behind a lock for an
+ephemeral database (``:memory:``, ``file::memory:?cache=shared``, any URI with
+``mode=memory``). Async twins run on-disk work on a private pool of
+``_BLOCKING_IO_WORKERS = 4`` threads through :meth:`SQLiteSessionStore._run_blocking`;
+ephemeral databases stay on the event loop.
+
+Every ``sqlite3`` error surfaces as :class:`StoreError` with one clear line (not a
+database, corrupt, read-only, disk full, locked).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import SchemaTooNewError, StoreError
+from ..events import Event, SessionStatus
+from ..messages import Message, Role
+from ._checks import DEFAULT_MAX_TURNS
+from .base import BaseSessionStore, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .owner import Owner
+from .schema import SCHEMA_VERSION, apply_migrations, schema_version
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+__all__ = ["SCHEMA_VERSION", "SQLiteSessionStore"]
+
+_T = TypeVar("_T")
+
+#: Threads of the private pool that runs on-disk SQLite work for async callers.
+_BLOCKING_IO_WORKERS = 4
+_BUSY_TIMEOUT_S = 30.0
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _blocking_executor() -> ThreadPoolExecutor:
+    """The private pool, made on first use. ``asyncio`` and ``concurrent.futures`` are
+    imported only here and in ``_run_blocking``: a sync caller (``chatflow sessions ls``)
+    never pays their ~10-40 ms import."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _executor = ThreadPoolExecutor(max_workers=_BLOCKING_IO_WORKERS, thread_name_prefix="chatflow-sqlite")
+        return _executor
+
+
+# ----------------------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------------------
+
+
+def _store_error(exc: BaseException, where: str) -> StoreError:
+    """One clear line for a sqlite3 / OS error on database ``where``."""
+    text = str(exc)
+    low = text.lower()
+    if "file is not a database" in low or "file is encrypted" in low:
+        message = f"{where} is not a SQLite database"
+    elif "malformed" in low or "corrupt" in low:
+        message = f"{where} is corrupt or truncated ({text})"
+    elif "readonly" in low or "read-only" in low or isinstance(exc, PermissionError):
+        message = f"{where} cannot be written: read-only file or directory ({text})"
+    elif "disk is full" in low or "database or disk is full" in low:
+        message = f"{where} cannot be written: the disk is full"
+    elif "unable to open" in low:
+        message = f"cannot open {where}: missing directory, permissions, or read-only location ({text})"
+    elif "locked" in low or "busy" in low:
+        message = f"{where} is locked by another process (waited {_BUSY_TIMEOUT_S:.0f} s)"
+    elif isinstance(exc, OSError):
+        message = f"cannot open {where}: {exc.strerror or text}"
+    else:
+        message = f"database error on {where}: {text}"
+    return StoreError(message)
+
+
+# ----------------------------------------------------------------------------------------
+# Transactions
+# ----------------------------------------------------------------------------------------
+
+
+def _row(r: sqlite3.Row | tuple[Any, ...]) -> _SessionRow:
+    owner = json.loads(r[7]) if r[7] else None
+    return _SessionRow(
+        session_id=r[0],
+        incarnation=r[1],
+        active_agent_name=r[2],
+        metadata=json.loads(r[3]),
+        max_turns=r[4],
+        turn_count=r[5],
+        status=SessionStatus(r[6]),
+        owner=Owner.from_dict(owner) if owner else None,
+        created_at=r[8],
+        updated_at=r[9],
+    )
+
+
+_ROW_COLUMNS = (
+    "session_id, incarnation, active_agent_name, metadata_json, max_turns, turn_count, status, owner_json, "
+    "created_at_utc, updated_at_utc"
+)
+
+
+_INSERT_EVENT = (
+    "INSERT INTO chatflow_events (session_id, seq, event_type, turn, payload_json, idempotency_key, "
+    "created_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_MESSAGE = (
+    "INSERT INTO chatflow_messages (session_id, turn, position, role, message_json, event_seq) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+
+def _row_params(row: _SessionRow) -> tuple[Any, ...]:
+    """The row's values in ``_ROW_COLUMNS`` order."""
+    return (
+        row.session_id,
+        row.incarnation,
+        row.active_agent_name,
+        _dumps(row.metadata),
+        row.max_turns,
+        row.turn_count,
+        row.status.value,
+        _dumps(row.owner.to_dict()) if row.owner else None,
+        row.created_at,
+        row.updated_at,
+    )
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def _event(session_id: str, r: tuple[Any, ...]) -> Event:
+    return Event(session_id, r[0], r[1], json.loads(r[2]), r[3], r[4])
+
+
+class _SQLiteTx(_Tx):
+    """Primitives over one connection inside one transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._seq: dict[str, int] = {}
+        self._positions: dict[tuple[str, int], int] = {}
+        # Inserts of events and messages are batched (one executemany each) and flushed
+        # before any other statement of the transaction and before COMMIT.
+        self._events: list[tuple[Any, ...]] = []
+        self._messages: list[tuple[Any, ...]] = []
+
+    @property
+    def c(self) -> sqlite3.Connection:
+        """The connection, after the batched inserts were written."""
+        self.flush()
+        return self._conn
+
+    def flush(self) -> None:
+        for sql, rows in ((_INSERT_EVENT, self._events), (_INSERT_MESSAGE, self._messages)):
+            if rows:
+                self._conn.executemany(sql, rows)
+                rows.clear()
+
+    def get_row(self, session_id: str) -> _SessionRow | None:
+        r = self.c.execute(
+            f"SELECT {_ROW_COLUMNS} FROM chatflow_sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return None if r is None else _row(r)
+
+    def insert_row(self, row: _SessionRow) -> None:
+        self.c.execute(
+            f"INSERT INTO chatflow_sessions ({_ROW_COLUMNS}) VALUES ({', '.join('?' * 10)})", _row_params(row)
+        )
+
+    def update_row(self, row: _SessionRow) -> None:
+        # every column but the key, in _ROW_COLUMNS order (a row-value SET)
+        self.c.execute(
+            f"UPDATE chatflow_sessions SET ({_ROW_COLUMNS.split(', ', 1)[1]}) = ({', '.join('?' * 9)}) "
+            "WHERE session_id = ?",
+            (*_row_params(row)[1:], row.session_id),
+        )
+
+    def delete_row(self, session_id: str) -> bool:
+        return self.c.execute("DELETE FROM chatflow_sessions WHERE session_id = ?", (session_id,)).rowcount > 0
+
+    def list_rows(self, agent: str | None) -> list[_SessionRow]:
+        sql = f"SELECT {_ROW_COLUMNS} FROM chatflow_sessions"
+        args: tuple[Any, ...] = ()
+        if agent is not None:
+            sql += " WHERE active_agent_name = ?"
+            args = (agent,)
+        sql += " ORDER BY updated_at_utc DESC, session_id"
+        return [_row(r) for r in self.c.execute(sql, args)]
+
+    def latest_session_id(self) -> str | None:
+        r = self.c.execute(
+            "SELECT session_id FROM chatflow_sessions ORDER BY updated_at_utc DESC, session_id LIMIT 1"
+        ).fetchone()
+        return None if r is None else r[0]
+
+    def next_seq(self, session_id: str) -> int:
+        # Read once per transaction under the write lock, then counted on inside it.
+        seq = self._seq.get(session_id)
+        if seq is None:
+            seq = self.c.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM chatflow_events WHERE session_id = ?", (session_id,)
+            ).fetchone()[0]
+        return seq + 1
+
+    def insert_event(self, event: Event, turn: int | None) -> None:
+        self._events.append(
+            (
+                event.session_id,
+                event.seq,
+                event.type,
+                turn,
+                _dumps(event.payload),
+                event.idempotency_key,
+                event.created_at,
+            )
+        )
+        self._seq[event.session_id] = event.seq
+
+    def events(self, session_id: str, after_seq: int, limit: int | None) -> list[Event]:
+        rows = self.c.execute(
+            "SELECT seq, event_type, payload_json, created_at_utc, idempotency_key FROM chatflow_events "
+            "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (session_id, after_seq, -1 if limit is None else limit),
+        )
+        return [_event(session_id, r) for r in rows]
+
+    def last_event(self, session_id: str, type: str, turn: int | None = None, after_seq: int = 0) -> Event | None:
+        sql = (
+            "SELECT seq, event_type, payload_json, created_at_utc, idempotency_key FROM chatflow_events "
+            "WHERE session_id = ? AND event_type = ? AND seq > ?"
+        )
+        args: tuple[Any, ...] = (session_id, type, after_seq)
+        if turn is not None:
+            sql += " AND turn = ?"
+            args += (turn,)
+        r = self.c.execute(sql + " ORDER BY seq DESC LIMIT 1", args).fetchone()
+        return None if r is None else _event(session_id, r)
+
+    def events_of_type(self, session_id: str, type: str, after_seq: int) -> list[Event]:
+        rows = self.c.execute(
+            "SELECT seq, event_type, payload_json, created_at_utc, idempotency_key FROM chatflow_events "
+            "WHERE session_id = ? AND event_type = ? AND seq > ? ORDER BY seq",
+            (session_id, type, after_seq),
+        )
+        return [_event(session_id, r) for r in rows]
+
+    def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
+        key = (session_id, turn)
+        position = self._positions.get(key)
+        if position is None:
+            position = self.c.execute(
+                "SELECT COALESCE(MAX(position), -1) + 1 FROM chatflow_messages "
+                "WHERE session_id = ? AND turn = ? AND removed_at_seq IS NULL",
+                key,
+            ).fetchone()[0]
+        self._messages.append((session_id, turn, position, message.role.value, message.to_json(), seq))
+        self._positions[key] = position + 1
+
+    def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
+        self.c.execute(
+            "UPDATE chatflow_messages SET removed_at_seq = ?, removed_reason = ? "
+            "WHERE session_id = ? AND removed_at_seq IS NULL AND turn >= ? AND turn <= ?",
+            (seq, reason, session_id, max(1, first), last if last is not None else 2**62),
+        )
+        self._positions = {k: v for k, v in self._positions.items() if k[0] != session_id or k[1] < first}
+
+    def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
+        system = self.c.execute(
+            "SELECT message_json FROM chatflow_messages WHERE session_id = ? AND turn = 0 "
+            "AND removed_at_seq IS NULL AND role = 'system' ORDER BY turn, position",
+            (session_id,),
+        ).fetchall()
+        rows = self.c.execute(
+            "SELECT turn, message_json FROM chatflow_messages WHERE session_id = ? AND turn >= ? "
+            "AND removed_at_seq IS NULL ORDER BY turn, position",
+            (session_id, max(1, first_turn)),
+        ).fetchall()
+        return [(0, Message.from_json(r[0])) for r in system] + [(t, Message.from_json(j)) for t, j in rows]
+
+    def window_dicts(self, session_id: str, first_turn: int) -> list[tuple[int, dict[str, Any]]]:
+        system = self.c.execute(
+            "SELECT turn, message_json FROM chatflow_messages WHERE session_id = ? AND turn = 0 "
+            "AND removed_at_seq IS NULL AND role = 'system' ORDER BY turn, position",
+            (session_id,),
+        ).fetchall()
+        rows = self.c.execute(
+            "SELECT turn, message_json FROM chatflow_messages WHERE session_id = ? AND turn >= ? "
+            "AND removed_at_seq IS NULL ORDER BY turn, position",
+            (session_id, max(1, first_turn)),
+        ).fetchall()
+        loads = json.loads
+        return [(t, loads(j)) for t, j in system + rows]
+
+    def turn_messages(
+        self, session_id: str, first: int, last: int | None, include_removed: bool
+    ) -> list[_StoredMessage]:
+        sql = (
+            "SELECT turn, message_json, removed_reason, removed_at_seq, role FROM chatflow_messages "
+            "WHERE session_id = ? AND turn >= ? AND turn <= ?"
+        )
+        if not include_removed:
+            sql += " AND removed_at_seq IS NULL"
+        rows = self.c.execute(
+            sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**62)
+        )
+        return [
+            _StoredMessage(t, Message.from_json(j), reason, seq)
+            for t, j, reason, seq, role in rows
+            if t > 0 or role == Role.SYSTEM.value
+        ]
+
+    def preview(self, session_id: str) -> str:
+        r = self.c.execute(
+            "SELECT message_json FROM chatflow_messages WHERE session_id = ? AND turn = 1 AND role = 'user' "
+            "AND removed_at_seq IS NULL ORDER BY position LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        if r is None:
+            r = self.c.execute(
+                "SELECT message_json FROM chatflow_messages WHERE session_id = ? AND role = 'user' "
+                "AND removed_reason = 'failed' ORDER BY message_id DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
+        return "" if r is None else (Message.from_json(r[0]).content or "")
+
+    def idempotency_get(self, session_id: str, key: str) -> tuple[str, int | None, int] | None:
+        r = self.c.execute(
+            "SELECT request_sha256, turn, event_seq FROM chatflow_idempotency_keys "
+            "WHERE session_id = ? AND idempotency_key = ?",
+            (session_id, key),
+        ).fetchone()
+        return None if r is None else (r[0], r[1], r[2])
+
+    def idempotency_put(self, session_id: str, key: str, digest: str, turn: int | None, seq: int, now: float) -> None:
+        self.c.execute(
+            "INSERT INTO chatflow_idempotency_keys (session_id, idempotency_key, request_sha256, turn, event_seq, "
+            "created_at_utc) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, idempotency_key) DO UPDATE SET "
+            "request_sha256 = excluded.request_sha256, turn = excluded.turn, event_seq = excluded.event_seq, "
+            "created_at_utc = excluded.created_at_utc",  # a retry of a turn that gave no result
+            (session_id, key, digest, turn, seq, now),
+        )
+
+    def idempotency_turn_keyed(self, session_id: str, turn: int) -> bool:
+        r = self.c.execute(
+            "SELECT 1 FROM chatflow_idempotency_keys WHERE session_id = ? AND turn = ? LIMIT 1", (session_id, turn)
+        ).fetchone()
+        return r is not None
+
+    def processed_get(self, message_id: str) -> _MessageRecord | None:
+        r = self.c.execute(
+            "SELECT state, processed_at_utc, holder_json, session_id, turn FROM chatflow_processed_messages "
+            "WHERE message_id = ?",
+            (message_id,),
+        ).fetchone()
+        if r is None:
+            return None
+        return _MessageRecord(r[0], r[1], Owner.from_dict(json.loads(r[2])) if r[2] else None, r[3], r[4])
+
+    def processed_put(self, message_id: str, record: _MessageRecord) -> None:
+        self.c.execute(
+            "INSERT OR REPLACE INTO chatflow_processed_messages (message_id, processed_at_utc, state, holder_json, "
+            "session_id, turn) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                message_id,
+                record.at,
+                record.state,
+                _dumps(record.holder.to_dict()) if record.holder else None,
+                record.session_id,
+                record.turn,
+            ),
+        )
+
+    def processed_turn_claimed(self, session_id: str, turn: int) -> bool:
+        r = self.c.execute(
+            "SELECT 1 FROM chatflow_processed_messages WHERE session_id = ? AND turn = ? AND state = 'in_progress' "
+            "LIMIT 1",
+            (session_id, turn),
+        ).fetchone()
+        return r is not None
+
+    def processed_finish_turn(self, session_id: str, turn: int, holder: str | None, now: float) -> None:
+        self.c.execute(
+            "UPDATE chatflow_processed_messages SET state = 'completed', processed_at_utc = ?, holder_json = NULL "
+            "WHERE session_id = ? AND turn = ? AND state = 'in_progress' "
+            "AND (? IS NULL OR json_extract(holder_json, '$.token') = ?)",
+            (now, session_id, turn, holder, holder),
+        )
+
+    def processed_drop_turn(self, session_id: str, turn: int, holder: str | None) -> None:
+        self.c.execute(
+            "DELETE FROM chatflow_processed_messages WHERE session_id = ? AND turn = ? AND state = 'in_progress' "
+            "AND (? IS NULL OR json_extract(holder_json, '$.token') = ?)",
+            (session_id, turn, holder, holder),
+        )
+
+    def processed_purge(self, now: float, ttl_s: float) -> None:
+        self.c.execute("DELETE FROM chatflow_processed_messages WHERE processed_at_utc <= ?", (now - ttl_s,))
+
+    def endpoint_get(self, session_id: str) -> tuple[str | None, str | None] | None:
+        r = self.c.execute(
+            "SELECT model, base_url FROM chatflow_session_endpoints WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return None if r is None else (r[0], r[1])
+
+    def endpoint_put(self, session_id: str, model: str | None, base_url: str | None, now: float) -> None:
+        self.c.execute(
+            "INSERT INTO chatflow_session_endpoints (session_id, model, base_url, updated_at_utc) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (session_id) DO UPDATE SET model = excluded.model, base_url = excluded.base_url, "
+            "updated_at_utc = excluded.updated_at_utc",
+            (session_id, model, base_url, now),
+        )
+
+    def processed_release(self, message_id: str) -> bool:
+        cur = self.c.execute("DELETE FROM chatflow_processed_messages WHERE message_id = ?", (message_id,))
+        return cur.rowcount == 1
+
+    def queue_add(self, session_id: str, owner: Owner, now: float) -> int:
+        cur = self.c.execute(
+            "INSERT INTO chatflow_turn_queue (session_id, owner_json, enqueued_at_utc) VALUES (?, ?, ?)",
+            (session_id, _dumps(owner.to_dict()), now),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def queue_list(self, session_id: str) -> list[tuple[int, Owner]]:
+        rows = self.c.execute(
+            "SELECT ticket, owner_json FROM chatflow_turn_queue WHERE session_id = ? ORDER BY ticket", (session_id,)
+        )
+        return [(t, Owner.from_dict(json.loads(o))) for t, o in rows]
+
+    def queue_remove(self, session_id: str, ticket: int) -> None:
+        self.c.execute("DELETE FROM chatflow_turn_queue WHERE session_id = ? AND ticket = ?", (session_id, ticket))
+
+
+# ----------------------------------------------------------------------------------------
+# Store
+# ----------------------------------------------------------------------------------------
+
+
+def _is_ephemeral(path: str) -> bool:
+    if path in ("", ":memory:"):
+        return True
+    if path.startswith("file:"):
+        rest = path[5:]
+        name, _, query = rest.partition("?")
+        return name == ":memory:" or "mode=memory" in query.split("&")
+    return False
+
+
+class SQLiteSessionStore(BaseSessionStore):
+    """Sessions in a SQLite file, shared safely by threads and processes.
+
+    ``db_path``: a file path (created with its directory when missing), ``":memory:"``, or
+    a ``file:`` URI -- a ``str`` or ``os.PathLike[str]`` (bytes: TypeError). ``default_max_turns``: int > 0 (ValueError otherwise). Raises
+    :class:`StoreError` when the file cannot be opened or is not a SQLite database, and
+    :class:`SchemaTooNewError` when a newer chatflow wrote it.
+    """
+
+    def __init__(self, db_path: str | os.PathLike[str], default_max_turns: int = DEFAULT_MAX_TURNS) -> None:
+        path = os.fspath(db_path)  # TypeError for anything that is not a path
+        if not isinstance(path, str):
+            raise TypeError(f"db_path must be a str or os.PathLike[str], got {type(db_path).__name__}")
+        super().__init__(default_max_turns)
+        self.db_path = path
+        self._ephemeral = _is_ephemeral(self.db_path)
+        self._uri = self.db_path.startswith("file:")
+        self._label = self.db_path if not self._ephemeral else "in-memory database"
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._shared_lock = threading.RLock()
+        self._closed = False
+        if not self._ephemeral and not self._uri:
+            self._create_file()
+        conn = self._connection()
+        try:
+            self._migrate(conn)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- connections -------------------------------------------------------------------
+    def _create_file(self) -> None:
+        path = Path(self.db_path)
+        try:
+            missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+            for directory in reversed(missing):  # every directory we create is private, not only the last
+                directory.mkdir(mode=0o700, exist_ok=True)
+            if not path.exists():
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                os.close(fd)
+        except OSError as exc:
+            raise _store_error(exc, self._label) from exc
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError(f"the store for {self._label} is closed")
+        if self._ephemeral:
+            conn: sqlite3.Connection | None = getattr(self, "_shared", None)
+        else:
+            conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        try:
+            conn = sqlite3.connect(
+                self.db_path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False, uri=self._uri
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            raise _store_error(exc, self._label) from exc
+        except UnicodeEncodeError:
+            raise StoreError(f"cannot open {self._label!r}: the path is not valid UTF-8 text") from None
+        with self._connections_lock:
+            self._connections.append(conn)
+        if self._ephemeral:
+            self._shared = conn
+        else:
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        """Close every connection this store opened (any thread's). Idempotent."""
+        self._closed = True
+        with self._connections_lock:
+            conns, self._connections = self._connections, []
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+    # -- migrations --------------------------------------------------------------------
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        try:
+            version = schema_version(conn)  # a read: refuses a non-database before writing anything
+            if version > SCHEMA_VERSION:
+                raise SchemaTooNewError(
+                    f"{self._label} has schema version {version}, newer than this chatflow's {SCHEMA_VERSION}: "
+                    "upgrade chatflow (the file was not changed)"
+                )
+            if not self._ephemeral:
+                self._enable_wal(conn)
+            if version == SCHEMA_VERSION:
+                return
+            apply_migrations(conn)
+        except sqlite3.Error as exc:
+            raise _store_error(exc, self._label) from exc
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        # Switching to WAL needs a moment of exclusive access; when many processes open a
+        # fresh file together the switch may report "locked" without waiting: retry.
+        deadline = time.monotonic() + _BUSY_TIMEOUT_S
+        while True:
+            try:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() == "wal":
+                    return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc).lower() and "busy" not in str(exc).lower():
+                    raise
+            if time.monotonic() > deadline:
+                raise StoreError(f"{self._label}: could not switch to WAL mode (locked by another process)")
+            time.sleep(0.01)
+
+    # -- transactions ------------------------------------------------------------------
+    @contextmanager
+    def _tx(self, begin: str) -> Iterator[_Tx]:
+        lock = self._shared_lock if self._ephemeral else None
+        if lock is not None:
+            lock.acquire()
+        try:
+            conn = self._connection()
+            try:
+                conn.execute(begin)
+            except sqlite3.Error as exc:
+                raise _store_error(exc, self._label) from exc
+            try:
+                tx = _SQLiteTx(conn)
+                yield tx
+                tx.flush()
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                if isinstance(exc, sqlite3.Error):
+                    raise _store_error(exc, self._label) from exc
+                raise
+        finally:
+            if lock is not None:
+                lock.release()
+
+    @contextmanager
+    def _read(self) -> Iterator[_Tx]:
+        with self._tx("BEGIN") as tx:  # deferred: one consistent snapshot for the reads
+            yield tx
+
+    @contextmanager
+    def _write(self) -> Iterator[_Tx]:
+        with self._tx("BEGIN IMMEDIATE") as tx:
+            yield tx
+
+    async def _run_blocking(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """Run ``fn`` on the private 4-thread pool for on-disk files; on the loop for ephemeral ones."""
+        if self._ephemeral:
+            return fn(*args, **kwargs)
+        import asyncio  # lazily: see _blocking_executor
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(_blocking_executor(), partial(fn, *args, **kwargs))
+
+    def __repr__(self) -> str:
+        return f"SQLiteSessionStore(db_path={self.db_path!r}, default_max_turns={self.default_max_turns})"

@@ -1,0 +1,200 @@
+"""Library-first rollback and the summary read, run against both stores.
+
+``store.rollback(session_id, to_turn=N)`` (or positional ``N``) keeps turns 1..N;
+``store.rollback(session_id, last=K)`` removes the newest K turns as stored when its write
+transaction runs. ``store.session_summary(session_id)`` reads one session's summary with
+no agent resolver and no window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+
+from chatflow_cli.core.agents import Agent
+from chatflow_cli.core.errors import SessionBusyError, SessionNotFoundError, SessionTerminatedError
+from chatflow_cli.core.events import SessionStatus
+from chatflow_cli.core.memory import (
+    BaseSessionStore,
+    Owner,
+    SessionContext,
+    SessionStoreProtocol,
+    rollback_target,
+)
+from chatflow_cli.core.messages import Message
+
+
+def _turns(store: BaseSessionStore, agent: Agent, count: int, session_id: str = "s") -> SessionContext:
+    ctx = store.get_or_create(session_id, agent)
+    for n in range(1, count + 1):
+        ctx.add_message(Message.user(f"u{n}"))
+        ctx.add_message(Message.model(f"m{n}"))
+        ctx.complete_turn(f"m{n}")
+    store.save(ctx)
+    return ctx
+
+
+def _live(store: BaseSessionStore, session_id: str = "s") -> list[str | None]:
+    """The user messages of the live turns, oldest first."""
+    return [r.messages[0].content for r in store.load_turns(session_id)]
+
+
+# -- the three call forms ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "kept", "removed"),
+    [
+        (lambda any_store: any_store.rollback("s", 2), ["u1", "u2"], [3, 4]),
+        (lambda any_store: any_store.rollback("s", to_turn=2), ["u1", "u2"], [3, 4]),
+        (lambda any_store: any_store.rollback("s", last=2), ["u1", "u2"], [3, 4]),
+        (lambda any_store: any_store.rollback("s", last=1), ["u1", "u2", "u3"], [4]),
+        (lambda any_store: any_store.rollback("s", last=4), [], [1, 2, 3, 4]),
+        (lambda any_store: any_store.rollback("s", to_turn=0), [], [1, 2, 3, 4]),
+        (lambda any_store: asyncio.run(any_store.arollback("s", last=3)), ["u1"], [2, 3, 4]),
+        (lambda any_store: asyncio.run(any_store.arollback("s", 3)), ["u1", "u2", "u3"], [4]),
+    ],
+    ids=["positional", "to_turn", "last=2", "last=1", "last=all", "to_turn=0", "async last", "async positional"],
+)
+def test_rollback_forms_keep_the_same_turns(any_store, agent, call, kept, removed) -> None:
+    _turns(any_store, agent, 4)
+    events = call(any_store)
+    expected = {"to_turn": 4 - len(removed), "removed_turns": removed}
+    assert [(e.type, e.payload) for e in events] == [("rollback", expected)]
+    assert _live(any_store) == kept
+    assert any_store.session_summary("s").turn_count == len(kept)
+    ctx = any_store.get("s")
+    assert ctx is not None
+    ctx.add_message(Message.user("next"))  # the next new turn follows the kept ones
+    any_store.save(ctx)
+    assert ctx.turn_count == len(kept) + 1
+
+
+def test_last_counts_the_turns_stored_when_the_rollback_runs(any_store, agent) -> None:
+    """A turn added after the caller read the count is the one ``last=1`` removes."""
+    _turns(any_store, agent, 3)
+    seen = any_store.session_summary("s").turn_count
+    other = any_store.get("s")
+    assert other is not None
+    other.add_message(Message.user("u4"))
+    other.add_message(Message.model("m4"))
+    other.complete_turn("m4")
+    any_store.save(other)
+    events = any_store.rollback("s", last=1)
+    assert seen == 3
+    assert events[0].payload == {"to_turn": 3, "removed_turns": [4]}
+    assert _live(any_store) == ["u1", "u2", "u3"]
+
+
+# -- errors: nothing is written -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({}, TypeError, "exactly one of to_turn"),
+        ({"to_turn": 1, "last": 1}, TypeError, "exactly one of to_turn"),
+        ({"last": 0}, ValueError, "at least 1, got 0"),
+        ({"last": -1}, ValueError, "at least 1, got -1"),
+        ({"last": 3}, ValueError, "session 's' has only 2 turns; cannot remove the last 3"),
+        ({"to_turn": 3}, ValueError, "turn 3 is beyond the last turn of session 's' (2)"),
+        ({"to_turn": -1}, ValueError, "turn -1 is not a turn number"),
+        ({"last": True}, TypeError, "last must be an int, got bool"),
+        ({"to_turn": "1"}, TypeError, "to_turn must be an int, got str"),
+        ({"last": 1.0}, TypeError, "last must be an int, got float"),
+    ],
+)
+def test_bad_rollback_arguments_change_nothing(any_store, agent, kwargs, error, words) -> None:
+    _turns(any_store, agent, 2)
+    before = any_store.events("s")
+    with pytest.raises(error) as caught:
+        any_store.rollback("s", **kwargs)
+    assert words in str(caught.value)
+    assert any_store.events("s") == before
+    assert _live(any_store) == ["u1", "u2"]
+
+
+def test_rollback_of_an_absent_session_is_not_found_in_either_form(any_store) -> None:
+    with pytest.raises(SessionNotFoundError):
+        any_store.rollback("absent", last=1)
+    with pytest.raises(SessionNotFoundError):
+        any_store.rollback("absent", 0)
+
+
+def test_rollback_refuses_a_session_a_live_owner_runs(any_store, agent) -> None:
+    _turns(any_store, agent, 2)
+    any_store.begin_turn("s", default_agent=agent, user_message=Message.user("u3"), owner=Owner.current())
+    before = any_store.events("s")
+    with pytest.raises(SessionBusyError, match="is busy"):
+        any_store.rollback("s", last=1)
+    assert any_store.events("s") == before
+
+
+def test_rollback_refuses_a_terminated_session(any_store, agent) -> None:
+    ctx = _turns(any_store, agent, 2)
+    any_store.release(ctx, SessionStatus.TERMINATED, "closed")
+    with pytest.raises(SessionTerminatedError):
+        any_store.rollback("s", last=1)
+    assert _live(any_store) == ["u1", "u2"]
+
+
+# -- the rule itself ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("count", "kwargs", "target"),
+    [(5, {"to_turn": 5}, 5), (5, {"to_turn": 0}, 0), (5, {"last": 1}, 4), (5, {"last": 5}, 0), (1, {"last": 1}, 0),
+     (0, {"to_turn": 0}, 0)],
+)
+def test_rollback_target(count, kwargs, target) -> None:
+    assert rollback_target(count, **kwargs) == target
+
+
+def test_rollback_target_names_the_session_when_given() -> None:
+    with pytest.raises(ValueError, match=r"^the session has only 1 turn; cannot remove the last 2$"):
+        rollback_target(1, last=2)
+    with pytest.raises(ValueError, match=r"^session 'x' has only 0 turns; cannot remove the last 1$"):
+        rollback_target(0, last=1, session_id="x")
+
+
+# -- the summary read ------------------------------------------------------------------------------
+
+
+def test_session_summary_is_the_list_row_and_needs_no_resolver(any_store, agent) -> None:
+    calls: list[str] = []
+    _turns(any_store, agent, 2)
+    any_store.set_agent_resolver(lambda name: calls.append(name))
+    summary = any_store.session_summary("s")
+    assert summary == any_store.list_sessions()[0]
+    shown = (summary.session_id, summary.active_agent_name, summary.turn_count, summary.preview)
+    assert shown == ("s", "Assistant", 2, "u1")
+    assert summary.status is SessionStatus.IDLE and summary.max_turns == any_store.default_max_turns
+    assert asyncio.run(any_store.asession_summary("s")) == summary
+    assert calls == []  # the agent resolver was not asked
+
+
+def test_session_summary_of_an_absent_session_is_not_found(any_store) -> None:
+    with pytest.raises(SessionNotFoundError):
+        any_store.session_summary("absent")
+
+
+def test_session_summary_shows_the_effective_status(any_store, agent) -> None:
+    """Running while a live owner runs the turn; idle once that owner is dead, with nothing written."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        owner = Owner.of_process(child.pid)
+        any_store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=owner)
+        assert any_store.session_summary("s").status is SessionStatus.RUNNING
+    finally:
+        child.kill()
+        child.wait()
+    seq = any_store.last_seq("s")
+    assert any_store.session_summary("s").status is SessionStatus.IDLE
+    assert any_store.last_seq("s") == seq
+
+
+def test_every_store_satisfies_the_protocol(any_store) -> None:
+    assert isinstance(any_store, SessionStoreProtocol)
