@@ -41,9 +41,10 @@ def _pick(state: State, session_ids: list[str], *, all_: bool, since: float | No
             by_id = {s.session_id: s for s in store.list_sessions()}
             session_ids = [sid for sid in session_ids if by_id[sid].updated_at >= cutoff]
         return store, session_ids
-    store = state.store(create=False)
-    if store is None:
+    maybe = state.store(create=False)
+    if maybe is None:
         return None, []
+    store = maybe
     summaries = store.list_sessions()
     if since is not None:
         cutoff = time.time() - since
@@ -141,7 +142,7 @@ def import_file(state: State, path: str, *, fmt: str | None, into: str | None, d
 
     if into is not None:
         validate_session_id(into)
-    found, sessions = read_source(path, fmt, stdin=state.env.stdin.buffer if path == "-" else None)
+    found, sessions = read_source(path, fmt, stdin=getattr(state.env.stdin, "buffer", None) if path == "-" else None)
     if not sessions:
         raise UsageError(f"{path}: no session to import")
     if into is None:
