@@ -322,6 +322,7 @@ def load_settings(
         keep_alive = file_settings["local_keep_alive"]
         sources["local_keep_alive"] = "file"
 
+    sources["message_id_scope"] = "file" if "message_id_scope" in file_settings else "default"
     ddir = data_dir(env)
     if db:
         db_path = Path(db).expanduser()

@@ -1,4 +1,4 @@
-"""The append-only event log of a session (seed 003) and the events a running turn streams.
+"""The append-only event log of a session and the events a running turn streams.
 
 Stored events (:class:`Event`) have a per-session ``seq``: 1, 2, 3… strictly increasing,
 with no gaps, never reused, allocated by the store inside the write transaction that
@@ -51,7 +51,8 @@ __all__ = ["RESERVED_EVENT_PREFIXES", "RESERVED_EVENT_TYPES", "Event", "EventTyp
 
 
 class SessionStatus(str, Enum):
-    """Status lifecycle of seed 003; derived from ``status`` events."""
+    """A session's status: ``idle``, ``running``, ``rescheduled`` (retry at ``retry_at``) or
+    ``terminated`` (final); derived from the latest ``status`` event."""
 
     IDLE = "idle"
     RUNNING = "running"

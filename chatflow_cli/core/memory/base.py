@@ -864,7 +864,17 @@ class BaseSessionStore:
             row.updated_at,
             tx.preview(row.session_id)[:_PREVIEW_CHARS],
             dict(row.metadata),
+            BaseSessionStore._last_turn_failed(tx, row.session_id),
         )
+
+    @staticmethod
+    def _last_turn_failed(tx: _Tx, session_id: str) -> bool:
+        """True when a ``turn.failed`` is the newest of the events that end a turn."""
+        failed = tx.last_event(session_id, "turn.failed")
+        if failed is None:
+            return False
+        return not any(tx.last_event(session_id, kind, after_seq=failed.seq) is not None
+                       for kind in ("turn.completed", "turn.interrupted", "rollback"))
 
     @staticmethod
     def _effective_status(row: _SessionRow) -> SessionStatus:
