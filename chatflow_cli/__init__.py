@@ -20,7 +20,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Agent": "chatflow_cli.core.agents",
     "ChatflowError": "chatflow_cli.core.errors",
+    "ChatflowSession": "chatflow_cli.core.sdk_session",
     "IdempotencyConflictError": "chatflow_cli.core.errors",
+    "ImportFormatError": "chatflow_cli.core.errors",
     "InvalidToolCallError": "chatflow_cli.core.errors",
     "Message": "chatflow_cli.core.messages",
     "MessageState": "chatflow_cli.core.memory.protocol",
@@ -51,7 +53,9 @@ _EXPORTS = {
 __all__ = [
     "Agent",
     "ChatflowError",
+    "ChatflowSession",
     "IdempotencyConflictError",
+    "ImportFormatError",
     "InvalidToolCallError",
     "Message",
     "MessageState",
@@ -85,6 +89,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.errors import (
         ChatflowError,
         IdempotencyConflictError,
+        ImportFormatError,
         InvalidToolCallError,
         NetworkError,
         NotFoundError,
@@ -106,6 +111,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.memory.protocol import MessageState
     from .core.messages import Message, Role, ToolCall
     from .core.runner import RunResult, Runner
+    from .core.sdk_session import ChatflowSession
     from .core.memory.sqlite import SQLiteSessionStore
     from .core.tools import tool
 

@@ -27,6 +27,8 @@ type                       payload
 ``rollback``               ``{"to_turn": int, "removed_turns": [int, ...]}``
 ``metadata.updated``       ``{"metadata": {...} (stored result), "changes": {...}, "removed": [...]}``
 ``session.recovered``      ``{"turn": int, "owner": {...}}`` a dead owner's run was closed
+``session.imported``       ``{"format": str, "source": str, "source_id": str, "counts": {...}}``
+                           an import added turns (``sessions import``; counts of what it added)
 =========================  ==============================================================
 
 These types are *reserved* (:data:`RESERVED_EVENT_TYPES`, :data:`RESERVED_EVENT_PREFIXES`):
@@ -74,6 +76,7 @@ class EventType(str, Enum):
     ROLLBACK = "rollback"
     METADATA_UPDATED = "metadata.updated"
     SESSION_RECOVERED = "session.recovered"
+    SESSION_IMPORTED = "session.imported"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +144,7 @@ _RECORDABLE = frozenset(
         EventType.TURN_COMPLETED.value,
         EventType.TURN_INTERRUPTED.value,
         EventType.SESSION_RECOVERED.value,
+        EventType.SESSION_IMPORTED.value,
     }
 )
 
