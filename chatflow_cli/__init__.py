@@ -21,7 +21,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Agent": "chatflow_cli.core.agents",
     "ChatflowError": "chatflow_cli.core.errors",
+    "ChatflowSession": "chatflow_cli.core.sdk_session",
     "IdempotencyConflictError": "chatflow_cli.core.errors",
+    "ImportFormatError": "chatflow_cli.core.errors",
     "InvalidToolCallError": "chatflow_cli.core.errors",
     "Message": "chatflow_cli.core.messages",
     "MessageState": "chatflow_cli.core.memory.protocol",
@@ -53,7 +55,9 @@ _EXPORTS = {
 __all__ = [
     "Agent",
     "ChatflowError",
+    "ChatflowSession",
     "IdempotencyConflictError",
+    "ImportFormatError",
     "InvalidToolCallError",
     "Message",
     "MessageState",
@@ -88,6 +92,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.errors import (
         ChatflowError,
         IdempotencyConflictError,
+        ImportFormatError,
         InvalidToolCallError,
         NetworkError,
         NotFoundError,
@@ -110,6 +115,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.messages import Message, Role, ToolCall
     from .core.memory.postgres import PostgresSessionStore
     from .core.runner import RunResult, Runner
+    from .core.sdk_session import ChatflowSession
     from .core.memory.sqlite import SQLiteSessionStore
     from .core.tools import tool
 

@@ -341,6 +341,7 @@ def load_settings(
         keep_alive = file_settings["local_keep_alive"]
         sources["local_keep_alive"] = "file"
 
+    sources["message_id_scope"] = "file" if "message_id_scope" in file_settings else "default"
     ddir = data_dir(env)
     location, sources["db_path"] = _database(db, env, file_settings.get("db"), cfg_path)
     from .core._dsn import is_postgres_url

@@ -39,6 +39,11 @@ a busy machine still moves them). The sections:
     tests/benchmarks/bench_store.py: the context window of a 10,000-turn session beside a
     100-turn one (same time: ratio about 1), and appending one 4-message turn beside the
     OpenAI Agents SDK's ``SQLiteSession.add_items`` (target at most 1x).
+``sdk``
+    tests/benchmarks/bench_sdk_session.py: ``ChatflowSession`` (the Agents SDK ``Session`` on
+    chatflow's SQLite store) beside the SDK's own ``SQLiteSession``: ``add_items`` of a
+    4-item turn and ``get_items()`` of a 160-item window (targets at most 1x), and the cold
+    ``get_items()`` (its window cache dropped, as after another process wrote).
 ``runner`` (issue 4)
     tests/benchmarks/bench_runner.py: time per turn (one tool call, two requests) of the
     Runner beside the Agents SDK's Runner with ``SQLiteSession`` (target at most 0.5x).
@@ -454,6 +459,25 @@ def bench_postgres_section(opts: Options) -> list[Row]:
     return rows
 
 
+def bench_sdk_section(opts: Options) -> list[Row]:
+    out = run_script([str(HERE / "bench_sdk_session.py"), "--repeat", str(30 if opts.quick else 300),
+                      "--dir", str(opts.work)], timeout=3600, ok=(0, 2))
+    if "not installed" in out:
+        return [Row("sdk", "Agents SDK session (ChatflowSession)", None, error="openai-agents not installed")]
+    rows = []
+    for label, figure in (("add_items, one 4-item turn", "ChatflowSession.add_items, one 4-item turn (SQLite)"),
+                          ("get_items(), 160-item window:", "ChatflowSession.get_items(), 160-item window (SQLite)"),
+                          ("get_items(), 160-item window, log moved",
+                           "ChatflowSession.get_items(), 160-item window, cold (another writer moved the log)")):
+        block = out.split(label, 1)[1]
+        ours = grab(r"ChatflowSession \(SQLite store\)\s+median\s+([\d.]+) ms", block, f"{label}: chatflow") / 1000
+        theirs = grab(r"SQLiteSession\s+median\s+([\d.]+) ms", block, f"{label}: the SDK") / 1000
+        cold = "cold" in figure
+        rows.append(Row("sdk", figure, ours, "Agents SDK SQLiteSession, same call", theirs,
+                        "-" if cold else "<= 1x", max_ratio=None if cold else 1.0))
+    return rows
+
+
 def bench_runner_section(opts: Options) -> list[Row]:
     turns = 45 if opts.quick else 200  # bench_runner checks a full 40-turn window: at least 40
     reps = 1 if opts.quick else 3
@@ -544,6 +568,7 @@ RUNNERS: dict[str, Callable[[Options], list[Row]]] = {
     "local": bench_local_section,
     "cli": bench_cli_section,
     "store": bench_store_section,
+    "sdk": bench_sdk_section,
     "runner": bench_runner_section,
     "render": bench_render_section,
     "fakeserver": bench_fakeserver_section,
