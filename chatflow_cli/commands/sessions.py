@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-from typing import TYPE_CHECKING, Any, Container, Iterator
+from typing import IO, TYPE_CHECKING, Any, Container, Iterator
 
 from ..context import notice, terminal_width, write_lines
 from ..core.events import SessionStatus
@@ -146,6 +146,7 @@ def _pages(store: BaseSessionStore, session_id: str, last_turn: int, include_rol
 def show_session(
     state: State, session_id: str, *, include_rolled_back: bool, full: bool, output: str = "text", pager: bool = True,
     turn: int | None = None,
+    stream: IO[str] | None = None,
 ) -> None:
     """Print a stored session turn by turn.
 
@@ -159,6 +160,7 @@ def show_session(
             ``{"turn": {...}}`` a line).
         pager: Page on a terminal (``--no-pager`` turns it off).
         turn: ``--turn N``: only turn N (with ``--all`` also its rolled-back versions).
+        stream: Where ``json``/``jsonl`` go instead of stdout (``sessions export --format json``).
 
     Raises:
         SessionNotFoundError: No such session (:class:`UsageError` for an invalid id).
@@ -186,10 +188,10 @@ def show_session(
     interrupted = InterruptedTurns(store, session_id)
     endpoint = store.session_endpoint(session_id)
     if output == "json":
-        _show_json(env.stdout, session, records, interrupted, endpoint)
+        _show_json(stream or env.stdout, session, records, interrupted, endpoint)
         return
     if output == "jsonl":
-        _show_jsonl(env.stdout, session, records, interrupted, endpoint)
+        _show_jsonl(stream or env.stdout, session, records, interrupted, endpoint)
         return
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:

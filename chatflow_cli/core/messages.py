@@ -89,6 +89,11 @@ class Message:
             one (kept for people and JSON output; never sent back to a model).
         finish_reason: for a MODEL message cut short by the server, why: ``"length"``
             (the token limit) or ``"content_filter"``; ``None`` for a reply that finished.
+        items: the OpenAI Agents SDK items (Responses API input items, JSON objects) this
+            message was made from, exactly as they were added through
+            :class:`~chatflow_cli.core.sdk_session.ChatflowSession`; several when one MODEL
+            message holds parallel function calls. Empty for chatflow's own messages.
+            Stored with the message, never sent to a model by chatflow.
     """
 
     role: Role
@@ -101,6 +106,7 @@ class Message:
     is_error: bool = False
     reasoning: str | None = None
     finish_reason: str | None = None
+    items: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         # Cheap shape checks, so a bad message fails where it is made, not deep in a store.
@@ -115,6 +121,16 @@ class Message:
         for call in self.tool_calls:
             if not isinstance(call, ToolCall):
                 raise TypeError(f"tool_calls must hold ToolCall objects, got {type(call).__name__}")
+        if self.items:
+            if type(self.items) is not tuple:
+                object.__setattr__(self, "items", tuple(self.items))
+            for item in self.items:
+                if not isinstance(item, dict):
+                    raise TypeError(f"items must hold dicts, got {type(item).__name__}")
+
+    def __hash__(self) -> int:
+        # items hold dicts: hash what identifies the message without them
+        return hash((self.role, self.content, self.tool_calls, self.tool_call_id, self.name, self.agent))
 
     # -- constructors -------------------------------------------------------------------
     @classmethod
@@ -175,6 +191,8 @@ class Message:
             data["reasoning"] = self.reasoning
         if self.finish_reason is not None:
             data["finish_reason"] = self.finish_reason
+        if self.items:
+            data["items"] = list(self.items)
         return data
 
     @classmethod
@@ -198,6 +216,7 @@ class Message:
             bool(get("is_error", False)),
             get("reasoning"),
             get("finish_reason"),
+            tuple(items) if (items := get("items")) else (),
         )
 
     def to_json(self) -> str:

@@ -38,9 +38,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from ..errors import (
     IdempotencyConflictError,
@@ -67,7 +67,7 @@ from ._checks import (
     _fallback_agent,
     _sha256,
 )
-from .context import _MESSAGE_EVENT, SessionBinding, SessionContext, _Op
+from .context import _MESSAGE_EVENT, SessionBinding, SessionContext, Turn, _Op
 from .owner import Owner
 from .protocol import MessageState, SessionSummary, TurnRecord, TurnStart
 from .search import Query, SearchHit, parse_query
@@ -76,6 +76,7 @@ __all__ = [
     "DEFAULT_DEDUP_TTL_HOURS",
     "DUPLICATE_WAIT_S",
     "BaseSessionStore",
+    "EditResult",
     "TurnOwnerDied",
     "rollback_target",
     "take_context_claim",
@@ -181,6 +182,20 @@ def rollback_target(
         turns = f"{turn_count} turn" + ("" if turn_count == 1 else "s")
         raise ValueError(f"{where} has only {turns}; cannot remove the last {value}")
     return turn_count - value
+
+
+@dataclass(slots=True)
+class EditResult(Generic[_T]):
+    """What :meth:`BaseSessionStore.edit` returns: the change's ``value``, the ``events``
+    appended, ``replayed`` (the idempotency key was applied before: nothing changed) and
+    ``missing`` (no such session and nothing to create it with)."""
+
+    value: _T | None
+    events: list[Event] = field(default_factory=list)
+    replayed: bool = False
+    missing: bool = False
+    position: tuple[str, int] | None = None  #: the log position after the edit (see ``log_position``)
+    before: tuple[str, int] | None = None  #: the log position the change was applied at
 
 
 #: Outcomes of a first attempt that produced no result: the same idempotency key with the
@@ -294,8 +309,39 @@ class _Tx:
 
     def list_summaries(self, where: ListFilter) -> list[tuple[_SessionRow, str]]:
         """(row, preview) of the sessions under ``where``, ``updated_at`` descending then
-        session id, at most ``where.limit`` -- in one query where the backend has queries."""
-        raise NotImplementedError
+        session id, at most ``where.limit`` -- in one query where the backend has queries.
+
+        This generic form filters :meth:`list_rows` and reads each preview; a backend
+        overrides it with one query."""
+        import json as _json
+
+        out: list[tuple[_SessionRow, str]] = []
+        for row in self.list_rows(where.agent):
+            if (row.archived_at is not None) != where.archived:
+                continue
+            if any(
+                k not in row.metadata
+                or (row.metadata[k] != v if isinstance(row.metadata[k], str)
+                    else _json.dumps(row.metadata[k], ensure_ascii=False, separators=(",", ":")) != v)
+                for k, v in where.metadata
+            ):
+                continue
+            if (where.since is not None and row.updated_at < where.since) or (
+                where.until is not None and row.updated_at >= where.until
+            ):
+                continue
+            if where.after is not None and not (
+                row.updated_at < where.after[0]
+                or (row.updated_at == where.after[0] and row.session_id > where.after[1])
+            ):
+                continue
+            preview = self.preview(row.session_id)
+            if where.title is not None and where.title.casefold() not in title_of(row.title, preview).casefold():
+                continue
+            out.append((row, preview))
+            if where.limit is not None and len(out) >= where.limit:
+                break
+        return out
 
     def latest_session_id(self) -> str | None:
         raise NotImplementedError
@@ -326,6 +372,11 @@ class _Tx:
     def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
         """Live SYSTEM messages of turn 0, then live messages of turns >= first_turn, in order."""
         raise NotImplementedError
+
+    def window_dicts(self, session_id: str, first_turn: int) -> list[tuple[int, dict[str, Any]]]:
+        """:meth:`window` as ``Message.to_dict()`` dicts; a backend that stores JSON may
+        return it parsed, without building messages."""
+        return [(turn, msg.to_dict()) for turn, msg in self.window(session_id, first_turn)]
 
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
@@ -504,11 +555,15 @@ class BaseSessionStore:
         quiet: bool = False,
         effective: bool = False,
         lease: str | None = None,
+        last_turns: int | None = None,
     ) -> SessionContext:
         """The row's context. ``effective``: a dead owner's ``running`` shows ``idle`` (reads for
         callers); the store's own writes keep the stored status. ``lease``: the owner token
-        of the run the context is given to (:meth:`begin_turn`)."""
-        first = max(1, row.turn_count - row.max_turns + 1)
+        of the run the context is given to (:meth:`begin_turn`). ``last_turns``: hold only
+        the newest N turns (a context for an edit that needs no more; older turns still load
+        on demand, for a rollback)."""
+        window_turns = row.max_turns if last_turns is None else min(row.max_turns, last_turns)
+        first = max(1, row.turn_count - window_turns + 1)
         window = tx.window(row.session_id, first)
         agent = self._resolve_agent(row.active_agent_name, default_agent, quiet)
         # Inside the transaction, pruned turns come from the same transaction; _detach()
@@ -523,7 +578,7 @@ class BaseSessionStore:
         return SessionContext._restore(
             row.session_id,
             agent,
-            row.max_turns,
+            window_turns,
             dict(row.metadata),
             self._effective_status(row) if effective else row.status,
             window,
@@ -1026,7 +1081,7 @@ class BaseSessionStore:
                 effective = self._effective_status(row)
                 if wanted is not None and effective is not wanted:
                     continue
-                out.append(self._summary(None, row, effective, preview))
+                out.append(self._summary(tx, row, effective, preview))
                 if limit is not None and len(out) >= limit:
                     break
         return out
@@ -1108,9 +1163,8 @@ class BaseSessionStore:
             )
 
     @staticmethod
-    def _summary(tx: _Tx | None, row: _SessionRow, status: SessionStatus, preview: str | None = None) -> SessionSummary:
+    def _summary(tx: _Tx, row: _SessionRow, status: SessionStatus, preview: str | None = None) -> SessionSummary:
         if preview is None:
-            assert tx is not None
             preview = tx.preview(row.session_id)
         return SessionSummary(
             row.session_id,
@@ -1122,11 +1176,21 @@ class BaseSessionStore:
             row.updated_at,
             preview[:_PREVIEW_CHARS],
             dict(row.metadata),
-            dict(row.forked_from) if row.forked_from else None,
-            title_of(row.title, preview)[:_TITLE_CHARS],
-            bool(row.title),
-            row.archived_at,
+            BaseSessionStore._last_turn_failed(tx, row.session_id),
+            forked_from=dict(row.forked_from) if row.forked_from else None,
+            title=title_of(row.title, preview)[:_TITLE_CHARS],
+            title_set=bool(row.title),
+            archived_at=row.archived_at,
         )
+
+    @staticmethod
+    def _last_turn_failed(tx: _Tx, session_id: str) -> bool:
+        """True when a ``turn.failed`` is the newest of the events that end a turn."""
+        failed = tx.last_event(session_id, "turn.failed")
+        if failed is None:
+            return False
+        return not any(tx.last_event(session_id, kind, after_seq=failed.seq) is not None
+                       for kind in ("turn.completed", "turn.interrupted", "rollback"))
 
     @staticmethod
     def _effective_status(row: _SessionRow) -> SessionStatus:
@@ -1812,6 +1876,44 @@ class BaseSessionStore:
         self._forget_context_claim(message_id)
         return released
 
+    # -- interrupting a running turn ---------------------------------------------------
+    def request_interrupt(self, session_id: str) -> int | None:
+        """Ask the process running ``session_id``'s turn -- in this process, another one or on
+        another host -- to stop it: a ``turn.interrupt_requested`` event naming the turn and
+        its owner. The Runner running it notices within ``INTERRUPT_POLL_S`` and stops at the
+        next chunk or tool boundary, as after Ctrl-C: the partial reply is kept, open tool
+        calls get the synthetic result, the turn is ``turn.interrupted`` and the session idle.
+
+        Returns the turn asked to stop, or None when no live owner runs a turn (nothing is
+        written then). Raises :class:`SessionNotFoundError`.
+        """
+        _check_session_id(session_id)
+        with self._write() as tx:
+            row = self._require(tx, session_id)
+            if row.status is not SessionStatus.RUNNING or row.owner is None or not row.owner.alive():
+                return None
+            turn = row.turn_count
+            payload = {"turn": turn, "owner": row.owner.token}
+            self._append(tx, session_id, EventType.TURN_INTERRUPT_REQUESTED.value, payload, turn)
+            row.updated_at = self.clock()
+            tx.update_row(row)
+        return turn
+
+    def interrupt_requested(self, session_id: str, owner_token: str) -> bool:
+        """True once :meth:`request_interrupt` asked the turn that ``owner_token``'s run holds
+        to stop (a read; the Runner polls it while a turn runs)."""
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None or row.status is not SessionStatus.RUNNING or row.owner is None:
+                return False
+            if row.owner.token != owner_token:
+                return False
+            asked = tx.last_event(session_id, EventType.TURN_INTERRUPT_REQUESTED.value, row.turn_count)
+        return asked is not None and asked.payload.get("owner") == owner_token
+
+    async def arequest_interrupt(self, session_id: str) -> int | None:
+        return await self._run_blocking(self.request_interrupt, session_id)
+
     # -- turn queue --------------------------------------------------------------------
     def turn_may_start(self, session_id: str, ticket: int | None = None) -> bool:
         """A read-only look: False while a live owner runs the session or a live waiter with an
@@ -1852,7 +1954,148 @@ class BaseSessionStore:
         with self._turn_ended:
             self._turn_ended.wait(timeout)
 
+    # -- edits outside a Runner turn (imports, Agents SDK sessions) --------------------
+    def edit(
+        self,
+        session_id: str,
+        change: Callable[[SessionContext], _T],
+        *,
+        create_agent: Any = None,
+        max_turns: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        digest: str = "",
+        last_turns: int | None = None,
+    ) -> EditResult[_T]:
+        """Load the session, call ``change(session)`` and save what it journalled, all in one
+        write transaction; return the change's result and the events appended.
+
+        ``change`` uses the context's methods (``add_message``, ``rollback_to``,
+        ``complete_turn``, ``set_active_agent``, ``record_event``...), so every rule and
+        check of :meth:`save` applies, and the events of one edit have consecutive ``seq``.
+        It runs inside the transaction: keep it short, with no network I/O. When it raises,
+        nothing is written.
+
+        ``create_agent``: an agent (or its name) to create the session with when it does not
+        exist (``session.created``, with ``max_turns`` and ``metadata``); without it, a
+        missing session gives ``EditResult(None, [], missing=True)`` and ``change`` is not
+        called. ``idempotency_key``: an edit already applied under this key in the session
+        is not applied again (``replayed=True``, ``change`` not called); ``digest`` is kept
+        with the key. ``last_turns``: the context holds only the newest N turns (its
+        ``max_turns`` is N; the stored session keeps its own): an edit that appends to the
+        last turn then costs the same however long the session is.
+
+        Raises:
+            SessionBusyError: a live run owns the session (its turn is running).
+            SessionTerminatedError: the session is terminated.
+        """
+        _check_session_id(session_id)
+        if idempotency_key is not None:
+            _check_idempotency_key(idempotency_key)
+        if max_turns is not None:
+            _check_max_turns(max_turns)
+        if metadata is not None:
+            metadata = _check_metadata(metadata)
+        with self._write() as tx:
+            row = tx.get_row(session_id)
+            events: list[Event] = []
+            if row is None:
+                if create_agent is None:
+                    return EditResult(None, [], missing=True)
+                row = self._new_row(session_id, create_agent, max_turns, metadata)
+                events += self._create(tx, row)
+            if idempotency_key is not None and tx.idempotency_get(session_id, idempotency_key) is not None:
+                return EditResult(None, events, replayed=True)
+            self._refuse_terminated(row)
+            if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
+                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+            before = (row.incarnation, tx.next_seq(session_id) - 1)
+            ctx = self._context(tx, row, quiet=True, last_turns=last_turns)
+            value = change(ctx)
+            events += self._apply(tx, row, ctx._pending())
+            last_seq = events[-1].seq if events else before[1]
+            if idempotency_key is not None:
+                tx.idempotency_put(session_id, idempotency_key, digest, None, last_seq, self.clock())
+        return EditResult(value, events, position=(row.incarnation, last_seq), before=before)
+
+    def window_turns(self, session_id: str) -> tuple[Turn, ...]:
+        """The turns of the session's context window (``()`` when the session does not exist),
+        read without resolving its agent."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None:
+                return ()
+            return self._context(tx, row, quiet=True).turns
+
+    def turn_count(self, session_id: str) -> int:
+        """The number of the session's last live turn (0 when it has none or does not exist)."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            return 0 if row is None else row.turn_count
+
+    def idempotency_digests(self, session_id: str, keys: Sequence[str]) -> dict[str, str]:
+        """The idempotency keys of ``keys`` already used in the session, with the digest kept
+        with each (``{}`` when the session does not exist)."""
+        _check_session_id(session_id)
+        found: dict[str, str] = {}
+        with self._read() as tx:
+            if tx.get_row(session_id) is None:
+                return found
+            for key in keys:
+                known = tx.idempotency_get(session_id, key)
+                if known is not None:
+                    found[key] = known[0]
+        return found
+
+    def log_position(self, session_id: str) -> tuple[str, int] | None:
+        """``(incarnation, last seq)`` of the session's log, or None when it does not exist.
+
+        Two reads of the same session return the same position exactly when nothing was
+        written to it in between (the incarnation changes when the id is deleted and made
+        again): a cheap check that something read before is still current."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            return None if row is None else (row.incarnation, tx.next_seq(session_id) - 1)
+
+    async def alog_position(self, session_id: str) -> tuple[str, int] | None:
+        return await self._run_blocking(self.log_position, session_id)
+
+    def window_dicts(self, session_id: str) -> tuple[tuple[str, int] | None, list[tuple[int, dict[str, Any]]]]:
+        """The log position (see :meth:`log_position`) and the context window's messages as
+        ``(turn, Message.to_dict() form)`` pairs, SYSTEM messages first (turn 0), read together;
+        ``(None, [])`` when the session does not exist. For readers that need no
+        :class:`Message` objects (the Agents SDK session's ``get_items``)."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None:
+                return None, []
+            position = (row.incarnation, tx.next_seq(session_id) - 1)
+            return position, tx.window_dicts(session_id, max(1, row.turn_count - row.max_turns + 1))
+
+    async def awindow_dicts(self, session_id: str) -> tuple[tuple[str, int] | None, list[tuple[int, dict[str, Any]]]]:
+        return await self._run_blocking(self.window_dicts, session_id)
+
+    def active_agent_name(self, session_id: str) -> str | None:
+        """The name of the session's active agent; None when the session does not exist."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            return None if row is None else row.active_agent_name
+
     # -- async twins -------------------------------------------------------------------
+    async def aedit(self, session_id: str, change: Callable[[SessionContext], _T], **kwargs: Any) -> EditResult[_T]:
+        return await self._run_blocking(partial(self.edit, session_id, change, **kwargs))
+
+    async def awindow_turns(self, session_id: str) -> tuple[Turn, ...]:
+        return await self._run_blocking(self.window_turns, session_id)
+
+    async def aactive_agent_name(self, session_id: str) -> str | None:
+        return await self._run_blocking(self.active_agent_name, session_id)
+
     async def aget(self, session_id: str) -> SessionContext | None:
         return await self._run_blocking(self.get, session_id)
 

@@ -69,6 +69,8 @@ class SessionSummary:
     """A row of ``list_sessions``. ``status`` is effective: a dead owner's ``running`` shows ``idle``.
 
     Times are UTC epoch seconds; ``preview`` is the first live user message, at most 80 characters.
+    ``failed`` is True when the session's last turn failed: a ``turn.failed`` event with no
+    completed or interrupted turn and no rollback after it.
     """
 
     session_id: str
@@ -80,6 +82,7 @@ class SessionSummary:
     updated_at: float
     preview: str
     metadata: dict[str, Any]
+    failed: bool = False
     #: where the session was forked from: ``{"session_id", "turn", "seq"}``; None otherwise
     forked_from: dict[str, Any] | None = None
     #: the session's title: the one set (``set_title``), else the first line of the first
