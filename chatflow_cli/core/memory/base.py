@@ -307,15 +307,15 @@ class _Tx:
         """Rows ordered by ``updated_at`` descending (then session id)."""
         raise NotImplementedError
 
-    def list_summaries(self, where: ListFilter) -> list[tuple[_SessionRow, str]]:
-        """(row, preview) of the sessions under ``where``, ``updated_at`` descending then
+    def list_summaries(self, where: ListFilter) -> list[tuple[_SessionRow, str, bool | None]]:
+        """(row, preview, last turn failed -- None: not read) of the sessions under ``where``, ``updated_at`` descending then
         session id, at most ``where.limit`` -- in one query where the backend has queries.
 
         This generic form filters :meth:`list_rows` and reads each preview; a backend
         overrides it with one query."""
         import json as _json
 
-        out: list[tuple[_SessionRow, str]] = []
+        out: list[tuple[_SessionRow, str, bool | None]] = []
         for row in self.list_rows(where.agent):
             if (row.archived_at is not None) != where.archived:
                 continue
@@ -338,7 +338,7 @@ class _Tx:
             preview = self.preview(row.session_id)
             if where.title is not None and where.title.casefold() not in title_of(row.title, preview).casefold():
                 continue
-            out.append((row, preview))
+            out.append((row, preview, None))
             if where.limit is not None and len(out) >= where.limit:
                 break
         return out
@@ -1077,11 +1077,11 @@ class BaseSessionStore:
         )
         out: list[SessionSummary] = []
         with self._read() as tx:
-            for row, preview in tx.list_summaries(where):
+            for row, preview, failed in tx.list_summaries(where):
                 effective = self._effective_status(row)
                 if wanted is not None and effective is not wanted:
                     continue
-                out.append(self._summary(tx, row, effective, preview))
+                out.append(self._summary(tx, row, effective, preview, failed))
                 if limit is not None and len(out) >= limit:
                     break
         return out
@@ -1163,7 +1163,9 @@ class BaseSessionStore:
             )
 
     @staticmethod
-    def _summary(tx: _Tx, row: _SessionRow, status: SessionStatus, preview: str | None = None) -> SessionSummary:
+    def _summary(
+        tx: _Tx, row: _SessionRow, status: SessionStatus, preview: str | None = None, failed: bool | None = None
+    ) -> SessionSummary:
         if preview is None:
             preview = tx.preview(row.session_id)
         return SessionSummary(
@@ -1176,7 +1178,7 @@ class BaseSessionStore:
             row.updated_at,
             preview[:_PREVIEW_CHARS],
             dict(row.metadata),
-            BaseSessionStore._last_turn_failed(tx, row.session_id),
+            BaseSessionStore._last_turn_failed(tx, row.session_id) if failed is None else failed,
             forked_from=dict(row.forked_from) if row.forked_from else None,
             title=title_of(row.title, preview)[:_TITLE_CHARS],
             title_set=bool(row.title),

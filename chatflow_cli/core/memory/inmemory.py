@@ -104,8 +104,8 @@ class _MemoryTx(_Tx):
         rows.sort(key=lambda r: (-r.updated_at, r.session_id))
         return rows
 
-    def list_summaries(self, where: ListFilter) -> list[tuple[_SessionRow, str]]:
-        out: list[tuple[_SessionRow, str]] = []
+    def list_summaries(self, where: ListFilter) -> list[tuple[_SessionRow, str, bool | None]]:
+        out: list[tuple[_SessionRow, str, bool | None]] = []
         for row in self.list_rows(where.agent):
             if (row.archived_at is not None) != where.archived:
                 continue
@@ -123,7 +123,7 @@ class _MemoryTx(_Tx):
             preview = self.preview(row.session_id)
             if where.title is not None and where.title.casefold() not in title_of(row.title, preview).casefold():
                 continue
-            out.append((row, preview))
+            out.append((row, preview, None))
             if where.limit is not None and len(out) >= where.limit:
                 break
         return out

@@ -236,7 +236,7 @@ class _SQLiteTx(_Tx):
         sql += " ORDER BY updated_at_utc DESC, session_id"
         return [_row(r) for r in self.c.execute(sql, args)]
 
-    def list_summaries(self, where: ListFilter) -> list[tuple[_SessionRow, str]]:
+    def list_summaries(self, where: ListFilter) -> list[tuple[_SessionRow, str, bool | None]]:
         # One statement: the rows with their previews (correlated subqueries on the
         # messages' indexes: the first live user message of turn 1, else the newest user
         # message of a failed turn), filtered, ordered and limited in SQL.
@@ -247,7 +247,12 @@ class _SQLiteTx(_Tx):
             "(SELECT m.message_json FROM chatflow_messages AS m WHERE m.session_id = s.session_id "
             "AND m.role = 'user' AND m.removed_reason = 'failed' ORDER BY m.message_id DESC LIMIT 1))"
         )
-        sql = f"SELECT {cols}, {preview} FROM chatflow_sessions AS s WHERE "
+        # the last turn failed: turn.failed is the newest of the events that end a turn
+        failed = (
+            "(SELECT g.event_type FROM chatflow_events AS g WHERE g.session_id = s.session_id AND g.event_type IN "
+            "('turn.failed', 'turn.completed', 'turn.interrupted', 'rollback') ORDER BY g.seq DESC LIMIT 1)"
+        )
+        sql = f"SELECT {cols}, {preview}, {failed} FROM chatflow_sessions AS s WHERE "
         conds = ["s.archived_at_utc IS NOT NULL" if where.archived else "s.archived_at_utc IS NULL"]
         args: list[Any] = []
         if where.agent is not None:
@@ -281,7 +286,7 @@ class _SQLiteTx(_Tx):
                     rows.append(r)
                     if where.limit is not None and len(rows) >= where.limit:
                         break
-        return [(_row(r), _preview_text(r[13])) for r in rows]
+        return [(_row(r), _preview_text(r[13]), r[14] == "turn.failed") for r in rows]
 
     def latest_session_id(self) -> str | None:
         r = self.c.execute(
