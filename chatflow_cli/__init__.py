@@ -3,6 +3,7 @@
 The public API of the session library::
 
     from chatflow_cli import Agent, Runner, SessionStore, SQLiteSessionStore, tool
+    from chatflow_cli import PostgresSessionStore   # pip install 'chatflow-cli[postgres]'
 
 and the errors a bot catches (``SessionBusyError``, ``ProviderError``, ``NetworkError``,
 ``RateLimitedError``…; all derive from ``ChatflowError``). The package is typed
@@ -29,6 +30,7 @@ _EXPORTS = {
     "NetworkError": "chatflow_cli.core.errors",
     "NotFoundError": "chatflow_cli.core.errors",
     "PendingToolCallsError": "chatflow_cli.core.errors",
+    "PostgresSessionStore": "chatflow_cli.core.memory.postgres",
     "ProviderError": "chatflow_cli.core.errors",
     "RateLimitedError": "chatflow_cli.core.errors",
     "Role": "chatflow_cli.core.messages",
@@ -62,6 +64,7 @@ __all__ = [
     "NetworkError",
     "NotFoundError",
     "PendingToolCallsError",
+    "PostgresSessionStore",
     "ProviderError",
     "RateLimitedError",
     "Role",
@@ -110,6 +113,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.memory.inmemory import SessionStore
     from .core.memory.protocol import MessageState
     from .core.messages import Message, Role, ToolCall
+    from .core.memory.postgres import PostgresSessionStore
     from .core.runner import RunResult, Runner
     from .core.sdk_session import ChatflowSession
     from .core.memory.sqlite import SQLiteSessionStore

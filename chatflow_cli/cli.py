@@ -201,7 +201,7 @@ def _version_callback(value: bool) -> None:
 @app.callback()
 def root(
     ctx: typer.Context,
-    db: Annotated[Optional[str], typer.Option("--db", help="SQLite database file (default: chatflow.db in the data dir; $CHATFLOW_HOME overrides the dir).", metavar="PATH")] = None,
+    db: Annotated[Optional[str], typer.Option("--db", help="SQLite database file or postgresql:// URL (default: $CHATFLOW_DB, config.toml's db, else chatflow.db in the data dir).", metavar="PATH|URL")] = None,
     config: Annotated[Optional[str], typer.Option("--config", help="config.toml to read (default: $CHATFLOW_CONFIG or the platform config dir).", metavar="PATH")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs on errors.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="No colours (NO_COLOR is honoured too).")] = False,
@@ -380,6 +380,26 @@ def sessions_show(
 
     fmt = _output_format(output, json_)
     show_session(state_of(ctx), session_id, include_rolled_back=all_, full=full, output=fmt, pager=not no_pager)
+
+
+@sessions_app.command(
+    "interrupt",
+    epilog="\b\nExamples:\n  chatflow sessions interrupt support-42\n  chatflow sessions interrupt support-42 --wait 0 --json",
+)
+def sessions_interrupt(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id.", autocompletion=complete_session_id)],
+    wait: Annotated[float, typer.Option("--wait", min=0, metavar="SECONDS", help="How long to wait for the turn to stop (0: only ask).")] = 10.0,
+    json_: Annotated[bool, typer.Option("--json", help="One JSON object: session_id, turn, requested, outcome.")] = False,
+) -> None:
+    """Stop the turn a session is running, in this or any other process or host.
+
+    The turn stops at its next chunk or tool boundary and keeps its partial reply; open
+    tool calls get a result saying their side effects are unknown; the session is idle.
+    """
+    from .commands.interrupt import interrupt_session
+
+    interrupt_session(state_of(ctx), session_id, wait=wait, as_json=json_)
 
 
 @sessions_app.command(

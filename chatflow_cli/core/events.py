@@ -27,6 +27,9 @@ type                       payload
 ``rollback``               ``{"to_turn": int, "removed_turns": [int, ...]}``
 ``metadata.updated``       ``{"metadata": {...} (stored result), "changes": {...}, "removed": [...]}``
 ``session.recovered``      ``{"turn": int, "owner": {...}}`` a dead owner's run was closed
+``turn.interrupt_requested``  ``{"turn": int, "owner": str}`` another process asked the running
+                           turn (its owner's token) to stop; it stops at its next chunk or tool
+                           boundary and records ``turn.interrupted``
 ``session.imported``       ``{"format": str, "source": str, "source_id": str, "counts": {...}}``
                            an import added turns (``sessions import``; counts of what it added)
 =========================  ==============================================================
@@ -76,6 +79,7 @@ class EventType(str, Enum):
     ROLLBACK = "rollback"
     METADATA_UPDATED = "metadata.updated"
     SESSION_RECOVERED = "session.recovered"
+    TURN_INTERRUPT_REQUESTED = "turn.interrupt_requested"
     SESSION_IMPORTED = "session.imported"
 
 

@@ -88,7 +88,7 @@ PY = sys.executable
 CHATFLOW = [str(Path(PY).with_name("chatflow"))] if Path(PY).with_name("chatflow").exists() else [PY, "-m",
                                                                                                  "chatflow_cli"]
 LLM = str(Path(PY).with_name("llm")) if Path(PY).with_name("llm").exists() else shutil.which("llm")
-SECTIONS = ("turn", "local", "cli", "store", "runner", "render", "fakeserver")
+SECTIONS = ("turn", "local", "cli", "store", "postgres", "runner", "render", "fakeserver")
 
 #: The 10-line script of issue 2: the same streaming request with the openai client alone.
 OPENAI_ALONE = '''\
@@ -434,6 +434,31 @@ def bench_store_section(opts: Options) -> list[Row]:
     return rows
 
 
+def bench_postgres_section(opts: Options) -> list[Row]:
+    """bench_postgres.py: its own PostgreSQL server; append vs SQLAlchemySession, window, fleet."""
+    turns = 10 if opts.quick else 40
+    out = run_script([str(HERE / "bench_postgres.py"), "--repeat", str(30 if opts.quick else 300),
+                      "--turns", str(turns)], timeout=7200)
+    save = grab(r"chatflow store\.save \(PostgresSessionStore\)\s+median\s+([\d.]+) ms", out, "the save time") / 1000
+    big = grab(r"10,000-turn session:\s+median\s+([\d.]+) ms", out, "the 10,000-turn window time") / 1000
+    small = grab(r"100-turn session:\s+median\s+([\d.]+) ms", out, "the 100-turn window time") / 1000
+    rows = [Row("postgres", "PostgreSQL: load context window, 10,000-turn session", big,
+                "same, 100-turn session (chatflow)", small, "<= 1.2x", max_ratio=1.2)]
+    m = re.search(r"SQLAlchemySession\.add_items\s+median\s+([\d.]+) ms", out)
+    if m:
+        rows.append(Row("postgres", "PostgreSQL: append one 4-message turn", save,
+                        "Agents SDK SQLAlchemySession.add_items (same server)", float(m.group(1)) / 1000, "<= 1x",
+                        max_ratio=1.0))
+    else:
+        rows.append(Row("postgres", "PostgreSQL: append one 4-message turn", save, error="SQLAlchemySession missing"))
+    fleet = re.findall(r"(PostgreSQL|SQLite) \(.*?\)\s+([\d.]+) turns/s\s+begin_turn\+save p50\s+([\d.]+) ms\s+"
+                       r"p99\s+([\d.]+) ms", out)
+    for kind, rate, p50, p99 in fleet:
+        rows.append(Row("postgres", f"fleet of 16 workers, 64 sessions, {kind}: begin_turn+save p50", float(p50) / 1000,
+                        note=f"{rate} turns/s, p99 {p99} ms"))
+    return rows
+
+
 def bench_sdk_section(opts: Options) -> list[Row]:
     out = run_script([str(HERE / "bench_sdk_session.py"), "--repeat", str(30 if opts.quick else 300),
                       "--dir", str(opts.work)], timeout=3600, ok=(0, 2))
@@ -547,6 +572,7 @@ RUNNERS: dict[str, Callable[[Options], list[Row]]] = {
     "runner": bench_runner_section,
     "render": bench_render_section,
     "fakeserver": bench_fakeserver_section,
+    "postgres": bench_postgres_section,
 }
 
 

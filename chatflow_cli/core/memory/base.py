@@ -1508,6 +1508,44 @@ class BaseSessionStore:
         self._forget_context_claim(message_id)
         return released
 
+    # -- interrupting a running turn ---------------------------------------------------
+    def request_interrupt(self, session_id: str) -> int | None:
+        """Ask the process running ``session_id``'s turn -- in this process, another one or on
+        another host -- to stop it: a ``turn.interrupt_requested`` event naming the turn and
+        its owner. The Runner running it notices within ``INTERRUPT_POLL_S`` and stops at the
+        next chunk or tool boundary, as after Ctrl-C: the partial reply is kept, open tool
+        calls get the synthetic result, the turn is ``turn.interrupted`` and the session idle.
+
+        Returns the turn asked to stop, or None when no live owner runs a turn (nothing is
+        written then). Raises :class:`SessionNotFoundError`.
+        """
+        _check_session_id(session_id)
+        with self._write() as tx:
+            row = self._require(tx, session_id)
+            if row.status is not SessionStatus.RUNNING or row.owner is None or not row.owner.alive():
+                return None
+            turn = row.turn_count
+            payload = {"turn": turn, "owner": row.owner.token}
+            self._append(tx, session_id, EventType.TURN_INTERRUPT_REQUESTED.value, payload, turn)
+            row.updated_at = self.clock()
+            tx.update_row(row)
+        return turn
+
+    def interrupt_requested(self, session_id: str, owner_token: str) -> bool:
+        """True once :meth:`request_interrupt` asked the turn that ``owner_token``'s run holds
+        to stop (a read; the Runner polls it while a turn runs)."""
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None or row.status is not SessionStatus.RUNNING or row.owner is None:
+                return False
+            if row.owner.token != owner_token:
+                return False
+            asked = tx.last_event(session_id, EventType.TURN_INTERRUPT_REQUESTED.value, row.turn_count)
+        return asked is not None and asked.payload.get("owner") == owner_token
+
+    async def arequest_interrupt(self, session_id: str) -> int | None:
+        return await self._run_blocking(self.request_interrupt, session_id)
+
     # -- turn queue --------------------------------------------------------------------
     def turn_may_start(self, session_id: str, ticket: int | None = None) -> bool:
         """A read-only look: False while a live owner runs the session or a live waiter with an
