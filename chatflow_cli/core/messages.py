@@ -89,6 +89,10 @@ class Message:
             one (kept for people and JSON output; never sent back to a model).
         finish_reason: for a MODEL message cut short by the server, why: ``"length"``
             (the token limit) or ``"content_filter"``; ``None`` for a reply that finished.
+        tokens: the message's token count as stored (the provider's count for a reply
+            when it reported usage, else an estimate: :mod:`chatflow_cli.core.tokens`);
+            ``None`` until counted. Not part of equality or of :meth:`to_dict` (stores
+            keep it beside the message).
     """
 
     role: Role
@@ -101,6 +105,7 @@ class Message:
     is_error: bool = False
     reasoning: str | None = None
     finish_reason: str | None = None
+    tokens: int | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Cheap shape checks, so a bad message fails where it is made, not deep in a store.
@@ -135,9 +140,10 @@ class Message:
         interrupted: bool = False,
         reasoning: str | None = None,
         finish_reason: str | None = None,
+        tokens: int | None = None,
     ) -> Message:
         return cls(Role.MODEL, content, tuple(tool_calls), agent=agent, interrupted=interrupted,
-                   reasoning=reasoning, finish_reason=finish_reason)
+                   reasoning=reasoning, finish_reason=finish_reason, tokens=tokens)
 
     @classmethod
     def tool(

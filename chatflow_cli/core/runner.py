@@ -120,6 +120,8 @@ from .errors import (
 from .events import Event, EventType, SessionStatus
 from .memory import storable_text
 from .messages import Message, Role, ToolCall, check_history
+from .memory.context import split_turns
+from .tokens import MESSAGE_OVERHEAD, context_budget, select_window
 from .tools import Tool
 
 __all__ = [
@@ -161,6 +163,9 @@ class RunResult:
             ``"content_filter"`` when it was cut: the turn is stored, marked with it);
             ``None`` when the run stopped for custom tools.
         reasoning: the final reply's reasoning text, when the server sent one.
+        context: the context use of the turn's last request, ``{"tokens", "budget",
+            "context", "turns", "over_budget"}`` (``budget``/``context`` None when the
+            model's context size is unknown; ``turns``: whole turns sent); None for a replay.
     """
 
     content: str | None
@@ -174,6 +179,7 @@ class RunResult:
     replayed: bool = False
     finish_reason: str | None = None
     reasoning: str | None = None
+    context: dict[str, Any] | None = None
 
     @property
     def truncated(self) -> bool:
@@ -253,6 +259,12 @@ class Runner:
         default_model: the model of agents whose ``model`` is ``None``.
         max_tool_rounds: replies with tool calls allowed in one turn (default 10).
         max_tokens, temperature: passed on each request when set.
+        max_context_tokens: the model's context size in tokens; None: from the model table
+            of :mod:`chatflow_cli.core.tokens`, or no token budget for a model it does not
+            know. Each request carries the SYSTEM messages and the newest whole turns of the
+            window that fit this size minus the reply reserve (``max_tokens``, else a
+            quarter of the size, at most 4,096); the newest turn is always sent whole, with a
+            warning when it alone is over the budget.
 
     Raises:
         ValueError: ``max_tool_rounds`` is not an int >= 0.
@@ -269,7 +281,12 @@ class Runner:
         max_tool_rounds: int = 10,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        max_context_tokens: int | None = None,
     ) -> None:
+        if max_context_tokens is not None and (
+            isinstance(max_context_tokens, bool) or not isinstance(max_context_tokens, int) or max_context_tokens < 2
+        ):
+            raise ValueError(f"max_context_tokens must be an int >= 2, got {max_context_tokens!r}")
         if isinstance(max_tool_rounds, bool) or not isinstance(max_tool_rounds, int) or max_tool_rounds < 0:
             raise ValueError(f"max_tool_rounds must be an int >= 0, got {max_tool_rounds!r}")
         self.starting_agent = starting_agent
@@ -279,6 +296,7 @@ class Runner:
         self.max_tool_rounds = max_tool_rounds
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.max_context_tokens = max_context_tokens
         self._client = model_client if model_client is not None and hasattr(model_client, "stream") else None
         self._client_factory: Callable[[], Any] | None = model_client if self._client is None else None
         self._client_lock = threading.Lock()
@@ -653,17 +671,13 @@ class Runner:
                 raise Cancelled()
             agent: Agent = state.agent
             tools = agent.all_tools()
-            history = session.history
-            if agent.instructions:
-                outgoing = [Message.system(agent.instructions), *history]
-            else:
-                outgoing = list(history)
-            check_history(outgoing, session_id=session_id)
-            wire = [state.wire(m) for m in outgoing if not m.says_nothing]
             model = agent.model or self.default_model
             if not model:
                 raise ConfigError(f"no model for agent {agent.name!r}: set Agent(model=...) or "
                                   "Runner(default_model=...)", session_id=session_id)
+            outgoing, state.context = self._budget_window(session, agent, model)
+            check_history(outgoing, session_id=session_id)
+            wire = [state.wire(m) for m in outgoing if not m.says_nothing]
             tool_choice = agent.tool_choice if requests == 0 and tools else None
             if isinstance(tool_choice, str) and tool_choice in tools:
                 tool_choice = {"type": "function", "function": {"name": tool_choice}}
@@ -694,6 +708,9 @@ class Runner:
                 raise ProviderResponseError("the model's stream ended without a reply", session_id=session_id)
             if reply.usage is not None:
                 state.usage = state.usage + reply.usage
+            # the reply's tokens: the provider's count when it reported one, else estimated when stored
+            counted = reply.usage.completion_tokens + MESSAGE_OVERHEAD if reply.usage and \
+                reply.usage.completion_tokens else None
             verdict = reply.verdict
             if verdict.state is ReplyState.INTERRUPTED:
                 raise Cancelled()
@@ -715,14 +732,15 @@ class Runner:
             if not calls:
                 text = content or ""
                 cut = verdict.finish_reason if verdict.truncated else None
-                session.add_message(Message.model(text, agent=agent.name, reasoning=reasoning, finish_reason=cut))
+                session.add_message(Message.model(text, agent=agent.name, reasoning=reasoning, finish_reason=cut,
+                                                  tokens=counted))
                 session.complete_turn(text, agent, state.usage.to_dict(), finish_reason=verdict.finish_reason)
                 session.set_status(SessionStatus.IDLE, reason="turn completed")
                 events = self.store.save(session)
                 state.released = True
                 yield from stored(events, turn)
                 return RunResult(text, agent.name, session_id, turn, state.usage, SessionStatus.IDLE,
-                                 finish_reason=verdict.finish_reason, reasoning=reasoning)
+                                 finish_reason=verdict.finish_reason, reasoning=reasoning, context=state.context)
 
             state.rounds += 1
             if state.rounds > self.max_tool_rounds:
@@ -731,7 +749,8 @@ class Runner:
                     "the turn was dropped from the context window",
                     session_id=session_id,
                 )
-            session.add_message(Message.model(content or None, calls, agent=agent.name, reasoning=reasoning))
+            session.add_message(Message.model(content or None, calls, agent=agent.name, reasoning=reasoning,
+                                              tokens=counted))
             yield from stored(self.store.save(session), turn)
 
             custom = [c for c in calls if c.name in tools and tools[c.name].is_custom]
@@ -749,7 +768,7 @@ class Runner:
                 state.released = True
                 yield from stored(events, turn)
                 return RunResult(None, agent.name, session_id, turn, state.usage, SessionStatus.IDLE,
-                                 pending_tool_calls=tuple(custom))
+                                 pending_tool_calls=tuple(custom), context=state.context)
             handoff_to: Agent | None = None
             for call in calls:
                 text, is_error = outcomes[call.id]
@@ -761,6 +780,27 @@ class Runner:
             if handoff_to is not None:
                 state.agent = handoff_to
             yield from stored(self.store.save(session), turn)
+
+    def _budget_window(self, session: Any, agent: Agent, model: str) -> tuple[list[Message], dict[str, Any]]:
+        """The messages of the next request: the agent's instructions, the window's SYSTEM
+        messages, then the newest whole turns of the window that fit the token budget (the
+        open turn always, whole); and the context use ``{"tokens", "budget", "context",
+        "turns", "over_budget"}``."""
+        history = session.history
+        systems, _preamble, turns = split_turns(history)
+        if agent.instructions:
+            systems = [Message.system(agent.instructions), *systems]
+        budget = context_budget(model, max_context_tokens=self.max_context_tokens, reply_tokens=self.max_tokens)
+        limit = budget.tokens if budget is not None else 2**62
+        kept, tokens = select_window(systems, turns, limit)
+        over = budget is not None and tokens > limit
+        if over:
+            log.warning("session %s: the newest turn alone (%d tokens with the system messages) is over the "
+                        "context budget of %d tokens; it is sent whole", session.session_id, tokens, limit)
+        outgoing = [*systems, *(m for msgs in turns[len(turns) - kept:] for m in msgs)]
+        use = {"tokens": tokens, "budget": budget.tokens if budget is not None else None,
+               "context": budget.context if budget is not None else None, "turns": kept, "over_budget": over}
+        return outgoing, use
 
     def _record_submitted(self, session: Any, turn: int, call: ToolCall, output: str, is_error: bool) -> None:
         """A regular call's result waiting beside custom ones; an error result carries

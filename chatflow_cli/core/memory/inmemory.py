@@ -9,6 +9,8 @@ tests, command-line tools and short-lived services; the session rules are those 
 
 from __future__ import annotations
 
+import dataclasses
+
 import copy
 import threading
 from collections import deque
@@ -20,6 +22,7 @@ from typing import Any
 from ..errors import ChatflowError
 from ..events import Event
 from ..messages import Message, Role
+from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
 from .base import BaseSessionStore, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .owner import Owner
@@ -120,6 +123,8 @@ class _MemoryTx(_Tx):
 
     def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
         entry = self._session(session_id)
+        if message.tokens is None:  # counted when stored, as the SQLite store does
+            message = dataclasses.replace(message, tokens=message_tokens(message))
         entry.messages.append([turn, message, None, None])
         self.undo.append(entry.messages.pop)
 
