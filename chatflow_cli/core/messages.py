@@ -93,6 +93,8 @@ class Message:
             when it reported usage, else an estimate: :mod:`chatflow_cli.core.tokens`);
             ``None`` until counted. Not part of equality or of :meth:`to_dict` (stores
             keep it beside the message).
+        summary_through: for a SYSTEM message that summarises turns 1..K of its session
+            (a compaction), K; ``None`` for every other message.
     """
 
     role: Role
@@ -106,6 +108,7 @@ class Message:
     reasoning: str | None = None
     finish_reason: str | None = None
     tokens: int | None = field(default=None, compare=False, repr=False)
+    summary_through: int | None = None
 
     def __post_init__(self) -> None:
         # Cheap shape checks, so a bad message fails where it is made, not deep in a store.
@@ -125,6 +128,11 @@ class Message:
     @classmethod
     def system(cls, content: str) -> Message:
         return cls(Role.SYSTEM, content)
+
+    @classmethod
+    def summary(cls, content: str, through: int) -> Message:
+        """A SYSTEM message summarising turns 1..``through`` (a compaction)."""
+        return cls(Role.SYSTEM, content, summary_through=through)
 
     @classmethod
     def user(cls, content: str) -> Message:
@@ -181,6 +189,8 @@ class Message:
             data["reasoning"] = self.reasoning
         if self.finish_reason is not None:
             data["finish_reason"] = self.finish_reason
+        if self.summary_through is not None:
+            data["summary_through"] = self.summary_through
         return data
 
     @classmethod
@@ -204,6 +214,8 @@ class Message:
             bool(get("is_error", False)),
             get("reasoning"),
             get("finish_reason"),
+            None,
+            get("summary_through"),
         )
 
     def to_json(self) -> str:

@@ -121,7 +121,7 @@ from .events import Event, EventType, SessionStatus
 from .memory import storable_text
 from .messages import Message, Role, ToolCall, check_history
 from .memory.context import split_turns
-from .tokens import MESSAGE_OVERHEAD, context_budget, select_window
+from .tokens import MESSAGE_OVERHEAD, context_budget, estimate_tokens, select_window
 from .tools import Tool
 
 __all__ = [
@@ -265,6 +265,12 @@ class Runner:
             window that fit this size minus the reply reserve (``max_tokens``, else a
             quarter of the size, at most 4,096); the newest turn is always sent whole, with a
             warning when it alone is over the budget.
+        compact_at: automatic compaction: when the stored window and the new message pass
+            this share of the token budget, turns before the newest ones (about 30 % of the
+            budget) are summarised (:mod:`chatflow_cli.core.compaction`) before the turn's
+            request. None turns it off; a model with no known context size never compacts.
+            A compaction that fails is logged and the turn goes on without it.
+        compact_prompt: replaces the compaction prompt.
 
     Raises:
         ValueError: ``max_tool_rounds`` is not an int >= 0.
@@ -282,7 +288,11 @@ class Runner:
         max_tokens: int | None = None,
         temperature: float | None = None,
         max_context_tokens: int | None = None,
+        compact_at: float | None = 0.8,
+        compact_prompt: str | None = None,
     ) -> None:
+        if compact_at is not None and (isinstance(compact_at, bool) or not 0 < compact_at <= 1):
+            raise ValueError(f"compact_at must be a fraction in (0, 1] or None, got {compact_at!r}")
         if max_context_tokens is not None and (
             isinstance(max_context_tokens, bool) or not isinstance(max_context_tokens, int) or max_context_tokens < 2
         ):
@@ -297,6 +307,8 @@ class Runner:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.max_context_tokens = max_context_tokens
+        self.compact_at = compact_at
+        self.compact_prompt = compact_prompt
         self._client = model_client if model_client is not None and hasattr(model_client, "stream") else None
         self._client_factory: Callable[[], Any] | None = model_client if self._client is None else None
         self._client_lock = threading.Lock()
@@ -590,6 +602,8 @@ class Runner:
                 yield StreamEvent(event.type, session_id, event.payload, turn=event.payload.get("turn", turn),
                                   seq=event.seq)
 
+        if start.get("user_message") is not None and self.compact_at is not None:
+            yield from stored(self._auto_compact(session_id, start["user_message"]), None)
         begun = self._begin(session_id, start, wait, cancel)
         turn: int = begun.turn
         if begun.replayed is not None:
@@ -780,6 +794,40 @@ class Runner:
             if handoff_to is not None:
                 state.agent = handoff_to
             yield from stored(self.store.save(session), turn)
+
+    def _auto_compact(self, session_id: str, message: Message) -> list[Event]:
+        """Compact the session before its next turn when its window passes ``compact_at`` of
+        the budget; the events written (none when nothing was done)."""
+        from .compaction import compact_session, compaction_point
+        from .errors import SessionNotFoundError
+
+        try:
+            info = self.store.session_summary(session_id)
+        except SessionNotFoundError:
+            return []
+        agent = self.agents.get(info.active_agent_name, self.starting_agent)
+        model = agent.model or self.default_model
+        budget = context_budget(model, max_context_tokens=self.max_context_tokens, reply_tokens=self.max_tokens)
+        if budget is None or not model or self.compact_at is None:
+            return []
+        tokens, turns = self.store.window_tokens(session_id)
+        extra = estimate_tokens(message) + (estimate_tokens(Message.system(agent.instructions))
+                                            if agent.instructions else 0)
+        if tokens + extra <= self.compact_at * budget.tokens:
+            return []
+        through = compaction_point(turns, budget.tokens)
+        if through is None:
+            return []
+        try:
+            done = compact_session(self.store, session_id, self.model_client, model, through=through,
+                                   prompt=self.compact_prompt,
+                                   tools=[t.to_wire() for t in agent.all_tools().values()] or None,
+                                   max_tokens=self.max_tokens, temperature=self.temperature)
+        except ChatflowError as exc:
+            log.warning("session %s: automatic compaction through turn %d failed (%s); the turn goes on "
+                        "without it", session_id, through, exc)
+            return []
+        return list(done.events)
 
     def _budget_window(self, session: Any, agent: Agent, model: str) -> tuple[list[Message], dict[str, Any]]:
         """The messages of the next request: the agent's instructions, the window's SYSTEM

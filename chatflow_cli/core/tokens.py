@@ -19,9 +19,9 @@ Its margin, measured against SmolLM2's tokenizer (llama.cpp, 1,500-character chu
 this repository's English README and design documents, Portuguese prose, Python source,
 JSON, Chinese, Japanese, Russian, emoji and runs of numbers;
 ``python tests/benchmarks/bench_token_estimate.py``): it never undercounts by more than
-:data:`ESTIMATE_MARGIN` (10 %), and overcounts ordinary prose and code by about 1.35x
+:data:`ESTIMATE_MARGIN` (10 %; the worst measured is 7.5 %, runs of digits), and overcounts ordinary prose and code by about 1.4x
 (median), so a window chosen by the estimate fits. Random identifiers are the exception:
-hexadecimal and UUIDs undercount by up to 20 %, base64 by up to 45 %.
+hexadecimal and UUIDs undercount by up to 20 %, base64 by up to 46 %.
 ``tests/core/test_tokens.py`` checks the 10 % bound on that corpus with the real tokenizer.
 """
 

@@ -366,7 +366,10 @@ class SessionContext:
     def _rebuild(self, last_turn: int) -> tuple[list[Message], int]:
         """The window holding the newest ``max_turns`` of turns 1..last_turn, and its offset."""
         systems, _, window_turns = split_turns(self._messages)
-        first = max(1, last_turn - self._max_turns + 1)
+        # a summary covering turns after last_turn no longer applies (the store marks it removed)
+        systems = [m for m in systems if m.summary_through is None or m.summary_through <= last_turn]
+        through = max((m.summary_through or 0 for m in systems), default=0)
+        first = max(1, last_turn - self._max_turns + 1, through + 1)
         have: dict[int, tuple[Message, ...]] = {
             k: tuple(v) for k, v in self._archive.items() if first <= k <= last_turn
         }

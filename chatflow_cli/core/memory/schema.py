@@ -156,12 +156,17 @@ _MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
     ),
     (
         4,
-        "a token count with every message",
+        "a token count with every message; summaries of turns 1..K",
         [
             # the message's tokens as sent to a model: the provider's completion_tokens for a
             # reply that reported usage, else the estimate of chatflow_cli.core.tokens. Stored
             # so that choosing a token-budget window reads only the window's rows.
             "ALTER TABLE chatflow_messages ADD COLUMN tokens INTEGER",
+            # K for a SYSTEM message (turn 0) that summarises turns 1..K (a compaction); NULL
+            # for every other message. A rollback to n < K marks it removed like a turn.
+            "ALTER TABLE chatflow_messages ADD COLUMN summary_through INTEGER",
+            """CREATE INDEX chatflow_messages_summaries ON chatflow_messages (session_id, summary_through)
+    WHERE summary_through IS NOT NULL AND removed_at_seq IS NULL""",
             # rows written before this version get the estimate
             _fill_token_estimates,
         ],

@@ -142,8 +142,8 @@ _INSERT_EVENT = (
     "created_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_MESSAGE = (
-    "INSERT INTO chatflow_messages (session_id, turn, position, role, message_json, event_seq, tokens) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO chatflow_messages (session_id, turn, position, role, message_json, event_seq, tokens, "
+    "summary_through) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -301,7 +301,8 @@ class _SQLiteTx(_Tx):
                 key,
             ).fetchone()[0]
         self._messages.append(
-            (session_id, turn, position, message.role.value, message.to_json(), seq, message_tokens(message))
+            (session_id, turn, position, message.role.value, message.to_json(), seq, message_tokens(message),
+             message.summary_through)
         )
         self._positions[key] = position + 1
 
@@ -316,7 +317,12 @@ class _SQLiteTx(_Tx):
     def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
         system = self.c.execute(
             "SELECT message_json, tokens FROM chatflow_messages WHERE session_id = ? AND turn = 0 "
-            "AND removed_at_seq IS NULL AND role = 'system' ORDER BY turn, position",
+            "AND removed_at_seq IS NULL AND role = 'system' AND summary_through IS NULL ORDER BY turn, position",
+            (session_id,),
+        ).fetchall()
+        system += self.c.execute(
+            "SELECT message_json, tokens FROM chatflow_messages WHERE session_id = ? AND summary_through IS NOT NULL "
+            "AND removed_at_seq IS NULL ORDER BY summary_through DESC, message_id DESC LIMIT 1",
             (session_id,),
         ).fetchall()
         rows = self.c.execute(
@@ -325,6 +331,30 @@ class _SQLiteTx(_Tx):
             (session_id, max(1, first_turn)),
         ).fetchall()
         return [(0, _message(j, n)) for j, n in system] + [(t, _message(j, n)) for t, j, n in rows]
+
+    def latest_summary_through(self, session_id: str) -> int | None:
+        r = self.c.execute(
+            "SELECT MAX(summary_through) FROM chatflow_messages WHERE session_id = ? AND summary_through IS NOT NULL "
+            "AND removed_at_seq IS NULL",
+            (session_id,),
+        ).fetchone()
+        return None if r is None or r[0] is None else int(r[0])
+
+    def remove_summaries(self, session_id: str, after_turn: int, seq: int) -> None:
+        self.c.execute(
+            "UPDATE chatflow_messages SET removed_at_seq = ?, removed_reason = 'rolled_back' "
+            "WHERE session_id = ? AND summary_through > ? AND removed_at_seq IS NULL",
+            (seq, session_id, after_turn),
+        )
+
+    def summaries(self, session_id: str, include_removed: bool) -> list[_StoredMessage]:
+        rows = self.c.execute(
+            "SELECT message_json, tokens, removed_reason, removed_at_seq FROM chatflow_messages "
+            "WHERE session_id = ? AND summary_through IS NOT NULL"
+            + ("" if include_removed else " AND removed_at_seq IS NULL") + " ORDER BY message_id",
+            (session_id,),
+        )
+        return [_StoredMessage(0, _message(j, n), reason, seq) for j, n, reason, seq in rows]
 
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
@@ -335,6 +365,7 @@ class _SQLiteTx(_Tx):
         )
         if not include_removed:
             sql += " AND removed_at_seq IS NULL"
+        sql += " AND summary_through IS NULL"
         rows = self.c.execute(
             sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**62)
         )
