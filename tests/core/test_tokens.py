@@ -192,7 +192,9 @@ def test_migration_fills_existing_rows_with_the_estimate(tmp_path: Path) -> None
     _turn(store, "s", "an old message with 12345", Message.model("an old reply", tokens=7))
     store.close()
     conn = sqlite3.connect(path, isolation_level=None)
-    # back to the file as the previous version left it: no tokens column, version 3
+    # back to the file as the previous version left it: version 3, no columns of version 4
+    conn.execute("DROP INDEX chatflow_messages_summaries")
+    conn.execute("ALTER TABLE chatflow_messages DROP COLUMN summary_through")
     conn.execute("ALTER TABLE chatflow_messages DROP COLUMN tokens")
     conn.execute("DELETE FROM chatflow_schema_migrations WHERE version >= 4")
     conn.close()
