@@ -195,10 +195,12 @@ def test_invalid_message_lists_get_openai_style_400(fake_server: FakeServer, cas
     assert fake_server.requests[-1]["messages"] == INVALID[case]
 
 
-def test_command_line_server_serves_a_script(tmp_path: Path) -> None:
+@pytest.mark.parametrize("module", ["tests.helpers.fakeserver", "tests.fakeserver"])
+def test_command_line_server_serves_a_script(tmp_path: Path, module: str) -> None:
+    """``python -m tests.helpers.fakeserver``, and the older ``python -m tests.fakeserver``."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"type": "text", "text": "from a script"}, {"type": "error", "status": 401}]))
-    proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.fakeserver", "--port", "0", "--script", str(script)],
+    proc = subprocess.Popen([sys.executable, "-m", module, "--port", "0", "--script", str(script)],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -33,3 +33,11 @@ def test_importing_the_library_loads_no_front_end_or_heavy_package() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_public_errors_are_exported() -> None:
+    import chatflow_cli
+    from chatflow_cli.core.errors import InvalidToolCallError, StreamBrokenError
+
+    assert chatflow_cli.StreamBrokenError is StreamBrokenError
+    assert chatflow_cli.InvalidToolCallError is InvalidToolCallError

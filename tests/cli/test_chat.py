@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import time
 from pathlib import Path
 
-import pytest
+from tests.conftest import COMMAND, REPO
+from tests.helpers.stored import session_running
+from tests.helpers.wait import PipeReader, wait_until
 
 ESC = b"\x1b"
 
@@ -56,8 +59,8 @@ def test_new_session_id_is_generated_and_printed_to_stderr(chatflow, provider):
 
 
 def test_continue_uses_the_latest_session_and_sends_history(chatflow, provider):
+    # each process takes far longer than the clock's resolution: "new" is written after "old"
     assert chatflow("chat", "-s", "old", "first").returncode == 0
-    time.sleep(0.01)
     assert chatflow("chat", "-s", "new", "second").returncode == 0
     r = chatflow("chat", "-c", "third")
     assert r.returncode == 0, r
@@ -276,7 +279,6 @@ def test_sixteen_parallel_chats_and_ls_loop(chatflow, provider):
     import subprocess
     import threading
 
-    from tests.cli.conftest import COMMAND, REPO  # noqa: PLC0415
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
     ls_results: list[subprocess.CompletedProcess[bytes]] = []
@@ -316,24 +318,17 @@ def test_sixteen_parallel_chats_and_ls_loop(chatflow, provider):
 def test_busy_session_exit_4_then_wait(chatflow, provider):
     import subprocess
 
-    from tests.cli.conftest import COMMAND, REPO  # noqa: PLC0415
-
     provider.add_text("slow answer here", chunks=["slow", " answer", " here"], delay=1.0)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     first = subprocess.Popen([*COMMAND, "chat", "-s", "busy", "first"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            listed = chatflow("sessions", "ls", "--json").json()
-            if listed and listed[0]["status"] == "running":
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("the first turn never showed as running")
+        wait_until(lambda: session_running(chatflow, "busy"), 60, "the first turn to show as running")
         busy = chatflow("chat", "-s", "busy", "second")
         assert busy.returncode == 4, busy
-        assert len(busy.stderr_lines) == 1 and ("busy" in busy.stderr or "running" in busy.stderr), busy
+        assert busy.stderr_lines == [
+            f"chatflow: error: session 'busy' is busy: a turn is running in pid {first.pid} on {socket.gethostname()}; "
+            "wait for it with --wait SECONDS, e.g. --wait 60"], busy
         waited = chatflow("chat", "-s", "busy", "--wait", "60", "third", timeout=120)
         assert waited.returncode == 0, waited
         assert waited.stdout == "ok: third\n"
@@ -357,24 +352,99 @@ def test_ctrl_c_mid_reply_exits_130_and_keeps_the_partial_turn(chatflow, provide
     import signal
     import subprocess
 
-    from tests.cli.conftest import COMMAND, REPO  # noqa: PLC0415
 
     provider.add_text("partial words then more", chunks=["partial", " words", " then", " more"], delay=[0, 0, 5, 5])
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([*COMMAND, "chat", "-s", "int", "go"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=env)
-    os.set_blocking(proc.stdout.fileno(), False)
-    seen = b""
-    deadline = time.monotonic() + 60
-    while b"words" not in seen and time.monotonic() < deadline:
-        seen += proc.stdout.read() or b""
-        time.sleep(0.05)
+    out = PipeReader(proc.stdout)
+    out.wait_for(b"words", timeout=60)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, (seen + out, err)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, (out.finish(), err)
     # an interrupt is not an error: one notice, no "error:" line
     assert b"Traceback" not in err and err.count(b"chatflow: error:") == 0 and b"interrupted" in err
     [turn] = chatflow("sessions", "show", "int", "--json").json()["turns"]
     model = turn["messages"][-1]
     assert model["interrupted"] is True and model["content"].startswith("partial words")
     assert chatflow("chat", "-s", "int", "next").returncode == 0  # the session is usable again
+
+
+def test_agent_flag_on_an_existing_session_switches_to_that_agent(chatflow, provider, config_file):
+    config_file(
+        """
+[[agents]]
+name = "Support"
+instructions = "You answer customer questions."
+
+[[agents]]
+name = "Billing"
+instructions = "You handle refunds."
+"""
+    )
+    assert chatflow("chat", "-s", "agx", "one").returncode == 0
+    switched = chatflow("chat", "-s", "agx", "-a", "Billing", "two")
+    assert switched.returncode == 0, switched
+    sent = provider.requests[-1]["messages"]
+    assert sent[0] == {"role": "system", "content": "You handle refunds."}
+    listed = json.loads(chatflow("sessions", "ls", "--json").stdout)
+    assert [s["agent"] for s in listed if s["session_id"] == "agx"] == ["Billing"]
+    # the next turn, with no flag, stays with the agent the session now has
+    assert chatflow("chat", "-s", "agx", "three").returncode == 0
+    assert provider.requests[-1]["messages"][0] == {"role": "system", "content": "You handle refunds."}
+
+
+def test_new_session_notice_only_once_the_session_is_stored(chatflow, provider, config_file):
+    config_file('default_agent = "Desk"\n[[agents]]\nname = "Desk"\ninstructions = "x"\n'
+                'tools = ["no_such_module_here:fn"]\n')
+    r = chatflow("chat", "hello")
+    assert r.returncode != 0 and "cannot import tool module" in r.stderr, r
+    assert "new session" not in r.stderr, r
+    assert chatflow("sessions", "ls", "--json").json() == []
+
+    config_file('default_agent = "Desk"\n[[agents]]\nname = "Desk"\ninstructions = "x"\n')
+    ok = chatflow("chat", "hello")
+    assert ok.returncode == 0, ok
+    [line] = [ln for ln in ok.stderr_lines if "new session" in ln]
+    [stored] = chatflow("sessions", "ls", "--json").json()
+    assert f"new session {stored['session_id']} " in line
+
+
+# -- 12: --system and --max-turns on an existing session ----------------------------------------
+def test_system_and_max_turns_on_an_existing_session_are_announced(chatflow, provider):
+    assert chatflow("chat", "-s", "ex", "--system", "Be terse.", "--max-turns", "5", "hi").returncode == 0
+    r = chatflow("chat", "-s", "ex", "--system", "Be verbose.", "--max-turns", "9", "again")
+    assert r.returncode == 0, r
+    assert "--max-turns 9 not applied" in r.stderr and "window of 5 turns" in r.stderr
+    assert "--system not applied" in r.stderr
+    sent = provider.requests[-1]["messages"]
+    systems = [m["content"] for m in sent if m["role"] == "system"]  # the agent's instructions, then the session's
+    assert "Be terse." in systems and "Be verbose." not in systems
+    same = chatflow("chat", "-s", "ex", "--system", "Be terse.", "--max-turns", "5", "third")
+    assert same.returncode == 0 and "not applied" not in same.stderr, same
+
+
+
+def test_new_session_named_with_s_is_announced_once(chatflow, provider):
+    r = chatflow("chat", "-s", "wrok", "hi")
+    assert r.returncode == 0
+    assert "chatflow: new session wrok" in r.stderr
+    r = chatflow("chat", "-s", "wrok", "again")
+    assert "new session" not in r.stderr
+
+
+
+def test_one_shot_ctrl_c_is_not_printed_as_an_error(provider, chatflow):
+    import signal
+    import subprocess
+
+    provider.add_text("partial words then more", chunks=["partial", " words", " then", " more"], delay=[0, 0, 5, 5])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([*COMMAND, "chat", "-s", "int", "go"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env)
+    PipeReader(proc.stdout).wait_for(b"partial")
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 130
+    text = err.decode()
+    assert "chatflow: error" not in text and "interrupted" in text, text

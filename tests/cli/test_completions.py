@@ -36,3 +36,25 @@ def test_commands_and_session_ids_complete(chatflow, provider):
     assert sorted(r.stdout.split()) == ["alpha-1", "alpha-2"]
     r = chatflow(env={"_CHATFLOW_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "chatflow chat -s b"})
     assert '"beta"' in r.stdout and "alpha" not in r.stdout
+
+
+# -- 10: completion -------------------------------------------------------------------------------
+def test_completion_of_agents_shells_and_statuses(chatflow, config_file):
+    config_file('[[agents]]\nname = "Support"\ninstructions = "x"\n\n[[agents]]\nname = "Billing"\ninstructions = "y"\n')
+    bash = {"_CHATFLOW_COMPLETE": "complete_bash"}
+    r = chatflow(env={**bash, "COMP_WORDS": "chatflow chat -a ", "COMP_CWORD": "3"})
+    assert r.stdout.split() == ["Support", "Billing"]
+    r = chatflow(env={**bash, "COMP_WORDS": "chatflow completion ", "COMP_CWORD": "2"})
+    assert r.stdout.split() == ["bash", "zsh", "fish"]
+    r = chatflow(env={**bash, "COMP_WORDS": "chatflow sessions ls --status r", "COMP_CWORD": "4"})
+    assert r.stdout.split() == ["running", "rescheduled"]
+    zsh = chatflow(env={"_CHATFLOW_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "chatflow chat -a B"})
+    assert '"Billing"' in zsh.stdout and "Support" not in zsh.stdout
+    zsh = chatflow(env={"_CHATFLOW_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "chatflow completion z"})
+    assert '"zsh"' in zsh.stdout and "bash" not in zsh.stdout
+    fish = chatflow(env={"_CHATFLOW_COMPLETE": "complete_fish", "_TYPER_COMPLETE_ARGS": "chatflow sessions ls --status ",
+                         "_TYPER_COMPLETE_FISH_ACTION": "get-args"})
+    assert fish.stdout.split() == ["idle", "running", "rescheduled", "terminated"]
+    fish = chatflow(env={"_CHATFLOW_COMPLETE": "complete_fish", "_TYPER_COMPLETE_ARGS": "chatflow chat -a S",
+                         "_TYPER_COMPLETE_FISH_ACTION": "get-args"})
+    assert fish.stdout.split() == ["Support"]

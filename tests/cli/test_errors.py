@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
 
 from chatflow_cli.core.errors import ExitStatus
 from tests.helpers.fakeserver import FakeServer
+from tests.helpers.net import free_port
 
 SECRET = "sk-test-Zq9Xv2Lk7Pm4Rt8Wn6Yb"
 
@@ -51,12 +51,6 @@ def test_unknown_session_on_a_fresh_home_creates_nothing(chatflow, isolated_home
     assert ls.returncode == 0 and ls.json() == []
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("case", ["refused", "401", "unknown-model", "500", "timeout"])
 def test_provider_failures(chatflow, provider, case):
     """Issue 2: one clear line, a documented exit code, the stored session as it was."""
@@ -68,7 +62,7 @@ def test_provider_failures(chatflow, provider, case):
                 "500": ExitStatus.RATE_LIMITED, "timeout": ExitStatus.NETWORK}[case]
     server = None
     if case == "refused":
-        args += ["--base-url", f"http://127.0.0.1:{_free_port()}/v1"]
+        args += ["--base-url", f"http://127.0.0.1:{free_port()}/v1"]
     elif case == "401":
         server = FakeServer(api_key="the-right-key").start()
         args += ["--base-url", server.url]
@@ -106,7 +100,7 @@ def test_provider_failures(chatflow, provider, case):
 
 
 def test_json_output_on_failure_is_one_error_object(chatflow):
-    r = chatflow("chat", "-s", "x", "--json", "--base-url", f"http://127.0.0.1:{_free_port()}/v1", "--model", "m", "hi")
+    r = chatflow("chat", "-s", "x", "--json", "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--model", "m", "hi")
     assert r.returncode == ExitStatus.NETWORK, r
     data = r.json()
     assert data["is_error"] is True and data["exit_code"] == ExitStatus.NETWORK and data["error_type"] == "NetworkError"
@@ -215,7 +209,7 @@ def test_api_key_never_printed_or_stored(chatflow, config_file, isolated_home, t
             chatflow("chat", "-s", "k", "-o", "jsonl", "again", env=env),
             chatflow("sessions", "show", "k", "--json", env=env),
             chatflow("replay", "k", "--json", env=env),
-            chatflow("--debug", "chat", "-s", "k", "--base-url", f"http://127.0.0.1:{_free_port()}/v1", "x", env=env),
+            chatflow("--debug", "chat", "-s", "k", "--base-url", f"http://127.0.0.1:{free_port()}/v1", "x", env=env),
         ]
         wrong = {**env, "OPENAI_API_KEY": SECRET[::-1]}
         outputs.append(chatflow("chat", "-s", "k", "--json", "bad key", env=wrong))
@@ -273,3 +267,25 @@ def test_unreadable_tls_certificates_are_a_config_error_naming_the_variable(chat
     line = _one_error_line(r)
     assert "TLS certificates" in line and f"SSL_CERT_FILE={missing}" in line, line
     assert not provider.requests
+
+
+def test_invalid_ids_are_usage_errors_on_every_command(chatflow, provider):
+    assert chatflow("chat", "-s", "real", "hello").returncode == 0
+    for args in (("sessions", "show", "../x"), ("replay", "a b"), ("sessions", "delete", "a'b"),
+                 ("sessions", "rollback", "a b", "--to", "0", "--yes")):
+        result = chatflow(*args)
+        assert result.returncode == 2 and "invalid session id" in result.stderr, result
+    assert chatflow("sessions", "show", "nosuch").returncode == 3  # valid id, no session
+    for bad in ("-x", ".", ".."):
+        result = chatflow("chat", "-s", bad, "hi")
+        assert result.returncode == 2 and "invalid session id" in result.stderr, result
+    assert [s["session_id"] for s in chatflow("sessions", "ls", "--json").json()] == ["real"]
+
+
+def test_provider_error_lines_say_things_once(chatflow, provider):
+    provider.add_error(400, body="Error: the prompt is too long")
+    r = chatflow("chat", "-s", "e1", "hi")
+    assert r.returncode == 5, r
+    [line] = [ln for ln in r.stderr_lines if "error" in ln]
+    assert line.startswith("chatflow: error: the server at") and "(HTTP 400): the prompt is too long" in line
+    assert "Error: " not in line and "Error code" not in line

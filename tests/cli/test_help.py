@@ -34,3 +34,15 @@ def test_python_dash_m(tmp_path):
 
     proc = subprocess.run([sys.executable, "-m", "chatflow_cli", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == f"chatflow {__version__}"
+
+
+# -- 19: polish -------------------------------------------------------------------------------------
+def test_help_shows_no_python_types(chatflow):
+    for args in (["sessions", "show", "--help"], ["sessions", "delete", "--help"], ["replay", "--help"],
+                 ["completion", "--help"], ["chat", "--help"], ["--help"]):
+        r = chatflow(*args)
+        assert r.returncode == 0, r
+        for bad in ("<str>", "<list[str]>", "{ID}", "[ID...]...", "<float>", "<int>"):
+            assert bad not in r.stdout, (args, bad, r.stdout)
+    assert "Usage: chatflow sessions show [OPTIONS] ID\n" in chatflow("sessions", "show", "--help").stdout
+    assert "Usage: chatflow sessions delete [OPTIONS] [ID]...\n" in chatflow("sessions", "delete", "--help").stdout

@@ -22,6 +22,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.conftest import COMMAND, REPO, Result, llama_cpp_installed, run_chatflow
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.skipif(
     not llama_cpp_installed() or importlib.util.find_spec("uvicorn") is None,
@@ -72,16 +73,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def wait_until(condition: Any, timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def chat(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Result:

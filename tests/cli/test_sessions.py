@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
-import time
+from typing import Callable
 
 import pytest
 
 from chatflow_cli.core.errors import ExitStatus
+from tests.conftest import COMMAND, REPO
+from tests.helpers.terminal import pexpect_module, spawn_chatflow
+from tests.helpers.wait import PipeReader, wait_until
 
 
 @pytest.fixture
@@ -26,9 +30,8 @@ def _turn_numbers(chatflow, session_id: str, *extra: str) -> list[int]:
 
 
 def test_ls_filters_and_limit(chatflow, provider, config_file):
-    for i in range(3):
+    for i in range(3):  # one process after the other: each session is written later than the one before
         assert chatflow("chat", "-s", f"s{i}", f"hello {i}").returncode == 0
-        time.sleep(0.01)
     listed = chatflow("sessions", "ls", "--json").json()
     assert [s["session_id"] for s in listed] == ["s2", "s1", "s0"]  # newest first
     assert {s["status"] for s in listed} == {"idle"}
@@ -103,23 +106,15 @@ def test_replay_json_since_and_text(chatflow, three_turns):
 
 
 def test_replay_follow_prints_new_events_until_ctrl_c(chatflow, three_turns):
-    from tests.cli.conftest import COMMAND, REPO  # noqa: PLC0415
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([*COMMAND, "replay", "r", "--follow", "--json"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+    out = PipeReader(proc.stdout)
     try:
-        time.sleep(1.5)
+        out.wait_for(b'"three"')  # the stored events are out: --follow now waits for new ones
         assert chatflow("chat", "-s", "r", "four").returncode == 0
-        deadline = time.monotonic() + 30
-        seen = b""
-        os.set_blocking(proc.stdout.fileno(), False)
-        while b'"four"' not in seen and time.monotonic() < deadline:
-            chunk = proc.stdout.read()
-            if chunk:
-                seen += chunk
-            time.sleep(0.1)
-        assert b'"four"' in seen
+        out.wait_for(b'"four"')
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=20)
     finally:
@@ -167,9 +162,144 @@ def test_show_folds_long_tool_output_and_marks_window(chatflow, provider, config
     assert tool_msg["role"] == "tool" and tool_msg["content"].count("\n") == 39
 
 
-def test_agents_ls_default_and_config_path(chatflow, isolated_home):
-    agents = chatflow("agents", "ls", "--json").json()
-    assert [a["name"] for a in agents] == ["Assistant"]
-    r = chatflow("config", "path")
-    assert r.returncode == 0 and r.stdout.strip() == os.environ["CHATFLOW_CONFIG"]
-    assert not (isolated_home / "chatflow.db").exists()
+def test_delete_with_an_unknown_id_deletes_nothing(chatflow, provider):
+    assert chatflow("chat", "-s", "md1", "hello").returncode == 0
+    result = chatflow("sessions", "delete", "md1", "nosuch")
+    assert result.returncode == 3
+    assert "nosuch" in result.stderr and result.stderr.count("\n") == 1
+    listed = json.loads(chatflow("sessions", "ls", "--json").stdout)
+    assert [s["session_id"] for s in listed] == ["md1"]
+    assert chatflow("sessions", "delete", "md1").returncode == 0
+
+
+def test_counts_agree_with_their_nouns(chatflow, provider):
+    assert chatflow("chat", "-s", "one", "hi").returncode == 0
+    shown = chatflow("sessions", "show", "one").stdout
+    assert "· 1 turn ·" in shown and "1 turns" not in shown
+    assert chatflow("chat", "-s", "one", "again").returncode == 0
+    assert "· 2 turns ·" in chatflow("sessions", "show", "one").stdout
+    r = chatflow("sessions", "rollback", "one", "--last", "1")
+    assert r.returncode == 0 and "(1 turn removed)" in r.stderr, r
+    r = chatflow("sessions", "delete", "one")
+    assert r.returncode == 0
+    assert chatflow("chat", "-s", "two", "hi").returncode == 0
+    r = chatflow("sessions", "delete", "--all")
+    assert "deleting ALL 1 session needs --yes" in r.stderr, r
+    r = chatflow("sessions", "delete", "--all", "--yes")
+    assert r.returncode == 0 and "deleted 1 session" in r.stderr and "(s)" not in r.stderr, r
+
+
+def _interrupt(args: list[str], *, ready: Callable[[], bool], env: dict[str, str] | None = None) -> None:
+    """Run chatflow, wait until ``ready()`` says the turn is where the test wants it, then Ctrl-C it."""
+    full = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), (env or {}).get("PYTHONPATH")])))
+    proc = subprocess.Popen([*COMMAND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=full)
+    try:
+        wait_until(lambda: ready() or proc.poll() is not None, 60, what="the turn to get there")
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+
+
+def test_show_marks_turns_interrupted_while_thinking_or_in_a_tool(chatflow, provider, config_file, tmp_path):
+    (tmp_path / "slowtools.py").write_text(
+        "import time\nfrom chatflow_cli import tool\n\n"
+        "@tool\n"
+        "def slow(seconds: int) -> str:\n"
+        "    \"\"\"Sleep.\"\"\"\n"
+        f"    open({str(tmp_path / 'tool-started')!r}, 'w').close()\n"
+        "    time.sleep(seconds)\n"
+        "    return 'done'\n"
+    )
+    config_file('default_agent = "Slow"\n[[agents]]\nname = "Slow"\ninstructions = "x"\ntools = ["slowtools:slow"]\n')
+    env = {"PYTHONPATH": str(tmp_path)}
+    assert chatflow("chat", "-s", "i", "first", env=env).returncode == 0
+    provider.add_text("late", delay=30)  # turn 2: Ctrl-C while the model thinks
+    asked = len(provider.requests)
+    _interrupt(["chat", "-s", "i", "think hard"], env=env, ready=lambda: len(provider.requests) > asked)
+    provider.add_tool_calls([("call_s", "slow", '{"seconds": 30}')])  # turn 3: Ctrl-C inside the tool
+    _interrupt(["chat", "-s", "i", "run slow"], env=env, ready=(tmp_path / "tool-started").exists)
+    provider.add_text("fine")
+    assert chatflow("chat", "-s", "i", "last", env=env).returncode == 0
+
+    data = chatflow("sessions", "show", "i", "--json", env=env).json()
+    marks = {t["number"]: t["interrupted"] for t in data["turns"]}
+    assert marks[2] is True and marks[3] is True and marks[4] is False
+    assert marks[1] is False
+    text = chatflow("sessions", "show", "i", env=env).stdout
+    turns = re.split(r"(?m)^── Turn ", text)[1:]
+    by_number = {int(t.split()[0]): t for t in turns}
+    for n in (2, 3):
+        assert by_number[n].splitlines()[0].startswith(f"{n} · interrupted"), by_number[n]
+        assert "(interrupted)" in by_number[n], by_number[n]
+    assert "interrupted" not in by_number[4] and "interrupted" not in by_number[1]
+
+    replay = chatflow("replay", "i", env=env).stdout
+    interrupted_lines = [line for line in replay.splitlines() if "turn.interrupted" in line]
+    assert len(interrupted_lines) == 2
+    assert '{"turn"' not in replay and '"reason"' not in replay, replay  # no raw JSON payloads
+    assert "turn 2: cancelled" in interrupted_lines[0] and "call_s" in interrupted_lines[1]
+    assert "side effects unknown." in replay  # piped: no wrapping
+
+
+# -- 14: sessions delete asks on a terminal -------------------------------------------------------
+def test_sessions_delete_asks_on_a_terminal(chatflow, provider):
+    pexpect = pexpect_module()
+    assert chatflow("chat", "-s", "keep-me", "hi").returncode == 0
+    child = spawn_chatflow(["sessions", "delete", "keep-me"])
+    child.expect("Delete session keep-me")
+    child.send("n\r")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert [s["session_id"] for s in chatflow("sessions", "ls", "--json").json()] == ["keep-me"]
+    child = spawn_chatflow(["sessions", "delete", "keep-me"])
+    child.expect("Delete session keep-me")
+    child.send("y\r")
+    child.expect("deleted 1 session")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert chatflow("sessions", "ls", "--json").json() == []
+    assert chatflow("chat", "-s", "gone", "hi").returncode == 0
+    child = spawn_chatflow(["sessions", "delete", "gone", "--yes"])
+    child.expect("deleted 1 session")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert b"Delete session" not in child.before
+    assert chatflow("sessions", "ls", "--json").json() == []
+
+
+
+def test_sessions_delete_in_a_script_does_not_ask(chatflow, provider):
+    assert chatflow("chat", "-s", "scripted", "hi").returncode == 0
+    r = chatflow("sessions", "delete", "scripted")  # stdin is /dev/null
+    assert r.returncode == 0 and "deleted 1 session" in r.stderr, r
+
+
+
+# -- 8: a failed first turn ------------------------------------------------------------------------
+def test_failed_first_turn_shows_its_message_in_ls_and_show(chatflow, provider):
+    provider.add_error(401, message="bad key")
+    r = chatflow("chat", "-s", "wrong-key", "What is the capital of France?")
+    assert r.returncode == 5, r
+    [row] = chatflow("sessions", "ls", "--json").json()
+    assert row["session_id"] == "wrong-key" and row["turns"] == 0
+    assert row["preview"] == "What is the capital of France?"
+    ls = chatflow("sessions", "ls")
+    assert "(failed) What is the capital of France?" in ls.stdout
+    show = chatflow("sessions", "show", "wrong-key")
+    assert "What is the capital of France?" in show.stdout and "failed" in show.stdout
+    assert "(no turns yet)" not in show.stdout
+
+
+
+def test_sessions_ls_status_with_no_match_says_so(chatflow, provider):
+    assert chatflow("sessions", "ls", "--status", "running").stderr.strip() == \
+        'chatflow: no sessions yet: start one with chatflow chat "hello"'
+    assert chatflow("chat", "-s", "x", "hi").returncode == 0
+    r = chatflow("sessions", "ls", "--status", "running")
+    assert r.returncode == 0 and r.stderr.strip() == "chatflow: no sessions match --status running", r

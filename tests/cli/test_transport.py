@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from typing import Any, Callable
@@ -18,6 +17,8 @@ import pytest
 
 from chatflow_cli.core.errors import ExitStatus
 from tests.helpers.fakeserver import CLOSE, INVALID_JSON, FakeServer
+from tests.helpers.net import free_port
+from tests.helpers.wait import wait_until
 
 SECRET = "sk-TRANSPORT-0123456789abcdef"
 
@@ -91,12 +92,6 @@ def test_an_unknown_chatflow_transport_is_a_config_error_storing_nothing(chatflo
 # ---------------------------------------------------------------------------------------
 # the same outcome on both paths
 # ---------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _text(text: str) -> dict[str, Any]:
     return {"choices": [{"index": 0, "delta": {"content": text}}]}
 
@@ -185,7 +180,7 @@ def test_both_paths_map_every_outcome_alike(chatflow: Callable[..., Any], provid
 
 
 def test_both_paths_map_a_refused_connection_alike(chatflow: Callable[..., Any], provider: FakeServer) -> None:
-    results = _run_both(chatflow, provider, lambda s: None, base_url=f"http://127.0.0.1:{_free_port()}/v1")
+    results = _run_both(chatflow, provider, lambda s: None, base_url=f"http://127.0.0.1:{free_port()}/v1")
     (slow, _), (fast, _) = results["openai"], results["http"]
     assert slow.returncode == fast.returncode == ExitStatus.NETWORK
     assert _normalised(fast.stderr) == _normalised(slow.stderr)
@@ -208,10 +203,7 @@ def test_ctrl_c_while_the_server_has_not_answered_is_immediate(chatflow: Callabl
     proc = subprocess.Popen([*COMMAND, "chat", "-s", "hung", "--timeout", "60", "go"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
     try:
-        deadline = time.monotonic() + 60
-        while not provider.requests and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert provider.requests, "the request never reached the server"
+        wait_until(lambda: provider.requests, 60, "the request to reach the server")
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)

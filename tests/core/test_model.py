@@ -37,6 +37,7 @@ from chatflow_cli.core.model import (
     Usage,
 )
 from tests.helpers.fakeserver import CLOSE, INVALID_JSON, FakeServer
+from tests.helpers.wait import wait_until
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -496,10 +497,8 @@ def cancel_once_the_request_waits(server: FakeServer, cancel: Any, after: float 
     done: dict[str, float] = {}
 
     def run() -> None:
-        deadline = time.monotonic() + 20
-        while not server.requests and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(after)
+        wait_until(lambda: server.requests, what="the request to reach the server")
+        time.sleep(after)  # the scenario: the client has been waiting this long
         done["at"] = time.monotonic()
         cancel()
 
@@ -527,11 +526,8 @@ def test_cancel_aborts_a_request_whose_server_never_sends_headers(fake_server: F
     assert items == [ModelTurn(None, [], None, None, interrupted=True)]
     assert stream.turn == items[-1] and stream.partial().interrupted
     assert ended - cancelled["at"] < 1.0, f"the stream ended {ended - cancelled['at']:.1f} s after the cancel"
-    deadline = time.monotonic() + 2
-    while request_threads() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert request_threads() == [], "the pending request was left waiting instead of aborted"
-    time.sleep(1.0)  # openai's first retry would come after 0.5-1 s
+    wait_until(lambda: request_threads() == [], 2, "the pending request to be aborted, not left waiting")
+    # retries are sent from the request's own thread: with it gone, none can follow
     assert len(fake_server.requests) == 1 and fake_server.pending == 1, "the cancelled request was retried"
 
 

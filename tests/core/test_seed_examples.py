@@ -181,7 +181,10 @@ def test_session_context_example(in_tmp: Path) -> None:
 def test_in_memory_store_example(in_tmp: Path) -> None:
     scope = run_example(IN_MEMORY_STORE)
     store = scope["store"]
-    assert store.get("session-alpha") is not None  # type: ignore[attr-defined]
+    session = store.get("session-alpha")  # type: ignore[attr-defined]
+    assert (session.session_id, session.active_agent.name, session.max_turns, session.history) == (
+        "session-alpha", "Bot", 40, ())
+    assert [s.session_id for s in store.list_sessions()] == ["session-alpha"]  # type: ignore[attr-defined]
 
 
 def test_sqlite_store_example(in_tmp: Path) -> None:

@@ -23,7 +23,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -36,6 +35,7 @@ FAULTS_DIR = Path(__file__).resolve().parent / "faults"
 
 
 from tests.conftest import Result  # noqa: E402  (one Result for every folder's process runs)
+from tests.helpers.wait import wait_until  # noqa: E402
 
 
 def env_for(extra: Mapping[str, str] | None = None, *, pythonpath: Iterable[str | os.PathLike[str]] = ()) -> dict[str, str]:
@@ -96,19 +96,9 @@ def kill9(proc: subprocess.Popen[Any]) -> tuple[bytes, bytes]:
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.02,
              proc: subprocess.Popen[Any] | None = None, what: str = "condition") -> Any:
-    """Poll ``predicate`` (sleeping ``interval`` between tries) until it returns a truthy value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            out, err = proc.communicate()
-            raise AssertionError(f"process exited ({proc.returncode}) before {what}: "
-                                 f"stdout={out[-800:]!r} stderr={err[-800:]!r}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
+    """Poll ``predicate`` (sleeping ``interval`` between tries) until it returns a truthy value
+    (:func:`tests.helpers.wait.wait_until` with this suite's 30 s default)."""
+    return wait_until(predicate, timeout, what, interval=interval, proc=proc)
 
 
 # ---------------------------------------------------------------------------------------

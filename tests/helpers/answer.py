@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 
 MARKER = re.compile(r"L\d{4}")
 
@@ -146,3 +147,17 @@ def tokens(text: str, seed: int = 3) -> list[str]:
         pieces.append(text[i : i + k])
         i += k
     return pieces
+
+
+def assert_each_line_once(source: str, screen_text: str, *, at_least: bool = False) -> None:
+    """Every marked line of ``source`` is on the screen exactly once and in order; with
+    ``at_least`` it is enough that none is missing (a repeat is allowed)."""
+    seen = Counter(markers(screen_text))
+    wanted = markers(source)
+    assert len(wanted) > 50, "the answer has too few marked lines to test anything"
+    lost = [m for m in wanted if seen[m] == 0]
+    assert not lost, f"{len(lost)} lines lost, e.g. {lost[:8]}"
+    if not at_least:
+        twice = {m: seen[m] for m in wanted if seen[m] > 1}
+        assert not twice, f"{len(twice)} lines shown more than once, e.g. {dict(list(twice.items())[:8])}"
+        assert markers(screen_text) == wanted, "lines out of order"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -119,3 +120,38 @@ class PtyRepl:
     def close(self) -> None:
         if self.child.isalive():
             self.child.terminate(force=True)
+
+
+def leave(repl: PtyRepl) -> None:
+    """End the REPL with Ctrl-D and check it exited with 0."""
+    repl.send("\x04")
+    assert repl.wait_exit() == 0
+
+
+
+# ------------------------------------------------------------------ 4. a long paragraph, Ctrl-C
+def notice(repl: PtyRepl) -> str:
+    """The ``⏹`` notice (it may wrap over several rows), as one line."""
+    after = repl.screen().split("\u23f9", 1)[1]
+    return "\u23f9" + " ".join(after.split("\n\n", 1)[0].split())
+
+
+
+def long_paragraph(chars: int, seed: int = 3) -> str:
+    """One Markdown paragraph of at least ``chars`` characters (bold, code spans, long words), ending "END."."""
+    rng = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "delta", "**bold words**", "`a code span`", "*italic*", "epsilon", "zeta",
+             "international", "x" * 30, "theta,", "iota."]
+    out: list[str] = []
+    size = 0
+    while size < chars:
+        word = rng.choice(words)
+        out.append(word)
+        size += len(word) + 1
+    return " ".join(out) + " END."
+
+
+
+def chunked(text: str, size: int = 3) -> list[str]:
+    """``text`` in pieces of ``size`` characters (a reply streamed in small chunks)."""
+    return [text[i : i + size] for i in range(0, len(text), size)]

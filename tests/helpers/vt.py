@@ -203,3 +203,14 @@ def _trim(row: list[str | None]) -> list[str | None]:
     while end and row[end - 1] is None:
         end -= 1
     return row[:end]
+
+
+def written_rows(term: Terminal) -> list[list[str | None]]:
+    """Each row's cells up to the last one anything was written to (None: never written)."""
+    rows = []
+    for row in term.rows:
+        end = len(row)
+        while end and row[end - 1] is None:
+            end -= 1
+        rows.append(row[:end])
+    return rows

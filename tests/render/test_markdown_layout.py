@@ -153,7 +153,7 @@ def test_terminal_turns_use_rich_markdown_only_where_needed():
     simple = turn_renderables(_turn(1, "Order **1**:\n\n- hub\n- `tomorrow`"), markdown=True, width=80)
     assert all(isinstance(item, Lines) for item in simple)
     text = "\n".join(item.plain for item in simple)
-    assert "Assistant: \n" in text or "Assistant:\n" in text
+    assert "\nAssistant:\nOrder 1:\n\n • hub\n • tomorrow\n" in text  # the reply starts on its own line
     assert " • hub" in text and "**" not in text and "`" not in text
     plain = turn_renderables(_turn(2, "Hello there,\nall good."), markdown=True, width=80)
     assert "Assistant: Hello there,\n           all good." in "\n".join(item.plain for item in plain)

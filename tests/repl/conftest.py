@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.repl_driver import Driver, recording_output  # noqa: F401
+from tests.helpers.repl_driver import Driver
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ model client talking HTTP to tests/helpers/fakeserver.py; keys are typed as a te
 
 from __future__ import annotations
 
-import os
 import stat
 import time
 from typing import ClassVar
@@ -16,11 +15,9 @@ from typing import ClassVar
 from chatflow_cli.core.messages import Role, check_history
 from chatflow_cli.repl import ABANDON_AFTER_S
 from tests.helpers.repl_driver import recording_output
+from tests.helpers.sent import user_texts
 from tests.repl import tools_for_repl
-
-
-def user_texts(request: dict) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+from tests.repl.tools_for_repl import lookup_agent
 
 
 def only_session(d) -> str:
@@ -36,7 +33,7 @@ def test_three_line_paste_is_one_message_sent_only_on_enter(repl_driver) -> None
     def script(d) -> None:
         d.wait_text("Enter sends")
         d.type("\x1b[200~first line\r\nsecond line\r\nthird line\x1b[201~")
-        time.sleep(0.5)
+        d.wait_drawn("third line")  # the prompt has the whole paste
         assert d.requests() == [], "a paste must not send anything before Enter"
         d.type("\r")
         d.wait_text("Got all three lines.")
@@ -67,11 +64,7 @@ def test_esc_enter_inserts_a_newline_and_ctrl_c_clears_the_prompt(repl_driver) -
 
 def test_ctrl_c_during_a_tool_call_keeps_the_repl_open_and_the_session_valid(repl_driver) -> None:
     d = repl_driver
-    d.config.write_text(
-        '[[agents]]\nname = "Helper"\ninstructions = "You look things up."\n'
-        'tools = ["tests.repl.tools_for_repl:slow_lookup"]\n'
-    )
-    os.environ["CHATFLOW_CONFIG"] = str(d.config)
+    d.write_config(lookup_agent("slow_lookup"))
     tools_for_repl.started.clear()
     tools_for_repl.release.clear()
     d.server.add_tool_calls([("call_slow", "slow_lookup", '{"query": "orders"}')])
@@ -110,8 +103,7 @@ def test_rollback_1_then_a_new_message_is_turn_2(repl_driver) -> None:
             d.type(text + "\r")
             d.wait_text(f"ok: {text}")
         d.type("/rollback 1\r")
-        d.wait_for(lambda: d.store().get(only_session(d)) is not None)
-        time.sleep(0.3)
+        d.wait_drawn("[y/N]")
         d.type("y\r")
         d.wait_text("the next message is turn 2")
         d.type("a new second question\r")
@@ -133,7 +125,7 @@ def test_rollback_asks_first_and_no_keeps_everything(repl_driver) -> None:
         d.type("only question\r")
         d.wait_text("ok: only question")
         d.type("/rollback 0\r")
-        time.sleep(0.3)
+        d.wait_drawn("[y/N]")
         d.type("n\r")
         d.wait_text("nothing was changed")
 
@@ -176,13 +168,12 @@ def test_provider_error_is_one_line_and_retry_resends_the_message(repl_driver) -
 
 def test_custom_tool_asks_for_the_result_and_continues_the_turn(repl_driver) -> None:
     d = repl_driver
-    d.config.write_text(
+    d.write_config(
         '[[agents]]\nname = "Refunds"\ninstructions = "You process refunds."\n'
         'tools = [{ name = "approve_refund", description = "Ask a human to approve a refund.", '
         'parameters = { type = "object", properties = { order_id = { type = "string" } }, '
         'required = ["order_id"] } }]\n'
     )
-    os.environ["CHATFLOW_CONFIG"] = str(d.config)
     d.server.add_tool_calls([("call_ok", "approve_refund", '{"order_id": "A7"}')])
     d.server.add_text("Refund approved and sent.")
 
@@ -197,20 +188,17 @@ def test_custom_tool_asks_for_the_result_and_continues_the_turn(repl_driver) -> 
     requests = d.requests()
     assert len(requests) == 2
     tool_messages = [m for m in requests[1]["messages"] if m["role"] == "tool"]
-    assert tool_messages == [{"role": "tool", "tool_call_id": "call_ok", "content": '{"approved": true}'}] or (
-        [(m["tool_call_id"], m["content"]) for m in tool_messages] == [("call_ok", '{"approved": true}')]
-    )
+    assert tool_messages == [{"role": "tool", "tool_call_id": "call_ok", "content": '{"approved": true}'}]
     session = d.store().get(only_session(d))
     assert session.turn_count == 1 and session.pending_tool_calls == ()
 
 
 def test_handoff_is_shown_and_the_new_agent_answers(repl_driver) -> None:
     d = repl_driver
-    d.config.write_text(
+    d.write_config(
         '[[agents]]\nname = "Triage"\ninstructions = "You route."\nhandoffs = ["Billing"]\n\n'
         '[[agents]]\nname = "Billing"\ninstructions = "You handle invoices."\n'
     )
-    os.environ["CHATFLOW_CONFIG"] = str(d.config)
     d.server.add_tool_calls([("call_h", "transfer_to_billing", "{}")])
     d.server.add_text("Billing here: your invoice is paid.")
 
@@ -231,11 +219,7 @@ def test_handoff_is_shown_and_the_new_agent_answers(repl_driver) -> None:
 
 def test_tool_calls_show_as_they_start_and_finish(repl_driver) -> None:
     d = repl_driver
-    d.config.write_text(
-        '[[agents]]\nname = "Helper"\ninstructions = "You look things up."\n'
-        'tools = ["tests.repl.tools_for_repl:slow_lookup"]\n'
-    )
-    os.environ["CHATFLOW_CONFIG"] = str(d.config)
+    d.write_config(lookup_agent("slow_lookup"))
     tools_for_repl.release.set()
     d.server.add_tool_calls([("call_q", "slow_lookup", '{"query": "' + "x" * 900 + '"}')])
     d.server.add_text("Here is what I found.")
@@ -381,7 +365,8 @@ def test_keys_typed_during_a_reply_wait_in_the_next_prompt(repl_driver) -> None:
         d.wait_text("w5")
         d.type("next one")
         d.wait_text("w59")
-        time.sleep(0.3)
+        d.wait_prompt()
+        d.wait_drawn("next one")  # the keys typed during the reply are in the next prompt
         d.type("\r")
         d.wait_text("ok: next one")
 
@@ -399,7 +384,7 @@ def test_edit_opens_the_editor_and_prefills_the_message(repl_driver, tmp_path, m
         d.wait_text("Enter sends")
         d.type("/edit\r")
         d.wait_text("press Enter to send")
-        time.sleep(0.3)
+        d.wait_drawn("second line")  # the edited text fills the prompt
         d.type("\r")
         d.wait_text("ok: from the editor")
 
@@ -484,7 +469,7 @@ def test_retry_after_an_answer_replaces_the_last_turn(repl_driver) -> None:
         d.type("question\r")
         d.wait_text("A first answer.")
         d.type("/retry\r")
-        d.type("y\r")  # the question asked first (drawn by the prompt: tests/repl/test_new_user.py sees it)
+        d.type("y\r")  # the question asked first (drawn by the prompt: tests/repl/test_slash_commands.py sees it)
         d.wait_text("A second answer.")
 
     d.run(script)
@@ -496,11 +481,7 @@ def test_retry_after_an_answer_replaces_the_last_turn(repl_driver) -> None:
 
 def test_library_warnings_print_as_lines_above_the_reply(repl_driver) -> None:
     d = repl_driver
-    d.config.write_text(
-        '[[agents]]\nname = "Helper"\ninstructions = "You look things up."\n'
-        'tools = ["tests.repl.tools_for_repl:noisy_lookup"]\n'
-    )
-    os.environ["CHATFLOW_CONFIG"] = str(d.config)
+    d.write_config(lookup_agent("noisy_lookup"))
     d.server.add_tool_calls([("call_n", "noisy_lookup", '{"query": "plans"}')])
     words = [f"part{i} " for i in range(40)]
     d.server.add_text("".join(words), chunks=words, delay=0.01)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import llama_cpp_installed
+from tests.helpers.terminal import PROMPT_READS_KEYS
 from tests.helpers.vt import Terminal
 
 pexpect = pytest.importorskip("pexpect")
@@ -62,8 +63,7 @@ def test_repl_streams_a_local_answer_and_exits_cleanly(isolated_home: Path) -> N
     child.logfile_read = log
     try:
         child.expect("Enter sends", timeout=240)  # the banner: the local server is up
-        child.expect("›")  # the prompt
-        time.sleep(0.3)
+        child.expect_exact(PROMPT_READS_KEYS.decode())  # the prompt reads keys
         sent_at = time.monotonic()
         child.send("Write three short sentences about the sea.\r")
         deadline = time.monotonic() + 180

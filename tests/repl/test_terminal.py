@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-import os
-import time
-
 import pytest
+
+from tests.helpers.terminal import PROMPT_READS_KEYS, spawn_chatflow
 
 pexpect = pytest.importorskip("pexpect")
 
-from tests.cli.conftest import COMMAND, REPO  # noqa: E402
-
 
 def _spawn(args: list[str], **env: str):
-    full = dict(os.environ, TERM="xterm-256color", PYTHONPATH=str(REPO))
-    full.pop("NO_COLOR", None)
-    full.update(env)
-    return pexpect.spawn(COMMAND[0], [*COMMAND[1:], *args], env=full, timeout=30, dimensions=(40, 100))
+    return spawn_chatflow(args, rows=40, cols=100, **env)
 
 
 def test_bare_chatflow_on_a_terminal_opens_the_repl(provider, chatflow):
     child = _spawn(["chat", "-s", "tty1"])
-    child.expect("\u203a".encode())  # the REPL's prompt
-    time.sleep(0.5)
+    child.expect_exact(PROMPT_READS_KEYS)  # the REPL's prompt
     child.send("hello from the repl\r")
     child.expect("ok: hello from the repl")
-    time.sleep(0.3)
+    child.expect_exact(PROMPT_READS_KEYS)  # the reply has ended: the next prompt reads keys
     child.sendcontrol("d")
     child.expect(pexpect.EOF)
     child.close()

@@ -30,3 +30,9 @@ def noisy_lookup(query: str) -> str:
 
     logging.getLogger("tests.repl.noisy").warning("the cache for %s is cold", query)
     return f"found {query}"
+
+
+def lookup_agent(tool: str = "slow_lookup") -> str:
+    """``config.toml`` with one agent, Helper, whose only tool is ``tool`` of this module."""
+    return ('[[agents]]\nname = "Helper"\ninstructions = "You look things up."\n'
+            f'tools = ["tests.repl.tools_for_repl:{tool}"]\n')

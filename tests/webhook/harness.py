@@ -26,14 +26,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from tests.helpers.net import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 APP_DIR = Path(__file__).resolve().parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _children(pid: int) -> list[int]:
@@ -59,7 +55,7 @@ class WebhookServer:
     """``uvicorn app:app --workers N`` serving the webhook app on 127.0.0.1."""
 
     def __init__(self, db: Path, model_url: str, style: str, workers: int) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/webhook"
         self.workers = workers
         env = dict(os.environ)

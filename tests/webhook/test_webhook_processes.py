@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.fakeserver import FakeServer
+from tests.helpers.wait import wait_until
 
 from .harness import WebhookServer, check_store, deliver, make_plan, model_calls
 
@@ -109,13 +111,8 @@ def _status(db: Path, session_id: str) -> str | None:
         conn.close()
 
 
-def _until(check: object, timeout: float = 30.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.01)
+def _until(check: Callable[[], object], timeout: float = 30.0) -> None:
+    wait_until(check, timeout, interval=0.01)
 
 
 @pytest.mark.parametrize("style", ["seed", "message_id"])

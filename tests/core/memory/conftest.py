@@ -1,8 +1,14 @@
-"""Fixtures of the session-core tests: both stores behind one fixture, an injectable clock, agents."""
+"""Fixtures of the session-core tests: every store kind behind one fixture, an injectable clock, agents.
+
+``any_store`` is parametrised over :data:`STORE_KINDS`, so a test that takes it runs once per
+kind; ``make_store`` opens the store under test again (what another process would see).
+Adding a store kind is one line in :data:`STORE_KINDS`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -10,19 +16,28 @@ import pytest
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.memory import BaseSessionStore, SessionStore
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+from tests.helpers.clock import FakeClock
 
 
-class FakeClock:
-    """A settable clock (UTC epoch seconds) for ``store.clock``."""
+@dataclass(frozen=True)
+class StoreKind:
+    """How to open one kind of store in a test's directory.
 
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
+    ``open(tmp_path, default_max_turns)`` returns a new store object. With ``shared`` true a
+    second call reaches the same data (a new connection to the same database); otherwise the
+    data lives in the object, and opening "again" returns the object already open.
+    """
 
-    def __call__(self) -> float:
-        return self.now
+    open: Callable[[Path, int], BaseSessionStore]
+    shared: bool
 
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+
+#: Every store kind the contract suite runs against, by the name that appears in test ids.
+STORE_KINDS: dict[str, StoreKind] = {
+    "memory": StoreKind(lambda tmp, turns: SessionStore(default_max_turns=turns), shared=False),
+    "sqlite": StoreKind(lambda tmp, turns: SQLiteSessionStore(tmp / "sessions.db", default_max_turns=turns),
+                        shared=True),
+}
 
 
 @pytest.fixture
@@ -30,24 +45,30 @@ def agent() -> Agent:
     return Agent(name="Assistant", instructions="Helpful bot", model="gpt-4o")
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=list(STORE_KINDS))
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
 def make_store(store_kind: str, tmp_path: Path) -> Iterator[Callable[..., BaseSessionStore]]:
-    """Build the store under test; for SQLite every call opens the same real file again."""
+    """``make_store(default_max_turns=40, fresh=False)``: the store under test, opened again.
+
+    A kind whose data is shared (SQLite) opens a new connection to the same database on
+    every call; the in-memory store returns the store already open unless ``fresh`` asks
+    for a new, empty one.
+    """
+    kind = STORE_KINDS[store_kind]
     opened: list[BaseSessionStore] = []
-    memory: list[SessionStore] = []
+    own_data: list[BaseSessionStore] = []
 
     def make(default_max_turns: int = 40, fresh: bool = False) -> BaseSessionStore:
-        if store_kind == "memory":
-            if fresh or not memory:
-                memory.append(SessionStore(default_max_turns=default_max_turns))
-            store: BaseSessionStore = memory[-1]
+        if kind.shared:
+            store = kind.open(tmp_path, default_max_turns)
         else:
-            store = SQLiteSessionStore(tmp_path / "sessions.db", default_max_turns=default_max_turns)
+            if fresh or not own_data:
+                own_data.append(kind.open(tmp_path, default_max_turns))
+            store = own_data[-1]
         opened.append(store)
         return store
 
@@ -57,12 +78,14 @@ def make_store(store_kind: str, tmp_path: Path) -> Iterator[Callable[..., BaseSe
 
 
 @pytest.fixture
-def store(make_store: Callable[..., BaseSessionStore]) -> BaseSessionStore:
+def any_store(make_store: Callable[..., BaseSessionStore]) -> BaseSessionStore:
+    """The store under test, once per kind in :data:`STORE_KINDS`."""
     return make_store()
 
 
 @pytest.fixture
-def clock(store: BaseSessionStore) -> FakeClock:
+def clock(any_store: BaseSessionStore) -> FakeClock:
+    """A :class:`FakeClock` installed as ``any_store.clock``."""
     fake = FakeClock()
-    store.clock = fake
+    any_store.clock = fake
     return fake

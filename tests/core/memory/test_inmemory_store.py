@@ -6,7 +6,7 @@ import pytest
 
 from chatflow_cli.core.memory import DEFAULT_DEDUP_TTL_HOURS, SessionStore
 
-from .conftest import FakeClock
+from tests.helpers.clock import FakeClock
 
 TTL_S = DEFAULT_DEDUP_TTL_HOURS * 3600.0
 

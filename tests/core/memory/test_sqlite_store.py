@@ -25,7 +25,8 @@ from chatflow_cli.core.memory import Owner
 from chatflow_cli.core.messages import Message
 from chatflow_cli.core.sqlite_store import SCHEMA_VERSION, SQLiteSessionStore
 
-from .conftest import FakeClock
+from tests.helpers.clock import FakeClock
+from tests.helpers.wait import wait_until
 
 AGENT = Agent(name="Assistant", instructions="Helpful bot")
 
@@ -37,6 +38,7 @@ def run_workers(code: str, count: int, *args: str, timeout: float = 60) -> list[
         f"""
         import os, sys, time
         go = {str(go)!r}
+        open(go + ".ready-" + sys.argv[1], "w").close()
         while not os.path.exists(go):
             time.sleep(0.001)
         """
@@ -50,7 +52,9 @@ def run_workers(code: str, count: int, *args: str, timeout: float = 60) -> list[
         )
         for i in range(count)
     ]
-    time.sleep(0.5)  # let every interpreter start and wait on the go-file
+    ready = [Path(f"{go}.ready-{i}") for i in range(count)]
+    wait_until(lambda: all(p.exists() for p in ready) or any(p.poll() is not None for p in procs), timeout,
+               "every worker to start and wait on the go-file")
     go.touch()
     outs = []
     for proc in procs:
@@ -233,7 +237,7 @@ def test_truncated_database(tmp_path: Path) -> None:
         broken.get("s")
         broken.load_turns("s")
     assert "\n" not in str(err.value)
-    assert "corrupt" in str(err.value) or "not a SQLite database" in str(err.value)
+    assert str(err.value) == f"{db} is corrupt or truncated (database disk image is malformed)"
 
 
 def test_disk_full_fails_cleanly(tmp_path: Path) -> None:
@@ -307,7 +311,8 @@ def test_read_only_directory(tmp_path: Path, existing: bool) -> None:
     line = result.stdout.strip()
     assert line.startswith("StoreError "), line
     assert len(line.splitlines()) == 1
-    assert "read-only" in line or "cannot open" in line or "permission" in line.lower()
+    reason = "attempt to write a readonly database" if existing else f"[Errno 13] Permission denied: {str(db)!r}"
+    assert line == f"StoreError {db} cannot be written: read-only file or directory ({reason})"
 
 
 # -- async: the private pool --------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import subprocess
 import threading
 import sys
@@ -40,7 +41,7 @@ from chatflow_cli.core.memory import (
 from chatflow_cli.core.messages import Message, Role, ToolCall, history_problems
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
-from .conftest import FakeClock
+from tests.helpers.clock import FakeClock
 
 HOUR = 3600.0
 
@@ -77,25 +78,25 @@ def test_default_max_turns_validated(tmp_path, bad: object, error: type[Exceptio
         SQLiteSessionStore(tmp_path / "x.db", default_max_turns=bad)  # type: ignore[arg-type]
 
 
-def test_max_turns_validated_per_session(store: BaseSessionStore, agent: Agent) -> None:
+def test_max_turns_validated_per_session(any_store: BaseSessionStore, agent: Agent) -> None:
     with pytest.raises(ValueError):
-        store.get_or_create("s", agent, max_turns=0)
+        any_store.get_or_create("s", agent, max_turns=0)
     with pytest.raises(TypeError):
-        store.get_or_create("s", agent, max_turns=2.5)  # type: ignore[arg-type]
-    assert store.get("s") is None
+        any_store.get_or_create("s", agent, max_turns=2.5)  # type: ignore[arg-type]
+    assert any_store.get("s") is None
 
 
 @pytest.mark.parametrize("bad", [2**70, 1_000_001])
-def test_huge_max_turns_refused_the_same_everywhere(store: BaseSessionStore, agent: Agent, bad: int) -> None:
+def test_huge_max_turns_refused_the_same_everywhere(any_store: BaseSessionStore, agent: Agent, bad: int) -> None:
     with pytest.raises(ValueError, match="at most 1,000,000"):
         SessionContext("s", agent, max_turns=bad)
     with pytest.raises(ValueError, match="at most 1,000,000"):
-        store.get_or_create("s", agent, max_turns=bad)
+        any_store.get_or_create("s", agent, max_turns=bad)
     with pytest.raises(ValueError, match="at most 1,000,000"):
-        store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current(), max_turns=bad)
-    assert store.get("s") is None
-    assert store.get_or_create("s", agent, max_turns=1_000_000).max_turns == 1_000_000
-    assert store.get("s").max_turns == 1_000_000
+        any_store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current(), max_turns=bad)
+    assert any_store.get("s") is None
+    assert any_store.get_or_create("s", agent, max_turns=1_000_000).max_turns == 1_000_000
+    assert any_store.get("s").max_turns == 1_000_000
 
 
 def test_sqlite_db_path_must_be_text(tmp_path) -> None:
@@ -116,13 +117,13 @@ def test_sqlite_store_takes_only_two_parameters(tmp_path) -> None:
 # -- sessions, windows -------------------------------------------------------------------------
 
 
-def test_get_absent_is_none_and_get_or_create_creates_once(store: BaseSessionStore, agent: Agent) -> None:
-    assert store.get("nope") is None
-    ctx = store.get_or_create("s1", agent, metadata={"channel": "whatsapp"})
+def test_get_absent_is_none_and_get_or_create_creates_once(any_store: BaseSessionStore, agent: Agent) -> None:
+    assert any_store.get("nope") is None
+    ctx = any_store.get_or_create("s1", agent, metadata={"channel": "whatsapp"})
     assert ctx.session_id == "s1" and ctx.active_agent is agent and ctx.metadata == {"channel": "whatsapp"}
-    again = store.get_or_create("s1", agent, metadata={"channel": "other"})
+    again = any_store.get_or_create("s1", agent, metadata={"channel": "other"})
     assert again.metadata == {"channel": "whatsapp"}
-    events = store.events("s1")
+    events = any_store.events("s1")
     assert [e.type for e in events] == ["session.created"]
     assert events[0].payload == {"agent": "Assistant", "max_turns": 40, "metadata": {"channel": "whatsapp"}}
 
@@ -184,27 +185,27 @@ def test_rollback_reaches_turns_pruned_out_of_the_window(
     assert final is not None and contents(final) == ["sys", "u1", None, "r1", "m1"]
 
 
-def test_store_rollback_validates_and_changes_nothing(store: BaseSessionStore, agent: Agent) -> None:
-    ctx = store.get_or_create("s", agent)
+def test_store_rollback_validates_and_changes_nothing(any_store: BaseSessionStore, agent: Agent) -> None:
+    ctx = any_store.get_or_create("s", agent)
     add_turn(ctx, 1)
-    store.save(ctx)
-    before = store.events("s")
+    any_store.save(ctx)
+    before = any_store.events("s")
     with pytest.raises(ValueError):
-        store.rollback("s", 2)
+        any_store.rollback("s", 2)
     with pytest.raises(ValueError):
-        store.rollback("s", -1)
+        any_store.rollback("s", -1)
     with pytest.raises(SessionNotFoundError):
-        store.rollback("absent", 0)
-    assert store.events("s") == before
+        any_store.rollback("absent", 0)
+    assert any_store.events("s") == before
 
 
-def test_rollback_is_atomic(store: BaseSessionStore, agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
-    ctx = store.get_or_create("s", agent)
+def test_rollback_is_atomic(any_store: BaseSessionStore, agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = any_store.get_or_create("s", agent)
     for n in range(1, 4):
         add_turn(ctx, n)
-    store.save(ctx)
-    before_events = store.events("s")
-    before_history = store.get("s").history  # type: ignore[union-attr]
+    any_store.save(ctx)
+    before_events = any_store.events("s")
+    before_history = any_store.get("s").history  # type: ignore[union-attr]
     ctx.rollback_to(1)
     ctx.add_message(Message.user("after"))
     real_append = BaseSessionStore._append
@@ -216,28 +217,28 @@ def test_rollback_is_atomic(store: BaseSessionStore, agent: Agent, monkeypatch: 
 
     monkeypatch.setattr(BaseSessionStore, "_append", failing_append)
     with pytest.raises(OSError):
-        store.save(ctx)
+        any_store.save(ctx)
     monkeypatch.undo()
-    assert store.events("s") == before_events
-    reloaded = store.get("s")
+    assert any_store.events("s") == before_events
+    reloaded = any_store.get("s")
     assert reloaded is not None and reloaded.history == before_history and reloaded.turn_count == 3
     # the journal was kept: saving again applies it whole
-    store.save(ctx)
-    assert [t.number for t in store.get("s").turns] == [1, 2]  # type: ignore[union-attr]
+    any_store.save(ctx)
+    assert [t.number for t in any_store.get("s").turns] == [1, 2]  # type: ignore[union-attr]
 
 
-def test_load_turns_marks_window_rollback_and_failure(store: BaseSessionStore, agent: Agent) -> None:
-    ctx = store.get_or_create("s", agent, max_turns=2)
+def test_load_turns_marks_window_rollback_and_failure(any_store: BaseSessionStore, agent: Agent) -> None:
+    ctx = any_store.get_or_create("s", agent, max_turns=2)
     ctx.add_message(Message.system("sys"))
     for n in range(1, 5):
         add_turn(ctx, n)
     ctx.rollback_to(3)
     ctx.add_message(Message.user("u4b"))
     ctx.fail_turn(RuntimeError("provider down"))
-    store.save(ctx)
-    live = store.load_turns("s")
+    any_store.save(ctx)
+    live = any_store.load_turns("s")
     assert [(r.number, r.in_window) for r in live] == [(1, False), (2, True), (3, True)]
-    everything = store.load_turns("s", first=0, include_rolled_back=True)
+    everything = any_store.load_turns("s", first=0, include_rolled_back=True)
     flags = [(r.number, r.messages[0].content, r.rolled_back, r.failed) for r in everything]
     assert flags == [
         (0, "sys", False, False),
@@ -247,32 +248,32 @@ def test_load_turns_marks_window_rollback_and_failure(store: BaseSessionStore, a
         (4, "u4", True, False),
         (4, "u4b", False, True),
     ]
-    assert [r.number for r in store.load_turns("s", first=2, last=2)] == [2]
+    assert [r.number for r in any_store.load_turns("s", first=2, last=2)] == [2]
     with pytest.raises(SessionNotFoundError):
-        store.load_turns("absent")
+        any_store.load_turns("absent")
 
 
-def test_list_sessions_and_latest(store: BaseSessionStore, agent: Agent, clock: FakeClock) -> None:
+def test_list_sessions_and_latest(any_store: BaseSessionStore, agent: Agent, clock: FakeClock) -> None:
     other = Agent(name="Billing", instructions="Billing")
-    assert store.list_sessions() == [] and store.latest_session_id() is None
+    assert any_store.list_sessions() == [] and any_store.latest_session_id() is None
     for i, sid in enumerate(["a", "b", "c"]):
         clock.advance(10)
-        ctx = store.get_or_create(sid, other if sid == "b" else agent)
+        ctx = any_store.get_or_create(sid, other if sid == "b" else agent)
         add_turn(ctx, "x" * 100 if sid == "a" else sid)
-        store.save(ctx)
+        any_store.save(ctx)
     clock.advance(10)
-    ctx = store.get("a")
+    ctx = any_store.get("a")
     assert ctx is not None
     ctx.update_metadata({"k": 1})
-    store.save(ctx)
-    summaries = store.list_sessions()
+    any_store.save(ctx)
+    summaries = any_store.list_sessions()
     assert [s.session_id for s in summaries] == ["a", "c", "b"]
     assert summaries[0].preview == ("u" + "x" * 100)[:80] and summaries[0].metadata == {"k": 1}
     assert summaries[0].turn_count == 1 and summaries[0].status is SessionStatus.IDLE
-    assert store.latest_session_id() == "a"
-    assert [s.session_id for s in store.list_sessions(agent="Billing")] == ["b"]
-    assert len(store.list_sessions(limit=2)) == 2
-    assert store.list_sessions(status="running") == []
+    assert any_store.latest_session_id() == "a"
+    assert [s.session_id for s in any_store.list_sessions(agent="Billing")] == ["b"]
+    assert len(any_store.list_sessions(limit=2)) == 2
+    assert any_store.list_sessions(status="running") == []
 
 
 # -- event log -------------------------------------------------------------------------------
@@ -298,29 +299,29 @@ def test_event_seq_gap_free_increasing_never_reused(make_store: Callable[..., Ba
     assert [e.seq for e in store.events("s", after_seq=5, limit=3)] == [6, 7, 8]
 
 
-def test_seq_restarts_at_1_for_a_new_incarnation_of_a_deleted_id(store: BaseSessionStore, agent: Agent) -> None:
-    old = store.get_or_create("s", agent)
+def test_seq_restarts_at_1_for_a_new_incarnation_of_a_deleted_id(any_store: BaseSessionStore, agent: Agent) -> None:
+    old = any_store.get_or_create("s", agent)
     add_turn(old, 1)
-    store.save(old)
-    assert store.last_seq("s") > 1
-    assert store.delete("s") is True
-    again = store.get_or_create("s", agent)
-    assert [(e.seq, e.type) for e in store.events("s")] == [(1, "session.created")]
+    any_store.save(old)
+    assert any_store.last_seq("s") > 1
+    assert any_store.delete("s") is True
+    again = any_store.get_or_create("s", agent)
+    assert [(e.seq, e.type) for e in any_store.events("s")] == [(1, "session.created")]
     add_turn(old, 2)
     with pytest.raises(SessionDeletedError):  # the old incarnation never writes into the new one
-        store.save(old)
-    assert store.last_seq("s") == 1 and again.turn_count == 0
+        any_store.save(old)
+    assert any_store.last_seq("s") == 1 and again.turn_count == 0
 
 
-def test_events_cover_every_kind_of_change(store: BaseSessionStore, agent: Agent) -> None:
-    ctx = store.get_or_create("s", agent)
+def test_events_cover_every_kind_of_change(any_store: BaseSessionStore, agent: Agent) -> None:
+    ctx = any_store.get_or_create("s", agent)
     ctx.add_message(Message.system("sys"))
     add_turn(ctx, 1, tool=True)
     ctx.set_active_agent(Agent(name="Billing", instructions=""), tool_call_id="call_h")
     ctx.update_metadata({"ticket": "tk_123"})
     ctx.set_status(SessionStatus.RESCHEDULED, "rate limited", retry_at=5.0)
     ctx.record_event(EventType.TOOL_PENDING, {"turn": 1, "tool_use_ids": []})
-    events = store.save(ctx)
+    events = any_store.save(ctx)
     assert [e.type for e in events] == [
         "message.system",
         "message.user",
@@ -335,22 +336,22 @@ def test_events_cover_every_kind_of_change(store: BaseSessionStore, agent: Agent
     ]
     assert events[-2].payload == {"status": "rescheduled", "reason": "rate limited", "retry_at": 5.0}
     assert Message.from_dict(events[1].payload["message"]) == Message.user("u1")
-    assert store.events("s")[1:] == events
-    loaded = store.get("s")
+    assert any_store.events("s")[1:] == events
+    loaded = any_store.get("s")
     assert loaded is not None and loaded.status is SessionStatus.RESCHEDULED
     assert loaded.metadata == {"ticket": "tk_123"}
 
 
-def test_append_event_idempotency(store: BaseSessionStore, agent: Agent) -> None:
-    store.get_or_create("s", agent)
-    first = store.append_event("s", "custom.note", {"a": 1}, idempotency_key="k1")
+def test_append_event_idempotency(any_store: BaseSessionStore, agent: Agent) -> None:
+    any_store.get_or_create("s", agent)
+    first = any_store.append_event("s", "custom.note", {"a": 1}, idempotency_key="k1")
     assert first.idempotency_key == "k1"
-    assert store.append_event("s", "custom.note", {"a": 1}, idempotency_key="k1") == first
+    assert any_store.append_event("s", "custom.note", {"a": 1}, idempotency_key="k1") == first
     with pytest.raises(IdempotencyConflictError):
-        store.append_event("s", "custom.note", {"a": 2}, idempotency_key="k1")
-    assert [e.type for e in store.events("s")] == ["session.created", "custom.note"]
+        any_store.append_event("s", "custom.note", {"a": 2}, idempotency_key="k1")
+    assert [e.type for e in any_store.events("s")] == ["session.created", "custom.note"]
     with pytest.raises(SessionNotFoundError):
-        store.append_event("absent", "x", {})
+        any_store.append_event("absent", "x", {})
 
 
 @pytest.mark.parametrize(
@@ -370,25 +371,25 @@ def test_append_event_idempotency(store: BaseSessionStore, agent: Agent) -> None
         ("metadata.updated", "update_metadata"),
     ],
 )
-def test_append_event_refuses_reserved_types(store: BaseSessionStore, agent: Agent, kind: object, method: str) -> None:
-    store.get_or_create("s", agent)
-    before = store.events("s")
+def test_append_event_refuses_reserved_types(any_store: BaseSessionStore, agent: Agent, kind: object, method: str) -> None:
+    any_store.get_or_create("s", agent)
+    before = any_store.events("s")
     with pytest.raises(UsageError, match=method):
-        store.append_event("s", kind, {"status": "terminated", "to_turn": 0})  # type: ignore[arg-type]
+        any_store.append_event("s", kind, {"status": "terminated", "to_turn": 0})  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="reserved"):
-        asyncio.run(store.aappend_event("s", kind, {}))  # type: ignore[arg-type]
-    assert store.events("s") == before
-    loaded = store.get("s")
+        asyncio.run(any_store.aappend_event("s", kind, {}))  # type: ignore[arg-type]
+    assert any_store.events("s") == before
+    loaded = any_store.get("s")
     assert loaded is not None and loaded.status is SessionStatus.IDLE
 
 
-def test_custom_event_types_are_accepted_and_type_must_be_a_string(store: BaseSessionStore, agent: Agent) -> None:
-    store.get_or_create("s", agent)
+def test_custom_event_types_are_accepted_and_type_must_be_a_string(any_store: BaseSessionStore, agent: Agent) -> None:
+    any_store.get_or_create("s", agent)
     for kind in ("note", "billing.refund", "statusx", "custom.status", "tooling.x"):
-        assert store.append_event("s", kind, {"n": 1}).type == kind
+        assert any_store.append_event("s", kind, {"n": 1}).type == kind
     for bad in ("", None, 3):
         with pytest.raises(TypeError):
-            store.append_event("s", bad, {})  # type: ignore[arg-type]
+            any_store.append_event("s", bad, {})  # type: ignore[arg-type]
 
 
 def test_record_event_refuses_reserved_types_that_change_state(agent: Agent) -> None:
@@ -404,26 +405,26 @@ def test_record_event_refuses_reserved_types_that_change_state(agent: Agent) -> 
 # -- begin_turn, owners, status ---------------------------------------------------------------
 
 
-def test_running_turn_pid_names_the_running_owner_only_while_a_turn_runs(store: BaseSessionStore,
+def test_running_turn_pid_names_the_running_owner_only_while_a_turn_runs(any_store: BaseSessionStore,
                                                                          agent: Agent) -> None:
     import os
 
-    assert store.running_turn_pid("s") is None  # no session
-    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current())
-    assert store.running_turn_pid("s") == os.getpid()
-    waiting = store.begin_turn("s", default_agent=agent, user_message=Message.user("next"), owner=Owner.current(),
+    assert any_store.running_turn_pid("s") is None  # no session
+    start = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current())
+    assert any_store.running_turn_pid("s") == os.getpid()
+    waiting = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("next"), owner=Owner.current(),
                                enqueue=True)
-    assert waiting.queued is not None and store.running_turn_pid("s") == os.getpid()
-    store.leave_turn_queue("s", waiting.queued)
+    assert waiting.queued is not None and any_store.running_turn_pid("s") == os.getpid()
+    any_store.leave_turn_queue("s", waiting.queued)
     start.session.add_message(Message.model("hello", agent="Assistant"))
     start.session.complete_turn("hello", agent, {})
-    store.release(start.session)
-    assert store.running_turn_pid("s") is None
+    any_store.release(start.session)
+    assert any_store.running_turn_pid("s") is None
 
 
-def test_begin_turn_creates_claims_and_releases(store: BaseSessionStore, agent: Agent) -> None:
+def test_begin_turn_creates_claims_and_releases(any_store: BaseSessionStore, agent: Agent) -> None:
     owner = Owner.current()
-    start = store.begin_turn(
+    start = any_store.begin_turn(
         "s",
         default_agent=agent,
         user_message=Message.user("hi"),
@@ -435,15 +436,15 @@ def test_begin_turn_creates_claims_and_releases(store: BaseSessionStore, agent: 
     assert [e.type for e in start.events] == ["session.created", "message.system", "status", "message.user"]
     assert start.session.status is SessionStatus.RUNNING
     assert contents(start.session) == ["Be brief.", "hi"]
-    assert store.list_sessions()[0].status is SessionStatus.RUNNING
+    assert any_store.list_sessions()[0].status is SessionStatus.RUNNING
     with pytest.raises(SessionBusyError):
-        store.begin_turn("s", default_agent=agent, user_message=Message.user("again"), owner=Owner.current())
+        any_store.begin_turn("s", default_agent=agent, user_message=Message.user("again"), owner=Owner.current())
     ctx = start.session
     ctx.add_message(Message.model("hello", agent="Assistant"))
     ctx.complete_turn("hello", agent, {"prompt_tokens": 3})
-    store.release(ctx)
-    assert store.list_sessions()[0].status is SessionStatus.IDLE
-    second = store.begin_turn("s", default_agent=agent, user_message=Message.user("more"), owner=owner)
+    any_store.release(ctx)
+    assert any_store.list_sessions()[0].status is SessionStatus.IDLE
+    second = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("more"), owner=owner)
     assert second.turn == 2 and second.session.metadata == {"channel": "cli"}
 
 
@@ -471,13 +472,13 @@ def _finish(store: BaseSessionStore, ctx: SessionContext, agent: Agent, text: st
 
 
 def test_begin_turn_loads_the_window_once(
-    store: BaseSessionStore, agent: Agent, monkeypatch: pytest.MonkeyPatch
+    any_store: BaseSessionStore, agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for n in range(1, 4):
-        start = store.begin_turn("s", default_agent=agent, user_message=Message.user(f"q{n}"), owner=Owner.current())
-        _finish(store, start.session, agent, f"a{n}")
-    loads = _window_loads(store, monkeypatch)
-    store.begin_turn("s", default_agent=agent, user_message=Message.user("q4"), owner=Owner.current())
+        start = any_store.begin_turn("s", default_agent=agent, user_message=Message.user(f"q{n}"), owner=Owner.current())
+        _finish(any_store, start.session, agent, f"a{n}")
+    loads = _window_loads(any_store, monkeypatch)
+    any_store.begin_turn("s", default_agent=agent, user_message=Message.user("q4"), owner=Owner.current())
     assert len(loads) == 1, f"begin_turn loaded the context window {len(loads)} times"
 
 
@@ -528,21 +529,21 @@ def test_begin_turn_gives_the_window_a_fresh_load_would(
     assert [m.content for m in back.history if m.role is not Role.SYSTEM] == ["q1", "a1"]
 
 
-def test_case5_idempotency_key_with_begin_turn(store: BaseSessionStore, agent: Agent) -> None:
+def test_case5_idempotency_key_with_begin_turn(any_store: BaseSessionStore, agent: Agent) -> None:
     msg = Message.user("Where is order 404?")
-    start = store.begin_turn(
+    start = any_store.begin_turn(
         "s", default_agent=agent, user_message=msg, owner=Owner.current(), idempotency_key="wamid.1"
     )
-    running = store.begin_turn(
+    running = any_store.begin_turn(
         "s", default_agent=agent, user_message=msg, owner=Owner.current(), idempotency_key="wamid.1"
     )
     assert running.replayed == {"turn": 1, "outcome": "running"} and running.events == []
     ctx = start.session
     ctx.add_message(Message.model("In transit.", agent="Assistant"))
     ctx.complete_turn("In transit.", agent)
-    store.release(ctx)
-    before = store.events("s")
-    replay = store.begin_turn(
+    any_store.release(ctx)
+    before = any_store.events("s")
+    replay = any_store.begin_turn(
         "s", default_agent=agent, user_message=msg, owner=Owner.current(), idempotency_key="wamid.1"
     )
     assert replay.turn == 1
@@ -553,77 +554,77 @@ def test_case5_idempotency_key_with_begin_turn(store: BaseSessionStore, agent: A
         "usage": {},
         "outcome": "completed",
     }
-    assert store.events("s") == before
-    assert [r.number for r in store.load_turns("s")] == [1]  # one stored turn
+    assert any_store.events("s") == before
+    assert [r.number for r in any_store.load_turns("s")] == [1]  # one stored turn
     with pytest.raises(IdempotencyConflictError):
-        store.begin_turn(
+        any_store.begin_turn(
             "s",
             default_agent=agent,
             user_message=Message.user("other"),
             owner=Owner.current(),
             idempotency_key="wamid.1",
         )
-    assert store.events("s") == before
+    assert any_store.events("s") == before
 
 
-def test_custom_tool_results_then_continue(store: BaseSessionStore, agent: Agent) -> None:
-    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("approve?"), owner=Owner.current())
+def test_custom_tool_results_then_continue(any_store: BaseSessionStore, agent: Agent) -> None:
+    start = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("approve?"), owner=Owner.current())
     ctx = start.session
     ctx.add_message(Message.model(None, [ToolCall("t1", "approve"), ToolCall("t2", "approve")]))
     ctx.record_event(EventType.TOOL_PENDING, {"turn": 1, "tool_use_ids": ["t1", "t2"]})
-    store.release(ctx, reason="waiting for custom tool results")
+    any_store.release(ctx, reason="waiting for custom tool results")
     with pytest.raises(PendingToolCallsError) as err:
-        store.begin_turn("s", default_agent=agent, user_message=Message.user("hello?"), owner=Owner.current())
+        any_store.begin_turn("s", default_agent=agent, user_message=Message.user("hello?"), owner=Owner.current())
     assert err.value.tool_use_ids == ["t1", "t2"]
     with pytest.raises(PendingToolCallsError):
-        store.begin_turn("s", default_agent=agent, user_message=None, owner=Owner.current())
+        any_store.begin_turn("s", default_agent=agent, user_message=None, owner=Owner.current())
     with pytest.raises(ToolResultError):
-        store.submit_tool_result("s", "nope", "x")
-    assert store.submit_tool_result("s", "t2", "no") == ["t1"]
+        any_store.submit_tool_result("s", "nope", "x")
+    assert any_store.submit_tool_result("s", "t2", "no") == ["t1"]
     with pytest.raises(ToolResultError):
-        store.submit_tool_result("s", "t2", "again")
+        any_store.submit_tool_result("s", "t2", "again")
     with pytest.raises(PendingToolCallsError) as err:  # lists only the id still missing
-        store.begin_turn("s", default_agent=agent, user_message=Message.user("hello?"), owner=Owner.current())
+        any_store.begin_turn("s", default_agent=agent, user_message=Message.user("hello?"), owner=Owner.current())
     assert err.value.tool_use_ids == ["t1"] and "t2" not in str(err.value)
-    assert store.submit_tool_result("s", "t1", "yes") == []
+    assert any_store.submit_tool_result("s", "t1", "yes") == []
     with pytest.raises(PendingToolCallsError, match="continue") as err:  # all in: the turn goes on first
-        store.begin_turn("s", default_agent=agent, user_message=Message.user("hello?"), owner=Owner.current())
+        any_store.begin_turn("s", default_agent=agent, user_message=Message.user("hello?"), owner=Owner.current())
     assert err.value.tool_use_ids == [] and "t1" not in str(err.value)
-    resumed = store.begin_turn("s", default_agent=agent, user_message=None, owner=Owner.current())
+    resumed = any_store.begin_turn("s", default_agent=agent, user_message=None, owner=Owner.current())
     tools = [m for m in resumed.session.history if m.role is Role.TOOL]
     assert [(m.tool_call_id, m.content) for m in tools] == [("t1", "yes"), ("t2", "no")]  # call order
     assert resumed.turn == 1 and resumed.session.pending_tool_calls == ()
-    submitted = [e.payload for e in store.events("s") if e.type == "tool.result_submitted"]
+    submitted = [e.payload for e in any_store.events("s") if e.type == "tool.result_submitted"]
     assert submitted == [
         {"turn": 1, "tool_use_id": "t2", "output": "no"},
         {"turn": 1, "tool_use_id": "t1", "output": "yes"},
     ]
 
 
-def test_dead_owner_is_recovered(store: BaseSessionStore, agent: Agent) -> None:
+def test_dead_owner_is_recovered(any_store: BaseSessionStore, agent: Agent) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         owner = Owner.of_process(child.pid)
         assert owner.alive()
-        start = store.begin_turn("s", default_agent=agent, user_message=Message.user("slow job"), owner=owner)
+        start = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("slow job"), owner=owner)
         ctx = start.session
         ctx.add_message(Message.model(None, [ToolCall("call_x", "slow")]))
-        store.save(ctx)
+        any_store.save(ctx)
         with pytest.raises(SessionBusyError):
-            store.begin_turn("s", default_agent=agent, user_message=Message.user("next"), owner=Owner.current())
-        assert store.get("s").status is SessionStatus.RUNNING  # a live owner runs it
+            any_store.begin_turn("s", default_agent=agent, user_message=Message.user("next"), owner=Owner.current())
+        assert any_store.get("s").status is SessionStatus.RUNNING  # a live owner runs it
     finally:
         child.kill()
         child.wait()
     assert not owner.alive()
-    seq = store.last_seq("s")
+    seq = any_store.last_seq("s")
     # every read shows the effective status, and none writes anything
-    assert store.list_sessions()[0].status is SessionStatus.IDLE
-    assert store.get("s").status is SessionStatus.IDLE
-    assert store.get_or_create("s", agent).status is SessionStatus.IDLE
-    assert asyncio.run(store.aget("s")).status is SessionStatus.IDLE
-    assert store.last_seq("s") == seq
-    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("next"), owner=Owner.current())
+    assert any_store.list_sessions()[0].status is SessionStatus.IDLE
+    assert any_store.get("s").status is SessionStatus.IDLE
+    assert any_store.get_or_create("s", agent).status is SessionStatus.IDLE
+    assert asyncio.run(any_store.aget("s")).status is SessionStatus.IDLE
+    assert any_store.last_seq("s") == seq
+    start = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("next"), owner=Owner.current())
     types = [e.type for e in start.events]
     assert types == ["tool.result", "turn.interrupted", "session.recovered", "status", "status", "message.user"]
     assert start.events[2].payload["owner"]["pid"] == child.pid
@@ -632,138 +633,150 @@ def test_dead_owner_is_recovered(store: BaseSessionStore, agent: Agent) -> None:
     assert start.turn == 2 and history_problems(start.session.history, pending_ok=True) == []
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="the start time is read from /proc/<pid>/stat")
 def test_owner_detects_pid_reuse() -> None:
     me = Owner.current()
-    assert me.alive()
-    assert not Owner(me.pid, me.start_time + 1, me.host, "t").alive() or me.start_time == 0
+    assert me.start_time > 0
+    assert me.alive() is True
+    assert Owner(me.pid, me.start_time + 1, me.host, "t").alive() is False  # same pid, another process
     assert Owner(me.pid, me.start_time, "another-host", "t").alive()  # cannot be checked: assumed alive
     assert Owner.from_dict(me.to_dict()) == me
 
 
-def test_terminated_refuses_writes(store: BaseSessionStore, agent: Agent) -> None:
-    ctx = store.get_or_create("s", agent)
+def test_an_owner_recorded_without_a_start_time_is_alive_while_its_pid_runs() -> None:
+    """A lease written where there is no /proc has start time 0: pid reuse cannot be told,
+    so the owner counts as alive exactly while a process with its pid exists."""
+    me = Owner.current()
+    assert Owner(me.pid, 0, me.host, "t").alive() is True
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert Owner(child.pid, 0, me.host, "t").alive() is False
+
+
+def test_terminated_refuses_writes(any_store: BaseSessionStore, agent: Agent) -> None:
+    ctx = any_store.get_or_create("s", agent)
     add_turn(ctx, 1)
-    store.release(ctx, SessionStatus.TERMINATED, "case closed")
-    before = store.events("s")
+    any_store.release(ctx, SessionStatus.TERMINATED, "case closed")
+    before = any_store.events("s")
     ctx.add_message(Message.user("more"))
     with pytest.raises(SessionTerminatedError):
-        store.save(ctx)
+        any_store.save(ctx)
     with pytest.raises(SessionTerminatedError):
-        store.begin_turn("s", default_agent=agent, user_message=Message.user("x"), owner=Owner.current())
+        any_store.begin_turn("s", default_agent=agent, user_message=Message.user("x"), owner=Owner.current())
     with pytest.raises(SessionTerminatedError):
-        store.append_event("s", "note", {})
+        any_store.append_event("s", "note", {})
     with pytest.raises(SessionTerminatedError):
-        store.rollback("s", 0)
+        any_store.rollback("s", 0)
     with pytest.raises(SessionTerminatedError):
-        store.get("s").set_status("idle")  # type: ignore[union-attr]
-    assert store.events("s") == before
-    assert store.get("s").status is SessionStatus.TERMINATED  # type: ignore[union-attr]
+        any_store.get("s").set_status("idle")  # type: ignore[union-attr]
+    assert any_store.events("s") == before
+    assert any_store.get("s").status is SessionStatus.TERMINATED  # type: ignore[union-attr]
 
 
-def test_session_deleted_error(store: BaseSessionStore, agent: Agent) -> None:
-    ctx = store.get_or_create("s", agent, max_turns=1)
+def test_session_deleted_error(any_store: BaseSessionStore, agent: Agent) -> None:
+    ctx = any_store.get_or_create("s", agent, max_turns=1)
     for n in range(1, 4):
         add_turn(ctx, n)
-    store.save(ctx)
-    task_view = store.get("s")
+    any_store.save(ctx)
+    task_view = any_store.get("s")
     assert task_view is not None
-    assert store.delete("s") is True
-    assert store.delete("s") is False
-    assert store.get("s") is None
+    assert any_store.delete("s") is True
+    assert any_store.delete("s") is False
+    assert any_store.get("s") is None
     with pytest.raises(SessionDeletedError):
         task_view.rollback_to(1)  # reads pruned turns from the store
     ctx.add_message(Message.user("late"))
     with pytest.raises(SessionDeletedError):
-        store.save(ctx)
-    store.get_or_create("s", agent)  # same id, new session: the stale task still may not write into it
+        any_store.save(ctx)
+    any_store.get_or_create("s", agent)  # same id, new session: the stale task still may not write into it
     with pytest.raises(SessionDeletedError):
-        store.save(ctx)
+        any_store.save(ctx)
     with pytest.raises(SessionNotFoundError):
-        store.events("absent")
+        any_store.events("absent")
 
 
-def test_stale_context_refused(store: BaseSessionStore, agent: Agent) -> None:
-    first = store.get_or_create("s", agent)
-    second = store.get("s")
+def test_stale_context_refused(any_store: BaseSessionStore, agent: Agent) -> None:
+    first = any_store.get_or_create("s", agent)
+    second = any_store.get("s")
     assert second is not None
     add_turn(first, 1)
-    store.save(first)
+    any_store.save(first)
     add_turn(second, 1)
     with pytest.raises(SessionBusyError):
-        store.save(second)
-    assert [r.number for r in store.load_turns("s")] == [1]
+        any_store.save(second)
+    assert [r.number for r in any_store.load_turns("s")] == [1]
 
 
-def test_stale_contexts_patch_metadata_and_keep_every_writers_keys(store: BaseSessionStore, agent: Agent) -> None:
-    store.get_or_create("s", agent, metadata={"channel": "whatsapp", "old": 1, "shared": "x"})
-    first, second = store.get("s"), store.get("s")
+def test_stale_contexts_patch_metadata_and_keep_every_writers_keys(any_store: BaseSessionStore, agent: Agent) -> None:
+    any_store.get_or_create("s", agent, metadata={"channel": "whatsapp", "old": 1, "shared": "x"})
+    first, second = any_store.get("s"), any_store.get("s")
     assert first is not None and second is not None
     first.update_metadata({"ticket": "tk_1"})
     first.metadata["shared"] = "from first"  # changed in place
-    store.save(first)
+    any_store.save(first)
     del second.metadata["old"]  # deleted in place: part of the next patch
     second.update_metadata({"lang": "pt"})
-    events = store.save(second)
+    events = any_store.save(second)
     expected = {"channel": "whatsapp", "ticket": "tk_1", "shared": "from first", "lang": "pt"}
-    assert store.get("s").metadata == expected
+    assert any_store.get("s").metadata == expected
     assert second.metadata == expected  # the saved context now shows the stored, merged dict
     [event] = events
     assert event.type == "metadata.updated"
     assert event.payload == {"metadata": expected, "changes": {"lang": "pt"}, "removed": ["old"]}
-    assert store.list_sessions()[0].metadata == expected
+    assert any_store.list_sessions()[0].metadata == expected
 
 
-def test_stale_status_or_handoff_change_is_refused(store: BaseSessionStore, agent: Agent) -> None:
+def test_stale_status_or_handoff_change_is_refused(any_store: BaseSessionStore, agent: Agent) -> None:
     billing = Agent(name="Billing", instructions="Billing specialist")
-    store.get_or_create("s", agent)
-    first, second, third = store.get("s"), store.get("s"), store.get("s")
+    any_store.get_or_create("s", agent)
+    first, second, third = any_store.get("s"), any_store.get("s"), any_store.get("s")
     assert first is not None and second is not None and third is not None
     first.set_status(SessionStatus.RESCHEDULED, "retry later", retry_at=1.0)
-    store.save(first)
-    seq = store.last_seq("s")
+    any_store.save(first)
+    seq = any_store.last_seq("s")
     second.set_status(SessionStatus.TERMINATED, "done")
     with pytest.raises(SessionBusyError, match="changed since it was loaded"):
-        store.save(second)
+        any_store.save(second)
     third.set_active_agent(billing, tool_call_id="call_1")
     with pytest.raises(SessionBusyError, match="changed since it was loaded"):
-        store.save(third)
-    assert store.last_seq("s") == seq  # nothing written
-    loaded = store.get("s")
+        any_store.save(third)
+    assert any_store.last_seq("s") == seq  # nothing written
+    loaded = any_store.get("s")
     assert loaded is not None and loaded.status is SessionStatus.RESCHEDULED and loaded.active_agent.name == "Assistant"
     # the saving context moves its base on: a second change from it is not stale
     first.set_active_agent(billing, tool_call_id="call_2")
-    store.save(first)
+    any_store.save(first)
     # a stale context that changes neither status nor agent still saves (metadata is a patch)
-    fourth = store.get("s")
+    fourth = any_store.get("s")
     assert fourth is not None
     first.set_status(SessionStatus.IDLE)
-    store.save(first)
+    any_store.save(first)
     fourth.update_metadata({"k": 1})
-    store.save(fourth)
-    final = store.get("s")
+    any_store.save(fourth)
+    final = any_store.get("s")
     assert final is not None and final.status is SessionStatus.IDLE and final.metadata == {"k": 1}
     assert final.active_agent.name == "Billing"
 
 
 def test_the_run_holding_the_lease_may_change_status_after_another_writer(
-    store: BaseSessionStore, agent: Agent
+    any_store: BaseSessionStore, agent: Agent
 ) -> None:
     owner = Owner.current()
-    run = store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=owner).session
-    other = store.get("s")
+    run = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=owner).session
+    other = any_store.get("s")
     assert other is not None and other.status is SessionStatus.RUNNING
     other.set_active_agent(Agent(name="Billing", instructions="b"), tool_call_id="x")
-    store.save(other)
+    any_store.save(other)
     run.add_message(Message.model("a"))
     run.complete_turn("a")
-    store.release(run)  # stale base, but this run holds the lease
-    loaded = store.get("s")
+    any_store.release(run)  # stale base, but this run holds the lease
+    loaded = any_store.get("s")
     assert loaded is not None and loaded.status is SessionStatus.IDLE and loaded.turn_count == 1
     # the lease ends with the run: its context is now an ordinary one, stale once another run starts
-    store.begin_turn("s", default_agent=agent, user_message=Message.user("q2"), owner=Owner.current())
+    any_store.begin_turn("s", default_agent=agent, user_message=Message.user("q2"), owner=Owner.current())
     run.set_status(SessionStatus.TERMINATED)
     with pytest.raises(SessionBusyError, match="changed since it was loaded"):
-        store.save(run)
+        any_store.save(run)
 
 
 # -- input checked the same way in both stores ------------------------------------------------
@@ -771,183 +784,183 @@ def test_the_run_holding_the_lease_may_change_status_after_another_writer(
 LONE = "bad \udc80 text"  # what surrogateescape makes of a stray byte: not valid Unicode
 
 
-def test_lone_surrogates_refused_before_anything_is_written(store: BaseSessionStore, agent: Agent) -> None:
-    ctx = store.get_or_create("s", agent)
-    seq = store.last_seq("s")
+def test_lone_surrogates_refused_before_anything_is_written(any_store: BaseSessionStore, agent: Agent) -> None:
+    ctx = any_store.get_or_create("s", agent)
+    seq = any_store.last_seq("s")
     with pytest.raises(UsageError, match="lone surrogate"):
         ctx.add_message(Message.user(LONE))
     assert ctx.turn_count == 0 and ctx.history == ()
     with pytest.raises(UsageError, match="lone surrogate"):
-        store.begin_turn("s", default_agent=agent, user_message=Message.user(LONE), owner=Owner.current())
+        any_store.begin_turn("s", default_agent=agent, user_message=Message.user(LONE), owner=Owner.current())
     with pytest.raises(UsageError, match="lone surrogate"):
-        store.append_event("s", "note", {"text": LONE})
+        any_store.append_event("s", "note", {"text": LONE})
     with pytest.raises(UsageError, match="lone surrogate"):
         ctx.update_metadata({"name": LONE})
     ctx.add_message(Message.user("fine"))
     ctx.add_message(Message.model("fine"))
     ctx.complete_turn(LONE)  # text the context does not check itself: the store refuses it on save
     with pytest.raises(UsageError, match="lone surrogate"):
-        store.save(ctx)
-    assert store.last_seq("s") == seq and store.get("s").turn_count == 0
+        any_store.save(ctx)
+    assert any_store.last_seq("s") == seq and any_store.get("s").turn_count == 0
     with pytest.raises(UsageError, match="lone surrogate"):
-        store.get_or_create(LONE, agent)
+        any_store.get_or_create(LONE, agent)
     with pytest.raises(UsageError, match="lone surrogate"):
-        store.get(LONE)
+        any_store.get(LONE)
     with pytest.raises(UsageError, match="lone surrogate"):
-        store.claim_message(LONE)
+        any_store.claim_message(LONE)
     with pytest.raises(UsageError, match="lone surrogate"):
-        store.get_or_create("t", Agent(name=LONE, instructions=""))
-    assert [x.session_id for x in store.list_sessions()] == ["s"]
+        any_store.get_or_create("t", Agent(name=LONE, instructions=""))
+    assert [x.session_id for x in any_store.list_sessions()] == ["s"]
 
 
-def test_tool_output_with_a_lone_surrogate_is_refused(store: BaseSessionStore, agent: Agent) -> None:
-    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current())
+def test_tool_output_with_a_lone_surrogate_is_refused(any_store: BaseSessionStore, agent: Agent) -> None:
+    start = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current())
     start.session.add_message(Message.model(None, [ToolCall("c", "custom")]))
-    store.release(start.session)
-    seq = store.last_seq("s")
+    any_store.release(start.session)
+    seq = any_store.last_seq("s")
     with pytest.raises(UsageError, match="lone surrogate"):
-        store.submit_tool_result("s", "c", LONE)
-    assert store.last_seq("s") == seq
-    assert store.submit_tool_result("s", "c", "ok") == []
+        any_store.submit_tool_result("s", "c", LONE)
+    assert any_store.last_seq("s") == seq
+    assert any_store.submit_tool_result("s", "c", "ok") == []
 
 
 @pytest.mark.parametrize(
     "bad", [["a"], "text", {1: "x"}, {"k": {1, 2}}, {"k": object()}, {(1, 2): "x"}], ids=repr
 )
-def test_metadata_must_be_a_dict_of_json_values(store: BaseSessionStore, agent: Agent, bad: object) -> None:
+def test_metadata_must_be_a_dict_of_json_values(any_store: BaseSessionStore, agent: Agent, bad: object) -> None:
     with pytest.raises(TypeError, match="metadata"):
         SessionContext("s", agent, metadata=bad)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="metadata"):
-        store.get_or_create("s", agent, metadata=bad)  # type: ignore[arg-type]
+        any_store.get_or_create("s", agent, metadata=bad)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="metadata"):
-        store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current(),
+        any_store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current(),
                          metadata=bad)  # type: ignore[arg-type]
-    assert store.get("s") is None
-    ctx = store.get_or_create("s", agent)
+    assert any_store.get("s") is None
+    ctx = any_store.get_or_create("s", agent)
     if isinstance(bad, dict):
         with pytest.raises(TypeError, match="metadata"):
             ctx.update_metadata(bad)
         ctx.metadata.update(bad)  # changed in place: refused on save, nothing written
         with pytest.raises(TypeError, match="metadata"):
-            store.save(ctx)
-    assert store.get("s").metadata == {} and store.last_seq("s") == 1
+            any_store.save(ctx)
+    assert any_store.get("s").metadata == {} and any_store.last_seq("s") == 1
 
 
-def test_metadata_is_stored_as_json_in_both_stores(store: BaseSessionStore, agent: Agent) -> None:
-    ctx = store.get_or_create("s", agent, metadata={"tags": ("a", "b"), "n": 2**70, "nested": {"x": None}})
+def test_metadata_is_stored_as_json_in_both_stores(any_store: BaseSessionStore, agent: Agent) -> None:
+    ctx = any_store.get_or_create("s", agent, metadata={"tags": ("a", "b"), "n": 2**70, "nested": {"x": None}})
     assert ctx.metadata == {"tags": ["a", "b"], "n": 2**70, "nested": {"x": None}}
-    assert store.get("s").metadata == ctx.metadata
-    event = store.append_event("s", "note", {"pair": (1, 2)})
-    assert event.payload == {"pair": [1, 2]} and store.events("s")[-1] == event
+    assert any_store.get("s").metadata == ctx.metadata
+    event = any_store.append_event("s", "note", {"pair": (1, 2)})
+    assert event.payload == {"pair": [1, 2]} and any_store.events("s")[-1] == event
     for bad in ({"k": {1}}, {2: "x"}, ["x"]):
         with pytest.raises(TypeError, match="payload"):
-            store.append_event("s", "note", bad)  # type: ignore[arg-type]
+            any_store.append_event("s", "note", bad)  # type: ignore[arg-type]
 
 
 # -- agents ----------------------------------------------------------------------------------
 
 
-def test_agent_resolver_and_fallback(store: BaseSessionStore, caplog: pytest.LogCaptureFixture) -> None:
+def test_agent_resolver_and_fallback(any_store: BaseSessionStore, caplog: pytest.LogCaptureFixture) -> None:
     billing = Agent(name="Billing", instructions="Billing specialist", model="gpt-4o")
     support = Agent(name="Support", instructions="Support", handoffs=[billing], model="gpt-4o")
-    ctx = store.get_or_create("s", support)
+    ctx = any_store.get_or_create("s", support)
     ctx.set_active_agent(billing, tool_call_id="call_1")
-    store.save(ctx)
+    any_store.save(ctx)
     with caplog.at_level(logging.WARNING, logger="chatflow_cli.core.memory"):
-        fallback = store.get("s")
+        fallback = any_store.get("s")
     assert fallback is not None and fallback.active_agent.name == "Billing"
     assert fallback.active_agent is not billing and not fallback.active_agent.tools
     assert any("Billing" in r.getMessage() and "fallback" in r.getMessage() for r in caplog.records)
-    store.set_agent_resolver(lambda name: billing if name == "Billing" else support)
+    any_store.set_agent_resolver(lambda name: billing if name == "Billing" else support)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="chatflow_cli.core.memory"):
-        resolved = store.get("s")
+        resolved = any_store.get("s")
     assert resolved is not None and resolved.active_agent is billing
     assert caplog.records == []
-    store.set_agent_resolver(lambda name: None)
+    any_store.set_agent_resolver(lambda name: None)
     with caplog.at_level(logging.WARNING, logger="chatflow_cli.core.memory"):
-        unknown = store.get("s")
+        unknown = any_store.get("s")
     assert unknown is not None and unknown.active_agent.name == "Billing" and caplog.records
 
 
 # -- de-duplication --------------------------------------------------------------------------
 
 
-def test_dedup_ttl_boundary_and_purge(store: BaseSessionStore, clock: FakeClock) -> None:
+def test_dedup_ttl_boundary_and_purge(any_store: BaseSessionStore, clock: FakeClock) -> None:
     assert DEFAULT_DEDUP_TTL_HOURS == 192
     t0 = clock.now
-    assert not store.is_message_processed("wamid.A")
-    store.mark_message_processed("wamid.A")
-    assert store.is_message_processed("wamid.A")
+    assert not any_store.is_message_processed("wamid.A")
+    any_store.mark_message_processed("wamid.A")
+    assert any_store.is_message_processed("wamid.A")
     clock.now = t0 + 192 * HOUR - 0.001
-    assert store.is_message_processed("wamid.A")
-    assert store.claim_message("wamid.A") is False
+    assert any_store.is_message_processed("wamid.A")
+    assert any_store.claim_message("wamid.A") is False
     clock.now = t0 + 192 * HOUR  # now < processed_at + 192 h no longer holds
-    assert not store.is_message_processed("wamid.A")
-    store.mark_message_processed("wamid.B")  # purges expired records
+    assert not any_store.is_message_processed("wamid.A")
+    any_store.mark_message_processed("wamid.B")  # purges expired records
     clock.now = t0  # were A still stored, it would count again at its own time
-    assert not store.is_message_processed("wamid.A")
+    assert not any_store.is_message_processed("wamid.A")
     clock.now = t0 + 2 * 192 * HOUR - 1
-    assert store.is_message_processed("wamid.B")
+    assert any_store.is_message_processed("wamid.B")
 
 
-def test_claim_message_once_then_again_after_expiry(store: BaseSessionStore, clock: FakeClock) -> None:
-    assert store.claim_message("MSG-0001") is True
-    assert store.claim_message("MSG-0001") is False
-    assert store.is_message_processed("MSG-0001")
+def test_claim_message_once_then_again_after_expiry(any_store: BaseSessionStore, clock: FakeClock) -> None:
+    assert any_store.claim_message("MSG-0001") is True
+    assert any_store.claim_message("MSG-0001") is False
+    assert any_store.is_message_processed("MSG-0001")
     clock.advance(192 * HOUR)
-    assert store.claim_message("MSG-0001") is True
-    assert store.claim_message("MSG-0001") is False
+    assert any_store.claim_message("MSG-0001") is True
+    assert any_store.claim_message("MSG-0001") is False
 
 
-def test_release_message_lets_a_failed_delivery_be_claimed_again(store: BaseSessionStore) -> None:
-    assert store.claim_message("MSG-0002") is True
-    assert store.release_message("MSG-0002") is True  # the turn failed: not processed after all
-    assert not store.is_message_processed("MSG-0002")
-    assert store.claim_message("MSG-0002") is True  # the redelivery runs
-    assert store.claim_message("MSG-0002") is False
-    assert store.release_message("MSG-0003") is False  # never claimed
-    assert asyncio.run(store.arelease_message("MSG-0002")) is True
+def test_release_message_lets_a_failed_delivery_be_claimed_again(any_store: BaseSessionStore) -> None:
+    assert any_store.claim_message("MSG-0002") is True
+    assert any_store.release_message("MSG-0002") is True  # the turn failed: not processed after all
+    assert not any_store.is_message_processed("MSG-0002")
+    assert any_store.claim_message("MSG-0002") is True  # the redelivery runs
+    assert any_store.claim_message("MSG-0002") is False
+    assert any_store.release_message("MSG-0003") is False  # never claimed
+    assert asyncio.run(any_store.arelease_message("MSG-0002")) is True
 
 
 @pytest.mark.parametrize("bad", [None, 5, 5.0, b"wamid.A", "", ["x"]])
 @pytest.mark.parametrize("method", ["is_message_processed", "mark_message_processed", "claim_message", "release_message"])
-def test_dedup_refuses_ids_that_are_not_non_empty_strings(store: BaseSessionStore, method: str, bad: object) -> None:
+def test_dedup_refuses_ids_that_are_not_non_empty_strings(any_store: BaseSessionStore, method: str, bad: object) -> None:
     with pytest.raises(TypeError, match="message_id"):
-        getattr(store, method)(bad)
+        getattr(any_store, method)(bad)
     with pytest.raises(TypeError, match="message_id"):
-        asyncio.run(getattr(store, "a" + method)(bad))
-    assert store.claim_message("5") is True  # nothing was recorded for the refused ids
-    assert store.claim_message("5") is False
+        asyncio.run(getattr(any_store, "a" + method)(bad))
+    assert any_store.claim_message("5") is True  # nothing was recorded for the refused ids
+    assert any_store.claim_message("5") is False
 
 
 # -- async twins -----------------------------------------------------------------------------
 
 
-def test_async_twins(store: BaseSessionStore, agent: Agent) -> None:
+def test_async_twins(any_store: BaseSessionStore, agent: Agent) -> None:
     async def main() -> None:
-        ctx = await store.aget_or_create("s", agent)
-        assert await store.aget("absent") is None
+        ctx = await any_store.aget_or_create("s", agent)
+        assert await any_store.aget("absent") is None
         add_turn(ctx, 1)
-        saved = await store.asave(ctx)
+        saved = await any_store.asave(ctx)
         assert saved[-1].type == "turn.completed"
-        start = await store.abegin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current())
+        start = await any_store.abegin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current())
         start.session.add_message(Message.model(None, [ToolCall("c", "custom")]))
-        await store.arelease(start.session)
-        assert await store.asubmit_tool_result("s", "c", "done") == []
-        event = await store.aappend_event("s", "note", {"n": 1}, idempotency_key="k")
-        assert (await store.aevents("s", after_seq=event.seq - 1)) == [event]
-        assert await store.alast_seq("s") == event.seq
-        assert [s.session_id for s in await store.alist_sessions()] == ["s"]
-        assert await store.alatest_session_id() == "s"
-        assert [r.number for r in await store.aload_turns("s")] == [1, 2]
-        await store.arollback("s", 1)
-        assert not await store.ais_message_processed("m")
-        await store.amark_message_processed("m")
-        assert await store.ais_message_processed("m")
-        assert await store.aclaim_message("m2") is True
-        assert await store.aclaim_message("m2") is False
-        assert await store.adelete("s") is True
+        await any_store.arelease(start.session)
+        assert await any_store.asubmit_tool_result("s", "c", "done") == []
+        event = await any_store.aappend_event("s", "note", {"n": 1}, idempotency_key="k")
+        assert (await any_store.aevents("s", after_seq=event.seq - 1)) == [event]
+        assert await any_store.alast_seq("s") == event.seq
+        assert [s.session_id for s in await any_store.alist_sessions()] == ["s"]
+        assert await any_store.alatest_session_id() == "s"
+        assert [r.number for r in await any_store.aload_turns("s")] == [1, 2]
+        await any_store.arollback("s", 1)
+        assert not await any_store.ais_message_processed("m")
+        await any_store.amark_message_processed("m")
+        assert await any_store.ais_message_processed("m")
+        assert await any_store.aclaim_message("m2") is True
+        assert await any_store.aclaim_message("m2") is False
+        assert await any_store.adelete("s") is True
 
     asyncio.run(main())
 
@@ -955,10 +968,10 @@ def test_async_twins(store: BaseSessionStore, agent: Agent) -> None:
 # -- threads -----------------------------------------------------------------------------------
 
 
-def test_threads_claim_once_and_share_the_event_log(store: BaseSessionStore, agent: Agent) -> None:
+def test_threads_claim_once_and_share_the_event_log(any_store: BaseSessionStore, agent: Agent) -> None:
     import threading
 
-    store.get_or_create("t", agent)
+    any_store.get_or_create("t", agent)
     barrier = threading.Barrier(8)
     claims: list[bool] = []
     errors: list[BaseException] = []
@@ -966,9 +979,9 @@ def test_threads_claim_once_and_share_the_event_log(store: BaseSessionStore, age
     def work(i: int) -> None:
         try:
             barrier.wait()
-            claims.append(store.claim_message("MSG-0001"))
+            claims.append(any_store.claim_message("MSG-0001"))
             for n in range(10):
-                store.append_event("t", "note", {"i": i, "n": n})
+                any_store.append_event("t", "note", {"i": i, "n": n})
         except Exception as exc:  # noqa: BLE001  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -979,7 +992,7 @@ def test_threads_claim_once_and_share_the_event_log(store: BaseSessionStore, age
         t.join()
     assert errors == []
     assert sorted(claims) == [False] * 7 + [True]
-    assert all_seqs(store, "t") == list(range(1, 82))
+    assert all_seqs(any_store, "t") == list(range(1, 82))
 
 
 # -- message claims: holder, turn, state -----------------------------------------------------
@@ -1013,20 +1026,20 @@ def _claim_token(store: BaseSessionStore) -> str:
 
 
 def test_a_claim_records_its_holder_and_is_free_again_once_the_holder_dies(
-    store: BaseSessionStore, child: _Child
+    any_store: BaseSessionStore, child: _Child
 ) -> None:
-    assert store.message_state("wamid.K") is MessageState.NEW
-    assert store.claim_message("wamid.K", owner=child.owner) is True
-    assert store.message_state("wamid.K") is MessageState.IN_PROGRESS
-    assert store.is_message_processed("wamid.K", wait=0)  # a live holder's claim, no wait: skip it
-    assert store.claim_message("wamid.K") is False
-    store.mark_message_processed("wamid.K")  # the seed's pair: leaves the live holder's claim alone
-    assert store.message_state("wamid.K") is MessageState.IN_PROGRESS
+    assert any_store.message_state("wamid.K") is MessageState.NEW
+    assert any_store.claim_message("wamid.K", owner=child.owner) is True
+    assert any_store.message_state("wamid.K") is MessageState.IN_PROGRESS
+    assert any_store.is_message_processed("wamid.K", wait=0)  # a live holder's claim, no wait: skip it
+    assert any_store.claim_message("wamid.K") is False
+    any_store.mark_message_processed("wamid.K")  # the seed's pair: leaves the live holder's claim alone
+    assert any_store.message_state("wamid.K") is MessageState.IN_PROGRESS
     child.kill()  # the worker died before it answered
-    assert store.message_state("wamid.K") is MessageState.NEW
-    assert not store.is_message_processed("wamid.K")
-    assert store.claim_message("wamid.K") is True  # the redelivery runs
-    assert asyncio.run(store.amessage_state("wamid.K")) is MessageState.IN_PROGRESS
+    assert any_store.message_state("wamid.K") is MessageState.NEW
+    assert not any_store.is_message_processed("wamid.K")
+    assert any_store.claim_message("wamid.K") is True  # the redelivery runs
+    assert asyncio.run(any_store.amessage_state("wamid.K")) is MessageState.IN_PROGRESS
 
 
 def _watch_in_progress(store: BaseSessionStore) -> threading.Event:
@@ -1047,65 +1060,65 @@ def _watch_in_progress(store: BaseSessionStore) -> threading.Event:
 
 
 def test_is_message_processed_waits_for_another_process_until_its_holder_dies(
-    store: BaseSessionStore, child: _Child
+    any_store: BaseSessionStore, child: _Child
 ) -> None:
     """A duplicate delivery checked while another worker holds the id waits: the worker was
     killed before it answered, so the answer is False and this delivery runs the message."""
     import threading
 
-    assert store.claim_message("wamid.W", owner=child.owner) is True
+    assert any_store.claim_message("wamid.W", owner=child.owner) is True
     answers: list[bool] = []
-    seen = _watch_in_progress(store)
-    checker = threading.Thread(target=lambda: answers.append(store.is_message_processed("wamid.W", wait=60)))
+    seen = _watch_in_progress(any_store)
+    checker = threading.Thread(target=lambda: answers.append(any_store.is_message_processed("wamid.W", wait=60)))
     checker.start()
     assert seen.wait(30)  # the check found the worker on it
     child.kill()
     checker.join(90)
     assert answers == [False]
-    assert store.claim_message("wamid.W") is True
+    assert any_store.claim_message("wamid.W") is True
 
 
 def test_is_message_processed_waits_for_another_process_until_it_is_processed(
-    store: BaseSessionStore, child: _Child
+    any_store: BaseSessionStore, child: _Child
 ) -> None:
     import threading
 
-    assert store.claim_message("wamid.P", owner=child.owner) is True
+    assert any_store.claim_message("wamid.P", owner=child.owner) is True
     answers: list[bool] = []
-    seen = _watch_in_progress(store)
-    checker = threading.Thread(target=lambda: answers.append(store.is_message_processed("wamid.P", wait=60)))
+    seen = _watch_in_progress(any_store)
+    checker = threading.Thread(target=lambda: answers.append(any_store.is_message_processed("wamid.P", wait=60)))
     checker.start()
     assert seen.wait(30)
-    store.complete_message("wamid.P")  # the holder answered
+    any_store.complete_message("wamid.P")  # the holder answered
     checker.join(90)
     assert answers == [True]
 
 
 def test_is_message_processed_waits_at_most_wait_seconds_for_a_live_holder(
-    store: BaseSessionStore, child: _Child
+    any_store: BaseSessionStore, child: _Child
 ) -> None:
     """A live worker still on it after ``wait`` seconds: skip (True), and the claim is untouched."""
     import time
 
-    assert store.claim_message("wamid.L", owner=child.owner) is True
+    assert any_store.claim_message("wamid.L", owner=child.owner) is True
     started = time.monotonic()
-    assert store.is_message_processed("wamid.L", wait=0.3) is True
+    assert any_store.is_message_processed("wamid.L", wait=0.3) is True
     assert time.monotonic() - started >= 0.3
-    assert asyncio.run(store.ais_message_processed("wamid.L", wait=0.3)) is True
-    assert store.message_state("wamid.L") is MessageState.IN_PROGRESS
+    assert asyncio.run(any_store.ais_message_processed("wamid.L", wait=0.3)) is True
+    assert any_store.message_state("wamid.L") is MessageState.IN_PROGRESS
     for bad in (-1, float("nan")):
         with pytest.raises(ValueError):
-            store.is_message_processed("wamid.L", wait=bad)
+            any_store.is_message_processed("wamid.L", wait=bad)
 
 
 def test_ais_message_processed_waits_for_another_process_without_blocking_the_loop(
-    store: BaseSessionStore, child: _Child
+    any_store: BaseSessionStore, child: _Child
 ) -> None:
-    assert store.claim_message("wamid.A2", owner=child.owner) is True
-    seen = _watch_in_progress(store)
+    assert any_store.claim_message("wamid.A2", owner=child.owner) is True
+    seen = _watch_in_progress(any_store)
 
     async def main() -> bool:
-        check = asyncio.create_task(store.ais_message_processed("wamid.A2", wait=60))
+        check = asyncio.create_task(any_store.ais_message_processed("wamid.A2", wait=60))
         while not seen.is_set():  # the loop runs other tasks meanwhile: this one kills the holder
             assert not check.done()
             await asyncio.sleep(0.01)
@@ -1115,79 +1128,79 @@ def test_ais_message_processed_waits_for_another_process_without_blocking_the_lo
     assert asyncio.run(main()) is False
 
 
-def test_is_message_processed_answers_at_once_for_a_claim_held_in_this_process(store: BaseSessionStore) -> None:
+def test_is_message_processed_answers_at_once_for_a_claim_held_in_this_process(any_store: BaseSessionStore) -> None:
     """The holder is a thread or task of this process (a blocking wait would deadlock its event
     loop); a failed turn frees the claim and its own delivery is delivered again."""
-    assert store.claim_message("wamid.S") is True
-    assert store.is_message_processed("wamid.S", wait=3600) is True
-    assert asyncio.run(store.ais_message_processed("wamid.S", wait=3600)) is True
-    assert store.release_message("wamid.S") is True  # its processing failed
-    assert store.is_message_processed("wamid.S", wait=3600) is False
+    assert any_store.claim_message("wamid.S") is True
+    assert any_store.is_message_processed("wamid.S", wait=3600) is True
+    assert asyncio.run(any_store.ais_message_processed("wamid.S", wait=3600)) is True
+    assert any_store.release_message("wamid.S") is True  # its processing failed
+    assert any_store.is_message_processed("wamid.S", wait=3600) is False
 
 
 def test_a_claimed_turn_completes_the_claim_when_it_completes(
-    store: BaseSessionStore, agent: Agent, clock: FakeClock
+    any_store: BaseSessionStore, agent: Agent, clock: FakeClock
 ) -> None:
-    assert store.claim_message("wamid.C") is True
-    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current(),
-                             message_id="wamid.C", message_claim=_claim_token(store))
-    assert store.message_state("wamid.C") is MessageState.IN_PROGRESS
+    assert any_store.claim_message("wamid.C") is True
+    start = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current(),
+                             message_id="wamid.C", message_claim=_claim_token(any_store))
+    assert any_store.message_state("wamid.C") is MessageState.IN_PROGRESS
     t0 = clock.now
-    _finish(store, start.session, agent, "hello")
-    assert store.message_state("wamid.C") is MessageState.PROCESSED  # in the turn.completed transaction
+    _finish(any_store, start.session, agent, "hello")
+    assert any_store.message_state("wamid.C") is MessageState.PROCESSED  # in the turn.completed transaction
     clock.now = t0 + 192 * HOUR - 0.001
-    assert store.is_message_processed("wamid.C")
+    assert any_store.is_message_processed("wamid.C")
     clock.now = t0 + 192 * HOUR
-    assert store.message_state("wamid.C") is MessageState.NEW
+    assert any_store.message_state("wamid.C") is MessageState.NEW
 
 
 @pytest.mark.parametrize("ending", ["failed", "interrupted"])
 def test_a_claimed_turn_that_fails_or_is_interrupted_frees_the_claim(
-    store: BaseSessionStore, agent: Agent, ending: str
+    any_store: BaseSessionStore, agent: Agent, ending: str
 ) -> None:
-    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current(),
+    start = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current(),
                              message_id="wamid.F")
     ctx = start.session
     if ending == "failed":
         ctx.fail_turn(RuntimeError("provider down"))
     else:
         ctx.interrupt_turn("cancelled")
-    store.release(ctx)
-    assert store.message_state("wamid.F") is MessageState.NEW
-    assert store.claim_message("wamid.F") is True
+    any_store.release(ctx)
+    assert any_store.message_state("wamid.F") is MessageState.NEW
+    assert any_store.claim_message("wamid.F") is True
 
 
 def test_a_processed_message_id_replays_its_turn_and_writes_nothing(
-    store: BaseSessionStore, agent: Agent
+    any_store: BaseSessionStore, agent: Agent
 ) -> None:
-    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("where is 404?"),
+    start = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("where is 404?"),
                              owner=Owner.current(), message_id="wamid.R")
-    _finish(store, start.session, agent, "in transit")
-    seq = store.last_seq("s")
-    again = store.begin_turn("s", default_agent=agent, user_message=Message.user("where is 404?"),
+    _finish(any_store, start.session, agent, "in transit")
+    seq = any_store.last_seq("s")
+    again = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("where is 404?"),
                              owner=Owner.current(), message_id="wamid.R")
     assert again.replayed is not None
     assert again.replayed["outcome"] == "completed" and again.replayed["content"] == "in transit"
-    assert again.turn == 1 and store.last_seq("s") == seq
+    assert again.turn == 1 and any_store.last_seq("s") == seq
 
 
 def test_a_message_id_another_live_holder_runs_is_busy_until_the_holder_dies(
-    store: BaseSessionStore, agent: Agent, child: _Child
+    any_store: BaseSessionStore, agent: Agent, child: _Child
 ) -> None:
-    assert store.claim_message("wamid.B", owner=child.owner)
+    assert any_store.claim_message("wamid.B", owner=child.owner)
     with pytest.raises(SessionBusyError, match="wamid.B' is being processed by pid"):
-        store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current(),
+        any_store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current(),
                          message_id="wamid.B")
     child.kill()
-    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current(),
+    start = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("hi"), owner=Owner.current(),
                              message_id="wamid.B")
     assert start.replayed is None and start.turn == 1
 
 
-def test_complete_message_marks_an_id_handled_without_a_turn(store: BaseSessionStore) -> None:
-    assert store.claim_message("wamid.M") is True
-    store.complete_message("wamid.M")
-    assert store.message_state("wamid.M") is MessageState.PROCESSED
+def test_complete_message_marks_an_id_handled_without_a_turn(any_store: BaseSessionStore) -> None:
+    assert any_store.claim_message("wamid.M") is True
+    any_store.complete_message("wamid.M")
+    assert any_store.message_state("wamid.M") is MessageState.PROCESSED
 
 
 def _dead_keyed_turn(store: BaseSessionStore, agent: Agent, child: _Child, **key: str) -> None:
@@ -1202,10 +1215,10 @@ def _dead_keyed_turn(store: BaseSessionStore, agent: Agent, child: _Child, **key
 
 @pytest.mark.parametrize("key", [{"idempotency_key": "k-7"}, {"message_id": "wamid.7"}])
 def test_a_retry_after_the_owner_died_recovers_first_and_replaces_the_attempt(
-    store: BaseSessionStore, agent: Agent, child: _Child, key: dict[str, str]
+    any_store: BaseSessionStore, agent: Agent, child: _Child, key: dict[str, str]
 ) -> None:
-    _dead_keyed_turn(store, agent, child, **key)
-    retry = store.begin_turn("s", default_agent=agent, user_message=Message.user("refund order 7"),
+    _dead_keyed_turn(any_store, agent, child, **key)
+    retry = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("refund order 7"),
                              owner=Owner.current(), **key)
     assert retry.replayed is None, "the retry runs the turn again"
     types = [e.type for e in retry.events]
@@ -1214,36 +1227,36 @@ def test_a_retry_after_the_owner_died_recovers_first_and_replaces_the_attempt(
     assert retry.turn == 1
     users = [m.content for m in retry.session.history if m.role is Role.USER]
     assert users == ["refund order 7"], "the retry replaces the interrupted attempt in the window"
-    logged = [e for e in store.events("s") if e.type == "message.user"]
+    logged = [e for e in any_store.events("s") if e.type == "message.user"]
     assert len(logged) == 2, "the log keeps both attempts"
     assert history_problems(retry.session.history, pending_ok=True) == []
 
 
 def test_a_redelivery_claimed_again_before_its_turn_recovers_replaces_the_attempt(
-    store: BaseSessionStore, agent: Agent, child: _Child
+    any_store: BaseSessionStore, agent: Agent, child: _Child
 ) -> None:
     """claim_message, then the turn: the new claim (the dead holder's is free) keeps naming the
     dead attempt, so the turn's recovery still takes that attempt out of the window."""
-    _dead_keyed_turn(store, agent, child, message_id="wamid.9")
-    assert store.claim_message("wamid.9") is True
-    retry = store.begin_turn("s", default_agent=agent, user_message=Message.user("refund order 7"),
-                             owner=Owner.current(), message_id="wamid.9", message_claim=_claim_token(store))
+    _dead_keyed_turn(any_store, agent, child, message_id="wamid.9")
+    assert any_store.claim_message("wamid.9") is True
+    retry = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("refund order 7"),
+                             owner=Owner.current(), message_id="wamid.9", message_claim=_claim_token(any_store))
     assert [m.content for m in retry.session.history if m.role is Role.USER] == ["refund order 7"]
-    _finish(store, retry.session, agent, "refunded")
-    assert store.message_state("wamid.9") is MessageState.PROCESSED
+    _finish(any_store, retry.session, agent, "refunded")
+    assert any_store.message_state("wamid.9") is MessageState.PROCESSED
 
 
 def test_another_message_after_a_keyed_turn_died_and_then_its_retry(
-    store: BaseSessionStore, agent: Agent, child: _Child
+    any_store: BaseSessionStore, agent: Agent, child: _Child
 ) -> None:
-    _dead_keyed_turn(store, agent, child, idempotency_key="k-7")
-    other = store.begin_turn("s", default_agent=agent, user_message=Message.user("hello?"), owner=Owner.current())
-    _finish(store, other.session, agent, "hi")
-    retry = store.begin_turn("s", default_agent=agent, user_message=Message.user("refund order 7"),
+    _dead_keyed_turn(any_store, agent, child, idempotency_key="k-7")
+    other = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("hello?"), owner=Owner.current())
+    _finish(any_store, other.session, agent, "hi")
+    retry = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("refund order 7"),
                              owner=Owner.current(), idempotency_key="k-7")
     assert retry.replayed is None
-    _finish(store, retry.session, agent, "refunded")
-    window = store.get("s")
+    _finish(any_store, retry.session, agent, "refunded")
+    window = any_store.get("s")
     assert window is not None
     assert [m.content for m in window.history if m.role is Role.USER] == ["hello?", "refund order 7"]
     assert [t.number for t in window.turns] == [1, 2]
@@ -1253,92 +1266,92 @@ def test_another_message_after_a_keyed_turn_died_and_then_its_retry(
 # -- turns waiting for a busy session ---------------------------------------------------------
 
 
-def test_waiting_turns_start_in_arrival_order(store: BaseSessionStore, agent: Agent, child: _Child) -> None:
-    running = store.begin_turn("s", default_agent=agent, user_message=Message.user("first"), owner=Owner.current())
+def test_waiting_turns_start_in_arrival_order(any_store: BaseSessionStore, agent: Agent, child: _Child) -> None:
+    running = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("first"), owner=Owner.current())
     late, later = Owner.current(), Owner.current()
-    first = store.begin_turn("s", default_agent=agent, user_message=Message.user("second"), owner=late,
+    first = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("second"), owner=late,
                              enqueue=True)
-    second = store.begin_turn("s", default_agent=agent, user_message=Message.user("third"), owner=later,
+    second = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("third"), owner=later,
                               enqueue=True)
-    dead = store.begin_turn("s", default_agent=agent, user_message=Message.user("never"), owner=child.owner,
+    dead = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("never"), owner=child.owner,
                             enqueue=True)
     assert first.queued is not None and second.queued is not None and dead.queued is not None
     assert first.queued < second.queued < dead.queued and first.turn == 0
-    seq = store.last_seq("s")
+    seq = any_store.last_seq("s")
     assert seq == running.events[-1].seq, "queueing writes no event"
-    _finish(store, running.session, agent, "one")
+    _finish(any_store, running.session, agent, "one")
     with pytest.raises(SessionBusyError, match="1 earlier turn"):  # a newcomer queues behind them all
-        store.begin_turn("s", default_agent=agent, user_message=Message.user("newcomer"), owner=Owner.current(),
+        any_store.begin_turn("s", default_agent=agent, user_message=Message.user("newcomer"), owner=Owner.current(),
                          ticket=second.queued)
     with pytest.raises(SessionBusyError):
-        store.begin_turn("s", default_agent=agent, user_message=Message.user("newcomer"), owner=Owner.current())
-    go = store.begin_turn("s", default_agent=agent, user_message=Message.user("second"), owner=late,
+        any_store.begin_turn("s", default_agent=agent, user_message=Message.user("newcomer"), owner=Owner.current())
+    go = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("second"), owner=late,
                           ticket=first.queued)
     assert go.turn == 2
-    _finish(store, go.session, agent, "two")
+    _finish(any_store, go.session, agent, "two")
     child.kill()  # a dead waiter's ticket is skipped
-    go = store.begin_turn("s", default_agent=agent, user_message=Message.user("third"), owner=later,
+    go = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("third"), owner=later,
                           ticket=second.queued)
     assert go.turn == 3
-    _finish(store, go.session, agent, "three")
-    start = store.begin_turn("s", default_agent=agent, user_message=Message.user("newcomer"), owner=Owner.current())
+    _finish(any_store, go.session, agent, "three")
+    start = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("newcomer"), owner=Owner.current())
     assert start.turn == 4
 
 
-def test_leaving_the_queue_lets_the_next_waiter_start(store: BaseSessionStore, agent: Agent) -> None:
-    running = store.begin_turn("s", default_agent=agent, user_message=Message.user("first"), owner=Owner.current())
-    gone = store.begin_turn("s", default_agent=agent, user_message=Message.user("x"), owner=Owner.current(),
+def test_leaving_the_queue_lets_the_next_waiter_start(any_store: BaseSessionStore, agent: Agent) -> None:
+    running = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("first"), owner=Owner.current())
+    gone = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("x"), owner=Owner.current(),
                             enqueue=True)
-    _finish(store, running.session, agent, "one")
+    _finish(any_store, running.session, agent, "one")
     assert gone.queued is not None
-    store.leave_turn_queue("s", gone.queued)
-    assert store.begin_turn("s", default_agent=agent, user_message=Message.user("y"), owner=Owner.current()).turn == 2
+    any_store.leave_turn_queue("s", gone.queued)
+    assert any_store.begin_turn("s", default_agent=agent, user_message=Message.user("y"), owner=Owner.current()).turn == 2
 
 
 # -- the model endpoint stored with a session ---------------------------------------------
 def test_session_endpoint_round_trip_and_goes_with_the_session(
-        store: BaseSessionStore, agent: Agent, make_store: Callable[..., BaseSessionStore]) -> None:
-    store.get_or_create("s", agent)
-    assert store.session_endpoint("s") == (None, None)
-    store.set_session_endpoint("s", "fake-model", "http://127.0.0.1:9/v1")
-    assert store.session_endpoint("s") == ("fake-model", "http://127.0.0.1:9/v1")
+        any_store: BaseSessionStore, agent: Agent, make_store: Callable[..., BaseSessionStore]) -> None:
+    any_store.get_or_create("s", agent)
+    assert any_store.session_endpoint("s") == (None, None)
+    any_store.set_session_endpoint("s", "fake-model", "http://127.0.0.1:9/v1")
+    assert any_store.session_endpoint("s") == ("fake-model", "http://127.0.0.1:9/v1")
     assert make_store().session_endpoint("s") == ("fake-model", "http://127.0.0.1:9/v1")  # SQLite: reopened file
-    store.set_session_endpoint("s", "other", None)  # /model other: replaces both values
-    assert store.session_endpoint("s") == ("other", None)
-    assert asyncio.run(store.asession_endpoint("s")) == ("other", None)
-    asyncio.run(store.aset_session_endpoint("s", "m3", "http://h/v1"))
-    assert store.session_endpoint("s") == ("m3", "http://h/v1")
-    assert store.delete("s") is True
-    store.get_or_create("s", agent)  # a new incarnation starts with nothing stored
-    assert store.session_endpoint("s") == (None, None)
+    any_store.set_session_endpoint("s", "other", None)  # /model other: replaces both values
+    assert any_store.session_endpoint("s") == ("other", None)
+    assert asyncio.run(any_store.asession_endpoint("s")) == ("other", None)
+    asyncio.run(any_store.aset_session_endpoint("s", "m3", "http://h/v1"))
+    assert any_store.session_endpoint("s") == ("m3", "http://h/v1")
+    assert any_store.delete("s") is True
+    any_store.get_or_create("s", agent)  # a new incarnation starts with nothing stored
+    assert any_store.session_endpoint("s") == (None, None)
 
 
-def test_session_endpoint_refuses_unknown_sessions_and_bad_values(store: BaseSessionStore, agent: Agent) -> None:
+def test_session_endpoint_refuses_unknown_sessions_and_bad_values(any_store: BaseSessionStore, agent: Agent) -> None:
     with pytest.raises(SessionNotFoundError):
-        store.session_endpoint("absent")
+        any_store.session_endpoint("absent")
     with pytest.raises(SessionNotFoundError):
-        store.set_session_endpoint("absent", "m", None)
-    store.get_or_create("s", agent)
+        any_store.set_session_endpoint("absent", "m", None)
+    any_store.get_or_create("s", agent)
     with pytest.raises(TypeError):
-        store.set_session_endpoint("s", 5, None)  # type: ignore[arg-type]
+        any_store.set_session_endpoint("s", 5, None)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        store.set_session_endpoint("s", "m" * 2049, None)
-    assert store.session_endpoint("s") == (None, None)  # nothing written by a refused call
+        any_store.set_session_endpoint("s", "m" * 2049, None)
+    assert any_store.session_endpoint("s") == (None, None)  # nothing written by a refused call
 
 
 def test_preview_of_a_session_whose_first_turn_failed_is_the_failed_message(
-        store: BaseSessionStore, agent: Agent) -> None:
-    ctx = store.get_or_create("s", agent)
+        any_store: BaseSessionStore, agent: Agent) -> None:
+    ctx = any_store.get_or_create("s", agent)
     ctx.add_message(Message.user("first try"))
     ctx.fail_turn(RuntimeError("bad key"))
-    store.save(ctx)
+    any_store.save(ctx)
     ctx.add_message(Message.user("second try"))
     ctx.fail_turn(RuntimeError("bad key"))
-    store.save(ctx)
-    [summary] = store.list_sessions()
+    any_store.save(ctx)
+    [summary] = any_store.list_sessions()
     assert summary.turn_count == 0 and summary.preview == "second try"  # the newest failed message
     add_turn(ctx, "ok")
-    store.save(ctx)
-    assert store.list_sessions()[0].preview == "uok"  # a live first turn wins
-    store.rollback("s", 0)
-    assert store.list_sessions()[0].preview == "second try"  # rolled back is not failed: never shown
+    any_store.save(ctx)
+    assert any_store.list_sessions()[0].preview == "uok"  # a live first turn wins
+    any_store.rollback("s", 0)
+    assert any_store.list_sessions()[0].preview == "second try"  # rolled back is not failed: never shown

@@ -48,45 +48,45 @@ def _live(store: BaseSessionStore, session_id: str = "s") -> list[str | None]:
 @pytest.mark.parametrize(
     ("call", "kept", "removed"),
     [
-        (lambda store: store.rollback("s", 2), ["u1", "u2"], [3, 4]),
-        (lambda store: store.rollback("s", to_turn=2), ["u1", "u2"], [3, 4]),
-        (lambda store: store.rollback("s", last=2), ["u1", "u2"], [3, 4]),
-        (lambda store: store.rollback("s", last=1), ["u1", "u2", "u3"], [4]),
-        (lambda store: store.rollback("s", last=4), [], [1, 2, 3, 4]),
-        (lambda store: store.rollback("s", to_turn=0), [], [1, 2, 3, 4]),
-        (lambda store: asyncio.run(store.arollback("s", last=3)), ["u1"], [2, 3, 4]),
-        (lambda store: asyncio.run(store.arollback("s", 3)), ["u1", "u2", "u3"], [4]),
+        (lambda any_store: any_store.rollback("s", 2), ["u1", "u2"], [3, 4]),
+        (lambda any_store: any_store.rollback("s", to_turn=2), ["u1", "u2"], [3, 4]),
+        (lambda any_store: any_store.rollback("s", last=2), ["u1", "u2"], [3, 4]),
+        (lambda any_store: any_store.rollback("s", last=1), ["u1", "u2", "u3"], [4]),
+        (lambda any_store: any_store.rollback("s", last=4), [], [1, 2, 3, 4]),
+        (lambda any_store: any_store.rollback("s", to_turn=0), [], [1, 2, 3, 4]),
+        (lambda any_store: asyncio.run(any_store.arollback("s", last=3)), ["u1"], [2, 3, 4]),
+        (lambda any_store: asyncio.run(any_store.arollback("s", 3)), ["u1", "u2", "u3"], [4]),
     ],
     ids=["positional", "to_turn", "last=2", "last=1", "last=all", "to_turn=0", "async last", "async positional"],
 )
-def test_rollback_forms_keep_the_same_turns(store, agent, call, kept, removed) -> None:
-    _turns(store, agent, 4)
-    events = call(store)
+def test_rollback_forms_keep_the_same_turns(any_store, agent, call, kept, removed) -> None:
+    _turns(any_store, agent, 4)
+    events = call(any_store)
     expected = {"to_turn": 4 - len(removed), "removed_turns": removed}
     assert [(e.type, e.payload) for e in events] == [("rollback", expected)]
-    assert _live(store) == kept
-    assert store.session_summary("s").turn_count == len(kept)
-    ctx = store.get("s")
+    assert _live(any_store) == kept
+    assert any_store.session_summary("s").turn_count == len(kept)
+    ctx = any_store.get("s")
     assert ctx is not None
     ctx.add_message(Message.user("next"))  # the next new turn follows the kept ones
-    store.save(ctx)
+    any_store.save(ctx)
     assert ctx.turn_count == len(kept) + 1
 
 
-def test_last_counts_the_turns_stored_when_the_rollback_runs(store, agent) -> None:
+def test_last_counts_the_turns_stored_when_the_rollback_runs(any_store, agent) -> None:
     """A turn added after the caller read the count is the one ``last=1`` removes."""
-    _turns(store, agent, 3)
-    seen = store.session_summary("s").turn_count
-    other = store.get("s")
+    _turns(any_store, agent, 3)
+    seen = any_store.session_summary("s").turn_count
+    other = any_store.get("s")
     assert other is not None
     other.add_message(Message.user("u4"))
     other.add_message(Message.model("m4"))
     other.complete_turn("m4")
-    store.save(other)
-    events = store.rollback("s", last=1)
+    any_store.save(other)
+    events = any_store.rollback("s", last=1)
     assert seen == 3
     assert events[0].payload == {"to_turn": 3, "removed_turns": [4]}
-    assert _live(store) == ["u1", "u2", "u3"]
+    assert _live(any_store) == ["u1", "u2", "u3"]
 
 
 # -- errors: nothing is written -----------------------------------------------------------------
@@ -107,38 +107,38 @@ def test_last_counts_the_turns_stored_when_the_rollback_runs(store, agent) -> No
         ({"last": 1.0}, TypeError, "last must be an int, got float"),
     ],
 )
-def test_bad_rollback_arguments_change_nothing(store, agent, kwargs, error, words) -> None:
-    _turns(store, agent, 2)
-    before = store.events("s")
+def test_bad_rollback_arguments_change_nothing(any_store, agent, kwargs, error, words) -> None:
+    _turns(any_store, agent, 2)
+    before = any_store.events("s")
     with pytest.raises(error) as caught:
-        store.rollback("s", **kwargs)
+        any_store.rollback("s", **kwargs)
     assert words in str(caught.value)
-    assert store.events("s") == before
-    assert _live(store) == ["u1", "u2"]
+    assert any_store.events("s") == before
+    assert _live(any_store) == ["u1", "u2"]
 
 
-def test_rollback_of_an_absent_session_is_not_found_in_either_form(store) -> None:
+def test_rollback_of_an_absent_session_is_not_found_in_either_form(any_store) -> None:
     with pytest.raises(SessionNotFoundError):
-        store.rollback("absent", last=1)
+        any_store.rollback("absent", last=1)
     with pytest.raises(SessionNotFoundError):
-        store.rollback("absent", 0)
+        any_store.rollback("absent", 0)
 
 
-def test_rollback_refuses_a_session_a_live_owner_runs(store, agent) -> None:
-    _turns(store, agent, 2)
-    store.begin_turn("s", default_agent=agent, user_message=Message.user("u3"), owner=Owner.current())
-    before = store.events("s")
+def test_rollback_refuses_a_session_a_live_owner_runs(any_store, agent) -> None:
+    _turns(any_store, agent, 2)
+    any_store.begin_turn("s", default_agent=agent, user_message=Message.user("u3"), owner=Owner.current())
+    before = any_store.events("s")
     with pytest.raises(SessionBusyError, match="is busy"):
-        store.rollback("s", last=1)
-    assert store.events("s") == before
+        any_store.rollback("s", last=1)
+    assert any_store.events("s") == before
 
 
-def test_rollback_refuses_a_terminated_session(store, agent) -> None:
-    ctx = _turns(store, agent, 2)
-    store.release(ctx, SessionStatus.TERMINATED, "closed")
+def test_rollback_refuses_a_terminated_session(any_store, agent) -> None:
+    ctx = _turns(any_store, agent, 2)
+    any_store.release(ctx, SessionStatus.TERMINATED, "closed")
     with pytest.raises(SessionTerminatedError):
-        store.rollback("s", last=1)
-    assert _live(store) == ["u1", "u2"]
+        any_store.rollback("s", last=1)
+    assert _live(any_store) == ["u1", "u2"]
 
 
 # -- the rule itself ------------------------------------------------------------------------------
@@ -163,37 +163,38 @@ def test_rollback_target_names_the_session_when_given() -> None:
 # -- the summary read ------------------------------------------------------------------------------
 
 
-def test_session_summary_is_the_list_row_and_needs_no_resolver(store, agent) -> None:
+def test_session_summary_is_the_list_row_and_needs_no_resolver(any_store, agent) -> None:
     calls: list[str] = []
-    _turns(store, agent, 2)
-    store.set_agent_resolver(lambda name: calls.append(name))
-    summary = store.session_summary("s")
-    assert summary == store.list_sessions()[0]
+    _turns(any_store, agent, 2)
+    any_store.set_agent_resolver(lambda name: calls.append(name))
+    summary = any_store.session_summary("s")
+    assert summary == any_store.list_sessions()[0]
     shown = (summary.session_id, summary.active_agent_name, summary.turn_count, summary.preview)
     assert shown == ("s", "Assistant", 2, "u1")
-    assert summary.status is SessionStatus.IDLE and summary.max_turns == store.default_max_turns
-    assert asyncio.run(store.asession_summary("s")) == summary
+    assert summary.status is SessionStatus.IDLE and summary.max_turns == any_store.default_max_turns
+    assert asyncio.run(any_store.asession_summary("s")) == summary
     assert calls == []  # the agent resolver was not asked
 
 
-def test_session_summary_of_an_absent_session_is_not_found(store) -> None:
+def test_session_summary_of_an_absent_session_is_not_found(any_store) -> None:
     with pytest.raises(SessionNotFoundError):
-        store.session_summary("absent")
+        any_store.session_summary("absent")
 
 
-def test_session_summary_shows_the_effective_status(store, agent) -> None:
+def test_session_summary_shows_the_effective_status(any_store, agent) -> None:
     """Running while a live owner runs the turn; idle once that owner is dead, with nothing written."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.of_process(child.pid))
-        assert store.session_summary("s").status is SessionStatus.RUNNING
+        owner = Owner.of_process(child.pid)
+        any_store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=owner)
+        assert any_store.session_summary("s").status is SessionStatus.RUNNING
     finally:
         child.kill()
         child.wait()
-    seq = store.last_seq("s")
-    assert store.session_summary("s").status is SessionStatus.IDLE
-    assert store.last_seq("s") == seq
+    seq = any_store.last_seq("s")
+    assert any_store.session_summary("s").status is SessionStatus.IDLE
+    assert any_store.last_seq("s") == seq
 
 
-def test_every_store_satisfies_the_protocol(store) -> None:
-    assert isinstance(store, SessionStoreProtocol)
+def test_every_store_satisfies_the_protocol(any_store) -> None:
+    assert isinstance(any_store, SessionStoreProtocol)

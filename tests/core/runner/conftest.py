@@ -14,7 +14,7 @@ from chatflow_cli.core.runner import Runner
 from tests.helpers.fakeserver import FakeServer
 
 
-def sqlite_store(path: Path, **kwargs: Any) -> Any:
+def open_sqlite_store(path: Path, **kwargs: Any) -> Any:
     """A SQLiteSessionStore on ``path`` (a new connection: what another process would see)."""
     from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
@@ -27,9 +27,9 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(db_path: Path) -> Iterator[Any]:
-    """A SQLiteSessionStore on a file in the test's directory."""
-    s = sqlite_store(db_path)
+def sqlite_store(db_path: Path) -> Iterator[Any]:
+    """A SQLiteSessionStore on a file in the test's directory (the Runner tests' store)."""
+    s = open_sqlite_store(db_path)
     yield s
     s.close()
 
@@ -43,13 +43,13 @@ def client(fake_server: FakeServer) -> Iterator[ModelClient]:
 
 
 @pytest.fixture
-def make_runner(store: Any, client: ModelClient) -> Callable[..., Runner]:
+def make_runner(sqlite_store: Any, client: ModelClient) -> Callable[..., Runner]:
     """``make_runner(agent, **kwargs)``: a Runner on the SQLite store and the fake server."""
     made: list[Runner] = []
 
     def make(agent: Agent, **kwargs: Any) -> Runner:
         kwargs.setdefault("model_client", client)
-        runner = Runner(agent, kwargs.pop("session_store", store), **kwargs)
+        runner = Runner(agent, kwargs.pop("session_store", sqlite_store), **kwargs)
         made.append(runner)
         return runner
 

@@ -27,7 +27,7 @@ pytestmark = [
 ]
 
 
-def test_case5_forced_tool_call_with_the_real_local_model(store: Any) -> None:
+def test_case5_forced_tool_call_with_the_real_local_model(sqlite_store: Any) -> None:
     from chatflow_cli.core.local import LocalServer
     from chatflow_cli.core.model import ModelClient
 
@@ -46,7 +46,7 @@ def test_case5_forced_tool_call_with_the_real_local_model(store: Any) -> None:
     agent = Agent("Local", "You are a helpful assistant.", tools=[get_weather], tool_choice="get_weather")
     with LocalServer(extra_args=["--seed", "7"]) as server:
         client = ModelClient(server.base_url, None, timeout=180, max_retries=0)
-        runner = Runner(agent, store, model_client=client, default_model=server.model, max_tool_rounds=2,
+        runner = Runner(agent, sqlite_store, model_client=client, default_model=server.model, max_tool_rounds=2,
                         max_tokens=96, temperature=0.0)
         try:
             result = runner.run("local-5", "What is the weather in Paris?")
@@ -54,7 +54,7 @@ def test_case5_forced_tool_call_with_the_real_local_model(store: Any) -> None:
             result = None  # the small model may keep calling the tool; the bound ends the turn cleanly
         client.close()
 
-    events = store.events("local-5")
+    events = sqlite_store.events("local-5")
     calls = [c for e in events if e.type == "message.model" for c in e.payload["message"].get("tool_calls", [])]
     assert calls, "the forced tool call was parsed"
     first = calls[0]
@@ -73,7 +73,7 @@ def test_case5_forced_tool_call_with_the_real_local_model(store: Any) -> None:
         assert answer.get("is_error") and answer["content"].startswith("Error: invalid arguments")
 
     print("case 5:", first, "->", answer, "| final:", None if result is None else result.content)
-    session = store.get("local-5")
+    session = sqlite_store.get("local-5")
     assert session.status is SessionStatus.IDLE
     check_history(session.history)
     if result is not None:

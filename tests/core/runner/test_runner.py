@@ -24,6 +24,7 @@ from chatflow_cli.core.errors import (
     InvalidToolCallError,
     MaxToolRoundsExceeded,
     PendingToolCallsError,
+    ProviderResponseError,
     RateLimitedError,
     RunInterrupted,
     SessionNotFoundError,
@@ -35,14 +36,12 @@ from chatflow_cli.core.messages import Message, Role, check_history
 from chatflow_cli.core.runner import INTERRUPTED_RESULT, Runner, StreamEvent
 from chatflow_cli.core.tools import Tool, tool
 from tests.helpers.fakeserver import FakeServer
+from tests.helpers.stored import events_of
+from tests.helpers.wait import wait_until
 
-from .conftest import sqlite_store
+from .conftest import open_sqlite_store
 
 MODEL = "fake-model"
-
-
-def events_of(store: Any, session_id: str, type_: str) -> list[Any]:
-    return [e for e in store.events(session_id) if e.type == type_]
 
 
 def non_system(history: Any) -> list[Message]:
@@ -57,7 +56,7 @@ def roles(messages: list[dict[str, Any]]) -> list[str]:
 # issue 4, case 1: stream quirks
 # --------------------------------------------------------------------------------------
 def test_case1_quirky_stream_is_stored_and_returned_as_hello_world(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any, db_path: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any, db_path: Any
 ) -> None:
     usage = {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13}
     fake_server.add_chunks([
@@ -73,11 +72,11 @@ def test_case1_quirky_stream_is_stored_and_returned_as_hello_world(
     assert result.content == "Hello world"
     assert (result.usage.prompt_tokens, result.usage.completion_tokens, result.usage.total_tokens) == (11, 2, 13)
     assert result.turn == 1 and result.agent == "Assistant" and result.status is SessionStatus.IDLE
-    stored = sqlite_store(db_path).get("case-1")  # read back through a fresh connection
+    stored = open_sqlite_store(db_path).get("case-1")  # read back through a fresh connection
     assert [(m.role, m.content) for m in stored.history] == [(Role.USER, "Say hello"), (Role.MODEL, "Hello world")]
-    completed = events_of(store, "case-1", "turn.completed")
+    completed = events_of(sqlite_store, "case-1", "turn.completed")
     assert len(completed) == 1 and completed[0].payload["usage"] == usage
-    assert events_of(store, "case-1", "turn.failed") == []
+    assert events_of(sqlite_store, "case-1", "turn.failed") == []
     assert stored.status is SessionStatus.IDLE
 
 
@@ -85,7 +84,7 @@ def test_case1_quirky_stream_is_stored_and_returned_as_hello_world(
 # issue 4, case 2: custom tools answered by id
 # --------------------------------------------------------------------------------------
 def test_case2_custom_tool_results_are_paired_by_id_and_sent_in_call_order(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     weather = Tool.custom("get_weather", "Weather for a city.",
                           {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
@@ -99,7 +98,7 @@ def test_case2_custom_tool_results_are_paired_by_id_and_sent_in_call_order(
     first = runner.run("case-2", "Weather and time in Lisbon?")
     assert first.status is SessionStatus.IDLE and first.content is None
     assert [c.id for c in first.pending_tool_calls] == ["call_W", "call_T"]
-    pending = events_of(store, "case-2", "tool.pending")
+    pending = events_of(sqlite_store, "case-2", "tool.pending")
     assert len(pending) == 1 and pending[0].payload["tool_use_ids"] == ["call_W", "call_T"]
     assert len(fake_server.requests) == 1
     with pytest.raises(PendingToolCallsError):  # no user message between a call and its result
@@ -107,12 +106,12 @@ def test_case2_custom_tool_results_are_paired_by_id_and_sent_in_call_order(
 
     assert runner.submit_tool_result("case-2", "call_T", "14:00") is None
     assert len(fake_server.requests) == 1, "no request before both results are in"
-    seq = store.last_seq("case-2")
+    seq = sqlite_store.last_seq("case-2")
     with pytest.raises(ToolResultError):
         runner.submit_tool_result("case-2", "call_X", "???")  # a third result, unknown id
     with pytest.raises(ToolResultError):
         runner.submit_tool_result("case-2", "call_T", "15:00")  # a second result for call_T
-    assert store.last_seq("case-2") == seq, "a rejected result writes nothing"
+    assert sqlite_store.last_seq("case-2") == seq, "a rejected result writes nothing"
     assert len(fake_server.requests) == 1
 
     final = runner.submit_tool_result("case-2", "call_W", {"temp": "21C"})
@@ -123,11 +122,11 @@ def test_case2_custom_tool_results_are_paired_by_id_and_sent_in_call_order(
     assert roles(sent) == ["system", "user", "assistant", "tool", "tool"]
     assert [(m["tool_call_id"], m["content"]) for m in sent[3:]] == [("call_W", '{"temp": "21C"}'),
                                                                     ("call_T", "14:00")]
-    seq = store.last_seq("case-2")
+    seq = sqlite_store.last_seq("case-2")
     with pytest.raises(ToolResultError):
         runner.submit_tool_result("case-2", "call_T", "16:00")
-    assert store.last_seq("case-2") == seq
-    check_history(store.get("case-2").history)
+    assert sqlite_store.last_seq("case-2") == seq
+    check_history(sqlite_store.get("case-2").history)
 
 
 def test_regular_tools_called_with_custom_ones_wait_in_call_order(
@@ -151,7 +150,7 @@ def test_regular_tools_called_with_custom_ones_wait_in_call_order(
 
 
 def test_a_failing_regular_tool_beside_a_custom_one_stays_an_error_result(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any, db_path: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any, db_path: Any
 ) -> None:
     """Seed 003: the regular results of a reply that also called custom tools wait with the
     custom ones; an error result of a regular tool (it raised, or is unknown) keeps
@@ -170,17 +169,17 @@ def test_a_failing_regular_tool_beside_a_custom_one_stays_an_error_result(
     result = runner.submit_tool_result("mixed-error", "call_2", "yes")
     assert result is not None and result.content == "1/0 failed; approved; 6/3 is 2"
 
-    other = sqlite_store(db_path)  # as another process reads it
+    other = open_sqlite_store(db_path)  # as another process reads it
     tools = {m.tool_call_id: m for m in other.get("mixed-error").history if m.role is Role.TOOL}
     other.close()
     assert list(tools) == ["call_1", "call_2", "call_3", "call_4"]  # call order
     assert [tools[i].is_error for i in tools] == [True, False, False, True]
-    assert "ZeroDivisionError" in (tools["call_1"].content or "") or "division" in (tools["call_1"].content or "")
+    assert tools["call_1"].content == "Error: divide raised ZeroDivisionError: division by zero"
     assert tools["call_3"].content == "2.0" and tools["call_2"].content == "yes"
-    stored = [e.payload["message"] for e in events_of(store, "mixed-error", "tool.result")]
+    stored = [e.payload["message"] for e in events_of(sqlite_store, "mixed-error", "tool.result")]
     assert [(m["tool_call_id"], m.get("is_error", False)) for m in stored] == [
         ("call_1", True), ("call_2", False), ("call_3", False), ("call_4", True)]
-    check_history(store.get("mixed-error").history)
+    check_history(sqlite_store.get("mixed-error").history)
 
 
 # --------------------------------------------------------------------------------------
@@ -195,7 +194,7 @@ def test_case4_two_turns_store_four_messages(
     assert runner.run("case-4", "Hi").content == "Hello!"
     assert runner.run("case-4", "How are you?").content == "Fine, thanks."
 
-    reopened = sqlite_store(db_path)
+    reopened = open_sqlite_store(db_path)
     history = reopened.get("case-4").history
     assert [(m.role, m.content) for m in non_system(history)] == [
         (Role.USER, "Hi"), (Role.MODEL, "Hello!"), (Role.USER, "How are you?"), (Role.MODEL, "Fine, thanks.")]
@@ -213,20 +212,20 @@ def test_case4_two_turns_store_four_messages(
 
 
 def test_system_argument_and_metadata(fake_server: FakeServer, make_runner: Callable[..., Runner],
-                                      store: Any) -> None:
+                                      sqlite_store: Any) -> None:
     runner = make_runner(Agent("Assistant", "Agent instructions.", model=MODEL))
     runner.run("sys", "hi", metadata={"channel": "whatsapp"}, system="Session rules.")
     runner.run("sys", "again", metadata={"channel": "whatsapp", "phone": "+1"})
     assert fake_server.requests[1]["messages"][:2] == [
         {"role": "system", "content": "Agent instructions."}, {"role": "system", "content": "Session rules."}]
-    assert store.get("sys").metadata == {"channel": "whatsapp", "phone": "+1"}
+    assert sqlite_store.get("sys").metadata == {"channel": "whatsapp", "phone": "+1"}
 
 
 # --------------------------------------------------------------------------------------
 # tools
 # --------------------------------------------------------------------------------------
 def test_tool_errors_become_error_results_and_the_run_goes_on(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     @tool
     def explode(reason: str) -> str:
@@ -247,7 +246,7 @@ def test_tool_errors_become_error_results_and_the_run_goes_on(
     fake_server.add_text("recovered")
     result = runner.run("errors", "go")
     assert result.content == "recovered"
-    tools = [m for m in store.get("errors").history if m.role is Role.TOOL]
+    tools = [m for m in sqlite_store.get("errors").history if m.role is Role.TOOL]
     assert [m.tool_call_id for m in tools] == ["call_1", "call_2", "call_3", "call_4"]
     assert [m.is_error for m in tools] == [True, True, True, False]
     assert "RuntimeError: boom: disk" in tools[0].content
@@ -259,7 +258,7 @@ def test_tool_errors_become_error_results_and_the_run_goes_on(
 
 
 def test_a_call_whose_arguments_are_not_a_json_object_fails_the_turn_and_runs_nothing(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     ran: list[str] = []
 
@@ -270,22 +269,22 @@ def test_a_call_whose_arguments_are_not_a_json_object_fails_the_turn_and_runs_no
 
     runner = make_runner(Agent("A", "x", model=MODEL, tools=[echo]))
     runner.run("cut", "hello")
-    window = store.get("cut").history
+    window = sqlite_store.get("cut").history
     fake_server.add_tool_calls([("call_ok", "echo", '{"text": "fine"}'), ("call_cut", "echo", '{"text": "unterm')],
                                finish_reason="length")
     with pytest.raises(InvalidToolCallError) as info:
         runner.run("cut", "go")
     assert info.value.exit_code == 5 and "call_cut" in info.value.message and "token limit" in info.value.message
     assert ran == [], "no call of a reply with cut arguments runs"
-    session = store.get("cut")
+    session = sqlite_store.get("cut")
     assert session.history == window and session.status is SessionStatus.IDLE
-    assert [e.type for e in store.events("cut")][-2:] == ["turn.failed", "status"]
+    assert [e.type for e in sqlite_store.events("cut")][-2:] == ["turn.failed", "status"]
     runner.run("cut", "again")  # the fake refuses arguments that are not a JSON object: none were stored
     assert all("tool_calls" not in m for m in fake_server.requests[-1]["messages"])
 
 
 def test_parallel_tool_calls_run_concurrently_and_results_keep_call_order(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     barrier = threading.Barrier(3, timeout=10)  # only passes when all three run at once
 
@@ -337,7 +336,7 @@ def test_async_tools_run_on_the_callers_loop_in_run_async(
 
 
 def test_llama_cpp_style_tool_call_chunks_and_reused_call_ids(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     @tool
     def get_weather(city: str) -> str:
@@ -351,7 +350,7 @@ def test_llama_cpp_style_tool_call_chunks_and_reused_call_ids(
         fake_server.add_text(f"12C in {city}.")
     assert runner.run("llama", "Weather in CityA?").content == "12C in CityA."
     assert runner.run("llama", "And CityB?").content == "12C in CityB."
-    history = store.get("llama").history
+    history = sqlite_store.get("llama").history
     check_history(history)
     calls = [c for m in history for c in m.tool_calls]
     assert [c.name for c in calls] == ["get_weather", "get_weather"]
@@ -360,7 +359,7 @@ def test_llama_cpp_style_tool_call_chunks_and_reused_call_ids(
 
 
 def test_max_tool_rounds_is_a_clear_error_and_the_session_stays_valid(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     @tool
     def again() -> str:
@@ -369,19 +368,19 @@ def test_max_tool_rounds_is_a_clear_error_and_the_session_stays_valid(
     runner = make_runner(Agent("A", "x", model=MODEL, tools=[again]), max_tool_rounds=2)
     fake_server.add_text("first answer")
     runner.run("rounds", "hello")
-    before = store.get("rounds").history
+    before = sqlite_store.get("rounds").history
     for k in range(3):
         fake_server.add_tool_calls([(f"call_{k}", "again", "{}")])
     with pytest.raises(MaxToolRoundsExceeded, match="max_tool_rounds=2"):
         runner.run("rounds", "loop forever")
     assert len(fake_server.requests) == 4
-    session = store.get("rounds")
+    session = sqlite_store.get("rounds")
     assert session.history == before and session.status is SessionStatus.IDLE
-    assert len(events_of(store, "rounds", "turn.failed")) == 1
+    assert len(events_of(sqlite_store, "rounds", "turn.failed")) == 1
     fake_server.add_text("back to normal")
     result = runner.run("rounds", "hello again")
     assert result.content == "back to normal" and result.turn == 2
-    check_history(store.get("rounds").history)
+    check_history(sqlite_store.get("rounds").history)
 
 
 def test_tool_choice_forces_the_first_request_only(fake_server: FakeServer,
@@ -403,7 +402,7 @@ def test_tool_choice_forces_the_first_request_only(fake_server: FakeServer,
 # handoffs
 # --------------------------------------------------------------------------------------
 def test_handoff_switches_the_active_agent_once_and_the_target_answers(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], db_path: Any, store: Any, client: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], db_path: Any, sqlite_store: Any, client: Any
 ) -> None:
     @tool
     def refund(invoice: str) -> str:
@@ -424,14 +423,14 @@ def test_handoff_switches_the_active_agent_once_and_the_target_answers(
     assert second["messages"][0] == {"role": "system", "content": "Billing specialist"}
     assert [t["function"]["name"] for t in second["tools"]] == ["refund"]
     assert second["messages"][-1]["role"] == "tool" and second["messages"][-1]["tool_call_id"] == "call_h"
-    handoffs = events_of(store, "handoff", "handoff")
+    handoffs = events_of(sqlite_store, "handoff", "handoff")
     assert len(handoffs) == 1
     assert handoffs[0].payload == {"turn": 1, "from_agent": "Support", "to_agent": "BillingSpecialist",
                                    "tool_call_id": "call_h"}
-    assert [s.active_agent_name for s in store.list_sessions()] == ["BillingSpecialist"]
+    assert [s.active_agent_name for s in sqlite_store.list_sessions()] == ["BillingSpecialist"]
 
     # after a restart: the resolver maps the stored name back to the agent with its tools
-    reopened = sqlite_store(db_path)
+    reopened = open_sqlite_store(db_path)
     runner2 = Runner(support, reopened, model_client=client)
     assert reopened.get("handoff").active_agent is billing
     fake_server.add_text("Still billing.")
@@ -444,21 +443,21 @@ def test_handoff_switches_the_active_agent_once_and_the_target_answers(
 # failures
 # --------------------------------------------------------------------------------------
 def test_a_failed_turn_leaves_the_window_as_before_and_keeps_the_user_message_in_the_log(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     runner = make_runner(Agent("A", "x", model=MODEL))
     fake_server.add_text("one")
     runner.run("fail", "first")
-    before = store.get("fail").history
+    before = sqlite_store.get("fail").history
     fake_server.add_error(401, message="bad key")
     with pytest.raises(AuthenticationError) as info:
         runner.run("fail", "second")
     assert info.value.session_id == "fail"
-    session = store.get("fail")
+    session = sqlite_store.get("fail")
     assert session.history == before and session.status is SessionStatus.IDLE and session.turn_count == 1
-    users = [e.payload["message"]["content"] for e in events_of(store, "fail", "message.user")]
+    users = [e.payload["message"]["content"] for e in events_of(sqlite_store, "fail", "message.user")]
     assert users == ["first", "second"]
-    failed = events_of(store, "fail", "turn.failed")
+    failed = events_of(sqlite_store, "fail", "turn.failed")
     assert len(failed) == 1 and failed[0].payload["turn"] == 2
     assert failed[0].payload["error_type"] == "AuthenticationError"
 
@@ -469,7 +468,7 @@ def test_a_failed_turn_leaves_the_window_as_before_and_keeps_the_user_message_in
 
 
 def test_failure_mid_tool_round_drops_the_whole_turn(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     @tool
     def t() -> str:
@@ -478,17 +477,16 @@ def test_failure_mid_tool_round_drops_the_whole_turn(
     runner = make_runner(Agent("A", "x", model=MODEL, tools=[t]))
     fake_server.add_tool_calls([("call_1", "t", "{}")])
     fake_server.add_invalid_json()
-    with pytest.raises(Exception) as info:
+    with pytest.raises(ProviderResponseError):
         runner.run("midway", "go")
-    assert type(info.value).__name__ == "ProviderResponseError"
-    session = store.get("midway")
+    session = sqlite_store.get("midway")
     assert session.history == () and session.status is SessionStatus.IDLE and session.turn_count == 0
     fake_server.add_text("ok now")
     assert runner.run("midway", "go").turn == 1
 
 
 def test_a_stream_broken_mid_tool_round_keeps_the_turn_as_interrupted(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     @tool
     def t() -> str:
@@ -500,7 +498,7 @@ def test_a_stream_broken_mid_tool_round_keeps_the_turn_as_interrupted(
     with pytest.raises(StreamBrokenError) as info:
         runner.run("midway", "go")
     assert info.value.exit_code == 6 and "kept as interrupted turn 1" in info.value.message
-    session = store.get("midway")
+    session = sqlite_store.get("midway")
     assert [(m.role, m.content, m.interrupted) for m in session.history] == [
         (Role.USER, "go", False), (Role.MODEL, None, False), (Role.TOOL, "x", False), (Role.MODEL, "Hel", True)]
     assert session.status is SessionStatus.IDLE and session.turn_count == 1
@@ -509,12 +507,12 @@ def test_a_stream_broken_mid_tool_round_keeps_the_turn_as_interrupted(
 
 
 def test_rate_limited_turn_reschedules_the_session_with_a_retry_time(
-    fake_server: FakeServer, store: Any
+    fake_server: FakeServer, sqlite_store: Any
 ) -> None:
     from chatflow_cli.core.model import ModelClient
 
     client = ModelClient(fake_server.url, "k", max_retries=1, timeout=10)
-    runner = Runner(Agent("A", "x", model=MODEL), store, model_client=client)
+    runner = Runner(Agent("A", "x", model=MODEL), sqlite_store, model_client=client)
     fake_server.add_error(429, headers={"Retry-After": "0.2"})
     fake_server.add_text("after one retry")
     assert runner.run("rl", "hi").content == "after one retry"
@@ -526,22 +524,22 @@ def test_rate_limited_turn_reschedules_the_session_with_a_retry_time(
     with pytest.raises(RateLimitedError) as info:
         runner.run("rl", "again")
     assert info.value.retry_at is not None and before + 29 <= info.value.retry_at <= time.time() + 31
-    session = store.get("rl")
+    session = sqlite_store.get("rl")
     assert session.status is SessionStatus.RESCHEDULED and session.turn_count == 1
-    status = events_of(store, "rl", "status")[-1].payload
+    status = events_of(sqlite_store, "rl", "status")[-1].payload
     assert status["status"] == "rescheduled" and status["retry_at"] == info.value.retry_at
-    assert [s.status for s in store.list_sessions()] == [SessionStatus.RESCHEDULED]
+    assert [s.status for s in sqlite_store.list_sessions()] == [SessionStatus.RESCHEDULED]
 
     fake_server.add_text("back")
     result = runner.run("rl", "again")
-    assert result.content == "back" and result.turn == 2 and store.get("rl").status is SessionStatus.IDLE
+    assert result.content == "back" and result.turn == 2 and sqlite_store.get("rl").status is SessionStatus.IDLE
 
 
 # --------------------------------------------------------------------------------------
 # interrupts
 # --------------------------------------------------------------------------------------
 def test_cancel_mid_stream_keeps_partial_text_flagged_interrupted(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     runner = make_runner(Agent("A", "x", model=MODEL))
     fake_server.add_text("one two three four five", delay=0.3)
@@ -553,18 +551,18 @@ def test_cancel_mid_stream_keeps_partial_text_flagged_interrupted(
                 seen.append(event.data["text"])
                 if len(seen) == 2:
                     cancel.set()
-    session = store.get("cut")
+    session = sqlite_store.get("cut")
     last = session.history[-1]
     assert last.role is Role.MODEL and last.interrupted and last.content == "".join(seen) == "one two"
     assert session.status is SessionStatus.IDLE
-    assert len(events_of(store, "cut", "turn.interrupted")) == 1
+    assert len(events_of(sqlite_store, "cut", "turn.interrupted")) == 1
     fake_server.add_text("next")
     assert runner.run("cut", "go on").turn == 2
-    check_history(store.get("cut").history)
+    check_history(sqlite_store.get("cut").history)
 
 
 def test_closing_the_stream_early_interrupts_without_raising(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     runner = make_runner(Agent("A", "x", model=MODEL))
     fake_server.add_text("alpha beta gamma", delay=0.2)
@@ -573,14 +571,14 @@ def test_closing_the_stream_early_interrupts_without_raising(
         if event.type == "text.delta":
             break
     stream.close()  # type: ignore[attr-defined]
-    session = store.get("closed")
+    session = sqlite_store.get("closed")
     assert session.status is SessionStatus.IDLE
     assert session.history[-1].interrupted and session.history[-1].content == "alpha"
-    assert len(events_of(store, "closed", "turn.interrupted")) == 1
+    assert len(events_of(sqlite_store, "closed", "turn.interrupted")) == 1
 
 
 def test_task_cancellation_while_a_tool_runs_stores_a_synthetic_result(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     started = threading.Event()
 
@@ -604,20 +602,20 @@ def test_task_cancellation_while_a_tool_runs_stores_a_synthetic_result(
     t0 = time.monotonic()
     asyncio.run(main())
     assert time.monotonic() - t0 < 2.5, "cancellation does not wait for the tool"
-    session = store.get("acancel")
+    session = sqlite_store.get("acancel")
     assert session.status is SessionStatus.IDLE
     model, result = session.history[-2:]
     assert model.tool_calls[0].id == "call_s"
     assert result.tool_call_id == "call_s" and result.interrupted and result.is_error
     assert result.content == INTERRUPTED_RESULT
-    assert events_of(store, "acancel", "turn.interrupted")[0].payload["tool_use_ids"] == ["call_s"]
+    assert events_of(sqlite_store, "acancel", "turn.interrupted")[0].payload["tool_use_ids"] == ["call_s"]
 
 
 # --------------------------------------------------------------------------------------
 # streaming, idempotency, async
 # --------------------------------------------------------------------------------------
 def test_streamed_events_carry_their_log_seq(fake_server: FakeServer, make_runner: Callable[..., Runner],
-                                             store: Any) -> None:
+                                             sqlite_store: Any) -> None:
     @tool
     def get_time() -> str:
         return "14:00"
@@ -631,7 +629,7 @@ def test_streamed_events_carry_their_log_seq(fake_server: FakeServer, make_runne
     assert types[-1] == "result" and events[-1].result is not None
     assert "".join(e.data["text"] for e in events if e.type == "text.delta") == "It is 14:00."
     persisted = [e for e in events if e.persisted]
-    logged = store.events("stream")
+    logged = sqlite_store.events("stream")
     assert [(e.seq, e.type) for e in persisted] == [(e.seq, e.type) for e in logged]
     assert [e.seq for e in persisted] == list(range(1, len(logged) + 1))
     statuses = [e.data["status"] for e in events if e.type == "status"]
@@ -641,21 +639,21 @@ def test_streamed_events_carry_their_log_seq(fake_server: FakeServer, make_runne
 
 
 def test_idempotency_key_returns_the_first_result_without_calling_the_model(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     runner = make_runner(Agent("A", "x", model=MODEL))
     fake_server.add_text("first answer")
     first = runner.run("idem", "hello", idempotency_key="wamid.1")
-    seq = store.last_seq("idem")
+    seq = sqlite_store.last_seq("idem")
     again = runner.run("idem", "hello", idempotency_key="wamid.1")
     assert again.replayed and not first.replayed
     assert (again.content, again.turn, again.agent, again.usage) == (first.content, first.turn, first.agent,
                                                                      first.usage)
-    assert len(fake_server.requests) == 1 and store.last_seq("idem") == seq
+    assert len(fake_server.requests) == 1 and sqlite_store.last_seq("idem") == seq
     with pytest.raises(IdempotencyConflictError):
         runner.run("idem", "something else", idempotency_key="wamid.1")
-    assert store.last_seq("idem") == seq
-    assert len(non_system(store.get("idem").history)) == 2
+    assert sqlite_store.last_seq("idem") == seq
+    assert len(non_system(sqlite_store.get("idem").history)) == 2
 
 
 def test_run_async_matches_run(fake_server: FakeServer, make_runner: Callable[..., Runner]) -> None:
@@ -670,7 +668,7 @@ def test_run_async_matches_run(fake_server: FakeServer, make_runner: Callable[..
 
 
 def test_a_second_run_in_the_same_process_is_refused_while_the_first_runs(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     from chatflow_cli.core.errors import SessionBusyError
 
@@ -678,12 +676,11 @@ def test_a_second_run_in_the_same_process_is_refused_while_the_first_runs(
     fake_server.add_text("slow reply here", delay=0.3)
     thread = threading.Thread(target=runner.run, args=("busy1", "first"))
     thread.start()
-    while not events_of_safe(store, "busy1", "message.user"):
-        time.sleep(0.01)
-    seq = store.last_seq("busy1")
+    wait_until(lambda: events_of_safe(sqlite_store, "busy1", "message.user"), what="the first turn to begin")
+    seq = sqlite_store.last_seq("busy1")
     with pytest.raises(SessionBusyError, match=r"^session 'busy1' is busy: a turn is running in pid \d+ on "):
         runner.run("busy1", "second", wait=0)  # wait=0: refused at once (the default waits its turn)
-    assert store.last_seq("busy1") == seq
+    assert sqlite_store.last_seq("busy1") == seq
     result = runner.run("busy1", "second", wait=10)
     thread.join()
     assert result.turn == 2
@@ -697,7 +694,7 @@ def events_of_safe(store: Any, session_id: str, type_: str) -> list[Any]:
 
 
 def test_idempotency_key_of_a_failed_or_waiting_turn(fake_server: FakeServer, make_runner: Callable[..., Runner],
-                                                     store: Any) -> None:
+                                                     sqlite_store: Any) -> None:
     approve = Tool.custom("approve", "Ask a human.")
     runner = make_runner(Agent("A", "x", model=MODEL, tools=[approve]))
     fake_server.add_text("hello")
@@ -705,17 +702,17 @@ def test_idempotency_key_of_a_failed_or_waiting_turn(fake_server: FakeServer, ma
     fake_server.add_error(400, message="bad request")
     with pytest.raises(BadRequestError):
         runner.run("idem2", "this fails", idempotency_key="k-fail")
-    seq = store.last_seq("idem2")
+    seq = sqlite_store.last_seq("idem2")
     with pytest.raises(IdempotencyConflictError):  # same key, another message: still refused
         runner.run("idem2", "other text", idempotency_key="k-fail")
-    assert store.last_seq("idem2") == seq and len(fake_server.requests) == 2
+    assert sqlite_store.last_seq("idem2") == seq and len(fake_server.requests) == 2
     # the failed attempt gave no result: a retry with the same key and message runs the turn
     fake_server.add_text("worked now")
     retried = runner.run("idem2", "this fails", idempotency_key="k-fail")
     assert not retried.replayed and retried.content == "worked now" and retried.turn == 2
     again = runner.run("idem2", "this fails", idempotency_key="k-fail")  # now the key maps to it
     assert again.replayed and again.content == "worked now" and len(fake_server.requests) == 3
-    store.rollback("idem2", 1)  # the retried turn leaves the window; the custom-tool turn is turn 2 again
+    sqlite_store.rollback("idem2", 1)  # the retried turn leaves the window; the custom-tool turn is turn 2 again
 
     fake_server.add_tool_calls([("call_ap", "approve", "{}")])
     waiting = runner.run("idem2", "needs approval", idempotency_key="k-wait")
@@ -725,7 +722,7 @@ def test_idempotency_key_of_a_failed_or_waiting_turn(fake_server: FakeServer, ma
 
 
 def test_a_callers_cancel_event_stops_a_request_to_a_silent_server_at_once(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     runner = make_runner(Agent("A", "x", model=MODEL))  # client read timeout: 20 s
     # the stream opens after 3 s, then stays silent for 3 s before each further chunk
@@ -737,31 +734,31 @@ def test_a_callers_cancel_event_stops_a_request_to_a_silent_server_at_once(
     with pytest.raises(RunInterrupted):
         runner.run("silent", "anyone there?", cancel=cancel)
     assert time.monotonic() - started < 5.5, "the read was woken, not left to the next chunk"
-    session = store.get("silent")
+    session = sqlite_store.get("silent")
     assert session.status is SessionStatus.IDLE
     assert [m.role for m in session.history] == [Role.USER]  # no partial text: nothing was said
-    assert len(events_of(store, "silent", "turn.interrupted")) == 1
+    assert len(events_of(sqlite_store, "silent", "turn.interrupted")) == 1
 
 
 def test_cancel_before_the_server_answers_is_an_interrupt_not_a_failure(
-    fake_server: FakeServer, store: Any
+    fake_server: FakeServer, sqlite_store: Any
 ) -> None:
     from chatflow_cli.core.model import ModelClient
 
-    runner = Runner(Agent("A", "x", model=MODEL), store,
+    runner = Runner(Agent("A", "x", model=MODEL), sqlite_store,
                     model_client=ModelClient(fake_server.url, "k", max_retries=0, timeout=2))
     fake_server.add_hang()
     cancel = threading.Event()
     threading.Timer(0.3, cancel.set).start()
     with pytest.raises(RunInterrupted):
         runner.run("hung", "hello?", cancel=cancel)
-    assert events_of(store, "hung", "turn.failed") == []
-    assert len(events_of(store, "hung", "turn.interrupted")) == 1
-    assert store.get("hung").status is SessionStatus.IDLE
+    assert events_of(sqlite_store, "hung", "turn.failed") == []
+    assert len(events_of(sqlite_store, "hung", "turn.interrupted")) == 1
+    assert sqlite_store.get("hung").status is SessionStatus.IDLE
 
 
 def test_a_cancel_event_set_while_the_server_hangs_interrupts_the_turn_at_once(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any, db_path: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any, db_path: Any
 ) -> None:
     """The server took the request and never sends headers; the client would wait 20 s. A
     cancel event set 0.3 s in ends the run at once as an interrupt; the session is idle,
@@ -772,10 +769,8 @@ def test_a_cancel_event_set_while_the_server_hangs_interrupts_the_turn_at_once(
     cancelled: dict[str, float] = {}
 
     def cancel_when_waiting() -> None:
-        deadline = time.monotonic() + 20
-        while not fake_server.requests and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)
+        wait_until(lambda: fake_server.requests, what="the request to reach the server")
+        time.sleep(0.3)  # the scenario: the client has been waiting a while, not just started
         cancelled["at"] = time.monotonic()
         cancel.set()
 
@@ -784,10 +779,10 @@ def test_a_cancel_event_set_while_the_server_hangs_interrupts_the_turn_at_once(
         runner.run("hung-long", "hello?", cancel=cancel)
     ended = time.monotonic()
     assert ended - cancelled["at"] < 1.0, f"the run ended {ended - cancelled['at']:.1f} s after the cancel"
-    assert events_of(store, "hung-long", "turn.failed") == []
-    interrupted = events_of(store, "hung-long", "turn.interrupted")
+    assert events_of(sqlite_store, "hung-long", "turn.failed") == []
+    interrupted = events_of(sqlite_store, "hung-long", "turn.interrupted")
     assert len(interrupted) == 1 and interrupted[0].payload["turn"] == 1
-    other = sqlite_store(db_path)  # what another process sees
+    other = open_sqlite_store(db_path)  # what another process sees
     session = other.get("hung-long")
     other.close()
     assert session.status is SessionStatus.IDLE
@@ -799,24 +794,25 @@ def test_a_cancel_event_set_while_the_server_hangs_interrupts_the_turn_at_once(
     again = runner.run("hung-long", "still there?")
     assert again.content == "here now" and again.turn == 2 and again.status is SessionStatus.IDLE
     assert roles(fake_server.requests[-1]["messages"])[-1] == "user"
-    check_history(store.get("hung-long").history)
+    check_history(sqlite_store.get("hung-long").history)
 
 
 @pytest.mark.parametrize("installed", [True, False])
 def test_a_runner_with_no_endpoint_says_accurately_how_to_get_one(
-    monkeypatch: pytest.MonkeyPatch, store: Any, installed: bool
+    monkeypatch: pytest.MonkeyPatch, sqlite_store: Any, installed: bool
 ) -> None:
     from chatflow_cli.core import local
 
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setattr(local, "local_available", lambda: installed)
-    runner = Runner(Agent(name="Bot", instructions="Assistant", model="gpt-4o"), store)
+    runner = Runner(Agent(name="Bot", instructions="Assistant", model="gpt-4o"), sqlite_store)
     with pytest.raises(ConfigError) as info:
         runner.run("s", "hi")
     text = str(info.value)
     assert "OPENAI_API_KEY" in text
     assert ("chatflow_cli.core.local.LocalServer" in text) is installed
     assert ("pip install 'chatflow-cli[local]'" in text) is not installed
-    session = store.get("s")
-    assert session is None or session.status is SessionStatus.IDLE
+    session = sqlite_store.get("s")
+    # the session exists (created when the turn began) and the failed turn left nothing in it
+    assert (session.status, session.turn_count, session.history) == (SessionStatus.IDLE, 0, ())

@@ -23,8 +23,9 @@ from chatflow_cli.core.runner import INTERRUPTED_RESULT, Runner
 from chatflow_cli.core.tools import tool
 from tests.core.test_seed_examples import WEBHOOK
 from tests.helpers.fakeserver import FakeServer
+from tests.helpers.wait import wait_until
 
-from .conftest import sqlite_store
+from .conftest import open_sqlite_store
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -75,14 +76,7 @@ def start_child(tmp_path: Path, db: Path, server: FakeServer, session_id: str, m
 
 
 def wait_for(predicate: Any, timeout: float = 20.0, proc: Any = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if proc is not None and proc.poll() is not None:
-            out, err = proc.communicate()
-            raise AssertionError(f"child exited early ({proc.returncode}): {out}\n{err}")
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.02)
+    wait_until(predicate, timeout, "the child to get there", proc=proc)
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "kill-9"])
@@ -106,7 +100,7 @@ def test_case3_interrupt_while_a_tool_runs_then_a_new_user_message(
     def deploy(service: str) -> str:
         return "deployed"
 
-    store = sqlite_store(db)
+    store = open_sqlite_store(db)
     runner = Runner(Agent("Ops", "Run deployments.", model="fake-model", tools=[deploy]), store,
                     model_client=client)
     fake_server.add_text("The deploy was interrupted; shall I check its status?")
@@ -131,7 +125,7 @@ def test_busy_session_across_two_processes(tmp_path: Path, fake_server: FakeServ
     fake_server.add_text("a slow answer in four chunks", chunks=["a slow", " answer", " in four", " chunks"],
                          delay=0.4)
     proc, _ = start_child(tmp_path, db, fake_server, "shared", "first question")
-    store = sqlite_store(db)
+    store = open_sqlite_store(db)
 
     def running() -> bool:
         try:
@@ -183,7 +177,7 @@ def test_seed_000_webhook_example_runs_as_written(tmp_path: Path, fake_server: F
         "role": "tool", "tool_call_id": "call_1",
         "content": '{"order_id": "404", "status": "IN_TRANSIT", "eta": "Tomorrow"}',
     }
-    store = sqlite_store(tmp_path / "chat_sessions.db")
+    store = open_sqlite_store(tmp_path / "chat_sessions.db")
     session = store.get("+15550199")
     assert session is not None and session.metadata == {"channel": "whatsapp", "phone": "+15550199"}
     assert session.max_turns == 30 and session.status is SessionStatus.IDLE

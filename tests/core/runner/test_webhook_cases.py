@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,8 +21,9 @@ from chatflow_cli.core.memory import MessageState
 from chatflow_cli.core.messages import Role, history_problems
 from chatflow_cli.core.runner import Runner
 from tests.helpers.fakeserver import FakeServer, Reply
+from tests.helpers.wait import wait_until
 
-from .conftest import sqlite_store
+from .conftest import open_sqlite_store
 
 REPO = Path(__file__).resolve().parents[3]
 MODEL = "fake-model"
@@ -50,14 +50,14 @@ def seed_handler(store: Any, runner: Runner) -> Callable[[str, str, str], Any]:
 
 
 def test_the_seed_handler_answers_a_burst_and_skips_the_redelivery(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     """Two messages of one customer at once (asyncio.gather), then the second delivered again:
     two turns for two messages, and the redelivery is a duplicate (no model call). Which of
     two simultaneous calls reaches the store first is not defined; the order of turns that
     wait is tested in tests/webhook (arrival order)."""
     runner = make_runner(Agent("Orders", "Answer order questions.", model=MODEL))
-    handle = seed_handler(store, runner)
+    handle = seed_handler(sqlite_store, runner)
     fake_server.reply_delay = 0.3  # the first answer takes a while: the second arrives meanwhile
 
     async def burst() -> list[Any]:
@@ -67,15 +67,15 @@ def test_the_seed_handler_answers_a_burst_and_skips_the_redelivery(
     assert asyncio.run(burst()) == ["ok: Where is order 404?", "ok: And order 405?"]
     assert asyncio.run(handle("+15550199", "And order 405?", "wamid.2")) is None  # the redelivery
     assert len(fake_server.requests) == 2
-    session = store.get("+15550199")
+    session = sqlite_store.get("+15550199")
     assert sorted(m.content for m in session.history if m.role is Role.USER) == [
         "And order 405?", "Where is order 404?"]
     assert session.turn_count == 2 and history_problems(session.history) == []
-    assert store.message_state("wamid.1") is store.message_state("wamid.2") is MessageState.PROCESSED
+    assert sqlite_store.message_state("wamid.1") is sqlite_store.message_state("wamid.2") is MessageState.PROCESSED
 
 
 def test_a_turn_that_never_started_gives_its_claim_back(
-    fake_server: FakeServer, make_runner: Callable[..., Runner], store: Any
+    fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     """With wait=0 the second message is refused while the first runs: its claim is freed, so
     the platform's redelivery runs it."""
@@ -84,22 +84,22 @@ def test_a_turn_that_never_started_gives_its_claim_back(
 
     async def main() -> None:
         first = asyncio.create_task(runner.run_async("c1", "one", message_id="m1"))
-        while store.message_state("m1") is not MessageState.IN_PROGRESS or store.get("c1") is None:
+        while sqlite_store.message_state("m1") is not MessageState.IN_PROGRESS or sqlite_store.get("c1") is None:
             await asyncio.sleep(0.01)
-        assert store.claim_message("m2")
+        assert sqlite_store.claim_message("m2")
         with pytest.raises(SessionBusyError):
             await runner.run_async("c1", "two", wait=0)
-        assert store.message_state("m2") is MessageState.NEW
+        assert sqlite_store.message_state("m2") is MessageState.NEW
         await first
         result = await runner.run_async("c1", "two", message_id="m2")  # the redelivery
         assert result.content == "ok: two" and not result.replayed
 
     asyncio.run(main())
-    assert store.message_state("m2") is MessageState.PROCESSED
+    assert sqlite_store.message_state("m2") is MessageState.PROCESSED
 
 
 def test_message_id_replays_a_processed_message(fake_server: FakeServer, make_runner: Callable[..., Runner],
-                                                store: Any) -> None:
+                                                sqlite_store: Any) -> None:
     runner = make_runner(Agent("Orders", "x", model=MODEL))
     first = runner.run("c1", "hello", message_id="wamid.X")
     again = runner.run("c1", "hello", message_id="wamid.X")
@@ -155,15 +155,14 @@ def test_a_retry_after_the_worker_was_killed_mid_turn_runs_again(
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, str(script), str(db_path), fake_server.url, how, "wamid.7"], env=env)
     try:
-        deadline = time.monotonic() + 30
-        while len(fake_server.requests) < 1:  # the worker is waiting for the model's answer
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.01)
+        # the worker is waiting for the model's answer
+        wait_until(lambda: fake_server.requests or proc.poll() is not None, 30, "the worker's request")
+        assert proc.poll() is None, "the worker exited before it asked the model"
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     gate.set()
-    store = sqlite_store(db_path)
+    store = open_sqlite_store(db_path)
     try:
         runner = make_runner(Agent("Orders", "x", model=MODEL), session_store=store)
         if how == "idempotency_key":
@@ -201,13 +200,12 @@ def test_the_seed_handler_waits_for_a_duplicate_held_by_a_worker_that_is_then_ki
     script.write_text(CHILD)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, str(script), str(db_path), fake_server.url, "seed", "wamid.9"], env=env)
-    store = sqlite_store(db_path)
+    store = open_sqlite_store(db_path)
     answers: list[Any] = []
     try:
-        deadline = time.monotonic() + 30
-        while len(fake_server.requests) < 1:  # the worker is waiting for the model's answer
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.01)
+        # the worker is waiting for the model's answer
+        wait_until(lambda: fake_server.requests or proc.poll() is not None, 30, "the worker's request")
+        assert proc.poll() is None, "the worker exited before it asked the model"
         seen = threading.Event()
         real_state = store.message_state
 

@@ -1,0 +1,54 @@
+"""``--tool-result``: results for custom tools, plain text or JSON, each call answered once."""
+
+from __future__ import annotations
+
+from tests.helpers.config import CUSTOM_TOOLS
+
+
+def test_tool_result_given_twice_records_both_and_continues(chatflow, provider, config_file):
+    config_file(CUSTOM_TOOLS)
+    provider.add_tool_calls([("call_C", "approve_refund", '{"order_id": "1"}'), ("call_D", "notify", "{}")])
+    r = chatflow("chat", "-s", "two", "refund 1")
+    assert r.returncode == 0, r
+    provider.add_text("Both answered.")
+    r = chatflow("chat", "-s", "two", "--tool-result", "call_C", '"y"', "--tool-result", "call_D", '"n"')
+    assert r.returncode == 0, r
+    assert r.stdout == "Both answered.\n"
+    assert "still waiting" not in r.stderr
+    sent = [m for m in provider.requests[-1]["messages"] if m["role"] == "tool"]
+    assert sent == [{"role": "tool", "tool_call_id": "call_C", "content": '"y"'},
+                    {"role": "tool", "tool_call_id": "call_D", "content": '"n"'}]
+
+
+def test_tool_result_for_the_same_call_twice_is_refused(chatflow, provider, config_file):
+    config_file(CUSTOM_TOOLS)
+    provider.add_tool_calls([("call_C", "approve_refund", "{}")])
+    assert chatflow("chat", "-s", "dup", "refund").returncode == 0
+    r = chatflow("chat", "-s", "dup", "--tool-result", "call_C", "a", "--tool-result", "call_C", "b")
+    assert r.returncode == 2 and "call_C is given twice" in r.stderr, r
+    assert len(provider.requests) == 1
+    shown = chatflow("sessions", "show", "dup", "--json").json()
+    assert shown["session"]["status"] == "idle"
+
+
+def test_tool_result_plain_text_is_sent_as_given(chatflow, provider, config_file):
+    config_file(CUSTOM_TOOLS)
+    provider.add_tool_calls([("call_A", "approve_refund", "{}")])
+    assert chatflow("chat", "-s", "plain", "refund").returncode == 0
+    provider.add_text("Done.")
+    r = chatflow("chat", "-s", "plain", "--tool-result", "call_A", "yes")
+    assert r.returncode == 0, r
+    assert provider.requests[-1]["messages"][-1] == {"role": "tool", "tool_call_id": "call_A", "content": "yes"}
+
+
+def test_tool_result_unknown_id_names_what_waits(chatflow, provider, config_file):
+    config_file(CUSTOM_TOOLS)
+    provider.add_tool_calls([("call_A", "approve_refund", "{}"), ("call_B", "notify", "{}")])
+    assert chatflow("chat", "-s", "wait", "refund").returncode == 0
+    r = chatflow("chat", "-s", "wait", "--tool-result", "call_A", "ok", "--tool-result", "call_X", "ok")
+    assert r.returncode == 2, r
+    assert "no pending tool call call_X" in r.stderr and "waiting for: call_A, call_B" in r.stderr
+    assert "['" not in r.stderr
+    # nothing was recorded: call_A can still be answered
+    r = chatflow("chat", "-s", "wait", "--tool-result", "call_A", "ok")
+    assert r.returncode == 0 and "still waiting for: call_B" in r.stderr, r

@@ -1,0 +1,91 @@
+"""Interrupting the REPL: SIGHUP mid-answer and Ctrl-C while a long or huge reply arrives keep
+what was received as an interrupted turn and say what was stored."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from tests.helpers.pty_driver import leave, long_paragraph, notice
+from tests.helpers.stored import open_store
+
+
+def test_sighup_mid_answer_stores_the_partial_reply_as_interrupted_and_leaves(repl_driver) -> None:
+    import signal
+
+    d = repl_driver
+    words = [f"word{i} " for i in range(400)]
+    d.server.add_text("".join(words), chunks=words, delay=0.02)
+    caught = []
+    previous = signal.signal(signal.SIGHUP, lambda *_: caught.append("test"))  # never kill pytest
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("tell me a long story\r")
+        d.wait_text("word20")
+        os.kill(os.getpid(), signal.SIGHUP)
+        d.wait_for(lambda: d.exit_code is not None, timeout=10, what="the REPL to leave by itself")
+
+    try:
+        d.run(script)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert caught == [], "the REPL did not handle SIGHUP"
+    assert d.exit_code == 0
+    session = d.store().get(d.store().latest_session_id())
+    assert session.turn_count == 1
+    partial = session.turns[0].messages[1]
+    assert partial.interrupted and partial.content.startswith("word0 word1") and "word399" not in partial.content
+    kinds = [e.type for e in d.store().events(session.session_id)]
+    assert "turn.interrupted" in kinds and "session.recovered" not in kinds
+    assert session.status.value == "idle"
+
+
+def test_ctrl_c_while_a_long_reply_arrives_stops_at_once_and_keeps_what_was_received(provider, pty_chatflow) -> None:
+    head = long_paragraph(60_000)
+    tail = [f" late{i}" for i in range(200)]
+    provider.add_text(head + "".join(tail), chunks=[head[i : i + 8] for i in range(0, len(head), 8)] + tail,
+                      delay=[0.0] * ((len(head) + 7) // 8) + [0.1] * len(tail))
+    repl = pty_chatflow("chat", "-s", "stop")
+    repl.wait_prompt()
+    repl.send("go\r")
+    repl.wait_text("alpha")
+    repl.send("\x03")
+    repl.wait_prompt_after("⏹ interrupted")
+    line = notice(repl)
+    received, shown = (int(n.replace(",", "")) for n in re.findall(r"([\d,]+) characters", line))
+    assert shown <= received
+    after = repl.screen().split("⏹ interrupted", 1)[1]
+    assert "late" not in after and "END." not in after  # the display stopped there
+    leave(repl)
+    with open_store() as st:
+        (record,) = st.load_turns("stop")
+        reply = record.messages[-1]
+        assert reply.interrupted and len(reply.content) == received
+        assert st.events("stop")[-1].type != "turn.completed"
+        assert any(e.type == "turn.interrupted" for e in st.events("stop"))
+
+
+def test_ctrl_c_after_a_huge_reply_arrived_at_once_says_what_was_stored(provider, pty_chatflow) -> None:
+    """190 KB arriving at once: Ctrl-C while the screen catches up stops the display and says
+    what was kept — the turn is stored complete when the model had finished (the REPL says
+    how much it showed), else interrupted with what was received."""
+    para = long_paragraph(190_000)
+    provider.add_text(para, chunks=[para[i : i + 16] for i in range(0, len(para), 16)])
+    repl = pty_chatflow("chat", "-s", "huge")
+    repl.wait_prompt()
+    repl.send("go\r")
+    repl.wait_text("alpha")
+    repl.send("\x03")
+    repl.wait_prompt_after("⏹", timeout=60)
+    line = notice(repl)
+    leave(repl)
+    with open_store() as st:
+        (record,) = st.load_turns("huge")
+        reply = record.messages[-1]
+        if "display stopped" in line:
+            shown, total = (int(n.replace(",", "")) for n in re.findall(r"([\d,]+)", line.split("(", 1)[1])[:2])
+            assert not reply.interrupted and reply.content == para and total == len(para) and shown < total
+            assert "/show prints it" in line
+        else:
+            assert "kept as interrupted" in line and reply.interrupted

@@ -1,0 +1,52 @@
+"""Leaving the REPL prints the command that resumes the session; resuming recaps the last
+exchange; a session never used says nothing was stored."""
+
+from __future__ import annotations
+
+import re
+
+from tests.helpers.pty_driver import leave
+
+
+def test_leaving_prints_the_resume_command_and_resuming_recaps_the_last_exchange(provider, pty_chatflow) -> None:
+    provider.add_text("The capital of France is Paris.")
+    repl = pty_chatflow("chat", "-s", "trip")
+    repl.wait_prompt()
+    repl.send("capital of France?\r")
+    repl.wait_prompt_after("Paris.")
+    repl.send("\x04")
+    assert repl.wait_exit() == 0
+    assert repl.screen().splitlines()[-1] == "session trip (1 turn) · resume: chatflow chat -s trip"
+
+    for args in (["chat", "-s", "trip"], ["chat", "-c"]):
+        again = pty_chatflow(*args)
+        again.wait_prompt()
+        screen = again.screen()
+        before_prompt = screen[: screen.rindex("\u203a")]
+        assert "You: capital of France?" in before_prompt
+        assert "The capital of France is Paris." in before_prompt
+        leave(again)
+
+
+def test_the_recap_of_a_tall_last_turn_keeps_the_message_and_the_end_of_the_reply(provider, chatflow, pty_chatflow) -> None:
+    reply = "\n".join(f"line {n} of the answer" for n in range(1, 41))
+    provider.add_text(reply)
+    assert chatflow("chat", "-s", "tall", "a long one please").returncode == 0
+    repl = pty_chatflow("chat", "-s", "tall", width=60, height=24)
+    repl.wait_prompt()
+    rows = repl.rows()
+    leave(repl)
+    recap = rows[: next(i for i, row in enumerate(rows) if "\u203a" in row)]
+    stripped = [row.strip() for row in recap]
+    assert "You: a long one please" in recap and "line 40 of the answer" in stripped
+    assert not any(row.endswith("line 1 of the answer") for row in stripped)
+    assert any(re.fullmatch(r"  … \d+ rows more; /show prints the whole turn", row) for row in recap)
+    banner = next(i for i, row in enumerate(recap) if row.startswith("──"))
+    assert len(recap) - banner <= 12 + 1  # half the screen, and a blank line before the prompt
+
+
+def test_leaving_a_session_never_used_says_nothing_was_stored(provider, pty_chatflow) -> None:
+    repl = pty_chatflow("chat")
+    repl.wait_prompt()
+    leave(repl)
+    assert repl.screen().splitlines()[-1] == "nothing was sent; no session was stored"

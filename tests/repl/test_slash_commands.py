@@ -1,0 +1,244 @@
+"""The REPL's slash commands: /show --full, /sessions at 80 columns, /rollback 0, /retry,
+suggestions for unknown commands, /switch and /new with each session's own model."""
+
+from __future__ import annotations
+
+from tests.helpers.pty_driver import leave
+from tests.helpers.repl_driver import recording_output, turn_done
+from tests.helpers.sent import sent
+from tests.helpers.stored import open_store
+from tests.helpers.vt import Terminal, written_rows
+from tests.repl import tools_for_repl
+from tests.repl.tools_for_repl import lookup_agent
+
+
+def test_show_full_prints_a_folded_tool_result_whole(repl_driver) -> None:
+    d = repl_driver
+    d.write_config(lookup_agent("slow_lookup"))
+    tools_for_repl.release.set()
+    long_query = "q" * 700 + "END"
+    d.server.add_tool_calls([("call_q", "slow_lookup", '{"query": "' + long_query + '"}')])
+    d.server.add_text("Done looking.")
+    marks = {}
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("find it\r")
+        turn_done(d, "Done looking.")
+        marks["folded"] = d.screen()
+        d.type("/show\r")
+        d.wait_text("Turn 1")
+        marks["show"] = d.screen()
+        d.type("/show --full\r")
+        d.wait_text("Turn 1", count=2)
+        d.wait_prompt()  # /show --full has printed everything
+        marks["full"] = d.screen()
+
+    d.run(script)
+    joined = " ".join(marks["folded"].split())
+    assert "/show has them all with --full" in joined  # the fold says how to see everything
+    assert "END" not in marks["show"]  # /show folds like the live lines
+    full = marks["full"][len(marks["show"]) :]
+    assert "error" not in full
+    assert long_query in "".join(full.split()), "/show --full must print the whole argument and result"
+    term = Terminal(80, 24)
+    term.feed(d.out.getvalue())
+    padded = [row for row in written_rows(term) if row and row[-1] == " "]
+    assert not padded, "REPL output is padded with spaces: " + "".join(c or " " for c in padded[0])
+
+
+def test_sessions_list_keeps_whole_ids_at_80_columns(repl_driver) -> None:
+    d = repl_driver
+    d.write_config('[[agents]]\nname = "CustomerSupportEscalations"\ninstructions = "You help."\n')
+    ids = []
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        for n in range(3):
+            text = f"question number {n} " + "with a long preview that cannot fit " * 4
+            d.type(text + "\r")
+            turn_done(d, f"ok: question number {n}")
+            ids.append(d.store().latest_session_id())
+            d.type("/new\r")
+            d.wait_text("new session", count=n + 1)
+        d.type("/sessions\r")
+        d.wait_text(ids[0], count=2)
+        d.wait_prompt()  # the whole listing is printed
+
+    d.run(script)
+    screen = d.screen()
+    listing = screen[screen.rindex("/sessions") :] if "/sessions" in screen else screen
+    term = Terminal(80, 24)
+    term.feed(d.out.getvalue())
+    rows = term.lines()
+    for sid in ids:
+        assert any(sid in row for row in rows), f"{sid} is cut in the list:\n{listing}"
+        row = next(row for row in rows if sid in row and "turn" in row)
+        assert "CustomerS" in row and "1 turn" in row and f"question number {ids.index(sid)}" in row
+        assert len(row) <= 80
+
+
+def test_session_lines_drop_the_preview_before_cutting_an_id() -> None:
+    from chatflow_cli.core.memory import SessionSummary
+    from chatflow_cli.core.events import SessionStatus  # noqa: F401 - the status type
+    from chatflow_cli.repl import session_lines
+
+    summaries = [
+        SessionSummary(
+            f"2024{n}101-120000-abcdef-with-a-long-suffix",
+            "Agent" * 5,
+            "idle",
+            n,
+            40,
+            0.0,
+            1000.0,
+            "a preview " * 10,
+            {},
+        )
+        for n in range(3)
+    ]
+    for width in (80, 60, 40):
+        lines = [line.plain for line in session_lines(summaries, width, now=1060.0)]
+        for s, line in zip(summaries, lines):
+            assert s.session_id in line
+            assert len(line) <= max(width, len(s.session_id) + 2)
+            assert line == line.rstrip()
+    wide = [line.plain for line in session_lines(summaries, 120, now=1060.0)]
+    assert all("a preview" in line for line in wide)
+
+
+def test_a_lone_slash_gets_no_far_fetched_suggestion(repl_driver) -> None:
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("/ hello\r")
+        d.wait_text("unknown command")
+        d.type("/shwo\r")
+        d.wait_text("did you mean /show?")
+
+    repl_driver.run(script)
+    screen = repl_driver.screen()
+    first = next(line for line in screen.splitlines() if "unknown command /" in line and "shwo" not in line)
+    assert "did you mean" not in first and "/help lists them" in first
+    assert repl_driver.requests() == []
+
+
+def test_rollback_0_asks_to_remove_every_turn(repl_driver) -> None:
+    drawn, output = recording_output(repl_driver)
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("one\r")
+        turn_done(d, "ok: one")
+        d.type("/rollback 0\r")
+        d.wait_for(lambda: "[y/N]" in drawn.getvalue(), what="the question")
+        d.type("n\r")
+        d.wait_text("nothing was changed")
+
+    repl_driver.run(script, output=output)
+    question = drawn.getvalue()
+    assert "Remove every turn" in question and "keep only system messages" in question
+    assert "1..0" not in question
+
+
+# ------------------------------------------------------------------ /show marks interrupted turns
+def test_show_marks_an_interrupted_turn_as_sessions_show_does(repl_driver) -> None:
+    d = repl_driver
+    d.server.add_text("Half an ans", chunks=["Half ", "an ans"], finish_reason=None)
+    marks = {}
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("hello\r")
+        d.wait_text("did not finish")
+        d.type("/show\r")
+        d.wait_text("Turn 1 · interrupted")
+        marks["show"] = d.screen()
+
+    d.run(script)
+    assert "Half an ans" in marks["show"].split("Turn 1 · interrupted", 1)[1]
+
+
+def test_retry_after_reopening_sends_the_failed_message_and_keeps_the_good_turn(provider, chatflow, pty_chatflow) -> None:
+    assert chatflow("chat", "-s", "r1", "first").returncode == 0
+    provider.add_error(400, {"error": {"message": "bad request", "type": "invalid_request_error"}})
+    repl = pty_chatflow("chat", "-s", "r1")
+    repl.wait_prompt()
+    repl.send("the message that failed\r")
+    repl.wait_prompt_after("error:")
+    repl.send("/exit\r")
+    assert repl.wait_exit() == 0
+
+    repl = pty_chatflow("chat", "-s", "r1")
+    repl.wait_text("your last message failed: /retry sends it again")
+    repl.wait_prompt()
+    repl.send("/retry\r")
+    repl.wait_prompt_after("ok: the message that failed")
+    screen = repl.screen()
+    assert "rolled back" not in screen and "retrying turn 1" not in screen
+    assert sent(provider.requests) == ["first", "the message that failed", "the message that failed"]
+    with open_store() as st:
+        session = st.get("r1")
+        assert session.turn_count == 2
+        assert [t.messages[0].content for t in session.turns] == ["first", "the message that failed"]
+
+    # Nothing failed now: /retry says so, and a completed turn is rolled back only when asked.
+    repl.send("/retry\r")
+    repl.wait_text("Nothing failed: turn 2 completed")
+    repl.send("n\r")
+    repl.wait_text("nothing was changed")
+    leave(repl)
+    assert len(sent(provider.requests)) == 3
+    with open_store() as st:
+        assert st.get("r1").turn_count == 2
+
+
+def test_retry_in_a_new_session_with_nothing_sent_says_nothing_failed(provider, pty_chatflow) -> None:
+    repl = pty_chatflow("chat", "-s", "empty")
+    repl.wait_prompt()
+    repl.send("/retry\r")
+    repl.wait_text("nothing failed: there is nothing to retry")
+    leave(repl)
+    assert sent(provider.requests) == []
+
+
+def test_did_you_mean_reads_as_a_sentence(provider, pty_chatflow) -> None:
+    repl = pty_chatflow("chat", "-s", "typo")
+    repl.wait_prompt()
+    repl.send("/claer\r")
+    repl.wait_text("did you mean /clear?")
+    leave(repl)
+    line = next(row for row in repl.screen().splitlines() if "did you mean" in row)
+    assert "?;" not in line
+    assert line == "error: unknown command /claer — did you mean /clear? (/help lists them; start a message with // to send a slash)"
+    assert sent(provider.requests) == []
+
+
+# ------------------------------------------------------------------ /switch and /new: the session's model
+def test_switch_talks_to_the_other_sessions_model_and_new_to_the_default(provider, chatflow, pty_chatflow) -> None:
+    """``/switch ID`` uses the model stored with ID (as ``chatflow chat -s ID`` does) and says
+    so; ``/new`` goes back to the configured model; each session keeps its own."""
+    assert chatflow("chat", "-s", "sa", "-m", "model-a", "one").returncode == 0
+    assert chatflow("chat", "-s", "sb", "-m", "model-b", "two").returncode == 0
+    repl = pty_chatflow("chat", "-s", "sa")
+    repl.wait_prompt()
+    repl.send("/switch sb\r")
+    repl.wait_prompt_after("model: model-b (session sb)")
+    repl.send("three\r")
+    repl.wait_for(lambda: sent(provider.requests)[-1:] == ["three"], what="the message after /switch")
+    repl.wait_prompt(count=3)
+    assert provider.requests[-1]["model"] == "model-b"
+    repl.send("/switch sa\r")
+    repl.wait_prompt_after("model: model-a (session sa)")
+    repl.send("four\r")
+    repl.wait_for(lambda: sent(provider.requests)[-1:] == ["four"], what="the message after /switch back")
+    assert provider.requests[-1]["model"] == "model-a"
+    repl.wait_prompt(count=5)
+    repl.send("/new\r")
+    repl.wait_prompt_after("model: fake-model (a new session)")
+    repl.send("five\r")
+    repl.wait_for(lambda: sent(provider.requests)[-1:] == ["five"], what="the message in the new session")
+    assert provider.requests[-1]["model"] == "fake-model"
+    repl.wait_prompt(count=7)
+    leave(repl)
+    assert open_store().session_endpoint("sa")[0] == "model-a"
+    assert open_store().session_endpoint("sb")[0] == "model-b"
