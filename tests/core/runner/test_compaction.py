@@ -17,6 +17,12 @@ from chatflow_cli.core.messages import Message, Role
 from chatflow_cli.core.runner import Runner
 from chatflow_cli.core.tools import tool
 
+@pytest.fixture
+def store(sqlite_store: Any) -> Any:
+    """The Runner tests' SQLite store, under the name these tests use."""
+    return sqlite_store
+
+
 
 @tool
 def lookup(order_id: str) -> str:

@@ -18,6 +18,12 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama_cpp is not installed"),
 ]
 
+@pytest.fixture
+def store(sqlite_store: Any) -> Any:
+    """The Runner tests' SQLite store, under the name these tests use."""
+    return sqlite_store
+
+
 
 def test_smollm2_summarises_and_the_next_turn_uses_the_summary(store: Any) -> None:
     from chatflow_cli.core.local import LocalServer

@@ -13,6 +13,12 @@ from chatflow_cli.core.runner import Runner
 from chatflow_cli.core.tokens import MESSAGE_OVERHEAD, estimate_tokens
 from chatflow_cli.core.messages import Message
 
+@pytest.fixture
+def store(sqlite_store: Any) -> Any:
+    """The Runner tests' SQLite store, under the name these tests use."""
+    return sqlite_store
+
+
 
 def _sent(fake_server: Any) -> list[dict[str, Any]]:
     return fake_server.requests[-1]["messages"]
