@@ -121,7 +121,7 @@ from .events import Event, EventType, SessionStatus
 from .memory import storable_text
 from .messages import Message, Role, ToolCall, check_history
 from .memory.context import split_turns
-from .tokens import MESSAGE_OVERHEAD, context_budget, estimate_tokens, select_window
+from .tokens import MESSAGE_OVERHEAD, ContextBudget, context_budget, estimate_tokens, select_window
 from .tools import Tool
 
 __all__ = [
@@ -259,9 +259,10 @@ class Runner:
         default_model: the model of agents whose ``model`` is ``None``.
         max_tool_rounds: replies with tool calls allowed in one turn (default 10).
         max_tokens, temperature: passed on each request when set.
-        max_context_tokens: the model's context size in tokens; None: from the model table
-            of :mod:`chatflow_cli.core.tokens`, or no token budget for a model it does not
-            know. Each request carries the SYSTEM messages and the newest whole turns of the
+        max_context_tokens: the model's context size in tokens, for every agent; None: the
+            agent's own ``max_context_tokens``, else the model table of
+            :mod:`chatflow_cli.core.tokens`, else no token budget (a model nobody knows).
+            Each request carries the SYSTEM messages and the newest whole turns of the
             window that fit this size minus the reply reserve (``max_tokens``, else a
             quarter of the size, at most 4,096); the newest turn is always sent whole, with a
             warning when it alone is over the budget.
@@ -807,7 +808,7 @@ class Runner:
             return []
         agent = self.agents.get(info.active_agent_name, self.starting_agent)
         model = agent.model or self.default_model
-        budget = context_budget(model, max_context_tokens=self.max_context_tokens, reply_tokens=self.max_tokens)
+        budget = self._budget(agent, model) if model else None
         if budget is None or not model or self.compact_at is None:
             return []
         tokens, turns = self.store.window_tokens(session_id)
@@ -829,6 +830,19 @@ class Runner:
             return []
         return list(done.events)
 
+    def _budget(self, agent: Agent, model: str) -> ContextBudget | None:
+        """The token budget of ``agent``'s requests: the Runner's ``max_context_tokens``, the
+        agent's, else the model table (None: unknown model)."""
+        return context_budget(model, max_context_tokens=self.max_context_tokens,
+                              configured=agent.max_context_tokens, reply_tokens=self.max_tokens)
+
+    def budget_for(self, agent_name: str | None = None) -> ContextBudget | None:
+        """The :class:`~chatflow_cli.core.tokens.ContextBudget` of the named agent's requests
+        (default: the starting agent), or None when its model's context size is unknown."""
+        agent = self.agents.get(agent_name or "", self.starting_agent)
+        model = agent.model or self.default_model
+        return self._budget(agent, model) if model else None
+
     def _budget_window(self, session: Any, agent: Agent, model: str) -> tuple[list[Message], dict[str, Any]]:
         """The messages of the next request: the agent's instructions, the window's SYSTEM
         messages, then the newest whole turns of the window that fit the token budget (the
@@ -838,7 +852,7 @@ class Runner:
         systems, _preamble, turns = split_turns(history)
         if agent.instructions:
             systems = [Message.system(agent.instructions), *systems]
-        budget = context_budget(model, max_context_tokens=self.max_context_tokens, reply_tokens=self.max_tokens)
+        budget = self._budget(agent, model)
         limit = budget.tokens if budget is not None else 2**62
         kept, tokens = select_window(systems, turns, limit)
         over = budget is not None and tokens > limit
