@@ -3,7 +3,14 @@
 Each command opens the store, calls the library, and formats the result. Heavy modules
 (``openai``, ``prompt_toolkit``, ``rich.markdown``, ``llama_cpp``) are imported only inside
 the commands that need them, so ``chatflow --help``, ``sessions ls`` and ``sessions show``
-(into a pipe) start fast; a test checks ``sys.modules`` after each (issue 5).
+(into a pipe) start fast; a test checks ``sys.modules`` after each.
+
+Layout: this module holds the typer app, the thin commands and :func:`main`; nothing else in
+the package imports it. A command parses its options and calls one function of
+:mod:`chatflow_cli.commands`, which stands on :mod:`chatflow_cli.context` (the run's state,
+notices, confirmation, stdin), :mod:`chatflow_cli.session_ids` and
+:mod:`chatflow_cli.redaction`; :mod:`chatflow_cli.assembly` builds agents, model client and
+Runner from the settings for ``chat``, ``replay --rerun`` and the REPL.
 
 Errors: :func:`main` is the one error boundary. A :class:`~chatflow_cli.core.errors.ChatflowError`
 becomes one line on stderr, ``chatflow: error: <message>``, and the process exits with the
@@ -44,25 +51,23 @@ code  name          when
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from . import __version__
+from . import __version__, _boundary
 from ._console import Env
-from .core.errors import ChatflowError, ExitStatus, NotFoundError, SessionNotFoundError, UsageError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .config import Settings
+from .context import State, silence_broken_pipe, state_of
+from .core.errors import ChatflowError, ExitStatus, UsageError
+from .core.events import SessionStatus
+from .redaction import ScrubbingFormatter
 
 __all__ = ["app", "main"]
+
 
 PROG = "chatflow"
 COMPLETE_VAR = "_CHATFLOW_COMPLETE"
@@ -115,141 +120,8 @@ app.add_typer(local_app, name="local")
 
 
 # ---------------------------------------------------------------------------------------
-# per-invocation state
+# option values
 # ---------------------------------------------------------------------------------------
-@dataclass
-class State:
-    """What the global options set up, shared by every command (``ctx.obj``)."""
-
-    db: str | None = None
-    config: str | None = None
-    debug: bool = False
-    no_color: bool = False
-    env: Env = field(default_factory=Env.from_sys)
-    _settings: dict[tuple[Any, ...], Settings] = field(default_factory=dict)
-    _stores: list[Any] = field(default_factory=list)
-
-    def settings(self, *, model: str | None = None, base_url: str | None = None) -> Settings:
-        key = (model, base_url)
-        if key not in self._settings:
-            from .config import load_settings
-
-            self._settings[key] = load_settings(db=self.db, config=self.config, model=model, base_url=base_url)
-            remember_secret(self._settings[key].api_key)
-        return self._settings[key]
-
-    def db_path(self) -> Path:
-        """The database path without reading the config file (it holds nothing about paths)."""
-        if self.db:
-            return Path(self.db).expanduser()
-        from .config import DB_FILENAME, data_dir
-
-        return data_dir() / DB_FILENAME
-
-    def store(self, *, create: bool = True) -> Any:
-        """The SQLite store, or ``None`` when ``create=False`` and no database exists yet.
-
-        Read-only commands pass ``create=False`` so that looking creates nothing.
-        """
-        path = self.db_path()
-        if not create and not path.exists():
-            return None
-        if create and not self.db:
-            from .config import ensure_private_dir
-
-            ensure_private_dir(path.parent)
-        from .core.sqlite_store import SQLiteSessionStore
-
-        store = SQLiteSessionStore(str(path))
-        self._stores.append(store)
-        return store
-
-    def close(self) -> None:
-        for store in self._stores:
-            close = getattr(store, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception:  # pragma: no cover - closing never hides the real outcome
-                    pass
-        self._stores.clear()
-
-    def out(self) -> Any:
-        return self.env.console()
-
-    def err(self) -> Any:
-        return self.env.console(stderr=True)
-
-
-def _state(ctx: typer.Context) -> State:
-    obj = ctx.find_root().obj
-    if not isinstance(obj, State):
-        obj = State()
-        ctx.find_root().obj = obj
-    return obj
-
-
-def _notice(state: State, text: str) -> None:
-    """A one-line note for the person at the terminal, on stderr."""
-    from .render import safe_text
-
-    state.env.stderr.write(f"chatflow: {safe_text(text)}\n")
-    state.env.stderr.flush()
-
-
-# ---------------------------------------------------------------------------------------
-# input validation
-# ---------------------------------------------------------------------------------------
-_SESSION_ID_MAX = 128
-
-
-def validate_session_id(session_id: str) -> str:
-    """A session id chatflow will create: 1-128 letters, digits and ``. _ - : @ + =``, not
-    starting with ``-`` and not ``.`` or ``..``.
-
-    Ids are database keys, never paths, but spaces, quotes, slashes and control
-    characters make ids hard to type and to pass around safely, so they are refused
-    (issue 7) with :class:`UsageError` (exit 2).
-    """
-    import re
-
-    # The first character is not '-' (it would read as an option) and '.'/'..' are refused.
-    if (
-        not session_id
-        or len(session_id) > _SESSION_ID_MAX
-        or not re.fullmatch(r"[A-Za-z0-9._:@+=][A-Za-z0-9._:@+=-]*", session_id)
-        or session_id in {".", ".."}
-    ):
-        from .render import safe_text
-
-        shown = safe_text(session_id[:40]) + ("…" if len(session_id) > 40 else "")
-        raise UsageError(
-            f"invalid session id {shown!r}: use 1-{_SESSION_ID_MAX} letters, digits, '.', '_', '-', ':', '@', '+' or '='"
-        )
-    return session_id
-
-
-def new_session_id() -> str:
-    """A fresh, sortable session id: ``YYYYMMDD-HHMMSS-<6 hex>``."""
-    import secrets
-    import time
-
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-
-
-def read_stdin_text(state: State, *, what: str = "message") -> str:
-    """All of stdin as text. Invalid UTF-8 -> :class:`UsageError` naming the byte offset."""
-    stream = state.env.stdin
-    buffer = getattr(stream, "buffer", None)
-    raw = buffer.read() if buffer is not None else stream.read()
-    if isinstance(raw, str):
-        return raw
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"the {what} on stdin is not valid UTF-8 (bad byte at offset {exc.start})") from None
-
-
 def parse_metadata(items: list[str] | None) -> dict[str, str] | None:
     """``["k=v", ...]`` -> ``{"k": "v"}``; a missing ``=`` or empty key -> :class:`UsageError`."""
     if not items:
@@ -274,18 +146,6 @@ def parse_duration(text: str) -> float:
     return float(m.group(1)) * unit
 
 
-def confirm(state: State, question: str, *, assume_yes: bool) -> bool:
-    """Ask on a terminal; ``--yes`` answers yes. Not on a terminal: the caller decides."""
-    if assume_yes:
-        return True
-    if not state.env.stdin_isatty:
-        return True
-    state.env.stderr.write(f"{question} [y/N] ")
-    state.env.stderr.flush()
-    answer = state.env.stdin.readline()
-    return answer.strip().lower() in {"y", "yes"}
-
-
 # ---------------------------------------------------------------------------------------
 # completion of session ids (from the store)
 # ---------------------------------------------------------------------------------------
@@ -303,7 +163,8 @@ def complete_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
         return []
 
 
-STATUSES = ("idle", "running", "rescheduled", "terminated")
+#: The statuses ``sessions ls --status`` takes.
+STATUSES = tuple(status.value for status in SessionStatus)
 SHELLS = ("bash", "zsh", "fish")
 
 
@@ -368,7 +229,7 @@ def root(
         return
     if env.stdin_isatty:
         raise UsageError("stdout is not a terminal: pass the message, e.g. chatflow chat \"hello\" > reply.txt")
-    from .chat import ChatOptions, run_chat
+    from .commands.chat import ChatOptions, run_chat
 
     run_chat(state, ChatOptions(session=session, continue_=continue_))
 
@@ -403,25 +264,11 @@ def _output_format(output: Optional[OutputFormat], json_: bool) -> str:
     """``--output`` and ``--json`` as one format name; both, disagreeing: a usage error.
 
     In json/jsonl mode an error is also printed as a JSON object on stdout (see :func:`main`)."""
-    global _JSON_ERRORS
     if json_ and output not in (None, OutputFormat.json):
         raise UsageError(f"--json means --output json; it cannot go with --output {output.value}")
     fmt = "json" if json_ else (output.value if output is not None else "text")
-    _JSON_ERRORS = fmt if fmt != "text" else None
+    _boundary.set_json_errors(fmt)
     return fmt
-
-
-def _terminal_width(state: State) -> int | None:
-    """The terminal's width in cells, or ``None`` into a pipe (no width limit)."""
-    return state.out().width if state.env.stdout_isatty else None
-
-
-def _write_lines(state: State, lines: list[Any]) -> None:
-    colors = None
-    if state.env.stdout_isatty:
-        console = state.out()
-        colors = None if console.no_color else console.color_system
-    state.env.stdout.write("".join(line.ansi(colors) + "\n" for line in lines))
 
 
 class MessageIdScope(str, Enum):
@@ -468,12 +315,12 @@ def chat(
 
     With no message on a terminal, the REPL opens on the session (-s/-c) instead.
     """
-    state = _state(ctx)
+    state = state_of(ctx)
     if message is None and not tool_result and input_ is InputFormat.text and state.env.interactive:
         _start_repl(ctx, state, session_id=session, continue_last=continue_, model=model, agent=agent,
                     base_url=base_url, max_turns=max_turns, system=system)
         return
-    from .chat import ChatOptions, run_chat
+    from .commands.chat import ChatOptions, run_chat
 
     opts = ChatOptions(
         message=message,
@@ -510,29 +357,9 @@ def sessions_ls(
     json_: Annotated[bool, typer.Option("--json", help="Same as --output json: a JSON array.")] = False,
 ) -> None:
     """List stored sessions: id, active agent, status, turns, last update, preview."""
-    fmt = _output_format(output, json_)
-    state = _state(ctx)
-    if status is not None and status not in STATUSES:
-        raise UsageError(f"--status {status!r}: use idle, running, rescheduled or terminated")
-    store = state.store(create=False)
-    summaries = [] if store is None else store.list_sessions(limit=limit or None, agent=agent, status=status)
-    if fmt != "text":
-        from .render import dumps, summary_dict
+    from .commands.sessions import list_sessions
 
-        rows = [summary_dict(s) for s in summaries]
-        text = dumps(rows, indent=2) + "\n" if fmt == "json" else "".join(dumps(r) + "\n" for r in rows)
-        state.env.stdout.write(text)
-        return
-    if not summaries:
-        filters = [f"--{name} {value}" for name, value in (("status", status), ("agent", agent)) if value]
-        if filters and store is not None and store.latest_session_id() is not None:
-            _notice(state, f"no sessions match {' '.join(filters)}")
-        else:
-            _notice(state, "no sessions yet: start one with chatflow chat \"hello\"")
-        return
-    from .render import sessions_lines
-
-    _write_lines(state, sessions_lines(summaries, width=_terminal_width(state)))
+    list_sessions(state_of(ctx), limit=limit, agent=agent, status=status, output=_output_format(output, json_))
 
 
 @sessions_app.command(
@@ -549,10 +376,10 @@ def sessions_show(
     no_pager: Annotated[bool, typer.Option("--no-pager", help="Never page, even on a terminal.")] = False,
 ) -> None:
     """Show a session as numbered turns: messages, tool calls, handoffs."""
-    from .show import show_session
+    from .commands.sessions import show_session
 
     fmt = _output_format(output, json_)
-    show_session(_state(ctx), session_id, include_rolled_back=all_, full=full, output=fmt, pager=not no_pager)
+    show_session(state_of(ctx), session_id, include_rolled_back=all_, full=full, output=fmt, pager=not no_pager)
 
 
 @sessions_app.command(
@@ -567,11 +394,11 @@ def sessions_rollback(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
 ) -> None:
     """Remove the newest turns of a session (all or nothing)."""
-    from .show import rollback_session
+    from .commands.rollback import rollback_session
 
     if (to is None) == (last is None):
         raise UsageError("give exactly one of --to N or --last K")
-    rollback_session(_state(ctx), session_id, to=to, last=last, yes=yes)
+    rollback_session(state_of(ctx), session_id, to=to, last=last, yes=yes)
 
 
 @sessions_app.command(
@@ -586,13 +413,13 @@ def sessions_delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
 ) -> None:
     """Delete sessions with their messages and events."""
-    from .show import delete_sessions
+    from .commands.delete import delete_sessions
 
     chosen = sum(bool(x) for x in (session_ids, older_than, all_))
     if chosen != 1:
         raise UsageError("give session ids, --older-than DURATION, or --all (one of them)")
     delete_sessions(
-        _state(ctx),
+        state_of(ctx),
         list(session_ids or []),
         older_than=parse_duration(older_than) if older_than else None,
         all_=all_,
@@ -626,16 +453,16 @@ def replay(
     if json_ and output not in (None, OutputFormat.jsonl):
         raise UsageError(f"--json means --output jsonl for replay; it cannot go with --output {output.value}")
     fmt = _output_format(OutputFormat.jsonl if json_ else output, False)
-    state = _state(ctx)
+    state = state_of(ctx)
     if rerun:
-        from .chat import rerun_session
+        from .commands.replay import rerun_session
 
         return rerun_session(state, session_id, into=into, model=model, base_url=base_url, agent=agent, output=fmt)
     if follow and fmt == "json":
         raise UsageError("--follow streams events: use --output jsonl (one JSON event a line) instead of json")
     if into or model or base_url or agent:
         raise UsageError("--into, --model, --base-url and --agent go with --rerun")
-    from .show import replay_events
+    from .commands.replay import replay_events
 
     replay_events(state, session_id, since=since, follow=follow, output=fmt)
 
@@ -654,39 +481,9 @@ def agents_ls(
     Every tool module is imported, as chat does: one that does not import is a config
     error (exit 9) naming the file and line.
     """
-    from .config import DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, AgentSpec, build_agents
-    from .render import agents_lines, dumps
+    from .commands.agents import list_agents
 
-    fmt = _output_format(output, json_)
-    state = _state(ctx)
-    settings = state.settings()
-    _, built = build_agents(settings)
-    specs = list(settings.agents) or [AgentSpec(DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS)]
-    start = settings.default_agent or specs[0].name
-    rows = []
-    for spec in specs:
-        agent = built.get(spec.name)
-        tools = []
-        for tool_spec, tool in zip(spec.tools, getattr(agent, "tools", None) or ()):
-            entry = {"name": tool.name, "kind": "custom" if tool_spec.ref is None else "python"}
-            if tool_spec.ref is not None:
-                entry["ref"] = tool_spec.ref
-            tools.append(entry)
-        rows.append({
-            "name": spec.name,
-            "start": spec.name == start,
-            "model": spec.model or settings.model,
-            "handoffs": list(spec.handoffs),
-            "tools": tools,
-            "instructions": spec.instructions,
-        })
-    if fmt == "json":
-        state.env.stdout.write(dumps(rows, indent=2) + "\n")
-        return
-    if fmt == "jsonl":
-        state.env.stdout.write("".join(dumps(r) + "\n" for r in rows))
-        return
-    _write_lines(state, agents_lines(rows, width=_terminal_width(state)))
+    list_agents(state_of(ctx), output=_output_format(output, json_))
 
 
 @config_app.command("path", epilog="\b\nExample:\n  $EDITOR \"$(chatflow config path)\"")
@@ -694,7 +491,7 @@ def config_path_cmd(ctx: typer.Context) -> None:
     """Print the path of the config file (it may not exist yet)."""
     from .config import config_path
 
-    state = _state(ctx)
+    state = state_of(ctx)
     state.env.stdout.write(f"{config_path(state.config)}\n")
 
 
@@ -704,55 +501,9 @@ def config_show(
     json_: Annotated[bool, typer.Option("--json", help="As JSON.")] = False,
 ) -> None:
     """Print the settings in effect and where each comes from; API keys are masked."""
-    from .config import mask_secret
-    from .render import dumps, safe_text
+    from .commands.config import show_config
 
-    from .config import LOCAL_MODEL, resolve_model
-    from .core.errors import ConfigError
-
-    state = _state(ctx)
-    s = state.settings()
-    # The model and endpoint requests actually use (a default filled in, or the local model),
-    # not only what was configured; a configuration that cannot send anything says why.
-    model, base_url, problem = s.model, s.base_url, None
-    try:
-        choice = resolve_model(s)
-    except ConfigError as exc:
-        problem = exc.message
-    else:
-        model = choice.model
-        base_url = "(the local llama.cpp server chatflow starts)" if choice.local else (
-            choice.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1")
-    model_source = s.sources.get("model") if s.model else ("default" if model != LOCAL_MODEL else "default (local)")
-    data = {
-        "config_file": str(s.config_path),
-        "config_loaded": s.config_loaded,
-        "data_dir": str(s.data_dir),
-        "db_path": str(s.db_path),
-        "model": model,
-        "model_source": model_source,
-        "base_url": base_url,
-        "base_url_source": s.sources.get("base_url"),
-        "api_key_env": s.api_key_env,
-        "api_key": mask_secret(s.api_key),
-        "default_agent": s.default_agent,
-        "max_turns": s.max_turns,
-        "local_keep_alive": s.local_keep_alive,
-        "local_keep_alive_source": s.sources.get("local_keep_alive"),
-        "agents": [a.name for a in s.agents],
-    }
-    if problem:
-        data["problem"] = problem
-    if json_:
-        state.env.stdout.write(dumps(data, indent=2) + "\n")
-        return
-    width = max(len(k) for k in data)
-    for key, value in data.items():
-        if isinstance(value, list):
-            value = ", ".join(value) or "-"
-        elif value is None:
-            value = "-"
-        state.env.stdout.write(f"{key:<{width}}  {safe_text(str(value))}\n")
+    show_config(state_of(ctx), as_json=json_)
 
 
 @local_app.command("status", epilog="\b\nExamples:\n  chatflow local status\n  chatflow local status --json")
@@ -765,26 +516,9 @@ def local_status(
     Each server found in the data directory is health-checked with its token; one that does
     not answer is shown as stale (the next call replaces it).
     """
-    from .core.local import local_servers
-    from .render import dumps, safe_text
+    from .commands.local import local_status as status
 
-    state = _state(ctx)
-    settings = state.settings()
-    servers = local_servers(settings.data_dir)
-    if json_:
-        state.env.stdout.write(dumps([s.to_dict() for s in servers], indent=2) + "\n")
-        return
-    if not servers:
-        _notice(state, f"no warm local model server (keep-alive {settings.local_keep_alive:g} s)")
-        return
-    import time
-
-    for s in servers:
-        age = max(0, int(time.time() - s.started_at))
-        health = "running" if s.healthy else "not answering (stale: replaced on next use)"
-        state.env.stdout.write(safe_text(
-            f"pid {s.pid}  {s.base_url}  {health}  up {age} s  keep-alive {s.keep_alive:g} s  "
-            f"chatflow {s.version}  {Path(s.model).name}") + "\n")
+    status(state_of(ctx), as_json=json_)
 
 
 @local_app.command("stop", epilog="\b\nExamples:\n  chatflow local stop\n  chatflow local stop --json")
@@ -797,17 +531,9 @@ def local_stop(
     The next call on the local model starts a new one. Only processes that are verifiably
     chatflow's servers are signalled (SIGTERM, then SIGKILL after 5 s).
     """
-    from .core.local import stop_local_servers
-    from .render import dumps
+    from .commands.local import local_stop as stop
 
-    state = _state(ctx)
-    stopped = stop_local_servers(state.settings().data_dir)
-    if json_:
-        state.env.stdout.write(dumps({"stopped": stopped}) + "\n")
-    elif stopped:
-        _notice(state, "stopped the local model server (pid " + ", ".join(map(str, stopped)) + ")")
-    else:
-        _notice(state, "no warm local model server was running")
+    stop(state_of(ctx), as_json=json_)
 
 
 @app.command(epilog="\b\nExamples:\n  chatflow completion bash > ~/.local/share/bash-completion/completions/chatflow\n  chatflow completion fish > ~/.config/fish/completions/chatflow.fish")
@@ -827,324 +553,21 @@ def completion_script(shell: str) -> str:
     return get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell)
 
 
-# ---------------------------------------------------------------------------------------
-# the error boundary
-# ---------------------------------------------------------------------------------------
-#: ``json``/``jsonl`` while a command prints JSON: an error is then also printed as a JSON
-#: object on stdout (``{"schema", "type": "error", "is_error": true, ...}``), as ``chat --json`` does.
-_JSON_ERRORS: str | None = None
 
-#: Secret values this process has read (the API key named by ``api_key_env``, recorded by
-#: :meth:`State.settings`): the error boundary removes them from everything it prints.
-_SECRETS: set[str] = set()
-#: Shorter values are not treated as secrets (replacing them would garble ordinary text).
-_MIN_SECRET_LEN = 6
-
-
-def remember_secret(value: str | None) -> None:
-    """Record ``value`` as a secret that :func:`_scrub` removes from printed text."""
-    if value and len(value) >= _MIN_SECRET_LEN:
-        _SECRETS.add(value)
-
-
-def _secrets() -> list[str]:
-    """Every secret to scrub, longest first (a key containing another is removed whole)."""
-    values = set(_SECRETS)
-    for name in ("OPENAI_API_KEY", os.environ.get("CHATFLOW_API_KEY_ENV", "")):
-        value = os.environ.get(name) if name else None
-        if value and len(value) >= _MIN_SECRET_LEN:
-            values.add(value)
-    return sorted(values, key=len, reverse=True)
-
-
-def _scrub(text: str) -> str:
-    """``text`` with every API key chatflow knows of (``$OPENAI_API_KEY``, the variable the
-    config's ``api_key_env`` names) replaced by ``[redacted]``, as the model client does.
-
-    Defence in depth, since a provider error body may echo the key (issue 7): :func:`main`
-    applies it to the error line, the ``--debug`` traceback (chained causes included) and
-    ``--debug`` log lines.
-    """
-    for value in _secrets():
-        if value in text:
-            text = text.replace(value, "[redacted]")
-    return text
-
-
-class _ScrubbingFormatter(logging.Formatter):
-    """``--debug`` log lines (and the tracebacks they carry) with secrets removed."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return _scrub(super().format(record))
-
-
-def _print_traceback() -> None:
-    """The current exception's traceback (chained causes included) on stderr, scrubbed of
-    secrets and with terminal control characters made inert."""
-    import traceback
-
-    from .render import safe_text
-
-    try:
-        sys.stderr.write(safe_text(_scrub(traceback.format_exc())))
-        sys.stderr.flush()
-    except (BrokenPipeError, OSError):  # pragma: no cover
-        pass
-
-
-def _json_error(message: str, error_type: str, code: int, session_id: str | None) -> None:
-    """In a JSON output mode (:data:`_JSON_ERRORS`), the error as JSON on stdout too: the
-    ``chat --output json`` error object, or for jsonl an ``error`` event."""
-    if _JSON_ERRORS is None:
-        return
-    from .render import dumps, event_json
-
-    err = {"error": _scrub(message), "error_type": error_type, "exit_code": int(code), "session_id": session_id,
-           "is_error": True}
-    obj = err if _JSON_ERRORS == "json" else event_json("error", session_id, err)
-    try:
-        sys.stdout.write(dumps(obj) + "\n")
-        sys.stdout.flush()
-    except (BrokenPipeError, OSError):  # pragma: no cover
-        pass
-
-
-def _error_line(message: str, *, prefix: str = "chatflow: error: ") -> None:
-    from .render import safe_text
-
-    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
-    try:
-        sys.stderr.write(f"{prefix}{safe_text(_scrub(first))}\n")
-        sys.stderr.flush()
-    except (BrokenPipeError, OSError):  # pragma: no cover
-        pass
-
-
-def _silence_broken_pipe() -> None:
-    """After EPIPE: point stdout at /dev/null so the interpreter's final flush is quiet."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # pragma: no cover
-        pass
-
-
-class _ClosedStdout:
-    """Stands for a stdout that was closed before chatflow started (``chatflow … >&-``): every
-    write fails as a write into a pipe whose reader has gone, so it takes the same path."""
-
-    encoding = "utf-8"
-    errors = "strict"
-
-    def write(self, text: str) -> int:
-        raise BrokenPipeError(errno.EPIPE, "stdout is closed")
-
-    def flush(self) -> None:
-        """Nothing is ever buffered."""
-
-    def fileno(self) -> int:
-        return 1
-
-    def isatty(self) -> bool:
-        return False
-
-
-def _fill_closed_standard_streams() -> None:
-    """A standard stream closed at start (Python sets it to ``None``): give its file
-    descriptor ``/dev/null``, so no file chatflow opens (the database) can take fd 0, 1 or 2;
-    stdout becomes :class:`_ClosedStdout`, stdin reads nothing, stderr is dropped."""
-    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
-        if getattr(sys, name) is not None:
-            continue
-        try:
-            os.fstat(fd)
-        except OSError:
-            try:
-                devnull = os.open(os.devnull, os.O_RDWR)
-                if devnull != fd:
-                    os.dup2(devnull, fd)
-                    os.close(devnull)
-            except OSError:  # pragma: no cover - /dev/null missing
-                pass
-        if name == "stdout":
-            sys.stdout = _ClosedStdout()  # type: ignore[assignment]
-        else:
-            setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w", encoding="utf-8"))
-
-
-#: errno values of a stdout that cannot take the output (``> /dev/full``, a full disk, I/O error).
-_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
-
-
-class _ReaderGone(Exception):
-    """stdout was closed by its reader (EPIPE) while a command wrote to it."""
-
-
-def _reader_gone_is_ours(command: Any) -> None:
-    """Make a closed stdout reach :func:`main` as :class:`_ReaderGone`.
-
-    click's ``main`` turns an EPIPE raised inside it into ``sys.exit(1)``; wrapping the root
-    command's ``make_context`` (parsing, where ``--help`` prints) and ``invoke`` (which runs
-    every subcommand) hands it to chatflow's boundary instead, so every command ends the
-    same quiet way.
-    """
-
-    def guard(method: Any) -> Any:
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return method(*args, **kwargs)
-            except BrokenPipeError:
-                raise _ReaderGone() from None
-
-        return guarded
-
-    command.make_context = guard(command.make_context)
-    command.invoke = guard(command.invoke)
-
-
-def _check_utf8_args(args: list[str]) -> None:
-    """Bytes that are not UTF-8 in argv arrive as lone surrogates (PEP 383); refuse them (exit 2)."""
-    for position, arg in enumerate(args, 1):
-        try:
-            arg.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise UsageError(f"argument {position} is not valid UTF-8 (bad byte at offset {exc.start})") from None
-
-
-# ---------------------------------------------------------------------------------------
-# command-line shape: global options anywhere, no silent repeats, plain argument help
-# ---------------------------------------------------------------------------------------
-#: The root options that every command accepts too, wherever the user types them.
-GLOBAL_OPTIONS = ("--db", "--config", "--debug", "--no-color")
-
-
-def _set_global(ctx: Any, param: Any, value: Any) -> None:
-    """A global option given after the command: update the run's :class:`State`."""
-    if ctx.resilient_parsing or value in (None, False):
-        return
-    state = _state(ctx)
-    if param.name == "db":
-        state.db = value
-    elif param.name == "config":
-        state.config = value
-        state._settings.clear()
-    elif param.name == "debug":
-        state.debug = True
-    elif param.name == "no_color":
-        state.no_color = True
-        state.env = Env.from_sys(no_color=True)
-
-
-def _add_global_options(command: Any) -> None:
-    """Give every subcommand the root's ``--db``, ``--config``, ``--debug`` and ``--no-color``,
-    so ``chatflow sessions ls --db x`` works as ``chatflow --db x sessions ls`` does (they stay
-    out of each command's help; the root's help says they may follow the command)."""
-    import copy
-
-    root_params = {p.name: p for p in command.params}
-    for sub in _walk_commands(command):
-        if sub is command:
-            continue
-        taken = {opt for p in sub.params for opt in (*p.opts, *p.secondary_opts)}
-        for flag in GLOBAL_OPTIONS:
-            if flag in taken:
-                continue
-            name = flag.lstrip("-").replace("-", "_")
-            option = copy.copy(root_params[name])
-            option.expose_value = False
-            option.callback = _set_global
-            option.hidden = True
-            sub.params.append(option)
-
-
-def _walk_commands(command: Any) -> Iterator[Any]:
-    yield command
-    for sub in (getattr(command, "commands", None) or {}).values():
-        yield from _walk_commands(sub)
-
-
-def _refuse_repeats(command: Any) -> None:
-    """An option that takes one value and is given twice is a usage error (exit 2), never a
-    silent "the last one wins": ``--session a --session b`` or ``-m x -m y`` names the option.
-    Repeatable options (``--metadata``, ``--tool-result``) and flags are not affected."""
-    from typer import _click
-
-    for cmd in _walk_commands(command):
-        original = cmd.make_parser
-
-        def make_parser(ctx: Any, _original: Any = original) -> Any:
-            parser = _original(ctx)
-            parse = parser.parse_args
-
-            def parse_args(args: list[str]) -> Any:
-                opts, rest, order = parse(args=args)
-                seen: set[int] = set()
-                for param in order:
-                    if not getattr(param, 'param_type_name', '') == 'option' or param.multiple or param.is_flag or param.count:
-                        continue
-                    if id(param) in seen and not ctx.resilient_parsing:
-                        names = "/".join(sorted(param.opts, key=len, reverse=True))
-                        raise _click.exceptions.UsageError(f"{names} was given more than once; it takes one value", ctx=ctx)
-                    seen.add(id(param))
-                return opts, rest, order
-
-            parser.parse_args = parse_args
-            return parser
-
-        cmd.make_parser = make_parser
-
-
-def _plain_argument_help(command: Any) -> None:
-    """Arguments in help as ``ID``, ``[MESSAGE]`` and ``[ID]...``: no Python types
-    (``<str>``, ``<list[str]>``) and no ``{ID}`` braces."""
-    for cmd in _walk_commands(command):
-        for param in cmd.params:
-            if getattr(param, "param_type_name", "") != "argument" or not hasattr(param, "_usage_display_name"):
-                continue
-            name = (param.metavar or param.name.upper()).rstrip(".")
-
-            def usage(_param: Any = param, _name: str = name) -> str:
-                shown = _name if _param.required else f"[{_name}]"
-                return shown + ("..." if _param.nargs != 1 else "")
-
-            param._usage_display_name = usage
-            param.display_type_rich = lambda ctx=None: ""
-            param._rich_display_name = lambda _name=name, _param=param: _name + ("..." if _param.nargs != 1 else "")
-
-
-#: Options taking a pair of values that may be repeated (typer has no list-of-tuples type).
-_REPEATABLE_PAIRS = {("chat", "tool_result")}
-
-
-def _repeatable_pairs(command: Any) -> None:
-    """``--tool-result ID OUTPUT`` may be given once per pending call: the value is a list of pairs."""
-    from ._typer_fast import _lite_class, _str
-
-    for name, sub in (getattr(command, "commands", None) or {}).items():
-        for param in sub.params:
-            if (name, param.name) in _REPEATABLE_PAIRS:
-                param.multiple = True
-                param.default = None
-
-                def pairs(value: Any, p: Any, c: Any) -> Any:
-                    return [tuple(_str(v, p, c) for v in pair) for pair in value or ()] or None
-
-                desc = param.type_descriptor
-                param._runtime_param = _lite_class()(parameter_info=desc.parameter_info, annotation=desc.annotation,
-                                                     fn=pairs)
 
 
 def build_command() -> Any:
     """The click command of :data:`app` as chatflow runs it (global options on every
     command, repeated single-value options refused, plain argument help)."""
-    command = typer.main.get_command(app)
+    from . import _command_shape as shape
     from ._typer_fast import install
 
+    command = typer.main.get_command(app)
     install(command)
-    _repeatable_pairs(command)
-    _add_global_options(command)
-    _refuse_repeats(command)
-    _plain_argument_help(command)
+    shape.repeatable_pairs(command)
+    shape.add_global_options(command)
+    shape.refuse_repeats(command)
+    shape.plain_argument_help(command)
     return command
 
 
@@ -1152,14 +575,13 @@ def main(argv: list[str] | None = None) -> None:
     """Run chatflow and exit with the code of :class:`ExitStatus` that fits the outcome."""
     from typer import _click
 
-    global _JSON_ERRORS
-    _JSON_ERRORS = None
+    _boundary.set_json_errors(None)
 
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("CHATFLOW_DEBUG", "") not in ("", "0")
     if debug:
         handler = logging.StreamHandler()
-        handler.setFormatter(_ScrubbingFormatter("chatflow: %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(ScrubbingFormatter("chatflow: %(levelname)s %(name)s: %(message)s"))
         logging.basicConfig(level=logging.DEBUG, handlers=[handler])
     else:
         logging.getLogger("chatflow_cli").addHandler(logging.NullHandler())
@@ -1169,23 +591,23 @@ def main(argv: list[str] | None = None) -> None:
 
         completion_init()
     code: int = ExitStatus.SUCCESS
-    _fill_closed_standard_streams()
+    _boundary.fill_closed_standard_streams()
     try:
-        _check_utf8_args(args)
+        _boundary.check_utf8_args(args)
         command = build_command()
-        _reader_gone_is_ours(command)
+        _boundary.reader_gone_is_ours(command)
         rv = command.main(args=args, prog_name=PROG, complete_var=COMPLETE_VAR, standalone_mode=False)
         code = rv if isinstance(rv, int) else ExitStatus.SUCCESS
         sys.stdout.flush()
     except ChatflowError as exc:
         if debug:
-            _print_traceback()
+            _boundary.print_traceback()
         if exc.exit_code == ExitStatus.INTERRUPTED:  # Ctrl-C is not an error: a plain notice
-            _error_line(exc.message, prefix="chatflow: ")
+            _boundary.error_line(exc.message, prefix="chatflow: ")
         else:
-            _error_line(exc.message)
+            _boundary.error_line(exc.message)
         code = exc.exit_code
-        _json_error(exc.message, type(exc).__name__, code, getattr(exc, "session_id", None))
+        _boundary.json_error(exc.message, type(exc).__name__, code, getattr(exc, "session_id", None))
     except _click.exceptions.NoArgsIsHelpError as exc:
         sys.stderr.write(exc.format_message().rstrip("\n") + "\n")
         code = ExitStatus.USAGE
@@ -1193,14 +615,14 @@ def main(argv: list[str] | None = None) -> None:
         hint = ""
         if exc.ctx is not None:
             hint = f" (see: {exc.ctx.command_path} --help)"
-        _error_line(exc.format_message() + hint)
+        _boundary.error_line(exc.format_message() + hint)
         code = ExitStatus.USAGE
-        _json_error(exc.format_message(), "UsageError", code, None)
+        _boundary.json_error(exc.format_message(), "UsageError", code, None)
     except _click.exceptions.ClickException as exc:
-        _error_line(exc.format_message())
+        _boundary.error_line(exc.format_message())
         code = exc.exit_code or ExitStatus.ERROR
     except typer.Abort:
-        _error_line("aborted")
+        _boundary.error_line("aborted")
         code = ExitStatus.INTERRUPTED
     except KeyboardInterrupt:
         try:
@@ -1208,25 +630,25 @@ def main(argv: list[str] | None = None) -> None:
         except OSError:  # pragma: no cover
             pass
         code = ExitStatus.INTERRUPTED
-    except (BrokenPipeError, _ReaderGone):
-        _silence_broken_pipe()
+    except (BrokenPipeError, _boundary.ReaderGone):
+        silence_broken_pipe()
         code = ExitStatus.SUCCESS
     except SystemExit:
         raise
     except Exception as exc:  # a bug: one line, unless --debug
         if debug:
-            _print_traceback()
-        if isinstance(exc, OSError) and exc.errno in _OUTPUT_ERRNOS and exc.filename is None:
-            _error_line(f"cannot write the output: {exc.strerror or exc}")
+            _boundary.print_traceback()
+        if isinstance(exc, OSError) and exc.errno in _boundary.OUTPUT_ERRNOS and exc.filename is None:
+            _boundary.error_line(f"cannot write the output: {exc.strerror or exc}")
             code = ExitStatus.ERROR
-            _silence_broken_pipe()
+            silence_broken_pipe()
         else:
-            _error_line(f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)")
+            _boundary.error_line(f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)")
             code = ExitStatus.ERROR
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        _silence_broken_pipe()
+        silence_broken_pipe()
     except (OSError, ValueError):
         pass
     sys.exit(int(code))

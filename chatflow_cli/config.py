@@ -1,6 +1,6 @@
 """Where chatflow keeps its files, and which settings apply.
 
-Paths (issue 2):
+Paths:
 
 * data directory: ``$CHATFLOW_HOME`` when set, else ``platformdirs.user_data_dir("chatflow")``
   (``~/.local/share/chatflow`` on Linux); created with mode 0700 when chatflow first
@@ -10,7 +10,7 @@ Paths (issue 2):
   ``platformdirs.user_config_dir("chatflow")/config.toml``. A missing file is fine (all
   defaults), except one named by ``--config``, which must exist.
 
-Settings precedence (issue 5): command-line flags, then environment variables, then
+Settings precedence: command-line flags, then environment variables, then
 ``config.toml``, then defaults.
 
 =================  ===================  ==================  ==============================
@@ -57,11 +57,11 @@ An example ``config.toml``::
     ]
 
 A custom tool (a table with ``name``, ``description`` and a JSON Schema ``parameters``,
-no implementation) makes the turn wait for ``chatflow chat --tool-result ID JSON``
-(seed 003's custom tools). Tool modules are imported only from references written in
-this file (issue 7): nothing is ever loaded from the database or from model output.
+no implementation) makes the turn wait for ``chatflow chat --tool-result ID JSON``.
+Tool modules are imported only from references written in this file: nothing is ever loaded
+from the database or from model output.
 The module of a ``module:function`` reference is looked up first in the config file's
-directory, then in the current working directory, then on ``sys.path`` as usual (issue 5:
+directory, then in the current working directory, then on ``sys.path`` as usual (so
 a ``mytools.py`` next to ``config.toml`` works without setting ``PYTHONPATH``). Only the
 top-level name is looked up that way (``pkg`` of ``pkg.sub:fn``; its submodules come from
 the package); a name already imported (``json``) is not looked up again, and the module's
@@ -101,7 +101,6 @@ __all__ = [
     "ensure_private_dir",
     "load_settings",
     "mask_secret",
-    "build_agents",
     "resolve_model",
 ]
 
@@ -111,7 +110,7 @@ CONFIG_FILENAME = "config.toml"
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 #: The model asked for when an API key or base URL is configured but no model is.
 DEFAULT_REMOTE_MODEL = "gpt-4o-mini"
-#: The model name that means "the embedded llama.cpp server" (issue 2).
+#: The model name that means "the embedded llama.cpp server".
 LOCAL_MODEL = "local"
 #: Seconds the local model's warm server waits for the next request (``core.local.DEFAULT_KEEP_ALIVE``).
 DEFAULT_LOCAL_KEEP_ALIVE = 300.0
@@ -163,7 +162,7 @@ def ensure_private_dir(path: Path) -> Path:
 
     Each folder chatflow creates is private whatever the umask (``mkdir``'s mode is
     filtered by it, so each is ``chmod``-ed too): a world-writable parent would let another
-    user swap the data directory (issue 7). Folders that already exist are left as the
+    user swap the data directory. Folders that already exist are left as the
     user set them up, and so is one another process creates at the same moment. Raises
     :class:`~chatflow_cli.core.errors.StoreError` when a folder cannot be created.
     """
@@ -392,7 +391,7 @@ def local_extra_installed() -> bool:
 
 
 def resolve_model(settings: Settings, *, local_available: bool | None = None) -> ModelChoice:
-    """Decide which model and endpoint a turn uses (issue 2 "Model access").
+    """Decide which model and endpoint a turn uses.
 
     * ``model == "local"``: the embedded server; :class:`ConfigError` when the extra is missing.
     * an API key or a base URL configured: that endpoint, ``model`` or :data:`DEFAULT_REMOTE_MODEL`.
@@ -665,89 +664,3 @@ def _tool_spec(text: str, agent: str, tool: Any, start: int) -> ToolSpec:
 # ---------------------------------------------------------------------------------------
 DEFAULT_AGENT_NAME = "Assistant"
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
-
-
-def build_agents(settings: Settings, *, model_override: str | None = None) -> tuple[Any, dict[str, Any]]:
-    """Build the configured agents: ``(starting agent, {name: Agent})``.
-
-    With no agents configured, one default agent (:data:`DEFAULT_AGENT_NAME`) answers
-    (issue 5). ``model_override`` (``--model``) replaces every agent's model: flags come
-    first. The starting agent is ``default_agent`` or the first one in the file.
-
-    Tool references are imported here, and only here, from what the user wrote in the
-    config file (issue 7). A reference that cannot be imported, or names something that
-    is not a tool or a function, raises :class:`ConfigError` naming the file and line.
-    """
-    from .core.agents import Agent
-    from .core.tools import Tool
-
-    if not settings.agents:
-        agent = Agent(DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, model=model_override)
-        return agent, {agent.name: agent}
-    agents: dict[str, Any] = {}
-    for spec in settings.agents:
-        tools = [_load_tool(settings, spec, tool_spec, Tool) for tool_spec in spec.tools]
-        agents[spec.name] = Agent(spec.name, spec.instructions, model=model_override or spec.model, tools=tools)
-    for spec in settings.agents:
-        agents[spec.name].handoffs = [agents[name] for name in spec.handoffs]
-    start = settings.default_agent or settings.agents[0].name
-    return agents[start], agents
-
-
-def _load_tool(settings: Settings, spec: AgentSpec, tool_spec: ToolSpec, tool_cls: Any) -> Any:
-    where = f"config file {settings.config_path}" + (f", agent {spec.name!r} (line {spec.line})" if spec.line else "")
-    if tool_spec.ref is None:
-        try:
-            return tool_cls.custom(tool_spec.name or "", tool_spec.description, tool_spec.parameters or None)
-        except Exception as exc:
-            raise ConfigError(f"{where}: custom tool {tool_spec.name!r}: {exc}") from None
-    module_name, _, attr = tool_spec.ref.partition(":")
-    try:
-        module = _import_tool_module(module_name, settings.config_path.parent)
-    except Exception as exc:  # ImportError, or the module raised while importing
-        raise ConfigError(
-            f"{where}: cannot import tool module {module_name!r} ({type(exc).__name__}: {exc})"
-        ) from None
-    obj = getattr(module, attr, None)
-    if obj is None:
-        raise ConfigError(f"{where}: module {module_name!r} has no {attr!r}")
-    if isinstance(obj, tool_cls):
-        return obj
-    if callable(obj):
-        from .core.tools import tool
-
-        try:
-            return tool(obj)
-        except Exception as exc:
-            raise ConfigError(f"{where}: {tool_spec.ref} cannot be a tool: {exc}") from None
-    raise ConfigError(f"{where}: {tool_spec.ref} is not a @tool function")
-
-
-def _import_tool_module(name: str, config_dir: Path) -> Any:
-    """Import ``name`` looking its top-level package up in ``config_dir``, then the current
-    directory, then ``sys.path`` (see the module docstring). Raises what importing raises."""
-    import importlib
-    import importlib.util
-    import sys
-    from importlib.machinery import PathFinder
-
-    top = name.partition(".")[0]
-    if top not in sys.modules:
-        dirs: list[str] = []
-        for directory in (config_dir, Path.cwd()):
-            try:
-                resolved = str(Path(directory).resolve())
-            except OSError:
-                continue
-            if resolved not in dirs:
-                dirs.append(resolved)
-        found = PathFinder.find_spec(top, dirs)
-        if found is not None and found.loader is not None:
-            module = importlib.util.module_from_spec(found)
-            sys.modules[top] = module
-            try:
-                found.loader.exec_module(module)
-            except BaseException:
-                sys.modules.pop(top, None)
-                raise
-    return importlib.import_module(name)

@@ -1,4 +1,4 @@
-"""Stream Markdown into a terminal as it arrives: finished blocks once, only the tail live (issue 6).
+"""Stream Markdown into a terminal as it arrives: finished blocks once, only the tail live.
 
 A model's answer arrives as small text deltas. :class:`MarkdownStream` renders it with
 Rich so that a long answer stays fast and readable:
@@ -90,7 +90,9 @@ from rich.style import Style
 from rich.syntax import Syntax
 from rich.text import Text
 
-from .render import TextSanitizer, markdown_lines, markdown_renderable, parse_markdown, safe_text
+from .render.markdown import markdown_lines, markdown_renderable, parse_markdown
+from .render.styles import OwnStyles
+from .render.text import TextSanitizer, safe_text
 
 __all__ = ["MarkdownStream", "RefreshStat", "print_unpadded", "sanitize_terminal_text"]
 
@@ -98,7 +100,7 @@ DEFAULT_CODE_THEME = "monokai"
 
 # --------------------------------------------------------------------------- sanitizing
 
-#: The one terminal sanitizer of chatflow (see :func:`chatflow_cli.render.safe_text`).
+#: The one terminal sanitizer of chatflow (see :func:`chatflow_cli.render.text.safe_text`).
 sanitize_terminal_text = safe_text
 _Sanitizer = TextSanitizer
 
@@ -385,65 +387,6 @@ def _unpad(line: Line) -> tuple[Line, Style | None]:
             break
         segments.pop()
     return segments, fill
-
-
-def _fresh_style(style: Style) -> Style:
-    """A new ``Style`` equal to ``style``, with no ANSI codes cached yet.
-
-    Rich caches a style's ANSI codes on the ``Style`` object the first time it is
-    rendered, for the colour system of *that* console, and shares ``Style`` objects
-    process-wide (``Style.parse``, ``Style + Style`` and ``Style.normalize`` are
-    cached by ``lru_cache``; a Syntax theme's token style plus its background is one such object).
-    Rendered for a 256-colour console first, a shared style then prints 256-colour codes
-    into a 16-colour one (and the other way round). Segments printed through a private
-    copy never read, nor leave, codes cached for another console.
-    """
-    return Style(
-        color=style.color,
-        bgcolor=style.bgcolor,
-        bold=style.bold,
-        dim=style.dim,
-        italic=style.italic,
-        underline=style.underline,
-        blink=style.blink,
-        blink2=style.blink2,
-        reverse=style.reverse,
-        conceal=style.conceal,
-        strike=style.strike,
-        underline2=style.underline2,
-        frame=style.frame,
-        encircle=style.encircle,
-        overline=style.overline,
-        link=style.link,
-        meta=style.meta or None,
-    )
-
-
-class OwnStyles:
-    """Maps Rich's (process-wide, shared) styles to private copies for one console.
-
-    ``own(segments)`` yields the segments with every style replaced by its copy (one copy
-    per distinct style, kept in this object), see :func:`_fresh_style`. Use one instance
-    per console: the copies cache that console's ANSI codes.
-    """
-
-    __slots__ = ("_styles",)
-
-    def __init__(self) -> None:
-        self._styles: dict[Style, Style] = {}
-
-    def style(self, style: Style | None) -> Style | None:
-        if style is None:
-            return None
-        own = self._styles.get(style)
-        if own is None:
-            own = self._styles[style] = _fresh_style(style)
-        return own
-
-    def own(self, segments: Iterable[Segment]) -> Iterable[Segment]:
-        style_of = self.style
-        for text, style, control in segments:
-            yield Segment(text, style_of(style), control)
 
 
 def _fill_segments(line: Line, width: int, fill_ok: bool, styles: OwnStyles | None = None) -> list[Segment]:

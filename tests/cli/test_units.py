@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from chatflow_cli.assembly import build_agents
 from chatflow_cli.config import (
     DEFAULT_REMOTE_MODEL,
-    build_agents,
     ensure_private_dir,
     load_settings,
     mask_secret,

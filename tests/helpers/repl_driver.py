@@ -102,7 +102,7 @@ class Driver:
         from prompt_toolkit.input import create_pipe_input
 
         from chatflow_cli._console import Env
-        from chatflow_cli.cli import State
+        from chatflow_cli.context import State
         from chatflow_cli.repl import run_repl
 
         def drive() -> None:

@@ -81,7 +81,7 @@ def test_sessions_list_keeps_whole_ids_at_80_columns(repl_driver) -> None:
 def test_session_lines_drop_the_preview_before_cutting_an_id() -> None:
     from chatflow_cli.core.memory import SessionSummary
     from chatflow_cli.core.events import SessionStatus  # noqa: F401 - the status type
-    from chatflow_cli.repl import session_lines
+    from chatflow_cli.render import sessions_lines
 
     summaries = [
         SessionSummary(
@@ -98,12 +98,12 @@ def test_session_lines_drop_the_preview_before_cutting_an_id() -> None:
         for n in range(3)
     ]
     for width in (80, 60, 40):
-        lines = [line.plain for line in session_lines(summaries, width, now=1060.0)]
+        lines = [line.plain for line in sessions_lines(summaries, width=width, now=1060.0, compact=True)]
         for s, line in zip(summaries, lines):
             assert s.session_id in line
             assert len(line) <= max(width, len(s.session_id) + 2)
             assert line == line.rstrip()
-    wide = [line.plain for line in session_lines(summaries, 120, now=1060.0)]
+    wide = [line.plain for line in sessions_lines(summaries, width=120, now=1060.0, compact=True)]
     assert all("a preview" in line for line in wide)
 
 

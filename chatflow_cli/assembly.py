@@ -1,0 +1,236 @@
+"""The composition root: settings in, agents, model client and Runner out.
+
+Every front-end that runs turns (``chat``, ``replay --rerun``, the REPL) and ``agents ls``
+builds what it needs here, so there is one place where
+
+* the model is resolved from the settings, once (:func:`chatflow_cli.config.resolve_model`),
+  and the embedded model's llama.cpp server is started or reused;
+* the configured agents are built and their tool modules imported (:func:`build_agents`);
+* the model client is made with its transport (:func:`transport_for`) and the
+  :class:`~chatflow_cli.core.runner.Runner` is put on the store.
+
+The embedded local model (SmolLM2-135M) is sampled greedily (``temperature``
+:data:`LOCAL_TEMPERATURE`): at the server's default, and even at 0.2, it wanders; remote
+models keep their provider's default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from .config import DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, LOCAL_MODEL, AgentSpec, Settings, ToolSpec, resolve_model
+from .core.errors import ConfigError, NotFoundError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import ModelChoice
+    from .core.agents import Agent
+    from .core.memory import BaseSessionStore
+    from .core.runner import Runner
+
+__all__ = ["LOCAL_TEMPERATURE", "Assembly", "assemble", "build_agents", "transport_for"]
+
+#: Sampling temperature for the embedded local model (see the module docstring).
+LOCAL_TEMPERATURE = 0.0
+
+
+def transport_for(default: str) -> str:
+    """The model client's transport.
+
+    Args:
+        default: ``http`` for ``chatflow chat`` and ``replay --rerun`` (no openai import: a
+            one-shot call starts about 0.5 s sooner), ``openai`` for the REPL.
+
+    Returns:
+        ``$CHATFLOW_TRANSPORT`` (``http`` or ``openai``) when set, else ``default``.
+
+    Raises:
+        ConfigError: ``$CHATFLOW_TRANSPORT`` names no transport.
+    """
+    from .core.model import TRANSPORTS
+
+    chosen = os.environ.get("CHATFLOW_TRANSPORT") or default
+    if chosen not in TRANSPORTS:
+        from .render import safe_text
+
+        raise ConfigError(f"CHATFLOW_TRANSPORT={safe_text(chosen)!r}: use {' or '.join(TRANSPORTS)}")
+    return chosen
+
+
+@dataclass
+class Assembly:
+    """What :func:`assemble` built for one run.
+
+    Attributes:
+        runner: The Runner on the store; every configured agent resolves in it.
+        choice: The model choice the settings resolved to (resolved once).
+        agents: The configured agents by name.
+    """
+
+    runner: Runner
+    choice: ModelChoice
+    agents: dict[str, Agent]
+
+
+@contextlib.contextmanager
+def assemble(
+    settings: Settings,
+    store: BaseSessionStore,
+    *,
+    choice: ModelChoice | None = None,
+    model: str | None = None,
+    agent: str | None = None,
+    timeout: float = 60.0,
+    transport: str = "openai",
+    on_retry: Callable[[dict[str, Any]], None] | None = None,
+    on_wait: Callable[[dict[str, Any]], None] | None = None,
+) -> Iterator[Assembly]:
+    """A Runner on ``store`` whose model client points at the configured endpoint.
+
+    The local model's llama.cpp server, when it is the choice, is started or reused on
+    entering (:class:`~chatflow_cli.core.local.LocalModel`): with ``local_keep_alive`` 0 it
+    is private and stopped on every way out (no orphan process); otherwise it is the warm
+    server of the data directory, left running for the next call until it idles out. The
+    Runner is closed on the way out.
+
+    Args:
+        settings: The settings in effect (flags already applied).
+        store: The session store the Runner writes to.
+        choice: The model choice when the caller resolved it already (it is not resolved
+            again); ``None`` resolves it from ``settings``.
+        model: ``--model``: replaces every agent's model (``local``: the embedded model).
+        agent: ``--agent``: the starting agent's name, else the configured start.
+        timeout: Seconds to wait for the model server.
+        transport: ``http`` or ``openai`` (see :func:`transport_for`).
+        on_retry: Called before the client retries a request (rate limit, 5xx, no connection).
+        on_wait: Called while the run waits for a busy session.
+
+    Raises:
+        ConfigError: No model is configured, or a tool module cannot be imported.
+        NotFoundError: ``agent`` is not a configured agent.
+        ProviderError: The local model server failed to start.
+    """
+    if choice is None:
+        choice = resolve_model(settings)
+    with contextlib.ExitStack() as stack:
+        base_url, api_key, default_model = choice.base_url, choice.api_key, choice.model
+        local = None
+        if choice.local:
+            from .core.local import LocalModel
+
+            local = stack.enter_context(LocalModel(keep_alive=settings.local_keep_alive, data_dir=settings.data_dir))
+            base_url = local.base_url
+            default_model = local.model or LOCAL_MODEL
+        override = default_model if model == LOCAL_MODEL else model
+        start, agents = build_agents(settings, model_override=override)
+        if agent:
+            if agent not in agents:
+                from .render import safe_text
+
+                raise NotFoundError(f"unknown agent {safe_text(agent)!r} (configured: {', '.join(sorted(agents))})")
+            start = agents[agent]
+        from .core.model import ModelClient
+        from .core.runner import Runner
+
+        client = local.client(timeout=timeout, transport=transport) if local is not None else ModelClient(
+            base_url, api_key, timeout=timeout, transport=transport)
+        temperature = LOCAL_TEMPERATURE if choice.local else None
+        runner = Runner(start, store, model_client=client, default_model=default_model, temperature=temperature)
+        # Every configured agent resolves, not only those reachable from the starting one:
+        # a session whose active agent is another one keeps its instructions and tools.
+        runner.agents.update(agents)
+        if on_retry is not None and isinstance(client, ModelClient):  # the local client retries nothing
+            client.on_retry = on_retry
+        if on_wait is not None:
+            runner.on_wait = on_wait
+        stack.callback(runner.close)
+        yield Assembly(runner=runner, choice=choice, agents=agents)
+
+
+def build_agents(settings: Settings, *, model_override: str | None = None) -> tuple[Agent, dict[str, Agent]]:
+    """Build the configured agents: ``(starting agent, {name: Agent})``.
+
+    With no agents configured, one default agent (:data:`DEFAULT_AGENT_NAME`) answers
+    . ``model_override`` (``--model``) replaces every agent's model: flags come
+    first. The starting agent is ``default_agent`` or the first one in the file.
+
+    Tool references are imported here, and only here, from what the user wrote in the
+    config file. A reference that cannot be imported, or names something that
+    is not a tool or a function, raises :class:`ConfigError` naming the file and line.
+    """
+    from .core.agents import Agent
+    from .core.tools import Tool
+
+    if not settings.agents:
+        agent = Agent(DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, model=model_override)
+        return agent, {agent.name: agent}
+    agents: dict[str, Agent] = {}
+    for spec in settings.agents:
+        tools = [_load_tool(settings, spec, tool_spec, Tool) for tool_spec in spec.tools]
+        agents[spec.name] = Agent(spec.name, spec.instructions, model=model_override or spec.model, tools=tools)
+    for spec in settings.agents:
+        agents[spec.name].handoffs = [agents[name] for name in spec.handoffs]
+    start = settings.default_agent or settings.agents[0].name
+    return agents[start], agents
+
+
+def _load_tool(settings: Settings, spec: AgentSpec, tool_spec: ToolSpec, tool_cls: Any) -> Any:
+    where = f"config file {settings.config_path}" + (f", agent {spec.name!r} (line {spec.line})" if spec.line else "")
+    if tool_spec.ref is None:
+        try:
+            return tool_cls.custom(tool_spec.name or "", tool_spec.description, tool_spec.parameters or None)
+        except Exception as exc:
+            raise ConfigError(f"{where}: custom tool {tool_spec.name!r}: {exc}") from None
+    module_name, _, attr = tool_spec.ref.partition(":")
+    try:
+        module = _import_tool_module(module_name, settings.config_path.parent)
+    except Exception as exc:  # ImportError, or the module raised while importing
+        raise ConfigError(
+            f"{where}: cannot import tool module {module_name!r} ({type(exc).__name__}: {exc})"
+        ) from None
+    obj = getattr(module, attr, None)
+    if obj is None:
+        raise ConfigError(f"{where}: module {module_name!r} has no {attr!r}")
+    if isinstance(obj, tool_cls):
+        return obj
+    if callable(obj):
+        from .core.tools import tool
+
+        try:
+            return tool(obj)
+        except Exception as exc:
+            raise ConfigError(f"{where}: {tool_spec.ref} cannot be a tool: {exc}") from None
+    raise ConfigError(f"{where}: {tool_spec.ref} is not a @tool function")
+
+
+def _import_tool_module(name: str, config_dir: Path) -> Any:
+    """Import ``name`` looking its top-level package up in ``config_dir``, then the current
+    directory, then ``sys.path`` (see the module docstring). Raises what importing raises."""
+    import importlib
+    import importlib.util
+    import sys
+    from importlib.machinery import PathFinder
+
+    top = name.partition(".")[0]
+    if top not in sys.modules:
+        dirs: list[str] = []
+        for directory in (config_dir, Path.cwd()):
+            try:
+                resolved = str(Path(directory).resolve())
+            except OSError:
+                continue
+            if resolved not in dirs:
+                dirs.append(resolved)
+        found = PathFinder.find_spec(top, dirs)
+        if found is not None and found.loader is not None:
+            module = importlib.util.module_from_spec(found)
+            sys.modules[top] = module
+            try:
+                found.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(top, None)
+                raise
+    return importlib.import_module(name)

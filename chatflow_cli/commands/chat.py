@@ -1,0 +1,319 @@
+"""``chatflow chat`` (and bare ``chatflow`` with piped stdin): run turns and print them.
+
+Kept out of :mod:`chatflow_cli.cli` so that ``chatflow --help`` never even compiles it. The
+input is read by :mod:`~chatflow_cli.commands.chat_input`, the run printed by
+:mod:`~chatflow_cli.commands.chat_output`, the Runner built by :mod:`chatflow_cli.assembly`.
+
+The session's model and endpoint (:mod:`chatflow_cli.endpoints`): resuming a session uses the
+model and base URL stored with it unless ``--model``/``--base-url`` are given, which switch
+it (announced). ``--system`` and ``--max-turns`` set up a new session; on an existing one
+they are not applied and a notice says so.
+
+Replies that did not finish (the verdict of :mod:`chatflow_cli.core._stream`): cut by the
+token limit or a content filter, the turn is stored, marked with its ``finish_reason``, and
+the exit code is 10 (:attr:`ExitStatus.INCOMPLETE`); a reply of reasoning only (or empty)
+gets a note and exits 0. A stream that broke off is a
+:class:`~chatflow_cli.core.errors.StreamBrokenError` (exit 6; the partial reply is kept as an
+interrupted turn); a tool call with cut arguments is an
+:class:`~chatflow_cli.core.errors.InvalidToolCallError` (exit 5; the turn fails).
+
+De-duplication of webhook deliveries: ``--message-id`` is claimed (under its scope, see
+:func:`claim_key`) in one atomic statement before anything else is done; an id already
+processed within 192 h prints a notice to stderr (or ``{"duplicate": true}`` with ``--output
+json``), calls nothing, and exits 0. The id counts as processed from the claim on (mark, then
+process), so a concurrent redelivery is skipped; when the turn then fails (a provider error,
+Ctrl-C), the claim is released (``store.release_message``) and a later redelivery runs.
+
+``--agent NAME`` on an existing session makes NAME its active agent (a ``handoff`` event)
+before the turn. Every configured agent resolves, whichever one the run starts from.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..assembly import assemble, transport_for
+from ..config import resolve_model
+from ..context import notice
+from ..core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
+from ..endpoints import remember_endpoint, session_endpoint, stored_endpoint
+from ..lookup import find_session
+from ..render import event_json, plural, safe_text
+from ..session_ids import new_session_id, validate_session_id
+from .chat_input import ChatOptions, input_items, message_from, tool_output_text
+from .chat_output import ChatOutput
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..context import State
+    from ..core.agents import Agent
+    from ..core.memory import BaseSessionStore, SessionContext
+    from ..core.runner import Runner
+
+__all__ = ["ChatOptions", "claim_key", "run_chat"]
+
+
+def _switch_agent(store: BaseSessionStore, session_id: str, agent: Agent) -> None:
+    """``--agent`` on an existing session makes ``agent`` its active agent (a ``handoff`` event)."""
+    session = store.get(session_id)
+    if session is None or session.active_agent.name == agent.name:
+        return
+    session.set_active_agent(agent)
+    store.save(session)
+
+
+def _session_for(state: State, store: BaseSessionStore | None, opts: ChatOptions, *, announce: bool = True) -> str:
+    if opts.session is not None and opts.continue_:
+        raise UsageError("give --session or --continue, not both")
+    if opts.session is not None:
+        return validate_session_id(opts.session)
+    if opts.continue_:
+        latest = store.latest_session_id() if store is not None else None
+        if latest is None:
+            raise NotFoundError("no session to continue: start one with chatflow chat \"hello\"")
+        return latest
+    if opts.tool_results:
+        raise UsageError("--tool-result needs the session: add --session ID (or --continue)")
+    session_id = new_session_id()
+    if announce:
+        notice(state, f"new session {session_id} (continue it with: chatflow chat -s {session_id} MESSAGE)")
+    return session_id
+
+
+# ---------------------------------------------------------------------------------------
+# chat
+# ---------------------------------------------------------------------------------------
+def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
+    """Run ``chatflow chat``: send the message (or tool results, or ``--input jsonl`` lines)
+    and print the run as ``opts.output`` asks.
+
+    Args:
+        state: The run.
+        opts: The command's options.
+
+    Returns:
+        :attr:`ExitStatus.INCOMPLETE` (10) when a turn's reply was cut by the token limit or
+        a content filter (stored and marked), else :attr:`ExitStatus.SUCCESS`.
+
+    Raises:
+        UsageError: Bad input (no message, bad ``--tool-result``, bad session id...).
+        ChatflowError: What the store, the model server or the configuration raised; the
+            claim of a ``--message-id`` is released first.
+    """
+    if opts.output not in {"text", "json", "jsonl"}:
+        raise UsageError(f"--output {opts.output!r}: use text, json or jsonl")
+    multi = opts.input == "jsonl"
+    message: str | None = None
+    tool_outputs: list[tuple[str, str]] = []
+    if multi:
+        if opts.message is not None or opts.tool_results:
+            raise UsageError("--input jsonl reads everything from stdin: give no MESSAGE and no --tool-result")
+        if state.env.stdin_isatty:
+            raise UsageError("--input jsonl reads stdin, which is a terminal: pipe the JSON lines in")
+    elif opts.tool_results:
+        if opts.message is not None:
+            raise UsageError("give a MESSAGE or --tool-result, not both")
+        seen: set[str] = set()
+        for tool_use_id, raw in opts.tool_results:
+            if tool_use_id in seen:
+                raise UsageError(f"--tool-result {safe_text(tool_use_id)} is given twice: give each tool call one result")
+            seen.add(tool_use_id)
+            tool_outputs.append((tool_use_id, tool_output_text(tool_use_id, raw)))
+    else:
+        message = message_from(state, opts)
+
+    reader = state.store(create=False)  # an existing session's settings, without creating a file
+    session_id = _session_for(state, reader, opts, announce=False)
+    new_id = opts.session is None and not opts.continue_ and not opts.tool_results
+    existing = None if new_id or reader is None else find_session(reader, session_id)
+    model, base_url = session_endpoint(state, reader, existing, opts.model, opts.base_url)
+    settings = state.settings(model=model, base_url=base_url)
+    choice = resolve_model(settings)  # a configuration problem is reported before anything is stored
+    transport = transport_for("http")
+    store = reader if reader is not None else state.open_store()
+    if existing is not None:
+        _unapplied_options(state, store, existing, opts)
+    announce = new_id or (existing is None and opts.session is not None)
+    out = ChatOutput(state, opts.output, multi=multi)
+    scope = opts.message_id_scope or settings.message_id_scope
+    claimed = False
+    claim_id: str | None = None
+    try:
+        if opts.message_id:
+            claim_id = claim_key(opts.message_id, session_id, scope)
+            if not store.claim_message(claim_id):
+                out.duplicate(opts.message_id, session_id)
+                return ExitStatus.SUCCESS
+            claimed = True
+        with assemble(settings, store, choice=choice, model=opts.model, agent=opts.agent, timeout=opts.timeout,
+                      transport=transport, on_retry=out.retrying, on_wait=out.waiting_for_session) as built:
+            runner = built.runner
+            if opts.agent:
+                _switch_agent(store, session_id, runner.agents[opts.agent])
+            if multi:
+                _run_items(state, runner, store, opts, session_id, out, scope)
+            elif tool_outputs:
+                remaining = _submit_tool_results(store, session_id, tool_outputs)
+                if remaining:
+                    out.pending_only(session_id, remaining)
+                else:
+                    out.run(runner.continue_streamed(session_id, wait=opts.wait))
+            else:
+                assert message is not None
+                out.run(
+                    runner.run_streamed(
+                        session_id,
+                        message,
+                        opts.metadata,
+                        idempotency_key=opts.idempotency_key,
+                        wait=opts.wait,
+                        max_turns=opts.max_turns or settings.max_turns,
+                        system=opts.system,
+                    )
+                )
+        out.success()
+        # only a run that worked moves the session to its endpoint: a mistyped --base-url
+        # that failed leaves the session where it was
+        remember_endpoint(store, session_id, choice)
+        return out.exit_code
+    except BaseException as exc:
+        if claimed:
+            _release_claim(store, claim_id)
+        if stored_endpoint(store, session_id) == (None, None):
+            # a session's first endpoint is kept even when its first turn failed (a wrong key,
+            # say): resuming it must not send the message, and the key, somewhere else
+            remember_endpoint(store, session_id, choice)
+        _busy_hint(exc, opts.wait)
+        if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
+            out.failure(exc, session_id)
+        raise
+    finally:
+        if announce:
+            _announce_if_stored(state, store, session_id, seen=session_id in out.stored)
+
+
+def _unapplied_options(state: State, store: BaseSessionStore, existing: SessionContext, opts: ChatOptions) -> None:
+    """``--system`` and ``--max-turns`` set up a new session: on an existing one they are not
+    applied, and chatflow says so rather than ignoring them silently."""
+    sid = existing.session_id
+    if opts.max_turns is not None and opts.max_turns != existing.max_turns:
+        notice(state, f"--max-turns {opts.max_turns} not applied: it sets up a new session, and {sid} keeps "
+                       f"its window of {plural(existing.max_turns, 'turn')}")
+    if opts.system is not None:
+        stored = [m.content for r in store.load_turns(sid, first=0, last=0) for m in r.messages]
+        if opts.system not in stored:
+            notice(state, f"--system not applied: it sets up a new session, and {sid} keeps its system prompt "
+                           f"(start a new session with -s NEW_ID --system ...)")
+
+
+def _submit_tool_results(store: BaseSessionStore, session_id: str, outputs: list[tuple[str, str]]) -> list[str]:
+    """Record every ``--tool-result`` in the order given; the ids still unanswered after them.
+
+    Every id is checked against the pending calls before anything is written, so an unknown
+    or already answered id records none of them (exit 2).
+    """
+    from ..core.errors import ToolResultError
+
+    session = store.get(session_id)
+    if session is None:
+        from ..core.errors import SessionNotFoundError
+
+        raise SessionNotFoundError(f"no session {safe_text(session_id)!r} (list them with: chatflow sessions ls)",
+                                   session_id=session_id)
+    pending = [c.id for c in session.pending_tool_calls]
+    unknown = [i for i, _ in outputs if i not in pending]
+    if unknown:
+        waiting = ", ".join(pending) if pending else "none"
+        raise ToolResultError(f"no pending tool call {safe_text(unknown[0])} in session {session_id} "
+                              f"(waiting for: {waiting}); nothing was recorded", session_id=session_id)
+    remaining: list[str] = []
+    for tool_use_id, output in outputs:
+        remaining = store.submit_tool_result(session_id, tool_use_id, output)
+    return remaining
+
+
+def _busy_hint(exc: BaseException, wait: float) -> None:
+    """A :class:`SessionBusyError` names the way to wait for the running turn (``--wait``)."""
+    from ..core.errors import SessionBusyError
+
+    if isinstance(exc, SessionBusyError) and "--wait" not in exc.message:
+        hint = (f" (still busy after --wait {wait:g} s)" if wait
+                else "; wait for it with --wait SECONDS, e.g. --wait 60")
+        exc.message = exc.message + hint
+        exc.args = (exc.message,)
+
+
+def claim_key(message_id: str, session_id: str, scope: str) -> str:
+    """The id a ``--message-id`` is claimed under: the id itself in the ``global`` scope (one
+    id space for every session, as WhatsApp message ids are), ``session:<session id>:<id>``
+    in the ``session`` scope (ids unique within one chat, as Telegram's are), so the same id in
+    two sessions is two messages. A global id cannot take the session form (``session:`` ids
+    are refused), so the two scopes never collide."""
+    if scope == "session":
+        return f"session:{session_id}:{message_id}"
+    if message_id.startswith("session:"):
+        raise UsageError(f"--message-id {safe_text(message_id)!r}: ids starting with 'session:' are reserved "
+                         "for --message-id-scope session")
+    return message_id
+
+
+def _release_claim(store: BaseSessionStore, message_id: str | None) -> None:
+    """The turn of a claimed ``--message-id`` failed: un-claim it so a redelivery runs."""
+    if message_id is None:
+        return
+    try:
+        store.release_message(message_id)
+    except Exception:  # the store itself failed: the run's own error is reported instead
+        pass
+
+
+def _announce_if_stored(state: State, store: BaseSessionStore, session_id: str, *, seen: bool = False) -> None:
+    """Tell the user the id of the new session chatflow made up, once it is in the store
+    : a run that failed before storing anything names no session.
+
+    ``seen``: the run already yielded a stored event of the session, so it is in the store
+    without asking it (a successful turn needs no third SQLite transaction for this notice).
+    """
+    from ..core.errors import SessionNotFoundError
+
+    if not seen:
+        try:
+            store.last_seq(session_id)
+        except SessionNotFoundError:
+            return
+        except Exception:  # the store itself failed: the run's own error is reported instead
+            return
+    notice(state, f"new session {session_id} (continue it with: chatflow chat -s {session_id} MESSAGE)")
+
+
+def _run_items(state: State, runner: Runner, store: BaseSessionStore, opts: ChatOptions, session_id: str, out: ChatOutput,
+               scope: str = "global") -> None:
+    settings_turns = opts.max_turns
+    for item in input_items(state):
+        sid = validate_session_id(item.session) if item.session is not None else session_id
+        if item.tool_use_id is not None:
+            remaining = store.submit_tool_result(sid, item.tool_use_id, item.output or "")
+            if not remaining:
+                out.run(runner.continue_streamed(sid, wait=opts.wait))
+            continue
+        item_claim = claim_key(item.message_id, sid, scope) if item.message_id else None
+        if item_claim and not store.claim_message(item_claim):
+            if out.mode == "jsonl":
+                out._line(event_json("duplicate", sid, {"message_id": item.message_id}))
+            continue
+        metadata = {**(opts.metadata or {}), **(item.metadata or {})} or None
+        try:
+            out.run(
+                runner.run_streamed(
+                    sid,
+                    item.message or "",
+                    metadata,
+                    idempotency_key=item.idempotency_key,
+                    wait=opts.wait,
+                    max_turns=settings_turns,
+                    system=opts.system,
+                )
+            )
+        except BaseException:
+            if item_claim:
+                _release_claim(store, item_claim)
+            raise

@@ -1,0 +1,236 @@
+"""How ``chatflow chat`` prints a run: text, one JSON object, or JSON lines.
+
+``text``: on a terminal the reply streams as rendered Markdown, tool calls and handoffs shown
+above it, and until it starts a spinner says what it waits for (``thinking``, a rate-limited
+retry with its countdown and attempt, a busy session's pid with ``--wait``); into a pipe the
+reply is plain text with no ANSI codes and control characters made inert
+(:func:`chatflow_cli.render.safe_text`).
+``json``: one object on stdout when the turn ends: the :class:`RunResult` fields plus
+``"is_error": false`` -- or, when it fails, ``{"is_error": true, "error", "error_type",
+"exit_code", "session_id"}``.
+``jsonl``: one event a line as it happens, in :func:`chatflow_cli.render.event_json`'s shape
+(``schema``, ``seq`` on stored events only, ``type``, ``session_id``, ``turn``, ``data``),
+ending with exactly one ``result`` event whose ``data`` carries ``is_error``. With
+``--input jsonl`` each finished turn also gets a ``turn.result`` line.
+
+A reply cut by the token limit or a content filter adds a dim note after the reply on a
+terminal, or a ``chatflow: reply cut …`` line on stderr when piped, and makes the exit code
+10 (:attr:`ExitStatus.INCOMPLETE`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Iterator
+
+from ..context import notice, silence_broken_pipe
+from ..core.errors import ChatflowError, ExitStatus
+from ..redaction import scrub
+from ..render import ReplyPrinter, dumps, event_json, reply_note
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..context import State
+    from ..core.runner import RunResult, StreamEvent
+
+__all__ = ["ChatOutput", "pending_notice"]
+
+
+class ChatOutput:
+    """Writes a run's events in the chosen ``--output`` form."""
+
+    def __init__(self, state: State, mode: str, *, multi: bool = False) -> None:
+        self.state = state
+        self.mode = mode
+        self.multi = multi
+        self.out = state.env.stdout
+        self.final_written = False
+        self.last_result: RunResult | None = None
+        self.turns = 0
+        self.printer: ReplyPrinter | None = None
+        self.stored: set[str] = set()  #: the sessions a stored event (one with a seq) was seen for
+        self.incomplete = False  # a turn's reply was cut (finish_reason length/content_filter)
+
+    # -- what a reply waits for (called from the request's or the runner's thread) -------------
+    def retrying(self, info: dict[str, Any]) -> None:
+        """openai is about to retry: "rate limited, retrying in 3 s (2/3)" beside the spinner."""
+        printer = self.printer
+        if printer is None:
+            return
+        status = info.get("status")
+        what = ("rate limited" if status == 429 else f"server error (HTTP {status})" if status
+                else "no connection")
+        count = f"({info.get('attempt')}/{info.get('attempts')})"
+        printer.waiting(f"{what}, retrying in {{seconds}} s {count}", info.get("delay_s"),
+                        then=f"{what}, retrying now {count}")
+
+    def waiting_for_session(self, info: dict[str, Any]) -> None:
+        """``--wait``: "session busy (pid 123), waiting up to 30 s" beside the spinner."""
+        printer = self.printer
+        if printer is None:
+            return
+        pid = info.get("pid")
+        who = f" (pid {pid})" if pid else ""
+        printer.waiting(f"session busy{who}, waiting up to {{seconds}} s", info.get("wait_s"),
+                        then=f"session busy{who}, giving up")
+
+    def _line(self, obj: dict[str, Any]) -> None:
+        self.out.write(dumps(obj) + "\n")
+        self.out.flush()
+
+    def _final_line(self, obj: dict[str, Any]) -> None:
+        """The closing line of a run: a reader that has gone (EPIPE, closed stdout) does not
+        change the outcome -- the error's exit code, or 10 for a cut reply, still wins (the
+        error line goes to stderr, which is still open)."""
+        try:
+            self._line(obj)
+        except (BrokenPipeError, ValueError, AttributeError):
+            silence_broken_pipe()
+
+    # -- one run ------------------------------------------------------------------------
+    def run(self, events: Iterator[StreamEvent]) -> RunResult:
+        """Consume a run's stream events; return its RunResult."""
+        printer = None
+        if self.mode == "text":
+            env = self.state.env
+            err = env.console(stderr=True) if env.stderr_isatty else None
+            # into a pipe the reply is written straight to stdout: no Rich console needed
+            out = env.console() if env.stdout_isatty else None
+            printer = ReplyPrinter(out, err, live=env.stdout_isatty, file=env.stdout)
+            self.printer = printer
+        result = None
+        try:
+            for ev in events:
+                if ev.seq is not None:
+                    self.stored.add(ev.session_id)
+                if self.mode == "jsonl":
+                    if ev.type == "result":
+                        result = ev.result
+                        continue
+                    # a stored event's turn is its payload's, as replay shows it
+                    turn = (ev.data or {}).get("turn") if ev.seq is not None else ev.turn
+                    self._line(event_json(ev.type, ev.session_id, ev.data, seq=ev.seq,
+                                          turn=turn if isinstance(turn, int) else None))
+                elif printer is not None:
+                    self._show(printer, ev)
+                if ev.type == "result":
+                    result = ev.result
+        except BaseException:
+            # The turn must end before the error goes on: a reader that closed stdout (EPIPE),
+            # a full disk under stdout, or any other failure of the output stops the turn as
+            # Ctrl-C does -- closing the run's iterator stores what arrived as an interrupted
+            # turn (a turn that already ended, or failed, is not touched).
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+            self.printer = None
+            if printer is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    printer.abort()
+            raise
+        self.printer = None
+        if printer is not None:
+            printer.finish(result.content if result is not None and result.replayed else None)
+        if result is None:  # pragma: no cover - the Runner always ends with a result
+            raise ChatflowError("the run ended without a result")
+        self.last_result = result
+        self.turns += 1
+        if result.truncated:
+            self.incomplete = True
+        note = reply_note(result)
+        if note is not None and self.mode == "text":
+            if self.state.env.stdout_isatty:
+                from rich.text import Text
+
+                self.state.out().print(Text(f"[{note}]", style="dim"))
+            else:
+                notice(self.state, note)
+        if self.mode == "jsonl" and self.multi:
+            self._line(event_json("turn.result", result.session_id, {**result.to_dict(), "is_error": False},
+                                  turn=result.turn))
+        if self.mode == "json" and self.multi:
+            self._line({**result.to_dict(), "is_error": False})
+        if self.mode == "text" and result.pending_tool_calls:
+            pending_notice(self.state, result)
+        return result
+
+    @staticmethod
+    def _show(printer: ReplyPrinter, ev: StreamEvent) -> None:
+        data = ev.data or {}
+        if ev.type == "text.delta":
+            printer.delta(data.get("text", ""))
+        elif ev.type == "tool.call_started":
+            if not str(data.get("name", "")).startswith("transfer_to_"):
+                printer.tool_started(data.get("agent"), data.get("name", "?"), data.get("arguments"))
+        elif ev.type == "tool.call_finished":
+            if not str(data.get("name", "")).startswith("transfer_to_"):
+                printer.tool_finished(data.get("name", "?"), data.get("output"), bool(data.get("is_error")))
+        elif ev.type == "handoff":
+            printer.handoff(data.get("from_agent"), data.get("to_agent"))
+
+    def pending_only(self, session_id: str, remaining: list[str]) -> None:
+        """``--tool-result`` answered one id while others still wait."""
+        data = {"session_id": session_id, "status": "idle", "pending_tool_use_ids": remaining, "content": None}
+        if self.mode == "json":
+            self._line({**data, "is_error": False})
+            self.final_written = True
+        elif self.mode == "jsonl":
+            self._line(event_json("result", session_id, {**data, "is_error": False}))
+            self.final_written = True
+        else:
+            notice(self.state, f"recorded; still waiting for: {', '.join(remaining)}")
+
+    # -- the end ------------------------------------------------------------------------
+    @property
+    def exit_code(self) -> ExitStatus:
+        """:attr:`ExitStatus.INCOMPLETE` when a turn's reply was cut, else success."""
+        return ExitStatus.INCOMPLETE if self.incomplete else ExitStatus.SUCCESS
+
+    def success(self) -> None:
+        if self.final_written:
+            return
+        self.final_written = True
+        result = self.last_result
+        if result is None:
+            return
+        if self.mode == "json" and not self.multi:
+            self._final_line({**result.to_dict(), "is_error": False})
+        elif self.mode == "jsonl":
+            data = result.to_dict()
+            if self.multi:
+                data["turns"] = self.turns
+            self._final_line(event_json("result", result.session_id, {**data, "is_error": False}, turn=result.turn))
+
+    def failure(self, exc: BaseException, session_id: str | None) -> None:
+        if self.final_written or self.mode == "text":
+            return
+        self.final_written = True
+        code = exc.exit_code if isinstance(exc, ChatflowError) else (
+            ExitStatus.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitStatus.ERROR)
+        message = exc.message if isinstance(exc, ChatflowError) else (
+            "interrupted" if isinstance(exc, KeyboardInterrupt) else f"unexpected {type(exc).__name__}: {exc}")
+        err = {"error": scrub(message), "error_type": type(exc).__name__, "exit_code": int(code),
+               "session_id": getattr(exc, "session_id", None) or session_id}
+        if self.mode == "json":
+            self._final_line({**err, "is_error": True})
+        else:
+            self._final_line(event_json("result", err["session_id"], {**err, "is_error": True}))
+
+    def duplicate(self, message_id: str, session_id: str) -> None:
+        self.final_written = True
+        if self.mode == "text":
+            notice(self.state, f"message {message_id} was already processed (within 192 h): nothing sent")
+            return
+        data = {"duplicate": True, "message_id": message_id, "session_id": session_id, "content": None}
+        if self.mode == "json":
+            self._line({**data, "is_error": False})
+        else:
+            self._line(event_json("result", session_id, {**data, "is_error": False}))
+
+
+def pending_notice(state: State, result: RunResult) -> None:
+    for call in result.pending_tool_calls:
+        notice(
+            state,
+            f"waiting for tool {call.name} {call.arguments}: answer with "
+            f"chatflow chat -s {result.session_id} --tool-result {call.id} JSON",
+        )

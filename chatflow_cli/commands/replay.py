@@ -1,0 +1,151 @@
+"""``replay``: a session's event log in seq order, and ``replay --rerun``.
+
+``replay`` prints the stored events after ``--since`` (one line an event, or JSON), and with
+``--follow`` keeps polling for new ones (every :data:`FOLLOW_POLL_S` seconds) until Ctrl-C
+or until the session is deleted. ``--rerun`` sends the session's user messages again, one
+turn each, into a new session.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..assembly import assemble, transport_for
+from ..context import notice
+from ..core.messages import Role
+from ..core.errors import ChatflowError, ExitStatus, SessionNotFoundError, UsageError
+from ..lookup import not_found, store_or_missing
+from ..render import dumps, plural, safe_text
+from ..session_ids import new_session_id, validate_session_id
+from .chat_output import ChatOutput
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..context import State
+
+__all__ = ["FOLLOW_POLL_S", "replay_events", "rerun_session"]
+
+#: Seconds between two looks at the store with ``--follow``.
+FOLLOW_POLL_S = 0.25
+
+
+def replay_events(state: State, session_id: str, *, since: int, follow: bool, output: str = "text") -> None:
+    """Print a session's event log in seq order.
+
+    Args:
+        state: The run.
+        session_id: The session.
+        since: Only events after this seq.
+        follow: Keep printing new events until Ctrl-C, or until the session is deleted.
+        output: ``text`` (one line an event), ``jsonl`` (one JSON event a line, in
+            :func:`chatflow_cli.render.event_json`'s shape) or ``json`` (one array of them;
+            not with ``follow``).
+
+    Raises:
+        SessionNotFoundError: No such session (:class:`UsageError` for an invalid id).
+    """
+    store = store_or_missing(state, session_id)
+    out = state.env.stdout
+    as_json = output != "text"
+    console = None if as_json else state.out()
+    from ..render import event_text, stored_event_json
+
+    collected: list[Any] | None = [] if output == "json" else None
+
+    cursor = since
+    while True:
+        try:
+            events = store.events(session_id, after_seq=cursor)
+        except SessionNotFoundError:
+            if cursor > since or follow and cursor > 0:
+                notice(state, f"session {session_id} was deleted")
+                return
+            raise not_found(session_id) from None
+        for event in events:
+            if collected is not None:
+                collected.append(stored_event_json(event))
+            elif as_json:
+                out.write(dumps(stored_event_json(event)) + "\n")
+            else:
+                if state.env.stdout_isatty:  # word-wrapped, wrapped rows indented
+                    console.print(event_text(event, width=console.width))
+                else:  # piped: never wrapped
+                    console.print(event_text(event), soft_wrap=True)
+            cursor = event.seq
+        if not follow:
+            if collected is not None:
+                out.write(dumps(collected, indent=2) + "\n")
+            return
+        out.flush()
+        time.sleep(FOLLOW_POLL_S)
+
+
+def rerun_session(
+    state: State,
+    session_id: str,
+    *,
+    into: str | None,
+    model: str | None,
+    base_url: str | None,
+    agent: str | None,
+    output: str,
+) -> ExitStatus:
+    """Send ``session_id``'s user messages again, one turn each, into a new session.
+
+    The new session gets the old one's system messages, the current agent and model
+    (``--model``/``--agent`` or the configured ones). Turns rolled back or failed are not
+    re-sent.
+
+    Args:
+        state: The run.
+        session_id: The session whose user messages are sent again.
+        into: The new session's id (it must not exist yet); ``None`` makes one up.
+        model: ``--model``.
+        base_url: ``--base-url``.
+        agent: ``--agent``: the starting agent.
+        output: ``text``, ``json`` or ``jsonl``, as ``chat --input jsonl`` prints.
+
+    Returns:
+        :attr:`ExitStatus.INCOMPLETE` when a reply was cut, else success.
+
+    Raises:
+        SessionNotFoundError: No such session.
+        UsageError: Nothing to re-run, or ``into`` names an existing session.
+    """
+    store = state.store(create=False)
+    if store is None:
+        raise SessionNotFoundError(f"no session {safe_text(session_id)!r}")
+    records = store.load_turns(session_id, first=0)
+    systems = [m.content or "" for r in records if r.number == 0 for m in r.messages]
+    users: list[str] = []
+    for record in records:
+        if record.number == 0 or record.rolled_back or record.failed:
+            continue
+        first_user = next((m for m in record.messages if m.role == Role.USER), None)
+        if first_user is not None and first_user.content:
+            users.append(first_user.content)
+    if not users:
+        raise UsageError(f"session {safe_text(session_id)!r} has no user messages to re-run")
+    target = validate_session_id(into) if into is not None else new_session_id()
+    if store.get(target) is not None:
+        raise UsageError(f"session {target!r} already exists: --into needs a new id")
+    settings = state.settings(model=model, base_url=base_url)
+    notice(state, f"re-running {plural(len(users), 'user message')} of {session_id} into {target}")
+    out = ChatOutput(state, output, multi=True)
+    system = "\n\n".join(s for s in systems if s) or None
+    try:
+        with assemble(settings, store, model=model, agent=agent, transport=transport_for("http")) as built:
+            runner = built.runner
+            for text in users:
+                if output == "text":
+                    from rich.text import Text
+
+                    state.out().print(Text("You: ", style="bold green") + Text(safe_text(text)))
+                out.run(runner.run_streamed(target, text, system=system, wait=0))
+                system = None
+        out.success()
+        return out.exit_code
+    except BaseException as exc:
+        if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
+            out.failure(exc, target)
+        raise

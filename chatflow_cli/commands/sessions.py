@@ -1,0 +1,307 @@
+"""``sessions ls`` and ``sessions show``: listing and reading stored sessions.
+
+``sessions show`` streams: turns are loaded from the store in pages of
+:data:`PAGE_TURNS` and each turn is printed as soon as it is rendered, so the first turns
+of a long session are on screen (or in the pager) at once (a 500-turn session shows its
+first turns within 0.3 s). On a terminal the output goes through a pager (``$PAGER``, else
+``less``; ``LESS=FRX`` unless set, so a short session prints and exits like ``git log``);
+``--no-pager`` turns that off. Into a pipe the text is plain, with no ANSI codes and no
+Markdown rendering.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from typing import TYPE_CHECKING, Any, Container, Iterator
+
+from ..context import notice, terminal_width, write_lines
+from ..core.events import SessionStatus
+from ..lookup import InterruptedTurns, read_session, store_or_missing
+from ..render import Lines, dumps, plural, safe_text
+from ..render.shapes import status_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..context import State
+    from ..core.memory import BaseSessionStore, SessionContext, TurnRecord
+
+#: A session's stored ``(model, base_url)``.
+Endpoint = tuple["str | None", "str | None"]
+
+__all__ = ["BATCH_CHARS", "PAGE_TURNS", "list_sessions", "show_session"]
+
+PAGE_TURNS = 50
+
+#: The statuses ``sessions ls --status`` takes.
+STATUSES = tuple(status.value for status in SessionStatus)
+
+
+def list_sessions(state: State, *, limit: int, agent: str | None, status: str | None, output: str) -> None:
+    """Print the stored sessions, newest first.
+
+    Args:
+        state: The run.
+        limit: At most this many (0: all).
+        agent: Only sessions whose active agent has this name.
+        status: Only sessions with this status (one of :data:`STATUSES`).
+        output: ``text`` (a table; a notice on stderr when there is nothing), ``json`` (one
+            array of :func:`chatflow_cli.render.summary_dict` objects) or ``jsonl`` (one a line).
+
+    Raises:
+        UsageError: ``status`` is not one of :data:`STATUSES`.
+    """
+    from ..core.errors import UsageError
+
+    if status is not None and status not in STATUSES:
+        raise UsageError(f"--status {status!r}: use idle, running, rescheduled or terminated")
+    store = state.store(create=False)
+    summaries = [] if store is None else store.list_sessions(limit=limit or None, agent=agent, status=status)
+    if output != "text":
+        from ..render import summary_dict
+
+        rows = [summary_dict(s) for s in summaries]
+        text = dumps(rows, indent=2) + "\n" if output == "json" else "".join(dumps(r) + "\n" for r in rows)
+        state.env.stdout.write(text)
+        return
+    if not summaries:
+        filters = [f"--{name} {value}" for name, value in (("status", status), ("agent", agent)) if value]
+        if filters and store is not None and store.latest_session_id() is not None:
+            notice(state, f"no sessions match {' '.join(filters)}")
+        else:
+            notice(state, "no sessions yet: start one with chatflow chat \"hello\"")
+        return
+    from ..render import sessions_lines
+
+    write_lines(state, sessions_lines(summaries, width=terminal_width(state)))
+
+
+def _pages(store: BaseSessionStore, session_id: str, last_turn: int, include_rolled_back: bool) -> Iterator[TurnRecord]:
+    first = 0
+    while first <= last_turn:
+        upto = first + PAGE_TURNS - 1
+        records = store.load_turns(session_id, first=first, last=upto, include_rolled_back=include_rolled_back)
+        yield from records
+        first = upto + 1
+
+
+# ---------------------------------------------------------------------------------------
+# show
+# ---------------------------------------------------------------------------------------
+def show_session(
+    state: State, session_id: str, *, include_rolled_back: bool, full: bool, output: str = "text", pager: bool = True
+) -> None:
+    """Print a stored session turn by turn.
+
+    Args:
+        state: The run.
+        session_id: The session.
+        include_rolled_back: ``--all``: also rolled-back turns.
+        full: ``--full``: long tool arguments and results unfolded.
+        output: ``text`` (numbered turns; paged on a terminal), ``json`` (``{"session": {...},
+            "turns": [...]}``) or ``jsonl`` (a ``{"session": {...}}`` line, then one
+            ``{"turn": {...}}`` a line).
+        pager: Page on a terminal (``--no-pager`` turns it off).
+
+    Raises:
+        SessionNotFoundError: No such session (:class:`UsageError` for an invalid id).
+    """
+    store = store_or_missing(state, session_id)
+    session = read_session(store, session_id)
+    if include_rolled_back:  # rolled-back turns may carry numbers past the live last turn
+        records: Iterator[TurnRecord] = iter(store.load_turns(session_id, first=0, last=None, include_rolled_back=True))
+    elif session.turn_count == 0:
+        # no live turn: show the failed ones (a first message that failed, e.g. on a wrong key)
+        records = iter([r for r in store.load_turns(session_id, first=0, last=None, include_rolled_back=True)
+                        if r.number == 0 or r.failed])
+    else:
+        records = _pages(store, session_id, session.turn_count, False)
+    env = state.env
+    interrupted = InterruptedTurns(store, session_id)
+    endpoint = store.session_endpoint(session_id)
+    if output == "json":
+        _show_json(env.stdout, session, records, interrupted, endpoint)
+        return
+    if output == "jsonl":
+        _show_jsonl(env.stdout, session, records, interrupted, endpoint)
+        return
+    use_pager = pager and env.interactive and session.turn_count > 3
+    if use_pager:
+        _show_paged(state, session, records, full, interrupted, endpoint)
+    else:
+        console = state.out() if env.stdout_isatty else None
+        _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout, interrupted=interrupted,
+                endpoint=endpoint)
+
+
+def _header(session: SessionContext, endpoint: Endpoint = (None, None)) -> Lines:
+    status = status_name(session.status)
+    agent = getattr(session.active_agent, "name", "?")
+    text = Lines(f"Session {safe_text(session.session_id)}", "bold")
+    text.append(f"  agent {safe_text(agent)} · {status} · {plural(session.turn_count, 'turn')} · window {session.max_turns}",
+                "dim")
+    model = endpoint[0]
+    if model:
+        text.append(f" · model {safe_text(model)}", "dim")
+    if session.metadata:
+        text.append("\n" + safe_text(", ".join(f"{k}={v}" for k, v in session.metadata.items())), "dim")
+    return text
+
+
+class _Batch:
+    """A file-like buffer in front of the real output: :meth:`write` collects text,
+    :meth:`drain` writes it out in one call and flushes.
+
+    A terminal stream is line-buffered, so each printed item used to be one ``write``
+    system call (thousands for a long session, each waking the terminal or pager);
+    Rich also flushes after every ``print``. Batching makes it a few dozen calls.
+    """
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.encoding = getattr(out, "encoding", None) or "utf-8"
+        self.parts: list[str] = []
+        self.size = 0
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        self.size += len(text)
+        return len(text)
+
+    def flush(self) -> None:
+        """Rich calls this after every ``print``: the text waits for :meth:`drain`."""
+
+    def isatty(self) -> bool:  # pragma: no cover - consoles here are forced to terminal or not
+        return False
+
+    def drain(self) -> None:
+        if self.parts:
+            self.out.write("".join(self.parts))
+            self.parts.clear()
+            self.size = 0
+        self.out.flush()
+
+
+#: Text collected before it is written out (after the first turns, which go out at once).
+BATCH_CHARS = 64 * 1024
+
+
+def _render(console: Any, session: SessionContext, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
+            out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None)) -> None:
+    """Print the session turn by turn as each is rendered.
+
+    ``console=None`` (a pipe): the plain text of each turn is written directly; Rich is
+    not even imported, since its layout pass is only needed for colours, wrapping and
+    Markdown on a terminal. The first two turns are written out as soon as each is
+    rendered; after that, output goes out in batches of :data:`BATCH_CHARS`.
+    """
+    from ..render import turn_interrupted, turn_renderables
+
+    plain = console is None
+    batch = _Batch(out)
+    width = 80 if console is None else console.width
+    saved_file = None
+    if console is not None:
+        # fixed size: otherwise Rich asks the terminal for its size on every print
+        console.size = (width, console.height)
+        saved_file = console.file
+        console.file = batch
+    color_system = None if console is None or console.no_color else console.color_system
+
+    def emit(item: Any) -> None:
+        if plain:
+            batch.write(item.plain + "\n")
+        elif hasattr(item, "ansi"):
+            batch.write(item.wrapped(width).ansi(color_system) + "\n")  # a terminal never cuts a word
+        else:
+            console.print(item)
+
+    try:
+        emit(_header(session, endpoint))
+        shown = 0
+        for record in records:
+            if record.number == 0 and not record.messages:
+                continue
+            for item in turn_renderables(record, markdown=markdown, full=full, width=width,
+                                         interrupted=turn_interrupted(record, interrupted)):
+                emit(item)
+            shown += 1
+            if shown <= 2 or batch.size >= BATCH_CHARS:
+                batch.drain()
+        if shown == 0:
+            emit(_no_turns())
+        batch.drain()
+    finally:
+        if console is not None:
+            console.file = saved_file
+
+
+def _no_turns() -> Lines:
+    return Lines("(no turns yet)", "dim")
+
+
+def _show_paged(state: State, session: SessionContext, records: Iterator[TurnRecord], full: bool,
+                interrupted: Container[int], endpoint: Endpoint) -> None:
+    """Stream the rendering into a pager process as it is produced."""
+    pager_cmd = os.environ.get("PAGER") or "less"
+    env = dict(os.environ)
+    env.setdefault("LESS", "FRX")
+    try:
+        proc = subprocess.Popen(shlex.split(pager_cmd), stdin=subprocess.PIPE, env=env, text=True,
+                                encoding="utf-8", errors="replace")
+    except (OSError, ValueError):
+        _render(state.out(), session, records, full, markdown=True, out=state.env.stdout, interrupted=interrupted,
+                endpoint=endpoint)
+        return
+    assert proc.stdin is not None
+    console = state.env.console(file=proc.stdin, terminal=True)
+    try:
+        _render(console, session, records, full, markdown=True, out=proc.stdin, interrupted=interrupted,
+                endpoint=endpoint)
+    except (BrokenPipeError, OSError):
+        pass  # the user quit the pager early
+    finally:
+        try:
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        proc.wait()
+
+
+def _session_head(session: SessionContext, endpoint: Endpoint) -> dict[str, Any]:
+    return {
+        "session_id": session.session_id,
+        "agent": getattr(session.active_agent, "name", None),
+        "status": status_name(session.status),
+        "turns": session.turn_count,
+        "max_turns": session.max_turns,
+        "metadata": session.metadata,
+        "model": endpoint[0],
+        "base_url": endpoint[1],
+    }
+
+
+def _show_jsonl(stream: Any, session: SessionContext, records: Iterator[TurnRecord], interrupted: Container[int],
+                endpoint: Endpoint) -> None:
+    from ..render import turn_dict, turn_interrupted
+
+    stream.write(dumps({"session": _session_head(session, endpoint)}) + "\n")
+    for record in records:
+        if record.number == 0 and not record.messages:
+            continue
+        stream.write(dumps({"turn": turn_dict(record, interrupted=turn_interrupted(record, interrupted))}) + "\n")
+
+
+def _show_json(stream: Any, session: SessionContext, records: Iterator[TurnRecord], interrupted: Container[int],
+               endpoint: Endpoint) -> None:
+    from ..render import turn_dict, turn_interrupted
+
+    head = _session_head(session, endpoint)
+    stream.write('{"session":' + dumps(head) + ',"turns":[')
+    first = True
+    for record in records:
+        if record.number == 0 and not record.messages:
+            continue
+        stream.write(("" if first else ",") + "\n" + dumps(turn_dict(record, interrupted=turn_interrupted(record, interrupted))))
+        first = False
+    stream.write("\n]}\n")

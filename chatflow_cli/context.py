@@ -1,0 +1,213 @@
+"""The floor every command stands on: the run's :class:`State`, notices, confirmation, stdin.
+
+One low module, imported by every command and by the REPL, that imports no command: the
+global options (``--db``, ``--config``, ``--debug``, ``--no-color``) become a :class:`State`,
+whose :class:`~chatflow_cli._console.Env` says which streams are terminals. Commands print
+one-line notes with :func:`notice`, ask with :func:`confirm` and read piped input with
+:func:`read_stdin_text`, so terminal-versus-pipe behaviour is decided here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._console import Env
+from .core.errors import UsageError
+from .redaction import remember_secret
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import Settings
+    from .core.sqlite_store import SQLiteSessionStore
+
+__all__ = ["State", "confirm", "notice", "read_stdin_text", "silence_broken_pipe", "state_of", "terminal_width",
+           "write_lines"]
+
+
+@dataclass
+class State:
+    """What the global options set up, shared by every command of one run (``ctx.obj``).
+
+    Attributes:
+        db: ``--db``: the SQLite file, or ``None`` for the data directory's.
+        config: ``--config``: the config file, or ``None`` for the default place.
+        debug: ``--debug``: tracebacks and debug logs on errors.
+        no_color: ``--no-color``.
+        env: The run's streams and whether each is a terminal.
+    """
+
+    db: str | None = None
+    config: str | None = None
+    debug: bool = False
+    no_color: bool = False
+    env: Env = field(default_factory=Env.from_sys)
+    _settings: dict[tuple[str | None, str | None], Settings] = field(default_factory=dict)
+    _stores: list[SQLiteSessionStore] = field(default_factory=list)
+
+    def settings(self, *, model: str | None = None, base_url: str | None = None) -> Settings:
+        """The settings in effect with ``model`` and ``base_url`` as flags (read once each).
+
+        The API key read is recorded as a secret (:func:`chatflow_cli.redaction.remember_secret`).
+
+        Raises:
+            ConfigError: The config file is malformed or invalid.
+        """
+        key = (model, base_url)
+        if key not in self._settings:
+            from .config import load_settings
+
+            self._settings[key] = load_settings(db=self.db, config=self.config, model=model, base_url=base_url)
+            remember_secret(self._settings[key].api_key)
+        return self._settings[key]
+
+    def forget_settings(self) -> None:
+        """Drop the settings read so far (``--config`` was given after the command)."""
+        self._settings.clear()
+
+    def db_path(self) -> Path:
+        """The database path without reading the config file (it holds nothing about paths)."""
+        if self.db:
+            return Path(self.db).expanduser()
+        from .config import DB_FILENAME, data_dir
+
+        return data_dir() / DB_FILENAME
+
+    def store(self, *, create: bool = True) -> SQLiteSessionStore | None:
+        """The SQLite store, or ``None`` when ``create=False`` and no database exists yet.
+
+        Read-only commands pass ``create=False`` so that looking creates nothing. Every
+        store opened is closed by :meth:`close`.
+
+        Raises:
+            StoreError: The database cannot be opened (corrupt, unreadable, newer schema).
+        """
+        path = self.db_path()
+        if not create and not path.exists():
+            return None
+        if create and not self.db:
+            from .config import ensure_private_dir
+
+            ensure_private_dir(path.parent)
+        from .core.sqlite_store import SQLiteSessionStore
+
+        store = SQLiteSessionStore(str(path))
+        self._stores.append(store)
+        return store
+
+    def open_store(self) -> SQLiteSessionStore:
+        """The SQLite store, created when it does not exist yet."""
+        store = self.store()
+        assert store is not None  # create=True always opens one
+        return store
+
+    def close(self) -> None:
+        """Close every store this run opened; a failure to close never hides the outcome."""
+        for store in self._stores:
+            try:
+                store.close()
+            except Exception:  # pragma: no cover - closing never hides the real outcome
+                pass
+        self._stores.clear()
+
+    def out(self) -> Any:
+        """The ``rich`` console on stdout."""
+        return self.env.console()
+
+    def err(self) -> Any:
+        """The ``rich`` console on stderr."""
+        return self.env.console(stderr=True)
+
+
+def state_of(ctx: Any) -> State:
+    """The run's :class:`State` from a click/typer context (made on first use).
+
+    Args:
+        ctx: Any context of the run; its root context carries the state as ``obj``.
+    """
+    root = ctx.find_root()
+    if not isinstance(root.obj, State):
+        root.obj = State()
+    return root.obj
+
+
+def notice(state: State, text: str) -> None:
+    """A one-line note for the person at the terminal, ``chatflow: <text>`` on stderr.
+
+    Args:
+        state: The run.
+        text: The note; control characters are made inert.
+    """
+    from .render import safe_text
+
+    state.env.stderr.write(f"chatflow: {safe_text(text)}\n")
+    state.env.stderr.flush()
+
+
+def terminal_width(state: State) -> int | None:
+    """The terminal's width in cells, or ``None`` into a pipe (no width limit)."""
+    return state.out().width if state.env.stdout_isatty else None
+
+
+def write_lines(state: State, lines: list[Any]) -> None:
+    """Write styled lines (:class:`chatflow_cli.render.Lines`) to stdout in one call:
+    coloured on a terminal (unless colour is off), plain into a pipe."""
+    colors = None
+    if state.env.stdout_isatty:
+        console = state.out()
+        colors = None if console.no_color else console.color_system
+    state.env.stdout.write("".join(line.ansi(colors) + "\n" for line in lines))
+
+
+def read_stdin_text(state: State, *, what: str = "message") -> str:
+    """All of stdin as text.
+
+    Args:
+        state: The run, whose ``env.stdin`` is read to its end.
+        what: What stdin holds, for the error message.
+
+    Raises:
+        UsageError: stdin is not valid UTF-8; the message names the byte offset.
+    """
+    stream = state.env.stdin
+    buffer = getattr(stream, "buffer", None)
+    raw = buffer.read() if buffer is not None else stream.read()
+    if isinstance(raw, str):
+        return raw
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"the {what} on stdin is not valid UTF-8 (bad byte at offset {exc.start})") from None
+
+
+def confirm(state: State, question: str, *, assume_yes: bool) -> bool:
+    """Ask ``question [y/N]`` on stderr and read the answer from stdin.
+
+    Args:
+        state: The run.
+        question: The question, without the ``[y/N]``.
+        assume_yes: ``--yes``: answer yes without asking.
+
+    Returns:
+        ``True`` for yes (also when stdin is not a terminal: the caller decides whether a
+        script may go ahead), ``False`` for anything but ``y``/``yes``.
+    """
+    if assume_yes:
+        return True
+    if not state.env.stdin_isatty:
+        return True
+    state.env.stderr.write(f"{question} [y/N] ")
+    state.env.stderr.flush()
+    answer = state.env.stdin.readline()
+    return answer.strip().lower() in {"y", "yes"}
+
+
+def silence_broken_pipe() -> None:
+    """After EPIPE: point stdout at /dev/null so the interpreter's final flush is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover
+        pass

@@ -1,0 +1,80 @@
+"""A session's model and endpoint: which model a stored session talks to, and where.
+
+A session keeps the model and base URL it talks to (``store.session_endpoint``); resuming it
+uses them unless ``--model``/``--base-url`` (or the REPL's ``/model``) switch it, which is
+announced. Only a run that worked moves a session to a new endpoint, except for a session's
+first one, which is kept even when its first turn failed: resuming it must not send the
+message, and the key, somewhere else.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from .context import notice
+from .core.errors import ChatflowError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import ModelChoice
+    from .context import State
+    from .core.memory import BaseSessionStore, SessionContext
+
+__all__ = ["endpoint_of", "remember_endpoint", "session_endpoint", "stored_endpoint"]
+
+_OPENAI_URL = "https://api.openai.com/v1"
+
+
+def session_endpoint(state: State, store: BaseSessionStore | None, existing: SessionContext | None, model: str | None,
+                     base_url: str | None) -> tuple[str | None, str | None]:
+    """The model and base URL to use on ``existing`` (a session or ``None``): the flags when
+    given, else those stored with the session (``store.session_endpoint``), else ``None``
+    (the configured ones). A flag that changes a stored value is announced."""
+    if existing is None or store is None:
+        return model, base_url
+    stored_model, stored_url = store.session_endpoint(existing.session_id)
+    for flag, what, given, stored in (("--model", "model", model, stored_model),
+                                      ("--base-url", "endpoint", base_url, stored_url)):
+        if given and stored and given != stored:
+            notice(state, f"session {existing.session_id} used {what} {stored}; {flag} switches it to {given}")
+    if base_url and not model and stored_model == "local":
+        stored_model = None  # the embedded model's name means nothing to another endpoint
+    return model or stored_model, base_url or stored_url
+
+
+def endpoint_of(choice: ModelChoice) -> tuple[str, str | None]:
+    """The ``(model, base_url)`` a :class:`~chatflow_cli.config.ModelChoice` sends requests to,
+    as stored with a session (the local model has no fixed URL: ``None``)."""
+    if choice.local:
+        return choice.model, None
+    return choice.model, choice.base_url or os.environ.get("OPENAI_BASE_URL") or _OPENAI_URL
+
+
+def stored_endpoint(store: BaseSessionStore, session_id: str) -> tuple[str | None, str | None] | None:
+    """The session's stored ``(model, base_url)``; ``None`` when the session does not exist
+    or the store cannot say (a failing store never hides the error being reported)."""
+    try:
+        return store.session_endpoint(session_id)
+    except ChatflowError:
+        return None
+
+
+def remember_endpoint(store: BaseSessionStore, session_id: str, choice: ModelChoice, *, model: str | None = None,
+                      base_url: str | None = None) -> None:
+    """Store ``choice``'s model and endpoint (or ``model`` and ``base_url``, a switch made
+    since) with the session when they changed (and the session exists); a store failure here
+    never hides the run's own outcome."""
+    from .core.errors import SessionNotFoundError
+
+    wanted = endpoint_of(choice)
+    if model:
+        wanted = (model, wanted[1])
+    if base_url:
+        wanted = (wanted[0], base_url)
+    try:
+        if store.session_endpoint(session_id) != wanted:
+            store.set_session_endpoint(session_id, *wanted)
+    except SessionNotFoundError:
+        pass
+    except ChatflowError:
+        pass

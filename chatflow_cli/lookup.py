@@ -1,0 +1,110 @@
+"""Finding stored sessions for the front-ends: not-found errors, summaries, interrupted turns.
+
+Shared by the ``sessions`` commands, ``replay``, ``chat`` and the REPL. A look-up that fails
+for an id chatflow would never make is a usage error (exit 2), else not found (exit 3); ids
+are checked only once the look-up failed, so a session a library user stored under any id
+can still be read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .core.errors import ChatflowError, SessionNotFoundError, UsageError
+from .render import safe_text
+from .session_ids import validate_session_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import State
+    from .core.memory import SessionContext
+    from .core.sqlite_store import SQLiteSessionStore
+
+__all__ = ["InterruptedTurns", "NamedAgent", "find_session", "not_found", "read_session", "store_or_missing"]
+
+
+def not_found(session_id: str) -> ChatflowError:
+    """The error for an id with no session.
+
+    Args:
+        session_id: The id looked up.
+
+    Returns:
+        A :class:`UsageError` (exit 2) when chatflow would never make such an id, else a
+        :class:`SessionNotFoundError` (exit 3) carrying the id.
+    """
+    try:
+        validate_session_id(session_id)
+    except UsageError as exc:
+        return exc
+    shown = safe_text(session_id[:60]) + ("…" if len(session_id) > 60 else "")
+    return SessionNotFoundError(f"no session {shown!r} (list them with: chatflow sessions ls)", session_id=session_id)
+
+
+def store_or_missing(state: State, session_id: str) -> SQLiteSessionStore:
+    """The run's store without creating a database.
+
+    Raises:
+        SessionNotFoundError: There is no database yet, so no session ``session_id``.
+        UsageError: The same, for an id chatflow would never make.
+    """
+    store = state.store(create=False)
+    if store is None:
+        raise not_found(session_id)
+    return store
+
+
+class NamedAgent:
+    """What a reader needs of a stored session's agent: its name (no tools are imported and
+    no real agents are built to read a session)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def read_session(store: SQLiteSessionStore, session_id: str) -> SessionContext:
+    """The stored session ``session_id`` with its agents known by name only.
+
+    Raises:
+        SessionNotFoundError: No such session (or :class:`UsageError` for an invalid id).
+    """
+    store.set_agent_resolver(NamedAgent)
+    try:
+        session = store.get(session_id)
+    except SessionNotFoundError:
+        session = None
+    if session is None:
+        raise not_found(session_id)
+    return session
+
+
+def find_session(store: SQLiteSessionStore, session_id: str) -> SessionContext | None:
+    """The stored session ``session_id`` (agents by name only), or ``None``."""
+    store.set_agent_resolver(NamedAgent)
+    try:
+        return store.get(session_id)
+    except SessionNotFoundError:
+        return None
+
+
+class InterruptedTurns:
+    """Turn numbers of the session's ``turn.interrupted`` events, read on first use only.
+
+    Only a turn that ends with its user message needs them (see
+    :func:`chatflow_cli.render.turn_interrupted`), so most readers never scan the log.
+    """
+
+    def __init__(self, store: SQLiteSessionStore, session_id: str) -> None:
+        self._store, self._session_id = store, session_id
+        self._numbers: set[int] | None = None
+
+    def __contains__(self, number: object) -> bool:
+        if self._numbers is None:
+            self._numbers = {
+                int(e.payload.get("turn") or 0)
+                for e in self._store.events(self._session_id)
+                if e.type == "turn.interrupted" and e.payload
+            }
+        return number in self._numbers
+

@@ -1,0 +1,288 @@
+"""Human-readable turns and events: ``sessions show``, ``/show`` and ``replay``.
+
+Layout of one turn in ``sessions show`` (plain form; on a terminal the model's text is
+rendered Markdown and labels are coloured)::
+
+    ── Turn 3 · outside the context window ──────────────────────────
+    You: where is my order 42?
+    Support called check_order_status {"order_id": "42"}
+      result: {"status": "IN_TRANSIT"}
+    handoff: Support -> Billing
+    Billing: It is in transit and arrives tomorrow.
+
+Long tool arguments and results are folded to :data:`~chatflow_cli.render.text.FOLD_LINES`
+lines / :data:`~chatflow_cli.render.text.FOLD_CHARS` characters with a note saying how much
+was left out (``--full`` shows everything).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..core._stream import cut_phrase
+from .lines import Lines
+from .markdown import has_markdown, markdown_lines, markdown_renderable
+from .shapes import _role, turn_handoffs
+from .text import fold, plural, pretty_json_text, safe_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.events import Event
+    from ..core.memory import TurnRecord
+    from ..core.runner import RunResult
+
+__all__ = ["event_text", "reply_cut_text", "reply_note", "turn_renderables"]
+
+
+def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool = False, width: int | None = None,
+                     interrupted: bool = False) -> list[Any]:
+    """The renderables of one turn (see the module docstring for the layout).
+
+    Items are :class:`Lines` (with ``plain`` text and Rich styles) and, when ``markdown``
+    is true (a terminal), the model's text as Markdown: laid out by
+    :func:`markdown_lines` into :class:`Lines` when it only uses paragraphs, lists and
+    inline styles, else a ``rich.markdown.Markdown`` (:func:`markdown_renderable`). Text
+    with no Markdown syntax at all (:func:`has_markdown`) is shown as written, unparsed.
+    Target: a 500-turn ``sessions show`` on a terminal within 1 s. With ``markdown`` and
+    ``width`` (a terminal) the lines are word-wrapped to ``width`` (:meth:`Lines.wrapped`);
+    continuation lines of a multi-line message are indented under its text.
+    """
+    marks = []
+    if record.rolled_back:
+        marks.append("rolled back")
+    if record.failed:
+        marks.append("failed")
+    if interrupted:
+        marks.append("interrupted")
+    cut = next((m.finish_reason for m in record.messages if getattr(m, "finish_reason", None)), None)
+    if cut:
+        marks.append(f"cut ({cut})")
+    if not record.in_window and not record.rolled_back:
+        marks.append("outside the context window")
+    title = f"── Turn {record.number}" + ("".join(f" · {m}" for m in marks)) + " "
+    rule_style = "dim" if marks else "bold blue"
+    out: list[Any] = [Lines(title + "─" * max(3, (width or 72) - len(title)), rule_style)]
+
+    msgs = record.messages
+    results = {m.tool_call_id: m for m in msgs if _role(m) == "tool"}
+    handoff_to = {h["tool_call_id"]: h["to_agent"] for h in turn_handoffs(record)}
+    agent_so_far: str | None = None
+    body = Lines()
+
+    def flush() -> None:
+        nonlocal body
+        body.rstrip()
+        if body.parts:
+            out.append(body)
+        body = Lines()
+
+    for msg in msgs:
+        role = _role(msg)
+        if role == "user":
+            body.append("You: ", "bold green").append(_hanging(safe_text(msg.content), 5)).append("\n")
+            if interrupted and msg is msgs[-1]:
+                body.append("  (interrupted)\n", "yellow")
+        elif role == "system":
+            body.append("System: ", "bold magenta").append(_hanging(fold(safe_text(msg.content), full=full), 8), "dim")
+            body.append("\n")
+        elif role == "model":
+            agent = msg.agent or agent_so_far or "model"
+            agent_so_far = agent
+            if msg.content:
+                body.append(f"{safe_text(agent)}: ", "bold cyan")
+                if markdown and has_markdown(msg.content):
+                    flush()
+                    safe = safe_text(msg.content)
+                    laid_out = markdown_lines(safe, width or 80)
+                    if laid_out is None:
+                        out.append(markdown_renderable(safe))
+                    else:
+                        block = Lines()
+                        for number, line in enumerate(laid_out):
+                            if number:
+                                block.append("\n")
+                            block.parts.extend(line.parts)
+                        out.append(block)
+                else:
+                    body.append(_hanging(safe_text(msg.content), len(safe_text(agent)) + 2)).append("\n")
+            if msg.reasoning and (full or not msg.content):
+                if full:
+                    body.append(f"{safe_text(agent)} reasoned: ", "dim").append(safe_text(msg.reasoning), "dim")
+                    body.append("\n")
+                else:
+                    body.append(f"{safe_text(agent)}: ", "bold cyan")
+                    body.append("(reasoning only, no text; --full shows it)\n", "yellow")
+            elif not msg.content and not msg.tool_calls and not msg.interrupted:
+                body.append(f"{safe_text(agent)}: ", "bold cyan").append("(empty reply)\n", "yellow")
+            if msg.finish_reason:
+                body.append(f"  ({reply_cut_text(msg.finish_reason)})\n", "yellow")
+            if msg.interrupted:
+                body.append("  (interrupted)\n", "yellow")
+            for call in msg.tool_calls:
+                result = results.get(call.id)
+                if call.id in handoff_to:
+                    body.append(f"handoff: {safe_text(agent)} -> {safe_text(handoff_to[call.id])}\n", "bold magenta")
+                    continue
+                body.append(f"{safe_text(agent)} called ", "dim").append(safe_text(call.name), "bold yellow")
+                body.append(" " + safe_text(pretty_json_text(call.arguments, full=full)) + "\n")
+                if result is None:
+                    body.append("  result: (waiting for --tool-result)\n", "yellow")
+                else:
+                    if result.is_error:
+                        body.append("  error: ", "red")
+                    else:
+                        body.append("  result: ", "dim")
+                    text = safe_text(pretty_json_text(result.content, full=full))
+                    body.append(text.replace("\n", "\n    ") + "\n")
+                    if result.interrupted:
+                        body.append("  (interrupted)\n", "yellow")
+        # TOOL messages are shown with their call
+    flush()
+    out.append(Lines())
+    if markdown and width:
+        out = [item.wrapped(width) if isinstance(item, Lines) else item for item in out]
+    return out
+
+
+def _hanging(text: str, indent: int) -> str:
+    """``text`` with its continuation lines indented by ``indent`` (at most 12) spaces: a
+    multi-line message reads as one block after its label, not from column 0."""
+    return text.replace("\n", "\n" + " " * min(indent, 12)) if "\n" in text else text
+
+
+# ---------------------------------------------------------------------------------------
+# replay
+# ---------------------------------------------------------------------------------------
+def event_text(event: Event, *, full: bool = False, width: int | None = None) -> Any:
+    """One stored event as a line of ``rich.text.Text`` (``chatflow replay``).
+
+    With ``width`` (a terminal's columns) the line is word-wrapped to it, wrapped rows and
+    the continuation lines of a multi-line message indented by 6 (under the event type).
+    """
+    if width:
+        return _hanging_text(event_text(event, full=full), width, 6)
+    from rich.text import Text
+
+    p = event.payload or {}
+    line = Text()
+    line.append(f"{event.seq:>5} ", style="dim")
+    line.append(f"{event.type:<22}", style="bold")
+    t = event.type
+    if t in ("message.user", "message.model", "message.system", "tool.result"):
+        msg = p.get("message") or {}
+        turn = p.get("turn")
+        if turn:
+            line.append(f"turn {turn}  ", style="dim")
+        if msg.get("agent"):
+            line.append(f"{safe_text(msg['agent'])}: ", style="cyan")
+        if msg.get("content"):
+            line.append(_hanging(safe_text(fold(str(msg["content"]), full=full, max_lines=3, max_chars=300)), 6))
+        for call in msg.get("tool_calls") or ():
+            line.append(f" call {safe_text(call.get('name'))}({safe_text(fold(call.get('arguments') or '', full=full, max_lines=1, max_chars=200))})", style="yellow")
+        if msg.get("finish_reason"):
+            line.append(f" ({reply_cut_text(str(msg['finish_reason']))})", style="yellow")
+        if msg.get("reasoning") and (full or not msg.get("content")):
+            line.append(" reasoning: " if full else " (reasoning only)", style="dim")
+            if full:
+                line.append(safe_text(str(msg["reasoning"])), style="dim")
+    elif t == "handoff":
+        line.append(f"{safe_text(p.get('from_agent'))} -> {safe_text(p.get('to_agent'))}", style="magenta")
+    elif t == "status":
+        line.append(safe_text(str(p.get("status"))))
+        if p.get("reason"):
+            line.append(f" ({safe_text(str(p['reason']))})", style="dim")
+    elif t == "turn.completed":
+        line.append(f"turn {p.get('turn')} by {safe_text(str(p.get('agent')))}")
+        if cut_phrase(p.get("finish_reason")):
+            line.append(f" ({reply_cut_text(str(p['finish_reason']))})", style="yellow")
+    elif t == "turn.failed":
+        line.append(f"turn {p.get('turn')}: {safe_text(str(p.get('error')))}", style="red")
+        if p.get("reverted_from_agent"):
+            line.append(f" (handoff undone: {safe_text(str(p['reverted_from_agent']))} -> "
+                        f"{safe_text(str(p.get('active_agent')))})", style="dim")
+    elif t == "session.created":
+        line.append(f"agent {safe_text(str(p.get('agent')))}, window {p.get('max_turns')}")
+        if p.get("metadata"):
+            line.append(" " + _key_values(p["metadata"], full=full), style="dim")
+    elif t == "turn.interrupted":
+        line.append(f"turn {p.get('turn')}: {safe_text(str(p.get('reason') or 'interrupted'))}", style="yellow")
+        ids = p.get("tool_use_ids") or []
+        if ids:
+            line.append(f" (tool calls left without a result: {safe_text(', '.join(map(str, ids)))})", style="dim")
+    elif t == "tool.pending":
+        ids = ", ".join(map(str, p.get("tool_use_ids") or []))
+        line.append(f"turn {p.get('turn')}: waiting for --tool-result {safe_text(ids)}", style="yellow")
+    elif t == "tool.result_submitted":
+        line.append(f"turn {p.get('turn')}: result for {safe_text(str(p.get('tool_use_id')))}"
+                    f"{' (error)' if p.get('is_error') else ''}: ")
+        line.append(safe_text(fold(str(p.get("output") or ""), full=full, max_lines=1, max_chars=200)))
+    elif t == "rollback":
+        removed = p.get("removed_turns") or []
+        line.append(f"to turn {p.get('to_turn')}, removed {plural(len(removed), 'turn')}"
+                    + (f" ({', '.join(map(str, removed))})" if removed else ""))
+    elif t == "metadata.updated":
+        changes = p.get("changes") or {}
+        line.append(_key_values(changes, full=full) or "-")
+        if p.get("removed"):
+            line.append(f" removed {safe_text(', '.join(map(str, p['removed'])))}", style="dim")
+    elif t == "session.recovered":
+        owner = p.get("owner") or {}
+        line.append(f"turn {p.get('turn')}: closed the run of a dead process "
+                    f"(pid {owner.get('pid')} on {safe_text(str(owner.get('host')))})", style="yellow")
+    else:
+        line.append(_key_values(p, full=full), style="dim")
+    return line
+
+
+def _hanging_text(text: Any, width: int, hang: int) -> Any:
+    """A ``rich.text.Text`` word-wrapped to ``width`` with wrapped rows indented by ``hang``."""
+    spans = [span for span in text.spans if isinstance(span.style, str)]
+    plain = text.plain
+    cuts = sorted({0, len(plain), *(s.start for s in spans), *(s.end for s in spans)})
+    lines = Lines()
+    for start, end in zip(cuts, cuts[1:]):
+        style = " ".join(s.style for s in spans if s.start <= start and s.end >= end)
+        lines.append(plain[start:end], style)
+    return lines.wrapped(width, hang=hang).to_text()
+
+
+def reply_cut_text(finish_reason: str) -> str:
+    """``"cut by the token limit, finish_reason length"`` for a stored cut reply's mark."""
+    phrase = cut_phrase(finish_reason) or "cut"
+    return f"{phrase}, finish_reason {safe_text(finish_reason)}"
+
+
+def reply_note(result: RunResult) -> str | None:
+    """The note a front-end shows after a finished turn whose reply is not a plain whole
+    answer: cut (``finish_reason`` ``length``/``content_filter``, read from the turn's
+    stored verdict), reasoning only, or empty. ``None`` for a whole answer."""
+    if result is None or result.pending_tool_calls or result.replayed and not result.finish_reason:
+        return None
+    phrase = cut_phrase(result.finish_reason)
+    show = f"chatflow sessions show {result.session_id} --full"
+    if phrase:
+        tail = (" before any text (its reasoning: " + show + ")") if not (result.content or "").strip() and result.reasoning else ""
+        return f"reply {phrase} (finish_reason {result.finish_reason}){tail}; turn {result.turn} is stored, marked as cut"
+    if not (result.content or "").strip():
+        if result.reasoning:
+            return f"the model answered with reasoning only, no text (see it with: {show})"
+        return "the model's reply was empty" if not result.content else "the model's reply was only whitespace"
+    return None
+
+
+def _key_values(data: Any, *, full: bool = False) -> str:
+    """A compact ``key=value key2=value2`` summary of an event payload (values as compact JSON
+    unless plain strings/numbers), made safe; the fallback for event types replay does not
+    know (business events such as ``note`` or ``billing.refund``)."""
+    if not isinstance(data, dict):
+        return safe_text(fold(json.dumps(data, ensure_ascii=False), full=full, max_lines=1, max_chars=200))
+    parts = []
+    for key, value in data.items():
+        if isinstance(value, str):
+            shown = value if value and not any(c.isspace() for c in value) else json.dumps(value, ensure_ascii=False)
+        elif isinstance(value, (int, float, bool)) or value is None:
+            shown = json.dumps(value)
+        else:
+            shown = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        parts.append(f"{key}={shown}")
+    return safe_text(fold(" ".join(parts), full=full, max_lines=1, max_chars=300))

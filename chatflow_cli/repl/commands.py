@@ -1,0 +1,413 @@
+"""The REPL's slash commands, apart from the prompt loop.
+
+``/help``, ``/new``, ``/sessions``, ``/switch ID``, ``/show [--full]``, ``/rollback [N]``,
+``/retry``, ``/agent [NAME]``, ``/model [NAME]``, ``/metadata [KEY=VALUE]``, ``/edit``,
+``/clear``, ``/exit`` (see :mod:`chatflow_cli.repl`). An unknown command gets a suggestion
+when one is close (difflib ratio :data:`_SUGGEST_CUTOFF`) and never reaches the model.
+:func:`slash_completions` gives Tab its choices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import difflib
+import os
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import ChatflowError
+from ..core.messages import Role
+from ..render import pretty_json_text, safe_text, sessions_lines
+from ..session_ids import new_session_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .app import Repl
+
+__all__ = ["COMMANDS", "SlashCommands", "slash_completions"]
+
+#: name -> (arguments, help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "/help": ("", "list the commands and keys"),
+    "/new": ("", "start a new session"),
+    "/sessions": ("", "list recent sessions"),
+    "/switch": ("ID", "continue another session"),
+    "/show": ("[--full]", "show this session's turns (--full: long tool calls and results unfolded)"),
+    "/rollback": ("[N]", "keep turns 1..N (default: drop the last turn); asks first"),
+    "/retry": ("", "send the last failed message again (nothing failed: asks to redo the last turn)"),
+    "/agent": ("[NAME]", "list the agents, or make NAME the active agent"),
+    "/model": ("[NAME]", "show or change the model"),
+    "/metadata": ("[KEY=VALUE]", "show or set the session's metadata"),
+    "/edit": ("", "write the message in $EDITOR (also Ctrl-X Ctrl-E)"),
+    "/clear": ("", "clear the screen"),
+    "/exit": ("", "leave the REPL (also Ctrl-D)"),
+}
+_ALIASES = {"/quit": "/exit", "/q": "/exit", "/h": "/help", "/?": "/help"}
+#: difflib ratio an unknown command needs to get a "did you mean" ("/shwo" vs "/show" is 0.8).
+_SUGGEST_CUTOFF = 0.75
+
+
+class SlashCommands:
+    """The REPL's slash commands: ``/help`` … ``/exit``, each a ``cmd_<name>`` method.
+
+    Mixed into :class:`~chatflow_cli.repl.app.Repl`, whose state it uses.
+    """
+
+    async def command(self, line: str) -> None:
+        """Run a slash command line (``/name args``)."""
+        name, _, arg = line.partition(" ")
+        name = _ALIASES.get(name.lower(), name.lower())
+        arg = arg.strip()
+        handler = getattr(self, "cmd_" + name[1:], None) if name in COMMANDS else None
+        if handler is None:
+            # Only a close match is suggested ("/shwo" -> "/show"); "/" or "/ hello" match nothing.
+            close = difflib.get_close_matches(name, [*COMMANDS, *_ALIASES], n=1, cutoff=_SUGGEST_CUTOFF)
+            hint = f" — did you mean {_ALIASES.get(close[0], close[0])}?" if close else ""
+            self.error(
+                f"unknown command {safe_text(name)}{hint} (/help lists them; start a message with // to send a slash)"
+            )
+            return
+        await handler(arg)
+
+    async def cmd_help(self, arg: str) -> None:
+        from rich.table import Table
+
+        table = Table(box=None, show_header=False, pad_edge=False)
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column()
+        for name, (args, text) in COMMANDS.items():
+            table.add_row(f"{name} {args}".rstrip(), text)
+        table.add_row("", "")
+        for keys, text in [
+            ("Enter", "send"),
+            ("Esc Enter / Alt-Enter", "new line"),
+            ("Ctrl-C", "stop the reply or tool; at the prompt, clear it"),
+            ("Ctrl-R, Up", "search / walk the history"),
+            ("Ctrl-X Ctrl-E", "edit in $EDITOR"),
+            ("Ctrl-D", "leave"),
+        ]:
+            table.add_row(keys, text)
+        from ..markdown_stream import print_unpadded
+
+        print_unpadded(self.console, table)
+
+    async def cmd_exit(self, arg: str) -> None:
+        self.done = True
+
+    async def cmd_clear(self, arg: str) -> None:
+        self.console.clear()
+
+    def _enter_endpoint(self, session_id: str | None) -> None:
+        """Leave the current session keeping its model and endpoint, then talk to
+        ``session_id``'s stored ones (``None``: a new session, the defaults), as resuming it
+        with ``chatflow chat -s`` would; a change is announced."""
+        current = self.endpoint
+        try:
+            if self.store.get(self.session_id) is not None and current[0] \
+                    and self.store.session_endpoint(self.session_id) != current:
+                self.store.set_session_endpoint(self.session_id, current[0], current[1])
+            stored = self.store.session_endpoint(session_id) if session_id else (None, None)
+        except ChatflowError:
+            stored = (None, None)
+        model = stored[0] or self.default_endpoint[0]
+        url = stored[1] or self.default_endpoint[1]
+        whose = f"session {session_id}" if session_id else "a new session"
+        if url != current[1] and url and current[1] and self._client_for is not None:
+            self.runner.model_client = self._client_for(url)
+            self.endpoint = (self.endpoint[0], url)
+            self.say(f"endpoint: {safe_text(url)} ({whose})")
+        if model and model != current[0] and model != "local" and current[0] != "local":
+            for agent in self.runner.agents.values():
+                if agent.model == current[0]:  # an agent with a model of its own keeps it
+                    agent.model = model
+            self.runner.default_model = model
+            self.endpoint = (model, self.endpoint[1])
+            self.say(f"model: {safe_text(model)} ({whose})")
+
+    async def cmd_new(self, arg: str) -> None:
+        self._enter_endpoint(None)
+        self.session_id = new_session_id()
+        self.failed_message = None
+        self.last_usage_tokens = None
+        self._refresh_info()
+        self.say(f"new session {self.session_id}")
+
+    async def cmd_sessions(self, arg: str) -> None:
+        summaries = self.store.list_sessions(limit=20)
+        if not summaries:
+            self.say("no sessions yet")
+            return
+        for line in sessions_lines(summaries, width=self.console.width, compact=True, current=self.session_id):
+            self.console.print(line, soft_wrap=True)
+
+    async def cmd_switch(self, arg: str) -> None:
+        if not arg:
+            self.error("/switch needs a session id (Tab completes; /sessions lists them)")
+            return
+        session = self.store.get(arg)
+        if session is None:
+            close = difflib.get_close_matches(arg, self._session_ids(), n=1)
+            self.error(f"no session {safe_text(arg)}" + (f" — did you mean {close[0]}?" if close else ""))
+            return
+        self._enter_endpoint(arg)
+        self.session_id = arg
+        self.failed_message = None
+        self.last_usage_tokens = None
+        self._refresh_info()
+        from ..render import plural
+
+        self.say(f"session {arg}: {plural(self.turn, 'turn')}, agent {self.agent_name}")
+        if self.turn:
+            self.recap()
+
+    async def cmd_show(self, arg: str) -> None:
+        """``/show`` folds long tool arguments and results as ``chatflow sessions show`` does;
+        ``/show --full`` (or ``-f``) prints them whole — the REPL's tool lines point here."""
+        from ..render import turn_interrupted, turn_renderables
+        from ..lookup import InterruptedTurns
+
+        if arg not in ("", "--full", "-f"):
+            self.error(f"/show {safe_text(arg)}: the only option is --full")
+            return
+        if self.store.get(self.session_id) is None:
+            self.say("nothing yet: this session has no turns")
+            return
+        from ..markdown_stream import print_unpadded
+
+        full = bool(arg)
+        interrupted = InterruptedTurns(self.store, self.session_id)
+        for record in self.store.load_turns(self.session_id):
+            print_unpadded(self.console, *turn_renderables(record, markdown=True, full=full, width=self.console.width,
+                                                           interrupted=turn_interrupted(record, interrupted)))
+
+    async def cmd_rollback(self, arg: str) -> None:
+        if not await self._wait_closing():
+            return
+        session = self.store.get(self.session_id)
+        count = session.turn_count if session is not None else 0
+        if count == 0:
+            self.say("nothing to roll back")
+            return
+        try:
+            target = int(arg) if arg else count - 1
+        except ValueError:
+            self.error(f"/rollback {safe_text(arg)}: N is a turn number (0..{count})")
+            return
+        if not 0 <= target <= count:
+            self.error(f"/rollback {target}: this session has turns 1..{count}; nothing was changed")
+            return
+        if target == count:
+            self.say(f"nothing to remove: turn {count} is the last turn")
+            return
+        removed = f"turn {count}" if target + 1 == count else f"turns {target + 1}-{count}"
+        if target == 0:
+            question = f"Remove every turn ({removed}; keep only system messages)?"
+        else:
+            question = f"Remove {removed} and keep turns 1..{target}?"
+        if not await self.confirm(question):
+            self.say("nothing was changed")
+            return
+        self.store.rollback(self.session_id, target)
+        self._refresh_info()
+        self.say(f"rolled back: {removed} removed; the next message is turn {target + 1}")
+
+    async def cmd_retry(self, arg: str) -> None:
+        """Send the last failed message again, or say that nothing failed.
+
+        The failed message comes from this run or, after reopening the session, from the
+        event log (a ``turn.failed`` with no completed turn, rollback or interruption after
+        it). When nothing failed, ``/retry`` says so and offers to roll back the last turn
+        and send its message again for another answer; it asks first, and nothing changes
+        on "no".
+        """
+        if not await self._wait_closing():
+            return
+        failed = self.failed_message if self.failed_message is not None else self._failed_in_log()
+        if failed is not None:
+            self.say("sending the failed message again")
+            await self.send(failed)
+            return
+        session = self.store.get(self.session_id)
+        turns = session.turns if session is not None else ()
+        if not turns:
+            self.say("nothing failed: there is nothing to retry")
+            return
+        last = turns[-1]
+        text = last.messages[0].content if last.messages else None
+        if not text:
+            self.say(f"nothing failed: turn {last.number} completed")
+            return
+        question = f"Nothing failed: turn {last.number} completed. Roll it back and send its message again for another answer?"
+        if not await self.confirm(question):
+            self.say("nothing was changed")
+            return
+        self.store.rollback(self.session_id, last.number - 1)
+        self.say(f"turn {last.number} rolled back; sending its message again")
+        await self.send(text)
+
+    def _failed_in_log(self) -> str | None:
+        """The user message of the session's last turn when that turn failed and nothing
+        came after it (a completed, interrupted or rolled-back turn), else None."""
+        try:
+            if self.store.get(self.session_id) is None:
+                return None
+            events = self.store.events(self.session_id)
+        except ChatflowError:
+            return None
+        last = next(
+            (e for e in reversed(events) if e.type in ("turn.failed", "turn.completed", "turn.interrupted", "rollback")),
+            None,
+        )
+        if last is None or last.type != "turn.failed":
+            return None
+        number = (last.payload or {}).get("turn")
+        records = self.store.load_turns(self.session_id, include_rolled_back=True)
+        failed = [r for r in records if r.failed and r.number == number]
+        for message in failed[-1].messages if failed else ():
+            if message.role == Role.USER and message.content:
+                return str(message.content)
+        return None
+
+    async def cmd_agent(self, arg: str) -> None:
+        if not await self._wait_closing():
+            return
+        agents = self.runner.agents
+        if not arg:
+            for name in agents:
+                mark = "●" if name == self.agent_name else " "
+                self.say(f"{mark} {name}", style="bold" if name == self.agent_name else "")
+            return
+        if arg not in agents:
+            close = difflib.get_close_matches(arg, list(agents), n=1)
+            self.error(
+                f"no agent {safe_text(arg)}"
+                + (f" — did you mean {close[0]}?" if close else "")
+                + f" (agents: {', '.join(agents)})"
+            )
+            return
+        session = self.store.get_or_create(self.session_id, agents[arg], max_turns=self.max_turns)
+        if getattr(session.active_agent, "name", None) != arg:
+            session.set_active_agent(agents[arg])
+            self.store.save(session)
+        self._refresh_info()
+        self.say(f"active agent: {arg}")
+
+    async def cmd_model(self, arg: str) -> None:
+        if not arg:
+            self.say(f"model: {self.model_name}")
+            return
+        for agent in self.runner.agents.values():
+            agent.model = arg
+        self.runner.default_model = arg
+        self.endpoint = (arg, self.endpoint[1])
+        try:  # the session keeps it (a new session gets it with its first message)
+            if self.store.get(self.session_id) is not None:
+                self.store.set_session_endpoint(self.session_id, arg, self.store.session_endpoint(self.session_id)[1])
+        except Exception:  # noqa: BLE001 - the switch still applies to this run
+            pass
+        self.say(f"model: {arg} (from the next message)")
+
+    async def cmd_metadata(self, arg: str) -> None:
+        if not await self._wait_closing():
+            return
+        if not arg:
+            session = self.store.get(self.session_id)
+            meta = session.metadata if session is not None else {}
+            self.say(safe_text(pretty_json_text(_json(meta))) if meta else "no metadata", style="")
+            return
+        key, sep, value = arg.partition("=")
+        if not sep or not key.strip():
+            self.error("/metadata KEY=VALUE")
+            return
+        starting = self.runner.agents.get(self.agent_name, self.runner.starting_agent)
+        session = self.store.get_or_create(self.session_id, starting, max_turns=self.max_turns)
+        session.update_metadata({key.strip(): value})
+        self.store.save(session)
+        self._refresh_info()
+        self.say(f"metadata: {safe_text(key.strip())} = {safe_text(value)}")
+
+    async def cmd_edit(self, arg: str) -> None:
+        text = await self.edit(arg)
+        if text is None:
+            return
+        if text.strip():
+            self._prefill = text.rstrip("\n")
+            self.say("edited: press Enter to send")
+
+    async def edit(self, initial: str = "") -> str | None:
+        """Open ``$VISUAL``/``$EDITOR`` (default ``vi``) on ``initial``; the text written, or None."""
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        try:
+            with self._cooked_terminal():
+                code, text = await asyncio.to_thread(_run_editor, editor, initial)
+        except OSError as exc:
+            self.error(f"cannot run the editor {safe_text(editor)!r}: {exc.strerror or exc}")
+            return None
+        if code != 0:
+            self.say(f"the editor exited with status {code}; nothing was changed")
+            return None
+        return text
+
+    async def confirm(self, question: str) -> bool:
+        try:
+            answer = await self._ask_session.prompt_async(f"{question} [y/N] ")
+        except (KeyboardInterrupt, EOFError):
+            return False
+        return answer.strip().lower() in {"y", "yes"}
+
+
+def slash_completions(repl: Repl, text: str) -> list[tuple[str, int, str]]:
+    """Completions for the text before the cursor: ``(text, start offset, help)`` each.
+
+    Slash commands first; then session ids after ``/switch``, agent names after ``/agent``
+    and configured model names after ``/model``.
+    """
+    if not text.startswith("/") or "\n" in text:
+        return []
+    if " " not in text:
+        return [
+            (name, -len(text), help_text) for name, (_, help_text) in COMMANDS.items() if name.startswith(text.lower())
+        ]
+    name, _, partial = text.partition(" ")
+    choices: list[str] = []
+    if name == "/switch":
+        choices = repl._session_ids()
+    elif name == "/agent":
+        choices = list(repl.runner.agents)
+    elif name == "/model":
+        choices = sorted({a.model for a in repl.runner.agents.values() if getattr(a, "model", None)})
+    return [(choice, -len(partial), "") for choice in choices if choice.startswith(partial)]
+
+
+def _slash_completer(repl: Repl) -> Any:
+    from prompt_toolkit.completion import Completer, Completion
+
+    class SlashCompleter(Completer):
+        def get_completions(self, document: Any, complete_event: Any) -> Iterable[Any]:
+            for text, start, meta in slash_completions(repl, document.text_before_cursor):
+                yield Completion(text, start, display_meta=meta or None)
+
+    return SlashCompleter()
+
+
+def _run_editor(editor: str, initial: str) -> tuple[int, str]:
+    """Run ``editor`` (a command line) on a temporary file holding ``initial``: (exit status, text)."""
+    fd, path = tempfile.mkstemp(prefix="chatflow-", suffix=".md")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(initial)
+        code = subprocess.call([*shlex.split(editor), path])
+        with open(path, encoding="utf-8") as fh:
+            return code, fh.read()
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _json(data: Any) -> str:
+    import json
+
+    return json.dumps(data, ensure_ascii=False)
