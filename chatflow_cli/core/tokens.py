@@ -45,6 +45,7 @@ __all__ = [
     "message_tokens",
     "model_context_tokens",
     "select_window",
+    "short_count",
 ]
 
 #: Tokens a message costs beyond its text: the chat template's role markers and separators.
@@ -120,6 +121,17 @@ def message_tokens(message: Message) -> int:
     """``message.tokens`` when it was counted (stored), else :func:`estimate_tokens`."""
     tokens = message.tokens
     return tokens if tokens is not None else estimate_tokens(message)
+
+
+def short_count(tokens: int) -> str:
+    """A token count for a status line: ``950``, ``6.1k``, ``128k``, ``1.0M``."""
+    if tokens < 1000:
+        return str(tokens)
+    if tokens < 100_000:
+        return f"{tokens / 1000:.1f}k"
+    if tokens < 1_000_000:
+        return f"{tokens // 1000}k"
+    return f"{tokens / 1_000_000:.1f}M"
 
 
 def model_context_tokens(model: str | None) -> int | None:
