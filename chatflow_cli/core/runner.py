@@ -208,6 +208,7 @@ class RunResult:
             "replayed": self.replayed,
             "finish_reason": self.finish_reason,
             "reasoning": self.reasoning,
+            "context": self.context,
         }
 
 
