@@ -1,6 +1,6 @@
 """chatflow: a terminal chat tool for OpenAI-compatible models, on a SQLite session store.
 
-The public API of the session library (seed 000)::
+The public API of the session library::
 
     from chatflow_cli import Agent, Runner, SessionStore, SQLiteSessionStore, tool
 

@@ -3,7 +3,7 @@
 Commands never look at ``sys.stdout.isatty()`` themselves; they ask :class:`Env`, so that
 terminal-versus-pipe behaviour is decided in one place and tests can inject it.
 
-Colour and Live display only on a terminal (issue 5): ``color`` is false when stdout is
+Colour and Live display only on a terminal: ``color`` is false when stdout is
 not a terminal, when ``NO_COLOR`` is set to anything non-empty (https://no-color.org), or
 with ``--no-color``. ``TERM=dumb`` also turns colour off.
 """

@@ -3,7 +3,7 @@
 typer 0.29 coerces every non-flag option value through a pydantic ``TypeAdapter``
 built on first use (``_TyperParameter.get_runtime_param``); importing pydantic for that
 costs about 70-100 ms on every run, more than the rest of ``chatflow sessions ls``
-(issue 2/5 speed targets). chatflow's options only use ``str``, ``int``, ``float``,
+(see the README's performance table). chatflow's options only use ``str``, ``int``, ``float``,
 ``bool``, ``Enum`` choices, ``list[str]`` and ``tuple[str, str]``: for those,
 :func:`install` pre-sets the parameter's runtime coercer to a small one with the same
 behaviour (the same ``BadParameter`` errors for bad numbers, ranges and choices).

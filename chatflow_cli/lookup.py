@@ -16,10 +16,10 @@ from .session_ids import validate_session_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import State
-    from .core.memory import SessionContext
+    from .core.memory import SessionContext, SessionSummary
     from .core.sqlite_store import SQLiteSessionStore
 
-__all__ = ["InterruptedTurns", "NamedAgent", "find_session", "not_found", "read_session", "store_or_missing"]
+__all__ = ["InterruptedTurns", "NamedAgent", "find_session", "not_found", "read_summary", "store_or_missing"]
 
 
 def not_found(session_id: str) -> ChatflowError:
@@ -63,20 +63,16 @@ class NamedAgent:
         self.name = name
 
 
-def read_session(store: SQLiteSessionStore, session_id: str) -> SessionContext:
-    """The stored session ``session_id`` with its agents known by name only.
+def read_summary(store: SQLiteSessionStore, session_id: str) -> SessionSummary:
+    """The stored session's summary (one row and its preview: no window, no agent resolved).
 
     Raises:
         SessionNotFoundError: No such session (or :class:`UsageError` for an invalid id).
     """
-    store.set_agent_resolver(NamedAgent)
     try:
-        session = store.get(session_id)
+        return store.session_summary(session_id)
     except SessionNotFoundError:
-        session = None
-    if session is None:
-        raise not_found(session_id)
-    return session
+        raise not_found(session_id) from None
 
 
 def find_session(store: SQLiteSessionStore, session_id: str) -> SessionContext | None:

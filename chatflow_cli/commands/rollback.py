@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from ..context import confirm, notice
 from ..core.errors import UsageError
 from ..core.messages import Role
-from ..lookup import read_session, store_or_missing
+from ..core.memory import rollback_target
+from ..lookup import read_summary, store_or_missing
 from ..render import plural, safe_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,13 +38,12 @@ def rollback_session(state: State, session_id: str, *, to: int | None, last: int
             store refused the rollback; nothing changed.
     """
     store = store_or_missing(state, session_id)
-    session = read_session(store, session_id)
-    count = session.turn_count
-    target = to if to is not None else count - (last or 0)
-    if to is not None and to > count:
-        raise UsageError(f"--to {to} is beyond the last turn of {session_id} ({count}); nothing changed")
-    if target < 0:
-        raise UsageError(f"--last {last}: {session_id} has only {plural(count, 'turn')}; nothing changed")
+    count = read_summary(store, session_id).turn_count
+    flag = f"--to {to}" if to is not None else f"--last {last}"
+    try:  # what the store will remove, for the question; the store decides again as it writes
+        target = rollback_target(count, to_turn=to, last=last, session_id=session_id)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}; nothing changed") from None
     if target == count:
         notice(state, f"nothing to roll back: {session_id} ends at turn {count}")
         return
@@ -60,8 +60,10 @@ def rollback_session(state: State, session_id: str, *, to: int | None, last: int
     if env.stdin_isatty and not yes and not confirm(state, "Roll back?", assume_yes=False):
         notice(state, "nothing changed")
         return
-    try:
-        store.rollback(session_id, target)
-    except ValueError as exc:
+    try:  # --last K counts the turns stored when the rollback runs
+        events = store.rollback(session_id, to, last=last)
+    except ValueError as exc:  # the session changed since the question
         raise UsageError(f"cannot roll back {session_id}: {exc}; nothing changed") from None
-    notice(state, f"rolled back {session_id} to turn {target} ({plural(count - target, 'turn')} removed)")
+    done = next(e.payload for e in events if e.type == "rollback")
+    removed = len(done["removed_turns"])
+    notice(state, f"rolled back {session_id} to turn {done['to_turn']} ({plural(removed, 'turn')} removed)")

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, Container, Iterator
 from ..context import notice, terminal_width, write_lines
 from ..core.errors import ChatflowError
 from ..core.events import SessionStatus
-from ..lookup import InterruptedTurns, read_session, store_or_missing
+from ..lookup import InterruptedTurns, read_summary, store_or_missing
 from ..render import Lines, dumps, plural, safe_text
 from ..render.shapes import status_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
-    from ..core.memory import BaseSessionStore, SessionContext, TurnRecord
+    from ..core.memory import BaseSessionStore, SessionSummary, TurnRecord
 
 #: A session's stored ``(model, base_url)``.
 Endpoint = tuple["str | None", "str | None"]
@@ -108,7 +108,7 @@ def show_session(
         SessionNotFoundError: No such session (:class:`UsageError` for an invalid id).
     """
     store = store_or_missing(state, session_id)
-    session = read_session(store, session_id)
+    session = read_summary(store, session_id)
     if include_rolled_back:  # rolled-back turns may carry numbers past the live last turn
         records: Iterator[TurnRecord] = iter(store.load_turns(session_id, first=0, last=None, include_rolled_back=True))
     elif session.turn_count == 0:
@@ -136,36 +136,41 @@ def show_session(
                 endpoint=endpoint, context=context)
 
 
-def context_use(state: State, store: BaseSessionStore, session: SessionContext, endpoint: Endpoint) -> dict[str, Any]:
+def context_use(state: State, store: BaseSessionStore, session: SessionSummary, endpoint: Endpoint) -> dict[str, Any]:
     """What the next request of ``session`` carries: ``{"tokens", "context", "budget", "turns",
     "summary_through"}``: the window's tokens (system messages, the newest summary and the
     newest whole turns that fit), the model's context size and the budget for messages
     (None when the model's size is unknown), the whole turns in it, and K of the summary
-    in use (None: none)."""
-    from ..core.memory.context import split_turns
-    from ..core.tokens import context_budget, select_window
+    in use (None: none). Read from the stored token counts, without loading messages' agents."""
+    from ..core.tokens import context_budget
 
     configured = None
     try:
         settings = state.settings()
-        name = getattr(session.active_agent, "name", None)
-        spec = settings.agent(name) if name else None
+        spec = settings.agent(session.active_agent_name)
         flag, configured = settings.max_context_tokens, spec.max_context_tokens if spec is not None else None
         model = endpoint[0] or settings.model
     except ChatflowError:  # a broken config.toml does not stop `show`
         flag, model = None, endpoint[0]
     budget = context_budget(model, max_context_tokens=flag, configured=configured)
-    systems, _, turns = split_turns(session.history)
-    kept, tokens = select_window(systems, turns, budget.tokens if budget is not None else 2**62)
-    through = next((m.summary_through for m in systems if m.summary_through is not None), None)
+    total, turns = store.window_tokens(session.session_id)
+    limit = budget.tokens if budget is not None else 2**62
+    tokens = total - sum(t for _, t in turns)  # the system messages and the summary
+    kept = 0
+    for _number, cost in reversed(turns):  # the newest whole turns that fit, the newest always
+        if kept and tokens + cost > limit:
+            break
+        tokens += cost
+        kept += 1
+    live = [m.summary_through for m, _removed in store.summaries(session.session_id)]
     return {"tokens": tokens, "context": budget.context if budget is not None else None,
-            "budget": budget.tokens if budget is not None else None, "turns": kept if turns else 0,
-            "summary_through": through}
+            "budget": budget.tokens if budget is not None else None, "turns": kept,
+            "summary_through": max(live) if live else None}
 
 
-def _header(session: SessionContext, endpoint: Endpoint = (None, None), context: dict[str, Any] | None = None) -> Lines:
+def _header(session: SessionSummary, endpoint: Endpoint = (None, None), context: dict[str, Any] | None = None) -> Lines:
     status = status_name(session.status)
-    agent = getattr(session.active_agent, "name", "?")
+    agent = session.active_agent_name
     text = Lines(f"Session {safe_text(session.session_id)}", "bold")
     text.append(f"  agent {safe_text(agent)} · {status} · {plural(session.turn_count, 'turn')} · window {session.max_turns}",
                 "dim")
@@ -224,7 +229,7 @@ class _Batch:
 BATCH_CHARS = 64 * 1024
 
 
-def _render(console: Any, session: SessionContext, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
+def _render(console: Any, session: SessionSummary, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
             out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None),
             context: dict[str, Any] | None = None) -> None:
     """Print the session turn by turn as each is rendered.
@@ -279,7 +284,7 @@ def _no_turns() -> Lines:
     return Lines("(no turns yet)", "dim")
 
 
-def _show_paged(state: State, session: SessionContext, records: Iterator[TurnRecord], full: bool,
+def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRecord], full: bool,
                 interrupted: Container[int], endpoint: Endpoint, context: dict[str, Any] | None = None) -> None:
     """Stream the rendering into a pager process as it is produced."""
     pager_cmd = os.environ.get("PAGER") or "less"
@@ -307,10 +312,10 @@ def _show_paged(state: State, session: SessionContext, records: Iterator[TurnRec
         proc.wait()
 
 
-def _session_head(session: SessionContext, endpoint: Endpoint, context: dict[str, Any] | None = None) -> dict[str, Any]:
+def _session_head(session: SessionSummary, endpoint: Endpoint, context: dict[str, Any] | None = None) -> dict[str, Any]:
     head = {
         "session_id": session.session_id,
-        "agent": getattr(session.active_agent, "name", None),
+        "agent": session.active_agent_name,
         "status": status_name(session.status),
         "turns": session.turn_count,
         "max_turns": session.max_turns,
@@ -323,7 +328,7 @@ def _session_head(session: SessionContext, endpoint: Endpoint, context: dict[str
     return head
 
 
-def _show_jsonl(stream: Any, session: SessionContext, records: Iterator[TurnRecord], interrupted: Container[int],
+def _show_jsonl(stream: Any, session: SessionSummary, records: Iterator[TurnRecord], interrupted: Container[int],
                 endpoint: Endpoint, context: dict[str, Any] | None = None) -> None:
     from ..render import turn_dict, turn_interrupted
 
@@ -334,7 +339,7 @@ def _show_jsonl(stream: Any, session: SessionContext, records: Iterator[TurnReco
         stream.write(dumps({"turn": turn_dict(record, interrupted=turn_interrupted(record, interrupted))}) + "\n")
 
 
-def _show_json(stream: Any, session: SessionContext, records: Iterator[TurnRecord], interrupted: Container[int],
+def _show_json(stream: Any, session: SessionSummary, records: Iterator[TurnRecord], interrupted: Container[int],
                endpoint: Endpoint, context: dict[str, Any] | None = None) -> None:
     from ..render import turn_dict, turn_interrupted
 

@@ -19,7 +19,8 @@ import tempfile
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import ChatflowError
+from ..core.errors import ChatflowError, SessionNotFoundError
+from ..core.memory import rollback_target
 from ..core.messages import Role
 from ..render import pretty_json_text, safe_text, sessions_lines
 from ..session_ids import new_session_id
@@ -187,18 +188,23 @@ class SlashCommands:
     async def cmd_rollback(self, arg: str) -> None:
         if not await self._wait_closing():
             return
-        session = self.store.get(self.session_id)
-        count = session.turn_count if session is not None else 0
+        try:
+            count = self.store.session_summary(self.session_id).turn_count
+        except SessionNotFoundError:  # nothing stored yet
+            count = 0
         if count == 0:
             self.say("nothing to roll back")
             return
         try:
-            target = int(arg) if arg else count - 1
+            to_turn = int(arg) if arg else None
         except ValueError:
             self.error(f"/rollback {safe_text(arg)}: N is a turn number (0..{count})")
             return
-        if not 0 <= target <= count:
-            self.error(f"/rollback {target}: this session has turns 1..{count}; nothing was changed")
+        last = None if to_turn is not None else 1  # no N: drop the last turn
+        try:  # what the store will remove, for the question; the store decides again as it writes
+            target = rollback_target(count, to_turn=to_turn, last=last)
+        except ValueError:
+            self.error(f"/rollback {to_turn}: this session has turns 1..{count}; nothing was changed")
             return
         if target == count:
             self.say(f"nothing to remove: turn {count} is the last turn")
@@ -211,9 +217,12 @@ class SlashCommands:
         if not await self.confirm(question):
             self.say("nothing was changed")
             return
-        self.store.rollback(self.session_id, target)
+        events = self.store.rollback(self.session_id, to_turn, last=last)
+        done = next(e.payload for e in events if e.type == "rollback")
+        gone = done["removed_turns"]  # what went, even if the session changed since the question
+        removed = f"turn {gone[0]}" if len(gone) == 1 else f"turns {gone[0]}-{gone[-1]}" if gone else "no turn"
         self._refresh_info()
-        self.say(f"rolled back: {removed} removed; the next message is turn {target + 1}")
+        self.say(f"rolled back: {removed} removed; the next message is turn {done['to_turn'] + 1}")
 
     async def cmd_compact(self, arg: str) -> None:
         """Summarise turns 1..N-1 (the newest turn stays as it is), with optional instructions."""

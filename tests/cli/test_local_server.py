@@ -245,7 +245,10 @@ def test_the_warm_server_stops_itself_after_the_idle_time(standin) -> None:
     wait_until(lambda: standin.state_files() == [], 10, "its state file to go")
     [log] = (standin.home / "local").glob("server-*.log")
     assert "the local model server stops: no request for 2 s" in log.read_text()
-    [record] = (standin.home / "local").glob("server-*.json.exit")
+    # the supervisor writes the record after it reaps the server, which the wait above already
+    # counts as dead (a zombie): wait for the record itself
+    [record] = wait_until(lambda: list((standin.home / "local").glob("server-*.json.exit")), 10,
+                          "the supervisor's exit record")
     assert json.loads(record.read_text())["returncode"] == 0
     assert run_chatflow("local", "status", "--json").json() == []
 
