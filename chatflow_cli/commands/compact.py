@@ -14,7 +14,7 @@ from ..assembly import assemble, transport_for
 from ..config import resolve_model
 from ..core.errors import UsageError
 from ..endpoints import session_endpoint
-from ..lookup import read_session, store_or_missing
+from ..lookup import read_summary, store_or_missing
 from ..render import safe_text
 from ..render.text import dumps
 
@@ -40,17 +40,16 @@ def compact_command(state: State, session_id: str, *, through: int | None, instr
     from ..core.tokens import short_count
 
     store = store_or_missing(state, session_id)
-    session = read_session(store, session_id)
+    session = read_summary(store, session_id)
     if session.turn_count < 1 or (through is None and session.turn_count < 2):
         raise UsageError(f"session {safe_text(session_id)} has nothing to compact: the newest turn stays as it is "
                          "(give --through N to include it)")
-    model, base_url = session_endpoint(state, store, session, None, None)
+    model, base_url = session_endpoint(state, store, session, None, None)  # type: ignore[arg-type]
     settings = state.settings(model=model, base_url=base_url)
     choice = resolve_model(settings)
     with assemble(settings, store, choice=choice, transport=transport_for("http")) as built:
         runner = built.runner
-        name = getattr(session.active_agent, "name", None) or runner.starting_agent.name
-        agent = runner.agents.get(name, runner.starting_agent)
+        agent = runner.agents.get(session.active_agent_name, runner.starting_agent)
         chosen = agent.model or runner.default_model
         if not chosen:
             raise UsageError("no model to write the summary: give --model or configure one")

@@ -40,6 +40,7 @@ def test_config_sizes_show_and_automatic_compaction_in_one_shot_chat(chatflow, p
     provider.add_text("fourth answer")
     r = chatflow("chat", "-s", "auto", "--output", "jsonl", "question 4 " + "word " * 2000)  # passes 80 %
     assert r.returncode == 0, r
+    assert "over the context budget of 1500; it was sent whole" in r.stderr  # the message alone is larger
     types = [json.loads(line)["type"] for line in r.stdout.splitlines()]
     assert types.index("context.compacted") < types.index("message.user")
     compaction, turn = provider.requests[-2], provider.requests[-1]
