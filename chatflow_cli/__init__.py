@@ -3,6 +3,7 @@
 The public API of the session library::
 
     from chatflow_cli import Agent, Runner, SessionStore, SQLiteSessionStore, tool
+    from chatflow_cli import PostgresSessionStore   # pip install 'chatflow-cli[postgres]'
 
 and the errors a bot catches (``SessionBusyError``, ``ProviderError``, ``NetworkError``,
 ``RateLimitedError``…; all derive from ``ChatflowError``). The package is typed
@@ -20,13 +21,16 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Agent": "chatflow_cli.core.agents",
     "ChatflowError": "chatflow_cli.core.errors",
+    "ChatflowSession": "chatflow_cli.core.sdk_session",
     "IdempotencyConflictError": "chatflow_cli.core.errors",
+    "ImportFormatError": "chatflow_cli.core.errors",
     "InvalidToolCallError": "chatflow_cli.core.errors",
     "Message": "chatflow_cli.core.messages",
     "MessageState": "chatflow_cli.core.memory.protocol",
     "NetworkError": "chatflow_cli.core.errors",
     "NotFoundError": "chatflow_cli.core.errors",
     "PendingToolCallsError": "chatflow_cli.core.errors",
+    "PostgresSessionStore": "chatflow_cli.core.memory.postgres",
     "ProviderError": "chatflow_cli.core.errors",
     "RateLimitedError": "chatflow_cli.core.errors",
     "Role": "chatflow_cli.core.messages",
@@ -51,13 +55,16 @@ _EXPORTS = {
 __all__ = [
     "Agent",
     "ChatflowError",
+    "ChatflowSession",
     "IdempotencyConflictError",
+    "ImportFormatError",
     "InvalidToolCallError",
     "Message",
     "MessageState",
     "NetworkError",
     "NotFoundError",
     "PendingToolCallsError",
+    "PostgresSessionStore",
     "ProviderError",
     "RateLimitedError",
     "Role",
@@ -85,6 +92,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.errors import (
         ChatflowError,
         IdempotencyConflictError,
+        ImportFormatError,
         InvalidToolCallError,
         NetworkError,
         NotFoundError,
@@ -105,7 +113,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.memory.inmemory import SessionStore
     from .core.memory.protocol import MessageState
     from .core.messages import Message, Role, ToolCall
+    from .core.memory.postgres import PostgresSessionStore
     from .core.runner import RunResult, Runner
+    from .core.sdk_session import ChatflowSession
     from .core.memory.sqlite import SQLiteSessionStore
     from .core.tools import tool
 

@@ -20,10 +20,20 @@ GLOBAL_OPTIONS = ("--db", "--config", "--debug", "--no-color")
 
 
 def set_global(ctx: Any, param: Any, value: Any) -> None:
-    """A global option given after the command: update the run's :class:`State`."""
+    """A global option given after the command: update the run's :class:`State`.
+
+    ``--db`` or ``--config`` given already (before the command, or to an enclosing group) is a
+    usage error naming the option; the flags ``--debug`` and ``--no-color`` may repeat."""
     if ctx.resilient_parsing or value in (None, False):
         return
     state = state_of(ctx)
+    if param.name in ("db", "config") and getattr(state, param.name) is not None:
+        # given before the command (or in an enclosing group) and again after it: which one
+        # was meant is a guess, so it is refused as a repeat in one place is
+        from typer import _click
+
+        raise _click.exceptions.UsageError(
+            f"--{param.name} was given more than once (before and after the command); it takes one value", ctx=ctx)
     if param.name == "db":
         state.db = value
     elif param.name == "config":

@@ -201,7 +201,7 @@ def _version_callback(value: bool) -> None:
 @app.callback()
 def root(
     ctx: typer.Context,
-    db: Annotated[Optional[str], typer.Option("--db", help="SQLite database file (default: chatflow.db in the data dir; $CHATFLOW_HOME overrides the dir).", metavar="PATH")] = None,
+    db: Annotated[Optional[str], typer.Option("--db", help="SQLite database file or postgresql:// URL (default: $CHATFLOW_DB, config.toml's db, else chatflow.db in the data dir).", metavar="PATH|URL")] = None,
     config: Annotated[Optional[str], typer.Option("--config", help="config.toml to read (default: $CHATFLOW_CONFIG or the platform config dir).", metavar="PATH")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs on errors.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="No colours (NO_COLOR is honoured too).")] = False,
@@ -385,6 +385,26 @@ def sessions_show(
 
 
 @sessions_app.command(
+    "interrupt",
+    epilog="\b\nExamples:\n  chatflow sessions interrupt support-42\n  chatflow sessions interrupt support-42 --wait 0 --json",
+)
+def sessions_interrupt(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id.", autocompletion=complete_session_id)],
+    wait: Annotated[float, typer.Option("--wait", min=0, metavar="SECONDS", help="How long to wait for the turn to stop (0: only ask).")] = 10.0,
+    json_: Annotated[bool, typer.Option("--json", help="One JSON object: session_id, turn, requested, outcome.")] = False,
+) -> None:
+    """Stop the turn a session is running, in this or any other process or host.
+
+    The turn stops at its next chunk or tool boundary and keeps its partial reply; open
+    tool calls get a result saying their side effects are unknown; the session is idle.
+    """
+    from .commands.interrupt import interrupt_session
+
+    interrupt_session(state_of(ctx), session_id, wait=wait, as_json=json_)
+
+
+@sessions_app.command(
     "rollback",
     epilog="\b\nExamples:\n  chatflow sessions rollback support-42 --to 3\n  chatflow sessions rollback support-42 --last 1 --yes",
 )
@@ -447,6 +467,76 @@ def sessions_delete(
         all_=all_,
         yes=yes,
     )
+
+
+class ExportFormat(str, Enum):
+    chatflow = "chatflow"
+    md = "md"
+    openai = "openai"
+    json = "json"
+
+
+class ImportFormat(str, Enum):
+    chatflow = "chatflow"
+    md = "md"
+    openai = "openai"
+    llm = "llm"
+    claude_code = "claude-code"
+
+
+@sessions_app.command(
+    "export",
+    epilog=(
+        "\b\nExamples:\n  chatflow sessions export support-42 > support-42.jsonl\n"
+        "  chatflow sessions export support-42 --format md -o support-42.md\n"
+        "  chatflow sessions export --all --since 7d --format openai -o evals.jsonl"
+    ),
+)
+def sessions_export(
+    ctx: typer.Context,
+    session_ids: Annotated[Optional[list[str]], typer.Argument(metavar="ID...", help="Session ids.", autocompletion=complete_session_id, show_default=False)] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every session.")] = False,
+    since: Annotated[Optional[str], typer.Option("--since", metavar="DURATION", help="Only sessions updated in the last DURATION (30m, 12h, 7d); alone, of every session.")] = None,
+    format_: Annotated[ExportFormat, typer.Option("--format", "-f", metavar="chatflow|md|openai|json", case_sensitive=False, help="chatflow (lossless JSON Lines: a header, then every event), md (a Markdown transcript), openai (Chat Completions {\"messages\": [...]} lines) or json (what 'sessions show --json' prints).")] = ExportFormat.chatflow,
+    output_file: Annotated[Optional[str], typer.Option("--output-file", "-o", metavar="FILE", help="Write to FILE (whole or not at all) instead of stdout.")] = None,
+    per_turn: Annotated[bool, typer.Option("--per-turn", help="With --format openai: one line per turn, its context window.")] = False,
+) -> None:
+    """Export sessions: every event losslessly, a Markdown transcript, or Chat Completions lines."""
+    from .commands.transfer import export_sessions
+
+    if bool(session_ids) and all_:
+        raise UsageError("give session ids or --all, not both")
+    if not session_ids and not all_ and since is None:
+        raise UsageError("give session ids, --all, or --since DURATION")
+    export_sessions(state_of(ctx), list(session_ids or []), all_=all_,
+                    since=parse_duration(since) if since else None, fmt=format_.value,
+                    output=output_file, per_turn=per_turn)
+
+
+@sessions_app.command(
+    "import",
+    epilog=(
+        "\b\nExamples:\n  chatflow sessions import ~/.config/io.datasette.llm/logs.db\n"
+        "  chatflow sessions import ~/.claude/projects/-home-ana-shop/SESSION.jsonl\n"
+        "  chatflow sessions import support-42.jsonl --into support-42-copy\n"
+        "  cat evals.jsonl | chatflow sessions import - --from openai --dry-run --json"
+    ),
+)
+def sessions_import(
+    ctx: typer.Context,
+    path: Annotated[str, typer.Argument(metavar="FILE", help="The file to import, or - for stdin.")],
+    from_: Annotated[Optional[ImportFormat], typer.Option("--from", metavar="chatflow|md|openai|llm|claude-code", case_sensitive=False, help="The file's format (default: detected).")] = None,
+    into: Annotated[Optional[str], typer.Option("--into", metavar="ID", help="Import into this session (created when new; its own turns come first).", autocompletion=complete_session_id)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Check the file and say what would be added; write nothing.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print {\"dry_run\", \"format\", \"sessions\": [...]} as JSON.")] = False,
+) -> None:
+    """Import sessions from chatflow, Markdown, Chat Completions, llm or Claude Code files."""
+    from .commands.transfer import import_file
+
+    if json_:
+        _boundary.set_json_errors("json")
+    import_file(state_of(ctx), path, fmt=from_.value if from_ is not None else None, into=into, dry_run=dry_run,
+                json_=json_)
 
 
 # ---------------------------------------------------------------------------------------

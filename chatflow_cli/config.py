@@ -5,7 +5,10 @@ Paths:
 * data directory: ``$CHATFLOW_HOME`` when set, else ``platformdirs.user_data_dir("chatflow")``
   (``~/.local/share/chatflow`` on Linux); created with mode 0700 when chatflow first
   writes to it, because conversations are private.
-* database: ``<data dir>/chatflow.db``, or ``--db PATH``.
+* database: ``--db PATH|URL``, else ``$CHATFLOW_DB``, else ``db`` in config.toml, else
+  ``<data dir>/chatflow.db``. A ``postgresql://`` URL selects the PostgreSQL store (its
+  password comes from the URL, ``PGPASSWORD`` or ``~/.pgpass``; never from config.toml,
+  which refuses one, as it refuses API keys).
 * config file: ``--config PATH``, else ``$CHATFLOW_CONFIG``, else
   ``platformdirs.user_config_dir("chatflow")/config.toml``. A missing file is fine (all
   defaults), except one named by ``--config``, which must exist.
@@ -21,6 +24,7 @@ base URL           ``--base-url``       ``OPENAI_BASE_URL`` ``base_url``
 API key            (none: never a flag) ``$<api_key_env>``  ``api_key_env`` names the variable
 local keep-alive   (none)               ``CHATFLOW_LOCAL_   ``local_keep_alive``
                                         KEEP_ALIVE``
+database           ``--db``             ``CHATFLOW_DB``     ``db`` (a path or a URL)
 =================  ===================  ==================  ==============================
 
 ``local_keep_alive`` is how long the local model's warm server waits for the next request
@@ -88,7 +92,9 @@ from typing import Any, Mapping
 from .core.errors import ChatflowError, ConfigError
 
 __all__ = [
+    "DB_ENV",
     "DB_FILENAME",
+    "database_location",
     "DEFAULT_API_KEY_ENV",
     "DEFAULT_REMOTE_MODEL",
     "LOCAL_MODEL",
@@ -120,7 +126,9 @@ KEEP_ALIVE_ENV = "CHATFLOW_LOCAL_KEEP_ALIVE"
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOOL_REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "agents", "local_keep_alive",
-             "message_id_scope", "max_context_tokens", "compact_at", "compact_prompt"}
+             "message_id_scope", "db", "max_context_tokens", "compact_at", "compact_prompt"}
+#: The environment variable naming the database (a SQLite path or a ``postgresql://`` URL).
+DB_ENV = "CHATFLOW_DB"
 #: ``--message-id`` scopes: ``global`` (one id space for every session: WhatsApp-style
 #: provider message ids) or ``session`` (ids unique within one chat only: Telegram-style).
 MESSAGE_ID_SCOPES = ("global", "session")
@@ -236,7 +244,8 @@ class Settings:
     """The effective settings of one chatflow invocation.
 
     ``sources`` maps ``model``, ``base_url``, ``api_key`` and ``db_path`` to where the value
-    came from: ``"flag"``, ``"env"``, ``"file"`` or ``"default"``.
+    came from: ``"flag"``, ``"env"``, ``"file"`` or ``"default"``. ``db_url`` is the
+    ``postgresql://`` URL of the database when one was chosen (``db_path`` is then unused).
     """
 
     data_dir: Path
@@ -259,6 +268,16 @@ class Settings:
     compact_at: float | None = 0.8
     #: replaces the compaction prompt
     compact_prompt: str | None = None
+    db_url: str | None = field(default=None, repr=False)
+
+    @property
+    def db(self) -> str:
+        """The database as shown to people: the path, or the URL without its password."""
+        if self.db_url:
+            from .core._dsn import redact_dsn
+
+            return redact_dsn(self.db_url)
+        return str(self.db_path)
 
     def agent(self, name: str) -> AgentSpec | None:
         for spec in self.agents:
@@ -329,13 +348,13 @@ def load_settings(
         keep_alive = file_settings["local_keep_alive"]
         sources["local_keep_alive"] = "file"
 
+    sources["message_id_scope"] = "file" if "message_id_scope" in file_settings else "default"
     ddir = data_dir(env)
-    if db:
-        db_path = Path(db).expanduser()
-        sources["db_path"] = "flag"
-    else:
-        db_path = ddir / DB_FILENAME
-        sources["db_path"] = "env" if env.get("CHATFLOW_HOME") else "default"
+    location, sources["db_path"] = _database(db, env, file_settings.get("db"), cfg_path)
+    from .core._dsn import is_postgres_url
+
+    db_url = location if is_postgres_url(location) else None
+    db_path = ddir / DB_FILENAME if db_url else Path(location)
 
     return Settings(
         data_dir=ddir,
@@ -355,7 +374,55 @@ def load_settings(
         max_context_tokens=file_settings.get("max_context_tokens"),
         compact_at=file_settings.get("compact_at", 0.8),
         compact_prompt=file_settings.get("compact_prompt"),
+        db_url=db_url,
     )
+
+
+def _database(
+    flag: str | os.PathLike[str] | None, env: Mapping[str, str], from_file: str | None, cfg_path: Path
+) -> tuple[str, str]:
+    """(location, source): ``--db``, else ``$CHATFLOW_DB``, else config.toml's ``db``, else the
+    data directory's ``chatflow.db``. A path is expanded (``~``); a file's relative path is
+    relative to the config file's directory; a URL is kept as given."""
+    from .core._dsn import is_postgres_url
+
+    def place(value: str, base: Path | None = None) -> str:
+        if is_postgres_url(value):
+            return value
+        path = Path(value).expanduser()
+        if base is not None and not path.is_absolute():
+            path = base / path
+        return str(path)
+
+    if flag:
+        return place(os.fspath(flag)), "flag"
+    if env.get(DB_ENV):
+        return place(env[DB_ENV]), "env"
+    if from_file:
+        return place(from_file, cfg_path.parent), "file"
+    return str(data_dir(env) / DB_FILENAME), "env" if env.get("CHATFLOW_HOME") else "default"
+
+
+def database_location(
+    db: str | os.PathLike[str] | None = None,
+    config: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """The database a command opens, as :func:`load_settings` resolves it, reading the config
+    file only when neither ``--db`` nor ``$CHATFLOW_DB`` chose: a SQLite path or a
+    ``postgresql://`` URL. Raises :class:`ConfigError` for a bad config file."""
+    env = os.environ if env is None else env
+    if db or env.get(DB_ENV):
+        return _database(db, env, None, Path())[0]
+    cfg_path = config_path(config, env)
+    from_file = None
+    if cfg_path.is_file():
+        text, data = _read_toml(cfg_path)
+        if "db" in data:
+            from_file = _validate(cfg_path, text, {"db": data["db"]}).get("db")
+    elif config:
+        raise ConfigError(f"config file {cfg_path} does not exist")
+    return _database(None, env, from_file, cfg_path)[0]
 
 
 # ---------------------------------------------------------------------------------------
@@ -515,6 +582,16 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
                 _key_line(text, "api_key_env"),
             )
         out["api_key_env"] = value
+    if "db" in data:
+        value = _want_str(text, "db", data["db"])
+        from .core._dsn import dsn_password, is_postgres_url
+
+        if is_postgres_url(value) and dsn_password(value):
+            raise _Problem(
+                "db must not hold a password: passwords never live in files; use PGPASSWORD or ~/.pgpass",
+                _key_line(text, "db"),
+            )
+        out["db"] = value
     if "message_id_scope" in data:
         value = _want_str(text, "message_id_scope", data["message_id_scope"])
         if value not in MESSAGE_ID_SCOPES:

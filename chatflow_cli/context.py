@@ -21,7 +21,7 @@ from .redaction import remember_secret
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .core.sqlite_store import SQLiteSessionStore
+    from .core.memory import BaseSessionStore
 
 __all__ = ["State", "confirm", "notice", "read_stdin_text", "silence_broken_pipe", "state_of", "terminal_width",
            "write_lines"]
@@ -32,7 +32,8 @@ class State:
     """What the global options set up, shared by every command of one run (``ctx.obj``).
 
     Attributes:
-        db: ``--db``: the SQLite file, or ``None`` for the data directory's.
+        db: ``--db``: the SQLite file or ``postgresql://`` URL, or ``None`` (``$CHATFLOW_DB``,
+            config.toml's ``db``, else the data directory's ``chatflow.db``).
         config: ``--config``: the config file, or ``None`` for the default place.
         debug: ``--debug``: tracebacks and debug logs on errors.
         no_color: ``--no-color``.
@@ -45,7 +46,7 @@ class State:
     no_color: bool = False
     env: Env = field(default_factory=Env.from_sys)
     _settings: dict[tuple[str | None, str | None], Settings] = field(default_factory=dict)
-    _stores: list[SQLiteSessionStore] = field(default_factory=list)
+    _stores: list[BaseSessionStore] = field(default_factory=list)
 
     def settings(self, *, model: str | None = None, base_url: str | None = None) -> Settings:
         """The settings in effect with ``model`` and ``base_url`` as flags (read once each).
@@ -67,38 +68,58 @@ class State:
         """Drop the settings read so far (``--config`` was given after the command)."""
         self._settings.clear()
 
-    def db_path(self) -> Path:
-        """The database path without reading the config file (it holds nothing about paths)."""
-        if self.db:
-            return Path(self.db).expanduser()
-        from .config import DB_FILENAME, data_dir
+    def db_location(self) -> str:
+        """The database: ``--db``, ``$CHATFLOW_DB``, config.toml's ``db`` or the data directory's
+        ``chatflow.db`` -- a SQLite path or a ``postgresql://`` URL. A URL's password, and
+        ``$PGPASSWORD``, are recorded as secrets (never printed).
 
-        return data_dir() / DB_FILENAME
+        Raises:
+            ConfigError: The config file is malformed or invalid.
+        """
+        from .config import database_location
+        from .core._dsn import dsn_password, is_postgres_url
 
-    def store(self, *, create: bool = True) -> SQLiteSessionStore | None:
-        """The SQLite store, or ``None`` when ``create=False`` and no database exists yet.
+        location = database_location(self.db, self.config)
+        if is_postgres_url(location):
+            remember_secret(dsn_password(location))
+            remember_secret(os.environ.get("PGPASSWORD"))
+        return location
+
+    def store(self, *, create: bool = True) -> BaseSessionStore | None:
+        """The session store -- PostgreSQL for a ``postgresql://`` URL, else SQLite -- or ``None``
+        when ``create=False`` and no SQLite file exists yet.
 
         Read-only commands pass ``create=False`` so that looking creates nothing. Every
         store opened is closed by :meth:`close`.
 
         Raises:
-            StoreError: The database cannot be opened (corrupt, unreadable, newer schema).
+            StoreError: The database cannot be opened (corrupt, unreadable, newer schema; a
+                PostgreSQL server that refuses the connection or the credentials).
         """
-        path = self.db_path()
-        if not create and not path.exists():
-            return None
-        if create and not self.db:
-            from .config import ensure_private_dir
+        from .core._dsn import is_postgres_url
 
-            ensure_private_dir(path.parent)
-        from .core.sqlite_store import SQLiteSessionStore
+        location = self.db_location()
+        store: BaseSessionStore
+        if is_postgres_url(location):
+            from .core.memory.postgres import PostgresSessionStore
 
-        store = SQLiteSessionStore(str(path))
+            store = PostgresSessionStore(location)
+        else:
+            path = Path(location)
+            if not create and not path.exists():
+                return None
+            if create and not self.db:
+                from .config import ensure_private_dir
+
+                ensure_private_dir(path.parent)
+            from .core.sqlite_store import SQLiteSessionStore
+
+            store = SQLiteSessionStore(str(path))
         self._stores.append(store)
         return store
 
-    def open_store(self) -> SQLiteSessionStore:
-        """The SQLite store, created when it does not exist yet."""
+    def open_store(self) -> BaseSessionStore:
+        """The session store, created when it does not exist yet."""
         store = self.store()
         assert store is not None  # create=True always opens one
         return store

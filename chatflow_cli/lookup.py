@@ -17,7 +17,7 @@ from .session_ids import validate_session_id
 if TYPE_CHECKING:  # pragma: no cover
     from .context import State
     from .core.memory import SessionContext, SessionSummary
-    from .core.sqlite_store import SQLiteSessionStore
+    from .core.memory import BaseSessionStore
 
 __all__ = ["InterruptedTurns", "NamedAgent", "find_session", "not_found", "read_summary", "store_or_missing"]
 
@@ -40,7 +40,7 @@ def not_found(session_id: str) -> ChatflowError:
     return SessionNotFoundError(f"no session {shown!r} (list them with: chatflow sessions ls)", session_id=session_id)
 
 
-def store_or_missing(state: State, session_id: str) -> SQLiteSessionStore:
+def store_or_missing(state: State, session_id: str) -> BaseSessionStore:
     """The run's store without creating a database.
 
     Raises:
@@ -63,7 +63,7 @@ class NamedAgent:
         self.name = name
 
 
-def read_summary(store: SQLiteSessionStore, session_id: str) -> SessionSummary:
+def read_summary(store: BaseSessionStore, session_id: str) -> SessionSummary:
     """The stored session's summary (one row and its preview: no window, no agent resolved).
 
     Raises:
@@ -75,7 +75,7 @@ def read_summary(store: SQLiteSessionStore, session_id: str) -> SessionSummary:
         raise not_found(session_id) from None
 
 
-def find_session(store: SQLiteSessionStore, session_id: str) -> SessionContext | None:
+def find_session(store: BaseSessionStore, session_id: str) -> SessionContext | None:
     """The stored session ``session_id`` (agents by name only), or ``None``."""
     store.set_agent_resolver(NamedAgent)
     try:
@@ -91,7 +91,7 @@ class InterruptedTurns:
     :func:`chatflow_cli.render.turn_interrupted`), so most readers never scan the log.
     """
 
-    def __init__(self, store: SQLiteSessionStore, session_id: str) -> None:
+    def __init__(self, store: BaseSessionStore, session_id: str) -> None:
         self._store, self._session_id = store, session_id
         self._numbers: set[int] | None = None
 

@@ -35,7 +35,7 @@ def remember_secret(value: str | None) -> None:
 def _secrets() -> list[str]:
     """Every secret to scrub, longest first (a key containing another is removed whole)."""
     values = set(_SECRETS)
-    for name in ("OPENAI_API_KEY", os.environ.get("CHATFLOW_API_KEY_ENV", "")):
+    for name in ("OPENAI_API_KEY", "PGPASSWORD", os.environ.get("CHATFLOW_API_KEY_ENV", "")):
         value = os.environ.get(name) if name else None
         if value and len(value) >= MIN_SECRET_LEN:
             values.add(value)
@@ -54,6 +54,10 @@ def scrub(text: str) -> str:
     for value in _secrets():
         if value in text:
             text = text.replace(value, "[redacted]")
+    if "postgres" in text.lower() or "password" in text.lower():  # a DSN's password, however short
+        from .core._dsn import redact_dsn
+
+        text = redact_dsn(text)
     return text
 
 

@@ -191,3 +191,6 @@ def pty_chatflow(provider: Any) -> Any:
 
 # The fake OpenAI-compatible server (tests/helpers/fakeserver.py) as the ``fake_server`` fixture.
 from tests.helpers.fakeserver import fake_server  # noqa: E402,F401
+
+# A real PostgreSQL server (tests/helpers/pgserver.py) as the ``pg_server`` / ``pg_dsn`` fixtures.
+from tests.helpers.pgserver import pg_dsn, pg_server  # noqa: E402,F401

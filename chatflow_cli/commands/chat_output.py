@@ -236,5 +236,6 @@ def pending_notice(state: State, result: RunResult) -> None:
         notice(
             state,
             f"waiting for tool {call.name} {call.arguments}: answer with "
-            f"chatflow chat -s {result.session_id} --tool-result {call.id} JSON",
+            f"chatflow chat -s {result.session_id} --tool-result {call.id} OUTPUT "
+            "(plain text or JSON, sent as given)",
         )

@@ -40,12 +40,16 @@ def show_config(state: State, *, as_json: bool) -> None:
         model = choice.model
         base_url = "(the local llama.cpp server chatflow starts)" if choice.local else (
             choice.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1")
+    # The model client's transport: $CHATFLOW_TRANSPORT when set, else per command.
+    env_transport = os.environ.get("CHATFLOW_TRANSPORT") or None
+    transport = env_transport or "http (chat, replay --rerun), openai (REPL)"
     model_source = s.sources.get("model") if s.model else ("default" if model != LOCAL_MODEL else "default (local)")
     data: dict[str, Any] = {
         "config_file": str(s.config_path),
         "config_loaded": s.config_loaded,
         "data_dir": str(s.data_dir),
-        "db_path": str(s.db_path),
+        "db_path": s.db,
+        "db_source": s.sources.get("db_path"),
         "model": model,
         "model_source": model_source,
         "base_url": base_url,
@@ -56,6 +60,10 @@ def show_config(state: State, *, as_json: bool) -> None:
         "max_turns": s.max_turns,
         "local_keep_alive": s.local_keep_alive,
         "local_keep_alive_source": s.sources.get("local_keep_alive"),
+        "message_id_scope": s.message_id_scope,
+        "message_id_scope_source": s.sources.get("message_id_scope", "default"),
+        "transport": transport,
+        "transport_source": "env $CHATFLOW_TRANSPORT" if env_transport else "default",
         "agents": [a.name for a in s.agents],
     }
     if problem:

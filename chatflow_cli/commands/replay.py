@@ -77,7 +77,11 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
                 out.write(dumps(collected, indent=2) + "\n")
             return
         out.flush()
-        time.sleep(FOLLOW_POLL_S)
+        wait = getattr(store, "wait_for_events", None)
+        if wait is not None:  # PostgreSQL: pushed by LISTEN/NOTIFY (and a read each second)
+            wait(session_id, cursor, 1.0)
+        else:
+            time.sleep(FOLLOW_POLL_S)
 
 
 def rerun_session(

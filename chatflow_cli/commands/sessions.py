@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-from typing import TYPE_CHECKING, Any, Container, Iterator
+from typing import IO, TYPE_CHECKING, Any, Container, Iterator
 
 from ..context import notice, terminal_width, write_lines
 from ..core.errors import ChatflowError
@@ -90,7 +90,8 @@ def _pages(store: BaseSessionStore, session_id: str, last_turn: int, include_rol
 # show
 # ---------------------------------------------------------------------------------------
 def show_session(
-    state: State, session_id: str, *, include_rolled_back: bool, full: bool, output: str = "text", pager: bool = True
+    state: State, session_id: str, *, include_rolled_back: bool, full: bool, output: str = "text", pager: bool = True,
+    stream: IO[str] | None = None,
 ) -> None:
     """Print a stored session turn by turn.
 
@@ -103,6 +104,7 @@ def show_session(
             "turns": [...]}``) or ``jsonl`` (a ``{"session": {...}}`` line, then one
             ``{"turn": {...}}`` a line).
         pager: Page on a terminal (``--no-pager`` turns it off).
+        stream: Where ``json``/``jsonl`` go instead of stdout (``sessions export --format json``).
 
     Raises:
         SessionNotFoundError: No such session (:class:`UsageError` for an invalid id).
@@ -122,10 +124,10 @@ def show_session(
     endpoint = store.session_endpoint(session_id)
     context = context_use(state, store, session, endpoint)
     if output == "json":
-        _show_json(env.stdout, session, records, interrupted, endpoint, context)
+        _show_json(stream or env.stdout, session, records, interrupted, endpoint, context)
         return
     if output == "jsonl":
-        _show_jsonl(env.stdout, session, records, interrupted, endpoint, context)
+        _show_jsonl(stream or env.stdout, session, records, interrupted, endpoint, context)
         return
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:

@@ -1,4 +1,4 @@
-"""The append-only event log of a session (seed 003) and the events a running turn streams.
+"""The append-only event log of a session and the events a running turn streams.
 
 Stored events (:class:`Event`) have a per-session ``seq``: 1, 2, 3… strictly increasing,
 with no gaps, never reused, allocated by the store inside the write transaction that
@@ -29,6 +29,11 @@ type                       payload
 ``session.recovered``      ``{"turn": int, "owner": {...}}`` a dead owner's run was closed
 ``context.compacted``      ``{"through": K, "model": str, "tokens_before": int, "tokens_after": int,
                            "instructions": str | None, "summary": str}`` turns 1..K summarised
+``turn.interrupt_requested``  ``{"turn": int, "owner": str}`` another process asked the running
+                           turn (its owner's token) to stop; it stops at its next chunk or tool
+                           boundary and records ``turn.interrupted``
+``session.imported``       ``{"format": str, "source": str, "source_id": str, "counts": {...}}``
+                           an import added turns (``sessions import``; counts of what it added)
 =========================  ==============================================================
 
 These types are *reserved* (:data:`RESERVED_EVENT_TYPES`, :data:`RESERVED_EVENT_PREFIXES`):
@@ -51,7 +56,8 @@ __all__ = ["RESERVED_EVENT_PREFIXES", "RESERVED_EVENT_TYPES", "Event", "EventTyp
 
 
 class SessionStatus(str, Enum):
-    """Status lifecycle of seed 003; derived from ``status`` events."""
+    """A session's status: ``idle``, ``running``, ``rescheduled`` (retry at ``retry_at``) or
+    ``terminated`` (final); derived from the latest ``status`` event."""
 
     IDLE = "idle"
     RUNNING = "running"
@@ -76,6 +82,8 @@ class EventType(str, Enum):
     METADATA_UPDATED = "metadata.updated"
     SESSION_RECOVERED = "session.recovered"
     CONTEXT_COMPACTED = "context.compacted"
+    TURN_INTERRUPT_REQUESTED = "turn.interrupt_requested"
+    SESSION_IMPORTED = "session.imported"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +152,7 @@ _RECORDABLE = frozenset(
         EventType.TURN_COMPLETED.value,
         EventType.TURN_INTERRUPTED.value,
         EventType.SESSION_RECOVERED.value,
+        EventType.SESSION_IMPORTED.value,
     }
 )
 

@@ -95,6 +95,11 @@ class Message:
             keep it beside the message).
         summary_through: for a SYSTEM message that summarises turns 1..K of its session
             (a compaction), K; ``None`` for every other message.
+        items: the OpenAI Agents SDK items (Responses API input items, JSON objects) this
+            message was made from, exactly as they were added through
+            :class:`~chatflow_cli.core.sdk_session.ChatflowSession`; several when one MODEL
+            message holds parallel function calls. Empty for chatflow's own messages.
+            Stored with the message, never sent to a model by chatflow.
     """
 
     role: Role
@@ -109,6 +114,7 @@ class Message:
     finish_reason: str | None = None
     tokens: int | None = field(default=None, compare=False, repr=False)
     summary_through: int | None = None
+    items: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         # Cheap shape checks, so a bad message fails where it is made, not deep in a store.
@@ -123,6 +129,16 @@ class Message:
         for call in self.tool_calls:
             if not isinstance(call, ToolCall):
                 raise TypeError(f"tool_calls must hold ToolCall objects, got {type(call).__name__}")
+        if self.items:
+            if type(self.items) is not tuple:
+                object.__setattr__(self, "items", tuple(self.items))
+            for item in self.items:
+                if not isinstance(item, dict):
+                    raise TypeError(f"items must hold dicts, got {type(item).__name__}")
+
+    def __hash__(self) -> int:
+        # items hold dicts: hash what identifies the message without them
+        return hash((self.role, self.content, self.tool_calls, self.tool_call_id, self.name, self.agent))
 
     # -- constructors -------------------------------------------------------------------
     @classmethod
@@ -191,6 +207,8 @@ class Message:
             data["finish_reason"] = self.finish_reason
         if self.summary_through is not None:
             data["summary_through"] = self.summary_through
+        if self.items:
+            data["items"] = list(self.items)
         return data
 
     @classmethod
@@ -216,6 +234,7 @@ class Message:
             get("finish_reason"),
             None,
             get("summary_through"),
+            tuple(items) if (items := get("items")) else (),
         )
 
     def to_json(self) -> str:

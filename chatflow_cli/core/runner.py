@@ -100,7 +100,15 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any
 
 from ._run import cancel as _cancel
-from ._run.cancel import RUN_WORKERS, Cancelled, CancelToken, ctrl_c_cancels, events_from_worker
+from ._run.cancel import (
+    INTERRUPT_REQUESTED,
+    RUN_WORKERS,
+    Cancelled,
+    CancelToken,
+    ctrl_c_cancels,
+    events_from_worker,
+    watch_interrupt_requests,
+)
 from ._run.endings import store_failed, store_interrupted
 from ._run.state import Broken, InvalidAfterTools, TurnState
 from ._run.tools import answer_at_once, output_text, run_concurrently
@@ -246,6 +254,14 @@ class StreamEvent:
 # --------------------------------------------------------------------------------------
 # the Runner
 # --------------------------------------------------------------------------------------
+def _lease_of(session: Any) -> str | None:
+    """The owner token of the run a context from ``begin_turn`` was given to, or None."""
+    binding = getattr(session, "_binding", None)
+    if binding is not None:
+        return getattr(binding, "lease", None)
+    return getattr(session, "_lease", None)
+
+
 class Runner:
     """Runs turns of sessions kept in ``session_store``.
 
@@ -616,6 +632,7 @@ class Runner:
 
         session = begun.session
         state = TurnState(agent=session.active_agent, start_agent=session.active_agent)
+        unwatch = watch_interrupt_requests(self.store, session_id, _lease_of(session), cancel)
         try:
             try:
                 yield from stored(list(begun.events), turn)
@@ -647,13 +664,14 @@ class Runner:
             closing = isinstance(exc, GeneratorExit)
             if state.released:  # the turn was already stored as finished; only the consumer left
                 raise
-            events = store_interrupted(self.store, session, state, reason="cancelled" if isinstance(exc, Cancelled)
+            events = store_interrupted(self.store, session, state, reason=cancel.reason if isinstance(exc, Cancelled)
                                      or closing else "interrupted")
             if closing:  # the consumer went away: nothing more may be yielded
                 written.extend(events)
                 raise
             yield from stored(events, turn)
-            raise RunInterrupted(f"turn {turn} was interrupted; the session is ready for the next message",
+            asked = " at another process's request" if cancel.reason == INTERRUPT_REQUESTED else ""
+            raise RunInterrupted(f"turn {turn} was interrupted{asked}; the session is ready for the next message",
                                  session_id=session_id) from (None if isinstance(exc, Cancelled) else exc)
         except BaseException as exc:
             if state.released:
@@ -667,6 +685,8 @@ class Runner:
             if isinstance(exc, ChatflowError) and exc.session_id is None:
                 exc.session_id = session_id
             raise
+        finally:
+            unwatch()
         yield StreamEvent("result", session_id, turn=turn,
                           result=dataclasses.replace(result, events=tuple(written)))
 

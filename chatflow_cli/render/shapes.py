@@ -84,6 +84,7 @@ def summary_dict(s: SessionSummary) -> dict[str, Any]:
         "created_at": s.created_at,
         "updated_at": s.updated_at,
         "preview": s.preview,
+        "failed": s.failed,
         "metadata": s.metadata,
     }
 

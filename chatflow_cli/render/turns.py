@@ -209,6 +209,8 @@ def event_text(event: Event, *, full: bool = False, width: int | None = None) ->
         ids = p.get("tool_use_ids") or []
         if ids:
             line.append(f" (tool calls left without a result: {safe_text(', '.join(map(str, ids)))})", style="dim")
+    elif t == "turn.interrupt_requested":
+        line.append(f"turn {p.get('turn')}: asked to stop", style="yellow")
     elif t == "tool.pending":
         ids = ", ".join(map(str, p.get("tool_use_ids") or []))
         line.append(f"turn {p.get('turn')}: waiting for --tool-result {safe_text(ids)}", style="yellow")

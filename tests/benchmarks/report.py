@@ -39,6 +39,11 @@ a busy machine still moves them). The sections:
     tests/benchmarks/bench_store.py: the context window of a 10,000-turn session beside a
     100-turn one (same time: ratio about 1), and appending one 4-message turn beside the
     OpenAI Agents SDK's ``SQLiteSession.add_items`` (target at most 1x).
+``sdk``
+    tests/benchmarks/bench_sdk_session.py: ``ChatflowSession`` (the Agents SDK ``Session`` on
+    chatflow's SQLite store) beside the SDK's own ``SQLiteSession``: ``add_items`` of a
+    4-item turn and ``get_items()`` of a 160-item window (targets at most 1x), and the cold
+    ``get_items()`` (its window cache dropped, as after another process wrote).
 ``runner`` (issue 4)
     tests/benchmarks/bench_runner.py: time per turn (one tool call, two requests) of the
     Runner beside the Agents SDK's Runner with ``SQLiteSession`` (target at most 0.5x).
@@ -83,7 +88,7 @@ PY = sys.executable
 CHATFLOW = [str(Path(PY).with_name("chatflow"))] if Path(PY).with_name("chatflow").exists() else [PY, "-m",
                                                                                                  "chatflow_cli"]
 LLM = str(Path(PY).with_name("llm")) if Path(PY).with_name("llm").exists() else shutil.which("llm")
-SECTIONS = ("turn", "local", "cli", "store", "runner", "render", "fakeserver")
+SECTIONS = ("turn", "local", "cli", "store", "postgres", "runner", "render", "fakeserver")
 
 #: The 10-line script of issue 2: the same streaming request with the openai client alone.
 OPENAI_ALONE = '''\
@@ -434,6 +439,50 @@ def bench_store_section(opts: Options) -> list[Row]:
     return rows
 
 
+def bench_postgres_section(opts: Options) -> list[Row]:
+    """bench_postgres.py: its own PostgreSQL server; append vs SQLAlchemySession, window, fleet."""
+    turns = 10 if opts.quick else 40
+    out = run_script([str(HERE / "bench_postgres.py"), "--repeat", str(30 if opts.quick else 300),
+                      "--turns", str(turns)], timeout=7200)
+    save = grab(r"chatflow store\.save \(PostgresSessionStore\)\s+median\s+([\d.]+) ms", out, "the save time") / 1000
+    big = grab(r"10,000-turn session:\s+median\s+([\d.]+) ms", out, "the 10,000-turn window time") / 1000
+    small = grab(r"100-turn session:\s+median\s+([\d.]+) ms", out, "the 100-turn window time") / 1000
+    rows = [Row("postgres", "PostgreSQL: load context window, 10,000-turn session", big,
+                "same, 100-turn session (chatflow)", small, "<= 1.2x", max_ratio=1.2)]
+    m = re.search(r"SQLAlchemySession\.add_items\s+median\s+([\d.]+) ms", out)
+    if m:
+        rows.append(Row("postgres", "PostgreSQL: append one 4-message turn", save,
+                        "Agents SDK SQLAlchemySession.add_items (same server)", float(m.group(1)) / 1000, "<= 1x",
+                        max_ratio=1.0))
+    else:
+        rows.append(Row("postgres", "PostgreSQL: append one 4-message turn", save, error="SQLAlchemySession missing"))
+    fleet = re.findall(r"(PostgreSQL|SQLite) \(.*?\)\s+([\d.]+) turns/s\s+begin_turn\+save p50\s+([\d.]+) ms\s+"
+                       r"p99\s+([\d.]+) ms", out)
+    for kind, rate, p50, p99 in fleet:
+        rows.append(Row("postgres", f"fleet of 16 workers, 64 sessions, {kind}: begin_turn+save p50", float(p50) / 1000,
+                        note=f"{rate} turns/s, p99 {p99} ms"))
+    return rows
+
+
+def bench_sdk_section(opts: Options) -> list[Row]:
+    out = run_script([str(HERE / "bench_sdk_session.py"), "--repeat", str(30 if opts.quick else 300),
+                      "--dir", str(opts.work)], timeout=3600, ok=(0, 2))
+    if "not installed" in out:
+        return [Row("sdk", "Agents SDK session (ChatflowSession)", None, error="openai-agents not installed")]
+    rows = []
+    for label, figure in (("add_items, one 4-item turn", "ChatflowSession.add_items, one 4-item turn (SQLite)"),
+                          ("get_items(), 160-item window:", "ChatflowSession.get_items(), 160-item window (SQLite)"),
+                          ("get_items(), 160-item window, log moved",
+                           "ChatflowSession.get_items(), 160-item window, cold (another writer moved the log)")):
+        block = out.split(label, 1)[1]
+        ours = grab(r"ChatflowSession \(SQLite store\)\s+median\s+([\d.]+) ms", block, f"{label}: chatflow") / 1000
+        theirs = grab(r"SQLiteSession\s+median\s+([\d.]+) ms", block, f"{label}: the SDK") / 1000
+        cold = "cold" in figure
+        rows.append(Row("sdk", figure, ours, "Agents SDK SQLiteSession, same call", theirs,
+                        "-" if cold else "<= 1x", max_ratio=None if cold else 1.0))
+    return rows
+
+
 def bench_runner_section(opts: Options) -> list[Row]:
     turns = 45 if opts.quick else 200  # bench_runner checks a full 40-turn window: at least 40
     reps = 1 if opts.quick else 3
@@ -524,9 +573,11 @@ RUNNERS: dict[str, Callable[[Options], list[Row]]] = {
     "local": bench_local_section,
     "cli": bench_cli_section,
     "store": bench_store_section,
+    "sdk": bench_sdk_section,
     "runner": bench_runner_section,
     "render": bench_render_section,
     "fakeserver": bench_fakeserver_section,
+    "postgres": bench_postgres_section,
 }
 
 

@@ -11,3 +11,27 @@ def test_config_show_prints_the_model_requests_use(chatflow):
     assert re.search(r"^model\s+gpt-4o-mini$", r.stdout, re.M), r.stdout
     assert re.search(r"^base_url\s+https://api.openai.com/v1$", r.stdout, re.M)
     assert "sk-test-0123456789" not in r.stdout
+
+
+def test_config_show_lists_every_setting_in_effect_with_its_source(chatflow, config_file):
+    config_file('message_id_scope = "session"\nlocal_keep_alive = "10m"\n')
+    r = chatflow("config", "show", env={"CHATFLOW_TRANSPORT": "openai"})
+    assert r.returncode == 0, r
+    assert re.search(r"^message_id_scope\s+session$", r.stdout, re.M), r.stdout
+    assert re.search(r"^message_id_scope_source\s+file$", r.stdout, re.M), r.stdout
+    assert re.search(r"^local_keep_alive\s+600\.0$", r.stdout, re.M), r.stdout
+    assert re.search(r"^local_keep_alive_source\s+file$", r.stdout, re.M), r.stdout
+    assert re.search(r"^transport\s+openai$", r.stdout, re.M), r.stdout
+    assert re.search(r"^transport_source\s+env \$CHATFLOW_TRANSPORT$", r.stdout, re.M), r.stdout
+
+
+def test_config_show_json_has_the_defaults_of_scope_and_transport(chatflow):
+    import json
+
+    r = chatflow("config", "show", "--json", env={"CHATFLOW_TRANSPORT": ""})
+    assert r.returncode == 0, r
+    data = json.loads(r.stdout)
+    assert data["message_id_scope"] == "global"
+    assert data["message_id_scope_source"] == "default"
+    assert data["transport"] == "http (chat, replay --rerun), openai (REPL)"
+    assert data["transport_source"] == "default"

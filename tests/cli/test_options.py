@@ -14,6 +14,9 @@ from tests.helpers.terminal import PROMPT_READS_KEYS, pexpect_module, spawn_chat
     (["sessions", "ls", "--limit", "1", "-n", "2"], "--limit/-n"),
     (["replay", "x", "--since", "1", "--since", "2"], "--since"),
     (["sessions", "ls", "--db", "a.db", "--db", "b.db"], "--db"),
+    (["--db", "a.db", "sessions", "ls", "--db", "b.db"], "--db"),
+    (["sessions", "--db", "a.db", "ls", "--db", "b.db"], "--db"),
+    (["--config", "a.toml", "chat", "-s", "a", "--config", "b.toml", "hi"], "--config"),
 ])
 def test_a_single_value_option_given_twice_is_a_usage_error(chatflow, provider, args, option):
     r = chatflow(*args)

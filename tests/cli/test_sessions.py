@@ -303,3 +303,20 @@ def test_sessions_ls_status_with_no_match_says_so(chatflow, provider):
     assert chatflow("chat", "-s", "x", "hi").returncode == 0
     r = chatflow("sessions", "ls", "--status", "running")
     assert r.returncode == 0 and r.stderr.strip() == "chatflow: no sessions match --status running", r
+
+
+def test_sessions_ls_json_flags_a_session_whose_last_turn_failed(chatflow, provider):
+    assert chatflow("chat", "-s", "ok", "hi").returncode == 0
+    assert chatflow("chat", "-s", "later", "hi").returncode == 0
+    provider.add_error(400, message="bad request")
+    assert chatflow("chat", "-s", "later", "again").returncode != 0
+    provider.add_error(401, message="bad key")
+    assert chatflow("chat", "-s", "first", "hello").returncode == 5
+    rows = {row["session_id"]: row for row in chatflow("sessions", "ls", "--json").json()}
+    assert rows["ok"]["failed"] is False
+    assert rows["later"]["failed"] is True and rows["later"]["turns"] == 1
+    assert rows["first"]["failed"] is True and rows["first"]["turns"] == 0
+    # a turn that completes afterwards clears the flag
+    assert chatflow("chat", "-s", "later", "once more").returncode == 0
+    rows = {row["session_id"]: row for row in chatflow("sessions", "ls", "--json").json()}
+    assert rows["later"]["failed"] is False and rows["later"]["turns"] == 2

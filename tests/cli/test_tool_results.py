@@ -52,3 +52,20 @@ def test_tool_result_unknown_id_names_what_waits(chatflow, provider, config_file
     # nothing was recorded: call_A can still be answered
     r = chatflow("chat", "-s", "wait", "--tool-result", "call_A", "ok")
     assert r.returncode == 0 and "still waiting for: call_B" in r.stderr, r
+
+
+def test_pending_tool_hint_says_plain_text_or_json_and_both_work(chatflow, provider, config_file):
+    config_file(CUSTOM_TOOLS)
+    provider.add_tool_calls([("call_A", "approve_refund", "{}"), ("call_B", "notify", "{}")])
+    r = chatflow("chat", "-s", "hint", "refund")
+    assert r.returncode == 0, r
+    hint = "chatflow chat -s hint --tool-result call_A OUTPUT (plain text or JSON, sent as given)"
+    assert hint in " ".join(r.stderr.split()), r.stderr
+    assert "call_A JSON" not in r.stderr
+    provider.add_text("Done.")
+    r = chatflow("chat", "-s", "hint", "--tool-result", "call_A", "yes, approved",
+                 "--tool-result", "call_B", '{"sent": true}')
+    assert r.returncode == 0, r
+    sent = [m for m in provider.requests[-1]["messages"] if m["role"] == "tool"]
+    assert sent == [{"role": "tool", "tool_call_id": "call_A", "content": "yes, approved"},
+                    {"role": "tool", "tool_call_id": "call_B", "content": '{"sent": true}'}]

@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 
 __all__ = [
     "CANCEL_GRACE_S",
+    "INTERRUPT_POLL_S",
+    "INTERRUPT_REQUESTED",
     "RUN_WORKERS",
     "CancelToken",
     "Cancelled",
@@ -28,6 +30,7 @@ __all__ = [
     "ctrl_c_cancels",
     "events_from_worker",
     "pool",
+    "watch_interrupt_requests",
 ]
 
 log = logging.getLogger("chatflow_cli.core.runner")
@@ -51,14 +54,17 @@ class CancelToken:
         event: the ``threading.Event`` passed to the model client as ``cancel``.
         external: the event is the caller's (it can be set without :meth:`set`).
         stream: the model stream of the request in flight, or ``None``.
+        reason: why the turn stops, recorded in its ``turn.interrupted`` event:
+            ``"cancelled"``, or :data:`INTERRUPT_REQUESTED` when another process asked.
     """
 
-    __slots__ = ("event", "external", "stream")
+    __slots__ = ("event", "external", "stream", "reason")
 
     def __init__(self, event: threading.Event | None = None) -> None:
         self.external = event is not None
         self.event = event if event is not None else threading.Event()
         self.stream: Any = None
+        self.reason = "cancelled"
 
     def is_set(self) -> bool:
         return self.event.is_set()
@@ -245,3 +251,37 @@ async def _wait_thread(done: threading.Event) -> None:
             await asyncio.sleep(0.01)
         except asyncio.CancelledError:  # keep waiting: the turn must be stored first
             continue
+
+
+#: Seconds between two looks, while a turn runs, at whether another process asked it to stop
+#: (``store.request_interrupt``; ``chatflow sessions interrupt``).
+INTERRUPT_POLL_S = 0.25
+#: The ``reason`` of a turn stopped at another process's request.
+INTERRUPT_REQUESTED = "interrupt requested"
+
+
+def watch_interrupt_requests(store: Any, session_id: str, lease: str | None,
+                             cancel: CancelToken) -> Callable[[], None]:
+    """Poll ``store.interrupt_requested`` every :data:`INTERRUPT_POLL_S` while a turn runs; a
+    request sets ``cancel`` (the turn stops at its next chunk or tool boundary). Returns the
+    function that stops watching. A store without the method, or a turn without a lease
+    token, is not watched."""
+    look = getattr(store, "interrupt_requested", None)
+    if look is None or lease is None:
+        return lambda: None
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(INTERRUPT_POLL_S):
+            try:
+                asked = look(session_id, lease)
+            except Exception as exc:  # noqa: BLE001 - the turn's own writes report a store that fails
+                log.debug("could not look for an interrupt request: %s", exc)
+                continue
+            if asked and not done.is_set():
+                cancel.reason = INTERRUPT_REQUESTED
+                cancel.set()
+                return
+
+    threading.Thread(target=watch, name="chatflow-interrupt-watch", daemon=True).start()
+    return done.set

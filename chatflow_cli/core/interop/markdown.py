@@ -140,7 +140,8 @@ def _fail(source: str, number: int, what: str) -> ImportFormatError:
 
 
 def read_markdown(text: str, *, source: str = "-") -> list[ImportedSession]:
-    """Parse a transcript :func:`export_markdown` wrote into one :class:`ImportedSession`.
+    """Parse transcripts :func:`export_markdown` wrote (one after the other: several sessions)
+    into :class:`ImportedSession` values.
 
     Raises:
         ImportFormatError: no chatflow front matter, a marker whose JSON does not parse, a
@@ -150,8 +151,18 @@ def read_markdown(text: str, *, source: str = "-") -> list[ImportedSession]:
     lines = text.split("\n")
     if not lines or lines[0].strip() != "---":
         raise _fail(source, 1, "no front matter: not a chatflow Markdown transcript")
+    sessions: list[ImportedSession] = []
+    start: int | None = 0
+    while start is not None:
+        session, start = _read_one(lines, start, source)
+        sessions.append(session)
+    return sessions
+
+
+def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSession, int | None]:
+    """One transcript from line index ``first`` (its ``---``); and where the next one starts."""
     front: dict[str, Any] = {}
-    i = 1
+    i = first + 1
     while i < len(lines) and lines[i].strip() != "---":
         key, sep, value = lines[i].partition(":")
         if not sep:
@@ -164,10 +175,11 @@ def read_markdown(text: str, *, source: str = "-") -> list[ImportedSession]:
     if i >= len(lines):
         raise _fail(source, len(lines), "the front matter never ends")
     if not str(front.get(MD_MARK, "")).startswith("md"):
-        raise _fail(source, 1, "the front matter has no 'chatflow: md' line: not a chatflow Markdown transcript")
+        raise _fail(source, first + 1,
+                    "the front matter has no 'chatflow: md' line: not a chatflow Markdown transcript")
     session_id = front.get("session")
     if not isinstance(session_id, str) or not session_id:
-        raise _fail(source, 2, "the front matter has no session id")
+        raise _fail(source, first + 2, "the front matter has no session id")
     metadata: dict[str, Any] = front["metadata"] if isinstance(front.get("metadata"), dict) else {}
     max_turns = front.get("max_turns")
     session = ImportedSession(
@@ -185,6 +197,8 @@ def read_markdown(text: str, *, source: str = "-") -> list[ImportedSession]:
     turn_meta: dict[str, Any] = {}
     i += 1
     while i < len(lines):
+        if lines[i] == "---" and i + 1 < len(lines) and lines[i + 1].startswith(f"{MD_MARK}: "):
+            return session, i  # the next transcript
         match = _MARKER.match(lines[i])
         if not match:
             i += 1
@@ -245,4 +259,4 @@ def read_markdown(text: str, *, source: str = "-") -> list[ImportedSession]:
             raise _fail(source, number, f"a {msg.role.value} message before the first user message")
         else:
             turn.messages.append(msg)
-    return [session]
+    return session, None

@@ -14,12 +14,15 @@ module                    holds
 ``inmemory``              :class:`SessionStore` (alias ``InMemorySessionStore``): dicts
                           behind a lock
 ``sqlite``, ``schema``    :class:`SQLiteSessionStore` and its versioned migrations
+``postgres``              :class:`PostgresSessionStore`, for many workers on many hosts
+                          (its own schema and migrations; needs the ``postgres`` extra)
 ``owner``                 :class:`Owner`, the lease record of a running turn
 ``_checks``               validation shared by all of the above
 ========================  =================================================================
 
-Every name below is importable from ``chatflow_cli.core.memory``. ``SQLiteSessionStore`` is
-resolved on first use, so importing this package does not import ``sqlite3``.
+Every name below is importable from ``chatflow_cli.core.memory``. ``SQLiteSessionStore`` and
+``PostgresSessionStore`` are resolved on first use, so importing this package imports
+neither ``sqlite3`` nor ``psycopg``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from .owner import Owner
 from .protocol import MessageState, SessionStoreProtocol, SessionSummary, TurnRecord, TurnStart
 
 if TYPE_CHECKING:
+    from .postgres import PostgresSessionStore
     from .sqlite import SQLiteSessionStore
 
 __all__ = [
@@ -57,6 +61,7 @@ __all__ = [
     "InMemorySessionStore",
     "MessageState",
     "Owner",
+    "PostgresSessionStore",
     "SQLiteSessionStore",
     "SessionContext",
     "SessionDeletedError",
@@ -74,10 +79,16 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """``SQLiteSessionStore`` on first use (it imports ``sqlite3``); AttributeError otherwise."""
+    """``SQLiteSessionStore`` (it imports ``sqlite3``) and ``PostgresSessionStore`` (it needs
+    ``psycopg``) on first use; AttributeError otherwise."""
     if name == "SQLiteSessionStore":
         from .sqlite import SQLiteSessionStore
 
         globals()[name] = SQLiteSessionStore
         return SQLiteSessionStore
+    if name == "PostgresSessionStore":
+        from .postgres import PostgresSessionStore
+
+        globals()[name] = PostgresSessionStore
+        return PostgresSessionStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

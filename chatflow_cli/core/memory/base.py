@@ -38,9 +38,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from ..errors import (
     IdempotencyConflictError,
@@ -66,7 +66,7 @@ from ._checks import (
     _fallback_agent,
     _sha256,
 )
-from .context import SessionBinding, SessionContext, _Op
+from .context import SessionBinding, SessionContext, Turn, _Op
 from .owner import Owner
 from .protocol import MessageState, SessionSummary, TurnRecord, TurnStart
 
@@ -74,6 +74,7 @@ __all__ = [
     "DEFAULT_DEDUP_TTL_HOURS",
     "DUPLICATE_WAIT_S",
     "BaseSessionStore",
+    "EditResult",
     "TurnOwnerDied",
     "rollback_target",
     "take_context_claim",
@@ -180,6 +181,20 @@ def rollback_target(
     return turn_count - value
 
 
+@dataclass(slots=True)
+class EditResult(Generic[_T]):
+    """What :meth:`BaseSessionStore.edit` returns: the change's ``value``, the ``events``
+    appended, ``replayed`` (the idempotency key was applied before: nothing changed) and
+    ``missing`` (no such session and nothing to create it with)."""
+
+    value: _T | None
+    events: list[Event] = field(default_factory=list)
+    replayed: bool = False
+    missing: bool = False
+    position: tuple[str, int] | None = None  #: the log position after the edit (see ``log_position``)
+    before: tuple[str, int] | None = None  #: the log position the change was applied at
+
+
 #: Outcomes of a first attempt that produced no result: the same idempotency key with the
 #: same message runs the turn again (see :class:`TurnStart`).
 _RETRYABLE_OUTCOMES = frozenset({"failed", "interrupted", "rolled_back"})
@@ -276,6 +291,11 @@ class _Tx:
         """The session's summaries (turn 0) in the order they were stored."""
         raise NotImplementedError
 
+    def window_dicts(self, session_id: str, first_turn: int) -> list[tuple[int, dict[str, Any]]]:
+        """:meth:`window` as ``Message.to_dict()`` dicts; a backend that stores JSON may
+        return it parsed, without building messages."""
+        return [(turn, msg.to_dict()) for turn, msg in self.window(session_id, first_turn)]
+
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
     ) -> list[_StoredMessage]:
@@ -361,6 +381,8 @@ class BaseSessionStore:
 
     #: True when the storage never blocks on disk: async twins then stay on the event loop.
     _ephemeral = True
+    #: False for a backend that cannot store compaction summaries yet (begin_compaction refuses).
+    _stores_summaries = True
 
     def __init__(self, default_max_turns: int = DEFAULT_MAX_TURNS) -> None:
         self.default_max_turns = _check_max_turns(default_max_turns, "default_max_turns")
@@ -449,11 +471,16 @@ class BaseSessionStore:
         quiet: bool = False,
         effective: bool = False,
         lease: str | None = None,
+        last_turns: int | None = None,
     ) -> SessionContext:
         """The row's context. ``effective``: a dead owner's ``running`` shows ``idle`` (reads for
         callers); the store's own writes keep the stored status. ``lease``: the owner token
-        of the run the context is given to (:meth:`begin_turn`)."""
-        first = self._window_first(tx, row)
+        of the run the context is given to (:meth:`begin_turn`). ``last_turns``: hold only
+        the newest N turns (a context for an edit that needs no more; older turns still load
+        on demand, for a rollback)."""
+        window_turns = row.max_turns if last_turns is None else min(row.max_turns, last_turns)
+        through = tx.latest_summary_through(row.session_id)
+        first = max(1, row.turn_count - window_turns + 1, (through or 0) + 1)
         window = tx.window(row.session_id, first)
         agent = self._resolve_agent(row.active_agent_name, default_agent, quiet)
         # Inside the transaction, pruned turns come from the same transaction; _detach()
@@ -468,7 +495,7 @@ class BaseSessionStore:
         return SessionContext._restore(
             row.session_id,
             agent,
-            row.max_turns,
+            window_turns,
             dict(row.metadata),
             self._effective_status(row) if effective else row.status,
             window,
@@ -863,7 +890,17 @@ class BaseSessionStore:
             row.updated_at,
             tx.preview(row.session_id)[:_PREVIEW_CHARS],
             dict(row.metadata),
+            BaseSessionStore._last_turn_failed(tx, row.session_id),
         )
+
+    @staticmethod
+    def _last_turn_failed(tx: _Tx, session_id: str) -> bool:
+        """True when a ``turn.failed`` is the newest of the events that end a turn."""
+        failed = tx.last_event(session_id, "turn.failed")
+        if failed is None:
+            return False
+        return not any(tx.last_event(session_id, kind, after_seq=failed.seq) is not None
+                       for kind in ("turn.completed", "turn.interrupted", "rollback"))
 
     @staticmethod
     def _effective_status(row: _SessionRow) -> SessionStatus:
@@ -964,6 +1001,9 @@ class BaseSessionStore:
                 not whole yet).
         """
         _check_session_id(session_id)
+        if not self._stores_summaries:
+            raise UsageError(f"this session store ({type(self).__name__}) cannot store compaction summaries yet",
+                             session_id=session_id)
         with self._write() as tx:
             row = self._require(tx, session_id)
             if row.status is SessionStatus.RUNNING and row.owner is not None and not row.owner.alive():
@@ -1616,6 +1656,44 @@ class BaseSessionStore:
         self._forget_context_claim(message_id)
         return released
 
+    # -- interrupting a running turn ---------------------------------------------------
+    def request_interrupt(self, session_id: str) -> int | None:
+        """Ask the process running ``session_id``'s turn -- in this process, another one or on
+        another host -- to stop it: a ``turn.interrupt_requested`` event naming the turn and
+        its owner. The Runner running it notices within ``INTERRUPT_POLL_S`` and stops at the
+        next chunk or tool boundary, as after Ctrl-C: the partial reply is kept, open tool
+        calls get the synthetic result, the turn is ``turn.interrupted`` and the session idle.
+
+        Returns the turn asked to stop, or None when no live owner runs a turn (nothing is
+        written then). Raises :class:`SessionNotFoundError`.
+        """
+        _check_session_id(session_id)
+        with self._write() as tx:
+            row = self._require(tx, session_id)
+            if row.status is not SessionStatus.RUNNING or row.owner is None or not row.owner.alive():
+                return None
+            turn = row.turn_count
+            payload = {"turn": turn, "owner": row.owner.token}
+            self._append(tx, session_id, EventType.TURN_INTERRUPT_REQUESTED.value, payload, turn)
+            row.updated_at = self.clock()
+            tx.update_row(row)
+        return turn
+
+    def interrupt_requested(self, session_id: str, owner_token: str) -> bool:
+        """True once :meth:`request_interrupt` asked the turn that ``owner_token``'s run holds
+        to stop (a read; the Runner polls it while a turn runs)."""
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None or row.status is not SessionStatus.RUNNING or row.owner is None:
+                return False
+            if row.owner.token != owner_token:
+                return False
+            asked = tx.last_event(session_id, EventType.TURN_INTERRUPT_REQUESTED.value, row.turn_count)
+        return asked is not None and asked.payload.get("owner") == owner_token
+
+    async def arequest_interrupt(self, session_id: str) -> int | None:
+        return await self._run_blocking(self.request_interrupt, session_id)
+
     # -- turn queue --------------------------------------------------------------------
     def turn_may_start(self, session_id: str, ticket: int | None = None) -> bool:
         """A read-only look: False while a live owner runs the session or a live waiter with an
@@ -1656,7 +1734,148 @@ class BaseSessionStore:
         with self._turn_ended:
             self._turn_ended.wait(timeout)
 
+    # -- edits outside a Runner turn (imports, Agents SDK sessions) --------------------
+    def edit(
+        self,
+        session_id: str,
+        change: Callable[[SessionContext], _T],
+        *,
+        create_agent: Any = None,
+        max_turns: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        digest: str = "",
+        last_turns: int | None = None,
+    ) -> EditResult[_T]:
+        """Load the session, call ``change(session)`` and save what it journalled, all in one
+        write transaction; return the change's result and the events appended.
+
+        ``change`` uses the context's methods (``add_message``, ``rollback_to``,
+        ``complete_turn``, ``set_active_agent``, ``record_event``...), so every rule and
+        check of :meth:`save` applies, and the events of one edit have consecutive ``seq``.
+        It runs inside the transaction: keep it short, with no network I/O. When it raises,
+        nothing is written.
+
+        ``create_agent``: an agent (or its name) to create the session with when it does not
+        exist (``session.created``, with ``max_turns`` and ``metadata``); without it, a
+        missing session gives ``EditResult(None, [], missing=True)`` and ``change`` is not
+        called. ``idempotency_key``: an edit already applied under this key in the session
+        is not applied again (``replayed=True``, ``change`` not called); ``digest`` is kept
+        with the key. ``last_turns``: the context holds only the newest N turns (its
+        ``max_turns`` is N; the stored session keeps its own): an edit that appends to the
+        last turn then costs the same however long the session is.
+
+        Raises:
+            SessionBusyError: a live run owns the session (its turn is running).
+            SessionTerminatedError: the session is terminated.
+        """
+        _check_session_id(session_id)
+        if idempotency_key is not None:
+            _check_idempotency_key(idempotency_key)
+        if max_turns is not None:
+            _check_max_turns(max_turns)
+        if metadata is not None:
+            metadata = _check_metadata(metadata)
+        with self._write() as tx:
+            row = tx.get_row(session_id)
+            events: list[Event] = []
+            if row is None:
+                if create_agent is None:
+                    return EditResult(None, [], missing=True)
+                row = self._new_row(session_id, create_agent, max_turns, metadata)
+                events += self._create(tx, row)
+            if idempotency_key is not None and tx.idempotency_get(session_id, idempotency_key) is not None:
+                return EditResult(None, events, replayed=True)
+            self._refuse_terminated(row)
+            if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
+                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+            before = (row.incarnation, tx.next_seq(session_id) - 1)
+            ctx = self._context(tx, row, quiet=True, last_turns=last_turns)
+            value = change(ctx)
+            events += self._apply(tx, row, ctx._pending())
+            last_seq = events[-1].seq if events else before[1]
+            if idempotency_key is not None:
+                tx.idempotency_put(session_id, idempotency_key, digest, None, last_seq, self.clock())
+        return EditResult(value, events, position=(row.incarnation, last_seq), before=before)
+
+    def window_turns(self, session_id: str) -> tuple[Turn, ...]:
+        """The turns of the session's context window (``()`` when the session does not exist),
+        read without resolving its agent."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None:
+                return ()
+            return self._context(tx, row, quiet=True).turns
+
+    def turn_count(self, session_id: str) -> int:
+        """The number of the session's last live turn (0 when it has none or does not exist)."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            return 0 if row is None else row.turn_count
+
+    def idempotency_digests(self, session_id: str, keys: Sequence[str]) -> dict[str, str]:
+        """The idempotency keys of ``keys`` already used in the session, with the digest kept
+        with each (``{}`` when the session does not exist)."""
+        _check_session_id(session_id)
+        found: dict[str, str] = {}
+        with self._read() as tx:
+            if tx.get_row(session_id) is None:
+                return found
+            for key in keys:
+                known = tx.idempotency_get(session_id, key)
+                if known is not None:
+                    found[key] = known[0]
+        return found
+
+    def log_position(self, session_id: str) -> tuple[str, int] | None:
+        """``(incarnation, last seq)`` of the session's log, or None when it does not exist.
+
+        Two reads of the same session return the same position exactly when nothing was
+        written to it in between (the incarnation changes when the id is deleted and made
+        again): a cheap check that something read before is still current."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            return None if row is None else (row.incarnation, tx.next_seq(session_id) - 1)
+
+    async def alog_position(self, session_id: str) -> tuple[str, int] | None:
+        return await self._run_blocking(self.log_position, session_id)
+
+    def window_dicts(self, session_id: str) -> tuple[tuple[str, int] | None, list[tuple[int, dict[str, Any]]]]:
+        """The log position (see :meth:`log_position`) and the context window's messages as
+        ``(turn, Message.to_dict() form)`` pairs, SYSTEM messages first (turn 0), read together;
+        ``(None, [])`` when the session does not exist. For readers that need no
+        :class:`Message` objects (the Agents SDK session's ``get_items``)."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None:
+                return None, []
+            position = (row.incarnation, tx.next_seq(session_id) - 1)
+            return position, tx.window_dicts(session_id, max(1, row.turn_count - row.max_turns + 1))
+
+    async def awindow_dicts(self, session_id: str) -> tuple[tuple[str, int] | None, list[tuple[int, dict[str, Any]]]]:
+        return await self._run_blocking(self.window_dicts, session_id)
+
+    def active_agent_name(self, session_id: str) -> str | None:
+        """The name of the session's active agent; None when the session does not exist."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            return None if row is None else row.active_agent_name
+
     # -- async twins -------------------------------------------------------------------
+    async def aedit(self, session_id: str, change: Callable[[SessionContext], _T], **kwargs: Any) -> EditResult[_T]:
+        return await self._run_blocking(partial(self.edit, session_id, change, **kwargs))
+
+    async def awindow_turns(self, session_id: str) -> tuple[Turn, ...]:
+        return await self._run_blocking(self.window_turns, session_id)
+
+    async def aactive_agent_name(self, session_id: str) -> str | None:
+        return await self._run_blocking(self.active_agent_name, session_id)
+
     async def aget(self, session_id: str) -> SessionContext | None:
         return await self._run_blocking(self.get, session_id)
 

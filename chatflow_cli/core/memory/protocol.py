@@ -68,6 +68,8 @@ class SessionSummary:
     """A row of ``list_sessions``. ``status`` is effective: a dead owner's ``running`` shows ``idle``.
 
     Times are UTC epoch seconds; ``preview`` is the first live user message, at most 80 characters.
+    ``failed`` is True when the session's last turn failed: a ``turn.failed`` event with no
+    completed or interrupted turn and no rollback after it.
     """
 
     session_id: str
@@ -79,6 +81,7 @@ class SessionSummary:
     updated_at: float
     preview: str
     metadata: dict[str, Any]
+    failed: bool = False
 
 
 @dataclass(slots=True)

@@ -46,7 +46,7 @@ _MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
     -- random per creation: a task holding a deleted session's context gets
     -- SessionDeletedError even if the same id was created again meanwhile
     incarnation       TEXT NOT NULL,
-    -- only the name is stored; the agent resolver maps it back to an Agent (seed 000)
+    -- only the name is stored; the agent resolver maps it back to an Agent
     active_agent_name TEXT NOT NULL,
     metadata_json     TEXT NOT NULL DEFAULT '{}',
     -- the context window holds the newest max_turns live turns
@@ -54,7 +54,7 @@ _MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
     -- number of the last live turn: the window query is "turn > turn_count - max_turns",
     -- so loading a session never reads its whole history
     turn_count        INTEGER NOT NULL DEFAULT 0,
-    -- latest status event, cached so listing needs no scan of the log (seed 003)
+    -- latest status event, cached so listing needs no scan of the log
     status            TEXT NOT NULL DEFAULT 'idle'
                       CHECK (status IN ('idle', 'running', 'rescheduled', 'terminated')),
     -- the running turn's owner (pid, process start time, host, token); NULL unless running,
@@ -72,7 +72,7 @@ _MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
     position       INTEGER NOT NULL,     -- order inside the turn
     -- copy of the JSON's role, so the window query picks system messages without parsing JSON
     role           TEXT NOT NULL,
-    message_json   TEXT NOT NULL,        -- one Message.to_json() a row (seed 000)
+    message_json   TEXT NOT NULL,        -- one Message.to_json() a row
     event_seq      INTEGER NOT NULL,     -- seq of the event that recorded the message
     -- NULL while live; else the seq of the rollback / turn.failed event that took it out.
     -- Rows are never deleted, so rollback can reach any turn still in the log.
@@ -108,7 +108,7 @@ _MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
 )""",
             """CREATE TABLE chatflow_processed_messages (
     -- inbound message ids (webhooks) already handled: a duplicate while
-    -- now < processed_at_utc + 192 h (seed 000); expired rows are purged
+    -- now < processed_at_utc + 192 h; expired rows are purged
     message_id       TEXT PRIMARY KEY,
     processed_at_utc REAL NOT NULL       -- epoch seconds
 )""",

@@ -356,6 +356,20 @@ class _SQLiteTx(_Tx):
         )
         return [_StoredMessage(0, _message(j, n), reason, seq) for j, n, reason, seq in rows]
 
+    def window_dicts(self, session_id: str, first_turn: int) -> list[tuple[int, dict[str, Any]]]:
+        system = self.c.execute(
+            "SELECT turn, message_json FROM chatflow_messages WHERE session_id = ? AND turn = 0 "
+            "AND removed_at_seq IS NULL AND role = 'system' ORDER BY turn, position",
+            (session_id,),
+        ).fetchall()
+        rows = self.c.execute(
+            "SELECT turn, message_json FROM chatflow_messages WHERE session_id = ? AND turn >= ? "
+            "AND removed_at_seq IS NULL ORDER BY turn, position",
+            (session_id, max(1, first_turn)),
+        ).fetchall()
+        loads = json.loads
+        return [(t, loads(j)) for t, j in system + rows]
+
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
     ) -> list[_StoredMessage]:

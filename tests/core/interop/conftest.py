@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +64,25 @@ def llm_logs_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         script_replies(server)
         run_llm_session(home, server.url, [sys.executable, "-m", "llm"])
     yield home / "logs.db"
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Stores of the kind under test; SQLite stores with the same name share one real file."""
+    from chatflow_cli.core.memory import SessionStore
+    from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+    opened: list[Any] = []
+    memory: dict[str, Any] = {}
+
+    def make(name: str = "target") -> Any:
+        if request.param == "memory":
+            store = memory.setdefault(name, SessionStore())
+        else:
+            store = SQLiteSessionStore(tmp_path / f"{name}.db")
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()

@@ -172,3 +172,18 @@ def test_md_round_trips_any_text(user: str, reply: str, args: str, output: str) 
     [session] = read_markdown(text)
     assert session.turns[0].messages == messages
     assert all(m.role is not Role.SYSTEM for m in session.turns[0].messages)
+
+
+def test_md_transcripts_one_after_the_other_are_several_sessions(rich: SessionStore) -> None:
+    one = "".join(export_lines(rich, "rich", "md"))
+    other = SessionStore()
+    s = other.get_or_create("other", "Assistant")
+    s.add_message(Message.user("---\nchatflow: \"md 1\"\nnot a new transcript: inside a message"))
+    s.add_message(Message.model("ok"))
+    s.complete_turn("ok")
+    other.save(s)
+    two = "".join(export_lines(other, "other", "md"))
+    sessions = read_markdown(one + two)
+    assert [x.session_id for x in sessions] == ["rich", "other"]
+    assert sessions[1].turns[0].messages[0].content.startswith("---\nchatflow:")
+    assert [t.messages for t in sessions[0].turns] == live_turns(rich)

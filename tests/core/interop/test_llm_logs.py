@@ -111,3 +111,22 @@ def test_a_malformed_part_names_its_row(llm_logs_db: Path, tmp_path: Path) -> No
         read_llm_logs(broken)
     assert info.value.location == f"parts row {row}"
     assert info.value.exit_code == 2
+
+
+def test_attachments_become_a_documented_line(tmp_path: Path) -> None:
+    """An attachment's bytes are not copied: the prompt gets ``[attachment: <type> <path or url>]``."""
+    db = tmp_path / "logs.db"
+    shutil.copy(OLD_DB, db)
+    conn = sqlite3.connect(db)
+    response = conn.execute("select id from responses where prompt = 'What is 2+3?'").fetchone()[0]
+    conn.execute("insert into attachments (id, type, path, url, content) values ('a1', 'image/png', '/tmp/sum.png', "
+                 "null, null)")
+    conn.execute("insert into attachments (id, type, path, url, content) values ('a2', 'application/pdf', null, "
+                 "'https://example.com/x.pdf', null)")
+    conn.execute("insert into prompt_attachments (response_id, attachment_id, [order]) values (?, 'a1', 0)", (response,))
+    conn.execute("insert into prompt_attachments (response_id, attachment_id, [order]) values (?, 'a2', 1)", (response,))
+    conn.commit()
+    conn.close()
+    sessions = read_llm_logs(db)
+    assert sessions[1].turns[0].messages[0] == Message.user(
+        "What is 2+3?\n[attachment: image/png /tmp/sum.png]\n[attachment: application/pdf https://example.com/x.pdf]")

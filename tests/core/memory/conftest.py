@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,13 +24,22 @@ from tests.helpers.clock import FakeClock
 class StoreKind:
     """How to open one kind of store in a test's directory.
 
-    ``open(tmp_path, default_max_turns)`` returns a new store object. With ``shared`` true a
-    second call reaches the same data (a new connection to the same database); otherwise the
-    data lives in the object, and opening "again" returns the object already open.
+    ``open(place, default_max_turns)`` returns a new store object; ``place`` is the test's
+    directory, or the value of the fixture named by ``place_fixture`` (PostgreSQL: a fresh
+    database's URL on the test server). With ``shared`` true a second call reaches the same
+    data (a new connection to the same database); otherwise the data lives in the object, and
+    opening "again" returns the object already open.
     """
 
-    open: Callable[[Path, int], BaseSessionStore]
+    open: Callable[[Any, int], BaseSessionStore]
     shared: bool
+    place_fixture: str | None = None
+
+
+def _postgres(dsn: str, turns: int) -> BaseSessionStore:
+    from chatflow_cli.core.memory.postgres import PostgresSessionStore
+
+    return PostgresSessionStore(dsn, default_max_turns=turns)
 
 
 #: Every store kind the contract suite runs against, by the name that appears in test ids.
@@ -37,7 +47,11 @@ STORE_KINDS: dict[str, StoreKind] = {
     "memory": StoreKind(lambda tmp, turns: SessionStore(default_max_turns=turns), shared=False),
     "sqlite": StoreKind(lambda tmp, turns: SQLiteSessionStore(tmp / "sessions.db", default_max_turns=turns),
                         shared=True),
+    "postgres": StoreKind(_postgres, shared=True, place_fixture="pg_dsn"),
 }
+#: Stores of a kind that holds server connections kept open at once by one test (a long
+#: hypothesis run opens one per example): older ones are closed, as finished processes would be.
+_OPEN_CONNECTIONS_KEPT = 6
 
 
 @pytest.fixture
@@ -51,7 +65,8 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def make_store(store_kind: str, tmp_path: Path) -> Iterator[Callable[..., BaseSessionStore]]:
+def make_store(store_kind: str, tmp_path: Path,
+               request: pytest.FixtureRequest) -> Iterator[Callable[..., BaseSessionStore]]:
     """``make_store(default_max_turns=40, fresh=False)``: the store under test, opened again.
 
     A kind whose data is shared (SQLite) opens a new connection to the same database on
@@ -59,15 +74,19 @@ def make_store(store_kind: str, tmp_path: Path) -> Iterator[Callable[..., BaseSe
     for a new, empty one.
     """
     kind = STORE_KINDS[store_kind]
+    place = request.getfixturevalue(kind.place_fixture) if kind.place_fixture else tmp_path
     opened: list[BaseSessionStore] = []
     own_data: list[BaseSessionStore] = []
 
     def make(default_max_turns: int = 40, fresh: bool = False) -> BaseSessionStore:
         if kind.shared:
-            store = kind.open(tmp_path, default_max_turns)
+            store = kind.open(place, default_max_turns)
+            if kind.place_fixture:
+                for old in [s for s in opened if not getattr(s, "_closed", True)][:-_OPEN_CONNECTIONS_KEPT]:
+                    old.close()
         else:
             if fresh or not own_data:
-                own_data.append(kind.open(tmp_path, default_max_turns))
+                own_data.append(kind.open(place, default_max_turns))
             store = own_data[-1]
         opened.append(store)
         return store

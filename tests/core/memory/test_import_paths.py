@@ -36,6 +36,8 @@ SEED_NAMES = [
     ("chatflow_cli.core.memory", "take_context_claim", "chatflow_cli.core.memory.base"),
     ("chatflow_cli.core.memory", "rollback_target", "chatflow_cli.core.memory.base"),
     ("chatflow_cli.core.memory", "SQLiteSessionStore", "chatflow_cli.core.memory.sqlite"),
+    ("chatflow_cli.core.memory", "PostgresSessionStore", "chatflow_cli.core.memory.postgres"),
+    ("chatflow_cli", "PostgresSessionStore", "chatflow_cli.core.memory.postgres"),
     ("chatflow_cli.core.sqlite_store", "SQLiteSessionStore", "chatflow_cli.core.memory.sqlite"),
     ("chatflow_cli.core.sqlite_store", "SCHEMA_VERSION", "chatflow_cli.core.memory.schema"),
     ("chatflow_cli", "SessionContext", "chatflow_cli.core.memory.context"),
@@ -86,3 +88,19 @@ def test_importing_the_memory_package_does_not_import_sqlite3() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True"]
+
+
+def test_psycopg_is_imported_only_when_a_postgresql_store_is_used() -> None:
+    code = (
+        "import sys\n"
+        "import chatflow_cli\n"
+        "from chatflow_cli.core.memory import SessionStore, SQLiteSessionStore\n"
+        "from chatflow_cli.core.memory.sqlite import SQLiteSessionStore as S\n"
+        "S(':memory:').close()\n"
+        "before = 'psycopg' in sys.modules\n"
+        "from chatflow_cli.core.memory import PostgresSessionStore\n"
+        "print(before, 'psycopg' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    # the store module imports psycopg itself only inside its methods: the class alone costs nothing
+    assert out.split()[0] == "False"

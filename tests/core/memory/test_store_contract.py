@@ -453,7 +453,11 @@ def _window_loads(store: BaseSessionStore, monkeypatch: pytest.MonkeyPatch) -> l
     from chatflow_cli.core.memory.inmemory import _MemoryTx
     from chatflow_cli.core.memory.sqlite import _SQLiteTx
 
-    tx_class = _SQLiteTx if isinstance(store, SQLiteSessionStore) else _MemoryTx
+    tx_class: type = _SQLiteTx if isinstance(store, SQLiteSessionStore) else _MemoryTx
+    if type(store).__name__ == "PostgresSessionStore":
+        from chatflow_cli.core.memory.postgres import _PgTx
+
+        tx_class = _PgTx
     calls: list[int] = []
     original = tx_class.window
 

@@ -1,0 +1,167 @@
+"""``sessions export`` and ``sessions import``: sessions out of and into the store.
+
+The work is the library's (:mod:`chatflow_cli.core.interop`); these commands pick the
+sessions, open the output, and say what happened.
+
+``export`` writes to stdout, or with ``-o FILE`` to a file that appears whole or not at all
+(written beside it, then renamed; mode 0600 like the database). ``import`` reads a file or
+stdin, checks every session whole before writing any of it, and prints what it added.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from ..context import notice
+from ..core.errors import UsageError
+from ..lookup import not_found, store_or_missing
+from ..render import dumps, plural, safe_text
+from ..session_ids import validate_session_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..context import State
+
+__all__ = ["export_sessions", "import_file"]
+
+
+def _pick(state: State, session_ids: list[str], *, all_: bool, since: float | None) -> tuple[Any, list[str]]:
+    """The store and the ids to export, oldest first for ``--all``/``--since``."""
+    if session_ids:
+        store = store_or_missing(state, session_ids[0])
+        for sid in session_ids:
+            if store.active_agent_name(sid) is None:
+                raise not_found(sid)
+        if since is not None:
+            cutoff = time.time() - since
+            by_id = {s.session_id: s for s in store.list_sessions()}
+            session_ids = [sid for sid in session_ids if by_id[sid].updated_at >= cutoff]
+        return store, session_ids
+    maybe = state.store(create=False)
+    if maybe is None:
+        return None, []
+    store = maybe
+    summaries = store.list_sessions()
+    if since is not None:
+        cutoff = time.time() - since
+        summaries = [s for s in summaries if s.updated_at >= cutoff]
+    return store, [s.session_id for s in sorted(summaries, key=lambda s: (s.created_at, s.session_id))]
+
+
+def _write_json(state: State, store: Any, session_ids: list[str], out: IO[str]) -> None:
+    from .sessions import show_session
+
+    out.write("[" if len(session_ids) != 1 else "")
+    for k, sid in enumerate(session_ids):
+        if len(session_ids) != 1:
+            out.write(",\n" if k else "\n")
+        buffer = io.StringIO()
+        show_session(state, sid, include_rolled_back=False, full=False, output="json", pager=False, stream=buffer)
+        out.write(buffer.getvalue().rstrip("\n"))
+    out.write("\n]\n" if len(session_ids) != 1 else "\n")
+
+
+def _write(state: State, store: Any, session_ids: list[str], fmt: str, per_turn: bool, out: IO[str]) -> None:
+    from ..core.interop import export_lines
+
+    if fmt == "json":
+        _write_json(state, store, session_ids, out)
+        return
+    for sid in session_ids:
+        for piece in export_lines(store, sid, fmt, per_turn=per_turn):
+            out.write(piece)
+
+
+def export_sessions(state: State, session_ids: list[str], *, all_: bool, since: float | None, fmt: str,
+                    output: str | None, per_turn: bool) -> None:
+    """Write sessions in ``fmt`` to stdout or ``output``.
+
+    Args:
+        state: The run.
+        session_ids: The sessions (or none with ``all_``/``since``).
+        all_: Every session.
+        since: Only sessions updated in the last ``since`` seconds.
+        fmt: ``chatflow``, ``md``, ``openai`` or ``json``.
+        output: A file to write (``-``: stdout), or None for stdout.
+        per_turn: ``openai`` only: one line per turn window.
+
+    Raises:
+        SessionNotFoundError: An id with no session (nothing is written).
+        UsageError: ``per_turn`` with another format than ``openai``; the output file cannot
+            be written.
+    """
+    if per_turn and fmt != "openai":
+        raise UsageError("--per-turn goes with --format openai")
+    store, ids = _pick(state, session_ids, all_=all_, since=since)
+    if not ids:
+        notice(state, "no sessions to export")
+    if output is None or output == "-":
+        _write(state, store, ids, fmt, per_turn, state.env.stdout)
+        state.env.stdout.flush()
+        return
+    target = Path(output).expanduser()
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent or "."))
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
+            _write(state, store, ids, fmt, per_turn, out)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    notice(state, f"exported {plural(len(ids), 'session')} to {output}")
+
+
+def import_file(state: State, path: str, *, fmt: str | None, into: str | None, dry_run: bool, json_: bool) -> None:
+    """Import the sessions of ``path`` (``-``: stdin) and say what was added.
+
+    Args:
+        state: The run.
+        path: The file, or ``-`` for stdin.
+        fmt: The format (None: detect it).
+        into: Import into this session id instead of the ids the source gives.
+        dry_run: Check and count, write nothing.
+        json_: Print ``{"dry_run": bool, "sessions": [...]}`` instead of text.
+
+    Raises:
+        UsageError: An unreadable file, an undetectable format, an id chatflow would not
+            make, a session that exists and did not come from this source (without ``into``).
+        ImportFormatError: The file is malformed (the message names the line or row).
+    """
+    from ..core.interop import read_source
+    from ..core.interop.importer import import_sessions
+
+    if into is not None:
+        validate_session_id(into)
+    found, sessions = read_source(path, fmt, stdin=getattr(state.env.stdin, "buffer", None) if path == "-" else None)
+    if not sessions:
+        raise UsageError(f"{path}: no session to import")
+    if into is None:
+        for session in sessions:
+            validate_session_id(session.session_id)
+    store = state.open_store()
+    results = import_sessions(store, sessions, fmt=found, source=path, into=into, dry_run=dry_run)
+    if json_:
+        state.env.stdout.write(dumps({"dry_run": dry_run, "format": found,
+                                      "sessions": [r.to_dict() for r in results]}) + "\n")
+        state.env.stdout.flush()
+        return
+    for result in results:
+        for warning in result.warnings:
+            notice(state, f"warning: {result.session_id}: {warning}")
+        counts = result.counts
+        verb = "would add" if dry_run else "added"
+        what = f"{plural(counts['turns'], 'turn')}, {plural(counts['messages'], 'message')}"
+        tail = f" ({plural(result.skipped_turns, 'turn')} already there)" if result.skipped_turns else ""
+        made = " (new session)" if result.created else ""
+        state.env.stdout.write(f"{safe_text(result.session_id)}{made}: {verb} {what}{tail}\n")
+    state.env.stdout.flush()

@@ -1,0 +1,1203 @@
+"""PostgresSessionStore: sessions, their messages and their event log in PostgreSQL.
+
+``PostgresSessionStore("postgresql://user@host/db")`` is the store for a fleet: many worker
+processes on many hosts share one database with every guarantee of the SQLite store. The
+session rules are those of :class:`~chatflow_cli.core.memory.base.BaseSessionStore`; this module
+supplies transactions over PostgreSQL, with patterns that hold when writers really run at
+the same time (SQLite serialises every writer, PostgreSQL does not):
+
+* every write transaction that touches a session takes a transaction-scoped advisory lock
+  on the session id first (``pg_advisory_xact_lock``), then the row ``FOR UPDATE``: writers
+  of one session queue, writers of different sessions run in parallel, and creating a new
+  session cannot race another creator;
+* event ``seq`` is a counter on the session row (``last_seq``), advanced under that lock in
+  the transaction that inserts the events: gap-free, never read-max-plus-one;
+* ``claim_message`` is one ``INSERT ... ON CONFLICT ... DO UPDATE ... WHERE <free> RETURNING``
+  under an advisory lock on the message id; the 192-hour TTL and claim leases are evaluated
+  on the database's clock;
+* the owner of a running turn holds a *lease*: ``lease_expires_at`` on the database clock,
+  renewed every ``lease_s / 3`` seconds by a thread of the owning process while its turn
+  runs (while the caller holds the turn's context). An owner counts as alive while its lease
+  has not expired -- and, on the same host name, while its pid lives (a dead local worker is
+  recovered at once). A worker that died on another host is recovered once its lease
+  expired; a running turn is never taken over before. Claims of message ids and places in
+  the turn queue hold leases the same way;
+* the store's ``clock`` is the database server's clock (its offset from this host is
+  measured when the store opens), so TTLs and timestamps agree across hosts;
+* versioned migrations, each in one transaction, serialised by an advisory lock so many
+  workers starting at once migrate once; a database written by a newer chatflow is refused
+  (:class:`SchemaTooNewError`) before anything is written;
+* metadata, event payloads and messages are ``jsonb`` (a value ``jsonb`` cannot hold -- a
+  NUL character, ``NaN`` -- is kept as JSON text beside it, so nothing the SQLite store
+  accepts is refused);
+* every commit that appends events sends ``NOTIFY chatflow_events`` (payload: the md5 of the
+  session id): :meth:`PostgresSessionStore.wait_for_events` is how ``replay --follow``
+  is pushed new events instead of polling.
+
+Connections come from a ``psycopg_pool.ConnectionPool`` (``pool_size`` connections at most,
+one kept open) with server-side prepared statements off (``prepare_threshold=None``) and no
+session state between transactions, so the store works behind PgBouncer in transaction
+mode. Async twins run the same SQL on a private thread pool (as the SQLite store does for
+files). Passwords come from the URL, ``PGPASSWORD`` or ``~/.pgpass`` as libpq reads them;
+the store never prints, logs or stores them (:func:`redact_dsn` is what error messages and
+``repr`` show).
+
+Every ``psycopg`` error surfaces as :class:`StoreError` with one line: the server refused
+the connection, bad credentials, the connection was lost (the transaction rolled back:
+nothing of it was written), and so on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._dsn import is_postgres_url, redact_dsn
+from ..errors import SchemaTooNewError, SessionNotFoundError, StoreError
+from ..events import Event, SessionStatus
+from ..messages import Message, Role
+from ._checks import DEFAULT_MAX_TURNS
+from .base import BaseSessionStore, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .owner import Owner
+from .protocol import MessageState, TurnStart
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import psycopg
+
+__all__ = ["DEFAULT_LEASE_S", "NOTIFY_CHANNEL", "SCHEMA_VERSION", "PostgresSessionStore", "is_postgres_url",
+           "redact_dsn"]
+
+logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+#: Seconds a running turn's owner (and a claim's holder, and a queued waiter) stays alive
+#: without renewing its lease; renewed every third of it while the owner works.
+DEFAULT_LEASE_S = 30.0
+#: The channel every commit that appends events notifies (payload: md5 of the session id).
+NOTIFY_CHANNEL = "chatflow_events"
+_CONNECT_TIMEOUT_S = 10
+_POOL_TIMEOUT_S = 30.0
+_POOL_QUICK_S = 1.0
+
+# Advisory lock namespaces (the first key of pg_advisory_xact_lock(int4, int4)).
+_LOCK_MIGRATE = (0x63686174, 1)  # "chat"
+_NS_SESSION = 0x63660001
+_NS_MESSAGE = 0x63660002
+
+
+# ----------------------------------------------------------------------------------------
+# Schema
+# ----------------------------------------------------------------------------------------
+
+_MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (
+        1,
+        "sessions with their seq counter and owner lease, messages, events, idempotency keys, message claims, "
+        "the turn queue, session endpoints",
+        [
+            """CREATE TABLE chatflow_sessions (
+    session_id        text PRIMARY KEY,
+    -- random per creation: a task holding a deleted session's context gets SessionDeletedError
+    incarnation       text NOT NULL,
+    active_agent_name text NOT NULL,
+    metadata          jsonb,              -- NULL when kept as text (metadata_text)
+    metadata_text     text,               -- JSON jsonb cannot hold (a NUL character, NaN)
+    max_turns         integer NOT NULL CHECK (max_turns > 0),
+    turn_count        integer NOT NULL DEFAULT 0,
+    status            text NOT NULL DEFAULT 'idle'
+                      CHECK (status IN ('idle', 'running', 'rescheduled', 'terminated')),
+    -- the running turn's owner (pid, process start time, host, token) and its lease on the
+    -- database clock; NULL unless running
+    owner             jsonb,
+    owner_token       text,
+    lease_expires_at  timestamptz,
+    -- the event seq counter: advanced under the row lock in the inserting transaction
+    last_seq          bigint NOT NULL DEFAULT 0,
+    created_at_utc    double precision NOT NULL,  -- epoch seconds, database clock
+    updated_at_utc    double precision NOT NULL
+)""",
+            "CREATE INDEX chatflow_sessions_by_update ON chatflow_sessions (updated_at_utc DESC, session_id)",
+            "CREATE INDEX chatflow_sessions_by_owner ON chatflow_sessions (owner_token) WHERE owner_token IS NOT NULL",
+            """CREATE TABLE chatflow_messages (
+    message_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session_id     text NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
+    turn           integer NOT NULL,    -- user-visible turn number; 0 holds the system messages
+    role           text NOT NULL,
+    message        jsonb,               -- one Message.to_dict(); NULL when kept as text
+    message_text   text,
+    event_seq      bigint NOT NULL,     -- seq of the event that recorded it: the order in the turn
+    removed_at_seq bigint,              -- NULL while live; rows are never deleted
+    removed_reason text CHECK (removed_reason IN ('rolled_back', 'failed'))
+)""",
+            """CREATE INDEX chatflow_messages_live ON chatflow_messages (session_id, turn, event_seq)
+    WHERE removed_at_seq IS NULL""",
+            "CREATE INDEX chatflow_messages_all ON chatflow_messages (session_id, turn, message_id)",
+            """CREATE TABLE chatflow_events (
+    event_id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session_id      text NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
+    seq             bigint NOT NULL,
+    event_type      text NOT NULL,
+    turn            bigint,
+    payload         jsonb,
+    payload_text    text,
+    idempotency_key text,
+    created_at_utc  double precision NOT NULL,
+    UNIQUE (session_id, seq)            -- backstop: a seq is never used twice
+)""",
+            "CREATE INDEX chatflow_events_by_type ON chatflow_events (session_id, event_type, seq)",
+            """CREATE TABLE chatflow_idempotency_keys (
+    session_id      text NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
+    idempotency_key text NOT NULL,
+    request_sha256  text NOT NULL,
+    turn            bigint,
+    event_seq       bigint NOT NULL,
+    created_at_utc  double precision NOT NULL,
+    PRIMARY KEY (session_id, idempotency_key)
+)""",
+            "CREATE INDEX chatflow_idempotency_by_turn ON chatflow_idempotency_keys (session_id, turn)",
+            """CREATE TABLE chatflow_processed_messages (
+    -- inbound message ids: a claim in progress (a holder with a lease) or completed; a
+    -- duplicate while processed_at_utc + 192 h is in the future
+    message_id       text PRIMARY KEY,
+    state            text NOT NULL CHECK (state IN ('in_progress', 'completed')),
+    processed_at_utc double precision NOT NULL,
+    holder           jsonb,
+    holder_token     text,
+    lease_expires_at timestamptz,
+    session_id       text,
+    turn             bigint
+)""",
+            "CREATE INDEX chatflow_processed_by_time ON chatflow_processed_messages (processed_at_utc)",
+            """CREATE INDEX chatflow_processed_by_turn ON chatflow_processed_messages (session_id, turn)
+    WHERE session_id IS NOT NULL""",
+            """CREATE INDEX chatflow_processed_by_holder ON chatflow_processed_messages (holder_token)
+    WHERE holder_token IS NOT NULL""",
+            """CREATE TABLE chatflow_turn_queue (
+    ticket           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session_id       text NOT NULL,
+    owner            jsonb NOT NULL,
+    lease_expires_at timestamptz NOT NULL,
+    enqueued_at_utc  double precision NOT NULL
+)""",
+            "CREATE INDEX chatflow_turn_queue_by_session ON chatflow_turn_queue (session_id, ticket)",
+            """CREATE TABLE chatflow_session_endpoints (
+    session_id     text PRIMARY KEY REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
+    model          text,
+    base_url       text,
+    updated_at_utc double precision NOT NULL
+)""",
+        ],
+    ),
+]
+#: The newest schema version this chatflow knows.
+SCHEMA_VERSION = _MIGRATIONS[-1][0]
+
+_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS chatflow_schema_migrations (
+    version        integer PRIMARY KEY,
+    name           text NOT NULL,
+    applied_at_utc double precision NOT NULL
+)"""
+
+
+# ----------------------------------------------------------------------------------------
+# Values
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _LeasedOwner(Owner):
+    """An owner read from the database with its lease verdict (``live``: the lease had not
+    expired on the database clock when read)."""
+
+    live: bool = True
+
+    def alive(self) -> bool:
+        """Alive while the lease holds; on this host name also only while the pid runs."""
+        return self.live and Owner.alive(self)
+
+
+def _owner(data: Any, live: Any) -> Owner | None:
+    if not data:
+        return None
+    base = Owner.from_dict(data)
+    return _LeasedOwner(base.pid, base.start_time, base.host, base.token, bool(live))
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def _split_json(data: Any) -> tuple[str | None, str | None]:
+    """(jsonb text, plain text): JSON that ``jsonb`` cannot hold (``\\u0000``, NaN,
+    Infinity) goes in the plain-text column instead."""
+    try:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return None, _dumps(data)
+    if "\\u0000" in text:
+        return None, text
+    return text, None
+
+
+def _joined(jsonb: Any, text: str | None) -> Any:
+    return json.loads(text) if jsonb is None and text is not None else jsonb
+
+
+_ROW_COLUMNS = (
+    "session_id, incarnation, active_agent_name, metadata, metadata_text, max_turns, turn_count, status, owner, "
+    "lease_expires_at > clock_timestamp(), created_at_utc, updated_at_utc, last_seq"
+)
+
+
+def _row(r: tuple[Any, ...]) -> _SessionRow:
+    return _SessionRow(
+        session_id=r[0],
+        incarnation=r[1],
+        active_agent_name=r[2],
+        metadata=_joined(r[3], r[4]),
+        max_turns=r[5],
+        turn_count=r[6],
+        status=SessionStatus(r[7]),
+        owner=_owner(r[8], r[9]),
+        created_at=r[10],
+        updated_at=r[11],
+    )
+
+
+_EVENT_COLUMNS = "seq, event_type, payload, payload_text, created_at_utc, idempotency_key"
+
+
+def _event(session_id: str, r: tuple[Any, ...]) -> Event:
+    return Event(session_id, int(r[0]), r[1], _joined(r[2], r[3]), r[4], r[5])
+
+
+def _message(jsonb: Any, text: str | None) -> Message:
+    return Message.from_dict(_joined(jsonb, text))
+
+
+# ----------------------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------------------
+
+
+def _store_error(exc: BaseException, label: str) -> StoreError:
+    """One clear line for a psycopg error on database ``label`` (never a password)."""
+    import psycopg
+
+    text = redact_dsn(" ".join(str(exc).split()))
+    low = text.lower()
+    if isinstance(exc, psycopg.OperationalError) or isinstance(exc, psycopg.InterfaceError):
+        if "password authentication failed" in low or "no password supplied" in low or "authentication" in low:
+            message = f"cannot connect to {label}: authentication failed ({text})"
+        elif "connection refused" in low or "could not connect" in low or "connection failed" in low:
+            message = f"cannot connect to {label}: {text}"
+        elif "does not exist" in low:
+            message = f"cannot connect to {label}: {text}"
+        elif "closed" in low or "terminat" in low or "lost" in low or "server closed" in low or "eof" in low:
+            message = (f"lost the connection to {label} ({text}); the transaction was rolled back, "
+                       "nothing of it was written")
+        else:
+            message = f"database error on {label}: {text}"
+    else:
+        message = f"database error on {label}: {text}"
+    return StoreError(message)
+
+
+# ----------------------------------------------------------------------------------------
+# Transactions
+# ----------------------------------------------------------------------------------------
+
+
+class _PgTx(_Tx):
+    """Primitives over one connection inside one transaction."""
+
+    def __init__(self, conn: psycopg.Connection[Any], store: PostgresSessionStore, writable: bool) -> None:
+        self._conn = conn
+        self._store = store
+        self._writable = writable
+        self._lease_s = store.lease_s
+        self._locked: set[str] = set()
+        self._messages_locked: set[str] = set()
+        self._seq: dict[str, int] = {}
+        self._seq_dirty: set[str] = set()
+        self._events: list[tuple[Any, ...]] = []
+        self._message_rows: list[tuple[Any, ...]] = []
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _x(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
+        if self._events or self._message_rows:
+            self.flush_inserts()
+        return self._conn.execute(sql, params)
+
+    def flush_inserts(self) -> None:
+        if self._events:
+            rows, self._events = self._events, []
+            self._conn.cursor().executemany(
+                "INSERT INTO chatflow_events (session_id, seq, event_type, turn, payload, payload_text, "
+                "idempotency_key, created_at_utc) VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s)",
+                rows,
+            )
+        if self._message_rows:
+            rows, self._message_rows = self._message_rows, []
+            self._conn.cursor().executemany(
+                "INSERT INTO chatflow_messages (session_id, turn, role, message, message_text, event_seq) "
+                "VALUES (%s, %s, %s, %s::jsonb, %s, %s)",
+                rows,
+            )
+
+    def flush(self) -> None:
+        """Before COMMIT: the batched inserts, then each session's seq counter that no
+        update_row carried, with its NOTIFY."""
+        self.flush_inserts()
+        for session_id in list(self._seq_dirty):
+            self._conn.execute(
+                "UPDATE chatflow_sessions SET last_seq = %s WHERE session_id = %s",
+                (self._seq[session_id], session_id),
+            )
+            self._notify(session_id)
+        self._seq_dirty.clear()
+
+    def _notify(self, session_id: str) -> None:
+        self._conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, _channel_key(session_id)))
+
+    def _lock_session(self, session_id: str) -> None:
+        if self._writable and session_id not in self._locked and not self._locked:
+            # one session per write transaction is locked (a second one is only read): no
+            # two transactions can wait for each other's session locks
+            self._x("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_NS_SESSION, session_id))
+            self._locked.add(session_id)
+
+    def _lock_message(self, message_id: str) -> None:
+        if self._writable and message_id not in self._messages_locked and not self._messages_locked:
+            self._x("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_NS_MESSAGE, message_id))
+            self._messages_locked.add(message_id)
+
+    # -- sessions --------------------------------------------------------------------------
+    def get_row(self, session_id: str) -> _SessionRow | None:
+        self._lock_session(session_id)
+        r = self._x(
+            f"SELECT {_ROW_COLUMNS} FROM chatflow_sessions WHERE session_id = %s"
+            + (" FOR UPDATE" if session_id in self._locked else ""),
+            (session_id,),
+        ).fetchone()
+        if r is None:
+            return None
+        self._seq.setdefault(session_id, int(r[12]))
+        return _row(r)
+
+    def insert_row(self, row: _SessionRow) -> None:
+        self._lock_session(row.session_id)
+        meta, meta_text = _split_json(row.metadata)
+        self._x(
+            "INSERT INTO chatflow_sessions (session_id, incarnation, active_agent_name, metadata, metadata_text, "
+            "max_turns, turn_count, status, owner, owner_token, lease_expires_at, last_seq, created_at_utc, "
+            "updated_at_utc) VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s::jsonb, %s, "
+            "CASE WHEN %s::text IS NULL THEN NULL ELSE clock_timestamp() + %s * interval '1 second' END, 0, %s, %s)",
+            (
+                row.session_id, row.incarnation, row.active_agent_name, meta, meta_text, row.max_turns,
+                row.turn_count, row.status.value, _dumps(row.owner.to_dict()) if row.owner else None,
+                row.owner.token if row.owner else None, row.owner.token if row.owner else None, self._lease_s,
+                row.created_at, row.updated_at,
+            ),
+        )
+        self._seq[row.session_id] = 0
+
+    def update_row(self, row: _SessionRow) -> None:
+        meta, meta_text = _split_json(row.metadata)
+        token = row.owner.token if row.owner else None
+        dirty = row.session_id in self._seq_dirty
+        self._x(
+            "UPDATE chatflow_sessions SET incarnation = %s, active_agent_name = %s, metadata = %s::jsonb, "
+            "metadata_text = %s, max_turns = %s, turn_count = %s, status = %s, owner = %s::jsonb, "
+            # a new owner gets a fresh lease; the same owner keeps its own (only it renews it)
+            "lease_expires_at = CASE WHEN %s::text IS NULL THEN NULL "
+            "WHEN owner_token IS NOT DISTINCT FROM %s THEN lease_expires_at "
+            "ELSE clock_timestamp() + %s * interval '1 second' END, "
+            "owner_token = %s, last_seq = %s, created_at_utc = %s, updated_at_utc = %s "
+            "WHERE session_id = %s" + (" RETURNING pg_notify(%s, %s)" if dirty else ""),
+            (
+                row.incarnation, row.active_agent_name, meta, meta_text, row.max_turns, row.turn_count,
+                row.status.value, _dumps(row.owner.to_dict()) if row.owner else None, token, token, self._lease_s,
+                token, self._seq.get(row.session_id, 0), row.created_at, row.updated_at, row.session_id,
+                *((NOTIFY_CHANNEL, _channel_key(row.session_id)) if dirty else ()),
+            ),
+        )
+        self._seq_dirty.discard(row.session_id)
+
+    def delete_row(self, session_id: str) -> bool:
+        self._lock_session(session_id)
+        # RETURNING, not rowcount: in pipeline mode a count is known only once results are read
+        gone = self._x("DELETE FROM chatflow_sessions WHERE session_id = %s RETURNING 1", (session_id,)).fetchall()
+        self._x("DELETE FROM chatflow_turn_queue WHERE session_id = %s", (session_id,))
+        return bool(gone)
+
+    def list_rows(self, agent: str | None) -> list[_SessionRow]:
+        sql = f"SELECT {_ROW_COLUMNS} FROM chatflow_sessions"
+        args: tuple[Any, ...] = ()
+        if agent is not None:
+            sql += " WHERE active_agent_name = %s"
+            args = (agent,)
+        sql += " ORDER BY updated_at_utc DESC, session_id"
+        return [_row(r) for r in self._x(sql, args)]
+
+    def latest_session_id(self) -> str | None:
+        r = self._x("SELECT session_id FROM chatflow_sessions ORDER BY updated_at_utc DESC, session_id LIMIT 1").fetchone()
+        return None if r is None else str(r[0])
+
+    # -- events ----------------------------------------------------------------------------
+    def next_seq(self, session_id: str) -> int:
+        seq = self._seq.get(session_id)
+        if seq is None:
+            r = self._x("SELECT last_seq FROM chatflow_sessions WHERE session_id = %s", (session_id,)).fetchone()
+            seq = int(r[0]) if r is not None else 0
+            self._seq[session_id] = seq
+        return seq + 1
+
+    def insert_event(self, event: Event, turn: int | None) -> None:
+        payload, payload_text = _split_json(event.payload)
+        self._events.append(
+            (event.session_id, event.seq, event.type, turn, payload, payload_text, event.idempotency_key,
+             event.created_at)
+        )
+        self._seq[event.session_id] = event.seq
+        self._seq_dirty.add(event.session_id)
+
+    def events(self, session_id: str, after_seq: int, limit: int | None) -> list[Event]:
+        sql = f"SELECT {_EVENT_COLUMNS} FROM chatflow_events WHERE session_id = %s AND seq > %s ORDER BY seq"
+        args: tuple[Any, ...] = (session_id, after_seq)
+        if limit is not None:
+            sql += " LIMIT %s"
+            args += (limit,)
+        return [_event(session_id, r) for r in self._x(sql, args)]
+
+    def last_event(self, session_id: str, type: str, turn: int | None = None, after_seq: int = 0) -> Event | None:
+        sql = f"SELECT {_EVENT_COLUMNS} FROM chatflow_events WHERE session_id = %s AND event_type = %s AND seq > %s"
+        args: tuple[Any, ...] = (session_id, type, after_seq)
+        if turn is not None:
+            sql += " AND turn = %s"
+            args += (turn,)
+        r = self._x(sql + " ORDER BY seq DESC LIMIT 1", args).fetchone()
+        return None if r is None else _event(session_id, r)
+
+    def events_of_type(self, session_id: str, type: str, after_seq: int) -> list[Event]:
+        rows = self._x(
+            f"SELECT {_EVENT_COLUMNS} FROM chatflow_events WHERE session_id = %s AND event_type = %s AND seq > %s "
+            "ORDER BY seq",
+            (session_id, type, after_seq),
+        )
+        return [_event(session_id, r) for r in rows]
+
+    # -- messages --------------------------------------------------------------------------
+    def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
+        data, text = _split_json(message.to_dict())
+        self._message_rows.append((session_id, turn, message.role.value, data, text, seq))
+
+    def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
+        self._x(
+            "UPDATE chatflow_messages SET removed_at_seq = %s, removed_reason = %s "
+            "WHERE session_id = %s AND removed_at_seq IS NULL AND turn >= %s AND turn <= %s",
+            (seq, reason, session_id, max(1, first), last if last is not None else 2**31 - 1),
+        )
+
+    # Compaction summaries are not stored in PostgreSQL yet (the store refuses a compaction,
+    # see PostgresSessionStore._stores_summaries): there is never a summary to read or mark.
+    def latest_summary_through(self, session_id: str) -> int | None:
+        return None
+
+    def remove_summaries(self, session_id: str, after_turn: int, seq: int) -> None:
+        return None
+
+    def summaries(self, session_id: str, include_removed: bool) -> list[_StoredMessage]:
+        return []
+
+    def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
+        rows = self._x(
+            # two index ranges (an OR of them would scan the whole session's history)
+            "(SELECT turn, message, message_text, event_seq FROM chatflow_messages WHERE session_id = %s "
+            "AND removed_at_seq IS NULL AND turn = 0 AND role = 'system') UNION ALL "
+            "(SELECT turn, message, message_text, event_seq FROM chatflow_messages WHERE session_id = %s "
+            "AND removed_at_seq IS NULL AND turn >= %s) ORDER BY turn, event_seq",
+            (session_id, session_id, max(1, first_turn)),
+        ).fetchall()
+        return [(t, _message(m, x)) for t, m, x, _seq in rows]
+
+    def turn_messages(
+        self, session_id: str, first: int, last: int | None, include_removed: bool
+    ) -> list[_StoredMessage]:
+        sql = (
+            "SELECT turn, message, message_text, removed_reason, removed_at_seq, role FROM chatflow_messages "
+            "WHERE session_id = %s AND turn >= %s AND turn <= %s"
+        )
+        if not include_removed:
+            sql += " AND removed_at_seq IS NULL"
+        rows = self._x(
+            sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**31 - 1)
+        )
+        return [
+            _StoredMessage(t, _message(m, x), reason, seq)
+            for t, m, x, reason, seq, role in rows
+            if t > 0 or role == Role.SYSTEM.value
+        ]
+
+    def preview(self, session_id: str) -> str:
+        r = self._x(
+            "SELECT message, message_text FROM chatflow_messages WHERE session_id = %s AND turn = 1 "
+            "AND role = 'user' AND removed_at_seq IS NULL ORDER BY event_seq LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        if r is None:
+            r = self._x(
+                "SELECT message, message_text FROM chatflow_messages WHERE session_id = %s AND role = 'user' "
+                "AND removed_reason = 'failed' ORDER BY message_id DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
+        return "" if r is None else (_message(r[0], r[1]).content or "")
+
+    # -- idempotency keys ------------------------------------------------------------------
+    def idempotency_get(self, session_id: str, key: str) -> tuple[str, int | None, int] | None:
+        r = self._x(
+            "SELECT request_sha256, turn, event_seq FROM chatflow_idempotency_keys "
+            "WHERE session_id = %s AND idempotency_key = %s",
+            (session_id, key),
+        ).fetchone()
+        return None if r is None else (r[0], None if r[1] is None else int(r[1]), int(r[2]))
+
+    def idempotency_put(self, session_id: str, key: str, digest: str, turn: int | None, seq: int, now: float) -> None:
+        self._x(
+            "INSERT INTO chatflow_idempotency_keys (session_id, idempotency_key, request_sha256, turn, event_seq, "
+            "created_at_utc) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (session_id, idempotency_key) DO UPDATE "
+            "SET request_sha256 = excluded.request_sha256, turn = excluded.turn, event_seq = excluded.event_seq, "
+            "created_at_utc = excluded.created_at_utc",
+            (session_id, key, digest, turn, seq, now),
+        )
+
+    def idempotency_turn_keyed(self, session_id: str, turn: int) -> bool:
+        r = self._x(
+            "SELECT 1 FROM chatflow_idempotency_keys WHERE session_id = %s AND turn = %s LIMIT 1", (session_id, turn)
+        ).fetchone()
+        return r is not None
+
+    # -- inbound message ids ---------------------------------------------------------------
+    def processed_get(self, message_id: str) -> _MessageRecord | None:
+        self._lock_message(message_id)
+        r = self._x(
+            "SELECT state, processed_at_utc, holder, lease_expires_at > clock_timestamp(), session_id, turn "
+            "FROM chatflow_processed_messages WHERE message_id = %s",
+            (message_id,),
+        ).fetchone()
+        if r is None:
+            return None
+        return _MessageRecord(r[0], r[1], _owner(r[2], r[3]), r[4], None if r[5] is None else int(r[5]))
+
+    def processed_put(self, message_id: str, record: _MessageRecord) -> None:
+        token = record.holder.token if record.holder else None
+        self._x(
+            "INSERT INTO chatflow_processed_messages AS p (message_id, state, processed_at_utc, holder, holder_token, "
+            "lease_expires_at, session_id, turn) VALUES (%s, %s, %s, %s::jsonb, %s, "
+            "CASE WHEN %s::text IS NULL THEN NULL ELSE clock_timestamp() + %s * interval '1 second' END, %s, %s) "
+            "ON CONFLICT (message_id) DO UPDATE SET state = excluded.state, processed_at_utc = "
+            "excluded.processed_at_utc, holder = excluded.holder, holder_token = excluded.holder_token, "
+            "lease_expires_at = CASE WHEN p.holder_token IS NOT DISTINCT FROM excluded.holder_token "
+            "AND excluded.holder_token IS NOT NULL THEN p.lease_expires_at ELSE excluded.lease_expires_at END, "
+            "session_id = excluded.session_id, turn = excluded.turn",
+            (
+                message_id, record.state, record.at, _dumps(record.holder.to_dict()) if record.holder else None,
+                token, token, self._lease_s, record.session_id, record.turn,
+            ),
+        )
+
+    def claim(self, message_id: str, holder: Owner, now: float, ttl_s: float) -> bool:
+        """Claim ``message_id`` for ``holder`` in one statement when it is new, expired, or
+        its holder's lease expired; False when the statement left it to another holder."""
+        self._lock_message(message_id)
+        r = self._x(
+            "INSERT INTO chatflow_processed_messages AS p (message_id, state, processed_at_utc, holder, holder_token, "
+            "lease_expires_at) VALUES (%s, 'in_progress', %s, %s::jsonb, %s, "
+            "clock_timestamp() + %s * interval '1 second') "
+            "ON CONFLICT (message_id) DO UPDATE SET state = 'in_progress', processed_at_utc = "
+            "excluded.processed_at_utc, holder = excluded.holder, holder_token = excluded.holder_token, "
+            "lease_expires_at = excluded.lease_expires_at, "
+            # an attempt whose holder died keeps naming its turn, so recovery knows it is retried
+            "session_id = CASE WHEN p.state = 'in_progress' THEN p.session_id END, "
+            "turn = CASE WHEN p.state = 'in_progress' THEN p.turn END "
+            "WHERE p.processed_at_utc + %s <= %s "
+            "OR (p.state = 'in_progress' AND (p.lease_expires_at IS NULL OR p.lease_expires_at <= clock_timestamp())) "
+            "RETURNING 1",
+            (message_id, now, _dumps(holder.to_dict()), holder.token, self._lease_s, ttl_s, now),
+        ).fetchone()
+        return r is not None
+
+    def processed_turn_claimed(self, session_id: str, turn: int) -> bool:
+        r = self._x(
+            "SELECT 1 FROM chatflow_processed_messages WHERE session_id = %s AND turn = %s "
+            "AND state = 'in_progress' LIMIT 1",
+            (session_id, turn),
+        ).fetchone()
+        return r is not None
+
+    def processed_finish_turn(self, session_id: str, turn: int, holder: str | None, now: float) -> None:
+        self._x(
+            "UPDATE chatflow_processed_messages SET state = 'completed', processed_at_utc = %s, holder = NULL, "
+            "holder_token = NULL, lease_expires_at = NULL WHERE session_id = %s AND turn = %s "
+            "AND state = 'in_progress' AND (%s::text IS NULL OR holder_token = %s)",
+            (now, session_id, turn, holder, holder),
+        )
+
+    def processed_drop_turn(self, session_id: str, turn: int, holder: str | None) -> None:
+        self._x(
+            "DELETE FROM chatflow_processed_messages WHERE session_id = %s AND turn = %s AND state = 'in_progress' "
+            "AND (%s::text IS NULL OR holder_token = %s)",
+            (session_id, turn, holder, holder),
+        )
+
+    def processed_purge(self, now: float, ttl_s: float) -> None:
+        self._x("DELETE FROM chatflow_processed_messages WHERE processed_at_utc <= %s", (now - ttl_s,))
+
+    def processed_release(self, message_id: str) -> bool:
+        self._lock_message(message_id)
+        gone = self._x("DELETE FROM chatflow_processed_messages WHERE message_id = %s RETURNING 1", (message_id,))
+        return len(gone.fetchall()) == 1
+
+    # -- endpoints -------------------------------------------------------------------------
+    def endpoint_get(self, session_id: str) -> tuple[str | None, str | None] | None:
+        r = self._x(
+            "SELECT model, base_url FROM chatflow_session_endpoints WHERE session_id = %s", (session_id,)
+        ).fetchone()
+        return None if r is None else (r[0], r[1])
+
+    def endpoint_put(self, session_id: str, model: str | None, base_url: str | None, now: float) -> None:
+        self._x(
+            "INSERT INTO chatflow_session_endpoints (session_id, model, base_url, updated_at_utc) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET model = excluded.model, "
+            "base_url = excluded.base_url, updated_at_utc = excluded.updated_at_utc",
+            (session_id, model, base_url, now),
+        )
+
+    # -- the turn queue --------------------------------------------------------------------
+    def queue_add(self, session_id: str, owner: Owner, now: float) -> int:
+        r = self._x(
+            "INSERT INTO chatflow_turn_queue (session_id, owner, lease_expires_at, enqueued_at_utc) "
+            "VALUES (%s, %s::jsonb, clock_timestamp() + %s * interval '1 second', %s) RETURNING ticket",
+            (session_id, _dumps(owner.to_dict()), self._lease_s, now),
+        ).fetchone()
+        assert r is not None
+        return int(r[0])
+
+    def queue_list(self, session_id: str) -> list[tuple[int, Owner]]:
+        rows = self._x(
+            "SELECT ticket, owner, lease_expires_at > clock_timestamp() FROM chatflow_turn_queue "
+            "WHERE session_id = %s ORDER BY ticket",
+            (session_id,),
+        )
+        out: list[tuple[int, Owner]] = []
+        for ticket, owner, live in rows:
+            leased = _owner(owner, live)
+            assert leased is not None
+            out.append((int(ticket), leased))
+        return out
+
+    def queue_remove(self, session_id: str, ticket: int) -> None:
+        self._x("DELETE FROM chatflow_turn_queue WHERE session_id = %s AND ticket = %s", (session_id, ticket))
+
+
+def _channel_key(session_id: str) -> str:
+    return hashlib.md5(session_id.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------
+# Leases
+# ----------------------------------------------------------------------------------------
+
+
+class _Leases:
+    """The leases this process holds in one database, renewed by one daemon thread every
+    ``lease_s / 3`` seconds while any is held.
+
+    Turn owners are renewed while the turn's context is referenced (a caller that dropped
+    it, or a process that died, stops renewing and the lease runs out); message claims and
+    queue tickets until the row is gone or held by another token. A token the database no
+    longer shows is forgotten.
+    """
+
+    def __init__(self, store: PostgresSessionStore) -> None:
+        self._store = weakref.ref(store)
+        self._lock = threading.Lock()
+        self._turns: dict[str, Callable[[], object]] = {}  # owner token -> weakref to the turn's context
+        self._claims: set[str] = set()
+        self._tickets: set[int] = set()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold_turn(self, token: str, context: object) -> None:
+        with self._lock:
+            self._turns[token] = weakref.ref(context)
+        self._start()
+
+    def hold_claim(self, token: str) -> None:
+        with self._lock:
+            self._claims.add(token)
+        self._start()
+
+    def drop_claim(self, token: str) -> None:
+        with self._lock:
+            self._claims.discard(token)
+
+    def hold_ticket(self, ticket: int) -> None:
+        with self._lock:
+            self._tickets.add(ticket)
+        self._start()
+
+    def drop_ticket(self, ticket: int) -> None:
+        with self._lock:
+            self._tickets.discard(ticket)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="chatflow-pg-leases", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            store = self._store()
+            if store is None or store._closed:
+                return
+            interval = store.lease_s / 3
+            del store
+            if self._wake.wait(interval):
+                return
+            store = self._store()
+            if store is None or store._closed:
+                return
+            try:
+                self.renew(store)
+            except Exception as exc:  # noqa: BLE001 - the next renewal tries again; the lease runs out otherwise
+                logger.warning("could not renew the leases held in %s: %s", store._label, redact_dsn(str(exc)))
+            del store
+
+    def renew(self, store: PostgresSessionStore) -> None:
+        """One renewal: every lease still held, in one transaction."""
+        with self._lock:
+            turns = [t for t, ref in self._turns.items() if ref() is not None]
+            self._turns = {t: ref for t, ref in self._turns.items() if ref() is not None}
+            claims = list(self._claims)
+            tickets = list(self._tickets)
+        if not (turns or claims or tickets):
+            return
+        with store._tx(write=True) as tx:
+            conn = tx._conn
+            kept_turns = {
+                r[0]
+                for r in conn.execute(
+                    "UPDATE chatflow_sessions SET lease_expires_at = clock_timestamp() + %s * interval '1 second' "
+                    "WHERE owner_token = ANY(%s) RETURNING owner_token",
+                    (store.lease_s, turns),
+                )
+            } if turns else set()
+            kept_claims = {
+                r[0]
+                for r in conn.execute(
+                    "UPDATE chatflow_processed_messages SET lease_expires_at = clock_timestamp() + "
+                    "%s * interval '1 second' WHERE holder_token = ANY(%s) AND state = 'in_progress' "
+                    "RETURNING holder_token",
+                    (store.lease_s, claims),
+                )
+            } if claims else set()
+            kept_tickets = {
+                int(r[0])
+                for r in conn.execute(
+                    "UPDATE chatflow_turn_queue SET lease_expires_at = clock_timestamp() + %s * interval '1 second' "
+                    "WHERE ticket = ANY(%s) RETURNING ticket",
+                    (store.lease_s, tickets),
+                )
+            } if tickets else set()
+        with self._lock:
+            for token in turns:
+                if token not in kept_turns:
+                    self._turns.pop(token, None)
+            self._claims -= set(claims) - kept_claims
+            self._tickets -= set(tickets) - kept_tickets
+
+
+# ----------------------------------------------------------------------------------------
+# Store
+# ----------------------------------------------------------------------------------------
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _blocking_executor(workers: int) -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chatflow-pg")
+        return _executor
+
+
+class _DatabaseClock:
+    """UTC epoch seconds on the database server's clock: this host's clock plus the offset
+    measured when the store opened."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+class PostgresSessionStore(BaseSessionStore):
+    """Sessions in a PostgreSQL database, shared by many processes on many hosts.
+
+    ``dsn``: a ``postgresql://`` (or ``postgres://``) URL or a libpq key=value string; the
+    password may be in it, in ``PGPASSWORD`` or in ``~/.pgpass``. ``default_max_turns``: int
+    > 0. ``lease_s``: seconds a running turn's owner stays alive without renewing its lease
+    (default :data:`DEFAULT_LEASE_S`; a worker that died on another host is recovered after
+    this long). ``pool_size``: connections this store opens at most (default 8).
+
+    The schema is created (or migrated) on first use. Raises :class:`StoreError` when the
+    server cannot be reached or refuses the credentials (the message never holds the
+    password), and :class:`SchemaTooNewError` when a newer chatflow wrote the database.
+    """
+
+    _ephemeral = False
+    #: summaries of compactions are not stored here yet: begin_compaction refuses
+    _stores_summaries = False
+
+    def __init__(
+        self,
+        dsn: str,
+        default_max_turns: int = DEFAULT_MAX_TURNS,
+        *,
+        lease_s: float = DEFAULT_LEASE_S,
+        pool_size: int = 8,
+    ) -> None:
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise TypeError("dsn must be a non-empty str (a postgresql:// URL or a libpq key=value string)")
+        if isinstance(lease_s, bool) or not isinstance(lease_s, (int, float)) or not lease_s > 0:
+            raise ValueError(f"lease_s must be a number of seconds > 0, got {lease_s!r}")
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+        super().__init__(default_max_turns)
+        self.dsn = dsn
+        self.lease_s = float(lease_s)
+        self.pool_size = pool_size
+        self._label = _label(dsn)
+        self._closed = False
+        self._pool: Any = None
+        self._listen_conn: psycopg.Connection[Any] | None = None
+        self._leases = _Leases(self)
+        try:
+            import psycopg  # noqa: F401
+            import psycopg_pool  # noqa: F401
+        except ImportError as exc:
+            raise StoreError(
+                f"a PostgreSQL store needs psycopg 3 and psycopg_pool: pip install 'chatflow-cli[postgres]' ({exc})"
+            ) from None
+        offset = self._migrate()
+        self.clock = _DatabaseClock(offset)
+        self._open_pool()
+
+    # -- connections -------------------------------------------------------------------
+    def _connect(self) -> psycopg.Connection[Any]:
+        import psycopg
+
+        try:
+            return psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None,
+                                   connect_timeout=_CONNECT_TIMEOUT_S)
+        except psycopg.Error as exc:
+            raise _store_error(exc, self._label) from None
+
+    def _open_pool(self) -> None:
+        from psycopg_pool import ConnectionPool
+
+        self._pool = ConnectionPool(
+            self.dsn,
+            min_size=1,
+            max_size=self.pool_size,
+            kwargs={"autocommit": True, "prepare_threshold": None, "connect_timeout": _CONNECT_TIMEOUT_S},
+            open=False,
+            timeout=_POOL_TIMEOUT_S,
+            name="chatflow",
+        )
+        self._pool.open(wait=False)
+
+    def close(self) -> None:
+        """Close the pool and stop renewing leases. Idempotent."""
+        self._closed = True
+        self._leases.stop()
+        self._drop_listener()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                pool.close(timeout=5)
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed:
+                self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        if self._closed or self._pool is None:
+            raise StoreError(f"the store for {self._label} is closed")
+        try:
+            try:
+                conn = self._pool.getconn(timeout=_POOL_QUICK_S)
+            except PoolTimeout:
+                # None idle and none made at once: a server that is down or refuses us is
+                # said now, with libpq's reason; a reachable one only has every connection busy
+                probe = self._connect()
+                probe.close()
+                conn = self._pool.getconn(timeout=_POOL_TIMEOUT_S)
+        except PoolTimeout:
+            raise StoreError(
+                f"no free connection to {self._label} after {_POOL_TIMEOUT_S:.0f} s ({self.pool_size} in use)"
+            ) from None
+        except psycopg.Error as exc:
+            raise _store_error(exc, self._label) from None
+        try:
+            yield conn
+        finally:
+            self._pool.putconn(conn)
+
+    # -- migrations --------------------------------------------------------------------
+    def _migrate(self) -> float:
+        """Create or migrate the schema (serialised by an advisory lock); the database clock's
+        offset from this host, in seconds."""
+        import psycopg
+
+        conn = self._connect()
+        try:
+            before = time.time()
+            row = conn.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()
+            assert row is not None
+            db_now = float(row[0])
+            offset = db_now - (before + time.time()) / 2
+            version = self._schema_version(conn)  # a read first: refuses a newer schema before writing
+            if version > SCHEMA_VERSION:
+                raise self._too_new(version)
+            if version == SCHEMA_VERSION:
+                return offset
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", _LOCK_MIGRATE)
+                conn.execute(_MIGRATIONS_TABLE)
+                version = self._schema_version(conn)
+                if version > SCHEMA_VERSION:
+                    raise self._too_new(version)
+                for number, name, statements in _MIGRATIONS:
+                    if number <= version:
+                        continue
+                    with conn.transaction():  # a savepoint per version, committed with the lock held
+                        for statement in statements:
+                            conn.execute(statement)
+                        conn.execute(
+                            "INSERT INTO chatflow_schema_migrations (version, name, applied_at_utc) "
+                            "VALUES (%s, %s, extract(epoch FROM clock_timestamp()))",
+                            (number, name),
+                        )
+            return offset
+        except psycopg.Error as exc:
+            raise _store_error(exc, self._label) from None
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _schema_version(conn: psycopg.Connection[Any]) -> int:
+        exists = conn.execute("SELECT to_regclass('chatflow_schema_migrations')").fetchone()
+        if exists is None or exists[0] is None:
+            return 0
+        r = conn.execute("SELECT COALESCE(MAX(version), 0) FROM chatflow_schema_migrations").fetchone()
+        return int(r[0]) if r else 0
+
+    def _too_new(self, version: int) -> SchemaTooNewError:
+        return SchemaTooNewError(
+            f"{self._label} has schema version {version}, newer than this chatflow's {SCHEMA_VERSION}: "
+            "upgrade chatflow (the database was not changed)"
+        )
+
+    # -- transactions ------------------------------------------------------------------
+    @contextmanager
+    def _tx(self, write: bool) -> Iterator[_PgTx]:
+        import psycopg
+
+        begin = "BEGIN" if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        for attempt in range(3):
+            with self._connection() as conn:
+                try:
+                    conn.execute(begin)
+                except psycopg.OperationalError as exc:
+                    # a connection the server closed while it sat in the pool (a restart):
+                    # nothing was sent yet, so another connection may try again
+                    if attempt < 2 and conn.broken:
+                        self._pool.check()
+                        continue
+                    raise _store_error(exc, self._label) from None
+                try:
+                    # pipeline mode: statements whose results are not read yet (the writes, the
+                    # COMMIT) travel together with the next read, one round trip
+                    with conn.pipeline():
+                        tx = _PgTx(conn, self, write)
+                        yield tx
+                        tx.flush()
+                        conn.execute("COMMIT")
+                except BaseException as exc:
+                    if not conn.broken:
+                        try:
+                            conn.execute("ROLLBACK")
+                        except psycopg.Error:
+                            pass
+                    if isinstance(exc, psycopg.Error):
+                        raise _store_error(exc, self._label) from None
+                    raise
+                return
+        raise StoreError(f"cannot reach {self._label}")  # pragma: no cover - the loop returns or raises
+
+    @contextmanager
+    def _read(self) -> Iterator[_Tx]:
+        with self._tx(write=False) as tx:
+            yield tx
+
+    @contextmanager
+    def _write(self) -> Iterator[_Tx]:
+        with self._tx(write=True) as tx:
+            yield tx
+
+    async def _run_blocking(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """Run ``fn`` on a private thread pool (as many threads as connections)."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(_blocking_executor(max(4, self.pool_size)), partial(fn, *args, **kwargs))
+
+    # -- leases ------------------------------------------------------------------------
+    def begin_turn(self, session_id: str, **kwargs: Any) -> TurnStart:
+        """:meth:`BaseSessionStore.begin_turn`; the started turn's owner lease (or the queued
+        waiter's ticket) is then renewed by this process while the caller works."""
+        start = super().begin_turn(session_id, **kwargs)
+        owner = kwargs.get("owner")
+        ticket = kwargs.get("ticket")
+        if start.queued is not None:
+            self._leases.hold_ticket(start.queued)
+        elif start.replayed is None and owner is not None:
+            self._leases.hold_turn(owner.token, start.session)
+            if ticket is not None:
+                self._leases.drop_ticket(ticket)
+            claim = kwargs.get("message_claim")
+            if claim is not None:
+                self._leases.drop_claim(claim)
+        return start
+
+    def leave_turn_queue(self, session_id: str, ticket: int) -> None:
+        self._leases.drop_ticket(ticket)
+        super().leave_turn_queue(session_id, ticket)
+
+    def _claim(self, message_id: str, owner: Owner | None) -> str | None:
+        """claim_message's transaction: one ``INSERT ... ON CONFLICT ... DO UPDATE ... WHERE
+        <new, expired or lease run out> RETURNING``; when it leaves the id to a holder on this
+        host whose pid died, the shared rules free it (as on SQLite)."""
+        self._check_message_id(message_id)
+        holder = owner if owner is not None else Owner.current()
+        now = self.clock()
+        with self._tx(write=True) as tx:
+            tx.processed_purge(now, self._dedup_ttl_s)
+            claimed = tx.claim(message_id, holder, now, self._dedup_ttl_s)
+            if not claimed:
+                old = tx.processed_get(message_id)
+                if self._state_of(old, now) is MessageState.NEW:
+                    tx.processed_put(message_id, self._new_claim(old, holder, now))
+                    claimed = True
+        if claimed:
+            self._leases.hold_claim(holder.token)
+        return holder.token if claimed else None
+
+    def _mark(self, message_id: str) -> str:
+        token = super()._mark(message_id)
+        self._leases.hold_claim(token)
+        return token
+
+    def renew_leases(self) -> None:
+        """Renew now every lease this process holds (the lease thread does it every
+        ``lease_s / 3`` seconds)."""
+        self._leases.renew(self)
+
+    # -- notifications -----------------------------------------------------------------
+    def wait_for_events(self, session_id: str, after_seq: int, timeout: float) -> bool:
+        """Block until the session has an event with ``seq > after_seq`` or ``timeout``
+        seconds passed; True when there is one. Pushed by ``LISTEN chatflow_events`` on a
+        connection of its own (behind PgBouncer in transaction mode, where notifications
+        do not arrive, this still answers within ``timeout``, by reading the log)."""
+        import psycopg
+
+        deadline = time.monotonic() + max(0.0, timeout)
+        key = _channel_key(session_id)
+        conn = self._listener()
+
+        def arrived() -> bool:
+            try:
+                return self.last_seq(session_id) > after_seq
+            except SessionNotFoundError:  # deleted: the caller's next read says so
+                return True
+
+        try:
+            if arrived():
+                return True
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return arrived()
+                for note in conn.notifies(timeout=min(remaining, 1.0), stop_after=1):
+                    if note.payload == key:
+                        break
+                if arrived():
+                    return True
+        except psycopg.Error as exc:
+            self._drop_listener()
+            raise _store_error(exc, self._label) from None
+
+    def _listener(self) -> psycopg.Connection[Any]:
+        conn = self._listen_conn
+        if conn is None or conn.closed:
+            conn = self._connect()
+            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            self._listen_conn = conn
+        return conn
+
+    def _drop_listener(self) -> None:
+        conn, self._listen_conn = self._listen_conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def __repr__(self) -> str:
+        return f"PostgresSessionStore(dsn={redact_dsn(self.dsn)!r}, default_max_turns={self.default_max_turns})"
+
+
+def _label(dsn: str) -> str:
+    """How the database is named in messages: the DSN without its password."""
+    return f"PostgreSQL database {redact_dsn(dsn)}"

@@ -1,0 +1,544 @@
+"""An OpenAI Agents SDK ``Session`` kept in a chatflow store (the ``agents-sdk`` extra).
+
+Switching an Agents SDK program to chatflow's store is two lines::
+
+    from chatflow_cli import ChatflowSession
+    session = ChatflowSession("user-123", "conversations.db")   # was SQLiteSession("user-123", "conversations.db")
+
+    result = await Runner.run(agent, "Hello", session=session)
+
+:class:`ChatflowSession` implements the SDK's ``Session`` protocol (``session_id``,
+``session_settings``, ``get_items(limit)``, ``add_items(items)``, ``pop_item()``,
+``clear_session()``) on any chatflow store: the in-memory :class:`SessionStore`,
+:class:`SQLiteSessionStore` (several processes on one file) and any other
+:class:`BaseSessionStore`. The session is a normal chatflow session: ``chatflow sessions
+show``, ``replay``, ``export`` and search see its turns.
+
+How items are kept
+------------------
+Each item becomes a chatflow message that carries the item itself (``Message.items``), so
+``get_items`` returns every item exactly as it was added (a JSON copy), in the order added:
+
+* a user message item (``{"role": "user", ...}``) starts a turn (a USER message with its text);
+* consecutive ``function_call`` items of one ``add_items`` call are one MODEL message with
+  those tool calls; each ``function_call_output`` is the TOOL message answering its call;
+* an assistant message, a reasoning item and any other item is a MODEL message (its text or
+  reasoning when it has some, else none: chatflow's own Runner never sends it);
+* an item that chatflow's history rules cannot place as such -- a ``function_call_output``
+  whose call is not open, anything before the first user message -- is kept on a MODEL
+  message of its own (after an empty USER message that opens a turn, when none is open);
+  a new item while tool calls are still unanswered first closes them with a result named
+  ``chatflow.sdk_gap`` (``get_items`` leaves those out).
+
+Messages chatflow itself wrote in the session (``chatflow chat -s ID``) are returned as the
+equivalent items (``{"role": "user", ...}``, ``{"role": "assistant", ...}``,
+``function_call``, ``function_call_output``), so an SDK program can continue a session
+started on the command line.
+
+Contract
+--------
+* ``add_items`` is atomic: one store transaction, its events have consecutive ``seq``;
+  two processes adding to one SQLite file at once each land whole, one after the other.
+* ``get_items(limit)``: the newest ``limit`` items in chronological order (``None``: the
+  ``session_settings.limit``, else all; ``0``: none; a negative limit: all). With
+  ``turn_safe=True`` it returns whole turns only -- never a ``function_call_output``
+  without its call -- at most ``limit`` items, except that the newest turn always comes
+  whole. With ``max_turns=N`` the window itself is the newest N whole turns.
+* ``pop_item`` removes and returns the newest item, or None when there is none: its turn is
+  rolled back (a ``rollback`` event, as ``sessions rollback`` writes) and written again
+  without that item, plus an ``sdk.item_popped`` event holding the item.
+* ``clear_session`` empties the window (a ``rollback`` to turn 0 and an
+  ``sdk.session_cleared`` event); the log keeps everything.
+* An injected store is never closed by the session; a store the session opened from a
+  path (or the in-memory one it made) is closed by :meth:`close`.
+
+Beyond the SDK's own sessions: :meth:`ChatflowSession.run` runs ``Runner.run`` with the
+session's remembered active agent (a handoff in one run is the starting agent of the
+next), a message id de-duplicated with the store's claims (a redelivered webhook message
+runs once) and an idempotency key (a retried call returns the first run's output without
+running again).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+from .memory import BaseSessionStore, SessionContext, SessionStore
+from .messages import Message, Role, ToolCall
+
+__all__ = ["GAP_TOOL_NAME", "ChatflowSession", "SessionRun"]
+
+#: ``name`` of the TOOL result that closes tool calls no output was added for.
+GAP_TOOL_NAME = "chatflow.sdk_gap"
+_GAP_TEXT = "No output was added for this call before the next item."
+#: The agent name of sessions the SDK session creates unless ``agent_name`` says otherwise.
+DEFAULT_AGENT_NAME = "Assistant"
+#: ``max_turns`` of sessions the SDK session creates: the SDK expects every item back.
+UNBOUNDED_TURNS = 1_000_000
+
+
+def _require_sdk() -> Any:
+    try:
+        from agents.memory import session_settings
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "ChatflowSession needs the OpenAI Agents SDK: pip install 'chatflow-cli[agents-sdk]'"
+        ) from exc
+    return session_settings
+
+
+# -- items <-> messages ------------------------------------------------------------------
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for part in content:
+            if isinstance(part, dict):
+                kind = part.get("type")
+                if kind in ("input_text", "output_text", "text"):
+                    out.append(str(part.get("text") or ""))
+                elif kind == "refusal":
+                    out.append(str(part.get("refusal") or ""))
+                elif kind:
+                    out.append(f"[{kind}]")
+            elif isinstance(part, str):
+                out.append(part)
+        return "".join(out)
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _reasoning_text(item: Mapping[str, Any]) -> str | None:
+    parts = [p.get("text", "") for p in item.get("summary") or [] if isinstance(p, dict)]
+    parts += [p.get("text", "") for p in item.get("content") or [] if isinstance(p, dict)]
+    text = "\n".join(p for p in parts if p)
+    return text or None
+
+
+def _is_user(item: Mapping[str, Any]) -> bool:
+    return item.get("role") == "user" and item.get("type", "message") == "message"
+
+
+def _is_skipped(msg: Message) -> bool:
+    """Messages the session wrote only to keep chatflow's history valid."""
+    if msg.items:
+        return False
+    if msg.role is Role.TOOL and msg.name == GAP_TOOL_NAME:
+        return True
+    return msg.role is Role.USER and not msg.content
+
+
+def _items_of(msg: Message) -> list[dict[str, Any]]:
+    """The items a window message stands for (its own, or the equivalent of chatflow's)."""
+    if msg.items:
+        return list(msg.items)
+    if _is_skipped(msg):
+        return []
+    if msg.role is Role.USER:
+        return [{"role": "user", "content": msg.content or ""}]
+    if msg.role is Role.SYSTEM:
+        return [{"role": "system", "content": msg.content or ""}]
+    if msg.role is Role.TOOL:
+        return [{"type": "function_call_output", "call_id": msg.tool_call_id or "", "output": msg.content or ""}]
+    out: list[dict[str, Any]] = []
+    if msg.content:
+        out.append({"role": "assistant", "content": msg.content})
+    for call in msg.tool_calls:
+        out.append({"type": "function_call", "call_id": call.id, "name": call.name, "arguments": call.arguments})
+    return out
+
+
+def _json_copy(item: Any, index: int) -> dict[str, Any]:
+    if not isinstance(item, Mapping):
+        raise TypeError(f"item {index} is a {type(item).__name__}, not a dict")
+    try:
+        data = json.loads(json.dumps(item, ensure_ascii=False))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"item {index} is not JSON-serialisable: {exc}") from None
+    return dict(data)
+
+
+def _close_gaps(ctx: SessionContext) -> None:
+    for call in ctx.pending_tool_calls:
+        ctx.add_message(Message.tool(call.id, _GAP_TEXT, name=GAP_TOOL_NAME, is_error=True))
+
+
+def _ensure_turn(ctx: SessionContext) -> None:
+    if ctx.turn_count == 0:
+        ctx.add_message(Message.user(""))
+
+
+def _place(ctx: SessionContext, items: Sequence[dict[str, Any]], agent: str | None) -> None:
+    """Append ``items`` to the context as messages (see the module docstring)."""
+    i = 0
+    while i < len(items):
+        item = items[i]
+        kind = item.get("type")
+        if _is_user(item):
+            _close_gaps(ctx)
+            ctx.add_message(Message(Role.USER, _content_text(item.get("content")), items=(item,)))
+            i += 1
+            continue
+        if kind == "function_call":
+            group = [item]
+            while i + len(group) < len(items) and items[i + len(group)].get("type") == "function_call":
+                group.append(items[i + len(group)])
+            ids = [str(g.get("call_id") or "") for g in group]
+            known = {c.id for m in ctx.history for c in m.tool_calls}
+            if all(ids) and len(set(ids)) == len(ids) and not known & set(ids):
+                _close_gaps(ctx)
+                _ensure_turn(ctx)
+                calls = [ToolCall(str(g["call_id"]), str(g.get("name") or ""), str(g.get("arguments") or "{}"))
+                         for g in group]
+                ctx.add_message(Message(Role.MODEL, None, tuple(calls), agent=agent, items=tuple(group)))
+                i += len(group)
+                continue
+        elif kind == "function_call_output":
+            call_id = str(item.get("call_id") or "")
+            open_calls = {c.id: c for c in ctx.pending_tool_calls}
+            if call_id in open_calls:
+                output = item.get("output")
+                text = output if isinstance(output, str) else _content_text(output)
+                ctx.add_message(Message(Role.TOOL, text, tool_call_id=call_id, name=open_calls[call_id].name,
+                                        items=(item,)))
+                i += 1
+                continue
+        _close_gaps(ctx)
+        _ensure_turn(ctx)
+        if kind in (None, "message") and item.get("role") == "assistant":
+            ctx.add_message(Message(Role.MODEL, _content_text(item.get("content")) or None, agent=agent,
+                                    items=(item,)))
+        elif kind == "reasoning":
+            ctx.add_message(Message(Role.MODEL, None, reasoning=_reasoning_text(item), agent=agent, items=(item,)))
+        else:
+            ctx.add_message(Message(Role.MODEL, None, agent=agent, items=(item,)))
+        i += 1
+
+
+def _dict_items(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`_items_of` for a message in its ``to_dict()`` form (no Message built)."""
+    items = data.get("items")
+    if items:
+        return list(items)
+    return _items_of(Message.from_dict(data))
+
+
+def _turn_items(rows: Sequence[tuple[int, dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The window's items grouped by turn (SYSTEM messages, turn 0, form a group of their own)."""
+    groups: list[list[dict[str, Any]]] = []
+    last = None
+    for turn, data in rows:
+        if turn != last:
+            groups.append([])
+            last = turn
+        groups[-1].extend(_dict_items(data))
+    return groups
+
+
+@dataclass(slots=True)
+class SessionRun:
+    """What :meth:`ChatflowSession.run` returns.
+
+    ``result``: the SDK's ``RunResult`` (None when nothing ran); ``final_output``: the run's
+    final output (for a replay, the stored one, as text); ``last_agent``: the name of the
+    agent that answered, now the session's active agent; ``replayed``: the idempotency key
+    or message id was seen before, so nothing ran (``duplicate``: it was a message id).
+    """
+
+    result: Any
+    final_output: Any
+    last_agent: str | None
+    replayed: bool = False
+    duplicate: bool = False
+
+
+class ChatflowSession:
+    """An Agents SDK ``Session`` on a chatflow store (see the module docstring).
+
+    Args:
+        session_id: the chatflow session id (created on the first ``add_items``).
+        store: a :class:`BaseSessionStore` (injected: never closed here), a path to a
+            SQLite file (opened here, closed by :meth:`close`), or None for a private
+            in-memory store.
+        session_settings: the SDK's ``SessionSettings`` (or a dict); ``limit`` is the
+            default of ``get_items``.
+        turn_safe: ``get_items(limit)`` returns whole turns only.
+        max_turns: the context window of a session created here, in turns (default: all).
+        agent_name: the active agent of a session created here.
+        metadata: the metadata of a session created here.
+
+    Raises:
+        ImportError: the ``openai-agents`` package is not installed.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        store: BaseSessionStore | str | Path | None = None,
+        *,
+        session_settings: Any = None,
+        turn_safe: bool = False,
+        max_turns: int | None = None,
+        agent_name: str = DEFAULT_AGENT_NAME,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        settings_mod = _require_sdk()
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("session_id must be a non-empty string")
+        self.session_id = session_id
+        self.session_settings = (
+            settings_mod.coerce_session_settings(session_settings) if session_settings is not None
+            else settings_mod.SessionSettings()
+        )
+        self._owns_store = not isinstance(store, BaseSessionStore)
+        if isinstance(store, BaseSessionStore):
+            self.store = store
+        elif store is None:
+            self.store = SessionStore()
+        else:
+            from .sqlite_store import SQLiteSessionStore
+
+            self.store = SQLiteSessionStore(store)
+        self.turn_safe = turn_safe
+        self._max_turns = max_turns if max_turns is not None else UNBOUNDED_TURNS
+        self._agent_name = agent_name
+        self._metadata = dict(metadata or {})
+        self._copy_out = isinstance(self.store, SessionStore)  # the memory store keeps the objects
+        # The items of the whole window as JSON text, at a log position: get_items() answers from
+        # it while the log has not moved (one indexed read), and add_items() extends it.
+        self._cache: tuple[tuple[str, int], list[str]] | None = None
+
+    # -- the Session protocol ----------------------------------------------------------
+    async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The session's items, oldest first; see the module docstring for ``limit``."""
+        if limit is None:
+            limit = self.session_settings.limit
+        per_turn = await self._window_items()
+        if limit is None or limit < 0:
+            items = [it for group in per_turn for it in group]
+        elif limit == 0:
+            items = []
+        elif self.turn_safe:
+            kept: list[list[dict[str, Any]]] = []
+            count = 0
+            for group in reversed(per_turn):
+                if kept and count + len(group) > limit:
+                    break
+                kept.append(group)
+                count += len(group)
+            items = [it for group in reversed(kept) for it in group]
+        else:
+            flat = [it for group in per_turn for it in group]
+            items = flat[-limit:]
+        return copy.deepcopy(items) if self._copy_out else items
+
+    async def _window_items(self) -> list[list[dict[str, Any]]]:
+        """The window's items grouped by turn: from the cache when the log has not moved."""
+        cache = self._cache
+        if cache is not None and self._max_turns == UNBOUNDED_TURNS:
+            if await self.store.alog_position(self.session_id) == cache[0]:
+                return [json.loads(text) for text in cache[1]]  # fresh objects, as a read gives
+        position, rows = await self.store.awindow_dicts(self.session_id)
+        groups = _turn_items(rows)
+        self._cache = None
+        if position is not None and self._max_turns == UNBOUNDED_TURNS:
+            self._cache = (position, [json.dumps(g, ensure_ascii=False) for g in groups])
+        return groups
+
+    def _extend_cache(self, result: Any, turn_open: bool, items: list[dict[str, Any]]) -> None:
+        """After add_items: the cache follows when it was current just before the edit."""
+        cache, self._cache = self._cache, None
+        if cache is None or result.position is None or cache[0] != result.before:
+            return
+        groups = list(cache[1])
+        for item in items:
+            if _is_user(item) or not turn_open:  # as _place opens turns
+                groups.append("[]")
+                turn_open = True
+            text = json.dumps(item, ensure_ascii=False)
+            last = groups[-1]
+            groups[-1] = last[:-1] + ("," if last != "[]" else "") + text + "]"
+        self._cache = (result.position, groups)
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Append ``items`` in one transaction (nothing is written when one is not a JSON object).
+
+        Raises:
+            TypeError: an item that is not a JSON-serialisable dict.
+        """
+        if not items:
+            return
+        copies = [_json_copy(item, k) for k, item in enumerate(items)]
+
+        turn_open: list[bool] = []
+
+        def change(ctx: SessionContext) -> None:
+            turn_open.append(ctx.turn_count > 0)
+            _place(ctx, copies, None)
+
+        result = await self.store.aedit(self.session_id, change, create_agent=self._agent_name,
+                                        max_turns=self._max_turns, metadata=self._metadata, last_turns=1)
+        self._extend_cache(result, bool(turn_open and turn_open[0]), copies)
+
+    async def pop_item(self) -> dict[str, Any] | None:
+        """Remove and return the newest item; None when the session has none."""
+
+        def change(ctx: SessionContext) -> dict[str, Any] | None:
+            turns = ctx.turns
+            if not turns:
+                return None
+            turn = turns[-1]
+            messages = list(turn.messages)
+            index = next((k for k in range(len(messages) - 1, -1, -1) if _items_of(messages[k])), None)
+            if index is None:
+                return None
+            target = messages[index]
+            items = _items_of(target)
+            popped = items[-1]
+            ctx.rollback_to(turn.number - 1)
+            before = messages[:index]
+            if items[:-1] or not all(_is_skipped(m) for m in before):
+                for msg in before:
+                    ctx.add_message(msg)
+                if items[:-1]:
+                    _place(ctx, items[:-1], target.agent)
+            ctx.record_event("sdk.item_popped", {"turn": turn.number, "item": popped})
+            return popped
+
+        self._cache = None
+        popped = (await self.store.aedit(self.session_id, change, last_turns=1)).value
+        return copy.deepcopy(popped) if (popped is not None and self._copy_out) else popped
+
+    async def clear_session(self) -> None:
+        """Empty the window; the event log keeps every item."""
+
+        def change(ctx: SessionContext) -> None:
+            if ctx.turn_count:
+                ctx.rollback_to(0)
+            ctx.record_event("sdk.session_cleared", {})
+
+        self._cache = None
+        await self.store.aedit(self.session_id, change, last_turns=1)
+
+    # -- beyond the protocol -----------------------------------------------------------
+    def close(self) -> None:
+        """Close the store when this session opened it; an injected store stays open."""
+        if self._owns_store:
+            self.store.close()
+
+    @property
+    def active_agent_name(self) -> str | None:
+        """The session's active agent (None before the session exists)."""
+        return self.store.active_agent_name(self.session_id)
+
+    async def aactive_agent_name(self) -> str | None:
+        """:attr:`active_agent_name`, read off the event loop for an on-disk store."""
+        return await self.store.aactive_agent_name(self.session_id)
+
+    async def set_active_agent(self, name: str) -> None:
+        """Make ``name`` the active agent (a ``handoff`` event when it changes)."""
+
+        def change(ctx: SessionContext) -> None:
+            ctx.set_active_agent(name)
+
+        await self.store.aedit(self.session_id, change, create_agent=name, max_turns=self._max_turns,
+                               metadata=self._metadata)
+
+    async def run(
+        self,
+        starting_agent: Any,
+        input: Any,
+        *,
+        agents: Mapping[str, Any] | Callable[[str], Any] | None = None,
+        message_id: str | None = None,
+        idempotency_key: str | None = None,
+        runner: Any = None,
+        **run_kwargs: Any,
+    ) -> SessionRun:
+        """``Runner.run`` on this session, with chatflow's active agent and de-duplication.
+
+        The run starts with the session's active agent (found by name in ``agents``, a
+        mapping or a callable; ``starting_agent`` when the session is new or the name is
+        unknown) and the agent that answered becomes the active agent. ``message_id``: a
+        webhook message id claimed in the store (``claim_message``): a duplicate delivery
+        returns ``SessionRun(duplicate=True, replayed=True)`` without running, and a run
+        that raises frees the claim for the redelivery. ``idempotency_key``: a key already
+        completed in this session returns the first run's final output (as stored: text)
+        with ``replayed=True``; a run that raised leaves the key free.
+
+        Raises:
+            whatever ``Runner.run`` raises (after freeing the claim).
+        """
+        if runner is None:
+            from agents import Runner as runner
+        claim = message_id
+        key_claim = f"idempotency:{self.session_id}:{idempotency_key}" if idempotency_key is not None else None
+        if key_claim is not None:
+            done = await self._completed_run(idempotency_key or "")
+            if done is not None:
+                return done
+            if not await self.store.aclaim_message(key_claim):
+                done = await self._completed_run(idempotency_key or "")
+                if done is not None:
+                    return done
+                raise UsageError(f"a run with idempotency key {idempotency_key!r} is in progress",
+                                 session_id=self.session_id)
+        if claim is not None and not await self.store.aclaim_message(claim):
+            if key_claim is not None:
+                await self.store.arelease_message(key_claim)
+            return SessionRun(None, None, await self.aactive_agent_name(), replayed=True, duplicate=True)
+        agent = starting_agent
+        name = await self.aactive_agent_name()
+        if name is not None and name != getattr(starting_agent, "name", None) and agents is not None:
+            found = agents(name) if callable(agents) else agents.get(name)
+            if found is not None:
+                agent = found
+        try:
+            result = await runner.run(agent, input, session=self, **run_kwargs)
+        except BaseException:
+            for held in (claim, key_claim):
+                if held is not None:
+                    await self.store.arelease_message(held)
+            raise
+        last = getattr(getattr(result, "last_agent", None), "name", None)
+        if last is not None:
+            await self.set_active_agent(last)
+        if idempotency_key is not None:
+            payload = {"idempotency_key": idempotency_key, "final_output": _plain(result.final_output),
+                       "last_agent": last}
+            await self.store.aappend_event(self.session_id, "sdk.run_completed", payload,
+                                           idempotency_key=f"sdk-run:{idempotency_key}")
+        for held in (claim, key_claim):
+            if held is not None:
+                await self.store.acomplete_message(held)
+        return SessionRun(result, result.final_output, last)
+
+    async def _completed_run(self, key: str) -> SessionRun | None:
+        try:
+            events = await self.store.aevents(self.session_id)
+        except Exception:
+            return None
+        for event in reversed(events):
+            if event.type == "sdk.run_completed" and event.payload.get("idempotency_key") == key:
+                return SessionRun(None, event.payload.get("final_output"), event.payload.get("last_agent"),
+                                  replayed=True)
+        return None
+
+    def __repr__(self) -> str:
+        return f"ChatflowSession(session_id={self.session_id!r}, store={self.store!r})"
+
+
+def _plain(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return str(value)

@@ -1,0 +1,345 @@
+"""ChatflowSession: the Agents SDK's Session protocol on chatflow's stores, through the SDK's real Runner."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+agents = pytest.importorskip("agents", reason="the agents-sdk extra (openai-agents) is not installed")
+
+from agents import Agent, Runner, SessionSettings, SQLiteSession, function_tool, handoff  # noqa: E402
+from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
+
+agents.set_tracing_disabled(True)  # no trace export from tests
+
+from chatflow_cli.core.memory import BaseSessionStore, SessionStore  # noqa: E402
+from chatflow_cli.core.messages import Message, ToolCall  # noqa: E402
+from chatflow_cli.core.sdk_session import GAP_TOOL_NAME, ChatflowSession  # noqa: E402
+from chatflow_cli.core.sqlite_store import SQLiteSessionStore  # noqa: E402
+
+
+@function_tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+def script() -> list[Any]:
+    return [
+        {"output": [function_call("add", {"a": 2, "b": 3}, call_id="c1"),
+                    function_call("add", {"a": 1, "b": 1}, call_id="c2")]},
+        {"output": [assistant_message("5 and 2", item_id="m1")]},
+        {"output": [assistant_message("Ça va ✓ — 你好", item_id="m2")]},
+    ]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseSessionStore]:
+    made: BaseSessionStore = SessionStore() if request.param == "memory" else SQLiteSessionStore(tmp_path / "s.db")
+    yield made
+    made.close()
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def two_runs(session: Any) -> tuple[ScriptedModel, list[Any]]:
+    model = ScriptedModel(script())
+    agent = Agent(name="Calc", instructions="Add.", model=model, tools=[add])
+    await Runner.run(agent, "what is 2+3 and 1+1?", session=session)
+    await Runner.run(agent, "and now?", session=session)
+    return model, await session.get_items()
+
+
+def test_multi_turn_history_through_the_runner_matches_the_sdks_own_session(store: BaseSessionStore) -> None:
+    ours = ChatflowSession("calc", store)
+    model, items = run(two_runs(ours))
+    _, reference = run(two_runs(SQLiteSession("calc")))
+    assert items == reference  # every item back exactly as the SDK added it, in order
+    assert [i.get("type") or i.get("role") for i in items] == [
+        "user", "function_call", "function_call", "function_call_output", "function_call_output", "message",
+        "user", "message"]
+    # the second model call saw the first run's whole history
+    second_run_input = model.calls[2].input
+    assert [i.get("call_id") for i in second_run_input if i.get("type") == "function_call"] == ["c1", "c2"]
+    # it is a chatflow session: turns, tool calls and results as chatflow shows them
+    turns = store.load_turns("calc")
+    assert [t.number for t in turns] == [1, 2]
+    assert turns[0].messages[1].tool_calls == (ToolCall("c1", "add", '{"a":2,"b":3}'),
+                                               ToolCall("c2", "add", '{"a":1,"b":1}'))
+    assert turns[0].messages[2] == Message("tool", "5", tool_call_id="c1", name="add", items=(items[3],))
+    assert turns[1].messages[-1].content == "Ça va ✓ — 你好"
+
+
+def test_add_items_is_one_transaction_with_consecutive_seq(store: BaseSessionStore) -> None:
+    session = ChatflowSession("tx", store)
+    run(session.add_items([{"role": "user", "content": "hi"}]))
+    before = store.last_seq("tx")
+    batch = [{"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "a", "output": "1"},
+             {"type": "reasoning", "id": "r", "summary": [{"type": "summary_text", "text": "hmm"}]},
+             {"role": "assistant", "content": "done"}]
+    run(session.add_items(batch))
+    new = store.events("tx", after_seq=before)
+    assert [e.seq for e in new] == list(range(before + 1, before + 5))
+    with pytest.raises(TypeError, match="item 1 is not JSON-serialisable"):
+        run(session.add_items([{"role": "user", "content": "x"}, {"role": "user", "content": object()}]))
+    assert store.last_seq("tx") == before + 4  # nothing of the refused batch
+
+
+def test_items_come_back_exactly_as_added_even_when_they_break_chatflows_rules(store: BaseSessionStore) -> None:
+    session = ChatflowSession("odd", store)
+    odd = [
+        {"role": "assistant", "content": "before any user message"},
+        {"type": "function_call_output", "call_id": "nobody", "output": "orphan"},  # no call: the SDK's open issue
+        {"role": "user", "content": [{"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": "x"}]},
+        {"type": "function_call", "call_id": "k", "name": "f", "arguments": "{}"},
+        {"role": "user", "content": "a user message while k waits"},
+        {"type": "web_search_call", "id": "ws", "status": "completed", "action": {"type": "search", "query": "q"}},
+        {"role": "user", "content": "ünïcødé\u2028line, ‮RTL, 🎉", "extra": {"nested": [1, 2.5, None, True]}},
+    ]
+    run(session.add_items(odd))
+    assert run(session.get_items()) == odd
+    names = [m.name for t in store.load_turns("odd") for m in t.messages]
+    assert GAP_TOOL_NAME in names  # k was closed so the history stays valid; get_items leaves it out
+    store2 = ChatflowSession("odd", store)
+    assert run(store2.get_items()) == odd
+
+
+def test_returned_items_are_copies(store: BaseSessionStore) -> None:
+    session = ChatflowSession("copy", store)
+    item = {"role": "user", "content": "x", "meta": {"k": [1]}}
+    run(session.add_items([item]))
+    item["meta"]["k"].append(2)
+    got = run(session.get_items())
+    got[0]["meta"]["k"].append(3)
+    assert run(session.get_items()) == [{"role": "user", "content": "x", "meta": {"k": [1]}}]
+
+
+def test_pop_item_removes_the_newest_and_marks_it_in_the_log(store: BaseSessionStore) -> None:
+    session = ChatflowSession("pop", store)
+    _, items = run(two_runs(session))
+    popped = []
+    for _ in range(4):
+        popped.append(run(session.pop_item()))
+        assert run(session.get_items()) == items[: len(items) - len(popped)]
+    assert popped == list(reversed(items[-4:]))  # the message, the user item, the message, an output
+    events = store.events("pop")
+    assert [e.payload["item"] for e in events if e.type == "sdk.item_popped"] == popped
+    assert sum(1 for e in events if e.type == "rollback") == 4
+    # the log keeps what was popped: sessions show --all still has it
+    kept = [m.content for r in store.load_turns("pop", include_rolled_back=True) for m in r.messages]
+    assert "and now?" in kept
+    # the parallel calls are one message: popping one call keeps the other
+    run(session.pop_item())  # output c1
+    run(session.pop_item())  # call c2
+    assert run(session.get_items()) == items[:2]
+    assert store.load_turns("pop")[0].messages[1].tool_calls == (ToolCall("c1", "add", '{"a":2,"b":3}'),)
+    run(session.pop_item())
+    run(session.pop_item())
+    assert run(session.get_items()) == []
+    assert run(session.pop_item()) is None
+    assert run(ChatflowSession("never-made", store).pop_item()) is None
+
+
+def test_clear_session_empties_the_window_and_keeps_the_log(store: BaseSessionStore) -> None:
+    session = ChatflowSession("clear", store)
+    run(two_runs(session))
+    seq = store.last_seq("clear")
+    run(session.clear_session())
+    assert run(session.get_items()) == []
+    events = store.events("clear")
+    assert events[-2].type == "rollback" and events[-2].payload["to_turn"] == 0
+    assert events[-1].type == "sdk.session_cleared" and len(events) == seq + 2
+    run(session.add_items([{"role": "user", "content": "again"}]))
+    assert run(session.get_items()) == [{"role": "user", "content": "again"}]
+    assert store.turn_count("clear") == 1
+    run(ChatflowSession("nothing-yet", store).clear_session())  # no session: nothing to clear
+
+
+def test_sessions_are_isolated(store: BaseSessionStore) -> None:
+    a, b = ChatflowSession("a", store), ChatflowSession("b", store)
+    run(a.add_items([{"role": "user", "content": "for a"}]))
+    run(b.add_items([{"role": "user", "content": "for b"}]))
+    run(a.clear_session())
+    assert run(a.get_items()) == []
+    assert run(b.get_items()) == [{"role": "user", "content": "for b"}]
+    assert run(b.pop_item()) == {"role": "user", "content": "for b"}
+    assert store.turn_count("a") == 0 and store.turn_count("b") == 0
+
+
+def test_limit_and_session_settings(store: BaseSessionStore) -> None:
+    items = [{"role": "user", "content": "q1"}, {"type": "function_call", "call_id": "x", "name": "f", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "x", "output": "1"}, {"role": "assistant", "content": "a1"},
+             {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}]
+    plain = ChatflowSession("lim", store)
+    run(plain.add_items(items))
+    assert run(plain.get_items(2)) == items[-2:]
+    assert run(plain.get_items(3)) == items[-3:]
+    assert run(plain.get_items(0)) == []
+    assert run(plain.get_items(-1)) == items
+    assert run(plain.get_items(100)) == items
+    settings = ChatflowSession("lim", store, session_settings=SessionSettings(limit=3))
+    assert settings.session_settings.limit == 3
+    assert run(settings.get_items()) == items[-3:]
+    assert run(settings.get_items(1)) == items[-1:]  # an explicit limit wins
+    assert ChatflowSession("lim", store, session_settings={"limit": 2}).session_settings.limit == 2
+    # turn-safe: whole turns only, so never a function_call_output without its call
+    safe = ChatflowSession("lim", store, turn_safe=True)
+    assert run(safe.get_items(5)) == items[-2:]   # turn 2 fits, turn 1 (4 items) does not
+    assert run(safe.get_items(6)) == items
+    assert run(safe.get_items(1)) == items[-2:]   # the newest turn always comes whole
+    window = ChatflowSession("win", store, max_turns=1)
+    run(window.add_items(items))
+    assert run(window.get_items()) == items[-2:]
+
+
+def test_an_injected_store_is_never_closed(tmp_path: Path) -> None:
+    store = SQLiteSessionStore(tmp_path / "inj.db")
+    session = ChatflowSession("i", store)
+    run(session.add_items([{"role": "user", "content": "x"}]))
+    session.close()
+    assert store.turn_count("i") == 1  # still open
+    store.close()
+    own = ChatflowSession("o", tmp_path / "own.db")
+    run(own.add_items([{"role": "user", "content": "y"}]))
+    own.close()
+    with SQLiteSessionStore(tmp_path / "own.db") as again:
+        assert again.turn_count("o") == 1
+
+
+def test_a_session_written_by_chatflow_reads_as_items(store: BaseSessionStore) -> None:
+    ctx = store.get_or_create("cli", "Assistant")
+    ctx.add_message(Message.user("hi"))
+    ctx.add_message(Message.model(None, [ToolCall("t", "f", '{"x":1}')]))
+    ctx.add_message(Message.tool("t", "ok", name="f"))
+    ctx.add_message(Message.model("done"))
+    ctx.complete_turn("done")
+    store.save(ctx)
+    assert run(ChatflowSession("cli", store).get_items()) == [
+        {"role": "user", "content": "hi"},
+        {"type": "function_call", "call_id": "t", "name": "f", "arguments": '{"x":1}'},
+        {"type": "function_call_output", "call_id": "t", "output": "ok"},
+        {"role": "assistant", "content": "done"}]
+
+
+CHILD = """
+import asyncio, sys
+from chatflow_cli.core.sdk_session import ChatflowSession
+tag, db = sys.argv[1], sys.argv[2]
+async def main():
+    session = ChatflowSession("shared", db)
+    for b in range(40):
+        await session.add_items([{"role": "user", "content": f"{tag}-{b}-0"}]
+                                + [{"role": "assistant", "content": f"{tag}-{b}-{i}"} for i in (1, 2, 3)])
+    session.close()
+asyncio.run(main())
+"""
+
+
+def test_concurrent_add_items_from_two_processes_on_one_sqlite_file(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    SQLiteSessionStore(db).close()
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, tag, str(db)], env=env, stderr=subprocess.PIPE)
+             for tag in ("p", "q")]
+    for proc in procs:
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err.decode()
+    items = run(ChatflowSession("shared", db).get_items())
+    texts = [i["content"] for i in items]
+    assert len(texts) == 320
+    for start in range(0, 320, 4):  # every batch landed whole, its four items together and in order
+        tag, batch, _ = texts[start].split("-")
+        assert texts[start:start + 4] == [f"{tag}-{batch}-{i}" for i in range(4)]
+    for tag in ("p", "q"):
+        assert [t for t in texts if t.startswith(tag) and t.endswith("-0")] == [f"{tag}-{b}-0" for b in range(40)]
+    with SQLiteSessionStore(db) as store:
+        seqs = [e.seq for e in store.events("shared")]
+        assert seqs == list(range(1, len(seqs) + 1))
+
+
+def billing_agents() -> tuple[Agent[Any], Agent[Any], ScriptedModel]:
+    model = ScriptedModel([])
+    billing = Agent(name="Billing", instructions="Refunds.", model=model)
+    support = Agent(name="Support", instructions="Help.", model=model, handoffs=[handoff(billing)])
+    return support, billing, model
+
+
+def test_run_remembers_the_active_agent_across_runs(store: BaseSessionStore) -> None:
+    support, billing, model = billing_agents()
+    model.extend([{"output": [function_call("transfer_to_billing", {}, call_id="h1")]},
+                  {"output": [assistant_message("Billing here.")]},
+                  {"output": [assistant_message("Refund sent.")]}])
+    session = ChatflowSession("agents", store, agent_name="Support")
+    first = run(session.run(support, "I want a refund", agents={"Billing": billing}))
+    assert first.last_agent == "Billing" and session.active_agent_name == "Billing"
+    second = run(session.run(support, "Thanks, when?", agents={"Billing": billing}))
+    assert second.final_output == "Refund sent."
+    assert model.calls[-1].system_instructions == "Refunds."  # the second run started with Billing
+    handoffs = [e.payload for e in store.events("agents") if e.type == "handoff"]
+    assert [(h["from_agent"], h["to_agent"]) for h in handoffs] == [("Support", "Billing")]
+
+
+def test_run_with_a_message_id_runs_a_redelivery_once(store: BaseSessionStore) -> None:
+    support, _, model = billing_agents()
+    model.extend([{"output": [assistant_message("Hello!")]}])
+    session = ChatflowSession("hook", store)
+    first = run(session.run(support, "hi", message_id="wamid.1"))
+    again = run(session.run(support, "hi", message_id="wamid.1"))
+    assert first.final_output == "Hello!" and not first.replayed
+    assert again.duplicate and again.replayed and again.result is None
+    assert len(model.calls) == 1
+    assert store.message_state("wamid.1").value == "processed"
+
+
+def test_run_with_an_idempotency_key_returns_the_first_output(store: BaseSessionStore) -> None:
+    support, _, model = billing_agents()
+    model.extend([{"error": RuntimeError("provider down")}, {"output": [assistant_message("Answer")]}])
+    session = ChatflowSession("idem", store)
+    with pytest.raises(RuntimeError, match="provider down"):
+        run(session.run(support, "q", idempotency_key="k1"))
+    ok = run(session.run(support, "q", idempotency_key="k1"))  # the failed run left the key free
+    replay = run(session.run(support, "q", idempotency_key="k1"))
+    assert ok.final_output == "Answer" and not ok.replayed
+    assert replay.replayed and replay.final_output == "Answer" and replay.last_agent == "Support"
+    assert len(model.calls) == 2
+
+
+def test_unicode_round_trip_json_file(tmp_path: Path) -> None:
+    items = [{"role": "user", "content": "🎉 \u0000 nul? no: \\u0000 text, 'quotes' \"and\" \\ back"},
+             {"role": "assistant", "content": "ok\u2029para"}]
+    session = ChatflowSession("u", tmp_path / "u.db")
+    run(session.add_items(items))
+    session.close()
+    again = ChatflowSession("u", tmp_path / "u.db")
+    assert run(again.get_items()) == json.loads(json.dumps(items))
+    again.close()
+
+
+def test_a_second_writer_is_seen_at_once(store: BaseSessionStore) -> None:
+    """Each session object answers get_items from its window cache only while the log has not moved."""
+    one, two = ChatflowSession("both", store), ChatflowSession("both", store)
+    run(one.add_items([{"role": "user", "content": "from one"}]))
+    assert run(one.get_items()) == [{"role": "user", "content": "from one"}]
+    run(two.add_items([{"role": "assistant", "content": "from two"}]))
+    assert run(one.get_items()) == [{"role": "user", "content": "from one"}, {"role": "assistant", "content": "from two"}]
+    run(two.add_items([{"role": "assistant", "content": "two again"}]))
+    run(one.add_items([{"role": "user", "content": "one again"}]))  # its cache was stale: not extended
+    want = [{"role": "user", "content": "from one"}, {"role": "assistant", "content": "from two"},
+            {"role": "assistant", "content": "two again"}, {"role": "user", "content": "one again"}]
+    assert run(one.get_items()) == want and run(two.get_items()) == want
+    assert run(two.pop_item()) == want[-1]
+    assert run(one.get_items()) == want[:-1]
+    store.delete("both")
+    run(two.add_items([{"role": "user", "content": "new incarnation"}]))
+    assert run(one.get_items()) == [{"role": "user", "content": "new incarnation"}]
