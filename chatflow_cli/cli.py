@@ -207,31 +207,41 @@ def root(
     no_color: Annotated[bool, typer.Option("--no-color", help="No colours (NO_COLOR is honoured too).")] = False,
     session: Annotated[Optional[str], typer.Option("--session", "-s", metavar="ID", help="With no command: the REPL (or the piped message) on this session, created when new.", autocompletion=complete_session_id)] = None,
     continue_: Annotated[bool, typer.Option("--continue", "-c", help="With no command: the REPL (or the piped message) on the most recently updated session.")] = False,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", help="With no command: as chat --model.")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="With no command: as chat --base-url.")] = None,
+    agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="With no command: as chat --agent.", autocompletion=complete_agent_name)] = None,
+    system: Annotated[Optional[str], typer.Option("--system", metavar="TEXT", help="With no command: as chat --system.")] = None,
+    max_turns: Annotated[Optional[int], typer.Option("--max-turns", min=1, metavar="N", help="With no command: as chat --max-turns.")] = None,
     version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     """Chat with OpenAI-compatible models from the terminal; sessions are kept in SQLite.
 
-    With no command: the REPL on a terminal; otherwise the message is read from stdin.
+    With no command: the REPL on a terminal; otherwise the message is read from stdin. The
+    chat options -s, -c, -m, --base-url, -a, --system and --max-turns apply to it.
     --db, --config, --debug and --no-color may also follow the command.
     """
     state = State(db=db, config=config, debug=debug, no_color=no_color, env=Env.from_sys(no_color=no_color))
     ctx.obj = state
     ctx.call_on_close(state.close)
+    chat_options = {"model": model, "base_url": base_url, "agent": agent, "system": system, "max_turns": max_turns}
     if ctx.invoked_subcommand is not None:
-        if session is not None or continue_:
-            flag = "--session" if session is not None else "--continue"
+        given = [name for name, value in (("--session", session), ("--continue", continue_ or None),
+                                          *((f"--{k.replace('_', '-')}", v) for k, v in chat_options.items()))
+                 if value is not None]
+        if given:
+            flag = given[0]
             raise UsageError(f"{flag} before a command opens the REPL; give it to the command instead "
                              f"(chatflow {ctx.invoked_subcommand} {flag} ...)")
         return
     env = state.env
     if env.interactive:
-        _start_repl(ctx, state, session_id=session, continue_last=continue_)
+        _start_repl(ctx, state, session_id=session, continue_last=continue_, **chat_options)
         return
     if env.stdin_isatty:
         raise UsageError("stdout is not a terminal: pass the message, e.g. chatflow chat \"hello\" > reply.txt")
     from .commands.chat import ChatOptions, run_chat
 
-    run_chat(state, ChatOptions(session=session, continue_=continue_))
+    run_chat(state, ChatOptions(session=session, continue_=continue_, **chat_options))
 
 
 def _start_repl(ctx: typer.Context, state: State, **options: Any) -> None:
