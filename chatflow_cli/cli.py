@@ -310,6 +310,7 @@ def chat(
     base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; overrides OPENAI_BASE_URL.")] = None,
     agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="Start with this configured agent (on an existing session: switch to it).", autocompletion=complete_agent_name)] = None,
     max_turns: Annotated[Optional[int], typer.Option("--max-turns", min=1, metavar="N", help="Turns kept in the context window of a new session.")] = None,
+    max_context_tokens: Annotated[Optional[int], typer.Option("--max-context-tokens", min=2, metavar="N", help="The model's context size in tokens (default: config, the local model's, or a table of common models); requests carry the newest whole turns that fit.")] = None,
     metadata: Annotated[Optional[list[str]], typer.Option("--metadata", help="KEY=VALUE stored on the session (repeatable).", metavar="KEY=VALUE")] = None,
     message_id: Annotated[Optional[str], typer.Option("--message-id", metavar="ID", help="Webhook message id: an id seen in the last 192 h is skipped (exit 0).")] = None,
     message_id_scope: Annotated[Optional[MessageIdScope], typer.Option("--message-id-scope", metavar="global|session", case_sensitive=False, help="global: an id is one message across all sessions (WhatsApp-style ids); session: ids are per session (Telegram-style chat ids). Default: config message_id_scope, else global.")] = None,
@@ -328,7 +329,7 @@ def chat(
     state = state_of(ctx)
     if message is None and not tool_result and input_ is InputFormat.text and state.env.interactive:
         _start_repl(ctx, state, session_id=session, continue_last=continue_, model=model, agent=agent,
-                    base_url=base_url, max_turns=max_turns, system=system)
+                    base_url=base_url, max_turns=max_turns, system=system, max_context_tokens=max_context_tokens)
         return
     from .commands.chat import ChatOptions, run_chat
 
@@ -341,6 +342,7 @@ def chat(
         base_url=base_url,
         agent=agent,
         max_turns=max_turns,
+        max_context_tokens=max_context_tokens,
         metadata=parse_metadata(metadata),
         message_id=message_id,
         message_id_scope=message_id_scope.value if message_id_scope is not None else None,
@@ -429,6 +431,26 @@ def sessions_rollback(
     if (to is None) == (last is None):
         raise UsageError("give exactly one of --to N or --last K")
     rollback_session(state_of(ctx), session_id, to=to, last=last, yes=yes)
+
+
+@sessions_app.command(
+    "compact",
+    epilog="\b\nExamples:\n  chatflow sessions compact support-42\n"
+           "  chatflow sessions compact support-42 --through 30 --instructions \"keep the order ids\"",
+)
+def sessions_compact(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id.", autocompletion=complete_session_id)],
+    through: Annotated[Optional[int], typer.Option("--through", min=1, metavar="N", help="Summarise turns 1..N (default: every turn but the newest).")] = None,
+    instructions: Annotated[Optional[str], typer.Option("--instructions", metavar="TEXT", help="What the summary should keep or focus on.")] = None,
+    output: OutputOption = None,
+    json_: Annotated[bool, typer.Option("--json", help="Same as --output json.")] = False,
+) -> None:
+    """Summarise the older turns of a session into one message; nothing is deleted."""
+    from .commands.compact import compact_command
+
+    mode = "json" if json_ else (output.value if output is not None else "text")
+    compact_command(state_of(ctx), session_id, through=through, instructions=instructions, output=mode)
 
 
 @sessions_app.command(
