@@ -87,6 +87,7 @@ def assemble(
     transport: str = "openai",
     on_retry: Callable[[dict[str, Any]], None] | None = None,
     on_wait: Callable[[dict[str, Any]], None] | None = None,
+    max_context_tokens: int | None = None,
 ) -> Iterator[Assembly]:
     """A Runner on ``store`` whose model client points at the configured endpoint.
 
@@ -107,6 +108,7 @@ def assemble(
         transport: ``http`` or ``openai`` (see :func:`transport_for`).
         on_retry: Called before the client retries a request (rate limit, 5xx, no connection).
         on_wait: Called while the run waits for a busy session.
+        max_context_tokens: ``--max-context-tokens``: the model's context size, for every agent.
 
     Raises:
         ConfigError: No model is configured, or a tool module cannot be imported.
@@ -138,7 +140,13 @@ def assemble(
         client = local.client(timeout=timeout, transport=transport) if local is not None else ModelClient(
             base_url, api_key, timeout=timeout, transport=transport)
         temperature = LOCAL_TEMPERATURE if choice.local else None
-        runner = Runner(start, store, model_client=client, default_model=default_model, temperature=temperature)
+        # the context size: --max-context-tokens, config's, else per agent, the local n_ctx, the model table
+        context = max_context_tokens or settings.max_context_tokens
+        if context is None and local is not None:
+            context = getattr(getattr(local.server, "options", None), "n_ctx", None)
+        runner = Runner(start, store, model_client=client, default_model=default_model, temperature=temperature,
+                        max_context_tokens=context, compact_at=settings.compact_at,
+                        compact_prompt=settings.compact_prompt)
         # Every configured agent resolves, not only those reachable from the starting one:
         # a session whose active agent is another one keeps its instructions and tools.
         runner.agents.update(agents)
@@ -170,7 +178,8 @@ def build_agents(settings: Settings, *, model_override: str | None = None) -> tu
     agents: dict[str, Agent] = {}
     for spec in settings.agents:
         tools = [_load_tool(settings, spec, tool_spec, Tool) for tool_spec in spec.tools]
-        agents[spec.name] = Agent(spec.name, spec.instructions, model=model_override or spec.model, tools=tools)
+        agents[spec.name] = Agent(spec.name, spec.instructions, model=model_override or spec.model, tools=tools,
+                                  max_context_tokens=spec.max_context_tokens)
     for spec in settings.agents:
         agents[spec.name].handoffs = [agents[name] for name in spec.handoffs]
     start = settings.default_agent or settings.agents[0].name

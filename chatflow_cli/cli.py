@@ -207,31 +207,41 @@ def root(
     no_color: Annotated[bool, typer.Option("--no-color", help="No colours (NO_COLOR is honoured too).")] = False,
     session: Annotated[Optional[str], typer.Option("--session", "-s", metavar="ID", help="With no command: the REPL (or the piped message) on this session, created when new.", autocompletion=complete_session_id)] = None,
     continue_: Annotated[bool, typer.Option("--continue", "-c", help="With no command: the REPL (or the piped message) on the most recently updated session.")] = False,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", help="With no command: as chat --model.")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="With no command: as chat --base-url.")] = None,
+    agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="With no command: as chat --agent.", autocompletion=complete_agent_name)] = None,
+    system: Annotated[Optional[str], typer.Option("--system", metavar="TEXT", help="With no command: as chat --system.")] = None,
+    max_turns: Annotated[Optional[int], typer.Option("--max-turns", min=1, metavar="N", help="With no command: as chat --max-turns.")] = None,
     version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     """Chat with OpenAI-compatible models from the terminal; sessions are kept in SQLite.
 
-    With no command: the REPL on a terminal; otherwise the message is read from stdin.
+    With no command: the REPL on a terminal; otherwise the message is read from stdin. The
+    chat options -s, -c, -m, --base-url, -a, --system and --max-turns apply to it.
     --db, --config, --debug and --no-color may also follow the command.
     """
     state = State(db=db, config=config, debug=debug, no_color=no_color, env=Env.from_sys(no_color=no_color))
     ctx.obj = state
     ctx.call_on_close(state.close)
+    chat_options = {"model": model, "base_url": base_url, "agent": agent, "system": system, "max_turns": max_turns}
     if ctx.invoked_subcommand is not None:
-        if session is not None or continue_:
-            flag = "--session" if session is not None else "--continue"
+        given = [name for name, value in (("--session", session), ("--continue", continue_ or None),
+                                          *((f"--{k.replace('_', '-')}", v) for k, v in chat_options.items()))
+                 if value is not None]
+        if given:
+            flag = given[0]
             raise UsageError(f"{flag} before a command opens the REPL; give it to the command instead "
                              f"(chatflow {ctx.invoked_subcommand} {flag} ...)")
         return
     env = state.env
     if env.interactive:
-        _start_repl(ctx, state, session_id=session, continue_last=continue_)
+        _start_repl(ctx, state, session_id=session, continue_last=continue_, **chat_options)
         return
     if env.stdin_isatty:
         raise UsageError("stdout is not a terminal: pass the message, e.g. chatflow chat \"hello\" > reply.txt")
     from .commands.chat import ChatOptions, run_chat
 
-    run_chat(state, ChatOptions(session=session, continue_=continue_))
+    run_chat(state, ChatOptions(session=session, continue_=continue_, **chat_options))
 
 
 def _start_repl(ctx: typer.Context, state: State, **options: Any) -> None:
@@ -300,6 +310,7 @@ def chat(
     base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; overrides OPENAI_BASE_URL.")] = None,
     agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="Start with this configured agent (on an existing session: switch to it).", autocompletion=complete_agent_name)] = None,
     max_turns: Annotated[Optional[int], typer.Option("--max-turns", min=1, metavar="N", help="Turns kept in the context window of a new session.")] = None,
+    max_context_tokens: Annotated[Optional[int], typer.Option("--max-context-tokens", min=2, metavar="N", help="The model's context size in tokens (default: config, the local model's, or a table of common models); requests carry the newest whole turns that fit.")] = None,
     metadata: Annotated[Optional[list[str]], typer.Option("--metadata", help="KEY=VALUE stored on the session (repeatable).", metavar="KEY=VALUE")] = None,
     message_id: Annotated[Optional[str], typer.Option("--message-id", metavar="ID", help="Webhook message id: an id seen in the last 192 h is skipped (exit 0).")] = None,
     message_id_scope: Annotated[Optional[MessageIdScope], typer.Option("--message-id-scope", metavar="global|session", case_sensitive=False, help="global: an id is one message across all sessions (WhatsApp-style ids); session: ids are per session (Telegram-style chat ids). Default: config message_id_scope, else global.")] = None,
@@ -319,7 +330,7 @@ def chat(
     state = state_of(ctx)
     if message is None and not tool_result and input_ is InputFormat.text and state.env.interactive:
         _start_repl(ctx, state, session_id=session, continue_last=continue_, model=model, agent=agent,
-                    base_url=base_url, max_turns=max_turns, system=system)
+                    base_url=base_url, max_turns=max_turns, system=system, max_context_tokens=max_context_tokens)
         return
     from .commands.chat import ChatOptions, run_chat
 
@@ -332,6 +343,7 @@ def chat(
         base_url=base_url,
         agent=agent,
         max_turns=max_turns,
+        max_context_tokens=max_context_tokens,
         metadata=parse_metadata(metadata),
         message_id=message_id,
         message_id_scope=message_id_scope.value if message_id_scope is not None else None,
@@ -438,6 +450,26 @@ def sessions_rollback(
     if (to is None) == (last is None):
         raise UsageError("give exactly one of --to N or --last K")
     rollback_session(state_of(ctx), session_id, to=to, last=last, yes=yes)
+
+
+@sessions_app.command(
+    "compact",
+    epilog="\b\nExamples:\n  chatflow sessions compact support-42\n"
+           "  chatflow sessions compact support-42 --through 30 --instructions \"keep the order ids\"",
+)
+def sessions_compact(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id.", autocompletion=complete_session_id)],
+    through: Annotated[Optional[int], typer.Option("--through", min=1, metavar="N", help="Summarise turns 1..N (default: every turn but the newest).")] = None,
+    instructions: Annotated[Optional[str], typer.Option("--instructions", metavar="TEXT", help="What the summary should keep or focus on.")] = None,
+    output: OutputOption = None,
+    json_: Annotated[bool, typer.Option("--json", help="Same as --output json.")] = False,
+) -> None:
+    """Summarise the older turns of a session into one message; nothing is deleted."""
+    from .commands.compact import compact_command
+
+    mode = "json" if json_ else (output.value if output is not None else "text")
+    compact_command(state_of(ctx), session_id, through=through, instructions=instructions, output=mode)
 
 
 @sessions_app.command(

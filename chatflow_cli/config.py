@@ -126,13 +126,13 @@ KEEP_ALIVE_ENV = "CHATFLOW_LOCAL_KEEP_ALIVE"
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOOL_REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "agents", "local_keep_alive",
-             "message_id_scope", "db"}
+             "message_id_scope", "db", "max_context_tokens", "compact_at", "compact_prompt"}
 #: The environment variable naming the database (a SQLite path or a ``postgresql://`` URL).
 DB_ENV = "CHATFLOW_DB"
 #: ``--message-id`` scopes: ``global`` (one id space for every session: WhatsApp-style
 #: provider message ids) or ``session`` (ids unique within one chat only: Telegram-style).
 MESSAGE_ID_SCOPES = ("global", "session")
-_AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools"}
+_AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools", "max_context_tokens"}
 _CUSTOM_TOOL_KEYS = {"name", "description", "parameters"}
 
 
@@ -236,6 +236,7 @@ class AgentSpec:
     handoffs: tuple[str, ...] = ()
     tools: tuple[ToolSpec, ...] = ()
     line: int | None = None  # where its [[agents]] table starts, for error messages
+    max_context_tokens: int | None = None  # its model's context size, when the model table is wrong
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,12 @@ class Settings:
     local_keep_alive: float = 300.0
     sources: dict[str, str] = field(default_factory=dict)
     message_id_scope: str = "global"
+    #: the context size (tokens) of every agent's model; None: per agent, the local n_ctx, the table
+    max_context_tokens: int | None = None
+    #: automatic compaction at this share of the token budget; None: off
+    compact_at: float | None = 0.8
+    #: replaces the compaction prompt
+    compact_prompt: str | None = None
     db_url: str | None = field(default=None, repr=False)
 
     @property
@@ -364,6 +371,9 @@ def load_settings(
         local_keep_alive=keep_alive,
         sources=sources,
         message_id_scope=file_settings.get("message_id_scope", "global"),
+        max_context_tokens=file_settings.get("max_context_tokens"),
+        compact_at=file_settings.get("compact_at", 0.8),
+        compact_prompt=file_settings.get("compact_prompt"),
         db_url=db_url,
     )
 
@@ -592,6 +602,19 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise _Problem("max_turns must be a positive integer", _key_line(text, "max_turns"))
         out["max_turns"] = value
+    if "max_context_tokens" in data:
+        out["max_context_tokens"] = _context_tokens(text, data["max_context_tokens"])
+    if "compact_at" in data:
+        value = data["compact_at"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise _Problem("compact_at must be a share of the context budget from 0 (off) to 1, like 0.8",
+                           _key_line(text, "compact_at"))
+        out["compact_at"] = float(value) or None
+    if "compact_prompt" in data:
+        value = _want_str(text, "compact_prompt", data["compact_prompt"])
+        if not value.strip():
+            raise _Problem("compact_prompt must not be empty", _key_line(text, "compact_prompt"))
+        out["compact_prompt"] = value
     if "local_keep_alive" in data:
         from .core.local import parse_keep_alive
 
@@ -647,6 +670,8 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
                 handoffs=tuple(handoffs),
                 tools=tuple(tools),
                 line=header_line or None,
+                max_context_tokens=_context_tokens(text, raw["max_context_tokens"], start)
+                if "max_context_tokens" in raw else None,
             )
         )
     names = {spec.name for spec in specs}
@@ -663,6 +688,14 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
         )
     out["agents"] = specs
     return out
+
+
+def _context_tokens(text: str, value: Any, start: int = 1) -> int:
+    """A ``max_context_tokens`` value: an integer >= 2 (tokens)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        raise _Problem("max_context_tokens must be a number of tokens (an integer, at least 2)",
+                       _key_line(text, "max_context_tokens", start))
+    return value
 
 
 def _tool_spec(text: str, agent: str, tool: Any, start: int) -> ToolSpec:

@@ -157,14 +157,37 @@ def state_of(ctx: Any) -> State:
 def notice(state: State, text: str) -> None:
     """A one-line note for the person at the terminal, ``chatflow: <text>`` on stderr.
 
+    On a terminal a note longer than its width is wrapped at spaces (continuation lines
+    indented by two), never inside a word; a single word longer than a line (a path, a URL)
+    is left whole for the terminal to fold. Into a pipe it stays one line.
+
     Args:
         state: The run.
         text: The note; control characters are made inert.
     """
     from .render import safe_text
 
-    state.env.stderr.write(f"chatflow: {safe_text(text)}\n")
+    line = f"chatflow: {safe_text(text)}"
+    width = _stderr_width(state)
+    if width is not None and len(line) > width:
+        import textwrap
+
+        line = "\n".join("\n".join(textwrap.wrap(part, width, subsequent_indent="  ", break_long_words=False,
+                                                   break_on_hyphens=False)) or part
+                          for part in line.split("\n"))
+    state.env.stderr.write(line + "\n")
     state.env.stderr.flush()
+
+
+def _stderr_width(state: State) -> int | None:
+    """The width of the terminal stderr writes to, or ``None`` when it is no terminal."""
+    if not state.env.stderr_isatty:
+        return None
+    try:
+        columns = os.get_terminal_size(state.env.stderr.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return None
+    return columns if columns >= 20 else None
 
 
 def terminal_width(state: State) -> int | None:

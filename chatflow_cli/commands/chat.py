@@ -44,10 +44,13 @@ from .chat_input import ChatOptions, input_items, message_from, tool_output_text
 from .chat_output import ChatOutput
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterator
+
+    from ..config import ModelChoice
     from ..context import State
     from ..core.agents import Agent
     from ..core.memory import BaseSessionStore, SessionContext
-    from ..core.runner import Runner
+    from ..core.runner import Runner, StreamEvent
 
 __all__ = ["ChatOptions", "claim_key", "run_chat"]
 
@@ -145,7 +148,8 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                 return ExitStatus.SUCCESS
             claimed = True
         with assemble(settings, store, choice=choice, model=opts.model, agent=opts.agent, timeout=opts.timeout,
-                      transport=transport, on_retry=out.retrying, on_wait=out.waiting_for_session) as built:
+                      transport=transport, on_retry=out.retrying, on_wait=out.waiting_for_session,
+                      max_context_tokens=opts.max_context_tokens) as built:
             runner = built.runner
             if opts.agent:
                 _switch_agent(store, session_id, runner.agents[opts.agent])
@@ -160,7 +164,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
             else:
                 assert message is not None
                 out.run(
-                    runner.run_streamed(
+                    _endpoint_at_begin(store, session_id, choice, runner.run_streamed(
                         session_id,
                         message,
                         opts.metadata,
@@ -168,7 +172,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                         wait=opts.wait,
                         max_turns=opts.max_turns or settings.max_turns,
                         system=opts.system,
-                    )
+                    ))
                 )
         if opts.title is not None:
             store.set_title(session_id, opts.title)
@@ -191,6 +195,20 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
     finally:
         if announce:
             _announce_if_stored(state, store, session_id, seen=session_id in out.stored)
+
+
+def _endpoint_at_begin(store: BaseSessionStore, session_id: str, choice: ModelChoice,
+                       events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+    """``events``, storing the model and endpoint (never a key) with a session that has none
+    as soon as its turn has begun (the first event), so another process resuming or waiting
+    on a brand-new session uses them while its first turn still runs."""
+    first = True
+    for event in events:
+        if first:
+            first = False
+            if stored_endpoint(store, session_id) == (None, None):
+                remember_endpoint(store, session_id, choice)
+        yield event
 
 
 def _unapplied_options(state: State, store: BaseSessionStore, existing: SessionContext, opts: ChatOptions) -> None:

@@ -39,6 +39,7 @@ class ChatOptions:
     base_url: str | None = None
     agent: str | None = None
     max_turns: int | None = None
+    max_context_tokens: int | None = None
     metadata: dict[str, str] | None = None
     message_id: str | None = None
     message_id_scope: str | None = None

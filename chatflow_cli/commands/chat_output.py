@@ -136,6 +136,10 @@ class ChatOutput:
         self.turns += 1
         if result.truncated:
             self.incomplete = True
+        use = result.context
+        if use and use.get("over_budget"):  # sent whole: the provider is the judge of what fits
+            notice(self.state, f"turn {result.turn}: the newest turn alone is about {use['tokens']} tokens, over the "
+                               f"context budget of {use['budget']}; it was sent whole")
         note = reply_note(result)
         if note is not None and self.mode == "text":
             if self.state.env.stdout_isatty:

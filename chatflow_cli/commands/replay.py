@@ -96,8 +96,9 @@ def rerun_session(
 ) -> ExitStatus:
     """Send ``session_id``'s user messages again, one turn each, into a new session.
 
-    The new session gets the old one's system messages, the current agent and model
-    (``--model``/``--agent`` or the configured ones). Turns rolled back or failed are not
+    The new session gets the old one's system messages, the current agent, and the source
+    session's model and endpoint unless ``--model``/``--base-url`` override them (both said
+    on stderr). Turns rolled back or failed are not
     re-sent.
 
     Args:
@@ -133,7 +134,8 @@ def rerun_session(
     target = validate_session_id(into) if into is not None else new_session_id()
     if store.get(target) is not None:
         raise UsageError(f"session {target!r} already exists: --into needs a new id")
-    settings = state.settings(model=model, base_url=base_url)
+    chosen_model, chosen_url = _source_endpoint(state, store, session_id, model, base_url)
+    settings = state.settings(model=chosen_model, base_url=chosen_url)
     notice(state, f"re-running {plural(len(users), 'user message')} of {session_id} into {target}")
     out = ChatOutput(state, output, multi=True)
     system = "\n\n".join(s for s in systems if s) or None
@@ -148,8 +150,31 @@ def rerun_session(
                 out.run(runner.run_streamed(target, text, system=system, wait=0))
                 system = None
         out.success()
+        from ..config import resolve_model
+        from ..endpoints import remember_endpoint
+
+        remember_endpoint(store, target, resolve_model(settings))
         return out.exit_code
     except BaseException as exc:
         if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
             out.failure(exc, target)
         raise
+
+
+def _source_endpoint(state: State, store: Any, session_id: str, model: str | None,
+                     base_url: str | None) -> tuple[str | None, str | None]:
+    """The model and base URL a re-run uses: ``--model``/``--base-url`` when given, else those
+    stored with the source session (said on stderr), else ``None`` (the configured ones). A
+    flag that differs from the source session's value is said too."""
+    from ..endpoints import stored_endpoint
+
+    stored_model, stored_url = stored_endpoint(store, session_id) or (None, None)
+    if base_url and not model and stored_model == "local":
+        stored_model = None  # the embedded model's name means nothing to another endpoint
+    for flag, what, given, stored in (("--model", "model", model, stored_model),
+                                      ("--base-url", "endpoint", base_url, stored_url)):
+        if given and stored and given != stored:
+            notice(state, f"{session_id} used {what} {stored}; {flag} re-runs it with {given}")
+        elif not given and stored:
+            notice(state, f"re-running with {session_id}'s {what} {stored}")
+    return model or stored_model, base_url or stored_url

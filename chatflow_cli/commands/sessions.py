@@ -17,6 +17,7 @@ import subprocess
 from typing import IO, TYPE_CHECKING, Any, Container, Iterator
 
 from ..context import notice, terminal_width, write_lines
+from ..core.errors import ChatflowError
 from ..core.events import SessionStatus
 from ..lookup import InterruptedTurns, read_summary, store_or_missing
 from ..render import Lines, dumps, plural, safe_text
@@ -187,22 +188,55 @@ def show_session(
     env = state.env
     interrupted = InterruptedTurns(store, session_id)
     endpoint = store.session_endpoint(session_id)
+    context = context_use(state, store, session, endpoint)
     if output == "json":
-        _show_json(stream or env.stdout, session, records, interrupted, endpoint)
+        _show_json(stream or env.stdout, session, records, interrupted, endpoint, context)
         return
     if output == "jsonl":
-        _show_jsonl(stream or env.stdout, session, records, interrupted, endpoint)
+        _show_jsonl(stream or env.stdout, session, records, interrupted, endpoint, context)
         return
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:
-        _show_paged(state, session, records, full, interrupted, endpoint)
+        _show_paged(state, session, records, full, interrupted, endpoint, context)
     else:
         console = state.out() if env.stdout_isatty else None
         _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout, interrupted=interrupted,
-                endpoint=endpoint)
+                endpoint=endpoint, context=context)
 
 
-def _header(session: SessionSummary, endpoint: Endpoint = (None, None)) -> Lines:
+def context_use(state: State, store: BaseSessionStore, session: SessionSummary, endpoint: Endpoint) -> dict[str, Any]:
+    """What the next request of ``session`` carries: ``{"tokens", "context", "budget", "turns",
+    "summary_through"}``: the window's tokens (system messages, the newest summary and the
+    newest whole turns that fit), the model's context size and the budget for messages
+    (None when the model's size is unknown), the whole turns in it, and K of the summary
+    in use (None: none). Read from the stored token counts, without loading messages' agents."""
+    from ..core.tokens import context_budget
+
+    configured = None
+    try:
+        settings = state.settings()
+        spec = settings.agent(session.active_agent_name)
+        flag, configured = settings.max_context_tokens, spec.max_context_tokens if spec is not None else None
+        model = endpoint[0] or settings.model
+    except ChatflowError:  # a broken config.toml does not stop `show`
+        flag, model = None, endpoint[0]
+    budget = context_budget(model, max_context_tokens=flag, configured=configured)
+    total, turns = store.window_tokens(session.session_id)
+    limit = budget.tokens if budget is not None else 2**62
+    tokens = total - sum(t for _, t in turns)  # the system messages and the summary
+    kept = 0
+    for _number, cost in reversed(turns):  # the newest whole turns that fit, the newest always
+        if kept and tokens + cost > limit:
+            break
+        tokens += cost
+        kept += 1
+    live = [m.summary_through for m, _removed in store.summaries(session.session_id)]
+    return {"tokens": tokens, "context": budget.context if budget is not None else None,
+            "budget": budget.tokens if budget is not None else None, "turns": kept,
+            "summary_through": max(live) if live else None}
+
+
+def _header(session: SessionSummary, endpoint: Endpoint = (None, None), context: dict[str, Any] | None = None) -> Lines:
     status = status_name(session.status)
     agent = session.active_agent_name
     text = Lines(f"Session {safe_text(session.session_id)}", "bold")
@@ -220,6 +254,15 @@ def _header(session: SessionSummary, endpoint: Endpoint = (None, None)) -> Lines
         text.append("\narchived (chatflow sessions unarchive to continue it)", "magenta")
     if session.metadata:
         text.append("\n" + safe_text(", ".join(f"{k}={v}" for k, v in session.metadata.items())), "dim")
+    if context is not None and (context["context"] is not None or context["summary_through"] is not None):
+        from ..core.tokens import short_count
+
+        use = f"\n  context {short_count(context['tokens'])}"
+        use += f" of {short_count(context['context'])} tokens" if context["context"] is not None else " tokens"
+        use += f" · {plural(context['turns'], 'turn')} sent"
+        if context["summary_through"] is not None:
+            use += f" · turns 1..{context['summary_through']} summarised"
+        text.append(use, "dim")
     return text
 
 
@@ -262,7 +305,8 @@ BATCH_CHARS = 64 * 1024
 
 
 def _render(console: Any, session: SessionSummary, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
-            out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None)) -> None:
+            out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None),
+            context: dict[str, Any] | None = None) -> None:
     """Print the session turn by turn as each is rendered.
 
     ``console=None`` (a pipe): the plain text of each turn is written directly; Rich is
@@ -292,7 +336,7 @@ def _render(console: Any, session: SessionSummary, records: Iterator[TurnRecord]
             console.print(item)
 
     try:
-        emit(_header(session, endpoint))
+        emit(_header(session, endpoint, context))
         shown = 0
         for record in records:
             if record.number == 0 and not record.messages:
@@ -316,7 +360,7 @@ def _no_turns() -> Lines:
 
 
 def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRecord], full: bool,
-                interrupted: Container[int], endpoint: Endpoint) -> None:
+                interrupted: Container[int], endpoint: Endpoint, context: dict[str, Any] | None = None) -> None:
     """Stream the rendering into a pager process as it is produced."""
     pager_cmd = os.environ.get("PAGER") or "less"
     env = dict(os.environ)
@@ -326,13 +370,13 @@ def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRec
                                 encoding="utf-8", errors="replace")
     except (OSError, ValueError):
         _render(state.out(), session, records, full, markdown=True, out=state.env.stdout, interrupted=interrupted,
-                endpoint=endpoint)
+                endpoint=endpoint, context=context)
         return
     assert proc.stdin is not None
     console = state.env.console(file=proc.stdin, terminal=True)
     try:
         _render(console, session, records, full, markdown=True, out=proc.stdin, interrupted=interrupted,
-                endpoint=endpoint)
+                endpoint=endpoint, context=context)
     except (BrokenPipeError, OSError):
         pass  # the user quit the pager early
     finally:
@@ -343,7 +387,7 @@ def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRec
         proc.wait()
 
 
-def _session_head(session: SessionSummary, endpoint: Endpoint) -> dict[str, Any]:
+def _session_head(session: SessionSummary, endpoint: Endpoint, context: dict[str, Any] | None = None) -> dict[str, Any]:
     head = {
         "session_id": session.session_id,
         "agent": session.active_agent_name,
@@ -355,14 +399,16 @@ def _session_head(session: SessionSummary, endpoint: Endpoint) -> dict[str, Any]
         "base_url": endpoint[1],
     }
     head.update(title=session.title, forked_from=session.forked_from, archived_at=session.archived_at)
+    if context is not None:
+        head["context"] = context
     return head
 
 
 def _show_jsonl(stream: Any, session: SessionSummary, records: Iterator[TurnRecord], interrupted: Container[int],
-                endpoint: Endpoint) -> None:
+                endpoint: Endpoint, context: dict[str, Any] | None = None) -> None:
     from ..render import turn_dict, turn_interrupted
 
-    stream.write(dumps({"session": _session_head(session, endpoint)}) + "\n")
+    stream.write(dumps({"session": _session_head(session, endpoint, context)}) + "\n")
     for record in records:
         if record.number == 0 and not record.messages:
             continue
@@ -370,10 +416,10 @@ def _show_jsonl(stream: Any, session: SessionSummary, records: Iterator[TurnReco
 
 
 def _show_json(stream: Any, session: SessionSummary, records: Iterator[TurnRecord], interrupted: Container[int],
-               endpoint: Endpoint) -> None:
+               endpoint: Endpoint, context: dict[str, Any] | None = None) -> None:
     from ..render import turn_dict, turn_interrupted
 
-    head = _session_head(session, endpoint)
+    head = _session_head(session, endpoint, context)
     stream.write('{"session":' + dumps(head) + ',"turns":[')
     first = True
     for record in records:

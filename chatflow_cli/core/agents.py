@@ -87,9 +87,13 @@ class Agent:
         tool_choice: Chat Completions ``tool_choice`` for the first request of a turn
             (``"auto"``, ``"required"``, ``"none"`` or a tool name); later requests in the
             same turn use the server's default, so a forced tool cannot loop forever.
+        max_context_tokens: the context size (tokens) of this agent's model, when the
+            model table of :mod:`chatflow_cli.core.tokens` does not know it or is wrong;
+            ``None``: the Runner's ``max_context_tokens``, else the table.
     """
 
-    __slots__ = ("_tool_cache", "handoffs", "instructions", "model", "name", "tool_choice", "tools")
+    __slots__ = ("_tool_cache", "handoffs", "instructions", "max_context_tokens", "model", "name", "tool_choice",
+                 "tools")
 
     name: str
     instructions: str
@@ -97,6 +101,7 @@ class Agent:
     tool_choice: str | dict[str, Any] | None
     tools: tuple[Tool, ...]  # any iterable assigned becomes a tuple of Tool (functions wrapped)
     handoffs: tuple[Agent, ...]
+    max_context_tokens: int | None
     _tool_cache: tuple[tuple[tuple[Tool, ...], tuple[Agent, ...]], dict[str, Tool]] | None
 
     def __init__(
@@ -108,9 +113,14 @@ class Agent:
         handoffs: Iterable[Agent] = (),
         *,
         tool_choice: str | dict[str, Any] | None = None,
+        max_context_tokens: int | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise AgentDefinitionError(f"agent name must be a non-empty string, got {name!r}")
+        if max_context_tokens is not None and (isinstance(max_context_tokens, bool)
+                                               or not isinstance(max_context_tokens, int) or max_context_tokens < 2):
+            raise AgentDefinitionError(f"max_context_tokens must be an int >= 2, got {max_context_tokens!r}")
+        self.max_context_tokens = max_context_tokens
         self.name = name
         self.instructions = instructions or ""
         self.model = model
@@ -137,7 +147,8 @@ class Agent:
     def clone(self, **changes: Any) -> Agent:
         """A copy with some fields changed (a new identity, so give it a new ``name`` if both run together)."""
         fields: dict[str, Any] = {"name": self.name, "instructions": self.instructions, "model": self.model, "tools": self.tools,
-                  "handoffs": self.handoffs, "tool_choice": self.tool_choice}
+                  "handoffs": self.handoffs, "tool_choice": self.tool_choice,
+                  "max_context_tokens": self.max_context_tokens}
         fields.update(changes)
         return Agent(**fields)
 

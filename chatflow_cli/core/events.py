@@ -27,6 +27,8 @@ type                       payload
 ``rollback``               ``{"to_turn": int, "removed_turns": [int, ...]}``
 ``metadata.updated``       ``{"metadata": {...} (stored result), "changes": {...}, "removed": [...]}``
 ``session.recovered``      ``{"turn": int, "owner": {...}}`` a dead owner's run was closed
+``context.compacted``      ``{"through": K, "model": str, "tokens_before": int, "tokens_after": int,
+                           "instructions": str | None, "summary": str}`` turns 1..K summarised
 ``turn.interrupt_requested``  ``{"turn": int, "owner": str}`` another process asked the running
                            turn (its owner's token) to stop; it stops at its next chunk or tool
                            boundary and records ``turn.interrupted``
@@ -82,6 +84,7 @@ class EventType(str, Enum):
     SESSION_TITLED = "session.titled"
     SESSION_ARCHIVED = "session.archived"
     SESSION_UNARCHIVED = "session.unarchived"
+    CONTEXT_COMPACTED = "context.compacted"
     TURN_INTERRUPT_REQUESTED = "turn.interrupt_requested"
     SESSION_IMPORTED = "session.imported"
 
@@ -141,6 +144,7 @@ _USE_INSTEAD = {
     "status": "session.set_status() then store.save(), or store.release()",
     "rollback": "store.rollback() or session.rollback_to()",
     "handoff": "session.set_active_agent() then store.save()",
+    "context.compacted": "chatflow_cli.core.compaction.compact_session()",
 }
 
 #: Types SessionContext.record_event may journal: they change no stored row or window.

@@ -89,6 +89,12 @@ class Message:
             one (kept for people and JSON output; never sent back to a model).
         finish_reason: for a MODEL message cut short by the server, why: ``"length"``
             (the token limit) or ``"content_filter"``; ``None`` for a reply that finished.
+        tokens: the message's token count as stored (the provider's count for a reply
+            when it reported usage, else an estimate: :mod:`chatflow_cli.core.tokens`);
+            ``None`` until counted. Not part of equality or of :meth:`to_dict` (stores
+            keep it beside the message).
+        summary_through: for a SYSTEM message that summarises turns 1..K of its session
+            (a compaction), K; ``None`` for every other message.
         items: the OpenAI Agents SDK items (Responses API input items, JSON objects) this
             message was made from, exactly as they were added through
             :class:`~chatflow_cli.core.sdk_session.ChatflowSession`; several when one MODEL
@@ -106,6 +112,8 @@ class Message:
     is_error: bool = False
     reasoning: str | None = None
     finish_reason: str | None = None
+    tokens: int | None = field(default=None, compare=False, repr=False)
+    summary_through: int | None = None
     items: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
@@ -138,6 +146,11 @@ class Message:
         return cls(Role.SYSTEM, content)
 
     @classmethod
+    def summary(cls, content: str, through: int) -> Message:
+        """A SYSTEM message summarising turns 1..``through`` (a compaction)."""
+        return cls(Role.SYSTEM, content, summary_through=through)
+
+    @classmethod
     def user(cls, content: str) -> Message:
         return cls(Role.USER, content)
 
@@ -151,9 +164,10 @@ class Message:
         interrupted: bool = False,
         reasoning: str | None = None,
         finish_reason: str | None = None,
+        tokens: int | None = None,
     ) -> Message:
         return cls(Role.MODEL, content, tuple(tool_calls), agent=agent, interrupted=interrupted,
-                   reasoning=reasoning, finish_reason=finish_reason)
+                   reasoning=reasoning, finish_reason=finish_reason, tokens=tokens)
 
     @classmethod
     def tool(
@@ -191,6 +205,8 @@ class Message:
             data["reasoning"] = self.reasoning
         if self.finish_reason is not None:
             data["finish_reason"] = self.finish_reason
+        if self.summary_through is not None:
+            data["summary_through"] = self.summary_through
         if self.items:
             data["items"] = list(self.items)
         return data
@@ -216,6 +232,8 @@ class Message:
             bool(get("is_error", False)),
             get("reasoning"),
             get("finish_reason"),
+            None,
+            get("summary_through"),
             tuple(items) if (items := get("items")) else (),
         )
 

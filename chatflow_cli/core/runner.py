@@ -128,6 +128,8 @@ from .errors import (
 from .events import Event, EventType, SessionStatus
 from .memory import storable_text
 from .messages import Message, Role, ToolCall, check_history
+from .memory.context import split_turns
+from .tokens import MESSAGE_OVERHEAD, ContextBudget, context_budget, estimate_tokens, select_window
 from .tools import Tool
 
 __all__ = [
@@ -169,6 +171,9 @@ class RunResult:
             ``"content_filter"`` when it was cut: the turn is stored, marked with it);
             ``None`` when the run stopped for custom tools.
         reasoning: the final reply's reasoning text, when the server sent one.
+        context: the context use of the turn's last request, ``{"tokens", "budget",
+            "context", "turns", "over_budget"}`` (``budget``/``context`` None when the
+            model's context size is unknown; ``turns``: whole turns sent); None for a replay.
     """
 
     content: str | None
@@ -182,6 +187,7 @@ class RunResult:
     replayed: bool = False
     finish_reason: str | None = None
     reasoning: str | None = None
+    context: dict[str, Any] | None = None
 
     @property
     def truncated(self) -> bool:
@@ -210,6 +216,7 @@ class RunResult:
             "replayed": self.replayed,
             "finish_reason": self.finish_reason,
             "reasoning": self.reasoning,
+            "context": self.context,
         }
 
 
@@ -269,6 +276,19 @@ class Runner:
         default_model: the model of agents whose ``model`` is ``None``.
         max_tool_rounds: replies with tool calls allowed in one turn (default 10).
         max_tokens, temperature: passed on each request when set.
+        max_context_tokens: the model's context size in tokens, for every agent; None: the
+            agent's own ``max_context_tokens``, else the model table of
+            :mod:`chatflow_cli.core.tokens`, else no token budget (a model nobody knows).
+            Each request carries the SYSTEM messages and the newest whole turns of the
+            window that fit this size minus the reply reserve (``max_tokens``, else a
+            quarter of the size, at most 4,096); the newest turn is always sent whole, with a
+            warning when it alone is over the budget.
+        compact_at: automatic compaction: when the stored window and the new message pass
+            this share of the token budget, turns before the newest ones (about 30 % of the
+            budget) are summarised (:mod:`chatflow_cli.core.compaction`) before the turn's
+            request. None turns it off; a model with no known context size never compacts.
+            A compaction that fails is logged and the turn goes on without it.
+        compact_prompt: replaces the compaction prompt.
 
     Raises:
         ValueError: ``max_tool_rounds`` is not an int >= 0.
@@ -285,7 +305,16 @@ class Runner:
         max_tool_rounds: int = 10,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        max_context_tokens: int | None = None,
+        compact_at: float | None = 0.8,
+        compact_prompt: str | None = None,
     ) -> None:
+        if compact_at is not None and (isinstance(compact_at, bool) or not 0 < compact_at <= 1):
+            raise ValueError(f"compact_at must be a fraction in (0, 1] or None, got {compact_at!r}")
+        if max_context_tokens is not None and (
+            isinstance(max_context_tokens, bool) or not isinstance(max_context_tokens, int) or max_context_tokens < 2
+        ):
+            raise ValueError(f"max_context_tokens must be an int >= 2, got {max_context_tokens!r}")
         if isinstance(max_tool_rounds, bool) or not isinstance(max_tool_rounds, int) or max_tool_rounds < 0:
             raise ValueError(f"max_tool_rounds must be an int >= 0, got {max_tool_rounds!r}")
         self.starting_agent = starting_agent
@@ -295,6 +324,9 @@ class Runner:
         self.max_tool_rounds = max_tool_rounds
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.max_context_tokens = max_context_tokens
+        self.compact_at = compact_at
+        self.compact_prompt = compact_prompt
         self._client = model_client if model_client is not None and hasattr(model_client, "stream") else None
         self._client_factory: Callable[[], Any] | None = model_client if self._client is None else None
         self._client_lock = threading.Lock()
@@ -588,6 +620,8 @@ class Runner:
                 yield StreamEvent(event.type, session_id, event.payload, turn=event.payload.get("turn", turn),
                                   seq=event.seq)
 
+        if start.get("user_message") is not None and self.compact_at is not None:
+            yield from stored(self._auto_compact(session_id, start["user_message"]), None)
         begun = self._begin(session_id, start, wait, cancel)
         turn: int = begun.turn
         if begun.replayed is not None:
@@ -673,17 +707,13 @@ class Runner:
                 raise Cancelled()
             agent: Agent = state.agent
             tools = agent.all_tools()
-            history = session.history
-            if agent.instructions:
-                outgoing = [Message.system(agent.instructions), *history]
-            else:
-                outgoing = list(history)
-            check_history(outgoing, session_id=session_id)
-            wire = [state.wire(m) for m in outgoing if not m.says_nothing]
             model = agent.model or self.default_model
             if not model:
                 raise ConfigError(f"no model for agent {agent.name!r}: set Agent(model=...) or "
                                   "Runner(default_model=...)", session_id=session_id)
+            outgoing, state.context = self._budget_window(session, agent, model)
+            check_history(outgoing, session_id=session_id)
+            wire = [state.wire(m) for m in outgoing if not m.says_nothing]
             tool_choice = agent.tool_choice if requests == 0 and tools else None
             if isinstance(tool_choice, str) and tool_choice in tools:
                 tool_choice = {"type": "function", "function": {"name": tool_choice}}
@@ -714,6 +744,9 @@ class Runner:
                 raise ProviderResponseError("the model's stream ended without a reply", session_id=session_id)
             if reply.usage is not None:
                 state.usage = state.usage + reply.usage
+            # the reply's tokens: the provider's count when it reported one, else estimated when stored
+            counted = reply.usage.completion_tokens + MESSAGE_OVERHEAD if reply.usage and \
+                reply.usage.completion_tokens else None
             verdict = reply.verdict
             if verdict.state is ReplyState.INTERRUPTED:
                 raise Cancelled()
@@ -735,14 +768,15 @@ class Runner:
             if not calls:
                 text = content or ""
                 cut = verdict.finish_reason if verdict.truncated else None
-                session.add_message(Message.model(text, agent=agent.name, reasoning=reasoning, finish_reason=cut))
+                session.add_message(Message.model(text, agent=agent.name, reasoning=reasoning, finish_reason=cut,
+                                                  tokens=counted))
                 session.complete_turn(text, agent, state.usage.to_dict(), finish_reason=verdict.finish_reason)
                 session.set_status(SessionStatus.IDLE, reason="turn completed")
                 events = self.store.save(session)
                 state.released = True
                 yield from stored(events, turn)
                 return RunResult(text, agent.name, session_id, turn, state.usage, SessionStatus.IDLE,
-                                 finish_reason=verdict.finish_reason, reasoning=reasoning)
+                                 finish_reason=verdict.finish_reason, reasoning=reasoning, context=state.context)
 
             state.rounds += 1
             if state.rounds > self.max_tool_rounds:
@@ -751,7 +785,8 @@ class Runner:
                     "the turn was dropped from the context window",
                     session_id=session_id,
                 )
-            session.add_message(Message.model(content or None, calls, agent=agent.name, reasoning=reasoning))
+            session.add_message(Message.model(content or None, calls, agent=agent.name, reasoning=reasoning,
+                                              tokens=counted))
             yield from stored(self.store.save(session), turn)
 
             custom = [c for c in calls if c.name in tools and tools[c.name].is_custom]
@@ -769,7 +804,7 @@ class Runner:
                 state.released = True
                 yield from stored(events, turn)
                 return RunResult(None, agent.name, session_id, turn, state.usage, SessionStatus.IDLE,
-                                 pending_tool_calls=tuple(custom))
+                                 pending_tool_calls=tuple(custom), context=state.context)
             handoff_to: Agent | None = None
             for call in calls:
                 text, is_error = outcomes[call.id]
@@ -781,6 +816,74 @@ class Runner:
             if handoff_to is not None:
                 state.agent = handoff_to
             yield from stored(self.store.save(session), turn)
+
+    def _auto_compact(self, session_id: str, message: Message) -> list[Event]:
+        """Compact the session before its next turn when its window passes ``compact_at`` of
+        the budget; the events written (none when nothing was done)."""
+        from .compaction import compact_session, compaction_point
+        from .errors import SessionNotFoundError
+
+        try:
+            info = self.store.session_summary(session_id)
+        except SessionNotFoundError:
+            return []
+        agent = self.agents.get(info.active_agent_name, self.starting_agent)
+        model = agent.model or self.default_model
+        budget = self._budget(agent, model) if model else None
+        if budget is None or not model or self.compact_at is None:
+            return []
+        tokens, turns = self.store.window_tokens(session_id)
+        extra = estimate_tokens(message) + (estimate_tokens(Message.system(agent.instructions))
+                                            if agent.instructions else 0)
+        if tokens + extra <= self.compact_at * budget.tokens:
+            return []
+        through = compaction_point(turns, budget.tokens)
+        if through is None:
+            return []
+        try:
+            done = compact_session(self.store, session_id, self.model_client, model, through=through,
+                                   prompt=self.compact_prompt,
+                                   tools=[t.to_wire() for t in agent.all_tools().values()] or None,
+                                   max_tokens=self.max_tokens, temperature=self.temperature)
+        except ChatflowError as exc:
+            log.warning("session %s: automatic compaction through turn %d failed (%s); the turn goes on "
+                        "without it", session_id, through, exc)
+            return []
+        return list(done.events)
+
+    def _budget(self, agent: Agent, model: str) -> ContextBudget | None:
+        """The token budget of ``agent``'s requests: the Runner's ``max_context_tokens``, the
+        agent's, else the model table (None: unknown model)."""
+        return context_budget(model, max_context_tokens=self.max_context_tokens,
+                              configured=agent.max_context_tokens, reply_tokens=self.max_tokens)
+
+    def budget_for(self, agent_name: str | None = None) -> ContextBudget | None:
+        """The :class:`~chatflow_cli.core.tokens.ContextBudget` of the named agent's requests
+        (default: the starting agent), or None when its model's context size is unknown."""
+        agent = self.agents.get(agent_name or "", self.starting_agent)
+        model = agent.model or self.default_model
+        return self._budget(agent, model) if model else None
+
+    def _budget_window(self, session: Any, agent: Agent, model: str) -> tuple[list[Message], dict[str, Any]]:
+        """The messages of the next request: the agent's instructions, the window's SYSTEM
+        messages, then the newest whole turns of the window that fit the token budget (the
+        open turn always, whole); and the context use ``{"tokens", "budget", "context",
+        "turns", "over_budget"}``."""
+        history = session.history
+        systems, _preamble, turns = split_turns(history)
+        if agent.instructions:
+            systems = [Message.system(agent.instructions), *systems]
+        budget = self._budget(agent, model)
+        limit = budget.tokens if budget is not None else 2**62
+        kept, tokens = select_window(systems, turns, limit)
+        over = budget is not None and tokens > limit
+        if over:
+            log.warning("session %s: the newest turn alone (%d tokens with the system messages) is over the "
+                        "context budget of %d tokens; it is sent whole", session.session_id, tokens, limit)
+        outgoing = [*systems, *(m for msgs in turns[len(turns) - kept:] for m in msgs)]
+        use = {"tokens": tokens, "budget": budget.tokens if budget is not None else None,
+               "context": budget.context if budget is not None else None, "turns": kept, "over_budget": over}
+        return outgoing, use
 
     def _record_submitted(self, session: Any, turn: int, call: ToolCall, output: str, is_error: bool) -> None:
         """A regular call's result waiting beside custom ones; an error result carries

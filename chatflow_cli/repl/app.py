@@ -54,6 +54,7 @@ def run_repl(
     base_url: str | None = None,
     max_turns: int | None = None,
     system: str | None = None,
+    max_context_tokens: int | None = None,
     input: Any = None,
     output: Any = None,
     console: Any = None,
@@ -68,6 +69,7 @@ def run_repl(
         agent: ``--agent``.
         base_url: ``--base-url``.
         max_turns: ``--max-turns`` of a session the REPL creates.
+        max_context_tokens: ``--max-context-tokens``: the model's context size.
         system: ``--system`` of a session the REPL creates.
         input: A prompt-toolkit ``Input`` (tests pass ``create_pipe_input()``).
         output: A prompt-toolkit ``Output`` (tests pass ``DummyOutput()``).
@@ -121,7 +123,7 @@ def run_repl(
         return ModelClient(url, choice.api_key, timeout=timeout, transport=transport)
 
     with assemble(settings, store, choice=choice, model=model, agent=agent, timeout=timeout,
-                  transport=transport) as built:
+                  transport=transport, max_context_tokens=max_context_tokens) as built:
         repl = Repl(
             built.runner,
             store,
@@ -223,6 +225,7 @@ class Repl(SlashCommands, TurnRunner):
         self.agent_name = runner.starting_agent.name
         self.turn = 0
         self.window_turns = 0
+        self._history: tuple[Any, ...] = ()  # the stored window, for the context use in tokens
         self.session_max_turns = max_turns or store.default_max_turns
         self.exists = False
         self._refresh_info()
@@ -342,11 +345,24 @@ class Repl(SlashCommands, TurnRunner):
             sep,
             ("", f"turn {self.turn}"),
             sep,
-            ("", f"ctx {self.window_turns}/{self.session_max_turns}"),
+            ("", self._context_use()),
         ]
         if self.last_usage_tokens is not None:
             parts += [sep, ("", f"{self.last_usage_tokens} tok")]
         return parts
+
+    def _context_use(self) -> str:
+        """``ctx 6.1k/8.2k``: the stored window's tokens of the model's context size; with no
+        known size, ``ctx W/M``: the window's turns of ``max_turns``."""
+        budget = self.runner.budget_for(self.agent_name)
+        if budget is None:
+            return f"ctx {self.window_turns}/{self.session_max_turns}"
+        from ..core.memory.context import split_turns
+        from ..core.tokens import select_window, short_count
+
+        systems, _, turns = split_turns(self._history)
+        _kept, tokens = select_window(systems, turns, budget.tokens) if turns or systems else (0, 0)
+        return f"ctx {short_count(tokens)}/{short_count(budget.context)}"
 
     @property
     def model_name(self) -> str | None:
@@ -363,11 +379,13 @@ class Repl(SlashCommands, TurnRunner):
         if session is None:
             self.agent_name = self.runner.starting_agent.name
             self.turn = self.window_turns = 0
+            self._history = ()
             self.session_max_turns = self.max_turns or self.store.default_max_turns
             return
         self.agent_name = getattr(session.active_agent, "name", str(session.active_agent))
         self.turn = session.turn_count
         self.window_turns = len(session.turns)
+        self._history = session.history
         self.session_max_turns = session.max_turns
 
     # ---------------------------------------------------------------- output helpers

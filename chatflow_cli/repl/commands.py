@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "/show": ("[--full]", "show this session's turns (--full: long tool calls and results unfolded)"),
     "/rollback": ("[N]", "keep turns 1..N (default: drop the last turn); asks first"),
     "/retry": ("", "send the last failed message again (nothing failed: asks to redo the last turn)"),
+    "/compact": ("[INSTRUCTIONS]", "summarise every turn but the last into one message (nothing is deleted)"),
     "/agent": ("[NAME]", "list the agents, or make NAME the active agent"),
     "/model": ("[NAME]", "show or change the model"),
     "/metadata": ("[KEY=VALUE]", "show or set the session's metadata"),
@@ -226,6 +227,42 @@ class SlashCommands:
         removed = f"turn {gone[0]}" if len(gone) == 1 else f"turns {gone[0]}-{gone[-1]}" if gone else "no turn"
         self._refresh_info()
         self.say(f"rolled back: {removed} removed; the next message is turn {done['to_turn'] + 1}")
+
+    async def cmd_compact(self, arg: str) -> None:
+        """Summarise turns 1..N-1 (the newest turn stays as it is), with optional instructions."""
+        if not await self._wait_closing():
+            return
+        from ..core.compaction import compact_session
+        from ..core.errors import SessionNotFoundError
+        from ..core.tokens import short_count
+
+        try:
+            count = self.store.session_summary(self.session_id).turn_count
+        except SessionNotFoundError:
+            count = 0
+        if count < 2:
+            self.say("nothing to compact: the newest turn always stays as it is")
+            return
+        agent = self.runner.agents.get(self.agent_name, self.runner.starting_agent)
+        model = self.model_name
+        if not model:
+            self.error("/compact: no model to write the summary")
+            return
+        tools = [t.to_wire() for t in agent.all_tools().values()] or None
+        self.say(f"compacting turns 1..{count - 1}…")
+        try:
+            done = await asyncio.to_thread(
+                compact_session, self.store, self.session_id, self.runner.model_client, model,
+                through=count - 1, instructions=arg or None, prompt=self.runner.compact_prompt, tools=tools)
+        except ChatflowError as exc:
+            self.error(f"/compact: {exc}")
+            return
+        self._refresh_info()
+        if done.repeated:
+            self.say(f"turns 1..{done.through} are already summarised with these instructions; nothing was sent")
+            return
+        self.say(f"compacted turns 1..{done.through}: the context went from {short_count(done.tokens_before)} to "
+                 f"{short_count(done.tokens_after)} tokens (every turn stays in the log)")
 
     async def cmd_retry(self, arg: str) -> None:
         """Send the last failed message again, or say that nothing failed.

@@ -431,6 +431,11 @@ def bench_store_section(opts: Options) -> list[Row]:
                         "Agents SDK SQLiteSession.add_items", sdk, note="like-for-like fsync per commit"))
     else:
         rows.append(Row("store", "append one 4-message turn", normal, error="openai-agents not installed"))
+    out = run_script([str(HERE / "bench_token_window.py"), "--repeat", str(30 if opts.quick else 300)], timeout=3600)
+    big = grab(r"10,000-turn session:\s+median\s+([\d.]+) ms", out, "the 10,000-turn token window time") / 1000
+    small = grab(r"100-turn session:\s+median\s+([\d.]+) ms", out, "the 100-turn token window time") / 1000
+    rows.append(Row("store", "token-budget window (1,500 tokens, a summary), 10,000-turn session", big,
+                    "same, 100-turn session (chatflow)", small, "<= 1.2x", max_ratio=1.2))
     return rows
 
 

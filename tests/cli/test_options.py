@@ -78,3 +78,33 @@ def test_session_before_the_command_opens_the_repl_on_it(provider, chatflow):
     assert child.exitstatus == 0
     shown = chatflow("sessions", "show", "work", "--json").json()
     assert [t["messages"][0]["content"] for t in shown["turns"]] == ["first", "second"]
+
+
+def test_chat_options_before_no_command_apply_to_the_piped_message(chatflow, provider):
+    r = chatflow("-s", "opts", "-m", "fake-other", "--system", "Be brief.", "--max-turns", "3",
+                 input="hello\n")
+    assert r.returncode == 0, r
+    sent = provider.requests[-1]
+    assert sent["model"] == "fake-other"
+    assert {"role": "system", "content": "Be brief."} in sent["messages"]
+    [row] = chatflow("sessions", "ls", "--json").json()
+    assert row["session_id"] == "opts" and row["max_turns"] == 3
+
+
+def test_chat_options_before_a_command_are_refused_with_a_hint(chatflow):
+    r = chatflow("-m", "x", "sessions", "ls")
+    assert r.returncode == 2 and "chatflow sessions --model" in r.stderr, r
+
+
+def test_model_before_no_command_opens_the_repl_with_it(provider, chatflow):
+    pexpect = pexpect_module()
+    child = spawn_chatflow(["-s", "work", "-m", "fake-repl-model"])
+    child.expect_exact(PROMPT_READS_KEYS)
+    child.send("hi\r")
+    child.expect("ok: hi")
+    child.expect_exact(PROMPT_READS_KEYS)
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert provider.requests[-1]["model"] == "fake-repl-model"

@@ -320,3 +320,21 @@ def test_sessions_ls_json_flags_a_session_whose_last_turn_failed(chatflow, provi
     assert chatflow("chat", "-s", "later", "once more").returncode == 0
     rows = {row["session_id"]: row for row in chatflow("sessions", "ls", "--json").json()}
     assert rows["later"]["failed"] is False and rows["later"]["turns"] == 2
+
+
+def test_rerun_uses_the_source_sessions_model_and_endpoint_unless_flags_override(chatflow, provider):
+    assert chatflow("chat", "-s", "src", "-m", "fake-src", "--base-url", provider.url, "one").returncode == 0
+    elsewhere = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "CHATFLOW_MODEL": "fake-default"}
+    before = len(provider.requests)
+    r = chatflow("replay", "src", "--rerun", "--into", "copy", env=elsewhere)
+    assert r.returncode == 0, r
+    assert [req["model"] for req in provider.requests[before:]] == ["fake-src"]
+    assert "re-running with src's model fake-src" in r.stderr
+    assert f"re-running with src's endpoint {provider.url}" in r.stderr
+    head = chatflow("sessions", "show", "copy", "--json").json()["session"]
+    assert (head["model"], head["base_url"]) == ("fake-src", provider.url)
+    before = len(provider.requests)
+    r = chatflow("replay", "src", "--rerun", "--into", "copy2", "-m", "fake-flag", env=elsewhere)
+    assert r.returncode == 0, r
+    assert [req["model"] for req in provider.requests[before:]] == ["fake-flag"]
+    assert "src used model fake-src; --model re-runs it with fake-flag" in r.stderr

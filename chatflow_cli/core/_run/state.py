@@ -36,6 +36,7 @@ class TurnState:
         handoffs: tool call id -> the agent that call hands off to.
         finished: tool call id -> ``(text, is_error)`` of calls that finished before an interrupt.
         released: the turn's end (idle) is stored: nothing left to undo.
+        context: the context use of the latest request (see ``RunResult.context``).
     """
 
     agent: Agent
@@ -48,6 +49,7 @@ class TurnState:
     handoffs: dict[str, Agent] = dataclasses.field(default_factory=dict)
     finished: dict[str, tuple[str, bool]] = dataclasses.field(default_factory=dict)
     released: bool = False
+    context: dict[str, Any] | None = None
     # Chat Completions form of each message sent in this turn, by identity (messages are
     # immutable; the tuple keeps the message alive so its id is not reused)
     _wire: dict[int, tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=dict)

@@ -370,7 +370,21 @@ class _Tx:
         raise NotImplementedError
 
     def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
-        """Live SYSTEM messages of turn 0, then live messages of turns >= first_turn, in order."""
+        """Live SYSTEM messages of turn 0 that are not summaries, then the newest live summary
+        (highest ``summary_through``, then newest), then live messages of turns >= first_turn,
+        in order; the summary comes as ``(0, message)``."""
+        raise NotImplementedError
+
+    def latest_summary_through(self, session_id: str) -> int | None:
+        """K of the session's newest live summary (highest K), or None when it has none."""
+        raise NotImplementedError
+
+    def remove_summaries(self, session_id: str, after_turn: int, seq: int) -> None:
+        """Mark live summaries whose K is above ``after_turn`` removed (``rolled_back``) at ``seq``."""
+        raise NotImplementedError
+
+    def summaries(self, session_id: str, include_removed: bool) -> list[_StoredMessage]:
+        """The session's summaries (turn 0) in the order they were stored."""
         raise NotImplementedError
 
     def window_dicts(self, session_id: str, first_turn: int) -> list[tuple[int, dict[str, Any]]]:
@@ -381,7 +395,8 @@ class _Tx:
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
     ) -> list[_StoredMessage]:
-        """Messages of turns first..last in (turn, insertion) order; turn 0 only its SYSTEM messages."""
+        """Messages of turns first..last in (turn, insertion) order; turn 0 only its SYSTEM
+        messages that are not summaries."""
         raise NotImplementedError
 
     def preview(self, session_id: str) -> str:
@@ -467,6 +482,8 @@ class BaseSessionStore:
 
     #: True when the storage never blocks on disk: async twins then stay on the event loop.
     _ephemeral = True
+    #: False for a backend that cannot store compaction summaries yet (begin_compaction refuses).
+    _stores_summaries = True
 
     def __init__(self, default_max_turns: int = DEFAULT_MAX_TURNS) -> None:
         self.default_max_turns = _check_max_turns(default_max_turns, "default_max_turns")
@@ -563,7 +580,8 @@ class BaseSessionStore:
         the newest N turns (a context for an edit that needs no more; older turns still load
         on demand, for a rollback)."""
         window_turns = row.max_turns if last_turns is None else min(row.max_turns, last_turns)
-        first = max(1, row.turn_count - window_turns + 1)
+        through = tx.latest_summary_through(row.session_id)
+        first = max(1, row.turn_count - window_turns + 1, (through or 0) + 1)
         window = tx.window(row.session_id, first)
         agent = self._resolve_agent(row.active_agent_name, default_agent, quiet)
         # Inside the transaction, pruned turns come from the same transaction; _detach()
@@ -585,6 +603,13 @@ class BaseSessionStore:
             row.turn_count,
             binding,
         )
+
+    @staticmethod
+    def _window_first(tx: _Tx, row: _SessionRow) -> int:
+        """The window's first turn: the newest ``max_turns`` live turns, after the turns the
+        newest summary covers."""
+        through = tx.latest_summary_through(row.session_id)
+        return max(1, row.turn_count - row.max_turns + 1, (through or 0) + 1)
 
     @staticmethod
     def _base_of(row: _SessionRow) -> tuple[SessionStatus, str | None, str]:
@@ -728,6 +753,7 @@ class BaseSessionStore:
             elif op.kind == "rollback":
                 to_turn = int(op.payload["to_turn"])
                 tx.remove_turns(row.session_id, to_turn + 1, None, "rolled_back", event.seq)
+                tx.remove_summaries(row.session_id, to_turn, event.seq)
                 row.turn_count = min(row.turn_count, to_turn)
             elif op.kind == "turn_failed":
                 tx.processed_drop_turn(row.session_id, op.turn, holder)
@@ -1272,7 +1298,7 @@ class BaseSessionStore:
         with self._read() as tx:
             row = self._require(tx, session_id)
             stored = tx.turn_messages(session_id, first, last, include_rolled_back)
-        window_first = max(1, row.turn_count - row.max_turns + 1)
+            window_first = self._window_first(tx, row)
         groups: dict[tuple[int, int | None, str | None], list[Message]] = {}
         for item in stored:
             groups.setdefault((item.turn, item.removed_at_seq, item.removed), []).append(item.message)
@@ -1288,6 +1314,128 @@ class BaseSessionStore:
         ]
         records.sort(key=lambda r: (r.number, r.rolled_back is False and r.failed is False))
         return records
+
+    def summaries(self, session_id: str, include_removed: bool = False) -> list[tuple[Message, bool]]:
+        """The session's compaction summaries in the order they were made: ``(message,
+        removed)`` pairs; ``message.summary_through`` is K, the last turn it covers.
+
+        The rule for copies and rollbacks: a summary of turns 1..K belongs to exactly the
+        histories that contain turns 1..K unchanged. A rollback to n < K marks it removed
+        (``removed`` True; listed only with ``include_removed``); a copy of the session up to
+        turn N (a fork) takes the live summaries with K <= N, and only those.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        _check_session_id(session_id)
+        with self._read() as tx:
+            self._require(tx, session_id)
+            return [(item.message, item.removed is not None) for item in tx.summaries(session_id, include_removed)]
+
+    def window_tokens(self, session_id: str) -> tuple[int, list[tuple[int, int]]]:
+        """``(tokens, turns)`` of the stored context window (SYSTEM messages, the newest
+        summary, the live turns after it, newest ``max_turns``), from the stored counts:
+        the window's total and ``(turn number, tokens)`` of each of its turns, oldest first.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        _check_session_id(session_id)
+        from ..tokens import message_tokens
+
+        with self._read() as tx:
+            row = self._require(tx, session_id)
+            window = tx.window(session_id, self._window_first(tx, row))
+        per_turn: dict[int, int] = {}
+        for turn, message in window:
+            if turn > 0:
+                per_turn[turn] = per_turn.get(turn, 0) + message_tokens(message)
+        return sum(message_tokens(m) for _, m in window), sorted(per_turn.items())
+
+    def begin_compaction(self, session_id: str, *, owner: Owner) -> SessionContext:
+        """Take the session for a compaction as :meth:`begin_turn` takes it for a turn.
+
+        In one transaction: a dead owner's turn is recovered, then the session is marked
+        ``running`` under ``owner`` (``status`` event, reason ``compaction started``), so
+        other callers find it busy until :meth:`finish_compaction` or :meth:`release`.
+
+        Returns:
+            The session's context, holding the lease.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            SessionBusyError: a live owner runs the session, or callers queue for it.
+            SessionTerminatedError: the session is terminated.
+            PendingToolCallsError: tool calls of the last turn wait for results (that turn is
+                not whole yet).
+        """
+        _check_session_id(session_id)
+        if not self._stores_summaries:
+            raise UsageError(f"this session store ({type(self).__name__}) cannot store compaction summaries yet",
+                             session_id=session_id)
+        with self._write() as tx:
+            row = self._require(tx, session_id)
+            if row.status is SessionStatus.RUNNING and row.owner is not None and not row.owner.alive():
+                self._recover(tx, row, None)
+            self._refuse_terminated(row)
+            if row.status is SessionStatus.RUNNING and row.owner is not None:
+                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id,
+                                       pid=row.owner.pid)
+            if any(o.alive() for _, o in tx.queue_list(session_id)):
+                raise SessionBusyError(f"session {session_id!r} is busy: earlier turns wait for it",
+                                       session_id=session_id)
+            ctx = self._context(tx, row, quiet=True)
+            pending = [c.id for c in ctx.pending_tool_calls]
+            if pending:
+                raise PendingToolCallsError(
+                    f"session {session_id} waits for tool results {', '.join(pending)}: compact it after they "
+                    "are submitted", tool_use_ids=pending, session_id=session_id)
+            ctx.set_status(SessionStatus.RUNNING, "compaction started", owner=owner.to_dict())
+            self._apply(tx, row, ctx._pending())
+            row.owner = owner
+            tx.update_row(row)
+            binding = SessionBinding(id(self), row.incarnation, self._base_of(row),
+                                     partial(self._load_live_turns, row.session_id, row.incarnation), owner.token)
+            ctx._saved(len(ctx._pending()), row.metadata, binding)
+        return ctx
+
+    def finish_compaction(self, session: SessionContext, summary: Message, payload: Mapping[str, Any]) -> list[Event]:
+        """Store ``summary`` (a SYSTEM message with ``summary_through`` K) with its
+        ``context.compacted`` event ``payload`` and mark the session idle, in one transaction.
+
+        ``session``: the context :meth:`begin_compaction` returned (its lease must still hold).
+
+        Raises:
+            SessionBusyError: the lease was lost (another process recovered the session).
+            SessionDeletedError: the session was deleted meanwhile.
+            ValueError: ``summary`` is not a summary of turns within the session.
+        """
+        through = summary.summary_through
+        if summary.role is not Role.SYSTEM or through is None:
+            raise ValueError("the summary must be Message.summary(text, through)")
+        binding = session._binding
+        with self._write() as tx:
+            row = tx.get_row(session.session_id)
+            if row is None or binding is None or row.incarnation != binding.incarnation:
+                raise SessionDeletedError(f"session {session.session_id} was deleted", session_id=session.session_id)
+            if row.owner is None or row.owner.token != binding.lease or row.status is not SessionStatus.RUNNING:
+                raise SessionBusyError(f"session {session.session_id!r} is busy: the compaction lost the session",
+                                       session_id=session.session_id)
+            if not 1 <= through <= row.turn_count:
+                raise ValueError(f"turn {through} is not a turn of session {session.session_id} (1..{row.turn_count})")
+            from ..tokens import message_tokens
+
+            first = max(1, row.turn_count - row.max_turns + 1, through + 1)
+            kept = [m for _, m in tx.window(row.session_id, first) if m.summary_through is None]
+            data = {**payload, "through": through,
+                    "tokens_after": sum(message_tokens(m) for m in kept) + message_tokens(summary)}
+            event = self._append(tx, row.session_id, EventType.CONTEXT_COMPACTED.value, data, None)
+            tx.insert_message(row.session_id, 0, summary, event.seq)
+            ctx = self._context(tx, row, quiet=True, lease=binding.lease)
+            ctx.set_status(SessionStatus.IDLE, "compaction finished")
+            events = [event, *self._apply(tx, row, ctx._pending())]
+        self._notify_turn_ended()
+        return events
 
     # -- events ------------------------------------------------------------------------
     def events(self, session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:

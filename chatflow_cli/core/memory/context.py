@@ -53,7 +53,7 @@ from ._checks import (
     storable_text,
 )
 
-__all__ = ["INTERRUPTED_TOOL_RESULT", "SessionBinding", "SessionContext", "Turn", "TurnLoader"]
+__all__ = ["INTERRUPTED_TOOL_RESULT", "SessionBinding", "SessionContext", "Turn", "TurnLoader", "split_turns"]
 
 #: Content of the TOOL result a tool call gets when its turn is interrupted before a result.
 INTERRUPTED_TOOL_RESULT = "Interrupted before a result: side effects unknown."
@@ -131,7 +131,7 @@ def _open_calls(messages: Sequence[Message]) -> tuple[ToolCall, ...]:
     return ()
 
 
-def _split_turns(messages: Sequence[Message]) -> tuple[list[Message], list[Message], list[list[Message]]]:
+def split_turns(messages: Sequence[Message]) -> tuple[list[Message], list[Message], list[list[Message]]]:
     """(system messages, non-system messages before the first USER, turns)."""
     systems: list[Message] = []
     preamble: list[Message] = []
@@ -218,7 +218,7 @@ class SessionContext:
     @property
     def turns(self) -> tuple[Turn, ...]:
         """The window's turns with their user-visible numbers."""
-        _, _, turns = _split_turns(self._messages)
+        _, _, turns = split_turns(self._messages)
         return tuple(Turn(self._turn_offset + k, tuple(msgs)) for k, msgs in enumerate(turns, start=1))
 
     @property
@@ -354,7 +354,7 @@ class SessionContext:
         """
         if self.pending_tool_calls:
             return
-        systems, _preamble, turns = _split_turns(self._messages)
+        systems, _preamble, turns = split_turns(self._messages)
         dropped = turns[: max(0, len(turns) - self._max_turns)]
         for k, msgs in enumerate(dropped, start=self._turn_offset + 1):
             self._archive[k] = tuple(msgs)
@@ -365,8 +365,11 @@ class SessionContext:
 
     def _rebuild(self, last_turn: int) -> tuple[list[Message], int]:
         """The window holding the newest ``max_turns`` of turns 1..last_turn, and its offset."""
-        systems, _, window_turns = _split_turns(self._messages)
-        first = max(1, last_turn - self._max_turns + 1)
+        systems, _, window_turns = split_turns(self._messages)
+        # a summary covering turns after last_turn no longer applies (the store marks it removed)
+        systems = [m for m in systems if m.summary_through is None or m.summary_through <= last_turn]
+        through = max((m.summary_through or 0 for m in systems), default=0)
+        first = max(1, last_turn - self._max_turns + 1, through + 1)
         have: dict[int, tuple[Message, ...]] = {
             k: tuple(v) for k, v in self._archive.items() if first <= k <= last_turn
         }
@@ -562,7 +565,7 @@ class SessionContext:
         if self._journal or self._turn_count != turn_count or self._status is not status:
             return False
         first = max(1, turn_count - self._max_turns + 1)
-        systems, _preamble, turns = _split_turns(self._messages)
+        systems, _preamble, turns = split_turns(self._messages)
         kept = [(k, msgs) for k, msgs in enumerate(turns, start=self._turn_offset + 1) if k >= first]
         if kept and kept[-1][0] != turn_count:
             return False

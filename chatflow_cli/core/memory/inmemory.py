@@ -9,6 +9,8 @@ tests, command-line tools and short-lived services; the session rules are those 
 
 from __future__ import annotations
 
+import dataclasses
+
 import copy
 import json
 import threading
@@ -21,6 +23,7 @@ from typing import Any
 from ..errors import ChatflowError
 from ..events import Event
 from ..messages import Message, Role
+from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
 from .base import BaseSessionStore, ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .search import Query, SearchHit, memory_snippet, words_of
@@ -170,6 +173,8 @@ class _MemoryTx(_Tx):
 
     def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
         entry = self._session(session_id)
+        if message.tokens is None:  # counted when stored, as the SQLite store does
+            message = dataclasses.replace(message, tokens=message_tokens(message))
         entry.messages.append([turn, message, None, None, seq])
         self.undo.append(entry.messages.pop)
 
@@ -191,10 +196,38 @@ class _MemoryTx(_Tx):
 
     def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
         entry = self._session(session_id)
-        system = [(0, m) for t, m, r, *_ in entry.messages if t == 0 and r is None and m.role is Role.SYSTEM]
+        system = [(0, m) for t, m, r, *_ in entry.messages
+                  if t == 0 and r is None and m.role is Role.SYSTEM and m.summary_through is None]
+        summaries = [(m.summary_through, i, m) for i, (t, m, r, *_) in enumerate(entry.messages)
+                     if r is None and m.summary_through is not None]
+        if summaries:
+            system.append((0, max(summaries, key=lambda s: (s[0], s[1]))[2]))
         turns = [(t, m) for t, m, r, *_ in entry.messages if t >= first_turn and t > 0 and r is None]
         turns.sort(key=lambda item: item[0])  # stable: keeps insertion order inside a turn
         return system + turns
+
+    def latest_summary_through(self, session_id: str) -> int | None:
+        entry = self._session(session_id)
+        found = [m.summary_through for _, m, r, *_ in entry.messages if r is None and m.summary_through is not None]
+        return max(found) if found else None
+
+    def remove_summaries(self, session_id: str, after_turn: int, seq: int) -> None:
+        entry = self._session(session_id)
+        changed = [item for item in entry.messages
+                   if item[2] is None and item[1].summary_through is not None and item[1].summary_through > after_turn]
+        for item in changed:
+            item[2], item[3] = "rolled_back", seq
+
+        def undo() -> None:
+            for item in changed:
+                item[2], item[3] = None, None
+
+        self.undo.append(undo)
+
+    def summaries(self, session_id: str, include_removed: bool) -> list[_StoredMessage]:
+        entry = self._session(session_id)
+        return [_StoredMessage(0, m, r, s) for t, m, r, s, *_ in entry.messages
+                if m.summary_through is not None and (include_removed or r is None)]
 
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
@@ -206,7 +239,7 @@ class _MemoryTx(_Tx):
             if t >= first
             and (last is None or t <= last)
             and (include_removed or r is None)
-            and (t > 0 or m.role is Role.SYSTEM)
+            and (t > 0 or (m.role is Role.SYSTEM and m.summary_through is None))
         ]
         out.sort(key=lambda item: item.turn)
         return out

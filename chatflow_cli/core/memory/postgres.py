@@ -510,6 +510,17 @@ class _PgTx(_Tx):
             (seq, reason, session_id, max(1, first), last if last is not None else 2**31 - 1),
         )
 
+    # Compaction summaries are not stored in PostgreSQL yet (the store refuses a compaction,
+    # see PostgresSessionStore._stores_summaries): there is never a summary to read or mark.
+    def latest_summary_through(self, session_id: str) -> int | None:
+        return None
+
+    def remove_summaries(self, session_id: str, after_turn: int, seq: int) -> None:
+        return None
+
+    def summaries(self, session_id: str, include_removed: bool) -> list[_StoredMessage]:
+        return []
+
     def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
         rows = self._x(
             # two index ranges (an OR of them would scan the whole session's history)
@@ -866,6 +877,8 @@ class PostgresSessionStore(BaseSessionStore):
     """
 
     _ephemeral = False
+    #: summaries of compactions are not stored here yet: begin_compaction refuses
+    _stores_summaries = False
 
     def __init__(
         self,

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
+from typing import Union
 
 __all__ = ["SCHEMA_VERSION", "apply_migrations", "schema_version"]
 
@@ -27,7 +29,23 @@ _FTS_TOOLS = (
     "json_extract(c.value, '$.arguments'), ' ') FROM json_each({m}.message_json, '$.tool_calls') AS c) END"
 )
 
-_MIGRATIONS: list[tuple[int, str, list[str]]] = [
+def _fill_token_estimates(conn: sqlite3.Connection) -> None:
+    """Give every message row without a token count the estimate of its message."""
+    from ..messages import Message
+    from ..tokens import estimate_tokens
+
+    rows = conn.execute("SELECT message_id, message_json FROM chatflow_messages WHERE tokens IS NULL").fetchall()
+    conn.executemany(
+        "UPDATE chatflow_messages SET tokens = ? WHERE message_id = ?",
+        [(estimate_tokens(Message.from_json(text)), message_id) for message_id, text in rows],
+    )
+
+
+#: A migration step: an SQL statement, or a function run on the connection inside the
+#: migration's transaction (for data that SQL alone cannot compute).
+_Step = Union[str, Callable[[sqlite3.Connection], None]]
+
+_MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
     (
         1,
         "sessions, messages, events, idempotency keys, processed messages",
@@ -147,6 +165,23 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     ),
     (
         4,
+        "a token count with every message; summaries of turns 1..K",
+        [
+            # the message's tokens as sent to a model: the provider's completion_tokens for a
+            # reply that reported usage, else the estimate of chatflow_cli.core.tokens. Stored
+            # so that choosing a token-budget window reads only the window's rows.
+            "ALTER TABLE chatflow_messages ADD COLUMN tokens INTEGER",
+            # K for a SYSTEM message (turn 0) that summarises turns 1..K (a compaction); NULL
+            # for every other message. A rollback to n < K marks it removed like a turn.
+            "ALTER TABLE chatflow_messages ADD COLUMN summary_through INTEGER",
+            """CREATE INDEX chatflow_messages_summaries ON chatflow_messages (session_id, summary_through)
+    WHERE summary_through IS NOT NULL AND removed_at_seq IS NULL""",
+            # rows written before this version get the estimate
+            _fill_token_estimates,
+        ],
+    ),
+    (
+        5,
         "full-text index of message text (FTS5), kept in step by triggers; existing messages indexed; fork origin, title, archive",
         [
             # {"session_id", "turn", "seq"} of the session this one was forked from; NULL otherwise
@@ -210,7 +245,10 @@ def apply_migrations(conn: sqlite3.Connection) -> None:
             done = conn.execute("SELECT 1 FROM chatflow_schema_migrations WHERE version = ?", (number,))
             if done.fetchone() is None:
                 for statement in statements:
-                    conn.execute(statement)
+                    if callable(statement):
+                        statement(conn)
+                    else:
+                        conn.execute(statement)
                 conn.execute(
                     "INSERT INTO chatflow_schema_migrations (version, name, applied_at_utc) VALUES (?, ?, ?)",
                     (number, name, time.time()),

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..errors import SchemaTooNewError, StoreError
 from ..events import Event, SessionStatus
 from ..messages import Message, Role
+from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
 from .base import BaseSessionStore, ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .search import HIGHLIGHT_END, HIGHLIGHT_START, SNIPPET_WORDS, Query, SearchHit, to_fts5
@@ -145,9 +146,17 @@ _INSERT_EVENT = (
     "created_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_MESSAGE = (
-    "INSERT INTO chatflow_messages (session_id, turn, position, role, message_json, event_seq) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO chatflow_messages (session_id, turn, position, role, message_json, event_seq, tokens, "
+    "summary_through) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+def _message(message_json: str, tokens: int | None) -> Message:
+    """A stored message with its stored token count."""
+    message = Message.from_json(message_json)
+    if tokens is not None:
+        object.__setattr__(message, "tokens", tokens)
+    return message
 
 
 def _row_params(row: _SessionRow) -> tuple[Any, ...]:
@@ -354,7 +363,10 @@ class _SQLiteTx(_Tx):
                 "WHERE session_id = ? AND turn = ? AND removed_at_seq IS NULL",
                 key,
             ).fetchone()[0]
-        self._messages.append((session_id, turn, position, message.role.value, message.to_json(), seq))
+        self._messages.append(
+            (session_id, turn, position, message.role.value, message.to_json(), seq, message_tokens(message),
+             message.summary_through)
+        )
         self._positions[key] = position + 1
 
     def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
@@ -367,16 +379,45 @@ class _SQLiteTx(_Tx):
 
     def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
         system = self.c.execute(
-            "SELECT message_json FROM chatflow_messages WHERE session_id = ? AND turn = 0 "
-            "AND removed_at_seq IS NULL AND role = 'system' ORDER BY turn, position",
+            "SELECT message_json, tokens FROM chatflow_messages WHERE session_id = ? AND turn = 0 "
+            "AND removed_at_seq IS NULL AND role = 'system' AND summary_through IS NULL ORDER BY turn, position",
+            (session_id,),
+        ).fetchall()
+        system += self.c.execute(
+            "SELECT message_json, tokens FROM chatflow_messages WHERE session_id = ? AND summary_through IS NOT NULL "
+            "AND removed_at_seq IS NULL ORDER BY summary_through DESC, message_id DESC LIMIT 1",
             (session_id,),
         ).fetchall()
         rows = self.c.execute(
-            "SELECT turn, message_json FROM chatflow_messages WHERE session_id = ? AND turn >= ? "
+            "SELECT turn, message_json, tokens FROM chatflow_messages WHERE session_id = ? AND turn >= ? "
             "AND removed_at_seq IS NULL ORDER BY turn, position",
             (session_id, max(1, first_turn)),
         ).fetchall()
-        return [(0, Message.from_json(r[0])) for r in system] + [(t, Message.from_json(j)) for t, j in rows]
+        return [(0, _message(j, n)) for j, n in system] + [(t, _message(j, n)) for t, j, n in rows]
+
+    def latest_summary_through(self, session_id: str) -> int | None:
+        r = self.c.execute(
+            "SELECT MAX(summary_through) FROM chatflow_messages WHERE session_id = ? AND summary_through IS NOT NULL "
+            "AND removed_at_seq IS NULL",
+            (session_id,),
+        ).fetchone()
+        return None if r is None or r[0] is None else int(r[0])
+
+    def remove_summaries(self, session_id: str, after_turn: int, seq: int) -> None:
+        self.c.execute(
+            "UPDATE chatflow_messages SET removed_at_seq = ?, removed_reason = 'rolled_back' "
+            "WHERE session_id = ? AND summary_through > ? AND removed_at_seq IS NULL",
+            (seq, session_id, after_turn),
+        )
+
+    def summaries(self, session_id: str, include_removed: bool) -> list[_StoredMessage]:
+        rows = self.c.execute(
+            "SELECT message_json, tokens, removed_reason, removed_at_seq FROM chatflow_messages "
+            "WHERE session_id = ? AND summary_through IS NOT NULL"
+            + ("" if include_removed else " AND removed_at_seq IS NULL") + " ORDER BY message_id",
+            (session_id,),
+        )
+        return [_StoredMessage(0, _message(j, n), reason, seq) for j, n, reason, seq in rows]
 
     def window_dicts(self, session_id: str, first_turn: int) -> list[tuple[int, dict[str, Any]]]:
         system = self.c.execute(
@@ -396,17 +437,18 @@ class _SQLiteTx(_Tx):
         self, session_id: str, first: int, last: int | None, include_removed: bool
     ) -> list[_StoredMessage]:
         sql = (
-            "SELECT turn, message_json, removed_reason, removed_at_seq, role FROM chatflow_messages "
+            "SELECT turn, message_json, removed_reason, removed_at_seq, role, tokens FROM chatflow_messages "
             "WHERE session_id = ? AND turn >= ? AND turn <= ?"
         )
         if not include_removed:
             sql += " AND removed_at_seq IS NULL"
+        sql += " AND summary_through IS NULL"
         rows = self.c.execute(
             sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**62)
         )
         return [
-            _StoredMessage(t, Message.from_json(j), reason, seq)
-            for t, j, reason, seq, role in rows
+            _StoredMessage(t, _message(j, n), reason, seq)
+            for t, j, reason, seq, role, n in rows
             if t > 0 or role == Role.SYSTEM.value
         ]
 

@@ -1,0 +1,93 @@
+"""Compaction summaries in every store: the window they make, rollback across them, the lease."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chatflow_cli.core.agents import Agent
+from chatflow_cli.core.errors import SessionBusyError
+from chatflow_cli.core.memory.owner import Owner
+from chatflow_cli.core.messages import Message, Role
+
+
+@pytest.fixture(autouse=True)
+def _summaries_stored(request: pytest.FixtureRequest) -> None:
+    """The PostgreSQL store does not store summaries yet: it refuses a compaction (tested below)."""
+    if "store_kind" in request.fixturenames and request.getfixturevalue("store_kind") == "postgres" \
+            and request.function.__name__ != "test_a_store_without_summaries_refuses_a_compaction":
+        pytest.skip("compaction summaries are not stored in PostgreSQL yet")
+
+
+def test_a_store_without_summaries_refuses_a_compaction(any_store: Any) -> None:
+    from chatflow_cli.core.errors import UsageError
+
+    _turns(any_store, 2)
+    if any_store._stores_summaries:
+        _summarise(any_store, 1)
+        assert any_store.summaries("s")[0][0].summary_through == 1
+    else:
+        with pytest.raises(UsageError, match="cannot store compaction summaries"):
+            any_store.begin_compaction("s", owner=Owner.current())
+        assert any_store.session_summary("s").status.value == "idle"
+
+
+def _turns(store: Any, n: int) -> None:
+    ctx = store.get_or_create("s", Agent("A"))
+    ctx.add_message(Message.system("Be brief."))
+    for i in range(1, n + 1):
+        ctx.add_message(Message.user(f"q{i}"))
+        ctx.add_message(Message.model(f"a{i}"))
+        ctx.complete_turn(f"a{i}")
+    store.save(ctx)
+
+
+def _summarise(store: Any, through: int) -> list[Any]:
+    session = store.begin_compaction("s", owner=Owner.current())
+    return store.finish_compaction(session, Message.summary(f"S{through}", through), {"model": "m",
+                                                                                      "tokens_before": 1})
+
+
+def test_window_is_system_newest_summary_and_turns_after(any_store: Any) -> None:
+    _turns(any_store, 5)
+    events = _summarise(any_store, 2)
+    assert [e.type for e in events] == ["context.compacted", "status"]
+    assert events[0].payload["through"] == 2 and events[0].payload["tokens_after"] > 0
+    _summarise(any_store, 3)
+    ctx = any_store.get("s")
+    assert [m.content for m in ctx.history] == ["Be brief.", "S3", "q4", "a4", "q5", "a5"]
+    assert ctx.history[1].role is Role.SYSTEM and ctx.history[1].summary_through == 3
+    assert [t.number for t in ctx.turns] == [4, 5]
+    tokens, turns = any_store.window_tokens("s")
+    assert [n for n, _ in turns] == [4, 5] and tokens == sum(m.tokens for m in ctx.history)
+    # every original turn stays in the log, the summaries are not turns
+    assert [t.number for t in any_store.load_turns("s", first=0)] == [0, 1, 2, 3, 4, 5]
+    assert [m.content for t in any_store.load_turns("s", first=0)[:1] for m in t.messages] == ["Be brief."]
+
+
+def test_rollback_marks_summaries_beyond_and_falls_back(any_store: Any) -> None:
+    _turns(any_store, 5)
+    _summarise(any_store, 2)
+    _summarise(any_store, 4)
+    any_store.rollback("s", 3)
+    assert [(m.summary_through, r) for m, r in any_store.summaries("s", include_removed=True)] == [(2, False),
+                                                                                                  (4, True)]
+    assert [m.content for m in any_store.get("s").history] == ["Be brief.", "S2", "q3", "a3"]
+    any_store.rollback("s", 0)
+    assert [m.content for m in any_store.get("s").history] == ["Be brief."]
+    assert any_store.summaries("s") == []
+
+
+def test_compaction_holds_the_session(any_store: Any) -> None:
+    _turns(any_store, 2)
+    session = any_store.begin_compaction("s", owner=Owner.current())
+    assert any_store.session_summary("s").status.value == "running"
+    with pytest.raises(SessionBusyError):
+        any_store.begin_compaction("s", owner=Owner.current())
+    with pytest.raises(SessionBusyError):
+        any_store.rollback("s", 1)
+    any_store.finish_compaction(session, Message.summary("S1", 1), {"model": "m", "tokens_before": 1})
+    assert any_store.session_summary("s").status.value == "idle"
+    with pytest.raises(SessionBusyError):  # the lease is spent
+        any_store.finish_compaction(session, Message.summary("S1", 1), {"model": "m", "tokens_before": 1})

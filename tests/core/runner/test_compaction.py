@@ -1,0 +1,185 @@
+"""Compaction against the fake server: the request, the event, the stored summary, the
+window after; idempotency, a busy session, rollback across a compaction, automatic
+compaction before a turn."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from chatflow_cli.core.agents import Agent
+from chatflow_cli.core.compaction import DEFAULT_PROMPT, compact_session, compaction_point
+from chatflow_cli.core.errors import SessionBusyError, UsageError
+from chatflow_cli.core.memory.owner import Owner
+from chatflow_cli.core.messages import Message, Role
+from chatflow_cli.core.runner import Runner
+from chatflow_cli.core.tools import tool
+
+@pytest.fixture
+def store(sqlite_store: Any) -> Any:
+    """The Runner tests' SQLite store, under the name these tests use."""
+    return sqlite_store
+
+
+
+@tool
+def lookup(order_id: str) -> str:
+    """Look an order up."""
+    return f"order {order_id}: shipped"
+
+
+def _chat(runner: Runner, fake_server: Any, n: int, session: str = "s") -> None:
+    for i in range(1, n + 1):
+        fake_server.add_text(f"answer {i}")
+        runner.run(session, f"question {i}")
+
+
+def test_compaction_request_event_summary_and_window(
+    make_runner: Callable[..., Runner], fake_server: Any, store: Any, client: Any
+) -> None:
+    runner = make_runner(Agent("A", instructions="Be brief.", tools=[lookup]), default_model="m")
+    fake_server.add_tool_calls([("call_1", "lookup", '{"order_id": "A-7"}')])
+    fake_server.add_text("A-7 shipped.")
+    runner.run("s", "where is order A-7?")
+    _chat(runner, fake_server, 3)  # turns 2..4
+    fake_server.add_text("The user asked about order A-7 (shipped) and questions 1 and 2.")
+    done = compact_session(store, "s", client, "m", through=3, instructions="keep order ids",
+                           tools=[lookup.to_wire()])
+    body = fake_server.requests[-1]
+    # one tool-free request: the tools are shown, tool_choice none
+    assert body["tool_choice"] == "none" and [t["function"]["name"] for t in body["tools"]] == ["lookup"]
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    assert body["messages"][0]["content"] == DEFAULT_PROMPT
+    asked = body["messages"][1]["content"]
+    assert "## Turn 1" in asked and "Assistant called lookup" in asked and "order A-7: shipped" in asked
+    assert "## Turn 3" in asked and "## Turn 4" not in asked and "Focus: keep order ids" in asked
+    # the event
+    event = done.events[0]
+    assert event.type == "context.compacted"
+    assert event.payload["through"] == 3 and event.payload["model"] == "m"
+    assert event.payload["instructions"] == "keep order ids"
+    assert event.payload["tokens_after"] < event.payload["tokens_before"]
+    assert [e.type for e in done.events] == ["context.compacted", "status"]
+    assert store.session_summary("s").status.value == "idle"
+    # the stored summary, flagged, and nothing deleted
+    ((summary, removed),) = store.summaries("s")
+    assert summary.role is Role.SYSTEM and summary.summary_through == 3 and not removed
+    assert summary.content == "The user asked about order A-7 (shipped) and questions 1 and 2."
+    assert [t.number for t in store.load_turns("s")] == [1, 2, 3, 4]
+    # the window after: real system messages, the summary, live turns after K
+    ctx = store.get("s")
+    assert [m.role for m in ctx.history] == [Role.SYSTEM, Role.USER, Role.MODEL]
+    assert ctx.history[0].summary_through == 3 and ctx.history[1].content == "question 3"
+    # the next turn sends it
+    fake_server.add_text("ok")
+    runner.run("s", "and now?")
+    sent = fake_server.requests[-1]["messages"]
+    assert [m["content"] for m in sent] == ["Be brief.", summary.content, "question 3", "answer 3", "and now?"]
+
+
+def test_same_through_and_instructions_is_not_compacted_twice(
+    make_runner: Callable[..., Runner], fake_server: Any, store: Any, client: Any
+) -> None:
+    runner = make_runner(Agent("A"), default_model="m")
+    _chat(runner, fake_server, 3)
+    fake_server.add_text("summary one")
+    first = compact_session(store, "s", client, "m", through=2)
+    requests = len(fake_server.requests)
+    again = compact_session(store, "s", client, "m", through=2)
+    assert again.repeated and again.summary == "summary one" and again.events == ()
+    assert len(fake_server.requests) == requests and len(store.summaries("s")) == 1
+    fake_server.add_text("summary two")
+    other = compact_session(store, "s", client, "m", through=2, instructions="names only")
+    assert not other.repeated and other.summary == "summary two" and not first.repeated
+    with pytest.raises(UsageError, match="already summarised through turn 2"):
+        compact_session(store, "s", client, "m", through=1)
+    with pytest.raises(UsageError, match="turns are 1..3"):
+        compact_session(store, "s", client, "m", through=4)
+
+
+def test_compaction_takes_the_session_like_a_turn(
+    make_runner: Callable[..., Runner], fake_server: Any, store: Any, client: Any
+) -> None:
+    runner = make_runner(Agent("A"), default_model="m")
+    _chat(runner, fake_server, 2)
+    session = store.begin_compaction("s", owner=Owner.current())
+    with pytest.raises(SessionBusyError):
+        runner.run("s", "meanwhile", wait=0)
+    with pytest.raises(SessionBusyError):
+        compact_session(store, "s", client, "m", through=1)
+    store.release(session, reason="compaction failed")
+    fake_server.add_text("fine")
+    assert runner.run("s", "now").content == "fine"
+
+
+def test_a_failed_compaction_leaves_the_session_as_it_was(
+    make_runner: Callable[..., Runner], fake_server: Any, store: Any, client: Any
+) -> None:
+    runner = make_runner(Agent("A"), default_model="m")
+    _chat(runner, fake_server, 3)
+    before = [m.content for m in store.get("s").history]
+    fake_server.add_error(500, {"error": {"message": "boom", "type": "server_error"}})
+    with pytest.raises(Exception):
+        compact_session(store, "s", client, "m", through=2)
+    assert store.summaries("s") == [] and store.session_summary("s").status.value == "idle"
+    assert [m.content for m in store.get("s").history] == before
+
+
+def test_rollback_across_a_compaction_falls_back(
+    make_runner: Callable[..., Runner], fake_server: Any, store: Any, client: Any
+) -> None:
+    runner = make_runner(Agent("A"), default_model="m")
+    _chat(runner, fake_server, 6)
+    fake_server.add_text("summary of 1..2")
+    compact_session(store, "s", client, "m", through=2)
+    fake_server.add_text("summary of 1..4")
+    compact_session(store, "s", client, "m", through=4)
+    assert [m.content for m in store.get("s").history][:2] == ["summary of 1..4", "question 5"]
+    store.rollback("s", 3)  # 3 < 4: the newer summary is marked, the older one applies again
+    listed = store.summaries("s", include_removed=True)
+    assert [(m.summary_through, removed) for m, removed in listed] == [(2, False), (4, True)]
+    assert [m.content for m in store.get("s").history] == ["summary of 1..2", "question 3", "answer 3"]
+    store.rollback("s", 1)  # below every summary: plain turns
+    assert [m.content for m in store.get("s").history] == ["question 1", "answer 1"]
+    assert [(m.summary_through, removed) for m, removed in store.summaries("s", include_removed=True)] == [
+        (2, True), (4, True)]
+    fake_server.add_text("again")
+    runner.run("s", "next")
+    assert [m["content"] for m in fake_server.requests[-1]["messages"]] == ["question 1", "answer 1", "next"]
+
+
+def test_compaction_point_keeps_the_newest_turns() -> None:
+    assert compaction_point([(1, 100)], 1000) is None
+    assert compaction_point([(1, 400), (2, 400), (3, 100), (4, 100)], 1000) == 2
+    assert compaction_point([(5, 400), (6, 900)], 1000) == 5  # the newest turn stays, even when large
+
+
+def test_automatic_compaction_before_the_next_request(
+    make_runner: Callable[..., Runner], fake_server: Any, store: Any
+) -> None:
+    runner = make_runner(Agent("A"), default_model="m", max_context_tokens=1000, max_tokens=200)
+    for i in range(1, 5):
+        fake_server.add_text(f"answer {i} " + "detail " * 60)
+        runner.run("s", f"question {i} " + "word " * 60)
+    assert store.summaries("s") == []
+    fake_server.add_text("SUMMARY: questions 1..3 answered")
+    fake_server.add_text("the reply")
+    result = runner.run("s", "question 5")
+    compaction, turn = fake_server.requests[-2], fake_server.requests[-1]
+    assert compaction["messages"][0]["content"] == DEFAULT_PROMPT and "tools" not in compaction
+    assert result.content == "the reply"
+    ((summary, _),) = store.summaries("s")
+    assert turn["messages"][0] == {"role": "system", "content": "SUMMARY: questions 1..3 answered"}
+    assert turn["messages"][1]["content"].startswith(f"question {summary.summary_through + 1}")
+    assert any(e.type == "context.compacted" for e in result.events)
+    assert result.context is not None and result.context["tokens"] <= 0.8 * 800
+
+
+def test_automatic_compaction_off_switch(make_runner: Callable[..., Runner], fake_server: Any, store: Any) -> None:
+    runner = make_runner(Agent("A"), default_model="m", max_context_tokens=1000, max_tokens=200, compact_at=None)
+    for i in range(1, 6):
+        fake_server.add_text(f"answer {i} " + "detail " * 60)
+        runner.run("s", f"question {i} " + "word " * 60)
+    assert store.summaries("s") == [] and len(fake_server.requests) == 5
