@@ -183,26 +183,32 @@ def test_counts_are_stored_with_the_message_and_loaded_with_the_window(kind: str
 
 
 def test_migration_fills_existing_rows_with_the_estimate(tmp_path: Path) -> None:
-    """A file written before token counts existed: every message row gets its estimate."""
+    """A file written before token counts existed (schema version 3, made here by the first
+    three migrations): every message row gets its estimate when the store upgrades it."""
+    import time
+
     from chatflow_cli.core.memory import schema
     from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
     path = tmp_path / "old.db"
-    store = SQLiteSessionStore(str(path))
-    _turn(store, "s", "an old message with 12345", Message.model("an old reply", tokens=7))
-    store.close()
     conn = sqlite3.connect(path, isolation_level=None)
-    # back to the file as the previous version left it: version 3, no columns of version 4
-    conn.execute("DROP INDEX chatflow_messages_summaries")
-    conn.execute("ALTER TABLE chatflow_messages DROP COLUMN summary_through")
-    conn.execute("ALTER TABLE chatflow_messages DROP COLUMN tokens")
-    conn.execute("DELETE FROM chatflow_schema_migrations WHERE version >= 4")
+    conn.execute(schema._MIGRATIONS_TABLE)
+    for number, name, statements in schema._MIGRATIONS[:3]:
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute("INSERT INTO chatflow_schema_migrations VALUES (?, ?, ?)", (number, name, time.time()))
+    now = time.time()
+    conn.execute("INSERT INTO chatflow_sessions (session_id, incarnation, active_agent_name, max_turns, turn_count, "
+                 "created_at_utc, updated_at_utc) VALUES ('s', 'i', 'A', 40, 1, ?, ?)", (now, now))
+    old = [Message.user("an old message with 12345"), Message.model("an old reply")]
+    for position, message in enumerate(old):
+        conn.execute("INSERT INTO chatflow_messages (session_id, turn, position, role, message_json, event_seq) "
+                     "VALUES ('s', 1, ?, ?, ?, ?)", (position, message.role.value, message.to_json(), position + 1))
     conn.close()
     store = SQLiteSessionStore(str(path))
     ctx = store.get("s")
     assert ctx is not None
-    assert [m.tokens for m in ctx.history] == [estimate_tokens(Message.user("an old message with 12345")),
-                                              estimate_tokens(Message.model("an old reply"))]
+    assert [m.tokens for m in ctx.history] == [estimate_tokens(m) for m in old]
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT COUNT(*) FROM chatflow_messages WHERE tokens IS NULL").fetchone()[0] == 0
     assert schema.schema_version(conn) == schema.SCHEMA_VERSION
