@@ -482,8 +482,6 @@ class BaseSessionStore:
 
     #: True when the storage never blocks on disk: async twins then stay on the event loop.
     _ephemeral = True
-    #: False for a backend that cannot store compaction summaries yet (begin_compaction refuses).
-    _stores_summaries = True
 
     def __init__(self, default_max_turns: int = DEFAULT_MAX_TURNS) -> None:
         self.default_max_turns = _check_max_turns(default_max_turns, "default_max_turns")
@@ -1370,9 +1368,6 @@ class BaseSessionStore:
                 not whole yet).
         """
         _check_session_id(session_id)
-        if not self._stores_summaries:
-            raise UsageError(f"this session store ({type(self).__name__}) cannot store compaction summaries yet",
-                             session_id=session_id)
         with self._write() as tx:
             row = self._require(tx, session_id)
             if row.status is SessionStatus.RUNNING and row.owner is not None and not row.owner.alive():

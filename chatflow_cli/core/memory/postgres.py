@@ -65,6 +65,7 @@ from .._dsn import is_postgres_url, redact_dsn
 from ..errors import SchemaTooNewError, SessionNotFoundError, StoreError
 from ..events import Event, SessionStatus
 from ..messages import Message, Role
+from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
 from .base import BaseSessionStore, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .owner import Owner
@@ -199,7 +200,46 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
 )""",
         ],
     ),
+    (
+        2,
+        "a token count with every message; summaries of turns 1..K",
+        [
+            # the message's tokens as sent to a model: the provider's completion_tokens for a
+            # reply that reported usage, else the estimate of chatflow_cli.core.tokens. Stored
+            # so that choosing a token-budget window reads only the window's rows.
+            "ALTER TABLE chatflow_messages ADD COLUMN tokens integer",
+            # K for a SYSTEM message (turn 0) that summarises turns 1..K (a compaction); NULL
+            # for every other message. A rollback to n < K marks it removed like a turn.
+            "ALTER TABLE chatflow_messages ADD COLUMN summary_through integer",
+            """CREATE INDEX chatflow_messages_summaries ON chatflow_messages (session_id, summary_through)
+    WHERE summary_through IS NOT NULL AND removed_at_seq IS NULL""",
+            # rows written before this version get the estimate
+            "_fill_token_estimates",
+        ],
+    ),
 ]
+
+
+def _fill_token_estimates(conn: psycopg.Connection[Any]) -> None:
+    """Give every message row without a token count the estimate of its message."""
+    from ..tokens import estimate_tokens
+
+    rows = conn.execute(
+        "SELECT message_id, message, message_text FROM chatflow_messages WHERE tokens IS NULL"
+    ).fetchall()
+    if rows:
+        conn.cursor().executemany(
+            "UPDATE chatflow_messages SET tokens = %s WHERE message_id = %s",
+            [(estimate_tokens(_message(m, x)), message_id) for message_id, m, x in rows],
+        )
+
+
+#: Migration steps that SQL alone cannot compute, named in ``_MIGRATIONS`` and run on the
+#: connection inside the migration's transaction.
+_MIGRATION_STEPS: dict[str, Callable[[psycopg.Connection[Any]], None]] = {
+    "_fill_token_estimates": _fill_token_estimates,
+}
+
 #: The newest schema version this chatflow knows.
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 
@@ -282,8 +322,12 @@ def _event(session_id: str, r: tuple[Any, ...]) -> Event:
     return Event(session_id, int(r[0]), r[1], _joined(r[2], r[3]), r[4], r[5])
 
 
-def _message(jsonb: Any, text: str | None) -> Message:
-    return Message.from_dict(_joined(jsonb, text))
+def _message(jsonb: Any, text: str | None, tokens: int | None = None) -> Message:
+    """A stored message with its stored token count."""
+    message = Message.from_dict(_joined(jsonb, text))
+    if tokens is not None:
+        object.__setattr__(message, "tokens", tokens)
+    return message
 
 
 # ----------------------------------------------------------------------------------------
@@ -351,8 +395,8 @@ class _PgTx(_Tx):
         if self._message_rows:
             rows, self._message_rows = self._message_rows, []
             self._conn.cursor().executemany(
-                "INSERT INTO chatflow_messages (session_id, turn, role, message, message_text, event_seq) "
-                "VALUES (%s, %s, %s, %s::jsonb, %s, %s)",
+                "INSERT INTO chatflow_messages (session_id, turn, role, message, message_text, event_seq, tokens, "
+                "summary_through) VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s)",
                 rows,
             )
 
@@ -501,7 +545,9 @@ class _PgTx(_Tx):
     # -- messages --------------------------------------------------------------------------
     def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
         data, text = _split_json(message.to_dict())
-        self._message_rows.append((session_id, turn, message.role.value, data, text, seq))
+        self._message_rows.append(
+            (session_id, turn, message.role.value, data, text, seq, message_tokens(message), message.summary_through)
+        )
 
     def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
         self._x(
@@ -510,34 +556,52 @@ class _PgTx(_Tx):
             (seq, reason, session_id, max(1, first), last if last is not None else 2**31 - 1),
         )
 
-    # Compaction summaries are not stored in PostgreSQL yet (the store refuses a compaction,
-    # see PostgresSessionStore._stores_summaries): there is never a summary to read or mark.
     def latest_summary_through(self, session_id: str) -> int | None:
-        return None
+        r = self._x(
+            "SELECT MAX(summary_through) FROM chatflow_messages WHERE session_id = %s "
+            "AND summary_through IS NOT NULL AND removed_at_seq IS NULL",
+            (session_id,),
+        ).fetchone()
+        return None if r is None or r[0] is None else int(r[0])
 
     def remove_summaries(self, session_id: str, after_turn: int, seq: int) -> None:
-        return None
+        self._x(
+            "UPDATE chatflow_messages SET removed_at_seq = %s, removed_reason = 'rolled_back' "
+            "WHERE session_id = %s AND summary_through > %s AND removed_at_seq IS NULL",
+            (seq, session_id, after_turn),
+        )
 
     def summaries(self, session_id: str, include_removed: bool) -> list[_StoredMessage]:
-        return []
+        rows = self._x(
+            "SELECT message, message_text, tokens, removed_reason, removed_at_seq FROM chatflow_messages "
+            "WHERE session_id = %s AND summary_through IS NOT NULL"
+            + ("" if include_removed else " AND removed_at_seq IS NULL") + " ORDER BY message_id",
+            (session_id,),
+        )
+        return [_StoredMessage(0, _message(m, x, n), reason, seq) for m, x, n, reason, seq in rows]
 
     def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
         rows = self._x(
-            # two index ranges (an OR of them would scan the whole session's history)
-            "(SELECT turn, message, message_text, event_seq FROM chatflow_messages WHERE session_id = %s "
-            "AND removed_at_seq IS NULL AND turn = 0 AND role = 'system') UNION ALL "
-            "(SELECT turn, message, message_text, event_seq FROM chatflow_messages WHERE session_id = %s "
-            "AND removed_at_seq IS NULL AND turn >= %s) ORDER BY turn, event_seq",
-            (session_id, session_id, max(1, first_turn)),
+            # index ranges (an OR of them would scan the whole session's history): the real
+            # system messages, the newest live summary, the live turns from first_turn
+            "(SELECT 0 AS k, turn, message, message_text, tokens, event_seq, message_id FROM chatflow_messages "
+            "WHERE session_id = %s AND removed_at_seq IS NULL AND turn = 0 AND role = 'system' "
+            "AND summary_through IS NULL) UNION ALL "
+            "(SELECT 1, turn, message, message_text, tokens, 0, 0 FROM chatflow_messages WHERE session_id = %s "
+            "AND summary_through IS NOT NULL AND removed_at_seq IS NULL "
+            "ORDER BY summary_through DESC, message_id DESC LIMIT 1) UNION ALL "
+            "(SELECT 2, turn, message, message_text, tokens, event_seq, message_id FROM chatflow_messages "
+            "WHERE session_id = %s AND removed_at_seq IS NULL AND turn >= %s) ORDER BY 1, 2, 6, 7",
+            (session_id, session_id, session_id, max(1, first_turn)),
         ).fetchall()
-        return [(t, _message(m, x)) for t, m, x, _seq in rows]
+        return [(t, _message(m, x, n)) for _k, t, m, x, n, _seq, _id in rows]
 
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
     ) -> list[_StoredMessage]:
         sql = (
-            "SELECT turn, message, message_text, removed_reason, removed_at_seq, role FROM chatflow_messages "
-            "WHERE session_id = %s AND turn >= %s AND turn <= %s"
+            "SELECT turn, message, message_text, removed_reason, removed_at_seq, role, tokens "
+            "FROM chatflow_messages WHERE session_id = %s AND turn >= %s AND turn <= %s AND summary_through IS NULL"
         )
         if not include_removed:
             sql += " AND removed_at_seq IS NULL"
@@ -545,8 +609,8 @@ class _PgTx(_Tx):
             sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**31 - 1)
         )
         return [
-            _StoredMessage(t, _message(m, x), reason, seq)
-            for t, m, x, reason, seq, role in rows
+            _StoredMessage(t, _message(m, x, n), reason, seq)
+            for t, m, x, reason, seq, role, n in rows
             if t > 0 or role == Role.SYSTEM.value
         ]
 
@@ -877,8 +941,6 @@ class PostgresSessionStore(BaseSessionStore):
     """
 
     _ephemeral = False
-    #: summaries of compactions are not stored here yet: begin_compaction refuses
-    _stores_summaries = False
 
     def __init__(
         self,
@@ -1013,7 +1075,11 @@ class PostgresSessionStore(BaseSessionStore):
                         continue
                     with conn.transaction():  # a savepoint per version, committed with the lock held
                         for statement in statements:
-                            conn.execute(statement)
+                            step = _MIGRATION_STEPS.get(statement)
+                            if step is not None:
+                                step(conn)
+                            else:
+                                conn.execute(statement)
                         conn.execute(
                             "INSERT INTO chatflow_schema_migrations (version, name, applied_at_utc) "
                             "VALUES (%s, %s, extract(epoch FROM clock_timestamp()))",

@@ -109,6 +109,37 @@ def test_a_database_from_a_newer_chatflow_is_refused_unchanged(pg_dsn: str) -> N
         assert conn.execute("SELECT count(*) FROM chatflow_events").fetchone() == before
 
 
+def test_a_version_1_database_gets_token_counts_and_keeps_its_messages(pg_dsn: str) -> None:
+    import psycopg
+
+    from chatflow_cli.core.memory import postgres
+    from chatflow_cli.core.tokens import estimate_tokens
+
+    user, reply = Message.user("what is the capital of France? " * 5), Message.model("Paris.")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(postgres._MIGRATIONS_TABLE)
+        for statement in postgres._MIGRATIONS[0][2]:
+            conn.execute(statement)
+        conn.execute("INSERT INTO chatflow_schema_migrations VALUES (1, 'first', 0)")
+        conn.execute("INSERT INTO chatflow_sessions (session_id, incarnation, active_agent_name, metadata, max_turns, "
+                     "turn_count, last_seq, created_at_utc, updated_at_utc) VALUES ('s', 'i', 'Assistant', '{}', 20, 1, "
+                     "2, 0, 0)")
+        for seq, message in enumerate([user, reply], 1):
+            conn.execute("INSERT INTO chatflow_messages (session_id, turn, role, message, event_seq) "
+                         "VALUES ('s', 1, %s, %s::jsonb, %s)", (message.role.value, json.dumps(message.to_dict()), seq))
+    store = _store(pg_dsn)
+    try:
+        history = store.get("s").history
+        assert [m.content for m in history] == [user.content, "Paris."]
+        assert [m.tokens for m in history] == [estimate_tokens(user), estimate_tokens(reply)]
+    finally:
+        store.close()
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute("SELECT version FROM chatflow_schema_migrations ORDER BY version").fetchall()
+        assert [r[0] for r in rows] == list(range(1, postgres.SCHEMA_VERSION + 1))
+        assert conn.execute("SELECT count(*) FROM chatflow_messages WHERE tokens IS NULL").fetchone() == (0,)
+
+
 # ---------------------------------------------------------------------------------------
 # connection faults
 # ---------------------------------------------------------------------------------------

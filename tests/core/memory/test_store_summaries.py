@@ -12,25 +12,13 @@ from chatflow_cli.core.memory.owner import Owner
 from chatflow_cli.core.messages import Message, Role
 
 
-@pytest.fixture(autouse=True)
-def _summaries_stored(request: pytest.FixtureRequest) -> None:
-    """The PostgreSQL store does not store summaries yet: it refuses a compaction (tested below)."""
-    if "store_kind" in request.fixturenames and request.getfixturevalue("store_kind") == "postgres" \
-            and request.function.__name__ != "test_a_store_without_summaries_refuses_a_compaction":
-        pytest.skip("compaction summaries are not stored in PostgreSQL yet")
-
-
-def test_a_store_without_summaries_refuses_a_compaction(any_store: Any) -> None:
-    from chatflow_cli.core.errors import UsageError
-
+def test_every_store_stores_a_compaction_summary(any_store: Any) -> None:
     _turns(any_store, 2)
-    if any_store._stores_summaries:
-        _summarise(any_store, 1)
-        assert any_store.summaries("s")[0][0].summary_through == 1
-    else:
-        with pytest.raises(UsageError, match="cannot store compaction summaries"):
-            any_store.begin_compaction("s", owner=Owner.current())
-        assert any_store.session_summary("s").status.value == "idle"
+    _summarise(any_store, 1)
+    stored = any_store.summaries("s")
+    assert [(m.content, m.summary_through) for m, *_ in stored] == [("S1", 1)]
+    assert stored[0][0].tokens is not None and stored[0][0].tokens > 0
+    assert any_store.session_summary("s").status.value == "idle"
 
 
 def _turns(store: Any, n: int) -> None:
