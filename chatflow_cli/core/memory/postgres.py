@@ -217,6 +217,18 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "_fill_token_estimates",
         ],
     ),
+    (
+        3,
+        "fork origin, titles and archive of sessions",
+        [
+            # {"session_id", "turn", "seq"} of the session this one was forked from; NULL otherwise
+            "ALTER TABLE chatflow_sessions ADD COLUMN forked_from jsonb",
+            # set by the user; NULL: derived from the first user message
+            "ALTER TABLE chatflow_sessions ADD COLUMN title text",
+            # epoch seconds (database clock); NULL: not archived
+            "ALTER TABLE chatflow_sessions ADD COLUMN archived_at_utc double precision",
+        ],
+    ),
 ]
 
 
@@ -296,7 +308,8 @@ def _joined(jsonb: Any, text: str | None) -> Any:
 
 _ROW_COLUMNS = (
     "session_id, incarnation, active_agent_name, metadata, metadata_text, max_turns, turn_count, status, owner, "
-    "lease_expires_at > clock_timestamp(), created_at_utc, updated_at_utc, last_seq"
+    "lease_expires_at > clock_timestamp(), created_at_utc, updated_at_utc, last_seq, forked_from, title, "
+    "archived_at_utc"
 )
 
 
@@ -312,6 +325,9 @@ def _row(r: tuple[Any, ...]) -> _SessionRow:
         owner=_owner(r[8], r[9]),
         created_at=r[10],
         updated_at=r[11],
+        forked_from=r[13],
+        title=r[14],
+        archived_at=r[15],
     )
 
 
@@ -446,13 +462,15 @@ class _PgTx(_Tx):
         self._x(
             "INSERT INTO chatflow_sessions (session_id, incarnation, active_agent_name, metadata, metadata_text, "
             "max_turns, turn_count, status, owner, owner_token, lease_expires_at, last_seq, created_at_utc, "
-            "updated_at_utc) VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s::jsonb, %s, "
-            "CASE WHEN %s::text IS NULL THEN NULL ELSE clock_timestamp() + %s * interval '1 second' END, 0, %s, %s)",
+            "updated_at_utc, forked_from, title, archived_at_utc) VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, "
+            "%s::jsonb, %s, CASE WHEN %s::text IS NULL THEN NULL ELSE clock_timestamp() + %s * interval '1 second' "
+            "END, 0, %s, %s, %s::jsonb, %s, %s)",
             (
                 row.session_id, row.incarnation, row.active_agent_name, meta, meta_text, row.max_turns,
                 row.turn_count, row.status.value, _dumps(row.owner.to_dict()) if row.owner else None,
                 row.owner.token if row.owner else None, row.owner.token if row.owner else None, self._lease_s,
-                row.created_at, row.updated_at,
+                row.created_at, row.updated_at, _dumps(row.forked_from) if row.forked_from is not None else None,
+                row.title, row.archived_at,
             ),
         )
         self._seq[row.session_id] = 0
@@ -468,12 +486,15 @@ class _PgTx(_Tx):
             "lease_expires_at = CASE WHEN %s::text IS NULL THEN NULL "
             "WHEN owner_token IS NOT DISTINCT FROM %s THEN lease_expires_at "
             "ELSE clock_timestamp() + %s * interval '1 second' END, "
-            "owner_token = %s, last_seq = %s, created_at_utc = %s, updated_at_utc = %s "
+            "owner_token = %s, last_seq = %s, created_at_utc = %s, updated_at_utc = %s, forked_from = %s::jsonb, "
+            "title = %s, archived_at_utc = %s "
             "WHERE session_id = %s" + (" RETURNING pg_notify(%s, %s)" if dirty else ""),
             (
                 row.incarnation, row.active_agent_name, meta, meta_text, row.max_turns, row.turn_count,
                 row.status.value, _dumps(row.owner.to_dict()) if row.owner else None, token, token, self._lease_s,
-                token, self._seq.get(row.session_id, 0), row.created_at, row.updated_at, row.session_id,
+                token, self._seq.get(row.session_id, 0), row.created_at, row.updated_at,
+                _dumps(row.forked_from) if row.forked_from is not None else None, row.title, row.archived_at,
+                row.session_id,
                 *((NOTIFY_CHANNEL, _channel_key(row.session_id)) if dirty else ()),
             ),
         )
