@@ -67,7 +67,9 @@ from ..events import Event, SessionStatus
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
-from .base import BaseSessionStore, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .base import BaseSessionStore, SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .inmemory import _searchable
+from .search import Query, SearchHit, memory_snippet, words_of
 from .owner import Owner
 from .protocol import MessageState, TurnStart
 
@@ -229,6 +231,19 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE chatflow_sessions ADD COLUMN archived_at_utc double precision",
         ],
     ),
+    (
+        4,
+        "full-text search over messages: a tsvector per message with a GIN index",
+        [
+            # the message's searchable words (chatflow_cli.core.memory.search.words_of, the
+            # same folding as the other stores) with their positions: weight A for user and
+            # model text, B for tool results and the model's tool calls; written with the row
+            "ALTER TABLE chatflow_messages ADD COLUMN search_vector tsvector",
+            "CREATE INDEX chatflow_messages_search ON chatflow_messages USING gin (search_vector)",
+            # rows written before this version are indexed now
+            "_fill_search_vectors",
+        ],
+    ),
 ]
 
 
@@ -246,10 +261,85 @@ def _fill_token_estimates(conn: psycopg.Connection[Any]) -> None:
         )
 
 
+def _fill_search_vectors(conn: psycopg.Connection[Any]) -> None:
+    """Give every message row its search vector."""
+    rows = conn.execute("SELECT message_id, message, message_text FROM chatflow_messages").fetchall()
+    if rows:
+        conn.cursor().executemany(
+            "UPDATE chatflow_messages SET search_vector = %s::tsvector WHERE message_id = %s",
+            [(_search_vector(_message(m, x)), message_id) for message_id, m, x in rows],
+        )
+
+
+#: Longest word indexed, in characters (PostgreSQL refuses a lexeme over 2047 bytes).
+_MAX_LEXEME = 500
+#: Bytes of lexemes a message's vector holds at most (PostgreSQL refuses a tsvector over 1 MB);
+#: words first seen after that are not indexed.
+_MAX_VECTOR_BYTES = 768 * 1024
+
+
+def _search_vector(message: Message) -> str | None:
+    """The ``tsvector`` literal of ``message``: its folded words (the same words the other
+    stores search) with positions, weight A for user and model text, B for tool text; the
+    tool text starts two positions after the body so no phrase spans the two. None when
+    the message has no searchable text."""
+    body = message.content if message.role in (Role.USER, Role.MODEL) and message.content else ""
+    tools = ""
+    if message.role is Role.TOOL and message.content:
+        tools = message.content
+    elif message.role is Role.MODEL and message.tool_calls:
+        tools = " ".join(f"{c.name} {c.arguments}" for c in message.tool_calls)
+    positions: dict[str, list[str]] = {}
+    size = 0
+    pos = 0
+    for text, weight in ((body, "A"), (tools, "B")):
+        if weight == "B":
+            pos += 1
+        for word in words_of(text):
+            pos += 1
+            if len(word) > _MAX_LEXEME or pos > 16383:  # PostgreSQL's largest position
+                continue
+            seen = positions.get(word)
+            if seen is None:
+                size += len(word.encode()) + 8
+                if size > _MAX_VECTOR_BYTES:
+                    continue
+                positions[word] = seen = []
+            if len(seen) < 255:  # PostgreSQL keeps at most 256 positions of a lexeme
+                seen.append(f"{pos}{weight}")
+    if not positions:
+        return None
+    return " ".join(f"'{_quote_lexeme(w)}':{','.join(p)}" for w, p in positions.items())
+
+
+def _quote_lexeme(word: str) -> str:
+    return word.replace("\\", "\\\\").replace("'", "''")
+
+
+def _ts_term(term: Any, weights: str) -> str:
+    words = [f"'{_quote_lexeme(w)}':" + ("*" if term.prefix and i == len(term.words) - 1 else "") + weights
+             for i, w in enumerate(term.words)]
+    return "(" + " <-> ".join(words) + ")"
+
+
+def to_tsquery(query: Query, include_tools: bool) -> str:
+    """The ``tsquery`` literal of ``query``: every word quoted (no syntax error is possible),
+    limited to user and model text (weight A) unless ``include_tools``."""
+    weights = "AB" if include_tools else "A"
+    parts = []
+    for positive, negative in query.clauses:
+        expr = " & ".join(_ts_term(t, weights) for t in positive)
+        for term in negative:
+            expr = f"({expr}) & !{_ts_term(term, weights)}"
+        parts.append(f"({expr})")
+    return " | ".join(parts)
+
+
 #: Migration steps that SQL alone cannot compute, named in ``_MIGRATIONS`` and run on the
 #: connection inside the migration's transaction.
 _MIGRATION_STEPS: dict[str, Callable[[psycopg.Connection[Any]], None]] = {
     "_fill_token_estimates": _fill_token_estimates,
+    "_fill_search_vectors": _fill_search_vectors,
 }
 
 #: The newest schema version this chatflow knows.
@@ -412,7 +502,7 @@ class _PgTx(_Tx):
             rows, self._message_rows = self._message_rows, []
             self._conn.cursor().executemany(
                 "INSERT INTO chatflow_messages (session_id, turn, role, message, message_text, event_seq, tokens, "
-                "summary_through) VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s)",
+                "summary_through, search_vector) VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s::tsvector)",
                 rows,
             )
 
@@ -567,7 +657,8 @@ class _PgTx(_Tx):
     def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
         data, text = _split_json(message.to_dict())
         self._message_rows.append(
-            (session_id, turn, message.role.value, data, text, seq, message_tokens(message), message.summary_through)
+            (session_id, turn, message.role.value, data, text, seq, message_tokens(message), message.summary_through,
+             _search_vector(message))
         )
 
     def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
@@ -634,6 +725,45 @@ class _PgTx(_Tx):
             for t, m, x, reason, seq, role, n in rows
             if t > 0 or role == Role.SYSTEM.value
         ]
+
+    def search(self, query: Query, where: SearchFilter) -> list[SearchHit]:
+        # The GIN index finds the matching messages; ts_rank_cd ranks them (cover density:
+        # more and closer matched words rank higher); DISTINCT ON keeps the best message of
+        # each (session, turn, removal); the page is the best of those.
+        conditions = ["m.search_vector @@ q.q", "m.turn > 0"]
+        args: list[Any] = [to_tsquery(query, where.include_tools)]
+        if not where.include_removed:
+            conditions.append("m.removed_at_seq IS NULL")
+        if where.session_id is not None:
+            conditions.append("m.session_id = %s")
+            args.append(where.session_id)
+        if where.agent is not None:
+            conditions.append("s.active_agent_name = %s")
+            args.append(where.agent)
+        if where.since is not None:
+            conditions.append("e.created_at_utc >= %s")
+            args.append(where.since)
+        args.append(where.limit)
+        rows = self._x(
+            "SELECT session_id, turn, message, message_text, role, created_at_utc, agent, removed_reason, r FROM ("
+            "SELECT DISTINCT ON (m.session_id, m.turn, m.removed_at_seq) m.session_id, m.turn, m.message, "
+            "m.message_text, m.role, e.created_at_utc, s.active_agent_name AS agent, m.removed_reason, "
+            "ts_rank_cd(m.search_vector, q.q) AS r, m.message_id "
+            "FROM (SELECT %s::tsquery AS q) AS q, chatflow_messages AS m "
+            "JOIN chatflow_sessions AS s ON s.session_id = m.session_id "
+            "JOIN chatflow_events AS e ON e.session_id = m.session_id AND e.seq = m.event_seq "
+            f"WHERE {' AND '.join(conditions)} "
+            "ORDER BY m.session_id, m.turn, m.removed_at_seq, r DESC, e.created_at_utc DESC, m.message_id) AS best "
+            "ORDER BY r DESC, created_at_utc DESC, session_id, turn LIMIT %s",
+            args,
+        ).fetchall()
+        hits = []
+        for sid, turn, m, x, role, created, agent, reason, rank in rows:
+            texts = _searchable(_message(m, x), where.include_tools)
+            text = max(texts, key=lambda t: query.score(words_of(t)), default="")
+            hits.append(SearchHit(sid, turn, memory_snippet(query, text), role, float(created), -float(rank), agent,
+                                  reason))
+        return hits
 
     def preview(self, session_id: str) -> str:
         r = self._x(

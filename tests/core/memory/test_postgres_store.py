@@ -109,7 +109,7 @@ def test_a_database_from_a_newer_chatflow_is_refused_unchanged(pg_dsn: str) -> N
         assert conn.execute("SELECT count(*) FROM chatflow_events").fetchone() == before
 
 
-def test_a_version_1_database_gets_token_counts_and_keeps_its_messages(pg_dsn: str) -> None:
+def test_a_version_1_database_gets_token_counts_and_a_search_index_and_keeps_its_messages(pg_dsn: str) -> None:
     import psycopg
 
     from chatflow_cli.core.memory import postgres
@@ -127,11 +127,15 @@ def test_a_version_1_database_gets_token_counts_and_keeps_its_messages(pg_dsn: s
         for seq, message in enumerate([user, reply], 1):
             conn.execute("INSERT INTO chatflow_messages (session_id, turn, role, message, event_seq) "
                          "VALUES ('s', 1, %s, %s::jsonb, %s)", (message.role.value, json.dumps(message.to_dict()), seq))
+            conn.execute("INSERT INTO chatflow_events (session_id, seq, event_type, turn, payload, created_at_utc) "
+                         "VALUES ('s', %s, 'message', 1, %s::jsonb, 0)", (seq, json.dumps(message.to_dict())))
     store = _store(pg_dsn)
     try:
         history = store.get("s").history
         assert [m.content for m in history] == [user.content, "Paris."]
         assert [m.tokens for m in history] == [estimate_tokens(user), estimate_tokens(reply)]
+        hits = store.search("paris")  # the migration indexed the rows it found
+        assert [(h.session_id, h.turn, h.role, h.removed) for h in hits] == [("s", 1, "model", None)]
     finally:
         store.close()
     with psycopg.connect(pg_dsn) as conn:

@@ -23,11 +23,8 @@ from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
 
 @pytest.fixture
-def store(any_store: BaseSessionStore, store_kind: str) -> BaseSessionStore:
-    """The store under test, once per kind of tests/core/memory/conftest.py's STORE_KINDS
-    (the PostgreSQL store does not have search, fork origin, titles and archive yet)."""
-    if store_kind == "postgres":
-        pytest.skip("the PostgreSQL store does not implement search, fork origin, titles and archive yet")
+def store(any_store: BaseSessionStore) -> BaseSessionStore:
+    """The store under test, once per kind of tests/core/memory/conftest.py's STORE_KINDS."""
     return any_store
 
 
