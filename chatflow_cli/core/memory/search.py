@@ -290,7 +290,8 @@ class SearchHit:
     ``snippet``: words around the match, matched words between :data:`HIGHLIGHT_START` and
     :data:`HIGHLIGHT_END`, ``…`` where text was cut. ``role``: the role of the best message
     (``user``, ``model``, ``tool``). ``created_at``: UTC epoch seconds the message was
-    stored. ``rank``: lower is better (SQLite: bm25; in memory: minus the match count).
+    stored. ``rank``: lower is better (SQLite: bm25; PostgreSQL: minus ts_rank_cd; in memory:
+    minus the match count).
     ``removed``: None for a live turn, else ``"rolled_back"`` or ``"failed"`` (only with
     ``include_removed=True``). ``agent``: the session's active agent.
     """
