@@ -1086,9 +1086,9 @@ class BaseSessionStore:
             _check_text(key, "metadata key")
             _check_text(value, "metadata value")
             pairs.append((key, value))
-        for name, value in (("since", since), ("until", until)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise TypeError(f"{name} must be epoch seconds (a number) or None, got {type(value).__name__}")
+        for name, bound in (("since", since), ("until", until)):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))):
+                raise TypeError(f"{name} must be epoch seconds (a number) or None, got {type(bound).__name__}")
         if title is not None:
             if not isinstance(title, str):
                 raise TypeError(f"title must be a str or None, got {type(title).__name__}")
