@@ -77,12 +77,17 @@ class State:
             ConfigError: The config file is malformed or invalid.
         """
         from .config import database_location
-        from .core._dsn import dsn_password, is_postgres_url
+        from .core._dsn import dsn_password, is_postgres_url, normalise_url, raw_url_password, url_problem
 
         location = database_location(self.db, self.config)
         if is_postgres_url(location):
+            location = normalise_url(location)
             remember_secret(dsn_password(location))
             remember_secret(os.environ.get("PGPASSWORD"))
+            remember_secret(raw_url_password(location))  # as written, even when malformed
+            problem = url_problem(location)
+            if problem is not None:
+                raise UsageError(problem)
         return location
 
     def store(self, *, create: bool = True) -> BaseSessionStore | None:
@@ -101,8 +106,13 @@ class State:
         location = self.db_location()
         store: BaseSessionStore
         if is_postgres_url(location):
+            import logging
+
             from .core.memory.postgres import PostgresSessionStore
 
+            # The pool logs each broken connection it drops and retries; the command's own
+            # error line (or a turn that recovers) says what matters, and --debug shows these.
+            logging.getLogger("psycopg").addHandler(logging.NullHandler())
             store = PostgresSessionStore(location)
         else:
             path = Path(location)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["dsn_password", "dsn_without_password", "is_postgres_url", "redact_dsn"]
+__all__ = ["dsn_password", "dsn_without_password", "is_postgres_url", "normalise_url", "raw_url_password", "redact_dsn", "url_problem"]
 
 
 def is_postgres_url(value: object) -> bool:
@@ -16,7 +16,9 @@ def is_postgres_url(value: object) -> bool:
     return isinstance(value, str) and value.lower().startswith(("postgresql://", "postgres://"))
 
 
-_URL_PASSWORD = re.compile(r"(?i)(postgres(?:ql)?://[^\s/@:]*:)([^\s/@]*)(@)")
+# Greedy up to the last ``@`` of the URL: a password written with a raw ``@`` or ``/`` (which
+# libpq cannot parse either) is still hidden whole. Hiding too much is the safe side.
+_URL_PASSWORD = re.compile(r"(?i)(postgres(?:ql)?://[^\s/@:'\"]*:)([^\s'\"]*)(@)")
 _KV_PASSWORD = re.compile(r"(?i)\b(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)")
 
 
@@ -53,3 +55,37 @@ def dsn_without_password(dsn: str) -> str:
     text = _URL_PASSWORD.sub(lambda m: m.group(1)[:-1] + m.group(3), dsn)
     text = re.sub(r"(?i)([?&])password=[^&\s]*&?", lambda m: m.group(1), text).rstrip("?&")
     return re.sub(r"(?i)\s*\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", "", text).strip()
+
+
+def normalise_url(dsn: str) -> str:
+    """``dsn`` with its scheme in lower case (``POSTGRESQL://`` -> ``postgresql://``), which
+    libpq requires; anything that is not a PostgreSQL URL is returned unchanged."""
+    if not is_postgres_url(dsn):
+        return dsn
+    scheme, rest = dsn.split("://", 1)
+    return f"{scheme.lower()}://{rest}"
+
+
+def url_problem(dsn: str) -> str | None:
+    """Why libpq would misread the PostgreSQL URL ``dsn``, or None when it is well formed.
+
+    A user name or password holding a raw ``@`` or ``/`` must be percent-encoded (``%40``,
+    ``%2F``): unencoded, the host is taken from inside the password and libpq's error quotes
+    part of it. The returned text never contains the URL.
+    """
+    if not is_postgres_url(dsn):
+        return None
+    rest = dsn.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
+    authority, slash, path = rest.partition("/")
+    if authority.count("@") > 1 or (slash and "@" in path):
+        return ("the user name or password in the database URL holds a raw '@' or '/': "
+                "percent-encode them ('@' as %40, '/' as %2F), or leave the password out of the URL "
+                "and use PGPASSWORD or ~/.pgpass")
+    return None
+
+
+def raw_url_password(dsn: str) -> str | None:
+    """The password of the URL ``dsn`` exactly as written (up to its last ``@``, not decoded),
+    or None: what must never be printed, even when a raw ``@`` makes the URL malformed."""
+    match = _URL_PASSWORD.search(dsn)
+    return match.group(2) if match and match.group(2) else None

@@ -135,3 +135,58 @@ def test_replay_follow_on_postgres_prints_new_events_as_they_are_committed(
         follow.terminate()
         follow.communicate(timeout=30)
     _no_password(follow.stderr.read().decode() if follow.stderr and not follow.stderr.closed else "")
+
+
+@pytest.mark.parametrize("password", ["p@ss:w/rd%Z9", "a/b@c", "x@y"])
+def test_a_url_whose_password_holds_a_raw_at_or_slash_is_a_usage_error_that_shows_none_of_it(
+        chatflow: Callable[..., Any], password: str) -> None:
+    # No server is needed: the URL is refused before any connection is tried.
+    dsn = f"postgresql://bot2:{password}@127.0.0.1:{free_port()}/chatflow2"
+    refused = chatflow("--db", dsn, "sessions", "ls")
+    assert refused.returncode == 2, refused
+    assert refused.stderr_lines == [
+        "chatflow: error: the user name or password in the database URL holds a raw '@' or '/': "
+        "percent-encode them ('@' as %40, '/' as %2F), or leave the password out of the URL "
+        "and use PGPASSWORD or ~/.pgpass"]
+    shown = chatflow("--db", dsn, "config", "show")  # shows the setting, masked whole
+    assert shown.returncode == 0, shown
+    assert "postgresql://bot2:***@127.0.0.1:" in shown.stdout
+    for r in (refused, shown):
+        for piece in {password, *password.replace("@", "/").split("/")} - {""}:
+            if len(piece) >= 3:
+                assert piece not in r.stdout + r.stderr, (piece, r)
+
+
+def test_an_upper_case_scheme_is_read_as_postgresql(chatflow: Callable[..., Any], pg_server: PgServer) -> None:
+    dsn = f"POSTGRESQL://chatflow:{PASSWORD}@127.0.0.1:{free_port()}/nothing"
+    r = chatflow("--db", dsn, "sessions", "ls")
+    assert r.returncode == 8, r
+    assert r.stderr_lines[0].startswith("chatflow: error: cannot connect to PostgreSQL database"), r
+    assert "missing \"=\"" not in r.stderr
+    _no_password(r.stdout, r.stderr)
+
+
+def test_a_server_restart_mid_turn_prints_no_pool_log_lines(chatflow: Callable[..., Any], provider: Any,
+                                                             pg_server: PgServer, pg_dsn: str) -> None:
+    """The pool logs each broken connection it drops; without --debug none of that reaches stderr."""
+    import threading
+    import time
+
+    assert chatflow("--db", pg_dsn, "chat", "-s", "restart", "first").returncode == 0
+    provider.add_text("slow answer", delay=1.5)
+    before = len(provider.requests)
+
+    def restart() -> None:
+        deadline = time.monotonic() + 30
+        while len(provider.requests) <= before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pg_server.restart()
+
+    restarter = threading.Thread(target=restart)
+    restarter.start()
+    r = chatflow("--db", pg_dsn, "chat", "-s", "restart", "during a restart")
+    restarter.join()
+    assert r.returncode == 0, r
+    assert r.stdout.strip() == "slow answer"
+    assert "discarding" not in r.stderr and "error connecting" not in r.stderr, r.stderr
+    _no_password(r.stdout, r.stderr)

@@ -479,3 +479,14 @@ def test_the_password_may_come_from_pgpassword(pg_server: PgServer, pg_dsn: str,
     with pytest.raises(StoreError, match="authentication failed") as info:
         _store(pg_server.dsn(name, password=None))
     assert "not-the-password" not in str(info.value)
+
+
+def test_redaction_hides_a_password_written_with_a_raw_at_whole() -> None:
+    from chatflow_cli.core._dsn import raw_url_password, redact_dsn, url_problem
+
+    url = "postgresql://bot2:p@ss:w/rd%Z9@127.0.0.1:5432/chatflow2"
+    assert redact_dsn(url) == "postgresql://bot2:***@127.0.0.1:5432/chatflow2"
+    assert raw_url_password(url) == "p@ss:w/rd%Z9"
+    assert url_problem(url) is not None and "p@ss" not in url_problem(url)
+    assert url_problem("postgresql://bot:p%40ss%2Fw@db:5432/chat?sslmode=require") is None
+    assert url_problem("postgresql://bot@db/chat") is None
