@@ -67,7 +67,7 @@ from ..events import Event, SessionStatus
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
-from .base import BaseSessionStore, SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .base import BaseSessionStore, ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .inmemory import _searchable
 from .search import Query, SearchHit, memory_snippet, words_of
 from .owner import Owner
@@ -376,6 +376,14 @@ def _owner(data: Any, live: Any) -> Owner | None:
     return _LeasedOwner(base.pid, base.start_time, base.host, base.token, bool(live))
 
 
+def _metadata_matches(metadata: dict[str, Any], key: str, value: str) -> bool:
+    """``metadata[key]`` is the string ``value``, or a non-string whose compact JSON is ``value``."""
+    if key not in metadata:
+        return False
+    stored = metadata[key]
+    return stored == value if isinstance(stored, str) else _dumps(stored) == value
+
+
 def _dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -605,6 +613,73 @@ class _PgTx(_Tx):
             args = (agent,)
         sql += " ORDER BY updated_at_utc DESC, session_id"
         return [_row(r) for r in self._x(sql, args)]
+
+    def list_summaries(self, where: ListFilter) -> list[tuple[_SessionRow, str, bool | None]]:
+        # One statement: the rows with their previews (correlated subqueries on the
+        # messages' indexes: the first live user message of turn 1, else the newest user
+        # message of a failed turn) and whether the last turn failed, filtered and ordered
+        # in SQL. A metadata value is matched exactly here (the stored string, or its compact
+        # JSON, as every store does) after SQL kept only the rows holding the key.
+        cols = ", ".join(f"s.{c}" if "(" not in c and ">" not in c else c.replace("lease_expires_at",
+                         "s.lease_expires_at") for c in _ROW_COLUMNS.split(", "))
+        preview = (
+            "(SELECT p.message, p.message_text FROM chatflow_messages AS p WHERE p.session_id = s.session_id "
+            "AND p.turn = 1 AND p.role = 'user' AND p.removed_at_seq IS NULL ORDER BY p.event_seq LIMIT 1)"
+        )
+        failed_preview = (
+            "(SELECT p.message, p.message_text FROM chatflow_messages AS p WHERE p.session_id = s.session_id "
+            "AND p.role = 'user' AND p.removed_reason = 'failed' ORDER BY p.message_id DESC LIMIT 1)"
+        )
+        last_end = (
+            "(SELECT g.event_type FROM chatflow_events AS g WHERE g.session_id = s.session_id AND g.event_type IN "
+            "('turn.failed', 'turn.completed', 'turn.interrupted', 'rollback') ORDER BY g.seq DESC LIMIT 1)"
+        )
+        conds = ["s.archived_at_utc IS NOT NULL" if where.archived else "s.archived_at_utc IS NULL"]
+        args: list[Any] = []
+        if where.agent is not None:
+            conds.append("s.active_agent_name = %s")
+            args.append(where.agent)
+        for key, _value in where.metadata:
+            conds.append("(s.metadata IS NULL OR jsonb_exists(s.metadata, %s))")
+            args.append(key)
+        if where.since is not None:
+            conds.append("s.updated_at_utc >= %s")
+            args.append(where.since)
+        if where.until is not None:
+            conds.append("s.updated_at_utc < %s")
+            args.append(where.until)
+        if where.after is not None:
+            conds.append("(s.updated_at_utc < %s OR (s.updated_at_utc = %s AND s.session_id > %s))")
+            args += [where.after[0], where.after[0], where.after[1]]
+        sql = (
+            f"SELECT {cols}, pv.message, pv.message_text, fp.message, fp.message_text, {last_end} "
+            f"FROM chatflow_sessions AS s LEFT JOIN LATERAL {preview} AS pv ON true "
+            f"LEFT JOIN LATERAL {failed_preview} AS fp ON pv.message IS NULL AND pv.message_text IS NULL "
+            f"WHERE {' AND '.join(conds)} ORDER BY s.updated_at_utc DESC, s.session_id"
+        )
+        exact = where.title is None and not where.metadata
+        if exact and where.limit is not None:
+            sql += " LIMIT %s"
+            args.append(where.limit)
+        out: list[tuple[_SessionRow, str, bool | None]] = []
+        needle = where.title.casefold() if where.title is not None else None
+        for r in self._x(sql, args):
+            row = _row(r)
+            if not all(_metadata_matches(row.metadata, k, v) for k, v in where.metadata):
+                continue
+            n = len(r)
+            if r[n - 5] is not None or r[n - 4] is not None:
+                text = _message(r[n - 5], r[n - 4]).content or ""
+            elif r[n - 3] is not None or r[n - 2] is not None:
+                text = _message(r[n - 3], r[n - 2]).content or ""
+            else:
+                text = ""
+            if needle is not None and needle not in title_of(row.title, text).casefold():
+                continue
+            out.append((row, text, r[n - 1] == "turn.failed"))
+            if where.limit is not None and len(out) >= where.limit:
+                break
+        return out
 
     def latest_session_id(self) -> str | None:
         r = self._x("SELECT session_id FROM chatflow_sessions ORDER BY updated_at_utc DESC, session_id LIMIT 1").fetchone()
