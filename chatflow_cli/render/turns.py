@@ -166,7 +166,7 @@ def event_text(event: Event, *, full: bool = False, width: int | None = None) ->
     p = event.payload or {}
     line = Text()
     line.append(f"{event.seq:>5} ", style="dim")
-    line.append(f"{event.type:<22}", style="bold")
+    line.append(f"{event.type:<21} ", style="bold")  # a 22-column field, and a space after a longer type
     t = event.type
     if t in ("message.user", "message.model", "message.system", "tool.result"):
         msg = p.get("message") or {}

@@ -55,6 +55,9 @@ def test_interrupt_stops_another_process_turn_and_keeps_the_partial_reply(
     assert summary["status"] == "idle"
     types = [e["type"] for e in chatflow(*db_args, "replay", "long", "--json").jsonl()]
     assert types.index("turn.interrupt_requested") < types.index("turn.interrupted")
+    text = chatflow(*db_args, "replay", "long").stdout.splitlines()
+    [requested] = [line for line in text if "turn.interrupt_requested" in line]
+    assert "turn.interrupt_requested turn 1" in requested, requested  # the type, a space, its text
     nothing = chatflow(*db_args, "sessions", "interrupt", "long")
     assert nothing.returncode == 0 and "nothing to interrupt" in nothing.stderr
 

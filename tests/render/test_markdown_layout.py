@@ -175,13 +175,13 @@ class _CountingTTY(io.StringIO):
         return True
 
 
-class _Session:
-    session_id = "long"
-    status = "idle"
-    active_agent = None
-    turn_count = 300
-    max_turns = 40
-    metadata = None
+def _Session():
+    """A real stored-session summary: the renderer reads it as it reads the store's."""
+    from chatflow_cli.core.events import SessionStatus
+    from chatflow_cli.core.memory.protocol import SessionSummary
+
+    return SessionSummary(session_id="long", active_agent_name="Assistant", status=SessionStatus.IDLE,
+                          turn_count=300, max_turns=40, created_at=0.0, updated_at=0.0, preview="", metadata={})
 
 
 def test_long_session_goes_out_in_a_few_large_writes_first_turns_at_once():
