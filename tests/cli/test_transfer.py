@@ -126,3 +126,32 @@ def test_import_errors_name_the_line_and_store_nothing(chatflow: Any, tmp_path: 
     assert chatflow("sessions", "import", str(odd), "--into", "bad id").returncode == 2
     as_json = chatflow("sessions", "import", str(bad), "--json")
     assert as_json.returncode == 2 and as_json.json()["exit_code"] == 2
+
+
+def test_an_export_cut_short_at_a_line_boundary_is_refused_and_stores_nothing(chatflow: Any, rich_db: Path,
+                                                                                tmp_path: Path) -> None:
+    whole = chatflow("sessions", "export", "--all")
+    assert whole.returncode == 0, whole
+    lines = whole.stdout.splitlines(keepends=True)
+    header = json.loads(lines[0])
+    announced = header["session"]["events"]
+    assert announced >= 4
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(lines[:4]))  # the header and three events, ending on a line boundary
+    before = chatflow("sessions", "ls", "--json").json()
+    result = chatflow("sessions", "import", str(cut), "--into", "cut-copy")
+    assert result.returncode == 2, result
+    assert result.stderr.strip() == (
+        f"chatflow: error: {cut}: line 1: session {header['session']['session_id']} ends after 3 of the "
+        f"{announced} events its header announces: the file is cut short")
+    assert chatflow("sessions", "ls", "--json").json() == before
+
+
+def test_the_export_never_carries_a_lock_token(chatflow: Any, provider: Any) -> None:
+    assert chatflow("chat", "-s", "shop", "hello").returncode == 0
+    exported = chatflow("sessions", "export", "shop")
+    assert exported.returncode == 0, exported
+    owners = [json.loads(line)["data"]["owner"] for line in exported.stdout.splitlines()
+              if "owner" in json.loads(line).get("data", {})]
+    assert owners, "a turn's status events name its owner"
+    assert all("token" not in owner and "pid" in owner for owner in owners), owners

@@ -40,10 +40,28 @@ def export_chatflow(header: Mapping[str, Any], events: Iterable[Event]) -> Itera
     yield json_line({"format": "chatflow", "version": FORMAT_VERSION, "session": dict(header)}) + "\n"
     for event in events:
         line: dict[str, Any] = {"seq": event.seq, "type": event.type, "created_at": event.created_at,
-                                "data": event.payload}
+                                "data": _without_lock_token(event.payload)}
         if event.idempotency_key is not None:
             line["idempotency_key"] = event.idempotency_key
         yield json_line(line) + "\n"
+
+
+def _without_lock_token(payload: Mapping[str, Any]) -> Any:
+    """``payload`` without the lock token of an ``owner`` it names (a running turn's credential
+    is never exported; the owner's pid, host and start time are kept)."""
+    owner = payload.get("owner") if isinstance(payload, Mapping) else None
+    if isinstance(owner, Mapping) and "token" in owner:
+        return {**payload, "owner": {k: v for k, v in owner.items() if k != "token"}}
+    return payload
+
+
+def _check_complete(session: ImportedSession, expected: Any, source: str, line: int) -> None:
+    """Refuse a stream that ends before the number of events its header announced (a file
+    cut short, at a line boundary, would otherwise import as a smaller, valid-looking session)."""
+    got = len(session.events or [])
+    if isinstance(expected, int) and not isinstance(expected, bool) and got < expected:
+        raise _fail(source, line, f"session {session.session_id} ends after {got} of the {expected} events "
+                                  "its header announces: the file is cut short")
 
 
 def _fail(source: str, number: int, what: str) -> ImportFormatError:
@@ -61,7 +79,10 @@ def read_chatflow(lines: Iterable[str], *, source: str = "-") -> list[ImportedSe
     """
     sessions: list[ImportedSession] = []
     current: ImportedSession | None = None
+    announced: Any = None  # the current header's event count
+    header_line = 0
     last_seq = 0
+    number = 0
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -83,6 +104,9 @@ def read_chatflow(lines: Iterable[str], *, source: str = "-") -> list[ImportedSe
             settings: dict[str, Any] = head["settings"] if isinstance(head.get("settings"), dict) else {}
             metadata: dict[str, Any] = head["metadata"] if isinstance(head.get("metadata"), dict) else {}
             max_turns = settings.get("max_turns")
+            if current is not None:
+                _check_complete(current, announced, source, header_line)
+            announced, header_line = head.get("events"), number
             current = ImportedSession(
                 source="chatflow",
                 source_id=f"chatflow:{head['session_id']}:{head.get('created_at') or ''}",
@@ -123,6 +147,8 @@ def read_chatflow(lines: Iterable[str], *, source: str = "-") -> list[ImportedSe
         if isinstance(data.get("idempotency_key"), str):
             event["idempotency_key"] = data["idempotency_key"]
         current.events.append(event)
+    if current is not None:
+        _check_complete(current, announced, source, header_line)
     for session in sessions:
         session.turns = turns_of_events(session.events or [])
     return sessions
