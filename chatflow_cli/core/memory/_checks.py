@@ -165,3 +165,14 @@ def _check_wait(wait: Any) -> float:
     if not wait >= 0:
         raise ValueError(f"wait must be >= 0 seconds, got {wait!r}")
     return float(wait)
+
+
+def metadata_matches(metadata: Mapping[str, Any], key: str, value: str) -> bool:
+    """A listing's ``--metadata KEY=VALUE`` filter: ``metadata[key]`` is the string ``value``,
+    or a non-string whose compact JSON text is ``value`` (``n=3``, ``vip=true``)."""
+    if key not in metadata:
+        return False
+    stored = metadata[key]
+    if isinstance(stored, str):
+        return stored == value
+    return json.dumps(stored, ensure_ascii=False, separators=(",", ":")) == value

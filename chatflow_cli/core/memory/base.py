@@ -57,6 +57,7 @@ from ..events import Event, EventType, SessionStatus, _event_type, _is_reserved,
 from ..messages import Message, Role
 from ._checks import (
     DEFAULT_MAX_TURNS,
+    metadata_matches,
     _agent_name,
     _check_idempotency_key,
     _check_max_turns,
@@ -313,18 +314,11 @@ class _Tx:
 
         This generic form filters :meth:`list_rows` and reads each preview; a backend
         overrides it with one query."""
-        import json as _json
-
         out: list[tuple[_SessionRow, str, bool | None]] = []
         for row in self.list_rows(where.agent):
             if (row.archived_at is not None) != where.archived:
                 continue
-            if any(
-                k not in row.metadata
-                or (row.metadata[k] != v if isinstance(row.metadata[k], str)
-                    else _json.dumps(row.metadata[k], ensure_ascii=False, separators=(",", ":")) != v)
-                for k, v in where.metadata
-            ):
+            if not all(metadata_matches(row.metadata, k, v) for k, v in where.metadata):
                 continue
             if (where.since is not None and row.updated_at < where.since) or (
                 where.until is not None and row.updated_at >= where.until

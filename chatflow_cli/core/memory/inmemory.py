@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 
 import copy
-import json
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ from ..events import Event
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
-from .base import BaseSessionStore, ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .base import BaseSessionStore, SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .search import Query, SearchHit, memory_snippet, words_of
 from .owner import Owner
 
@@ -40,16 +39,6 @@ class _MemSession:
     event_turns: list[int | None] = field(default_factory=list)
     keys: dict[str, tuple[str, int | None, int]] = field(default_factory=dict)
     endpoint: tuple[str | None, str | None] | None = None
-
-
-def _metadata_matches(metadata: dict[str, Any], key: str, value: str) -> bool:
-    """The stored value is the string ``value``, or its JSON text is (as the SQLite store)."""
-    if key not in metadata:
-        return False
-    stored = metadata[key]
-    if isinstance(stored, str):
-        return stored == value
-    return json.dumps(stored, ensure_ascii=False, separators=(",", ":")) == value
 
 
 def _searchable(message: Message, include_tools: bool) -> list[str]:
@@ -106,30 +95,6 @@ class _MemoryTx(_Tx):
         ]
         rows.sort(key=lambda r: (-r.updated_at, r.session_id))
         return rows
-
-    def list_summaries(self, where: ListFilter) -> list[tuple[_SessionRow, str, bool | None]]:
-        out: list[tuple[_SessionRow, str, bool | None]] = []
-        for row in self.list_rows(where.agent):
-            if (row.archived_at is not None) != where.archived:
-                continue
-            if not all(_metadata_matches(row.metadata, k, v) for k, v in where.metadata):
-                continue
-            if where.since is not None and row.updated_at < where.since:
-                continue
-            if where.until is not None and row.updated_at >= where.until:
-                continue
-            if where.after is not None and not (
-                row.updated_at < where.after[0]
-                or (row.updated_at == where.after[0] and row.session_id > where.after[1])
-            ):
-                continue
-            preview = self.preview(row.session_id)
-            if where.title is not None and where.title.casefold() not in title_of(row.title, preview).casefold():
-                continue
-            out.append((row, preview, None))
-            if where.limit is not None and len(out) >= where.limit:
-                break
-        return out
 
     def latest_session_id(self) -> str | None:
         rows = self.list_rows(None)

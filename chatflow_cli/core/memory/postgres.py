@@ -66,7 +66,7 @@ from ..errors import SchemaTooNewError, SessionNotFoundError, StoreError
 from ..events import Event, SessionStatus
 from ..messages import Message, Role
 from ..tokens import message_tokens
-from ._checks import DEFAULT_MAX_TURNS
+from ._checks import DEFAULT_MAX_TURNS, metadata_matches
 from .base import BaseSessionStore, ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .inmemory import _searchable
 from .search import Query, SearchHit, memory_snippet, words_of
@@ -376,14 +376,6 @@ def _owner(data: Any, live: Any) -> Owner | None:
     return _LeasedOwner(base.pid, base.start_time, base.host, base.token, bool(live))
 
 
-def _metadata_matches(metadata: dict[str, Any], key: str, value: str) -> bool:
-    """``metadata[key]`` is the string ``value``, or a non-string whose compact JSON is ``value``."""
-    if key not in metadata:
-        return False
-    stored = metadata[key]
-    return stored == value if isinstance(stored, str) else _dumps(stored) == value
-
-
 def _dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
@@ -665,7 +657,7 @@ class _PgTx(_Tx):
         needle = where.title.casefold() if where.title is not None else None
         for r in self._x(sql, args):
             row = _row(r)
-            if not all(_metadata_matches(row.metadata, k, v) for k, v in where.metadata):
+            if not all(metadata_matches(row.metadata, k, v) for k, v in where.metadata):
                 continue
             n = len(r)
             if r[n - 5] is not None or r[n - 4] is not None:
