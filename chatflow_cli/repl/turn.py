@@ -277,11 +277,12 @@ class TurnRunner:
             )
         elif isinstance(outcome.error, (RunInterrupted, KeyboardInterrupt)) or (stopping and outcome.error is not None):
             outcome.interrupted = True
-            self.say(
-                f"⏹ interrupted: turn {self.turn} was kept as interrupted with the {_chars(outcome.received)} of reply "
-                f"received ({_chars(outcome.shown)} shown); the session is ready.",
-                style="yellow",
-            )
+            if outcome.received:
+                kept = f"with the {_chars(outcome.received)} of reply received ({_chars(outcome.shown)} shown)"
+            else:
+                kept = "before any reply arrived"
+            self.say(f"⏹ interrupted: turn {self.turn} was kept as interrupted {kept}; the session is ready.",
+                     style="yellow")
         elif stopping and outcome.result is not None and outcome.shown < outcome.received:
             # The whole reply had arrived (the model was done) before Ctrl-C: only the display stopped.
             self.say(
