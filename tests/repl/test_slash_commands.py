@@ -207,9 +207,14 @@ def test_did_you_mean_reads_as_a_sentence(provider, pty_chatflow) -> None:
     repl.send("/claer\r")
     repl.wait_text("did you mean /clear?")
     leave(repl)
-    line = next(row for row in repl.screen().splitlines() if "did you mean" in row)
-    assert "?;" not in line
-    assert line == "error: unknown command /claer — did you mean /clear? (/help lists them; start a message with // to send a slash)"
+    rows = repl.screen().splitlines()
+    at = next(i for i, row in enumerate(rows) if "did you mean" in row)
+    assert "?;" not in rows[at]
+    # wrapped between words at the 100 columns, like every notice
+    assert [row.rstrip() for row in rows[at:at + 2]] == [
+        "error: unknown command /claer — did you mean /clear? (/help lists them; start a message with // to",
+        "send a slash)",
+    ]
     assert sent(provider.requests) == []
 
 
@@ -242,3 +247,14 @@ def test_switch_talks_to_the_other_sessions_model_and_new_to_the_default(provide
     leave(repl)
     assert open_store().session_endpoint("sa")[0] == "model-a"
     assert open_store().session_endpoint("sb")[0] == "model-b"
+
+
+def test_error_lines_wrap_between_words_on_a_narrow_terminal(provider, pty_chatflow) -> None:
+    repl = pty_chatflow("chat", "-s", "narrow-errors", width=40)
+    repl.wait_prompt()
+    repl.send("/show --everything-at-once\r")
+    repl.wait_prompt_after("--full")
+    rows = [row.rstrip() for row in repl.rows()]
+    leave(repl)
+    at = next(i for i, row in enumerate(rows) if row.startswith("error: "))
+    assert rows[at:at + 2] == ["error: /show --everything-at-once: the", "only option is --full"]
