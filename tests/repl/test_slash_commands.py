@@ -258,3 +258,37 @@ def test_error_lines_wrap_between_words_on_a_narrow_terminal(provider, pty_chatf
     leave(repl)
     at = next(i for i, row in enumerate(rows) if row.startswith("error: "))
     assert rows[at:at + 2] == ["error: /show --everything-at-once: the", "only option is --full"]
+
+
+def test_switch_talks_to_the_other_sessions_endpoint_and_back(provider, chatflow, pty_chatflow) -> None:
+    """``/switch ID`` to a session made with another ``--base-url`` sends the next message to
+    that server (and says so); switching back and ``/new`` return to the default server."""
+    from tests.helpers.fakeserver import FakeServer
+
+    with FakeServer() as other:
+        assert chatflow("chat", "-s", "far", "--base-url", other.url, "-m", "model-far", "one").returncode == 0
+        assert chatflow("chat", "-s", "near", "zero").returncode == 0
+        repl = pty_chatflow("chat", "-s", "near")
+        repl.wait_prompt()
+        repl.send("/switch far\r")
+        repl.wait_prompt_after("model: model-far (session far)")
+        assert f"endpoint: {other.url} (session far)" in " ".join(repl.screen().split())
+        repl.send("two\r")
+        repl.wait_prompt_after("ok: two")
+        assert sent(other.requests) == ["one", "two"] and other.requests[-1]["model"] == "model-far"
+        repl.send("/switch near\r")
+        repl.wait_prompt_after("model: fake-model (session near)")
+        repl.send("three\r")
+        repl.wait_prompt_after("ok: three")
+        assert sent(provider.requests) == ["zero", "three"]
+        repl.send("/switch far\r")
+        repl.wait_prompt_after("model: model-far (session far)")
+        repl.send("/new\r")
+        repl.wait_prompt_after("model: fake-model (a new session)")
+        assert f"endpoint: {provider.url} (a new session)" in " ".join(repl.screen().split())
+        repl.send("four\r")
+        repl.wait_prompt_after("ok: four")
+        assert sent(provider.requests) == ["zero", "three", "four"] and sent(other.requests) == ["one", "two"]
+        leave(repl)
+    assert open_store().session_endpoint("far") == ("model-far", other.url)
+    assert open_store().session_endpoint("near") == ("fake-model", provider.url)
