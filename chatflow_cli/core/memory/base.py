@@ -934,7 +934,10 @@ class BaseSessionStore:
         Its event log starts with ``session.created`` whose payload carries ``"forked_from":
         {"session_id", "turn", "seq"}`` (``seq``: the source's newest event seq at the fork),
         then one message event per copied message and, after each copied turn the source
-        completed, its ``turn.completed`` (the source's payload). The source is not changed.
+        completed, its ``turn.completed`` (the source's payload), then, for each live summary
+        of turns 1..K with K <= ``at``, a ``context.compacted`` event (the source's payload
+        plus ``"copied_from": {"session_id", "seq"}``) and the summary itself, so the new
+        session's context window uses it. The source is not changed.
 
         Only completed turns are copied: while the source runs a turn (stored status
         ``running``), its newest turn is left out, and ``at`` defaults to the newest
@@ -1003,7 +1006,24 @@ class BaseSessionStore:
                 tx.insert_message(new_id, item.turn, item.message, event.seq)
             for number in sorted(done):
                 self._append(tx, new_id, EventType.TURN_COMPLETED.value, done[number], number)
+            self._copy_summaries(tx, session_id, new_id, turn)
             return self._summary(tx, row, row.status)
+
+    def _copy_summaries(self, tx: _Tx, source_id: str, new_id: str, turn: int) -> None:
+        """Copy the source's live summaries of turns 1..K with K <= ``turn`` into ``new_id``,
+        each with its ``context.compacted`` event (the source's payload plus ``"copied_from":
+        {"session_id", "seq"}``, the source event's seq), in the order they were made."""
+        compacted = tx.events_of_type(source_id, EventType.CONTEXT_COMPACTED.value, 0)
+        for item in tx.summaries(source_id, False):
+            through = item.message.summary_through
+            if through is None or through > turn:
+                continue
+            origin = next((e for e in reversed(compacted) if e.payload.get("through") == through
+                           and e.payload.get("summary", item.message.content) == item.message.content), None)
+            payload = dict(origin.payload) if origin is not None else {"through": through}
+            payload["copied_from"] = {"session_id": source_id, "seq": origin.seq if origin is not None else None}
+            event = self._append(tx, new_id, EventType.CONTEXT_COMPACTED.value, payload, None)
+            tx.insert_message(new_id, 0, item.message, event.seq)
 
     def forked_from(self, session_id: str) -> dict[str, Any] | None:
         """``{"session_id", "turn", "seq"}`` of the session ``session_id`` was forked from, or None.
