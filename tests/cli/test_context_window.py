@@ -151,3 +151,31 @@ def test_a_failed_automatic_compaction_says_so_and_the_drop_is_announced(chatflo
     assert "chatflow: turn 1 left the context window (not summarised)" in r.stderr
     assert r.json()["compaction"]["failed"] is True
     assert chatflow("sessions", "show", "e", "--json").json()["session"]["context"]["summary_through"] is None
+
+
+def test_a_compacted_session_survives_export_and_import(chatflow, provider, tmp_path) -> None:
+    for i in range(1, 4):
+        provider.add_text(f"answer {i}")
+        assert chatflow("chat", "-s", "x", f"question {i}").returncode == 0
+    provider.add_text("S2: questions one and two")
+    assert chatflow("sessions", "compact", "x", "--through", "2").returncode == 0
+    provider.add_text("answer 4")
+    assert chatflow("chat", "-s", "x", "question 4").returncode == 0
+    exported = chatflow("sessions", "export", "x")
+    assert exported.returncode == 0 and '"context.compacted"' in exported.stdout
+    path = tmp_path / "x.jsonl"
+    path.write_text(exported.stdout, encoding="utf-8")
+    other = tmp_path / "other.db"
+    imported = chatflow("--db", str(other), "sessions", "import", str(path))
+    assert imported.returncode == 0, imported
+    again = chatflow("--db", str(other), "sessions", "export", "x").jsonl()
+    original = exported.jsonl()
+    assert [(e["seq"], e["type"], e["data"]) for e in again[1:-1]] == [
+        (e["seq"], e["type"], e["data"]) for e in original[1:]]  # apart from times and session.imported
+    shown = chatflow("--db", str(other), "sessions", "show", "x", "--json").json()
+    assert shown["session"]["context"]["summary_through"] == 2
+    provider.add_text("answer 5")
+    assert chatflow("--db", str(other), "chat", "-s", "x", "question 5").returncode == 0
+    sent = provider.requests[-1]["messages"]
+    assert {"role": "system", "content": "S2: questions one and two"} in sent
+    assert [m["content"] for m in sent if m["role"] == "user"] == ["question 3", "question 4", "question 5"]

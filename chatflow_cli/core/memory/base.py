@@ -742,6 +742,9 @@ class BaseSessionStore:
                     )
                 tx.insert_message(row.session_id, op.turn, op.message, event.seq)
                 row.turn_count = max(row.turn_count, op.turn)
+            elif op.kind == "summary":
+                assert op.message is not None
+                tx.insert_message(row.session_id, 0, op.message, event.seq)
             elif op.kind == "rollback":
                 to_turn = int(op.payload["to_turn"])
                 tx.remove_turns(row.session_id, to_turn + 1, None, "rolled_back", event.seq)
