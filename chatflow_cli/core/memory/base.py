@@ -1731,10 +1731,22 @@ class BaseSessionStore:
         return {"turn": turn, "outcome": "pending"}
 
     def _recover(self, tx: _Tx, row: _SessionRow, default_agent: Any) -> list[Event]:
-        """Close a dead owner's running turn: interrupt it, then ``session.recovered`` and ``idle``."""
+        """Close a dead owner's running turn: interrupt it, then ``session.recovered`` and ``idle``.
+
+        A dead compaction (the session was taken with reason ``compaction started``) has no
+        turn of its own: no turn is interrupted, and ``session.recovered`` says
+        ``"during": "compaction"``; nothing of the compaction was stored.
+        """
         dead = row.owner
         ctx = self._context(tx, row, default_agent)
         turn = ctx.turn_count
+        taken = tx.last_event(row.session_id, EventType.STATUS.value)
+        if taken is not None and taken.payload.get("status") == SessionStatus.RUNNING.value and \
+                taken.payload.get("reason") == "compaction started":
+            ctx.record_event(EventType.SESSION_RECOVERED, {"turn": turn, "owner": dead.to_dict() if dead else {},
+                                                           "during": "compaction"})
+            ctx.set_status(SessionStatus.IDLE, "recovered: the compacting process died; nothing was compacted")
+            return self._apply(tx, row, ctx._pending())
         retried = turn > 0 and (tx.idempotency_turn_keyed(row.session_id, turn) or tx.processed_turn_claimed(
             row.session_id, turn))
         ctx.interrupt_turn(reason="owner died")
