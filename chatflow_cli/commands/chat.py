@@ -308,7 +308,9 @@ def _announce_if_stored(state: State, store: BaseSessionStore, session_id: str, 
 def _run_items(state: State, runner: Runner, store: BaseSessionStore, opts: ChatOptions, session_id: str, out: ChatOutput,
                scope: str = "global") -> None:
     settings_turns = opts.max_turns
+    items = 0
     for item in input_items(state):
+        items += 1
         sid = validate_session_id(item.session) if item.session is not None else session_id
         if item.tool_use_id is not None:
             remaining = store.submit_tool_result(sid, item.tool_use_id, item.output or "")
@@ -337,3 +339,6 @@ def _run_items(state: State, runner: Runner, store: BaseSessionStore, opts: Chat
             if item_claim:
                 _release_claim(store, item_claim)
             raise
+    if not items:
+        raise UsageError('--input jsonl: nothing to send: stdin had no lines (one JSON object a line, e.g. '
+                         '{"message": "hello"})')
