@@ -86,7 +86,7 @@ def run_repl(
     from ..assembly import assemble, transport_for
     from ..config import ensure_private_dir, resolve_model
     from ..endpoints import endpoint_of, remember_endpoint, session_endpoint
-    from ..lookup import find_session
+    from ..lookup import find_session, unapplied_options
 
     if session_id and continue_last:
         raise UsageError("give --session or --continue, not both")
@@ -103,6 +103,8 @@ def run_repl(
     else:
         sid = new_session_id()
     existing = find_session(reader, sid) if reader is not None else None
+    if existing is not None and reader is not None:
+        unapplied_options(state, reader, existing, max_turns=max_turns, system=system)
     settings = state.settings(**dict(zip(("model", "base_url"),
                                          session_endpoint(state, reader, existing, model, base_url))))
     choice = resolve_model(settings)  # configuration problems before anything is stored

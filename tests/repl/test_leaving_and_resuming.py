@@ -69,3 +69,23 @@ def test_a_killed_repl_still_resumes_at_the_model_and_endpoint_it_talked_to(chat
     resumed = chatflow("chat", "-s", "killed", "second")  # no flags, no environment: the session's own
     assert resumed.returncode == 0, resumed
     assert [q["model"] for q in fake_server.requests] == ["model-k", "model-k"]
+
+
+def test_the_repl_says_system_and_max_turns_are_not_applied_to_an_existing_session(provider, chatflow,
+                                                                                   pty_chatflow) -> None:
+    """As one-shot ``chat`` does: an existing session keeps its window and system prompt, and
+    the REPL says so before its banner rather than ignoring the flags."""
+    assert chatflow("chat", "-s", "kept", "--max-turns", "5", "first").returncode == 0
+    repl = pty_chatflow("chat", "-s", "kept", "--system", "be terse", "--max-turns", "2", width=200)
+    repl.wait_prompt()
+    screen = repl.screen()
+    leave(repl)
+    banner = screen.index("chatflow · session kept")
+    assert screen.index("chatflow: --max-turns 2 not applied: it sets up a new session, and kept keeps its window "
+                        "of 5 turns") < banner
+    assert screen.index("chatflow: --system not applied: it sets up a new session, and kept keeps its system "
+                        "prompt") < banner
+    again = pty_chatflow("chat", "-s", "kept", "--max-turns", "5")  # what it has: nothing to say
+    again.wait_prompt()
+    assert "not applied" not in again.screen()
+    leave(again)
