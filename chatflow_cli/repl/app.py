@@ -405,8 +405,9 @@ class Repl(SlashCommands, TurnRunner):
         than half the screen, its title, the user's message and the reply's last rows."""
         from rich.text import Text
 
+        from ..lookup import InterruptedTurns
         from ..markdown_stream import print_unpadded
-        from ..render import turn_renderables
+        from ..render import turn_interrupted, turn_renderables
 
         try:
             records = self.store.load_turns(self.session_id, first=max(1, self.turn))
@@ -417,7 +418,8 @@ class Repl(SlashCommands, TurnRunner):
         record = records[-1]
         width = self.console.width
         lines: list[Any] = []
-        for item in turn_renderables(record, markdown=True, width=width):
+        interrupted = turn_interrupted(record, InterruptedTurns(self.store, self.session_id))
+        for item in turn_renderables(record, markdown=True, width=width, interrupted=interrupted):
             lines.extend(self.console.render_lines(item, self.console.options, pad=False))
         while lines and not "".join(seg.text for seg in lines[-1]).strip():
             lines.pop()

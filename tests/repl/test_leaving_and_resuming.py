@@ -89,3 +89,21 @@ def test_the_repl_says_system_and_max_turns_are_not_applied_to_an_existing_sessi
     again.wait_prompt()
     assert "not applied" not in again.screen()
     leave(again)
+
+
+def test_the_recap_marks_an_interrupted_last_turn(provider, pty_chatflow) -> None:
+    provider.add_text("too late", delay=[8.0])
+    repl = pty_chatflow("chat", "-s", "cut-short")
+    repl.wait_prompt()
+    repl.send("hello\r")
+    repl.wait_text("thinking")
+    repl.send("\x03")
+    repl.wait_prompt_after("the session is ready.")
+    leave(repl)
+    again = pty_chatflow("chat", "-s", "cut-short")
+    again.wait_prompt()
+    rows = [row.rstrip() for row in again.rows()]
+    leave(again)
+    turn = next(i for i, row in enumerate(rows) if row.startswith("── Turn 1"))
+    assert rows[turn].startswith("── Turn 1 · interrupted ──")
+    assert rows[turn + 1:turn + 3] == ["You: hello", "  (interrupted)"]
