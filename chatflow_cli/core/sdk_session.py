@@ -156,14 +156,14 @@ def _items_of(msg: Message) -> list[dict[str, Any]]:
     return out
 
 
-def _json_copy(item: Any, index: int) -> dict[str, Any]:
+def _json_text(item: Any, index: int) -> str:
+    """``item`` as JSON text (TypeError for an item that is not a JSON-serialisable dict)."""
     if not isinstance(item, Mapping):
         raise TypeError(f"item {index} is a {type(item).__name__}, not a dict")
     try:
-        data = json.loads(json.dumps(item, ensure_ascii=False))
+        return json.dumps(item, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"item {index} is not JSON-serialisable: {exc}") from None
-    return dict(data)
 
 
 def _close_gaps(ctx: SessionContext) -> None:
@@ -353,17 +353,16 @@ class ChatflowSession:
             self._cache = (position, [json.dumps(g, ensure_ascii=False) for g in groups])
         return groups
 
-    def _extend_cache(self, result: Any, turn_open: bool, items: list[dict[str, Any]]) -> None:
+    def _extend_cache(self, result: Any, turn_open: bool, items: list[dict[str, Any]], texts: list[str]) -> None:
         """After add_items: the cache follows when it was current just before the edit."""
         cache, self._cache = self._cache, None
         if cache is None or result.position is None or cache[0] != result.before:
             return
         groups = list(cache[1])
-        for item in items:
+        for item, text in zip(items, texts):
             if _is_user(item) or not turn_open:  # as _place opens turns
                 groups.append("[]")
                 turn_open = True
-            text = json.dumps(item, ensure_ascii=False)
             last = groups[-1]
             groups[-1] = last[:-1] + ("," if last != "[]" else "") + text + "]"
         self._cache = (result.position, groups)
@@ -376,7 +375,8 @@ class ChatflowSession:
         """
         if not items:
             return
-        copies = [_json_copy(item, k) for k, item in enumerate(items)]
+        texts = [_json_text(item, k) for k, item in enumerate(items)]
+        copies: list[dict[str, Any]] = [json.loads(text) for text in texts]
 
         turn_open: list[bool] = []
 
@@ -386,7 +386,7 @@ class ChatflowSession:
 
         result = await self.store.aedit(self.session_id, change, create_agent=self._agent_name,
                                         max_turns=self._max_turns, metadata=self._metadata, last_turns=1)
-        self._extend_cache(result, bool(turn_open and turn_open[0]), copies)
+        self._extend_cache(result, bool(turn_open and turn_open[0]), copies, texts)
 
     async def pop_item(self) -> dict[str, Any] | None:
         """Remove and return the newest item; None when the session has none."""

@@ -344,7 +344,8 @@ class _Tx:
         """MAX(seq) + 1 for the session, read inside the current transaction."""
         raise NotImplementedError
 
-    def insert_event(self, event: Event, turn: int | None) -> None:
+    def insert_event(self, event: Event, turn: int | None, payload_json: str | None = None) -> None:
+        """Store ``event``; ``payload_json``: its payload's compact JSON when already made."""
         raise NotImplementedError
 
     def events(self, session_id: str, after_seq: int, limit: int | None) -> list[Event]:
@@ -356,7 +357,9 @@ class _Tx:
     def events_of_type(self, session_id: str, type: str, after_seq: int) -> list[Event]:
         raise NotImplementedError
 
-    def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
+    def insert_message(self, session_id: str, turn: int, message: Message, seq: int,
+                       message_json: str | None = None) -> None:
+        """Store a live message; ``message_json``: its ``to_json()`` when already made."""
         raise NotImplementedError
 
     def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
@@ -544,16 +547,19 @@ class BaseSessionStore:
         payload: dict[str, Any],
         turn: int | None = None,
         key: str | None = None,
+        text: str | None = None,
     ) -> Event:
         # Every event (messages ride in their events' payloads) is checked here, the same for
-        # both stores, before anything of it is written.
+        # both stores, before anything of it is written. ``text``: the payload's compact JSON
+        # when it was already checked (a message's event, built from the message's checked JSON).
         if not type.isascii():
             _check_text(type, "event type", session_id)
         if key is not None:
             _check_idempotency_key(key)
-        _check_text(payload, f"{type} event", session_id)
+        if text is None:
+            text = _check_text(payload, f"{type} event", session_id)
         event = Event(session_id, tx.next_seq(session_id), type, payload, self.clock(), key)
-        tx.insert_event(event, turn)
+        tx.insert_event(event, turn, text)
         return event
 
     def _context(
@@ -717,7 +723,11 @@ class BaseSessionStore:
                     merged.pop(key, None)
                 row.metadata = merged
                 payload = {**op.payload, "metadata": copy.deepcopy(merged)}
-            event = self._append(tx, row.session_id, op.type, payload, turn)
+            text = None
+            if op.text is not None and payload is op.payload and len(payload) == 2 and turn is not None:
+                # {"turn": n, "message": {...}}: its JSON is the message's checked JSON, wrapped
+                text = f'{{"turn":{turn},"message":{op.text}}}'
+            event = self._append(tx, row.session_id, op.type, payload, turn, text=text)
             events.append(event)
             holder = row.owner.token if row.owner is not None else None
             if turn is not None and op.kind == "event":
@@ -740,7 +750,7 @@ class BaseSessionStore:
                         f"{row.turn_count}); load it again",
                         session_id=row.session_id,
                     )
-                tx.insert_message(row.session_id, op.turn, op.message, event.seq)
+                tx.insert_message(row.session_id, op.turn, op.message, event.seq, op.text)
                 row.turn_count = max(row.turn_count, op.turn)
             elif op.kind == "rollback":
                 to_turn = int(op.payload["to_turn"])

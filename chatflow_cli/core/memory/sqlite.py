@@ -234,6 +234,7 @@ class _SQLiteTx(_Tx):
         )
 
     def delete_row(self, session_id: str) -> bool:
+        self._seq.pop(session_id, None)
         return self.c.execute("DELETE FROM chatflow_sessions WHERE session_id = ?", (session_id,)).rowcount > 0
 
     def list_rows(self, agent: str | None) -> list[_SessionRow]:
@@ -310,16 +311,17 @@ class _SQLiteTx(_Tx):
             seq = self.c.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM chatflow_events WHERE session_id = ?", (session_id,)
             ).fetchone()[0]
+            self._seq[session_id] = seq
         return seq + 1
 
-    def insert_event(self, event: Event, turn: int | None) -> None:
+    def insert_event(self, event: Event, turn: int | None, payload_json: str | None = None) -> None:
         self._events.append(
             (
                 event.session_id,
                 event.seq,
                 event.type,
                 turn,
-                _dumps(event.payload),
+                _dumps(event.payload) if payload_json is None else payload_json,
                 event.idempotency_key,
                 event.created_at,
             )
@@ -354,7 +356,8 @@ class _SQLiteTx(_Tx):
         )
         return [_event(session_id, r) for r in rows]
 
-    def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
+    def insert_message(self, session_id: str, turn: int, message: Message, seq: int,
+                       message_json: str | None = None) -> None:
         key = (session_id, turn)
         position = self._positions.get(key)
         if position is None:
@@ -364,7 +367,8 @@ class _SQLiteTx(_Tx):
                 key,
             ).fetchone()[0]
         self._messages.append(
-            (session_id, turn, position, message.role.value, message.to_json(), seq, message_tokens(message),
+            (session_id, turn, position, message.role.value,
+             message.to_json() if message_json is None else message_json, seq, message_tokens(message),
              message.summary_through)
         )
         self._positions[key] = position + 1
