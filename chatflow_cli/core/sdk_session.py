@@ -40,10 +40,12 @@ Contract
 * ``add_items`` is atomic: one store transaction, its events have consecutive ``seq``;
   two processes adding to one SQLite file at once each land whole, one after the other.
 * ``get_items(limit)``: the newest ``limit`` items in chronological order (``None``: the
-  ``session_settings.limit``, else all; ``0``: none; a negative limit: all). With
-  ``turn_safe=True`` it returns whole turns only -- never a ``function_call_output``
-  without its call -- at most ``limit`` items, except that the newest turn always comes
-  whole. With ``max_turns=N`` the window itself is the newest N whole turns.
+  ``session_settings.limit``, else all; ``0``: none; a negative limit: all); never more
+  than ``limit`` items. With ``turn_safe=True`` it returns the newest whole turns that fit
+  in ``limit`` -- never a ``function_call_output`` without its call. When even the newest
+  turn does not fit, the limit cuts it: its newest ``limit`` items are returned, minus any
+  ``function_call_output`` whose ``function_call`` was cut off (so fewer than ``limit``
+  items may come back). With ``max_turns=N`` the window itself is the newest N whole turns.
 * ``pop_item`` removes and returns the newest item, or None when there is none: its turn is
   rolled back (a ``rollback`` event, as ``sessions rollback`` writes) and written again
   without that item, plus an ``sdk.item_popped`` event holding the item.
@@ -223,6 +225,12 @@ def _place(ctx: SessionContext, items: Sequence[dict[str, Any]], agent: str | No
         i += 1
 
 
+def _without_orphans(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items`` without the ``function_call_output`` items whose ``function_call`` is not among them."""
+    calls = {it.get("call_id") for it in items if it.get("type") == "function_call"}
+    return [it for it in items if it.get("type") != "function_call_output" or it.get("call_id") in calls]
+
+
 def _dict_items(data: dict[str, Any]) -> list[dict[str, Any]]:
     """:func:`_items_of` for a message in its ``to_dict()`` form (no Message built)."""
     items = data.get("items")
@@ -330,10 +338,12 @@ class ChatflowSession:
             kept: list[list[dict[str, Any]]] = []
             count = 0
             for group in reversed(per_turn):
-                if kept and count + len(group) > limit:
+                if count + len(group) > limit:
                     break
                 kept.append(group)
                 count += len(group)
+            if not kept and per_turn:  # the limit cuts the newest turn: its tail, minus orphans
+                kept.append(_without_orphans(per_turn[-1][-limit:]))
             items = [it for group in reversed(kept) for it in group]
         else:
             flat = [it for group in per_turn for it in group]
