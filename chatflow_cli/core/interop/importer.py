@@ -1,21 +1,25 @@
 """Write what a reader parsed into a store, through the normal store path, idempotently.
 
 :func:`import_sessions` takes the :class:`ImportedSession` values of
-:func:`~chatflow_cli.core.interop.sources.read_source` and, for each:
+:func:`~chatflow_cli.core.interop.sources.read_source` and writes each target session in
+one store transaction (:meth:`BaseSessionStore.edit`; with ``into``, every source session
+goes into that one transaction):
 
-1. checks it whole first, by replaying it into a context with no store: a source that
-   breaks chatflow's rules (a rollback past the last turn, a tool result with no call)
-   is an :class:`ImportFormatError` naming its line or turn, and nothing of that session
-   is written;
-2. writes it in short transactions through :meth:`BaseSessionStore.edit`, so every message
-   and event passes the same checks as a turn the Runner stores, and each edit carries an
-   idempotency key derived from the source (``import:<source id>:<turn key>``): importing
-   the same source again writes nothing, and an import stopped halfway (killed, a full
-   disk) writes only the turns still missing when run again;
-3. appends one ``session.imported`` event (``format``, ``source``, ``source_id`` and the
-   ``counts`` this run added) when it added anything.
+1. every message and event passes the same checks as a turn the Runner stores, against the
+   target session as it is; the first broken rule (a rollback past the last turn, a tool
+   result with no call, a tool-call id the session already has) is an
+   :class:`ImportFormatError` naming the file, the line or row, and the target session,
+   and the transaction is rolled back: nothing of the import is stored in that session;
+2. each turn's idempotency key, derived from the source (``import:<source id>:<turn key>``),
+   is recorded in the same transaction: importing the same source again writes nothing, a
+   source that grew adds only its new turns;
+3. one ``session.imported`` event (``format``, ``source``, ``source_id`` and the ``counts``
+   this run added) closes the transaction when it added anything.
 
-The first edit creates the session (agent, ``max_turns``, metadata, SYSTEM messages). A
+A dry run is the same transaction, rolled back (``edit(..., dry_run=True)``): it fails
+exactly where the import would, and reports the same counts.
+
+The transaction creates the session when it is new (agent, ``max_turns``, metadata, SYSTEM messages). A
 session id that already exists and was not made by an earlier import of the same source is
 refused (:class:`UsageError`) unless ``into`` names it on purpose: the turns are then
 added after its own.
