@@ -53,7 +53,7 @@ from ._checks import DEFAULT_MAX_TURNS
 from .base import BaseSessionStore, ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .search import HIGHLIGHT_END, HIGHLIGHT_START, SNIPPET_WORDS, Query, SearchHit, to_fts5
 from .owner import Owner
-from .schema import SCHEMA_VERSION, apply_migrations, schema_version
+from .schema import FTS_HIGH_WATER, INDEX_PENDING, SCHEMA_VERSION, apply_migrations, schema_version
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -360,8 +360,8 @@ class _SQLiteTx(_Tx):
                        message_json: str | None = None) -> None:
         key = (session_id, turn)
         position = self._positions.get(key)
-        if position is None:
-            position = self.c.execute(
+        if position is None:  # pending rows of this turn would be in _positions: no flush needed
+            position = self._conn.execute(
                 "SELECT COALESCE(MAX(position), -1) + 1 FROM chatflow_messages "
                 "WHERE session_id = ? AND turn = ? AND removed_at_seq IS NULL",
                 key,
@@ -844,6 +844,28 @@ class SQLiteSessionStore(BaseSessionStore):
     def _write(self) -> Iterator[_Tx]:
         with self._tx("BEGIN IMMEDIATE") as tx:
             yield tx
+
+    def index_pending(self) -> int:
+        """Add the messages written since the last search to the full-text index; return how many.
+
+        A write does not index its messages: FTS5 writes a segment in every transaction that
+        indexes a row, most of the cost of a small write. The index holds every message up
+        to its highest rowid (message ids only grow); :meth:`search` calls this first, so a
+        search sees every message, and the rest are indexed in one write transaction.
+        """
+        with self._read():
+            conn = self._connection()
+            mark = conn.execute(FTS_HIGH_WATER).fetchone()[0]
+            if conn.execute("SELECT 1 FROM chatflow_messages WHERE message_id > ? LIMIT 1", (mark,)).fetchone() is None:
+                return 0
+        with self._write():
+            conn = self._connection()
+            mark = conn.execute(FTS_HIGH_WATER).fetchone()[0]  # again, under the write lock
+            count: int = conn.execute(INDEX_PENDING, (mark,)).rowcount
+        return max(count, 0)
+
+    def _before_search(self) -> None:
+        self.index_pending()
 
     async def _run_blocking(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         """Run ``fn`` on the private 4-thread pool for on-disk files; on the loop for ephemeral ones."""
