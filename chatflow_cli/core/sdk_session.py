@@ -386,7 +386,7 @@ class ChatflowSession:
         if not items:
             return
         texts = [_json_text(item, k) for k, item in enumerate(items)]
-        copies: list[dict[str, Any]] = [json.loads(text) for text in texts]
+        copies: list[dict[str, Any]] = json.loads("[" + ",".join(texts) + "]")
 
         turn_open: list[bool] = []
 

@@ -2162,7 +2162,7 @@ class BaseSessionStore:
             _check_idempotency_key(idempotency_key)
         if max_turns is not None:
             _check_max_turns(max_turns)
-        if metadata is not None:
+        if metadata:  # {} needs no copy; anything else is checked before the transaction
             metadata = _check_metadata(metadata)
         try:
             return self._edit(session_id, change, create_agent, max_turns, metadata, idempotency_key, digest,
