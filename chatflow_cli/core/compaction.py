@@ -139,6 +139,9 @@ def compact_session(
             to summarise; nothing is written.
         SessionBusyError: another run holds the session.
         PendingToolCallsError: the last turn waits for custom tool results.
+        ProviderResponseError: the summary came back empty, or cut (``finish_reason``
+            ``length`` or ``content_filter``): a cut summary would silently lose what it
+            did not reach, so it is refused (exit 5) and nothing is stored.
         ChatflowError: the request failed (the session is released unchanged).
     """
     summary_list = store.summaries(session_id)
@@ -182,11 +185,16 @@ def compact_session(
                                 tool_choice="none" if tools else None, max_tokens=max_tokens,
                                 temperature=temperature)
         text = (reply.content or "").strip()
-        if not text:
-            from .errors import ProviderResponseError
+        from ._stream import cut_phrase
+        from .errors import ProviderResponseError
 
+        if not text:
             raise ProviderResponseError("the model returned an empty summary; nothing was compacted",
                                         session_id=session_id)
+        if cut_phrase(reply.finish_reason):
+            raise ProviderResponseError(
+                f"the summary was {cut_phrase(reply.finish_reason)}; nothing was compacted (use a model with a "
+                "larger context or token limit, or compact fewer turns with --through)", session_id=session_id)
         counted = reply.usage.completion_tokens + MESSAGE_OVERHEAD if reply.usage and \
             reply.usage.completion_tokens else None
         summary = dataclasses.replace(Message.summary(text, through), tokens=counted)

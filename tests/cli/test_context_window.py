@@ -179,3 +179,53 @@ def test_a_compacted_session_survives_export_and_import(chatflow, provider, tmp_
     sent = provider.requests[-1]["messages"]
     assert {"role": "system", "content": "S2: questions one and two"} in sent
     assert [m["content"] for m in sent if m["role"] == "user"] == ["question 3", "question 4", "question 5"]
+
+
+def _three_turns(chatflow, provider, session: str) -> None:
+    for i in range(1, 4):
+        provider.add_text(f"answer {i}")
+        assert chatflow("chat", "-s", session, f"question {i}").returncode == 0
+
+
+def test_a_summary_cut_by_the_token_limit_is_refused(chatflow, provider) -> None:
+    _three_turns(chatflow, provider, "cut")
+    provider.add_text("S: the first question was about", finish_reason="length")
+    r = chatflow("sessions", "compact", "cut")
+    assert r.returncode == 5, r
+    assert "the summary was cut by the token limit" in r.stderr and "nothing was compacted" in r.stderr
+    assert "--through" in r.stderr and r.stdout == ""
+    assert chatflow("sessions", "show", "cut", "--json").json()["session"]["context"]["summary_through"] is None
+    assert chatflow("sessions", "show", "cut", "--json").json()["session"]["status"] == "idle"
+
+
+def test_compact_json_prints_its_error_as_json(chatflow, provider) -> None:
+    _three_turns(chatflow, provider, "j")
+    bad = chatflow("sessions", "compact", "j", "--through", "9", "--json")
+    assert bad.returncode == 2
+    error = bad.json()
+    assert error["is_error"] is True and error["exit_code"] == 2 and "turns are 1..3" in error["error"]
+    missing = chatflow("sessions", "compact", "nope", "--json")
+    assert missing.returncode != 0 and missing.json()["is_error"] is True
+
+
+def test_busy_during_a_compaction_says_a_compaction_is_running(chatflow, provider) -> None:
+    import os
+    import subprocess
+
+    from tests.conftest import COMMAND, REPO
+    from tests.helpers.stored import session_running
+    from tests.helpers.wait import wait_until
+
+    _three_turns(chatflow, provider, "b")
+    provider.add_text("the summary", chunks=["the", " summary"], delay=1.5)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    first = subprocess.Popen([*COMMAND, "sessions", "compact", "b"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, env=env)
+    try:
+        wait_until(lambda: session_running(chatflow, "b"), 60, "the compaction to hold the session")
+        busy = chatflow("chat", "-s", "b", "question 4")
+        assert busy.returncode == 4, busy
+        assert f"is busy: a compaction is running in pid {first.pid}" in busy.stderr
+    finally:
+        out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err

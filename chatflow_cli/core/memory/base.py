@@ -101,9 +101,18 @@ class TurnOwnerDied(Exception):
     """Why a recovered turn left the context window (the ``error_type`` of its ``turn.failed``)."""
 
 
-def _busy_message(session_id: str, owner: Any) -> str:
-    """The :class:`SessionBusyError` text for a session another live run owns."""
-    return f"session {session_id!r} is busy: a turn is running in pid {owner.pid} on {owner.host}"
+def _busy_message(session_id: str, owner: Any, tx: Any = None) -> str:
+    """The :class:`SessionBusyError` text for a session another live run owns (a turn, or
+    a compaction when ``tx`` shows the session was taken for one)."""
+    what = "a compaction" if tx is not None and _compacting(tx, session_id) else "a turn"
+    return f"session {session_id!r} is busy: {what} is running in pid {owner.pid} on {owner.host}"
+
+
+def _compacting(tx: Any, session_id: str) -> bool:
+    """True when the session's newest ``status`` event took it for a compaction."""
+    taken = tx.last_event(session_id, EventType.STATUS.value)
+    return taken is not None and taken.payload.get("status") == SessionStatus.RUNNING.value and \
+        taken.payload.get("reason") == "compaction started"
 
 
 @dataclass(frozen=True, slots=True)
@@ -941,7 +950,7 @@ class BaseSessionStore:
             row = self._require(tx, session_id)
             self._refuse_terminated(row)
             if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
-                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+                raise SessionBusyError(_busy_message(session_id, row.owner, tx), session_id=session_id)
             target = rollback_target(row.turn_count, to_turn=to_turn, last=last, session_id=session_id)
             ctx = self._context(tx, row, quiet=True)
             ctx.rollback_to(target)
@@ -1190,7 +1199,7 @@ class BaseSessionStore:
             if row.archived_at is not None:
                 return False
             if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
-                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+                raise SessionBusyError(_busy_message(session_id, row.owner, tx), session_id=session_id)
             row.archived_at = self.clock()
             self._append(tx, session_id, EventType.SESSION_ARCHIVED.value, {})
             tx.update_row(row)
@@ -1413,7 +1422,7 @@ class BaseSessionStore:
                 self._recover(tx, row, None)
             self._refuse_terminated(row)
             if row.status is SessionStatus.RUNNING and row.owner is not None:
-                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id,
+                raise SessionBusyError(_busy_message(session_id, row.owner, tx), session_id=session_id,
                                        pid=row.owner.pid)
             if any(o.alive() for _, o in tx.queue_list(session_id)):
                 raise SessionBusyError(f"session {session_id!r} is busy: earlier turns wait for it",
@@ -1665,7 +1674,7 @@ class BaseSessionStore:
                     self._detach(waiting.session)
                     return waiting
                 if busy:
-                    raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id,
+                    raise SessionBusyError(_busy_message(session_id, row.owner, tx), session_id=session_id,
                                            pid=row.owner.pid if row.owner is not None else None)
                 raise SessionBusyError(
                     f"session {session_id!r} is busy: {len(ahead)} earlier turn(s) wait for it", session_id=session_id
@@ -1762,9 +1771,7 @@ class BaseSessionStore:
         dead = row.owner
         ctx = self._context(tx, row, default_agent)
         turn = ctx.turn_count
-        taken = tx.last_event(row.session_id, EventType.STATUS.value)
-        if taken is not None and taken.payload.get("status") == SessionStatus.RUNNING.value and \
-                taken.payload.get("reason") == "compaction started":
+        if _compacting(tx, row.session_id):
             ctx.record_event(EventType.SESSION_RECOVERED, {"turn": turn, "owner": dead.to_dict() if dead else {},
                                                            "during": "compaction"})
             ctx.set_status(SessionStatus.IDLE, "recovered: the compacting process died; nothing was compacted")
@@ -2230,7 +2237,7 @@ class BaseSessionStore:
                 return EditResult(None, events, replayed=True)
             self._refuse_terminated(row)
             if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
-                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+                raise SessionBusyError(_busy_message(session_id, row.owner, tx), session_id=session_id)
             before = (row.incarnation, tx.next_seq(session_id) - 1)
             ctx = self._context(tx, row, quiet=True, last_turns=last_turns)
             value = change(ctx)
