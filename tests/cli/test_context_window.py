@@ -229,3 +229,14 @@ def test_busy_during_a_compaction_says_a_compaction_is_running(chatflow, provide
     finally:
         out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
+
+
+def test_sessions_show_always_prints_the_context_line(chatflow, provider, config_file) -> None:
+    provider.add_text("answer 1")
+    assert chatflow("chat", "-s", "v", "question 1").returncode == 0
+    lines = chatflow("sessions", "show", "v").stdout.splitlines()
+    tokens = chatflow("sessions", "show", "v", "--json").json()["session"]["context"]["tokens"]
+    assert lines[:3] == [lines[0], "question 1", f"  context {tokens} tokens (budget unknown) · 1 turn sent"]
+    config_file("max_context_tokens = 4000\n")
+    lines = chatflow("sessions", "show", "v").stdout.splitlines()
+    assert lines[2] == f"  context {tokens} of 4.0k tokens · 1 turn sent"
