@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config import ModelChoice
     from .core.agents import Agent
     from .core.memory import BaseSessionStore
+    from .core.model import ModelClient
     from .core.runner import Runner
 
 __all__ = ["LOCAL_TEMPERATURE", "Assembly", "assemble", "build_agents", "transport_for"]
@@ -68,11 +69,15 @@ class Assembly:
         runner: The Runner on the store; every configured agent resolves in it.
         choice: The model choice the settings resolved to (resolved once).
         agents: The configured agents by name.
+        client_for: Makes a model client for another base URL with the same API key,
+            timeout and transport (the REPL's ``/switch`` to a session stored on another
+            endpoint); ``None`` for the embedded local model, whose server has one URL.
     """
 
     runner: Runner
     choice: ModelChoice
     agents: dict[str, Agent]
+    client_for: Callable[[str], ModelClient] | None = None
 
 
 @contextlib.contextmanager
@@ -155,7 +160,12 @@ def assemble(
         if on_wait is not None:
             runner.on_wait = on_wait
         stack.callback(runner.close)
-        yield Assembly(runner=runner, choice=choice, agents=agents)
+        resolved = choice
+
+        def client_for(url: str) -> ModelClient:
+            return ModelClient(url, resolved.api_key, timeout=timeout, transport=transport)
+
+        yield Assembly(runner=runner, choice=choice, agents=agents, client_for=None if choice.local else client_for)
 
 
 def build_agents(settings: Settings, *, model_override: str | None = None) -> tuple[Agent, dict[str, Agent]]:
@@ -181,7 +191,7 @@ def build_agents(settings: Settings, *, model_override: str | None = None) -> tu
         agents[spec.name] = Agent(spec.name, spec.instructions, model=model_override or spec.model, tools=tools,
                                   max_context_tokens=spec.max_context_tokens)
     for spec in settings.agents:
-        agents[spec.name].handoffs = [agents[name] for name in spec.handoffs]
+        agents[spec.name].handoffs = tuple(agents[name] for name in spec.handoffs)
     start = settings.default_agent or settings.agents[0].name
     return agents[start], agents
 

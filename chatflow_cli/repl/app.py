@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import shlex
-import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -25,13 +23,18 @@ from ..core.errors import ChatflowError, UsageError
 from ..render import safe_text
 from ..session_ids import new_session_id, validate_session_id
 from .commands import SlashCommands
+from .host import Endpoint
 from .prompt import PromptView
 from .terminal import TerminalModes
 from .turn import TurnRunner, plural_rows
 
 if TYPE_CHECKING:  # pragma: no cover
+    from prompt_toolkit.input import Input
+    from prompt_toolkit.output import Output
+    from rich.console import Console
+
     from ..context import State
-    from ..core.memory import BaseSessionStore
+    from ..core.memory.protocol import SessionStoreProtocol
     from ..core.model import ModelClient
     from ..core.runner import Runner
 
@@ -54,9 +57,9 @@ def run_repl(
     max_turns: int | None = None,
     system: str | None = None,
     max_context_tokens: int | None = None,
-    input: Any = None,
-    output: Any = None,
-    console: Any = None,
+    input: Input | None = None,
+    output: Output | None = None,
+    console: Console | None = None,
 ) -> int:
     """Run the REPL until ``/exit`` or Ctrl-D (see :mod:`chatflow_cli.repl`).
 
@@ -112,19 +115,15 @@ def run_repl(
     if choice.local:
         notice(state, "starting the local model (SmolLM2 on llama.cpp)…")
     history_path = ensure_private_dir(Path(settings.data_dir)) / HISTORY_FILENAME
-    # /switch and /new talk to the other session's stored model and endpoint, else these
+    # /switch and /new talk to the other session's stored model and endpoint, else to these:
+    # the flags' and config's, resolved only when a resumed session's own ones differ and
+    # only once one of them is needed
     flag_settings = state.settings(model=model, base_url=base_url)
-    defaults = endpoint_of(choice if flag_settings is settings else resolve_model(flag_settings))
-    transport = transport_for("openai")
-    timeout = 60.0
+    defaults: Endpoint | Callable[[], Endpoint] = endpoint_of(choice) if flag_settings is settings else (
+        lambda: endpoint_of(resolve_model(flag_settings)))
 
-    def client_for(url: str) -> ModelClient:
-        from ..core.model import ModelClient
-
-        return ModelClient(url, choice.api_key, timeout=timeout, transport=transport)
-
-    with assemble(settings, store, choice=choice, model=model, agent=agent, timeout=timeout,
-                  transport=transport, max_context_tokens=max_context_tokens) as built:
+    with assemble(settings, store, choice=choice, model=model, agent=agent, timeout=60.0,
+                  transport=transport_for("openai"), max_context_tokens=max_context_tokens) as built:
         repl = Repl(
             built.runner,
             store,
@@ -138,7 +137,7 @@ def run_repl(
             resume_prefix=_resume_prefix(state),
             endpoint=endpoint_of(choice),
             default_endpoint=defaults,
-            client_for=None if choice.local else client_for,
+            client_for=built.client_for,
         )
         try:
             return asyncio.run(repl.run())
@@ -178,18 +177,18 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
     def __init__(
         self,
         runner: Runner,
-        store: BaseSessionStore,
+        store: SessionStoreProtocol,
         session_id: str,
         *,
-        console: Any,
-        input: Any = None,
-        output: Any = None,
+        console: Console,
+        input: Input | None = None,
+        output: Output | None = None,
         history_path: Path | None = None,
         max_turns: int | None = None,
         system: str | None = None,
         resume_prefix: Iterable[str] = ("chatflow",),
-        endpoint: tuple[str | None, str | None] = (None, None),
-        default_endpoint: tuple[str | None, str | None] | None = None,
+        endpoint: Endpoint = (None, None),
+        default_endpoint: Endpoint | Callable[[], Endpoint] | None = None,
         client_for: Callable[[str], ModelClient] | None = None,
     ) -> None:
         from prompt_toolkit.input import create_input
@@ -209,29 +208,38 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         #: (flags, else config) are what ``/new`` goes back to; ``client_for(url)`` makes a
         #: model client for another endpoint (``None``: the endpoint is not switched)
         self.endpoint = endpoint
-        self.default_endpoint = default_endpoint if default_endpoint is not None else endpoint
+        self._default_endpoint = default_endpoint if default_endpoint is not None else endpoint
         self._client_for = client_for
         self.done = False
         self.hung_up = False  # the terminal went away (SIGHUP): finish the turn quietly and leave
-        self._turn_interrupt: Callable[[], None] | None = None  # stops the running turn, if any
-        self._devnull: Any = None
-        self.failed_message: str | None = None  # kept after a provider error, for /retry
-        self.last_usage_tokens: int | None = None
+        self._turn_interrupt = None  # stops the running turn, if any
+        self._devnull = None
+        self.failed_message = None  # kept after a provider error, for /retry
+        self.last_usage_tokens = None
         self._prefill = ""
-        self._typeahead: list[Any] = []  # key presses typed while a turn ran
-        self._closing: threading.Thread | None = None  # an interrupted turn still being stored
-        self._notes: collections.deque[logging.LogRecord] = collections.deque(maxlen=50)
-        self._ids_cache: tuple[float, list[str]] = (0.0, [])
+        self._typeahead = []  # key presses typed while a turn ran
+        self._closing = None  # an interrupted turn still being stored
+        self._notes = collections.deque(maxlen=50)
+        self._ids_cache = (0.0, [])
         # what the toolbar shows, refreshed after each turn and command
         self.agent_name = runner.starting_agent.name
         self.turn = 0
         self.window_turns = 0
-        self._history: tuple[Any, ...] = ()  # the stored window, for the context use in tokens
+        self._history = ()  # the stored window, for the context use in tokens
         self.session_max_turns = max_turns or store.default_max_turns
         self.exists = False
         self._refresh_info()
         self.prompt_session = self._make_prompt_session()
         self._ask_session = self._make_ask_session()
+
+    @property
+    def default_endpoint(self) -> Endpoint:
+        """The (model, base URL) of the flags and config, what ``/new`` goes back to; resolved
+        on first use when the REPL was given a way to resolve it (a resumed session's stored
+        endpoint differed), then kept."""
+        if callable(self._default_endpoint):
+            self._default_endpoint = self._default_endpoint()
+        return self._default_endpoint
 
     # ---------------------------------------------------------------- output helpers
     def say(self, text: str, style: str = "dim") -> None:

@@ -52,9 +52,10 @@ class ReplHost:
     system: str | None
     #: ``chatflow`` and the global options that reopen this store (``--db``, ``--config``)
     resume_prefix: list[str]
-    #: the (model, base URL) this run talks to; the defaults ``/new`` goes back to
+    #: the (model, base URL) this run talks to (``default_endpoint``: the flags' and config's,
+    #: what ``/new`` goes back to)
     endpoint: Endpoint
-    default_endpoint: Endpoint
+    _default_endpoint: Endpoint | Callable[[], Endpoint]
     #: makes a model client for another base URL (None: the endpoint is not switched)
     _client_for: Callable[[str], ModelClient] | None
     done: bool
@@ -86,6 +87,9 @@ class ReplHost:
     if TYPE_CHECKING:  # the methods one part calls on another (each defined by one part)
         @property
         def model_name(self) -> str | None: ...
+
+        @property
+        def default_endpoint(self) -> Endpoint: ...
 
         def say(self, text: str, style: str = "dim") -> None: ...
 
