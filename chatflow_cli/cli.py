@@ -56,7 +56,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, cast
 
 import typer
 
@@ -158,7 +158,8 @@ def root(
     state = State(db=db, config=config, debug=debug, no_color=no_color, env=Env.from_sys(no_color=no_color))
     ctx.obj = state
     ctx.call_on_close(state.close)
-    chat_options = {"model": model, "base_url": base_url, "agent": agent, "system": system, "max_turns": max_turns}
+    chat_options: dict[str, Any] = {"model": model, "base_url": base_url, "agent": agent, "system": system,
+                                    "max_turns": max_turns}
     if ctx.invoked_subcommand is not None:
         given = [name for name, value in (("--session", session), ("--continue", continue_ or None),
                                           *((f"--{k.replace('_', '-')}", v) for k, v in chat_options.items()))
@@ -233,7 +234,7 @@ def chat(
     if message is None and not tool_result and input_ is InputFormat.text and state.env.interactive:
         _start_repl(ctx, state, session_id=session, continue_last=continue_, model=model, agent=agent,
                     base_url=base_url, max_turns=max_turns, system=system, max_context_tokens=max_context_tokens)
-        return
+        return None
     from .commands.chat import ChatOptions, run_chat
 
     opts = ChatOptions(
@@ -250,7 +251,8 @@ def chat(
         message_id=message_id,
         message_id_scope=message_id_scope.value if message_id_scope is not None else None,
         idempotency_key=idempotency_key,
-        tool_results=[(str(a), str(b)) for a, b in tool_result] if tool_result else None,
+        # repeatable: a list of (TOOL_USE_ID, OUTPUT) pairs (see _command_shape.repeatable_pairs)
+        tool_results=[(str(a), str(b)) for a, b in cast("list[tuple[str, str]]", tool_result)] if tool_result else None,
         wait=wait,
         output="json" if json_ else output.value,
         input=input_.value,
@@ -298,6 +300,7 @@ def replay(
     from .commands.replay import replay_events
 
     replay_events(state, session_id, since=since, follow=follow, output=fmt)
+    return None
 
 
 # ---------------------------------------------------------------------------------------

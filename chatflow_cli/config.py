@@ -87,7 +87,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .config_file import AgentSpec, ToolSpec, read_toml, validate_file
 from .core.errors import ChatflowError, ConfigError
@@ -284,7 +284,8 @@ def load_settings(
             return env[env_name]
         if file_settings.get(name):
             sources[name] = "file"
-            return file_settings[name]
+            chosen: str = file_settings[name]
+            return chosen
         sources[name] = "default"
         return None
 
@@ -403,13 +404,14 @@ def local_extra_installed() -> bool:
 
     Uses ``importlib.util.find_spec`` so that nothing heavy is imported.
     """
+    check: Callable[[], bool] | None
     try:
-        from .core.local import local_available  # the model helper's check, when present
+        from .core.local import local_available as check  # the model helper's check, when present
     except ImportError:
-        local_available = None
-    if local_available is not None:
+        check = None
+    if check is not None:
         try:
-            return bool(local_available())
+            return bool(check())
         except Exception:  # pragma: no cover - a broken install counts as absent
             return False
     from importlib.util import find_spec

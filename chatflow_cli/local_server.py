@@ -145,7 +145,7 @@ def disable_extra_buffer_types() -> bool:
         _loaded["use_extra_bufts"] = bool(params.use_extra_bufts)
         return original(path_model, params)
 
-    load._chatflow_wrapped = True  # type: ignore[attr-defined]
+    setattr(load, "_chatflow_wrapped", True)  # noqa: B010 - a mark on a function object
     lib.llama_model_load_from_file = load
     return True
 

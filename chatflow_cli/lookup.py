@@ -16,6 +16,7 @@ from .session_ids import validate_session_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import State
+    from .core.memory import BaseSessionStore
     from .core.memory.protocol import SessionStoreProtocol, SessionSummary
 
 __all__ = ["InterruptedTurns", "find_session", "not_found", "read_summary", "store_or_missing",

@@ -82,9 +82,9 @@ from dataclasses import dataclass, field
 from typing import Self
 
 from rich.console import Console, ConsoleOptions, RenderableType
-from rich.control import Control, ControlType
+from rich.control import Control
 from rich.markdown import Markdown
-from rich.segment import Segment, Segments
+from rich.segment import ControlType, Segment, Segments
 from rich.spinner import Spinner
 from rich.style import Style
 from rich.syntax import Syntax
@@ -893,7 +893,7 @@ class MarkdownStream:
             self._out.extend(self._render_code(code[self._code_committed : upto], info, top=first, bottom=False))
             self._code_committed = upto
             first, complete = False, 1
-        gap = [[]] if first and self._blocks_printed and not scanner._joined else []
+        gap: list[Line] = [[]] if first and self._blocks_printed and not scanner._joined else []
         # The complete lines and the line being written, rendered apart: the complete ones
         # are final and may stay on screen across a resize.
         done = self._render_code(code[self._code_committed :], info, top=first, bottom=False) if complete else []
@@ -940,7 +940,7 @@ class MarkdownStream:
         rows = min(rows, max(1, height))
         segments: list[Segment] = []
         if rows:
-            codes: list = [ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2)]
+            codes: list[ControlType | tuple[ControlType, int]] = [ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2)]
             codes += [(ControlType.CURSOR_UP, 1), (ControlType.ERASE_IN_LINE, 2)] * (rows - 1)
             segments.append(Control(*codes).segment)  # the cursor is where the erased rows began
         elif keep:
@@ -956,7 +956,7 @@ class MarkdownStream:
         segments: list[Segment] = []
         rows = self._rows_of(self._drawn.widths, width, reflowed=True)
         if rows:
-            codes: list = [ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2)]
+            codes: list[ControlType | tuple[ControlType, int]] = [ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2)]
             codes += [(ControlType.CURSOR_UP, 1), (ControlType.ERASE_IN_LINE, 2)] * (rows - 1)
             segments.append(Control(*codes).segment)
         newline = Segment.line()

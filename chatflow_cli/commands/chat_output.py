@@ -212,12 +212,13 @@ class ChatOutput:
             ExitStatus.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitStatus.ERROR)
         message = exc.message if isinstance(exc, ChatflowError) else (
             "interrupted" if isinstance(exc, KeyboardInterrupt) else f"unexpected {type(exc).__name__}: {exc}")
+        failed_in: str | None = getattr(exc, "session_id", None) or session_id
         err = {"error": scrub(message), "error_type": type(exc).__name__, "exit_code": int(code),
-               "session_id": getattr(exc, "session_id", None) or session_id}
+               "session_id": failed_in}
         if self.mode == "json":
             self._final_line({**err, "is_error": True})
         else:
-            self._final_line(event_json("result", err["session_id"], {**err, "is_error": True}))
+            self._final_line(event_json("result", failed_in, {**err, "is_error": True}))
 
     def duplicate(self, message_id: str, session_id: str) -> None:
         self.final_written = True

@@ -103,23 +103,23 @@ def list_sessions(state: State, *, limit: int, agent: str | None, status: str | 
     write_lines(state, sessions_lines(summaries, width=terminal_width(state), depths=depths))
 
 
-def _as_tree(summaries: list[Any]) -> tuple[list[Any], dict[str, int]]:
+def _as_tree(summaries: list[SessionSummary]) -> tuple[list[SessionSummary], dict[str, int]]:
     """The same sessions with each fork right under the session it came from (depth first,
     newest first among siblings), and each session's depth; a fork whose parent is not in
     the list stays at the top level."""
     ids = {s.session_id for s in summaries}
-    children: dict[str, list[Any]] = {}
+    children: dict[str, list[SessionSummary]] = {}
     roots = []
     for s in summaries:
         parent = (s.forked_from or {}).get("session_id")
-        if parent in ids and parent != s.session_id:
+        if isinstance(parent, str) and parent in ids and parent != s.session_id:
             children.setdefault(parent, []).append(s)
         else:
             roots.append(s)
-    out: list[Any] = []
+    out: list[SessionSummary] = []
     depths: dict[str, int] = {}
 
-    def walk(node: Any, depth: int) -> None:
+    def walk(node: SessionSummary, depth: int) -> None:
         if node.session_id in depths:
             return
         depths[node.session_id] = depth
@@ -230,7 +230,7 @@ def context_use(state: State, store: BaseSessionStore, session: SessionSummary, 
             break
         tokens += cost
         kept += 1
-    live = [m.summary_through for m, _removed in store.summaries(session.session_id)]
+    live = [m.summary_through for m, _removed in store.summaries(session.session_id) if m.summary_through is not None]
     return {"tokens": tokens, "context": budget.context if budget is not None else None,
             "budget": budget.tokens if budget is not None else None, "turns": kept,
             "summary_through": max(live) if live else None}

@@ -9,13 +9,20 @@ toolbar show (session, agent, model, turn, context window use, tokens of the las
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..core.errors import ChatflowError
 from ..render import safe_text
-from .commands import COMMANDS, _slash_completer
+from .commands import COMMANDS, slash_completions
 from .host import ReplHost
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.completion import Completer
+    from prompt_toolkit.formatted_text import StyleAndTextTuples
+    from prompt_toolkit.key_binding import KeyPressEvent
 
 __all__ = ["PromptView"]
 
@@ -23,7 +30,7 @@ __all__ = ["PromptView"]
 class PromptView(ReplHost):
     """The prompt, its keys and the toolbar of :class:`~chatflow_cli.repl.app.Repl`."""
 
-    def _make_prompt_session(self) -> Any:
+    def _make_prompt_session(self) -> PromptSession[str]:
         from prompt_toolkit import PromptSession
         from prompt_toolkit.auto_suggest import AutoSuggestFromHistory
         from prompt_toolkit.filters import completion_is_selected, has_completions, is_searching
@@ -34,7 +41,7 @@ class PromptView(ReplHost):
         bindings = KeyBindings()
 
         @bindings.add("enter", filter=has_completions & completion_is_selected)
-        def _take_completion(event: Any) -> None:
+        def _take_completion(event: KeyPressEvent) -> None:
             buffer = event.current_buffer
             buffer.complete_state = None
             word = buffer.document.text_before_cursor.split(" ")[0]
@@ -42,11 +49,11 @@ class PromptView(ReplHost):
                 buffer.insert_text(" ")
 
         @bindings.add("enter", filter=~(has_completions & completion_is_selected) & ~is_searching)
-        def _send(event: Any) -> None:
+        def _send(event: KeyPressEvent) -> None:
             event.current_buffer.validate_and_handle()
 
         @bindings.add("enter", filter=is_searching)
-        def _accept_search_and_send(event: Any) -> None:
+        def _accept_search_and_send(event: KeyPressEvent) -> None:
             """Enter in a Ctrl-R search takes the match and sends it, as readline's accept-line does."""
             from prompt_toolkit import search
 
@@ -54,17 +61,17 @@ class PromptView(ReplHost):
             event.app.current_buffer.validate_and_handle()
 
         @bindings.add("c-x", "c-e")
-        def _open_editor(event: Any) -> None:
+        def _open_editor(event: KeyPressEvent) -> None:
             """Ctrl-X Ctrl-E: edit the message in $VISUAL/$EDITOR; the text comes back to the
             prompt for review (Enter sends), as with /edit — never sent when the editor closes."""
             event.current_buffer.open_in_editor(validate_and_handle=False)
 
         @bindings.add("escape", "enter")
-        def _newline(event: Any) -> None:
+        def _newline(event: KeyPressEvent) -> None:
             event.current_buffer.insert_text("\n")
 
         @bindings.add("tab", filter=~has_completions)
-        def _complete_now(event: Any) -> None:
+        def _complete_now(event: KeyPressEvent) -> None:
             """Tab completes from what is typed *now*: a single match is inserted, several
             insert their common part and open the menu. (prompt-toolkit's own Tab does nothing
             while the completion started by typing is still running, so ``/sw`` Tab typed
@@ -87,11 +94,23 @@ class PromptView(ReplHost):
                 buffer.insert_text(common)
             buffer.start_completion(select_first=False)
 
+        # The history never keeps a blank or whitespace-only entry: such input is never sent.
+        class SkipBlankFileHistory(FileHistory):
+            def append_string(self, string: str) -> None:
+                if string.strip():
+                    super().append_string(string)
+
+        class SkipBlankInMemoryHistory(InMemoryHistory):
+            def append_string(self, string: str) -> None:
+                if string.strip():
+                    super().append_string(string)
+
+        history: FileHistory | InMemoryHistory
         if self.history_path is not None:
             _private_file(self.history_path)
-            history: Any = _SkipBlank(FileHistory)(str(self.history_path))
+            history = SkipBlankFileHistory(str(self.history_path))
         else:
-            history = _SkipBlank(InMemoryHistory)()
+            history = SkipBlankInMemoryHistory()
         style = Style.from_dict(
             {
                 "agent": "bold ansicyan",
@@ -114,15 +133,15 @@ class PromptView(ReplHost):
             output=self.output,
         )
 
-    def _make_ask_session(self) -> Any:
+    def _make_ask_session(self) -> PromptSession[str]:
         from prompt_toolkit import PromptSession
 
         return PromptSession(input=self.input, output=self.output)
 
-    def _prompt_message(self) -> Any:
+    def _prompt_message(self) -> StyleAndTextTuples:
         return [("class:agent", safe_text(self.agent_name)), ("", " › ")]
 
-    def _toolbar(self) -> Any:
+    def _toolbar(self) -> StyleAndTextTuples:
         """``session · agent · model · turn N · ctx W/M · T tok``: compact enough for 80 columns."""
         sep = ("class:bottom-toolbar.sep", " │ ")
         parts = [
@@ -179,22 +198,22 @@ class PromptView(ReplHost):
         self.session_max_turns = session.max_turns
 
 
-def _SkipBlank(base: type) -> type:  # noqa: N802 - a class factory
-    """``base`` (a prompt-toolkit History class) that never stores a blank or whitespace-only
-    entry: such input is never sent, so it has no place in the history."""
-
-    class SkipBlank(base):  # type: ignore[misc, valid-type]
-        def append_string(self, string: str) -> None:
-            if string.strip():
-                super().append_string(string)
-
-    SkipBlank.__name__ = f"SkipBlank{base.__name__}"
-    return SkipBlank
-
-
 def _private_file(path: Path) -> None:
     """Create ``path`` if needed and make it readable by its owner only (0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
     os.close(fd)
     os.chmod(path, 0o600)
+
+
+def _slash_completer(repl: ReplHost) -> Completer:
+    """Tab's choices at the prompt (:func:`~chatflow_cli.repl.commands.slash_completions`)."""
+    from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+    from prompt_toolkit.document import Document
+
+    class SlashCompleter(Completer):
+        def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
+            for text, start, meta in slash_completions(repl, document.text_before_cursor):
+                yield Completion(text, start, display_meta=meta or None)
+
+    return SlashCompleter()

@@ -72,19 +72,22 @@ class TerminalModes(ReplHost):
         is the REPL's only while it runs; the previous one is put back after.
         """
         loop = asyncio.get_running_loop()
-        hup = getattr(signal, "SIGHUP", None)
-        previous = signal.getsignal(hup) if hup is not None else None
+        hup: signal.Signals | None = getattr(signal, "SIGHUP", None)
+        if hup is None:  # no SIGHUP on this platform
+            yield
+            return
+        previous = signal.getsignal(hup)
         try:
-            loop.add_signal_handler(hup, self._hang_up)  # type: ignore[arg-type]
-        except (NotImplementedError, RuntimeError, ValueError, TypeError):  # no SIGHUP here, or not the main thread
+            loop.add_signal_handler(hup, self._hang_up)
+        except (NotImplementedError, RuntimeError, ValueError, TypeError):  # not the main thread
             yield
             return
         try:
             yield
         finally:
-            loop.remove_signal_handler(hup)  # type: ignore[arg-type]
+            loop.remove_signal_handler(hup)
             if previous is not None:
-                signal.signal(hup, previous)  # type: ignore[arg-type]
+                signal.signal(hup, previous)
 
     def _hang_up(self) -> None:
         self.hung_up = True
@@ -97,7 +100,7 @@ class TerminalModes(ReplHost):
             return
         for session in (self.prompt_session, self._ask_session):
             app = session.app
-            if app.is_running and not app.future.done():
+            if app.is_running and app.future is not None and not app.future.done():
                 app.exit(exception=EOFError())
 
     async def _let_the_turn_close(self) -> None:

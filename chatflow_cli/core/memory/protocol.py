@@ -230,6 +230,10 @@ class SessionStoreProtocol(Protocol):
         """The most recently updated session's id, or None."""
         ...
 
+    def active_agent_name(self, session_id: str) -> str | None:
+        """The name of the session's active agent (one row read); None when there is no session."""
+        ...
+
     def load_turns(
         self, session_id: str, first: int = 1, last: int | None = None, include_rolled_back: bool = False
     ) -> list[TurnRecord]:
