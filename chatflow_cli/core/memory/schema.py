@@ -207,6 +207,18 @@ END""",
     SELECT m.message_id, {_FTS_BODY.format(m="m")}, {_FTS_TOOLS.format(m="m")} FROM chatflow_messages AS m""",
         ],
     ),
+    (
+        6,
+        "the latest version of each agent that ran in a session",
+        [
+            # {agent name: {"version": str, "turn": int}}: the latest version (a short hash of
+            # the agent's definition) each agent ran in the session, and the last turn it ran
+            # that version in. NULL: none known (sessions stored before this version: their
+            # agents' versions are unknown until their next reply). The version of each
+            # reply is stored in its message_json ("agent_version").
+            "ALTER TABLE chatflow_sessions ADD COLUMN agent_versions_json TEXT",
+        ],
+    ),
 ]
 #: The newest schema version this chatflow knows.
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
