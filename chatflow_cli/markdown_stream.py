@@ -91,6 +91,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from .render.markdown import markdown_lines, markdown_renderable, parse_markdown
+from .render.markdown import strip_blank_edges as _strip_blank_edges
 from .render.styles import OwnStyles
 from .render.text import TextSanitizer, safe_text
 
@@ -350,19 +351,6 @@ class _Keep:
     rows: int = 0
     code: int = 0
     width: int = 0
-
-
-def _is_blank(line: Line) -> bool:
-    return all(not seg.text.strip() and (seg.style is None or seg.style.bgcolor is None) for seg in line)
-
-
-def _strip_blank_edges(lines: list[Line]) -> list[Line]:
-    start, end = 0, len(lines)
-    while start < end and _is_blank(lines[start]):
-        start += 1
-    while end > start and _is_blank(lines[end - 1]):
-        end -= 1
-    return lines[start:end]
 
 
 def _unpad(line: Line) -> tuple[Line, Style | None]:

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 from .lines import Lines
 
-__all__ = ["has_markdown", "markdown_lines", "markdown_renderable", "parse_markdown"]
+__all__ = ["Trimmed", "has_markdown", "is_blank_line", "markdown_lines", "markdown_renderable", "parse_markdown",
+           "strip_blank_edges"]
 
 
 #: emphasis, code, headings, quotes, links, images, tables, strikethrough, HTML and
@@ -36,6 +37,49 @@ def has_markdown(text: str | None) -> bool:
     would join a paragraph's lines; chatflow keeps them, see :func:`parse_markdown`).
     """
     return bool(text) and _MARKDOWN_SYNTAX_RE.search(text) is not None
+
+
+def is_blank_line(line: Sequence[Any]) -> bool:
+    """Whether a rendered line (a list of ``rich.segment.Segment``) shows nothing: only
+    spaces, and no background colour (a blank row of a code block is not blank)."""
+    return all(not seg.text.strip() and (seg.style is None or seg.style.bgcolor is None) for seg in line)
+
+
+def strip_blank_edges(lines: list[Any]) -> list[Any]:
+    """``lines`` (rendered lines) without the blank ones (:func:`is_blank_line`) at either end."""
+    start, end = 0, len(lines)
+    while start < end and is_blank_line(lines[start]):
+        start += 1
+    while end > start and is_blank_line(lines[end - 1]):
+        end -= 1
+    return lines[start:end]
+
+
+class Trimmed:
+    """A renderable drawn without blank rows at its edges and with each run of blank rows
+    between blocks cut to one.
+
+    Rich's Markdown puts a blank row between blocks and a table draws blank top and bottom
+    edges, so a reply that starts or ends with a table (or has one between paragraphs)
+    would get two blank rows where the REPL's live view, which lays out one block at a
+    time, shows one: ``sessions show`` and ``/show`` draw replies through this to look the
+    same as they did live.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.segment import Segment
+
+        previous_blank = False
+        for line in strip_blank_edges(console.render_lines(self.inner, options, pad=False)):
+            blank = is_blank_line(line)
+            if blank and previous_blank:
+                continue
+            previous_blank = blank
+            yield from line
+            yield Segment.line()
 
 
 _MARKDOWN_TEMPLATE: Any = None

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core._stream import cut_phrase
 from .lines import Lines
-from .markdown import has_markdown, markdown_lines, markdown_renderable
+from .markdown import Trimmed, has_markdown, markdown_lines, markdown_renderable
 from .shapes import _role, turn_handoffs
 from .text import fold, plural, pretty_json_text, safe_text
 
@@ -154,7 +154,7 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
                     safe = safe_text(msg.content)
                     laid_out = markdown_lines(safe, width or 80)
                     if laid_out is None:
-                        out.append(markdown_renderable(safe))
+                        out.append(Trimmed(markdown_renderable(safe)))
                     else:
                         block = Lines()
                         for number, line in enumerate(laid_out):

@@ -459,8 +459,11 @@ class Repl(SlashCommands, TurnRunner):
     def error(self, text: str) -> None:
         from rich.text import Text
 
-        # One logical line (the terminal wraps it), so it reads and copies as one line.
-        self.console.print(Text("error: ", style="bold red") + Text(safe_text(text).replace("\n", " ")), soft_wrap=True)
+        from ..markdown_stream import print_unpadded
+
+        # Wrapped between words at the terminal's width, as notices are: a narrow terminal
+        # never cuts a word (or an id or path) in two.
+        print_unpadded(self.console, Text("error: ", style="bold red") + Text(safe_text(text).replace("\n", " ")))
 
     # ---------------------------------------------------------------- the loop
     async def run(self) -> int:

@@ -135,8 +135,21 @@ class TurnRunner:
     async def _after_turn(self, outcome: _Outcome) -> None:
         result = outcome.result
         self._refresh_info()
+        self._keep_endpoint(worked=result is not None and outcome.error is None)
         if result is not None and result.pending_tool_calls and not self.hung_up:
             await self._answer_tools(list(result.pending_tool_calls))
+
+    def _keep_endpoint(self, *, worked: bool) -> None:
+        """Store the model and endpoint the REPL talks to with the session after each turn, so
+        a REPL that is killed, or whose terminal closes, still resumes there. As with one-shot
+        ``chat``, only a turn that worked moves a session to another endpoint; a session's first
+        endpoint is kept even when its first turn failed. A store failure here is not the turn's."""
+        try:
+            stored = self.store.session_endpoint(self.session_id)
+            if stored != self.endpoint and (worked or stored == (None, None)):
+                self.store.set_session_endpoint(self.session_id, *self.endpoint)
+        except ChatflowError:
+            pass
 
     async def _settle_pending(self) -> bool:
         """Custom tool calls still open (from before): ask for them first. False if the user declined."""
@@ -264,11 +277,12 @@ class TurnRunner:
             )
         elif isinstance(outcome.error, (RunInterrupted, KeyboardInterrupt)) or (stopping and outcome.error is not None):
             outcome.interrupted = True
-            self.say(
-                f"⏹ interrupted: turn {self.turn} was kept as interrupted with the {_chars(outcome.received)} of reply "
-                f"received ({_chars(outcome.shown)} shown); the session is ready.",
-                style="yellow",
-            )
+            if outcome.received:
+                kept = f"with the {_chars(outcome.received)} of reply received ({_chars(outcome.shown)} shown)"
+            else:
+                kept = "before any reply arrived"
+            self.say(f"⏹ interrupted: turn {self.turn} was kept as interrupted {kept}; the session is ready.",
+                     style="yellow")
         elif stopping and outcome.result is not None and outcome.shown < outcome.received:
             # The whole reply had arrived (the model was done) before Ctrl-C: only the display stopped.
             self.say(

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from chatflow_cli.core.memory import TurnRecord
 from chatflow_cli.core.messages import Message, ToolCall
 from chatflow_cli.render import Lines, has_markdown, markdown_lines, markdown_renderable, turn_renderables
+from chatflow_cli.render.markdown import Trimmed
 
 
 def _rich_plain(text: str, width: int) -> str:
@@ -158,7 +159,7 @@ def test_terminal_turns_use_rich_markdown_only_where_needed():
     plain = turn_renderables(_turn(2, "Hello there,\nall good."), markdown=True, width=80)
     assert "Assistant: Hello there,\n           all good." in "\n".join(item.plain for item in plain)
     heading = turn_renderables(_turn(3, "# Done\n\nok"), markdown=True, width=80)
-    assert any(type(item).__name__ == "Markdown" for item in heading)
+    assert any(isinstance(item, Trimmed) and type(item.inner).__name__ == "Markdown" for item in heading)
 
 
 class _CountingTTY(io.StringIO):

@@ -89,3 +89,24 @@ def test_ctrl_c_after_a_huge_reply_arrived_at_once_says_what_was_stored(provider
             assert "/show prints it" in line
         else:
             assert "kept as interrupted" in line and reply.interrupted
+
+
+def test_ctrl_c_before_any_reply_says_so_and_show_marks_the_turn(provider, pty_chatflow) -> None:
+    """Ctrl-C while the model is still thinking keeps the turn (the user message) as interrupted,
+    says that no reply had arrived, and ``/show`` marks it as ``sessions show`` does."""
+    provider.add_text("too late", delay=[8.0])
+    repl = pty_chatflow("chat", "-s", "early-stop")
+    repl.wait_prompt()
+    repl.send("hello\r")
+    repl.wait_text("thinking")
+    repl.send("\x03")
+    repl.wait_prompt_after("the session is ready.")
+    assert "⏹ interrupted: turn 1 was kept as interrupted before any reply arrived; the session is ready." in " ".join(
+        repl.screen().split())
+    repl.send("/show\r")
+    repl.wait_prompt_after("(interrupted)")
+    shown = repl.rows()
+    turn = next(i for i, row in enumerate(shown) if row.startswith("── Turn 1"))
+    assert shown[turn].startswith("── Turn 1 · interrupted ──")
+    assert [row.rstrip() for row in shown[turn + 1:turn + 3]] == ["You: hello", "  (interrupted)"]
+    leave(repl)

@@ -50,3 +50,22 @@ def test_leaving_a_session_never_used_says_nothing_was_stored(provider, pty_chat
     repl.wait_prompt()
     leave(repl)
     assert repl.screen().splitlines()[-1] == "nothing was sent; no session was stored"
+
+
+def test_a_killed_repl_still_resumes_at_the_model_and_endpoint_it_talked_to(chatflow, fake_server, pty_chatflow,
+                                                                            monkeypatch) -> None:
+    """The REPL stores a session's model and endpoint after each turn, not only when it exits:
+    a REPL killed (or whose terminal closed) after a turn resumes at the same server and model."""
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("CHATFLOW_MODEL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    repl = pty_chatflow("chat", "-s", "killed", "--base-url", fake_server.url, "-m", "model-k")
+    repl.wait_prompt()
+    fake_server.add_text("the first reply")
+    repl.send("first\r")
+    repl.wait_prompt_after("the first reply")
+    repl.child.kill(9)
+    repl.child.wait()
+    resumed = chatflow("chat", "-s", "killed", "second")  # no flags, no environment: the session's own
+    assert resumed.returncode == 0, resumed
+    assert [q["model"] for q in fake_server.requests] == ["model-k", "model-k"]

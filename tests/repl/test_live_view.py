@@ -145,3 +145,37 @@ def test_one_long_paragraph_looks_the_same_live_and_in_sessions_show(provider, p
     a, b = shown.index("Intro line."), shown.index("Last paragraph.")
     c = live.index("Intro line.")
     assert live[c : c + b - a + 1] == shown[a : b + 1]
+
+
+def test_replies_with_tables_at_either_end_look_the_same_live_in_show_and_sessions_show(provider, chatflow,
+                                                                                          pty_chatflow) -> None:
+    """A table that opens or ends a reply, or sits between paragraphs, has one blank row
+    around it, live, in ``/show`` and in ``sessions show`` alike (Rich's Markdown would add
+    two, and a blank row under the ``Assistant:`` label)."""
+    reply = ("| name | qty |\n|---|---|\n| apple | 3 |\n| pear | 10 |\n\nBetween the tables.\n\n"
+             "| k | v |\n|---|---|\n| x | 1 |")
+    provider.add_text(reply, chunks=[reply[i:i + 7] for i in range(0, len(reply), 7)])
+    repl = pty_chatflow("chat", "-s", "tables")
+    repl.wait_prompt()
+    repl.send("tables\r")
+    repl.wait_prompt_after("Between the tables.")
+    live = repl.rows()
+    start = next(i for i, row in enumerate(live) if row.strip().startswith("name"))
+    end = max(i for i, row in enumerate(live) if row.strip().startswith("x"))
+    drawn = [row.rstrip() for row in live[start:end + 1]]
+    assert drawn == [" name   qty", " ──────────", " apple  3", " pear   10", "", "Between the tables.", "",
+                     " k  v", " ────", " x  1"]
+    repl.send("/show\r")
+    repl.wait_text(" x  1", count=2)
+    repl.wait_prompt_after("Turn 1")
+    rows = [row.rstrip() for row in repl.rows()]
+    leave(repl)
+    label = rows.index("Assistant:")
+    assert rows[label + 1:label + 1 + len(drawn)] == drawn
+    assert rows[label + 1 + len(drawn)] == ""
+
+    show = pty_chatflow("sessions", "show", "tables", "--no-pager")
+    assert show.wait_exit() == 0
+    shown = [row.rstrip() for row in show.rows()]
+    label = shown.index("Assistant:")
+    assert shown[label + 1:label + 1 + len(drawn)] == drawn

@@ -207,9 +207,14 @@ def test_did_you_mean_reads_as_a_sentence(provider, pty_chatflow) -> None:
     repl.send("/claer\r")
     repl.wait_text("did you mean /clear?")
     leave(repl)
-    line = next(row for row in repl.screen().splitlines() if "did you mean" in row)
-    assert "?;" not in line
-    assert line == "error: unknown command /claer — did you mean /clear? (/help lists them; start a message with // to send a slash)"
+    rows = repl.screen().splitlines()
+    at = next(i for i, row in enumerate(rows) if "did you mean" in row)
+    assert "?;" not in rows[at]
+    # wrapped between words at the 100 columns, like every notice
+    assert [row.rstrip() for row in rows[at:at + 2]] == [
+        "error: unknown command /claer — did you mean /clear? (/help lists them; start a message with // to",
+        "send a slash)",
+    ]
     assert sent(provider.requests) == []
 
 
@@ -242,3 +247,48 @@ def test_switch_talks_to_the_other_sessions_model_and_new_to_the_default(provide
     leave(repl)
     assert open_store().session_endpoint("sa")[0] == "model-a"
     assert open_store().session_endpoint("sb")[0] == "model-b"
+
+
+def test_error_lines_wrap_between_words_on_a_narrow_terminal(provider, pty_chatflow) -> None:
+    repl = pty_chatflow("chat", "-s", "narrow-errors", width=40)
+    repl.wait_prompt()
+    repl.send("/show --everything-at-once\r")
+    repl.wait_prompt_after("--full")
+    rows = [row.rstrip() for row in repl.rows()]
+    leave(repl)
+    at = next(i for i, row in enumerate(rows) if row.startswith("error: "))
+    assert rows[at:at + 2] == ["error: /show --everything-at-once: the", "only option is --full"]
+
+
+def test_switch_talks_to_the_other_sessions_endpoint_and_back(provider, chatflow, pty_chatflow) -> None:
+    """``/switch ID`` to a session made with another ``--base-url`` sends the next message to
+    that server (and says so); switching back and ``/new`` return to the default server."""
+    from tests.helpers.fakeserver import FakeServer
+
+    with FakeServer() as other:
+        assert chatflow("chat", "-s", "far", "--base-url", other.url, "-m", "model-far", "one").returncode == 0
+        assert chatflow("chat", "-s", "near", "zero").returncode == 0
+        repl = pty_chatflow("chat", "-s", "near")
+        repl.wait_prompt()
+        repl.send("/switch far\r")
+        repl.wait_prompt_after("model: model-far (session far)")
+        assert f"endpoint: {other.url} (session far)" in " ".join(repl.screen().split())
+        repl.send("two\r")
+        repl.wait_prompt_after("ok: two")
+        assert sent(other.requests) == ["one", "two"] and other.requests[-1]["model"] == "model-far"
+        repl.send("/switch near\r")
+        repl.wait_prompt_after("model: fake-model (session near)")
+        repl.send("three\r")
+        repl.wait_prompt_after("ok: three")
+        assert sent(provider.requests) == ["zero", "three"]
+        repl.send("/switch far\r")
+        repl.wait_prompt_after("model: model-far (session far)")
+        repl.send("/new\r")
+        repl.wait_prompt_after("model: fake-model (a new session)")
+        assert f"endpoint: {provider.url} (a new session)" in " ".join(repl.screen().split())
+        repl.send("four\r")
+        repl.wait_prompt_after("ok: four")
+        assert sent(provider.requests) == ["zero", "three", "four"] and sent(other.requests) == ["one", "two"]
+        leave(repl)
+    assert open_store().session_endpoint("far") == ("model-far", other.url)
+    assert open_store().session_endpoint("near") == ("fake-model", provider.url)
