@@ -834,9 +834,8 @@ class Runner:
     def _version_of(self, agent: Any) -> str | None:
         """``agent.version`` for an agent of this Runner; None for one it does not know (a
         stored agent name no resolver knows gets a stand-in whose version means nothing)."""
-        if self.agents.get(_name(agent)) is not agent:
-            return None
-        return agent.version
+        known = self.agents.get(_name(agent))
+        return known.version if known is not None and known is agent else None
 
     def _auto_compact(self, session_id: str, message: Message) -> list[Event]:
         """Compact the session before its next turn when its window passes ``compact_at`` of

@@ -148,8 +148,9 @@ def turn_dict(record: TurnRecord, *, interrupted: bool = False,
     ``agent_changed`` ``[{"agent", "from", "to"}]`` the agents whose version changed in it."""
     versions: dict[str, str] = {}
     for msg in record.messages:
-        if _role(msg) == "model" and msg.agent and getattr(msg, "agent_version", None):
-            versions[msg.agent] = msg.agent_version
+        version = getattr(msg, "agent_version", None)
+        if _role(msg) == "model" and msg.agent and version:
+            versions[msg.agent] = str(version)
     return {
         "number": record.number,
         "in_window": record.in_window,

@@ -52,8 +52,9 @@ def turn_versions(record: TurnRecord) -> dict[str, str]:
     agent's last reply in it); agents whose replies carry no version are left out."""
     out: dict[str, str] = {}
     for msg in record.messages:
-        if _role(msg) == "model" and msg.agent and getattr(msg, "agent_version", None):
-            out[msg.agent] = msg.agent_version
+        version = getattr(msg, "agent_version", None)
+        if _role(msg) == "model" and msg.agent and version:
+            out[msg.agent] = str(version)
     return out
 
 
@@ -75,8 +76,9 @@ class AgentVersionMarks:
         removed = record.rolled_back or record.failed
         first: dict[str, str] = {}
         for msg in record.messages:  # an agent's first reply in the turn is compared
-            if _role(msg) == "model" and msg.agent and getattr(msg, "agent_version", None):
-                first.setdefault(msg.agent, msg.agent_version)
+            version = getattr(msg, "agent_version", None)
+            if _role(msg) == "model" and msg.agent and version:
+                first.setdefault(msg.agent, str(version))
         for agent, version in first.items():
             before = self.known.get(agent)
             if before is not None and before != version:

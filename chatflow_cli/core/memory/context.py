@@ -270,7 +270,8 @@ class SessionContext:
         """Journal one ``agent.changed`` event (``payload`` as :meth:`note_agent_version`
         makes it; an import replays a stored one through here)."""
         data = dict(payload)
-        turn = data.get("turn") if isinstance(data.get("turn"), int) else self._current_turn()
+        given = data.get("turn")
+        turn = given if isinstance(given, int) else self._current_turn()
         name, version = data.get("agent"), data.get("version")
         if not isinstance(name, str) or not name or not isinstance(version, str) or not version:
             raise ValueError("an agent.changed event names the agent and its new version (non-empty str)")
@@ -653,7 +654,7 @@ class SessionContext:
         ctx._status = status
         ctx._local_events = None
         ctx._binding = binding
-        ctx._agent_versions = copy.deepcopy(dict(agent_versions or {}))
+        ctx._agent_versions = {name: dict(entry) for name, entry in (agent_versions or {}).items()}
         return ctx
 
     def __repr__(self) -> str:
