@@ -199,6 +199,14 @@ class EditResult(Generic[_T]):
     before: tuple[str, int] | None = None  #: the log position the change was applied at
 
 
+class _RolledBack(Exception):
+    """Raised inside a dry-run edit's transaction, so the store rolls it back; carries the result."""
+
+    def __init__(self, result: EditResult[Any]) -> None:
+        super().__init__("dry run")
+        self.result = result
+
+
 #: Outcomes of a first attempt that produced no result: the same idempotency key with the
 #: same message runs the turn again (see :class:`TurnStart`).
 _RETRYABLE_OUTCOMES = frozenset({"failed", "interrupted", "rolled_back"})
@@ -353,7 +361,8 @@ class _Tx:
         """MAX(seq) + 1 for the session, read inside the current transaction."""
         raise NotImplementedError
 
-    def insert_event(self, event: Event, turn: int | None) -> None:
+    def insert_event(self, event: Event, turn: int | None, payload_json: str | None = None) -> None:
+        """Store ``event``; ``payload_json``: its payload's compact JSON when already made."""
         raise NotImplementedError
 
     def events(self, session_id: str, after_seq: int, limit: int | None) -> list[Event]:
@@ -365,7 +374,9 @@ class _Tx:
     def events_of_type(self, session_id: str, type: str, after_seq: int) -> list[Event]:
         raise NotImplementedError
 
-    def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
+    def insert_message(self, session_id: str, turn: int, message: Message, seq: int,
+                       message_json: str | None = None) -> None:
+        """Store a live message; ``message_json``: its ``to_json()`` when already made."""
         raise NotImplementedError
 
     def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
@@ -553,16 +564,19 @@ class BaseSessionStore:
         payload: dict[str, Any],
         turn: int | None = None,
         key: str | None = None,
+        text: str | None = None,
     ) -> Event:
         # Every event (messages ride in their events' payloads) is checked here, the same for
-        # both stores, before anything of it is written.
+        # both stores, before anything of it is written. ``text``: the payload's compact JSON
+        # when it was already checked (a message's event, built from the message's checked JSON).
         if not type.isascii():
             _check_text(type, "event type", session_id)
         if key is not None:
             _check_idempotency_key(key)
-        _check_text(payload, f"{type} event", session_id)
+        if text is None:
+            text = _check_text(payload, f"{type} event", session_id)
         event = Event(session_id, tx.next_seq(session_id), type, payload, self.clock(), key)
-        tx.insert_event(event, turn)
+        tx.insert_event(event, turn, text)
         return event
 
     def _context(
@@ -727,7 +741,11 @@ class BaseSessionStore:
                     merged.pop(key, None)
                 row.metadata = merged
                 payload = {**op.payload, "metadata": copy.deepcopy(merged)}
-            event = self._append(tx, row.session_id, op.type, payload, turn)
+            text = None
+            if op.text is not None and payload is op.payload and len(payload) == 2 and turn is not None:
+                # {"turn": n, "message": {...}}: its JSON is the message's checked JSON, wrapped
+                text = f'{{"turn":{turn},"message":{op.text}}}'
+            event = self._append(tx, row.session_id, op.type, payload, turn, text=text)
             events.append(event)
             holder = row.owner.token if row.owner is not None else None
             if turn is not None and op.kind == "event":
@@ -750,7 +768,7 @@ class BaseSessionStore:
                         f"{row.turn_count}); load it again",
                         session_id=row.session_id,
                     )
-                tx.insert_message(row.session_id, op.turn, op.message, event.seq)
+                tx.insert_message(row.session_id, op.turn, op.message, event.seq, op.text)
                 row.turn_count = max(row.turn_count, op.turn)
                 message = op.message
                 if message.role is Role.MODEL and message.agent and message.agent_version:
@@ -1287,8 +1305,12 @@ class BaseSessionStore:
             raise ValueError(f"limit must be between 1 and 10000, got {limit}")
         where = SearchFilter(session_id, agent, None if since is None else float(since), limit,
                              bool(include_tools), bool(include_removed))
+        self._before_search()
         with self._read() as tx:
             return tx.search(parsed, where)
+
+    def _before_search(self) -> None:
+        """Bring the store's search index up to date (a store that indexes on write: nothing)."""
 
     def latest_session_id(self) -> str | None:
         """The most recently updated session's id, or None when the store is empty."""
@@ -2126,6 +2148,8 @@ class BaseSessionStore:
         idempotency_key: str | None = None,
         digest: str = "",
         last_turns: int | None = None,
+        idempotency_keys: Mapping[str, str] | None = None,
+        dry_run: bool = False,
     ) -> EditResult[_T]:
         """Load the session, call ``change(session)`` and save what it journalled, all in one
         write transaction; return the change's result and the events appended.
@@ -2143,7 +2167,12 @@ class BaseSessionStore:
         is not applied again (``replayed=True``, ``change`` not called); ``digest`` is kept
         with the key. ``last_turns``: the context holds only the newest N turns (its
         ``max_turns`` is N; the stored session keeps its own): an edit that appends to the
-        last turn then costs the same however long the session is.
+        last turn then costs the same however long the session is. ``idempotency_keys``:
+        more keys (key -> digest) recorded in the same transaction, read after the change
+        ran (the change may fill the mapping).
+        ``dry_run``: do all of it -- create, change, check, append -- then roll the
+        transaction back: the result (and any error) is what the real edit would give, and
+        nothing is written.
 
         Raises:
             SessionBusyError: a live run owns the session (its turn is running).
@@ -2154,8 +2183,27 @@ class BaseSessionStore:
             _check_idempotency_key(idempotency_key)
         if max_turns is not None:
             _check_max_turns(max_turns)
-        if metadata is not None:
+        if metadata:  # {} needs no copy; anything else is checked before the transaction
             metadata = _check_metadata(metadata)
+        try:
+            return self._edit(session_id, change, create_agent, max_turns, metadata, idempotency_key, digest,
+                              last_turns, idempotency_keys if idempotency_keys is not None else {}, dry_run)
+        except _RolledBack as done:
+            return done.result
+
+    def _edit(
+        self,
+        session_id: str,
+        change: Callable[[SessionContext], _T],
+        create_agent: Any,
+        max_turns: int | None,
+        metadata: Mapping[str, Any] | None,
+        idempotency_key: str | None,
+        digest: str,
+        last_turns: int | None,
+        idempotency_keys: Mapping[str, str],
+        dry_run: bool,
+    ) -> EditResult[_T]:
         with self._write() as tx:
             row = tx.get_row(session_id)
             events: list[Event] = []
@@ -2176,7 +2224,13 @@ class BaseSessionStore:
             last_seq = events[-1].seq if events else before[1]
             if idempotency_key is not None:
                 tx.idempotency_put(session_id, idempotency_key, digest, None, last_seq, self.clock())
-        return EditResult(value, events, position=(row.incarnation, last_seq), before=before)
+            for key, key_digest in idempotency_keys.items():
+                _check_idempotency_key(key)
+                tx.idempotency_put(session_id, key, key_digest, None, last_seq, self.clock())
+            result = EditResult(value, events, position=(row.incarnation, last_seq), before=before)
+            if dry_run:
+                raise _RolledBack(result)  # leaves the transaction: it is rolled back
+        return result
 
     def window_turns(self, session_id: str) -> tuple[Turn, ...]:
         """The turns of the session's context window (``()`` when the session does not exist),

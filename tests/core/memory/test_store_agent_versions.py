@@ -183,23 +183,23 @@ def _old_turns_then_a_new_one(store: BaseSessionStore) -> None:
     assert "agent.changed" in _turn(store, "old", support, "and changed")
 
 
-def test_a_sqlite_database_of_schema_5_gains_agent_versions_unknown_for_its_rows(tmp_path) -> None:
+def test_a_sqlite_database_of_schema_6_gains_agent_versions_unknown_for_its_rows(tmp_path) -> None:
     import sqlite3
 
     from chatflow_cli.core.memory.schema import _MIGRATIONS, _MIGRATIONS_TABLE, SCHEMA_VERSION
     from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
-    path = tmp_path / "v5.db"
+    path = tmp_path / "v6.db"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute(_MIGRATIONS_TABLE)
     for number, name, steps in _MIGRATIONS:
-        if number > 5:
+        if number > 6:
             break
         for step in steps:
             step(conn) if callable(step) else conn.execute(step)
         conn.execute("INSERT INTO chatflow_schema_migrations VALUES (?, ?, 0)", (number, name))
     conn.close()
-    # a session written by the chatflow of schema 5 (its rows have no version column yet)
+    # a session written by the chatflow of schema 6 (its rows have no version column yet)
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("INSERT INTO chatflow_sessions (session_id, incarnation, active_agent_name, max_turns, turn_count, "
                  "created_at_utc, updated_at_utc) VALUES ('old', 'i', 'Assistant', 20, 1, 1, 1)")
@@ -217,7 +217,7 @@ def test_a_sqlite_database_of_schema_5_gains_agent_versions_unknown_for_its_rows
     conn = sqlite3.connect(path)
     try:
         versions = [v for (v,) in conn.execute("SELECT version FROM chatflow_schema_migrations ORDER BY version")]
-        assert versions == list(range(1, SCHEMA_VERSION + 1)) and SCHEMA_VERSION >= 6
+        assert versions == list(range(1, SCHEMA_VERSION + 1)) and SCHEMA_VERSION >= 7
         assert conn.execute("SELECT agent_versions_json FROM chatflow_sessions").fetchone()[0] is not None
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
