@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ChatflowError, RunInterrupted, ToolResultError
-from ..render import pretty_json_text, reply_note, safe_text
+from ..render import agent_changed_text, pretty_json_text, reply_note, safe_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.messages import ToolCall
@@ -357,6 +357,10 @@ class TurnRunner:
         elif kind == "message.user":
             if event.turn:
                 self.turn = int(event.turn)
+        elif kind == "agent.changed" and display:  # said once per change
+            from rich.text import Text
+
+            view.line(Text(agent_changed_text(data), style="yellow"), status="thinking…")
         elif kind == "handoff" and data.get("to_agent"):
             self.agent_name = str(data["to_agent"])
             if display:
