@@ -230,6 +230,9 @@ class _SessionRow:
     forked_from: dict[str, Any] | None = None
     title: str | None = None  # set by the user; None: derived from the first user message
     archived_at: float | None = None  # epoch seconds; None: not archived
+    #: {agent name: {"version": str, "turn": int}}: the latest version each agent ran in
+    #: the session and the last turn it ran that version in (empty: none known)
+    agent_versions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +247,12 @@ class ListFilter:
     archived: bool = False  # True: only archived sessions; False: only the others
     after: tuple[float, str] | None = None  # (updated_at, session_id) of the last row seen
     limit: int | None = None  # in SQL, when no status filter runs after it
+
+
+def _ran(versions: dict[str, dict[str, Any]], agent: str, version: str, turn: int) -> dict[str, dict[str, Any]]:
+    """``versions`` (a session's latest version of each agent) after ``agent`` ran ``version``
+    in ``turn``."""
+    return {**versions, agent: {"version": version, "turn": turn}}
 
 
 def title_of(title: str | None, preview: str) -> str:
@@ -608,6 +617,7 @@ class BaseSessionStore:
             window,
             row.turn_count,
             binding,
+            agent_versions=row.agent_versions,
         )
 
     @staticmethod
@@ -760,6 +770,12 @@ class BaseSessionStore:
                     )
                 tx.insert_message(row.session_id, op.turn, op.message, event.seq, op.text)
                 row.turn_count = max(row.turn_count, op.turn)
+                message = op.message
+                if message.role is Role.MODEL and message.agent and message.agent_version:
+                    row.agent_versions = _ran(row.agent_versions, message.agent, message.agent_version, op.turn)
+            elif op.kind == "agent_version":
+                row.agent_versions = _ran(row.agent_versions, str(op.payload["agent"]), str(op.payload["version"]),
+                                          op.turn)
             elif op.kind == "rollback":
                 to_turn = int(op.payload["to_turn"])
                 tx.remove_turns(row.session_id, to_turn + 1, None, "rolled_back", event.seq)
@@ -996,10 +1012,14 @@ class BaseSessionStore:
             for item in stored:
                 if item.message.role is Role.MODEL and item.message.agent:
                     agent = item.message.agent  # the agent that spoke last in the copied turns
+            versions: dict[str, dict[str, Any]] = {}
+            for item in stored:  # the latest version each agent ran in the copied turns
+                if item.message.role is Role.MODEL and item.message.agent and item.message.agent_version:
+                    versions = _ran(versions, item.message.agent, item.message.agent_version, item.turn)
             now = self.clock()
             row = _SessionRow(
                 new_id, secrets.token_hex(8), agent, copy.deepcopy(source.metadata), source.max_turns, turn,
-                SessionStatus.IDLE, None, now, now, origin,
+                SessionStatus.IDLE, None, now, now, origin, agent_versions=versions,
             )
             tx.insert_row(row)
             payload = {"agent": agent, "max_turns": row.max_turns, "metadata": row.metadata, "forked_from": origin}
@@ -1219,6 +1239,7 @@ class BaseSessionStore:
             title=title_of(row.title, preview)[:_TITLE_CHARS],
             title_set=bool(row.title),
             archived_at=row.archived_at,
+            agent_versions=copy.deepcopy(row.agent_versions),
         )
 
     @staticmethod
