@@ -78,7 +78,7 @@ class Env:
         stream = file if file is not None else (self.stderr if stderr else self.stdout)
         is_tty = terminal if terminal is not None else (self.stderr_isatty if stderr else self.stdout_isatty)
         colour = is_tty and not self.no_color_flag and not os.environ.get("NO_COLOR")
-        console = _console_class()(
+        console: Console = _console_class()(
             file=stream,
             force_terminal=is_tty,
             no_color=not colour,

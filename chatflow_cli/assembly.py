@@ -194,7 +194,7 @@ def build_agents(settings: Settings, *, model_override: str | None = None) -> tu
         agents[spec.name] = Agent(spec.name, spec.instructions, model=spec.model, tools=tools,
                                   max_context_tokens=spec.max_context_tokens)
     for spec in settings.agents:
-        agents[spec.name].handoffs = [agents[name] for name in spec.handoffs]
+        agents[spec.name].handoffs = tuple(agents[name] for name in spec.handoffs)
     for built in agents.values():
         _pin_version(built, model_override)
     start = settings.default_agent or settings.agents[0].name

@@ -55,7 +55,7 @@ def _pick(state: State, session_ids: list[str], *, all_: bool,
     return store, [s.session_id for s in sorted(summaries, key=lambda s: (s.created_at, s.session_id))]
 
 
-def _write_json(state: State, store: SessionStoreProtocol, session_ids: list[str], out: IO[str]) -> None:
+def _write_json(state: State, store: SessionStoreProtocol | None, session_ids: list[str], out: IO[str]) -> None:
     from .sessions import show_session
 
     out.write("[" if len(session_ids) != 1 else "")
@@ -78,7 +78,7 @@ def _instructions(state: State) -> dict[str, str]:
     return {spec.name: spec.instructions for spec in agents}
 
 
-def _write(state: State, store: SessionStoreProtocol, session_ids: list[str], fmt: str, per_turn: bool, out: IO[str]) -> None:
+def _write(state: State, store: SessionStoreProtocol | None, session_ids: list[str], fmt: str, per_turn: bool, out: IO[str]) -> None:
     from ..core.interop import export_lines
 
     if fmt == "json":

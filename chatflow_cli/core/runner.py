@@ -106,7 +106,7 @@ import logging
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._run import cancel as _cancel
 from ._run.cancel import (
@@ -140,6 +140,11 @@ from .messages import Message, Role, ToolCall, check_history
 from .memory.context import split_turns
 from .tokens import MESSAGE_OVERHEAD, ContextBudget, context_budget, estimate_tokens, select_window
 from .tools import Tool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .memory.context import SessionContext
+    from .memory.protocol import SessionStoreProtocol, TurnStart
+    from .model import ChatClient
 
 __all__ = [
     "DEFAULT_WAIT_S",
@@ -263,7 +268,7 @@ class StreamEvent:
 # --------------------------------------------------------------------------------------
 # the Runner
 # --------------------------------------------------------------------------------------
-def _lease_of(session: Any) -> str | None:
+def _lease_of(session: SessionContext) -> str | None:
     """The owner token of the run a context from ``begin_turn`` was given to, or None."""
     binding = getattr(session, "_binding", None)
     if binding is not None:
@@ -307,9 +312,9 @@ class Runner:
     def __init__(
         self,
         starting_agent: Agent,
-        session_store: Any,
+        session_store: SessionStoreProtocol,
         *,
-        model_client: Any = None,
+        model_client: ChatClient | Callable[[], ChatClient] | None = None,
         default_model: str | None = None,
         max_tool_rounds: int = 10,
         max_tokens: int | None = None,
@@ -336,8 +341,11 @@ class Runner:
         self.max_context_tokens = max_context_tokens
         self.compact_at = compact_at
         self.compact_prompt = compact_prompt
-        self._client = model_client if model_client is not None and hasattr(model_client, "stream") else None
-        self._client_factory: Callable[[], Any] | None = model_client if self._client is None else None
+        # a client has ``stream``; anything else given is a factory called on first use
+        self._client: ChatClient | None = (
+            cast("ChatClient", model_client) if model_client is not None and hasattr(model_client, "stream") else None)
+        self._client_factory: Callable[[], ChatClient] | None = (
+            cast("Callable[[], ChatClient] | None", model_client) if self._client is None else None)
         self._client_lock = threading.Lock()
         #: Called once when a run starts waiting (``wait`` > 0) for a session another process
         #: runs: ``{"session_id", "pid" (the running turn's process, or None), "wait_s"}``.
@@ -347,11 +355,11 @@ class Runner:
 
     # -- public API -----------------------------------------------------------------------
     @property
-    def session_store(self) -> Any:
+    def session_store(self) -> SessionStoreProtocol:
         return self.store
 
     @property
-    def model_client(self) -> Any:
+    def model_client(self) -> ChatClient:
         """The model client, made on first use (see the class docstring)."""
         if self._client is None:
             with self._client_lock:
@@ -365,7 +373,7 @@ class Runner:
         return self._client
 
     @model_client.setter
-    def model_client(self, client: Any) -> None:
+    def model_client(self, client: ChatClient) -> None:
         """Send the next turns through ``client`` (another endpoint); a turn running keeps its own."""
         self._client = client
 
@@ -573,7 +581,7 @@ class Runner:
                                                                   loop=loop))
 
     # -- the turn ----------------------------------------------------------------------------
-    def _begin(self, session_id: str, start: dict[str, Any], wait: float, cancel: CancelToken) -> Any:
+    def _begin(self, session_id: str, start: dict[str, Any], wait: float, cancel: CancelToken) -> TurnStart:
         """``store.begin_turn``, waiting in the session's queue up to ``wait`` seconds (:func:`begin_turn`)."""
         return begin_turn(self.store, session_id, start, wait=wait, cancel=cancel,
                           default_agent=self.starting_agent, on_wait=self.on_wait)
@@ -703,7 +711,7 @@ class Runner:
 
     def _loop(
         self,
-        session: Any,
+        session: SessionContext,
         turn: int,
         state: TurnState,
         cancel: CancelToken,
@@ -884,7 +892,7 @@ class Runner:
         model = agent.model or self.default_model
         return self._budget(agent, model) if model else None
 
-    def _budget_window(self, session: Any, agent: Agent, model: str) -> tuple[list[Message], dict[str, Any]]:
+    def _budget_window(self, session: SessionContext, agent: Agent, model: str) -> tuple[list[Message], dict[str, Any]]:
         """The messages of the next request: the agent's instructions, the window's SYSTEM
         messages, then the newest whole turns of the window that fit the token budget (the
         open turn always, whole); and the context use ``{"tokens", "budget", "context",
@@ -905,7 +913,7 @@ class Runner:
                "context": budget.context if budget is not None else None, "turns": kept, "over_budget": over}
         return outgoing, use
 
-    def _record_submitted(self, session: Any, turn: int, call: ToolCall, output: str, is_error: bool) -> None:
+    def _record_submitted(self, session: SessionContext, turn: int, call: ToolCall, output: str, is_error: bool) -> None:
         """A regular call's result waiting beside custom ones; an error result carries
         ``"is_error": true`` so the TOOL message stored when the turn continues is flagged."""
         payload: dict[str, Any] = {"turn": turn, "tool_use_id": call.id, "output": output}
@@ -914,7 +922,7 @@ class Runner:
         session.record_event(EventType.TOOL_RESULT_SUBMITTED, payload)
 
     @staticmethod
-    def _fresh_ids(session: Any, calls: list[ToolCall]) -> list[ToolCall]:
+    def _fresh_ids(session: SessionContext, calls: list[ToolCall]) -> list[ToolCall]:
         """Give every call an id unique in the session (local servers reuse ``call_0``; some send none)."""
         if not calls:
             return calls

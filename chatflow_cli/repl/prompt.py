@@ -144,7 +144,7 @@ class PromptView(ReplHost):
     def _toolbar(self) -> StyleAndTextTuples:
         """``session · agent · model · turn N · ctx W/M · T tok``: compact enough for 80 columns."""
         sep = ("class:bottom-toolbar.sep", " │ ")
-        parts = [
+        parts: StyleAndTextTuples = [
             ("", " "),
             ("class:bottom-toolbar.key", safe_text(self.session_id)),
             sep,

@@ -244,6 +244,10 @@ class SessionStoreProtocol(Protocol):
         """The name of the session's active agent (one row read); None when there is no session."""
         ...
 
+    def window_tokens(self, session_id: str) -> tuple[int, list[tuple[int, int]]]:
+        """``(tokens, [(turn number, tokens), ...])`` of the stored context window, oldest first."""
+        ...
+
     def load_turns(
         self, session_id: str, first: int = 1, last: int | None = None, include_rolled_back: bool = False
     ) -> list[TurnRecord]:
