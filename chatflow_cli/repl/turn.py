@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ChatflowError, RunInterrupted, ToolResultError
 from ..render import agent_changed_text, pretty_json_text, reply_note, safe_text
+from .host import ReplHost
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.messages import ToolCall
@@ -114,7 +115,7 @@ class _Outcome:
     shown: int = 0  # of which shown (none after Ctrl-C)
 
 
-class TurnRunner:
+class TurnRunner(ReplHost):
     """The REPL's turns: a message sent, the reply streamed, tool results asked for, Ctrl-C.
 
     Mixed into :class:`~chatflow_cli.repl.app.Repl`, whose state it uses.
