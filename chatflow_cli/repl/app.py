@@ -304,7 +304,10 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         if self.exists:
             from ..render import plural
 
-            self.say(f"session {self.session_id} ({plural(self.turn, 'turn')}) · resume: {self.resume_command()}")
+            line = f"session {self.session_id} ({plural(self.turn, 'turn')}) · resume: {self.resume_command()}"
+            if len(line) > self.console.width:  # the command on a line of its own, whole, to copy
+                line = f"session {self.session_id} ({plural(self.turn, 'turn')}) · resume with:\n{self.resume_command()}"
+            self.say(line)
         else:
             self.say("nothing was sent; no session was stored")
 
