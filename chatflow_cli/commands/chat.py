@@ -30,7 +30,7 @@ before the turn. Every configured agent resolves, whichever one the run starts f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..assembly import assemble, transport_for
 from ..config import resolve_model

@@ -15,7 +15,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from ..context import notice
 from ..core.errors import UsageError
