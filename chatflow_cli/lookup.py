@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .core.errors import ChatflowError, SessionNotFoundError, UsageError
-from .render import safe_text
+from .render import plural, safe_text
 from .session_ids import validate_session_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.memory import SessionContext, SessionSummary
     from .core.memory import BaseSessionStore
 
-__all__ = ["InterruptedTurns", "NamedAgent", "find_session", "not_found", "read_summary", "store_or_missing"]
+__all__ = ["InterruptedTurns", "NamedAgent", "find_session", "not_found", "read_summary", "store_or_missing",
+           "unapplied_options"]
 
 
 def not_found(session_id: str) -> ChatflowError:
@@ -104,3 +105,21 @@ class InterruptedTurns:
             }
         return number in self._numbers
 
+
+
+def unapplied_options(state: State, store: BaseSessionStore, existing: SessionContext, *, max_turns: int | None,
+                      system: str | None) -> None:
+    """Say (a notice on stderr, or in the REPL before its banner) that ``--system`` and
+    ``--max-turns`` are not applied to ``existing``: they set up a new session, and an existing
+    one keeps its window and system prompt. Silent when they match what the session has."""
+    from .context import notice
+
+    sid = existing.session_id
+    if max_turns is not None and max_turns != existing.max_turns:
+        notice(state, f"--max-turns {max_turns} not applied: it sets up a new session, and {sid} keeps "
+                      f"its window of {plural(existing.max_turns, 'turn')}")
+    if system is not None:
+        stored = [m.content for r in store.load_turns(sid, first=0, last=0) for m in r.messages]
+        if system not in stored:
+            notice(state, f"--system not applied: it sets up a new session, and {sid} keeps its system prompt "
+                          f"(start a new session with -s NEW_ID --system ...)")

@@ -47,3 +47,16 @@ def test_every_command_in_help_is_in_the_readme() -> None:
     text = README.read_text()
     missing = [c for c in commands if f"chatflow {c}" not in text]
     assert not missing, f"commands missing from README.md: {missing}"
+
+
+def test_the_readme_lists_every_slash_command_once_with_its_arguments() -> None:
+    """The README's list of slash commands names each REPL command once, as ``/help`` does."""
+    from chatflow_cli.repl.commands import COMMANDS
+
+    text = README.read_text()
+    paragraph = text[text.index("Slash commands (Tab completes them"):]
+    paragraph = " ".join(paragraph[: paragraph.index("`/exit`.") + len("`/exit`.")].split())  # the list
+    for name, (args, _) in COMMANDS.items():
+        shown = f"`{name} {args}`" if args else f"`{name}`"
+        assert paragraph.count(f"`{name}") == 1, (name, paragraph)
+        assert shown.replace("[KEY=VALUE]", "KEY=VALUE") in paragraph, (shown, paragraph)

@@ -37,8 +37,8 @@ from ..config import resolve_model
 from ..context import notice
 from ..core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
 from ..endpoints import remember_endpoint, session_endpoint, stored_endpoint
-from ..lookup import find_session
-from ..render import event_json, plural, safe_text
+from ..lookup import find_session, unapplied_options
+from ..render import event_json, safe_text
 from ..session_ids import new_session_id, validate_session_id
 from .chat_input import ChatOptions, input_items, message_from, tool_output_text
 from .chat_output import ChatOutput
@@ -134,7 +134,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
     transport = transport_for("http")
     store = reader if reader is not None else state.open_store()
     if existing is not None:
-        _unapplied_options(state, store, existing, opts)
+        unapplied_options(state, store, existing, max_turns=opts.max_turns, system=opts.system)
     announce = new_id or (existing is None and opts.session is not None)
     out = ChatOutput(state, opts.output, multi=multi)
     scope = opts.message_id_scope or settings.message_id_scope
@@ -209,20 +209,6 @@ def _endpoint_at_begin(store: BaseSessionStore, session_id: str, choice: ModelCh
             if stored_endpoint(store, session_id) == (None, None):
                 remember_endpoint(store, session_id, choice)
         yield event
-
-
-def _unapplied_options(state: State, store: BaseSessionStore, existing: SessionContext, opts: ChatOptions) -> None:
-    """``--system`` and ``--max-turns`` set up a new session: on an existing one they are not
-    applied, and chatflow says so rather than ignoring them silently."""
-    sid = existing.session_id
-    if opts.max_turns is not None and opts.max_turns != existing.max_turns:
-        notice(state, f"--max-turns {opts.max_turns} not applied: it sets up a new session, and {sid} keeps "
-                       f"its window of {plural(existing.max_turns, 'turn')}")
-    if opts.system is not None:
-        stored = [m.content for r in store.load_turns(sid, first=0, last=0) for m in r.messages]
-        if opts.system not in stored:
-            notice(state, f"--system not applied: it sets up a new session, and {sid} keeps its system prompt "
-                           f"(start a new session with -s NEW_ID --system ...)")
 
 
 def _submit_tool_results(store: BaseSessionStore, session_id: str, outputs: list[tuple[str, str]]) -> list[str]:
@@ -308,7 +294,9 @@ def _announce_if_stored(state: State, store: BaseSessionStore, session_id: str, 
 def _run_items(state: State, runner: Runner, store: BaseSessionStore, opts: ChatOptions, session_id: str, out: ChatOutput,
                scope: str = "global") -> None:
     settings_turns = opts.max_turns
+    items = 0
     for item in input_items(state):
+        items += 1
         sid = validate_session_id(item.session) if item.session is not None else session_id
         if item.tool_use_id is not None:
             remaining = store.submit_tool_result(sid, item.tool_use_id, item.output or "")
@@ -337,3 +325,6 @@ def _run_items(state: State, runner: Runner, store: BaseSessionStore, opts: Chat
             if item_claim:
                 _release_claim(store, item_claim)
             raise
+    if not items:
+        raise UsageError('--input jsonl: nothing to send: stdin had no lines (one JSON object a line, e.g. '
+                         '{"message": "hello"})')

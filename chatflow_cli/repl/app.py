@@ -86,7 +86,7 @@ def run_repl(
     from ..assembly import assemble, transport_for
     from ..config import ensure_private_dir, resolve_model
     from ..endpoints import endpoint_of, remember_endpoint, session_endpoint
-    from ..lookup import find_session
+    from ..lookup import find_session, unapplied_options
 
     if session_id and continue_last:
         raise UsageError("give --session or --continue, not both")
@@ -103,6 +103,8 @@ def run_repl(
     else:
         sid = new_session_id()
     existing = find_session(reader, sid) if reader is not None else None
+    if existing is not None and reader is not None:
+        unapplied_options(state, reader, existing, max_turns=max_turns, system=system)
     settings = state.settings(**dict(zip(("model", "base_url"),
                                          session_endpoint(state, reader, existing, model, base_url))))
     choice = resolve_model(settings)  # configuration problems before anything is stored
@@ -403,8 +405,9 @@ class Repl(SlashCommands, TurnRunner):
         than half the screen, its title, the user's message and the reply's last rows."""
         from rich.text import Text
 
+        from ..lookup import InterruptedTurns
         from ..markdown_stream import print_unpadded
-        from ..render import turn_renderables
+        from ..render import turn_interrupted, turn_renderables
 
         try:
             records = self.store.load_turns(self.session_id, first=max(1, self.turn))
@@ -415,7 +418,8 @@ class Repl(SlashCommands, TurnRunner):
         record = records[-1]
         width = self.console.width
         lines: list[Any] = []
-        for item in turn_renderables(record, markdown=True, width=width):
+        interrupted = turn_interrupted(record, InterruptedTurns(self.store, self.session_id))
+        for item in turn_renderables(record, markdown=True, width=width, interrupted=interrupted):
             lines.extend(self.console.render_lines(item, self.console.options, pad=False))
         while lines and not "".join(seg.text for seg in lines[-1]).strip():
             lines.pop()

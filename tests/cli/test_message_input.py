@@ -25,3 +25,13 @@ def test_empty_input_is_one_usage_error_everywhere(chatflow, provider, args):
     assert r.returncode == 2, r
     assert "nothing to send: stdin was empty" in r.stderr
     assert provider.requests == []
+
+
+@pytest.mark.parametrize("stdin", ["", "\n", "  \n\n"])
+@pytest.mark.parametrize("output", [[], ["--json"]])
+def test_empty_jsonl_input_is_a_usage_error_and_stores_nothing(chatflow, provider, stdin, output):
+    r = chatflow("chat", "-s", "ej", "--input", "jsonl", *output, input=stdin)
+    assert r.returncode == 2, r
+    assert "--input jsonl: nothing to send: stdin had no lines" in (r.stdout if output else r.stderr)
+    assert provider.requests == []
+    assert chatflow("sessions", "show", "ej").returncode == 3

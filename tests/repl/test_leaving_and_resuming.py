@@ -69,3 +69,41 @@ def test_a_killed_repl_still_resumes_at_the_model_and_endpoint_it_talked_to(chat
     resumed = chatflow("chat", "-s", "killed", "second")  # no flags, no environment: the session's own
     assert resumed.returncode == 0, resumed
     assert [q["model"] for q in fake_server.requests] == ["model-k", "model-k"]
+
+
+def test_the_repl_says_system_and_max_turns_are_not_applied_to_an_existing_session(provider, chatflow,
+                                                                                   pty_chatflow) -> None:
+    """As one-shot ``chat`` does: an existing session keeps its window and system prompt, and
+    the REPL says so before its banner rather than ignoring the flags."""
+    assert chatflow("chat", "-s", "kept", "--max-turns", "5", "first").returncode == 0
+    repl = pty_chatflow("chat", "-s", "kept", "--system", "be terse", "--max-turns", "2", width=200)
+    repl.wait_prompt()
+    screen = repl.screen()
+    leave(repl)
+    banner = screen.index("chatflow · session kept")
+    assert screen.index("chatflow: --max-turns 2 not applied: it sets up a new session, and kept keeps its window "
+                        "of 5 turns") < banner
+    assert screen.index("chatflow: --system not applied: it sets up a new session, and kept keeps its system "
+                        "prompt") < banner
+    again = pty_chatflow("chat", "-s", "kept", "--max-turns", "5")  # what it has: nothing to say
+    again.wait_prompt()
+    assert "not applied" not in again.screen()
+    leave(again)
+
+
+def test_the_recap_marks_an_interrupted_last_turn(provider, pty_chatflow) -> None:
+    provider.add_text("too late", delay=[8.0])
+    repl = pty_chatflow("chat", "-s", "cut-short")
+    repl.wait_prompt()
+    repl.send("hello\r")
+    repl.wait_text("thinking")
+    repl.send("\x03")
+    repl.wait_prompt_after("the session is ready.")
+    leave(repl)
+    again = pty_chatflow("chat", "-s", "cut-short")
+    again.wait_prompt()
+    rows = [row.rstrip() for row in again.rows()]
+    leave(again)
+    turn = next(i for i, row in enumerate(rows) if row.startswith("── Turn 1"))
+    assert rows[turn].startswith("── Turn 1 · interrupted ──")
+    assert rows[turn + 1:turn + 3] == ["You: hello", "  (interrupted)"]
