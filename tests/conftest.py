@@ -124,9 +124,10 @@ def run_chatflow(*args: str, input: bytes | str | None = None, env: dict[str, st
                  timeout: float = 60, cwd: str | os.PathLike[str] | None = None) -> Result:
     full_env = dict(os.environ)
     full_env.pop("COLUMNS", None)
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), full_env.get("PYTHONPATH", "")]))
     if env:
         full_env.update(env)
+    # this checkout's code first, whatever else a test puts on the path (its tool modules)
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), full_env.get("PYTHONPATH", "")]))
     data = input.encode() if isinstance(input, str) else input
     proc = subprocess.run(
         [*COMMAND, *args],

@@ -32,6 +32,7 @@ __all__ = ["export_sessions", "import_file"]
 def _pick(state: State, session_ids: list[str], *, all_: bool, since: float | None) -> tuple[Any, list[str]]:
     """The store and the ids to export, oldest first for ``--all``/``--since``."""
     if session_ids:
+        session_ids = list(dict.fromkeys(session_ids))  # an id given twice is exported once, first place kept
         store = store_or_missing(state, session_ids[0])
         for sid in session_ids:
             if store.active_agent_name(sid) is None:
@@ -65,14 +66,25 @@ def _write_json(state: State, store: Any, session_ids: list[str], out: IO[str]) 
     out.write("\n]\n" if len(session_ids) != 1 else "\n")
 
 
+def _instructions(state: State) -> dict[str, str]:
+    """Agent name -> instructions, as configured (the default agent's when none is)."""
+    from ..config import DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS
+
+    agents = state.settings().agents
+    if not agents:
+        return {DEFAULT_AGENT_NAME: DEFAULT_INSTRUCTIONS}
+    return {spec.name: spec.instructions for spec in agents}
+
+
 def _write(state: State, store: Any, session_ids: list[str], fmt: str, per_turn: bool, out: IO[str]) -> None:
     from ..core.interop import export_lines
 
     if fmt == "json":
         _write_json(state, store, session_ids, out)
         return
+    instructions = _instructions(state) if fmt == "openai" else None
     for sid in session_ids:
-        for piece in export_lines(store, sid, fmt, per_turn=per_turn):
+        for piece in export_lines(store, sid, fmt, per_turn=per_turn, instructions=instructions):
             out.write(piece)
 
 

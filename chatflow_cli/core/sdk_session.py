@@ -40,10 +40,12 @@ Contract
 * ``add_items`` is atomic: one store transaction, its events have consecutive ``seq``;
   two processes adding to one SQLite file at once each land whole, one after the other.
 * ``get_items(limit)``: the newest ``limit`` items in chronological order (``None``: the
-  ``session_settings.limit``, else all; ``0``: none; a negative limit: all). With
-  ``turn_safe=True`` it returns whole turns only -- never a ``function_call_output``
-  without its call -- at most ``limit`` items, except that the newest turn always comes
-  whole. With ``max_turns=N`` the window itself is the newest N whole turns.
+  ``session_settings.limit``, else all; ``0``: none; a negative limit: all); never more
+  than ``limit`` items. With ``turn_safe=True`` it returns the newest whole turns that fit
+  in ``limit`` -- never a ``function_call_output`` without its call. When even the newest
+  turn does not fit, the limit cuts it: its newest ``limit`` items are returned, minus any
+  ``function_call_output`` whose ``function_call`` was cut off (so fewer than ``limit``
+  items may come back). With ``max_turns=N`` the window itself is the newest N whole turns.
 * ``pop_item`` removes and returns the newest item, or None when there is none: its turn is
   rolled back (a ``rollback`` event, as ``sessions rollback`` writes) and written again
   without that item, plus an ``sdk.item_popped`` event holding the item.
@@ -156,14 +158,14 @@ def _items_of(msg: Message) -> list[dict[str, Any]]:
     return out
 
 
-def _json_copy(item: Any, index: int) -> dict[str, Any]:
+def _json_text(item: Any, index: int) -> str:
+    """``item`` as JSON text (TypeError for an item that is not a JSON-serialisable dict)."""
     if not isinstance(item, Mapping):
         raise TypeError(f"item {index} is a {type(item).__name__}, not a dict")
     try:
-        data = json.loads(json.dumps(item, ensure_ascii=False))
+        return json.dumps(item, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"item {index} is not JSON-serialisable: {exc}") from None
-    return dict(data)
 
 
 def _close_gaps(ctx: SessionContext) -> None:
@@ -221,6 +223,12 @@ def _place(ctx: SessionContext, items: Sequence[dict[str, Any]], agent: str | No
         else:
             ctx.add_message(Message(Role.MODEL, None, agent=agent, items=(item,)))
         i += 1
+
+
+def _without_orphans(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items`` without the ``function_call_output`` items whose ``function_call`` is not among them."""
+    calls = {it.get("call_id") for it in items if it.get("type") == "function_call"}
+    return [it for it in items if it.get("type") != "function_call_output" or it.get("call_id") in calls]
 
 
 def _dict_items(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -330,10 +338,12 @@ class ChatflowSession:
             kept: list[list[dict[str, Any]]] = []
             count = 0
             for group in reversed(per_turn):
-                if kept and count + len(group) > limit:
+                if count + len(group) > limit:
                     break
                 kept.append(group)
                 count += len(group)
+            if not kept and per_turn:  # the limit cuts the newest turn: its tail, minus orphans
+                kept.append(_without_orphans(per_turn[-1][-limit:]))
             items = [it for group in reversed(kept) for it in group]
         else:
             flat = [it for group in per_turn for it in group]
@@ -353,17 +363,16 @@ class ChatflowSession:
             self._cache = (position, [json.dumps(g, ensure_ascii=False) for g in groups])
         return groups
 
-    def _extend_cache(self, result: Any, turn_open: bool, items: list[dict[str, Any]]) -> None:
+    def _extend_cache(self, result: Any, turn_open: bool, items: list[dict[str, Any]], texts: list[str]) -> None:
         """After add_items: the cache follows when it was current just before the edit."""
         cache, self._cache = self._cache, None
         if cache is None or result.position is None or cache[0] != result.before:
             return
         groups = list(cache[1])
-        for item in items:
+        for item, text in zip(items, texts):
             if _is_user(item) or not turn_open:  # as _place opens turns
                 groups.append("[]")
                 turn_open = True
-            text = json.dumps(item, ensure_ascii=False)
             last = groups[-1]
             groups[-1] = last[:-1] + ("," if last != "[]" else "") + text + "]"
         self._cache = (result.position, groups)
@@ -376,7 +385,8 @@ class ChatflowSession:
         """
         if not items:
             return
-        copies = [_json_copy(item, k) for k, item in enumerate(items)]
+        texts = [_json_text(item, k) for k, item in enumerate(items)]
+        copies: list[dict[str, Any]] = json.loads("[" + ",".join(texts) + "]")
 
         turn_open: list[bool] = []
 
@@ -386,7 +396,7 @@ class ChatflowSession:
 
         result = await self.store.aedit(self.session_id, change, create_agent=self._agent_name,
                                         max_turns=self._max_turns, metadata=self._metadata, last_turns=1)
-        self._extend_cache(result, bool(turn_open and turn_open[0]), copies)
+        self._extend_cache(result, bool(turn_open and turn_open[0]), copies, texts)
 
     async def pop_item(self) -> dict[str, Any] | None:
         """Remove and return the newest item; None when the session has none."""

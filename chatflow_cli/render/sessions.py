@@ -42,9 +42,11 @@ def sessions_lines(summaries: Sequence[SessionSummary], *, width: int | None = N
 
     ``width`` is the terminal's width in cells; ``None`` (output is not a terminal) means
     no limit: nothing is wrapped or truncated, each line is as long as it needs to be.
-    On a narrow terminal the PREVIEW column shrinks (ellipsis) and is dropped below
-    ``_LS_MIN_PREVIEW`` cells, then AGENT likewise; SESSION, STATUS, TURNS and UPDATED
-    are never truncated (a terminal too narrow even for those wraps the lines itself).
+    On a narrow terminal the TITLE column shrinks (ellipsis) down to ``_LS_MIN_PREVIEW``
+    cells, then AGENT shrinks or goes. When even that does not fit (or the titles would
+    have to go), each session becomes a block of lines: id and status, title, then turns,
+    age and agent, each clipped to ``width``. SESSION, STATUS, TURNS and UPDATED are never
+    truncated in the table.
 
     ``compact`` (the REPL's ``/sessions``) lays the same cells out as :func:`_marked_lines`
     does: no header, a ``●`` on ``current``, every id whole.
@@ -73,7 +75,9 @@ def sessions_lines(summaries: Sequence[SessionSummary], *, width: int | None = N
             ("  " * (depth - 1) + "\u2514\u2500 " if depth else "") + safe_text(s.session_id), safe_text(s.active_agent_name or "-"), status, str(s.turn_count),
             format_age(s.updated_at, now),
             # a session whose only turns failed previews the failed message, marked as such
-            ("(failed) " if s.turn_count == 0 and s.preview else "") + safe_text(_title(s), one_line=True).strip(),
+            # while the failure stands (a later rollback or turn ends it)
+            ("(failed) " if s.failed and s.turn_count == 0 and s.preview else "")
+            + safe_text(_title(s), one_line=True).strip(),
         ])
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(_LS_HEADERS)]
     columns = list(range(len(_LS_HEADERS)))
@@ -87,6 +91,8 @@ def sessions_lines(summaries: Sequence[SessionSummary], *, width: int | None = N
                 break
             if widths[col] - excess >= minimum:
                 widths[col] -= excess
+            elif col == 5 and any(row[5] for row in rows):
+                return _sessions_stacked(rows, statuses, width)  # titles tell sessions apart: keep them
             else:
                 columns.remove(col)
         if total() > width:  # even the columns that are never truncated do not fit
@@ -115,22 +121,20 @@ def sessions_lines(summaries: Sequence[SessionSummary], *, width: int | None = N
 
 
 def _sessions_stacked(rows: list[list[str]], statuses: list[str], width: int) -> list[Lines]:
-    """``sessions ls`` on a terminal too narrow for its columns: two lines a session, the id
-    and status, then turns, age, agent and preview, indented and clipped to ``width``."""
+    """``sessions ls`` on a terminal too narrow for its columns: a block a session, the id
+    and status, then its title (with its ``(failed)`` mark) when it has one, then turns, age
+    and agent, indented and clipped to ``width``: the title is what tells sessions apart."""
     lines: list[Lines] = []
     for row, status in zip(rows, statuses):
-        sid, agent, _, turns, updated, preview = row
+        sid, agent, _, turns, updated, title = row
         first = Lines(sid, "cyan")
         if len(sid) + 2 + len(status) <= width:
             first.append("  " + status, _LS_STATUS_STYLES.get(status, ""))
         lines.append(first)
+        if title:
+            lines.append(Lines(_clip("  " + title, width)))
         detail = f"{plural(int(turns), 'turn')} · {updated}" + (f" · {agent}" if agent != "-" else "")
-        detail = _clip("  " + detail, width)
-        second = Lines(detail, "dim")
-        room = width - len(detail) - 2
-        if preview and room >= _LS_MIN_PREVIEW:
-            second.append("  " + _clip(preview, room))
-        lines.append(second)
+        lines.append(Lines(_clip("  " + detail, width), "dim"))
     return lines
 
 

@@ -296,6 +296,35 @@ def test_failed_first_turn_shows_its_message_in_ls_and_show(chatflow, provider):
     assert "(no turns yet)" not in show.stdout
 
 
+def test_a_rollback_after_a_failure_ends_the_failed_mark(chatflow, provider):
+    """A message that failed, then a turn that completed, then a rollback to 0: the session
+    is not marked failed (the failure was followed by a completed turn and a rollback)."""
+    provider.add_error(400, message="bad request")
+    assert chatflow("chat", "-s", "p19", "y").returncode == 5
+    assert chatflow("chat", "-s", "p19", "z").returncode == 0
+    assert chatflow("sessions", "rollback", "p19", "--to", "0").returncode == 0
+    [row] = chatflow("sessions", "ls", "--json").json()
+    assert (row["turns"], row["failed"]) == (0, False)
+    [line] = [line for line in chatflow("sessions", "ls").stdout.splitlines() if line.startswith("p19")]
+    assert "(failed)" not in line
+
+
+def test_sessions_ls_on_a_40_column_terminal_keeps_each_title_and_failed_mark(chatflow, provider, pty_chatflow):
+    """Too narrow for the table, each session is a block: id and status, its title, then
+    turns, age and agent; the title is what tells sessions apart."""
+    assert chatflow("chat", "-s", "lb1", "--title", "Quarterly budget review", "hi").returncode == 0
+    provider.add_error(401, message="bad key")
+    assert chatflow("chat", "-s", "lb2", "What is the capital of France?").returncode == 5
+    ls = pty_chatflow("sessions", "ls", width=40)
+    assert ls.wait_exit() == 0
+    rows = [row.rstrip() for row in ls.rows() if row.strip()]
+    assert rows[0] == "lb2  idle" and rows[3] == "lb1  idle"
+    assert rows[1] == "  (failed) What is the capital of Franc…"  # clipped to the 40 columns
+    assert rows[4] == "  Quarterly budget review"
+    assert rows[2].startswith("  0 turns · ") and rows[5].startswith("  1 turn · ")
+    assert all(len(row) <= 40 for row in rows)
+
+
 
 def test_sessions_ls_status_with_no_match_says_so(chatflow, provider):
     assert chatflow("sessions", "ls", "--status", "running").stderr.strip() == \

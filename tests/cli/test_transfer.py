@@ -43,7 +43,9 @@ def test_export_formats_to_stdout_and_a_file(chatflow: Any, rich_db: Path, tmp_p
     md = chatflow("sessions", "export", "rich", "--format", "md")
     assert md.returncode == 0 and md.stdout.startswith("---\nchatflow: \"md 1\"") and "## Turn 4" in md.stdout
     openai = chatflow("sessions", "export", "rich", "other", "--format", "openai")
-    assert [len(x["messages"]) for x in openai.jsonl()] == [len(openai.jsonl()[0]["messages"]), 2]
+    # other's agent is the default one: its instructions first, then the turn
+    assert [len(x["messages"]) for x in openai.jsonl()] == [len(openai.jsonl()[0]["messages"]), 3]
+    assert openai.jsonl()[1]["messages"][0] == {"role": "system", "content": "You are a helpful assistant."}
     per_turn = chatflow("sessions", "export", "rich", "--format", "openai", "--per-turn")
     assert len(per_turn.jsonl()) == 4
     as_json = chatflow("sessions", "export", "rich", "--format", "json")
@@ -155,3 +157,162 @@ def test_the_export_never_carries_a_lock_token(chatflow: Any, provider: Any) -> 
               if "owner" in json.loads(line).get("data", {})]
     assert owners, "a turn's status events name its owner"
     assert all("token" not in owner and "pid" in owner for owner in owners), owners
+
+
+PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+
+
+def test_llm_newer_schema_attachments_keep_their_type_and_path(chatflow: Any, tmp_path: Path) -> None:
+    """llm 0.3x keeps an attachment part as ``{"attachment": {"id": ...}}`` and its type and
+    path in the ``attachments`` table: the import writes the documented line, as for 0.2x."""
+    import base64
+    import importlib.util
+    import subprocess
+    import sys
+
+    from tests.helpers.fakeserver import FakeServer
+
+    if importlib.util.find_spec("llm") is None:
+        pytest.skip("the llm CLI is not installed (pip install -e '.[bench]')")
+    home = tmp_path / "llm-home"
+    home.mkdir()
+    image = tmp_path / "dot.png"
+    image.write_bytes(base64.b64decode(PNG))
+    with FakeServer() as server:
+        server.add_text("A dot.")
+        (home / "extra-openai-models.yaml").write_text(
+            f'- model_id: fake\n  model_name: fake-model\n  api_base: "{server.url}"\n  api_key_name: fakekey\n'
+            "  vision: true\n")
+        (home / "keys.json").write_text('{"fakekey": "test"}')
+        env = {**os.environ, "LLM_USER_PATH": str(home)}
+        env.pop("OPENAI_API_KEY", None)
+        subprocess.run([sys.executable, "-m", "llm", "-m", "fake", "-a", str(image), "What is this?"], env=env,
+                       check=True, capture_output=True, timeout=120)
+    import sqlite3
+
+    assert sqlite3.connect(home / "logs.db").execute("select count(*) from parts where type = 'attachment'").fetchone()[0] == 1
+    done = chatflow("sessions", "import", str(home / "logs.db"), "--json")
+    assert done.returncode == 0, done
+    [sid] = [s["session_id"] for s in done.json()["sessions"]]
+    exported = chatflow("sessions", "export", sid, "--format", "openai").jsonl()
+    user = [m for m in exported[0]["messages"] if m["role"] == "user"]
+    assert user == [{"role": "user", "content": f"What is this?\n[attachment: image/png {image}]"}]
+
+
+@pytest.fixture
+def mine_with_three_turns(rich_db: Path) -> Path:
+    from chatflow_cli.core.messages import Message
+    from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+    with SQLiteSessionStore(rich_db) as store:
+        mine = store.get_or_create("mine", "Mine")
+        for k in range(3):
+            mine.add_message(Message.user(f"my question {k}"))
+            mine.add_message(Message.model(f"my answer {k}"))
+            mine.complete_turn(f"my answer {k}")
+            store.save(mine)
+    return rich_db
+
+
+def test_import_into_an_existing_session_carries_rolled_back_turns(chatflow: Any, mine_with_three_turns: Path,
+                                                                    tmp_path: Path) -> None:
+    exported = chatflow("sessions", "export", "rich")
+    path = tmp_path / "rich.jsonl"
+    path.write_text(exported.stdout, encoding="utf-8")
+    rich_rollbacks = [e["data"]["to_turn"] for e in exported.jsonl()[1:] if e["type"] == "rollback"]
+    assert rich_rollbacks == [2]
+    dry = chatflow("sessions", "import", str(path), "--into", "mine", "--dry-run")
+    assert dry.returncode == 0, dry
+    assert dry.stdout == "mine: would add 6 turns, 17 messages\n"
+    done = chatflow("sessions", "import", str(path), "--into", "mine")
+    assert done.returncode == 0, done
+    assert done.stdout == "mine: added 6 turns, 17 messages\n"
+    events = chatflow("sessions", "export", "mine").jsonl()
+    # the rolled-back turn is imported rolled back, its target turn after mine's own three
+    assert [e["data"]["to_turn"] for e in events[1:] if e["type"] == "rollback"] == [3 + 2]
+    shown = chatflow("sessions", "show", "mine", "--json").json()
+    rich = chatflow("sessions", "show", "rich", "--json").json()
+    assert [t["number"] for t in shown["turns"]] == [0, 1, 2, 3] + [3 + t["number"] for t in rich["turns"][1:]]
+    assert [t["messages"][0]["content"] for t in shown["turns"][4:]] == [
+        t["messages"][0]["content"] for t in rich["turns"][1:]]
+
+
+def test_an_import_error_names_the_target_session(chatflow: Any, mine_with_three_turns: Path,
+                                                   tmp_path: Path) -> None:
+    lines = chatflow("sessions", "export", "rich").stdout.splitlines()
+    rollback = next(k for k, line in enumerate(lines) if json.loads(line)["type" if k else "format"] == "rollback")
+    event = json.loads(lines[rollback])
+    lines[rollback] = json.dumps({**event, "data": {"to_turn": 99, "removed_turns": []}})
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    before = chatflow("sessions", "export", "mine").stdout
+    for extra in (["--dry-run"], []):
+        result = chatflow("sessions", "import", str(bad), "--into", "mine", *extra)
+        assert result.returncode == 2, result
+        assert result.stderr.startswith(f"chatflow: error: {bad}: line {rollback + 1}: cannot be imported into "
+                                        "session mine: cannot roll back to turn 102"), result.stderr
+        assert "session rich" not in result.stderr
+    assert chatflow("sessions", "export", "mine").stdout == before
+
+
+def openai_line(question: str, call_id: str) -> str:
+    return json.dumps({"messages": [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": "found"},
+        {"role": "assistant", "content": "Here it is."}]})
+
+
+@pytest.mark.parametrize("target", ["mine", "fresh"])
+def test_dry_run_fails_where_the_import_fails_and_a_failed_import_stores_nothing(
+        chatflow: Any, mine_with_three_turns: Path, tmp_path: Path, target: str) -> None:
+    """The same tool-call id in two source conversations is fine for each alone, but not in
+    one session: the dry run runs the real import's edits (rolled back), so it says so too."""
+    both = tmp_path / "evals.jsonl"
+    both.write_text(openai_line("first", "call_1") + "\n" + openai_line("second", "call_1") + "\n", encoding="utf-8")
+    before = chatflow("sessions", "export", "--all").stdout
+    dry = chatflow("sessions", "import", str(both), "--into", target, "--dry-run")
+    real = chatflow("sessions", "import", str(both), "--into", target)
+    for result in (dry, real):
+        assert result.returncode == 2, result
+        assert result.stderr.startswith(f"chatflow: error: {both}: line 2: cannot be imported into session {target}: "
+                                        "tool_call_id_unique: 'call_1'"), result.stderr
+    assert chatflow("sessions", "export", "--all").stdout == before  # nothing half-imported
+    each = tmp_path / "one.jsonl"
+    each.write_text(openai_line("first", "call_1") + "\n", encoding="utf-8")
+    assert chatflow("sessions", "import", str(each), "--into", target, "--dry-run").returncode == 0
+
+
+def test_imported_replies_carry_the_agent_name(chatflow: Any, tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_text(openai_line("where is it?", "call_1") + "\n", encoding="utf-8")
+    assert chatflow("sessions", "import", str(path), "--into", "imported").returncode == 0
+    shown = chatflow("sessions", "show", "imported")
+    assert shown.returncode == 0, shown
+    assert "Assistant" in shown.stdout and "model" not in shown.stdout.replace("--model", "")
+    data = chatflow("sessions", "show", "imported", "--json").json()
+    assert [m.get("agent") for m in data["turns"][0]["messages"] if m["role"] == "model"] == ["Assistant", "Assistant"]
+
+
+def test_openai_export_starts_with_the_agents_instructions(chatflow: Any, provider: Any, config_file: Any) -> None:
+    config_file('[[agents]]\nname = "Support"\ninstructions = "You answer questions about orders."\n')
+    assert chatflow("chat", "-s", "shop", "hello").returncode == 0
+    exported = chatflow("sessions", "export", "shop", "--format", "openai")
+    assert exported.returncode == 0, exported
+    [line] = exported.jsonl()
+    sent = provider.requests[-1]["messages"]
+    assert line["messages"][0] == {"role": "system", "content": "You answer questions about orders."}
+    assert line["messages"][:len(sent)] == sent  # what the model was sent, then its reply
+    per_turn = chatflow("sessions", "export", "shop", "--format", "openai", "--per-turn").jsonl()
+    assert per_turn[0]["messages"][0] == line["messages"][0]
+
+
+def test_an_id_given_twice_is_exported_once(chatflow: Any, rich_db: Path) -> None:
+    twice = chatflow("sessions", "export", "rich", "other", "rich")
+    assert twice.returncode == 0, twice
+    assert [line["session"]["session_id"] for line in twice.jsonl() if "format" in line] == ["rich", "other"]
+    assert len(chatflow("sessions", "export", "rich", "rich", "--format", "openai").jsonl()) == 1
+    assert len(chatflow("sessions", "export", "rich", "rich", "--format", "md").stdout.split("\n---\nchatflow:")) == 1
+    as_json = chatflow("sessions", "export", "rich", "rich", "--format", "json").json()
+    assert as_json["session"]["session_id"] == "rich"

@@ -197,10 +197,32 @@ def test_limit_and_session_settings(store: BaseSessionStore) -> None:
     safe = ChatflowSession("lim", store, turn_safe=True)
     assert run(safe.get_items(5)) == items[-2:]   # turn 2 fits, turn 1 (4 items) does not
     assert run(safe.get_items(6)) == items
-    assert run(safe.get_items(1)) == items[-2:]   # the newest turn always comes whole
+    assert run(safe.get_items(1)) == items[-1:]   # limit is a hard bound: the newest turn is cut
     window = ChatflowSession("win", store, max_turns=1)
     run(window.add_items(items))
     assert run(window.get_items()) == items[-2:]
+
+
+def test_turn_safe_limit_is_a_hard_bound_and_drops_orphaned_outputs(store: BaseSessionStore) -> None:
+    """The SDK's contract: at most ``limit`` items. A limit that cuts the newest turn keeps its
+    newest items, minus any function_call_output whose call was cut off."""
+    turn = [{"role": "user", "content": "weather?"},
+            {"type": "function_call", "call_id": "a", "name": "city", "arguments": "{}"},
+            {"type": "function_call", "call_id": "b", "name": "temp", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "a", "output": "Oslo"},
+            {"type": "function_call_output", "call_id": "b", "output": "3"},
+            {"role": "assistant", "content": "3 degrees in Oslo"}]
+    safe = ChatflowSession("cut", store, turn_safe=True)
+    run(safe.add_items([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]))
+    run(safe.add_items(turn))
+    for limit in range(1, 9):
+        got = run(safe.get_items(limit))
+        assert len(got) <= limit, (limit, got)
+        calls = {it["call_id"] for it in got if it.get("type") == "function_call"}
+        assert all(it["call_id"] in calls for it in got if it.get("type") == "function_call_output"), (limit, got)
+    assert run(safe.get_items(4)) == [turn[2], turn[4], turn[5]]  # output "a" lost its call: dropped
+    assert run(safe.get_items(6)) == turn
+    assert run(safe.get_items(8)) == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}, *turn]
 
 
 def test_an_injected_store_is_never_closed(tmp_path: Path) -> None:

@@ -242,7 +242,8 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             at = parse_time(entry.get("timestamp"), source=source, location=f"line {number}")
         except ImportFormatError:
             at = None
-        current_turn = ImportedTurn(key=entry["uuid"], messages=[Message.user(text)], created_at=at)
+        current_turn = ImportedTurn(key=entry["uuid"], messages=[Message.user(text)], created_at=at,
+                                    location=f"line {number}")
         turns.append(current_turn)
     flush_model()
     close_calls()

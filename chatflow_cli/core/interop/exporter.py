@@ -7,7 +7,7 @@ so every store exports the same way. The ``json`` format (the shape ``sessions s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..events import Event
@@ -81,10 +81,32 @@ def _turn_info(events: list[Event]) -> dict[int, dict[str, Any]]:
     return info
 
 
-def export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool = False) -> Iterator[str]:
+def _turn_agents(events: list[Event]) -> dict[int, str | None]:
+    """The agent active when each live turn began, by turn number (handoffs and failed
+    turns move it; a turn number used again after a rollback takes the later one)."""
+    agent: str | None = None
+    out: dict[int, str | None] = {}
+    for event in events:
+        data = event.payload
+        if event.type == "session.created":
+            agent = data.get("agent")
+        elif event.type == "handoff":
+            agent = data.get("to_agent", agent)
+        elif event.type == "turn.failed" and "active_agent" in data:
+            agent = data["active_agent"]
+        elif event.type == "message.user" and isinstance(data.get("turn"), int):
+            out[data["turn"]] = agent
+    return out
+
+
+def export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool = False,
+                 instructions: Mapping[str, str] | None = None) -> Iterator[str]:
     """The text of one session in ``fmt`` (``chatflow``, ``md`` or ``openai``), in pieces.
 
     ``per_turn`` (``openai`` only): one line per turn window instead of one per session.
+    ``instructions`` (``openai`` only): agent name -> instructions; the instructions of the
+    agent active when a turn began are that turn's first ``system`` message, as the Runner
+    sent them (the store keeps agents by name only).
 
     Raises:
         SessionNotFoundError: no such session.
@@ -99,8 +121,10 @@ def export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool = Fals
     system = [m for r in records if r.number == 0 for m in r.messages if m.role is Role.SYSTEM]
     turns = [r for r in records if r.number > 0]
     if fmt == "openai":
+        by_turn = _turn_agents(events) if instructions else {}
+        texts = [(instructions or {}).get(by_turn.get(r.number) or header["agent"] or "") for r in turns]
         yield from export_openai(system, [list(r.messages) for r in turns], per_turn=per_turn,
-                                 max_turns=header["settings"]["max_turns"])
+                                 max_turns=header["settings"]["max_turns"], instructions=texts)
         return
     if fmt == "md":
         info = _turn_info(events)

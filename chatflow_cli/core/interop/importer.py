@@ -1,21 +1,25 @@
 """Write what a reader parsed into a store, through the normal store path, idempotently.
 
 :func:`import_sessions` takes the :class:`ImportedSession` values of
-:func:`~chatflow_cli.core.interop.sources.read_source` and, for each:
+:func:`~chatflow_cli.core.interop.sources.read_source` and writes each target session in
+one store transaction (:meth:`BaseSessionStore.edit`; with ``into``, every source session
+goes into that one transaction):
 
-1. checks it whole first, by replaying it into a context with no store: a source that
-   breaks chatflow's rules (a rollback past the last turn, a tool result with no call)
-   is an :class:`ImportFormatError` naming its line or turn, and nothing of that session
-   is written;
-2. writes it in short transactions through :meth:`BaseSessionStore.edit`, so every message
-   and event passes the same checks as a turn the Runner stores, and each edit carries an
-   idempotency key derived from the source (``import:<source id>:<turn key>``): importing
-   the same source again writes nothing, and an import stopped halfway (killed, a full
-   disk) writes only the turns still missing when run again;
-3. appends one ``session.imported`` event (``format``, ``source``, ``source_id`` and the
-   ``counts`` this run added) when it added anything.
+1. every message and event passes the same checks as a turn the Runner stores, against the
+   target session as it is; the first broken rule (a rollback past the last turn, a tool
+   result with no call, a tool-call id the session already has) is an
+   :class:`ImportFormatError` naming the file, the line or row, and the target session,
+   and the transaction is rolled back: nothing of the import is stored in that session;
+2. each turn's idempotency key, derived from the source (``import:<source id>:<turn key>``),
+   is recorded in the same transaction: importing the same source again writes nothing, a
+   source that grew adds only its new turns;
+3. one ``session.imported`` event (``format``, ``source``, ``source_id`` and the ``counts``
+   this run added) closes the transaction when it added anything.
 
-The first edit creates the session (agent, ``max_turns``, metadata, SYSTEM messages). A
+A dry run is the same transaction, rolled back (``edit(..., dry_run=True)``): it fails
+exactly where the import would, and reports the same counts.
+
+The transaction creates the session when it is new (agent, ``max_turns``, metadata, SYSTEM messages). A
 session id that already exists and was not made by an earlier import of the same source is
 refused (:class:`UsageError`) unless ``into`` names it on purpose: the turns are then
 added after its own.
@@ -30,12 +34,13 @@ carried) and the ``session.imported`` event at the end.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ChatflowError, ImportFormatError, InvalidHistoryError, UsageError
 from ..memory import BaseSessionStore, SessionContext
-from ..messages import Message
+from ..memory._checks import _agent_name
+from ..messages import Message, Role
 from .records import ImportedSession, content_digest, iso_time
 
 __all__ = ["ImportResult", "import_sessions"]
@@ -77,6 +82,7 @@ class _Chunk:
     turns: int
     messages: int
     tool_calls: int
+    location: str
 
 
 def _shift(payload: dict[str, Any], offset: int) -> dict[str, Any]:
@@ -112,6 +118,9 @@ def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int) -> No
 
 
 def _event_chunks(session: ImportedSession, offset: int) -> list[_Chunk]:
+    """One chunk per group of events that starts at a ``message.user`` (the log's turns, live,
+    rolled back or failed alike). ``offset``: the target's turns before the first import of
+    this source; turn numbers of ``rollback`` targets and of recorded events follow them."""
     events = [e for e in session.events or [] if e["type"] != "session.created"]
     groups: list[list[dict[str, Any]]] = []
     for event in events:
@@ -125,14 +134,27 @@ def _event_chunks(session: ImportedSession, offset: int) -> list[_Chunk]:
                 try:
                     _replay_event(ctx, event, offset)
                 except (ChatflowError, ValueError, TypeError, KeyError) as exc:
-                    exc.import_location = f"line {event['line']}" if event.get("line") else f"event {event['seq']}"  # type: ignore[union-attr]
+                    exc.import_location = _event_where(event)  # type: ignore[union-attr]
                     raise
         messages = [Message.from_dict(e["data"]["message"]) for e in group
                     if e["type"] in ("message.user", "message.model", "message.system", "tool.result")]
         chunks.append(_Chunk(key=f"seq{group[0]['seq']}", change=change,
                              turns=sum(1 for e in group if e["type"] == "message.user"),
-                             messages=len(messages), tool_calls=sum(len(m.tool_calls) for m in messages)))
+                             messages=len(messages), tool_calls=sum(len(m.tool_calls) for m in messages),
+                             location=_event_where(group[0])))
     return chunks
+
+
+def _event_where(event: dict[str, Any]) -> str:
+    return f"line {event['line']}" if event.get("line") else f"event {event['seq']}"
+
+
+def _labelled(msg: Message, ctx: SessionContext) -> Message:
+    """A MODEL message the source gives no agent: labelled with the session's active agent,
+    as the Runner labels the replies it stores (``sessions show`` names who answered)."""
+    if msg.role is Role.MODEL and msg.agent is None:
+        return replace(msg, agent=_agent_name(ctx.active_agent) or None)
+    return msg
 
 
 def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
@@ -140,7 +162,7 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
     for turn in session.turns:
         def change(ctx: SessionContext, turn: Any = turn) -> None:
             for msg in turn.messages:
-                ctx.add_message(msg)
+                ctx.add_message(_labelled(msg, ctx))
             if turn.outcome == "failed":
                 ctx.fail_turn(turn.error or "failed in the source")
             elif turn.outcome == "interrupted":
@@ -148,32 +170,88 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
             else:
                 ctx.complete_turn(turn.content, usage=turn.usage or None, finish_reason=turn.finish_reason)
         chunks.append(_Chunk(key=f"turn:{turn.key}", change=change, turns=1, messages=len(turn.messages),
-                             tool_calls=sum(len(m.tool_calls) for m in turn.messages)))
+                             tool_calls=sum(len(m.tool_calls) for m in turn.messages),
+                             location=turn.location or f"turn {turn.key}"))
     return chunks
 
 
-def _where(session: ImportedSession, chunk: _Chunk) -> str:
+@dataclass(slots=True)
+class _Plan:
+    """One source session's import into ``target``: what is known before the transaction."""
+
+    session: ImportedSession
+    target: str
+    prefix: str
+    start_key: str
+    started: str | None  # the digest kept with the start key (the offset), None: first import
+    known: set[str]
+    result: ImportResult
+
+    def apply(self, ctx: SessionContext, fmt: str, source: str) -> dict[str, str]:
+        """Write this session's missing turns into ``ctx`` (inside the edit's transaction) and
+        return the idempotency keys to record. Any broken rule is an ImportFormatError naming
+        ``source``, the line or row, and the target session."""
+        session = self.session
+        offset = int(self.started or 0) if self.started is not None else ctx.turn_count
+        chunks = _event_chunks(session, offset) if session.events is not None else _turn_chunks(session)
+        todo = [c for c in chunks if self.prefix + c.key not in self.known]
+        keys = {self.prefix + c.key: "" for c in todo}
+        if self.started is None:
+            keys[self.start_key] = str(offset)
+            for text in ([] if session.events is not None else session.system):  # a log replays its own
+                ctx.add_message(Message.system(text))
+        for chunk in todo:
+            try:
+                chunk.change(ctx)
+            except (ChatflowError, ValueError, TypeError, KeyError) as exc:
+                where = getattr(exc, "import_location", None) or chunk.location
+                detail = exc.problems[0] if isinstance(exc, InvalidHistoryError) and exc.problems else str(exc)
+                raise ImportFormatError(f"{source}: {where}: cannot be imported into session {self.target}: "
+                                        f"{detail}", source=source, location=where, session_id=self.target) from None
+        if todo or self.started is None:
+            payload: dict[str, Any] = {"format": fmt, "source": source, "source_id": session.source_id,
+                                       "counts": self.result.counts}
+            if session.created_at is not None:
+                payload["source_created_at"] = iso_time(session.created_at)
+            ctx.record_event("session.imported", payload)
+        return keys
+
+
+def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, into: str | None, fmt: str,
+          source: str, dry_run: bool, exists: bool) -> _Plan:
+    prefix = f"import:{session.source_id}:"
+    start_key = prefix + "start"
+    started = store.idempotency_digests(target, [start_key]) if exists else {}
+    if exists and into is None and start_key not in started:
+        raise UsageError(
+            f"session {target!r} already exists and was not imported from this source: "
+            f"use --into {target} to add the turns to it, or --into NEW_ID for a copy",
+            session_id=target,
+        )
+    chunks = _event_chunks(session, 0) if session.events is not None else _turn_chunks(session)
+    known = set(store.idempotency_digests(target, [prefix + c.key for c in chunks])) if exists else set()
+    todo = [c for c in chunks if prefix + c.key not in known]
+    systems = 0 if session.events is not None or start_key in started else len(session.system)
+    counts = {"turns": sum(c.turns for c in todo), "messages": sum(c.messages for c in todo) + systems,
+              "tool_calls": sum(c.tool_calls for c in todo)}
     if session.events is not None:
-        seq = int(chunk.key.removeprefix("seq"))
-        line = next((e.get("line") for e in session.events if e["seq"] == seq), None)
-        return f"line {line}" if line else f"event {seq}"
-    return f"turn {chunk.key.removeprefix('turn:')}"
+        counts["events"] = sum(len(_group_events(session, c)) for c in todo)
+    result = ImportResult(target, fmt, source, session.source_id, created=not exists, counts=counts,
+                          skipped_turns=sum(c.turns for c in chunks) - counts["turns"],
+                          warnings=list(session.warnings), dry_run=dry_run)
+    return _Plan(session, target, prefix, start_key, started.get(start_key), known, result)
 
 
-def _check(session: ImportedSession, chunks: Sequence[_Chunk], start: Callable[[SessionContext], None],
-           source: str) -> None:
-    """Replay the whole session into a context with no store; the first broken rule is an
-    ImportFormatError naming where it is."""
-    ctx = SessionContext(session.session_id, session.agent or "Assistant")
-    start(ctx)
-    for chunk in chunks:
-        try:
-            chunk.change(ctx)
-        except (ChatflowError, ValueError, TypeError, KeyError) as exc:
-            where = getattr(exc, "import_location", None) or _where(session, chunk)
-            detail = exc.problems[0] if isinstance(exc, InvalidHistoryError) and exc.problems else str(exc)
-            raise ImportFormatError(f"{source}: {where}: cannot be imported: {detail}", source=source,
-                                    location=where, session_id=session.session_id) from None
+def _creation(session: ImportedSession, agent_name: str) -> tuple[str, int | None, dict[str, Any]]:
+    """Agent, max_turns and metadata a session created by this import starts with."""
+    agent, max_turns, metadata = session.agent or agent_name, session.max_turns, session.metadata
+    created = (session.events or [{}])[0]
+    if created.get("type") == "session.created":  # the log's own beginning, not its end state
+        data = created["data"]
+        agent = str(data.get("agent") or agent)
+        max_turns = data["max_turns"] if isinstance(data.get("max_turns"), int) else max_turns
+        metadata = data["metadata"] if isinstance(data.get("metadata"), dict) else metadata
+    return agent, max_turns, metadata
 
 
 def import_sessions(
@@ -189,81 +267,62 @@ def import_sessions(
     """Import ``sessions`` (read from ``source`` in format ``fmt``) into ``store``.
 
     ``into``: the id of the session to import into (created when absent; its own turns
-    are kept and the imported ones follow); by default each session keeps the id its
-    source gives it. ``dry_run``: check everything and report what would be added,
-    writing nothing. ``agent_name``: the agent of a created session when the source names
-    none.
+    are kept and the imported ones follow, every source session in turn); by default each
+    session keeps the id its source gives it. ``agent_name``: the agent of a created
+    session when the source names none.
 
-    Every session is checked whole before the first of its edits (see the module
-    docstring); a session that fails the check raises before anything of it is written
-    (sessions before it in ``sessions`` are imported).
+    Each target session is written in one store transaction (:meth:`BaseSessionStore.edit`):
+    with ``into``, every source session goes into that one transaction; without it, one
+    transaction per session. A source that breaks a rule in it fails that transaction, so
+    nothing of the import is stored in that session (sessions before it, in other targets,
+    are imported). ``dry_run`` runs exactly the same edits -- same checks against the
+    target's real state -- and rolls each transaction back: it reports what would be added,
+    or fails where the real import would.
 
     Raises:
-        ImportFormatError: the source breaks chatflow's rules (naming the line or turn).
+        ImportFormatError: the source breaks chatflow's rules (naming the file, the line or
+            row, and the target session).
         UsageError: a session id that exists and was not imported from this source
             (without ``into``).
         SessionBusyError: a turn is running on the target session.
         SessionTerminatedError: the target session is terminated.
     """
-    results = []
-    for session in sessions:
-        target = into or session.session_id
-        exists = store.active_agent_name(target) is not None
-        prefix = f"import:{session.source_id}:"
-        start_key = prefix + "start"
-        started = store.idempotency_digests(target, [start_key]) if exists else {}
-        if exists and into is None and start_key not in started:
-            raise UsageError(
-                f"session {target!r} already exists and was not imported from this source: "
-                f"use --into {target} to add the turns to it, or --into NEW_ID for a copy",
-                session_id=target,
-            )
-        # turn numbers of the source follow the target's own turns (kept with the start key)
-        offset = int(started[start_key] or 0) if start_key in started else (store.turn_count(target) if exists else 0)
-        chunks = _event_chunks(session, offset) if session.events is not None else _turn_chunks(session)
-        systems = [] if session.events is not None else list(session.system)  # a log replays its own
-
-        def start(ctx: SessionContext, systems: list[str] = systems) -> None:
-            for text in systems:
-                ctx.add_message(Message.system(text))
-
-        _check(session, chunks, start, source)
-        known = set(store.idempotency_digests(target, [prefix + c.key for c in chunks])) if exists else set()
-        todo = [c for c in chunks if prefix + c.key not in known]
-        counts = {"turns": sum(c.turns for c in todo),
-                  "messages": sum(c.messages for c in todo) + (len(systems) if start_key not in started else 0),
-                  "tool_calls": sum(c.tool_calls for c in todo)}
-        if session.events is not None:
-            counts["events"] = sum(len(_group_events(session, c)) for c in todo)
-        result = ImportResult(target, fmt, source, session.source_id, created=not exists, counts=counts,
-                              skipped_turns=sum(c.turns for c in chunks) - counts["turns"],
-                              warnings=list(session.warnings), dry_run=dry_run)
-        results.append(result)
-        if dry_run or (not todo and start_key in started):
+    groups: list[list[ImportedSession]] = [list(sessions)] if into is not None else [[s] for s in sessions]
+    results: list[ImportResult] = []
+    for group in groups:
+        if not group:
             continue
-        agent, max_turns, metadata = session.agent or agent_name, session.max_turns, session.metadata
-        created = (session.events or [{}])[0]
-        if created.get("type") == "session.created":  # the log's own beginning, not its end state
-            data = created["data"]
-            agent = str(data.get("agent") or agent)
-            max_turns = data["max_turns"] if isinstance(data.get("max_turns"), int) else max_turns
-            metadata = data["metadata"] if isinstance(data.get("metadata"), dict) else metadata
-        store.edit(target, start, create_agent=agent, max_turns=max_turns, metadata=metadata,
-                   idempotency_key=start_key, digest=str(offset))
-        if not exists and (session.model or session.base_url):
-            store.set_session_endpoint(target, session.model, session.base_url)
-        for chunk in todo:
-            store.edit(target, chunk.change, idempotency_key=prefix + chunk.key)
-        payload: dict[str, Any] = {"format": fmt, "source": source, "source_id": session.source_id,
-                                   "counts": counts}
-        if session.created_at is not None:
-            payload["source_created_at"] = iso_time(session.created_at)
+        target = into or group[0].session_id
+        exists = store.active_agent_name(target) is not None
+        plans = [_plan(store, s, target, into=into, fmt=fmt, source=source, dry_run=dry_run, exists=exists)
+                 for s in group]
+        results += [p.result for p in plans]
+        todo = {p.prefix: _chunk_keys(p) for p in plans}
+        if all(p.started is not None and not todo[p.prefix] for p in plans):
+            continue  # everything is there already
+        keys: dict[str, str] = {}
 
-        def record(ctx: SessionContext, payload: dict[str, Any] = payload) -> None:
-            ctx.record_event("session.imported", payload)
+        def change(ctx: SessionContext, plans: list[_Plan] = plans) -> None:
+            for plan in plans:
+                keys.update(plan.apply(ctx, fmt, source))
 
-        store.edit(target, record, idempotency_key=prefix + "imported:" + content_digest([c.key for c in todo]))
+        agent, max_turns, metadata = _creation(group[0], agent_name)
+        # one key for the whole batch: a second run of the same import racing this one replays
+        batch = f"import:{group[0].source_id}:batch:" + content_digest(
+            [p.prefix + key for p in plans for key in todo[p.prefix]] + [p.start_key for p in plans if p.started is None])
+        store.edit(target, change, create_agent=agent, max_turns=max_turns, metadata=metadata,
+                   idempotency_key=batch, idempotency_keys=keys, dry_run=dry_run)
+        if not exists and not dry_run:
+            first = group[0]
+            if first.model or first.base_url:
+                store.set_session_endpoint(target, first.model, first.base_url)
     return results
+
+
+def _chunk_keys(plan: _Plan) -> list[str]:
+    session = plan.session
+    chunks = _event_chunks(session, 0) if session.events is not None else _turn_chunks(session)
+    return [c.key for c in chunks if plan.prefix + c.key not in plan.known]
 
 
 def _group_events(session: ImportedSession, chunk: _Chunk) -> list[dict[str, Any]]:

@@ -195,7 +195,7 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
                     for call in open_calls.values():
                         turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
                     open_calls.clear()
-                turn = ImportedTurn(key=str(row["id"]), messages=[Message.user(prompt)], created_at=at)
+                turn = ImportedTurn(key=str(row["id"]), messages=[Message.user(prompt)], created_at=at, location=where)
                 session.turns.append(turn)
             elif turn is None:
                 session.warnings.append(f"{where}: a response with no prompt and nothing before it; skipped")
@@ -244,6 +244,20 @@ def _part_text(conn: sqlite3.Connection, tables: set[str], part: sqlite3.Row, pa
                                         location=f"parts row {part['id']}")
             pieces.append(str(found[0] or ""))
     return "".join(pieces)
+
+
+def _part_attachment(conn: sqlite3.Connection, tables: set[str], ref: Any) -> str:
+    """The ``[attachment: <type> <path or url>]`` line of an attachment a part refers to: llm
+    stores ``{"id": <content hash>}`` in the part and the type, path and url in the
+    ``attachments`` table (an inline ``type``/``path``/``url`` is taken as it is)."""
+    ref = ref if isinstance(ref, dict) else {}
+    found = None
+    if ref.get("id") is not None and "attachments" in tables:
+        found = conn.execute("SELECT id, type, path, url FROM attachments WHERE id = ?", (str(ref["id"]),)).fetchone()
+    if found is not None:
+        return _attachment_line(found)
+    where = ref.get("path") or ref.get("url") or ref.get("id") or ""
+    return f"[attachment: {ref.get('type') or 'file'} {where}]".replace(" ]", "]")
 
 
 def _read_threads(conn: sqlite3.Connection, tables: set[str], source: str) -> list[ImportedSession]:
@@ -312,12 +326,12 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str], source: str) -> li
                         continue
                     output = payload.get("output")
                     error = payload.get("exception")
-                    results.append(Message.tool(call.id, output if isinstance(output, str) else
-                                                json.dumps(output, ensure_ascii=False) if output is not None
-                                                else str(error or ""), name=call.name, is_error=bool(error)))
+                    text = (output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+                            if output is not None else str(error or ""))
+                    attached = [_part_attachment(conn, tables, a) for a in payload.get("attachments") or []]
+                    results.append(Message.tool(call.id, _join(text, *attached), name=call.name, is_error=bool(error)))
                 elif kind == "attachment":
-                    texts.append(f"[attachment: {payload.get('type') or 'file'} "
-                                 f"{payload.get('path') or payload.get('url') or payload.get('id') or ''}]".rstrip())
+                    texts.append(_part_attachment(conn, tables, payload.get("attachment") or payload))
             role = message["role"]
             text = "\n".join(t for t in texts if t)
             if role == "system":
@@ -329,7 +343,8 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str], source: str) -> li
                     for call in open_calls.values():
                         turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
                     open_calls.clear()
-                turn = ImportedTurn(key=str(message["hash"]), messages=[Message.user(text)])
+                turn = ImportedTurn(key=str(message["hash"]), messages=[Message.user(text)],
+                                    location=f"messages row {message['hash']}")
                 session.turns.append(turn)
             elif turn is None:
                 warnings.append(f"messages row {message['hash']}: a {role} message before the first prompt; skipped")

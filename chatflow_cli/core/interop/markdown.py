@@ -252,7 +252,8 @@ def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSessio
             turn = ImportedTurn(key=key, messages=[msg], usage=dict(usage) if isinstance(usage, dict) else {},
                                 model=turn_meta.get("model") if isinstance(turn_meta.get("model"), str) else None,
                                 finish_reason=turn_meta.get("finish_reason"),
-                                created_at=turn_meta.get("created_at") if isinstance(turn_meta.get("created_at"), (int, float)) else None)
+                                created_at=turn_meta.get("created_at") if isinstance(turn_meta.get("created_at"), (int, float)) else None,
+                                location=f"line {number}")
             session.turns.append(turn)
             turn_meta = {}
         elif turn is None:

@@ -1,10 +1,13 @@
 """Chat Completions message lists, one ``{"messages": [...]}`` a line (eval and fine-tuning data).
 
-Export: a session is one line holding its SYSTEM messages and its live turns as the wire
+Export: a session is one line holding its system messages and its live turns as the wire
 sends them (``assistant`` for chatflow's model role, ``tool_calls`` and ``tool`` results;
-replies with neither text nor tool calls are left out, as in requests). ``per_turn=True``
-writes one line per turn instead: the context window the model saw for that turn (the
-SYSTEM messages and the newest ``max_turns`` turns up to it), ending with its reply.
+replies with neither text nor tool calls are left out, as in requests). The system messages
+come first, as the Runner sends them: the instructions of the agent active when the turn
+began (when the exporter is given them: ``instructions``), then the session's stored SYSTEM
+messages. ``per_turn=True`` writes one line per turn instead: the context window the model
+saw for that turn (the system messages and the newest ``max_turns`` turns up to it), ending
+with its reply.
 
 Import: each line is a conversation and becomes a session (``openai-<digest of the line>``).
 ``content`` may be a string or a list of parts (their ``text`` is joined; other parts are
@@ -31,15 +34,26 @@ def _wire(messages: Iterable[Message]) -> list[dict[str, Any]]:
 
 
 def export_openai(system: Sequence[Message], turns: Sequence[Sequence[Message]], *, per_turn: bool = False,
-                  max_turns: int | None = None) -> Iterator[str]:
-    """The lines (each ending in ``\\n``) for one session; see the module docstring."""
+                  max_turns: int | None = None, instructions: Sequence[str | None] = ()) -> Iterator[str]:
+    """The lines (each ending in ``\\n``) for one session; see the module docstring.
+
+    ``instructions``: for each turn, the instructions of the agent active when it began (None
+    or "" for none), sent first as a ``system`` message: the whole-session line takes the first
+    turn's, a ``per_turn`` line its own turn's.
+    """
+    def head(k: int) -> list[Message]:
+        text = instructions[k] if k < len(instructions) else None
+        if not text or (system and system[0].content == text):  # an imported export holds them already
+            return list(system)
+        return [Message.system(text), *system]
+
     if not per_turn:
-        messages = list(system) + [m for turn in turns for m in turn]
+        messages = head(0) + [m for turn in turns for m in turn]
         yield json_line({"messages": _wire(messages)}) + "\n"
         return
     for k in range(len(turns)):
         first = 0 if max_turns is None else max(0, k + 1 - max_turns)
-        window = list(system) + [m for turn in turns[first:k + 1] for m in turn]
+        window = head(k) + [m for turn in turns[first:k + 1] for m in turn]
         yield json_line({"messages": _wire(window)}) + "\n"
 
 
@@ -118,6 +132,7 @@ def read_openai(lines: Iterable[str], *, source: str = "-") -> list[ImportedSess
                 session.system.append(msg.content or "")
             elif msg.role is Role.USER:
                 session.turns.append(ImportedTurn(key=f"{len(session.turns) + 1}:{content_digest(msg.to_dict(), 12)}",
+                                                  location=where,
                                                   messages=[msg]))
             else:
                 session.turns[-1].messages.append(msg)

@@ -47,7 +47,9 @@ class ImportedTurn:
     (``input_tokens``/``output_tokens``...) when the source has them; ``model``: the model
     that answered; ``created_at``: UTC epoch seconds, when known. ``outcome``:
     ``"completed"``, ``"interrupted"`` (the source says the reply was cut off) or
-    ``"failed"`` (the turn's user message was never answered).
+    ``"failed"`` (the turn's user message was never answered). ``location``: where the
+    turn starts in the source (``line 7``, ``responses row 01h…``, ``messages row 3f…``),
+    named by errors about it.
     """
 
     key: str
@@ -58,6 +60,7 @@ class ImportedTurn:
     finish_reason: str | None = None
     outcome: str = "completed"
     error: str | None = None
+    location: str | None = None
 
     @property
     def content(self) -> str:

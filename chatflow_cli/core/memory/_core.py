@@ -47,7 +47,7 @@ from .context import _Op, SessionBinding, SessionContext
 from .protocol import SessionSummary
 
 
-class _StoreCore():
+class _StoreCore:
     """Backend hooks (:meth:`_read`, :meth:`_write`, :meth:`_run_blocking`) and the helpers shared
     by every concern of :class:`~chatflow_cli.core.memory.base.BaseSessionStore`."""
 
@@ -118,16 +118,19 @@ class _StoreCore():
         payload: dict[str, Any],
         turn: int | None = None,
         key: str | None = None,
+        text: str | None = None,
     ) -> Event:
         # Every event (messages ride in their events' payloads) is checked here, the same for
-        # both stores, before anything of it is written.
+        # both stores, before anything of it is written. ``text``: the payload's compact JSON
+        # when it was already checked (a message's event, built from the message's checked JSON).
         if not type.isascii():
             _check_text(type, "event type", session_id)
         if key is not None:
             _check_idempotency_key(key)
-        _check_text(payload, f"{type} event", session_id)
+        if text is None:
+            text = _check_text(payload, f"{type} event", session_id)
         event = Event(session_id, tx.next_seq(session_id), type, payload, self.clock(), key)
-        tx.insert_event(event, turn)
+        tx.insert_event(event, turn, text)
         return event
 
     def _context(
@@ -291,7 +294,11 @@ class _StoreCore():
                     merged.pop(key, None)
                 row.metadata = merged
                 payload = {**op.payload, "metadata": copy.deepcopy(merged)}
-            event = self._append(tx, row.session_id, op.type, payload, turn)
+            text = None
+            if op.text is not None and payload is op.payload and len(payload) == 2 and turn is not None:
+                # {"turn": n, "message": {...}}: its JSON is the message's checked JSON, wrapped
+                text = f'{{"turn":{turn},"message":{op.text}}}'
+            event = self._append(tx, row.session_id, op.type, payload, turn, text=text)
             events.append(event)
             holder = row.owner.token if row.owner is not None else None
             if turn is not None and op.kind == "event":
@@ -314,7 +321,7 @@ class _StoreCore():
                         f"{row.turn_count}); load it again",
                         session_id=row.session_id,
                     )
-                tx.insert_message(row.session_id, op.turn, op.message, event.seq)
+                tx.insert_message(row.session_id, op.turn, op.message, event.seq, op.text)
                 row.turn_count = max(row.turn_count, op.turn)
             elif op.kind == "rollback":
                 to_turn = int(op.payload["to_turn"])

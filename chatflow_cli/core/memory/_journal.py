@@ -11,7 +11,7 @@ from ..events import Event, EventType, SessionStatus, _event_type, _is_reserved,
 from ..messages import Message
 from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
 from ._core import _StoreCore
-from ._port import _T, EditResult, _busy_message
+from ._port import _T, EditResult, _RolledBack, _busy_message
 from .context import SessionBinding, SessionContext, Turn
 from .protocol import TurnRecord
 
@@ -274,6 +274,8 @@ class _Journal(_StoreCore):
         idempotency_key: str | None = None,
         digest: str = "",
         last_turns: int | None = None,
+        idempotency_keys: Mapping[str, str] | None = None,
+        dry_run: bool = False,
     ) -> EditResult[_T]:
         """Load the session, call ``change(session)`` and save what it journalled, all in one
         write transaction; return the change's result and the events appended.
@@ -291,7 +293,12 @@ class _Journal(_StoreCore):
         is not applied again (``replayed=True``, ``change`` not called); ``digest`` is kept
         with the key. ``last_turns``: the context holds only the newest N turns (its
         ``max_turns`` is N; the stored session keeps its own): an edit that appends to the
-        last turn then costs the same however long the session is.
+        last turn then costs the same however long the session is. ``idempotency_keys``:
+        more keys (key -> digest) recorded in the same transaction, read after the change
+        ran (the change may fill the mapping).
+        ``dry_run``: do all of it -- create, change, check, append -- then roll the
+        transaction back: the result (and any error) is what the real edit would give, and
+        nothing is written.
 
         Raises:
             SessionBusyError: a live run owns the session (its turn is running).
@@ -302,8 +309,27 @@ class _Journal(_StoreCore):
             _check_idempotency_key(idempotency_key)
         if max_turns is not None:
             _check_max_turns(max_turns)
-        if metadata is not None:
+        if metadata:  # {} needs no copy; anything else is checked before the transaction
             metadata = _check_metadata(metadata)
+        try:
+            return self._edit(session_id, change, create_agent, max_turns, metadata, idempotency_key, digest,
+                              last_turns, idempotency_keys if idempotency_keys is not None else {}, dry_run)
+        except _RolledBack as done:
+            return done.result
+
+    def _edit(
+        self,
+        session_id: str,
+        change: Callable[[SessionContext], _T],
+        create_agent: Any,
+        max_turns: int | None,
+        metadata: Mapping[str, Any] | None,
+        idempotency_key: str | None,
+        digest: str,
+        last_turns: int | None,
+        idempotency_keys: Mapping[str, str],
+        dry_run: bool,
+    ) -> EditResult[_T]:
         with self._write() as tx:
             row = tx.get_row(session_id)
             events: list[Event] = []
@@ -324,7 +350,13 @@ class _Journal(_StoreCore):
             last_seq = events[-1].seq if events else before[1]
             if idempotency_key is not None:
                 tx.idempotency_put(session_id, idempotency_key, digest, None, last_seq, self.clock())
-        return EditResult(value, events, position=(row.incarnation, last_seq), before=before)
+            for key, key_digest in idempotency_keys.items():
+                _check_idempotency_key(key)
+                tx.idempotency_put(session_id, key, key_digest, None, last_seq, self.clock())
+            result = EditResult(value, events, position=(row.incarnation, last_seq), before=before)
+            if dry_run:
+                raise _RolledBack(result)  # leaves the transaction: it is rolled back
+        return result
 
     def window_turns(self, session_id: str) -> tuple[Turn, ...]:
         """The turns of the session's context window (``()`` when the session does not exist),

@@ -314,8 +314,12 @@ class _Listing(_StoreCore):
             raise ValueError(f"limit must be between 1 and 10000, got {limit}")
         where = SearchFilter(session_id, agent, None if since is None else float(since), limit,
                              bool(include_tools), bool(include_removed))
+        self._before_search()
         with self._read() as tx:
             return tx.search(parsed, where)
+
+    def _before_search(self) -> None:
+        """Bring the store's search index up to date (a store that indexes on write: nothing)."""
 
     def latest_session_id(self) -> str | None:
         """The most recently updated session's id, or None when the store is empty."""

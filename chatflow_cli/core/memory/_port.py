@@ -136,6 +136,14 @@ class EditResult(Generic[_T]):
     before: tuple[str, int] | None = None  #: the log position the change was applied at
 
 
+class _RolledBack(Exception):
+    """Raised inside a dry-run edit's transaction, so the store rolls it back; carries the result."""
+
+    def __init__(self, result: EditResult[Any]) -> None:
+        super().__init__("dry run")
+        self.result = result
+
+
 #: Outcomes of a first attempt that produced no result: the same idempotency key with the
 #: same message runs the turn again (see :class:`TurnStart`).
 _RETRYABLE_OUTCOMES = frozenset({"failed", "interrupted", "rolled_back"})
@@ -281,7 +289,8 @@ class _Tx:
         """MAX(seq) + 1 for the session, read inside the current transaction."""
         raise NotImplementedError
 
-    def insert_event(self, event: Event, turn: int | None) -> None:
+    def insert_event(self, event: Event, turn: int | None, payload_json: str | None = None) -> None:
+        """Store ``event``; ``payload_json``: its payload's compact JSON when already made."""
         raise NotImplementedError
 
     def events(self, session_id: str, after_seq: int, limit: int | None) -> list[Event]:
@@ -293,7 +302,9 @@ class _Tx:
     def events_of_type(self, session_id: str, type: str, after_seq: int) -> list[Event]:
         raise NotImplementedError
 
-    def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
+    def insert_message(self, session_id: str, turn: int, message: Message, seq: int,
+                       message_json: str | None = None) -> None:
+        """Store a live message; ``message_json``: its ``to_json()`` when already made."""
         raise NotImplementedError
 
     def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:

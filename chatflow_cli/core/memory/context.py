@@ -76,6 +76,8 @@ class _Op:
     payload: dict[str, Any]
     turn: int = 0
     message: Message | None = None
+    #: the message's compact JSON, checked once when it was added (stores write it as is)
+    text: str | None = None
 
 
 _MESSAGE_EVENT = {
@@ -297,13 +299,14 @@ class SessionContext:
         """
         if not isinstance(msg, Message):
             raise TypeError(f"add_message expects a Message, got {type(msg).__name__}")
-        _check_text(msg.to_dict(), f"{msg.role.value} message", self.session_id)
+        data = msg.to_dict()
+        text = _check_text(data, f"{msg.role.value} message", self.session_id)
         if msg.role is Role.SYSTEM:
             lead = 0
             while lead < len(self._messages) and self._messages[lead].role is Role.SYSTEM:
                 lead += 1
             self._messages.insert(lead, msg)
-            self._record(_Op("message", _MESSAGE_EVENT[msg.role], self._message_payload(0, msg), 0, msg))
+            self._record(_Op("message", _MESSAGE_EVENT[msg.role], {"turn": 0, "message": data}, 0, msg, text))
             return
         open_calls = self.pending_tool_calls
         if msg.role is Role.TOOL:
@@ -336,15 +339,11 @@ class SessionContext:
         self._turn_count = turn
         if msg.tool_calls and self._call_ids is not None:
             self._call_ids.update(call.id for call in msg.tool_calls)
-        self._record(_Op("message", _MESSAGE_EVENT[msg.role], self._message_payload(turn, msg), turn, msg))
+        self._record(_Op("message", _MESSAGE_EVENT[msg.role], {"turn": turn, "message": data}, turn, msg, text))
 
     def _current_turn(self) -> int:
         """The turn new messages belong to: the last live turn (0 before the first USER message)."""
         return self._turn_count
-
-    @staticmethod
-    def _message_payload(turn: int, msg: Message) -> dict[str, Any]:
-        return {"turn": turn, "message": msg.to_dict()}
 
     def _prune_history(self) -> None:
         """Prune the window: SYSTEM messages first, in order; then the newest ``max_turns`` whole turns.

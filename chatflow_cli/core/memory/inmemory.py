@@ -105,7 +105,7 @@ class _MemoryTx(_Tx):
         entry = self._s._sessions.get(session_id)
         return (entry.events[-1].seq if entry and entry.events else 0) + 1
 
-    def insert_event(self, event: Event, turn: int | None) -> None:
+    def insert_event(self, event: Event, turn: int | None, payload_json: str | None = None) -> None:
         entry = self._session(event.session_id)
         if entry.events and entry.events[-1].seq >= event.seq:
             raise ChatflowError(f"event seq {event.seq} already used in session {event.session_id}")
@@ -137,7 +137,8 @@ class _MemoryTx(_Tx):
     def events_of_type(self, session_id: str, type: str, after_seq: int) -> list[Event]:
         return [e for e in self._session(session_id).events if e.seq > after_seq and e.type == type]
 
-    def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
+    def insert_message(self, session_id: str, turn: int, message: Message, seq: int,
+                       message_json: str | None = None) -> None:
         entry = self._session(session_id)
         if message.tokens is None:  # counted when stored, as the SQLite store does
             message = dataclasses.replace(message, tokens=message_tokens(message))

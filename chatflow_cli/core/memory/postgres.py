@@ -687,7 +687,7 @@ class _PgTx(_Tx):
             self._seq[session_id] = seq
         return seq + 1
 
-    def insert_event(self, event: Event, turn: int | None) -> None:
+    def insert_event(self, event: Event, turn: int | None, payload_json: str | None = None) -> None:
         payload, payload_text = _split_json(event.payload)
         self._events.append(
             (event.session_id, event.seq, event.type, turn, payload, payload_text, event.idempotency_key,
@@ -722,7 +722,8 @@ class _PgTx(_Tx):
         return [_event(session_id, r) for r in rows]
 
     # -- messages --------------------------------------------------------------------------
-    def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
+    def insert_message(self, session_id: str, turn: int, message: Message, seq: int,
+                       message_json: str | None = None) -> None:
         data, text = _split_json(message.to_dict())
         self._message_rows.append(
             (session_id, turn, message.role.value, data, text, seq, message_tokens(message), message.summary_through,

@@ -207,7 +207,26 @@ END""",
     SELECT m.message_id, {_FTS_BODY.format(m="m")}, {_FTS_TOOLS.format(m="m")} FROM chatflow_messages AS m""",
         ],
     ),
+    (
+        6,
+        "full-text index filled when searched: a write indexes nothing",
+        [
+            # FTS5 writes a segment (and merges) in every transaction that indexes a row: most
+            # of the cost of a small write. The index now holds every message up to its highest
+            # rowid; a search first indexes the messages written since, in one batch
+            # (SQLiteSessionStore.index_pending). Message ids only grow (max + 1), so nothing
+            # below that rowid is ever left out; the delete trigger stays.
+            "DROP TRIGGER chatflow_messages_fts_insert",
+        ],
+    ),
 ]
+
+#: The messages not yet in the full-text index (migration 6): above its highest rowid.
+FTS_HIGH_WATER = "SELECT COALESCE((SELECT rowid FROM chatflow_messages_fts ORDER BY rowid DESC LIMIT 1), 0)"
+#: Index every message above ``?`` (the high-water mark), in one statement.
+INDEX_PENDING = f"""INSERT INTO chatflow_messages_fts (rowid, body, tools)
+    SELECT m.message_id, {_FTS_BODY.format(m="m")}, {_FTS_TOOLS.format(m="m")} FROM chatflow_messages AS m
+    WHERE m.message_id > ? ORDER BY m.message_id"""
 #: The newest schema version this chatflow knows.
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 

@@ -54,7 +54,7 @@ from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionR
 from .base import BaseSessionStore
 from .search import HIGHLIGHT_END, HIGHLIGHT_START, SNIPPET_WORDS, Query, SearchHit, to_fts5
 from .owner import Owner
-from .schema import SCHEMA_VERSION, apply_migrations, schema_version
+from .schema import FTS_HIGH_WATER, INDEX_PENDING, SCHEMA_VERSION, apply_migrations, schema_version
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -235,6 +235,7 @@ class _SQLiteTx(_Tx):
         )
 
     def delete_row(self, session_id: str) -> bool:
+        self._seq.pop(session_id, None)
         return self.c.execute("DELETE FROM chatflow_sessions WHERE session_id = ?", (session_id,)).rowcount > 0
 
     def list_rows(self, agent: str | None) -> list[_SessionRow]:
@@ -311,16 +312,17 @@ class _SQLiteTx(_Tx):
             seq = self.c.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM chatflow_events WHERE session_id = ?", (session_id,)
             ).fetchone()[0]
+            self._seq[session_id] = seq
         return seq + 1
 
-    def insert_event(self, event: Event, turn: int | None) -> None:
+    def insert_event(self, event: Event, turn: int | None, payload_json: str | None = None) -> None:
         self._events.append(
             (
                 event.session_id,
                 event.seq,
                 event.type,
                 turn,
-                _dumps(event.payload),
+                _dumps(event.payload) if payload_json is None else payload_json,
                 event.idempotency_key,
                 event.created_at,
             )
@@ -355,17 +357,19 @@ class _SQLiteTx(_Tx):
         )
         return [_event(session_id, r) for r in rows]
 
-    def insert_message(self, session_id: str, turn: int, message: Message, seq: int) -> None:
+    def insert_message(self, session_id: str, turn: int, message: Message, seq: int,
+                       message_json: str | None = None) -> None:
         key = (session_id, turn)
         position = self._positions.get(key)
-        if position is None:
-            position = self.c.execute(
+        if position is None:  # pending rows of this turn would be in _positions: no flush needed
+            position = self._conn.execute(
                 "SELECT COALESCE(MAX(position), -1) + 1 FROM chatflow_messages "
                 "WHERE session_id = ? AND turn = ? AND removed_at_seq IS NULL",
                 key,
             ).fetchone()[0]
         self._messages.append(
-            (session_id, turn, position, message.role.value, message.to_json(), seq, message_tokens(message),
+            (session_id, turn, position, message.role.value,
+             message.to_json() if message_json is None else message_json, seq, message_tokens(message),
              message.summary_through)
         )
         self._positions[key] = position + 1
@@ -841,6 +845,28 @@ class SQLiteSessionStore(BaseSessionStore):
     def _write(self) -> Iterator[_Tx]:
         with self._tx("BEGIN IMMEDIATE") as tx:
             yield tx
+
+    def index_pending(self) -> int:
+        """Add the messages written since the last search to the full-text index; return how many.
+
+        A write does not index its messages: FTS5 writes a segment in every transaction that
+        indexes a row, most of the cost of a small write. The index holds every message up
+        to its highest rowid (message ids only grow); :meth:`search` calls this first, so a
+        search sees every message, and the rest are indexed in one write transaction.
+        """
+        with self._read():
+            conn = self._connection()
+            mark = conn.execute(FTS_HIGH_WATER).fetchone()[0]
+            if conn.execute("SELECT 1 FROM chatflow_messages WHERE message_id > ? LIMIT 1", (mark,)).fetchone() is None:
+                return 0
+        with self._write():
+            conn = self._connection()
+            mark = conn.execute(FTS_HIGH_WATER).fetchone()[0]  # again, under the write lock
+            count: int = conn.execute(INDEX_PENDING, (mark,)).rowcount
+        return max(count, 0)
+
+    def _before_search(self) -> None:
+        self.index_pending()
 
     async def _run_blocking(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         """Run ``fn`` on the private 4-thread pool for on-disk files; on the loop for ephemeral ones."""

@@ -90,13 +90,13 @@ def test_a_malformed_event_imports_nothing_of_that_session(exported: tuple[Sessi
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
     store = make_store()
-    with pytest.raises(ImportFormatError, match=r"line 12: cannot be imported: cannot roll back to turn 99") as info:
+    with pytest.raises(ImportFormatError, match=r"line 12: cannot be imported into session rich: cannot roll back to turn 99") as info:
         import_file(store, bad)
     assert info.value.exit_code == 2
     assert store.list_sessions() == []
 
 
-def test_a_killed_import_resumes(exported: tuple[SessionStore, Path], tmp_path: Path) -> None:
+def test_a_killed_import_stores_nothing_and_runs_again_whole(exported: tuple[SessionStore, Path], tmp_path: Path) -> None:
     _, path = exported
     db = tmp_path / "killed.db"
     child = (
@@ -105,13 +105,14 @@ def test_a_killed_import_resumes(exported: tuple[SessionStore, Path], tmp_path: 
         "from chatflow_cli.core.interop import read_source\n"
         "from chatflow_cli.core.interop.importer import import_sessions\n"
         f"store = SQLiteSessionStore({str(db)!r})\n"
-        "real, calls = store.edit, []\n"
-        "def edit(*a, **k):\n"
+        "from chatflow_cli.core.memory import SessionContext\n"
+        "real, calls = SessionContext.add_message, []\n"
+        "def add_message(self, msg):\n"
         "    calls.append(1)\n"
-        "    if len(calls) == 4:\n"
+        "    if len(calls) == 6:  # inside the import's transaction, turns already written in it\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
-        "    return real(*a, **k)\n"
-        "store.edit = edit\n"
+        "    return real(self, msg)\n"
+        "SessionContext.add_message = add_message\n"
         f"fmt, sessions = read_source({str(path)!r})\n"
         f"import_sessions(store, sessions, fmt=fmt, source={str(path)!r})\n"
     )
@@ -121,14 +122,16 @@ def test_a_killed_import_resumes(exported: tuple[SessionStore, Path], tmp_path: 
     from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
     with SQLiteSessionStore(db) as store:
-        assert 0 < len(store.events("rich")) < 29  # three edits landed, then the kill
+        # the session is written in one transaction: killed inside it, nothing of it is stored
+        assert store.active_agent_name("rich") is None
         [result] = import_file(store, path)
-        # the start edit, the system message, turn 1 landed before the kill
-        assert result.skipped_turns == 1 and result.counts["turns"] == 5
+        assert result.created and result.skipped_turns == 0 and result.counts["turns"] == 6
         clean = SessionStore()
         import_file(clean, path)
         assert [e[:3] for e in events_of(store, "rich") if e[1] != "session.imported"] == [
             e[:3] for e in events_of(clean, "rich") if e[1] != "session.imported"]
+        [again] = import_file(store, path)  # and a second run adds nothing
+        assert again.counts["turns"] == 0 and again.skipped_turns == 6
 
 
 def test_an_existing_session_is_refused_without_into(exported: tuple[SessionStore, Path], make_store: Any) -> None:

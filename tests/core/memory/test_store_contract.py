@@ -210,10 +210,10 @@ def test_rollback_is_atomic(any_store: BaseSessionStore, agent: Agent, monkeypat
     ctx.add_message(Message.user("after"))
     real_append = BaseSessionStore._append
 
-    def failing_append(self, tx, session_id, type, payload, turn=None, key=None):
+    def failing_append(self, tx, session_id, type, payload, turn=None, key=None, **kwargs):
         if type == EventType.MESSAGE_USER.value:  # after the rollback was applied in the transaction
             raise OSError("simulated failure inside the transaction")
-        return real_append(self, tx, session_id, type, payload, turn, key)
+        return real_append(self, tx, session_id, type, payload, turn, key, **kwargs)
 
     monkeypatch.setattr(BaseSessionStore, "_append", failing_append)
     with pytest.raises(OSError):

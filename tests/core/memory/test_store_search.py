@@ -211,7 +211,7 @@ def test_a_database_written_before_the_index_is_indexed_by_the_migration(tmp_pat
     store.close()
     conn = sqlite3.connect(path)  # back to the schema before the index: no FTS table, older version
     conn.executescript(
-        "DROP TRIGGER chatflow_messages_fts_insert; DROP TRIGGER chatflow_messages_fts_delete;"
+        "DROP TRIGGER chatflow_messages_fts_delete; DELETE FROM chatflow_schema_migrations WHERE version = 6;"
         "DROP TABLE chatflow_messages_fts; ALTER TABLE chatflow_sessions DROP COLUMN forked_from_json;"
         "ALTER TABLE chatflow_sessions DROP COLUMN title; ALTER TABLE chatflow_sessions DROP COLUMN archived_at_utc;"
         "DELETE FROM chatflow_schema_migrations WHERE name LIKE 'full-text index%';"
