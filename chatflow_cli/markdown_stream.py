@@ -849,12 +849,15 @@ class MarkdownStream:
 
     def _table_tail(self, limit: int) -> list[Line]:
         """A table is laid out from all its rows (a later row can widen every column), so it
-        is never printed a row at a time: while it fits in the live region it is redrawn
-        whole at each refresh; taller, a status line counts its rows until it is complete
-        and printed once, exactly as ``sessions show`` prints it."""
+        is never printed a row at a time: until its header and delimiter rows are in, a
+        status line stands for it (no raw ``| Na`` flashes); while it fits in the live region
+        it is redrawn whole at each refresh; taller, a status line counts its rows until it
+        is complete and printed once, exactly as ``sessions show`` prints it."""
         scanner = self._scanner
         rows = len(scanner.lines) + (1 if self._partial.strip() else 0)
         gap = 1 if self._rows_committed == 0 and self._gap(scanner._joined) else 0
+        if len(scanner.lines) < 2:  # no header and delimiter row yet: not a table, nothing raw to flash
+            return self.console.render_lines(self._spinner_frame("receiving a table…"), self._options(), pad=False)
         if rows + 2 + gap <= limit:  # the rule and a row of spacing Rich may add
             text = "\n".join([*scanner.lines, self._partial])
             width = self._pin if self._rows_committed else None

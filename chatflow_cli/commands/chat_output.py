@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from ..context import notice, silence_broken_pipe
 from ..core.errors import ChatflowError, ExitStatus
 from ..redaction import scrub
-from ..render import ReplyPrinter, dumps, event_json, reply_note
+from ..render import ReplyPrinter, agent_changed_text, dumps, event_json, reply_note
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
@@ -102,6 +102,8 @@ class ChatOutput:
             for ev in events:
                 if ev.seq is not None:
                     self.stored.add(ev.session_id)
+                if ev.type == "agent.changed":  # once per change: the store recorded the new version with it
+                    notice(self.state, agent_changed_text(ev.data or {}))
                 if self.mode == "jsonl":
                     if ev.type == "result":
                         result = ev.result

@@ -29,6 +29,15 @@ A turn, step by step:
 4. A call to ``transfer_to_<agent>`` makes that agent the session's active agent (a
    ``handoff`` event, once) and answers the call with a TOOL result; the new agent answers
    in the same turn with its own instructions and tools.
+
+Agent versions: every MODEL message carries the version of the agent that gave it
+(:attr:`Agent.version <chatflow_cli.core.agents.Agent.version>`), and ``turn.completed`` the
+answering agent's. When an agent starts in a turn (the active agent at the turn's start, a
+handoff's target) as another version than the one it last ran in the session, an
+``agent.changed`` event ``{"turn", "agent", "version", "previous_version", "since_turn"}``
+is stored and streamed before the agent's request (:meth:`SessionContext.note_agent_version
+<chatflow_cli.core.memory.SessionContext.note_agent_version>`): once per change, since the
+store records the new version with it.
 5. A call to a custom tool (:meth:`Tool.custom`) ends the run with the session
    ``idle`` and a ``tool.pending`` event listing the ids to answer. Regular tools called in
    the same reply run and their results are recorded as submitted (an error result keeps
@@ -636,6 +645,8 @@ class Runner:
         try:
             try:
                 yield from stored(list(begun.events), turn)
+                if self._version_of(state.agent) is not None and session.note_agent_version(state.agent):
+                    yield from stored(self.store.save(session), turn)  # agent.changed, before the reply
                 result = yield from self._loop(session, turn, state, cancel, loop, stored)
             except Exception as exc:
                 if cancel.is_set() and not isinstance(exc, Cancelled) and not state.released:
@@ -769,8 +780,9 @@ class Runner:
                 text = content or ""
                 cut = verdict.finish_reason if verdict.truncated else None
                 session.add_message(Message.model(text, agent=agent.name, reasoning=reasoning, finish_reason=cut,
-                                                  tokens=counted))
-                session.complete_turn(text, agent, state.usage.to_dict(), finish_reason=verdict.finish_reason)
+                                                  tokens=counted, agent_version=self._version_of(agent)))
+                session.complete_turn(text, agent, state.usage.to_dict(), finish_reason=verdict.finish_reason,
+                                      agent_version=self._version_of(agent))
                 session.set_status(SessionStatus.IDLE, reason="turn completed")
                 events = self.store.save(session)
                 state.released = True
@@ -786,7 +798,7 @@ class Runner:
                     session_id=session_id,
                 )
             session.add_message(Message.model(content or None, calls, agent=agent.name, reasoning=reasoning,
-                                              tokens=counted))
+                                              tokens=counted, agent_version=self._version_of(agent)))
             yield from stored(self.store.save(session), turn)
 
             custom = [c for c in calls if c.name in tools and tools[c.name].is_custom]
@@ -815,7 +827,15 @@ class Runner:
                     session.set_active_agent(target, tool_call_id=call.id)
             if handoff_to is not None:
                 state.agent = handoff_to
+                if self._version_of(handoff_to) is not None:
+                    session.note_agent_version(handoff_to)  # agent.changed when it is another version now
             yield from stored(self.store.save(session), turn)
+
+    def _version_of(self, agent: Any) -> str | None:
+        """``agent.version`` for an agent of this Runner; None for one it does not know (a
+        stored agent name no resolver knows gets a stand-in whose version means nothing)."""
+        known = self.agents.get(_name(agent))
+        return known.version if known is not None and known is agent else None
 
     def _auto_compact(self, session_id: str, message: Message) -> list[Event]:
         """Compact the session before its next turn when its window passes ``compact_at`` of

@@ -25,6 +25,7 @@ from ..core.memory import rollback_target
 from ..core.messages import Role
 from ..render import pretty_json_text, safe_text, sessions_lines
 from ..session_ids import new_session_id
+from .host import ReplHost
 
 if TYPE_CHECKING:  # pragma: no cover
     from .app import Repl
@@ -56,7 +57,7 @@ _ALIASES = {"/quit": "/exit", "/q": "/exit", "/h": "/help", "/?": "/help"}
 _SUGGEST_CUTOFF = 0.75
 
 
-class SlashCommands:
+class SlashCommands(ReplHost):
     """The REPL's slash commands: ``/help`` … ``/exit``, each a ``cmd_<name>`` method.
 
     Mixed into :class:`~chatflow_cli.repl.app.Repl`, whose state it uses.

@@ -41,6 +41,7 @@ from ._port import (
     TurnOwnerDied,
     _Tx,
     logger,
+    _ran,
     title_of,
 )
 from .context import _Op, SessionBinding, SessionContext
@@ -171,6 +172,7 @@ class _StoreCore:
             window,
             row.turn_count,
             binding,
+            agent_versions=row.agent_versions,
         )
 
     @staticmethod
@@ -323,6 +325,12 @@ class _StoreCore:
                     )
                 tx.insert_message(row.session_id, op.turn, op.message, event.seq, op.text)
                 row.turn_count = max(row.turn_count, op.turn)
+                message = op.message
+                if message.role is Role.MODEL and message.agent and message.agent_version:
+                    row.agent_versions = _ran(row.agent_versions, message.agent, message.agent_version, op.turn)
+            elif op.kind == "agent_version":
+                row.agent_versions = _ran(row.agent_versions, str(op.payload["agent"]), str(op.payload["version"]),
+                                          op.turn)
             elif op.kind == "rollback":
                 to_turn = int(op.payload["to_turn"])
                 tx.remove_turns(row.session_id, to_turn + 1, None, "rolled_back", event.seq)
@@ -375,6 +383,7 @@ class _StoreCore:
             title=title_of(row.title, preview)[:_TITLE_CHARS],
             title_set=bool(row.title),
             archived_at=row.archived_at,
+            agent_versions=copy.deepcopy(row.agent_versions),
         )
 
     @staticmethod

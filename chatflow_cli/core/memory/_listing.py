@@ -12,7 +12,7 @@ from ..events import EventType, SessionStatus
 from ..messages import Role
 from ._checks import _check_session_id, _check_text
 from ._core import _StoreCore
-from ._port import _TITLE_CHARS, ListFilter, SearchFilter, _SessionRow, _busy_message, parse_cursor
+from ._port import _TITLE_CHARS, ListFilter, SearchFilter, _SessionRow, _busy_message, parse_cursor, _ran
 from .context import _MESSAGE_EVENT
 from .protocol import SessionSummary
 from .search import SearchHit, parse_query
@@ -73,10 +73,14 @@ class _Listing(_StoreCore):
             for item in stored:
                 if item.message.role is Role.MODEL and item.message.agent:
                     agent = item.message.agent  # the agent that spoke last in the copied turns
+            versions: dict[str, dict[str, Any]] = {}
+            for item in stored:  # the latest version each agent ran in the copied turns
+                if item.message.role is Role.MODEL and item.message.agent and item.message.agent_version:
+                    versions = _ran(versions, item.message.agent, item.message.agent_version, item.turn)
             now = self.clock()
             row = _SessionRow(
                 new_id, secrets.token_hex(8), agent, copy.deepcopy(source.metadata), source.max_turns, turn,
-                SessionStatus.IDLE, None, now, now, origin,
+                SessionStatus.IDLE, None, now, now, origin, agent_versions=versions,
             )
             tx.insert_row(row)
             payload = {"agent": agent, "max_turns": row.max_turns, "metadata": row.metadata, "forked_from": origin}

@@ -167,6 +167,9 @@ class _SessionRow:
     forked_from: dict[str, Any] | None = None
     title: str | None = None  # set by the user; None: derived from the first user message
     archived_at: float | None = None  # epoch seconds; None: not archived
+    #: {agent name: {"version": str, "turn": int}}: the latest version each agent ran in
+    #: the session and the last turn it ran that version in (empty: none known)
+    agent_versions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +184,12 @@ class ListFilter:
     archived: bool = False  # True: only archived sessions; False: only the others
     after: tuple[float, str] | None = None  # (updated_at, session_id) of the last row seen
     limit: int | None = None  # in SQL, when no status filter runs after it
+
+
+def _ran(versions: dict[str, dict[str, Any]], agent: str, version: str, turn: int) -> dict[str, dict[str, Any]]:
+    """``versions`` (a session's latest version of each agent) after ``agent`` ran ``version``
+    in ``turn``."""
+    return {**versions, agent: {"version": version, "turn": turn}}
 
 
 def title_of(title: str | None, preview: str) -> str:

@@ -92,6 +92,16 @@ class SessionSummary:
     title_set: bool = False
     #: epoch seconds it was archived; None: not archived
     archived_at: float | None = None
+    #: ``{agent name: {"version": str, "turn": int}}``: the latest version of each agent
+    #: that ran in the session and the last turn it ran that version in; an agent that never
+    #: ran with a known version is absent (sessions stored before versions were recorded)
+    agent_versions: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def agent_version(self) -> str | None:
+        """The latest version of the active agent that ran in the session, or None (unknown)."""
+        entry = self.agent_versions.get(self.active_agent_name)
+        return None if entry is None else str(entry["version"])
 
     @property
     def cursor(self) -> str:

@@ -426,7 +426,7 @@ def test_handoff_switches_the_active_agent_once_and_the_target_answers(
     handoffs = events_of(sqlite_store, "handoff", "handoff")
     assert len(handoffs) == 1
     assert handoffs[0].payload == {"turn": 1, "from_agent": "Support", "to_agent": "BillingSpecialist",
-                                   "tool_call_id": "call_h"}
+                                   "tool_call_id": "call_h", "to_agent_version": billing.version}
     assert [s.active_agent_name for s in sqlite_store.list_sessions()] == ["BillingSpecialist"]
 
     # after a restart: the resolver maps the stored name back to the agent with its tools
