@@ -67,7 +67,8 @@ from ..events import Event, SessionStatus
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS, metadata_matches
-from .base import BaseSessionStore, ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .base import BaseSessionStore
 from .inmemory import _searchable
 from .search import Query, SearchHit, memory_snippet, words_of
 from .owner import Owner

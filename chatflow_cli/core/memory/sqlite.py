@@ -50,7 +50,8 @@ from ..events import Event, SessionStatus
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
-from .base import BaseSessionStore, ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .base import BaseSessionStore
 from .search import HIGHLIGHT_END, HIGHLIGHT_START, SNIPPET_WORDS, Query, SearchHit, to_fts5
 from .owner import Owner
 from .schema import FTS_HIGH_WATER, INDEX_PENDING, SCHEMA_VERSION, apply_migrations, schema_version
