@@ -110,7 +110,7 @@ def fill_closed_standard_streams() -> None:
             except OSError:  # pragma: no cover - /dev/null missing
                 pass
         if name == "stdout":
-            sys.stdout = _ClosedStdout()  # type: ignore[assignment]
+            sys.stdout = _ClosedStdout()
         else:
             setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w", encoding="utf-8"))
 

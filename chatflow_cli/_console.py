@@ -13,7 +13,10 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import IO, Any, Mapping
+from typing import IO, TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
 
 __all__ = ["Env"]
 
@@ -35,7 +38,7 @@ class Env:
     stderr_isatty: bool = False
     color: bool = False
     no_color_flag: bool = False
-    _consoles: dict[str, Any] = field(default_factory=dict, repr=False)
+    _consoles: dict[str, Console] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_sys(cls, *, no_color: bool = False, environ: Mapping[str, str] | None = None) -> "Env":
@@ -62,7 +65,7 @@ class Env:
         """Both stdin and stdout are terminals: prompts, pagers and the REPL are allowed."""
         return self.stdin_isatty and self.stdout_isatty
 
-    def console(self, *, stderr: bool = False, file: IO[Any] | None = None, terminal: bool | None = None) -> Any:
+    def console(self, *, stderr: bool = False, file: IO[Any] | None = None, terminal: bool | None = None) -> Console:
         """A ``rich.console.Console`` on stdout (or stderr, or ``file``).
 
         Markup, emoji codes and highlighting are off: all text chatflow prints is either
@@ -75,7 +78,7 @@ class Env:
         stream = file if file is not None else (self.stderr if stderr else self.stdout)
         is_tty = terminal if terminal is not None else (self.stderr_isatty if stderr else self.stdout_isatty)
         colour = is_tty and not self.no_color_flag and not os.environ.get("NO_COLOR")
-        console = _console_class()(
+        console: Console = _console_class()(
             file=stream,
             force_terminal=is_tty,
             no_color=not colour,

@@ -29,7 +29,7 @@ def _lite_class() -> Any:
         from typer._coercion import RuntimeParam
 
         @dataclasses.dataclass(frozen=True)
-        class LiteRuntimeParam(RuntimeParam):  # type: ignore[misc]
+        class LiteRuntimeParam(RuntimeParam):
             fn: Callable[[Any, Any, Any], Any] = dataclasses.field(default=lambda v, p, c: v)
 
             def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
@@ -118,14 +118,15 @@ def _coercer(annotation: Any, info: Any) -> Callable[[Any, Any, Any], Any] | Non
             return None
         return lambda value, p, c: [inner(v, p, c) for v in value]
     if origin is tuple:
-        inners = [_coercer(t, info) for t in get_args(annotation)]
-        if not inners or any(i is None for i in inners) or Ellipsis in get_args(annotation):
+        found = [_coercer(t, info) for t in get_args(annotation)]
+        inners = [i for i in found if i is not None]
+        if not inners or len(inners) != len(found) or Ellipsis in get_args(annotation):
             return None
 
         def coerce_tuple(value: Any, p: Any, c: Any) -> Any:
             if len(value) != len(inners):
                 raise _bad(f"{len(inners)} values are required, but {len(value)} given.", p, c)
-            return tuple(fn(v, p, c) for fn, v in zip(inners, value))  # type: ignore[misc]
+            return tuple(fn(v, p, c) for fn, v in zip(inners, value))
 
         return coerce_tuple
     return None

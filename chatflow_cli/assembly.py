@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config import ModelChoice
     from .core.agents import Agent
     from .core.memory import BaseSessionStore
+    from .core.model import ModelClient
     from .core.runner import Runner
 
 __all__ = ["LOCAL_TEMPERATURE", "Assembly", "assemble", "build_agents", "transport_for"]
@@ -68,11 +69,15 @@ class Assembly:
         runner: The Runner on the store; every configured agent resolves in it.
         choice: The model choice the settings resolved to (resolved once).
         agents: The configured agents by name.
+        client_for: Makes a model client for another base URL with the same API key,
+            timeout and transport (the REPL's ``/switch`` to a session stored on another
+            endpoint); ``None`` for the embedded local model, whose server has one URL.
     """
 
     runner: Runner
     choice: ModelChoice
     agents: dict[str, Agent]
+    client_for: Callable[[str], ModelClient] | None = None
 
 
 @contextlib.contextmanager
@@ -155,7 +160,12 @@ def assemble(
         if on_wait is not None:
             runner.on_wait = on_wait
         stack.callback(runner.close)
-        yield Assembly(runner=runner, choice=choice, agents=agents)
+        resolved = choice
+
+        def client_for(url: str) -> ModelClient:
+            return ModelClient(url, resolved.api_key, timeout=timeout, transport=transport)
+
+        yield Assembly(runner=runner, choice=choice, agents=agents, client_for=None if choice.local else client_for)
 
 
 def build_agents(settings: Settings, *, model_override: str | None = None) -> tuple[Agent, dict[str, Agent]]:
@@ -164,6 +174,8 @@ def build_agents(settings: Settings, *, model_override: str | None = None) -> tu
     With no agents configured, one default agent (:data:`DEFAULT_AGENT_NAME`) answers
     . ``model_override`` (``--model``) replaces every agent's model: flags come
     first. The starting agent is ``default_agent`` or the first one in the file.
+    Each agent's ``version`` is that of its definition in the file (before
+    ``model_override``), so ``agents ls`` and the turns a session ran agree on it.
 
     Tool references are imported here, and only here, from what the user wrote in the
     config file. A reference that cannot be imported, or names something that
@@ -173,17 +185,29 @@ def build_agents(settings: Settings, *, model_override: str | None = None) -> tu
     from .core.tools import Tool
 
     if not settings.agents:
-        agent = Agent(DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, model=model_override)
+        agent = Agent(DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS)
+        _pin_version(agent, model_override)
         return agent, {agent.name: agent}
     agents: dict[str, Agent] = {}
     for spec in settings.agents:
         tools = [_load_tool(settings, spec, tool_spec, Tool) for tool_spec in spec.tools]
-        agents[spec.name] = Agent(spec.name, spec.instructions, model=model_override or spec.model, tools=tools,
+        agents[spec.name] = Agent(spec.name, spec.instructions, model=spec.model, tools=tools,
                                   max_context_tokens=spec.max_context_tokens)
     for spec in settings.agents:
-        agents[spec.name].handoffs = [agents[name] for name in spec.handoffs]
+        agents[spec.name].handoffs = tuple(agents[name] for name in spec.handoffs)
+    for built in agents.values():
+        _pin_version(built, model_override)
     start = settings.default_agent or settings.agents[0].name
     return agents[start], agents
+
+
+def _pin_version(agent: Agent, model_override: str | None) -> None:
+    """Fix ``agent.version`` at its definition in the config file, then apply ``--model``:
+    a model given for one run (or the model a session keeps) is not a new version of the
+    agent; the model written in config.toml is part of it."""
+    agent.version = agent.version
+    if model_override:
+        agent.model = model_override
 
 
 def _load_tool(settings: Settings, spec: AgentSpec, tool_spec: ToolSpec, tool_cls: Any) -> Any:

@@ -20,6 +20,8 @@ from .core.errors import UsageError
 from .redaction import remember_secret
 
 if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
     from .config import Settings
     from .core.memory import BaseSessionStore
 
@@ -143,11 +145,11 @@ class State:
                 pass
         self._stores.clear()
 
-    def out(self) -> Any:
+    def out(self) -> Console:
         """The ``rich`` console on stdout."""
         return self.env.console()
 
-    def err(self) -> Any:
+    def err(self) -> Console:
         """The ``rich`` console on stderr."""
         return self.env.console(stderr=True)
 
@@ -227,7 +229,7 @@ def read_stdin_text(state: State, *, what: str = "message") -> str:
     """
     stream = state.env.stdin
     buffer = getattr(stream, "buffer", None)
-    raw = buffer.read() if buffer is not None else stream.read()
+    raw: str | bytes = buffer.read() if buffer is not None else stream.read()
     if isinstance(raw, str):
         return raw
     try:

@@ -18,14 +18,14 @@ from .core.errors import ChatflowError
 if TYPE_CHECKING:  # pragma: no cover
     from .config import ModelChoice
     from .context import State
-    from .core.memory import BaseSessionStore, SessionContext
+    from .core.memory.protocol import SessionStoreProtocol, SessionSummary
 
 __all__ = ["endpoint_of", "remember_endpoint", "session_endpoint", "stored_endpoint"]
 
 _OPENAI_URL = "https://api.openai.com/v1"
 
 
-def session_endpoint(state: State, store: BaseSessionStore | None, existing: SessionContext | None, model: str | None,
+def session_endpoint(state: State, store: SessionStoreProtocol | None, existing: SessionSummary | None, model: str | None,
                      base_url: str | None) -> tuple[str | None, str | None]:
     """The model and base URL to use on ``existing`` (a session or ``None``): the flags when
     given, else those stored with the session (``store.session_endpoint``), else ``None``
@@ -50,7 +50,7 @@ def endpoint_of(choice: ModelChoice) -> tuple[str, str | None]:
     return choice.model, choice.base_url or os.environ.get("OPENAI_BASE_URL") or _OPENAI_URL
 
 
-def stored_endpoint(store: BaseSessionStore, session_id: str) -> tuple[str | None, str | None] | None:
+def stored_endpoint(store: SessionStoreProtocol, session_id: str) -> tuple[str | None, str | None] | None:
     """The session's stored ``(model, base_url)``; ``None`` when the session does not exist
     or the store cannot say (a failing store never hides the error being reported)."""
     try:
@@ -59,7 +59,7 @@ def stored_endpoint(store: BaseSessionStore, session_id: str) -> tuple[str | Non
         return None
 
 
-def remember_endpoint(store: BaseSessionStore, session_id: str, choice: ModelChoice, *, model: str | None = None,
+def remember_endpoint(store: SessionStoreProtocol, session_id: str, choice: ModelChoice, *, model: str | None = None,
                       base_url: str | None = None) -> None:
     """Store ``choice``'s model and endpoint (or ``model`` and ``base_url``, a switch made
     since) with the session when they changed (and the session exists); a store failure here

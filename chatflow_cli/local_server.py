@@ -58,7 +58,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from .core.local._state import Flock, file_id, read_state, write_private
 
@@ -145,7 +145,7 @@ def disable_extra_buffer_types() -> bool:
         _loaded["use_extra_bufts"] = bool(params.use_extra_bufts)
         return original(path_model, params)
 
-    load._chatflow_wrapped = True  # type: ignore[attr-defined]
+    setattr(load, "_chatflow_wrapped", True)  # noqa: B010 - a mark on a function object
     lib.llama_model_load_from_file = load
     return True
 
@@ -174,8 +174,9 @@ def _llama_app(argv: list[str]) -> tuple[Any, str, int]:
     parser = argparse.ArgumentParser(prog="chatflow-local-server")
     add_args_from_model(parser, Settings)
     args = parser.parse_args(argv)
-    server_settings = parse_model_from_args(ServerSettings, args)
-    model_settings = [parse_model_from_args(ModelSettings, args)]
+    # parse_model_from_args returns an instance of the model class it is given
+    server_settings = cast(ServerSettings, parse_model_from_args(ServerSettings, args))
+    model_settings = [cast(ModelSettings, parse_model_from_args(ModelSettings, args))]
     app = create_app(server_settings=server_settings, model_settings=model_settings)
     return app, server_settings.host, int(server_settings.port)
 

@@ -16,10 +16,10 @@ from .session_ids import validate_session_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import State
-    from .core.memory import SessionContext, SessionSummary
     from .core.memory import BaseSessionStore
+    from .core.memory.protocol import SessionStoreProtocol, SessionSummary
 
-__all__ = ["InterruptedTurns", "NamedAgent", "find_session", "not_found", "read_summary", "store_or_missing",
+__all__ = ["InterruptedTurns", "find_session", "not_found", "read_summary", "store_or_missing",
            "unapplied_options"]
 
 
@@ -54,17 +54,7 @@ def store_or_missing(state: State, session_id: str) -> BaseSessionStore:
     return store
 
 
-class NamedAgent:
-    """What a reader needs of a stored session's agent: its name (no tools are imported and
-    no real agents are built to read a session)."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-def read_summary(store: BaseSessionStore, session_id: str) -> SessionSummary:
+def read_summary(store: SessionStoreProtocol, session_id: str) -> SessionSummary:
     """The stored session's summary (one row and its preview: no window, no agent resolved).
 
     Raises:
@@ -76,11 +66,11 @@ def read_summary(store: BaseSessionStore, session_id: str) -> SessionSummary:
         raise not_found(session_id) from None
 
 
-def find_session(store: BaseSessionStore, session_id: str) -> SessionContext | None:
-    """The stored session ``session_id`` (agents by name only), or ``None``."""
-    store.set_agent_resolver(NamedAgent)
+def find_session(store: SessionStoreProtocol, session_id: str) -> SessionSummary | None:
+    """The stored session ``session_id``'s summary (one row: no window loaded, no agent
+    resolved, the store left as it was), or ``None`` when there is none."""
     try:
-        return store.get(session_id)
+        return store.session_summary(session_id)
     except SessionNotFoundError:
         return None
 
@@ -92,7 +82,7 @@ class InterruptedTurns:
     :func:`chatflow_cli.render.turn_interrupted`), so most readers never scan the log.
     """
 
-    def __init__(self, store: BaseSessionStore, session_id: str) -> None:
+    def __init__(self, store: SessionStoreProtocol, session_id: str) -> None:
         self._store, self._session_id = store, session_id
         self._numbers: set[int] | None = None
 
@@ -107,7 +97,7 @@ class InterruptedTurns:
 
 
 
-def unapplied_options(state: State, store: BaseSessionStore, existing: SessionContext, *, max_turns: int | None,
+def unapplied_options(state: State, store: SessionStoreProtocol, existing: SessionSummary, *, max_turns: int | None,
                       system: str | None) -> None:
     """Say (a notice on stderr, or in the REPL before its banner) that ``--system`` and
     ``--max-turns`` are not applied to ``existing``: they set up a new session, and an existing

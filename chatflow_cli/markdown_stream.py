@@ -82,9 +82,9 @@ from dataclasses import dataclass, field
 from typing import Self
 
 from rich.console import Console, ConsoleOptions, RenderableType
-from rich.control import Control, ControlType
+from rich.control import Control
 from rich.markdown import Markdown
-from rich.segment import Segment, Segments
+from rich.segment import ControlType, Segment, Segments
 from rich.spinner import Spinner
 from rich.style import Style
 from rich.syntax import Syntax
@@ -849,12 +849,15 @@ class MarkdownStream:
 
     def _table_tail(self, limit: int) -> list[Line]:
         """A table is laid out from all its rows (a later row can widen every column), so it
-        is never printed a row at a time: while it fits in the live region it is redrawn
-        whole at each refresh; taller, a status line counts its rows until it is complete
-        and printed once, exactly as ``sessions show`` prints it."""
+        is never printed a row at a time: until its header and delimiter rows are in, a
+        status line stands for it (no raw ``| Na`` flashes); while it fits in the live region
+        it is redrawn whole at each refresh; taller, a status line counts its rows until it
+        is complete and printed once, exactly as ``sessions show`` prints it."""
         scanner = self._scanner
         rows = len(scanner.lines) + (1 if self._partial.strip() else 0)
         gap = 1 if self._rows_committed == 0 and self._gap(scanner._joined) else 0
+        if len(scanner.lines) < 2:  # no header and delimiter row yet: not a table, nothing raw to flash
+            return self.console.render_lines(self._spinner_frame("receiving a table…"), self._options(), pad=False)
         if rows + 2 + gap <= limit:  # the rule and a row of spacing Rich may add
             text = "\n".join([*scanner.lines, self._partial])
             width = self._pin if self._rows_committed else None
@@ -893,7 +896,7 @@ class MarkdownStream:
             self._out.extend(self._render_code(code[self._code_committed : upto], info, top=first, bottom=False))
             self._code_committed = upto
             first, complete = False, 1
-        gap = [[]] if first and self._blocks_printed and not scanner._joined else []
+        gap: list[Line] = [[]] if first and self._blocks_printed and not scanner._joined else []
         # The complete lines and the line being written, rendered apart: the complete ones
         # are final and may stay on screen across a resize.
         done = self._render_code(code[self._code_committed :], info, top=first, bottom=False) if complete else []
@@ -940,7 +943,7 @@ class MarkdownStream:
         rows = min(rows, max(1, height))
         segments: list[Segment] = []
         if rows:
-            codes: list = [ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2)]
+            codes: list[ControlType | tuple[ControlType, int]] = [ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2)]
             codes += [(ControlType.CURSOR_UP, 1), (ControlType.ERASE_IN_LINE, 2)] * (rows - 1)
             segments.append(Control(*codes).segment)  # the cursor is where the erased rows began
         elif keep:
@@ -956,7 +959,7 @@ class MarkdownStream:
         segments: list[Segment] = []
         rows = self._rows_of(self._drawn.widths, width, reflowed=True)
         if rows:
-            codes: list = [ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2)]
+            codes: list[ControlType | tuple[ControlType, int]] = [ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2)]
             codes += [(ControlType.CURSOR_UP, 1), (ControlType.ERASE_IN_LINE, 2)] * (rows - 1)
             segments.append(Control(*codes).segment)
         newline = Segment.line()

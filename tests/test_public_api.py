@@ -13,7 +13,7 @@ def test_all_is_sorted_and_complete() -> None:
         assert getattr(chatflow_cli, name) is not None
 
 
-def test_seed_imports() -> None:
+def test_the_documented_import_paths_resolve_and_the_dedup_ttl_is_192_hours() -> None:
     from chatflow_cli import Agent, Runner, SessionStore, SQLiteSessionStore, tool  # noqa: F401
     from chatflow_cli.core.memory import (  # noqa: F401
         DEFAULT_DEDUP_TTL_HOURS,

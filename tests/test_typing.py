@@ -169,3 +169,18 @@ def test_mypy_strict_passes_with_the_checkout_on_mypypath(tmp_path: Path) -> Non
     )
     lines = [line for line in done.stdout.splitlines() if ": error:" in line]
     assert lines and all(line.startswith("wrong.py:4:") for line in lines), done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_the_whole_package_passes_mypy_strict(tmp_path: Path) -> None:
+    """``mypy --strict chatflow_cli``: the library and the front end, with no per-module
+    settings, are clean (the REPL's parts declare the state they share, the stores and the
+    Runner are typed at the boundary)."""
+    pytest.importorskip("mypy")
+    env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / ".mypy_cache"), "chatflow_cli"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("Success: no issues found"), done.stdout

@@ -25,7 +25,9 @@ def list_agents(state: State, *, output: str) -> None:
     Args:
         state: The run.
         output: ``text`` (a table), ``json`` (one array) or ``jsonl`` (one object a line);
-            each agent as ``{"name", "start", "model", "handoffs", "tools", "instructions"}``.
+            each agent as ``{"name", "start", "model", "handoffs", "tools", "instructions",
+            "version"}`` (``version``: the short hash of its definition,
+            :func:`chatflow_cli.core.agents.agent_version`, which each turn it runs records).
 
     Raises:
         ConfigError: The config file is bad, or a tool module cannot be imported.
@@ -50,6 +52,7 @@ def list_agents(state: State, *, output: str) -> None:
             "handoffs": list(spec.handoffs),
             "tools": tools,
             "instructions": spec.instructions,
+            "version": agent.version if agent is not None else None,
         })
     if output == "json":
         state.env.stdout.write(dumps(rows, indent=2) + "\n")

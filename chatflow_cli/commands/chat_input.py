@@ -132,7 +132,7 @@ def parse_input_line(number: int, line: str) -> InputItem | None:
 
     try:
         obj = json.loads(line)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise bad(f"not JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(obj, dict):
         raise bad(f"expected a JSON object, got {type(obj).__name__}")

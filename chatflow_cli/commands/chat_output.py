@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from ..context import notice, silence_broken_pipe
 from ..core.errors import ChatflowError, ExitStatus
 from ..redaction import scrub
-from ..render import ReplyPrinter, dumps, event_json, reply_note
+from ..render import ReplyPrinter, agent_changed_text, dumps, event_json, reply_note
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
@@ -106,6 +106,8 @@ class ChatOutput:
             for ev in events:
                 if ev.seq is not None:
                     self.stored.add(ev.session_id)
+                if ev.type == "agent.changed":  # once per change: the store recorded the new version with it
+                    notice(self.state, agent_changed_text(ev.data or {}))
                 if ev.type in _CONTEXT_EVENTS:
                     self._context_event(ev)
                 if self.mode == "jsonl":
@@ -244,12 +246,13 @@ class ChatOutput:
             ExitStatus.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitStatus.ERROR)
         message = exc.message if isinstance(exc, ChatflowError) else (
             "interrupted" if isinstance(exc, KeyboardInterrupt) else f"unexpected {type(exc).__name__}: {exc}")
+        failed_in: str | None = getattr(exc, "session_id", None) or session_id
         err = {"error": scrub(message), "error_type": type(exc).__name__, "exit_code": int(code),
-               "session_id": getattr(exc, "session_id", None) or session_id}
+               "session_id": failed_in}
         if self.mode == "json":
             self._final_line({**err, "is_error": True})
         else:
-            self._final_line(event_json("result", err["session_id"], {**err, "is_error": True}))
+            self._final_line(event_json("result", failed_in, {**err, "is_error": True}))
 
     def duplicate(self, message_id: str, session_id: str) -> None:
         self.final_written = True

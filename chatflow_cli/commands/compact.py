@@ -44,7 +44,7 @@ def compact_command(state: State, session_id: str, *, through: int | None, instr
     if session.turn_count < 1 or (through is None and session.turn_count < 2):
         raise UsageError(f"session {safe_text(session_id)} has nothing to compact: the newest turn stays as it is "
                          "(give --through N to include it)")
-    model, base_url = session_endpoint(state, store, session, None, None)  # type: ignore[arg-type]
+    model, base_url = session_endpoint(state, store, session, None, None)
     settings = state.settings(model=model, base_url=base_url)
     choice = resolve_model(settings)
     with assemble(settings, store, choice=choice, transport=transport_for("http")) as built:

@@ -22,6 +22,7 @@ from .chat_output import ChatOutput
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
+    from ..core.memory.protocol import SessionStoreProtocol
 
 __all__ = ["FOLLOW_POLL_S", "replay_events", "rerun_session"]
 
@@ -66,7 +67,7 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
                 collected.append(stored_event_json(event))
             elif as_json:
                 out.write(dumps(stored_event_json(event)) + "\n")
-            else:
+            elif console is not None:  # text
                 if state.env.stdout_isatty:  # word-wrapped, wrapped rows indented
                     console.print(event_text(event, width=console.width))
                 else:  # piped: never wrapped
@@ -161,7 +162,7 @@ def rerun_session(
         raise
 
 
-def _source_endpoint(state: State, store: Any, session_id: str, model: str | None,
+def _source_endpoint(state: State, store: SessionStoreProtocol, session_id: str, model: str | None,
                      base_url: str | None) -> tuple[str | None, str | None]:
     """The model and base URL a re-run uses: ``--model``/``--base-url`` when given, else those
     stored with the source session (said on stderr), else ``None`` (the configured ones). A

@@ -20,7 +20,7 @@ from ..context import notice, terminal_width, write_lines
 from ..core.errors import ChatflowError
 from ..core.events import SessionStatus
 from ..lookup import InterruptedTurns, read_summary, store_or_missing
-from ..render import Lines, dumps, plural, safe_text
+from ..render import AgentVersionMarks, Lines, dumps, plural, safe_text, turn_versions
 from ..render.shapes import status_name
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -103,23 +103,23 @@ def list_sessions(state: State, *, limit: int, agent: str | None, status: str | 
     write_lines(state, sessions_lines(summaries, width=terminal_width(state), depths=depths))
 
 
-def _as_tree(summaries: list[Any]) -> tuple[list[Any], dict[str, int]]:
+def _as_tree(summaries: list[SessionSummary]) -> tuple[list[SessionSummary], dict[str, int]]:
     """The same sessions with each fork right under the session it came from (depth first,
     newest first among siblings), and each session's depth; a fork whose parent is not in
     the list stays at the top level."""
     ids = {s.session_id for s in summaries}
-    children: dict[str, list[Any]] = {}
+    children: dict[str, list[SessionSummary]] = {}
     roots = []
     for s in summaries:
         parent = (s.forked_from or {}).get("session_id")
-        if parent in ids and parent != s.session_id:
+        if isinstance(parent, str) and parent in ids and parent != s.session_id:
             children.setdefault(parent, []).append(s)
         else:
             roots.append(s)
-    out: list[Any] = []
+    out: list[SessionSummary] = []
     depths: dict[str, int] = {}
 
-    def walk(node: Any, depth: int) -> None:
+    def walk(node: SessionSummary, depth: int) -> None:
         if node.session_id in depths:
             return
         depths[node.session_id] = depth
@@ -189,19 +189,34 @@ def show_session(
     interrupted = InterruptedTurns(store, session_id)
     endpoint = store.session_endpoint(session_id)
     context = context_use(state, store, session, endpoint)
+    marks = AgentVersionMarks(_versions_before(store, session_id, turn) if turn is not None and turn > 1 else None)
     if output == "json":
-        _show_json(stream or env.stdout, session, records, interrupted, endpoint, context)
+        _show_json(stream or env.stdout, session, records, interrupted, endpoint, context, marks)
         return
     if output == "jsonl":
-        _show_jsonl(stream or env.stdout, session, records, interrupted, endpoint, context)
+        _show_jsonl(stream or env.stdout, session, records, interrupted, endpoint, context, marks)
         return
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:
-        _show_paged(state, session, records, full, interrupted, endpoint, context)
+        _show_paged(state, session, records, full, interrupted, endpoint, context, marks)
     else:
         console = state.out() if env.stdout_isatty else None
         _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout, interrupted=interrupted,
-                endpoint=endpoint, context=context)
+                endpoint=endpoint, context=context, marks=marks)
+
+
+def _versions_before(store: BaseSessionStore, session_id: str, turn: int) -> dict[str, str]:
+    """``{agent: version}`` of each agent's latest reply with a known version in the live
+    turns before ``turn`` (what ``--turn N`` compares turn N with), read newest page first."""
+    found: dict[str, str] = {}
+    last = turn - 1
+    while last >= 1:
+        first = max(1, last - PAGE_TURNS + 1)
+        for record in reversed(store.load_turns(session_id, first=first, last=last)):
+            for agent, version in turn_versions(record).items():
+                found.setdefault(agent, version)
+        last = first - 1
+    return found
 
 
 def context_use(state: State, store: BaseSessionStore, session: SessionSummary, endpoint: Endpoint) -> dict[str, Any]:
@@ -230,7 +245,7 @@ def context_use(state: State, store: BaseSessionStore, session: SessionSummary, 
             break
         tokens += cost
         kept += 1
-    live = [m.summary_through for m, _removed in store.summaries(session.session_id)]
+    live = [m.summary_through for m, _removed in store.summaries(session.session_id) if m.summary_through is not None]
     return {"tokens": tokens, "context": budget.context if budget is not None else None,
             "budget": budget.tokens if budget is not None else None, "turns": kept,
             "summary_through": max(live) if live else None}
@@ -307,7 +322,7 @@ BATCH_CHARS = 64 * 1024
 
 def _render(console: Any, session: SessionSummary, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
             out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None),
-            context: dict[str, Any] | None = None) -> None:
+            context: dict[str, Any] | None = None, marks: AgentVersionMarks | None = None) -> None:
     """Print the session turn by turn as each is rendered.
 
     ``console=None`` (a pipe): the plain text of each turn is written directly; Rich is
@@ -342,8 +357,9 @@ def _render(console: Any, session: SessionSummary, records: Iterator[TurnRecord]
         for record in records:
             if record.number == 0 and not record.messages:
                 continue
+            changed = marks.changes(record) if marks is not None else None
             for item in turn_renderables(record, markdown=markdown, full=full, width=width,
-                                         interrupted=turn_interrupted(record, interrupted)):
+                                         interrupted=turn_interrupted(record, interrupted), changed=changed):
                 emit(item)
             shown += 1
             if shown <= 2 or batch.size >= BATCH_CHARS:
@@ -361,7 +377,8 @@ def _no_turns() -> Lines:
 
 
 def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRecord], full: bool,
-                interrupted: Container[int], endpoint: Endpoint, context: dict[str, Any] | None = None) -> None:
+                interrupted: Container[int], endpoint: Endpoint, context: dict[str, Any] | None = None,
+                marks: AgentVersionMarks | None = None) -> None:
     """Stream the rendering into a pager process as it is produced."""
     pager_cmd = os.environ.get("PAGER") or "less"
     env = dict(os.environ)
@@ -371,13 +388,13 @@ def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRec
                                 encoding="utf-8", errors="replace")
     except (OSError, ValueError):
         _render(state.out(), session, records, full, markdown=True, out=state.env.stdout, interrupted=interrupted,
-                endpoint=endpoint, context=context)
+                endpoint=endpoint, context=context, marks=marks)
         return
     assert proc.stdin is not None
     console = state.env.console(file=proc.stdin, terminal=True)
     try:
         _render(console, session, records, full, markdown=True, out=proc.stdin, interrupted=interrupted,
-                endpoint=endpoint, context=context)
+                endpoint=endpoint, context=context, marks=marks)
     except (BrokenPipeError, OSError):
         pass  # the user quit the pager early
     finally:
@@ -399,25 +416,30 @@ def _session_head(session: SessionSummary, endpoint: Endpoint, context: dict[str
         "model": endpoint[0],
         "base_url": endpoint[1],
     }
-    head.update(title=session.title, forked_from=session.forked_from, archived_at=session.archived_at)
+    head.update(title=session.title, forked_from=session.forked_from, archived_at=session.archived_at,
+                agent_version=session.agent_version, agent_versions=session.agent_versions)
     if context is not None:
         head["context"] = context
     return head
 
 
 def _show_jsonl(stream: Any, session: SessionSummary, records: Iterator[TurnRecord], interrupted: Container[int],
-                endpoint: Endpoint, context: dict[str, Any] | None = None) -> None:
+                endpoint: Endpoint, context: dict[str, Any] | None = None,
+                marks: AgentVersionMarks | None = None) -> None:
     from ..render import turn_dict, turn_interrupted
 
     stream.write(dumps({"session": _session_head(session, endpoint, context)}) + "\n")
     for record in records:
         if record.number == 0 and not record.messages:
             continue
-        stream.write(dumps({"turn": turn_dict(record, interrupted=turn_interrupted(record, interrupted))}) + "\n")
+        changed = marks.changes(record) if marks is not None else None
+        stream.write(dumps({"turn": turn_dict(record, interrupted=turn_interrupted(record, interrupted),
+                                              changed=changed)}) + "\n")
 
 
 def _show_json(stream: Any, session: SessionSummary, records: Iterator[TurnRecord], interrupted: Container[int],
-               endpoint: Endpoint, context: dict[str, Any] | None = None) -> None:
+               endpoint: Endpoint, context: dict[str, Any] | None = None,
+               marks: AgentVersionMarks | None = None) -> None:
     from ..render import turn_dict, turn_interrupted
 
     head = _session_head(session, endpoint, context)
@@ -426,6 +448,8 @@ def _show_json(stream: Any, session: SessionSummary, records: Iterator[TurnRecor
     for record in records:
         if record.number == 0 and not record.messages:
             continue
-        stream.write(("" if first else ",") + "\n" + dumps(turn_dict(record, interrupted=turn_interrupted(record, interrupted))))
+        changed = marks.changes(record) if marks is not None else None
+        stream.write(("" if first else ",") + "\n" + dumps(turn_dict(record, interrupted=turn_interrupted(record, interrupted),
+                                                                      changed=changed)))
         first = False
     stream.write("\n]}\n")

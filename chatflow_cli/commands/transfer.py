@@ -15,7 +15,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from ..context import notice
 from ..core.errors import UsageError
@@ -25,11 +25,13 @@ from ..session_ids import validate_session_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
+    from ..core.memory.protocol import SessionStoreProtocol
 
 __all__ = ["export_sessions", "import_file"]
 
 
-def _pick(state: State, session_ids: list[str], *, all_: bool, since: float | None) -> tuple[Any, list[str]]:
+def _pick(state: State, session_ids: list[str], *, all_: bool,
+          since: float | None) -> tuple[SessionStoreProtocol | None, list[str]]:
     """The store and the ids to export, oldest first for ``--all``/``--since``."""
     if session_ids:
         session_ids = list(dict.fromkeys(session_ids))  # an id given twice is exported once, first place kept
@@ -53,7 +55,7 @@ def _pick(state: State, session_ids: list[str], *, all_: bool, since: float | No
     return store, [s.session_id for s in sorted(summaries, key=lambda s: (s.created_at, s.session_id))]
 
 
-def _write_json(state: State, store: Any, session_ids: list[str], out: IO[str]) -> None:
+def _write_json(state: State, store: SessionStoreProtocol | None, session_ids: list[str], out: IO[str]) -> None:
     from .sessions import show_session
 
     out.write("[" if len(session_ids) != 1 else "")
@@ -76,7 +78,7 @@ def _instructions(state: State) -> dict[str, str]:
     return {spec.name: spec.instructions for spec in agents}
 
 
-def _write(state: State, store: Any, session_ids: list[str], fmt: str, per_turn: bool, out: IO[str]) -> None:
+def _write(state: State, store: SessionStoreProtocol | None, session_ids: list[str], fmt: str, per_turn: bool, out: IO[str]) -> None:
     from ..core.interop import export_lines
 
     if fmt == "json":

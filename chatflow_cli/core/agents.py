@@ -15,10 +15,18 @@ may be reassigned after construction (so two agents can hand off to each other),
 plain functions in ``tools`` are wrapped with :func:`~chatflow_cli.core.tools.tool`.
 Names are unique within a Runner: :func:`reachable_agents` raises
 :class:`AgentDefinitionError` when two different agents share one.
+
+An agent's *version* (:attr:`Agent.version`, :func:`agent_version`) names its definition:
+the first 12 hex digits of the sha256 of a canonical JSON of its instructions, model, own
+tools (name, description and JSON schema of the parameters) and handoff target names.
+Any change of those is a new version; the Runner stores the version with every reply the
+agent gives, so a session can say when its agent changed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -26,7 +34,11 @@ from typing import Any
 from .errors import UsageError
 from .tools import Tool, ToolDefinitionError, tool
 
-__all__ = ["Agent", "AgentDefinitionError", "HandoffTool", "handoff_tool_name", "reachable_agents", "snake_case"]
+__all__ = ["Agent", "AgentDefinitionError", "HandoffTool", "agent_version", "handoff_tool_name", "reachable_agents",
+           "snake_case"]
+
+#: Hex digits of an agent version (of the sha256 of its definition).
+VERSION_HEX = 12
 
 
 class AgentDefinitionError(UsageError):
@@ -90,10 +102,13 @@ class Agent:
         max_context_tokens: the context size (tokens) of this agent's model, when the
             model table of :mod:`chatflow_cli.core.tokens` does not know it or is wrong;
             ``None``: the Runner's ``max_context_tokens``, else the table.
+        version: what names this definition of the agent in the turns it runs (a non-empty
+            str); ``None`` (the default): :func:`agent_version` of the agent, computed from
+            its fields each time it is read, so any change of them is a new version.
     """
 
-    __slots__ = ("_tool_cache", "handoffs", "instructions", "max_context_tokens", "model", "name", "tool_choice",
-                 "tools")
+    __slots__ = ("_tool_cache", "_version", "_version_cache", "handoffs", "instructions", "max_context_tokens",
+                 "model", "name", "tool_choice", "tools")
 
     name: str
     instructions: str
@@ -103,6 +118,8 @@ class Agent:
     handoffs: tuple[Agent, ...]
     max_context_tokens: int | None
     _tool_cache: tuple[tuple[tuple[Tool, ...], tuple[Agent, ...]], dict[str, Tool]] | None
+    _version: str | None
+    _version_cache: tuple[Any, str] | None
 
     def __init__(
         self,
@@ -114,13 +131,18 @@ class Agent:
         *,
         tool_choice: str | dict[str, Any] | None = None,
         max_context_tokens: int | None = None,
+        version: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise AgentDefinitionError(f"agent name must be a non-empty string, got {name!r}")
         if max_context_tokens is not None and (isinstance(max_context_tokens, bool)
                                                or not isinstance(max_context_tokens, int) or max_context_tokens < 2):
             raise AgentDefinitionError(f"max_context_tokens must be an int >= 2, got {max_context_tokens!r}")
+        if version is not None and (not isinstance(version, str) or not version.strip()):
+            raise AgentDefinitionError(f"version must be a non-empty str or None, got {version!r}")
         self.max_context_tokens = max_context_tokens
+        self._version = version
+        self._version_cache = None
         self.name = name
         self.instructions = instructions or ""
         self.model = model
@@ -144,11 +166,31 @@ class Agent:
         return f"Agent(name={self.name!r}, model={self.model!r}, tools={[t.name for t in self.tools]}, " \
                f"handoffs={[a.name for a in self.handoffs]})"
 
+    @property
+    def version(self) -> str:
+        """The version given to the constructor (or assigned), else :func:`agent_version` of
+        the agent as it is now."""
+        if self._version is not None:
+            return self._version
+        key = (self.instructions, self.model, self.tools, tuple(a.name for a in self.handoffs))
+        cached = self._version_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        computed = agent_version(self)
+        object.__setattr__(self, "_version_cache", (key, computed))
+        return computed
+
+    @version.setter
+    def version(self, value: str | None) -> None:
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise AgentDefinitionError(f"version must be a non-empty str or None, got {value!r}")
+        object.__setattr__(self, "_version", value)
+
     def clone(self, **changes: Any) -> Agent:
         """A copy with some fields changed (a new identity, so give it a new ``name`` if both run together)."""
         fields: dict[str, Any] = {"name": self.name, "instructions": self.instructions, "model": self.model, "tools": self.tools,
                   "handoffs": self.handoffs, "tool_choice": self.tool_choice,
-                  "max_context_tokens": self.max_context_tokens}
+                  "max_context_tokens": self.max_context_tokens, "version": self._version}
         fields.update(changes)
         return Agent(**fields)
 
@@ -172,6 +214,27 @@ class Agent:
         """The Chat Completions ``tools`` list, or ``None`` when the agent has none."""
         tools = self.all_tools()
         return [t.to_wire() for t in tools.values()] or None
+
+
+def agent_version(agent: Agent) -> str:
+    """The short hash of what defines ``agent``: 12 hex digits of the sha256 of the compact,
+    key-sorted JSON of ``{"instructions", "model", "tools": [{"name", "description",
+    "parameters"}, ...], "handoffs": [target names]}`` (tools and handoffs in their order).
+
+    The model is the agent's own (``None`` when it uses the Runner's default); the name,
+    ``tool_choice`` and ``max_context_tokens`` are not part of it. A handoff counts by its
+    target's name only, so changing the target's instructions changes the target's version,
+    not this one's.
+    """
+    tools = []
+    for item in agent.tools:
+        wire = item.to_wire().get("function", {})
+        tools.append({"name": item.name, "description": wire.get("description", ""),
+                      "parameters": wire.get("parameters")})
+    definition = {"instructions": agent.instructions, "model": agent.model, "tools": tools,
+                  "handoffs": [target.name for target in agent.handoffs]}
+    text = json.dumps(definition, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:VERSION_HEX]
 
 
 def reachable_agents(start: Agent) -> dict[str, Agent]:

@@ -18,8 +18,13 @@ type                       payload
 ``tool.pending``           ``{"turn": int, "tool_use_ids": [str, ...]}`` custom tools wait
 ``tool.result_submitted``  ``{"turn": int, "tool_use_id": str, "output": str}`` (+ ``"is_error": true``)
 ``handoff``                ``{"turn": int, "from_agent": str, "to_agent": str, "tool_call_id": str}``
+                           (+ ``to_agent_version`` when the target's version is known)
+``agent.changed``          ``{"turn": int, "agent": str, "version": str, "previous_version": str,
+                           "since_turn": int}`` the agent running in ``turn`` is another
+                           version than the one it last ran, in ``since_turn`` (once per change)
 ``status``                 ``{"status": "idle"|"running"|"rescheduled"|"terminated", "reason": str, ...}``
 ``turn.completed``         ``{"turn": int, "agent": str, "content": str, "usage": {...}, "finish_reason": str}``
+                           (+ ``agent_version``: the answering agent's version, when known)
                            (``finish_reason`` ``"length"``/``"content_filter"``: the reply was cut)
 ``turn.failed``            ``{"turn": int, "error": str, "error_type": str}`` the turn left the window
                            (+ ``active_agent``, ``reverted_from_agent`` when a handoff was undone)
@@ -87,6 +92,7 @@ class EventType(str, Enum):
     CONTEXT_COMPACTED = "context.compacted"
     TURN_INTERRUPT_REQUESTED = "turn.interrupt_requested"
     SESSION_IMPORTED = "session.imported"
+    AGENT_CHANGED = "agent.changed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +151,7 @@ _USE_INSTEAD = {
     "rollback": "store.rollback() or session.rollback_to()",
     "handoff": "session.set_active_agent() then store.save()",
     "context.compacted": "chatflow_cli.core.compaction.compact_session()",
+    "agent.changed": "session.note_agent_version() (a Runner does it when an agent starts in a turn)",
 }
 
 #: Types SessionContext.record_event may journal: they change no stored row or window.

@@ -81,6 +81,9 @@ class Message:
         tool_call_id: for a TOOL message, the id of the call it answers.
         name: for a TOOL message, the tool's name.
         agent: for a MODEL message, the name of the agent that spoke.
+        agent_version: for a MODEL message, the version of that agent when it spoke
+            (:attr:`~chatflow_cli.core.agents.Agent.version`); ``None``: unknown (a message
+            stored before versions were recorded, or not made by a Runner).
         interrupted: the text was cut short by Ctrl-C or cancellation (MODEL), or the
             result is synthetic because the call was interrupted (TOOL).
         is_error: a TOOL result that reports an error (the tool raised, was unknown,
@@ -115,6 +118,7 @@ class Message:
     tokens: int | None = field(default=None, compare=False, repr=False)
     summary_through: int | None = None
     items: tuple[dict[str, Any], ...] = ()
+    agent_version: str | None = None
 
     def __post_init__(self) -> None:
         # Cheap shape checks, so a bad message fails where it is made, not deep in a store.
@@ -165,9 +169,10 @@ class Message:
         reasoning: str | None = None,
         finish_reason: str | None = None,
         tokens: int | None = None,
+        agent_version: str | None = None,
     ) -> Message:
         return cls(Role.MODEL, content, tuple(tool_calls), agent=agent, interrupted=interrupted,
-                   reasoning=reasoning, finish_reason=finish_reason, tokens=tokens)
+                   reasoning=reasoning, finish_reason=finish_reason, tokens=tokens, agent_version=agent_version)
 
     @classmethod
     def tool(
@@ -197,6 +202,8 @@ class Message:
             data["name"] = self.name
         if self.agent is not None:
             data["agent"] = self.agent
+        if self.agent_version is not None:
+            data["agent_version"] = self.agent_version
         if self.interrupted:
             data["interrupted"] = True
         if self.is_error:
@@ -235,6 +242,7 @@ class Message:
             None,
             get("summary_through"),
             tuple(items) if (items := get("items")) else (),
+            None if (version := get("agent_version")) is None else str(version),
         )
 
     def to_json(self) -> str:

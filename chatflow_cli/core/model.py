@@ -69,7 +69,7 @@ import os
 import re
 import threading
 import time
-from typing import Any, Callable, Generator, Iterator, Mapping, Sequence
+from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol, Sequence
 
 from ._provider.abort import RequestHandle, make_abortable
 from ._provider.errors import (
@@ -101,6 +101,7 @@ __all__ = [
     "NO_KEY_PLACEHOLDER",
     "REDACT_MIN_KEY_LEN",
     "TRANSPORTS",
+    "ChatClient",
     "ModelClient",
     "ModelStream",
     "ModelTurn",
@@ -157,6 +158,34 @@ def _tls_setup(base_url: str) -> Iterator[None]:
         hint = f"; check {', '.join(names)}" if names else ""
         reason = exc.strerror or str(exc) or type(exc).__name__
         raise ConfigError(f"cannot load the TLS certificates for {base_url}: {reason}{hint}") from exc
+
+
+class ChatClient(Protocol):
+    """What the Runner and compaction need of a model client: :class:`ModelClient`, the local
+    model's client, or any object with these two methods.
+
+    ``stream`` sends one chat completion and returns an iterable of deltas that ends with the
+    final :class:`ModelTurn` (it may also have ``close()``); ``complete`` is ``stream`` drained
+    to its :class:`ModelTurn`. Both raise :class:`~chatflow_cli.core.errors.ChatflowError`
+    subclasses for provider and network failures.
+    """
+
+    def stream(
+        self,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: Any = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Iterable[Any]:
+        """One streamed chat completion (see :meth:`ModelClient.stream`)."""
+        ...
+
+    def complete(self, model: str, messages: Sequence[Mapping[str, Any]], **kwargs: Any) -> ModelTurn:
+        """The completion drained to its final :class:`ModelTurn`."""
+        ...
 
 
 class ModelClient:

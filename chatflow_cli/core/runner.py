@@ -29,6 +29,15 @@ A turn, step by step:
 4. A call to ``transfer_to_<agent>`` makes that agent the session's active agent (a
    ``handoff`` event, once) and answers the call with a TOOL result; the new agent answers
    in the same turn with its own instructions and tools.
+
+Agent versions: every MODEL message carries the version of the agent that gave it
+(:attr:`Agent.version <chatflow_cli.core.agents.Agent.version>`), and ``turn.completed`` the
+answering agent's. When an agent starts in a turn (the active agent at the turn's start, a
+handoff's target) as another version than the one it last ran in the session, an
+``agent.changed`` event ``{"turn", "agent", "version", "previous_version", "since_turn"}``
+is stored and streamed before the agent's request (:meth:`SessionContext.note_agent_version
+<chatflow_cli.core.memory.SessionContext.note_agent_version>`): once per change, since the
+store records the new version with it.
 5. A call to a custom tool (:meth:`Tool.custom`) ends the run with the session
    ``idle`` and a ``tool.pending`` event listing the ids to answer. Regular tools called in
    the same reply run and their results are recorded as submitted (an error result keeps
@@ -97,7 +106,7 @@ import logging
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._run import cancel as _cancel
 from ._run.cancel import (
@@ -131,6 +140,11 @@ from .messages import Message, Role, ToolCall, check_history
 from .memory.context import split_turns
 from .tokens import MESSAGE_OVERHEAD, ContextBudget, context_budget, estimate_tokens, select_window
 from .tools import Tool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .memory.context import SessionContext
+    from .memory.protocol import SessionStoreProtocol, TurnStart
+    from .model import ChatClient
 
 __all__ = [
     "DEFAULT_WAIT_S",
@@ -259,7 +273,7 @@ class StreamEvent:
 # --------------------------------------------------------------------------------------
 # the Runner
 # --------------------------------------------------------------------------------------
-def _lease_of(session: Any) -> str | None:
+def _lease_of(session: SessionContext) -> str | None:
     """The owner token of the run a context from ``begin_turn`` was given to, or None."""
     binding = getattr(session, "_binding", None)
     if binding is not None:
@@ -303,9 +317,9 @@ class Runner:
     def __init__(
         self,
         starting_agent: Agent,
-        session_store: Any,
+        session_store: SessionStoreProtocol,
         *,
-        model_client: Any = None,
+        model_client: ChatClient | Callable[[], ChatClient] | None = None,
         default_model: str | None = None,
         max_tool_rounds: int = 10,
         max_tokens: int | None = None,
@@ -332,8 +346,11 @@ class Runner:
         self.max_context_tokens = max_context_tokens
         self.compact_at = compact_at
         self.compact_prompt = compact_prompt
-        self._client = model_client if model_client is not None and hasattr(model_client, "stream") else None
-        self._client_factory: Callable[[], Any] | None = model_client if self._client is None else None
+        # a client has ``stream``; anything else given is a factory called on first use
+        self._client: ChatClient | None = (
+            cast("ChatClient", model_client) if model_client is not None and hasattr(model_client, "stream") else None)
+        self._client_factory: Callable[[], ChatClient] | None = (
+            cast("Callable[[], ChatClient] | None", model_client) if self._client is None else None)
         self._client_lock = threading.Lock()
         #: Called once when a run starts waiting (``wait`` > 0) for a session another process
         #: runs: ``{"session_id", "pid" (the running turn's process, or None), "wait_s"}``.
@@ -343,11 +360,11 @@ class Runner:
 
     # -- public API -----------------------------------------------------------------------
     @property
-    def session_store(self) -> Any:
+    def session_store(self) -> SessionStoreProtocol:
         return self.store
 
     @property
-    def model_client(self) -> Any:
+    def model_client(self) -> ChatClient:
         """The model client, made on first use (see the class docstring)."""
         if self._client is None:
             with self._client_lock:
@@ -361,7 +378,7 @@ class Runner:
         return self._client
 
     @model_client.setter
-    def model_client(self, client: Any) -> None:
+    def model_client(self, client: ChatClient) -> None:
         """Send the next turns through ``client`` (another endpoint); a turn running keeps its own."""
         self._client = client
 
@@ -569,7 +586,7 @@ class Runner:
                                                                   loop=loop))
 
     # -- the turn ----------------------------------------------------------------------------
-    def _begin(self, session_id: str, start: dict[str, Any], wait: float, cancel: CancelToken) -> Any:
+    def _begin(self, session_id: str, start: dict[str, Any], wait: float, cancel: CancelToken) -> TurnStart:
         """``store.begin_turn``, waiting in the session's queue up to ``wait`` seconds (:func:`begin_turn`)."""
         return begin_turn(self.store, session_id, start, wait=wait, cancel=cancel,
                           default_agent=self.starting_agent, on_wait=self.on_wait)
@@ -645,6 +662,8 @@ class Runner:
         try:
             try:
                 yield from stored(list(begun.events), turn)
+                if self._version_of(state.agent) is not None and session.note_agent_version(state.agent):
+                    yield from stored(self.store.save(session), turn)  # agent.changed, before the reply
                 result = yield from self._loop(session, turn, state, cancel, loop, stored)
             except Exception as exc:
                 if cancel.is_set() and not isinstance(exc, Cancelled) and not state.released:
@@ -701,7 +720,7 @@ class Runner:
 
     def _loop(
         self,
-        session: Any,
+        session: SessionContext,
         turn: int,
         state: TurnState,
         cancel: CancelToken,
@@ -783,8 +802,9 @@ class Runner:
                 text = content or ""
                 cut = verdict.finish_reason if verdict.truncated else None
                 session.add_message(Message.model(text, agent=agent.name, reasoning=reasoning, finish_reason=cut,
-                                                  tokens=counted))
-                session.complete_turn(text, agent, state.usage.to_dict(), finish_reason=verdict.finish_reason)
+                                                  tokens=counted, agent_version=self._version_of(agent)))
+                session.complete_turn(text, agent, state.usage.to_dict(), finish_reason=verdict.finish_reason,
+                                      agent_version=self._version_of(agent))
                 session.set_status(SessionStatus.IDLE, reason="turn completed")
                 events = self.store.save(session)
                 state.released = True
@@ -800,7 +820,7 @@ class Runner:
                     session_id=session_id,
                 )
             session.add_message(Message.model(content or None, calls, agent=agent.name, reasoning=reasoning,
-                                              tokens=counted))
+                                              tokens=counted, agent_version=self._version_of(agent)))
             yield from stored(self.store.save(session), turn)
 
             custom = [c for c in calls if c.name in tools and tools[c.name].is_custom]
@@ -829,7 +849,15 @@ class Runner:
                     session.set_active_agent(target, tool_call_id=call.id)
             if handoff_to is not None:
                 state.agent = handoff_to
+                if self._version_of(handoff_to) is not None:
+                    session.note_agent_version(handoff_to)  # agent.changed when it is another version now
             yield from stored(self.store.save(session), turn)
+
+    def _version_of(self, agent: Any) -> str | None:
+        """``agent.version`` for an agent of this Runner; None for one it does not know (a
+        stored agent name no resolver knows gets a stand-in whose version means nothing)."""
+        known = self.agents.get(_name(agent))
+        return known.version if known is not None and known is agent else None
 
     def _auto_compact(self, session_id: str, message: Message) -> list[Event | StreamEvent]:
         """Compact the session before its next turn, when needed; the events (stored ones, and
@@ -899,7 +927,7 @@ class Runner:
         model = agent.model or self.default_model
         return self._budget(agent, model) if model else None
 
-    def _budget_window(self, session: Any, agent: Agent, model: str) -> tuple[list[Message], dict[str, Any]]:
+    def _budget_window(self, session: SessionContext, agent: Agent, model: str) -> tuple[list[Message], dict[str, Any]]:
         """The messages of the next request: the agent's instructions, the window's SYSTEM
         messages, then the newest whole turns of the window that fit the token budget (the
         open turn always, whole); and the context use ``{"tokens", "budget", "context",
@@ -928,7 +956,7 @@ class Runner:
                "system_messages": sum(1 for m in systems if m.summary_through is None), "dropped": dropped}
         return outgoing, use
 
-    def _record_submitted(self, session: Any, turn: int, call: ToolCall, output: str, is_error: bool) -> None:
+    def _record_submitted(self, session: SessionContext, turn: int, call: ToolCall, output: str, is_error: bool) -> None:
         """A regular call's result waiting beside custom ones; an error result carries
         ``"is_error": true`` so the TOOL message stored when the turn continues is flagged."""
         payload: dict[str, Any] = {"turn": turn, "tool_use_id": call.id, "output": output}
@@ -937,7 +965,7 @@ class Runner:
         session.record_event(EventType.TOOL_RESULT_SUBMITTED, payload)
 
     @staticmethod
-    def _fresh_ids(session: Any, calls: list[ToolCall]) -> list[ToolCall]:
+    def _fresh_ids(session: SessionContext, calls: list[ToolCall]) -> list[ToolCall]:
         """Give every call an id unique in the session (local servers reuse ``call_0``; some send none)."""
         if not calls:
             return calls

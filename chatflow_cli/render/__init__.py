@@ -36,9 +36,18 @@ from .text import (
     pretty_json_text,
     safe_text,
 )
-from .turns import event_text, reply_cut_text, reply_note, turn_renderables
+from .turns import (
+    AgentVersionMarks,
+    agent_changed_text,
+    event_text,
+    reply_cut_text,
+    reply_note,
+    turn_renderables,
+    turn_versions,
+)
 
 __all__ = [
+    "AgentVersionMarks",
     "BIDI_CONTROLS",
     "EVENT_SCHEMA",
     "FOLD_CHARS",
@@ -47,6 +56,7 @@ __all__ = [
     "Lines",
     "ReplyPrinter",
     "TextSanitizer",
+    "agent_changed_text",
     "agents_lines",
     "dumps",
     "event_json",
@@ -69,4 +79,5 @@ __all__ = [
     "turn_handoffs",
     "turn_interrupted",
     "turn_renderables",
+    "turn_versions",
 ]

@@ -56,8 +56,7 @@ class Lines:
             if style:
                 spans.append(Span(offset, offset + len(text), style))
             offset += len(text)
-        text = Text(plain, spans=spans)
-        return text
+        return Text(plain, spans=spans)
 
     def __rich__(self) -> Any:
         return self.to_text()

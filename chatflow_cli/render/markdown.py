@@ -36,7 +36,9 @@ def has_markdown(text: str | None) -> bool:
     ``True`` only costs time; ``False`` means CommonMark would show the same words (it
     would join a paragraph's lines; chatflow keeps them, see :func:`parse_markdown`).
     """
-    return bool(text) and _MARKDOWN_SYNTAX_RE.search(text) is not None
+    if not text:
+        return False
+    return _MARKDOWN_SYNTAX_RE.search(text) is not None
 
 
 def is_blank_line(line: Sequence[Any]) -> bool:
@@ -162,7 +164,7 @@ def parse_markdown(text: str) -> list[Any]:
     and every single line break kept (a soft break becomes a hard one), as chat interfaces
     show replies: CSV rows, addresses and poems keep their lines. A blank line still
     separates paragraphs."""
-    tokens = _markdown_parser().parse(text)
+    tokens: list[Any] = _markdown_parser().parse(text)
     for token in tokens:
         if token.type == "inline" and token.children:
             for child in token.children:

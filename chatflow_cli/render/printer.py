@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .text import TextSanitizer, fold, pretty_json_text, safe_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
 
 __all__ = ["ReplyPrinter"]
 
@@ -25,7 +28,8 @@ class ReplyPrinter:
     #: Seconds between two redraws of the spinner while nothing else arrives.
     TICK_S = 0.1
 
-    def __init__(self, out_console: Any | None, err_console: Any | None, *, live: bool, file: Any = None) -> None:
+    def __init__(self, out_console: Console | None, err_console: Console | None, *, live: bool,
+                 file: IO[str] | None = None) -> None:
         import threading
 
         self.out = out_console
@@ -34,7 +38,11 @@ class ReplyPrinter:
         self._stream: Any = None
         self._text = ""
         self._printed_any = False
-        self._file = file if file is not None else out_console.file
+        if file is None:
+            if out_console is None:
+                raise TypeError("ReplyPrinter writes to out_console's file or to file: give one")
+            file = out_console.file
+        self._file = file
         # The spinner moves on its own: a ticker thread redraws the live tail every TICK_S
         # seconds while the main thread waits on the model. Every use of the stream holds
         # the lock, since MarkdownStream itself is not thread-safe.
@@ -45,7 +53,7 @@ class ReplyPrinter:
         self._ticker: Any = None
         self._segment_text = False  # text of the current segment is live (no spinner then)
         self._sanitizer = TextSanitizer()
-        if self.live_enabled:
+        if self.live_enabled and out_console is not None:
             from ..markdown_stream import MarkdownStream
 
             self._stream = MarkdownStream(out_console, live=True)

@@ -57,7 +57,7 @@ def search_hit_lines(hits: Sequence[SearchHit], *, width: int | None = None, now
         removed = _REMOVED.get(hit.removed or "")
         own_line = False  # the removal mark on a line of its own when it does not fit beside the turn
         if width is not None:  # the id and turn always show; the agent goes first, then the age
-            own_line = bool(removed) and len(sid) + len(turn) + len(removed) + 6 > width
+            own_line = removed is not None and len(sid) + len(turn) + len(removed) + 6 > width
             budget = width - len(sid) - len(turn) - 3 - (len(removed) + 3 if removed and not own_line else 0)
             while optional and sum(len(t) + 3 for t, _ in optional) > budget:
                 optional.pop()
@@ -67,7 +67,7 @@ def search_hit_lines(hits: Sequence[SearchHit], *, width: int | None = None, now
         for text, style in optional:
             head.append(" · ", "dim").append(text, style)
         out.append(head.wrapped(width) if width is not None else head)
-        if own_line:
+        if own_line and removed is not None:
             out.append(Lines("  " + removed, "magenta"))
         snippet = _snippet(hit)
         out.append(snippet.wrapped(width) if width is not None else snippet)

@@ -141,28 +141,29 @@ def _sessions_stacked(rows: list[list[str]], statuses: list[str], width: int) ->
 def agents_lines(rows: Sequence[dict[str, Any]], *, width: int | None = None) -> list[Lines]:
     """The ``agents ls`` listing as styled lines.
 
-    ``rows`` as :func:`agent_dicts` gives them. A table (AGENT, MODEL, HANDOFFS, TOOLS,
-    INSTRUCTIONS; ``*`` marks the starting agent) when it fits ``width`` with at least
+    ``rows`` as :func:`agent_dicts` gives them. A table (AGENT, VERSION, MODEL, HANDOFFS,
+    TOOLS, INSTRUCTIONS; ``*`` marks the starting agent) when it fits ``width`` with at least
     :data:`_LS_MIN_PREVIEW` cells of instructions, or when ``width`` is ``None`` (a pipe:
     nothing truncated); otherwise one block an agent, each line wrapped to ``width``.
     """
     def cells(r: dict[str, Any]) -> list[str]:
         tools = ", ".join(t["name"] + (" (custom)" if t["kind"] == "custom" else "") for t in r["tools"])
         first = (r["instructions"] or "").strip().splitlines()[0] if (r["instructions"] or "").strip() else ""
-        return [safe_text(r["name"]) + (" *" if r["start"] else ""), safe_text(r["model"] or "(default)"),
-                safe_text(", ".join(r["handoffs"]) or "-"), safe_text(tools or "-"), safe_text(first)]
+        return [safe_text(r["name"]) + (" *" if r["start"] else ""), safe_text(r.get("version") or "-"),
+                safe_text(r["model"] or "(default)"), safe_text(", ".join(r["handoffs"]) or "-"),
+                safe_text(tools or "-"), safe_text(first)]
 
-    headers = ("AGENT", "MODEL", "HANDOFFS", "TOOLS", "INSTRUCTIONS")
+    headers = ("AGENT", "VERSION", "MODEL", "HANDOFFS", "TOOLS", "INSTRUCTIONS")
     table = [cells(r) for r in rows]
     widths = [max([len(h)] + [len(c[i]) for c in table]) for i, h in enumerate(headers)]
-    fixed = sum(widths[:4]) + 2 * 4
+    fixed = sum(widths[:5]) + 2 * 5
     if width is None or fixed + _LS_MIN_PREVIEW <= width:
-        last = widths[4] if width is None else max(0, min(widths[4], width - fixed))
-        out = [Lines("  ".join(h.ljust(w) for h, w in zip(headers[:4], widths)) + "  " + headers[4], "bold")]
+        last = widths[5] if width is None else max(0, min(widths[5], width - fixed))
+        out = [Lines("  ".join(h.ljust(w) for h, w in zip(headers[:5], widths)) + "  " + headers[5], "bold")]
         for c in table:
             line = Lines(c[0].ljust(widths[0]), "cyan")
-            line.append("  " + "  ".join(v.ljust(w) for v, w in zip(c[1:4], widths[1:4])) + "  ")
-            line.append(_clip(c[4], last) if width is not None else c[4], "dim")
+            line.append("  " + "  ".join(v.ljust(w) for v, w in zip(c[1:5], widths[1:5])) + "  ")
+            line.append(_clip(c[5], last) if width is not None else c[5], "dim")
             line.rstrip()
             out.append(line)
         return out
@@ -171,7 +172,7 @@ def agents_lines(rows: Sequence[dict[str, Any]], *, width: int | None = None) ->
     out = []
     for c in table:
         out.append(Lines(_clip(c[0], width), "bold cyan"))
-        for label, value in (("model", c[1]), ("handoffs", c[2]), ("tools", c[3]), ("", c[4])):
+        for label, value in (("version", c[1]), ("model", c[2]), ("handoffs", c[3]), ("tools", c[4]), ("", c[5])):
             if not value or (label and value == "-"):
                 continue
             text = f"{label}: {value}" if label else value

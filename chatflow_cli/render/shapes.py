@@ -141,8 +141,16 @@ def turn_interrupted(record: TurnRecord, interrupted_turns: Container[int] = ())
     return bool(msgs) and _role(msgs[-1]) in ("user", "tool") and record.number in interrupted_turns
 
 
-def turn_dict(record: TurnRecord, *, interrupted: bool = False) -> dict[str, Any]:
-    """One turn as JSON-ready data (``sessions show --json``)."""
+def turn_dict(record: TurnRecord, *, interrupted: bool = False,
+              changed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One turn as JSON-ready data (``sessions show --json``): ``agent_versions`` is
+    ``{agent: version}`` of the agents that replied in it (known versions only),
+    ``agent_changed`` ``[{"agent", "from", "to"}]`` the agents whose version changed in it."""
+    versions: dict[str, str] = {}
+    for msg in record.messages:
+        version = getattr(msg, "agent_version", None)
+        if _role(msg) == "model" and msg.agent and version:
+            versions[msg.agent] = str(version)
     return {
         "number": record.number,
         "in_window": record.in_window,
@@ -151,6 +159,8 @@ def turn_dict(record: TurnRecord, *, interrupted: bool = False) -> dict[str, Any
         "interrupted": interrupted,
         "messages": [m.to_dict() for m in record.messages],
         "handoffs": turn_handoffs(record),
+        "agent_versions": versions,
+        "agent_changed": list(changed or ()),
     }
 
 

@@ -31,11 +31,65 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..core.memory import TurnRecord
     from ..core.runner import RunResult
 
-__all__ = ["event_text", "reply_cut_text", "reply_note", "turn_renderables"]
+__all__ = ["AgentVersionMarks", "agent_changed_text", "event_text", "reply_cut_text", "reply_note", "turn_renderables",
+           "turn_versions"]
+
+
+def agent_changed_text(data: dict[str, Any]) -> str:
+    """The notice for an ``agent.changed`` event: ``agent Support changed since turn 12
+    (3f2a1b9c0d4e -> 9a8b7c6d5e4f)``, where turn 12 is the last turn the previous version ran
+    in. When that turn is not before the event's turn (a turn continued after custom tool
+    results, or numbers used again after a rollback), ``since turn N`` is left out."""
+    agent = safe_text(str(data.get("agent") or "?"))
+    since, turn = data.get("since_turn"), data.get("turn")
+    when = f" since turn {since}" if isinstance(since, int) and isinstance(turn, int) and 0 < since < turn else ""
+    versions = f"{safe_text(str(data.get('previous_version') or '?'))} -> {safe_text(str(data.get('version') or '?'))}"
+    return f"agent {agent} changed{when} ({versions})"
+
+
+def turn_versions(record: TurnRecord) -> dict[str, str]:
+    """``{agent: version}`` of the agents that replied in the turn (the version of each
+    agent's last reply in it); agents whose replies carry no version are left out."""
+    out: dict[str, str] = {}
+    for msg in record.messages:
+        version = getattr(msg, "agent_version", None)
+        if _role(msg) == "model" and msg.agent and version:
+            out[msg.agent] = str(version)
+    return out
+
+
+class AgentVersionMarks:
+    """Where an agent's version changed, turn by turn (``sessions show``).
+
+    Feed live turns oldest first to :meth:`changes`: a turn is marked for an agent when the
+    agent's version in it differs from the one of the agent's latest earlier reply with a
+    known version. Removed turns (rolled back, failed) are marked against the live history
+    but do not move it. ``known`` seeds the versions before the first turn fed.
+    """
+
+    def __init__(self, known: dict[str, str] | None = None) -> None:
+        self.known: dict[str, str] = dict(known or {})
+
+    def changes(self, record: TurnRecord) -> list[dict[str, Any]]:
+        """``[{"agent", "from", "to"}]`` for the agents whose version changed in ``record``."""
+        out = []
+        removed = record.rolled_back or record.failed
+        first: dict[str, str] = {}
+        for msg in record.messages:  # an agent's first reply in the turn is compared
+            version = getattr(msg, "agent_version", None)
+            if _role(msg) == "model" and msg.agent and version:
+                first.setdefault(msg.agent, str(version))
+        for agent, version in first.items():
+            before = self.known.get(agent)
+            if before is not None and before != version:
+                out.append({"agent": agent, "from": before, "to": version})
+        if not removed:
+            self.known.update(turn_versions(record))
+        return out
 
 
 def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool = False, width: int | None = None,
-                     interrupted: bool = False) -> list[Any]:
+                     interrupted: bool = False, changed: list[dict[str, Any]] | None = None) -> list[Any]:
     """The renderables of one turn (see the module docstring for the layout).
 
     Items are :class:`Lines` (with ``plain`` text and Rich styles) and, when ``markdown``
@@ -46,8 +100,12 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
     Target: a 500-turn ``sessions show`` on a terminal within 1 s. With ``markdown`` and
     ``width`` (a terminal) the lines are word-wrapped to ``width`` (:meth:`Lines.wrapped`);
     continuation lines of a multi-line message are indented under its text.
+    ``changed``: the agents whose version changed in this turn (:class:`AgentVersionMarks`),
+    marked in the title and named in a line under it.
     """
     marks = []
+    for change in changed or ():
+        marks.append(f"{safe_text(change['agent'])} changed")
     if record.rolled_back:
         marks.append("rolled back")
     if record.failed:
@@ -62,6 +120,9 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
     title = f"── Turn {record.number}" + ("".join(f" · {m}" for m in marks)) + " "
     rule_style = "dim" if marks else "bold blue"
     out: list[Any] = [Lines(title + "─" * max(3, (width or 72) - len(title)), rule_style)]
+    for change in changed or ():
+        out.append(Lines(f"agent {safe_text(change['agent'])} changed: version {safe_text(change['from'])} -> "
+                         f"{safe_text(change['to'])}", "yellow"))
 
     msgs = record.messages
     results = {m.tool_call_id: m for m in msgs if _role(m) == "tool"}

@@ -1,23 +1,20 @@
 """The REPL's entry point and prompt loop: :func:`run_repl` and :class:`Repl`.
 
 :func:`run_repl` builds the Runner through :mod:`chatflow_cli.assembly` and runs a
-:class:`Repl`, which holds the session's state, the prompt-toolkit prompt (keys, history,
-completion, toolbar), the loop and the terminal's signals. Slash commands live in
-:mod:`~chatflow_cli.repl.commands`, turn running in :mod:`~chatflow_cli.repl.turn`.
+:class:`Repl`, which holds the session's state and the loop. Its parts are mixed in: the
+prompt (keys, history, completion, toolbar) from :mod:`~chatflow_cli.repl.prompt`, the
+terminal's modes and signals from :mod:`~chatflow_cli.repl.terminal`, slash commands from
+:mod:`~chatflow_cli.repl.commands`, turn running from :mod:`~chatflow_cli.repl.turn`; the
+state they share is declared on :class:`~chatflow_cli.repl.host.ReplHost`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import logging
-import os
 import shlex
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,20 +22,25 @@ from ..context import notice
 from ..core.errors import ChatflowError, UsageError
 from ..render import safe_text
 from ..session_ids import new_session_id, validate_session_id
-from .commands import COMMANDS, SlashCommands, _slash_completer
-from .turn import TurnRunner, _TurnView, plural_rows
+from .commands import SlashCommands
+from .host import Endpoint
+from .prompt import PromptView
+from .terminal import TerminalModes
+from .turn import TurnRunner, plural_rows
 
 if TYPE_CHECKING:  # pragma: no cover
+    from prompt_toolkit.input import Input
+    from prompt_toolkit.output import Output
+    from rich.console import Console
+
     from ..context import State
-    from ..core.memory import BaseSessionStore
+    from ..core.memory.protocol import SessionStoreProtocol
     from ..core.model import ModelClient
     from ..core.runner import Runner
 
 __all__ = ["HISTORY_FILENAME", "Repl", "run_repl"]
 
 HISTORY_FILENAME = "repl_history"
-#: After SIGHUP, how long the REPL waits for an interrupted turn still closing before it exits.
-HANGUP_WAIT_S = 15.0
 
 
 # --------------------------------------------------------------------------------------
@@ -55,9 +57,9 @@ def run_repl(
     max_turns: int | None = None,
     system: str | None = None,
     max_context_tokens: int | None = None,
-    input: Any = None,
-    output: Any = None,
-    console: Any = None,
+    input: Input | None = None,
+    output: Output | None = None,
+    console: Console | None = None,
 ) -> int:
     """Run the REPL until ``/exit`` or Ctrl-D (see :mod:`chatflow_cli.repl`).
 
@@ -113,19 +115,15 @@ def run_repl(
     if choice.local:
         notice(state, "starting the local model (SmolLM2 on llama.cpp)…")
     history_path = ensure_private_dir(Path(settings.data_dir)) / HISTORY_FILENAME
-    # /switch and /new talk to the other session's stored model and endpoint, else these
+    # /switch and /new talk to the other session's stored model and endpoint, else to these:
+    # the flags' and config's, resolved only when a resumed session's own ones differ and
+    # only once one of them is needed
     flag_settings = state.settings(model=model, base_url=base_url)
-    defaults = endpoint_of(choice if flag_settings is settings else resolve_model(flag_settings))
-    transport = transport_for("openai")
-    timeout = 60.0
+    defaults: Endpoint | Callable[[], Endpoint] = endpoint_of(choice) if flag_settings is settings else (
+        lambda: endpoint_of(resolve_model(flag_settings)))
 
-    def client_for(url: str) -> ModelClient:
-        from ..core.model import ModelClient
-
-        return ModelClient(url, choice.api_key, timeout=timeout, transport=transport)
-
-    with assemble(settings, store, choice=choice, model=model, agent=agent, timeout=timeout,
-                  transport=transport, max_context_tokens=max_context_tokens) as built:
+    with assemble(settings, store, choice=choice, model=model, agent=agent, timeout=60.0,
+                  transport=transport_for("openai"), max_context_tokens=max_context_tokens) as built:
         repl = Repl(
             built.runner,
             store,
@@ -139,7 +137,7 @@ def run_repl(
             resume_prefix=_resume_prefix(state),
             endpoint=endpoint_of(choice),
             default_endpoint=defaults,
-            client_for=None if choice.local else client_for,
+            client_for=built.client_for,
         )
         try:
             return asyncio.run(repl.run())
@@ -162,7 +160,7 @@ def _resume_prefix(state: State) -> list[str]:
 # --------------------------------------------------------------------------------------
 # the REPL
 # --------------------------------------------------------------------------------------
-class Repl(SlashCommands, TurnRunner):
+class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
     """The REPL's state and loop. Built by :func:`run_repl`; tests may build it directly.
 
     Args:
@@ -179,18 +177,18 @@ class Repl(SlashCommands, TurnRunner):
     def __init__(
         self,
         runner: Runner,
-        store: BaseSessionStore,
+        store: SessionStoreProtocol,
         session_id: str,
         *,
-        console: Any,
-        input: Any = None,
-        output: Any = None,
+        console: Console,
+        input: Input | None = None,
+        output: Output | None = None,
         history_path: Path | None = None,
         max_turns: int | None = None,
         system: str | None = None,
         resume_prefix: Iterable[str] = ("chatflow",),
-        endpoint: tuple[str | None, str | None] = (None, None),
-        default_endpoint: tuple[str | None, str | None] | None = None,
+        endpoint: Endpoint = (None, None),
+        default_endpoint: Endpoint | Callable[[], Endpoint] | None = None,
         client_for: Callable[[str], ModelClient] | None = None,
     ) -> None:
         from prompt_toolkit.input import create_input
@@ -210,205 +208,38 @@ class Repl(SlashCommands, TurnRunner):
         #: (flags, else config) are what ``/new`` goes back to; ``client_for(url)`` makes a
         #: model client for another endpoint (``None``: the endpoint is not switched)
         self.endpoint = endpoint
-        self.default_endpoint = default_endpoint if default_endpoint is not None else endpoint
+        self._default_endpoint = default_endpoint if default_endpoint is not None else endpoint
         self._client_for = client_for
         self.done = False
         self.hung_up = False  # the terminal went away (SIGHUP): finish the turn quietly and leave
-        self._turn_interrupt: Callable[[], None] | None = None  # stops the running turn, if any
-        self._devnull: Any = None
-        self.failed_message: str | None = None  # kept after a provider error, for /retry
-        self.last_usage_tokens: int | None = None
+        self._turn_interrupt = None  # stops the running turn, if any
+        self._devnull = None
+        self.failed_message = None  # kept after a provider error, for /retry
+        self.last_usage_tokens = None
         self._prefill = ""
-        self._typeahead: list[Any] = []  # key presses typed while a turn ran
-        self._closing: threading.Thread | None = None  # an interrupted turn still being stored
-        self._notes: collections.deque[logging.LogRecord] = collections.deque(maxlen=50)
-        self._ids_cache: tuple[float, list[str]] = (0.0, [])
+        self._typeahead = []  # key presses typed while a turn ran
+        self._closing = None  # an interrupted turn still being stored
+        self._notes = collections.deque(maxlen=50)
+        self._ids_cache = (0.0, [])
         # what the toolbar shows, refreshed after each turn and command
         self.agent_name = runner.starting_agent.name
         self.turn = 0
         self.window_turns = 0
-        self._history: tuple[Any, ...] = ()  # the stored window, for the context use in tokens
+        self._history = ()  # the stored window, for the context use in tokens
         self.session_max_turns = max_turns or store.default_max_turns
         self.exists = False
         self._refresh_info()
         self.prompt_session = self._make_prompt_session()
         self._ask_session = self._make_ask_session()
 
-    # ---------------------------------------------------------------- prompt-toolkit
-    def _make_prompt_session(self) -> Any:
-        from prompt_toolkit import PromptSession
-        from prompt_toolkit.auto_suggest import AutoSuggestFromHistory
-        from prompt_toolkit.filters import completion_is_selected, has_completions, is_searching
-        from prompt_toolkit.history import FileHistory, InMemoryHistory
-        from prompt_toolkit.key_binding import KeyBindings
-        from prompt_toolkit.styles import Style
-
-        bindings = KeyBindings()
-
-        @bindings.add("enter", filter=has_completions & completion_is_selected)
-        def _take_completion(event: Any) -> None:
-            buffer = event.current_buffer
-            buffer.complete_state = None
-            word = buffer.document.text_before_cursor.split(" ")[0]
-            if COMMANDS.get(word, ("", ""))[0] and not buffer.document.text_after_cursor:
-                buffer.insert_text(" ")
-
-        @bindings.add("enter", filter=~(has_completions & completion_is_selected) & ~is_searching)
-        def _send(event: Any) -> None:
-            event.current_buffer.validate_and_handle()
-
-        @bindings.add("enter", filter=is_searching)
-        def _accept_search_and_send(event: Any) -> None:
-            """Enter in a Ctrl-R search takes the match and sends it, as readline's accept-line does."""
-            from prompt_toolkit import search
-
-            search.accept_search()
-            event.app.current_buffer.validate_and_handle()
-
-        @bindings.add("c-x", "c-e")
-        def _open_editor(event: Any) -> None:
-            """Ctrl-X Ctrl-E: edit the message in $VISUAL/$EDITOR; the text comes back to the
-            prompt for review (Enter sends), as with /edit — never sent when the editor closes."""
-            event.current_buffer.open_in_editor(validate_and_handle=False)
-
-        @bindings.add("escape", "enter")
-        def _newline(event: Any) -> None:
-            event.current_buffer.insert_text("\n")
-
-        @bindings.add("tab", filter=~has_completions)
-        def _complete_now(event: Any) -> None:
-            """Tab completes from what is typed *now*: a single match is inserted, several
-            insert their common part and open the menu. (prompt-toolkit's own Tab does nothing
-            while the completion started by typing is still running, so ``/sw`` Tab typed
-            fast would open the menu without inserting ``/switch``.)"""
-            from prompt_toolkit.completion import CompleteEvent
-
-            buffer = event.current_buffer
-            document = buffer.document
-            found = list(buffer.completer.get_completions(document, CompleteEvent(completion_requested=True)))
-            if not found:
-                return
-            if len(found) == 1:
-                buffer.cancel_completion()
-                buffer.apply_completion(found[0])
-                return
-            from prompt_toolkit.completion import get_common_complete_suffix
-
-            common = get_common_complete_suffix(document, found)
-            if common:
-                buffer.insert_text(common)
-            buffer.start_completion(select_first=False)
-
-        if self.history_path is not None:
-            _private_file(self.history_path)
-            history: Any = _SkipBlank(FileHistory)(str(self.history_path))
-        else:
-            history = _SkipBlank(InMemoryHistory)()
-        style = Style.from_dict(
-            {
-                "agent": "bold ansicyan",
-                "bottom-toolbar": "noreverse bg:#262626 #bcbcbc",
-                "bottom-toolbar.key": "bold",
-                "bottom-toolbar.sep": "#6c6c6c",
-            }
-        )
-        return PromptSession(
-            history=history,
-            auto_suggest=AutoSuggestFromHistory(),
-            completer=_slash_completer(self),
-            complete_while_typing=True,
-            key_bindings=bindings,
-            multiline=True,
-            bottom_toolbar=self._toolbar,
-            prompt_continuation=lambda width, line_number, wrap_count: "… ".rjust(width),
-            style=style,
-            input=self.input,
-            output=self.output,
-        )
-
-    def _make_ask_session(self) -> Any:
-        from prompt_toolkit import PromptSession
-
-        return PromptSession(input=self.input, output=self.output)
-
-    def _prompt_message(self) -> Any:
-        return [("class:agent", safe_text(self.agent_name)), ("", " › ")]
-
-    def _toolbar(self) -> Any:
-        """``session │ agent │ model │ turn N │ ctx W/M │ T tok``, fitted to the terminal's width:
-        on a narrow terminal the token count goes first, then the model, the agent and the
-        turn; the session id is cut last, and ``ctx`` always stays."""
-        sep = ("class:bottom-toolbar.sep", " │ ")
-        # (text, style, drop order: 0 never, higher drops earlier)
-        items: list[tuple[str, str, int]] = [
-            (safe_text(self.session_id), "class:bottom-toolbar.key", 0),
-            (safe_text(self.agent_name), "", 3),
-            (safe_text(self.model_name or "?"), "", 4),
-            (f"turn {self.turn}", "", 2),
-            (self._context_use(), "", 0),
-        ]
-        if self.last_usage_tokens is not None:
-            items.append((f"{self.last_usage_tokens} tok", "", 5))
-        try:
-            width = int(self.output.get_size().columns) if self.output is not None else 80
-        except Exception:  # noqa: BLE001 - no terminal size: assume 80 columns
-            width = 80
-
-        def length(kept: list[tuple[str, str, int]]) -> int:
-            return 1 + sum(len(text) for text, _, _ in kept) + 3 * (len(kept) - 1)
-
-        for rank in (5, 4, 3, 2):
-            if length(items) <= width - 1:
-                break
-            items = [item for item in items if item[2] != rank]
-        over = length(items) - (width - 1)
-        if over > 0:  # cut the session id, keeping its start
-            text, style, rank = items[0]
-            keep = max(1, len(text) - over - 1)
-            items[0] = (text[:keep] + "…", style, rank)
-        parts: list[tuple[str, str]] = [("", " ")]
-        for k, (text, style, _rank) in enumerate(items):
-            if k:
-                parts.append(sep)
-            parts.append((style, text))
-        return parts
-
-    def _context_use(self) -> str:
-        """``ctx 6.1k/8.2k``: the stored window's tokens of the model's context size; with no
-        known size, ``ctx W/M``: the window's turns of ``max_turns``."""
-        budget = self.runner.budget_for(self.agent_name)
-        if budget is None:
-            return f"ctx {self.window_turns}/{self.session_max_turns}"
-        from ..core.memory.context import split_turns
-        from ..core.tokens import select_window, short_count
-
-        systems, _, turns = split_turns(self._history)
-        _kept, tokens = select_window(systems, turns, budget.tokens) if turns or systems else (0, 0)
-        return f"ctx {short_count(tokens)}/{short_count(budget.context)}"
-
     @property
-    def model_name(self) -> str | None:
-        agent = self.runner.agents.get(self.agent_name)
-        return (getattr(agent, "model", None) or self.runner.default_model) if agent else self.runner.default_model
-
-    def _refresh_info(self) -> None:
-        """Re-read what the toolbar and prompt show from the store (one indexed read)."""
-        try:
-            session = self.store.get(self.session_id)
-        except ChatflowError:
-            session = None
-        self.exists = session is not None
-        if session is None:
-            self.agent_name = self.runner.starting_agent.name
-            self.turn = self.window_turns = 0
-            self._history = ()
-            self.session_max_turns = self.max_turns or self.store.default_max_turns
-            return
-        self.agent_name = getattr(session.active_agent, "name", str(session.active_agent))
-        self.turn = session.turn_count
-        self.window_turns = len(session.turns)
-        self._history = session.history
-        self.session_max_turns = session.max_turns
+    def default_endpoint(self) -> Endpoint:
+        """The (model, base URL) of the flags and config, what ``/new`` goes back to; resolved
+        on first use when the REPL was given a way to resolve it (a resumed session's stored
+        endpoint differed), then kept."""
+        if callable(self._default_endpoint):
+            self._default_endpoint = self._default_endpoint()
+        return self._default_endpoint
 
     # ---------------------------------------------------------------- output helpers
     def say(self, text: str, style: str = "dim") -> None:
@@ -473,7 +304,10 @@ class Repl(SlashCommands, TurnRunner):
         if self.exists:
             from ..render import plural
 
-            self.say(f"session {self.session_id} ({plural(self.turn, 'turn')}) · resume: {self.resume_command()}")
+            line = f"session {self.session_id} ({plural(self.turn, 'turn')}) · resume: {self.resume_command()}"
+            if len(line) > self.console.width:  # the command on a line of its own, whole, to copy
+                line = f"session {self.session_id} ({plural(self.turn, 'turn')}) · resume with:\n{self.resume_command()}"
+            self.say(line)
         else:
             self.say("nothing was sent; no session was stored")
 
@@ -523,118 +357,6 @@ class Repl(SlashCommands, TurnRunner):
                 self._devnull.close()
         return 0
 
-    @contextlib.contextmanager
-    def _raw_terminal(self) -> Iterator[None]:
-        """Keep the terminal in raw mode for the whole run, also between prompts and turns.
-
-        In the terminal's cooked mode, Ctrl-D is not a key but an end-of-file that the line
-        discipline swallows when raw mode comes back: a Ctrl-D pressed right as a reply ends
-        (or while a command prints) would be lost. Raw mode only changes how keys are read
-        (output is processed as before); the editor runs in cooked mode.
-        """
-        try:
-            raw = self.input.raw_mode()
-            raw.__enter__()
-        except Exception:  # noqa: BLE001 - not a terminal: nothing to keep
-            yield
-            return
-        try:
-            yield
-        finally:
-            with contextlib.suppress(Exception):
-                raw.__exit__(None, None, None)
-
-    @contextlib.contextmanager
-    def _cooked_terminal(self) -> Iterator[None]:
-        try:
-            cooked = self.input.cooked_mode()
-            cooked.__enter__()
-        except Exception:  # noqa: BLE001 - not a terminal
-            yield
-            return
-        try:
-            yield
-        finally:
-            with contextlib.suppress(Exception):
-                cooked.__exit__(None, None, None)
-
-    @contextlib.contextmanager
-    def _hangup_handler(self) -> Iterator[None]:
-        """SIGHUP (the terminal closed) is handled like Ctrl-C during a turn, then the REPL leaves.
-
-        A running turn is cancelled and the Runner stores it as interrupted with the partial
-        reply (not left ``running`` for the next command to recover); output goes nowhere from
-        then on (the terminal is gone); a prompt on screen ends as Ctrl-D would. The handler
-        is the REPL's only while it runs; the previous one is put back after.
-        """
-        loop = asyncio.get_running_loop()
-        hup = getattr(signal, "SIGHUP", None)
-        previous = signal.getsignal(hup) if hup is not None else None
-        try:
-            loop.add_signal_handler(hup, self._hang_up)  # type: ignore[arg-type]
-        except (NotImplementedError, RuntimeError, ValueError, TypeError):  # no SIGHUP here, or not the main thread
-            yield
-            return
-        try:
-            yield
-        finally:
-            loop.remove_signal_handler(hup)  # type: ignore[arg-type]
-            if previous is not None:
-                signal.signal(hup, previous)  # type: ignore[arg-type]
-
-    def _hang_up(self) -> None:
-        self.hung_up = True
-        self.done = True
-        if self._devnull is None:
-            self._devnull = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - closed when run() ends
-            self.console.file = self._devnull
-        if self._turn_interrupt is not None:
-            self._turn_interrupt()
-            return
-        for session in (self.prompt_session, self._ask_session):
-            app = session.app
-            if app.is_running and not app.future.done():
-                app.exit(exception=EOFError())
-
-    async def _let_the_turn_close(self) -> None:
-        """After a hang-up: wait (at most :data:`HANGUP_WAIT_S`) for an interrupted turn still closing."""
-        thread = self._closing
-        if thread is not None and thread.is_alive():
-            await asyncio.to_thread(thread.join, HANGUP_WAIT_S)
-
-    @contextlib.contextmanager
-    def _log_notes(self) -> Iterator[None]:
-        """Show library warnings as REPL lines instead of raw stderr writes.
-
-        With no logging configured (no ``--debug``), Python would write warnings straight
-        to stderr, in the middle of the live reply. Records are queued (they may come from
-        worker threads) and printed by the loop: above the live tail during a turn, or
-        before the next prompt.
-        """
-        root = logging.getLogger()
-        if any(_writes_to_terminal(h) for h in root.handlers):  # --debug logging: leave it as it is
-            yield
-            return
-        handler = _QueueHandler(self._notes)
-        handler.setLevel(logging.WARNING)
-        root.addHandler(handler)
-        try:
-            yield
-        finally:
-            root.removeHandler(handler)
-            self._print_notes()
-
-    def _print_notes(self, view: _TurnView | None = None) -> None:
-        from rich.text import Text
-
-        while self._notes:
-            record = self._notes.popleft()
-            line = Text(f"{record.levelname.lower()}: {safe_text(record.getMessage())}", style="yellow")
-            if view is not None:
-                view.line(line)
-            else:
-                self.console.print(line)
-
     def _take_prefill(self) -> str:
         text = self._prefill
         self._prefill = ""
@@ -652,7 +374,6 @@ class Repl(SlashCommands, TurnRunner):
         else:
             await self.send(text)
 
-    # ---------------------------------------------------------------- messages and turns
     # ---------------------------------------------------------------- completion data
     def _session_ids(self) -> list[str]:
         stamp, ids = self._ids_cache
@@ -664,41 +385,3 @@ class Repl(SlashCommands, TurnRunner):
             self._ids_cache = (time.monotonic(), ids)
         return ids
 
-
-def _SkipBlank(base: type) -> type:  # noqa: N802 - a class factory
-    """``base`` (a prompt-toolkit History class) that never stores a blank or whitespace-only
-    entry: such input is never sent, so it has no place in the history."""
-
-    class SkipBlank(base):  # type: ignore[misc, valid-type]
-        def append_string(self, string: str) -> None:
-            if string.strip():
-                super().append_string(string)
-
-    SkipBlank.__name__ = f"SkipBlank{base.__name__}"
-    return SkipBlank
-
-
-def _writes_to_terminal(handler: logging.Handler) -> bool:
-    import sys
-
-    stream = getattr(handler, "stream", None)
-    return stream is not None and stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
-
-
-class _QueueHandler(logging.Handler):
-    """A logging handler that only queues records; the REPL loop prints them."""
-
-    def __init__(self, queue: collections.deque[logging.LogRecord]) -> None:
-        super().__init__()
-        self.queue = queue
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.queue.append(record)
-
-
-def _private_file(path: Path) -> None:
-    """Create ``path`` if needed and make it readable by its owner only (0600)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
-    os.close(fd)
-    os.chmod(path, 0o600)

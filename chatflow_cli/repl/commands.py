@@ -18,17 +18,15 @@ import shlex
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.errors import ChatflowError, RunInterrupted, SessionNotFoundError
 from ..core.memory import rollback_target
 from ..core.messages import Role
 from ..render import pretty_json_text, safe_text, sessions_lines
 from ..session_ids import new_session_id
+from .host import ReplHost
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .app import Repl
 
 __all__ = ["COMMANDS", "SlashCommands", "slash_completions"]
 
@@ -57,7 +55,7 @@ _ALIASES = {"/quit": "/exit", "/q": "/exit", "/h": "/help", "/?": "/help"}
 _SUGGEST_CUTOFF = 0.75
 
 
-class SlashCommands:
+class SlashCommands(ReplHost):
     """The REPL's slash commands: ``/help`` … ``/exit``, each a ``cmd_<name>`` method.
 
     Mixed into :class:`~chatflow_cli.repl.app.Repl`, whose state it uses.
@@ -304,9 +302,26 @@ class SlashCommands:
         if not await self.confirm(question):
             self.say("nothing was changed")
             return
-        self.store.rollback(self.session_id, last.number - 1)
-        self.say(f"turn {last.number} rolled back; sending its message again")
+        # The store removes the newest turn as it stands when it writes (not a turn number
+        # read before the question); a turn another process added meanwhile is the one removed,
+        # and its message is the one sent again.
+        events = self.store.rollback(self.session_id, last=1)
+        gone = next(e.payload for e in events if e.type == "rollback")["removed_turns"]
+        number = gone[0] if gone else last.number
+        if number != last.number:
+            text = self._user_message_of(number, rolled_back=True) or text
+        self.say(f"turn {number} rolled back; sending its message again")
         await self.send(text)
+
+    def _user_message_of(self, number: int, *, rolled_back: bool = False) -> str | None:
+        """The user message of turn ``number`` (its newest rolled-back copy with ``rolled_back``)."""
+        records = self.store.load_turns(self.session_id, first=number, last=number, include_rolled_back=rolled_back)
+        for record in reversed(records):
+            if record.rolled_back == rolled_back:
+                for message in record.messages:
+                    if message.role == Role.USER and message.content:
+                        return str(message.content)
+        return None
 
     def _failed_in_log(self) -> str | None:
         """The user message of the session's last turn when that turn failed and nothing
@@ -481,7 +496,7 @@ class SlashCommands:
         return answer.strip().lower() in {"y", "yes"}
 
 
-def slash_completions(repl: Repl, text: str) -> list[tuple[str, int, str]]:
+def slash_completions(repl: ReplHost, text: str) -> list[tuple[str, int, str]]:
     """Completions for the text before the cursor: ``(text, start offset, help)`` each.
 
     Slash commands first; then session ids after ``/switch``, agent names after ``/agent``
@@ -500,19 +515,8 @@ def slash_completions(repl: Repl, text: str) -> list[tuple[str, int, str]]:
     elif name == "/agent":
         choices = list(repl.runner.agents)
     elif name == "/model":
-        choices = sorted({a.model for a in repl.runner.agents.values() if getattr(a, "model", None)})
+        choices = sorted({a.model for a in repl.runner.agents.values() if a.model})
     return [(choice, -len(partial), "") for choice in choices if choice.startswith(partial)]
-
-
-def _slash_completer(repl: Repl) -> Any:
-    from prompt_toolkit.completion import Completer, Completion
-
-    class SlashCompleter(Completer):
-        def get_completions(self, document: Any, complete_event: Any) -> Iterable[Any]:
-            for text, start, meta in slash_completions(repl, document.text_before_cursor):
-                yield Completion(text, start, display_meta=meta or None)
-
-    return SlashCompleter()
 
 
 def _run_editor(editor: str, initial: str) -> tuple[int, str]:

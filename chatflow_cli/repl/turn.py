@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ChatflowError, RunInterrupted, ToolResultError
-from ..render import pretty_json_text, reply_note, safe_text
+from ..render import agent_changed_text, pretty_json_text, reply_note, safe_text
+from .host import ReplHost
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.messages import ToolCall
@@ -30,6 +31,9 @@ __all__ = ["ABANDON_AFTER_S", "TurnRunner"]
 
 _TICK_S = 0.08  # spinner and late-text refresh while waiting for events
 _BATCH = 512  # events shown between two looks at the keyboard
+#: A text event longer than this (characters) is shown in slices of it, the keyboard read
+#: between slices: a huge reply that arrived in one piece still stops at once on Ctrl-C.
+_SLICE = 2048
 #: After Ctrl-C, how long the REPL waits for the Runner to store the interrupted turn before
 #: it gives the prompt back anyway (a server that never sends its response headers keeps
 #: the request blocked until the client's timeout); the next turn waits for that close.
@@ -111,7 +115,7 @@ class _Outcome:
     shown: int = 0  # of which shown (none after Ctrl-C)
 
 
-class TurnRunner:
+class TurnRunner(ReplHost):
     """The REPL's turns: a message sent, the reply streamed, tool results asked for, Ctrl-C.
 
     Mixed into :class:`~chatflow_cli.repl.app.Repl`, whose state it uses.
@@ -221,9 +225,11 @@ class TurnRunner:
         stopping = False
         stop_at = 0.0
 
+        ended = False
+
         def interrupt() -> None:
             nonlocal stopping, stop_at
-            if not stopping:
+            if not stopping and not ended:  # a Ctrl-C read after the turn ended only clears type-ahead
                 stopping = True
                 stop_at = loop.time()
                 cancel.set()
@@ -256,7 +262,17 @@ class TurnRunner:
                     if self._notes:
                         self._print_notes(view)
                     for kind, value in batch:
-                        if kind == "event":
+                        if kind == "event" and not stopping and _long_text(value):
+                            text = str(value.data["text"])
+                            for at in range(0, len(text), _SLICE):
+                                piece = text[at:at + _SLICE]
+                                outcome.received += len(piece)
+                                if not stopping:
+                                    outcome.shown += len(piece)
+                                    view.text(piece)
+                                    view.stream.refresh()  # drawn now, not all at once at the end
+                                    await asyncio.sleep(0)  # the keyboard and SIGINT are read here
+                        elif kind == "event":
                             self._show_event(view, value, outcome, display=not stopping)
                         else:
                             if kind == "error":
@@ -266,6 +282,7 @@ class TurnRunner:
                     view.tick()
                     await asyncio.sleep(0)
             finally:
+                ended = True
                 self._turn_interrupt = None
                 view.finish()
         self._print_notes()
@@ -346,6 +363,10 @@ class TurnRunner:
         elif kind == "message.user":
             if event.turn:
                 self.turn = int(event.turn)
+        elif kind == "agent.changed" and display:  # said once per change
+            from rich.text import Text
+
+            view.line(Text(agent_changed_text(data), style="yellow"), status="thinking…")
         elif kind == "handoff" and data.get("to_agent"):
             self.agent_name = str(data["to_agent"])
             if display:
@@ -440,6 +461,11 @@ class TurnRunner:
         finally:
             if installed:
                 loop.remove_signal_handler(signal.SIGINT)
+
+
+def _long_text(event: StreamEvent) -> bool:
+    """Whether ``event`` is reply text too long to show in one go (:data:`_SLICE`)."""
+    return event.type == "text.delta" and len(str((event.data or {}).get("text", ""))) > _SLICE
 
 
 def _chars(count: int) -> str:

@@ -1,7 +1,7 @@
 """Benchmark: one 190 KB paragraph in the REPL, beside printing it piped.
 
 A model answers with one paragraph of 190,000 characters (words, bold, italic, code spans)
-that arrives at once, in 16-character chunks, from the fake OpenAI-compatible server (in its
+that arrives at once, in 16-character chunks (``--chunk N``; 0: in one chunk), from the fake OpenAI-compatible server (in its
 own process). Both sides are the real ``chatflow`` process:
 
 * *piped*: ``chatflow chat -s ID go`` with stdout a pipe (the text is written as it arrives),
@@ -95,10 +95,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--chars", type=int, default=190_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--chunk", type=int, default=16,
+                        help="characters a streamed chunk (0: the whole paragraph in one chunk)")
     args = parser.parse_args()
     big = paragraph(args.chars)
     small = "Short END."
-    big_spec = {"type": "text", "text": big, "chunks": [big[i : i + 16] for i in range(0, len(big), 16)]}
+    size = args.chunk or len(big)
+    big_spec = {"type": "text", "text": big, "chunks": [big[i : i + size] for i in range(0, len(big), size)]}
     small_spec = {"type": "text", "text": small}
     # order of use: per run, piped small, piped big, REPL small, REPL big
     proc, url = server([big_spec if i % 2 else small_spec for i in range(4 * args.runs)])

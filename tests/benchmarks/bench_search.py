@@ -26,6 +26,13 @@ first page (20 hits), median of ``--runs``:
   pipe), when the chatflow command exists.
 
 Target: the first page in under 100 ms. The load average is printed with the figures.
+
+``--store postgres`` measures the PostgreSQL store instead (``tsvector`` + GIN): a server is
+started from the machine's binaries as tests/helpers/pgserver.py does, the same history is
+written through ``PostgresSessionStore`` into a fresh database (not kept: the server is
+temporary), and ``chatflow sessions search`` runs with ``CHATFLOW_DB`` set to its URL::
+
+    python -m tests.benchmarks.bench_search --store postgres
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 TURNS = 10
 
@@ -67,13 +75,20 @@ def _texts(sessions: int, seed: int = 7) -> tuple[list[str], list[list[tuple[str
     return vocab, out
 
 
-def build_chatflow(path: Path, history: list[list[tuple[str, str]]]) -> None:
+def build_chatflow(path: Path | str, history: list[list[tuple[str, str]]]) -> None:
+    """Write ``history`` through a chatflow store: a SQLite file at ``path``, or the
+    PostgreSQL database a ``postgresql://`` URL names."""
     from chatflow_cli.core.agents import Agent
     from chatflow_cli.core.memory import SQLiteSessionStore
     from chatflow_cli.core.messages import Message
 
     agent = Agent(name="Assistant", instructions="Helpful", model="m")
-    store = SQLiteSessionStore(path)
+    if str(path).startswith("postgresql://"):
+        from chatflow_cli.core.memory.postgres import PostgresSessionStore
+
+        store: object = PostgresSessionStore(str(path))
+    else:
+        store = SQLiteSessionStore(path)
     try:
         for n, turns in enumerate(history):
             ctx = store.get_or_create(f"s{n:05d}", agent)
@@ -133,12 +148,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "chatflow-bench-search")
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
+                        help="the chatflow store measured (postgres: a temporary server, see the docstring)")
     args = parser.parse_args(argv)
     vocab, history = _texts(args.sessions)
     args.dir.mkdir(parents=True, exist_ok=True)
     ours = args.dir / f"chatflow-{args.sessions}" / "chatflow.db"  # a CHATFLOW_HOME
     theirs = args.dir / f"llm-{args.sessions}" / "logs.db"
-    if not ours.exists():
+    server = None
+    dsn = None
+    if args.store == "postgres":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        from tests.helpers.pgserver import PgServer
+
+        server = PgServer().start()
+        dsn = server.dsn(server.create_database())
+        start = time.perf_counter()
+        build_chatflow(dsn, history)
+        print(f"built the PostgreSQL database in {time.perf_counter() - start:.0f} s")
+    try:
+        _measure(args, history, ours, theirs, dsn)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _measure(args: argparse.Namespace, history: list[list[tuple[str, str]]], ours: Path, theirs: Path,
+             dsn: str | None) -> None:
+    if dsn is None and not ours.exists():
         ours.parent.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         build_chatflow(ours.with_suffix(".tmp"), history)
@@ -160,15 +197,23 @@ def main(argv: list[str] | None = None) -> None:
 
     from chatflow_cli.core.memory import SQLiteSessionStore
 
-    store = SQLiteSessionStore(ours)
+    if dsn is not None:
+        from chatflow_cli.core.memory.postgres import PostgresSessionStore
+
+        store: Any = PostgresSessionStore(dsn)
+    else:
+        store = SQLiteSessionStore(ours)
     db = sqlite_utils.Database(theirs)
     print(f"load average before: {os.getloadavg()}")
-    print(f"{args.sessions} sessions, {messages} messages; first page of 20 hits, median of {args.runs} runs")
+    print(f"{args.sessions} sessions, {messages} messages in {args.store}; first page of 20 hits, "
+          f"median of {args.runs} runs")
     print("| query | hits in page | chatflow store.search | llm legacy_log_rows | chatflow process | llm logs -q process |")
     print("|---|---|---|---|---|---|")
     chatflow_bin = shutil.which("chatflow")
     llm_bin = shutil.which("llm")
     env = {**os.environ, "CHATFLOW_HOME": str(ours.parent), "LLM_USER_PATH": str(theirs.parent)}
+    if dsn is not None:
+        env["CHATFLOW_DB"] = dsn
     for q in queries:
         hits = store.search(q, limit=20)
         ours_ms = _median_ms(lambda q=q: store.search(q, limit=20), args.runs)

@@ -46,7 +46,7 @@ def test_ls_piped_never_wraps_or_truncates(chatflow, long_session):
     assert "\u2026" not in out
 
 
-def test_ls_on_a_narrow_terminal_shrinks_the_preview_then_the_agent_never_the_id(long_session):
+def test_ls_on_a_narrow_terminal_shrinks_the_title_then_stacks_never_cutting_the_id(long_session):
     out = _spawn_ls(80)
     lines = [line for line in out.splitlines() if line.strip()]
     assert all(len(line) <= 80 for line in lines), lines
@@ -56,17 +56,13 @@ def test_ls_on_a_narrow_terminal_shrinks_the_preview_then_the_agent_never_the_id
     assert cells[:4] == [LONG_ID, "Assistant", "idle", "2"] and cells[4].endswith("ago")
     assert cells[5].endswith("\u2026") and LONG_PREVIEW.startswith(cells[5][:-1])
 
-    narrow = [line for line in _spawn_ls(60).splitlines() if line.strip()]
-    assert all(len(line) <= 60 for line in narrow), narrow
-    assert narrow[0].split() == ["SESSION", "AGENT", "STATUS", "TURNS", "UPDATED"]  # preview dropped
-    cells = re.split(r"\s{2,}", narrow[1])
-    assert cells[0] == LONG_ID and cells[1].endswith("\u2026") and "Assistant".startswith(cells[1][:-1])
-
-    narrower = [line for line in _spawn_ls(55).splitlines() if line.strip()]
-    assert all(len(line) <= 55 for line in narrower), narrower
-    assert narrower[0].split() == ["SESSION", "STATUS", "TURNS", "UPDATED"]  # then the agent
-    cells = re.split(r"\s{2,}", narrower[1])
-    assert cells[:3] == [LONG_ID, "idle", "2"] and cells[3].endswith("ago")
+    for width in (60, 55):  # the title no longer fits as a column: a block a session, title kept
+        block = [line.rstrip() for line in _spawn_ls(width).splitlines() if line.strip()]
+        assert all(len(line) <= width for line in block), block
+        assert block[0] == f"{LONG_ID}  idle"
+        assert block[1].startswith("  ") and block[1].endswith("\u2026") and LONG_PREVIEW.startswith(block[1][2:-1])
+        assert re.fullmatch(r"  2 turns · .+ ago · Assistant", block[2]), block
+        assert len(block) == 3
 
 
 def test_agents_and_sessions_ls_stay_readable_at_40_columns(chatflow, provider, config_file):

@@ -68,7 +68,7 @@ def feed_all(chunks: list[Any]) -> tuple[StreamAccumulator, list[Any]]:
 # ======================================================================================
 # StreamAccumulator
 # ======================================================================================
-def test_issue4_case1_quirky_chunks_give_hello_world_and_usage() -> None:
+def test_quirky_chunks_give_hello_world_and_usage() -> None:
     acc, deltas = feed_all([
         text_chunk("Hello"),
         {"choices": []},

@@ -42,7 +42,8 @@ def script() -> list[Any]:
 
 
 @pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseSessionStore]:
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseSessionStore]:
+    """Each store kind in turn: the in-memory store, then SQLite."""
     made: BaseSessionStore = SessionStore() if request.param == "memory" else SQLiteSessionStore(tmp_path / "s.db")
     yield made
     made.close()
@@ -60,8 +61,8 @@ async def two_runs(session: Any) -> tuple[ScriptedModel, list[Any]]:
     return model, await session.get_items()
 
 
-def test_multi_turn_history_through_the_runner_matches_the_sdks_own_session(store: BaseSessionStore) -> None:
-    ours = ChatflowSession("calc", store)
+def test_multi_turn_history_through_the_runner_matches_the_sdks_own_session(any_store: BaseSessionStore) -> None:
+    ours = ChatflowSession("calc", any_store)
     model, items = run(two_runs(ours))
     _, reference = run(two_runs(SQLiteSession("calc")))
     assert items == reference  # every item back exactly as the SDK added it, in order
@@ -72,7 +73,7 @@ def test_multi_turn_history_through_the_runner_matches_the_sdks_own_session(stor
     second_run_input = model.calls[2].input
     assert [i.get("call_id") for i in second_run_input if i.get("type") == "function_call"] == ["c1", "c2"]
     # it is a chatflow session: turns, tool calls and results as chatflow shows them
-    turns = store.load_turns("calc")
+    turns = any_store.load_turns("calc")
     assert [t.number for t in turns] == [1, 2]
     assert turns[0].messages[1].tool_calls == (ToolCall("c1", "add", '{"a":2,"b":3}'),
                                                ToolCall("c2", "add", '{"a":1,"b":1}'))
@@ -80,24 +81,24 @@ def test_multi_turn_history_through_the_runner_matches_the_sdks_own_session(stor
     assert turns[1].messages[-1].content == "Ça va ✓ — 你好"
 
 
-def test_add_items_is_one_transaction_with_consecutive_seq(store: BaseSessionStore) -> None:
-    session = ChatflowSession("tx", store)
+def test_add_items_is_one_transaction_with_consecutive_seq(any_store: BaseSessionStore) -> None:
+    session = ChatflowSession("tx", any_store)
     run(session.add_items([{"role": "user", "content": "hi"}]))
-    before = store.last_seq("tx")
+    before = any_store.last_seq("tx")
     batch = [{"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
              {"type": "function_call_output", "call_id": "a", "output": "1"},
              {"type": "reasoning", "id": "r", "summary": [{"type": "summary_text", "text": "hmm"}]},
              {"role": "assistant", "content": "done"}]
     run(session.add_items(batch))
-    new = store.events("tx", after_seq=before)
+    new = any_store.events("tx", after_seq=before)
     assert [e.seq for e in new] == list(range(before + 1, before + 5))
     with pytest.raises(TypeError, match="item 1 is not JSON-serialisable"):
         run(session.add_items([{"role": "user", "content": "x"}, {"role": "user", "content": object()}]))
-    assert store.last_seq("tx") == before + 4  # nothing of the refused batch
+    assert any_store.last_seq("tx") == before + 4  # nothing of the refused batch
 
 
-def test_items_come_back_exactly_as_added_even_when_they_break_chatflows_rules(store: BaseSessionStore) -> None:
-    session = ChatflowSession("odd", store)
+def test_items_come_back_exactly_as_added_even_when_they_break_chatflows_rules(any_store: BaseSessionStore) -> None:
+    session = ChatflowSession("odd", any_store)
     odd = [
         {"role": "assistant", "content": "before any user message"},
         {"type": "function_call_output", "call_id": "nobody", "output": "orphan"},  # no call: the SDK's open issue
@@ -109,14 +110,14 @@ def test_items_come_back_exactly_as_added_even_when_they_break_chatflows_rules(s
     ]
     run(session.add_items(odd))
     assert run(session.get_items()) == odd
-    names = [m.name for t in store.load_turns("odd") for m in t.messages]
+    names = [m.name for t in any_store.load_turns("odd") for m in t.messages]
     assert GAP_TOOL_NAME in names  # k was closed so the history stays valid; get_items leaves it out
-    store2 = ChatflowSession("odd", store)
+    store2 = ChatflowSession("odd", any_store)
     assert run(store2.get_items()) == odd
 
 
-def test_returned_items_are_copies(store: BaseSessionStore) -> None:
-    session = ChatflowSession("copy", store)
+def test_returned_items_are_copies(any_store: BaseSessionStore) -> None:
+    session = ChatflowSession("copy", any_store)
     item = {"role": "user", "content": "x", "meta": {"k": [1]}}
     run(session.add_items([item]))
     item["meta"]["k"].append(2)
@@ -125,85 +126,85 @@ def test_returned_items_are_copies(store: BaseSessionStore) -> None:
     assert run(session.get_items()) == [{"role": "user", "content": "x", "meta": {"k": [1]}}]
 
 
-def test_pop_item_removes_the_newest_and_marks_it_in_the_log(store: BaseSessionStore) -> None:
-    session = ChatflowSession("pop", store)
+def test_pop_item_removes_the_newest_and_marks_it_in_the_log(any_store: BaseSessionStore) -> None:
+    session = ChatflowSession("pop", any_store)
     _, items = run(two_runs(session))
     popped = []
     for _ in range(4):
         popped.append(run(session.pop_item()))
         assert run(session.get_items()) == items[: len(items) - len(popped)]
     assert popped == list(reversed(items[-4:]))  # the message, the user item, the message, an output
-    events = store.events("pop")
+    events = any_store.events("pop")
     assert [e.payload["item"] for e in events if e.type == "sdk.item_popped"] == popped
     assert sum(1 for e in events if e.type == "rollback") == 4
     # the log keeps what was popped: sessions show --all still has it
-    kept = [m.content for r in store.load_turns("pop", include_rolled_back=True) for m in r.messages]
+    kept = [m.content for r in any_store.load_turns("pop", include_rolled_back=True) for m in r.messages]
     assert "and now?" in kept
     # the parallel calls are one message: popping one call keeps the other
     run(session.pop_item())  # output c1
     run(session.pop_item())  # call c2
     assert run(session.get_items()) == items[:2]
-    assert store.load_turns("pop")[0].messages[1].tool_calls == (ToolCall("c1", "add", '{"a":2,"b":3}'),)
+    assert any_store.load_turns("pop")[0].messages[1].tool_calls == (ToolCall("c1", "add", '{"a":2,"b":3}'),)
     run(session.pop_item())
     run(session.pop_item())
     assert run(session.get_items()) == []
     assert run(session.pop_item()) is None
-    assert run(ChatflowSession("never-made", store).pop_item()) is None
+    assert run(ChatflowSession("never-made", any_store).pop_item()) is None
 
 
-def test_clear_session_empties_the_window_and_keeps_the_log(store: BaseSessionStore) -> None:
-    session = ChatflowSession("clear", store)
+def test_clear_session_empties_the_window_and_keeps_the_log(any_store: BaseSessionStore) -> None:
+    session = ChatflowSession("clear", any_store)
     run(two_runs(session))
-    seq = store.last_seq("clear")
+    seq = any_store.last_seq("clear")
     run(session.clear_session())
     assert run(session.get_items()) == []
-    events = store.events("clear")
+    events = any_store.events("clear")
     assert events[-2].type == "rollback" and events[-2].payload["to_turn"] == 0
     assert events[-1].type == "sdk.session_cleared" and len(events) == seq + 2
     run(session.add_items([{"role": "user", "content": "again"}]))
     assert run(session.get_items()) == [{"role": "user", "content": "again"}]
-    assert store.turn_count("clear") == 1
-    run(ChatflowSession("nothing-yet", store).clear_session())  # no session: nothing to clear
+    assert any_store.turn_count("clear") == 1
+    run(ChatflowSession("nothing-yet", any_store).clear_session())  # no session: nothing to clear
 
 
-def test_sessions_are_isolated(store: BaseSessionStore) -> None:
-    a, b = ChatflowSession("a", store), ChatflowSession("b", store)
+def test_sessions_are_isolated(any_store: BaseSessionStore) -> None:
+    a, b = ChatflowSession("a", any_store), ChatflowSession("b", any_store)
     run(a.add_items([{"role": "user", "content": "for a"}]))
     run(b.add_items([{"role": "user", "content": "for b"}]))
     run(a.clear_session())
     assert run(a.get_items()) == []
     assert run(b.get_items()) == [{"role": "user", "content": "for b"}]
     assert run(b.pop_item()) == {"role": "user", "content": "for b"}
-    assert store.turn_count("a") == 0 and store.turn_count("b") == 0
+    assert any_store.turn_count("a") == 0 and any_store.turn_count("b") == 0
 
 
-def test_limit_and_session_settings(store: BaseSessionStore) -> None:
+def test_limit_and_session_settings(any_store: BaseSessionStore) -> None:
     items = [{"role": "user", "content": "q1"}, {"type": "function_call", "call_id": "x", "name": "f", "arguments": "{}"},
              {"type": "function_call_output", "call_id": "x", "output": "1"}, {"role": "assistant", "content": "a1"},
              {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}]
-    plain = ChatflowSession("lim", store)
+    plain = ChatflowSession("lim", any_store)
     run(plain.add_items(items))
     assert run(plain.get_items(2)) == items[-2:]
     assert run(plain.get_items(3)) == items[-3:]
     assert run(plain.get_items(0)) == []
     assert run(plain.get_items(-1)) == items
     assert run(plain.get_items(100)) == items
-    settings = ChatflowSession("lim", store, session_settings=SessionSettings(limit=3))
+    settings = ChatflowSession("lim", any_store, session_settings=SessionSettings(limit=3))
     assert settings.session_settings.limit == 3
     assert run(settings.get_items()) == items[-3:]
     assert run(settings.get_items(1)) == items[-1:]  # an explicit limit wins
-    assert ChatflowSession("lim", store, session_settings={"limit": 2}).session_settings.limit == 2
+    assert ChatflowSession("lim", any_store, session_settings={"limit": 2}).session_settings.limit == 2
     # turn-safe: whole turns only, so never a function_call_output without its call
-    safe = ChatflowSession("lim", store, turn_safe=True)
+    safe = ChatflowSession("lim", any_store, turn_safe=True)
     assert run(safe.get_items(5)) == items[-2:]   # turn 2 fits, turn 1 (4 items) does not
     assert run(safe.get_items(6)) == items
     assert run(safe.get_items(1)) == items[-1:]   # limit is a hard bound: the newest turn is cut
-    window = ChatflowSession("win", store, max_turns=1)
+    window = ChatflowSession("win", any_store, max_turns=1)
     run(window.add_items(items))
     assert run(window.get_items()) == items[-2:]
 
 
-def test_turn_safe_limit_is_a_hard_bound_and_drops_orphaned_outputs(store: BaseSessionStore) -> None:
+def test_turn_safe_limit_is_a_hard_bound_and_drops_orphaned_outputs(any_store: BaseSessionStore) -> None:
     """The SDK's contract: at most ``limit`` items. A limit that cuts the newest turn keeps its
     newest items, minus any function_call_output whose call was cut off."""
     turn = [{"role": "user", "content": "weather?"},
@@ -212,7 +213,7 @@ def test_turn_safe_limit_is_a_hard_bound_and_drops_orphaned_outputs(store: BaseS
             {"type": "function_call_output", "call_id": "a", "output": "Oslo"},
             {"type": "function_call_output", "call_id": "b", "output": "3"},
             {"role": "assistant", "content": "3 degrees in Oslo"}]
-    safe = ChatflowSession("cut", store, turn_safe=True)
+    safe = ChatflowSession("cut", any_store, turn_safe=True)
     run(safe.add_items([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]))
     run(safe.add_items(turn))
     for limit in range(1, 9):
@@ -239,15 +240,15 @@ def test_an_injected_store_is_never_closed(tmp_path: Path) -> None:
         assert again.turn_count("o") == 1
 
 
-def test_a_session_written_by_chatflow_reads_as_items(store: BaseSessionStore) -> None:
-    ctx = store.get_or_create("cli", "Assistant")
+def test_a_session_written_by_chatflow_reads_as_items(any_store: BaseSessionStore) -> None:
+    ctx = any_store.get_or_create("cli", "Assistant")
     ctx.add_message(Message.user("hi"))
     ctx.add_message(Message.model(None, [ToolCall("t", "f", '{"x":1}')]))
     ctx.add_message(Message.tool("t", "ok", name="f"))
     ctx.add_message(Message.model("done"))
     ctx.complete_turn("done")
-    store.save(ctx)
-    assert run(ChatflowSession("cli", store).get_items()) == [
+    any_store.save(ctx)
+    assert run(ChatflowSession("cli", any_store).get_items()) == [
         {"role": "user", "content": "hi"},
         {"type": "function_call", "call_id": "t", "name": "f", "arguments": '{"x":1}'},
         {"type": "function_call_output", "call_id": "t", "output": "ok"},
@@ -297,37 +298,37 @@ def billing_agents() -> tuple[Agent[Any], Agent[Any], ScriptedModel]:
     return support, billing, model
 
 
-def test_run_remembers_the_active_agent_across_runs(store: BaseSessionStore) -> None:
+def test_run_remembers_the_active_agent_across_runs(any_store: BaseSessionStore) -> None:
     support, billing, model = billing_agents()
     model.extend([{"output": [function_call("transfer_to_billing", {}, call_id="h1")]},
                   {"output": [assistant_message("Billing here.")]},
                   {"output": [assistant_message("Refund sent.")]}])
-    session = ChatflowSession("agents", store, agent_name="Support")
+    session = ChatflowSession("agents", any_store, agent_name="Support")
     first = run(session.run(support, "I want a refund", agents={"Billing": billing}))
     assert first.last_agent == "Billing" and session.active_agent_name == "Billing"
     second = run(session.run(support, "Thanks, when?", agents={"Billing": billing}))
     assert second.final_output == "Refund sent."
     assert model.calls[-1].system_instructions == "Refunds."  # the second run started with Billing
-    handoffs = [e.payload for e in store.events("agents") if e.type == "handoff"]
+    handoffs = [e.payload for e in any_store.events("agents") if e.type == "handoff"]
     assert [(h["from_agent"], h["to_agent"]) for h in handoffs] == [("Support", "Billing")]
 
 
-def test_run_with_a_message_id_runs_a_redelivery_once(store: BaseSessionStore) -> None:
+def test_run_with_a_message_id_runs_a_redelivery_once(any_store: BaseSessionStore) -> None:
     support, _, model = billing_agents()
     model.extend([{"output": [assistant_message("Hello!")]}])
-    session = ChatflowSession("hook", store)
+    session = ChatflowSession("hook", any_store)
     first = run(session.run(support, "hi", message_id="wamid.1"))
     again = run(session.run(support, "hi", message_id="wamid.1"))
     assert first.final_output == "Hello!" and not first.replayed
     assert again.duplicate and again.replayed and again.result is None
     assert len(model.calls) == 1
-    assert store.message_state("wamid.1").value == "processed"
+    assert any_store.message_state("wamid.1").value == "processed"
 
 
-def test_run_with_an_idempotency_key_returns_the_first_output(store: BaseSessionStore) -> None:
+def test_run_with_an_idempotency_key_returns_the_first_output(any_store: BaseSessionStore) -> None:
     support, _, model = billing_agents()
     model.extend([{"error": RuntimeError("provider down")}, {"output": [assistant_message("Answer")]}])
-    session = ChatflowSession("idem", store)
+    session = ChatflowSession("idem", any_store)
     with pytest.raises(RuntimeError, match="provider down"):
         run(session.run(support, "q", idempotency_key="k1"))
     ok = run(session.run(support, "q", idempotency_key="k1"))  # the failed run left the key free
@@ -348,9 +349,9 @@ def test_unicode_round_trip_json_file(tmp_path: Path) -> None:
     again.close()
 
 
-def test_a_second_writer_is_seen_at_once(store: BaseSessionStore) -> None:
+def test_a_second_writer_is_seen_at_once(any_store: BaseSessionStore) -> None:
     """Each session object answers get_items from its window cache only while the log has not moved."""
-    one, two = ChatflowSession("both", store), ChatflowSession("both", store)
+    one, two = ChatflowSession("both", any_store), ChatflowSession("both", any_store)
     run(one.add_items([{"role": "user", "content": "from one"}]))
     assert run(one.get_items()) == [{"role": "user", "content": "from one"}]
     run(two.add_items([{"role": "assistant", "content": "from two"}]))
@@ -362,6 +363,6 @@ def test_a_second_writer_is_seen_at_once(store: BaseSessionStore) -> None:
     assert run(one.get_items()) == want and run(two.get_items()) == want
     assert run(two.pop_item()) == want[-1]
     assert run(one.get_items()) == want[:-1]
-    store.delete("both")
+    any_store.delete("both")
     run(two.add_items([{"role": "user", "content": "new incarnation"}]))
     assert run(one.get_items()) == [{"role": "user", "content": "new incarnation"}]

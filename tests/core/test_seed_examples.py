@@ -166,7 +166,7 @@ def run_example(code: str, namespace: dict[str, object] | None = None) -> dict[s
 
 @pytest.mark.skipif(not SEED.exists(), reason=f"seed 000 not found at {SEED} (set CHATFLOW_SEEDS_DIR)")
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_examples_match_the_seed_word_for_word(name: str) -> None:
+def test_each_example_is_the_design_document_text_word_for_word(name: str) -> None:
     seed = "\n".join(line.rstrip() for line in SEED.read_text(encoding="utf-8").splitlines())
     original = EXAMPLES[name].strip("\n").replace("chatflow_cli", "chatflow_agent")
     assert original in seed

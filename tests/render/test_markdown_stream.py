@@ -290,3 +290,27 @@ def test_long_paragraphs_stream_exactly_as_the_static_render(seed: int) -> None:
     assert term.lines() == [line.rstrip() for line in static.getvalue().rstrip("\n").split("\n")]
     longest = max(stat.tail_rows for stat in renderer.stats)
     assert longest <= 12
+
+
+def test_a_table_shows_no_raw_pipe_text_before_its_delimiter_row_arrives() -> None:
+    """Until a table's header and delimiter rows are in, a status line stands for it: the raw
+    ``| Na`` of a half-received header is never drawn; once they are, the table is drawn whole."""
+    tails: list[str] = []
+
+    def on_token(index: int, console: Console, renderer: MarkdownStream) -> None:
+        renderer.refresh()
+        tails.append(console.file.getvalue())
+
+    table = "| Name | Qty |\n|---|---|\n| pear | 10 |\n"
+    pieces = ["| Na", "me | Qty |\n", "|--", "-|---|\n", "| pear | 10 |\n"]
+    _, out, _ = stream(table, pieces=pieces, on_token=on_token, height=40)
+    drawn = [Terminal(80, 40) for _ in tails]
+    for term, text in zip(drawn, tails):
+        term.feed(text)
+    screens = [term.lines() for term in drawn]
+    assert all(not any("|" in line for line in screen) for screen in screens)
+    assert any("receiving a table…" in line for line in screens[0])
+    assert [line.strip() for line in screens[3] if line.strip()] == ["Name  Qty", "─────────"]  # drawn whole
+    final = Terminal(80, 40)
+    final.feed(out)
+    assert [line.strip() for line in final.lines() if line.strip()] == ["Name  Qty", "─────────", "pear  10"]

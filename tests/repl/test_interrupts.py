@@ -112,6 +112,32 @@ def test_ctrl_c_before_any_reply_says_so_and_show_marks_the_turn(provider, pty_c
     leave(repl)
 
 
+def test_ctrl_c_while_a_huge_reply_that_came_in_one_piece_is_drawn_stops_the_display(provider, pty_chatflow) -> None:
+    """A 190 KB reply that arrives as one event, in the second turn: the display is drawn in
+    slices with the keyboard read between them, so Ctrl-C stops it at once; the turn, which
+    had arrived whole, stays stored complete and the notice says how much was shown."""
+    para = long_paragraph(190_000)
+    provider.add_text("a short first answer")
+    provider.add_text(para, chunks=[para])
+    repl = pty_chatflow("chat", "-s", "one-piece")
+    repl.wait_prompt()
+    repl.send("first\r")
+    repl.wait_prompt_after("a short first answer")
+    repl.send("go\r")
+    repl.wait_text("alpha")
+    repl.send("\x03")  # the terminal is not read meanwhile: the display cannot have finished
+    repl.wait_prompt_after("⏹", timeout=60)
+    line = notice(repl)
+    leave(repl)
+    assert "display stopped: turn 2 had arrived whole and is stored complete" in line, line
+    shown, total = (int(n.replace(",", "")) for n in re.findall(r"([\d,]+)", line.split("(", 1)[1])[:2])
+    assert total == len(para) and shown < total
+    assert "stopping" not in repl.screen().split("⏹", 1)[1]
+    with open_store() as st:
+        record = st.load_turns("one-piece")[-1]
+        assert record.messages[-1].content == para and not record.messages[-1].interrupted
+
+
 def test_ctrl_c_during_slash_compact_stops_it_at_once_and_stores_nothing(provider, pty_chatflow, chatflow) -> None:
     """/compact waits on the model; Ctrl-C cancels the request at once (the summary would take
     30 s), the session is released and no summary is stored."""

@@ -107,3 +107,14 @@ def test_the_recap_marks_an_interrupted_last_turn(provider, pty_chatflow) -> Non
     turn = next(i for i, row in enumerate(rows) if row.startswith("── Turn 1"))
     assert rows[turn].startswith("── Turn 1 · interrupted ──")
     assert rows[turn + 1:turn + 3] == ["You: hello", "  (interrupted)"]
+
+
+def test_on_a_narrow_terminal_the_resume_command_stays_whole_on_its_own_line(provider, pty_chatflow) -> None:
+    repl = pty_chatflow("chat", "-s", "w17", width=40)
+    repl.wait_prompt()
+    repl.send("hello\r")
+    repl.wait_prompt_after("ok: hello")
+    repl.send("\x04")
+    assert repl.wait_exit() == 0
+    rows = [row.rstrip() for row in repl.rows() if row.strip()]
+    assert rows[-2:] == ["session w17 (1 turn) · resume with:", "chatflow chat -s w17"]

@@ -192,6 +192,27 @@ def test_retry_after_reopening_sends_the_failed_message_and_keeps_the_good_turn(
         assert st.get("r1").turn_count == 2
 
 
+def test_retry_of_a_completed_turn_removes_the_newest_turn_as_stored_when_confirmed(
+        provider, chatflow, pty_chatflow) -> None:
+    """/retry asks before it rolls back; a turn another process adds while the question is
+    open is the one removed and sent again (the store picks the newest turn as it writes),
+    and the turn the question named stays."""
+    assert chatflow("chat", "-s", "rr", "first").returncode == 0
+    repl = pty_chatflow("chat", "-s", "rr")
+    repl.wait_prompt()
+    repl.send("/retry\r")
+    repl.wait_text("Nothing failed: turn 1 completed")
+    assert chatflow("chat", "-s", "rr", "second").returncode == 0  # meanwhile, another process
+    repl.send("y\r")
+    repl.wait_prompt_after("ok: second")
+    assert "turn 2 rolled back; sending its message again" in repl.screen()
+    leave(repl)
+    assert sent(provider.requests) == ["first", "second", "second"]
+    with open_store() as st:
+        session = st.get("rr")
+        assert [t.messages[0].content for t in session.turns] == ["first", "second"]
+
+
 def test_retry_in_a_new_session_with_nothing_sent_says_nothing_failed(provider, pty_chatflow) -> None:
     repl = pty_chatflow("chat", "-s", "empty")
     repl.wait_prompt()

@@ -84,7 +84,7 @@ def test_bursts_duplicates_and_ten_worker_kills(tmp_path: Path, style: str, work
     _run(tmp_path, style, workers, kills=10)
 
 
-def test_seed_handler_two_workers_quick(tmp_path: Path) -> None:
+def test_the_documented_webhook_handler_with_two_workers_answers_a_short_burst(tmp_path: Path) -> None:
     """The seed's handler as written, 2 workers, a short burst (the fast suite's guard)."""
     _run(tmp_path, "seed", 2, kills=0)
 

@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RateLimitedError
 from ..events import Event, SessionStatus
 from ..messages import Message
 from .state import TurnState
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..memory.context import SessionContext
+    from ..memory.protocol import SessionStoreProtocol
+
 __all__ = ["store_failed", "store_interrupted"]
 
 log = logging.getLogger("chatflow_cli.core.runner")
 
 
-def store_interrupted(store: Any, session: Any, state: TurnState, reason: str) -> list[Event]:
+def store_interrupted(store: SessionStoreProtocol, session: SessionContext, state: TurnState,
+                      reason: str) -> list[Event]:
     """Store the interrupted turn once: partial text, finished results, synthetic ones; then idle.
 
     Returns:
@@ -43,7 +48,8 @@ def store_interrupted(store: Any, session: Any, state: TurnState, reason: str) -
             reason=reason, partial_text=partial, agent=state.agent, partial_reasoning=state.reasoning), reason)
 
 
-def store_failed(store: Any, session: Any, state: TurnState, exc: BaseException) -> list[Event]:
+def store_failed(store: SessionStoreProtocol, session: SessionContext, state: TurnState,
+                 exc: BaseException) -> list[Event]:
     """Store a failed turn: out of the window, ``turn.failed``, the agent of the turn's start
     restored; then ``idle``, or ``rescheduled`` with ``retry_at`` after a :class:`RateLimitedError`.
 
@@ -62,13 +68,14 @@ def store_failed(store: Any, session: Any, state: TurnState, exc: BaseException)
     except BaseException as second:  # noqa: BLE001
         log.warning("storing the failed turn from memory failed (%s); retrying from the store", second)
 
-        def close(s: Any) -> None:
+        def close(s: SessionContext) -> None:
             s.fail_turn(exc, agent=state.start_agent)
 
         return _close_from_store(store, session.session_id, close, reason, status=status, **extra)
 
 
-def _close_from_store(store: Any, session_id: str, action: Callable[[Any], None], reason: str, *,
+def _close_from_store(store: SessionStoreProtocol, session_id: str, action: Callable[[SessionContext], None],
+                      reason: str, *,
                       status: SessionStatus = SessionStatus.IDLE, **extra: Any) -> list[Event]:
     try:
         fresh = store.get(session_id)

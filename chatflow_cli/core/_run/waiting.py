@@ -5,18 +5,23 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RunInterrupted, SessionBusyError
 from .cancel import CancelToken
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..agents import Agent
+    from ..memory.protocol import SessionStoreProtocol, TurnStart
 
 __all__ = ["begin_turn"]
 
 log = logging.getLogger("chatflow_cli.core.runner")
 
 
-def begin_turn(store: Any, session_id: str, start: dict[str, Any], *, wait: float, cancel: CancelToken,
-               default_agent: Any, on_wait: Callable[[dict[str, Any]], None] | None) -> Any:
+def begin_turn(store: SessionStoreProtocol, session_id: str, start: dict[str, Any], *, wait: float,
+               cancel: CancelToken, default_agent: Agent,
+               on_wait: Callable[[dict[str, Any]], None] | None) -> TurnStart:
     """``store.begin_turn``, waiting up to ``wait`` seconds while the session is busy.
 
     The first busy attempt takes a ticket in the store's queue for the session, so
@@ -48,7 +53,7 @@ def begin_turn(store: Any, session_id: str, start: dict[str, Any], *, wait: floa
     deadline = time.monotonic() + max(0.0, float(wait))
     delay = 0.02
     ticket: int | None = None
-    begun: Any = None
+    begun: TurnStart | None = None
     announced = False
     try:
         while True:
@@ -110,12 +115,12 @@ def begin_turn(store: Any, session_id: str, start: dict[str, Any], *, wait: floa
                 log.warning("could not release the claim of message %s: %s", start["message_id"], exc)
 
 
-def _may_start(store: Any, session_id: str, ticket: int | None) -> bool:
+def _may_start(store: SessionStoreProtocol, session_id: str, ticket: int | None) -> bool:
     check = getattr(store, "turn_may_start", None)
     return True if check is None else bool(check(session_id, ticket))
 
 
-def _running_pid(store: Any, session_id: str) -> int | None:
+def _running_pid(store: SessionStoreProtocol, session_id: str) -> int | None:
     """The pid of the process running ``session_id``'s turn, when the store can say (a cheap read)."""
     look = getattr(store, "running_turn_pid", None)
     try:
@@ -124,7 +129,7 @@ def _running_pid(store: Any, session_id: str) -> int | None:
         return None
 
 
-def _wait_for_turn_end(store: Any, timeout: float) -> None:
+def _wait_for_turn_end(store: SessionStoreProtocol, timeout: float) -> None:
     """Sleep ``timeout`` seconds, or less when a turn of ``store`` ends in this process."""
     wait = getattr(store, "wait_turn_ended", None)
     if wait is None:

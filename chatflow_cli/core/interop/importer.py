@@ -25,8 +25,8 @@ refused (:class:`UsageError`) unless ``into`` names it on purpose: the turns are
 added after its own.
 
 chatflow's own format is replayed event by event (messages, tool results, handoffs,
-rollbacks, failed and interrupted turns, status, metadata changes, usage, compactions with
-their summaries, custom events),
+rollbacks, failed and interrupted turns, status, metadata changes, usage, agent versions
+and their changes, compactions with their summaries, custom events),
 so exporting the imported session gives the same events in the same ``seq`` order, apart
 from their times (the time of the import), the idempotency keys of custom events (not
 carried) and the ``session.imported`` event at the end. A compaction imported ``into`` a
@@ -105,7 +105,11 @@ def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int) -> No
         error = type(error_type, (Exception,), {})(str(data.get("error", "")))
         ctx.fail_turn(error, agent=data.get("active_agent"))
     elif kind == "handoff":
-        ctx.set_active_agent(str(data.get("to_agent")), tool_call_id=data.get("tool_call_id") or None)
+        version = data.get("to_agent_version")
+        ctx.set_active_agent(str(data.get("to_agent")), tool_call_id=data.get("tool_call_id") or None,
+                             agent_version=str(version) if version else None)
+    elif kind == "agent.changed":
+        ctx._journal_agent_change(_shift(data, offset))
     elif kind == "status":
         extra = {k: v for k, v in data.items() if k not in ("status", "reason")}
         ctx.set_status(str(data.get("status")), str(data.get("reason", "")), **extra)

@@ -10,7 +10,14 @@ module                    holds
 ``context``               :class:`SessionContext` (one conversation's window and journal)
                           and :class:`Turn`
 ``base``                  :class:`BaseSessionStore`: the session rules over the ``_Tx``
-                          transaction port, written once for every backend
+                          transaction port, written once for every backend, composed
+                          of one mixin per concern over the ``_core`` helpers:
+                          ``_journal`` (get/save/edit, the event log), ``_turns``
+                          (turn start, interrupts, the turn queue), ``_claims``
+                          (de-duplication, idempotency keys), ``_tool_results``,
+                          ``_rollback``, ``_listing`` (list, search, fork, titles,
+                          archive), ``_compaction`` (summaries, token counts)
+``_port``                 the ``_Tx`` port and the records it carries
 ``inmemory``              :class:`SessionStore` (alias ``InMemorySessionStore``): dicts
                           behind a lock
 ``sqlite``, ``schema``    :class:`SQLiteSessionStore` and its versioned migrations

@@ -71,7 +71,7 @@ class Turn:
 class _Op:
     """One journal entry: the change (``kind``) and the event that records it."""
 
-    kind: str  # message | rollback | turn_failed | status | agent | metadata | event | summary
+    kind: str  # message | rollback | turn_failed | status | agent | agent_version | metadata | event | summary
     type: str
     payload: dict[str, Any]
     turn: int = 0
@@ -198,6 +198,7 @@ class SessionContext:
         self._status = SessionStatus.IDLE
         self._local_events: list[Event] | None = []  # None once bound to a store
         self._binding: SessionBinding | None = None  # set by the store that holds the session
+        self._agent_versions: dict[str, dict[str, Any]] = {}
 
     # -- read-only views ---------------------------------------------------------------
     @property
@@ -236,6 +237,48 @@ class SessionContext:
     def pending_tool_calls(self) -> tuple[ToolCall, ...]:
         """The last MODEL message's tool calls still unanswered."""
         return _open_calls(self._messages)
+
+    @property
+    def agent_versions(self) -> dict[str, dict[str, Any]]:
+        """``{agent name: {"version", "turn"}}``: the latest version each agent ran in the
+        session and the last turn it ran that version in, as loaded and then changed by
+        this context (a copy)."""
+        return copy.deepcopy(self._agent_versions)
+
+    def note_agent_version(self, agent: Any, version: str | None = None) -> dict[str, Any] | None:
+        """Say that ``agent`` (an Agent, or a name with ``version``) runs in the current turn.
+
+        ``version`` defaults to ``agent.version``. When the session knows another version of
+        this agent (it ran before, with a known version), journals ``agent.changed``
+        ``{"turn", "agent", "version", "previous_version", "since_turn"}`` (``since_turn``:
+        the last turn the previous version ran in) and returns that payload; the store then
+        records ``version`` as the agent's latest, so the change is reported once. Returns
+        None, journalling nothing, when the version is the known one, unknown (None), or the
+        first this session sees of the agent (its first reply records it).
+        """
+        name = _agent_name(agent)
+        if version is None:
+            found = getattr(agent, "version", None)
+            version = found if isinstance(found, str) and found else None
+        known = self._agent_versions.get(name)
+        if version is None or known is None or known.get("version") == version:
+            return None
+        payload = {"turn": self._current_turn(), "agent": name, "version": version,
+                   "previous_version": known.get("version"), "since_turn": known.get("turn")}
+        self._journal_agent_change(payload)
+        return payload
+
+    def _journal_agent_change(self, payload: Mapping[str, Any]) -> None:
+        """Journal one ``agent.changed`` event (``payload`` as :meth:`note_agent_version`
+        makes it; an import replays a stored one through here)."""
+        data = dict(payload)
+        given = data.get("turn")
+        turn = given if isinstance(given, int) else self._current_turn()
+        name, version = data.get("agent"), data.get("version")
+        if not isinstance(name, str) or not name or not isinstance(version, str) or not version:
+            raise ValueError("an agent.changed event names the agent and its new version (non-empty str)")
+        self._agent_versions[name] = {"version": version, "turn": turn}
+        self._record(_Op("agent_version", EventType.AGENT_CHANGED.value, data, turn))
 
     @property
     def events(self) -> tuple[Event, ...]:
@@ -337,6 +380,8 @@ class SessionContext:
         turn = self._turn_count + 1 if msg.role is Role.USER else self._turn_count
         self._messages.append(msg)
         self._turn_count = turn
+        if msg.role is Role.MODEL and msg.agent and msg.agent_version:
+            self._agent_versions[msg.agent] = {"version": msg.agent_version, "turn": turn}
         if msg.tool_calls and self._call_ids is not None:
             self._call_ids.update(call.id for call in msg.tool_calls)
         self._record(_Op("message", _MESSAGE_EVENT[msg.role], {"turn": turn, "message": data}, turn, msg, text))
@@ -412,13 +457,18 @@ class SessionContext:
             )
         )
 
-    def set_active_agent(self, agent: Any, *, tool_call_id: str | None = None) -> None:
-        """Make ``agent`` the active agent; journals one ``handoff`` event when it changes."""
+    def set_active_agent(self, agent: Any, *, tool_call_id: str | None = None,
+                         agent_version: str | None = None) -> None:
+        """Make ``agent`` the active agent; journals one ``handoff`` event when it changes
+        (with ``to_agent_version``: ``agent_version``, else ``agent.version``, when known)."""
         old = _agent_name(self._agent)
         self._agent = agent
         new = _agent_name(agent)
         if new != old:
             payload = {"turn": self.turn_count, "from_agent": old, "to_agent": new, "tool_call_id": tool_call_id or ""}
+            version = agent_version if agent_version is not None else getattr(agent, "version", None)
+            if isinstance(version, str) and version:
+                payload["to_agent_version"] = version
             self._record(_Op("agent", EventType.HANDOFF.value, payload))
 
     def update_metadata(self, changes: Mapping[str, Any]) -> None:
@@ -538,17 +588,19 @@ class SessionContext:
             )
         if partial_text or partial_reasoning:
             name = _agent_name(agent if agent is not None else self._agent) or None
+            version = getattr(agent, "version", None)  # only of an agent the caller names
             self.add_message(Message.model(partial_text or "", agent=name, interrupted=True,
-                                           reasoning=partial_reasoning or None))
+                                           reasoning=partial_reasoning or None,
+                                           agent_version=version if isinstance(version, str) and version else None))
         payload = {"turn": self._current_turn(), "tool_use_ids": [c.id for c in open_calls], "reason": reason}
         self._record(_Op("event", EventType.TURN_INTERRUPTED.value, payload))
         self._prune_history()
 
     def complete_turn(self, content: str | None, agent: Any = None, usage: Any = None,
-                      finish_reason: str | None = None) -> None:
+                      finish_reason: str | None = None, *, agent_version: str | None = None) -> None:
         """Journal ``turn.completed`` ``{"turn", "agent", "content", "usage"}`` (plus
         ``"finish_reason"`` when given: ``"stop"``, or ``"length"``/``"content_filter"`` for
-        a reply that was cut), then prune.
+        a reply that was cut; ``"agent_version"`` when given: the answering agent's), then prune.
 
         Refused, with nothing journalled: :class:`UsageError` when there is no open turn
         (turn 0: no USER message yet), :class:`PendingToolCallsError` while tool calls of
@@ -574,6 +626,8 @@ class SessionContext:
         }
         if finish_reason is not None:
             payload["finish_reason"] = str(finish_reason)
+        if agent_version:
+            payload["agent_version"] = str(agent_version)
         self._record(_Op("event", EventType.TURN_COMPLETED.value, payload))
         self._prune_history()
 
@@ -608,6 +662,8 @@ class SessionContext:
         window: list[tuple[int, Message]],
         turn_count: int,
         binding: SessionBinding,
+        *,
+        agent_versions: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> SessionContext:
         """A context bound to ``binding`` holding a stored ``window``: ``(turn, message)``
         pairs in order, turn 0 for the SYSTEM messages; ``turn_count`` is the number of the
@@ -620,6 +676,7 @@ class SessionContext:
         ctx._status = status
         ctx._local_events = None
         ctx._binding = binding
+        ctx._agent_versions = {name: dict(entry) for name, entry in (agent_versions or {}).items()}
         return ctx
 
     def __repr__(self) -> str:

@@ -24,7 +24,8 @@ from ..events import Event
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
-from .base import BaseSessionStore, SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from ._port import SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .base import BaseSessionStore
 from .search import Query, SearchHit, memory_snippet, words_of
 from .owner import Owner
 

@@ -67,7 +67,8 @@ from ..events import Event, SessionStatus
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS, metadata_matches
-from .base import BaseSessionStore, ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .base import BaseSessionStore
 from .inmemory import _searchable
 from .search import Query, SearchHit, memory_snippet, words_of
 from .owner import Owner
@@ -244,6 +245,16 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "_fill_search_vectors",
         ],
     ),
+    (
+        5,
+        "the latest version of each agent that ran in a session",
+        [
+            # {agent name: {"version", "turn"}}: the latest version each agent ran in the
+            # session and the last turn it ran that version in; NULL: none known (sessions
+            # stored before this version). Each reply's version is in its message JSON.
+            "ALTER TABLE chatflow_sessions ADD COLUMN agent_versions jsonb",
+        ],
+    ),
 ]
 
 
@@ -399,7 +410,7 @@ def _joined(jsonb: Any, text: str | None) -> Any:
 _ROW_COLUMNS = (
     "session_id, incarnation, active_agent_name, metadata, metadata_text, max_turns, turn_count, status, owner, "
     "lease_expires_at > clock_timestamp(), created_at_utc, updated_at_utc, last_seq, forked_from, title, "
-    "archived_at_utc"
+    "archived_at_utc, agent_versions"
 )
 
 
@@ -418,6 +429,7 @@ def _row(r: tuple[Any, ...]) -> _SessionRow:
         forked_from=r[13],
         title=r[14],
         archived_at=r[15],
+        agent_versions=dict(r[16]) if r[16] else {},
     )
 
 
@@ -552,15 +564,15 @@ class _PgTx(_Tx):
         self._x(
             "INSERT INTO chatflow_sessions (session_id, incarnation, active_agent_name, metadata, metadata_text, "
             "max_turns, turn_count, status, owner, owner_token, lease_expires_at, last_seq, created_at_utc, "
-            "updated_at_utc, forked_from, title, archived_at_utc) VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, "
-            "%s::jsonb, %s, CASE WHEN %s::text IS NULL THEN NULL ELSE clock_timestamp() + %s * interval '1 second' "
-            "END, 0, %s, %s, %s::jsonb, %s, %s)",
+            "updated_at_utc, forked_from, title, archived_at_utc, agent_versions) VALUES (%s, %s, %s, %s::jsonb, %s, "
+            "%s, %s, %s, %s::jsonb, %s, CASE WHEN %s::text IS NULL THEN NULL ELSE clock_timestamp() + %s * "
+            "interval '1 second' END, 0, %s, %s, %s::jsonb, %s, %s, %s::jsonb)",
             (
                 row.session_id, row.incarnation, row.active_agent_name, meta, meta_text, row.max_turns,
                 row.turn_count, row.status.value, _dumps(row.owner.to_dict()) if row.owner else None,
                 row.owner.token if row.owner else None, row.owner.token if row.owner else None, self._lease_s,
                 row.created_at, row.updated_at, _dumps(row.forked_from) if row.forked_from is not None else None,
-                row.title, row.archived_at,
+                row.title, row.archived_at, _dumps(row.agent_versions) if row.agent_versions else None,
             ),
         )
         self._seq[row.session_id] = 0
@@ -577,14 +589,14 @@ class _PgTx(_Tx):
             "WHEN owner_token IS NOT DISTINCT FROM %s THEN lease_expires_at "
             "ELSE clock_timestamp() + %s * interval '1 second' END, "
             "owner_token = %s, last_seq = %s, created_at_utc = %s, updated_at_utc = %s, forked_from = %s::jsonb, "
-            "title = %s, archived_at_utc = %s "
+            "title = %s, archived_at_utc = %s, agent_versions = %s::jsonb "
             "WHERE session_id = %s" + (" RETURNING pg_notify(%s, %s)" if dirty else ""),
             (
                 row.incarnation, row.active_agent_name, meta, meta_text, row.max_turns, row.turn_count,
                 row.status.value, _dumps(row.owner.to_dict()) if row.owner else None, token, token, self._lease_s,
                 token, self._seq.get(row.session_id, 0), row.created_at, row.updated_at,
                 _dumps(row.forked_from) if row.forked_from is not None else None, row.title, row.archived_at,
-                row.session_id,
+                _dumps(row.agent_versions) if row.agent_versions else None, row.session_id,
                 *((NOTIFY_CHANNEL, _channel_key(row.session_id)) if dirty else ()),
             ),
         )

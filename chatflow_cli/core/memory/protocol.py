@@ -92,6 +92,16 @@ class SessionSummary:
     title_set: bool = False
     #: epoch seconds it was archived; None: not archived
     archived_at: float | None = None
+    #: ``{agent name: {"version": str, "turn": int}}``: the latest version of each agent
+    #: that ran in the session and the last turn it ran that version in; an agent that never
+    #: ran with a known version is absent (sessions stored before versions were recorded)
+    agent_versions: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def agent_version(self) -> str | None:
+        """The latest version of the active agent that ran in the session, or None (unknown)."""
+        entry = self.agent_versions.get(self.active_agent_name)
+        return None if entry is None else str(entry["version"])
 
     @property
     def cursor(self) -> str:
@@ -228,6 +238,14 @@ class SessionStoreProtocol(Protocol):
 
     def latest_session_id(self) -> str | None:
         """The most recently updated session's id, or None."""
+        ...
+
+    def active_agent_name(self, session_id: str) -> str | None:
+        """The name of the session's active agent (one row read); None when there is no session."""
+        ...
+
+    def window_tokens(self, session_id: str) -> tuple[int, list[tuple[int, int]]]:
+        """``(tokens, [(turn number, tokens), ...])`` of the stored context window, oldest first."""
         ...
 
     def load_turns(

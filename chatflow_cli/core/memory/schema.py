@@ -219,6 +219,18 @@ END""",
             "DROP TRIGGER chatflow_messages_fts_insert",
         ],
     ),
+    (
+        7,
+        "the latest version of each agent that ran in a session",
+        [
+            # {agent name: {"version": str, "turn": int}}: the latest version (a short hash of
+            # the agent's definition) each agent ran in the session, and the last turn it ran
+            # that version in. NULL: none known (sessions stored before this version: their
+            # agents' versions are unknown until their next reply). The version of each
+            # reply is stored in its message_json ("agent_version").
+            "ALTER TABLE chatflow_sessions ADD COLUMN agent_versions_json TEXT",
+        ],
+    ),
 ]
 
 #: The messages not yet in the full-text index (migration 6): above its highest rowid.

@@ -50,7 +50,8 @@ from ..events import Event, SessionStatus
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
-from .base import BaseSessionStore, ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from .base import BaseSessionStore
 from .search import HIGHLIGHT_END, HIGHLIGHT_START, SNIPPET_WORDS, Query, SearchHit, to_fts5
 from .owner import Owner
 from .schema import FTS_HIGH_WATER, INDEX_PENDING, SCHEMA_VERSION, apply_migrations, schema_version
@@ -132,12 +133,13 @@ def _row(r: sqlite3.Row | tuple[Any, ...]) -> _SessionRow:
         forked_from=json.loads(r[10]) if r[10] else None,
         title=r[11],
         archived_at=r[12],
+        agent_versions=json.loads(r[13]) if r[13] else {},
     )
 
 
 _ROW_COLUMNS = (
     "session_id, incarnation, active_agent_name, metadata_json, max_turns, turn_count, status, owner_json, "
-    "created_at_utc, updated_at_utc, forked_from_json, title, archived_at_utc"
+    "created_at_utc, updated_at_utc, forked_from_json, title, archived_at_utc, agent_versions_json"
 )
 
 
@@ -175,6 +177,7 @@ def _row_params(row: _SessionRow) -> tuple[Any, ...]:
         _dumps(row.forked_from) if row.forked_from else None,
         row.title,
         row.archived_at,
+        _dumps(row.agent_versions) if row.agent_versions else None,
     )
 
 
@@ -222,13 +225,13 @@ class _SQLiteTx(_Tx):
 
     def insert_row(self, row: _SessionRow) -> None:
         self.c.execute(
-            f"INSERT INTO chatflow_sessions ({_ROW_COLUMNS}) VALUES ({', '.join('?' * 13)})", _row_params(row)
+            f"INSERT INTO chatflow_sessions ({_ROW_COLUMNS}) VALUES ({', '.join('?' * 14)})", _row_params(row)
         )
 
     def update_row(self, row: _SessionRow) -> None:
         # every column but the key, in _ROW_COLUMNS order (a row-value SET)
         self.c.execute(
-            f"UPDATE chatflow_sessions SET ({_ROW_COLUMNS.split(', ', 1)[1]}) = ({', '.join('?' * 12)}) "
+            f"UPDATE chatflow_sessions SET ({_ROW_COLUMNS.split(', ', 1)[1]}) = ({', '.join('?' * 13)}) "
             "WHERE session_id = ?",
             (*_row_params(row)[1:], row.session_id),
         )
@@ -292,11 +295,11 @@ class _SQLiteTx(_Tx):
             needle = where.title.casefold()
             rows = []
             for r in self.c.execute(sql, args):
-                if needle in title_of(r[11], _preview_text(r[13])).casefold():
+                if needle in title_of(r[11], _preview_text(r[14])).casefold():
                     rows.append(r)
                     if where.limit is not None and len(rows) >= where.limit:
                         break
-        return [(_row(r), _preview_text(r[13]), r[14] == "turn.failed") for r in rows]
+        return [(_row(r), _preview_text(r[14]), r[15] == "turn.failed") for r in rows]
 
     def latest_session_id(self) -> str | None:
         r = self.c.execute(

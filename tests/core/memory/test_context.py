@@ -35,7 +35,7 @@ def _context(messages: list[Message], max_turns: int) -> SessionContext:
     return ctx
 
 
-def test_case1_max_turns_1_keeps_system_and_whole_second_turn() -> None:
+def test_max_turns_1_keeps_system_and_whole_second_turn() -> None:
     history = _weather_history()
     ctx = _context(history, 1)
     ctx._prune_history()
@@ -46,7 +46,7 @@ def test_case1_max_turns_1_keeps_system_and_whole_second_turn() -> None:
 
 
 @pytest.mark.parametrize("max_turns", [2, 3])
-def test_case1_larger_windows_leave_history_unchanged(max_turns: int) -> None:
+def test_larger_windows_leave_history_unchanged(max_turns: int) -> None:
     history = _weather_history()
     ctx = _context(history, max_turns)
     ctx._prune_history()
@@ -65,7 +65,7 @@ def _parallel_history() -> list[Message]:
     ]
 
 
-def test_case2_parallel_calls_kept_in_call_order() -> None:
+def test_parallel_calls_are_kept_in_call_order() -> None:
     history = _parallel_history()
     ctx = _context(history, 1)
     ctx._prune_history()
@@ -76,7 +76,7 @@ def test_case2_parallel_calls_kept_in_call_order() -> None:
     assert len(ctx2.history) == 7
 
 
-def test_case3_only_system_messages_and_empty_history() -> None:
+def test_a_history_of_only_system_messages_or_nothing_is_kept_whole() -> None:
     systems = [Message.system(f"rule {i}") for i in range(4)]
     ctx = _context(systems, 1)
     ctx._prune_history()

@@ -50,7 +50,7 @@ SEED_NAMES = [
 
 
 @pytest.mark.parametrize(("module", "name", "home"), SEED_NAMES, ids=[f"{m}.{n}" for m, n, _ in SEED_NAMES])
-def test_each_seed_name_resolves_to_its_home(module: str, name: str, home: str) -> None:
+def test_each_documented_name_resolves_to_its_home(module: str, name: str, home: str) -> None:
     assert getattr(importlib.import_module(module), name) is getattr(importlib.import_module(home), name)
 
 
@@ -67,7 +67,7 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         memory.SQLiteStore  # noqa: B018
 
 
-def test_the_seed_statements_run_as_written() -> None:
+def test_the_documented_import_statements_run_as_written() -> None:
     code = (
         "from chatflow_cli.core.memory import SessionContext\n"
         "from chatflow_cli.core.memory import DEFAULT_DEDUP_TTL_HOURS, SessionStore\n"

@@ -71,7 +71,7 @@ def sha256(path: Path) -> str:
 # -- concurrency across processes -------------------------------------------------------
 
 
-def test_case4_two_processes_claim_the_same_message_at_once(tmp_path: Path) -> None:
+def test_two_processes_claiming_the_same_message_at_once_one_wins(tmp_path: Path) -> None:
     for round_ in range(3):
         db = tmp_path / f"dedup-{round_}.db"
         SQLiteSessionStore(db).close()

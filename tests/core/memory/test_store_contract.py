@@ -533,7 +533,7 @@ def test_begin_turn_gives_the_window_a_fresh_load_would(
     assert [m.content for m in back.history if m.role is not Role.SYSTEM] == ["q1", "a1"]
 
 
-def test_case5_idempotency_key_with_begin_turn(any_store: BaseSessionStore, agent: Agent) -> None:
+def test_begin_turn_with_a_repeated_idempotency_key(any_store: BaseSessionStore, agent: Agent) -> None:
     msg = Message.user("Where is order 404?")
     start = any_store.begin_turn(
         "s", default_agent=agent, user_message=msg, owner=Owner.current(), idempotency_key="wamid.1"

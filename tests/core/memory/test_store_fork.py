@@ -15,12 +15,6 @@ from chatflow_cli.core.memory import BaseSessionStore, Owner
 from chatflow_cli.core.messages import Message, ToolCall
 
 
-@pytest.fixture
-def store(any_store: BaseSessionStore) -> BaseSessionStore:
-    """The store under test, once per kind of tests/core/memory/conftest.py's STORE_KINDS."""
-    return any_store
-
-
 def _chat(store: BaseSessionStore, agent, session_id: str, count: int, system: str | None = None) -> None:
     ctx = store.get_or_create(session_id, agent)
     if system:
@@ -39,71 +33,71 @@ def _texts(store: BaseSessionStore, session_id: str) -> list[list[str | None]]:
     return [[m.content for m in r.messages] for r in store.load_turns(session_id, first=0)]
 
 
-def test_fork_copies_turns_1_to_n_and_records_its_origin(store, agent) -> None:
-    _chat(store, agent, "src", 4, system="be brief")
-    source_events = store.events("src")
-    summary = store.fork("src", 2, into="branch")
+def test_fork_copies_turns_1_to_n_and_records_its_origin(any_store, agent) -> None:
+    _chat(any_store, agent, "src", 4, system="be brief")
+    source_events = any_store.events("src")
+    summary = any_store.fork("src", 2, into="branch")
     assert summary.session_id == "branch" and summary.turn_count == 2
     assert summary.forked_from == {"session_id": "src", "turn": 2, "seq": source_events[-1].seq}
-    assert store.forked_from("branch") == summary.forked_from and store.forked_from("src") is None
-    assert _texts(store, "branch") == [["be brief"], ["u1", "m1"], ["u2", None, "r2", "m2"]]
-    first = store.events("branch")[0]
+    assert any_store.forked_from("branch") == summary.forked_from and any_store.forked_from("src") is None
+    assert _texts(any_store, "branch") == [["be brief"], ["u1", "m1"], ["u2", None, "r2", "m2"]]
+    first = any_store.events("branch")[0]
     assert first.seq == 1 and first.type == "session.created"
     assert first.payload["forked_from"] == summary.forked_from
-    types = [e.type for e in store.events("branch")]
+    types = [e.type for e in any_store.events("branch")]
     assert types.count("turn.completed") == 2 and types.count("message.user") == 2
-    assert store.events("src") == source_events  # the source is untouched
+    assert any_store.events("src") == source_events  # the source is untouched
     # the fork goes on by itself: its next turn is 3
-    ctx = store.get("branch")
+    ctx = any_store.get("branch")
     ctx.add_message(Message.user("u3 in the fork"))
     ctx.add_message(Message.model("m3 in the fork"))
-    store.save(ctx)
-    assert [r.number for r in store.load_turns("branch")] == [1, 2, 3]
-    assert _texts(store, "src")[3] == ["u3", "m3"]
+    any_store.save(ctx)
+    assert [r.number for r in any_store.load_turns("branch")] == [1, 2, 3]
+    assert _texts(any_store, "src")[3] == ["u3", "m3"]
 
 
-def test_fork_defaults(store, agent) -> None:
-    _chat(store, agent, "src", 3)
-    summary = store.fork("src")
+def test_fork_defaults(any_store, agent) -> None:
+    _chat(any_store, agent, "src", 3)
+    summary = any_store.fork("src")
     assert summary.session_id.startswith("src-fork-") and summary.turn_count == 3
-    assert store.fork("src", 0, into="empty").turn_count == 0
-    assert store.load_turns("empty") == []
+    assert any_store.fork("src", 0, into="empty").turn_count == 0
+    assert any_store.load_turns("empty") == []
 
 
-def test_fork_then_rollback_of_the_fork_leaves_the_source_untouched(store, agent) -> None:
-    _chat(store, agent, "src", 3)
-    before = (store.events("src"), _texts(store, "src"), store.search("u3"))
-    store.fork("src", 3, into="f")
-    store.rollback("f", 1)
-    assert _texts(store, "f") == [["u1", "m1"]]
-    assert (store.events("src"), _texts(store, "src")) == before[:2]
-    assert [(h.session_id, h.turn) for h in store.search("u3")] == [("src", 3)]
+def test_fork_then_rollback_of_the_fork_leaves_the_source_untouched(any_store, agent) -> None:
+    _chat(any_store, agent, "src", 3)
+    before = (any_store.events("src"), _texts(any_store, "src"), any_store.search("u3"))
+    any_store.fork("src", 3, into="f")
+    any_store.rollback("f", 1)
+    assert _texts(any_store, "f") == [["u1", "m1"]]
+    assert (any_store.events("src"), _texts(any_store, "src")) == before[:2]
+    assert [(h.session_id, h.turn) for h in any_store.search("u3")] == [("src", 3)]
 
 
-def test_forking_a_running_session_copies_completed_turns_only(store, agent) -> None:
-    _chat(store, agent, "src", 2)
-    started = store.begin_turn(
+def test_forking_a_running_session_copies_completed_turns_only(any_store, agent) -> None:
+    _chat(any_store, agent, "src", 2)
+    started = any_store.begin_turn(
         "src", default_agent=agent, user_message=Message.user("u3 still running"), owner=Owner.current()
     )
-    assert started.turn == 3 and store.session_summary("src").status is SessionStatus.RUNNING
-    summary = store.fork("src", into="mid")
+    assert started.turn == 3 and any_store.session_summary("src").status is SessionStatus.RUNNING
+    summary = any_store.fork("src", into="mid")
     assert summary.turn_count == 2 and summary.forked_from["turn"] == 2
-    assert all("running" not in (m.content or "") for r in store.load_turns("mid") for m in r.messages)
+    assert all("running" not in (m.content or "") for r in any_store.load_turns("mid") for m in r.messages)
     with pytest.raises(ValueError, match="still running"):
-        store.fork("src", 3, into="too-far")
+        any_store.fork("src", 3, into="too-far")
 
 
-def test_bad_forks_change_nothing(store, agent) -> None:
-    _chat(store, agent, "src", 2)
-    _chat(store, agent, "taken", 1)
+def test_bad_forks_change_nothing(any_store, agent) -> None:
+    _chat(any_store, agent, "src", 2)
+    _chat(any_store, agent, "taken", 1)
     with pytest.raises(SessionNotFoundError):
-        store.fork("missing", 1)
+        any_store.fork("missing", 1)
     with pytest.raises(ValueError, match="turns 1..2"):
-        store.fork("src", 5)
+        any_store.fork("src", 5)
     with pytest.raises(ValueError):
-        store.fork("src", -1)
+        any_store.fork("src", -1)
     with pytest.raises(UsageError, match="already exists"):
-        store.fork("src", 1, into="taken")
+        any_store.fork("src", 1, into="taken")
     with pytest.raises(TypeError):
-        store.fork("src", "1")  # type: ignore[arg-type]
-    assert sorted(s.session_id for s in store.list_sessions()) == ["src", "taken"]
+        any_store.fork("src", "1")  # type: ignore[arg-type]
+    assert sorted(s.session_id for s in any_store.list_sessions()) == ["src", "taken"]

@@ -13,12 +13,6 @@ from chatflow_cli.core.messages import Message
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
 
-@pytest.fixture
-def store(any_store: BaseSessionStore) -> BaseSessionStore:
-    """The store under test, once per kind of tests/core/memory/conftest.py's STORE_KINDS."""
-    return any_store
-
-
 def _chat(store: BaseSessionStore, agent, session_id: str, text: str, metadata=None) -> None:
     ctx = store.get_or_create(session_id, agent, metadata=metadata)
     ctx.add_message(Message.user(text))
@@ -31,100 +25,100 @@ def _ids(summaries) -> list[str]:
     return [s.session_id for s in summaries]
 
 
-def test_the_default_title_is_the_first_line_of_the_first_user_message(store, agent) -> None:
-    _chat(store, agent, "s", "  Deploy plan for Friday\nwith details on the second line")
-    summary = store.session_summary("s")
+def test_the_default_title_is_the_first_line_of_the_first_user_message(any_store, agent) -> None:
+    _chat(any_store, agent, "s", "  Deploy plan for Friday\nwith details on the second line")
+    summary = any_store.session_summary("s")
     assert summary.title == "Deploy plan for Friday" and summary.title_set is False
-    store.set_title("s", "  Friday   deploy ")
-    summary = store.session_summary("s")
+    any_store.set_title("s", "  Friday   deploy ")
+    summary = any_store.session_summary("s")
     assert (summary.title, summary.title_set) == ("Friday deploy", True)
-    assert store.events("s")[-1].type == "session.titled"
-    before = store.last_seq("s")
-    store.set_title("s", "Friday deploy")  # no change, no event
-    assert store.last_seq("s") == before
-    store.set_title("s", None)
-    assert store.session_summary("s").title == "Deploy plan for Friday"
+    assert any_store.events("s")[-1].type == "session.titled"
+    before = any_store.last_seq("s")
+    any_store.set_title("s", "Friday deploy")  # no change, no event
+    assert any_store.last_seq("s") == before
+    any_store.set_title("s", None)
+    assert any_store.session_summary("s").title == "Deploy plan for Friday"
     with pytest.raises(ValueError):
-        store.set_title("s", "x" * 201)
+        any_store.set_title("s", "x" * 201)
     with pytest.raises(SessionNotFoundError):
-        store.set_title("missing", "t")
+        any_store.set_title("missing", "t")
 
 
-def test_metadata_filters_find_the_session_of_a_ticket(store, agent) -> None:
-    _chat(store, agent, "a", "one", {"ticket": "T-1", "team": "red", "n": 3, "vip": True})
-    _chat(store, agent, "b", "two", {"ticket": "T-2", "team": "red"})
-    _chat(store, agent, "c", "three", {"ticket": 'T-"3"'})
-    assert _ids(store.list_sessions(metadata={"ticket": "T-2"})) == ["b"]
-    assert sorted(_ids(store.list_sessions(metadata={"team": "red"}))) == ["a", "b"]
-    assert _ids(store.list_sessions(metadata={"team": "red", "ticket": "T-1"})) == ["a"]
-    assert _ids(store.list_sessions(metadata={"n": "3"})) == ["a"]
-    assert _ids(store.list_sessions(metadata={"vip": "true"})) == ["a"]
-    assert _ids(store.list_sessions(metadata={"ticket": 'T-"3"'})) == ["c"]
-    assert store.list_sessions(metadata={"ticket": "T-9"}) == []
-    assert store.list_sessions(metadata={"missing": "x"}) == []
+def test_metadata_filters_find_the_session_of_a_ticket(any_store, agent) -> None:
+    _chat(any_store, agent, "a", "one", {"ticket": "T-1", "team": "red", "n": 3, "vip": True})
+    _chat(any_store, agent, "b", "two", {"ticket": "T-2", "team": "red"})
+    _chat(any_store, agent, "c", "three", {"ticket": 'T-"3"'})
+    assert _ids(any_store.list_sessions(metadata={"ticket": "T-2"})) == ["b"]
+    assert sorted(_ids(any_store.list_sessions(metadata={"team": "red"}))) == ["a", "b"]
+    assert _ids(any_store.list_sessions(metadata={"team": "red", "ticket": "T-1"})) == ["a"]
+    assert _ids(any_store.list_sessions(metadata={"n": "3"})) == ["a"]
+    assert _ids(any_store.list_sessions(metadata={"vip": "true"})) == ["a"]
+    assert _ids(any_store.list_sessions(metadata={"ticket": 'T-"3"'})) == ["c"]
+    assert any_store.list_sessions(metadata={"ticket": "T-9"}) == []
+    assert any_store.list_sessions(metadata={"missing": "x"}) == []
 
 
-def test_since_until_and_title_filters(store, agent) -> None:
+def test_since_until_and_title_filters(any_store, agent) -> None:
     clock = [1_000.0]
-    store.clock = lambda: clock[0]
-    _chat(store, agent, "old", "Invoice question")
+    any_store.clock = lambda: clock[0]
+    _chat(any_store, agent, "old", "Invoice question")
     clock[0] = 2_000.0
-    _chat(store, agent, "new", "weather today")
-    store.set_title("new", "Rain INVOICE report")
-    assert _ids(store.list_sessions(since=1_500.0)) == ["new"]
-    assert _ids(store.list_sessions(until=1_500.0)) == ["old"]
-    assert _ids(store.list_sessions(title="invoice")) == ["new", "old"]
-    assert _ids(store.list_sessions(title="rain")) == ["new"]
-    assert _ids(store.list_sessions(title="invoice", limit=1)) == ["new"]
+    _chat(any_store, agent, "new", "weather today")
+    any_store.set_title("new", "Rain INVOICE report")
+    assert _ids(any_store.list_sessions(since=1_500.0)) == ["new"]
+    assert _ids(any_store.list_sessions(until=1_500.0)) == ["old"]
+    assert _ids(any_store.list_sessions(title="invoice")) == ["new", "old"]
+    assert _ids(any_store.list_sessions(title="rain")) == ["new"]
+    assert _ids(any_store.list_sessions(title="invoice", limit=1)) == ["new"]
 
 
-def test_cursor_pages_neither_skip_nor_repeat_while_sessions_update(store, agent) -> None:
+def test_cursor_pages_neither_skip_nor_repeat_while_sessions_update(any_store, agent) -> None:
     clock = [1_000.0]
-    store.clock = lambda: clock[0]
+    any_store.clock = lambda: clock[0]
     for n in range(7):
         clock[0] += 1
-        _chat(store, agent, f"s{n}", f"message {n}")
-    first = store.list_sessions(limit=3)
+        _chat(any_store, agent, f"s{n}", f"message {n}")
+    first = any_store.list_sessions(limit=3)
     assert _ids(first) == ["s6", "s5", "s4"]
     clock[0] += 1
-    _chat(store, agent, "s1", "updated meanwhile")  # moves to the top
-    second = store.list_sessions(limit=3, after=first[-1].cursor)
+    _chat(any_store, agent, "s1", "updated meanwhile")  # moves to the top
+    second = any_store.list_sessions(limit=3, after=first[-1].cursor)
     assert _ids(second) == ["s3", "s2", "s0"]
-    assert store.list_sessions(limit=3, after=second[-1].cursor) == []
+    assert any_store.list_sessions(limit=3, after=second[-1].cursor) == []
     with pytest.raises(UsageError, match="cursor"):
-        store.list_sessions(after="nonsense")
+        any_store.list_sessions(after="nonsense")
 
 
-def test_same_time_rows_page_by_id(store, agent) -> None:
-    store.clock = lambda: 5.0
+def test_same_time_rows_page_by_id(any_store, agent) -> None:
+    any_store.clock = lambda: 5.0
     for sid in ("c", "a", "b"):
-        _chat(store, agent, sid, sid)
-    page = store.list_sessions(limit=2)
+        _chat(any_store, agent, sid, sid)
+    page = any_store.list_sessions(limit=2)
     assert _ids(page) == ["a", "b"]
-    assert _ids(store.list_sessions(after=page[-1].cursor)) == ["c"]
+    assert _ids(any_store.list_sessions(after=page[-1].cursor)) == ["c"]
 
 
-def test_archive_hides_keeps_and_refuses_new_turns(store, agent) -> None:
-    _chat(store, agent, "keep", "kept")
-    _chat(store, agent, "old", "archived one")
-    updated = store.session_summary("old").updated_at
-    assert store.archive("old") is True and store.archive("old") is False
-    assert _ids(store.list_sessions()) == ["keep"]
-    archived = store.list_sessions(archived=True)
+def test_archive_hides_keeps_and_refuses_new_turns(any_store, agent) -> None:
+    _chat(any_store, agent, "keep", "kept")
+    _chat(any_store, agent, "old", "archived one")
+    updated = any_store.session_summary("old").updated_at
+    assert any_store.archive("old") is True and any_store.archive("old") is False
+    assert _ids(any_store.list_sessions()) == ["keep"]
+    archived = any_store.list_sessions(archived=True)
     assert _ids(archived) == ["old"] and archived[0].archived_at is not None
     assert archived[0].updated_at == updated
-    assert [r.number for r in store.load_turns("old")] == [1]  # kept whole
-    ctx = store.get("old")
+    assert [r.number for r in any_store.load_turns("old")] == [1]  # kept whole
+    ctx = any_store.get("old")
     ctx.add_message(Message.user("more"))
     with pytest.raises(SessionArchivedError, match="unarchive old"):
-        store.save(ctx)
+        any_store.save(ctx)
     with pytest.raises(SessionArchivedError):
-        store.begin_turn("old", default_agent=agent, user_message=Message.user("more"), owner=Owner.current())
-    assert store.session_summary("old").turn_count == 1
-    assert store.unarchive("old") is True and store.unarchive("old") is False
-    _chat(store, agent, "old", "back again")
-    assert sorted(_ids(store.list_sessions())) == ["keep", "old"]
-    types = [e.type for e in store.events("old")]
+        any_store.begin_turn("old", default_agent=agent, user_message=Message.user("more"), owner=Owner.current())
+    assert any_store.session_summary("old").turn_count == 1
+    assert any_store.unarchive("old") is True and any_store.unarchive("old") is False
+    _chat(any_store, agent, "old", "back again")
+    assert sorted(_ids(any_store.list_sessions())) == ["keep", "old"]
+    types = [e.type for e in any_store.events("old")]
     assert "session.archived" in types and "session.unarchived" in types
 
 

@@ -22,12 +22,6 @@ from chatflow_cli.core.messages import Message, ToolCall
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
 
-@pytest.fixture
-def store(any_store: BaseSessionStore) -> BaseSessionStore:
-    """The store under test, once per kind of tests/core/memory/conftest.py's STORE_KINDS."""
-    return any_store
-
-
 def _chat(store: BaseSessionStore, agent: Agent, session_id: str, *pairs: tuple[str, str]) -> None:
     ctx = store.get_or_create(session_id, agent)
     for user, model in pairs:
@@ -41,11 +35,11 @@ def _where(hits: list[SearchHit]) -> list[tuple[str, int]]:
     return [(h.session_id, h.turn) for h in hits]
 
 
-def test_hits_are_turns_with_a_highlighted_snippet_and_age(store, agent) -> None:
-    store.clock = lambda: 1_700_000_000.0
-    _chat(store, agent, "a", ("how do I deploy the gateway", "run make deploy"), ("thanks", "you are welcome"))
-    _chat(store, agent, "b", ("what is the weather", "sunny"))
-    hits = store.search("deploy")
+def test_hits_are_turns_with_a_highlighted_snippet_and_age(any_store, agent) -> None:
+    any_store.clock = lambda: 1_700_000_000.0
+    _chat(any_store, agent, "a", ("how do I deploy the gateway", "run make deploy"), ("thanks", "you are welcome"))
+    _chat(any_store, agent, "b", ("what is the weather", "sunny"))
+    hits = any_store.search("deploy")
     assert _where(hits) == [("a", 1)]  # one hit for turn 1 though both of its messages match
     hit = hits[0]
     assert f"{HIGHLIGHT_START}deploy{HIGHLIGHT_END}" in hit.snippet
@@ -54,9 +48,9 @@ def test_hits_are_turns_with_a_highlighted_snippet_and_age(store, agent) -> None
     assert hit.to_dict()["snippet"].count("[deploy]") == 1
 
 
-def test_phrase_or_not_prefix_and_accents(store, agent) -> None:
+def test_phrase_or_not_prefix_and_accents(any_store, agent) -> None:
     _chat(
-        store,
+        any_store,
         agent,
         "s",
         ("connection reset by peer", "retry"),
@@ -65,80 +59,80 @@ def test_phrase_or_not_prefix_and_accents(store, agent) -> None:
         ("café au lait", "coffee"),
         ("deployment went fine", "good"),
     )
-    assert _where(store.search('"connection reset"')) == [("s", 1)]
-    assert sorted(_where(store.search("connection reset"))) == [("s", 1), ("s", 2)]
-    assert sorted(_where(store.search("timeout OR lait"))) == [("s", 3), ("s", 4)]
-    assert _where(store.search("connection NOT peer")) == [("s", 2)]
-    assert _where(store.search("connection -peer")) == [("s", 2)]
-    assert _where(store.search("deploym*")) == [("s", 5)]
-    assert _where(store.search("CAFE")) == [("s", 4)]
-    assert _where(store.search("connection AND peer")) == [("s", 1)]
+    assert _where(any_store.search('"connection reset"')) == [("s", 1)]
+    assert sorted(_where(any_store.search("connection reset"))) == [("s", 1), ("s", 2)]
+    assert sorted(_where(any_store.search("timeout OR lait"))) == [("s", 3), ("s", 4)]
+    assert _where(any_store.search("connection NOT peer")) == [("s", 2)]
+    assert _where(any_store.search("connection -peer")) == [("s", 2)]
+    assert _where(any_store.search("deploym*")) == [("s", 5)]
+    assert _where(any_store.search("CAFE")) == [("s", 4)]
+    assert _where(any_store.search("connection AND peer")) == [("s", 1)]
 
 
-def test_more_matches_rank_first(store, agent) -> None:
-    _chat(store, agent, "one", ("alpha beta gamma delta", "x"))
-    _chat(store, agent, "two", ("alpha alpha alpha delta", "x"))
-    assert _where(store.search("alpha")) == [("two", 1), ("one", 1)]
+def test_more_matches_rank_first(any_store, agent) -> None:
+    _chat(any_store, agent, "one", ("alpha beta gamma delta", "x"))
+    _chat(any_store, agent, "two", ("alpha alpha alpha delta", "x"))
+    assert _where(any_store.search("alpha")) == [("two", 1), ("one", 1)]
 
 
-def test_filters_session_agent_since_limit(store, agent) -> None:
+def test_filters_session_agent_since_limit(any_store, agent) -> None:
     other = Agent(name="Support", instructions="x", model="gpt-4o")
     clock = [1_000.0]
-    store.clock = lambda: clock[0]
-    _chat(store, agent, "a", ("invoice late", "ok"))
+    any_store.clock = lambda: clock[0]
+    _chat(any_store, agent, "a", ("invoice late", "ok"))
     clock[0] = 2_000.0
-    _chat(store, other, "b", ("invoice missing", "ok"), ("invoice again", "ok"))
-    assert sorted(_where(store.search("invoice"))) == [("a", 1), ("b", 1), ("b", 2)]
-    assert sorted(_where(store.search("invoice", session_id="a"))) == [("a", 1)]
-    assert sorted(_where(store.search("invoice", agent="Support"))) == [("b", 1), ("b", 2)]
-    assert sorted(_where(store.search("invoice", since=1_500.0))) == [("b", 1), ("b", 2)]
-    assert len(store.search("invoice", limit=2)) == 2
-    assert store.search("nothing-like-this") == []
+    _chat(any_store, other, "b", ("invoice missing", "ok"), ("invoice again", "ok"))
+    assert sorted(_where(any_store.search("invoice"))) == [("a", 1), ("b", 1), ("b", 2)]
+    assert sorted(_where(any_store.search("invoice", session_id="a"))) == [("a", 1)]
+    assert sorted(_where(any_store.search("invoice", agent="Support"))) == [("b", 1), ("b", 2)]
+    assert sorted(_where(any_store.search("invoice", since=1_500.0))) == [("b", 1), ("b", 2)]
+    assert len(any_store.search("invoice", limit=2)) == 2
+    assert any_store.search("nothing-like-this") == []
     with pytest.raises(ValueError):
-        store.search("invoice", limit=0)
+        any_store.search("invoice", limit=0)
 
 
-def test_tool_arguments_and_results_only_with_the_flag(store, agent) -> None:
-    ctx = store.get_or_create("t", agent)
+def test_tool_arguments_and_results_only_with_the_flag(any_store, agent) -> None:
+    ctx = any_store.get_or_create("t", agent)
     ctx.add_message(Message.user("look it up"))
     ctx.add_message(Message.model(None, [ToolCall("c1", "lookup_order", '{"order": "zebra42"}')]))
     ctx.add_message(Message.tool("c1", "status shipped via quokka express", name="lookup_order"))
     ctx.add_message(Message.model("It shipped."))
     ctx.complete_turn("It shipped.")
-    store.save(ctx)
-    assert store.search("zebra42") == [] and store.search("quokka") == []
-    assert _where(store.search("zebra42", include_tools=True)) == [("t", 1)]
-    hits = store.search("quokka", include_tools=True)
+    any_store.save(ctx)
+    assert any_store.search("zebra42") == [] and any_store.search("quokka") == []
+    assert _where(any_store.search("zebra42", include_tools=True)) == [("t", 1)]
+    hits = any_store.search("quokka", include_tools=True)
     assert _where(hits) == [("t", 1)] and hits[0].role == "tool"
-    assert _where(store.search("lookup_order", include_tools=True)) == [("t", 1)]
+    assert _where(any_store.search("lookup_order", include_tools=True)) == [("t", 1)]
 
 
-def test_rollback_then_search_finds_the_text_only_with_include_removed(store, agent) -> None:
-    _chat(store, agent, "s", ("keep this", "fine"), ("secret plan zeppelin", "noted"))
-    assert _where(store.search("zeppelin")) == [("s", 2)]
-    store.rollback("s", 1)
-    assert store.search("zeppelin") == []
-    hits = store.search("zeppelin", include_removed=True)
+def test_rollback_then_search_finds_the_text_only_with_include_removed(any_store, agent) -> None:
+    _chat(any_store, agent, "s", ("keep this", "fine"), ("secret plan zeppelin", "noted"))
+    assert _where(any_store.search("zeppelin")) == [("s", 2)]
+    any_store.rollback("s", 1)
+    assert any_store.search("zeppelin") == []
+    hits = any_store.search("zeppelin", include_removed=True)
     assert [(h.turn, h.removed) for h in hits] == [(2, "rolled_back")]
-    _chat(store, agent, "s", ("zeppelin again", "yes"))  # the new turn 2 is live, the old one marked
-    hits = store.search("zeppelin", include_removed=True)
+    _chat(any_store, agent, "s", ("zeppelin again", "yes"))  # the new turn 2 is live, the old one marked
+    hits = any_store.search("zeppelin", include_removed=True)
     assert sorted((h.turn, h.removed or "") for h in hits) == [(2, ""), (2, "rolled_back")]
-    assert [(h.turn, h.removed) for h in store.search("zeppelin")] == [(2, None)]
+    assert [(h.turn, h.removed) for h in any_store.search("zeppelin")] == [(2, None)]
 
 
-def test_deleted_sessions_are_not_found(store, agent) -> None:
-    _chat(store, agent, "s", ("ephemeral words", "ok"))
-    store.delete("s")
-    assert store.search("ephemeral", include_removed=True) == []
+def test_deleted_sessions_are_not_found(any_store, agent) -> None:
+    _chat(any_store, agent, "s", ("ephemeral words", "ok"))
+    any_store.delete("s")
+    assert any_store.search("ephemeral", include_removed=True) == []
 
 
-def test_system_messages_are_not_searched(store, agent) -> None:
-    ctx = store.get_or_create("s", agent)
+def test_system_messages_are_not_searched(any_store, agent) -> None:
+    ctx = any_store.get_or_create("s", agent)
     ctx.add_message(Message.user("hello"))
     ctx.add_message(Message.model("hi"))
     ctx.complete_turn("hi")
-    store.save(ctx)
-    assert store.search("Helpful") == []  # the agent's instructions are not stored text to find
+    any_store.save(ctx)
+    assert any_store.search("Helpful") == []  # the agent's instructions are not stored text to find
 
 
 @pytest.mark.parametrize(
@@ -160,9 +154,9 @@ def test_system_messages_are_not_searched(store, agent) -> None:
         ("...", "no letters"),
     ],
 )
-def test_unparsable_queries_are_usage_errors_with_a_hint(store, query, words) -> None:
+def test_unparsable_queries_are_usage_errors_with_a_hint(any_store, query, words) -> None:
     with pytest.raises(UsageError) as err:
-        store.search(query)
+        any_store.search(query)
     assert words in str(err.value)
     assert "prefix*" in str(err.value)  # the hint says how to write a query
 
@@ -175,11 +169,11 @@ _HOSTILE = st.lists(
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_HOSTILE)
-def test_hostile_queries_give_hits_or_a_usage_error_never_anything_else(store, agent, query) -> None:
-    if not store.search("x", limit=1) and store.get("s") is None:
-        _chat(store, agent, "s", ("x near é AND (x)", "x"))
+def test_hostile_queries_give_hits_or_a_usage_error_never_anything_else(any_store, agent, query) -> None:
+    if not any_store.search("x", limit=1) and any_store.get("s") is None:
+        _chat(any_store, agent, "s", ("x near é AND (x)", "x"))
     try:
-        hits = store.search(query)
+        hits = any_store.search(query)
     except UsageError as exc:
         assert "chatflow sessions search" in str(exc)
     else:
@@ -214,7 +208,8 @@ def test_a_database_written_before_the_index_is_indexed_by_the_migration(tmp_pat
         "DROP TRIGGER chatflow_messages_fts_delete; DELETE FROM chatflow_schema_migrations WHERE version = 6;"
         "DROP TABLE chatflow_messages_fts; ALTER TABLE chatflow_sessions DROP COLUMN forked_from_json;"
         "ALTER TABLE chatflow_sessions DROP COLUMN title; ALTER TABLE chatflow_sessions DROP COLUMN archived_at_utc;"
-        "DELETE FROM chatflow_schema_migrations WHERE name LIKE 'full-text index%';"
+        "ALTER TABLE chatflow_sessions DROP COLUMN agent_versions_json;"  # and what later migrations added
+        "DELETE FROM chatflow_schema_migrations WHERE version >= 5;"
     )
     conn.close()
     store = SQLiteSessionStore(path)
@@ -224,13 +219,13 @@ def test_a_database_written_before_the_index_is_indexed_by_the_migration(tmp_pat
         store.close()
 
 
-def test_a_filter_that_keeps_few_of_many_matches_still_fills_the_page(store, agent) -> None:
+def test_a_filter_that_keeps_few_of_many_matches_still_fills_the_page(any_store, agent) -> None:
     # 300 better-ranked matches in one agent's sessions: the page for the other agent must
     # still come back (the SQLite store widens its candidate set, then joins every match)
     other = Agent(name="Rare", instructions="x", model="gpt-4o")
     for n in range(300):
-        _chat(store, agent, f"many{n:03d}", ("needle needle needle", "x"))
-    _chat(store, other, "rare", ("a needle among many other words here", "x"))
-    assert _where(store.search("needle", agent="Rare")) == [("rare", 1)]
-    assert len(store.search("needle", limit=100)) == 100
-    assert _where(store.search("needle", session_id="rare")) == [("rare", 1)]
+        _chat(any_store, agent, f"many{n:03d}", ("needle needle needle", "x"))
+    _chat(any_store, other, "rare", ("a needle among many other words here", "x"))
+    assert _where(any_store.search("needle", agent="Rare")) == [("rare", 1)]
+    assert len(any_store.search("needle", limit=100)) == 100
+    assert _where(any_store.search("needle", session_id="rare")) == [("rare", 1)]

@@ -24,7 +24,7 @@ def test_snake_case(name: str, snake: str) -> None:
     assert snake_case(name) == snake
 
 
-def test_agent_fields_follow_the_seed() -> None:
+def test_an_agent_has_its_name_instructions_and_model_and_no_tools_or_handoffs_by_default() -> None:
     agent = Agent(name="Assistant", instructions="Helpful bot", model="gpt-4o")
     assert (agent.name, agent.instructions, agent.model, agent.tools, agent.handoffs) == (
         "Assistant", "Helpful bot", "gpt-4o", (), ())

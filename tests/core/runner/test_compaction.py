@@ -11,17 +11,11 @@ import pytest
 
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.compaction import DEFAULT_PROMPT, compact_session, compaction_point
-from chatflow_cli.core.errors import SessionBusyError, UsageError
+from chatflow_cli.core.errors import RateLimitedError, SessionBusyError, UsageError
 from chatflow_cli.core.memory.owner import Owner
 from chatflow_cli.core.messages import Message, Role
 from chatflow_cli.core.runner import Runner
 from chatflow_cli.core.tools import tool
-
-@pytest.fixture
-def store(sqlite_store: Any) -> Any:
-    """The Runner tests' SQLite store, under the name these tests use."""
-    return sqlite_store
-
 
 
 @tool
@@ -37,7 +31,7 @@ def _chat(runner: Runner, fake_server: Any, n: int, session: str = "s") -> None:
 
 
 def test_compaction_request_event_summary_and_window(
-    make_runner: Callable[..., Runner], fake_server: Any, store: Any, client: Any
+    make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any, client: Any
 ) -> None:
     runner = make_runner(Agent("A", instructions="Be brief.", tools=[lookup]), default_model="m")
     fake_server.add_tool_calls([("call_1", "lookup", '{"order_id": "A-7"}')])
@@ -45,7 +39,7 @@ def test_compaction_request_event_summary_and_window(
     runner.run("s", "where is order A-7?")
     _chat(runner, fake_server, 3)  # turns 2..4
     fake_server.add_text("The user asked about order A-7 (shipped) and questions 1 and 2.")
-    done = compact_session(store, "s", client, "m", through=3, instructions="keep order ids",
+    done = compact_session(sqlite_store, "s", client, "m", through=3, instructions="keep order ids",
                            tools=[lookup.to_wire()])
     body = fake_server.requests[-1]
     # one tool-free request: the tools are shown, tool_choice none
@@ -62,14 +56,14 @@ def test_compaction_request_event_summary_and_window(
     assert event.payload["instructions"] == "keep order ids"
     assert event.payload["tokens_after"] < event.payload["tokens_before"]
     assert [e.type for e in done.events] == ["context.compacted", "status"]
-    assert store.session_summary("s").status.value == "idle"
+    assert sqlite_store.session_summary("s").status.value == "idle"
     # the stored summary, flagged, and nothing deleted
-    ((summary, removed),) = store.summaries("s")
+    ((summary, removed),) = sqlite_store.summaries("s")
     assert summary.role is Role.SYSTEM and summary.summary_through == 3 and not removed
     assert summary.content == "The user asked about order A-7 (shipped) and questions 1 and 2."
-    assert [t.number for t in store.load_turns("s")] == [1, 2, 3, 4]
+    assert [t.number for t in sqlite_store.load_turns("s")] == [1, 2, 3, 4]
     # the window after: real system messages, the summary, live turns after K
-    ctx = store.get("s")
+    ctx = sqlite_store.get("s")
     assert [m.role for m in ctx.history] == [Role.SYSTEM, Role.USER, Role.MODEL]
     assert ctx.history[0].summary_through == 3 and ctx.history[1].content == "question 3"
     # the next turn sends it
@@ -80,70 +74,70 @@ def test_compaction_request_event_summary_and_window(
 
 
 def test_same_through_and_instructions_is_not_compacted_twice(
-    make_runner: Callable[..., Runner], fake_server: Any, store: Any, client: Any
+    make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any, client: Any
 ) -> None:
     runner = make_runner(Agent("A"), default_model="m")
     _chat(runner, fake_server, 3)
     fake_server.add_text("summary one")
-    first = compact_session(store, "s", client, "m", through=2)
+    first = compact_session(sqlite_store, "s", client, "m", through=2)
     requests = len(fake_server.requests)
-    again = compact_session(store, "s", client, "m", through=2)
+    again = compact_session(sqlite_store, "s", client, "m", through=2)
     assert again.repeated and again.summary == "summary one" and again.events == ()
-    assert len(fake_server.requests) == requests and len(store.summaries("s")) == 1
+    assert len(fake_server.requests) == requests and len(sqlite_store.summaries("s")) == 1
     fake_server.add_text("summary two")
-    other = compact_session(store, "s", client, "m", through=2, instructions="names only")
+    other = compact_session(sqlite_store, "s", client, "m", through=2, instructions="names only")
     assert not other.repeated and other.summary == "summary two" and not first.repeated
     with pytest.raises(UsageError, match="already summarised through turn 2"):
-        compact_session(store, "s", client, "m", through=1)
+        compact_session(sqlite_store, "s", client, "m", through=1)
     with pytest.raises(UsageError, match="turns are 1..3"):
-        compact_session(store, "s", client, "m", through=4)
+        compact_session(sqlite_store, "s", client, "m", through=4)
 
 
 def test_compaction_takes_the_session_like_a_turn(
-    make_runner: Callable[..., Runner], fake_server: Any, store: Any, client: Any
+    make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any, client: Any
 ) -> None:
     runner = make_runner(Agent("A"), default_model="m")
     _chat(runner, fake_server, 2)
-    session = store.begin_compaction("s", owner=Owner.current())
+    session = sqlite_store.begin_compaction("s", owner=Owner.current())
     with pytest.raises(SessionBusyError):
         runner.run("s", "meanwhile", wait=0)
     with pytest.raises(SessionBusyError):
-        compact_session(store, "s", client, "m", through=1)
-    store.release(session, reason="compaction failed")
+        compact_session(sqlite_store, "s", client, "m", through=1)
+    sqlite_store.release(session, reason="compaction failed")
     fake_server.add_text("fine")
     assert runner.run("s", "now").content == "fine"
 
 
 def test_a_failed_compaction_leaves_the_session_as_it_was(
-    make_runner: Callable[..., Runner], fake_server: Any, store: Any, client: Any
+    make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any, client: Any
 ) -> None:
     runner = make_runner(Agent("A"), default_model="m")
     _chat(runner, fake_server, 3)
-    before = [m.content for m in store.get("s").history]
+    before = [m.content for m in sqlite_store.get("s").history]
     fake_server.add_error(500, {"error": {"message": "boom", "type": "server_error"}})
-    with pytest.raises(Exception):
-        compact_session(store, "s", client, "m", through=2)
-    assert store.summaries("s") == [] and store.session_summary("s").status.value == "idle"
-    assert [m.content for m in store.get("s").history] == before
+    with pytest.raises(RateLimitedError):  # a 500 with no retries left
+        compact_session(sqlite_store, "s", client, "m", through=2)
+    assert sqlite_store.summaries("s") == [] and sqlite_store.session_summary("s").status.value == "idle"
+    assert [m.content for m in sqlite_store.get("s").history] == before
 
 
 def test_rollback_across_a_compaction_falls_back(
-    make_runner: Callable[..., Runner], fake_server: Any, store: Any, client: Any
+    make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any, client: Any
 ) -> None:
     runner = make_runner(Agent("A"), default_model="m")
     _chat(runner, fake_server, 6)
     fake_server.add_text("summary of 1..2")
-    compact_session(store, "s", client, "m", through=2)
+    compact_session(sqlite_store, "s", client, "m", through=2)
     fake_server.add_text("summary of 1..4")
-    compact_session(store, "s", client, "m", through=4)
-    assert [m.content for m in store.get("s").history][:2] == ["summary of 1..4", "question 5"]
-    store.rollback("s", 3)  # 3 < 4: the newer summary is marked, the older one applies again
-    listed = store.summaries("s", include_removed=True)
+    compact_session(sqlite_store, "s", client, "m", through=4)
+    assert [m.content for m in sqlite_store.get("s").history][:2] == ["summary of 1..4", "question 5"]
+    sqlite_store.rollback("s", 3)  # 3 < 4: the newer summary is marked, the older one applies again
+    listed = sqlite_store.summaries("s", include_removed=True)
     assert [(m.summary_through, removed) for m, removed in listed] == [(2, False), (4, True)]
-    assert [m.content for m in store.get("s").history] == ["summary of 1..2", "question 3", "answer 3"]
-    store.rollback("s", 1)  # below every summary: plain turns
-    assert [m.content for m in store.get("s").history] == ["question 1", "answer 1"]
-    assert [(m.summary_through, removed) for m, removed in store.summaries("s", include_removed=True)] == [
+    assert [m.content for m in sqlite_store.get("s").history] == ["summary of 1..2", "question 3", "answer 3"]
+    sqlite_store.rollback("s", 1)  # below every summary: plain turns
+    assert [m.content for m in sqlite_store.get("s").history] == ["question 1", "answer 1"]
+    assert [(m.summary_through, removed) for m, removed in sqlite_store.summaries("s", include_removed=True)] == [
         (2, True), (4, True)]
     fake_server.add_text("again")
     runner.run("s", "next")
@@ -157,29 +151,29 @@ def test_compaction_point_keeps_the_newest_turns() -> None:
 
 
 def test_automatic_compaction_before_the_next_request(
-    make_runner: Callable[..., Runner], fake_server: Any, store: Any
+    make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any
 ) -> None:
     runner = make_runner(Agent("A"), default_model="m", max_context_tokens=1000, max_tokens=200)
     for i in range(1, 5):
         fake_server.add_text(f"answer {i} " + "detail " * 60)
         runner.run("s", f"question {i} " + "word " * 60)
-    assert store.summaries("s") == []
+    assert sqlite_store.summaries("s") == []
     fake_server.add_text("SUMMARY: questions 1..3 answered")
     fake_server.add_text("the reply")
     result = runner.run("s", "question 5")
     compaction, turn = fake_server.requests[-2], fake_server.requests[-1]
     assert compaction["messages"][0]["content"] == DEFAULT_PROMPT and "tools" not in compaction
     assert result.content == "the reply"
-    ((summary, _),) = store.summaries("s")
+    ((summary, _),) = sqlite_store.summaries("s")
     assert turn["messages"][0] == {"role": "system", "content": "SUMMARY: questions 1..3 answered"}
     assert turn["messages"][1]["content"].startswith(f"question {summary.summary_through + 1}")
     assert any(e.type == "context.compacted" for e in result.events)
     assert result.context is not None and result.context["tokens"] <= 0.8 * 800
 
 
-def test_automatic_compaction_off_switch(make_runner: Callable[..., Runner], fake_server: Any, store: Any) -> None:
+def test_automatic_compaction_off_switch(make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any) -> None:
     runner = make_runner(Agent("A"), default_model="m", max_context_tokens=1000, max_tokens=200, compact_at=None)
     for i in range(1, 6):
         fake_server.add_text(f"answer {i} " + "detail " * 60)
         runner.run("s", f"question {i} " + "word " * 60)
-    assert store.summaries("s") == [] and len(fake_server.requests) == 5
+    assert sqlite_store.summaries("s") == [] and len(fake_server.requests) == 5

@@ -13,19 +13,13 @@ from chatflow_cli.core.runner import Runner
 from chatflow_cli.core.tokens import MESSAGE_OVERHEAD, estimate_tokens
 from chatflow_cli.core.messages import Message
 
-@pytest.fixture
-def store(sqlite_store: Any) -> Any:
-    """The Runner tests' SQLite store, under the name these tests use."""
-    return sqlite_store
-
-
 
 def _sent(fake_server: Any) -> list[dict[str, Any]]:
     return fake_server.requests[-1]["messages"]
 
 
 def test_old_turns_leave_the_request_when_the_budget_is_full(
-    make_runner: Callable[..., Runner], fake_server: Any, store: Any
+    make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any
 ) -> None:
     runner = make_runner(Agent("A", instructions="Be brief."), default_model="m", max_context_tokens=600,
                          max_tokens=100, compact_at=None)  # trimming alone, no summary
@@ -44,7 +38,7 @@ def test_old_turns_leave_the_request_when_the_budget_is_full(
     assert result.context["budget"] == 500 and result.context["context"] == 600
     assert result.context["tokens"] <= 500 and not result.context["over_budget"]
     # the stored session keeps every turn: the budget shapes the request only
-    assert store.get("s").turn_count == 7
+    assert sqlite_store.get("s").turn_count == 7
 
 
 def test_a_newest_turn_over_the_budget_is_sent_whole_with_a_warning(
@@ -63,7 +57,7 @@ def test_a_newest_turn_over_the_budget_is_sent_whole_with_a_warning(
 
 
 def test_a_tool_round_stays_whole_and_the_reply_takes_the_providers_count(
-    make_runner: Callable[..., Runner], fake_server: Any, store: Any
+    make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any
 ) -> None:
     from chatflow_cli.core.tools import tool
 
@@ -85,7 +79,7 @@ def test_a_tool_round_stays_whole_and_the_reply_takes_the_providers_count(
     roles = [m["role"] for m in sent]
     # either the whole first turn (call and result) or none of it
     assert roles in (["user"], ["user", "assistant", "tool", "assistant", "user"])
-    stored = store.load_turns("s")[0].messages
+    stored = sqlite_store.load_turns("s")[0].messages
     assert stored[-1].content == "It shipped." and stored[-1].tokens == 4 + MESSAGE_OVERHEAD
     assert stored[0].tokens == estimate_tokens(Message.user("where is A-1?"))
 

@@ -27,7 +27,7 @@ pytestmark = [
 ]
 
 
-def test_case5_forced_tool_call_with_the_real_local_model(sqlite_store: Any) -> None:
+def test_a_forced_tool_call_with_the_real_local_model_runs_the_tool(sqlite_store: Any) -> None:
     from chatflow_cli.core.local import LocalServer
     from chatflow_cli.core.model import ModelClient
 

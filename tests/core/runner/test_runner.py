@@ -55,7 +55,7 @@ def roles(messages: list[dict[str, Any]]) -> list[str]:
 # --------------------------------------------------------------------------------------
 # issue 4, case 1: stream quirks
 # --------------------------------------------------------------------------------------
-def test_case1_quirky_stream_is_stored_and_returned_as_hello_world(
+def test_a_quirky_stream_is_stored_and_returned_as_hello_world(
     fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any, db_path: Any
 ) -> None:
     usage = {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13}
@@ -83,7 +83,7 @@ def test_case1_quirky_stream_is_stored_and_returned_as_hello_world(
 # --------------------------------------------------------------------------------------
 # issue 4, case 2: custom tools answered by id
 # --------------------------------------------------------------------------------------
-def test_case2_custom_tool_results_are_paired_by_id_and_sent_in_call_order(
+def test_custom_tool_results_are_paired_by_id_and_sent_in_call_order(
     fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     weather = Tool.custom("get_weather", "Weather for a city.",
@@ -185,7 +185,7 @@ def test_a_failing_regular_tool_beside_a_custom_one_stays_an_error_result(
 # --------------------------------------------------------------------------------------
 # issue 4, case 4: nothing persisted twice
 # --------------------------------------------------------------------------------------
-def test_case4_two_turns_store_four_messages(
+def test_two_turns_store_four_messages(
     fake_server: FakeServer, make_runner: Callable[..., Runner], db_path: Any
 ) -> None:
     runner = make_runner(Agent("Assistant", "Be brief.", model=MODEL))
@@ -426,7 +426,7 @@ def test_handoff_switches_the_active_agent_once_and_the_target_answers(
     handoffs = events_of(sqlite_store, "handoff", "handoff")
     assert len(handoffs) == 1
     assert handoffs[0].payload == {"turn": 1, "from_agent": "Support", "to_agent": "BillingSpecialist",
-                                   "tool_call_id": "call_h"}
+                                   "tool_call_id": "call_h", "to_agent_version": billing.version}
     assert [s.active_agent_name for s in sqlite_store.list_sessions()] == ["BillingSpecialist"]
 
     # after a restart: the resolver maps the stored name back to the agent with its tools

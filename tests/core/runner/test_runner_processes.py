@@ -80,7 +80,7 @@ def wait_for(predicate: Any, timeout: float = 20.0, proc: Any = None) -> None:
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "kill-9"])
-def test_case3_interrupt_while_a_tool_runs_then_a_new_user_message(
+def test_interrupt_while_a_tool_runs_then_a_new_user_message(
     how: str, tmp_path: Path, fake_server: FakeServer, client: Any
 ) -> None:
     db = tmp_path / "case3.db"
@@ -153,7 +153,7 @@ def test_busy_session_across_two_processes(tmp_path: Path, fake_server: FakeServ
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
 
 
-def test_seed_000_webhook_example_runs_as_written(tmp_path: Path, fake_server: FakeServer) -> None:
+def test_the_webhook_example_runs_as_written(tmp_path: Path, fake_server: FakeServer) -> None:
     script = tmp_path / "webhook.py"
     script.write_text(WEBHOOK.lstrip("\n"))
     env = child_env()

@@ -49,7 +49,7 @@ def seed_handler(store: Any, runner: Runner) -> Callable[[str, str, str], Any]:
     return handle_inbound_webhook
 
 
-def test_the_seed_handler_answers_a_burst_and_skips_the_redelivery(
+def test_the_webhook_handler_answers_a_burst_and_skips_the_redelivery(
     fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any
 ) -> None:
     """Two messages of one customer at once (asyncio.gather), then the second delivered again:
@@ -185,7 +185,7 @@ def test_a_retry_after_the_worker_was_killed_mid_turn_runs_again(
         store.close()
 
 
-def test_the_seed_handler_waits_for_a_duplicate_held_by_a_worker_that_is_then_killed(
+def test_the_webhook_handler_waits_for_a_duplicate_held_by_a_worker_that_is_then_killed(
     tmp_path: Path, fake_server: FakeServer, db_path: Path, make_runner: Callable[..., Runner]
 ) -> None:
     """A worker process runs the seed's handler for a message and waits for the model; a second

@@ -1,0 +1,407 @@
+"""Loading and saving sessions, the event log, and edits outside a Runner turn."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from ..errors import IdempotencyConflictError, SessionBusyError, SessionDeletedError, UsageError
+from ..events import Event, EventType, SessionStatus, _event_type, _is_reserved, _use_instead
+from ..messages import Message
+from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
+from ._core import _StoreCore
+from ._port import _T, EditResult, _RolledBack, _busy_message
+from .context import SessionBinding, SessionContext, Turn
+from .protocol import TurnRecord
+
+
+class _Journal(_StoreCore):
+    """Sessions as contexts (get, save, edit, delete), the event log and turn history reads."""
+
+    # -- sessions ----------------------------------------------------------------------
+    def get(self, session_id: str) -> SessionContext | None:
+        """The session's context (window loaded with an indexed query), or None when absent.
+
+        ``status`` is effective, as in :meth:`list_sessions`: a dead owner's ``running``
+        shows ``idle``. Nothing is written; the next :meth:`begin_turn` recovers the turn
+        (``turn.interrupted`` + ``session.recovered``).
+
+        Raises:
+            TypeError: ``session_id`` is not a str.
+            UsageError: ``session_id`` is not valid Unicode text.
+            SessionDeletedError: later, from the returned context's reads, once the session is deleted.
+        """
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            ctx = None if row is None else self._context(tx, row, effective=True)
+        return None if ctx is None else self._detach(ctx)
+
+    def get_or_create(
+        self,
+        session_id: str,
+        default_agent: Any,
+        max_turns: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionContext:
+        """Load the session, or create it (``session.created`` event) with ``default_agent``.
+
+        ``max_turns`` (default: the store's ``default_max_turns``) and ``metadata`` apply
+        only to a new session. ``status`` is effective, as in :meth:`get`. ``metadata``: a
+        dict with str keys and JSON-serialisable values (TypeError otherwise).
+
+        Raises:
+            TypeError: ``session_id`` is not a str, ``max_turns`` not an int, ``metadata`` not a
+                JSON-serialisable dict with str keys.
+            ValueError: ``session_id`` is empty (creating), ``max_turns`` outside 1..1,000,000.
+            UsageError: text that is not valid Unicode (a lone surrogate).
+        """
+        _check_session_id(session_id)
+        if max_turns is not None:
+            _check_max_turns(max_turns)
+        if metadata is not None:
+            metadata = _check_metadata(metadata)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is not None:
+                return self._detach(self._context(tx, row, default_agent, effective=True))
+        with self._write() as tx:
+            row = tx.get_row(session_id)
+            if row is None:
+                row = self._new_row(session_id, default_agent, max_turns, metadata)
+                self._create(tx, row)
+            ctx = self._context(tx, row, default_agent, effective=True)
+        return self._detach(ctx)
+
+    def save(self, session: SessionContext) -> list[Event]:
+        """Apply the context's journal in one transaction; return the events appended.
+
+        A context never stored before is created. Raises :class:`SessionDeletedError`
+        when the session was deleted since it was loaded, :class:`SessionTerminatedError`
+        once it is terminated; nothing is written then.
+
+        Concurrent writers (a context loaded before another writer saved):
+
+        * metadata changes are a patch of the keys set (or deleted) on this context, merged
+          into the stored metadata -- another writer's keys are kept; afterwards
+          ``session.metadata`` is the stored, merged dict;
+        * a turn change (new messages) from a stale window raises :class:`SessionBusyError`;
+        * so does a status or handoff change when the stored status, owner or agent changed
+          since this context was loaded ("changed since it was loaded") -- except for the
+          context :meth:`begin_turn` returned to the run that still holds the lease.
+
+        Raises:
+            SessionDeletedError: the session was deleted since the context was loaded.
+            SessionTerminatedError: the session is terminated.
+            SessionBusyError: the changes were made from a stale window or base (see above), or a
+                context made by hand names a session that already exists.
+        """
+        ops = session._pending()
+        bound = session._binding
+        with self._write() as tx:
+            row = tx.get_row(session.session_id)
+            events: list[Event] = []
+            if bound is not None:
+                if row is None or row.incarnation != bound.incarnation:
+                    raise SessionDeletedError(
+                        f"session {session.session_id} was deleted", session_id=session.session_id
+                    )
+            elif row is None:
+                row = self._new_row(session.session_id, session.active_agent, session.max_turns, session.metadata)
+                events += self._create(tx, row)
+            else:
+                raise SessionBusyError(
+                    f"session {session.session_id!r} is busy: it already exists in the store; load it with get()",
+                    session_id=session.session_id,
+                )
+            if ops:
+                self._refuse_terminated(row)
+                self._refuse_stale_base(session, row, ops)
+            events += self._apply(tx, row, ops)
+        if any(op.kind == "status" for op in ops):
+            self._notify_turn_ended()
+        if bound is None:  # stored for the first time
+            bound = SessionBinding(id(self), row.incarnation, self._base_of(row),
+                                   partial(self._load_live_turns, row.session_id, row.incarnation))
+        binding = SessionBinding(id(self), row.incarnation, self._base_of(row), bound.loader, bound.lease)
+        session._saved(len(ops), row.metadata, binding)
+        return events
+
+    def release(
+        self, session: SessionContext, status: SessionStatus | str = SessionStatus.IDLE, reason: str = "", **extra: Any
+    ) -> list[Event]:
+        """End a run: ``session.set_status(status, reason, **extra)`` then :meth:`save`."""
+        session.set_status(status, reason, **extra)
+        return self.save(session)
+
+    def delete(self, session_id: str) -> bool:
+        """Delete the session with its messages, events and keys; False when there was none.
+
+        A task still holding its context gets :class:`SessionDeletedError` on its next
+        store read or write.
+
+        Raises:
+            TypeError: ``session_id`` is not a str.
+        """
+        _check_session_id(session_id)
+        with self._write() as tx:
+            return tx.delete_row(session_id)
+
+    def load_turns(
+        self, session_id: str, first: int = 1, last: int | None = None, include_rolled_back: bool = False
+    ) -> list[TurnRecord]:
+        """Stored turns first..last (for ``sessions show``); SessionNotFoundError when absent.
+
+        Returns:
+            :class:`TurnRecord` items in turn order; with ``include_rolled_back``, a removed turn
+            comes before the live turn of the same number.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = self._require(tx, session_id)
+            stored = tx.turn_messages(session_id, first, last, include_rolled_back)
+            window_first = self._window_first(tx, row)
+        groups: dict[tuple[int, int | None, str | None], list[Message]] = {}
+        for item in stored:
+            groups.setdefault((item.turn, item.removed_at_seq, item.removed), []).append(item.message)
+        records = [
+            TurnRecord(
+                turn,
+                tuple(msgs),
+                in_window=reason is None and (turn == 0 or turn >= window_first),
+                rolled_back=reason == "rolled_back",
+                failed=reason == "failed",
+            )
+            for (turn, _seq, reason), msgs in groups.items()
+        ]
+        records.sort(key=lambda r: (r.number, r.rolled_back is False and r.failed is False))
+        return records
+
+    # -- events ------------------------------------------------------------------------
+    def events(self, session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        """Events with ``seq > after_seq`` in seq order, at most ``limit`` (the ``replay`` cursor).
+
+        Raises :class:`SessionNotFoundError` when the session does not exist. ``seq`` is per
+        incarnation: after ``delete(session_id)`` and a new session under the same id, the
+        log starts again at 1, so a cursor kept across the delete must be reset to 0.
+        """
+        _check_session_id(session_id)
+        with self._read() as tx:
+            self._require(tx, session_id)
+            return tx.events(session_id, after_seq, limit)
+
+    def last_seq(self, session_id: str) -> int:
+        """The session's newest event seq (SessionNotFoundError when absent)."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            self._require(tx, session_id)
+            return tx.next_seq(session_id) - 1
+
+    def append_event(
+        self,
+        session_id: str,
+        type: EventType | str,
+        payload: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Event:
+        """Append one custom event. A repeated ``idempotency_key`` with the same type and payload
+        returns the original event; with another payload, :class:`IdempotencyConflictError`.
+        Nothing is written in either case.
+
+        ``type``: a non-empty str (TypeError otherwise). Reserved types — those chatflow
+        writes and derives state from: ``status``, ``rollback``, ``handoff``, and every type
+        starting with ``message.``, ``tool.``, ``turn.``, ``session.`` or ``metadata.``
+        (``RESERVED_EVENT_PREFIXES``) — raise :class:`UsageError` naming the method to use,
+        since an event appended here would never be applied and the log would contradict
+        the session. Anything else (``"note"``, ``"billing.refund"``…) is accepted.
+
+        ``payload``: a dict with str keys and JSON-serialisable values (TypeError otherwise),
+        stored as its JSON copy in both stores; text must be valid Unicode (UsageError).
+
+        Raises:
+            TypeError: a bad ``type``, ``payload`` or ``idempotency_key``.
+            UsageError: a reserved ``type``, or text that is not valid Unicode.
+            IdempotencyConflictError: the key was used with another type or payload.
+            SessionNotFoundError: no such session.
+            SessionTerminatedError: the session is terminated (a repeated key still replays).
+        """
+        _check_session_id(session_id)
+        kind = _event_type(type)
+        if idempotency_key is not None:
+            _check_idempotency_key(idempotency_key)
+        if _is_reserved(kind):
+            raise UsageError(
+                f"event type {kind!r} is reserved for chatflow's own events: use {_use_instead(kind)}",
+                session_id=session_id,
+            )
+        data = _check_metadata(payload if payload is not None else {}, "payload")
+        if not kind.isascii():
+            _check_text(kind, "event type", session_id)
+        digest = _sha256({"type": kind, "payload": data})
+        with self._write() as tx:
+            row = self._require(tx, session_id)
+            if idempotency_key is not None:
+                known = tx.idempotency_get(session_id, idempotency_key)
+                if known is not None:
+                    if known[0] != digest:
+                        raise IdempotencyConflictError(
+                            f"idempotency key {idempotency_key!r} was used with another payload", session_id=session_id
+                        )
+                    original = tx.events(session_id, known[2] - 1, 1)
+                    return original[0]
+            self._refuse_terminated(row)
+            turn = data.get("turn") if isinstance(data.get("turn"), int) else None
+            event = self._append(tx, session_id, kind, data, turn, idempotency_key)
+            if idempotency_key is not None:
+                tx.idempotency_put(session_id, idempotency_key, digest, None, event.seq, self.clock())
+            row.updated_at = self.clock()
+            tx.update_row(row)
+            return event
+
+    # -- edits outside a Runner turn (imports, Agents SDK sessions) --------------------
+    def edit(
+        self,
+        session_id: str,
+        change: Callable[[SessionContext], _T],
+        *,
+        create_agent: Any = None,
+        max_turns: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        digest: str = "",
+        last_turns: int | None = None,
+        idempotency_keys: Mapping[str, str] | None = None,
+        dry_run: bool = False,
+    ) -> EditResult[_T]:
+        """Load the session, call ``change(session)`` and save what it journalled, all in one
+        write transaction; return the change's result and the events appended.
+
+        ``change`` uses the context's methods (``add_message``, ``rollback_to``,
+        ``complete_turn``, ``set_active_agent``, ``record_event``...), so every rule and
+        check of :meth:`save` applies, and the events of one edit have consecutive ``seq``.
+        It runs inside the transaction: keep it short, with no network I/O. When it raises,
+        nothing is written.
+
+        ``create_agent``: an agent (or its name) to create the session with when it does not
+        exist (``session.created``, with ``max_turns`` and ``metadata``); without it, a
+        missing session gives ``EditResult(None, [], missing=True)`` and ``change`` is not
+        called. ``idempotency_key``: an edit already applied under this key in the session
+        is not applied again (``replayed=True``, ``change`` not called); ``digest`` is kept
+        with the key. ``last_turns``: the context holds only the newest N turns (its
+        ``max_turns`` is N; the stored session keeps its own): an edit that appends to the
+        last turn then costs the same however long the session is. ``idempotency_keys``:
+        more keys (key -> digest) recorded in the same transaction, read after the change
+        ran (the change may fill the mapping).
+        ``dry_run``: do all of it -- create, change, check, append -- then roll the
+        transaction back: the result (and any error) is what the real edit would give, and
+        nothing is written.
+
+        Raises:
+            SessionBusyError: a live run owns the session (its turn is running).
+            SessionTerminatedError: the session is terminated.
+        """
+        _check_session_id(session_id)
+        if idempotency_key is not None:
+            _check_idempotency_key(idempotency_key)
+        if max_turns is not None:
+            _check_max_turns(max_turns)
+        if metadata:  # {} needs no copy; anything else is checked before the transaction
+            metadata = _check_metadata(metadata)
+        try:
+            return self._edit(session_id, change, create_agent, max_turns, metadata, idempotency_key, digest,
+                              last_turns, idempotency_keys if idempotency_keys is not None else {}, dry_run)
+        except _RolledBack as done:
+            return done.result
+
+    def _edit(
+        self,
+        session_id: str,
+        change: Callable[[SessionContext], _T],
+        create_agent: Any,
+        max_turns: int | None,
+        metadata: Mapping[str, Any] | None,
+        idempotency_key: str | None,
+        digest: str,
+        last_turns: int | None,
+        idempotency_keys: Mapping[str, str],
+        dry_run: bool,
+    ) -> EditResult[_T]:
+        with self._write() as tx:
+            row = tx.get_row(session_id)
+            events: list[Event] = []
+            if row is None:
+                if create_agent is None:
+                    return EditResult(None, [], missing=True)
+                row = self._new_row(session_id, create_agent, max_turns, metadata)
+                events += self._create(tx, row)
+            if idempotency_key is not None and tx.idempotency_get(session_id, idempotency_key) is not None:
+                return EditResult(None, events, replayed=True)
+            self._refuse_terminated(row)
+            if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
+                raise SessionBusyError(_busy_message(session_id, row.owner, tx), session_id=session_id)
+            before = (row.incarnation, tx.next_seq(session_id) - 1)
+            ctx = self._context(tx, row, quiet=True, last_turns=last_turns)
+            value = change(ctx)
+            events += self._apply(tx, row, ctx._pending())
+            last_seq = events[-1].seq if events else before[1]
+            if idempotency_key is not None:
+                tx.idempotency_put(session_id, idempotency_key, digest, None, last_seq, self.clock())
+            for key, key_digest in idempotency_keys.items():
+                _check_idempotency_key(key)
+                tx.idempotency_put(session_id, key, key_digest, None, last_seq, self.clock())
+            result = EditResult(value, events, position=(row.incarnation, last_seq), before=before)
+            if dry_run:
+                raise _RolledBack(result)  # leaves the transaction: it is rolled back
+        return result
+
+    def window_turns(self, session_id: str) -> tuple[Turn, ...]:
+        """The turns of the session's context window (``()`` when the session does not exist),
+        read without resolving its agent."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None:
+                return ()
+            return self._context(tx, row, quiet=True).turns
+
+    def turn_count(self, session_id: str) -> int:
+        """The number of the session's last live turn (0 when it has none or does not exist)."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            return 0 if row is None else row.turn_count
+
+    def log_position(self, session_id: str) -> tuple[str, int] | None:
+        """``(incarnation, last seq)`` of the session's log, or None when it does not exist.
+
+        Two reads of the same session return the same position exactly when nothing was
+        written to it in between (the incarnation changes when the id is deleted and made
+        again): a cheap check that something read before is still current."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            return None if row is None else (row.incarnation, tx.next_seq(session_id) - 1)
+
+    def window_dicts(self, session_id: str) -> tuple[tuple[str, int] | None, list[tuple[int, dict[str, Any]]]]:
+        """The log position (see :meth:`log_position`) and the context window's messages as
+        ``(turn, Message.to_dict() form)`` pairs, SYSTEM messages first (turn 0), read together;
+        ``(None, [])`` when the session does not exist. For readers that need no
+        :class:`Message` objects (the Agents SDK session's ``get_items``)."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None:
+                return None, []
+            position = (row.incarnation, tx.next_seq(session_id) - 1)
+            return position, tx.window_dicts(session_id, max(1, row.turn_count - row.max_turns + 1))
+
+    def active_agent_name(self, session_id: str) -> str | None:
+        """The name of the session's active agent; None when the session does not exist."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            return None if row is None else row.active_agent_name

@@ -1,0 +1,427 @@
+"""The transaction port every store implements (:class:`_Tx`) and the records it carries.
+
+A backend supplies a :class:`_Tx` (rows, events, messages, idempotency keys, message claims,
+the turn queue) from ``_read()`` and ``_write()``; the session rules above it live in the
+``_core`` mixin and the per-concern mixins that :class:`~chatflow_cli.core.memory.base.BaseSessionStore`
+composes. This module also holds the small values and rules those mixins share."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from ..errors import UsageError
+from ..events import Event, SessionStatus
+from ..messages import Message
+from ._checks import metadata_matches
+from .owner import Owner
+from .search import Query, SearchHit
+
+
+logger = logging.getLogger(__name__.rpartition(".")[0] + ".base")  # the store rules log as ``memory.base``
+
+#: How long (hours) a processed message id counts as a duplicate: 8 days, covering a 7-day
+#: re-delivery window such as WhatsApp's.
+DEFAULT_DEDUP_TTL_HOURS = 192
+#: How long (seconds) ``is_message_processed`` waits, by default, for a claim another process
+#: holds to end (processed, or free again because the holder died or its turn failed).
+DUPLICATE_WAIT_S = 60.0
+
+_PREVIEW_CHARS = 80
+_TITLE_CHARS = 200
+_T = TypeVar("_T")
+
+
+class TurnOwnerDied(Exception):
+    """Why a recovered turn left the context window (the ``error_type`` of its ``turn.failed``)."""
+
+
+def _busy_message(session_id: str, owner: Any, tx: Any = None) -> str:
+    """The :class:`SessionBusyError` text for a session another live run owns (a turn, or
+    a compaction when ``tx`` shows the session was taken for one)."""
+    what = "a compaction" if tx is not None and _compacting(tx, session_id) else "a turn"
+    return f"session {session_id!r} is busy: {what} is running in pid {owner.pid} on {owner.host}"
+
+
+def _compacting(tx: Any, session_id: str) -> bool:
+    """True when the session's newest ``status`` event took it for a compaction."""
+    taken = tx.last_event(session_id, "status")
+    return taken is not None and taken.payload.get("status") == SessionStatus.RUNNING.value and \
+        taken.payload.get("reason") == "compaction started"
+
+
+@dataclass(frozen=True, slots=True)
+class _MessageRecord:
+    """One stored message id: ``state`` ("in_progress" | "completed"), ``at`` (UTC epoch
+    seconds of the last change; the TTL counts from it), the claim's ``holder`` (None once
+    completed), and the turn the claim started (``session_id``, ``turn``; None until then)."""
+
+    state: str
+    at: float
+    holder: Owner | None = None
+    session_id: str | None = None
+    turn: int | None = None
+
+
+#: The message id claimed last in this thread or asyncio task, with the claim's owner token
+#: and the store's id: the next Runner turn started in the same context completes the claim
+#: when the turn completes (and frees it when the turn fails), so
+#: ``store.mark_message_processed(id)`` then ``runner.run_async(...)`` is safe as written.
+_CLAIM: contextvars.ContextVar[tuple[int, str, str] | None] = contextvars.ContextVar("chatflow_claim", default=None)
+
+
+def take_context_claim(store: Any) -> tuple[str, str] | None:
+    """(message id, owner token) of the claim made last in this context on ``store``, once."""
+    claim = _CLAIM.get()
+    if claim is None or claim[0] != id(store):
+        return None
+    _CLAIM.set(None)
+    return claim[1], claim[2]
+
+
+def _rollback_argument(to_turn: Any, last: Any) -> tuple[str, int]:
+    """``("to_turn", n)`` or ``("last", k)``: exactly one given, an int (TypeError otherwise)."""
+    if (to_turn is None) == (last is None):
+        raise TypeError("give exactly one of to_turn (keep turns 1..N) or last (remove the newest K turns)")
+    name, value = ("to_turn", to_turn) if to_turn is not None else ("last", last)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return name, value
+
+
+def rollback_target(
+    turn_count: int, *, to_turn: int | None = None, last: int | None = None, session_id: str | None = None
+) -> int:
+    """The turn a rollback keeps up to, for a session whose last live turn is ``turn_count``.
+
+    ``to_turn=N`` keeps turns 1..N (0 keeps only the SYSTEM messages); ``last=K`` removes the
+    newest K turns, so it keeps turns 1..``turn_count - K``. :meth:`BaseSessionStore.rollback`
+    applies this rule inside its write transaction; a front-end may apply it to a
+    :class:`SessionSummary` to show what a rollback would remove before asking.
+
+    Args:
+        turn_count: the number of the session's last live turn (>= 0).
+        to_turn: the last turn to keep, or None.
+        last: how many of the newest turns to remove, or None.
+        session_id: named in error messages when given.
+
+    Returns:
+        The turn to keep up to, in ``0..turn_count``; equal to ``turn_count`` (nothing to
+        remove) only for ``to_turn=turn_count``.
+
+    Raises:
+        TypeError: neither or both of ``to_turn`` and ``last`` given, or one is not an int.
+        ValueError: ``to_turn`` outside ``0..turn_count``, or ``last`` outside ``1..turn_count``.
+    """
+    name, value = _rollback_argument(to_turn, last)
+    where = f"session {session_id!r}" if session_id is not None else "the session"
+    if name == "to_turn":
+        if value < 0:
+            raise ValueError(f"turn {value} is not a turn number (0 keeps only the system messages)")
+        if value > turn_count:
+            raise ValueError(f"turn {value} is beyond the last turn of {where} ({turn_count})")
+        return value
+    if value < 1:
+        raise ValueError(f"the number of newest turns to remove must be at least 1, got {value}")
+    if value > turn_count:
+        turns = f"{turn_count} turn" + ("" if turn_count == 1 else "s")
+        raise ValueError(f"{where} has only {turns}; cannot remove the last {value}")
+    return turn_count - value
+
+
+@dataclass(slots=True)
+class EditResult(Generic[_T]):
+    """What :meth:`BaseSessionStore.edit` returns: the change's ``value``, the ``events``
+    appended, ``replayed`` (the idempotency key was applied before: nothing changed) and
+    ``missing`` (no such session and nothing to create it with)."""
+
+    value: _T | None
+    events: list[Event] = field(default_factory=list)
+    replayed: bool = False
+    missing: bool = False
+    position: tuple[str, int] | None = None  #: the log position after the edit (see ``log_position``)
+    before: tuple[str, int] | None = None  #: the log position the change was applied at
+
+
+class _RolledBack(Exception):
+    """Raised inside a dry-run edit's transaction, so the store rolls it back; carries the result."""
+
+    def __init__(self, result: EditResult[Any]) -> None:
+        super().__init__("dry run")
+        self.result = result
+
+
+#: Outcomes of a first attempt that produced no result: the same idempotency key with the
+#: same message runs the turn again (see :class:`TurnStart`).
+_RETRYABLE_OUTCOMES = frozenset({"failed", "interrupted", "rolled_back"})
+
+
+@dataclass(slots=True)
+class _SessionRow:
+    """A session's stored row (one per backend: dict entry or ``chatflow_sessions`` row)."""
+
+    session_id: str
+    incarnation: str
+    active_agent_name: str
+    metadata: dict[str, Any]
+    max_turns: int
+    turn_count: int
+    status: SessionStatus
+    owner: Owner | None
+    created_at: float
+    updated_at: float
+    #: {"session_id", "turn", "seq"} of the session this one was forked from, else None
+    forked_from: dict[str, Any] | None = None
+    title: str | None = None  # set by the user; None: derived from the first user message
+    archived_at: float | None = None  # epoch seconds; None: not archived
+    #: {agent name: {"version": str, "turn": int}}: the latest version each agent ran in
+    #: the session and the last turn it ran that version in (empty: none known)
+    agent_versions: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ListFilter:
+    """What :meth:`BaseSessionStore.list_sessions` is limited to (already checked)."""
+
+    agent: str | None = None
+    metadata: tuple[tuple[str, str], ...] = ()  # (key, value): the stored value, or its JSON, equals value
+    since: float | None = None  # updated at or after (epoch seconds)
+    until: float | None = None  # updated before
+    title: str | None = None  # case-insensitive substring of the (effective) title
+    archived: bool = False  # True: only archived sessions; False: only the others
+    after: tuple[float, str] | None = None  # (updated_at, session_id) of the last row seen
+    limit: int | None = None  # in SQL, when no status filter runs after it
+
+
+def _ran(versions: dict[str, dict[str, Any]], agent: str, version: str, turn: int) -> dict[str, dict[str, Any]]:
+    """``versions`` (a session's latest version of each agent) after ``agent`` ran ``version``
+    in ``turn``."""
+    return {**versions, agent: {"version": version, "turn": turn}}
+
+
+def title_of(title: str | None, preview: str) -> str:
+    """The title shown for a session: its own, else the first line of its first user message."""
+    if title:
+        return title
+    lines = preview.strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def _cursor(updated_at: float, session_id: str) -> str:
+    return f"{updated_at!r}:{session_id}"
+
+
+def parse_cursor(cursor: str) -> tuple[float, str]:
+    """``(updated_at, session_id)`` of a :attr:`SessionSummary.cursor`.
+
+    Raises:
+        UsageError: not a cursor this store printed.
+    """
+    head, sep, session_id = cursor.partition(":") if isinstance(cursor, str) else ("", "", "")
+    try:
+        if not sep or not session_id:
+            raise ValueError
+        return float(head), session_id
+    except ValueError:
+        raise UsageError(f"{cursor!r} is not a listing cursor: pass the 'next' value printed with --json") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilter:
+    """What a search is limited to (checked by :meth:`BaseSessionStore.search`)."""
+
+    session_id: str | None = None
+    agent: str | None = None
+    since: float | None = None  # UTC epoch seconds; messages stored at or after
+    limit: int = 20
+    include_tools: bool = False
+    include_removed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _StoredMessage:
+    turn: int
+    message: Message
+    removed: str | None = None  # None live, "rolled_back" or "failed"
+    removed_at_seq: int | None = None
+
+
+class _Tx:
+    """Storage primitives one backend runs inside a transaction (read or write).
+
+    The session rules live in :class:`BaseSessionStore`; a backend implements only these.
+    Every write method may only be called inside a write transaction.
+    """
+
+    def get_row(self, session_id: str) -> _SessionRow | None:
+        raise NotImplementedError
+
+    def insert_row(self, row: _SessionRow) -> None:
+        raise NotImplementedError
+
+    def update_row(self, row: _SessionRow) -> None:
+        raise NotImplementedError
+
+    def delete_row(self, session_id: str) -> bool:
+        raise NotImplementedError
+
+    def list_rows(self, agent: str | None) -> list[_SessionRow]:
+        """Rows ordered by ``updated_at`` descending (then session id)."""
+        raise NotImplementedError
+
+    def list_summaries(self, where: ListFilter) -> list[tuple[_SessionRow, str, bool | None]]:
+        """(row, preview, last turn failed -- None: not read) of the sessions under ``where``, ``updated_at`` descending then
+        session id, at most ``where.limit`` -- in one query where the backend has queries.
+
+        This generic form filters :meth:`list_rows` and reads each preview; a backend
+        overrides it with one query."""
+        out: list[tuple[_SessionRow, str, bool | None]] = []
+        for row in self.list_rows(where.agent):
+            if (row.archived_at is not None) != where.archived:
+                continue
+            if not all(metadata_matches(row.metadata, k, v) for k, v in where.metadata):
+                continue
+            if (where.since is not None and row.updated_at < where.since) or (
+                where.until is not None and row.updated_at >= where.until
+            ):
+                continue
+            if where.after is not None and not (
+                row.updated_at < where.after[0]
+                or (row.updated_at == where.after[0] and row.session_id > where.after[1])
+            ):
+                continue
+            preview = self.preview(row.session_id)
+            if where.title is not None and where.title.casefold() not in title_of(row.title, preview).casefold():
+                continue
+            out.append((row, preview, None))
+            if where.limit is not None and len(out) >= where.limit:
+                break
+        return out
+
+    def latest_session_id(self) -> str | None:
+        raise NotImplementedError
+
+    def next_seq(self, session_id: str) -> int:
+        """MAX(seq) + 1 for the session, read inside the current transaction."""
+        raise NotImplementedError
+
+    def insert_event(self, event: Event, turn: int | None, payload_json: str | None = None) -> None:
+        """Store ``event``; ``payload_json``: its payload's compact JSON when already made."""
+        raise NotImplementedError
+
+    def events(self, session_id: str, after_seq: int, limit: int | None) -> list[Event]:
+        raise NotImplementedError
+
+    def last_event(self, session_id: str, type: str, turn: int | None = None, after_seq: int = 0) -> Event | None:
+        raise NotImplementedError
+
+    def events_of_type(self, session_id: str, type: str, after_seq: int) -> list[Event]:
+        raise NotImplementedError
+
+    def insert_message(self, session_id: str, turn: int, message: Message, seq: int,
+                       message_json: str | None = None) -> None:
+        """Store a live message; ``message_json``: its ``to_json()`` when already made."""
+        raise NotImplementedError
+
+    def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
+        """Mark live messages of turns first..last (None: no upper bound), turn >= 1, as removed."""
+        raise NotImplementedError
+
+    def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
+        """Live SYSTEM messages of turn 0 that are not summaries, then the newest live summary
+        (highest ``summary_through``, then newest), then live messages of turns >= first_turn,
+        in order; the summary comes as ``(0, message)``."""
+        raise NotImplementedError
+
+    def latest_summary_through(self, session_id: str) -> int | None:
+        """K of the session's newest live summary (highest K), or None when it has none."""
+        raise NotImplementedError
+
+    def remove_summaries(self, session_id: str, after_turn: int, seq: int) -> None:
+        """Mark live summaries whose K is above ``after_turn`` removed (``rolled_back``) at ``seq``."""
+        raise NotImplementedError
+
+    def summaries(self, session_id: str, include_removed: bool) -> list[_StoredMessage]:
+        """The session's summaries (turn 0) in the order they were stored."""
+        raise NotImplementedError
+
+    def window_dicts(self, session_id: str, first_turn: int) -> list[tuple[int, dict[str, Any]]]:
+        """:meth:`window` as ``Message.to_dict()`` dicts; a backend that stores JSON may
+        return it parsed, without building messages."""
+        return [(turn, msg.to_dict()) for turn, msg in self.window(session_id, first_turn)]
+
+    def turn_messages(
+        self, session_id: str, first: int, last: int | None, include_removed: bool
+    ) -> list[_StoredMessage]:
+        """Messages of turns first..last in (turn, insertion) order; turn 0 only its SYSTEM
+        messages that are not summaries."""
+        raise NotImplementedError
+
+    def preview(self, session_id: str) -> str:
+        """The first live user message of turn 1; with none, the newest user message of a
+        failed turn (a session whose first turn failed shows what was sent); else ``""``."""
+        raise NotImplementedError
+
+    def idempotency_get(self, session_id: str, key: str) -> tuple[str, int | None, int] | None:
+        """(request hash, turn, event seq) recorded for the key, or None."""
+        raise NotImplementedError
+
+    def idempotency_put(self, session_id: str, key: str, digest: str, turn: int | None, seq: int, now: float) -> None:
+        raise NotImplementedError
+
+    def idempotency_turn_keyed(self, session_id: str, turn: int) -> bool:
+        """True when a ``begin_turn`` idempotency key maps to ``turn``."""
+        raise NotImplementedError
+
+    def processed_get(self, message_id: str) -> _MessageRecord | None:
+        raise NotImplementedError
+
+    def processed_put(self, message_id: str, record: _MessageRecord) -> None:
+        """Insert or replace the record of ``message_id``."""
+        raise NotImplementedError
+
+    def processed_turn_claimed(self, session_id: str, turn: int) -> bool:
+        """True when an in-progress claim started ``turn`` of the session."""
+        raise NotImplementedError
+
+    def processed_finish_turn(self, session_id: str, turn: int, holder: str | None, now: float) -> None:
+        """In-progress claims that started ``turn`` of the session under the holder token
+        ``holder`` (None: any) become completed at ``now``."""
+        raise NotImplementedError
+
+    def processed_drop_turn(self, session_id: str, turn: int, holder: str | None) -> None:
+        """Forget in-progress claims that started ``turn`` of the session under the holder
+        token ``holder`` (None: any): the turn failed or was interrupted."""
+        raise NotImplementedError
+
+    def processed_purge(self, now: float, ttl_s: float) -> None:
+        raise NotImplementedError
+
+    def processed_release(self, message_id: str) -> bool:
+        """Forget the record of ``message_id``; True if there was one."""
+        raise NotImplementedError
+
+    def endpoint_get(self, session_id: str) -> tuple[str | None, str | None] | None:
+        """The (model, base URL) stored with the session, or None when none was stored."""
+        raise NotImplementedError
+
+    def endpoint_put(self, session_id: str, model: str | None, base_url: str | None, now: float) -> None:
+        raise NotImplementedError
+
+    def queue_add(self, session_id: str, owner: Owner, now: float) -> int:
+        """Append a waiter for the session; its ticket (increasing across the store)."""
+        raise NotImplementedError
+
+    def queue_list(self, session_id: str) -> list[tuple[int, Owner]]:
+        """The session's waiters, oldest ticket first."""
+        raise NotImplementedError
+
+    def queue_remove(self, session_id: str, ticket: int) -> None:
+        raise NotImplementedError
+
+    def search(self, query: Query, where: SearchFilter) -> list[SearchHit]:
+        """Turns matching ``query`` under ``where``, best first, at most ``where.limit``:
+        one hit per (session, turn, removal) -- the best-ranked message of the turn."""
+        raise NotImplementedError

@@ -1,0 +1,56 @@
+"""Tool results submitted for a turn that waits on them."""
+
+from __future__ import annotations
+
+
+from ..errors import ToolResultError
+from ..events import EventType
+from ._checks import _check_session_id
+from ._core import _StoreCore
+from ._port import _Tx
+
+
+class _ToolResults(_StoreCore):
+    """Tool results submitted from outside a running turn."""
+
+    def _submitted(self, tx: _Tx, session_id: str) -> dict[str, tuple[str, bool]]:
+        """tool_use_id -> (output, is_error) submitted since the last MODEL message.
+
+        ``is_error`` comes from the payload's optional ``"is_error": true``, which the Runner
+        sets for a regular tool's error result recorded beside custom calls.
+        """
+        model = tx.last_event(session_id, EventType.MESSAGE_MODEL.value)
+        after = model.seq if model is not None else 0
+        return {
+            str(e.payload["tool_use_id"]): (str(e.payload.get("output", "")), e.payload.get("is_error") is True)
+            for e in tx.events_of_type(session_id, EventType.TOOL_RESULT_SUBMITTED.value, after)
+        }
+
+    def submit_tool_result(self, session_id: str, tool_use_id: str, output: str) -> list[str]:
+        """Record a custom tool's result (``tool.result_submitted``); return the ids still unanswered.
+
+        An id that is not pending, or was already answered: :class:`ToolResultError`, nothing written.
+
+        Raises:
+            ToolResultError: ``tool_use_id`` is not pending, or already has a result.
+            SessionNotFoundError: no such session.
+            SessionTerminatedError: the session is terminated.
+        """
+        _check_session_id(session_id)
+        with self._write() as tx:
+            row = self._require(tx, session_id)
+            self._refuse_terminated(row)
+            ctx = self._context(tx, row, quiet=True)
+            pending = [c.id for c in ctx.pending_tool_calls]
+            submitted = self._submitted(tx, session_id)
+            if tool_use_id not in pending:
+                raise ToolResultError(
+                    f"no pending tool call {tool_use_id!r} in session {session_id}", session_id=session_id
+                )
+            if tool_use_id in submitted:
+                raise ToolResultError(f"tool call {tool_use_id!r} already has a result", session_id=session_id)
+            payload = {"turn": ctx.turn_count, "tool_use_id": tool_use_id, "output": str(output)}
+            self._append(tx, session_id, EventType.TOOL_RESULT_SUBMITTED.value, payload, ctx.turn_count)
+            row.updated_at = self.clock()
+            tx.update_row(row)
+            return [i for i in pending if i != tool_use_id and i not in submitted]

@@ -1,0 +1,144 @@
+"""The command line's option values: parsing helpers, choice enums and completion callbacks.
+
+A low module every typer command module imports (:mod:`chatflow_cli.cli`,
+:mod:`chatflow_cli.sessions_app`); it imports typer and the run's state only, so ``--help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from . import _boundary
+from .context import State
+from .core.errors import UsageError
+from .core.events import SessionStatus
+
+__all__ = [
+    "STATUSES", "SHELLS", "ExportFormat", "ImportFormat", "InputFormat", "MessageIdScope", "OutputFormat",
+    "OutputOption", "complete_agent_name", "complete_session_id", "complete_shell", "complete_status",
+    "output_format", "parse_duration", "parse_metadata",
+]
+
+# ---------------------------------------------------------------------------------------
+# option values
+# ---------------------------------------------------------------------------------------
+def parse_metadata(items: list[str] | None) -> dict[str, str] | None:
+    """``["k=v", ...]`` -> ``{"k": "v"}``; a missing ``=`` or empty key -> :class:`UsageError`."""
+    if not items:
+        return None
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--metadata {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def parse_duration(text: str) -> float:
+    """``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"`` (or a bare number of days) -> seconds."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text or "")
+    if not m:
+        raise UsageError(f"invalid duration {text!r}: use a number with s, m, h, d or w (like 30d)")
+    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "": 86400}[m.group(2)]
+    return float(m.group(1)) * unit
+
+
+# ---------------------------------------------------------------------------------------
+# completion of session ids (from the store)
+# ---------------------------------------------------------------------------------------
+def complete_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
+    try:
+        db = ctx.find_root().params.get("db")
+        state = State(db=db)
+        store = state.store(create=False)
+        if store is None:
+            return []
+        ids = [s.session_id for s in store.list_sessions(limit=500)]
+        state.close()
+        return [i for i in ids if i.startswith(incomplete)]
+    except Exception:
+        return []
+
+
+#: The statuses ``sessions ls --status`` takes.
+STATUSES = tuple(status.value for status in SessionStatus)
+SHELLS = ("bash", "zsh", "fish")
+
+
+def complete_agent_name(ctx: typer.Context, incomplete: str) -> list[str]:
+    """The configured agents' names (the default agent's when none are configured)."""
+    try:
+        from .config import DEFAULT_AGENT_NAME, load_settings
+
+        params = ctx.find_root().params
+        settings = load_settings(db=params.get("db"), config=params.get("config"))
+        names = [a.name for a in settings.agents] or [DEFAULT_AGENT_NAME]
+        return [n for n in names if n.startswith(incomplete)]
+    except Exception:
+        return []
+
+
+def complete_status(incomplete: str) -> list[str]:
+    return [s for s in STATUSES if s.startswith(incomplete)]
+
+
+def complete_shell(incomplete: str) -> list[str]:
+    return [s for s in SHELLS if s.startswith(incomplete)]
+
+
+# ---------------------------------------------------------------------------------------
+# choices
+# ---------------------------------------------------------------------------------------
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    jsonl = "jsonl"
+
+
+#: ``--output`` of the listing commands, beside their ``--json``.
+OutputOption = Annotated[Optional[OutputFormat], typer.Option(
+    "--output", "-o", metavar="text|json|jsonl", case_sensitive=False,
+    help="text (a table on a terminal), json (one document) or jsonl (one JSON object a line).")]
+
+
+def output_format(output: Optional[OutputFormat], json_: bool) -> str:
+    """``--output`` and ``--json`` as one format name; both, disagreeing: a usage error.
+
+    In json/jsonl mode an error is also printed as a JSON object on stdout (see :func:`chatflow_cli.cli.main`)."""
+    if json_ and output not in (None, OutputFormat.json):
+        raise UsageError(f"--json means --output json; it cannot go with --output {output.value}")
+    fmt = "json" if json_ else (output.value if output is not None else "text")
+    _boundary.set_json_errors(fmt)
+    return fmt
+
+
+class MessageIdScope(str, Enum):
+    global_ = "global"
+    session = "session"
+
+
+class InputFormat(str, Enum):
+    text = "text"
+    jsonl = "jsonl"
+
+
+class ExportFormat(str, Enum):
+    chatflow = "chatflow"
+    md = "md"
+    openai = "openai"
+    json = "json"
+
+
+class ImportFormat(str, Enum):
+    chatflow = "chatflow"
+    md = "md"
+    openai = "openai"
+    llm = "llm"
+    claude_code = "claude-code"

@@ -1,0 +1,161 @@
+"""The REPL's terminal: raw mode for the whole run, SIGHUP, and library warnings as REPL lines.
+
+:class:`TerminalModes` is mixed into :class:`~chatflow_cli.repl.app.Repl`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Iterator
+
+from ..render import safe_text
+from .host import ReplHost
+from .turn import _TurnView
+
+__all__ = ["HANGUP_WAIT_S", "TerminalModes"]
+
+#: After SIGHUP, how long the REPL waits for an interrupted turn still closing before it exits.
+HANGUP_WAIT_S = 15.0
+
+
+class TerminalModes(ReplHost):
+    """Raw and cooked terminal modes, the hang-up handler and the warnings queue of
+    :class:`~chatflow_cli.repl.app.Repl`."""
+
+    @contextlib.contextmanager
+    def _raw_terminal(self) -> Iterator[None]:
+        """Keep the terminal in raw mode for the whole run, also between prompts and turns.
+
+        In the terminal's cooked mode, Ctrl-D is not a key but an end-of-file that the line
+        discipline swallows when raw mode comes back: a Ctrl-D pressed right as a reply ends
+        (or while a command prints) would be lost. Raw mode only changes how keys are read
+        (output is processed as before); the editor runs in cooked mode.
+        """
+        try:
+            raw = self.input.raw_mode()
+            raw.__enter__()
+        except Exception:  # noqa: BLE001 - not a terminal: nothing to keep
+            yield
+            return
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                raw.__exit__(None, None, None)
+
+    @contextlib.contextmanager
+    def _cooked_terminal(self) -> Iterator[None]:
+        try:
+            cooked = self.input.cooked_mode()
+            cooked.__enter__()
+        except Exception:  # noqa: BLE001 - not a terminal
+            yield
+            return
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                cooked.__exit__(None, None, None)
+
+    @contextlib.contextmanager
+    def _hangup_handler(self) -> Iterator[None]:
+        """SIGHUP (the terminal closed) is handled like Ctrl-C during a turn, then the REPL leaves.
+
+        A running turn is cancelled and the Runner stores it as interrupted with the partial
+        reply (not left ``running`` for the next command to recover); output goes nowhere from
+        then on (the terminal is gone); a prompt on screen ends as Ctrl-D would. The handler
+        is the REPL's only while it runs; the previous one is put back after.
+        """
+        loop = asyncio.get_running_loop()
+        hup: signal.Signals | None = getattr(signal, "SIGHUP", None)
+        if hup is None:  # no SIGHUP on this platform
+            yield
+            return
+        previous = signal.getsignal(hup)
+        try:
+            loop.add_signal_handler(hup, self._hang_up)
+        except (NotImplementedError, RuntimeError, ValueError, TypeError):  # not the main thread
+            yield
+            return
+        try:
+            yield
+        finally:
+            loop.remove_signal_handler(hup)
+            if previous is not None:
+                signal.signal(hup, previous)
+
+    def _hang_up(self) -> None:
+        self.hung_up = True
+        self.done = True
+        if self._devnull is None:
+            self._devnull = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - closed when run() ends
+            self.console.file = self._devnull
+        if self._turn_interrupt is not None:
+            self._turn_interrupt()
+            return
+        for session in (self.prompt_session, self._ask_session):
+            app = session.app
+            if app.is_running and app.future is not None and not app.future.done():
+                app.exit(exception=EOFError())
+
+    async def _let_the_turn_close(self) -> None:
+        """After a hang-up: wait (at most :data:`HANGUP_WAIT_S`) for an interrupted turn still closing."""
+        thread = self._closing
+        if thread is not None and thread.is_alive():
+            await asyncio.to_thread(thread.join, HANGUP_WAIT_S)
+
+    @contextlib.contextmanager
+    def _log_notes(self) -> Iterator[None]:
+        """Show library warnings as REPL lines instead of raw stderr writes.
+
+        With no logging configured (no ``--debug``), Python would write warnings straight
+        to stderr, in the middle of the live reply. Records are queued (they may come from
+        worker threads) and printed by the loop: above the live tail during a turn, or
+        before the next prompt.
+        """
+        root = logging.getLogger()
+        if any(_writes_to_terminal(h) for h in root.handlers):  # --debug logging: leave it as it is
+            yield
+            return
+        handler = _QueueHandler(self._notes)
+        handler.setLevel(logging.WARNING)
+        root.addHandler(handler)
+        try:
+            yield
+        finally:
+            root.removeHandler(handler)
+            self._print_notes()
+
+    def _print_notes(self, view: _TurnView | None = None) -> None:
+        from rich.text import Text
+
+        while self._notes:
+            record = self._notes.popleft()
+            line = Text(f"{record.levelname.lower()}: {safe_text(record.getMessage())}", style="yellow")
+            if view is not None:
+                view.line(line)
+            else:
+                self.console.print(line)
+
+
+def _writes_to_terminal(handler: logging.Handler) -> bool:
+    import sys
+
+    stream = getattr(handler, "stream", None)
+    return stream is not None and stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+
+
+class _QueueHandler(logging.Handler):
+    """A logging handler that only queues records; the REPL loop prints them."""
+
+    def __init__(self, queue: collections.deque[logging.LogRecord]) -> None:
+        super().__init__()
+        self.queue = queue
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.queue.append(record)
