@@ -119,7 +119,7 @@ class _Listing(_StoreCore):
                 continue
             origin = next((e for e in reversed(compacted) if e.payload.get("through") == through
                            and e.payload.get("summary", item.message.content) == item.message.content), None)
-            payload = dict(origin.payload) if origin is not None else {"through": through}
+            payload: dict[str, Any] = dict(origin.payload) if origin is not None else {"through": through}
             payload["copied_from"] = {"session_id": source_id, "seq": origin.seq if origin is not None else None}
             event = self._append(tx, new_id, EventType.CONTEXT_COMPACTED.value, payload, None)
             tx.insert_message(new_id, 0, item.message, event.seq)
