@@ -35,7 +35,7 @@ from .memory.owner import Owner
 from .messages import Message, Role
 from .tokens import MESSAGE_OVERHEAD
 
-__all__ = ["DEFAULT_PROMPT", "CompactionResult", "compact_session", "compaction_point"]
+__all__ = ["DEFAULT_PROMPT", "CompactionResult", "compact_session", "compaction_point", "compaction_through"]
 
 #: The instructions a compaction request starts with (config ``compact_prompt`` replaces it).
 DEFAULT_PROMPT = (
@@ -89,6 +89,35 @@ def compaction_point(turns: Sequence[tuple[int, int]], budget: int, keep_share: 
     if kept >= len(turns):
         return None
     return turns[len(turns) - kept - 1][0]
+
+
+def compaction_through(fixed: int, turns: Sequence[tuple[int, int]], new_turn: int, budget: int,
+                       compact_at: float) -> int | None:
+    """K an automatic compaction must summarise through before the next request, or None.
+
+    ``fixed``: the tokens every request carries (SYSTEM messages, the summary in use, the
+    agent's instructions); ``turns``: ``(number, tokens)`` of the live turns of the window,
+    oldest first; ``new_turn``: the new message's tokens. Turns are kept newest first while
+    they fit ``budget`` beside ``fixed`` and the new message; the newest that does not fit,
+    and every older one, must leave the request, so K is at least that turn (no turn leaves
+    without a summary). Past ``compact_at`` of the budget, K also reaches back so that about
+    30 % of the budget stays as live turns (:func:`compaction_point`, the new message counted
+    as the newest turn). None when everything fits under ``compact_at``.
+    """
+    if not turns:
+        return None
+    room = budget - fixed - new_turn
+    must_leave = 0
+    for number, cost in reversed(turns):
+        if cost > room:
+            must_leave = number
+            break
+        room -= cost
+    total = fixed + new_turn + sum(cost for _, cost in turns)
+    if not must_leave and total <= compact_at * budget:
+        return None
+    point = compaction_point([*turns, (turns[-1][0] + 1, new_turn)], budget)
+    return max(must_leave, point or 0) or None
 
 
 def _transcript(turns: dict[int, list[Message]]) -> str:

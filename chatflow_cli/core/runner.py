@@ -879,7 +879,7 @@ class Runner:
         compaction off (``compact_at`` None) or failing, the turns are dropped and the
         request's ``context.dropped`` event says so.
         """
-        from .compaction import compact_session, compaction_point
+        from .compaction import compact_session, compaction_through
         from .errors import SessionNotFoundError
 
         try:
@@ -895,20 +895,10 @@ class Runner:
         if not turns:
             return []
         new_turn = estimate_tokens(message)
-        extra = new_turn + (estimate_tokens(Message.system(agent.instructions)) if agent.instructions else 0)
-        # the turns the request would leave out: newest first while they fit beside the rest
-        room = budget.tokens - (tokens - sum(t for _, t in turns)) - extra
-        must_leave = 0
-        for number, cost in reversed(turns):
-            if cost > room:
-                must_leave = number
-                break
-            room -= cost
-        if not must_leave and tokens + extra <= self.compact_at * budget.tokens:
-            return []
-        point = compaction_point([*turns, (turns[-1][0] + 1, new_turn)], budget.tokens)
-        through = max(must_leave, point or 0)
-        if not through:
+        instructions = estimate_tokens(Message.system(agent.instructions)) if agent.instructions else 0
+        through = compaction_through(tokens - sum(t for _, t in turns) + instructions, turns, new_turn,
+                                     budget.tokens, self.compact_at)
+        if through is None:
             return []
         try:
             done = compact_session(self.store, session_id, self.model_client, model, through=through,

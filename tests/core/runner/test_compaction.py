@@ -177,3 +177,32 @@ def test_automatic_compaction_off_switch(make_runner: Callable[..., Runner], fak
         fake_server.add_text(f"answer {i} " + "detail " * 60)
         runner.run("s", f"question {i} " + "word " * 60)
     assert sqlite_store.summaries("s") == [] and len(fake_server.requests) == 5
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=300, deadline=None)
+@given(fixed=st.integers(0, 500), costs=st.lists(st.integers(1, 1500), min_size=1, max_size=12),
+       new_turn=st.integers(1, 1500), budget=st.integers(100, 4000), compact_at=st.floats(0.1, 1.0))
+def test_no_turn_leaves_the_request_without_a_summary(fixed, costs, new_turn, budget, compact_at) -> None:
+    """Whatever the sizes: every turn that does not fit beside the newer ones and the new
+    message is summarised (K reaches it), K is a stored turn, and no compaction is skipped
+    unless everything fits (under compact_at, or already within the 30 % kept verbatim)."""
+    from chatflow_cli.core.compaction import compaction_through
+
+    turns = [(n, cost) for n, cost in enumerate(costs, start=1)]
+    through = compaction_through(fixed, turns, new_turn, budget, compact_at)
+    room, fitting = budget - fixed - new_turn, 0
+    for _number, cost in reversed(turns):  # the newest turns that fit, as the request selects them
+        if cost > room:
+            break
+        room -= cost
+        fitting += 1
+    dropped = len(turns) - fitting
+    if through is None:  # everything fits: under compact_at, or the turns are already few and small
+        assert dropped == 0
+        assert fixed + new_turn + sum(costs) <= compact_at * budget or new_turn + sum(costs) <= 0.3 * budget
+    else:
+        assert 1 <= through <= len(turns) and through >= dropped
