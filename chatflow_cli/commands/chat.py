@@ -228,7 +228,8 @@ def _submit_tool_results(store: SessionStoreProtocol, session_id: str, outputs: 
     pending = [c.id for c in session.pending_tool_calls]
     unknown = [i for i, _ in outputs if i not in pending]
     if unknown:
-        waiting = ", ".join(pending) if pending else "none"
+        answered = store.submitted_tool_results(session_id)
+        waiting = ", ".join(i for i in pending if i not in answered) or "none"
         raise ToolResultError(f"no pending tool call {safe_text(unknown[0])} in session {session_id} "
                               f"(waiting for: {waiting}); nothing was recorded", session_id=session_id)
     remaining: list[str] = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-from typing import IO, TYPE_CHECKING, Any, Container, Iterator
+from typing import IO, TYPE_CHECKING, Any, Container, Iterator, Mapping
 
 from ..context import notice, terminal_width, write_lines
 from ..core.errors import ChatflowError
@@ -190,6 +190,7 @@ def show_session(
     endpoint = store.session_endpoint(session_id)
     context = context_use(state, store, session, endpoint)
     marks = AgentVersionMarks(_versions_before(store, session_id, turn) if turn is not None and turn > 1 else None)
+    submitted = store.submitted_tool_results(session_id)
     if output == "json":
         _show_json(stream or env.stdout, session, records, interrupted, endpoint, context, marks)
         return
@@ -198,11 +199,11 @@ def show_session(
         return
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:
-        _show_paged(state, session, records, full, interrupted, endpoint, context, marks)
+        _show_paged(state, session, records, full, interrupted, endpoint, context, marks, submitted)
     else:
         console = state.out() if env.stdout_isatty else None
         _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout, interrupted=interrupted,
-                endpoint=endpoint, context=context, marks=marks)
+                endpoint=endpoint, context=context, marks=marks, submitted=submitted)
 
 
 def _versions_before(store: BaseSessionStore, session_id: str, turn: int) -> dict[str, str]:
@@ -321,8 +322,10 @@ BATCH_CHARS = 64 * 1024
 
 def _render(console: Any, session: SessionSummary, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
             out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None),
-            context: dict[str, Any] | None = None, marks: AgentVersionMarks | None = None) -> None:
-    """Print the session turn by turn as each is rendered.
+            context: dict[str, Any] | None = None, marks: AgentVersionMarks | None = None,
+            submitted: Mapping[str, str] | None = None) -> None:
+    """Print the session turn by turn as each is rendered (``submitted``: the results
+    already given for the open turn's tool calls, shown beside their calls).
 
     ``console=None`` (a pipe): the plain text of each turn is written directly; Rich is
     not even imported, since its layout pass is only needed for colours, wrapping and
@@ -358,7 +361,8 @@ def _render(console: Any, session: SessionSummary, records: Iterator[TurnRecord]
                 continue
             changed = marks.changes(record) if marks is not None else None
             for item in turn_renderables(record, markdown=markdown, full=full, width=width,
-                                         interrupted=turn_interrupted(record, interrupted), changed=changed):
+                                         interrupted=turn_interrupted(record, interrupted), changed=changed,
+                                         submitted=submitted):
                 emit(item)
             shown += 1
             if shown <= 2 or batch.size >= BATCH_CHARS:
@@ -377,7 +381,7 @@ def _no_turns() -> Lines:
 
 def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRecord], full: bool,
                 interrupted: Container[int], endpoint: Endpoint, context: dict[str, Any] | None = None,
-                marks: AgentVersionMarks | None = None) -> None:
+                marks: AgentVersionMarks | None = None, submitted: Mapping[str, str] | None = None) -> None:
     """Stream the rendering into a pager process as it is produced."""
     pager_cmd = os.environ.get("PAGER") or "less"
     env = dict(os.environ)
@@ -387,13 +391,13 @@ def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRec
                                 encoding="utf-8", errors="replace")
     except (OSError, ValueError):
         _render(state.out(), session, records, full, markdown=True, out=state.env.stdout, interrupted=interrupted,
-                endpoint=endpoint, context=context, marks=marks)
+                endpoint=endpoint, context=context, marks=marks, submitted=submitted)
         return
     assert proc.stdin is not None
     console = state.env.console(file=proc.stdin, terminal=True)
     try:
         _render(console, session, records, full, markdown=True, out=proc.stdin, interrupted=interrupted,
-                endpoint=endpoint, context=context, marks=marks)
+                endpoint=endpoint, context=context, marks=marks, submitted=submitted)
     except (BrokenPipeError, OSError):
         pass  # the user quit the pager early
     finally:

@@ -18,7 +18,7 @@ was left out (``--full`` shows everything).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..core._stream import cut_phrase
 from .lines import Lines
@@ -89,7 +89,8 @@ class AgentVersionMarks:
 
 
 def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool = False, width: int | None = None,
-                     interrupted: bool = False, changed: list[dict[str, Any]] | None = None) -> list[Any]:
+                     interrupted: bool = False, changed: list[dict[str, Any]] | None = None,
+                     submitted: Mapping[str, str] | None = None) -> list[Any]:
     """The renderables of one turn (see the module docstring for the layout).
 
     Items are :class:`Lines` (with ``plain`` text and Rich styles) and, when ``markdown``
@@ -101,7 +102,8 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
     ``width`` (a terminal) the lines are word-wrapped to ``width`` (:meth:`Lines.wrapped`);
     continuation lines of a multi-line message are indented under its text.
     ``changed``: the agents whose version changed in this turn (:class:`AgentVersionMarks`),
-    marked in the title and named in a line under it.
+    marked in the title and named in a line under it. ``submitted``: results already given
+    for tool calls still waiting on others (``{tool_use_id: output}``), shown with their call.
     """
     marks = []
     for change in changed or ():
@@ -186,7 +188,11 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
                     continue
                 body.append(f"{safe_text(agent)} called ", "dim").append(safe_text(call.name), "bold yellow")
                 body.append(" " + safe_text(pretty_json_text(call.arguments, full=full)) + "\n")
-                if result is None:
+                if result is None and call.id in (submitted or {}):
+                    text = safe_text(pretty_json_text((submitted or {})[call.id], full=full))
+                    body.append("  result: ", "dim").append(text.replace("\n", "\n    "))
+                    body.append("  (submitted; the turn goes on once every call has its result)\n", "yellow")
+                elif result is None:
                     body.append("  result: (waiting for --tool-result)\n", "yellow")
                 else:
                     if result.is_error:

@@ -164,12 +164,16 @@ class TurnRunner(ReplHost):
         return await self._answer_tools(list(session.pending_tool_calls))
 
     async def _answer_tools(self, calls: list[ToolCall]) -> bool:
-        """Ask the user for each custom tool result, then continue the turn. False on Ctrl-C."""
+        """Ask the user for the result of each custom tool call that has none yet (results
+        already submitted, here or with ``chat --tool-result``, are not asked again), then
+        continue the turn. False on Ctrl-C."""
         from rich.text import Text
 
         while calls:
-            remaining: list[str] = []
+            answered = self.store.submitted_tool_results(self.session_id)
             for call in calls:
+                if call.id in answered:
+                    continue
                 line = Text("? ", style="bold yellow")
                 line.append(f"tool {safe_text(call.name)} ", style="bold")
                 line.append(
@@ -183,14 +187,15 @@ class TurnRunner(ReplHost):
                     self.say(f"turn {self.turn} waits for {call.name}; your next message asks again.", style="yellow")
                     return False
                 try:
-                    remaining = self.store.submit_tool_result(self.session_id, call.id, answer.strip())
+                    self.store.submit_tool_result(self.session_id, call.id, answer.strip())
                 except ToolResultError as exc:
                     self.error(exc.message)
-                    remaining = []
-            if remaining:
-                session = self.store.get(self.session_id)
-                calls = [c for c in (session.pending_tool_calls if session else ()) if c.id in remaining]
-                continue
+            session = self.store.get(self.session_id)
+            pending = list(session.pending_tool_calls) if session is not None else []
+            answered = self.store.submitted_tool_results(self.session_id) if pending else {}
+            calls = [c for c in pending if c.id not in answered]
+            if calls or not pending:
+                continue  # ask for what is still open (nothing pending: the turn went on elsewhere)
             outcome = await self._run_turn(
                 lambda cancel: self.runner.continue_streamed(self.session_id, cancel=cancel, wait=0)
             )

@@ -69,3 +69,25 @@ def test_pending_tool_hint_says_plain_text_or_json_and_both_work(chatflow, provi
     sent = [m for m in provider.requests[-1]["messages"] if m["role"] == "tool"]
     assert sent == [{"role": "tool", "tool_call_id": "call_A", "content": "yes, approved"},
                     {"role": "tool", "tool_call_id": "call_B", "content": '{"sent": true}'}]
+
+
+def test_a_submitted_result_is_not_shown_as_waiting_while_other_calls_wait(chatflow, provider, config_file):
+    """call_B answered, call_E not: the unknown-id error, ``sessions show`` and the REPL treat
+    call_B as answered (it was refused as 'already has a result' while shown as waiting)."""
+    config_file(CUSTOM_TOOLS)
+    provider.add_tool_calls([("call_B", "approve_refund", '{"order_id": "1"}'), ("call_E", "notify", "{}")])
+    assert chatflow("chat", "-s", "p19", "refund").returncode == 0
+    r = chatflow("chat", "-s", "p19", "--tool-result", "call_B", "yes")
+    assert r.returncode == 0 and "still waiting for: call_E" in r.stderr, r
+    r = chatflow("chat", "-s", "p19", "--tool-result", "call_Z", "yes")
+    assert r.returncode == 2 and "(waiting for: call_E)" in r.stderr, r
+    shown = chatflow("sessions", "show", "p19").stdout.splitlines()
+    at = next(i for i, line in enumerate(shown) if "called approve_refund" in line)
+    assert shown[at + 1] == "  result: yes  (submitted; the turn goes on once every call has its result)"
+    at = next(i for i, line in enumerate(shown) if "called notify" in line)
+    assert shown[at + 1] == "  result: (waiting for --tool-result)"
+    provider.add_text("Refunded and notified.")
+    r = chatflow("chat", "-s", "p19", "--tool-result", "call_E", "sent")
+    assert r.returncode == 0 and r.stdout == "Refunded and notified.\n", r
+    sent = [m for m in provider.requests[-1]["messages"] if m["role"] == "tool"]
+    assert [(m["tool_call_id"], m["content"]) for m in sent] == [("call_B", "yes"), ("call_E", "sent")]

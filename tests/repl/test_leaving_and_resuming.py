@@ -118,3 +118,26 @@ def test_on_a_narrow_terminal_the_resume_command_stays_whole_on_its_own_line(pro
     assert repl.wait_exit() == 0
     rows = [row.rstrip() for row in repl.rows() if row.strip()]
     assert rows[-2:] == ["session w17 (1 turn) · resume with:", "chatflow chat -s w17"]
+
+
+def test_the_repl_asks_only_for_tool_results_not_yet_given(provider, chatflow, config_file, pty_chatflow) -> None:
+    """A turn waits on two custom tools, one answered with ``chat --tool-result``: the REPL
+    asks for the other one only, then the turn goes on with both results."""
+    from tests.helpers.config import CUSTOM_TOOLS
+
+    config_file(CUSTOM_TOOLS)
+    provider.add_tool_calls([("call_B", "approve_refund", '{"order_id": "1"}'), ("call_E", "notify", "{}")])
+    assert chatflow("chat", "-s", "half", "refund").returncode == 0
+    assert chatflow("chat", "-s", "half", "--tool-result", "call_B", "yes").returncode == 0
+    provider.add_text("Refunded and notified.")
+    repl = pty_chatflow("chat", "-s", "half")
+    repl.wait_prompt()
+    repl.send("and now?\r")
+    repl.wait_text("notify result")
+    repl.send("sent\r")
+    repl.wait_prompt_after("Refunded and notified.")
+    screen = repl.screen()
+    leave(repl)
+    assert "approve_refund result" not in screen and "already has a result" not in screen
+    sent = [m for m in provider.requests[-1]["messages"] if m["role"] == "tool"]
+    assert [(m["tool_call_id"], m["content"]) for m in sent] == [("call_B", "yes"), ("call_E", "sent")]

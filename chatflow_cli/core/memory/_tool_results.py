@@ -26,6 +26,22 @@ class _ToolResults(_StoreCore):
             for e in tx.events_of_type(session_id, EventType.TOOL_RESULT_SUBMITTED.value, after)
         }
 
+    def submitted_tool_results(self, session_id: str) -> dict[str, str]:
+        """The results already submitted for the open turn's pending tool calls, by tool-call id
+        (``{tool_use_id: output}``): a turn waiting on several custom tools keeps them until
+        every call has its result, then continues. Empty when nothing is waiting.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        _check_session_id(session_id)
+        with self._read() as tx:
+            row = self._require(tx, session_id)
+            pending = {c.id for c in self._context(tx, row, quiet=True).pending_tool_calls}
+            if not pending:
+                return {}
+            return {i: output for i, (output, _) in self._submitted(tx, session_id).items() if i in pending}
+
     def submit_tool_result(self, session_id: str, tool_use_id: str, output: str) -> list[str]:
         """Record a custom tool's result (``tool.result_submitted``); return the ids still unanswered.
 

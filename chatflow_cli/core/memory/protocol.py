@@ -295,6 +295,10 @@ class SessionStoreProtocol(Protocol):
         """Record a custom tool's result; the tool-call ids still unanswered."""
         ...
 
+    def submitted_tool_results(self, session_id: str) -> dict[str, str]:
+        """Results already submitted for the open turn's pending tool calls, by tool-call id."""
+        ...
+
     def session_endpoint(self, session_id: str) -> tuple[str | None, str | None]:
         """The ``(model, base_url)`` stored with the session."""
         ...

@@ -517,9 +517,13 @@ def test_begin_turn_gives_the_window_a_fresh_load_would(
     ctx.add_message(Message.model(None, [ToolCall("c1", "approve"), ToolCall("c2", "lookup")]))
     ctx.record_event(EventType.TOOL_PENDING, {"turn": 4, "tool_use_ids": ["c1", "c2"]})
     store.release(ctx, reason="waiting for custom tool results")
-    store.submit_tool_result("s", "c2", "found")
-    store.submit_tool_result("s", "c1", "yes")
+    assert store.submitted_tool_results("s") == {}
+    assert store.submit_tool_result("s", "c2", "found") == ["c1"]
+    assert make_store().submitted_tool_results("s") == {"c2": "found"}  # c2 is answered, c1 still waits
+    assert store.submit_tool_result("s", "c1", "yes") == []
+    assert store.submitted_tool_results("s") == {"c1": "yes", "c2": "found"}
     resumed = store.begin_turn("s", default_agent=agent, user_message=None, owner=owner)
+    assert store.submitted_tool_results("s") == {}  # the turn went on: nothing waits
     again = make_store().get("s")
     assert again is not None
     assert resumed.session.history == again.history
