@@ -310,6 +310,8 @@ def load_settings(
         sources["local_keep_alive"] = "file"
 
     sources["message_id_scope"] = "file" if "message_id_scope" in file_settings else "default"
+    for key in ("max_context_tokens", "compact_at", "compact_prompt"):
+        sources[key] = "file" if key in file_settings else "default"
     ddir = data_dir(env)
     location, sources["db_path"] = _database(db, env, file_settings.get("db"), cfg_path)
     from .core._dsn import is_postgres_url

@@ -146,7 +146,7 @@ def sessions_compact(
     """Summarise the older turns of a session into one message; nothing is deleted."""
     from .commands.compact import compact_command
 
-    mode = "json" if json_ else (output.value if output is not None else "text")
+    mode = output_format(output, json_)
     compact_command(state_of(ctx), session_id, through=through, instructions=instructions, output=mode)
 
 

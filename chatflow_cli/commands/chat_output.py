@@ -34,6 +34,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["ChatOutput", "pending_notice"]
 
+#: Run events about the context window that get a note on stderr.
+_CONTEXT_EVENTS = frozenset({"context.compacted", "context.compaction_failed", "context.dropped"})
+
 
 class ChatOutput:
     """Writes a run's events in the chosen ``--output`` form."""
@@ -49,6 +52,7 @@ class ChatOutput:
         self.printer: ReplyPrinter | None = None
         self.stored: set[str] = set()  #: the sessions a stored event (one with a seq) was seen for
         self.incomplete = False  # a turn's reply was cut (finish_reason length/content_filter)
+        self.compaction: dict[str, Any] | None = None  # the run's automatic compaction, for ``json``
 
     # -- what a reply waits for (called from the request's or the runner's thread) -------------
     def retrying(self, info: dict[str, Any]) -> None:
@@ -104,6 +108,8 @@ class ChatOutput:
                     self.stored.add(ev.session_id)
                 if ev.type == "agent.changed":  # once per change: the store recorded the new version with it
                     notice(self.state, agent_changed_text(ev.data or {}))
+                if ev.type in _CONTEXT_EVENTS:
+                    self._context_event(ev)
                 if self.mode == "jsonl":
                     if ev.type == "result":
                         result = ev.result
@@ -140,8 +146,9 @@ class ChatOutput:
             self.incomplete = True
         use = result.context
         if use and use.get("over_budget"):  # sent whole: the provider is the judge of what fits
-            notice(self.state, f"turn {result.turn}: the newest turn alone is about {use['tokens']} tokens, over the "
-                               f"context budget of {use['budget']}; it was sent whole")
+            from ..render.context_notes import over_budget_note
+
+            notice(self.state, f"turn {result.turn}: {over_budget_note(use, result.turn)}")
         note = reply_note(result)
         if note is not None and self.mode == "text":
             if self.state.env.stdout_isatty:
@@ -154,10 +161,35 @@ class ChatOutput:
             self._line(event_json("turn.result", result.session_id, {**result.to_dict(), "is_error": False},
                                   turn=result.turn))
         if self.mode == "json" and self.multi:
-            self._line({**result.to_dict(), "is_error": False})
+            self._line(self._json(result))
+            self.compaction = None
         if self.mode == "text" and result.pending_tool_calls:
             pending_notice(self.state, result)
         return result
+
+    def _json(self, result: RunResult) -> dict[str, Any]:
+        """The ``json`` object of a turn: the result, plus ``compaction`` when the run
+        compacted the session first (``{"through", "model", "tokens_before", "tokens_after",
+        "seq", "failed": false}``, or ``{"through", "error", "failed": true}``)."""
+        out = {**result.to_dict(), "is_error": False}
+        if self.compaction is not None:
+            out["compaction"] = self.compaction
+        return out
+
+    def _context_event(self, ev: StreamEvent) -> None:
+        """An automatic compaction, a failed one, or turns left out of the request: a note on
+        stderr; ``json`` also carries the compaction in the result object (``compaction``)."""
+        from ..render.context_notes import context_event_note
+
+        data = dict(ev.data or {})
+        if ev.type == "context.compacted":
+            self.compaction = {**{k: data.get(k) for k in ("through", "model", "tokens_before", "tokens_after")},
+                               "seq": ev.seq, "failed": False}
+        elif ev.type == "context.compaction_failed":
+            self.compaction = {"through": data.get("through"), "error": data.get("error"), "failed": True}
+        note = context_event_note(ev.type, data)
+        if note is not None:
+            notice(self.state, note)
 
     @staticmethod
     def _show(printer: ReplyPrinter, ev: StreamEvent) -> None:
@@ -199,7 +231,7 @@ class ChatOutput:
         if result is None:
             return
         if self.mode == "json" and not self.multi:
-            self._final_line({**result.to_dict(), "is_error": False})
+            self._final_line(self._json(result))
         elif self.mode == "jsonl":
             data = result.to_dict()
             if self.multi:

@@ -62,6 +62,14 @@ def show_config(state: State, *, as_json: bool) -> None:
         "local_keep_alive_source": s.sources.get("local_keep_alive"),
         "message_id_scope": s.message_id_scope,
         "message_id_scope_source": s.sources.get("message_id_scope", "default"),
+        "max_context_tokens": s.max_context_tokens,
+        "max_context_tokens_source": s.sources.get("max_context_tokens", "default") if s.max_context_tokens
+        else "default (the model's context size: the local model's, or a table of common models)",
+        "compact_at": s.compact_at,
+        "compact_at_source": s.sources.get("compact_at", "default"),
+        "compact_prompt": s.compact_prompt,
+        "compact_prompt_source": s.sources.get("compact_prompt", "default") if s.compact_prompt
+        else "default (chatflow's built-in prompt)",
         "transport": transport,
         "transport_source": "env $CHATFLOW_TRANSPORT" if env_transport else "default",
         "agents": [a.name for a in s.agents],
@@ -76,5 +84,5 @@ def show_config(state: State, *, as_json: bool) -> None:
         if isinstance(value, list):
             value = ", ".join(value) or "-"
         elif value is None:
-            value = "-"
+            value = "off" if key == "compact_at" else "-"
         state.env.stdout.write(f"{key:<{width}}  {safe_text(str(value))}\n")

@@ -270,11 +270,12 @@ def _header(session: SessionSummary, endpoint: Endpoint = (None, None), context:
         text.append("\narchived (chatflow sessions unarchive to continue it)", "magenta")
     if session.metadata:
         text.append("\n" + safe_text(", ".join(f"{k}={v}" for k, v in session.metadata.items())), "dim")
-    if context is not None and (context["context"] is not None or context["summary_through"] is not None):
+    if context is not None:
         from ..core.tokens import short_count
 
         use = f"\n  context {short_count(context['tokens'])}"
-        use += f" of {short_count(context['context'])} tokens" if context["context"] is not None else " tokens"
+        use += f" of {short_count(context['context'])} tokens" if context["context"] is not None else \
+            " tokens (budget unknown)"
         use += f" · {plural(context['turns'], 'turn')} sent"
         if context["summary_through"] is not None:
             use += f" · turns 1..{context['summary_through']} summarised"

@@ -122,6 +122,7 @@ def compact_session(
     max_tokens: int | None = None,
     temperature: float | None = None,
     owner: Owner | None = None,
+    cancel: Any = None,
 ) -> CompactionResult:
     """Summarise turns 1..``through`` of ``session_id`` (default: every turn but the newest).
 
@@ -133,12 +134,18 @@ def compact_session(
         instructions: what to focus on, appended to the request (``/compact TEXT``).
         prompt: replaces :data:`DEFAULT_PROMPT`.
         tools: the agent's tool definitions (wire form): sent with ``tool_choice: "none"``.
+        cancel: a ``threading.Event``; set from any thread, it stops the request at once
+            (:class:`RunInterrupted`; the session is released, nothing stored).
 
     Raises:
         UsageError: ``through`` is not a turn of the session, or the session has no turn
             to summarise; nothing is written.
         SessionBusyError: another run holds the session.
+        RunInterrupted: ``cancel`` was set; nothing was stored.
         PendingToolCallsError: the last turn waits for custom tool results.
+        ProviderResponseError: the summary came back empty, or cut (``finish_reason``
+            ``length`` or ``content_filter``): a cut summary would silently lose what it
+            did not reach, so it is refused (exit 5) and nothing is stored.
         ChatflowError: the request failed (the session is released unchanged).
     """
     summary_list = store.summaries(session_id)
@@ -178,15 +185,26 @@ def compact_session(
             ask += f"\nFocus: {instructions}"
         parts.append(ask)
         wire = [Message.system(prompt or DEFAULT_PROMPT).to_wire(), Message.user("\n\n".join(parts)).to_wire()]
-        reply = client.complete(model, wire, tools=list(tools) if tools else None,
-                                tool_choice="none" if tools else None, max_tokens=max_tokens,
-                                temperature=temperature)
+        try:
+            reply = _ask(client, model, wire, cancel, tools=list(tools) if tools else None,
+                         tool_choice="none" if tools else None, max_tokens=max_tokens, temperature=temperature)
+        except Exception:
+            if cancel is not None and cancel.is_set():
+                raise _interrupted(session_id) from None
+            raise
+        if cancel is not None and cancel.is_set():
+            raise _interrupted(session_id)
         text = (reply.content or "").strip()
-        if not text:
-            from .errors import ProviderResponseError
+        from ._stream import cut_phrase
+        from .errors import ProviderResponseError
 
+        if not text:
             raise ProviderResponseError("the model returned an empty summary; nothing was compacted",
                                         session_id=session_id)
+        if cut_phrase(reply.finish_reason):
+            raise ProviderResponseError(
+                f"the summary was {cut_phrase(reply.finish_reason)}; nothing was compacted (use a model with a "
+                "larger context or token limit, or compact fewer turns with --through)", session_id=session_id)
         counted = reply.usage.completion_tokens + MESSAGE_OVERHEAD if reply.usage and \
             reply.usage.completion_tokens else None
         summary = dataclasses.replace(Message.summary(text, through), tokens=counted)
@@ -201,6 +219,46 @@ def compact_session(
         raise
     tokens_after = int(events[0].payload["tokens_after"])
     return CompactionResult(session_id, through, text, model, before, tokens_after, instructions, tuple(events))
+
+
+def _ask(client: Any, model: str, wire: list[dict[str, Any]], cancel: Any, **kwargs: Any) -> Any:
+    """The model's reply (``client.complete``); with ``cancel``, streamed so that setting the
+    event closes the request at once, even while the server has not answered yet."""
+    if cancel is None or not hasattr(client, "stream"):
+        return client.complete(model, wire, **kwargs)
+    import threading
+
+    from ._stream import ModelTurn
+
+    stream = client.stream(model, wire, cancel=cancel, **kwargs)
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if cancel.wait(0.05):
+                if not done.is_set() and hasattr(stream, "cancel"):
+                    stream.cancel()  # wakes a read blocked on a silent server
+                return
+
+    threading.Thread(target=watch, name="chatflow-compaction-cancel", daemon=True).start()
+    reply = None
+    try:
+        for item in stream:
+            if isinstance(item, ModelTurn):
+                reply = item
+    finally:
+        done.set()
+    if reply is None:
+        from .errors import ProviderResponseError
+
+        raise ProviderResponseError("the model's stream ended without a reply")
+    return reply
+
+
+def _interrupted(session_id: str) -> Exception:
+    from .errors import RunInterrupted
+
+    return RunInterrupted("the compaction was interrupted; nothing was compacted", session_id=session_id)
 
 
 def _last_compaction(store: Any, session_id: str, through: int) -> Event | None:

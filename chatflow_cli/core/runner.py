@@ -186,8 +186,13 @@ class RunResult:
             ``None`` when the run stopped for custom tools.
         reasoning: the final reply's reasoning text, when the server sent one.
         context: the context use of the turn's last request, ``{"tokens", "budget",
-            "context", "turns", "over_budget"}`` (``budget``/``context`` None when the
-            model's context size is unknown; ``turns``: whole turns sent); None for a replay.
+            "context", "turns", "over_budget", "first_turn", "summary_through",
+            "system_messages", "dropped"}`` (``budget``/``context`` None when the model's
+            context size is unknown; ``turns``: whole turns sent, from ``first_turn``;
+            ``summary_through``: K of the summary sent, or None; ``system_messages``: the
+            SYSTEM messages sent beside it, the agent's instructions included;
+            ``dropped``: ``[first, last]`` of the turns of the window left out for the
+            budget, unsummarised, or None); None for a replay.
     """
 
     content: str | None
@@ -637,8 +642,12 @@ class Runner:
                 yield StreamEvent(event.type, session_id, event.payload, turn=event.payload.get("turn", turn),
                                   seq=event.seq)
 
-        if start.get("user_message") is not None and self.compact_at is not None:
-            yield from stored(self._auto_compact(session_id, start["user_message"]), None)
+        if start.get("user_message") is not None:
+            for item in self._auto_compact(session_id, start["user_message"]):
+                if isinstance(item, StreamEvent):
+                    yield item
+                else:
+                    yield from stored([item], None)
         begun = self._begin(session_id, start, wait, cancel)
         turn: int = begun.turn
         if begun.replayed is not None:
@@ -731,6 +740,11 @@ class Runner:
                 raise ConfigError(f"no model for agent {agent.name!r}: set Agent(model=...) or "
                                   "Runner(default_model=...)", session_id=session_id)
             outgoing, state.context = self._budget_window(session, agent, model)
+            dropped = state.context.get("dropped")
+            if dropped and not state.dropped_told:
+                state.dropped_told = True  # once a turn: later rounds drop the same turns or more
+                yield StreamEvent("context.dropped", session_id, {"first": dropped[0], "last": dropped[1],
+                                                                   "summarised": False}, turn=turn)
             check_history(outgoing, session_id=session_id)
             wire = [state.wire(m) for m in outgoing if not m.says_nothing]
             tool_choice = agent.tool_choice if requests == 0 and tools else None
@@ -845,9 +859,19 @@ class Runner:
         known = self.agents.get(_name(agent))
         return known.version if known is not None and known is agent else None
 
-    def _auto_compact(self, session_id: str, message: Message) -> list[Event]:
-        """Compact the session before its next turn when its window passes ``compact_at`` of
-        the budget; the events written (none when nothing was done)."""
+    def _auto_compact(self, session_id: str, message: Message) -> list[Event | StreamEvent]:
+        """Compact the session before its next turn, when needed; the events (stored ones, and
+        a runtime ``context.compaction_failed`` ``{"through", "error"}``) to pass on.
+
+        A compaction is needed when the next request, as the stored window stands, would
+        leave out turns no summary covers (they do not fit the token budget beside the new
+        message), or when the window passes ``compact_at`` of the budget. It summarises
+        through the newest turn that must leave the window, or further back to keep about
+        30 % of the budget as live turns (:func:`compaction_point`, the new message counted
+        as the newest turn), so no turn leaves the request without a summary. With
+        compaction off (``compact_at`` None) or failing, the turns are dropped and the
+        request's ``context.dropped`` event says so.
+        """
         from .compaction import compact_session, compaction_point
         from .errors import SessionNotFoundError
 
@@ -861,12 +885,23 @@ class Runner:
         if budget is None or not model or self.compact_at is None:
             return []
         tokens, turns = self.store.window_tokens(session_id)
-        extra = estimate_tokens(message) + (estimate_tokens(Message.system(agent.instructions))
-                                            if agent.instructions else 0)
-        if tokens + extra <= self.compact_at * budget.tokens:
+        if not turns:
             return []
-        through = compaction_point(turns, budget.tokens)
-        if through is None:
+        new_turn = estimate_tokens(message)
+        extra = new_turn + (estimate_tokens(Message.system(agent.instructions)) if agent.instructions else 0)
+        # the turns the request would leave out: newest first while they fit beside the rest
+        room = budget.tokens - (tokens - sum(t for _, t in turns)) - extra
+        must_leave = 0
+        for number, cost in reversed(turns):
+            if cost > room:
+                must_leave = number
+                break
+            room -= cost
+        if not must_leave and tokens + extra <= self.compact_at * budget.tokens:
+            return []
+        point = compaction_point([*turns, (turns[-1][0] + 1, new_turn)], budget.tokens)
+        through = max(must_leave, point or 0)
+        if not through:
             return []
         try:
             done = compact_session(self.store, session_id, self.model_client, model, through=through,
@@ -876,7 +911,7 @@ class Runner:
         except ChatflowError as exc:
             log.warning("session %s: automatic compaction through turn %d failed (%s); the turn goes on "
                         "without it", session_id, through, exc)
-            return []
+            return [StreamEvent("context.compaction_failed", session_id, {"through": through, "error": exc.message})]
         return list(done.events)
 
     def _budget(self, agent: Agent, model: str) -> ContextBudget | None:
@@ -905,12 +940,20 @@ class Runner:
         limit = budget.tokens if budget is not None else 2**62
         kept, tokens = select_window(systems, turns, limit)
         over = budget is not None and tokens > limit
+        numbers = [t.number for t in session.turns]
+        if len(numbers) != len(turns):  # pragma: no cover - the window's turns are its numbered turns
+            numbers = list(range(len(turns)))
+        dropped = [numbers[0], numbers[len(turns) - kept - 1]] if kept < len(turns) else None
+        summary = next((m.summary_through for m in systems if m.summary_through is not None), None)
         if over:
-            log.warning("session %s: the newest turn alone (%d tokens with the system messages) is over the "
-                        "context budget of %d tokens; it is sent whole", session.session_id, tokens, limit)
+            log.warning("session %s: the context (%d tokens: system messages%s and the newest turn) is over the "
+                        "context budget of %d tokens; it is sent whole", session.session_id, tokens,
+                        ", summary" if summary else "", limit)
         outgoing = [*systems, *(m for msgs in turns[len(turns) - kept:] for m in msgs)]
         use = {"tokens": tokens, "budget": budget.tokens if budget is not None else None,
-               "context": budget.context if budget is not None else None, "turns": kept, "over_budget": over}
+               "context": budget.context if budget is not None else None, "turns": kept, "over_budget": over,
+               "first_turn": numbers[len(turns) - kept] if kept else None, "summary_through": summary,
+               "system_messages": sum(1 for m in systems if m.summary_through is None), "dropped": dropped}
         return outgoing, use
 
     def _record_submitted(self, session: SessionContext, turn: int, call: ToolCall, output: str, is_error: bool) -> None:

@@ -17,9 +17,10 @@ import os
 import shlex
 import subprocess
 import tempfile
+import threading
 from typing import Any
 
-from ..core.errors import ChatflowError, SessionNotFoundError
+from ..core.errors import ChatflowError, RunInterrupted, SessionNotFoundError
 from ..core.memory import rollback_target
 from ..core.messages import Role
 from ..render import pretty_json_text, safe_text, sessions_lines
@@ -247,11 +248,20 @@ class SlashCommands(ReplHost):
             self.error("/compact: no model to write the summary")
             return
         tools = [t.to_wire() for t in agent.all_tools().values()] or None
-        self.say(f"compacting turns 1..{count - 1}…")
+        self.say(f"compacting turns 1..{count - 1}… (Ctrl-C stops it)")
+        cancel = threading.Event()
+        loop = asyncio.get_running_loop()
         try:
-            done = await asyncio.to_thread(
-                compact_session, self.store, self.session_id, self.runner.model_client, model,
-                through=count - 1, instructions=arg or None, prompt=self.runner.compact_prompt, tools=tools)
+            # Ctrl-C cancels the request at once, as it stops a streaming reply
+            with self._watch_keys(cancel.set), self._sigint(loop, cancel.set):
+                done = await asyncio.to_thread(
+                    compact_session, self.store, self.session_id, self.runner.model_client, model,
+                    through=count - 1, instructions=arg or None, prompt=self.runner.compact_prompt, tools=tools,
+                    cancel=cancel)
+        except RunInterrupted:
+            self._refresh_info()
+            self.say("⏹ /compact interrupted: nothing was compacted; the session is ready.", style="yellow")
+            return
         except ChatflowError as exc:
             self.error(f"/compact: {exc}")
             return

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:  # pragma: no cover
+    import asyncio
+
     from prompt_toolkit import PromptSession
     from prompt_toolkit.input import Input
     from prompt_toolkit.key_binding import KeyPress
@@ -110,3 +112,8 @@ class ReplHost:
         async def send(self, text: str) -> None: ...
 
         async def _wait_closing(self) -> bool: ...
+
+        def _watch_keys(self, on_interrupt: Callable[[], None]) -> contextlib.AbstractContextManager[None]: ...
+
+        def _sigint(self, loop: asyncio.AbstractEventLoop,
+                    on_interrupt: Callable[[], None]) -> contextlib.AbstractContextManager[None]: ...

@@ -142,22 +142,41 @@ class PromptView(ReplHost):
         return [("class:agent", safe_text(self.agent_name)), ("", " › ")]
 
     def _toolbar(self) -> StyleAndTextTuples:
-        """``session · agent · model · turn N · ctx W/M · T tok``: compact enough for 80 columns."""
+        """``session │ agent │ model │ turn N │ ctx W/M │ T tok``, fitted to the terminal's width:
+        on a narrow terminal the token count goes first, then the model, the agent and the
+        turn; the session id is cut last, and ``ctx`` always stays."""
         sep = ("class:bottom-toolbar.sep", " │ ")
-        parts: StyleAndTextTuples = [
-            ("", " "),
-            ("class:bottom-toolbar.key", safe_text(self.session_id)),
-            sep,
-            ("", safe_text(self.agent_name)),
-            sep,
-            ("", safe_text(self.model_name or "?")),
-            sep,
-            ("", f"turn {self.turn}"),
-            sep,
-            ("", self._context_use()),
+        # (text, style, drop order: 0 never, higher drops earlier)
+        items: list[tuple[str, str, int]] = [
+            (safe_text(self.session_id), "class:bottom-toolbar.key", 0),
+            (safe_text(self.agent_name), "", 3),
+            (safe_text(self.model_name or "?"), "", 4),
+            (f"turn {self.turn}", "", 2),
+            (self._context_use(), "", 0),
         ]
         if self.last_usage_tokens is not None:
-            parts += [sep, ("", f"{self.last_usage_tokens} tok")]
+            items.append((f"{self.last_usage_tokens} tok", "", 5))
+        try:
+            width = int(self.output.get_size().columns) if self.output is not None else 80
+        except Exception:  # noqa: BLE001 - no terminal size: assume 80 columns
+            width = 80
+
+        def length(kept: list[tuple[str, str, int]]) -> int:
+            return 1 + sum(len(text) for text, _, _ in kept) + 3 * (len(kept) - 1)
+
+        for rank in (5, 4, 3, 2):
+            if length(items) <= width - 1:
+                break
+            items = [item for item in items if item[2] != rank]
+        over = length(items) - (width - 1)
+        if over > 0:  # cut the session id, keeping its start
+            text, style, rank = items[0]
+            items[0] = (text[:max(1, len(text) - over - 1)] + "…", style, rank)
+        parts: StyleAndTextTuples = [("", " ")]
+        for k, (text, style, _rank) in enumerate(items):
+            if k:
+                parts.append(sep)
+            parts.append((style, text))
         return parts
 
     def _context_use(self) -> str:

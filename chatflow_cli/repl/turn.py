@@ -318,6 +318,11 @@ class TurnRunner(ReplHost):
             self.error(f"{message} (/retry sends the message again)")
         elif outcome.result is not None:
             self.last_usage_tokens = outcome.result.usage.total_tokens if outcome.result.usage else None
+            use = outcome.result.context
+            if use and use.get("over_budget"):
+                from ..render.context_notes import over_budget_note
+
+                self.say(over_budget_note(use, outcome.result.turn), style="yellow")
             note = reply_note(outcome.result)
             if note is not None:
                 self.say(f"[{note}]")
@@ -373,6 +378,15 @@ class TurnRunner(ReplHost):
                 view.handoff(data.get("from_agent"), data.get("to_agent"))
         elif not display:
             return
+        elif kind in ("context.compacted", "context.compaction_failed", "context.dropped"):
+            from rich.text import Text
+
+            from ..render.context_notes import context_event_note
+
+            note = context_event_note(kind, data)
+            if note is not None:
+                style = "dim" if kind == "context.compacted" else "yellow"
+                view.line(Text(safe_text(note), style=style), status="thinking…")
         elif kind == "tool.call_started":
             if not str(data.get("name", "")).startswith("transfer_to_"):
                 view.tool_started(data.get("agent"), str(data.get("name", "?")), data.get("arguments"))

@@ -35,3 +35,21 @@ def test_config_show_json_has_the_defaults_of_scope_and_transport(chatflow):
     assert data["message_id_scope_source"] == "default"
     assert data["transport"] == "http (chat, replay --rerun), openai (REPL)"
     assert data["transport_source"] == "default"
+
+
+def test_config_show_lists_the_context_settings_with_their_sources(chatflow, config_file):
+    import json
+
+    default = json.loads(chatflow("config", "show", "--json").stdout)
+    assert default["max_context_tokens"] is None and default["max_context_tokens_source"].startswith("default")
+    assert default["compact_at"] == 0.8 and default["compact_at_source"] == "default"
+    assert default["compact_prompt"] is None and default["compact_prompt_source"].startswith("default")
+    config_file('max_context_tokens = 4096\ncompact_at = 0\ncompact_prompt = "Keep ids."\n')
+    r = chatflow("config", "show")
+    assert r.returncode == 0, r
+    assert re.search(r"^max_context_tokens\s+4096$", r.stdout, re.M), r.stdout
+    assert re.search(r"^max_context_tokens_source\s+file$", r.stdout, re.M), r.stdout
+    assert re.search(r"^compact_at\s+off$", r.stdout, re.M), r.stdout
+    assert re.search(r"^compact_at_source\s+file$", r.stdout, re.M), r.stdout
+    assert re.search(r"^compact_prompt\s+Keep ids\.$", r.stdout, re.M), r.stdout
+    assert re.search(r"^compact_prompt_source\s+file$", r.stdout, re.M), r.stdout

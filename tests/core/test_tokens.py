@@ -214,3 +214,15 @@ def test_migration_fills_existing_rows_with_the_estimate(tmp_path: Path) -> None
     assert schema.schema_version(conn) == schema.SCHEMA_VERSION
     conn.close()
     store.close()
+
+
+def test_model_table_prefixes_pick_the_longest_match() -> None:
+    from chatflow_cli.core.tokens import model_context_tokens
+
+    assert model_context_tokens("gpt-4-32k") == 32_768 and model_context_tokens("gpt-4-32k-0613") == 32_768
+    assert model_context_tokens("gpt-4") == 8192 and model_context_tokens("gpt-4-0613") == 8192
+    assert model_context_tokens("gpt-4-1106-preview") == 128_000 and model_context_tokens("gpt-4-0125-preview") == 128_000
+    assert model_context_tokens("o1-mini") == 128_000 and model_context_tokens("o1") == 200_000
+    assert model_context_tokens("claude-2.1") == 100_000 and model_context_tokens("claude-3-5-sonnet") == 200_000
+    assert model_context_tokens("llama3.3:70b") == 131_072 and model_context_tokens("llama3:8b") == 8192
+    assert model_context_tokens("phi3.5") == 131_072 and model_context_tokens("phi3:mini") == 4096

@@ -10,6 +10,7 @@ the next turn runs (recovering the dead compaction's hold on the session).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -64,5 +65,12 @@ def test_sigkill_during_compaction_leaves_the_session_valid(kill: str, tmp_path:
     sent = [m["content"] for m in fake_server.requests[-1]["messages"]]
     assert sent[0] == ("the summary" if summarised else "question 1")
     assert window_problems(db, "s") == []
+    # the dead compaction interrupted no turn: turn 3 was complete and stays so
+    after = read_events(db, "s")
+    assert "turn.interrupted" not in [t for _, t, _ in after]
+    recovered = [json.loads(p) for _, t, p in after if t == "session.recovered"]
+    taken = kill in ("after:1", "before:2")  # the compaction held the session when it died
+    assert [r.get("during") for r in recovered] == (["compaction"] if taken else [])
+    assert [t.number for t in store.load_turns("s")][-2:] == [3, 4]
     client.close()
     store.close()

@@ -136,3 +136,24 @@ def test_ctrl_c_while_a_huge_reply_that_came_in_one_piece_is_drawn_stops_the_dis
     with open_store() as st:
         record = st.load_turns("one-piece")[-1]
         assert record.messages[-1].content == para and not record.messages[-1].interrupted
+
+
+def test_ctrl_c_during_slash_compact_stops_it_at_once_and_stores_nothing(provider, pty_chatflow, chatflow) -> None:
+    """/compact waits on the model; Ctrl-C cancels the request at once (the summary would take
+    30 s), the session is released and no summary is stored."""
+    for i in (1, 2):
+        provider.add_text(f"answer {i}")
+    provider.add_text("a summary too late", delay=[30.0])
+    repl = pty_chatflow("chat", "-s", "compact-stop")
+    repl.wait_prompt()
+    for i in (1, 2):
+        repl.send(f"question {i}\r")
+        repl.wait_prompt_after(f"answer {i}")
+    repl.send("/compact\r")
+    repl.wait_text("compacting turns 1..1")
+    repl.send("\x03")
+    repl.wait_prompt_after("nothing was compacted; the session is ready.")
+    leave(repl)
+    shown = chatflow("sessions", "show", "compact-stop", "--json").json()
+    assert shown["session"]["status"] == "idle" and shown["session"]["context"]["summary_through"] is None
+    assert [t["number"] for t in shown["turns"]] == [1, 2]

@@ -73,9 +73,29 @@ def test_automatic_compaction_before_a_repl_turn(repl_driver) -> None:
         d.wait_prompt()
         d.type(big + "\r")
         d.wait_text("the fourth answer")
+        d.wait_text("compacted turns 1..")  # the automatic compaction is announced
 
     d.run(script)
     compaction, turn = d.requests()[-2], d.requests()[-1]
     assert compaction["messages"][0]["content"] == DEFAULT_PROMPT
     assert {"role": "system", "content": "SUMMARY of turns before"} in turn["messages"]
     assert d.store().summaries(_sid(d))[0][0].summary_through >= 1
+
+
+def test_a_narrow_toolbar_keeps_the_context_use(repl_driver) -> None:
+    from prompt_toolkit.data_structures import Size
+    from prompt_toolkit.output.vt100 import Vt100_Output
+
+    repl_driver.write_config("max_context_tokens = 8192\ncompact_at = 0\n")
+    screen, _wide = recording_output(repl_driver)
+    output = Vt100_Output(screen, lambda: Size(rows=24, columns=40), term="xterm")
+    repl_driver.server.add_text("fine")
+
+    def script(d) -> None:
+        d.type("hello there\r")
+        d.wait_text("fine")
+        d.wait_prompt()
+        tokens = sum(m.tokens for m in d.store().get(_sid(d)).history)
+        d.wait_for(lambda: f"ctx {short_count(tokens)}/8.2k" in screen.getvalue(), what="the whole ctx figure")
+
+    repl_driver.run(script, output=output)  # 40 columns: the token count and model gave way, not ctx

@@ -37,6 +37,7 @@ class TurnState:
         finished: tool call id -> ``(text, is_error)`` of calls that finished before an interrupt.
         released: the turn's end (idle) is stored: nothing left to undo.
         context: the context use of the latest request (see ``RunResult.context``).
+        dropped_told: the turn's ``context.dropped`` event was yielded.
     """
 
     agent: Agent
@@ -50,6 +51,7 @@ class TurnState:
     finished: dict[str, tuple[str, bool]] = dataclasses.field(default_factory=dict)
     released: bool = False
     context: dict[str, Any] | None = None
+    dropped_told: bool = False  # a context.dropped event was yielded for this turn
     # Chat Completions form of each message sent in this turn, by identity (messages are
     # immutable; the tuple keeps the message alive so its id is not reused)
     _wire: dict[int, tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=dict)

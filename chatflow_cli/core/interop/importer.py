@@ -26,10 +26,11 @@ added after its own.
 
 chatflow's own format is replayed event by event (messages, tool results, handoffs,
 rollbacks, failed and interrupted turns, status, metadata changes, usage, agent versions
-and their changes, custom events),
+and their changes, compactions with their summaries, custom events),
 so exporting the imported session gives the same events in the same ``seq`` order, apart
 from their times (the time of the import), the idempotency keys of custom events (not
-carried) and the ``session.imported`` event at the end.
+carried) and the ``session.imported`` event at the end. A compaction imported ``into`` a
+session after its own turns is left out (its summary does not cover the target's turns).
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int) -> No
         for key in data.get("removed") or []:
             ctx.metadata.pop(key, None)
         ctx.update_metadata(data.get("changes") or {})
+    elif kind == "context.compacted":
+        if not offset:  # after the target's own turns, the summary would not cover them: left out
+            ctx.restore_compaction(data)
     elif kind in _RECORDED or not kind.startswith(("message.", "tool.", "turn.", "session.", "metadata.")):
         ctx.record_event(kind, _shift(data, offset))
     else:

@@ -80,7 +80,7 @@ class _Compaction(_StoreCore):
                 self._recover(tx, row, None)
             self._refuse_terminated(row)
             if row.status is SessionStatus.RUNNING and row.owner is not None:
-                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id,
+                raise SessionBusyError(_busy_message(session_id, row.owner, tx), session_id=session_id,
                                        pid=row.owner.pid)
             if any(o.alive() for _, o in tx.queue_list(session_id)):
                 raise SessionBusyError(f"session {session_id!r} is busy: earlier turns wait for it",

@@ -39,6 +39,7 @@ from ._port import (
     _SessionRow,
     _StoredMessage,
     TurnOwnerDied,
+    _compacting,
     _Tx,
     logger,
     _ran,
@@ -331,6 +332,9 @@ class _StoreCore:
             elif op.kind == "agent_version":
                 row.agent_versions = _ran(row.agent_versions, str(op.payload["agent"]), str(op.payload["version"]),
                                           op.turn)
+            elif op.kind == "summary":
+                assert op.message is not None
+                tx.insert_message(row.session_id, 0, op.message, event.seq)
             elif op.kind == "rollback":
                 to_turn = int(op.payload["to_turn"])
                 tx.remove_turns(row.session_id, to_turn + 1, None, "rolled_back", event.seq)
@@ -402,10 +406,20 @@ class _StoreCore:
         return row.status
 
     def _recover(self, tx: _Tx, row: _SessionRow, default_agent: Any) -> list[Event]:
-        """Close a dead owner's running turn: interrupt it, then ``session.recovered`` and ``idle``."""
+        """Close a dead owner's running turn: interrupt it, then ``session.recovered`` and ``idle``.
+
+        A dead compaction (the session was taken with reason ``compaction started``) has no
+        turn of its own: no turn is interrupted, and ``session.recovered`` says
+        ``"during": "compaction"``; nothing of the compaction was stored.
+        """
         dead = row.owner
         ctx = self._context(tx, row, default_agent)
         turn = ctx.turn_count
+        if _compacting(tx, row.session_id):
+            ctx.record_event(EventType.SESSION_RECOVERED, {"turn": turn, "owner": dead.to_dict() if dead else {},
+                                                           "during": "compaction"})
+            ctx.set_status(SessionStatus.IDLE, "recovered: the compacting process died; nothing was compacted")
+            return self._apply(tx, row, ctx._pending())
         retried = turn > 0 and (tx.idempotency_turn_keyed(row.session_id, turn) or tx.processed_turn_claimed(
             row.session_id, turn))
         ctx.interrupt_turn(reason="owner died")

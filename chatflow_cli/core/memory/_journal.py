@@ -342,7 +342,7 @@ class _Journal(_StoreCore):
                 return EditResult(None, events, replayed=True)
             self._refuse_terminated(row)
             if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
-                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+                raise SessionBusyError(_busy_message(session_id, row.owner, tx), session_id=session_id)
             before = (row.incarnation, tx.next_seq(session_id) - 1)
             ctx = self._context(tx, row, quiet=True, last_turns=last_turns)
             value = change(ctx)

@@ -12,7 +12,7 @@ from ..events import EventType, SessionStatus
 from ..messages import Role
 from ._checks import _check_session_id, _check_text
 from ._core import _StoreCore
-from ._port import _TITLE_CHARS, ListFilter, SearchFilter, _SessionRow, _busy_message, parse_cursor, _ran
+from ._port import _TITLE_CHARS, ListFilter, SearchFilter, _SessionRow, _busy_message, _Tx, parse_cursor, _ran
 from .context import MESSAGE_EVENT_TYPE
 from .protocol import SessionSummary
 from .search import SearchHit, parse_query
@@ -29,7 +29,10 @@ class _Listing(_StoreCore):
         Its event log starts with ``session.created`` whose payload carries ``"forked_from":
         {"session_id", "turn", "seq"}`` (``seq``: the source's newest event seq at the fork),
         then one message event per copied message and, after each copied turn the source
-        completed, its ``turn.completed`` (the source's payload). The source is not changed.
+        completed, its ``turn.completed`` (the source's payload), then, for each live summary
+        of turns 1..K with K <= ``at``, a ``context.compacted`` event (the source's payload
+        plus ``"copied_from": {"session_id", "seq"}``) and the summary itself, so the new
+        session's context window uses it. The source is not changed.
 
         Only completed turns are copied: while the source runs a turn (stored status
         ``running``), its newest turn is left out, and ``at`` defaults to the newest
@@ -102,7 +105,24 @@ class _Listing(_StoreCore):
                 tx.insert_message(new_id, item.turn, item.message, event.seq)
             for number in sorted(done):
                 self._append(tx, new_id, EventType.TURN_COMPLETED.value, done[number], number)
+            self._copy_summaries(tx, session_id, new_id, turn)
             return self._summary(tx, row, row.status)
+
+    def _copy_summaries(self, tx: _Tx, source_id: str, new_id: str, turn: int) -> None:
+        """Copy the source's live summaries of turns 1..K with K <= ``turn`` into ``new_id``,
+        each with its ``context.compacted`` event (the source's payload plus ``"copied_from":
+        {"session_id", "seq"}``, the source event's seq), in the order they were made."""
+        compacted = tx.events_of_type(source_id, EventType.CONTEXT_COMPACTED.value, 0)
+        for item in tx.summaries(source_id, False):
+            through = item.message.summary_through
+            if through is None or through > turn:
+                continue
+            origin = next((e for e in reversed(compacted) if e.payload.get("through") == through
+                           and e.payload.get("summary", item.message.content) == item.message.content), None)
+            payload: dict[str, Any] = dict(origin.payload) if origin is not None else {"through": through}
+            payload["copied_from"] = {"session_id": source_id, "seq": origin.seq if origin is not None else None}
+            event = self._append(tx, new_id, EventType.CONTEXT_COMPACTED.value, payload, None)
+            tx.insert_message(new_id, 0, item.message, event.seq)
 
     def forked_from(self, session_id: str) -> dict[str, Any] | None:
         """``{"session_id", "turn", "seq"}`` of the session ``session_id`` was forked from, or None.
@@ -248,7 +268,7 @@ class _Listing(_StoreCore):
             if row.archived_at is not None:
                 return False
             if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
-                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+                raise SessionBusyError(_busy_message(session_id, row.owner, tx), session_id=session_id)
             row.archived_at = self.clock()
             self._append(tx, session_id, EventType.SESSION_ARCHIVED.value, {})
             tx.update_row(row)

@@ -38,9 +38,18 @@ class TurnOwnerDied(Exception):
     """Why a recovered turn left the context window (the ``error_type`` of its ``turn.failed``)."""
 
 
-def _busy_message(session_id: str, owner: Any) -> str:
-    """The :class:`SessionBusyError` text for a session another live run owns."""
-    return f"session {session_id!r} is busy: a turn is running in pid {owner.pid} on {owner.host}"
+def _busy_message(session_id: str, owner: Any, tx: Any = None) -> str:
+    """The :class:`SessionBusyError` text for a session another live run owns (a turn, or
+    a compaction when ``tx`` shows the session was taken for one)."""
+    what = "a compaction" if tx is not None and _compacting(tx, session_id) else "a turn"
+    return f"session {session_id!r} is busy: {what} is running in pid {owner.pid} on {owner.host}"
+
+
+def _compacting(tx: Any, session_id: str) -> bool:
+    """True when the session's newest ``status`` event took it for a compaction."""
+    taken = tx.last_event(session_id, "status")
+    return taken is not None and taken.payload.get("status") == SessionStatus.RUNNING.value and \
+        taken.payload.get("reason") == "compaction started"
 
 
 @dataclass(frozen=True, slots=True)

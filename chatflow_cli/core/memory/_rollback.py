@@ -40,7 +40,7 @@ class _Rollback(_StoreCore):
             row = self._require(tx, session_id)
             self._refuse_terminated(row)
             if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
-                raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id)
+                raise SessionBusyError(_busy_message(session_id, row.owner, tx), session_id=session_id)
             target = rollback_target(row.turn_count, to_turn=to_turn, last=last, session_id=session_id)
             ctx = self._context(tx, row, quiet=True)
             ctx.rollback_to(target)

@@ -133,7 +133,7 @@ class _Turns(_Claims, _ToolResults):
                     self._detach(waiting.session)
                     return waiting
                 if busy:
-                    raise SessionBusyError(_busy_message(session_id, row.owner), session_id=session_id,
+                    raise SessionBusyError(_busy_message(session_id, row.owner, tx), session_id=session_id,
                                            pid=row.owner.pid if row.owner is not None else None)
                 raise SessionBusyError(
                     f"session {session_id!r} is busy: {len(ahead)} earlier turn(s) wait for it", session_id=session_id

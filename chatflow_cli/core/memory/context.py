@@ -83,7 +83,7 @@ class Turn:
 class JournalEntry:
     """One journal entry: the change (``kind``) and the event that records it."""
 
-    kind: str  # message | rollback | turn_failed | status | agent | agent_version | metadata | event
+    kind: str  # message | rollback | turn_failed | status | agent | agent_version | metadata | event | summary
     type: str
     payload: dict[str, Any]
     turn: int = 0
@@ -519,6 +519,29 @@ class SessionContext:
             raise SessionTerminatedError(f"session {self.session_id} is terminated", session_id=self.session_id)
         self._status = status
         self._record(JournalEntry("status", EventType.STATUS.value, {"status": status.value, "reason": reason, **extra}))
+
+    def restore_compaction(self, payload: Mapping[str, Any]) -> None:
+        """Journal a ``context.compacted`` event with its summary, as a compaction stored them:
+        for copying a session's log (an import of chatflow's own export).
+
+        ``payload``: the event's payload; ``through`` (K, a turn of the session so far) and
+        ``summary`` (the summary's text) are required. On save the store keeps the summary
+        as a SYSTEM message flagged as the summary of turns 1..K, so the context window
+        uses it from then on (the context in hand is not changed).
+
+        Raises:
+            ValueError: ``through`` is not a turn of the session, or ``summary`` is not
+                non-empty text.
+        """
+        through, text = payload.get("through"), payload.get("summary")
+        if isinstance(through, bool) or not isinstance(through, int) or not 1 <= through <= self._turn_count:
+            raise ValueError(f"a compaction through turn {through!r} does not fit the session's turns "
+                             f"1..{self._turn_count}")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("a compaction needs its summary text")
+        _check_text(text, "summary", self.session_id)
+        summary = Message.summary(text, through)
+        self._record(JournalEntry("summary", EventType.CONTEXT_COMPACTED.value, dict(payload), 0, summary))
 
     def record_event(self, type: EventType | str, payload: Mapping[str, Any] | None = None) -> None:
         """Journal an event with no other effect (e.g. ``tool.pending``).

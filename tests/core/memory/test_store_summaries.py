@@ -79,3 +79,27 @@ def test_compaction_holds_the_session(any_store: Any) -> None:
     assert any_store.session_summary("s").status.value == "idle"
     with pytest.raises(SessionBusyError):  # the lease is spent
         any_store.finish_compaction(session, Message.summary("S1", 1), {"model": "m", "tokens_before": 1})
+
+
+def test_fork_copies_the_summaries_within_the_copied_turns(any_store: Any) -> None:
+    _turns(any_store, 5)
+    _summarise(any_store, 2)
+    _summarise(any_store, 4)
+    source_events = [e for e in any_store.events("s") if e.type == "context.compacted"]
+    any_store.fork("s", 3, into="f3")
+    assert [(m.content, m.summary_through, r) for m, r in any_store.summaries("f3", include_removed=True)] == [
+        ("S2", 2, False)]  # K <= N only: the summary of 1..4 covers a turn the fork does not have
+    assert [m.content for m in any_store.get("f3").history] == ["Be brief.", "S2", "q3", "a3"]
+    copied = [e for e in any_store.events("f3") if e.type == "context.compacted"]
+    assert len(copied) == 1 and copied[0].payload["through"] == 2
+    assert copied[0].payload["copied_from"] == {"session_id": "s", "seq": source_events[0].seq}
+    any_store.fork("s", 5, into="f5")
+    assert [m.content for m in any_store.get("f5").history] == ["Be brief.", "S4", "q5", "a5"]
+    assert any_store.window_tokens("f5")[1] == any_store.window_tokens("s")[1]
+    any_store.fork("s", 1, into="f1")
+    assert any_store.summaries("f1") == [] and [m.content for m in any_store.get("f1").history] == [
+        "Be brief.", "q1", "a1"]
+    # a rolled-back summary is not copied
+    any_store.rollback("s", 3)
+    any_store.fork("s", 3, into="g3")
+    assert [m.summary_through for m, _ in any_store.summaries("g3")] == [2]

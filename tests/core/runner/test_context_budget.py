@@ -22,7 +22,7 @@ def test_old_turns_leave_the_request_when_the_budget_is_full(
     make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any
 ) -> None:
     runner = make_runner(Agent("A", instructions="Be brief."), default_model="m", max_context_tokens=600,
-                         max_tokens=100)
+                         max_tokens=100, compact_at=None)  # trimming alone, no summary
     for i in range(6):
         fake_server.add_text(f"answer {i}")
         runner.run("s", f"question {i} " + "word " * 60)
@@ -44,7 +44,7 @@ def test_old_turns_leave_the_request_when_the_budget_is_full(
 def test_a_newest_turn_over_the_budget_is_sent_whole_with_a_warning(
     make_runner: Callable[..., Runner], fake_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    runner = make_runner(Agent("A"), default_model="m", max_context_tokens=200, max_tokens=50)
+    runner = make_runner(Agent("A"), default_model="m", max_context_tokens=200, max_tokens=50, compact_at=None)
     fake_server.add_text("short")
     runner.run("s", "earlier")
     fake_server.add_text("ok")
@@ -66,7 +66,8 @@ def test_a_tool_round_stays_whole_and_the_reply_takes_the_providers_count(
         """Look an order up."""
         return "shipped " * 50
 
-    runner = make_runner(Agent("A", tools=[lookup]), default_model="m", max_context_tokens=400, max_tokens=50)
+    runner = make_runner(Agent("A", tools=[lookup]), default_model="m", max_context_tokens=400, max_tokens=50,
+                         compact_at=None)
     fake_server.add_tool_calls([("call_1", "lookup", '{"order_id": "A-1"}')])
     fake_server.add_chunks([{"choices": [{"index": 0, "delta": {"content": "It shipped."}}]},
                             {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}],
