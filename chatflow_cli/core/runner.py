@@ -185,6 +185,9 @@ class RunResult:
             ``"content_filter"`` when it was cut: the turn is stored, marked with it);
             ``None`` when the run stopped for custom tools.
         reasoning: the final reply's reasoning text, when the server sent one.
+        usage_reported: the server reported token usage for the turn's requests; when it
+            did not (llama-cpp-python's server streams none), ``usage`` is zeros and
+            :meth:`to_dict` gives ``"usage": null`` rather than a false 0.
         context: the context use of the turn's last request, ``{"tokens", "budget",
             "context", "turns", "over_budget", "first_turn", "summary_through",
             "system_messages", "dropped"}`` (``budget``/``context`` None when the model's
@@ -207,6 +210,7 @@ class RunResult:
     finish_reason: str | None = None
     reasoning: str | None = None
     context: dict[str, Any] | None = None
+    usage_reported: bool = True
 
     @property
     def truncated(self) -> bool:
@@ -229,7 +233,7 @@ class RunResult:
             "agent": self.agent,
             "session_id": self.session_id,
             "turn": self.turn,
-            "usage": self.usage.to_dict(),
+            "usage": self.usage.to_dict() if self.usage_reported else None,
             "status": self.status.value,
             "pending_tool_calls": [c.to_dict() for c in self.pending_tool_calls],
             "replayed": self.replayed,
@@ -777,6 +781,7 @@ class Runner:
                 raise ProviderResponseError("the model's stream ended without a reply", session_id=session_id)
             if reply.usage is not None:
                 state.usage = state.usage + reply.usage
+                state.usage_reported = True
             # the reply's tokens: the provider's count when it reported one, else estimated when stored
             counted = reply.usage.completion_tokens + MESSAGE_OVERHEAD if reply.usage and \
                 reply.usage.completion_tokens else None
@@ -810,6 +815,7 @@ class Runner:
                 state.released = True
                 yield from stored(events, turn)
                 return RunResult(text, agent.name, session_id, turn, state.usage, SessionStatus.IDLE,
+                                 usage_reported=state.usage_reported,
                                  finish_reason=verdict.finish_reason, reasoning=reasoning, context=state.context)
 
             state.rounds += 1
@@ -838,6 +844,7 @@ class Runner:
                 state.released = True
                 yield from stored(events, turn)
                 return RunResult(None, agent.name, session_id, turn, state.usage, SessionStatus.IDLE,
+                                 usage_reported=state.usage_reported,
                                  pending_tool_calls=tuple(custom), context=state.context)
             handoff_to: Agent | None = None
             for call in calls:

@@ -317,7 +317,8 @@ class TurnRunner(ReplHost):
             message = exc.message if isinstance(exc, ChatflowError) else f"{type(exc).__name__}: {exc}"
             self.error(f"{message} (/retry sends the message again)")
         elif outcome.result is not None:
-            self.last_usage_tokens = outcome.result.usage.total_tokens if outcome.result.usage else None
+            self.last_usage_tokens = (outcome.result.usage.total_tokens if outcome.result.usage_reported
+                                      else None)  # no false 0 from a server that reports none
             use = outcome.result.context
             if use and use.get("over_budget"):
                 from ..render.context_notes import over_budget_note

@@ -240,3 +240,14 @@ def test_sessions_show_always_prints_the_context_line(chatflow, provider, config
     config_file("max_context_tokens = 4000\n")
     lines = chatflow("sessions", "show", "v").stdout.splitlines()
     assert lines[2] == f"  context {tokens} of 4.0k tokens · 1 turn sent"
+
+
+def test_usage_a_server_does_not_report_is_null_not_zero(chatflow, provider) -> None:
+    """llama-cpp-python's server (the embedded model's) streams no usage: json says null."""
+    provider.add_text("no counts here").report_usage = False
+    r = chatflow("chat", "-s", "u", "--output", "json", "hello")
+    assert r.returncode == 0, r
+    assert r.json()["usage"] is None
+    provider.add_text("counted")
+    counted = chatflow("chat", "-s", "u", "--output", "json", "again").json()["usage"]
+    assert counted is not None and counted["completion_tokens"] > 0

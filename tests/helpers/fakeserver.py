@@ -188,6 +188,8 @@ class Reply:
             ``i`` (0 after the list ends); a non-streamed body waits for the sum.
         status, body, headers: for ``error`` and ``html``.
         usage: the usage object reported (streamed only when ``include_usage`` asked).
+        report_usage: False leaves the usage chunk out of a stream even when ``include_usage``
+            asked for it (llama-cpp-python's server sends none).
         gate: when set, a streamed reply sends event ``gate_at`` (0: its first) only once the
             gate is set (a model that answers, or goes on, when the test says so).
     """
@@ -201,6 +203,7 @@ class Reply:
     usage: dict[str, int] | None = None
     gate: threading.Event | None = None
     gate_at: int = 0
+    report_usage: bool = True  # False: no usage chunk even when asked, as llama-cpp-python's server streams
 
 
 def _chunk(delta: dict[str, Any] | None, finish_reason: str | None = None) -> dict[str, Any]:
@@ -696,7 +699,8 @@ class FakeServer:
                 if "choices" not in event:
                     chunk["choices"] = []
                 yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
-            if include_usage and not any(isinstance(e, dict) and "usage" in e for e in reply.events):
+            if include_usage and reply.report_usage and not any(isinstance(e, dict) and "usage" in e
+                                                                for e in reply.events):
                 chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                          "choices": [], "usage": usage}
                 yield b"data: " + json.dumps(chunk).encode() + b"\n\n"

@@ -51,6 +51,7 @@ class TurnState:
     finished: dict[str, tuple[str, bool]] = dataclasses.field(default_factory=dict)
     released: bool = False
     context: dict[str, Any] | None = None
+    usage_reported: bool = False  # a request of the turn came back with usage
     dropped_told: bool = False  # a context.dropped event was yielded for this turn
     # Chat Completions form of each message sent in this turn, by identity (messages are
     # immutable; the tuple keeps the message alive so its id is not reused)
