@@ -169,6 +169,30 @@ def test_no_import_cycle_between_front_end_modules():
     assert cycles(front) == []
 
 
+def test_no_import_cycle_anywhere_in_the_package():
+    """The library too: the model client asks a low probe whether the local model is
+    installed, and the local model's client builds on the model client, not the reverse."""
+    graph = import_graph()
+    assert cycles(graph) == []
+    assert f"{PACKAGE}.core._local_probe" in graph[f"{PACKAGE}.core.model"]
+    assert not any(t.startswith(f"{PACKAGE}.core.local") for t in graph[f"{PACKAGE}.core.model"])
+
+
+def test_stores_reach_other_modules_through_named_seams_only():
+    """No module of the store package imports another module's private (underscore) name,
+    except from its own private modules (``_port``, ``_core``, ``_checks`` and the mixins)
+    and the events module's event-type rules."""
+    paths = sorted((ROOT / "core" / "memory").glob("*.py"))
+    assert len(paths) > 10
+    leaks = []
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and not (node.module or "").startswith("_"):
+                leaks += [(path.name, node.module, a.name) for a in node.names if a.name.startswith("_")]
+    assert leaks == []
+
+
 if __name__ == "__main__":  # pragma: no cover - a measuring aid
     target = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT
     g = import_graph(target)

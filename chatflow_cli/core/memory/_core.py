@@ -45,7 +45,7 @@ from ._port import (
     _ran,
     title_of,
 )
-from .context import _Op, SessionBinding, SessionContext
+from .context import JournalEntry, SessionBinding, SessionContext, restore_context
 from .protocol import SessionSummary
 
 
@@ -164,7 +164,7 @@ class _StoreCore:
             lambda first, last: self._group_live(tx.turn_messages(row.session_id, first, last, False)),
             lease,
         )
-        return SessionContext._restore(
+        return restore_context(
             row.session_id,
             agent,
             window_turns,
@@ -192,7 +192,7 @@ class _StoreCore:
         """
         return (row.status, row.owner.token if row.owner else None, row.active_agent_name)
 
-    def _refuse_stale_base(self, session: SessionContext, row: _SessionRow, ops: Sequence[_Op]) -> None:
+    def _refuse_stale_base(self, session: SessionContext, row: _SessionRow, ops: Sequence[JournalEntry]) -> None:
         """SessionBusyError when ``ops`` change status or agent but another writer changed
         them since ``session`` was loaded -- unless ``session`` belongs to the run that
         holds the lease (begin_turn's owner of the running row)."""
@@ -280,7 +280,7 @@ class _StoreCore:
                 f"session {row.session_id} is terminated: it accepts no more changes", session_id=row.session_id
             )
 
-    def _apply(self, tx: _Tx, row: _SessionRow, ops: Sequence[_Op]) -> list[Event]:
+    def _apply(self, tx: _Tx, row: _SessionRow, ops: Sequence[JournalEntry]) -> list[Event]:
         """Apply journal entries to ``row`` and storage, one event each (nothing at all for none)."""
         if not ops:
             return []

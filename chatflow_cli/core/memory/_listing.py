@@ -13,7 +13,7 @@ from ..messages import Role
 from ._checks import _check_session_id, _check_text
 from ._core import _StoreCore
 from ._port import _TITLE_CHARS, ListFilter, SearchFilter, _SessionRow, _busy_message, _Tx, parse_cursor, _ran
-from .context import _MESSAGE_EVENT
+from .context import MESSAGE_EVENT_TYPE
 from .protocol import SessionSummary
 from .search import SearchHit, parse_query
 
@@ -99,7 +99,7 @@ class _Listing(_StoreCore):
                     self._append(tx, new_id, EventType.TURN_COMPLETED.value, done.pop(previous), previous)
                 previous = item.turn
                 event = self._append(
-                    tx, new_id, _MESSAGE_EVENT[item.message.role],
+                    tx, new_id, MESSAGE_EVENT_TYPE[item.message.role],
                     {"turn": item.turn, "message": item.message.to_dict()}, item.turn,
                 )
                 tx.insert_message(new_id, item.turn, item.message, event.seq)

@@ -6,7 +6,7 @@ message, so pruning never separates a tool call from its result. Turn numbers ar
 users see: 1, 2, 3... for the life of the session, stable across pruning; after
 ``rollback_to(2)`` the next new turn is turn 3.
 
-Every change is recorded in a private *journal* (:class:`_Op` entries, each carrying the
+Every change is recorded in a private *journal* (:class:`JournalEntry` entries, each carrying the
 event that records it); ``store.save(session)`` applies the journal in one transaction and
 appends one event per change to the session's log (event types in
 :mod:`chatflow_cli.core.events`). A context made by hand, with no store, keeps its own
@@ -25,7 +25,9 @@ A store talks to a context through one named seam and nothing else:
 * two friend methods, :meth:`SessionContext._pending` (the journal entries to save) and
   :meth:`SessionContext._saved` (acknowledge them: drop the saved entries, take the
   stored metadata and the new binding, optionally make the window look freshly loaded).
-* :meth:`SessionContext._restore` builds a bound context from a stored row's window.
+* :func:`restore_context` builds a bound context from a stored row's window; each journal
+  entry is a :class:`JournalEntry`, and :data:`MESSAGE_EVENT_TYPE` names the event a
+  stored message of each role is recorded as.
 
 So a new backend never needs to know how a context keeps its window or journal, and a
 context never needs to know which store it is in.
@@ -53,7 +55,17 @@ from ._checks import (
     storable_text,
 )
 
-__all__ = ["INTERRUPTED_TOOL_RESULT", "SessionBinding", "SessionContext", "Turn", "TurnLoader", "split_turns"]
+__all__ = [
+    "INTERRUPTED_TOOL_RESULT",
+    "MESSAGE_EVENT_TYPE",
+    "JournalEntry",
+    "SessionBinding",
+    "SessionContext",
+    "Turn",
+    "TurnLoader",
+    "restore_context",
+    "split_turns",
+]
 
 #: Content of the TOOL result a tool call gets when its turn is interrupted before a result.
 INTERRUPTED_TOOL_RESULT = "Interrupted before a result: side effects unknown."
@@ -68,7 +80,7 @@ class Turn:
 
 
 @dataclass(frozen=True, slots=True)
-class _Op:
+class JournalEntry:
     """One journal entry: the change (``kind``) and the event that records it."""
 
     kind: str  # message | rollback | turn_failed | status | agent | agent_version | metadata | event | summary
@@ -80,7 +92,8 @@ class _Op:
     text: str | None = None
 
 
-_MESSAGE_EVENT = {
+#: The event type a stored message of each role is recorded as.
+MESSAGE_EVENT_TYPE = {
     Role.USER: EventType.MESSAGE_USER.value,
     Role.MODEL: EventType.MESSAGE_MODEL.value,
     Role.SYSTEM: EventType.MESSAGE_SYSTEM.value,
@@ -194,7 +207,7 @@ class SessionContext:
         self._turn_count = 0  # number of the last live turn
         self._call_ids: set[str] | None = None  # tool-call ids in the window; None: recount
         self._archive: dict[int, tuple[Message, ...]] = {}
-        self._journal: list[_Op] = []
+        self._journal: list[JournalEntry] = []
         self._status = SessionStatus.IDLE
         self._local_events: list[Event] | None = []  # None once bound to a store
         self._binding: SessionBinding | None = None  # set by the store that holds the session
@@ -278,7 +291,7 @@ class SessionContext:
         if not isinstance(name, str) or not name or not isinstance(version, str) or not version:
             raise ValueError("an agent.changed event names the agent and its new version (non-empty str)")
         self._agent_versions[name] = {"version": version, "turn": turn}
-        self._record(_Op("agent_version", EventType.AGENT_CHANGED.value, data, turn))
+        self._record(JournalEntry("agent_version", EventType.AGENT_CHANGED.value, data, turn))
 
     @property
     def events(self) -> tuple[Event, ...]:
@@ -286,7 +299,7 @@ class SessionContext:
         return tuple(self._local_events or ())
 
     # -- journal -----------------------------------------------------------------------
-    def _record(self, op: _Op) -> None:
+    def _record(self, op: JournalEntry) -> None:
         if self._status is SessionStatus.TERMINATED and self._local_events is not None:
             raise SessionTerminatedError(f"session {self.session_id} is terminated", session_id=self.session_id)
         self._journal.append(op)
@@ -295,7 +308,7 @@ class SessionContext:
             self._local_events.append(Event(self.session_id, seq, op.type, op.payload, time.time()))
 
     # -- the seam to the stores (friend methods: only a store calls them) --------------
-    def _pending(self) -> list[_Op]:
+    def _pending(self) -> list[JournalEntry]:
         """The journal entries to save, oldest first (a copy; the journal keeps them).
 
         A change made in place on ``metadata`` since the last save is journalled first, as
@@ -349,7 +362,7 @@ class SessionContext:
             while lead < len(self._messages) and self._messages[lead].role is Role.SYSTEM:
                 lead += 1
             self._messages.insert(lead, msg)
-            self._record(_Op("message", _MESSAGE_EVENT[msg.role], {"turn": 0, "message": data}, 0, msg, text))
+            self._record(JournalEntry("message", MESSAGE_EVENT_TYPE[msg.role], {"turn": 0, "message": data}, 0, msg, text))
             return
         open_calls = self.pending_tool_calls
         if msg.role is Role.TOOL:
@@ -384,7 +397,7 @@ class SessionContext:
             self._agent_versions[msg.agent] = {"version": msg.agent_version, "turn": turn}
         if msg.tool_calls and self._call_ids is not None:
             self._call_ids.update(call.id for call in msg.tool_calls)
-        self._record(_Op("message", _MESSAGE_EVENT[msg.role], {"turn": turn, "message": data}, turn, msg, text))
+        self._record(JournalEntry("message", MESSAGE_EVENT_TYPE[msg.role], {"turn": turn, "message": data}, turn, msg, text))
 
     def _current_turn(self) -> int:
         """The turn new messages belong to: the last live turn (0 before the first USER message)."""
@@ -450,7 +463,7 @@ class SessionContext:
         self._messages, self._turn_offset, self._turn_count, self._call_ids = messages, offset, turn, None
         self._archive = {k: v for k, v in self._archive.items() if k <= turn}
         self._record(
-            _Op(
+            JournalEntry(
                 "rollback",
                 EventType.ROLLBACK.value,
                 {"to_turn": turn, "removed_turns": list(range(turn + 1, count + 1))},
@@ -469,7 +482,7 @@ class SessionContext:
             version = agent_version if agent_version is not None else getattr(agent, "version", None)
             if isinstance(version, str) and version:
                 payload["to_agent_version"] = version
-            self._record(_Op("agent", EventType.HANDOFF.value, payload))
+            self._record(JournalEntry("agent", EventType.HANDOFF.value, payload))
 
     def update_metadata(self, changes: Mapping[str, Any]) -> None:
         """Merge ``changes`` into ``metadata`` and journal ``metadata.updated`` as a *patch*.
@@ -492,7 +505,7 @@ class SessionContext:
             return
         self._saved_metadata = copy.deepcopy(self.metadata)  # what the journal will leave in the store
         payload = copy.deepcopy({"metadata": current, "changes": patch, "removed": removed})
-        self._record(_Op("metadata", EventType.METADATA_UPDATED.value, payload))
+        self._record(JournalEntry("metadata", EventType.METADATA_UPDATED.value, payload))
 
     def set_status(self, status: SessionStatus | str, reason: str = "", **extra: Any) -> None:
         """Journal a ``status`` event ``{"status", "reason", **extra}``.
@@ -505,7 +518,7 @@ class SessionContext:
         if self._status is SessionStatus.TERMINATED:
             raise SessionTerminatedError(f"session {self.session_id} is terminated", session_id=self.session_id)
         self._status = status
-        self._record(_Op("status", EventType.STATUS.value, {"status": status.value, "reason": reason, **extra}))
+        self._record(JournalEntry("status", EventType.STATUS.value, {"status": status.value, "reason": reason, **extra}))
 
     def restore_compaction(self, payload: Mapping[str, Any]) -> None:
         """Journal a ``context.compacted`` event with its summary, as a compaction stored them:
@@ -528,7 +541,7 @@ class SessionContext:
             raise ValueError("a compaction needs its summary text")
         _check_text(text, "summary", self.session_id)
         summary = Message.summary(text, through)
-        self._record(_Op("summary", EventType.CONTEXT_COMPACTED.value, dict(payload), 0, summary))
+        self._record(JournalEntry("summary", EventType.CONTEXT_COMPACTED.value, dict(payload), 0, summary))
 
     def record_event(self, type: EventType | str, payload: Mapping[str, Any] | None = None) -> None:
         """Journal an event with no other effect (e.g. ``tool.pending``).
@@ -544,7 +557,7 @@ class SessionContext:
             raise UsageError(
                 f"event type {kind!r} is reserved: use {_use_instead(kind)}", session_id=self.session_id
             )
-        self._record(_Op("event", kind, dict(payload or {})))
+        self._record(JournalEntry("event", kind, dict(payload or {})))
 
     def fail_turn(self, error: BaseException | str, *, agent: Any = None) -> None:
         """Take the current turn out of the window and journal ``turn.failed``.
@@ -569,7 +582,7 @@ class SessionContext:
             if before != after:
                 payload["reverted_from_agent"] = before
                 self._agent = agent
-        self._record(_Op("turn_failed", EventType.TURN_FAILED.value, payload, turn))
+        self._record(JournalEntry("turn_failed", EventType.TURN_FAILED.value, payload, turn))
 
     def interrupt_turn(self, reason: str = "interrupted", partial_text: str | None = None, agent: Any = None,
                        partial_reasoning: str | None = None) -> None:
@@ -593,7 +606,7 @@ class SessionContext:
                                            reasoning=partial_reasoning or None,
                                            agent_version=version if isinstance(version, str) and version else None))
         payload = {"turn": self._current_turn(), "tool_use_ids": [c.id for c in open_calls], "reason": reason}
-        self._record(_Op("event", EventType.TURN_INTERRUPTED.value, payload))
+        self._record(JournalEntry("event", EventType.TURN_INTERRUPTED.value, payload))
         self._prune_history()
 
     def complete_turn(self, content: str | None, agent: Any = None, usage: Any = None,
@@ -628,7 +641,7 @@ class SessionContext:
             payload["finish_reason"] = str(finish_reason)
         if agent_version:
             payload["agent_version"] = str(agent_version)
-        self._record(_Op("event", EventType.TURN_COMPLETED.value, payload))
+        self._record(JournalEntry("event", EventType.TURN_COMPLETED.value, payload))
         self._prune_history()
 
     # -- stores ------------------------------------------------------------------------
@@ -651,36 +664,35 @@ class SessionContext:
         self._archive = {}
         return True
 
-    @classmethod
-    def _restore(
-        cls,
-        session_id: str,
-        agent: Any,
-        max_turns: int,
-        metadata: dict[str, Any],
-        status: SessionStatus,
-        window: list[tuple[int, Message]],
-        turn_count: int,
-        binding: SessionBinding,
-        *,
-        agent_versions: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> SessionContext:
-        """A context bound to ``binding`` holding a stored ``window``: ``(turn, message)``
-        pairs in order, turn 0 for the SYSTEM messages; ``turn_count`` is the number of the
-        last live turn (which may be outside the window when its turns were all removed)."""
-        ctx = cls(session_id, agent, max_turns, metadata)
-        ctx._messages = [msg for _, msg in window]
-        numbers = sorted({turn for turn, _ in window if turn > 0})
-        ctx._turn_offset = (numbers[0] - 1) if numbers else turn_count
-        ctx._turn_count = turn_count
-        ctx._status = status
-        ctx._local_events = None
-        ctx._binding = binding
-        ctx._agent_versions = {name: dict(entry) for name, entry in (agent_versions or {}).items()}
-        return ctx
-
     def __repr__(self) -> str:
         return (
             f"SessionContext(session_id={self.session_id!r}, agent={_agent_name(self._agent)!r}, "
             f"turns={self.turn_count}, window={len(self._messages)} messages, status={self._status.value})"
         )
+
+
+def restore_context(
+    session_id: str,
+    agent: Any,
+    max_turns: int,
+    metadata: dict[str, Any],
+    status: SessionStatus,
+    window: list[tuple[int, Message]],
+    turn_count: int,
+    binding: SessionBinding,
+    *,
+    agent_versions: Mapping[str, Mapping[str, Any]] | None = None,
+) -> SessionContext:
+    """A context bound to ``binding`` holding a stored ``window``: ``(turn, message)``
+    pairs in order, turn 0 for the SYSTEM messages; ``turn_count`` is the number of the
+    last live turn (which may be outside the window when its turns were all removed)."""
+    ctx = SessionContext(session_id, agent, max_turns, metadata)
+    ctx._messages = [msg for _, msg in window]
+    numbers = sorted({turn for turn, _ in window if turn > 0})
+    ctx._turn_offset = (numbers[0] - 1) if numbers else turn_count
+    ctx._turn_count = turn_count
+    ctx._status = status
+    ctx._local_events = None
+    ctx._binding = binding
+    ctx._agent_versions = {name: dict(entry) for name, entry in (agent_versions or {}).items()}
+    return ctx

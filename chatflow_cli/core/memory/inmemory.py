@@ -26,7 +26,7 @@ from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
 from ._port import SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
-from .search import Query, SearchHit, memory_snippet, words_of
+from .search import Query, SearchHit, memory_snippet, searchable_texts, words_of
 from .owner import Owner
 
 __all__ = ["InMemorySessionStore", "SessionStore"]
@@ -40,20 +40,6 @@ class _MemSession:
     event_turns: list[int | None] = field(default_factory=list)
     keys: dict[str, tuple[str, int | None, int]] = field(default_factory=dict)
     endpoint: tuple[str | None, str | None] | None = None
-
-
-def _searchable(message: Message, include_tools: bool) -> list[str]:
-    """The texts of ``message`` a search looks at: user and model text; with
-    ``include_tools`` also tool results and the model's tool calls ("name arguments")."""
-    out: list[str] = []
-    if message.role in (Role.USER, Role.MODEL) and message.content:
-        out.append(message.content)
-    if include_tools:
-        if message.role is Role.TOOL and message.content:
-            out.append(message.content)
-        if message.role is Role.MODEL and message.tool_calls:
-            out.append(" ".join(f"{c.name} {c.arguments}" for c in message.tool_calls))
-    return out
 
 
 class _MemoryTx(_Tx):
@@ -324,7 +310,7 @@ class _MemoryTx(_Tx):
                 created = entry.events[seq - 1].created_at
                 if where.since is not None and created < where.since:
                     continue
-                for text in _searchable(message, where.include_tools):
+                for text in searchable_texts(message, where.include_tools):
                     score = query.score(words_of(text))
                     key = (sid, turn, removed_seq)
                     if score and (key not in best or score > best[key][0]):

@@ -69,8 +69,7 @@ from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS, metadata_matches
 from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
-from .inmemory import _searchable
-from .search import Query, SearchHit, memory_snippet, words_of
+from .search import Query, SearchHit, memory_snippet, searchable_texts, words_of
 from .owner import Owner
 from .protocol import MessageState, TurnStart
 
@@ -839,7 +838,7 @@ class _PgTx(_Tx):
         ).fetchall()
         hits = []
         for sid, turn, m, x, role, created, agent, reason, rank in rows:
-            texts = _searchable(_message(m, x), where.include_tools)
+            texts = searchable_texts(_message(m, x), where.include_tools)
             text = max(texts, key=lambda t: query.score(words_of(t)), default="")
             hits.append(SearchHit(sid, turn, memory_snippet(query, text), role, float(created), -float(rank), agent,
                                   reason))

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..messages import Message, Role
 
 __all__ = [
     "HIGHLIGHT_END",
@@ -41,6 +42,7 @@ __all__ = [
     "SearchHit",
     "parse_query",
     "plain_snippet",
+    "searchable_texts",
     "to_fts5",
     "words_of",
 ]
@@ -317,3 +319,17 @@ class SearchHit:
             "agent": self.agent,
             "removed": self.removed,
         }
+
+
+def searchable_texts(message: Message, include_tools: bool) -> list[str]:
+    """The texts of ``message`` a search looks at: user and model text; with
+    ``include_tools`` also tool results and the model's tool calls ("name arguments")."""
+    out: list[str] = []
+    if message.role in (Role.USER, Role.MODEL) and message.content:
+        out.append(message.content)
+    if include_tools:
+        if message.role is Role.TOOL and message.content:
+            out.append(message.content)
+        if message.role is Role.MODEL and message.tool_calls:
+            out.append(" ".join(f"{c.name} {c.arguments}" for c in message.tool_calls))
+    return out
