@@ -55,7 +55,7 @@ def sessions_ls(
     since: Annotated[Optional[str], typer.Option("--since", metavar="WHEN", help="Only sessions updated since: a duration back (30m, 12h, 7d, 2w) or a date (2026-01-31).")] = None,
     until: Annotated[Optional[str], typer.Option("--until", metavar="WHEN", help="Only sessions last updated before: a duration back or a date.")] = None,
     title: Annotated[Optional[str], typer.Option("--title", "--grep", metavar="TEXT", help="Only sessions whose title contains TEXT (any case).")] = None,
-    after: Annotated[Optional[str], typer.Option("--after", metavar="CURSOR", help="The page after this cursor (the 'cursor' of the last row of --json).")] = None,
+    after: Annotated[Optional[str], typer.Option("--after", metavar="ID|CURSOR", help="The page after this session id, or after this cursor (the 'cursor' of the last row of --json).")] = None,
     archived: Annotated[bool, typer.Option("--archived", help="List archived sessions (only those).")] = False,
     tree: Annotated[bool, typer.Option("--tree", help="Show forks under the session they were forked from.")] = False,
     output: OutputOption = None,

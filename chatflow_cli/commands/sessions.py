@@ -56,7 +56,7 @@ def list_sessions(state: State, *, limit: int, agent: str | None, status: str | 
         since: Only sessions updated since (a duration back or a date).
         until: Only sessions last updated before (a duration back or a date).
         title: Only sessions whose title contains this text (any case).
-        after: The page after this cursor.
+        after: The page after this session id or cursor.
         archived: Only archived sessions (else: only the others).
         tree: Forks listed under the session they came from, indented.
 

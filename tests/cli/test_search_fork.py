@@ -101,6 +101,13 @@ def test_titles_filters_cursor_and_archive(chatflow, provider):
     rest = chatflow("sessions", "ls", "--after", first[-1]["cursor"], "--json").json()
     assert [r["session_id"] for r in first + rest] == [r["session_id"] for r in chatflow("sessions", "ls", "--json").json()]
     assert chatflow("sessions", "ls", "--after", "junk").returncode == ExitStatus.USAGE
+    after_t1 = chatflow("sessions", "ls", "--after", first[-1]["session_id"], "--json")
+    assert after_t1.returncode == 0, after_t1
+    assert [r["session_id"] for r in after_t1.json()] == [r["session_id"] for r in rest]
+    for bad in ("nan:x", "t9"):
+        refused = chatflow("sessions", "ls", "--after", bad)
+        assert refused.returncode == ExitStatus.USAGE, refused
+        assert "'cursor' value printed with --json" in refused.stderr and "'next'" not in refused.stderr
     assert chatflow("sessions", "rename", "t2", "Second").returncode == 0
     assert "TITLE" in chatflow("sessions", "ls").stdout.splitlines()[0]
     assert "Second" in chatflow("sessions", "ls").stdout

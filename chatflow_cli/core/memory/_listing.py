@@ -175,14 +175,17 @@ class _Listing(_StoreCore):
             until: only sessions updated before this UTC epoch second.
             title: only sessions whose title (set, or derived) contains this text, ignoring case.
             archived: False (default): only sessions not archived; True: only archived ones.
-            after: a :attr:`SessionSummary.cursor`: only the rows after it in this order.
-                A session updated since the cursor was printed moves before it, so paging
-                on never repeats or skips the others.
+            after: a session id or a :attr:`SessionSummary.cursor`: only the rows after it
+                in this order (a session id: after that session's current position). A
+                session updated since the cursor was printed moves before it, so paging on
+                never repeats or skips the others. A stored session id wins over a cursor
+                that spells the same text.
 
         Raises:
             TypeError: an argument of the wrong type.
             ValueError: ``status`` is not a :class:`SessionStatus` value, ``limit`` < 0.
-            UsageError: ``after`` is not a cursor this store printed.
+            UsageError: ``after`` is neither a stored session id nor a cursor this store
+                printed (a non-finite time included).
         """
         if agent is not None:
             if not isinstance(agent, str):
@@ -207,13 +210,18 @@ class _Listing(_StoreCore):
                 raise TypeError(f"title must be a str or None, got {type(title).__name__}")
             _check_text(title, "title")
         wanted = SessionStatus(status) if status is not None else None
-        where = ListFilter(
-            agent, tuple(pairs), None if since is None else float(since), None if until is None else float(until),
-            title, bool(archived), parse_cursor(after) if after is not None else None,
-            limit if wanted is None else None,
-        )
+        if after is not None and not isinstance(after, str):
+            raise TypeError(f"after must be a str or None, got {type(after).__name__}")
         out: list[SessionSummary] = []
         with self._read() as tx:
+            position: tuple[float, str] | None = None
+            if after is not None:
+                anchor = tx.get_row(after) if after and len(after) <= 512 and after.isprintable() else None
+                position = (anchor.updated_at, anchor.session_id) if anchor is not None else parse_cursor(after)
+            where = ListFilter(
+                agent, tuple(pairs), None if since is None else float(since), None if until is None else float(until),
+                title, bool(archived), position, limit if wanted is None else None,
+            )
             for row, preview, failed in tx.list_summaries(where):
                 effective = self._effective_status(row)
                 if wanted is not None and effective is not wanted:

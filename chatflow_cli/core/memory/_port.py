@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -223,9 +224,15 @@ def parse_cursor(cursor: str) -> tuple[float, str]:
     try:
         if not sep or not session_id:
             raise ValueError
-        return float(head), session_id
+        updated_at = float(head)
+        if not math.isfinite(updated_at):
+            raise ValueError
+        return updated_at, session_id
     except ValueError:
-        raise UsageError(f"{cursor!r} is not a listing cursor: pass the 'next' value printed with --json") from None
+        raise UsageError(
+            f"{cursor!r} is neither a session id nor a listing cursor: pass a session id or the "
+            "'cursor' value printed with --json"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,19 @@ def test_cursor_pages_neither_skip_nor_repeat_while_sessions_update(any_store, a
         any_store.list_sessions(after="nonsense")
 
 
+def test_after_takes_a_session_id_and_refuses_malformed_cursors(any_store, agent) -> None:
+    clock = [1_000.0]
+    any_store.clock = lambda: clock[0]
+    for n in range(4):
+        clock[0] += 1
+        _chat(any_store, agent, f"s{n}", f"message {n}")
+    assert _ids(any_store.list_sessions(after="s2")) == ["s1", "s0"]
+    assert _ids(any_store.list_sessions(after="s0")) == []
+    for bad in ("nan:x", "inf:s1", "-inf:s1", "1.5:", "nope"):
+        with pytest.raises(UsageError, match="neither a session id nor a listing cursor.*'cursor'"):
+            any_store.list_sessions(after=bad)
+
+
 def test_same_time_rows_page_by_id(any_store, agent) -> None:
     any_store.clock = lambda: 5.0
     for sid in ("c", "a", "b"):
