@@ -19,7 +19,7 @@ from .core.events import SessionStatus
 
 __all__ = [
     "STATUSES", "SHELLS", "ExportFormat", "ImportFormat", "InputFormat", "MessageIdScope", "OutputFormat",
-    "OutputOption", "complete_agent_name", "complete_session_id", "complete_shell", "complete_status",
+    "OutputOption", "complete_agent_name", "complete_archived_session_id", "complete_session_id", "complete_shell", "complete_status",
     "output_format", "parse_duration", "parse_metadata",
 ]
 
@@ -53,18 +53,28 @@ def parse_duration(text: str) -> float:
 # ---------------------------------------------------------------------------------------
 # completion of session ids (from the store)
 # ---------------------------------------------------------------------------------------
-def complete_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
+def _complete_ids(ctx: typer.Context, incomplete: str, archived: bool) -> list[str]:
     try:
         db = ctx.find_root().params.get("db")
         state = State(db=db)
         store = state.store(create=False)
         if store is None:
             return []
-        ids = [s.session_id for s in store.list_sessions(limit=500)]
+        ids = [s.session_id for s in store.list_sessions(limit=500, archived=archived)]
         state.close()
         return [i for i in ids if i.startswith(incomplete)]
     except Exception:
         return []
+
+
+def complete_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
+    """The ids of the 500 most recently updated sessions that are not archived."""
+    return _complete_ids(ctx, incomplete, archived=False)
+
+
+def complete_archived_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
+    """The ids of the 500 most recently updated archived sessions (``sessions unarchive``)."""
+    return _complete_ids(ctx, incomplete, archived=True)
 
 
 #: The statuses ``sessions ls --status`` takes.

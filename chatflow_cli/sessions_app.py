@@ -19,6 +19,7 @@ from .options import (
     ImportFormat,
     OutputOption,
     complete_agent_name,
+    complete_archived_session_id,
     complete_session_id,
     complete_status,
     output_format,
@@ -259,7 +260,7 @@ def sessions_archive(
 )
 def sessions_unarchive(
     ctx: typer.Context,
-    session_ids: Annotated[list[str], typer.Argument(metavar="ID...", help="Session ids.")],
+    session_ids: Annotated[list[str], typer.Argument(metavar="ID...", help="Session ids.", autocompletion=complete_archived_session_id)],
 ) -> None:
     """Bring archived sessions back to 'sessions ls'; they take new turns again."""
     from .commands.search import archive_sessions

@@ -70,7 +70,9 @@ def _session_for(state: State, store: SessionStoreProtocol | None, opts: ChatOpt
     if opts.session is not None:
         return validate_session_id(opts.session)
     if opts.continue_:
-        latest = store.latest_session_id() if store is not None else None
+        # the most recently updated session that is not archived (an archived one takes no turns)
+        recent = store.list_sessions(limit=1) if store is not None else []
+        latest = recent[0].session_id if recent else None
         if latest is None:
             raise NotFoundError("no session to continue: start one with chatflow chat \"hello\"")
         return latest

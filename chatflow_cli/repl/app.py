@@ -96,7 +96,8 @@ def run_repl(
     if session_id:
         sid = validate_session_id(session_id)
     elif continue_last:
-        latest = reader.latest_session_id() if reader is not None else None
+        recent = reader.list_sessions(limit=1) if reader is not None else []  # archived ones are skipped
+        latest = recent[0].session_id if recent else None
         if latest is None:
             from ..core.errors import NotFoundError
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import ChatflowError, RunInterrupted, ToolResultError
+from ..core.errors import ChatflowError, RunInterrupted, SessionArchivedError, ToolResultError
 from ..render import agent_changed_text, pretty_json_text, reply_note, safe_text
 from .host import ReplHost
 
@@ -132,8 +132,8 @@ class TurnRunner(ReplHost):
                 self.session_id, text, cancel=cancel, max_turns=self.max_turns, system=self.system, wait=0
             )
         )
-        if outcome.error is not None and not outcome.interrupted:
-            self.failed_message = text
+        if outcome.error is not None and not outcome.interrupted and not isinstance(outcome.error, SessionArchivedError):
+            self.failed_message = text  # an archived session's refusal is no failure /retry could fix
         await self._after_turn(outcome)
 
     async def _after_turn(self, outcome: _Outcome) -> None:
@@ -315,7 +315,10 @@ class TurnRunner(ReplHost):
         elif outcome.error is not None:
             exc = outcome.error
             message = exc.message if isinstance(exc, ChatflowError) else f"{type(exc).__name__}: {exc}"
-            self.error(f"{message} (/retry sends the message again)")
+            if isinstance(exc, SessionArchivedError):  # its message says how to unarchive; /retry would fail again
+                self.error(message)
+            else:
+                self.error(f"{message} (/retry sends the message again)")
         elif outcome.result is not None:
             self.last_usage_tokens = (outcome.result.usage.total_tokens if outcome.result.usage_reported
                                       else None)  # no false 0 from a server that reports none

@@ -58,3 +58,14 @@ def test_completion_of_agents_shells_and_statuses(chatflow, config_file):
     fish = chatflow(env={"_CHATFLOW_COMPLETE": "complete_fish", "_TYPER_COMPLETE_ARGS": "chatflow chat -a S",
                          "_TYPER_COMPLETE_FISH_ACTION": "get-args"})
     assert fish.stdout.split() == ["Support"]
+
+
+def test_unarchive_completes_archived_sessions_and_archive_the_others(chatflow, provider):
+    for sid in ("kept-1", "kept-2"):
+        assert chatflow("chat", "-s", sid, "hi").returncode == 0
+    assert chatflow("sessions", "archive", "kept-1").returncode == 0
+    bash = {"_CHATFLOW_COMPLETE": "complete_bash"}
+    r = chatflow(env={**bash, "COMP_WORDS": "chatflow sessions unarchive ke", "COMP_CWORD": "3"})
+    assert r.stdout.split() == ["kept-1"]
+    r = chatflow(env={**bash, "COMP_WORDS": "chatflow sessions archive ke", "COMP_CWORD": "3"})
+    assert r.stdout.split() == ["kept-2"]

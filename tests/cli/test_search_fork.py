@@ -193,3 +193,16 @@ def test_search_marks_copied_turns_and_keeps_their_times(chatflow, history):
     text = chatflow("sessions", "search", "deploy").stdout.splitlines()
     assert any(line.startswith("deploys-b · turn 1 (copy)") for line in text), text
     assert any(line.startswith("deploys · turn 1 · ") for line in text), text
+
+
+def test_chat_continue_skips_archived_sessions(chatflow, provider):
+    assert chatflow("chat", "-s", "older", "one").returncode == 0
+    assert chatflow("chat", "-s", "newer", "two").returncode == 0
+    assert chatflow("sessions", "archive", "newer").returncode == 0
+    r = chatflow("chat", "-c", "three")
+    assert r.returncode == 0, r
+    turns = {s["session_id"]: s["turns"] for s in chatflow("sessions", "ls", "--json").json()}
+    assert turns == {"older": 2}
+    assert chatflow("sessions", "archive", "older").returncode == 0
+    none = chatflow("chat", "-c", "four")
+    assert none.returncode == ExitStatus.NOT_FOUND, none

@@ -36,3 +36,20 @@ def test_search_fork_and_title(repl_driver) -> None:
     assert fork.title == "Airship (fork)"
     assert store.session_endpoint(source.session_id)[0] is not None
     assert store.session_endpoint(fork.session_id) == store.session_endpoint(source.session_id)
+
+
+def test_a_message_to_an_archived_session_says_how_to_unarchive(repl_driver) -> None:
+    from tests.conftest import run_chatflow
+
+    assert run_chatflow("chat", "-s", "shelved", "hello").returncode == 0
+    assert run_chatflow("sessions", "archive", "shelved").returncode == 0
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("more please\r")
+        d.wait_text("it takes no new turns until")
+
+    repl_driver.run(script, session_id="shelved")
+    screen = repl_driver.screen()
+    assert "is archived" in screen and "unarchive shelved" in screen.replace("\n", " ") and "/retry" not in screen
+    assert repl_driver.store().session_summary("shelved").turn_count == 1
