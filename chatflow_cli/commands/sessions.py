@@ -76,9 +76,9 @@ def list_sessions(state: State, *, limit: int, agent: str | None, status: str | 
         limit=limit or None, agent=agent, status=status, metadata=metadata, since=since_s, until=until_s,
         title=title, archived=archived, after=after,
     )
-    depths: dict[str, int] = {}
+    prefixes: dict[str, str] = {}
     if tree:
-        summaries, depths = _as_tree(summaries)
+        summaries, prefixes = _as_tree(summaries)
     if output != "text":
         from ..render import summary_dict
 
@@ -100,13 +100,14 @@ def list_sessions(state: State, *, limit: int, agent: str | None, status: str | 
         return
     from ..render import sessions_lines
 
-    write_lines(state, sessions_lines(summaries, width=terminal_width(state), depths=depths))
+    write_lines(state, sessions_lines(summaries, width=terminal_width(state), prefixes=prefixes))
 
 
-def _as_tree(summaries: list[SessionSummary]) -> tuple[list[SessionSummary], dict[str, int]]:
+def _as_tree(summaries: list[SessionSummary]) -> tuple[list[SessionSummary], dict[str, str]]:
     """The same sessions with each fork right under the session it came from (depth first,
-    newest first among siblings), and each session's depth; a fork whose parent is not in
-    the list stays at the top level."""
+    newest first among siblings), and each session's tree prefix: ``├─ `` before a fork
+    with a later sibling, ``└─ `` before the last, under ``│  `` (or spaces) for each level
+    above; a fork whose parent is not in the list stays at the top level (no prefix)."""
     ids = {s.session_id for s in summaries}
     children: dict[str, list[SessionSummary]] = {}
     roots = []
@@ -117,19 +118,21 @@ def _as_tree(summaries: list[SessionSummary]) -> tuple[list[SessionSummary], dic
         else:
             roots.append(s)
     out: list[SessionSummary] = []
-    depths: dict[str, int] = {}
+    prefixes: dict[str, str] = {}
 
-    def walk(node: SessionSummary, depth: int) -> None:
-        if node.session_id in depths:
+    def walk(node: SessionSummary, prefix: str, lead: str) -> None:
+        if node.session_id in prefixes:
             return
-        depths[node.session_id] = depth
+        prefixes[node.session_id] = prefix
         out.append(node)
-        for child in children.get(node.session_id, []):
-            walk(child, depth + 1)
+        below = [c for c in children.get(node.session_id, []) if c.session_id not in prefixes]
+        for n, child in enumerate(below):
+            last = n == len(below) - 1
+            walk(child, lead + ("\u2514\u2500 " if last else "\u251c\u2500 "), lead + ("   " if last else "\u2502  "))
 
     for root in roots:
-        walk(root, 0)
-    return out, depths
+        walk(root, "", "")
+    return out, prefixes
 
 
 def _pages(store: BaseSessionStore, session_id: str, last_turn: int, include_rolled_back: bool) -> Iterator[TurnRecord]:

@@ -37,7 +37,7 @@ def _clip(text: str, width: int) -> str:
 
 def sessions_lines(summaries: Sequence[SessionSummary], *, width: int | None = None, now: float | None = None,
                    compact: bool = False, current: str | None = None,
-                   depths: dict[str, int] | None = None) -> list[Lines]:
+                   depths: dict[str, int] | None = None, prefixes: dict[str, str] | None = None) -> list[Lines]:
     """The ``sessions ls`` table as styled lines, columns two spaces apart.
 
     ``width`` is the terminal's width in cells; ``None`` (output is not a terminal) means
@@ -59,6 +59,8 @@ def sessions_lines(summaries: Sequence[SessionSummary], *, width: int | None = N
         current: With ``compact``: the REPL's session, marked.
         depths: ``sessions ls --tree``: session id -> depth; a fork's id is indented under
             its parent with ``└─ `` (two cells a level).
+        prefixes: ``sessions ls --tree``: session id -> the tree drawing before its id
+            (``├─ ``, ``└─ ``, under ``│  ``); used instead of ``depths`` when given.
 
     Returns:
         One :class:`Lines` a row, never padded at the end.
@@ -71,8 +73,12 @@ def sessions_lines(summaries: Sequence[SessionSummary], *, width: int | None = N
         status = status_name(s.status)
         statuses.append(status)
         depth = (depths or {}).get(s.session_id, 0)
+        if prefixes is not None:
+            branch = prefixes.get(s.session_id, "")
+        else:
+            branch = "  " * (depth - 1) + "\u2514\u2500 " if depth else ""
         rows.append([
-            ("  " * (depth - 1) + "\u2514\u2500 " if depth else "") + safe_text(s.session_id), safe_text(s.active_agent_name or "-"), status, str(s.turn_count),
+            branch + safe_text(s.session_id), safe_text(s.active_agent_name or "-"), status, str(s.turn_count),
             format_age(s.updated_at, now),
             # a session whose only turns failed previews the failed message, marked as such
             # while the failure stands (a later rollback or turn ends it)

@@ -206,3 +206,15 @@ def test_chat_continue_skips_archived_sessions(chatflow, provider):
     assert chatflow("sessions", "archive", "older").returncode == 0
     none = chatflow("chat", "-c", "four")
     assert none.returncode == ExitStatus.NOT_FOUND, none
+
+
+def test_tree_draws_non_last_forks_with_a_tee(chatflow, history):
+    for into in ("deploys-a", "deploys-b"):
+        assert chatflow("sessions", "fork", "deploys", "--at", "1", "--into", into).returncode == 0
+    assert chatflow("sessions", "fork", "deploys-a", "--at", "1", "--into", "deploys-a1").returncode == 0
+    tree = chatflow("sessions", "ls", "--tree").stdout.splitlines()
+    at = [i for i, line in enumerate(tree) if line.startswith("deploys ")][0]
+    column = tree[0].index("AGENT")
+    ids = [line[:column].rstrip() for line in tree[at:at + 4]]
+    # siblings newest first: deploys-b, then deploys-a with its own fork under it
+    assert ids == ["deploys", "\u251c\u2500 deploys-b", "\u2514\u2500 deploys-a", "   \u2514\u2500 deploys-a1"], tree
