@@ -210,8 +210,9 @@ def sessions_search(
 def sessions_fork(
     ctx: typer.Context,
     session_id: Annotated[str, typer.Argument(metavar="ID", help="Session to fork (not changed).", autocompletion=complete_session_id)],
-    at: Annotated[Optional[int], typer.Option("--at", min=0, metavar="N", help="Copy turns 1..N (default: every completed turn).")] = None,
+    at: Annotated[Optional[int], typer.Option("--at", metavar="N", help="Copy turns 1..N (default: every completed turn).")] = None,
     into: Annotated[Optional[str], typer.Option("--into", metavar="NEW", help="The new session's id (default: ID-fork-<hex>).")] = None,
+    metadata: Annotated[Optional[list[str]], typer.Option("--metadata", "-m", metavar="KEY=VALUE", help="Metadata of the new session (repeatable); the source's is not copied.")] = None,
     output: OutputOption = None,
     json_: Annotated[bool, typer.Option("--json", help="Same as --output json: the new session's row.")] = False,
 ) -> None:
@@ -220,7 +221,7 @@ def sessions_fork(
     from .session_ids import validate_session_id
 
     fork_session(state_of(ctx), session_id, at=at, into=validate_session_id(into) if into is not None else None,
-                 output=output_format(output, json_))
+                 output=output_format(output, json_), metadata=parse_metadata(metadata) or None)
 
 
 @sessions_app.command(

@@ -104,35 +104,44 @@ def search_sessions(
     write_lines(state, search_hit_lines(hits, width=terminal_width(state)))
 
 
-def fork_session(state: State, session_id: str, *, at: int | None, into: str | None, output: str) -> None:
+def fork_session(state: State, session_id: str, *, at: int | None, into: str | None, output: str,
+                 metadata: dict[str, str] | None = None) -> None:
     """Copy turns 1..``at`` of ``session_id`` into a new session; print the new id.
+
+    The new id is printed on stdout and, with a note, on stderr, so it is reported even when
+    stdout cannot be written (the fork exists then; the output error follows).
 
     Args:
         state: The run.
         session_id: The source session (not changed).
-        at: ``--at``: the last turn to copy (default: the newest completed turn).
+        at: ``--at``: the last turn to copy, 1..K (default: the newest completed turn).
         into: ``--into``: the new session's id (default ``<ID>-fork-<6 hex digits>``).
         output: ``text`` (the id on stdout, a note on stderr) or ``json`` (the new
             session's summary).
+        metadata: ``--metadata``: the new session's metadata (the source's is not copied).
 
     Raises:
         SessionNotFoundError: No such session.
-        UsageError: ``at`` is past the newest completed turn, or ``into`` already exists.
+        UsageError: ``at`` < 1 or past the newest completed turn, or ``into`` already exists.
     """
     store = store_or_missing(state, session_id)
+    if at is not None and at < 1:
+        source = store.session_summary(session_id)  # SessionNotFoundError first
+        last = source.turn_count - (1 if source.status.value == "running" else 0)
+        raise UsageError(f"--at {at}: N is a turn number 1..{max(1, last)} of session {session_id}; nothing changed")
     try:
-        summary = store.fork(session_id, at, into=into)
+        summary = store.fork(session_id, at, into=into, metadata=metadata)
     except ValueError as exc:
         raise UsageError(f"{exc}; nothing changed") from None
+    turn = summary.forked_from["turn"] if summary.forked_from else summary.turn_count
+    notice(state, f"forked {session_id} at turn {turn} into {summary.session_id}: "
+                  f"chatflow chat -s {summary.session_id} \"...\" goes on from there")
     if output != "text":
         from ..render import summary_dict
 
         state.env.stdout.write(dumps(summary_dict(summary), indent=2 if output == "json" else None) + "\n")
         return
     state.env.stdout.write(summary.session_id + "\n")
-    turn = summary.forked_from["turn"] if summary.forked_from else summary.turn_count
-    notice(state, f"forked {session_id} at turn {turn} into {summary.session_id}: "
-                  f"chatflow chat -s {summary.session_id} \"...\" goes on from there")
 
 
 def rename_session(state: State, session_id: str, title: str) -> None:

@@ -1,7 +1,7 @@
 """Search hits as styled lines (``chatflow sessions search`` and the REPL's ``/search``).
 
-Two lines a hit: where (session id, turn, age, agent, and ``rolled back`` / ``failed`` for a
-removed turn), then the snippet indented, its matched words highlighted. On a terminal
+Two lines a hit: where (session id, turn -- ``(copy)`` after it for a turn a fork copied from
+its source --, age, agent, and ``rolled back`` / ``failed`` for a removed turn), then the snippet indented, its matched words highlighted. On a terminal
 (``width`` given) every line fits ``width`` cells: the first line drops the agent, then the
 age, before it wraps (the id and turn number always show); the snippet is word-wrapped
 under its indent.
@@ -52,7 +52,7 @@ def search_hit_lines(hits: Sequence[SearchHit], *, width: int | None = None, now
     out: list[Lines] = []
     for hit in hits:
         sid = safe_text(hit.session_id, one_line=True)
-        turn = f"turn {hit.turn}"
+        turn = f"turn {hit.turn}" + (" (copy)" if hit.forked_from else "")
         optional = [(format_age(hit.created_at, now), "dim"), (safe_text(hit.agent, one_line=True), "dim")]
         removed = _REMOVED.get(hit.removed or "")
         own_line = False  # the removal mark on a line of its own when it does not fit beside the turn

@@ -438,13 +438,18 @@ class SlashCommands(ReplHost):
         try:
             at = int(arg) if arg.strip() else None
         except ValueError:
-            self.error(f"/fork {safe_text(arg)}: N is a turn number")
+            at = -1
+        if at is not None and at < 1:
+            last = self.store.session_summary(self.session_id).turn_count
+            self.error(f"/fork {safe_text(arg.strip())}: N is a turn number 1..{max(1, last)}; nothing was changed")
             return
         try:
             summary = self.store.fork(self.session_id, at)
         except ValueError as exc:
             self.error(f"/fork: {exc}; nothing was changed")
             return
+        if self.endpoint[0]:  # the fork talks to the server and model this session talks to now
+            self.store.set_session_endpoint(summary.session_id, self.endpoint[0], self.endpoint[1])
         source = self.session_id
         self._enter_endpoint(summary.session_id)
         self.session_id = summary.session_id

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 
 from chatflow_cli.core.errors import ExitStatus
 from chatflow_cli.core.memory import SearchHit
 from chatflow_cli.core.memory.search import HIGHLIGHT_END, HIGHLIGHT_START
 from chatflow_cli.render.search import search_hit_lines
+from tests.conftest import COMMAND, REPO
 
 
 @pytest.fixture
@@ -141,3 +145,51 @@ def test_search_hits_fit_forty_columns():
     assert wide == "a-rather-long-session-id-2026 · turn 12 · rolled back · 1h ago · SupportAgentWithLongName"
     styled = [part for line in lines for part in line.parts if part[0] == "deploy"]
     assert styled and styled[0][1] == "bold yellow"
+
+
+def test_fork_at_zero_is_a_usage_error(chatflow, history):
+    for at in ("0", "-1"):
+        r = chatflow("sessions", "fork", "deploys", "--at", at)
+        assert r.returncode == ExitStatus.USAGE, r
+        assert "N is a turn number 1..3" in r.stderr and "nothing changed" in r.stderr
+    assert sorted(s["session_id"] for s in chatflow("sessions", "ls", "--json").json()) == ["deploys", "weather"]
+
+
+def test_a_fork_talks_to_the_same_endpoint_and_drops_metadata(chatflow, provider):
+    assert chatflow("chat", "-s", "src", "-m", "other-model", "--title", "Refund", "--metadata", "ticket=T-42",
+                    "first").returncode == 0
+    r = chatflow("sessions", "fork", "src", "--into", "branch")
+    assert r.returncode == 0, r
+    assert [s["session_id"] for s in chatflow("sessions", "ls", "--metadata", "ticket=T-42", "--json").json()] \
+        == ["src"]
+    tagged = chatflow("sessions", "fork", "src", "--into", "tagged", "--metadata", "ticket=T-42-b")
+    assert tagged.returncode == 0, tagged
+    assert [s["session_id"] for s in chatflow("sessions", "ls", "--metadata", "ticket=T-42-b", "--json").json()] \
+        == ["tagged"]
+    assert chatflow("sessions", "show", "branch", "--json").json()["session"]["model"] == "other-model"
+    assert {s["session_id"]: s["title"] for s in chatflow("sessions", "ls", "--json").json()}["branch"] \
+        == "Refund (fork)"
+    assert chatflow("chat", "-s", "branch", "second").returncode == 0
+    assert provider.requests[-1]["model"] == "other-model"
+
+
+def test_a_fork_whose_output_cannot_be_written_still_reports_its_id(chatflow, history):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")])))
+    with open("/dev/full", "wb") as full:
+        r = subprocess.run([*COMMAND, "sessions", "fork", "deploys", "--at", "1", "--into", "deploys-full"],
+                           stdin=subprocess.DEVNULL, stdout=full, stderr=subprocess.PIPE, env=env, timeout=60)
+    assert r.returncode == ExitStatus.ERROR, r
+    assert "deploys-full" in r.stderr.decode() and "cannot write the output" in r.stderr.decode()
+    assert "deploys-full" in [s["session_id"] for s in chatflow("sessions", "ls", "--json").json()]
+
+
+def test_search_marks_copied_turns_and_keeps_their_times(chatflow, history):
+    before = {h["turn"]: h["created_at"] for h in chatflow("sessions", "search", "deploy", "--json").json()}
+    assert chatflow("sessions", "fork", "deploys", "--at", "1", "--into", "deploys-b").returncode == 0
+    hits = {h["session_id"]: h for h in chatflow("sessions", "search", "deploy", "--json").json()}
+    assert hits["deploys"]["forked_from"] is None
+    assert hits["deploys-b"]["forked_from"] == {"session_id": "deploys", "turn": 1}
+    assert hits["deploys-b"]["created_at"] == before[1]
+    text = chatflow("sessions", "search", "deploy").stdout.splitlines()
+    assert any(line.startswith("deploys-b · turn 1 (copy)") for line in text), text
+    assert any(line.startswith("deploys · turn 1 · ") for line in text), text

@@ -16,6 +16,8 @@ def test_search_fork_and_title(repl_driver) -> None:
         d.wait_text("unbalanced")
         d.type("/title Airship\r")
         d.wait_text("title: Airship")
+        d.type("/fork 0\r")
+        d.wait_text("N is a turn number 1..2")
         d.type("/fork 1\r")
         d.wait_text("forked")
         d.type("branch message\r")
@@ -30,3 +32,7 @@ def test_search_fork_and_title(repl_driver) -> None:
     assert [r.number for r in store.load_turns(fork.session_id)] == [1, 2]
     assert [m.content for m in store.load_turns(fork.session_id)[1].messages][0] == "branch message"
     assert source.turn_count == 2  # the source is untouched
+    assert len(summaries) == 2  # /fork 0 made nothing
+    assert fork.title == "Airship (fork)"
+    assert store.session_endpoint(source.session_id)[0] is not None
+    assert store.session_endpoint(fork.session_id) == store.session_endpoint(source.session_id)

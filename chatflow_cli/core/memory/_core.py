@@ -121,6 +121,7 @@ class _StoreCore:
         turn: int | None = None,
         key: str | None = None,
         text: str | None = None,
+        created_at: float | None = None,
     ) -> Event:
         # Every event (messages ride in their events' payloads) is checked here, the same for
         # both stores, before anything of it is written. ``text``: the payload's compact JSON
@@ -131,7 +132,8 @@ class _StoreCore:
             _check_idempotency_key(key)
         if text is None:
             text = _check_text(payload, f"{type} event", session_id)
-        event = Event(session_id, tx.next_seq(session_id), type, payload, self.clock(), key)
+        when = self.clock() if created_at is None else created_at
+        event = Event(session_id, tx.next_seq(session_id), type, payload, when, key)
         tx.insert_event(event, turn, text)
         return event
 

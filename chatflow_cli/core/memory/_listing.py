@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import SessionBusyError, UsageError
 from ..events import EventType, SessionStatus
 from ..messages import Role
-from ._checks import _check_session_id, _check_text
+from ._checks import _check_metadata, _check_session_id, _check_text
 from ._core import _StoreCore
 from ._port import _TITLE_CHARS, ListFilter, SearchFilter, _SessionRow, _busy_message, _Tx, parse_cursor, _ran
 from .context import MESSAGE_EVENT_TYPE
@@ -18,14 +18,30 @@ from .protocol import SessionSummary
 from .search import SearchHit, parse_query
 
 
+_FORK_TITLE = " (fork)"
+
+
 class _Listing(_StoreCore):
     """Session listing, search, fork, titles and archive."""
 
-    def fork(self, session_id: str, at: int | None = None, *, into: str | None = None) -> SessionSummary:
+    def fork(
+        self,
+        session_id: str,
+        at: int | None = None,
+        *,
+        into: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionSummary:
         """Copy turns 1..``at`` of a session into a new session, in one transaction.
 
         The new session's history is the source's live SYSTEM messages and turns 1..``at``,
-        copied (nothing is re-run), with the agent, ``max_turns`` and metadata of the source.
+        copied (nothing is re-run), with the agent, ``max_turns`` and stored model and
+        endpoint (:meth:`session_endpoint`) of the source. Each copied message keeps the
+        time the source stored it (its message event's ``created_at``), so searches by time
+        and ages see the original times. The source's metadata is NOT copied (metadata names
+        the external conversation a session serves, which a branch does not): the fork has
+        ``metadata`` (default none). A title the user set on the source is kept with
+        `` (fork)`` appended (cut to fit 200 characters); a derived title is derived again.
         Its event log starts with ``session.created`` whose payload carries ``"forked_from":
         {"session_id", "turn", "seq"}`` (``seq``: the source's newest event seq at the fork),
         then one message event per copied message and, after each copied turn the source
@@ -42,6 +58,7 @@ class _Listing(_StoreCore):
             at: the last turn to copy (0: only the SYSTEM messages); default: the newest
                 completed turn.
             into: the new session's id; default ``<source>-fork-<6 hex digits>``.
+            metadata: the new session's metadata (a JSON-ready mapping); default ``{}``.
 
         Returns:
             The new session's :class:`SessionSummary` (``forked_from`` set).
@@ -53,6 +70,7 @@ class _Listing(_StoreCore):
             TypeError: an argument of the wrong type.
         """
         _check_session_id(session_id)
+        own_metadata = _check_metadata(metadata) if metadata is not None else {}
         if at is not None and (isinstance(at, bool) or not isinstance(at, int)):
             raise TypeError(f"at must be an int or None, got {type(at).__name__}")
         if into is not None:
@@ -81,13 +99,22 @@ class _Listing(_StoreCore):
                 if item.message.role is Role.MODEL and item.message.agent and item.message.agent_version:
                     versions = _ran(versions, item.message.agent, item.message.agent_version, item.turn)
             now = self.clock()
+            title = None
+            if source.title:
+                title = source.title[: _TITLE_CHARS - len(_FORK_TITLE)].rstrip() + _FORK_TITLE
             row = _SessionRow(
-                new_id, secrets.token_hex(8), agent, copy.deepcopy(source.metadata), source.max_turns, turn,
-                SessionStatus.IDLE, None, now, now, origin, agent_versions=versions,
+                new_id, secrets.token_hex(8), agent, own_metadata, source.max_turns, turn,
+                SessionStatus.IDLE, None, now, now, origin, title=title, agent_versions=versions,
             )
             tx.insert_row(row)
             payload = {"agent": agent, "max_turns": row.max_turns, "metadata": row.metadata, "forked_from": origin}
             self._append(tx, new_id, EventType.SESSION_CREATED.value, payload)
+            if title is not None:
+                self._append(tx, new_id, EventType.SESSION_TITLED.value, {"title": title})
+            endpoint = tx.endpoint_get(session_id)
+            if endpoint is not None and (endpoint[0] is not None or endpoint[1] is not None):
+                tx.endpoint_put(new_id, endpoint[0], endpoint[1], now)
+            times = self._message_times(tx, session_id, stored)
             done: dict[int, dict[str, Any]] = {}
             for number in range(1, turn + 1):
                 event = tx.last_event(session_id, EventType.TURN_COMPLETED.value, number)
@@ -100,13 +127,39 @@ class _Listing(_StoreCore):
                 previous = item.turn
                 event = self._append(
                     tx, new_id, MESSAGE_EVENT_TYPE[item.message.role],
-                    {"turn": item.turn, "message": item.message.to_dict()}, item.turn,
+                    {"turn": item.turn, "message": item.message.to_dict()}, item.turn, created_at=times.get(id(item)),
                 )
                 tx.insert_message(new_id, item.turn, item.message, event.seq)
             for number in sorted(done):
                 self._append(tx, new_id, EventType.TURN_COMPLETED.value, done[number], number)
             self._copy_summaries(tx, session_id, new_id, turn)
             return self._summary(tx, row, row.status)
+
+    @staticmethod
+    def _message_times(tx: _Tx, session_id: str, stored: list[Any]) -> dict[int, float]:
+        """``id(item)`` -> the time the source stored it, for the live messages ``stored``.
+
+        A turn's live messages are the newest message events of that turn (a rolled-back or
+        failed run of the same turn number came before them); each is checked against the
+        event's message, and a message without its event is left out (it gets the fork's time)."""
+        kinds = set(MESSAGE_EVENT_TYPE.values())
+        by_turn: dict[int, list[Any]] = {}
+        for event in tx.events(session_id, 0, None):
+            number = event.payload.get("turn") if event.type in kinds else None
+            if isinstance(number, int) and not isinstance(number, bool):
+                by_turn.setdefault(number, []).append(event)
+        live: dict[int, list[Any]] = {}
+        for item in stored:
+            live.setdefault(item.turn, []).append(item)
+        out: dict[int, float] = {}
+        for number, items in live.items():
+            events = by_turn.get(number, [])[-len(items):]
+            if len(events) != len(items):
+                continue
+            for item, event in zip(items, events):
+                if event.payload.get("message") == item.message.to_dict():
+                    out[id(item)] = event.created_at
+        return out
 
     def _copy_summaries(self, tx: _Tx, source_id: str, new_id: str, turn: int) -> None:
         """Copy the source's live summaries of turns 1..K with K <= ``turn`` into ``new_id``,
@@ -234,7 +287,8 @@ class _Listing(_StoreCore):
     def set_title(self, session_id: str, title: str | None) -> None:
         """Set the session's title (one line, at most 200 characters, stripped), or with
         None or ``""`` clear it (the title is then derived again). Journals ``session.titled``
-        ``{"title"}``; no change, no event.
+        ``{"title"}``; no change, no event. ``updated_at`` does not change (the session keeps
+        its place in :meth:`list_sessions`).
 
         Raises:
             SessionNotFoundError: no such session.
@@ -255,8 +309,7 @@ class _Listing(_StoreCore):
                 return
             row.title = text or None
             self._append(tx, session_id, EventType.SESSION_TITLED.value, {"title": row.title})
-            row.updated_at = self.clock()
-            tx.update_row(row)
+            tx.update_row(row)  # a new title is no new activity: ``updated_at`` stays
 
     def archive(self, session_id: str) -> bool:
         """Archive the session: kept whole, left out of :meth:`list_sessions` (unless
@@ -326,7 +379,8 @@ class _Listing(_StoreCore):
                 ``removed``).
 
         Returns:
-            :class:`SearchHit` items, best first (ties: newest first).
+            :class:`SearchHit` items, best first (ties: newest first). A hit in a turn a fork
+            copied from its source carries ``forked_from`` (the source session and turn).
 
         Raises:
             UsageError: the query cannot be parsed (the message says how to write it).
@@ -348,7 +402,18 @@ class _Listing(_StoreCore):
                              bool(include_tools), bool(include_removed))
         self._before_search()
         with self._read() as tx:
-            return tx.search(parsed, where)
+            hits = tx.search(parsed, where)
+            origins: dict[str, dict[str, Any] | None] = {}
+            out: list[SearchHit] = []
+            for hit in hits:
+                if hit.session_id not in origins:
+                    row = tx.get_row(hit.session_id)
+                    origins[hit.session_id] = row.forked_from if row is not None else None
+                origin = origins[hit.session_id]
+                if origin is not None and isinstance(origin.get("turn"), int) and hit.turn <= origin["turn"]:
+                    hit = dataclasses.replace(hit, forked_from={"session_id": origin.get("session_id"), "turn": hit.turn})
+                out.append(hit)
+            return out
 
     def _before_search(self) -> None:
         """Bring the store's search index up to date (a store that indexes on write: nothing)."""

@@ -296,6 +296,8 @@ class SearchHit:
     minus the match count).
     ``removed``: None for a live turn, else ``"rolled_back"`` or ``"failed"`` (only with
     ``include_removed=True``). ``agent``: the session's active agent.
+    ``forked_from``: None, or for a turn a fork copied from its source, ``{"session_id",
+    "turn"}`` of the turn it is a copy of (the same text is also a hit of the source).
     """
 
     session_id: str
@@ -306,6 +308,7 @@ class SearchHit:
     rank: float
     agent: str
     removed: str | None = None
+    forked_from: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; the snippet's highlight marks become ``[`` and ``]``."""
@@ -318,6 +321,7 @@ class SearchHit:
             "rank": self.rank,
             "agent": self.agent,
             "removed": self.removed,
+            "forked_from": dict(self.forked_from) if self.forked_from is not None else None,
         }
 
 

@@ -101,3 +101,58 @@ def test_bad_forks_change_nothing(any_store, agent) -> None:
     with pytest.raises(TypeError):
         any_store.fork("src", "1")  # type: ignore[arg-type]
     assert sorted(s.session_id for s in any_store.list_sessions()) == ["src", "taken"]
+
+
+def test_a_fork_keeps_endpoint_title_and_message_times_but_not_metadata(any_store, agent) -> None:
+    clock = [1_000.0]
+    any_store.clock = lambda: clock[0]
+    ctx = any_store.get_or_create("src", agent, metadata={"ticket": "T-42"})
+    for n in range(1, 3):
+        clock[0] += 100
+        ctx.add_message(Message.user(f"airship u{n}"))
+        ctx.add_message(Message.model(f"m{n}"))
+        ctx.complete_turn(f"m{n}")
+        any_store.save(ctx)
+    any_store.set_session_endpoint("src", "gpt-x", "http://127.0.0.1:9/v1")
+    any_store.set_title("src", "Airship plans")
+    source_times = {h.turn: h.created_at for h in any_store.search("airship")}
+    assert source_times == {1: 1_100.0, 2: 1_200.0}
+    clock[0] = 5_000.0
+    any_store.fork("src", 2, into="plain")
+    any_store.fork("src", 1, into="tagged", metadata={"ticket": "T-42-b"})
+    # the model and endpoint go with the fork, so resuming it talks to the same server
+    assert any_store.session_endpoint("plain") == ("gpt-x", "http://127.0.0.1:9/v1")
+    # metadata names the external conversation: not copied, unless given
+    assert any_store.session_summary("plain").metadata == {}
+    assert [s.session_id for s in any_store.list_sessions(metadata={"ticket": "T-42"})] == ["src"]
+    assert [s.session_id for s in any_store.list_sessions(metadata={"ticket": "T-42-b"})] == ["tagged"]
+    # a title the user set is kept, marked as a fork
+    assert any_store.session_summary("plain").title == "Airship plans (fork)"
+    assert any_store.session_summary("plain").title_set is True
+    # copies keep the source's times; hits of copied turns name where they were copied from
+    hits = {(h.session_id, h.turn): h for h in any_store.search("airship", limit=10)}
+    assert {k: h.created_at for k, h in hits.items()} == {
+        ("src", 1): 1_100.0, ("src", 2): 1_200.0, ("plain", 1): 1_100.0, ("plain", 2): 1_200.0,
+        ("tagged", 1): 1_100.0}
+    assert hits[("src", 1)].forked_from is None
+    assert hits[("plain", 2)].forked_from == {"session_id": "src", "turn": 2}
+    assert hits[("plain", 2)].to_dict()["forked_from"] == {"session_id": "src", "turn": 2}
+    assert {(h.session_id, h.turn) for h in any_store.search("airship", since=1_150.0, limit=10)} == {
+        ("src", 2), ("plain", 2)}
+    # a turn the fork ran itself is no copy
+    ctx = any_store.get("plain")
+    ctx.add_message(Message.user("airship u3 in the fork"))
+    ctx.add_message(Message.model("m3"))
+    any_store.save(ctx)
+    [own] = any_store.search("fork")
+    assert (own.session_id, own.turn, own.forked_from) == ("plain", 3, None)
+
+
+def test_renaming_keeps_updated_at(any_store, agent) -> None:
+    clock = [1_000.0]
+    any_store.clock = lambda: clock[0]
+    _chat(any_store, agent, "src", 1)
+    clock[0] = 2_000.0
+    any_store.set_title("src", "Renamed")
+    summary = any_store.session_summary("src")
+    assert (summary.title, summary.updated_at) == ("Renamed", 1_000.0)
