@@ -271,7 +271,9 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         width = self.console.width
         lines: list[Any] = []
         interrupted = turn_interrupted(record, InterruptedTurns(self.store, self.session_id))
-        for item in turn_renderables(record, markdown=True, width=width, interrupted=interrupted):
+        submitted = self.store.submitted_tool_results(self.session_id)
+        for item in turn_renderables(record, markdown=True, width=width, interrupted=interrupted,
+                                     submitted=submitted):
             lines.extend(self.console.render_lines(item, self.console.options, pad=False))
         while lines and not "".join(seg.text for seg in lines[-1]).strip():
             lines.pop()

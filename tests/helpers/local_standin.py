@@ -11,7 +11,9 @@ servers and make them die on purpose. Behaviour from environment variables:
   ``crash-first-midstream``: like ``crash-midstream`` for the first server started
   (``STANDIN_MARKER`` file absent, then created), ``ok`` for the next ones.
 * ``STANDIN_STARTS``: a file each start appends its pid to (a line each).
-* ``STANDIN_DELAY``: seconds between two chunks (default 0).
+* ``STANDIN_DELAY``: seconds between two chunks (default 0). A request whose last message
+  contains ``(slow)`` waits 1 s between chunks whatever the server was started with (a warm
+  server outlives the environment of the process that started it).
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ def create_app(argv: list[str]) -> tuple[Any, str, int]:
                 if not message.get("more_body"):
                     break
             request = json.loads(body or b"{}")
+            asked = (request.get("messages") or [{}])[-1].get("content")
+            pause = 1.0 if isinstance(asked, str) and "(slow)" in asked else delay
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"text/event-stream")]})
             words = REPLY.split(" ")
@@ -93,8 +97,8 @@ def create_app(argv: list[str]) -> tuple[Any, str, int]:
                          "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
                 await send({"type": "http.response.body", "body": f"data: {json.dumps(chunk)}\n\n".encode(),
                             "more_body": True})
-                if delay:
-                    await asyncio.sleep(delay)
+                if pause:
+                    await asyncio.sleep(pause)
             last = {"id": "c1", "object": "chat.completion.chunk", "model": alias,
                     "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
                     "usage": {"prompt_tokens": 5, "completion_tokens": len(words), "total_tokens": 5 + len(words)}}

@@ -132,6 +132,9 @@ def test_the_repl_asks_only_for_tool_results_not_yet_given(provider, chatflow, c
     provider.add_text("Refunded and notified.")
     repl = pty_chatflow("chat", "-s", "half")
     repl.wait_prompt()
+    recap = " ".join(repl.screen().split())  # the recap shows call_B's result as given
+    assert "result: yes (submitted; the turn goes on once every call has its result)" in recap, recap
+    assert recap.count("(waiting for --tool-result)") == 1
     repl.send("and now?\r")
     repl.wait_text("notify result")
     repl.send("sent\r")
