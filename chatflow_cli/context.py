@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.memory import BaseSessionStore
 
 __all__ = ["State", "confirm", "notice", "read_stdin_text", "silence_broken_pipe", "state_of", "terminal_width",
-           "write_lines"]
+           "wrap_at_spaces", "write_lines"]
 
 
 @dataclass
@@ -179,16 +179,21 @@ def notice(state: State, text: str) -> None:
     """
     from .render import safe_text
 
-    line = f"chatflow: {safe_text(text)}"
-    width = _stderr_width(state)
-    if width is not None and len(line) > width:
-        import textwrap
-
-        line = "\n".join("\n".join(textwrap.wrap(part, width, subsequent_indent="  ", break_long_words=False,
-                                                   break_on_hyphens=False)) or part
-                          for part in line.split("\n"))
-    state.env.stderr.write(line + "\n")
+    state.env.stderr.write(wrap_at_spaces(f"chatflow: {safe_text(text)}", _stderr_width(state)) + "\n")
     state.env.stderr.flush()
+
+
+def wrap_at_spaces(text: str, width: int | None, *, indent: str = "  ") -> str:
+    """``text`` wrapped at spaces to ``width`` columns (``None``: as it is), continuation
+    lines indented by ``indent``; never inside a word: a word longer than a line (a path,
+    a URL) is left whole for the terminal to fold. Each line of ``text`` is wrapped apart."""
+    if width is None or len(text) <= width:
+        return text
+    import textwrap
+
+    return "\n".join("\n".join(textwrap.wrap(part, width, subsequent_indent=indent, break_long_words=False,
+                                             break_on_hyphens=False)) or part
+                     for part in text.split("\n"))
 
 
 def _stderr_width(state: State) -> int | None:
@@ -254,7 +259,7 @@ def confirm(state: State, question: str, *, assume_yes: bool) -> bool:
         return True
     if not state.env.stdin_isatty:
         return True
-    state.env.stderr.write(f"{question} [y/N] ")
+    state.env.stderr.write(wrap_at_spaces(f"{question} [y/N]", _stderr_width(state)) + " ")
     state.env.stderr.flush()
     answer = state.env.stdin.readline()
     return answer.strip().lower() in {"y", "yes"}

@@ -95,6 +95,8 @@ class Lines:
                         if used + size < width:
                             out.append(token, style)
                             used += size
+                        else:
+                            used = width  # no room for the space: the next word starts a row
                         continue
                     if used + size > width and used > indent:
                         out.rstrip_spaces()

@@ -134,12 +134,15 @@ def _sessions_stacked(rows: list[list[str]], statuses: list[str], width: int) ->
     for row, status in zip(rows, statuses):
         sid, agent, _, turns, updated, title = row
         first = Lines(sid, "cyan")
-        if len(sid) + 2 + len(status) <= width:
+        status_first = len(sid) + 2 + len(status) <= width
+        if status_first:
             first.append("  " + status, _LS_STATUS_STYLES.get(status, ""))
         lines.append(first)
         if title:
             lines.append(Lines(_clip("  " + title, width)))
-        detail = f"{plural(int(turns), 'turn')} · {updated}" + (f" · {agent}" if agent != "-" else "")
+        # an id too long for its status beside it: the status opens the detail line instead
+        detail = ("" if status_first else f"{status} · ") + f"{plural(int(turns), 'turn')} · {updated}" \
+            + (f" · {agent}" if agent != "-" else "")
         lines.append(Lines(_clip("  " + detail, width), "dim"))
     return lines
 

@@ -20,6 +20,7 @@ import tempfile
 import threading
 from typing import Any
 
+from ..context import wrap_at_spaces
 from ..core.errors import ChatflowError, RunInterrupted, SessionNotFoundError
 from ..core.memory import rollback_target
 from ..core.messages import Role
@@ -497,7 +498,9 @@ class SlashCommands(ReplHost):
 
     async def confirm(self, question: str) -> bool:
         try:
-            answer = await self._ask_session.prompt_async(f"{question} [y/N] ")
+            # wrapped at spaces like every notice: a narrow terminal never cuts a word
+            asked = wrap_at_spaces(f"{question} [y/N]", self.console.width, indent="")
+            answer = await self._ask_session.prompt_async(asked + " ")
         except (KeyboardInterrupt, EOFError):
             return False
         return answer.strip().lower() in {"y", "yes"}

@@ -323,6 +323,13 @@ def test_sessions_ls_on_a_40_column_terminal_keeps_each_title_and_failed_mark(ch
     assert rows[4] == "  Quarterly budget review"
     assert rows[2].startswith("  0 turns · ") and rows[5].startswith("  1 turn · ")
     assert all(len(row) <= 40 for row in rows)
+    long_id = "this-is-a-very-long-session-identifier-over-40"
+    assert chatflow("chat", "-s", long_id, "long id session").returncode == 0
+    ls = pty_chatflow("sessions", "ls", width=40)
+    assert ls.wait_exit() == 0
+    rows = [row.rstrip() for row in ls.rows() if row.strip()]
+    at = next(i for i, row in enumerate(rows) if "  long id session" == row)
+    assert rows[at + 1].startswith("  idle · 1 turn · ")  # no room beside the id: the status leads here
 
 
 

@@ -313,3 +313,30 @@ def test_switch_talks_to_the_other_sessions_endpoint_and_back(provider, chatflow
         leave(repl)
     assert open_store().session_endpoint("far") == ("model-far", other.url)
     assert open_store().session_endpoint("near") == ("fake-model", provider.url)
+
+
+def test_yes_no_questions_wrap_between_words_on_a_narrow_terminal(provider, chatflow, pty_chatflow) -> None:
+    """``/rollback 0`` in the REPL and ``sessions delete`` on a terminal ask at 40 columns
+    with every word whole, as notices are wrapped."""
+    assert chatflow("chat", "-s", "ask40", "hello").returncode == 0
+    repl = pty_chatflow("chat", "-s", "ask40", width=40)
+    repl.wait_prompt()
+    repl.send("/rollback 0\r")
+    repl.wait_text("[y/N]")
+    rows = [row.rstrip() for row in repl.rows()]
+    repl.send("n\r")
+    repl.wait_prompt_after("n")
+    leave(repl)
+    end = next(i for i, row in enumerate(rows) if "[y/N]" in row)
+    start = next(i for i in range(end, -1, -1) if rows[i].startswith("Remove every turn"))
+    assert all(len(row) <= 40 for row in rows[start:end + 1])
+    assert " ".join(rows[start:end + 1]).split() == "Remove every turn (turn 1; keep only system messages)? [y/N]".split()
+
+    delete = pty_chatflow("sessions", "delete", "ask40", width=40)
+    delete.wait_text("[y/N]")
+    asked = [row.rstrip() for row in delete.rows() if row.strip()]
+    delete.send("n\r")
+    assert delete.wait_exit() == 0
+    assert all(len(row) <= 40 for row in asked)
+    words = " ".join(asked).split()
+    assert words[words.index("events?") - 1:words.index("[y/N]") + 1] == "and events? This cannot be undone. [y/N]".split()
