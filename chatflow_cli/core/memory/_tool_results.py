@@ -37,10 +37,11 @@ class _ToolResults(_StoreCore):
         _check_session_id(session_id)
         with self._read() as tx:
             row = self._require(tx, session_id)
-            pending = {c.id for c in self._context(tx, row, quiet=True).pending_tool_calls}
-            if not pending:
+            submitted = self._submitted(tx, session_id)
+            if not submitted:  # the common case: no window to load
                 return {}
-            return {i: output for i, (output, _) in self._submitted(tx, session_id).items() if i in pending}
+            pending = {c.id for c in self._context(tx, row, quiet=True).pending_tool_calls}
+            return {i: output for i, (output, _) in submitted.items() if i in pending}
 
     def submit_tool_result(self, session_id: str, tool_use_id: str, output: str) -> list[str]:
         """Record a custom tool's result (``tool.result_submitted``); return the ids still unanswered.
