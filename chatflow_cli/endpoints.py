@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .context import State
     from .core.memory.protocol import SessionStoreProtocol, SessionSummary
 
-__all__ = ["endpoint_of", "remember_endpoint", "session_endpoint", "stored_endpoint"]
+__all__ = ["endpoint_of", "keep_endpoint", "remember_endpoint", "session_endpoint", "stored_endpoint"]
 
 _OPENAI_URL = "https://api.openai.com/v1"
 
@@ -60,21 +60,28 @@ def stored_endpoint(store: SessionStoreProtocol, session_id: str) -> tuple[str |
 
 
 def remember_endpoint(store: SessionStoreProtocol, session_id: str, choice: ModelChoice, *, model: str | None = None,
-                      base_url: str | None = None) -> None:
+                      base_url: str | None = None, worked: bool = True) -> None:
     """Store ``choice``'s model and endpoint (or ``model`` and ``base_url``, a switch made
-    since) with the session when they changed (and the session exists); a store failure here
-    never hides the run's own outcome."""
-    from .core.errors import SessionNotFoundError
-
+    since) with the session, by the rule of :func:`keep_endpoint`."""
     wanted = endpoint_of(choice)
     if model:
         wanted = (model, wanted[1])
     if base_url:
         wanted = (wanted[0], base_url)
+    keep_endpoint(store, session_id, wanted, worked=worked)
+
+
+def keep_endpoint(store: SessionStoreProtocol, session_id: str, wanted: tuple[str | None, str | None], *,
+                  worked: bool = True) -> None:
+    """Store ``wanted`` (``(model, base_url)``) with the session when it differs from what is
+    stored. Only a run that ``worked`` moves a session to another endpoint (a mistyped
+    ``--base-url`` that failed leaves it where it was); a session with no endpoint yet keeps
+    its first one even when that first turn failed (a wrong key, say), so resuming it never
+    sends the message, and the key, somewhere else. A missing session or a store failure here
+    never hides the run's own outcome."""
     try:
-        if store.session_endpoint(session_id) != wanted:
+        stored = store.session_endpoint(session_id)
+        if stored != wanted and (worked or stored == (None, None)):
             store.set_session_endpoint(session_id, *wanted)
-    except SessionNotFoundError:
-        pass
-    except ChatflowError:
+    except ChatflowError:  # SessionNotFoundError included
         pass

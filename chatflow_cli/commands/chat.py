@@ -36,7 +36,7 @@ from ..assembly import assemble, transport_for
 from ..config import resolve_model
 from ..context import notice
 from ..core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
-from ..endpoints import remember_endpoint, session_endpoint, stored_endpoint
+from ..endpoints import remember_endpoint, session_endpoint
 from ..lookup import find_session, unapplied_options
 from ..render import event_json, safe_text
 from ..session_ids import new_session_id, validate_session_id
@@ -179,17 +179,12 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
         if opts.title is not None:
             store.set_title(session_id, opts.title)
         out.success()
-        # only a run that worked moves the session to its endpoint: a mistyped --base-url
-        # that failed leaves the session where it was
         remember_endpoint(store, session_id, choice)
         return out.exit_code
     except BaseException as exc:
         if claimed:
             _release_claim(store, claim_id)
-        if stored_endpoint(store, session_id) == (None, None):
-            # a session's first endpoint is kept even when its first turn failed (a wrong key,
-            # say): resuming it must not send the message, and the key, somewhere else
-            remember_endpoint(store, session_id, choice)
+        remember_endpoint(store, session_id, choice, worked=False)
         _busy_hint(exc, opts.wait)
         if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
             out.failure(exc, session_id)
@@ -208,8 +203,7 @@ def _endpoint_at_begin(store: SessionStoreProtocol, session_id: str, choice: Mod
     for event in events:
         if first:
             first = False
-            if stored_endpoint(store, session_id) == (None, None):
-                remember_endpoint(store, session_id, choice)
+            remember_endpoint(store, session_id, choice, worked=False)
         yield event
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ChatflowError, RunInterrupted, SessionArchivedError, ToolResultError
+from ..endpoints import keep_endpoint
 from ..render import agent_changed_text, pretty_json_text, reply_note, safe_text
 from .host import ReplHost
 
@@ -139,21 +140,10 @@ class TurnRunner(ReplHost):
     async def _after_turn(self, outcome: _Outcome) -> None:
         result = outcome.result
         self._refresh_info()
-        self._keep_endpoint(worked=result is not None and outcome.error is None)
+        # stored after each turn, not only at exit: a REPL that is killed still resumes there
+        keep_endpoint(self.store, self.session_id, self.endpoint, worked=result is not None and outcome.error is None)
         if result is not None and result.pending_tool_calls and not self.hung_up:
             await self._answer_tools(list(result.pending_tool_calls))
-
-    def _keep_endpoint(self, *, worked: bool) -> None:
-        """Store the model and endpoint the REPL talks to with the session after each turn, so
-        a REPL that is killed, or whose terminal closes, still resumes there. As with one-shot
-        ``chat``, only a turn that worked moves a session to another endpoint; a session's first
-        endpoint is kept even when its first turn failed. A store failure here is not the turn's."""
-        try:
-            stored = self.store.session_endpoint(self.session_id)
-            if stored != self.endpoint and (worked or stored == (None, None)):
-                self.store.set_session_endpoint(self.session_id, *self.endpoint)
-        except ChatflowError:
-            pass
 
     async def _settle_pending(self) -> bool:
         """Custom tool calls still open (from before): ask for them first. False if the user declined."""
