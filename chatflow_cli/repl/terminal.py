@@ -11,7 +11,8 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..render import safe_text
 from .host import ReplHost
@@ -36,31 +37,14 @@ class TerminalModes(ReplHost):
         (or while a command prints) would be lost. Raw mode only changes how keys are read
         (output is processed as before); the editor runs in cooked mode.
         """
-        try:
-            raw = self.input.raw_mode()
-            raw.__enter__()
-        except Exception:  # noqa: BLE001 - not a terminal: nothing to keep
+        with _mode(self.input.raw_mode):
             yield
-            return
-        try:
-            yield
-        finally:
-            with contextlib.suppress(Exception):
-                raw.__exit__(None, None, None)
 
     @contextlib.contextmanager
     def _cooked_terminal(self) -> Iterator[None]:
-        try:
-            cooked = self.input.cooked_mode()
-            cooked.__enter__()
-        except Exception:  # noqa: BLE001 - not a terminal
+        """The terminal's cooked mode for as long as the block runs (the editor)."""
+        with _mode(self.input.cooked_mode):
             yield
-            return
-        try:
-            yield
-        finally:
-            with contextlib.suppress(Exception):
-                cooked.__exit__(None, None, None)
 
     @contextlib.contextmanager
     def _hangup_handler(self) -> Iterator[None]:
@@ -159,3 +143,20 @@ class _QueueHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.queue.append(record)
+
+
+@contextlib.contextmanager
+def _mode(make: Callable[[], Any]) -> Iterator[None]:
+    """The terminal mode ``make()`` gives (a context manager) while the block runs; none when
+    the input is no terminal. Leaving the mode never raises."""
+    try:
+        mode = make()
+        mode.__enter__()
+    except Exception:  # noqa: BLE001 - not a terminal: nothing to keep
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            mode.__exit__(None, None, None)
