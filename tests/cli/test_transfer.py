@@ -316,3 +316,64 @@ def test_an_id_given_twice_is_exported_once(chatflow: Any, rich_db: Path) -> Non
     assert len(chatflow("sessions", "export", "rich", "rich", "--format", "md").stdout.split("\n---\nchatflow:")) == 1
     as_json = chatflow("sessions", "export", "rich", "rich", "--format", "json").json()
     assert as_json["session"]["session_id"] == "rich"
+
+
+def without_dry_run_flag(document: dict[str, Any]) -> dict[str, Any]:
+    return {**document, "dry_run": None, "sessions": [{**s, "dry_run": None} for s in document["sessions"]]}
+
+
+def test_a_session_twice_in_one_file_dry_run_equals_the_real_run(chatflow: Any, rich_db: Path,
+                                                                 tmp_path: Path) -> None:
+    """Two exports of one session concatenated (the second taken after it grew): the second
+    copy adds only the turn the first lacks, and the dry run reports exactly that."""
+    from chatflow_cli.core.messages import Message
+    from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+    first = chatflow("sessions", "export", "other").stdout
+    with SQLiteSessionStore(rich_db) as store:
+        other = store.get_or_create("other", "Assistant")
+        other.add_message(Message.user("and again"))
+        other.add_message(Message.model("hi again"))
+        other.complete_turn("hi again")
+        store.save(other)
+    grown = chatflow("sessions", "export", "other").stdout
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(first + first + grown, encoding="utf-8")
+    target = tmp_path / "target.db"
+    dry = chatflow("--db", str(target), "sessions", "import", str(twice), "--dry-run", "--json")
+    real = chatflow("--db", str(target), "sessions", "import", str(twice), "--json")
+    assert dry.returncode == real.returncode == 0, (dry, real)
+    assert without_dry_run_flag(dry.json()) == without_dry_run_flag(real.json())
+    assert [(s["created"], s["counts"]["turns"], s["skipped_turns"]) for s in real.json()["sessions"]] == [
+        (True, 1, 0), (False, 0, 1), (False, 1, 1)]
+    shown = chatflow("--db", str(target), "sessions", "show", "other", "--json").json()
+    assert len(shown["turns"]) == 2
+    again = chatflow("--db", str(target), "sessions", "import", str(twice), "--json")
+    assert [s["counts"]["turns"] for s in again.json()["sessions"]] == [0, 0, 0]
+
+
+def test_two_sources_with_one_session_id_in_one_file_fail_alike_in_a_dry_run(chatflow: Any, rich_db: Path,
+                                                                              tmp_path: Path) -> None:
+    """Two different sessions with one id (exported from two databases): the second is refused
+    (it did not come from the first's source), in the dry run as in the real run, and
+    nothing of that session is stored."""
+    from chatflow_cli.core.messages import Message
+    from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+    elsewhere = tmp_path / "elsewhere.db"
+    with SQLiteSessionStore(elsewhere) as store:
+        other = store.get_or_create("other", "Assistant")
+        other.add_message(Message.user("a different session"))
+        other.add_message(Message.model("yes"))
+        other.complete_turn("yes")
+        store.save(other)
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(chatflow("sessions", "export", "other").stdout
+                     + chatflow("--db", str(elsewhere), "sessions", "export", "other").stdout, encoding="utf-8")
+    target = tmp_path / "target.db"
+    dry = chatflow("--db", str(target), "sessions", "import", str(mixed), "--dry-run", "--json")
+    real = chatflow("--db", str(target), "sessions", "import", str(mixed), "--json")
+    assert dry.returncode == real.returncode == 2, (dry, real)
+    assert dry.json() == real.json()
+    assert "already exists and was not imported from this source" in real.json()["error"]
+    assert chatflow("--db", str(target), "sessions", "ls", "--json").json() == []

@@ -3,7 +3,7 @@
 :func:`import_sessions` takes the :class:`ImportedSession` values of
 :func:`~chatflow_cli.core.interop.sources.read_source` and writes each target session in
 one store transaction (:meth:`BaseSessionStore.edit`; with ``into``, every source session
-goes into that one transaction):
+goes into that one transaction; source sessions with the same id share one too):
 
 1. every message and event passes the same checks as a turn the Runner stores, against the
    target session as it is; the first broken rule (a rollback past the last turn, a tool
@@ -196,16 +196,19 @@ class _Plan:
     known: set[str]
     result: ImportResult
 
-    def apply(self, ctx: SessionContext, fmt: str, source: str) -> dict[str, str]:
+    def apply(self, ctx: SessionContext, fmt: str, source: str, recorded: dict[str, str]) -> dict[str, str]:
         """Write this session's missing turns into ``ctx`` (inside the edit's transaction) and
-        return the idempotency keys to record. Any broken rule is an ImportFormatError naming
-        ``source``, the line or row, and the target session."""
+        return the idempotency keys to record. ``recorded``: the keys earlier source sessions
+        of this transaction record (the same session twice in one file: its second copy adds
+        nothing). Any broken rule is an ImportFormatError naming ``source``, the line or row,
+        and the target session."""
         session = self.session
-        offset = int(self.started or 0) if self.started is not None else ctx.turn_count
+        started = self.started if self.started is not None else recorded.get(self.start_key)
+        offset = int(started or 0) if started is not None else ctx.turn_count
         chunks = _event_chunks(session, offset) if session.events is not None else _turn_chunks(session)
-        todo = [c for c in chunks if self.prefix + c.key not in self.known]
+        todo = [c for c in chunks if self.prefix + c.key not in self.known and self.prefix + c.key not in recorded]
         keys = {self.prefix + c.key: "" for c in todo}
-        if self.started is None:
+        if started is None:
             keys[self.start_key] = str(offset)
             for text in ([] if session.events is not None else session.system):  # a log replays its own
                 ctx.add_message(Message.system(text))
@@ -217,7 +220,7 @@ class _Plan:
                 detail = exc.problems[0] if isinstance(exc, InvalidHistoryError) and exc.problems else str(exc)
                 raise ImportFormatError(f"{source}: {where}: cannot be imported into session {self.target}: "
                                         f"{detail}", source=source, location=where, session_id=self.target) from None
-        if todo or self.started is None:
+        if todo or started is None:
             payload: dict[str, Any] = {"format": fmt, "source": source, "source_id": session.source_id,
                                        "counts": self.result.counts}
             if session.created_at is not None:
@@ -227,11 +230,14 @@ class _Plan:
 
 
 def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, into: str | None, fmt: str,
-          source: str, dry_run: bool, exists: bool) -> _Plan:
+          source: str, dry_run: bool, exists: bool, pending: set[str]) -> _Plan:
+    """``pending``: the idempotency keys the source sessions before this one in the same
+    transaction record (empty for the first): the plan counts as if they were stored."""
     prefix = f"import:{session.source_id}:"
     start_key = prefix + "start"
+    made = exists or bool(pending)  # an earlier source session of this transaction creates it
     started = store.idempotency_digests(target, [start_key]) if exists else {}
-    if exists and into is None and start_key not in started:
+    if made and into is None and start_key not in started and start_key not in pending:
         raise UsageError(
             f"session {target!r} already exists and was not imported from this source: "
             f"use --into {target} to add the turns to it, or --into NEW_ID for a copy",
@@ -239,13 +245,14 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
         )
     chunks = _event_chunks(session, 0) if session.events is not None else _turn_chunks(session)
     known = set(store.idempotency_digests(target, [prefix + c.key for c in chunks])) if exists else set()
+    known |= pending
     todo = [c for c in chunks if prefix + c.key not in known]
-    systems = 0 if session.events is not None or start_key in started else len(session.system)
+    systems = 0 if session.events is not None or start_key in started or start_key in pending else len(session.system)
     counts = {"turns": sum(c.turns for c in todo), "messages": sum(c.messages for c in todo) + systems,
               "tool_calls": sum(c.tool_calls for c in todo)}
     if session.events is not None:
         counts["events"] = sum(len(_group_events(session, c)) for c in todo)
-    result = ImportResult(target, fmt, source, session.source_id, created=not exists, counts=counts,
+    result = ImportResult(target, fmt, source, session.source_id, created=not made, counts=counts,
                           skipped_turns=sum(c.turns for c in chunks) - counts["turns"],
                           warnings=list(session.warnings), dry_run=dry_run)
     return _Plan(session, target, prefix, start_key, started.get(start_key), known, result)
@@ -282,7 +289,8 @@ def import_sessions(
 
     Each target session is written in one store transaction (:meth:`BaseSessionStore.edit`):
     with ``into``, every source session goes into that one transaction; without it, one
-    transaction per session. A source that breaks a rule in it fails that transaction, so
+    transaction per session id (a session the file holds twice, as two exports of it
+    concatenated, is one transaction: its second copy adds only what the first did not). A source that breaks a rule in it fails that transaction, so
     nothing of the import is stored in that session (sessions before it, in other targets,
     are imported). ``dry_run`` runs exactly the same edits -- same checks against the
     target's real state -- and rolls each transaction back: it reports what would be added,
@@ -296,36 +304,45 @@ def import_sessions(
         SessionBusyError: a turn is running on the target session.
         SessionTerminatedError: the target session is terminated.
     """
-    groups: list[list[ImportedSession]] = [list(sessions)] if into is not None else [[s] for s in sessions]
-    results: list[ImportResult] = []
-    for group in groups:
-        if not group:
-            continue
-        target = into or group[0].session_id
+    # one transaction per target session: a session that appears twice in the file (two
+    # exports of it concatenated) is one transaction too, so a dry run sees what the real run does
+    by_target: dict[str, list[int]] = {}
+    for k, s in enumerate(sessions):
+        by_target.setdefault(into or s.session_id, []).append(k)
+    results: list[ImportResult | None] = [None] * len(sessions)
+    for target, indexes in by_target.items():
+        group = [sessions[k] for k in indexes]
         exists = store.active_agent_name(target) is not None
-        plans = [_plan(store, s, target, into=into, fmt=fmt, source=source, dry_run=dry_run, exists=exists)
-                 for s in group]
-        results += [p.result for p in plans]
-        todo = {p.prefix: _chunk_keys(p) for p in plans}
-        if all(p.started is not None and not todo[p.prefix] for p in plans):
+        plans: list[_Plan] = []
+        todo: list[list[str]] = []
+        pending: set[str] = set()
+        for k, s in zip(indexes, group, strict=True):
+            plan = _plan(store, s, target, into=into, fmt=fmt, source=source, dry_run=dry_run, exists=exists,
+                         pending=pending)
+            plans.append(plan)
+            todo.append(_chunk_keys(plan))
+            pending |= {plan.prefix + key for key in todo[-1]} | {plan.start_key}
+            results[k] = plan.result
+        if all(p.started is not None and not keys for p, keys in zip(plans, todo, strict=True)):
             continue  # everything is there already
-        keys: dict[str, str] = {}
+        recorded: dict[str, str] = {}
 
-        def change(ctx: SessionContext, plans: list[_Plan] = plans) -> None:
+        def change(ctx: SessionContext, plans: list[_Plan] = plans, recorded: dict[str, str] = recorded) -> None:
             for plan in plans:
-                keys.update(plan.apply(ctx, fmt, source))
+                recorded.update(plan.apply(ctx, fmt, source, recorded))
 
         agent, max_turns, metadata = _creation(group[0], agent_name)
         # one key for the whole batch: a second run of the same import racing this one replays
         batch = f"import:{group[0].source_id}:batch:" + content_digest(
-            [p.prefix + key for p in plans for key in todo[p.prefix]] + [p.start_key for p in plans if p.started is None])
+            [p.prefix + key for p, keys in zip(plans, todo, strict=True) for key in keys]
+            + [p.start_key for p in plans if p.started is None])
         store.edit(target, change, create_agent=agent, max_turns=max_turns, metadata=metadata,
-                   idempotency_key=batch, idempotency_keys=keys, dry_run=dry_run)
+                   idempotency_key=batch, idempotency_keys=recorded, dry_run=dry_run)
         if not exists and not dry_run:
             first = group[0]
             if first.model or first.base_url:
                 store.set_session_endpoint(target, first.model, first.base_url)
-    return results
+    return [r for r in results if r is not None]
 
 
 def _chunk_keys(plan: _Plan) -> list[str]:
