@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import db_path
-from tests.core.interop.conftest import DATA
+from tests.core.interop.conftest import DATA, upgraded_llm_db  # noqa: F401 (a fixture)
 from tests.core.interop.sample import build_rich_session
 from tests.core.interop.test_claude_code import lines_of, session_lines
 
@@ -377,3 +377,26 @@ def test_two_sources_with_one_session_id_in_one_file_fail_alike_in_a_dry_run(cha
     assert dry.json() == real.json()
     assert "already exists and was not imported from this source" in real.json()["error"]
     assert chatflow("--db", str(target), "sessions", "ls", "--json").json() == []
+
+
+def test_reimporting_an_llm_db_after_llm_upgraded_it_adds_only_the_new_turn(chatflow: Any, tmp_path: Path,
+                                                                          upgraded_llm_db: Path) -> None:  # noqa: F811
+    """Imported from llm 0.27's tables, then again after llm 0.3x migrated the file and
+    continued a conversation (now a thread): the same sessions, the new turn added, the dry
+    run saying exactly that, and a third import a no-op."""
+    old = tmp_path / "logs.db"
+    shutil.copy(DATA / "llm-0.27-logs.db", old)
+    assert chatflow("sessions", "import", str(old)).returncode == 0
+    dry = chatflow("sessions", "import", str(upgraded_llm_db), "--dry-run", "--json")
+    real = chatflow("sessions", "import", str(upgraded_llm_db), "--json")
+    assert dry.returncode == real.returncode == 0, (dry, real)
+    assert without_dry_run_flag(dry.json()) == without_dry_run_flag(real.json())
+    assert [(s["created"], s["counts"]["turns"], s["skipped_turns"]) for s in real.json()["sessions"]] == [
+        (False, 1, 2), (False, 0, 1), (False, 0, 1)]
+    first = real.json()["sessions"][0]["session_id"]
+    shown = chatflow("sessions", "show", first)
+    assert "Turn 3" in shown.stdout and "Lyon is second." in shown.stdout and "Turn 4" not in shown.stdout
+    again = chatflow("sessions", "import", str(upgraded_llm_db), "--json")
+    assert [s["counts"]["turns"] for s in again.json()["sessions"]] == [0, 0, 0]
+    fresh = chatflow("--db", str(tmp_path / "fresh.db"), "sessions", "import", str(upgraded_llm_db), "--json")
+    assert [s["counts"]["turns"] for s in fresh.json()["sessions"]] == [3, 1, 1]

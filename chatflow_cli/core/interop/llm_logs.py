@@ -21,7 +21,13 @@ old tables after an upgrade); this reader takes every conversation of each:
   rebuilt from them; attachment parts become the ``[attachment: ...]`` line.
 
 Each conversation (or thread) becomes a session whose id is llm's conversation (thread)
-id; each user prompt a turn with its model's replies, tool calls, tool results, the model
+id, and whose source identity is ``llm:<id>`` in both generations: llm gives a conversation
+continued after the upgrade a thread with the conversation's id (its chain holds the older
+turns too, rebuilt from the responses rows, with no ``turns`` row), and each model call a
+``turns`` row with the response's id. So a conversation found in both is one session: the
+older tables' turns, then the thread's newer ones; and a turn's key is its first response's
+id (the id of the ``turns`` row of its first call), whichever tables it is read from, so
+importing a ``logs.db`` again after llm upgraded it adds only the new turns. Each user prompt a turn with its model's replies, tool calls, tool results, the model
 and the token usage (summed over the calls of the turn). The conversation's name and llm's
 id go into the session's metadata (``llm_name``, ``llm_id``).
 """
@@ -88,13 +94,37 @@ def read_llm_logs(path: str | Path) -> list[ImportedSession]:
             if {"responses", "conversations"} <= tables:
                 sessions += _read_responses(conn, tables, source)
             if {"threads", "messages", "parts"} <= tables:
-                sessions += _read_threads(conn, tables, source)
+                older = {s.session_id: s for s in sessions}
+                for thread, legacy in _read_threads(conn, tables, source):
+                    if thread.session_id in older:
+                        _merge(older[thread.session_id], thread, legacy)
+                    else:
+                        sessions.append(thread)
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
         raise ImportFormatError(f"{source}: cannot read it as an llm logs.db: {exc}", source=source) from None
     sessions.sort(key=lambda s: (s.created_at or 0.0, s.session_id))
     return sessions
+
+
+def _merge(older: ImportedSession, thread: ImportedSession, legacy: set[str]) -> None:
+    """Add to ``older`` (a conversation read from the responses tables) the turns of the
+    thread with the same id (llm 0.3x continued it: a thread's id is its conversation's id).
+
+    The thread holds the whole conversation: the turns llm rebuilt from the responses rows
+    (``legacy``: no ``turns`` row made them, so they are the older turns at the same place)
+    and the turns logged since (a ``turns`` row whose id is the response id, in both tables
+    while llm wrote both). The older tables' reading is kept for the turns they have (same
+    keys as before the upgrade); the new turns follow.
+    """
+    keys = {t.key for t in older.turns}
+    for position, turn in enumerate(thread.turns):
+        if turn.key in keys or (turn.key in legacy and position < len(older.turns)):
+            continue
+        older.turns.append(turn)
+    older.warnings += thread.warnings
+    older.model = older.model or thread.model
 
 
 def _fragments(conn: sqlite3.Connection, tables: set[str], table: str, response_id: str) -> list[str]:
@@ -260,7 +290,15 @@ def _part_attachment(conn: sqlite3.Connection, tables: set[str], ref: Any) -> st
     return f"[attachment: {ref.get('type') or 'file'} {where}]".replace(" ]", "]")
 
 
-def _read_threads(conn: sqlite3.Connection, tables: set[str], source: str) -> list[ImportedSession]:
+def _read_threads(conn: sqlite3.Connection, tables: set[str],
+                  source: str) -> list[tuple[ImportedSession, set[str]]]:
+    """Each thread as a session, with the keys of its turns no ``turns`` row made (llm
+    rebuilt them from the older tables when a conversation was continued after the upgrade).
+
+    A turn's key is the id of the ``turns`` row of its first model call: llm gives that row
+    the response's id, the key the same turn has in the older tables. A thread's session
+    has its conversation's ``source_id`` (``llm:<id>``), so a conversation keeps its identity
+    across the upgrade."""
     sessions = []
     turn_rows: dict[str, sqlite3.Row] = {}
     if "turns" in tables:
@@ -284,7 +322,7 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str], source: str) -> li
             chain.append(row)
             current = row["parent_hash"]
         chain.reverse()
-        session = ImportedSession(source="llm", source_id=f"llm-thread:{thread['id']}", session_id=str(thread["id"]),
+        session = ImportedSession(source="llm", source_id=f"llm:{thread['id']}", session_id=str(thread["id"]),
                                   metadata={"llm_id": thread["id"]}, warnings=warnings,
                                   created_at=parse_time(thread["datetime_utc"], source=source, location=where))
         if thread["name"]:
@@ -292,6 +330,7 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str], source: str) -> li
         if thread["forked_from"]:
             session.metadata["llm_forked_from"] = thread["forked_from"]
         turn: ImportedTurn | None = None
+        legacy: set[str] = set()  # keys of turns no turns row made (yet)
         open_calls: dict[str, ToolCall] = {}
         for message in chain:
             parts = conn.execute(
@@ -345,6 +384,7 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str], source: str) -> li
                     open_calls.clear()
                 turn = ImportedTurn(key=str(message["hash"]), messages=[Message.user(text)],
                                     location=f"messages row {message['hash']}")
+                legacy.add(turn.key)
                 session.turns.append(turn)
             elif turn is None:
                 warnings.append(f"messages row {message['hash']}: a {role} message before the first prompt; skipped")
@@ -356,6 +396,9 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str], source: str) -> li
                     open_calls[call.id] = call
             meta = turn_rows.get(message["hash"])
             if meta is not None:
+                if turn.key in legacy:  # the turn's first model call names it
+                    legacy.discard(turn.key)
+                    turn.key = str(meta["id"])
                 model = meta["resolved_model"] or meta["model"]
                 if model:
                     turn.model = str(model)
@@ -367,5 +410,5 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str], source: str) -> li
             for call in open_calls.values():
                 turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
         if session.turns:
-            sessions.append(session)
+            sessions.append((session, legacy))
     return sessions

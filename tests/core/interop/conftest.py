@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -63,6 +65,29 @@ def llm_logs_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with FakeServer() as server:
         script_replies(server)
         run_llm_session(home, server.url, [sys.executable, "-m", "llm"])
+    yield home / "logs.db"
+
+
+@pytest.fixture(scope="session")
+def upgraded_llm_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``data/llm-0.27-logs.db`` after the installed llm (0.3x) migrated it and continued its
+    first conversation with one prompt (``--cid``): the older turns stay in the responses
+    tables, and a thread with the conversation's id holds the whole conversation."""
+    if importlib.util.find_spec("llm") is None:
+        pytest.skip("the llm CLI is not installed (pip install -e '.[bench]')")
+    home = tmp_path_factory.mktemp("llm-upgraded")
+    shutil.copy(DATA / "llm-0.27-logs.db", home / "logs.db")
+    first = sqlite3.connect(home / "logs.db").execute(
+        "select conversation_id from responses order by datetime_utc limit 1").fetchone()[0]
+    with FakeServer() as server:
+        server.add_text("Lyon is second.")
+        (home / "extra-openai-models.yaml").write_text(
+            f'- model_id: fake\n  model_name: fake-model\n  api_base: "{server.url}"\n  api_key_name: fakekey\n')
+        (home / "keys.json").write_text('{"fakekey": "test"}')
+        env = {**os.environ, "LLM_USER_PATH": str(home)}
+        env.pop("OPENAI_API_KEY", None)
+        subprocess.run([sys.executable, "-m", "llm", "-m", "fake", "--cid", first, "And the second city?"],
+                       env=env, check=True, capture_output=True, timeout=120)
     yield home / "logs.db"
 
 

@@ -78,7 +78,25 @@ def test_a_file_with_both_generations_gives_every_conversation(llm_logs_db: Path
     conn.close()
     sessions = read_llm_logs(both)
     assert len(sessions) == 6
-    assert {s.source_id.split(":")[0] for s in sessions} == {"llm", "llm-thread"}
+    assert {s.source_id for s in sessions} == {f"llm:{s.session_id}" for s in sessions}
+
+
+def test_a_conversation_continued_after_the_upgrade_keeps_its_identity_and_turn_keys(
+        upgraded_llm_db: Path) -> None:
+    """llm 0.3x continues an older conversation in a thread with the conversation's id, whose
+    chain holds the older turns again: read from either generation, it is one session with
+    the same source id and the same turn keys, and the new turn follows."""
+    before = read_llm_logs(OLD_DB)
+    after = read_llm_logs(upgraded_llm_db)
+    conn = sqlite3.connect(upgraded_llm_db)
+    assert conn.execute("select count(*) from threads where id = ?", (before[0].session_id,)).fetchone()[0] == 1
+    new_call = conn.execute("select id from turns").fetchone()[0]
+    assert [s.source_id for s in after] == [s.source_id for s in before]
+    assert [[t.key for t in s.turns] for s in after] == [
+        [t.key for t in before[0].turns] + [new_call], *[[t.key for t in s.turns] for s in before[1:]]]
+    assert [t.messages for t in after[0].turns[:2]] == [t.messages for t in before[0].turns]
+    assert after[0].turns[2].messages == [Message.user("And the second city?"), Message.model("Lyon is second.")]
+    assert after[0].metadata["llm_name"] == "What is the capital of France?"
 
 
 def test_read_only_the_file_is_not_changed(llm_logs_db: Path, tmp_path: Path) -> None:
