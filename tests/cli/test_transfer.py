@@ -400,3 +400,19 @@ def test_reimporting_an_llm_db_after_llm_upgraded_it_adds_only_the_new_turn(chat
     assert [s["counts"]["turns"] for s in again.json()["sessions"]] == [0, 0, 0]
     fresh = chatflow("--db", str(tmp_path / "fresh.db"), "sessions", "import", str(upgraded_llm_db), "--json")
     assert [s["counts"]["turns"] for s in fresh.json()["sessions"]] == [3, 1, 1]
+
+
+def test_a_malformed_llm_row_is_an_error_naming_it_and_stores_nothing(chatflow: Any, tmp_path: Path) -> None:
+    import sqlite3
+
+    logs = tmp_path / "logs.db"
+    shutil.copy(DATA / "llm-0.27-logs.db", logs)
+    conn = sqlite3.connect(logs)
+    conn.execute("update tool_calls set arguments = '{not json' where name = 'add'")
+    conn.commit()
+    conn.close()
+    for extra in ([], ["--dry-run"]):
+        result = chatflow("sessions", "import", str(logs), *extra)
+        assert result.returncode == 2, result
+        assert result.stderr == f"chatflow: error: {logs}: tool_calls row 1: tool call arguments are not JSON: '{{not json'\n"
+    assert chatflow("sessions", "ls", "--json").json() == []

@@ -127,15 +127,15 @@ def _merge(older: ImportedSession, thread: ImportedSession, legacy: set[str]) ->
     older.model = older.model or thread.model
 
 
-def _fragments(conn: sqlite3.Connection, tables: set[str], table: str, response_id: str) -> list[str]:
+def _fragments(conn: sqlite3.Connection, tables: set[str], table: str, response_id: str, source: str) -> list[str]:
     if table not in tables or "fragments" not in tables:
         return []
     rows = conn.execute(
-        f"SELECT f.content FROM [{table}] pf JOIN fragments f ON f.id = pf.fragment_id "
+        f"SELECT f.id, f.content FROM [{table}] pf JOIN fragments f ON f.id = pf.fragment_id "
         "WHERE pf.response_id = ? ORDER BY pf.[order]",
         (response_id,),
     )
-    return [str(row[0] or "") for row in rows]
+    return [str(_text_row(row, source, f"fragments row {row['id']}")["content"] or "") for row in rows]
 
 
 def _attachment_line(row: sqlite3.Row) -> str:
@@ -158,17 +158,72 @@ def _join(*parts: str) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def _usage(row: sqlite3.Row, into: dict[str, Any]) -> None:
+def _bad(source: str, where: str, problem: str) -> ImportFormatError:
+    return ImportFormatError(f"{source}: {where}: {problem}", source=source, location=where)
+
+
+def _text_row(row: sqlite3.Row, source: str, where: str) -> sqlite3.Row:
+    """``row`` when none of its columns holds a BLOB (llm writes text, numbers or NULL in
+    every column this reader takes).
+
+    Raises:
+        ImportFormatError: naming ``where`` (``responses row 01h…``) and the column.
+    """
+    for name in row.keys():  # noqa: SIM118 (sqlite3.Row has no __contains__ for names)
+        if isinstance(row[name], bytes):
+            raise _bad(source, where, f"{name} is not text (a BLOB of {len(row[name])} bytes)")
+    return row
+
+
+def _time(value: Any, source: str, where: str) -> float | None:
+    try:
+        return parse_time(value, source=source, location=where)
+    except ImportFormatError as exc:
+        raise _bad(source, where, f"datetime_utc is {exc}") from None
+
+
+def _usage(row: sqlite3.Row, into: dict[str, Any], source: str, where: str) -> None:
+    """Add the row's ``input_tokens``/``output_tokens`` to ``into``. llm writes the counts
+    its model plugin reports, an integer or NULL (NULL: unknown, left out).
+
+    Raises:
+        ImportFormatError: a count that is text, negative or fractional, naming the row.
+    """
     for key in ("input_tokens", "output_tokens"):
-        value = row[key] if key in row.keys() else None
-        if isinstance(value, int):
-            into[key] = into.get(key, 0) + value
+        value = row[key] if key in row.keys() else None  # noqa: SIM118
+        if value is None:
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise _bad(source, where, f"{key} is not a token count: {str(value)[:40]!r}")
+        into[key] = into.get(key, 0) + value
 
 
-def _arguments(value: Any) -> str:
+def _arguments(value: Any, source: str, where: str, warnings: list[str]) -> str:
+    """A tool call's arguments as JSON text. llm parses what the model sent and keeps what
+    does not parse as ``{"_raw": "<the text>"}``; it writes the result as JSON (a column of
+    JSON text in 0.2x, a JSON value in the part's payload in 0.3x), so JSON that is not an
+    object (a model may send ``[1, 2]``) is kept as it is, with a warning, and
+    ``{"_raw": ...}`` is kept as it is.
+
+    Raises:
+        ImportFormatError: text that is not JSON (llm never writes it), naming the row.
+    """
+    if value is None:
+        return "{}"
     if isinstance(value, str):
-        return value
-    return json.dumps(value if value is not None else {}, ensure_ascii=False)
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            raise _bad(source, where, f"tool call arguments are not JSON: {value[:40]!r}") from None
+        text = value
+    else:
+        parsed, text = value, json.dumps(value, ensure_ascii=False)
+    if not isinstance(parsed, dict):
+        warnings.append(f"{where}: tool call arguments are a JSON {type(parsed).__name__}, not an object; "
+                        "kept as they are")
+    return text
 
 
 def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> list[ImportedSession]:
@@ -195,10 +250,11 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
         open_calls: dict[str, ToolCall] = {}
         for row in responses:
             where = f"responses row {row['id']}"
-            at = parse_time(row["datetime_utc"], source=source, location=where)
+            _text_row(row, source, where)
+            at = _time(row["datetime_utc"], source, where)
             if session.created_at is None:
                 session.created_at = at
-            system = _join(*_fragments(conn, tables, "system_fragments", row["id"]), row["system"] or "")
+            system = _join(*_fragments(conn, tables, "system_fragments", row["id"], source), row["system"] or "")
             if system and system not in session.system:
                 if session.system:
                     session.warnings.append(f"{where}: a later system prompt differs from the first; the first is kept")
@@ -211,6 +267,7 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
                 ).fetchall()
             if turn is not None:
                 for result in results:
+                    _text_row(result, source, f"tool_results row {result['id']}")
                     call = open_calls.pop(result["tool_call_id"] or "", None)
                     if call is None:
                         session.warnings.append(f"tool_results row {result['id']}: answers no open tool call; skipped")
@@ -218,7 +275,7 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
                     error = result["exception"] if "exception" in result.keys() else None
                     turn.messages.append(Message.tool(call.id, str(result["output"] or error or ""),
                                                       name=call.name, is_error=bool(error)))
-            prompt = _join(*_fragments(conn, tables, "prompt_fragments", row["id"]), row["prompt"] or "",
+            prompt = _join(*_fragments(conn, tables, "prompt_fragments", row["id"], source), row["prompt"] or "",
                            *_prompt_attachments(conn, tables, row["id"]))
             if prompt:
                 if turn is not None:
@@ -236,8 +293,11 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
                     "SELECT id, name, arguments, tool_call_id FROM tool_calls WHERE response_id = ? ORDER BY id",
                     (row["id"],),
                 ):
+                    call_where = f"tool_calls row {call_row['id']}"
+                    _text_row(call_row, source, call_where)
                     call_id = call_row["tool_call_id"] or f"{row['id']}:{call_row['id']}"
-                    calls.append(ToolCall(str(call_id), str(call_row["name"] or "tool"), _arguments(call_row["arguments"])))
+                    calls.append(ToolCall(str(call_id), str(call_row["name"] or "tool"),
+                                          _arguments(call_row["arguments"], source, call_where, session.warnings)))
             reasoning = row["reasoning"] if reasoning_col else None
             text = row["response"]
             if text or calls or reasoning:
@@ -249,7 +309,7 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
                 turn.model = str(model)
                 session.model = session.model or str(model)
             if token_cols:
-                _usage(row, turn.usage)
+                _usage(row, turn.usage, source, where)
         if turn is not None:
             for call in open_calls.values():
                 turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
@@ -258,7 +318,8 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
     return sessions
 
 
-def _part_text(conn: sqlite3.Connection, tables: set[str], part: sqlite3.Row, payload: dict[str, Any]) -> str:
+def _part_text(conn: sqlite3.Connection, tables: set[str], part: sqlite3.Row, payload: dict[str, Any],
+               source: str) -> str:
     if part["text"] is not None:
         return str(part["text"])
     if "text" in payload and isinstance(payload["text"], str):
@@ -268,11 +329,10 @@ def _part_text(conn: sqlite3.Connection, tables: set[str], part: sqlite3.Row, pa
         if isinstance(ref, dict) and "literal" in ref:
             pieces.append(str(ref["literal"]))
         elif isinstance(ref, dict) and "fragment" in ref and "fragments" in tables:
-            found = conn.execute("SELECT content FROM fragments WHERE id = ?", (ref["fragment"],)).fetchone()
+            found = conn.execute("SELECT id, content FROM fragments WHERE id = ?", (ref["fragment"],)).fetchone()
             if found is None:
-                raise ImportFormatError(f"parts row {part['id']}: fragment {ref['fragment']} is missing",
-                                        location=f"parts row {part['id']}")
-            pieces.append(str(found[0] or ""))
+                raise _bad(source, f"parts row {part['id']}", f"fragment {ref['fragment']} is missing")
+            pieces.append(str(_text_row(found, source, f"fragments row {found['id']}")["content"] or ""))
     return "".join(pieces)
 
 
@@ -303,9 +363,10 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
     turn_rows: dict[str, sqlite3.Row] = {}
     if "turns" in tables:
         for row in conn.execute("SELECT * FROM turns ORDER BY datetime_utc, rowid"):
-            turn_rows.setdefault(row["tip_message_hash"], row)
+            turn_rows.setdefault(row["tip_message_hash"], _text_row(row, source, f"turns row {row['id']}"))
     for thread in conn.execute("SELECT * FROM threads ORDER BY datetime_utc, rowid").fetchall():
         where = f"threads row {thread['id']}"
+        _text_row(thread, source, where)
         chain: list[sqlite3.Row] = []
         current = thread["tip_message_hash"]
         seen: set[str] = set()
@@ -319,12 +380,12 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
             if row is None:
                 warnings.append(f"{where}: message {current} is missing; the thread starts after it")
                 break
-            chain.append(row)
+            chain.append(_text_row(row, source, f"messages row {row['hash']}"))
             current = row["parent_hash"]
         chain.reverse()
         session = ImportedSession(source="llm", source_id=f"llm:{thread['id']}", session_id=str(thread["id"]),
                                   metadata={"llm_id": thread["id"]}, warnings=warnings,
-                                  created_at=parse_time(thread["datetime_utc"], source=source, location=where))
+                                  created_at=_time(thread["datetime_utc"], source, where))
         if thread["name"]:
             session.metadata["llm_name"] = thread["name"]
         if thread["forked_from"]:
@@ -341,6 +402,7 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
             calls: list[ToolCall] = []
             results: list[Message] = []
             for part in parts:
+                _text_row(part, source, f"parts row {part['id']}")
                 try:
                     payload = json.loads(part["payload"]) if part["payload"] else {}
                 except json.JSONDecodeError:
@@ -351,13 +413,14 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
                                             source=source, location=f"parts row {part['id']}")
                 kind = part["type"]
                 if kind == "text":
-                    texts.append(_part_text(conn, tables, part, payload))
+                    texts.append(_part_text(conn, tables, part, payload, source))
                 elif kind == "reasoning":
-                    reasoning.append(_part_text(conn, tables, part, payload))
+                    reasoning.append(_part_text(conn, tables, part, payload, source))
                 elif kind == "tool_call":
                     call_id = payload.get("tool_call_id") or f"{message['hash']}:{part['position']}"
                     calls.append(ToolCall(str(call_id), str(payload.get("name") or part["tool_name"] or "tool"),
-                                          _arguments(payload.get("arguments"))))
+                                          _arguments(payload.get("arguments"), source, f"parts row {part['id']}",
+                                                     warnings)))
                 elif kind == "tool_result":
                     call = open_calls.pop(str(payload.get("tool_call_id") or ""), None)
                     if call is None:
@@ -404,8 +467,8 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
                     turn.model = str(model)
                     session.model = session.model or str(model)
                 if turn.created_at is None:
-                    turn.created_at = parse_time(meta["datetime_utc"], source=source, location=f"turns row {meta['id']}")
-                _usage(meta, turn.usage)
+                    turn.created_at = _time(meta["datetime_utc"], source, f"turns row {meta['id']}")
+                _usage(meta, turn.usage, source, f"turns row {meta['id']}")
         if turn is not None:
             for call in open_calls.values():
                 turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))

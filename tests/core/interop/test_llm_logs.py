@@ -148,3 +148,70 @@ def test_attachments_become_a_documented_line(tmp_path: Path) -> None:
     sessions = read_llm_logs(db)
     assert sessions[1].turns[0].messages[0] == Message.user(
         "What is 2+3?\n[attachment: image/png /tmp/sum.png]\n[attachment: application/pdf https://example.com/x.pdf]")
+
+
+def corrupted(tmp_path: Path, source: Path, sql: str) -> Path:
+    db = tmp_path / "logs.db"
+    shutil.copy(source, db)
+    conn = sqlite3.connect(db)
+    conn.execute(sql)
+    conn.commit()
+    conn.close()
+    return db
+
+
+@pytest.mark.parametrize(("sql", "where", "problem"), [
+    ("update tool_calls set arguments = '{\"a\": 2,' where name = 'add'", "tool_calls row 1",
+     "tool call arguments are not JSON: '{\"a\": 2,'"),
+    ("update responses set input_tokens = 'many' where prompt = 'What is 2+3?'", "responses row {add}",
+     "input_tokens is not a token count: 'many'"),
+    ("update responses set output_tokens = -4 where prompt = 'What is 2+3?'", "responses row {add}",
+     "output_tokens is not a token count: '-4'"),
+    ("update responses set input_tokens = 2.5 where prompt = 'What is 2+3?'", "responses row {add}",
+     "input_tokens is not a token count: '2.5'"),
+    ("update responses set prompt = x'00ff' where prompt = 'What is 2+3?'", "responses row {add}",
+     "prompt is not text (a BLOB of 2 bytes)"),
+    ("update responses set datetime_utc = 'yesterday' where prompt = 'What is 2+3?'", "responses row {add}",
+     "datetime_utc is not a time: 'yesterday'"),
+])
+def test_a_value_llm_never_writes_is_an_error_naming_table_row_and_column(
+        tmp_path: Path, sql: str, where: str, problem: str) -> None:
+    add = sqlite3.connect(OLD_DB).execute("select id from responses where prompt = 'What is 2+3?'").fetchone()[0]
+    where = where.format(add=add)
+    db = corrupted(tmp_path, OLD_DB, sql)
+    with pytest.raises(ImportFormatError) as info:
+        read_llm_logs(db)
+    assert str(info.value) == f"{db}: {where}: {problem}"
+    assert info.value.location == where and info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("sql", [
+    "update turns set input_tokens = 'lots'",
+    "update parts set payload = json_set(payload, '$.arguments', '{\"a\": 2,') where type = 'tool_call'",
+])
+def test_the_newer_schema_is_checked_alike(llm_logs_db: Path, tmp_path: Path, sql: str) -> None:
+    db = corrupted(tmp_path, llm_logs_db, sql)
+    with pytest.raises(ImportFormatError, match=r": (turns|parts) row [^:]+: (input_tokens is not a token count"
+                                                r"|tool call arguments are not JSON)"):
+        read_llm_logs(db)
+
+
+def test_what_llm_can_write_is_kept_as_it_is(tmp_path: Path) -> None:
+    """llm keeps a model's unparseable arguments as ``{"_raw": ...}`` and parses the rest with
+    json.loads (a list is possible): both are kept verbatim, a non-object with a warning; a
+    NULL token count is unknown, left out of the usage; an integral REAL is a count."""
+    db = corrupted(tmp_path, OLD_DB, "update tool_calls set arguments = '[2, 3]' where name = 'add'")
+    conn = sqlite3.connect(db)
+    conn.execute("update responses set input_tokens = null, output_tokens = 6.0 where prompt = 'What is 2+3?'")
+    conn.commit()
+    conn.close()
+    session = read_llm_logs(db)[1]
+    assert session.turns[0].messages[1].tool_calls[0].arguments == "[2, 3]"
+    assert session.warnings == ["tool_calls row 1: tool call arguments are a JSON list, not an object; kept as they are"]
+    # the first call's input unknown (NULL) and output 6.0, the second call's 13 and 7
+    assert session.turns[0].usage == {"input_tokens": 13, "output_tokens": 13}
+    (tmp_path / "raw").mkdir()
+    raw = corrupted(tmp_path / "raw", OLD_DB,
+                    """update tool_calls set arguments = '{"_raw": "{\\"a\\": 2,"}' where name = 'add'""")
+    assert read_llm_logs(raw)[1].turns[0].messages[1].tool_calls[0].arguments == '{"_raw": "{\\"a\\": 2,"}'
+    assert read_llm_logs(raw)[1].warnings == []
