@@ -416,3 +416,36 @@ def test_a_malformed_llm_row_is_an_error_naming_it_and_stores_nothing(chatflow: 
         assert result.returncode == 2, result
         assert result.stderr == f"chatflow: error: {logs}: tool_calls row 1: tool call arguments are not JSON: '{{not json'\n"
     assert chatflow("sessions", "ls", "--json").json() == []
+
+
+def test_a_claude_code_file_imported_while_it_was_written_grows_on_the_next_import(chatflow: Any,
+                                                                                   tmp_path: Path) -> None:
+    """Read first with its last turn cut short (the tool call written, its result not yet;
+    then the result's line half written), then whole: the cut turn is imported again whole
+    (its short copy rolled back), the new turn added, the dry run saying the same."""
+    from tests.core.interop.test_claude_code import SID
+
+    lines = lines_of(session_lines())
+    path = tmp_path / f"{SID}.jsonl"
+    path.write_text("\n".join(lines[:4]) + "\n", encoding="utf-8")
+    first = chatflow("sessions", "import", str(path))
+    assert first.returncode == 0 and first.stdout == f"{SID} (new session): added 1 turn, 3 messages\n", first
+    path.write_text("\n".join(lines[:4]) + "\n" + lines[4][:25], encoding="utf-8")
+    cut = chatflow("sessions", "import", str(path))
+    assert cut.returncode == 0, cut
+    assert cut.stdout == f"{SID}: added 0 turns, 0 messages (1 turn already there)\n"
+    assert "line 5: cut off mid-write" in cut.stderr
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    dry = chatflow("sessions", "import", str(path), "--dry-run", "--json")
+    real = chatflow("sessions", "import", str(path), "--json")
+    assert without_dry_run_flag(dry.json()) == without_dry_run_flag(real.json())
+    [result] = real.json()["sessions"]
+    assert (result["counts"]["turns"], result["skipped_turns"]) == (2, 0)
+    assert result["warnings"] == [("line 2: grew in the source since it was imported as turn 1: that copy is rolled "
+                                   "back and the whole turn imported again")]
+    shown = chatflow("sessions", "show", SID, "--json").json()
+    assert len(shown["turns"]) == 2
+    assert "A header is missing." in json.dumps(shown["turns"][0])
+    assert "No result in the imported log." not in json.dumps(shown["turns"])
+    again = chatflow("sessions", "import", str(path), "--json").json()["sessions"][0]
+    assert (again["counts"]["turns"], again["skipped_turns"], again["warnings"]) == (0, 2, [])

@@ -10,6 +10,11 @@ has a compaction boundary (``parentUuid`` null, ``logicalParentUuid`` set) it fo
 ``logicalParentUuid``. A parent that is not in the file ends the walk there with a warning
 (the conversation starts at the oldest entry still present), never an error.
 
+A file may be read while Claude Code is still writing it: a last line cut mid-write (not
+JSON, no newline after it) is left out with a warning, and importing the grown file later
+adds what was written since, the turn that was cut short included (its content changed, so
+the importer imports it again whole: see :mod:`~chatflow_cli.core.interop.importer`).
+
 Mapping, in chatflow's terms:
 
 * a user entry's text (a string, or its ``text`` blocks) is a USER message: a new turn;
@@ -76,6 +81,9 @@ def _text_of(content: Any) -> str:
 def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[ImportedSession]:
     """Parse a Claude Code session file into one :class:`ImportedSession`.
 
+    ``lines``: the file split on ``\n`` (so a last line with no newline after it is a line
+    still being written: when it is not JSON, it is left out with a warning).
+
     Raises:
         ImportFormatError: a line that is not a JSON object, a conversation entry with no
             ``uuid`` or a ``message`` that is not an object (naming the line), or a file
@@ -83,12 +91,18 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
     """
     entries: dict[str, tuple[int, dict[str, Any]]] = {}
     last_main: tuple[int, dict[str, Any]] | None = None
+    warnings: list[str] = []
+    lines = list(lines)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             entry = json.loads(line)
         except json.JSONDecodeError as exc:
+            if number == len(lines):  # no newline after it: Claude Code is still writing it
+                warnings.append(f"line {number}: cut off mid-write (is Claude Code still writing the file?): "
+                                "left out; import the file again when it is complete")
+                continue
             raise ImportFormatError(f"{source}: line {number}: not JSON ({exc.msg})", source=source,
                                     location=f"line {number}") from None
         if not isinstance(entry, dict):
@@ -110,7 +124,6 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
         raise ImportFormatError(f"{source}: no conversation entry outside side chains: not a Claude Code session file?",
                                 source=source)
 
-    warnings: list[str] = []
     chain: list[tuple[int, dict[str, Any]]] = []
     seen: set[str] = set()
     current: tuple[int, dict[str, Any]] | None = last_main

@@ -12,7 +12,11 @@ goes into that one transaction; source sessions with the same id share one too):
    and the transaction is rolled back: nothing of the import is stored in that session;
 2. each turn's idempotency key, derived from the source (``import:<source id>:<turn key>``),
    is recorded in the same transaction: importing the same source again writes nothing, a
-   source that grew adds only its new turns;
+   source that grew adds only its new turns; a turn's key keeps its number in the target
+   and a digest of its content, so a turn read while the source was still being written
+   (a Claude Code file, an llm tool loop) and grown since is imported again whole when it
+   is the target's last turn (the short copy rolled back, with a warning), and kept as it
+   was, with a warning, when the session has turns after it;
 3. one ``session.imported`` event (``format``, ``source``, ``source_id`` and the ``counts``
    this run added) closes the transaction when it added anything.
 
@@ -85,6 +89,7 @@ class _Chunk:
     messages: int
     tool_calls: int
     location: str
+    digest: str = ""  # a turn's content (not for a log's events, which never change)
 
 
 def _shift(payload: dict[str, Any], offset: int) -> dict[str, Any]:
@@ -180,7 +185,8 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
                 ctx.complete_turn(turn.content, usage=turn.usage or None, finish_reason=turn.finish_reason)
         chunks.append(_Chunk(key=f"turn:{turn.key}", change=change, turns=1, messages=len(turn.messages),
                              tool_calls=sum(len(m.tool_calls) for m in turn.messages),
-                             location=turn.location or f"turn {turn.key}"))
+                             location=turn.location or f"turn {turn.key}",
+                             digest=content_digest([[m.to_dict() for m in turn.messages], turn.outcome, turn.error])))
     return chunks
 
 
@@ -195,6 +201,7 @@ class _Plan:
     started: str | None  # the digest kept with the start key (the offset), None: first import
     known: set[str]
     result: ImportResult
+    grown: tuple[str, int] | None = None  # the key of a turn that grew since its import, and its number
 
     def apply(self, ctx: SessionContext, fmt: str, source: str, recorded: dict[str, str]) -> dict[str, str]:
         """Write this session's missing turns into ``ctx`` (inside the edit's transaction) and
@@ -214,7 +221,13 @@ class _Plan:
                 ctx.add_message(Message.system(text))
         for chunk in todo:
             try:
+                if self.grown is not None and self.prefix + chunk.key == self.grown[0]:
+                    if ctx.turn_count != self.grown[1]:
+                        raise UsageError("the session changed during the import: run it again")
+                    ctx.rollback_to(self.grown[1] - 1)  # the copy imported before, cut short, is rolled back
                 chunk.change(ctx)
+                if chunk.digest:  # the turn's number in the target and its content, to tell if it grows
+                    keys[self.prefix + chunk.key] = f"{ctx.turn_count}:{chunk.digest}"
             except (ChatflowError, ValueError, TypeError, KeyError) as exc:
                 where = getattr(exc, "import_location", None) or chunk.location
                 detail = exc.problems[0] if isinstance(exc, InvalidHistoryError) and exc.problems else str(exc)
@@ -244,8 +257,10 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
             session_id=target,
         )
     chunks = _event_chunks(session, 0) if session.events is not None else _turn_chunks(session)
-    known = set(store.idempotency_digests(target, [prefix + c.key for c in chunks])) if exists else set()
-    known |= pending
+    stored = store.idempotency_digests(target, [prefix + c.key for c in chunks]) if exists else {}
+    warnings = list(session.warnings)
+    grown = _grown(chunks, prefix, stored, store.turn_count(target) if exists else 0, warnings)
+    known = (set(stored) - {grown[0] if grown else ""}) | pending
     todo = [c for c in chunks if prefix + c.key not in known]
     systems = 0 if session.events is not None or start_key in started or start_key in pending else len(session.system)
     counts = {"turns": sum(c.turns for c in todo), "messages": sum(c.messages for c in todo) + systems,
@@ -254,8 +269,30 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
         counts["events"] = sum(len(_group_events(session, c)) for c in todo)
     result = ImportResult(target, fmt, source, session.source_id, created=not made, counts=counts,
                           skipped_turns=sum(c.turns for c in chunks) - counts["turns"],
-                          warnings=list(session.warnings), dry_run=dry_run)
-    return _Plan(session, target, prefix, start_key, started.get(start_key), known, result)
+                          warnings=warnings, dry_run=dry_run)
+    return _Plan(session, target, prefix, start_key, started.get(start_key), known, result, grown)
+
+
+def _grown(chunks: list[_Chunk], prefix: str, stored: dict[str, str], last: int,
+           warnings: list[str]) -> tuple[str, int] | None:
+    """The key and turn number of a turn imported before whose content the source has since
+    changed (a Claude Code file or llm conversation read while it was being written: the
+    turn has grown). It is imported again, whole, when it is the target's last turn (the
+    copy imported before is rolled back); a changed turn with turns after it is kept as it
+    was imported, with a warning in ``warnings``."""
+    found = None
+    for chunk in chunks:
+        number, _, digest = stored.get(prefix + chunk.key, "").partition(":")
+        if not (chunk.digest and digest and digest != chunk.digest):
+            continue
+        if number == str(last) and found is None:
+            found = (prefix + chunk.key, last)
+            warnings.append(f"{chunk.location}: grew in the source since it was imported as turn {last}: "
+                            "that copy is rolled back and the whole turn imported again")
+        else:
+            warnings.append(f"{chunk.location}: changed in the source since it was imported as turn {number}, "
+                            "but the session has turns after it: kept as it was imported")
+    return found
 
 
 def _creation(session: ImportedSession, agent_name: str) -> tuple[str, int | None, dict[str, Any]]:

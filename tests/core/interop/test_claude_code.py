@@ -114,7 +114,7 @@ def test_a_compaction_boundary_is_followed_through_its_logical_parent() -> None:
      (json.dumps({"type": "assistant", "uuid": "q", "message": "text"}), "line 3: the assistant entry's message")],
 )
 def test_a_malformed_line_is_an_error_naming_it(bad: str, message: str) -> None:
-    lines = lines_of(session_lines()[:2]) + [bad]
+    lines = lines_of(session_lines()[:2]) + [bad, ""]  # a complete file: a newline after each line
     with pytest.raises(ImportFormatError, match=message) as info:
         read_claude_code(lines, source="s.jsonl")
     assert info.value.location == "line 3"
@@ -124,3 +124,21 @@ def test_a_file_with_only_side_chains_is_an_error() -> None:
     side = {**entry("s1", None, "user", "x"), "isSidechain": True}
     with pytest.raises(ImportFormatError, match="no conversation entry outside side chains"):
         read_claude_code(lines_of([side]))
+
+
+def test_a_last_line_cut_mid_write_is_a_warning_and_the_rest_is_read() -> None:
+    """Claude Code appends a line at a time: read while it writes, the file may end in part of
+    a line (no newline after it). That line is left out with a warning; a broken line with a
+    newline after it is still an error."""
+    whole = lines_of(session_lines()[:5])
+    cut = whole[:4] + [whole[4][:30]]
+    [session] = read_claude_code(cut, source="s.jsonl")
+    assert session.warnings == [("line 5: cut off mid-write (is Claude Code still writing the file?): left out; "
+                                 "import the file again when it is complete")]
+    assert session.turns[0].messages[-1] == Message.tool("toolu_1", NO_RESULT, name="Bash", is_error=True)
+    [complete] = read_claude_code(whole + [""], source="s.jsonl")
+    assert complete.warnings == []
+    assert complete.turns[0].messages[-1] == Message.tool("toolu_1", "error: missing header", name="Bash",
+                                                          is_error=True)
+    with pytest.raises(ImportFormatError, match="line 5: not JSON"):
+        read_claude_code(cut + [""], source="s.jsonl")

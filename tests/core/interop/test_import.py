@@ -213,3 +213,55 @@ def test_md_and_openai_exports_import_back(fmt: str, make_store: Any, tmp_path: 
         got = [[m.content for m in r.messages] for r in store.load_turns(result.session_id)]
         assert got == [[m.content if m.content is not None else "" for m in t if not m.says_nothing] for t in live]
     assert result.counts["turns"] == 4
+
+
+def test_an_llm_conversation_read_mid_tool_loop_gets_its_turn_whole_later(make_store: Any, tmp_path: Path) -> None:
+    """llm logs a tool loop one model call at a time: read after the call that asked for the
+    tool, the turn ends in an unanswered call; read again once the loop finished, that turn
+    is imported again whole (the short copy rolled back), on a dry run alike."""
+    import shutil
+    import sqlite3
+
+    early = tmp_path / "early.db"
+    shutil.copy(DATA / "llm-0.27-logs.db", early)
+    conn = sqlite3.connect(early)
+    conn.execute("delete from tool_results")
+    conn.execute("delete from responses where prompt = '' or prompt is null")
+    conn.commit()
+    conn.close()
+    store = make_store()
+    tools = import_file(store, early)[1].session_id
+    assert store.load_turns(tools)[0].messages[-1].content == "No result in the imported log."
+    dry = import_file(store, DATA / "llm-0.27-logs.db", dry_run=True)
+    real = import_file(store, DATA / "llm-0.27-logs.db")
+    assert [(r.counts, r.warnings) for r in dry] == [(r.counts, r.warnings) for r in real]
+    assert [r.counts["turns"] for r in real] == [0, 1, 0]
+    asked = sqlite3.connect(early).execute("select id from responses where prompt = 'What is 2+3?'").fetchone()[0]
+    assert real[1].warnings == [(f"responses row {asked}: grew in the source since it was imported as turn 1: "
+                                 "that copy is rolled back and the whole turn imported again")]
+    [turn] = store.load_turns(tools)
+    assert [m.role.value for m in turn.messages] == ["user", "model", "tool", "model"]
+    assert turn.messages[-1].content == "2 + 3 = 5"
+    assert [r.counts["turns"] for r in import_file(store, DATA / "llm-0.27-logs.db")] == [0, 0, 0]
+
+
+def test_a_changed_turn_with_turns_after_it_is_kept_with_a_warning(make_store: Any, tmp_path: Path) -> None:
+    """Only the target's last turn can be imported again: once the session went on (here in
+    chatflow), a turn that changed in the source is kept as imported, and the import says so."""
+    lines = lines_of(session_lines())
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines[:4]) + "\n", encoding="utf-8")
+    store = make_store()
+    [first] = import_file(store, path)
+    session = store.get_or_create(first.session_id, "Assistant")
+    session.add_message(Message.user("and in chatflow?"))
+    session.add_message(Message.model("yes"))
+    session.complete_turn("yes")
+    store.save(session)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    [result] = import_file(store, path)
+    assert result.counts["turns"] == 1 and result.skipped_turns == 1
+    assert result.warnings == [("line 2: changed in the source since it was imported as turn 1, but the session has "
+                                "turns after it: kept as it was imported")]
+    assert [t.messages[0].content for t in store.load_turns(first.session_id)] == [
+        "Why does the build fail?", "and in chatflow?", "Fix it, ünïcødé ✓"]
