@@ -39,6 +39,9 @@ type                       payload
                            boundary and records ``turn.interrupted``
 ``session.imported``       ``{"format": str, "source": str, "source_id": str, "counts": {...}}``
                            an import added turns (``sessions import``; counts of what it added)
+``session.titled``         ``{"title": str | None}`` the user set (or, None, cleared) the title
+``session.archived``       ``{}`` the session was archived (no new turns until unarchived)
+``session.unarchived``     ``{}`` it was brought back
 =========================  ==============================================================
 
 These types are *reserved* (:data:`RESERVED_EVENT_TYPES`, :data:`RESERVED_EVENT_PREFIXES`):
@@ -163,6 +166,7 @@ _RECORDABLE = frozenset(
         EventType.TURN_INTERRUPTED.value,
         EventType.SESSION_RECOVERED.value,
         EventType.SESSION_IMPORTED.value,
+        EventType.TURN_INTERRUPT_REQUESTED.value,
     }
 )
 

@@ -73,6 +73,29 @@ def storable_text(text: str) -> str:
     return text
 
 
+#: The longest title a session may have (characters).
+TITLE_CHARS = 200
+
+
+def _check_title(title: Any, session_id: str | None = None) -> str | None:
+    """A session title as stored: one line (runs of whitespace become one space), stripped;
+    None for None or ``""`` (no title: it is derived again).
+
+    Raises:
+        TypeError: ``title`` is not a str or None.
+        ValueError: longer than :data:`TITLE_CHARS` characters.
+        UsageError: not valid Unicode text.
+    """
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"title must be a str or None, got {type(title).__name__}")
+    text = " ".join((title or "").split())
+    if len(text) > TITLE_CHARS:
+        raise ValueError(f"a title is at most {TITLE_CHARS} characters, got {len(text)}")
+    if text:
+        _check_text(text, "title", session_id)
+    return text or None
+
+
 def _check_text(data: Any, what: str, session_id: str | None = None) -> str:
     """``data`` as compact JSON text that encodes as UTF-8, or :class:`UsageError`.
 

@@ -355,6 +355,10 @@ class _StoreCore:
                     row.owner = None
             elif op.kind == "agent":
                 row.active_agent_name = str(op.payload["to_agent"])
+            elif op.kind == "title":
+                row.title = op.payload.get("title") or None
+            elif op.kind == "archive":
+                row.archived_at = now if op.type == EventType.SESSION_ARCHIVED.value else None
         row.updated_at = now
         tx.update_row(row)
         return events

@@ -276,6 +276,8 @@ class _Journal(_StoreCore):
         last_turns: int | None = None,
         idempotency_keys: Mapping[str, str] | None = None,
         dry_run: bool = False,
+        created_at: float | None = None,
+        updated_at: float | None = None,
     ) -> EditResult[_T]:
         """Load the session, call ``change(session)`` and save what it journalled, all in one
         write transaction; return the change's result and the events appended.
@@ -296,6 +298,10 @@ class _Journal(_StoreCore):
         last turn then costs the same however long the session is. ``idempotency_keys``:
         more keys (key -> digest) recorded in the same transaction, read after the change
         ran (the change may fill the mapping).
+        ``created_at`` (UTC epoch seconds): the creation time of a session this edit
+        creates, instead of now; ``updated_at``: the session's last-activity time after the
+        edit, instead of now (an import keeps its source's times, so ``list_sessions``
+        orders and ``since`` filters imported history by when it happened).
         ``dry_run``: do all of it -- create, change, check, append -- then roll the
         transaction back: the result (and any error) is what the real edit would give, and
         nothing is written.
@@ -313,7 +319,8 @@ class _Journal(_StoreCore):
             metadata = _check_metadata(metadata)
         try:
             return self._edit(session_id, change, create_agent, max_turns, metadata, idempotency_key, digest,
-                              last_turns, idempotency_keys if idempotency_keys is not None else {}, dry_run)
+                              last_turns, idempotency_keys if idempotency_keys is not None else {}, dry_run,
+                              (created_at, updated_at))
         except _RolledBack as done:
             return done.result
 
@@ -329,10 +336,12 @@ class _Journal(_StoreCore):
         last_turns: int | None,
         idempotency_keys: Mapping[str, str],
         dry_run: bool,
+        times: tuple[float | None, float | None] = (None, None),
     ) -> EditResult[_T]:
         with self._write() as tx:
             row = tx.get_row(session_id)
             events: list[Event] = []
+            created = row is None
             if row is None:
                 if create_agent is None:
                     return EditResult(None, [], missing=True)
@@ -347,6 +356,12 @@ class _Journal(_StoreCore):
             ctx = self._context(tx, row, quiet=True, last_turns=last_turns)
             value = change(ctx)
             events += self._apply(tx, row, ctx._pending())
+            if (created and times[0] is not None) or times[1] is not None:
+                if created and times[0] is not None:
+                    row.created_at = float(times[0])
+                if times[1] is not None:
+                    row.updated_at = float(times[1])
+                tx.update_row(row)
             last_seq = events[-1].seq if events else before[1]
             if idempotency_key is not None:
                 tx.idempotency_put(session_id, idempotency_key, digest, None, last_seq, self.clock())

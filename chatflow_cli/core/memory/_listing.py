@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import SessionBusyError, UsageError
 from ..events import EventType, SessionStatus
 from ..messages import Role
-from ._checks import _check_metadata, _check_session_id, _check_text
+from ._checks import _check_metadata, _check_session_id, _check_text, _check_title
 from ._core import _StoreCore
 from ._port import _TITLE_CHARS, ListFilter, SearchFilter, _SessionRow, _busy_message, _Tx, parse_cursor, _ran
 from .context import MESSAGE_EVENT_TYPE
@@ -296,13 +296,7 @@ class _Listing(_StoreCore):
             ValueError: ``title`` longer than 200 characters.
         """
         _check_session_id(session_id)
-        if title is not None and not isinstance(title, str):
-            raise TypeError(f"title must be a str or None, got {type(title).__name__}")
-        text = " ".join((title or "").split())
-        if len(text) > _TITLE_CHARS:
-            raise ValueError(f"a title is at most {_TITLE_CHARS} characters, got {len(text)}")
-        if text:
-            _check_text(text, "title", session_id)
+        text = _check_title(title, session_id) or ""
         with self._write() as tx:
             row = self._require(tx, session_id)
             if (row.title or "") == text:

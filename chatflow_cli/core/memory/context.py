@@ -51,6 +51,7 @@ from ._checks import (
     _check_metadata,
     _check_session_id,
     _check_text,
+    _check_title,
     _plain_usage,
     storable_text,
 )
@@ -84,6 +85,7 @@ class JournalEntry:
     """One journal entry: the change (``kind``) and the event that records it."""
 
     kind: str  # message | rollback | turn_failed | status | agent | agent_version | metadata | event | summary
+    #            | title | archive
     type: str
     payload: dict[str, Any]
     turn: int = 0
@@ -543,14 +545,36 @@ class SessionContext:
         summary = Message.summary(text, through)
         self._record(JournalEntry("summary", EventType.CONTEXT_COMPACTED.value, dict(payload), 0, summary))
 
+    def restore_title(self, title: str | None) -> None:
+        """Journal ``session.titled`` ``{"title"}`` as :meth:`BaseSessionStore.set_title`
+        stored it: for copying a session's log (an import of chatflow's own export). On save
+        the stored title becomes ``title`` (None or ``""``: no title, derived again).
+
+        Raises:
+            TypeError: ``title`` is not a str or None.
+            ValueError: longer than 200 characters.
+            UsageError: not valid Unicode text.
+        """
+        text = _check_title(title, self.session_id)
+        self._record(JournalEntry("title", EventType.SESSION_TITLED.value, {"title": text}))
+
+    def restore_archived(self, archived: bool) -> None:
+        """Journal ``session.archived`` (``archived``) or ``session.unarchived`` (not), as
+        :meth:`BaseSessionStore.archive` and ``unarchive`` stored them: for copying a
+        session's log. On save the session is archived (no new turns until unarchived) or
+        not; the payload is ``{}`` as theirs."""
+        kind = EventType.SESSION_ARCHIVED if archived else EventType.SESSION_UNARCHIVED
+        self._record(JournalEntry("archive", kind.value, {}))
+
     def record_event(self, type: EventType | str, payload: Mapping[str, Any] | None = None) -> None:
         """Journal an event with no other effect (e.g. ``tool.pending``).
 
         Custom types are accepted. Of the reserved types (see ``RESERVED_EVENT_PREFIXES``)
         only those that change no stored state may be recorded here (``tool.pending``,
         ``tool.result_submitted``, ``turn.completed``, ``turn.interrupted``,
-        ``session.recovered``); the others raise :class:`UsageError` naming the method that
-        makes the change, so the log never contradicts the session.
+        ``turn.interrupt_requested``, ``session.recovered``, ``session.imported``); the
+        others raise :class:`UsageError` naming the method that makes the change, so the log
+        never contradicts the session.
         """
         kind = _event_type(type)
         if _is_reserved(kind) and kind not in _RECORDABLE:
