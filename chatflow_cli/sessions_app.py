@@ -277,8 +277,8 @@ def sessions_unarchive(
 def sessions_export(
     ctx: typer.Context,
     session_ids: Annotated[Optional[list[str]], typer.Argument(metavar="ID...", help="Session ids.", autocompletion=complete_session_id, show_default=False)] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Every session.")] = False,
-    since: Annotated[Optional[str], typer.Option("--since", metavar="DURATION", help="Only sessions updated in the last DURATION (30m, 12h, 7d); alone, of every session.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every session, archived ones too.")] = False,
+    since: Annotated[Optional[str], typer.Option("--since", metavar="DURATION", help="Only sessions updated in the last DURATION (30m, 12h, 7d); alone, of every session (archived ones too).")] = None,
     format_: Annotated[ExportFormat, typer.Option("--format", "-f", metavar="chatflow|md|openai|json", case_sensitive=False, help="chatflow (lossless JSON Lines: a header, then every event), md (a Markdown transcript), openai (Chat Completions {\"messages\": [...]} lines) or json (what 'sessions show --json' prints).")] = ExportFormat.chatflow,
     output_file: Annotated[Optional[str], typer.Option("--output-file", "-o", metavar="FILE", help="Write to FILE (whole or not at all) instead of stdout.")] = None,
     per_turn: Annotated[bool, typer.Option("--per-turn", help="With --format openai: one line per turn, its context window.")] = False,

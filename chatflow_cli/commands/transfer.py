@@ -4,18 +4,25 @@ The work is the library's (:mod:`chatflow_cli.core.interop`); these commands pic
 sessions, open the output, and say what happened.
 
 ``export`` writes to stdout, or with ``-o FILE`` to a file that appears whole or not at all
-(written beside it, then renamed; mode 0600 like the database). ``import`` reads a file or
+(written beside it, then renamed; mode 0600 like the database): an error, Ctrl-C (SIGINT),
+SIGTERM or SIGHUP while it is written removes the file beside it and leaves FILE as it was;
+a signal then ends the process as it would have (exit 130 for Ctrl-C, killed by the signal
+otherwise). ``import`` reads a file or
 stdin, checks every session whole before writing any of it, and prints what it added.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import signal
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from ..context import notice
 from ..core.errors import UsageError
@@ -32,7 +39,8 @@ __all__ = ["export_sessions", "import_file"]
 
 def _pick(state: State, session_ids: list[str], *, all_: bool,
           since: float | None) -> tuple[SessionStoreProtocol | None, list[str]]:
-    """The store and the ids to export, oldest first for ``--all``/``--since``."""
+    """The store and the ids to export, oldest first for ``--all``/``--since``: archived
+    sessions too (an export of "all" is a backup; it drops nothing)."""
     if session_ids:
         session_ids = list(dict.fromkeys(session_ids))  # an id given twice is exported once, first place kept
         store = store_or_missing(state, session_ids[0])
@@ -41,14 +49,14 @@ def _pick(state: State, session_ids: list[str], *, all_: bool,
                 raise not_found(sid)
         if since is not None:
             cutoff = time.time() - since
-            by_id = {s.session_id: s for s in store.list_sessions()}
+            by_id = {s.session_id: s for s in [*store.list_sessions(), *store.list_sessions(archived=True)]}
             session_ids = [sid for sid in session_ids if by_id[sid].updated_at >= cutoff]
         return store, session_ids
     maybe = state.store(create=False)
     if maybe is None:
         return None, []
     store = maybe
-    summaries = store.list_sessions()
+    summaries = [*store.list_sessions(), *store.list_sessions(archived=True)]
     if since is not None:
         cutoff = time.time() - since
         summaries = [s for s in summaries if s.updated_at >= cutoff]
@@ -86,7 +94,8 @@ def _write(state: State, store: SessionStoreProtocol | None, session_ids: list[s
         return
     instructions = _instructions(state) if fmt == "openai" else None
     for sid in session_ids:
-        for piece in export_lines(store, sid, fmt, per_turn=per_turn, instructions=instructions):
+        for piece in export_lines(store, sid, fmt, per_turn=per_turn, instructions=instructions,
+                                  warn=lambda text: notice(state, f"warning: {safe_text(text)}")):
             out.write(piece)
 
 
@@ -97,7 +106,7 @@ def export_sessions(state: State, session_ids: list[str], *, all_: bool, since: 
     Args:
         state: The run.
         session_ids: The sessions (or none with ``all_``/``since``).
-        all_: Every session.
+        all_: Every session, archived ones too.
         since: Only sessions updated in the last ``since`` seconds.
         fmt: ``chatflow``, ``md``, ``openai`` or ``json``.
         output: A file to write (``-``: stdout), or None for stdout.
@@ -118,21 +127,87 @@ def export_sessions(state: State, session_ids: list[str], *, all_: bool, since: 
         state.env.stdout.flush()
         return
     target = Path(output).expanduser()
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent or "."))
-    except OSError as exc:
-        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
-            _write(state, store, ids, fmt, per_turn, out)
-        os.replace(tmp, target)
-    except BaseException:
+    with _signals_unwind() as stopped:
+        with _signals_blocked():  # the temp file is made and known to the cleanup below at once
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent or "."))
+            except OSError as exc:
+                raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
+                _write(state, store, ids, fmt, per_turn, out)
+            with _signals_blocked():  # renamed, or not: never a signal between the two
+                os.replace(tmp, target)
+                tmp = ""
+        except BaseException:
+            if tmp:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            raise
+    if stopped:  # pragma: no cover - the process ends by the signal it got, as it would have
+        _die_by(stopped[0])
     notice(state, f"exported {plural(len(ids), 'session')} to {output}")
+
+
+#: Signals that end an export to a file; the file is then neither written nor left half.
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class _Stopped(BaseException):
+    """Raised in the main thread by a stop signal, to unwind an export to a file."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[list[int]]:
+    """While the block runs, SIGTERM and SIGHUP raise :class:`_Stopped` (SIGINT raises
+    KeyboardInterrupt as always), so its cleanup runs; the signal is then put in the list
+    the block receives, for the caller to end the process by it (:func:`_die_by`). Outside
+    the main thread, nothing changes."""
+    stopped: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield stopped
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise _Stopped(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in _STOP_SIGNALS}
+    try:
+        yield stopped
+    except _Stopped as exc:
+        stopped.append(exc.signum)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _signals_blocked() -> Iterator[None]:
+    """SIGINT and the stop signals wait (delivered when the block ends), where available."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    blocked = {signal.SIGINT, *_STOP_SIGNALS}
+    old = mask(signal.SIG_BLOCK, blocked)
+    try:
+        yield
+    finally:
+        mask(signal.SIG_SETMASK, old)
+
+
+def _die_by(signum: int) -> None:  # pragma: no cover - ends the process
+    """End the process by ``signum`` with its default action (the exit status a parent
+    expects, 128 + the signal's number in a shell)."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    raise SystemExit(128 + signum)
 
 
 def import_file(state: State, path: str, *, fmt: str | None, into: str | None, dry_run: bool, json_: bool) -> None:

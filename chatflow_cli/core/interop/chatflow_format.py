@@ -48,10 +48,14 @@ def export_chatflow(header: Mapping[str, Any], events: Iterable[Event]) -> Itera
 
 def _without_lock_token(payload: Mapping[str, Any]) -> Any:
     """``payload`` without the lock token of an ``owner`` it names (a running turn's credential
-    is never exported; the owner's pid, host and start time are kept)."""
+    is never exported; the owner's pid, host and start time are kept). A
+    ``turn.interrupt_requested`` names its owner by the token alone: that ``owner`` is left
+    out (the request can never match a run again)."""
     owner = payload.get("owner") if isinstance(payload, Mapping) else None
     if isinstance(owner, Mapping) and "token" in owner:
         return {**payload, "owner": {k: v for k, v in owner.items() if k != "token"}}
+    if isinstance(owner, str):
+        return {k: v for k, v in payload.items() if k != "owner"}
     return payload
 
 
@@ -117,6 +121,8 @@ def read_chatflow(lines: Iterable[str], *, source: str = "-") -> list[ImportedSe
                 base_url=settings.get("base_url") if isinstance(settings.get("base_url"), str) else None,
                 max_turns=max_turns if isinstance(max_turns, int) and not isinstance(max_turns, bool) else None,
                 created_at=parse_time(head.get("created_at"), source=source, location=f"line {number}"),
+                updated_at=parse_time(head.get("updated_at"), source=source, location=f"line {number}"),
+                title=head["title"] if isinstance(head.get("title"), str) and head["title"] else None,
                 events=[],
             )
             sessions.append(current)

@@ -7,7 +7,7 @@ so every store exports the same way. The ``json`` format (the shape ``sessions s
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..events import Event
@@ -22,7 +22,7 @@ __all__ = ["export_lines", "session_header"]
 
 def _state_of(events: list[Event]) -> dict[str, Any]:
     """Agent, metadata and max_turns as the log leaves them."""
-    state: dict[str, Any] = {"agent": None, "metadata": {}, "max_turns": None, "status": "idle"}
+    state: dict[str, Any] = {"agent": None, "metadata": {}, "max_turns": None, "status": "idle", "title": None}
     for event in events:
         data = event.payload
         if event.type == "session.created":
@@ -36,11 +36,14 @@ def _state_of(events: list[Event]) -> dict[str, Any]:
             state["metadata"] = dict(data["metadata"])
         elif event.type == "status":
             state["status"] = data.get("status", state["status"])
+        elif event.type == "session.titled":
+            state["title"] = data.get("title") or None
     return state
 
 
 def session_header(store: Any, session_id: str, events: list[Event] | None = None) -> dict[str, Any]:
-    """The header of an export: ``session_id``, ``agent``, ``status``, ``metadata``,
+    """The header of an export: ``session_id``, ``title`` (the title set, or None),
+    ``agent``, ``status``, ``metadata``,
     ``settings`` (``max_turns``, ``model``, ``base_url``), ``created_at``/``updated_at`` (ISO
     8601 UTC), ``turns`` (live turns) and ``events`` (the log's length).
 
@@ -55,6 +58,7 @@ def session_header(store: Any, session_id: str, events: list[Event] | None = Non
     live = [r for r in store.load_turns(session_id, first=1) if not (r.rolled_back or r.failed)]
     return {
         "session_id": session_id,
+        "title": state["title"],
         "agent": state["agent"],
         "status": state["status"],
         "metadata": state["metadata"],
@@ -100,13 +104,18 @@ def _turn_agents(events: list[Event]) -> dict[int, str | None]:
 
 
 def export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool = False,
-                 instructions: Mapping[str, str] | None = None) -> Iterator[str]:
+                 instructions: Mapping[str, str] | None = None,
+                 warn: Callable[[str], None] | None = None) -> Iterator[str]:
     """The text of one session in ``fmt`` (``chatflow``, ``md`` or ``openai``), in pieces.
 
     ``per_turn`` (``openai`` only): one line per turn window instead of one per session.
     ``instructions`` (``openai`` only): agent name -> instructions; the instructions of the
     agent active when a turn began are that turn's first ``system`` message, as the Runner
     sent them (the store keeps agents by name only).
+
+    What is written always imports back: a session with no live turn (none yet, or every
+    turn failed or rolled back) has no conversation in the ``openai`` form, so nothing is
+    written for it and ``warn`` (when given) is called with a sentence saying so.
 
     Raises:
         SessionNotFoundError: no such session.
@@ -121,6 +130,11 @@ def export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool = Fals
     system = [m for r in records if r.number == 0 for m in r.messages if m.role is Role.SYSTEM]
     turns = [r for r in records if r.number > 0]
     if fmt == "openai":
+        if not turns:
+            if warn is not None:
+                warn(f"{session_id}: not written in the openai format: it has no live turn "
+                     "(failed and rolled-back turns are not part of the conversation)")
+            return
         by_turn = _turn_agents(events) if instructions else {}
         texts = [(instructions or {}).get(by_turn.get(r.number) or header["agent"] or "") for r in turns]
         yield from export_openai(system, [list(r.messages) for r in turns], per_turn=per_turn,

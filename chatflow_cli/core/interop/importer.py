@@ -23,14 +23,19 @@ goes into that one transaction; source sessions with the same id share one too):
 A dry run is the same transaction, rolled back (``edit(..., dry_run=True)``): it fails
 exactly where the import would, and reports the same counts.
 
-The transaction creates the session when it is new (agent, ``max_turns``, metadata, SYSTEM messages). A
+The transaction creates the session when it is new (agent, ``max_turns``, metadata, SYSTEM
+messages, the source's title), and gives it the source's creation and last-activity times
+(:func:`_source_times`), so ``sessions ls`` and ``--since`` place imported history when it
+happened; a session the import did not make (``into`` an existing one) keeps its own. A
 session id that already exists and was not made by an earlier import of the same source is
 refused (:class:`UsageError`) unless ``into`` names it on purpose: the turns are then
 added after its own.
 
 chatflow's own format is replayed event by event (messages, tool results, handoffs,
-rollbacks, failed and interrupted turns, status, metadata changes, usage, agent versions
-and their changes, compactions with their summaries, custom events),
+rollbacks, failed and interrupted turns, interrupt requests, status, metadata changes,
+usage, agent versions and their changes, compactions with their summaries, titles,
+archiving and unarchiving, recoveries, earlier imports, custom events: every type the
+store writes),
 so exporting the imported session gives the same events in the same ``seq`` order, apart
 from their times (the time of the import), the idempotency keys of custom events (not
 carried) and the ``session.imported`` event at the end. A compaction imported ``into`` a
@@ -51,8 +56,8 @@ from .records import ImportedSession, content_digest, iso_time
 
 __all__ = ["ImportResult", "import_sessions"]
 
-_RECORDED = ("turn.completed", "turn.interrupted", "tool.pending", "tool.result_submitted", "session.recovered",
-             "session.imported")
+_RECORDED = ("turn.completed", "turn.interrupted", "turn.interrupt_requested", "tool.pending", "tool.result_submitted",
+             "session.recovered", "session.imported")
 
 
 @dataclass(slots=True)
@@ -122,6 +127,11 @@ def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int) -> No
         for key in data.get("removed") or []:
             ctx.metadata.pop(key, None)
         ctx.update_metadata(data.get("changes") or {})
+    elif kind == "session.titled":
+        title = data.get("title")
+        ctx.restore_title(title if isinstance(title, str) else None)
+    elif kind in ("session.archived", "session.unarchived"):
+        ctx.restore_archived(kind == "session.archived")
     elif kind == "context.compacted":
         if not offset:  # after the target's own turns, the summary would not cover them: left out
             ctx.restore_compaction(data)
@@ -181,6 +191,9 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
                 ctx.fail_turn(turn.error or "failed in the source")
             elif turn.outcome == "interrupted":
                 ctx.interrupt_turn("interrupted in the source")
+            elif ctx.pending_tool_calls:  # the source's last turn waits for custom tool results
+                ctx.record_event("tool.pending", {"turn": ctx.turn_count,
+                                                  "tool_use_ids": [c.id for c in ctx.pending_tool_calls]})
             else:
                 ctx.complete_turn(turn.content, usage=turn.usage or None, finish_reason=turn.finish_reason)
         chunks.append(_Chunk(key=f"turn:{turn.key}", change=change, turns=1, messages=len(turn.messages),
@@ -219,6 +232,8 @@ class _Plan:
             keys[self.start_key] = str(offset)
             for text in ([] if session.events is not None else session.system):  # a log replays its own
                 ctx.add_message(Message.system(text))
+            if session.events is None and session.title and self.result.created:
+                ctx.restore_title(session.title)
         for chunk in todo:
             try:
                 if self.grown is not None and self.prefix + chunk.key == self.grown[0]:
@@ -369,17 +384,35 @@ def import_sessions(
                 recorded.update(plan.apply(ctx, fmt, source, recorded))
 
         agent, max_turns, metadata = _creation(group[0], agent_name)
+        # the source's own times, for a session that is the source's (not another one, --into)
+        created_at, updated_at = _source_times(group) if into is None or not exists else (None, None)
         # one key for the whole batch: a second run of the same import racing this one replays
         batch = f"import:{group[0].source_id}:batch:" + content_digest(
             [p.prefix + key for p, keys in zip(plans, todo, strict=True) for key in keys]
             + [p.start_key for p in plans if p.started is None])
         store.edit(target, change, create_agent=agent, max_turns=max_turns, metadata=metadata,
-                   idempotency_key=batch, idempotency_keys=recorded, dry_run=dry_run)
+                   idempotency_key=batch, idempotency_keys=recorded, dry_run=dry_run,
+                   created_at=created_at, updated_at=updated_at)
         if not exists and not dry_run:
             first = group[0]
             if first.model or first.base_url:
                 store.set_session_endpoint(target, first.model, first.base_url)
     return [r for r in results if r is not None]
+
+
+def _source_times(sessions: Sequence[ImportedSession]) -> tuple[float | None, float | None]:
+    """When the conversation began and was last active in its source (UTC epoch seconds):
+    the sessions' own times (a chatflow header, md front matter), else their turns' times
+    (llm's ``datetime_utc``, Claude Code's entry timestamps); None when the source has none."""
+    starts = [s.created_at for s in sessions if s.created_at is not None]
+    starts += [t.created_at for s in sessions for t in s.turns if t.created_at is not None]
+    ends = [s.updated_at for s in sessions if s.updated_at is not None]
+    ends += [t.created_at for s in sessions for t in s.turns if t.created_at is not None]
+    created = min(starts) if starts else None
+    updated = max(ends) if ends else created
+    if created is not None and updated is not None and updated < created:
+        updated = created
+    return created, updated
 
 
 def _chunk_keys(plan: _Plan) -> list[str]:

@@ -1,7 +1,8 @@
 """A Markdown transcript a person reads (on GitHub, in an editor) and chatflow imports back.
 
-The file starts with front matter (``session``, ``agent``, ``model``, ``created``,
-``updated``, ``turns``, ``metadata``; each value JSON, which YAML reads too), then a
+The file starts with front matter (``session``, ``title``, ``agent``, ``model``,
+``base_url``, ``max_turns``, ``created``, ``updated``, ``turns``, ``metadata``; each value
+JSON, which YAML reads too; all but ``turns`` are read back), then a
 ``## Turn N`` heading per turn with the user's message and the replies as Markdown; tool
 calls and their results are folded into ``<details>`` blocks, their arguments and output in
 code fences. Every message is preceded by an HTML comment GitHub does not show::
@@ -11,13 +12,17 @@ code fences. Every message is preceded by an HTML comment GitHub does not show::
 which holds the message's fields and the number of lines of its text, so the text itself
 is written as it is (whatever Markdown, fences or headings it holds) and read back exactly.
 ``<!-- chatflow:turn {...} -->`` before each turn keeps its number, model, usage and
-finish reason. A file edited by hand imports as long as those comments still count right.
+finish reason. A file edited by hand imports as long as those comments still count right;
+a line that starts like one (``<!-- chatflow:``) but is not exactly one, or a fenced text
+whose fence does not close where its count says, is an error naming the line: a comment is
+never skipped, since what it describes would be lost.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +35,8 @@ __all__ = ["MD_MARK", "export_markdown", "read_markdown"]
 #: The first front-matter key of a chatflow Markdown transcript.
 MD_MARK = "chatflow"
 _MARKER = re.compile(r"^<!-- chatflow:(message|tool_call|turn) (\{.*\}) -->$")
+#: Any line that starts like a control comment: it must then be one exactly.
+_CONTROL = re.compile(r"^\s*<!--\s*chatflow:")
 _FENCE = re.compile(r"^(`{3,})")
 
 
@@ -102,6 +109,7 @@ def export_markdown(header: Mapping[str, Any], system: Sequence[Message],
     front = {
         MD_MARK: "md 1",
         "session": header.get("session_id"),
+        "title": header.get("title"),
         "agent": header.get("agent"),
         "model": settings.get("model"),
         "base_url": settings.get("base_url"),
@@ -144,9 +152,11 @@ def read_markdown(text: str, *, source: str = "-") -> list[ImportedSession]:
     into :class:`ImportedSession` values.
 
     Raises:
-        ImportFormatError: no chatflow front matter, a marker whose JSON does not parse, a
-            message whose text runs past the end of the file, or a tool call outside a
-            model message (naming the line).
+        ImportFormatError: no chatflow front matter, a malformed control comment (one
+            whose JSON does not parse, or a line starting ``<!-- chatflow:`` that is not
+            one), a message whose text runs past the end of the file or whose fence does
+            not close where its count says, or a tool call outside a model message (naming
+            the line).
     """
     lines = text.split("\n")
     if not lines or lines[0].strip() != "---":
@@ -192,6 +202,8 @@ def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSessio
         base_url=front.get("base_url") if isinstance(front.get("base_url"), str) else None,
         max_turns=max_turns if isinstance(max_turns, int) and not isinstance(max_turns, bool) else None,
         created_at=parse_time(front.get("created"), source=source, location="front matter"),
+        updated_at=parse_time(front.get("updated"), source=source, location="front matter"),
+        title=front.get("title") if isinstance(front.get("title"), str) and front.get("title") else None,
     )
     turn: ImportedTurn | None = None
     turn_meta: dict[str, Any] = {}
@@ -201,6 +213,9 @@ def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSessio
             return session, i  # the next transcript
         match = _MARKER.match(lines[i])
         if not match:
+            if _CONTROL.match(lines[i]):  # a control comment broken by hand: never skipped
+                raise _fail(source, i + 1, "a malformed chatflow comment (expected '<!-- chatflow:message "
+                                           "{...} -->', 'chatflow:tool_call' or 'chatflow:turn' with a JSON object)")
             i += 1
             continue
         number = i + 1
@@ -230,15 +245,16 @@ def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSessio
             body = "\n".join(lines[i:i + count])
             i += count
             if fenced:
+                if i >= len(lines) or not _FENCE.match(lines[i]):
+                    raise _fail(source, i + 1, f"the code fence of the text that starts on line {number + 2} "
+                                               f"should close here ('lines' is {count})")
                 i += 1
         if kind == "tool_call":
             if turn is None or not turn.messages or turn.messages[-1].role is not Role.MODEL:
                 raise _fail(source, number, "a tool call that follows no model message")
             last = turn.messages[-1]
             call = ToolCall(str(data.get("id") or ""), str(data.get("name") or ""), body if body is not None else "{}")
-            turn.messages[-1] = Message(last.role, last.content, (*last.tool_calls, call), last.tool_call_id,
-                                        last.name, last.agent, last.interrupted, last.is_error, last.reasoning,
-                                        last.finish_reason)
+            turn.messages[-1] = replace(last, tool_calls=(*last.tool_calls, call))  # every other field kept
             continue
         try:
             msg = Message.from_dict({**data, **({"content": body} if body is not None else {})})

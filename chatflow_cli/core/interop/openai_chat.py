@@ -13,7 +13,9 @@ Import: each line is a conversation and becomes a session (``openai-<digest of t
 ``content`` may be a string or a list of parts (their ``text`` is joined; other parts are
 kept as ``[<type>]``); ``developer`` counts as ``system``; a legacy ``function`` message is
 a tool result. A line whose messages break chatflow's history rules (an assistant message
-before any user message, a tool result that answers no call) is an error naming the line.
+before any user message, a tool result that answers no call, a call unanswered before the
+next message) is an error naming the line; tool calls left unanswered at the very end (a
+session waiting for custom tool results) are imported as waiting.
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ def read_openai(lines: Iterable[str], *, source: str = "-") -> list[ImportedSess
             raise ImportFormatError(f"{source}: {where}: not a {{\"messages\": [...]}} object", source=source,
                                     location=where)
         messages = [m for m in (_message(d, where, source) for d in data["messages"]) if m is not None]
-        problems = history_problems(messages)
+        problems = history_problems(messages, pending_ok=True)  # a line may end with tool calls
         if problems:
             raise ImportFormatError(f"{source}: {where}: {problems[0]}", source=source, location=where)
         digest = content_digest(data["messages"], 12)

@@ -78,7 +78,11 @@ class ImportedSession:
     ``source``: the format name; ``source_id``: the conversation's id in its source (an llm
     conversation or thread id, a Claude Code session id, a chatflow session id and its
     creation time); ``session_id``: the id chatflow gives it unless ``--into`` says
-    otherwise. ``system``: SYSTEM messages, in order. ``events``: for chatflow's own
+    otherwise. ``title``: the title the source gives it (set on a session the import
+    creates). ``created_at``/``updated_at``: UTC epoch seconds of the conversation's
+    start and last activity in the source, when known; a session the import creates keeps
+    them (``sessions ls`` orders and ``--since`` filters by when it happened), falling back
+    on its turns' ``created_at``. ``system``: SYSTEM messages, in order. ``events``: for chatflow's own
     format only, the whole event log to replay (``type``, ``payload``, ``created_at``,
     ``seq``); ``turns`` is then derived from it for counts. ``warnings``: what the reader
     skipped or repaired (a dangling parent, an unknown entry type).
@@ -94,6 +98,8 @@ class ImportedSession:
     base_url: str | None = None
     max_turns: int | None = None
     created_at: float | None = None
+    updated_at: float | None = None
+    title: str | None = None
     turns: list[ImportedTurn] = field(default_factory=list)
     events: list[dict[str, Any]] | None = None
     warnings: list[str] = field(default_factory=list)
