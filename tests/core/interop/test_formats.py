@@ -144,6 +144,26 @@ def test_md_malformed_input_names_the_line() -> None:
         read_markdown(text)
 
 
+_HEAD = '---\nchatflow: "md 1"\nsession: "a"\n---\n\n## Turn 1\n\n'
+
+
+@pytest.mark.parametrize(("body", "line"), [
+    # the JSON's closing brace lost: the regex no longer matched and the message was skipped
+    ('<!-- chatflow:message {"role":"user","lines":1 -->\nhi\n', 8),
+    ('<!-- chatflow:mesage {"role":"user","lines":1} -->\nhi\n', 8),
+    ('<!-- chatflow:message {"role":"user","lines":1} --> \nhi\n', 8),
+    ('<!-- chatflow:message {"role":"user","lines":1} -->\nhi\n\n<!--chatflow:turn {} -->\n', 11),
+    ('<!-- chatflow:message {"role":"user","lines":1} -->\nhi\n\n  <!-- chatflow:turn -->\n', 11),
+    # a fenced text whose count is off: its fence does not close where the count says
+    ('<!-- chatflow:message {"role":"user","lines":1} -->\nhi\n\n'
+     '<!-- chatflow:message {"role":"tool","tool_call_id":"x","lines":1,"fenced":true} -->\n```text\na\nb\n```\n', 14),
+])
+def test_md_a_malformed_control_comment_is_an_error_naming_its_line(body: str, line: int) -> None:
+    with pytest.raises(ImportFormatError, match=rf"^-: line {line}: ") as info:
+        read_markdown(_HEAD + body)
+    assert info.value.exit_code == 2
+
+
 def test_detection_and_unknown_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
     odd = tmp_path / "odd.txt"
     odd.write_text("hello\n")

@@ -15,10 +15,11 @@ from chatflow_cli.core.errors import ImportFormatError, UsageError
 from chatflow_cli.core.interop import export_lines, read_source
 from chatflow_cli.core.interop.importer import import_sessions
 from chatflow_cli.core.memory import SessionStore
+from chatflow_cli.core.events import EventType
 from chatflow_cli.core.messages import Message
 
 from .conftest import DATA
-from .sample import build_rich_session
+from .sample import build_every_event_session, build_rich_session
 from .test_claude_code import lines_of, session_lines
 
 
@@ -67,6 +68,51 @@ def test_chatflow_round_trip_gives_the_same_events(exported: tuple[SessionStore,
     assert strip(again[0]) == strip(first[0])
     assert [r.messages for r in store.load_turns("rich", first=0, include_rolled_back=True)] == [
         r.messages for r in source.load_turns("rich", first=0, include_rolled_back=True)]
+
+
+def _comparable(line: str) -> dict[str, Any]:
+    """An exported line without what the README says may differ: times, custom events'
+    idempotency keys, the header's counts."""
+    data = json.loads(line)
+    data.pop("created_at", None)
+    data.pop("idempotency_key", None)
+    if "session" in data:
+        for key in ("created_at", "updated_at", "events"):
+            data["session"].pop(key)
+    return data
+
+
+def test_every_event_type_the_store_writes_round_trips(make_store: Any, tmp_path: Path) -> None:
+    """export -> import -> export gives the same events for a log holding every event type
+    the store writes (a type added to EventType must be built here, and import back)."""
+    source = make_store("source")
+    build_every_event_session(source)
+    written = {e.type for e in source.events("every")}
+    assert {t.value for t in EventType} <= written and "note" in written
+    path = tmp_path / "every.jsonl"
+    path.write_text("".join(export_lines(source, "every", "chatflow")), encoding="utf-8")
+    store = make_store("target")
+    [result] = import_file(store, path)
+    assert result.created and result.counts["events"] == len(source.events("every")) - 1
+    again = "".join(export_lines(store, "every", "chatflow")).splitlines()
+    first = path.read_text(encoding="utf-8").splitlines()
+    assert [_comparable(x) for x in again[1:-1]] == [_comparable(x) for x in first[1:]]
+    assert json.loads(again[-1])["type"] == "session.imported"
+    assert _comparable(again[0]) == _comparable(first[0])
+    # the state the events derive is the source's: title, archived, agent versions, window
+    [mine] = store.list_sessions(archived=True)
+    [theirs] = source.list_sessions(archived=True)
+    assert (mine.title, mine.archived_at is not None, mine.active_agent_name) == (
+        theirs.title, True, theirs.active_agent_name) == ("Order 404, refunded", True, "Billing")
+    assert [r.messages for r in store.load_turns("every", first=0, include_rolled_back=True)] == [
+        r.messages for r in source.load_turns("every", first=0, include_rolled_back=True)]
+    got, want = store.get("every"), source.get("every")
+    assert got is not None and want is not None
+    assert got.agent_versions == want.agent_versions and got.history == want.history
+    # no lock token leaves the store, not even the one an interrupt request names
+    assert "dead-run-token" not in path.read_text(encoding="utf-8")
+    tokens = [e.payload["owner"] for e in source.events("every") if e.type == "turn.interrupt_requested"]
+    assert tokens and all(token not in path.read_text(encoding="utf-8") for token in tokens)
 
 
 def test_importing_again_writes_nothing(exported: tuple[SessionStore, Path], make_store: Any) -> None:
@@ -265,3 +311,112 @@ def test_a_changed_turn_with_turns_after_it_is_kept_with_a_warning(make_store: A
                                 "turns after it: kept as it was imported")]
     assert [t.messages[0].content for t in store.load_turns(first.session_id)] == [
         "Why does the build fail?", "and in chatflow?", "Fix it, ünïcødé ✓"]
+
+
+def _live(store: Any, session_id: str) -> list[tuple[Message, ...]]:
+    return [r.messages for r in store.load_turns(session_id, first=0) if not (r.rolled_back or r.failed)]
+
+
+def test_what_the_openai_export_writes_always_imports_back(make_store: Any, tmp_path: Path) -> None:
+    """A session whose only turn failed has no conversation: it is left out with a warning
+    (it wrote {"messages": []}, which import refuses); a session waiting for custom tool
+    results ends with the calls and imports back waiting."""
+    from chatflow_cli.core.messages import ToolCall
+
+    source = make_store("source")
+    build_every_event_session(source)
+    failed = source.get_or_create("failed", "Assistant")
+    failed.add_message(Message.user("never answered"))
+    failed.fail_turn(RuntimeError("down"))
+    source.save(failed)
+    waiting = source.get_or_create("waiting", "Assistant")
+    waiting.add_message(Message.user("approve it"))
+    waiting.add_message(Message.model(None, [ToolCall("p1", "approve", "{}")], agent="Assistant"))
+    waiting.record_event("tool.pending", {"turn": 1, "tool_use_ids": ["p1"]})
+    source.save(waiting)
+    for per_turn in (False, True):
+        warnings: list[str] = []
+        text = "".join(piece for sid in ("every", "failed", "waiting")
+                       for piece in export_lines(source, sid, "openai", per_turn=per_turn, warn=warnings.append))
+        assert len(warnings) == 1 and warnings[0].startswith("failed: not written in the openai format")
+        path = tmp_path / f"all-{per_turn}.jsonl"
+        path.write_text(text, encoding="utf-8")
+        store = make_store(f"target-{per_turn}")
+        results = import_file(store, path)
+        assert len(results) == len(text.splitlines()) == (2 if not per_turn else source.turn_count("every") + 1)
+    # the waiting session imports back waiting for the same call, and takes its result
+    last = results[-1]  # waiting's line comes last
+    imported = store.get(last.session_id)
+    assert imported is not None
+    assert [c.id for c in imported.pending_tool_calls] == ["p1"]
+    assert store.submit_tool_result(last.session_id, "p1", "approved") == []
+
+
+def test_md_export_keeps_every_field_of_the_messages_and_the_header(make_store: Any, tmp_path: Path) -> None:
+    """md export -> import keeps every message field (agent_version on a tool-call-only reply,
+    too), the title, agent, model, max_turns, metadata and the session's times."""
+    source = make_store("source")
+    build_every_event_session(source)
+    source.set_session_endpoint("every", "gpt-x", "http://127.0.0.1:9/v1")
+    path = tmp_path / "every.md"
+    path.write_text("".join(export_lines(source, "every", "md")), encoding="utf-8")
+    store = make_store("target")
+    [result] = import_file(store, path)
+    assert result.created
+    assert _live(store, "every") == _live(source, "every")
+    calls_only = [m for turn in _live(store, "every") for m in turn if m.tool_calls and not m.content]
+    assert calls_only and all(m.agent_version for m in calls_only)
+    [mine] = store.list_sessions()
+    [theirs] = source.list_sessions(archived=True)
+    assert (mine.title, mine.active_agent_name, mine.max_turns, mine.metadata) == (
+        theirs.title, theirs.active_agent_name, theirs.max_turns, theirs.metadata)
+    assert mine.title == "Order 404, refunded"
+    assert store.session_endpoint("every") == ("gpt-x", "http://127.0.0.1:9/v1")
+    # the front matter's times, to the millisecond it writes
+    assert abs(mine.created_at - theirs.created_at) < 0.001 and abs(mine.updated_at - theirs.updated_at) < 0.001
+
+
+def test_imported_sessions_keep_the_times_of_their_source(make_store: Any, tmp_path: Path) -> None:
+    """created_at/updated_at of an imported session are when the conversation happened in
+    its source, not the time of the import: the chatflow header's, llm's datetime_utc of
+    the first and last response, Claude Code's entry timestamps."""
+    from chatflow_cli.core.interop.records import parse_time
+
+    source = make_store("source")
+    build_rich_session(source)
+    header = json.loads(next(export_lines(source, "rich", "chatflow")))["session"]
+    path = tmp_path / "rich.jsonl"
+    path.write_text("".join(export_lines(source, "rich", "chatflow")), encoding="utf-8")
+    # a chatflow export from long ago: its header's times are the source's
+    lines = path.read_text(encoding="utf-8").splitlines()
+    head = json.loads(lines[0])
+    head["session"].update(created_at="2024-03-01T09:00:00.000Z", updated_at="2024-03-02T18:30:00.000Z")
+    lines[0] = json.dumps(head)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    store = make_store("target")
+    import_file(store, path)
+    [rich] = store.list_sessions()
+    assert (rich.created_at, rich.updated_at) == (parse_time("2024-03-01T09:00:00Z"), parse_time("2024-03-02T18:30:00Z"))
+    assert header["created_at"] != "2024-03-01T09:00:00.000Z"
+    # --since keeps what was active lately in its source: not this import of old history
+    assert store.list_sessions(since=parse_time("2025-01-01T00:00:00Z")) == []
+    # llm: the first and last response of each conversation
+    import_file(store, DATA / "llm-0.27-logs.db")
+    by_id = {s.session_id: s for s in store.list_sessions()}
+    first = by_id["01m8qrnckyj17s6w205c5jfayw"]
+    assert (first.created_at, first.updated_at) == (parse_time("2026-12-01T02:59:07.769496+00:00"),
+                                                    parse_time("2026-12-01T02:59:11.061066+00:00"))
+    # Claude Code: its entries' timestamps
+    claude = tmp_path / "4f35.jsonl"
+    claude.write_text("\n".join(lines_of(session_lines())) + "\n", encoding="utf-8")
+    [result] = import_file(store, claude)
+    cc = next(s for s in store.list_sessions() if s.session_id == result.session_id)
+    assert cc.created_at == cc.updated_at == parse_time("2026-11-30T10:00:00.000Z")
+    # sessions ls order (newest activity first) is the sources' order
+    assert [s.session_id for s in store.list_sessions()][-2:] == [result.session_id, "rich"]
+    # --into an existing session keeps that session's own creation time
+    mine = store.get_or_create("mine", "Assistant")
+    store.save(mine)
+    made = next(s for s in store.list_sessions() if s.session_id == "mine").created_at
+    import_file(store, path, into="mine")
+    assert next(s for s in store.list_sessions() if s.session_id == "mine").created_at == made
