@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import db_path
+from tests.conftest import COMMAND, REPO, db_path
 from tests.core.interop.conftest import DATA, upgraded_llm_db  # noqa: F401 (a fixture)
 from tests.core.interop.sample import build_rich_session
 from tests.core.interop.test_claude_code import lines_of, session_lines
@@ -449,3 +453,121 @@ def test_a_claude_code_file_imported_while_it_was_written_grows_on_the_next_impo
     assert "No result in the imported log." not in json.dumps(shown["turns"])
     again = chatflow("sessions", "import", str(path), "--json").json()["sessions"][0]
     assert (again["counts"]["turns"], again["skipped_turns"], again["warnings"]) == (0, 2, [])
+
+
+def test_a_titled_and_archived_session_round_trips_and_export_all_takes_it(chatflow: Any, rich_db: Path,
+                                                                            tmp_path: Path) -> None:
+    assert chatflow("sessions", "rename", "rich", "Order 404").returncode == 0
+    assert chatflow("sessions", "archive", "rich").returncode == 0
+    # --all is every session: a backup drops no archived one
+    whole = chatflow("sessions", "export", "--all")
+    assert whole.returncode == 0, whole
+    assert [x["session"]["session_id"] for x in whole.jsonl() if "format" in x] == ["rich", "other"]
+    assert {x.get("type") for x in whole.jsonl()} >= {"session.titled", "session.archived"}
+    listed = chatflow("sessions", "export", "--all", "--format", "json").json()
+    assert [d["session"]["session_id"] for d in listed] == ["rich", "other"]
+    assert chatflow("sessions", "export", "rich", "--since", "1h").returncode == 0  # archived, named, --since
+    path = tmp_path / "all.jsonl"
+    path.write_text(whole.stdout, encoding="utf-8")
+    other_db = tmp_path / "other.db"
+    imported = chatflow("--db", str(other_db), "sessions", "import", str(path))
+    assert imported.returncode == 0, imported
+    again = chatflow("--db", str(other_db), "sessions", "export", "--all")
+    assert again.returncode == 0, again
+
+    def events(lines: list[Any]) -> list[Any]:
+        return [(e["seq"], e["type"], e["data"]) for e in lines if "format" not in e and e["type"] != "session.imported"]
+
+    assert events(again.jsonl()) == events(whole.jsonl())
+    shown = chatflow("--db", str(other_db), "sessions", "ls", "--archived", "--json").json()
+    assert [(s["session_id"], s["title"]) for s in shown] == [("rich", "Order 404")]
+    refused = chatflow("--db", str(other_db), "chat", "-s", "rich", "more")
+    assert refused.returncode != 0 and "archived" in refused.stderr
+
+
+def test_openai_export_of_a_session_whose_only_turn_failed_writes_nothing_for_it(chatflow: Any, provider: Any,
+                                                                                 tmp_path: Path) -> None:
+    provider.add_error(400, {"error": {"message": "bad request"}})
+    failed = chatflow("chat", "-s", "broken", "hello?")
+    assert failed.returncode != 0
+    provider.add_text("fine")
+    assert chatflow("chat", "-s", "works", "hi").returncode == 0
+    out = tmp_path / "evals.jsonl"
+    exported = chatflow("sessions", "export", "broken", "works", "--format", "openai", "-o", str(out))
+    assert exported.returncode == 0, exported
+    assert "warning: broken: not written in the openai format: it has no live turn" in exported.stderr
+    [line] = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+    assert line["messages"][-1] == {"role": "assistant", "content": "fine"}
+    back = chatflow("--db", str(tmp_path / "b.db"), "sessions", "import", str(out))
+    assert back.returncode == 0, back
+    alone = chatflow("sessions", "export", "broken", "--format", "openai", "--per-turn")
+    assert alone.returncode == 0 and alone.stdout == "" and "no live turn" in alone.stderr
+
+
+def test_md_a_malformed_control_comment_exits_2_and_stores_nothing(chatflow: Any, rich_db: Path,
+                                                                   tmp_path: Path) -> None:
+    md = chatflow("sessions", "export", "rich", "--format", "md").stdout
+    lines = md.split("\n")
+    at = next(k for k, x in enumerate(lines) if x.startswith('<!-- chatflow:message {"role":"user"'))
+    lines[at] = lines[at].replace("} -->", " -->")  # a brace lost in an edit
+    bad = tmp_path / "bad.md"
+    bad.write_text("\n".join(lines), encoding="utf-8")
+    other_db = tmp_path / "other.db"
+    result = chatflow("--db", str(other_db), "sessions", "import", str(bad))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"chatflow: error: {bad}: line {at + 1}: a malformed chatflow comment")
+    assert not other_db.exists() or chatflow("--db", str(other_db), "sessions", "ls", "--json").json() == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_export_to_a_file_leaves_neither_the_file_nor_a_temp_file(signum: int, tmp_path: Path) -> None:
+    from chatflow_cli.core.messages import Message
+    from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+    path = db_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with SQLiteSessionStore(path) as store:  # about 40 MB of export: it takes a while to write
+        s = store.get_or_create("big", "Assistant", max_turns=5)
+        for k in range(400):
+            s.add_message(Message.user(f"q{k} " + "x" * 50_000))
+            s.add_message(Message.model(f"a{k} " + "y" * 50_000))
+            s.complete_turn("")
+            if k % 50 == 49:
+                store.save(s)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    target = out_dir / "big.jsonl"
+    target.write_text("the previous export\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))}
+    proc = subprocess.Popen([*COMMAND, "sessions", "export", "big", "-o", str(target)], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        # the temp file beside the target has bytes in it: the export is being written
+        while not [p for p in out_dir.iterdir() if p.name.startswith(".big.jsonl.") and p.stat().st_size > 0]:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.002)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == (130 if signum == signal.SIGINT else -signum), err
+    assert sorted(p.name for p in out_dir.iterdir()) == ["big.jsonl"]  # no temp file
+    assert target.read_text(encoding="utf-8") == "the previous export\n"  # as it was
+
+
+def test_imported_sessions_are_listed_by_when_they_happened(chatflow: Any, rich_db: Path, tmp_path: Path) -> None:
+    exported = chatflow("sessions", "export", "rich", "--format", "md").stdout
+    old = re.sub(r'^created: ".*"$', 'created: "2024-03-01T09:00:00.000Z"', exported, count=1, flags=re.M)
+    old = re.sub(r'^updated: ".*"$', 'updated: "2024-03-02T18:30:00.000Z"', old, count=1, flags=re.M)
+    old = re.sub(r'"created_at":[0-9.]+', '"created_at":1709300000.0', old)  # the turns' times, in between
+    path = tmp_path / "old.md"
+    path.write_text(old, encoding="utf-8")
+    assert chatflow("sessions", "import", str(path), "--into", "old-copy").returncode == 0
+    listed = chatflow("sessions", "ls", "--json").json()
+    assert [s["session_id"] for s in listed][-1] == "old-copy"  # the oldest activity, last
+    recent = chatflow("sessions", "ls", "--since", "30d", "--json").json()
+    assert "old-copy" not in [s["session_id"] for s in recent]
+    entry = listed[-1]
+    assert (entry["created_at"], entry["updated_at"]) == (1709283600.0, 1709404200.0)  # 2024-03-01T09:00, 03-02T18:30
