@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from ..context import notice
 from ..core.errors import UsageError
@@ -86,17 +86,26 @@ def _instructions(state: State) -> dict[str, str]:
     return {spec.name: spec.instructions for spec in agents}
 
 
-def _write(state: State, store: SessionStoreProtocol | None, session_ids: list[str], fmt: str, per_turn: bool, out: IO[str]) -> None:
+def _write(state: State, store: SessionStoreProtocol | None, session_ids: list[str], fmt: str, per_turn: bool,
+           out: IO[str]) -> int:
+    """Write the sessions; return how many were written (``openai`` leaves out, with a
+    warning, a session with no live turn)."""
     from ..core.interop import export_lines
 
     if fmt == "json":
         _write_json(state, store, session_ids, out)
-        return
+        return len(session_ids)
     instructions = _instructions(state) if fmt == "openai" else None
+    left_out: list[str] = []
+
+    def warn(text: str) -> None:
+        left_out.append(text)
+        notice(state, f"warning: {safe_text(text)}")
+
     for sid in session_ids:
-        for piece in export_lines(store, sid, fmt, per_turn=per_turn, instructions=instructions,
-                                  warn=lambda text: notice(state, f"warning: {safe_text(text)}")):
+        for piece in export_lines(store, sid, fmt, per_turn=per_turn, instructions=instructions, warn=warn):
             out.write(piece)
+    return len(session_ids) - len(left_out)
 
 
 def export_sessions(state: State, session_ids: list[str], *, all_: bool, since: float | None, fmt: str,
@@ -135,7 +144,7 @@ def export_sessions(state: State, session_ids: list[str], *, all_: bool, since: 
                 raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
-                _write(state, store, ids, fmt, per_turn, out)
+                written = _write(state, store, ids, fmt, per_turn, out)
             with _signals_blocked():  # renamed, or not: never a signal between the two
                 os.replace(tmp, target)
                 tmp = ""
@@ -148,7 +157,7 @@ def export_sessions(state: State, session_ids: list[str], *, all_: bool, since: 
             raise
     if stopped:  # pragma: no cover - the process ends by the signal it got, as it would have
         _die_by(stopped[0])
-    notice(state, f"exported {plural(len(ids), 'session')} to {output}")
+    notice(state, f"exported {plural(written, 'session')} to {output}")
 
 
 #: Signals that end an export to a file; the file is then neither written nor left half.
@@ -202,7 +211,7 @@ def _signals_blocked() -> Iterator[None]:
         mask(signal.SIG_SETMASK, old)
 
 
-def _die_by(signum: int) -> None:  # pragma: no cover - ends the process
+def _die_by(signum: int) -> NoReturn:  # pragma: no cover - ends the process
     """End the process by ``signum`` with its default action (the exit status a parent
     expects, 128 + the signal's number in a shell)."""
     signal.signal(signum, signal.SIG_DFL)

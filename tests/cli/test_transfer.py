@@ -496,6 +496,7 @@ def test_openai_export_of_a_session_whose_only_turn_failed_writes_nothing_for_it
     exported = chatflow("sessions", "export", "broken", "works", "--format", "openai", "-o", str(out))
     assert exported.returncode == 0, exported
     assert "warning: broken: not written in the openai format: it has no live turn" in exported.stderr
+    assert "exported 1 session to" in exported.stderr
     [line] = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
     assert line["messages"][-1] == {"role": "assistant", "content": "fine"}
     back = chatflow("--db", str(tmp_path / "b.db"), "sessions", "import", str(out))

@@ -45,7 +45,8 @@ def session_header(store: Any, session_id: str, events: list[Event] | None = Non
     """The header of an export: ``session_id``, ``title`` (the title set, or None),
     ``agent``, ``status``, ``metadata``,
     ``settings`` (``max_turns``, ``model``, ``base_url``), ``created_at``/``updated_at`` (ISO
-    8601 UTC), ``turns`` (live turns) and ``events`` (the log's length).
+    8601 UTC: the session's creation and last activity, as ``sessions ls`` shows them, so an
+    imported session passes its source's times on), ``turns`` (live turns) and ``events`` (the log's length).
 
     Raises:
         SessionNotFoundError: no such session.
@@ -56,6 +57,13 @@ def session_header(store: Any, session_id: str, events: list[Event] | None = Non
     endpoint = getattr(store, "session_endpoint", None)
     model, base_url = endpoint(session_id) if endpoint is not None else (None, None)
     live = [r for r in store.load_turns(session_id, first=1) if not (r.rolled_back or r.failed)]
+    # the session's own times, as ``sessions ls`` shows them (an imported session keeps its
+    # source's, which its events' times -- the import's -- are not); the log's for a store without them
+    created, updated = (events[0].created_at, events[-1].created_at) if events else (None, None)
+    summary = getattr(store, "session_summary", None)
+    if summary is not None:
+        found = summary(session_id)
+        created, updated = found.created_at, found.updated_at
     return {
         "session_id": session_id,
         "title": state["title"],
@@ -63,8 +71,8 @@ def session_header(store: Any, session_id: str, events: list[Event] | None = Non
         "status": state["status"],
         "metadata": state["metadata"],
         "settings": {"max_turns": state["max_turns"], "model": model, "base_url": base_url},
-        "created_at": iso_time(events[0].created_at) if events else None,
-        "updated_at": iso_time(events[-1].created_at) if events else None,
+        "created_at": iso_time(created) if created is not None else None,
+        "updated_at": iso_time(updated) if updated is not None else None,
         "turns": max((r.number for r in live), default=0),
         "events": len(events),
     }

@@ -414,6 +414,15 @@ def test_imported_sessions_keep_the_times_of_their_source(make_store: Any, tmp_p
     assert cc.created_at == cc.updated_at == parse_time("2026-11-30T10:00:00.000Z")
     # sessions ls order (newest activity first) is the sources' order
     assert [s.session_id for s in store.list_sessions()][-2:] == [result.session_id, "rich"]
+    # and passes them on: its export carries them, another import keeps them again
+    again = json.loads(next(export_lines(store, "rich", "chatflow")))["session"]
+    assert (again["created_at"], again["updated_at"]) == ("2024-03-01T09:00:00.000Z", "2024-03-02T18:30:00.000Z")
+    chain = tmp_path / "llm-first.jsonl"
+    chain.write_text("".join(export_lines(store, first.session_id, "chatflow")), encoding="utf-8")
+    third = make_store("third")
+    import_file(third, chain)
+    [copied] = third.list_sessions()
+    assert abs(copied.created_at - first.created_at) < 0.001 and abs(copied.updated_at - first.updated_at) < 0.001
     # --into an existing session keeps that session's own creation time
     mine = store.get_or_create("mine", "Assistant")
     store.save(mine)
