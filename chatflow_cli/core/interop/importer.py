@@ -15,8 +15,8 @@ goes into that one transaction; source sessions with the same id share one too):
    source that grew adds only its new turns; a turn's key keeps its number in the target
    and a digest of its content, so a turn read while the source was still being written
    (a Claude Code file, an llm tool loop) and grown since is imported again whole when it
-   is the target's last turn (the short copy rolled back, with a warning), and kept as it
-   was, with a warning, when the session has turns after it;
+   is still the target's last turn (the short copy rolled back, with a warning), and kept
+   as it was, with a warning, when the session went on from there;
 3. one ``session.imported`` event (``format``, ``source``, ``source_id`` and the ``counts``
    this run added) closes the transaction when it added anything.
 
@@ -95,6 +95,7 @@ class _Chunk:
     tool_calls: int
     location: str
     digest: str = ""  # a turn's content (not for a log's events, which never change)
+    opening: str | None = None  # a turn's user message
 
 
 def _shift(payload: dict[str, Any], offset: int) -> dict[str, Any]:
@@ -199,7 +200,8 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
         chunks.append(_Chunk(key=f"turn:{turn.key}", change=change, turns=1, messages=len(turn.messages),
                              tool_calls=sum(len(m.tool_calls) for m in turn.messages),
                              location=turn.location or f"turn {turn.key}",
-                             digest=content_digest([[m.to_dict() for m in turn.messages], turn.outcome, turn.error])))
+                             digest=content_digest([[m.to_dict() for m in turn.messages], turn.outcome, turn.error]),
+                             opening=turn.messages[0].content if turn.messages else None))
     return chunks
 
 
@@ -258,9 +260,10 @@ class _Plan:
 
 
 def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, into: str | None, fmt: str,
-          source: str, dry_run: bool, exists: bool, pending: set[str]) -> _Plan:
+          source: str, dry_run: bool, exists: bool, pending: set[str], added_before: int) -> _Plan:
     """``pending``: the idempotency keys the source sessions before this one in the same
-    transaction record (empty for the first): the plan counts as if they were stored."""
+    transaction record (empty for the first): the plan counts as if they were stored;
+    ``added_before``: the turns they add (after the target's last one)."""
     prefix = f"import:{session.source_id}:"
     start_key = prefix + "start"
     made = exists or bool(pending)  # an earlier source session of this transaction creates it
@@ -274,7 +277,9 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
     chunks = _event_chunks(session, 0) if session.events is not None else _turn_chunks(session)
     stored = store.idempotency_digests(target, [prefix + c.key for c in chunks]) if exists else {}
     warnings = list(session.warnings)
-    grown = _grown(chunks, prefix, stored, store.turn_count(target) if exists else 0, warnings)
+    window = store.window_turns(target) if exists and not added_before and stored else ()
+    last = (window[-1].number, window[-1].messages[0].content) if window else (-1, None)
+    grown = _grown(chunks, prefix, stored, last, warnings)
     known = (set(stored) - {grown[0] if grown else ""}) | pending
     todo = [c for c in chunks if prefix + c.key not in known]
     systems = 0 if session.events is not None or start_key in started or start_key in pending else len(session.system)
@@ -288,25 +293,26 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
     return _Plan(session, target, prefix, start_key, started.get(start_key), known, result, grown)
 
 
-def _grown(chunks: list[_Chunk], prefix: str, stored: dict[str, str], last: int,
+def _grown(chunks: list[_Chunk], prefix: str, stored: dict[str, str], last: tuple[int, str | None],
            warnings: list[str]) -> tuple[str, int] | None:
     """The key and turn number of a turn imported before whose content the source has since
     changed (a Claude Code file or llm conversation read while it was being written: the
-    turn has grown). It is imported again, whole, when it is the target's last turn (the
-    copy imported before is rolled back); a changed turn with turns after it is kept as it
-    was imported, with a warning in ``warnings``."""
+    turn has grown). It is imported again, whole, when it is still the target's last live
+    turn (``last``: its number and user message; the copy imported before is rolled back);
+    a changed turn the session has gone on from (turns after it, or rolled back and
+    replaced) is kept as it was imported, with a warning in ``warnings``."""
     found = None
     for chunk in chunks:
         number, _, digest = stored.get(prefix + chunk.key, "").partition(":")
         if not (chunk.digest and digest and digest != chunk.digest):
             continue
-        if number == str(last) and found is None:
-            found = (prefix + chunk.key, last)
-            warnings.append(f"{chunk.location}: grew in the source since it was imported as turn {last}: "
+        if number == str(last[0]) and chunk.opening == last[1] and found is None:
+            found = (prefix + chunk.key, last[0])
+            warnings.append(f"{chunk.location}: grew in the source since it was imported as turn {last[0]}: "
                             "that copy is rolled back and the whole turn imported again")
         else:
             warnings.append(f"{chunk.location}: changed in the source since it was imported as turn {number}, "
-                            "but the session has turns after it: kept as it was imported")
+                            "but the session went on from there: kept as it was imported")
     return found
 
 
@@ -370,7 +376,7 @@ def import_sessions(
         pending: set[str] = set()
         for k, s in zip(indexes, group, strict=True):
             plan = _plan(store, s, target, into=into, fmt=fmt, source=source, dry_run=dry_run, exists=exists,
-                         pending=pending)
+                         pending=pending, added_before=sum(p.result.counts["turns"] for p in plans))
             plans.append(plan)
             todo.append(_chunk_keys(plan))
             pending |= {plan.prefix + key for key in todo[-1]} | {plan.start_key}

@@ -291,15 +291,20 @@ def test_an_llm_conversation_read_mid_tool_loop_gets_its_turn_whole_later(make_s
     assert [r.counts["turns"] for r in import_file(store, DATA / "llm-0.27-logs.db")] == [0, 0, 0]
 
 
-def test_a_changed_turn_with_turns_after_it_is_kept_with_a_warning(make_store: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("went_on", ["after it", "in its place"])
+def test_a_changed_turn_with_turns_after_it_is_kept_with_a_warning(make_store: Any, tmp_path: Path,
+                                                                   went_on: str) -> None:
     """Only the target's last turn can be imported again: once the session went on (here in
-    chatflow), a turn that changed in the source is kept as imported, and the import says so."""
+    chatflow, after the turn or rolled back to before it), a turn that changed in the source
+    is kept as imported, and the import says so."""
     lines = lines_of(session_lines())
     path = tmp_path / "s.jsonl"
     path.write_text("\n".join(lines[:4]) + "\n", encoding="utf-8")
     store = make_store()
     [first] = import_file(store, path)
     session = store.get_or_create(first.session_id, "Assistant")
+    if went_on == "in its place":
+        session.rollback_to(0)
     session.add_message(Message.user("and in chatflow?"))
     session.add_message(Message.model("yes"))
     session.complete_turn("yes")
@@ -307,10 +312,10 @@ def test_a_changed_turn_with_turns_after_it_is_kept_with_a_warning(make_store: A
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     [result] = import_file(store, path)
     assert result.counts["turns"] == 1 and result.skipped_turns == 1
-    assert result.warnings == [("line 2: changed in the source since it was imported as turn 1, but the session has "
-                                "turns after it: kept as it was imported")]
+    assert result.warnings == [("line 2: changed in the source since it was imported as turn 1, but the session went "
+                                "on from there: kept as it was imported")]
     assert [t.messages[0].content for t in store.load_turns(first.session_id)] == [
-        "Why does the build fail?", "and in chatflow?", "Fix it, ünïcødé ✓"]
+        *(["Why does the build fail?"] if went_on == "after it" else []), "and in chatflow?", "Fix it, ünïcødé ✓"]
 
 
 def _live(store: Any, session_id: str) -> list[tuple[Message, ...]]:
