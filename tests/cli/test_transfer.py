@@ -572,3 +572,15 @@ def test_imported_sessions_are_listed_by_when_they_happened(chatflow: Any, rich_
     assert "old-copy" not in [s["session_id"] for s in recent]
     entry = listed[-1]
     assert (entry["created_at"], entry["updated_at"]) == (1709283600.0, 1709404200.0)  # 2024-03-01T09:00, 03-02T18:30
+
+
+def test_a_time_that_is_not_one_is_an_error_naming_the_file_and_line(chatflow: Any, rich_db: Path,
+                                                                      tmp_path: Path) -> None:
+    lines = chatflow("sessions", "export", "other").stdout.splitlines()
+    header = json.loads(lines[0])
+    header["session"]["created_at"] = "someday"
+    path = tmp_path / "other.jsonl"
+    path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n", encoding="utf-8")
+    result = chatflow("--db", str(tmp_path / "target.db"), "sessions", "import", str(path))
+    assert result.returncode == 2
+    assert result.stderr == f"chatflow: error: {path}: line 1: not a time: 'someday'\n"

@@ -177,7 +177,7 @@ def _text_row(row: sqlite3.Row, source: str, where: str) -> sqlite3.Row:
 
 def _time(value: Any, source: str, where: str) -> float | None:
     try:
-        return parse_time(value, source=source, location=where)
+        return parse_time(value)
     except ImportFormatError as exc:
         raise _bad(source, where, f"datetime_utc is {exc}") from None
 

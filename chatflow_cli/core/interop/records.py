@@ -132,7 +132,8 @@ def content_digest(data: Any, length: int = 16) -> str:
 
 def parse_time(value: Any, *, source: str | None = None, location: str | None = None) -> float | None:
     """UTC epoch seconds from an ISO 8601 string (``Z``, an offset, or none: UTC), or a number;
-    None for None/"". Raises ImportFormatError for anything else."""
+    None for None/"". Raises ImportFormatError for anything else (naming ``source`` and
+    ``location`` when given)."""
     if value is None or value == "":
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -147,7 +148,8 @@ def parse_time(value: Any, *, source: str | None = None, location: str | None = 
             if moment.tzinfo is None:
                 moment = moment.replace(tzinfo=UTC)
             return moment.timestamp()
-    raise ImportFormatError(f"not a time: {str(value)[:40]!r}", source=source, location=location)
+    where = "".join(f"{part}: " for part in (source, location) if part)  # the error names the file and line
+    raise ImportFormatError(f"{where}not a time: {str(value)[:40]!r}", source=source, location=location)
 
 
 def iso_time(epoch: float | None) -> str | None:
