@@ -30,6 +30,12 @@ Each item becomes a chatflow message that carries the item itself (``Message.ite
   a new item while tool calls are still unanswered first closes them with a result named
   ``chatflow.sdk_gap`` (``get_items`` leaves those out).
 
+Items carry no agent name, so model messages are labelled with the session's active
+agent, as chatflow's own Runner labels its replies. A handoff's output (the SDK answers a
+``transfer_to_<agent>`` call with ``{"assistant": "<agent name>"}``) makes the agent it
+names the active agent -- a ``handoff`` event at that place in the turn -- and labels the
+items after it, so ``sessions show`` reads ``handoff: Support -> Billing``.
+
 Messages chatflow itself wrote in the session (``chatflow chat -s ID``) are returned as the
 equivalent items (``{"role": "user", ...}``, ``{"role": "assistant", ...}``,
 ``function_call``, ``function_call_output``), so an SDK program can continue a session
@@ -178,8 +184,27 @@ def _ensure_turn(ctx: SessionContext) -> None:
         ctx.add_message(Message.user(""))
 
 
-def _place(ctx: SessionContext, items: Sequence[dict[str, Any]], agent: str | None) -> None:
-    """Append ``items`` to the context as messages (see the module docstring)."""
+def _handoff_target(call: ToolCall, output: Any) -> str | None:
+    """The agent a handoff's output names: the SDK answers a ``transfer_to_*`` call with
+    ``{"assistant": "<agent name>"}``; None for any other call or output."""
+    if not call.name.startswith("transfer_to_") or not isinstance(output, str) or '"assistant"' not in output:
+        return None
+    try:
+        data = json.loads(output)
+    except ValueError:
+        return None
+    name = data.get("assistant") if isinstance(data, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _place(ctx: SessionContext, items: Sequence[dict[str, Any]], agent: str | None = None) -> None:
+    """Append ``items`` to the context as messages (see the module docstring).
+
+    Model items are labelled with ``agent``, else the session's active agent; a handoff's
+    output makes the agent it names the active agent (a ``handoff`` event at that place in
+    the turn) and labels the items after it."""
+    if agent is None:
+        agent = getattr(ctx.active_agent, "name", None) or None
     i = 0
     while i < len(items):
         item = items[i]
@@ -209,8 +234,12 @@ def _place(ctx: SessionContext, items: Sequence[dict[str, Any]], agent: str | No
             if call_id in open_calls:
                 output = item.get("output")
                 text = output if isinstance(output, str) else _content_text(output)
-                ctx.add_message(Message(Role.TOOL, text, tool_call_id=call_id, name=open_calls[call_id].name,
-                                        items=(item,)))
+                call = open_calls[call_id]
+                ctx.add_message(Message(Role.TOOL, text, tool_call_id=call_id, name=call.name, items=(item,)))
+                target = _handoff_target(call, output)
+                if target is not None:
+                    ctx.set_active_agent(target, tool_call_id=call_id)
+                    agent = target
                 i += 1
                 continue
         _close_gaps(ctx)
@@ -392,7 +421,7 @@ class ChatflowSession:
 
         def change(ctx: SessionContext) -> None:
             turn_open.append(ctx.turn_count > 0)
-            _place(ctx, copies, None)
+            _place(ctx, copies)
 
         result = await self.store.aedit(self.session_id, change, create_agent=self._agent_name,
                                         max_turns=self._max_turns, metadata=self._metadata, last_turns=1)

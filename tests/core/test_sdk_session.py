@@ -313,6 +313,49 @@ def test_run_remembers_the_active_agent_across_runs(any_store: BaseSessionStore)
     assert [(h["from_agent"], h["to_agent"]) for h in handoffs] == [("Support", "Billing")]
 
 
+def test_replies_carry_the_agent_that_gave_them_and_the_handoff_sits_where_it_happened(tmp_path: Path) -> None:
+    """Items carry no agent name: replies are labelled with the active agent, and a handoff's
+    output (the SDK's ``{"assistant": name}``) switches it at that place in the turn -- through
+    the plain ``Runner.run`` too, and as ``chatflow sessions show`` prints it."""
+    support, billing, model = billing_agents()
+    model.extend([{"output": [function_call("transfer_to_billing", {}, call_id="h1")]},
+                  {"output": [assistant_message("Billing here.")]}])
+    db = tmp_path / "s.db"
+    store = SQLiteSessionStore(db)
+    session = ChatflowSession("labels", store, agent_name="Support")
+    run(Runner.run(support, "I want a refund", session=session))  # the SDK's own Runner, not session.run
+    assert session.active_agent_name == "Billing"
+    (turn,) = store.load_turns("labels")
+    assert [(m.role.value, m.agent) for m in turn.messages] == [
+        ("user", None), ("model", "Support"), ("tool", None), ("model", "Billing")]
+    events = store.events("labels")
+    handoff_event = next(e for e in events if e.type == "handoff")
+    assert handoff_event.payload["from_agent"] == "Support" and handoff_event.payload["to_agent"] == "Billing"
+    assert handoff_event.payload["tool_call_id"] == "h1"
+    tool_seq = next(e.seq for e in events if e.type == "tool.result")
+    assert handoff_event.seq == tool_seq + 1  # right after the handoff's output, before Billing's reply
+    store.close()
+    shown = subprocess.run([sys.executable, "-m", "chatflow_cli", "--db", str(db), "sessions", "show", "labels"],
+                           capture_output=True, text=True, timeout=60, env={**os.environ, "NO_COLOR": "1"})
+    assert shown.returncode == 0, shown.stderr
+    assert "handoff: Support -> Billing" in shown.stdout
+    assert "Billing: Billing here." in shown.stdout
+    assert "model" not in shown.stdout.replace("(budget", "")
+
+
+def test_an_output_that_only_looks_like_a_handoff_changes_no_agent(any_store: BaseSessionStore) -> None:
+    session = ChatflowSession("lookalike", any_store, agent_name="Support")
+    run(session.add_items([
+        {"role": "user", "content": "hi"},
+        {"type": "function_call", "call_id": "t1", "name": "lookup", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "t1", "output": '{"assistant": "Billing"}'},
+        {"type": "function_call", "call_id": "t2", "name": "transfer_to_billing", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "t2", "output": "not json"},
+    ]))
+    assert session.active_agent_name == "Support"
+    assert not [e for e in any_store.events("lookalike") if e.type == "handoff"]
+
+
 def test_run_with_a_message_id_runs_a_redelivery_once(any_store: BaseSessionStore) -> None:
     support, _, model = billing_agents()
     model.extend([{"output": [assistant_message("Hello!")]}])
