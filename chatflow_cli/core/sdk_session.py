@@ -349,9 +349,9 @@ class ChatflowSession:
         self._agent_name = agent_name
         self._metadata = dict(metadata or {})
         self._copy_out = isinstance(self.store, SessionStore)  # the memory store keeps the objects
-        # The items of the whole window as JSON text, at a log position: get_items() answers from
-        # it while the log has not moved (one indexed read), and add_items() extends it.
-        self._cache: tuple[tuple[str, int], list[str]] | None = None
+        # The window's items grouped by turn as one JSON text, at a log position: get_items()
+        # answers from it while the log has not moved (one indexed read), add_items() extends it.
+        self._cache: tuple[tuple[str, int], str] | None = None
 
     # -- the Session protocol ----------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
@@ -384,12 +384,13 @@ class ChatflowSession:
         cache = self._cache
         if cache is not None and self._max_turns == UNBOUNDED_TURNS:
             if await self.store.alog_position(self.session_id) == cache[0]:
-                return [json.loads(text) for text in cache[1]]  # fresh objects, as a read gives
+                groups: list[list[dict[str, Any]]] = json.loads(cache[1])  # fresh objects, as a read gives
+                return groups
         position, rows = await self.store.awindow_dicts(self.session_id)
         groups = _turn_items(rows)
         self._cache = None
         if position is not None and self._max_turns == UNBOUNDED_TURNS:
-            self._cache = (position, [json.dumps(g, ensure_ascii=False) for g in groups])
+            self._cache = (position, json.dumps(groups, ensure_ascii=False))
         return groups
 
     def _extend_cache(self, result: Any, turn_open: bool, items: list[dict[str, Any]], texts: list[str]) -> None:
@@ -397,14 +398,14 @@ class ChatflowSession:
         cache, self._cache = self._cache, None
         if cache is None or result.position is None or cache[0] != result.before:
             return
-        groups = list(cache[1])
-        for item, text in zip(items, texts):
-            if _is_user(item) or not turn_open:  # as _place opens turns
-                groups.append("[]")
+        text = cache[1]  # "[[item, ...], ...]": the groups' JSON, extended in place
+        for item, item_text in zip(items, texts):
+            if _is_user(item) or not turn_open or text == "[]":  # as _place opens turns
+                text = text[:-1] + (",[" if text != "[]" else "[") + item_text + "]]"
                 turn_open = True
-            last = groups[-1]
-            groups[-1] = last[:-1] + ("," if last != "[]" else "") + text + "]"
-        self._cache = (result.position, groups)
+            else:
+                text = text[:-2] + ("," if not text.endswith("[]]") else "") + item_text + "]]"
+        self._cache = (result.position, text)
 
     async def add_items(self, items: list[Any]) -> None:
         """Append ``items`` in one transaction (nothing is written when one is not a JSON object).

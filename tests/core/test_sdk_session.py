@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 agents = pytest.importorskip("agents", reason="the agents-sdk extra (openai-agents) is not installed")
 
@@ -409,3 +411,54 @@ def test_a_second_writer_is_seen_at_once(any_store: BaseSessionStore) -> None:
     any_store.delete("both")
     run(two.add_items([{"role": "user", "content": "new incarnation"}]))
     assert run(one.get_items()) == [{"role": "user", "content": "new incarnation"}]
+
+
+_ITEM_KINDS = ["user", "call", "output", "assistant", "reasoning", "orphan_output", "handoff"]
+
+
+def _item(kind: str, n: int) -> list[dict[str, Any]]:
+    if kind == "user":
+        return [{"role": "user", "content": f"q{n} ✓"}]
+    if kind == "call":
+        return [{"type": "function_call", "call_id": f"c{n}", "name": "add", "arguments": "{}"}]
+    if kind == "output":
+        return [{"type": "function_call_output", "call_id": f"c{n - 1}", "output": str(n)}]
+    if kind == "assistant":
+        return [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"a{n}"}]}]
+    if kind == "reasoning":
+        return [{"type": "reasoning", "summary": [{"type": "summary_text", "text": "hm"}]}]
+    if kind == "orphan_output":
+        return [{"type": "function_call_output", "call_id": "nowhere", "output": "x"}]
+    return [{"type": "function_call", "call_id": f"h{n}", "name": "transfer_to_billing", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"h{n}", "output": '{"assistant": "Billing"}'}]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "add", "add", "pop", "clear"]),
+                              st.lists(st.sampled_from(_ITEM_KINDS), min_size=1, max_size=4)), max_size=12))
+def test_the_cached_window_always_equals_a_fresh_read(tmp_path: Path, ops: list[tuple[str, list[str]]]) -> None:
+    """get_items() answers from a cache that add_items extends in place: after any mix of
+    adds, pops and clears it returns what a read of the stored window returns."""
+    import uuid
+
+    store = SQLiteSessionStore(tmp_path / f"{uuid.uuid4().hex}.db")
+    session = ChatflowSession("prop", store)
+    fresh = ChatflowSession("prop", store)
+    n = 0
+    try:
+        for op, kinds in ops:
+            if op == "add":
+                items: list[dict[str, Any]] = []
+                for kind in kinds:
+                    n += 1
+                    items += _item(kind, n)
+                run(session.add_items(items))
+            elif op == "pop":
+                run(session.pop_item())
+            else:
+                run(session.clear_session())
+            cached = run(session.get_items())
+            fresh._cache = None
+            assert cached == run(fresh.get_items())
+    finally:
+        store.close()

@@ -153,9 +153,7 @@ class _StoreCore:
         the newest N turns (a context for an edit that needs no more; older turns still load
         on demand, for a rollback)."""
         window_turns = row.max_turns if last_turns is None else min(row.max_turns, last_turns)
-        through = tx.latest_summary_through(row.session_id)
-        first = max(1, row.turn_count - window_turns + 1, (through or 0) + 1)
-        window = tx.window(row.session_id, first)
+        window = tx.live_window(row.session_id, max(1, row.turn_count - window_turns + 1))
         agent = self._resolve_agent(row.active_agent_name, default_agent, quiet)
         # Inside the transaction, pruned turns come from the same transaction; _detach()
         # switches to the store's own reads before the context leaves the store.

@@ -346,6 +346,14 @@ class _Tx:
         """K of the session's newest live summary (highest K), or None when it has none."""
         raise NotImplementedError
 
+    def live_window(self, session_id: str, newest_first: int) -> list[tuple[int, Message]]:
+        """The context window from turn ``newest_first`` on (the newest ``max_turns`` turns),
+        cut after the newest summary: :meth:`window` from ``max(newest_first, K + 1)``, K the
+        newest summary's :meth:`latest_summary_through` (0 without one). A backend may read
+        it in one statement."""
+        through = self.latest_summary_through(session_id)
+        return self.window(session_id, max(newest_first, (through or 0) + 1))
+
     def remove_summaries(self, session_id: str, after_turn: int, seq: int) -> None:
         """Mark live summaries whose K is above ``after_turn`` removed (``rolled_back``) at ``seq``."""
         raise NotImplementedError
@@ -355,9 +363,9 @@ class _Tx:
         raise NotImplementedError
 
     def window_dicts(self, session_id: str, first_turn: int) -> list[tuple[int, dict[str, Any]]]:
-        """:meth:`window` as ``Message.to_dict()`` dicts; a backend that stores JSON may
+        """:meth:`live_window` as ``Message.to_dict()`` dicts; a backend that stores JSON may
         return it parsed, without building messages."""
-        return [(turn, msg.to_dict()) for turn, msg in self.window(session_id, first_turn)]
+        return [(turn, msg.to_dict()) for turn, msg in self.live_window(session_id, first_turn)]
 
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool

@@ -196,10 +196,15 @@ def _event(session_id: str, r: tuple[Any, ...]) -> Event:
 class _SQLiteTx(_Tx):
     """Primitives over one connection inside one transaction."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, write: bool = False) -> None:
         self._conn = conn
+        self._write = write
         self._seq: dict[str, int] = {}
+        # The next position of a turn's live messages, per (session, turn); _known_from[s] = t:
+        # every live row of s from turn t on was read in this transaction (live_window), so a
+        # turn from t on missing from _positions has none.
         self._positions: dict[tuple[str, int], int] = {}
+        self._known_from: dict[str, int] = {}
         # Inserts of events and messages are batched (one executemany each) and flushed
         # before any other statement of the transaction and before COMMIT.
         self._events: list[tuple[Any, ...]] = []
@@ -218,10 +223,20 @@ class _SQLiteTx(_Tx):
                 rows.clear()
 
     def get_row(self, session_id: str) -> _SessionRow | None:
+        if not self._write or session_id in self._seq:
+            r = self.c.execute(
+                f"SELECT {_ROW_COLUMNS} FROM chatflow_sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            return None if r is None else _row(r)
+        # a write reads the log's last seq with the row: next_seq needs no statement of its own
         r = self.c.execute(
-            f"SELECT {_ROW_COLUMNS} FROM chatflow_sessions WHERE session_id = ?", (session_id,)
+            f"SELECT {_ROW_COLUMNS}, (SELECT COALESCE(MAX(seq), 0) FROM chatflow_events WHERE session_id = ?1) "
+            "FROM chatflow_sessions WHERE session_id = ?1", (session_id,)
         ).fetchone()
-        return None if r is None else _row(r)
+        if r is None:
+            return None
+        self._seq[session_id] = r[14]
+        return _row(r)
 
     def insert_row(self, row: _SessionRow) -> None:
         self.c.execute(
@@ -238,6 +253,8 @@ class _SQLiteTx(_Tx):
 
     def delete_row(self, session_id: str) -> bool:
         self._seq.pop(session_id, None)
+        self._known_from.pop(session_id, None)
+        self._positions = {k: v for k, v in self._positions.items() if k[0] != session_id}
         return self.c.execute("DELETE FROM chatflow_sessions WHERE session_id = ?", (session_id,)).rowcount > 0
 
     def list_rows(self, agent: str | None) -> list[_SessionRow]:
@@ -363,7 +380,9 @@ class _SQLiteTx(_Tx):
                        message_json: str | None = None) -> None:
         key = (session_id, turn)
         position = self._positions.get(key)
-        if position is None:  # pending rows of this turn would be in _positions: no flush needed
+        if position is None and turn >= self._known_from.get(session_id, 2**62):
+            position = 0
+        elif position is None:  # pending rows of this turn would be in _positions: no flush needed
             position = self._conn.execute(
                 "SELECT COALESCE(MAX(position), -1) + 1 FROM chatflow_messages "
                 "WHERE session_id = ? AND turn = ? AND removed_at_seq IS NULL",
@@ -382,7 +401,9 @@ class _SQLiteTx(_Tx):
             "WHERE session_id = ? AND removed_at_seq IS NULL AND turn >= ? AND turn <= ?",
             (seq, reason, session_id, max(1, first), last if last is not None else 2**62),
         )
-        self._positions = {k: v for k, v in self._positions.items() if k[0] != session_id or k[1] < first}
+        top = last if last is not None else 2**62
+        # the turns first..last have no live rows now (position 0 again); the others keep theirs
+        self._positions = {k: v for k, v in self._positions.items() if k[0] != session_id or not first <= k[1] <= top}
 
     def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
         system = self.c.execute(
@@ -401,6 +422,48 @@ class _SQLiteTx(_Tx):
             (session_id, max(1, first_turn)),
         ).fetchall()
         return [(0, _message(j, n)) for j, n in system] + [(t, _message(j, n)) for t, j, n in rows]
+
+    def _live_window_rows(self, session_id: str, newest_first: int) -> list[tuple[int, str, int | None]]:
+        """``(turn, message_json, tokens)`` of :meth:`live_window`'s messages, in its order.
+
+        One statement reads the live rows of turn 0 (SYSTEM messages and summaries) and of
+        the turns from ``newest_first`` on; the cut after the newest summary is made here.
+        Every live row of those turns is read, so their next positions are known without a
+        statement of their own (see ``_known_from``)."""
+        first_read = max(1, newest_first)
+        rows = self.c.execute(
+            "SELECT turn, position, role, message_json, tokens, summary_through, message_id FROM chatflow_messages "
+            "WHERE session_id = ?1 AND turn = 0 AND removed_at_seq IS NULL "
+            "UNION ALL SELECT turn, position, role, message_json, tokens, summary_through, message_id "
+            "FROM chatflow_messages WHERE session_id = ?1 AND turn >= ?2 AND removed_at_seq IS NULL "
+            "ORDER BY 1, 2",
+            (session_id, first_read),
+        ).fetchall()
+        positions = self._positions
+        if self._known_from.get(session_id, 2**62) > first_read:
+            self._known_from[session_id] = first_read
+        positions.setdefault((session_id, 0), 0)
+        newest: tuple[int, int, str, int | None] | None = None  # (K, message_id, json, tokens)
+        system: list[tuple[int, str, int | None]] = []
+        turns: list[tuple[int, str, int | None]] = []
+        for turn, position, role, text, tokens, through, message_id in rows:
+            key = (session_id, turn)
+            if positions.get(key, 0) <= position:
+                positions[key] = position + 1
+            if turn != 0:
+                turns.append((turn, text, tokens))
+            elif through is not None:
+                if newest is None or (through, message_id) > newest[:2]:
+                    newest = (through, message_id, text, tokens)
+            elif role == "system":
+                system.append((0, text, tokens))
+        if newest is None:
+            return system + turns
+        system.append((0, newest[2], newest[3]))
+        return system + [row for row in turns if row[0] > newest[0]]
+
+    def live_window(self, session_id: str, newest_first: int) -> list[tuple[int, Message]]:
+        return [(turn, _message(text, tokens)) for turn, text, tokens in self._live_window_rows(session_id, newest_first)]
 
     def latest_summary_through(self, session_id: str) -> int | None:
         r = self.c.execute(
@@ -427,18 +490,10 @@ class _SQLiteTx(_Tx):
         return [_StoredMessage(0, _message(j, n), reason, seq) for j, n, reason, seq in rows]
 
     def window_dicts(self, session_id: str, first_turn: int) -> list[tuple[int, dict[str, Any]]]:
-        system = self.c.execute(
-            "SELECT turn, message_json FROM chatflow_messages WHERE session_id = ? AND turn = 0 "
-            "AND removed_at_seq IS NULL AND role = 'system' ORDER BY turn, position",
-            (session_id,),
-        ).fetchall()
-        rows = self.c.execute(
-            "SELECT turn, message_json FROM chatflow_messages WHERE session_id = ? AND turn >= ? "
-            "AND removed_at_seq IS NULL ORDER BY turn, position",
-            (session_id, max(1, first_turn)),
-        ).fetchall()
-        loads = json.loads
-        return [(t, loads(j)) for t, j in system + rows]
+        rows = self._live_window_rows(session_id, first_turn)
+        # one parse for the whole window: a call per message costs more than the parsing
+        parsed = json.loads("[" + ",".join(text for _, text, _ in rows) + "]")
+        return [(row[0], data) for row, data in zip(rows, parsed)]
 
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
@@ -822,7 +877,7 @@ class SQLiteSessionStore(BaseSessionStore):
             except sqlite3.Error as exc:
                 raise _store_error(exc, self._label) from exc
             try:
-                tx = _SQLiteTx(conn)
+                tx = _SQLiteTx(conn, write=begin != "BEGIN")
                 yield tx
                 tx.flush()
                 conn.execute("COMMIT")

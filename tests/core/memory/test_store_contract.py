@@ -449,7 +449,7 @@ def test_begin_turn_creates_claims_and_releases(any_store: BaseSessionStore, age
 
 
 def _window_loads(store: BaseSessionStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the store's context-window queries (``_Tx.window`` of its transaction class)."""
+    """Count the store's context-window loads (``_Tx.live_window`` of its transaction class)."""
     from chatflow_cli.core.memory.inmemory import _MemoryTx
     from chatflow_cli.core.memory.sqlite import _SQLiteTx
 
@@ -459,13 +459,13 @@ def _window_loads(store: BaseSessionStore, monkeypatch: pytest.MonkeyPatch) -> l
 
         tx_class = _PgTx
     calls: list[int] = []
-    original = tx_class.window
+    original = tx_class.live_window
 
-    def window(self: object, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
+    def live_window(self: object, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
         calls.append(first_turn)
         return original(self, session_id, first_turn)
 
-    monkeypatch.setattr(tx_class, "window", window)
+    monkeypatch.setattr(tx_class, "live_window", live_window)
     return calls
 
 
