@@ -394,18 +394,27 @@ class ChatflowSession:
         return groups
 
     def _extend_cache(self, result: Any, turn_open: bool, items: list[dict[str, Any]], texts: list[str]) -> None:
-        """After add_items: the cache follows when it was current just before the edit."""
+        """After add_items: the cache follows when it was current just before the edit.
+
+        The cache text is ``[[item, ...], ...]``; the new items are spliced in with one
+        concatenation, opening a group where :func:`_place` opens a turn."""
         cache, self._cache = self._cache, None
         if cache is None or result.position is None or cache[0] != result.before:
             return
-        text = cache[1]  # "[[item, ...], ...]": the groups' JSON, extended in place
+        text = cache[1]
+        has_group = text != "[]"
+        head = text[:-2] if has_group else "["  # inside the last group, or inside the outer list
+        in_group = has_group and not head.endswith("[")  # the open group already holds an item
+        pieces: list[str] = []
         for item, item_text in zip(items, texts):
-            if _is_user(item) or not turn_open or text == "[]":  # as _place opens turns
-                text = text[:-1] + (",[" if text != "[]" else "[") + item_text + "]]"
-                turn_open = True
-            else:
-                text = text[:-2] + ("," if not text.endswith("[]]") else "") + item_text + "]]"
-        self._cache = (result.position, text)
+            if _is_user(item) or not turn_open or not has_group:
+                pieces.append("],[" if has_group else "[")
+                has_group = turn_open = True
+            elif in_group:
+                pieces.append(",")
+            pieces.append(item_text)
+            in_group = True
+        self._cache = (result.position, head + "".join(pieces) + "]]")
 
     async def add_items(self, items: list[Any]) -> None:
         """Append ``items`` in one transaction (nothing is written when one is not a JSON object).
