@@ -46,6 +46,10 @@ class Role(str, Enum):
 
 _ROLES: dict[str, Role] = {role.value: role for role in Role}
 
+#: ``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` without building an
+#: encoder per call: the stores encode every message and event they write with it.
+compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
@@ -246,7 +250,7 @@ class Message:
         )
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        return compact_json(self.to_dict())
 
     @classmethod
     def from_json(cls, text: str) -> Message:

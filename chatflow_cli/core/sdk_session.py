@@ -78,7 +78,7 @@ from typing import Any
 
 from .errors import UsageError
 from .memory import BaseSessionStore, SessionContext, SessionStore
-from .messages import Message, Role, ToolCall
+from .messages import Message, Role, ToolCall, compact_json
 
 __all__ = ["GAP_TOOL_NAME", "ChatflowSession", "SessionRun"]
 
@@ -169,7 +169,7 @@ def _json_text(item: Any, index: int) -> str:
     if not isinstance(item, Mapping):
         raise TypeError(f"item {index} is a {type(item).__name__}, not a dict")
     try:
-        return json.dumps(item, ensure_ascii=False)
+        return compact_json(item)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"item {index} is not JSON-serialisable: {exc}") from None
 
@@ -390,7 +390,7 @@ class ChatflowSession:
         groups = _turn_items(rows)
         self._cache = None
         if position is not None and self._max_turns == UNBOUNDED_TURNS:
-            self._cache = (position, json.dumps(groups, ensure_ascii=False))
+            self._cache = (position, compact_json(groups))
         return groups
 
     def _extend_cache(self, result: Any, turn_open: bool, items: list[dict[str, Any]], texts: list[str]) -> None:

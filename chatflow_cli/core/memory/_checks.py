@@ -16,6 +16,7 @@ from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..messages import compact_json
 
 #: Turns kept in the context window unless a session says otherwise.
 DEFAULT_MAX_TURNS = 40
@@ -104,7 +105,7 @@ def _check_text(data: Any, what: str, session_id: str | None = None) -> str:
     SQLite refuses. Both stores refuse it the same way, before writing anything (we choose
     refusing over storing an escaped copy: the caller would get back other text than sent).
     """
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    text = compact_json(data)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import SchemaTooNewError, StoreError
 from ..events import Event, SessionStatus
-from ..messages import Message, Role
+from ..messages import Message, Role, compact_json
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
 from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
@@ -186,7 +186,7 @@ def _preview_text(message_json: str | None) -> str:
 
 
 def _dumps(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return compact_json(data)
 
 
 def _event(session_id: str, r: tuple[Any, ...]) -> Event:
