@@ -184,3 +184,36 @@ def test_the_whole_package_passes_mypy_strict(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("Success: no issues found"), done.stdout
+
+
+def _readme_sdk_switch() -> str:
+    """The README's two-line switch to chatflow's store (the first python block of its
+    "An Agents SDK session on chatflow's store" section)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("### An Agents SDK session on chatflow's store", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.slow
+def test_mypy_strict_passes_on_the_readmes_agents_sdk_switch(tmp_path: Path) -> None:
+    """The README's two lines, with the SDK's real ``Runner.run(..., session=session)``:
+    ChatflowSession meets the SDK's ``Session`` protocol for a type checker (its items are
+    the SDK's ``TResponseInputItem``, its settings ``SessionSettings | None``)."""
+    pytest.importorskip("mypy")
+    pytest.importorskip("agents", reason="the agents-sdk extra (openai-agents) is not installed")
+    body = "".join(f"    {line}\n" if line else "\n" for line in _readme_sdk_switch().splitlines())
+    assert "Runner.run(" in body and "session=session" in body, body
+    bot = ("from typing import Any\n\nfrom agents import Agent, Runner\n\n\n"
+           "async def main(agent: Agent[Any]) -> None:\n" + body
+           + "    items = await session.get_items()\n    await session.add_items(items)\n"
+           + "    print(result.final_output, await session.pop_item())\n")
+    (tmp_path / "sdk_bot.py").write_text(bot)
+    # plain --strict: the SDK's and openai's types are followed (skipping them makes the items Any)
+    env = {**os.environ, "MYPYPATH": str(REPO)}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / ".mypy_cache"), "sdk_bot.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400,
+    )
+    assert done.returncode == 0, bot + done.stdout + done.stderr
+    assert done.stdout.startswith("Success: no issues found"), done.stdout

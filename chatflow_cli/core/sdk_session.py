@@ -74,11 +74,16 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import UsageError
 from .memory import BaseSessionStore, SessionContext, SessionStore
 from .messages import Message, Role, ToolCall, compact_json
+
+if TYPE_CHECKING:  # the SDK's own types, so a type checker sees the ``Session`` protocol met
+    # (ignored when the SDK is absent: the names are then Any; never imported at run time)
+    from agents.items import TResponseInputItem  # type: ignore[import-not-found,unused-ignore]
+    from agents.memory.session_settings import SessionSettings  # type: ignore[import-not-found,unused-ignore]
 
 __all__ = ["GAP_TOOL_NAME", "ChatflowSession", "SessionRun"]
 
@@ -321,7 +326,7 @@ class ChatflowSession:
         session_id: str,
         store: BaseSessionStore | str | Path | None = None,
         *,
-        session_settings: Any = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
         turn_safe: bool = False,
         max_turns: int | None = None,
         agent_name: str = DEFAULT_AGENT_NAME,
@@ -330,10 +335,11 @@ class ChatflowSession:
         settings_mod = _require_sdk()
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
-        self.session_id = session_id
-        self.session_settings = (
-            settings_mod.coerce_session_settings(session_settings) if session_settings is not None
-            else settings_mod.SessionSettings()
+        self.session_id: str = session_id
+        self.session_settings: SessionSettings | None = (
+            settings_mod.coerce_session_settings(
+                dict(session_settings) if isinstance(session_settings, Mapping) else session_settings)
+            if session_settings is not None else settings_mod.SessionSettings()
         )
         self._owns_store = not isinstance(store, BaseSessionStore)
         if isinstance(store, BaseSessionStore):
@@ -354,9 +360,9 @@ class ChatflowSession:
         self._cache: tuple[tuple[str, int], str] | None = None
 
     # -- the Session protocol ----------------------------------------------------------
-    async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """The session's items, oldest first; see the module docstring for ``limit``."""
-        if limit is None:
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The session's items (JSON dicts as added), oldest first; see the module docstring for ``limit``."""
+        if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
         per_turn = await self._window_items()
         if limit is None or limit < 0:
@@ -377,7 +383,7 @@ class ChatflowSession:
         else:
             flat = [it for group in per_turn for it in group]
             items = flat[-limit:]
-        return copy.deepcopy(items) if self._copy_out else items
+        return cast("list[TResponseInputItem]", copy.deepcopy(items) if self._copy_out else items)
 
     async def _window_items(self) -> list[list[dict[str, Any]]]:
         """The window's items grouped by turn: from the cache when the log has not moved."""
@@ -416,7 +422,7 @@ class ChatflowSession:
             in_group = True
         self._cache = (result.position, head + "".join(pieces) + "]]")
 
-    async def add_items(self, items: list[Any]) -> None:
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` in one transaction (nothing is written when one is not a JSON object).
 
         Raises:
@@ -437,7 +443,7 @@ class ChatflowSession:
                                         max_turns=self._max_turns, metadata=self._metadata, last_turns=1)
         self._extend_cache(result, bool(turn_open and turn_open[0]), copies, texts)
 
-    async def pop_item(self) -> dict[str, Any] | None:
+    async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item; None when the session has none."""
 
         def change(ctx: SessionContext) -> dict[str, Any] | None:
@@ -464,7 +470,8 @@ class ChatflowSession:
 
         self._cache = None
         popped = (await self.store.aedit(self.session_id, change, last_turns=1)).value
-        return copy.deepcopy(popped) if (popped is not None and self._copy_out) else popped
+        return cast("TResponseInputItem | None",
+                    copy.deepcopy(popped) if (popped is not None and self._copy_out) else popped)
 
     async def clear_session(self) -> None:
         """Empty the window; the event log keeps every item."""
