@@ -31,7 +31,9 @@ Each item becomes a chatflow message that carries the item itself (``Message.ite
   ``chatflow.sdk_gap`` (``get_items`` leaves those out).
 
 Items carry no agent name, so model messages are labelled with the session's active
-agent, as chatflow's own Runner labels its replies. A handoff's output (the SDK answers a
+agent, as chatflow's own Runner labels its replies: ``agent_name`` for a session created by
+the plain ``Runner.run``, the starting agent's name for one :meth:`ChatflowSession.run`
+creates (a run that starts with another agent than the active one makes it active first). A handoff's output (the SDK answers a
 ``transfer_to_<agent>`` call with ``{"assistant": "<agent name>"}``) makes the agent it
 names the active agent -- a ``handoff`` event at that place in the turn -- and labels the
 items after it, so ``sessions show`` reads ``handoff: Support -> Billing``.
@@ -57,28 +59,39 @@ Contract
   without that item, plus an ``sdk.item_popped`` event holding the item.
 * ``clear_session`` empties the window (a ``rollback`` to turn 0 and an
   ``sdk.session_cleared`` event); the log keeps everything.
+* A busy session (a ``chatflow chat`` turn running on it) makes ``add_items``,
+  ``pop_item`` and ``clear_session`` try again with a short backoff for up to ``wait``
+  seconds, then raise ``SessionBusyError``; they also raise ``SessionTerminatedError``,
+  ``add_items`` ``SessionArchivedError`` (a user item in an archived session) and
+  ``TypeError`` (an item that is not a JSON-serialisable dict).
 * An injected store is never closed by the session; a store the session opened from a
   path (or the in-memory one it made) is closed by :meth:`close`.
 
 Beyond the SDK's own sessions: :meth:`ChatflowSession.run` runs ``Runner.run`` with the
 session's remembered active agent (a handoff in one run is the starting agent of the
 next), a message id de-duplicated with the store's claims (a redelivered webhook message
-runs once) and an idempotency key (a retried call returns the first run's output without
-running again).
+runs once) and an idempotency key (a retried call with the same input returns the first
+run's output without running again; another input raises ``IdempotencyConflictError``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import copy
+import hashlib
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from .errors import UsageError
+from .errors import IdempotencyConflictError, SessionBusyError, UsageError
 from .memory import BaseSessionStore, SessionContext, SessionStore
+from .memory._checks import _check_wait
 from .messages import Message, Role, ToolCall, compact_json
+from .runner import DEFAULT_WAIT_S
 
 if TYPE_CHECKING:  # the SDK's own types, so a type checker sees the ``Session`` protocol met
     # (ignored when the SDK is absent: the names are then Any; never imported at run time)
@@ -94,6 +107,13 @@ _GAP_TEXT = "No output was added for this call before the next item."
 DEFAULT_AGENT_NAME = "Assistant"
 #: ``max_turns`` of sessions the SDK session creates: the SDK expects every item back.
 UNBOUNDED_TURNS = 1_000_000
+#: The first and the longest pause between two tries of an edit on a busy session, in seconds.
+_BUSY_BACKOFF_S = (0.02, 0.25)
+
+#: The agent a :meth:`ChatflowSession.run` starts with, until the run's first ``add_items``
+#: makes it the active agent: ``(session object, [name])``, the list emptied when it is used.
+_RUN_START: contextvars.ContextVar[tuple[object, list[str]] | None] = contextvars.ContextVar(
+    "chatflow_sdk_run_start", default=None)
 
 
 def _require_sdk() -> Any:
@@ -314,11 +334,17 @@ class ChatflowSession:
             default of ``get_items``.
         turn_safe: ``get_items(limit)`` returns whole turns only.
         max_turns: the context window of a session created here, in turns (default: all).
-        agent_name: the active agent of a session created here.
+        agent_name: the active agent of a session created here by ``add_items`` (the label
+            of its replies); a session created by :meth:`run` takes the starting agent's name.
         metadata: the metadata of a session created here.
+        wait: seconds ``add_items``, ``pop_item`` and ``clear_session`` wait for a busy
+            session (a ``chatflow chat`` turn running on it), trying again with a short
+            backoff, before :class:`SessionBusyError` (default ``DEFAULT_WAIT_S``, 60, as the
+            library Runner; 0 refuses a busy session at once).
 
     Raises:
         ImportError: the ``openai-agents`` package is not installed.
+        ValueError, TypeError: an empty ``session_id``, or a negative or non-number ``wait``.
     """
 
     def __init__(
@@ -331,10 +357,12 @@ class ChatflowSession:
         max_turns: int | None = None,
         agent_name: str = DEFAULT_AGENT_NAME,
         metadata: Mapping[str, Any] | None = None,
+        wait: float = DEFAULT_WAIT_S,
     ) -> None:
         settings_mod = _require_sdk()
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
+        self.wait = _check_wait(wait)
         self.session_id: str = session_id
         self.session_settings: SessionSettings | None = (
             settings_mod.coerce_session_settings(
@@ -425,26 +453,65 @@ class ChatflowSession:
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` in one transaction (nothing is written when one is not a JSON object).
 
+        The first ``add_items`` of a :meth:`run` makes the agent the run starts with the
+        active agent first (a ``handoff`` event when it differs), in the same transaction.
+
         Raises:
             TypeError: an item that is not a JSON-serialisable dict.
+            SessionBusyError: a turn still runs on the session after ``wait`` seconds.
+            SessionArchivedError: the session is archived (a user item opens no turn).
+            SessionTerminatedError: the session is terminated.
         """
         if not items:
             return
         texts = [_json_text(item, k) for k, item in enumerate(items)]
         copies: list[dict[str, Any]] = json.loads("[" + ",".join(texts) + "]")
+        start = self._take_run_start()
 
         turn_open: list[bool] = []
 
         def change(ctx: SessionContext) -> None:
+            if start is not None and getattr(ctx.active_agent, "name", ctx.active_agent) != start:
+                ctx.set_active_agent(start)
             turn_open.append(ctx.turn_count > 0)
             _place(ctx, copies)
 
-        result = await self.store.aedit(self.session_id, change, create_agent=self._agent_name,
-                                        max_turns=self._max_turns, metadata=self._metadata, last_turns=1)
-        self._extend_cache(result, bool(turn_open and turn_open[0]), copies, texts)
+        result = await self._edit(change, create_agent=start or self._agent_name, max_turns=self._max_turns,
+                                  metadata=self._metadata, last_turns=1)
+        self._extend_cache(result, bool(turn_open and turn_open[-1]), copies, texts)
+
+    def _take_run_start(self) -> str | None:
+        """The agent the current :meth:`run` starts with, once (None outside a run, or after)."""
+        pending = _RUN_START.get()
+        if pending is None or pending[0] is not self or not pending[1]:
+            return None
+        return pending[1].pop()
+
+    async def _edit(self, change: Callable[[SessionContext], Any], **kwargs: Any) -> Any:
+        """``store.aedit`` on this session, tried again while the session is busy, up to ``wait`` seconds.
+
+        Raises:
+            SessionBusyError: still busy when the wait ran out.
+        """
+        deadline = time.monotonic() + self.wait
+        pause = _BUSY_BACKOFF_S[0]
+        while True:
+            try:
+                return await self.store.aedit(self.session_id, change, **kwargs)
+            except SessionBusyError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                await asyncio.sleep(min(pause, left))
+                pause = min(pause * 2, _BUSY_BACKOFF_S[1])
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest item; None when the session has none."""
+        """Remove and return the newest item; None when the session has none.
+
+        Raises:
+            SessionBusyError: a turn still runs on the session after ``wait`` seconds.
+            SessionTerminatedError: the session is terminated.
+        """
 
         def change(ctx: SessionContext) -> dict[str, Any] | None:
             turns = ctx.turns
@@ -469,12 +536,17 @@ class ChatflowSession:
             return popped
 
         self._cache = None
-        popped = (await self.store.aedit(self.session_id, change, last_turns=1)).value
+        popped = (await self._edit(change, last_turns=1)).value
         return cast("TResponseInputItem | None",
                     copy.deepcopy(popped) if (popped is not None and self._copy_out) else popped)
 
     async def clear_session(self) -> None:
-        """Empty the window; the event log keeps every item."""
+        """Empty the window; the event log keeps every item.
+
+        Raises:
+            SessionBusyError: a turn still runs on the session after ``wait`` seconds.
+            SessionTerminatedError: the session is terminated.
+        """
 
         def change(ctx: SessionContext) -> None:
             if ctx.turn_count:
@@ -482,7 +554,7 @@ class ChatflowSession:
             ctx.record_event("sdk.session_cleared", {})
 
         self._cache = None
-        await self.store.aedit(self.session_id, change, last_turns=1)
+        await self._edit(change, last_turns=1)
 
     # -- beyond the protocol -----------------------------------------------------------
     def close(self) -> None:
@@ -505,8 +577,7 @@ class ChatflowSession:
         def change(ctx: SessionContext) -> None:
             ctx.set_active_agent(name)
 
-        await self.store.aedit(self.session_id, change, create_agent=name, max_turns=self._max_turns,
-                               metadata=self._metadata)
+        await self._edit(change, create_agent=name, max_turns=self._max_turns, metadata=self._metadata)
 
     async def run(
         self,
@@ -523,26 +594,38 @@ class ChatflowSession:
 
         The run starts with the session's active agent (found by name in ``agents``, a
         mapping or a callable; ``starting_agent`` when the session is new or the name is
-        unknown) and the agent that answered becomes the active agent. ``message_id``: a
-        webhook message id claimed in the store (``claim_message``): a duplicate delivery
-        returns ``SessionRun(duplicate=True, replayed=True)`` without running, and a run
-        that raises frees the claim for the redelivery. ``idempotency_key``: a key already
-        completed in this session returns the first run's final output (as stored: text)
-        with ``replayed=True``; a run that raised leaves the key free.
+        unknown), and the agent a run starts with is the session's active agent: a session
+        the run creates is created with its name, and when the remembered agent is not the
+        one the run starts with (not found in ``agents``), the run's first ``add_items``
+        makes it the active agent first (a ``handoff`` event), so replies are labelled with
+        the agent that gave them. The agent that answered becomes the active agent.
+
+        ``message_id``: a webhook message id claimed in the store (``claim_message``): a
+        duplicate delivery returns ``SessionRun(duplicate=True, replayed=True)`` without
+        running, and a run that raises frees the claim for the redelivery.
+        ``idempotency_key``: the ``sdk.run_completed`` event of a run keeps the key and the
+        SHA-256 of its ``input`` (``input_sha256``); the key coming back with the same input
+        returns the first run's final output (as stored: text) with ``replayed=True``
+        without running, with another input raises :class:`IdempotencyConflictError`; a run
+        that raised leaves the key free.
 
         Raises:
-            whatever ``Runner.run`` raises (after freeing the claim).
+            IdempotencyConflictError: ``idempotency_key`` completed a run with another input.
+            UsageError: a run with ``idempotency_key`` is in progress.
+            whatever ``Runner.run`` raises (after freeing the claims), including the errors
+            of :meth:`add_items`.
         """
         if runner is None:
             from agents import Runner as runner
         claim = message_id
         key_claim = f"idempotency:{self.session_id}:{idempotency_key}" if idempotency_key is not None else None
+        digest = _input_digest(input)
         if key_claim is not None:
-            done = await self._completed_run(idempotency_key or "")
+            done = await self._completed_run(idempotency_key or "", digest)
             if done is not None:
                 return done
             if not await self.store.aclaim_message(key_claim):
-                done = await self._completed_run(idempotency_key or "")
+                done = await self._completed_run(idempotency_key or "", digest)
                 if done is not None:
                     return done
                 raise UsageError(f"a run with idempotency key {idempotency_key!r} is in progress",
@@ -557,6 +640,8 @@ class ChatflowSession:
             found = agents(name) if callable(agents) else agents.get(name)
             if found is not None:
                 agent = found
+        start = getattr(agent, "name", None)
+        token = _RUN_START.set((self, [start]) if isinstance(start, str) and start else None)
         try:
             result = await runner.run(agent, input, session=self, **run_kwargs)
         except BaseException:
@@ -564,12 +649,14 @@ class ChatflowSession:
                 if held is not None:
                     await self.store.arelease_message(held)
             raise
+        finally:
+            _RUN_START.reset(token)
         last = getattr(getattr(result, "last_agent", None), "name", None)
         if last is not None:
             await self.set_active_agent(last)
         if idempotency_key is not None:
-            payload = {"idempotency_key": idempotency_key, "final_output": _plain(result.final_output),
-                       "last_agent": last}
+            payload = {"idempotency_key": idempotency_key, "input_sha256": digest,
+                       "final_output": _plain(result.final_output), "last_agent": last}
             await self.store.aappend_event(self.session_id, "sdk.run_completed", payload,
                                            idempotency_key=f"sdk-run:{idempotency_key}")
         for held in (claim, key_claim):
@@ -577,19 +664,34 @@ class ChatflowSession:
                 await self.store.acomplete_message(held)
         return SessionRun(result, result.final_output, last)
 
-    async def _completed_run(self, key: str) -> SessionRun | None:
+    async def _completed_run(self, key: str, digest: str) -> SessionRun | None:
+        """The stored outcome of the run completed under ``key``, or None.
+
+        Raises:
+            IdempotencyConflictError: that run had another input (``digest`` differs).
+        """
         try:
             events = await self.store.aevents(self.session_id)
         except Exception:
             return None
         for event in reversed(events):
             if event.type == "sdk.run_completed" and event.payload.get("idempotency_key") == key:
+                stored = event.payload.get("input_sha256")
+                if stored is not None and stored != digest:  # (a run stored before digests: replayed)
+                    raise IdempotencyConflictError(
+                        f"idempotency key {key!r} was used with another input", session_id=self.session_id)
                 return SessionRun(None, event.payload.get("final_output"), event.payload.get("last_agent"),
                                   replayed=True)
         return None
 
     def __repr__(self) -> str:
         return f"ChatflowSession(session_id={self.session_id!r}, store={self.store!r})"
+
+
+def _input_digest(value: Any) -> str:
+    """SHA-256 of a run's input (text or items) as canonical JSON; what is not JSON counts by its repr."""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _plain(value: Any) -> Any:

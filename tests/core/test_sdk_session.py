@@ -462,3 +462,120 @@ def test_the_cached_window_always_equals_a_fresh_read(tmp_path: Path, ops: list[
             assert cached == run(fresh.get_items())
     finally:
         store.close()
+
+
+def _shown(db: Path, session_id: str) -> str:
+    """``chatflow sessions show ID``, the real process, as plain text."""
+    shown = subprocess.run([sys.executable, "-m", "chatflow_cli", "--db", str(db), "sessions", "show", session_id],
+                           capture_output=True, text=True, timeout=60, env={**os.environ, "NO_COLOR": "1"})
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
+def test_a_session_run_creates_is_labelled_with_the_agent_it_starts_with(tmp_path: Path) -> None:
+    """No ``agent_name``: the session ``run()`` creates takes the starting agent's name, so
+    Support's reply reads ``Support:`` and the handoff ``Support -> Billing``; a later run
+    that starts with another agent than the remembered one (Billing is not in ``agents``)
+    makes it the active agent first (a ``Billing -> Support`` handoff event), before its user item."""
+    support, _, model = billing_agents()
+    model.extend([{"output": [assistant_message("Let me pass you on."),
+                              function_call("transfer_to_billing", {}, call_id="h1")]},
+                  {"output": [assistant_message("Billing here.")]},
+                  {"output": [assistant_message("Support again.")]}])
+    db = tmp_path / "s.db"
+    store = SQLiteSessionStore(db)
+    session = ChatflowSession("fresh", store)
+    run(session.run(support, "I want a refund"))
+    run(session.run(support, "one more thing", agents={}))
+    turns = store.load_turns("fresh")
+    assert [[m.agent for m in t.messages if m.role.value == "model"] for t in turns] == [
+        ["Support", "Support", "Billing"], ["Support"]]
+    handoffs = [(e.payload["from_agent"], e.payload["to_agent"], e.payload["turn"]) for e in store.events("fresh")
+                if e.type == "handoff"]
+    assert handoffs == [("Support", "Billing", 1), ("Billing", "Support", 1)]
+    store.close()
+    out = _shown(db, "fresh")
+    assert "Support: Let me pass you on." in out
+    assert "handoff: Support -> Billing" in out and "Billing: Billing here." in out
+    assert "You: one more thing\nSupport: Support again." in out  # (show draws handoffs of transfer calls only)
+    assert "Assistant" not in out
+
+
+def test_run_refuses_an_idempotency_key_used_with_another_input(any_store: BaseSessionStore) -> None:
+    from chatflow_cli.core.errors import IdempotencyConflictError
+
+    support, _, model = billing_agents()
+    model.extend([{"output": [assistant_message("Answer")]}])
+    session = ChatflowSession("idem2", any_store)
+    run(session.run(support, "q", idempotency_key="K1"))
+    with pytest.raises(IdempotencyConflictError, match="idempotency key 'K1' was used with another input"):
+        run(session.run(support, "different", idempotency_key="K1"))
+    with pytest.raises(IdempotencyConflictError):  # items are an input too
+        run(session.run(support, [{"role": "user", "content": "q"}], idempotency_key="K1"))
+    assert run(session.run(support, "q", idempotency_key="K1")).replayed  # the same input still replays
+    assert len(model.calls) == 1
+    (done,) = [e for e in any_store.events("idem2") if e.type == "sdk.run_completed"]
+    assert len(done.payload["input_sha256"]) == 64
+
+
+HOLDER = """
+import sys, time
+from chatflow_cli.core.agents import Agent
+from chatflow_cli.core.memory.owner import Owner
+from chatflow_cli.core.messages import Message
+from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+store = SQLiteSessionStore(sys.argv[1])
+start = store.begin_turn("busy", default_agent=Agent("Assistant", ""), user_message=Message.user("from the CLI"),
+                         owner=Owner.current())
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+start.session.add_message(Message.model("cli reply"))
+start.session.complete_turn("cli reply")
+store.release(start.session)
+store.close()
+"""
+
+
+def _hold(db: Path, seconds: float) -> subprocess.Popen[str]:
+    """Another process running a turn on session ``busy`` for ``seconds`` (as ``chatflow chat`` does)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(db), str(seconds)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert proc.stdout is not None and proc.stdout.readline() == "held\n", proc.stderr.read() if proc.stderr else ""
+    return proc
+
+
+def test_edits_wait_for_a_turn_another_process_runs(tmp_path: Path) -> None:
+    """add_items, pop_item and clear_session wait up to ``wait`` seconds for a busy session
+    (retrying), then raise SessionBusyError; ``wait=0`` refuses at once."""
+    import time
+
+    from chatflow_cli.core.errors import SessionBusyError
+
+    db = tmp_path / "busy.db"
+    SQLiteSessionStore(db).close()
+    session = ChatflowSession("busy", db)
+    assert session.wait == 60.0
+    holder = _hold(db, 1.0)
+    began = time.monotonic()
+    with pytest.raises(SessionBusyError):
+        run(ChatflowSession("busy", db, wait=0).add_items([{"role": "user", "content": "now"}]))
+    assert time.monotonic() - began < 0.9
+    run(session.add_items([{"role": "user", "content": "after the CLI turn"}]))
+    assert time.monotonic() - began >= 0.9
+    assert holder.wait(timeout=60) == 0
+    assert [it["content"] for it in run(session.get_items())] == ["from the CLI", "cli reply", "after the CLI turn"]
+    for edit in (lambda s: s.pop_item(), lambda s: s.clear_session()):
+        holder = _hold(db, 1.0)
+        short = ChatflowSession("busy", db, wait=0.3)
+        began = time.monotonic()
+        with pytest.raises(SessionBusyError):
+            run(edit(short))
+        assert 0.3 <= time.monotonic() - began < 0.9
+        run(edit(session))
+        assert time.monotonic() - began >= 0.9
+        assert holder.wait(timeout=60) == 0
+        short.close()
+    assert run(session.get_items()) == []
+    with pytest.raises(ValueError):
+        ChatflowSession("busy", db, wait=-1)
+    session.close()
