@@ -78,6 +78,18 @@ def _text_of(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False)
 
 
+def _entry_time(entry: dict[str, Any], number: int, source: str) -> float | None:
+    """The entry's ``timestamp`` (UTC epoch seconds; None when it has none). Claude Code
+    writes ISO 8601 times only, so anything else is an ImportFormatError naming the line."""
+    value = entry.get("timestamp")
+    try:
+        return parse_time(value)
+    except ImportFormatError:
+        where = f"line {number}"
+        raise ImportFormatError(f"{source}: {where}: timestamp is not a time: {str(value)[:40]!r}",
+                                source=source, location=where) from None
+
+
 def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[ImportedSession]:
     """Parse a Claude Code session file into one :class:`ImportedSession`.
 
@@ -86,7 +98,8 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
 
     Raises:
         ImportFormatError: a line that is not a JSON object, a conversation entry with no
-            ``uuid`` or a ``message`` that is not an object (naming the line), or a file
+            ``uuid``, a ``message`` that is not an object or a ``timestamp`` that is not an
+            ISO 8601 time (naming the line), or a file
             with no main-line conversation entry.
     """
     entries: dict[str, tuple[int, dict[str, Any]]] = {}
@@ -117,6 +130,9 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
         if not isinstance(entry.get("message"), dict):
             raise ImportFormatError(f"{source}: line {number}: the {entry['type']} entry's message is not an object",
                                     source=source, location=f"line {number}")
+        # Claude Code writes every entry's time as ISO 8601: anything else is an error naming
+        # the line (as llm's datetime_utc is), on side chains and abandoned branches too
+        _entry_time(entry, number, source)
         entries[uuid] = (number, entry)
         if not entry.get("isSidechain"):
             last_main = (number, entry)
@@ -153,10 +169,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             metadata[name] = value
     created = None
     for number, entry in chain:
-        try:
-            created = parse_time(entry.get("timestamp"), source=source, location=f"line {number}")
-        except ImportFormatError:
-            created = None
+        created = _entry_time(entry, number, source)
         if created is not None:
             break
 
@@ -251,10 +264,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
         if not text.strip():
             continue
         close_calls()
-        try:
-            at = parse_time(entry.get("timestamp"), source=source, location=f"line {number}")
-        except ImportFormatError:
-            at = None
+        at = _entry_time(entry, number, source)
         current_turn = ImportedTurn(key=entry["uuid"], messages=[Message.user(text)], created_at=at,
                                     location=f"line {number}")
         turns.append(current_turn)

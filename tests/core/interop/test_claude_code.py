@@ -142,3 +142,14 @@ def test_a_last_line_cut_mid_write_is_a_warning_and_the_rest_is_read() -> None:
                                                           is_error=True)
     with pytest.raises(ImportFormatError, match="line 5: not JSON"):
         read_claude_code(cut + [""], source="s.jsonl")
+
+
+@pytest.mark.parametrize("where", ["u2", "x1", "s1"])  # on the main line, an abandoned branch, a side chain
+def test_a_timestamp_that_is_not_a_time_is_an_error_naming_the_line(where: str) -> None:
+    entries = session_lines()
+    number = next(k for k, e in enumerate(entries, start=1) if e.get("uuid") == where)
+    entries[number - 1] = {**entries[number - 1], "timestamp": "not-a-time"}
+    with pytest.raises(ImportFormatError) as caught:
+        read_claude_code(lines_of(entries), source="s.jsonl")
+    assert str(caught.value) == f"s.jsonl: line {number}: timestamp is not a time: 'not-a-time'"
+    assert caught.value.location == f"line {number}"
