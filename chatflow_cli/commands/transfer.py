@@ -259,6 +259,8 @@ def import_file(state: State, path: str, *, fmt: str | None, into: str | None, d
         counts = result.counts
         verb = "would add" if dry_run else "added"
         what = f"{plural(counts['turns'], 'turn')}, {plural(counts['messages'], 'message')}"
+        if counts.get("rolled_back"):  # turns the source rolled back since it was imported
+            what += f", {'would roll back' if dry_run else 'rolled back'} {plural(counts['rolled_back'], 'turn')}"
         tail = f" ({plural(result.skipped_turns, 'turn')} already there)" if result.skipped_turns else ""
         made = " (new session)" if result.created else ""
         state.env.stdout.write(f"{safe_text(result.session_id)}{made}: {verb} {what}{tail}\n")

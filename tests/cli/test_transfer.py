@@ -584,3 +584,30 @@ def test_a_time_that_is_not_one_is_an_error_naming_the_file_and_line(chatflow: A
     result = chatflow("--db", str(tmp_path / "target.db"), "sessions", "import", str(path))
     assert result.returncode == 2
     assert result.stderr == f"chatflow: error: {path}: line 1: not a time: 'someday'\n"
+
+
+@pytest.mark.parametrize("fmt", ["chatflow", "md"])
+def test_a_newer_export_imported_over_an_earlier_one_keeps_the_sources_rollback(
+        chatflow: Any, provider: Any, tmp_path: Path, fmt: str) -> None:
+    for k in (1, 2, 3):
+        assert chatflow("chat", "-s", "rb", f"rb msg {k}").returncode == 0
+    old, new = tmp_path / f"rb1.{fmt}", tmp_path / f"rb2.{fmt}"
+    assert chatflow("sessions", "export", "rb", "--format", fmt, "-o", str(old)).returncode == 0
+    assert chatflow("sessions", "rollback", "rb", "--to", "1").returncode == 0
+    assert chatflow("chat", "-s", "rb", "rb new 2").returncode == 0
+    assert chatflow("sessions", "export", "rb", "--format", fmt, "-o", str(new)).returncode == 0
+    db, fresh = str(tmp_path / "r.db"), str(tmp_path / "f.db")
+
+    def live(path: str) -> list[str]:
+        shown = chatflow("--db", path, "sessions", "show", "rb", "--json").json()
+        return [t["messages"][0]["content"] for t in shown["turns"]]
+
+    assert chatflow("--db", db, "sessions", "import", str(old)).returncode == 0
+    dry = chatflow("--db", db, "sessions", "import", str(new), "--dry-run")
+    real = chatflow("--db", db, "sessions", "import", str(new))
+    assert real.returncode == 0, real
+    there = "3 turns" if fmt == "chatflow" else "1 turn"  # the log's turns, or the transcript's live ones
+    assert real.stdout == f"rb: added 1 turn, 2 messages, rolled back 2 turns ({there} already there)\n"
+    assert dry.stdout == real.stdout.replace("added", "would add").replace("rolled back", "would roll back")
+    assert chatflow("--db", fresh, "sessions", "import", str(new)).returncode == 0
+    assert live(db) == live(fresh) == live(str(db_path())) == ["rb msg 1", "rb new 2"]

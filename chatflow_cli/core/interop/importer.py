@@ -20,6 +20,15 @@ goes into that one transaction; source sessions with the same id share one too):
 3. one ``session.imported`` event (``format``, ``source``, ``source_id`` and the ``counts``
    this run added) closes the transaction when it added anything.
 
+A newer export of a source imported before ends as a fresh import of it: a chatflow log
+applies every event after the last ``seq`` earlier imports applied (kept under the
+``import:<source id>:through`` key), so a rollback, failure or title that happened since on
+a turn imported before is applied too; an ``md`` transcript (live turns only) that no longer
+holds the last turns imported from it (``import:<source id>:last``) rolls the target back to
+the last turn both share, while the target's last turn is still that one, and takes a
+changed title. ``counts["rolled_back"]`` (present when any) counts the turns live before
+the import that it rolled back.
+
 A dry run is the same transaction, rolled back (``edit(..., dry_run=True)``): it fails
 exactly where the import would, and reports the same counts.
 
@@ -89,13 +98,17 @@ class ImportResult:
 @dataclass(slots=True)
 class _Chunk:
     key: str
-    change: Callable[[SessionContext], None]
+    #: (the context, the offset of the source's turn numbers) -> the lowest last turn its
+    #: rollbacks left (None: no rollback)
+    change: Callable[[SessionContext, int], int | None]
     turns: int
     messages: int
     tool_calls: int
     location: str
     digest: str = ""  # a turn's content (not for a log's events, which never change)
     opening: str | None = None  # a turn's user message
+    events: int = 0  # a log's events in this chunk
+    last_seq: int = 0  # the seq of a log's last event in this chunk
 
 
 def _shift(payload: dict[str, Any], offset: int) -> dict[str, Any]:
@@ -142,11 +155,14 @@ def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int) -> No
         raise UsageError(f"an event of type {kind!r} cannot be imported")
 
 
-def _event_chunks(session: ImportedSession, offset: int) -> list[_Chunk]:
-    """One chunk per group of events that starts at a ``message.user`` (the log's turns, live,
-    rolled back or failed alike). ``offset``: the target's turns before the first import of
-    this source; turn numbers of ``rollback`` targets and of recorded events follow them."""
-    events = [e for e in session.events or [] if e["type"] != "session.created"]
+def _event_chunks(session: ImportedSession, through: int = 0) -> list[_Chunk]:
+    """The events after seq ``through`` (what earlier imports of this source applied), one
+    chunk per group that starts at a ``message.user`` (the log's turns, live, rolled back or
+    failed alike) or at the first event after ``through`` (the rest of a turn imported
+    before: its rollback, failure, title...). A chunk's change takes the offset: the target's
+    turns before the first import of this source; turn numbers of ``rollback`` targets and
+    of recorded events follow them."""
+    events = [e for e in session.events or [] if e["type"] != "session.created" and e["seq"] > through]
     groups: list[list[dict[str, Any]]] = []
     for event in events:
         if event["type"] == "message.user" or not groups:
@@ -154,19 +170,23 @@ def _event_chunks(session: ImportedSession, offset: int) -> list[_Chunk]:
         groups[-1].append(event)
     chunks = []
     for group in groups:
-        def change(ctx: SessionContext, group: list[dict[str, Any]] = group) -> None:
+        def change(ctx: SessionContext, offset: int, group: list[dict[str, Any]] = group) -> int | None:
+            low = None
             for event in group:
                 try:
                     _replay_event(ctx, event, offset)
+                    if event["type"] == "rollback":
+                        low = ctx.turn_count if low is None else min(low, ctx.turn_count)
                 except (ChatflowError, ValueError, TypeError, KeyError) as exc:
                     exc.import_location = _event_where(event)  # type: ignore[union-attr]
                     raise
+            return low
         messages = [Message.from_dict(e["data"]["message"]) for e in group
                     if e["type"] in ("message.user", "message.model", "message.system", "tool.result")]
         chunks.append(_Chunk(key=f"seq{group[0]['seq']}", change=change,
                              turns=sum(1 for e in group if e["type"] == "message.user"),
                              messages=len(messages), tool_calls=sum(len(m.tool_calls) for m in messages),
-                             location=_event_where(group[0])))
+                             location=_event_where(group[0]), events=len(group), last_seq=group[-1]["seq"]))
     return chunks
 
 
@@ -185,7 +205,7 @@ def _labelled(msg: Message, ctx: SessionContext) -> Message:
 def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
     chunks = []
     for turn in session.turns:
-        def change(ctx: SessionContext, turn: Any = turn) -> None:
+        def change(ctx: SessionContext, offset: int, turn: Any = turn) -> int | None:
             for msg in turn.messages:
                 ctx.add_message(_labelled(msg, ctx))
             if turn.outcome == "failed":
@@ -197,6 +217,7 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
                                                   "tool_use_ids": [c.id for c in ctx.pending_tool_calls]})
             else:
                 ctx.complete_turn(turn.content, usage=turn.usage or None, finish_reason=turn.finish_reason)
+            return None
         chunks.append(_Chunk(key=f"turn:{turn.key}", change=change, turns=1, messages=len(turn.messages),
                              tool_calls=sum(len(m.tool_calls) for m in turn.messages),
                              location=turn.location or f"turn {turn.key}",
@@ -207,50 +228,83 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
 
 @dataclass(slots=True)
 class _Plan:
-    """One source session's import into ``target``: what is known before the transaction."""
+    """One source session's import into ``target``: what is known before the transaction.
+
+    ``todo``: the chunks to apply, in order; ``keys``: the idempotency keys (key -> digest)
+    the plan records besides the turns' own; ``rollback``: ``(to_turn, expected last
+    turn)`` when the source no longer holds turns an earlier import of it added (an ``md``
+    transcript exported after a rollback), so the target is rolled back to the last turn
+    both share before the rest is added; ``turn_count``: the target's last turn when
+    planned (the transaction checks it is still so)."""
 
     session: ImportedSession
     target: str
     prefix: str
     start_key: str
     started: str | None  # the digest kept with the start key (the offset), None: first import
-    known: set[str]
+    todo: list[_Chunk]
     result: ImportResult
     grown: tuple[str, int] | None = None  # the key of a turn that grew since its import, and its number
+    rollback: tuple[int, int] | None = None
+    turn_count: int = 0
+    retitle: bool = False  # the title an earlier import of this source set is not the file's any more
 
     def apply(self, ctx: SessionContext, fmt: str, source: str, recorded: dict[str, str]) -> dict[str, str]:
         """Write this session's missing turns into ``ctx`` (inside the edit's transaction) and
         return the idempotency keys to record. ``recorded``: the keys earlier source sessions
         of this transaction record (the same session twice in one file: its second copy adds
         nothing). Any broken rule is an ImportFormatError naming ``source``, the line or row,
-        and the target session."""
+        and the target session.
+
+        Raises:
+            _Stale: the target is not as it was when the plan was made (another import or
+                turn committed in between): the caller plans again.
+        """
         session = self.session
+        if not recorded and ctx.turn_count != self.turn_count:
+            raise _Stale()
         started = self.started if self.started is not None else recorded.get(self.start_key)
         offset = int(started or 0) if started is not None else ctx.turn_count
-        chunks = _event_chunks(session, offset) if session.events is not None else _turn_chunks(session)
-        todo = [c for c in chunks if self.prefix + c.key not in self.known and self.prefix + c.key not in recorded]
-        keys = {self.prefix + c.key: "" for c in todo}
+        keys = {self.prefix + c.key: "" for c in self.todo}
+        live = before = ctx.turn_count  # the turns live before the import: those it rolls back are counted
         if started is None:
             keys[self.start_key] = str(offset)
             for text in ([] if session.events is not None else session.system):  # a log replays its own
                 ctx.add_message(Message.system(text))
-            if session.events is None and session.title and self.result.created:
-                ctx.restore_title(session.title)
-        for chunk in todo:
+            if session.events is None and self.result.created:  # the title is the source's
+                if session.title:
+                    ctx.restore_title(session.title)
+                keys[self.prefix + "title"] = content_digest(session.title or "")
+        elif self.retitle:  # the source was renamed since an earlier import set its title
+            ctx.restore_title(session.title)
+            keys[self.prefix + "title"] = content_digest(session.title or "")
+        if self.rollback is not None:
+            if ctx.turn_count != self.rollback[1]:
+                raise _Stale()
+            ctx.rollback_to(self.rollback[0])  # turns the source no longer holds
+            live = ctx.turn_count
+        for chunk in self.todo:
             try:
                 if self.grown is not None and self.prefix + chunk.key == self.grown[0]:
                     if ctx.turn_count != self.grown[1]:
-                        raise UsageError("the session changed during the import: run it again")
+                        raise _Stale()
                     ctx.rollback_to(self.grown[1] - 1)  # the copy imported before, cut short, is rolled back
-                chunk.change(ctx)
+                    live = min(live, ctx.turn_count)
+                low = chunk.change(ctx, offset)  # the source's own rollbacks (a log)
+                live = min(live, ctx.turn_count if low is None else low)
                 if chunk.digest:  # the turn's number in the target and its content, to tell if it grows
                     keys[self.prefix + chunk.key] = f"{ctx.turn_count}:{chunk.digest}"
+                    keys[self.prefix + "last"] = f"{ctx.turn_count}:{content_digest(chunk.opening)}"
+                if chunk.last_seq:  # a log: how far this source's events are applied
+                    keys[self.prefix + "through"] = str(chunk.last_seq)
             except (ChatflowError, ValueError, TypeError, KeyError) as exc:
                 where = getattr(exc, "import_location", None) or chunk.location
                 detail = exc.problems[0] if isinstance(exc, InvalidHistoryError) and exc.problems else str(exc)
                 raise ImportFormatError(f"{source}: {where}: cannot be imported into session {self.target}: "
                                         f"{detail}", source=source, location=where, session_id=self.target) from None
-        if todo or started is None:
+        if live < before:  # turns live before this import that it rolled back
+            self.result.counts["rolled_back"] = before - live
+        if self.todo or started is None or self.rollback is not None or self.retitle:
             payload: dict[str, Any] = {"format": fmt, "source": source, "source_id": session.source_id,
                                        "counts": self.result.counts}
             if session.created_at is not None:
@@ -259,11 +313,28 @@ class _Plan:
         return keys
 
 
+class _Stale(Exception):
+    """The target changed between planning an import and its transaction."""
+
+
+def _through(session: ImportedSession, prefix: str, stored: dict[str, str], pending: dict[str, str]) -> int:
+    """The last seq of a log's events earlier imports of it applied (0: none). Before this
+    was recorded (``through``), the end of the last turn imported."""
+    value = pending.get(prefix + "through") or stored.get(prefix + "through")
+    if value:
+        return int(value)
+    through = 0
+    for chunk in _event_chunks(session):
+        if prefix + chunk.key in stored or prefix + chunk.key in pending:
+            through = chunk.last_seq
+    return through
+
+
 def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, into: str | None, fmt: str,
-          source: str, dry_run: bool, exists: bool, pending: set[str], added_before: int) -> _Plan:
+          source: str, dry_run: bool, exists: bool, pending: dict[str, str], added_before: int) -> _Plan:
     """``pending``: the idempotency keys the source sessions before this one in the same
-    transaction record (empty for the first): the plan counts as if they were stored;
-    ``added_before``: the turns they add (after the target's last one)."""
+    transaction record (empty for the first), with their digests: the plan counts as if
+    they were stored; ``added_before``: the turns they add (after the target's last one)."""
     prefix = f"import:{session.source_id}:"
     start_key = prefix + "start"
     made = exists or bool(pending)  # an earlier source session of this transaction creates it
@@ -274,23 +345,72 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
             f"use --into {target} to add the turns to it, or --into NEW_ID for a copy",
             session_id=target,
         )
-    chunks = _event_chunks(session, 0) if session.events is not None else _turn_chunks(session)
-    stored = store.idempotency_digests(target, [prefix + c.key for c in chunks]) if exists else {}
     warnings = list(session.warnings)
-    window = store.window_turns(target) if exists and not added_before and stored else ()
-    last = (window[-1].number, window[-1].messages[0].content) if window else (-1, None)
-    grown = _grown(chunks, prefix, stored, last, warnings)
-    known = (set(stored) - {grown[0] if grown else ""}) | pending
-    todo = [c for c in chunks if prefix + c.key not in known]
+    turn_count = store.turn_count(target) if exists else 0
+    rollback = None
+    grown = None
+    if session.events is not None:  # a log: every event after the last seq imported before, in order
+        everything = _event_chunks(session)
+        stored = store.idempotency_digests(target, [prefix + c.key for c in everything]
+                                           + [prefix + "through"]) if exists else {}
+        todo = _event_chunks(session, _through(session, prefix, stored, pending))
+        todo = [c for c in todo if prefix + c.key not in pending]
+        all_turns = sum(c.turns for c in everything)
+    else:
+        chunks = _turn_chunks(session)
+        stored = store.idempotency_digests(target, [prefix + c.key for c in chunks]
+                                           + [prefix + "last", prefix + "title"]) if exists else {}
+        window = store.window_turns(target) if exists and not added_before and stored else ()
+        last = (window[-1].number, window[-1].messages[0].content) if window else (-1, None)
+        grown = _grown(chunks, prefix, stored, last, warnings)
+        known = (set(stored) - {grown[0] if grown else ""}) | set(pending)
+        todo = [c for c in chunks if prefix + c.key not in known]
+        all_turns = len(chunks)
+        if fmt in _LIVE_ONLY and not added_before and prefix + "last" in stored:
+            todo, rollback = _diverged(chunks, prefix, stored, known, window, turn_count, todo, warnings,
+                                       int(started.get(start_key) or 0))
     systems = 0 if session.events is not None or start_key in started or start_key in pending else len(session.system)
     counts = {"turns": sum(c.turns for c in todo), "messages": sum(c.messages for c in todo) + systems,
               "tool_calls": sum(c.tool_calls for c in todo)}
     if session.events is not None:
-        counts["events"] = sum(len(_group_events(session, c)) for c in todo)
+        counts["events"] = sum(c.events for c in todo)
     result = ImportResult(target, fmt, source, session.source_id, created=not made, counts=counts,
-                          skipped_turns=sum(c.turns for c in chunks) - counts["turns"],
-                          warnings=warnings, dry_run=dry_run)
-    return _Plan(session, target, prefix, start_key, started.get(start_key), known, result, grown)
+                          skipped_turns=max(0, all_turns - counts["turns"]), warnings=warnings, dry_run=dry_run)
+    title = stored.get(prefix + "title")
+    retitle = session.events is None and title is not None and title != content_digest(session.title or "")
+    return _Plan(session, target, prefix, start_key, started.get(start_key), todo, result, grown, rollback,
+                 turn_count, retitle)
+
+
+#: Formats that carry a session's live turns only (no log): a re-import makes the target's
+#: turns from this source the file's, rolling back those the file no longer holds.
+_LIVE_ONLY = ("md", "openai")
+
+
+def _diverged(chunks: list[_Chunk], prefix: str, stored: dict[str, str], known: set[str], window: Sequence[Any],
+              turn_count: int, todo: list[_Chunk], warnings: list[str],
+              offset: int) -> tuple[list[_Chunk], tuple[int, int] | None]:
+    """For a format that carries live turns only: when the file no longer holds the last
+    turns an earlier import of it added (the source was rolled back since), the target is
+    rolled back to the last turn both share, and every turn of the file after it is added.
+    Only while the target's last turn is still the one this source imported last; once the
+    session went on from there, its turns are kept (with a warning) and the new ones follow."""
+    shared = 0
+    number = offset  # the target's turns before this source's first import
+    for chunk in chunks:
+        if prefix + chunk.key not in known:
+            break
+        shared += 1
+        number = int(stored.get(prefix + chunk.key, "0:").partition(":")[0] or 0)
+    last_number, _, opening = stored[prefix + "last"].partition(":")
+    if not last_number.isdigit() or int(last_number) <= number:
+        return todo, None  # nothing imported after the turns the file shares
+    if not (window and window[-1].number == int(last_number) == turn_count
+            and content_digest(window[-1].messages[0].content) == opening):
+        warnings.append(f"turns after turn {number} are no longer in the source, but the session went on "
+                        "from there: kept as they are")
+        return todo, None
+    return chunks[shared:], (number, turn_count)
 
 
 def _grown(chunks: list[_Chunk], prefix: str, stored: dict[str, str], last: tuple[int, str | None],
@@ -370,40 +490,79 @@ def import_sessions(
     results: list[ImportResult | None] = [None] * len(sessions)
     for target, indexes in by_target.items():
         group = [sessions[k] for k in indexes]
-        exists = store.active_agent_name(target) is not None
-        plans: list[_Plan] = []
-        todo: list[list[str]] = []
-        pending: set[str] = set()
-        for k, s in zip(indexes, group, strict=True):
-            plan = _plan(store, s, target, into=into, fmt=fmt, source=source, dry_run=dry_run, exists=exists,
-                         pending=pending, added_before=sum(p.result.counts["turns"] for p in plans))
-            plans.append(plan)
-            todo.append(_chunk_keys(plan))
-            pending |= {plan.prefix + key for key in todo[-1]} | {plan.start_key}
-            results[k] = plan.result
-        if all(p.started is not None and not keys for p, keys in zip(plans, todo, strict=True)):
-            continue  # everything is there already
-        recorded: dict[str, str] = {}
-
-        def change(ctx: SessionContext, plans: list[_Plan] = plans, recorded: dict[str, str] = recorded) -> None:
-            for plan in plans:
-                recorded.update(plan.apply(ctx, fmt, source, recorded))
-
-        agent, max_turns, metadata = _creation(group[0], agent_name)
-        # the source's own times, for a session that is the source's (not another one, --into)
-        created_at, updated_at = _source_times(group) if into is None or not exists else (None, None)
-        # one key for the whole batch: a second run of the same import racing this one replays
-        batch = f"import:{group[0].source_id}:batch:" + content_digest(
-            [p.prefix + key for p, keys in zip(plans, todo, strict=True) for key in keys]
-            + [p.start_key for p in plans if p.started is None])
-        store.edit(target, change, create_agent=agent, max_turns=max_turns, metadata=metadata,
-                   idempotency_key=batch, idempotency_keys=recorded, dry_run=dry_run,
-                   created_at=created_at, updated_at=updated_at)
-        if not exists and not dry_run:
-            first = group[0]
-            if first.model or first.base_url:
-                store.set_session_endpoint(target, first.model, first.base_url)
+        for _attempt in range(_ATTEMPTS):
+            try:
+                done = _import_target(store, target, group, fmt=fmt, source=source, into=into, dry_run=dry_run,
+                                      agent_name=agent_name)
+            except _Stale:
+                continue  # another import (or a turn) committed between the plan and the transaction
+            if done is not None:
+                break
+        else:
+            raise UsageError(f"session {target!r} kept changing during the import: run it again", session_id=target)
+        for k, result in zip(indexes, done, strict=True):
+            results[k] = result
     return [r for r in results if r is not None]
+
+
+#: How many times an import plans again when the target changed under it.
+_ATTEMPTS = 5
+
+
+def _import_target(store: BaseSessionStore, target: str, group: list[ImportedSession], *, fmt: str, source: str,
+                   into: str | None, dry_run: bool, agent_name: str) -> list[ImportResult] | None:
+    """Plan and run the one transaction that imports ``group`` into ``target``; the results
+    say what that transaction did. None: the same import committed in another process
+    after this one planned (its batch key was there): the caller plans again, and then
+    finds everything there.
+
+    Raises:
+        _Stale: the target changed between the plan and the transaction.
+    """
+    position = store.log_position(target)
+    exists = position is not None and store.active_agent_name(target) is not None
+    plans: list[_Plan] = []
+    pending: dict[str, str] = {}
+    for s in group:
+        plan = _plan(store, s, target, into=into, fmt=fmt, source=source, dry_run=dry_run, exists=exists,
+                     pending=pending, added_before=sum(p.result.counts["turns"] for p in plans))
+        plans.append(plan)
+        pending |= {plan.prefix + c.key: "" for c in plan.todo} | {plan.start_key: plan.started or ""}
+        through = [c.last_seq for c in plan.todo if c.last_seq]
+        if through:
+            pending[plan.prefix + "through"] = str(through[-1])
+    results = [p.result for p in plans]
+    if all(p.started is not None and not p.todo and p.rollback is None and not p.retitle for p in plans):
+        return results  # everything is there already
+    recorded: dict[str, str] = {}
+
+    def change(ctx: SessionContext) -> None:
+        for plan in plans:
+            recorded.update(plan.apply(ctx, fmt, source, recorded))
+
+    agent, max_turns, metadata = _creation(group[0], agent_name)
+    # the source's own times, for a session that is the source's (not another one, --into)
+    created_at, updated_at = _source_times(group) if into is None or not exists else (None, None)
+    # one key for the whole batch, planned at this log position: a second run of the same
+    # import racing this one finds it and does nothing
+    batch = f"import:{group[0].source_id}:batch:" + content_digest(
+        [p.prefix + c.key for p in plans for c in p.todo]
+        + [p.start_key for p in plans if p.started is None]
+        + [f"rollback:{p.rollback}" for p in plans if p.rollback is not None]
+        + [f"title:{p.session.title}" for p in plans if p.retitle] + [str(position)])
+    edited = store.edit(target, change, create_agent=agent, max_turns=max_turns, metadata=metadata,
+                        idempotency_key=batch, idempotency_keys=recorded, dry_run=dry_run,
+                        created_at=created_at, updated_at=updated_at)
+    if edited.replayed:
+        return None
+    created = any(e.type == "session.created" for e in edited.events)
+    for result in results:  # what the transaction did: the session is new only if it made it
+        result.created = created
+    if created and not dry_run:
+        first = group[0]
+        if first.model or first.base_url:
+            store.set_session_endpoint(target, first.model, first.base_url)
+    return results
 
 
 def _source_times(sessions: Sequence[ImportedSession]) -> tuple[float | None, float | None]:
@@ -420,16 +579,3 @@ def _source_times(sessions: Sequence[ImportedSession]) -> tuple[float | None, fl
         updated = created
     return created, updated
 
-
-def _chunk_keys(plan: _Plan) -> list[str]:
-    session = plan.session
-    chunks = _event_chunks(session, 0) if session.events is not None else _turn_chunks(session)
-    return [c.key for c in chunks if plan.prefix + c.key not in plan.known]
-
-
-def _group_events(session: ImportedSession, chunk: _Chunk) -> list[dict[str, Any]]:
-    seq = int(chunk.key.removeprefix("seq"))
-    events = session.events or []
-    start = next(k for k, e in enumerate(events) if e["seq"] == seq)
-    end = next((k for k in range(start + 1, len(events)) if events[k]["type"] == "message.user"), len(events))
-    return events[start:end]

@@ -424,3 +424,67 @@ def test_imported_sessions_keep_the_times_of_their_source(make_store: Any, tmp_p
     made = next(s for s in store.list_sessions() if s.session_id == "mine").created_at
     import_file(store, path, into="mine")
     assert next(s for s in store.list_sessions() if s.session_id == "mine").created_at == made
+
+
+def _chat(store: Any, session_id: str, *texts: str) -> None:
+    for text in texts:
+        s = store.get_or_create(session_id, "Assistant")
+        s.add_message(Message.user(text))
+        s.add_message(Message.model(f"ok: {text}"))
+        s.complete_turn(f"ok: {text}")
+        store.save(s)
+
+
+def _live_texts(store: Any, session_id: str) -> list[str]:
+    return [r.messages[0].content for r in store.load_turns(session_id) if not (r.rolled_back or r.failed)]
+
+
+@pytest.mark.parametrize("fmt", ["chatflow", "md"])
+def test_a_newer_export_imported_over_an_earlier_one_applies_what_happened_since(
+        fmt: str, make_store: Any, tmp_path: Path) -> None:
+    """An incremental import ends as a fresh import of the newer file: the source's rollback
+    (and, in a log, every event after what was imported before) is applied, in order."""
+    source = SessionStore()
+    _chat(source, "rb", "msg 1", "msg 2", "msg 3")
+    old, new = tmp_path / f"rb1.{fmt}", tmp_path / f"rb2.{fmt}"
+    old.write_text("".join(export_lines(source, "rb", fmt)), encoding="utf-8")
+    source.rollback("rb", 1)
+    _chat(source, "rb", "new 2")
+    source.set_title("rb", "Renamed")
+    new.write_text("".join(export_lines(source, "rb", fmt)), encoding="utf-8")
+
+    store, fresh = make_store(), SessionStore()
+    import_file(store, old)
+    [dry] = import_file(store, new, dry_run=True)
+    assert _live_texts(store, "rb") == ["msg 1", "msg 2", "msg 3"]  # the dry run wrote nothing
+    [real] = import_file(store, new)
+    assert (dry.counts, dry.skipped_turns, dry.warnings) == (real.counts, real.skipped_turns, real.warnings)
+    assert real.counts["rolled_back"] == 2 and real.counts["turns"] == 1
+    import_file(fresh, new)
+    assert _live_texts(store, "rb") == _live_texts(fresh, "rb") == _live_texts(source, "rb") == ["msg 1", "new 2"]
+    if fmt == "chatflow":  # the same log, apart from the session.imported event each import adds
+        ours = [(t, p) for _, t, p in events_of(store, "rb") if t != "session.imported"]
+        theirs = [(t, p) for _, t, p in events_of(fresh, "rb") if t != "session.imported"]
+        assert ours == theirs
+    assert store.session_summary("rb").title == fresh.session_summary("rb").title == "Renamed"
+    [again] = import_file(store, new)  # and once more: nothing
+    assert again.counts["turns"] == 0 and "rolled_back" not in again.counts
+    assert _live_texts(store, "rb") == ["msg 1", "new 2"]
+
+
+def test_an_md_import_keeps_turns_the_session_went_on_with_after_the_source_rolled_back(
+        make_store: Any, tmp_path: Path) -> None:
+    source = SessionStore()
+    _chat(source, "rb", "msg 1", "msg 2")
+    old, new = tmp_path / "rb1.md", tmp_path / "rb2.md"
+    old.write_text("".join(export_lines(source, "rb", "md")), encoding="utf-8")
+    source.rollback("rb", 1)
+    _chat(source, "rb", "new 2")
+    new.write_text("".join(export_lines(source, "rb", "md")), encoding="utf-8")
+    store = make_store()
+    import_file(store, old)
+    _chat(store, "rb", "mine")  # the imported session went on here
+    [result] = import_file(store, new)
+    assert "rolled_back" not in result.counts
+    assert any("went on from there" in w for w in result.warnings)
+    assert _live_texts(store, "rb") == ["msg 1", "msg 2", "mine", "new 2"]
