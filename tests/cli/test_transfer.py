@@ -611,3 +611,25 @@ def test_a_newer_export_imported_over_an_earlier_one_keeps_the_sources_rollback(
     assert dry.stdout == real.stdout.replace("added", "would add").replace("rolled back", "would roll back")
     assert chatflow("--db", fresh, "sessions", "import", str(new)).returncode == 0
     assert live(db) == live(fresh) == live(str(db_path())) == ["rb msg 1", "rb new 2"]
+
+
+def test_two_imports_of_one_file_at_once_report_what_each_transaction_did(
+        chatflow: Any, rich_db: Path, tmp_path: Path) -> None:
+    path = tmp_path / "all.chatflow"
+    assert chatflow("sessions", "export", "--all", "-o", str(path)).returncode == 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    for attempt in range(4):  # started together: which one commits first varies
+        db = str(tmp_path / f"c{attempt}.db")
+        procs = [subprocess.Popen([*COMMAND, "--db", db, "sessions", "import", str(path), "--json"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+                 for _ in range(2)]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        reports = [{s["session_id"]: s for s in json.loads(out)["sessions"]} for out, _ in outs]
+        for session_id in ("rich", "other"):
+            first, second = sorted((r[session_id] for r in reports), key=lambda s: not s["created"])
+            assert first["created"] and first["counts"]["turns"] > 0
+            assert not second["created"] and second["counts"]["turns"] == 0, reports
+            assert second["skipped_turns"] == first["counts"]["turns"]
+        listed = chatflow("--db", db, "sessions", "ls", "--json").json()
+        assert sorted(s["session_id"] for s in listed) == ["other", "rich"]

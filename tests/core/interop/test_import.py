@@ -488,3 +488,37 @@ def test_an_md_import_keeps_turns_the_session_went_on_with_after_the_source_roll
     assert "rolled_back" not in result.counts
     assert any("went on from there" in w for w in result.warnings)
     assert _live_texts(store, "rb") == ["msg 1", "msg 2", "mine", "new 2"]
+
+
+@pytest.mark.parametrize("other", ["the same file", "a newer export"])
+def test_an_import_that_another_process_beat_reports_what_its_own_transaction_did(
+        other: str, tmp_path: Path) -> None:
+    """Two imports at once: the one whose transaction comes second reports what that
+    transaction did (nothing new, no session created), not what it planned before it.
+    The race is forced: another connection to the same SQLite file imports between this
+    import's plan and its transaction."""
+    from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+    source = SessionStore()
+    _chat(source, "rb", "msg 1", "msg 2")
+    path, newer = tmp_path / "rb.jsonl", tmp_path / "rb2.jsonl"
+    path.write_text("".join(export_lines(source, "rb", "chatflow")), encoding="utf-8")
+    _chat(source, "rb", "msg 3")
+    newer.write_text("".join(export_lines(source, "rb", "chatflow")), encoding="utf-8")
+    db = tmp_path / "race.db"
+    with SQLiteSessionStore(db) as store, SQLiteSessionStore(db) as rival:
+        real_edit, raced = store.edit, []
+
+        def edit(*args: Any, **kwargs: Any) -> Any:
+            if not raced:  # the rival's import commits after this one planned
+                raced.append(import_file(rival, path if other == "the same file" else newer)[0])
+            return real_edit(*args, **kwargs)
+
+        store.edit = edit  # type: ignore[method-assign]
+        [mine] = import_file(store, path)
+        [theirs] = raced
+        assert theirs.created and theirs.counts["turns"] == (2 if other == "the same file" else 3)
+        assert not mine.created and mine.counts["turns"] == 0
+        assert mine.skipped_turns == 2
+        assert _live_texts(store, "rb") == ["msg 1", "msg 2"] + ([] if other == "the same file" else ["msg 3"])
+        assert [t for _, t, _ in events_of(store, "rb")].count("session.imported") == 1
