@@ -556,8 +556,8 @@ def _import_target(store: BaseSessionStore, target: str, group: list[ImportedSes
     if edited.replayed:
         return None
     created = any(e.type == "session.created" for e in edited.events)
-    for result in results:  # what the transaction did: the session is new only if it made it
-        result.created = created
+    for result in results:  # what the transaction did: the session is new only if it made it (its first copy)
+        result.created = result.created and created
     if created and not dry_run:
         first = group[0]
         if first.model or first.base_url:
