@@ -22,7 +22,8 @@ __all__ = ["export_lines", "session_header"]
 
 def _state_of(events: list[Event]) -> dict[str, Any]:
     """Agent, metadata and max_turns as the log leaves them."""
-    state: dict[str, Any] = {"agent": None, "metadata": {}, "max_turns": None, "status": "idle", "title": None}
+    state: dict[str, Any] = {"agent": None, "metadata": {}, "max_turns": None, "status": "idle", "title": None,
+                             "archived_at": None}
     for event in events:
         data = event.payload
         if event.type == "session.created":
@@ -38,6 +39,8 @@ def _state_of(events: list[Event]) -> dict[str, Any]:
             state["status"] = data.get("status", state["status"])
         elif event.type == "session.titled":
             state["title"] = data.get("title") or None
+        elif event.type in ("session.archived", "session.unarchived"):
+            state["archived_at"] = event.created_at if event.type == "session.archived" else None
     return state
 
 
@@ -149,6 +152,11 @@ def export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool = Fals
                                  max_turns=header["settings"]["max_turns"], instructions=texts)
         return
     if fmt == "md":
+        archived = _state_of(events)["archived_at"]  # the log's time; the store's when it keeps one
+        summary = getattr(store, "session_summary", None)
+        if summary is not None:
+            archived = summary(session_id).archived_at
+        header = {**header, "archived_at": iso_time(archived) if archived is not None else None}
         info = _turn_info(events)
         model = header["settings"]["model"]
         dicts = []

@@ -304,6 +304,8 @@ class _Plan:
                                         f"{detail}", source=source, location=where, session_id=self.target) from None
         if live < before:  # turns live before this import that it rolled back
             self.result.counts["rolled_back"] = before - live
+        if session.events is None and started is None and self.result.created and session.archived_at is not None:
+            ctx.restore_archived(True)  # an archived session (md front matter) imports archived
         if self.todo or started is None or self.rollback is not None or self.retitle:
             payload: dict[str, Any] = {"format": fmt, "source": source, "source_id": session.source_id,
                                        "counts": self.result.counts}
@@ -567,12 +569,17 @@ def _import_target(store: BaseSessionStore, target: str, group: list[ImportedSes
 
 def _source_times(sessions: Sequence[ImportedSession]) -> tuple[float | None, float | None]:
     """When the conversation began and was last active in its source (UTC epoch seconds):
-    the sessions' own times (a chatflow header, md front matter), else their turns' times
+    each session's own times (a chatflow header, md front matter) when it has them, else
+    its turns' times
     (llm's ``datetime_utc``, Claude Code's entry timestamps); None when the source has none."""
-    starts = [s.created_at for s in sessions if s.created_at is not None]
-    starts += [t.created_at for s in sessions for t in s.turns if t.created_at is not None]
-    ends = [s.updated_at for s in sessions if s.updated_at is not None]
-    ends += [t.created_at for s in sessions for t in s.turns if t.created_at is not None]
+    starts: list[float] = []
+    ends: list[float] = []
+    for s in sessions:
+        # a session's own times win over its turns' (an md transcript's turn comments carry
+        # the times its turns were stored, which for an imported session is the import's)
+        turn_times = [t.created_at for t in s.turns if t.created_at is not None]
+        starts += [s.created_at] if s.created_at is not None else turn_times
+        ends += [s.updated_at] if s.updated_at is not None else turn_times
     created = min(starts) if starts else None
     updated = max(ends) if ends else created
     if created is not None and updated is not None and updated < created:

@@ -1,7 +1,8 @@
 """A Markdown transcript a person reads (on GitHub, in an editor) and chatflow imports back.
 
 The file starts with front matter (``session``, ``title``, ``agent``, ``model``,
-``base_url``, ``max_turns``, ``created``, ``updated``, ``turns``, ``metadata``; each value
+``base_url``, ``max_turns``, ``created``, ``updated``, ``archived`` (when it was archived,
+or null), ``turns``, ``metadata``; each value
 JSON, which YAML reads too; all but ``turns`` are read back), then a
 ``## Turn N`` heading per turn with the user's message and the replies as Markdown; tool
 calls and their results are folded into ``<details>`` blocks, their arguments and output in
@@ -101,7 +102,8 @@ def export_markdown(header: Mapping[str, Any], system: Sequence[Message],
                     turns: Iterable[Mapping[str, Any]]) -> Iterator[str]:
     """The Markdown transcript of one session, in pieces.
 
-    ``header``: the session header (as in the chatflow format); ``system``: the SYSTEM
+    ``header``: the session header (as in the chatflow format, plus ``archived_at``: ISO
+    8601 UTC when the session is archived, else None); ``system``: the SYSTEM
     messages; ``turns``: ``{"number", "messages", "model", "usage", "finish_reason",
     "created_at"}`` dicts, oldest first.
     """
@@ -116,6 +118,7 @@ def export_markdown(header: Mapping[str, Any], system: Sequence[Message],
         "max_turns": settings.get("max_turns"),
         "created": header.get("created_at"),
         "updated": header.get("updated_at"),
+        "archived": header.get("archived_at"),
         "turns": header.get("turns"),
         "metadata": header.get("metadata") or {},
     }
@@ -204,6 +207,7 @@ def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSessio
         created_at=parse_time(front.get("created"), source=source, location="front matter"),
         updated_at=parse_time(front.get("updated"), source=source, location="front matter"),
         title=front.get("title") if isinstance(front.get("title"), str) and front.get("title") else None,
+        archived_at=parse_time(front.get("archived"), source=source, location="front matter"),
     )
     turn: ImportedTurn | None = None
     turn_meta: dict[str, Any] = {}

@@ -82,7 +82,9 @@ class ImportedSession:
     creates). ``created_at``/``updated_at``: UTC epoch seconds of the conversation's
     start and last activity in the source, when known; a session the import creates keeps
     them (``sessions ls`` orders and ``--since`` filters by when it happened), falling back
-    on its turns' ``created_at``. ``system``: SYSTEM messages, in order. ``events``: for chatflow's own
+    on its turns' ``created_at``. ``archived_at``: when the source says the session was
+    archived (``md`` front matter); a session the import creates is then archived too
+    (chatflow's own format replays its archive events instead). ``system``: SYSTEM messages, in order. ``events``: for chatflow's own
     format only, the whole event log to replay (``type``, ``payload``, ``created_at``,
     ``seq``); ``turns`` is then derived from it for counts. ``warnings``: what the reader
     skipped or repaired (a dangling parent, an unknown entry type).
@@ -100,6 +102,7 @@ class ImportedSession:
     created_at: float | None = None
     updated_at: float | None = None
     title: str | None = None
+    archived_at: float | None = None
     turns: list[ImportedTurn] = field(default_factory=list)
     events: list[dict[str, Any]] | None = None
     warnings: list[str] = field(default_factory=list)

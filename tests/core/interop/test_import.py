@@ -349,7 +349,7 @@ def test_what_the_openai_export_writes_always_imports_back(make_store: Any, tmp_
 
 def test_md_export_keeps_every_field_of_the_messages_and_the_header(make_store: Any, tmp_path: Path) -> None:
     """md export -> import keeps every message field (agent_version on a tool-call-only reply,
-    too), the title, agent, model, max_turns, metadata and the session's times."""
+    too), the title, agent, model, max_turns, metadata, the archive state and the session's times."""
     source = make_store("source")
     build_every_event_session(source)
     source.set_session_endpoint("every", "gpt-x", "http://127.0.0.1:9/v1")
@@ -361,10 +361,11 @@ def test_md_export_keeps_every_field_of_the_messages_and_the_header(make_store: 
     assert _live(store, "every") == _live(source, "every")
     calls_only = [m for turn in _live(store, "every") for m in turn if m.tool_calls and not m.content]
     assert calls_only and all(m.agent_version for m in calls_only)
-    [mine] = store.list_sessions()
+    assert store.list_sessions() == []  # archived in the source: archived here too
+    [mine] = store.list_sessions(archived=True)
     [theirs] = source.list_sessions(archived=True)
-    assert (mine.title, mine.active_agent_name, mine.max_turns, mine.metadata) == (
-        theirs.title, theirs.active_agent_name, theirs.max_turns, theirs.metadata)
+    assert (mine.title, mine.active_agent_name, mine.max_turns, mine.metadata, mine.archived_at is not None) == (
+        theirs.title, theirs.active_agent_name, theirs.max_turns, theirs.metadata, True)
     assert mine.title == "Order 404, refunded"
     assert store.session_endpoint("every") == ("gpt-x", "http://127.0.0.1:9/v1")
     # the front matter's times, to the millisecond it writes
