@@ -21,6 +21,7 @@ session waiting for custom tool results) are imported as waiting.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -104,6 +105,35 @@ def _message(data: Any, where: str, source: str) -> Message | None:
     raise ImportFormatError(f"{source}: {where}: unknown role {role!r}", source=source, location=where)
 
 
+_WIRE_ROLES = {"SYSTEM": "system", "USER": "user", "MODEL": "assistant", "TOOL": "tool"}
+
+
+def _in_user_terms(problem: str) -> str:
+    """A broken history rule (:func:`history_problems`' ``"<check>: <detail>"``, message
+    indexes from 0) said in the terms of the file: Chat Completions roles, messages counted
+    from 1. An unknown check is returned as it is."""
+    check, _, detail = problem.partition(": ")
+    numbers = [int(n) for n in re.findall(r"message (\d+)", detail)]
+    nth = f"message {numbers[0] + 1}" if numbers else "a message"
+    if check == "first_after_system_is_user":
+        role = _WIRE_ROLES.get(detail.rsplit(" ", 1)[-1], detail.rsplit(" ", 1)[-1].lower())
+        return f"the first message after the system messages must be a user message, not {role} ({nth})"
+    if check == "system_leading":
+        return f"{nth} is a system message after the conversation began: system messages come first"
+    if check == "tool_result_follows_call":
+        ids = re.findall(r"answers ('[^']*'|\"[^\"]*\")", detail)
+        call = f" {ids[0]}" if ids else ""
+        return (f"{nth} is a tool result for call{call}, which the assistant message just before it did not make "
+                "(or another tool message answered already)")
+    if check == "tool_call_answered_once":
+        return f"the assistant's tool calls {detail.split('calls ', 1)[-1].split(' unanswered')[0]} get no tool " \
+               f"message before {nth}: each call is answered right after it"
+    if check == "tool_call_id_unique":
+        ids = re.findall(r"^('[^']*'|\"[^\"]*\")", detail)
+        return f"tool call id {ids[0] if ids else ''} is used again in {nth}: each call has its own id"
+    return problem
+
+
 def read_openai(lines: Iterable[str], *, source: str = "-") -> list[ImportedSession]:
     """Parse ``{"messages": [...]}`` lines, one session each.
 
@@ -126,7 +156,8 @@ def read_openai(lines: Iterable[str], *, source: str = "-") -> list[ImportedSess
         messages = [m for m in (_message(d, where, source) for d in data["messages"]) if m is not None]
         problems = history_problems(messages, pending_ok=True)  # a line may end with tool calls
         if problems:
-            raise ImportFormatError(f"{source}: {where}: {problems[0]}", source=source, location=where)
+            raise ImportFormatError(f"{source}: {where}: {_in_user_terms(problems[0])}", source=source,
+                                    location=where)
         digest = content_digest(data["messages"], 12)
         session = ImportedSession(source="openai", source_id=f"openai:{digest}", session_id=f"openai-{digest}")
         for msg in messages:

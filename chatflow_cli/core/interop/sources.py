@@ -47,6 +47,21 @@ def detect_format(text: str) -> str | None:
     return None
 
 
+def _is_json_export(text: str) -> bool:
+    """Whether ``text`` is what ``sessions export --format json`` (``sessions show --json``)
+    writes: ``{"session": {...}, "turns": [...]}``, or an array of them."""
+    head = text.lstrip()[:1]
+    if head not in ("{", "["):
+        return False
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    items = data if isinstance(data, list) else [data]
+    return bool(items) and all(isinstance(d, dict) and isinstance(d.get("session"), dict)
+                               and isinstance(d.get("turns"), list) and "format" not in d for d in items)
+
+
 def _read_text(path: str, stdin: IO[bytes] | None) -> str:
     try:
         if path == "-":
@@ -70,8 +85,10 @@ def read_source(path: str, fmt: str | None = None, *, stdin: IO[bytes] | None = 
     """``(format, sessions)`` read from ``path`` (``-``: stdin) in format ``fmt`` or the detected one.
 
     Raises:
-        UsageError: an unknown format, a missing or unreadable file, an ``llm`` import
-            from stdin (a database is read in place), or a format that cannot be detected.
+        UsageError: an unknown format, a missing or unreadable file, an empty one, an
+            ``llm`` import from stdin (a database is read in place), a ``json`` export (the
+            shape ``sessions show --json`` prints, for reading: it does not import back), or
+            a format that cannot be detected.
         ImportFormatError: the file is not what its format says (naming the line or row).
     """
     if fmt is not None and fmt not in IMPORT_FORMATS:
@@ -83,8 +100,13 @@ def read_source(path: str, fmt: str | None = None, *, stdin: IO[bytes] | None = 
             raise UsageError(f"cannot import {path}: no such file")
         return "llm", read_llm_logs(path)
     text = _read_text(path, stdin)
+    if not text.strip():
+        raise UsageError(f"{path} is empty: nothing to import")
     if fmt is None:
         fmt = detect_format(text)
+        if fmt is None and _is_json_export(text):
+            raise UsageError(f"{path} is a json export (sessions show --json): it does not import back; "
+                             "export with --format chatflow (or md, openai)")
         if fmt is None:
             raise UsageError(f"cannot tell the format of {path}: give --from ({', '.join(IMPORT_FORMATS)})")
     lines = text.split("\n")  # not splitlines(): U+2028 and friends may stand inside JSON strings

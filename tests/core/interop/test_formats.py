@@ -105,9 +105,9 @@ def test_openai_reader_takes_content_parts_and_developer_messages() -> None:
     ("line", "match"),
     [("nope", "line 2: not JSON"), ('{"msgs": []}', "line 2: not a"),
      ('{"messages": [{"role": "wizard", "content": "x"}]}', "line 2: unknown role 'wizard'"),
-     ('{"messages": [{"role": "assistant", "content": "x"}]}', "line 2: first_after_system_is_user"),
+     ('{"messages": [{"role": "assistant", "content": "x"}]}', "line 2: the first message after the system messages must be a user message, not assistant"),
      ('{"messages": [{"role": "user", "content": "x"}, {"role": "tool", "tool_call_id": "q", "content": "y"}]}',
-      "line 2: tool_result_follows_call")],
+      "line 2: message 2 is a tool result for call 'q', which the assistant message")],
 )
 def test_openai_malformed_lines_name_the_line(line: str, match: str) -> None:
     good = json.dumps({"messages": [{"role": "user", "content": "hi"}]})
