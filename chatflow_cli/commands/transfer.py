@@ -4,10 +4,11 @@ The work is the library's (:mod:`chatflow_cli.core.interop`); these commands pic
 sessions, open the output, and say what happened.
 
 ``export`` writes to stdout, or with ``-o FILE`` to a file that appears whole or not at all
-(written beside it, then renamed; mode 0600 like the database): an error, Ctrl-C (SIGINT),
-SIGTERM or SIGHUP while it is written removes the file beside it and leaves FILE as it was;
-a signal then ends the process as it would have (exit 130 for Ctrl-C, killed by the signal
-otherwise). ``import`` reads a file or
+(a regular file is written beside it, then renamed over it, keeping its mode; a symlink's
+target is the file written; a device or FIFO is written directly): an error, Ctrl-C
+(SIGINT), SIGTERM or SIGHUP while it is written removes the file beside it and leaves FILE
+as it was; a signal then ends the process as it would have (exit 130 for Ctrl-C, killed by
+the signal otherwise). An export that writes no session leaves FILE alone. ``import`` reads a file or
 stdin, checks every session whole before writing any of it, and prints what it added.
 """
 
@@ -17,15 +18,16 @@ import contextlib
 import io
 import os
 import signal
+import stat
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol
 
 from ..context import notice
-from ..core.errors import UsageError
+from ..core.errors import ChatflowError, RunInterrupted, UsageError
 from ..lookup import not_found, store_or_missing
 from ..render import dumps, plural, safe_text
 from ..session_ids import validate_session_id
@@ -35,6 +37,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..core.memory.protocol import SessionStoreProtocol
 
 __all__ = ["export_sessions", "import_file"]
+
+
+class _Sink(Protocol):
+    """Where an export goes: stdout or :class:`_Output`."""
+
+    def write(self, text: str, /) -> int: ...
 
 
 def _pick(state: State, session_ids: list[str], *, all_: bool,
@@ -63,7 +71,7 @@ def _pick(state: State, session_ids: list[str], *, all_: bool,
     return store, [s.session_id for s in sorted(summaries, key=lambda s: (s.created_at, s.session_id))]
 
 
-def _write_json(state: State, store: SessionStoreProtocol | None, session_ids: list[str], out: IO[str]) -> None:
+def _write_json(state: State, store: SessionStoreProtocol | None, session_ids: list[str], out: _Sink) -> None:
     from .sessions import show_session
 
     out.write("[" if len(session_ids) != 1 else "")
@@ -87,7 +95,7 @@ def _instructions(state: State) -> dict[str, str]:
 
 
 def _write(state: State, store: SessionStoreProtocol | None, session_ids: list[str], fmt: str, per_turn: bool,
-           out: IO[str]) -> int:
+           out: _Sink) -> int:
     """Write the sessions; return how many were written (``openai`` leaves out, with a
     warning, a session with no live turn)."""
     from ..core.interop import export_lines
@@ -129,35 +137,136 @@ def export_sessions(state: State, session_ids: list[str], *, all_: bool, since: 
     if per_turn and fmt != "openai":
         raise UsageError("--per-turn goes with --format openai")
     store, ids = _pick(state, session_ids, all_=all_, since=since)
+    to_stdout = output is None or output == "-"
+    target = None if output is None or to_stdout else _output_path(output)
     if not ids:
-        notice(state, "no sessions to export")
-    if output is None or output == "-":
+        notice(state, "no sessions to export" + ("" if to_stdout else f": {output} is not written"))
+    if output is None or target is None:
         _write(state, store, ids, fmt, per_turn, state.env.stdout)
         state.env.stdout.flush()
         return
-    target = Path(output).expanduser()
+    if not ids:
+        return
+    sink = _Output(target, output)
     with _signals_unwind() as stopped:
-        with _signals_blocked():  # the temp file is made and known to the cleanup below at once
-            try:
-                fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent or "."))
-            except OSError as exc:
-                raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
-                written = _write(state, store, ids, fmt, per_turn, out)
-            with _signals_blocked():  # renamed, or not: never a signal between the two
-                os.replace(tmp, target)
-                tmp = ""
+            written = _write(state, store, ids, fmt, per_turn, sink)
+            if written:
+                sink.commit()
+            else:
+                sink.discard()
         except BaseException:
-            if tmp:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
+            sink.discard()
             raise
     if stopped:  # pragma: no cover - the process ends by the signal it got, as it would have
         _die_by(stopped[0])
+    if not written:
+        notice(state, f"no session was written: {output} is not written")
+        return
     notice(state, f"exported {plural(written, 'session')} to {output}")
+
+
+def _output_path(output: str) -> Path:
+    """The file ``-o`` names, symlinks followed (the link stays; its target is written).
+
+    Raises:
+        UsageError: it is a directory.
+    """
+    path = Path(os.path.realpath(Path(output).expanduser()))
+    if path.is_dir():
+        raise UsageError(f"cannot write {output}: it is a directory (give a file name for the export)")
+    return path
+
+
+class _Output:
+    """The file an export writes, opened at the first write (an export that writes nothing
+    creates or replaces nothing).
+
+    ``path`` is a regular file or none yet: the text goes to a temporary file beside it,
+    renamed over it by :meth:`commit` (so it appears whole or not at all), with the mode
+    (and owner, where allowed) of the file it replaces, or for a new file the mode
+    ``open(path, "w")`` would give (0666 less the umask). Anything else (a character
+    device, a FIFO, ``/dev/stdout``) is opened and written directly: it cannot be replaced.
+
+    Write errors (a full disk, ``/dev/full``) raise :class:`ChatflowError` ``cannot write
+    FILE: ...`` (exit 1, as for stdout); an ``open`` refused (no such directory, no
+    permission) is a :class:`UsageError`.
+    """
+
+    def __init__(self, path: Path, shown: str) -> None:
+        self.path = path
+        self.shown = shown
+        self.file: IO[str] | None = None
+        self.tmp = ""
+        try:
+            self.existing: os.stat_result | None = path.stat()
+        except FileNotFoundError:
+            self.existing = None
+        except OSError as exc:
+            raise UsageError(f"cannot write {shown}: {exc.strerror or exc}") from None
+        self.direct = self.existing is not None and not stat.S_ISREG(self.existing.st_mode)
+
+    def write(self, text: str) -> int:
+        if self.file is None:
+            self._open()
+        assert self.file is not None
+        try:
+            return self.file.write(text)
+        except OSError as exc:
+            raise ChatflowError(f"cannot write {self.shown}: {exc.strerror or exc}") from None
+
+    def _open(self) -> None:
+        try:
+            if self.direct:
+                self.file = open(self.path, "w", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed in commit/discard
+                return
+            with _signals_blocked():  # the temp file is made and known to discard() at once
+                fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=str(self.path.parent))
+        except OSError as exc:
+            raise UsageError(f"cannot write {self.shown}: {exc.strerror or exc}") from None
+        self.file = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+
+    def commit(self) -> None:
+        """Close the file; a temporary file takes the mode (and owner) due and is renamed
+        over the target."""
+        if self.file is None:
+            return
+        try:
+            if self.tmp:
+                self.file.flush()
+                fd = self.file.fileno()
+                if self.existing is not None:
+                    os.fchmod(fd, stat.S_IMODE(self.existing.st_mode))
+                    if (self.existing.st_uid, self.existing.st_gid) != (os.getuid(), os.getgid()):
+                        with contextlib.suppress(OSError):  # only root may give a file away
+                            os.fchown(fd, self.existing.st_uid, self.existing.st_gid)
+                else:
+                    os.fchmod(fd, 0o666 & ~_umask())
+            self.file.close()
+        except OSError as exc:
+            raise ChatflowError(f"cannot write {self.shown}: {exc.strerror or exc}") from None
+        if self.tmp:
+            with _signals_blocked():  # renamed, or not: never a signal between the two
+                os.replace(self.tmp, self.path)
+                self.tmp = ""
+
+    def discard(self) -> None:
+        """Close the file and remove the temporary one (the target is left as it was)."""
+        if self.file is not None:
+            with contextlib.suppress(OSError):
+                self.file.close()
+            self.file = None
+        if self.tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp)
+            self.tmp = ""
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 #: Signals that end an export to a file; the file is then neither written nor left half.
@@ -234,6 +343,8 @@ def import_file(state: State, path: str, *, fmt: str | None, into: str | None, d
         UsageError: An unreadable file, an undetectable format, an id chatflow would not
             make, a session that exists and did not come from this source (without ``into``).
         ImportFormatError: The file is malformed (the message names the line or row).
+        RunInterrupted: Ctrl-C; the message says which sessions were stored (each one
+            whole) and that nothing of the one being written was.
     """
     from ..core.interop import read_source
     from ..core.interop.importer import import_sessions
@@ -247,7 +358,21 @@ def import_file(state: State, path: str, *, fmt: str | None, into: str | None, d
         for session in sessions:
             validate_session_id(session.session_id)
     store = state.open_store()
-    results = import_sessions(store, sessions, fmt=found, source=path, into=into, dry_run=dry_run)
+    stored: list[str] = []
+    writing: list[str] = []
+
+    def progress(target: str, done: bool) -> None:
+        if done:
+            stored.append(target)
+            writing.clear()
+        else:
+            writing[:] = [target]
+
+    try:
+        results = import_sessions(store, sessions, fmt=found, source=path, into=into, dry_run=dry_run,
+                                  progress=progress)
+    except KeyboardInterrupt:
+        raise RunInterrupted(_interrupted_line(path, stored, writing, dry_run)) from None
     if json_:
         state.env.stdout.write(dumps({"dry_run": dry_run, "format": found,
                                       "sessions": [r.to_dict() for r in results]}) + "\n")
@@ -265,3 +390,14 @@ def import_file(state: State, path: str, *, fmt: str | None, into: str | None, d
         made = " (new session)" if result.created else ""
         state.env.stdout.write(f"{safe_text(result.session_id)}{made}: {verb} {what}{tail}\n")
     state.env.stdout.flush()
+
+
+def _interrupted_line(path: str, stored: list[str], writing: list[str], dry_run: bool) -> str:
+    """What an import stopped by Ctrl-C leaves: the sessions stored, and none of the one it was writing."""
+    if dry_run:
+        return f"import of {path} interrupted (dry run): nothing was stored"
+    done = f"{plural(len(stored), 'session')} stored" + (f" ({', '.join(safe_text(s) for s in stored[:3])}"
+                                                        f"{', ...' if len(stored) > 3 else ''})" if stored else "")
+    if writing:
+        done += f", nothing of session {safe_text(writing[0])}"
+    return f"import of {path} interrupted: {done}; run it again to import the rest"

@@ -61,7 +61,9 @@ def test_export_formats_to_stdout_and_a_file(chatflow: Any, rich_db: Path, tmp_p
     written = chatflow("sessions", "export", "--all", "-o", str(out))
     assert written.returncode == 0 and "exported 2 sessions" in written.stderr
     assert out.read_text(encoding="utf-8").count('"format":"chatflow"') == 2
-    assert (out.stat().st_mode & 0o777) == 0o600
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert (out.stat().st_mode & 0o777) == 0o666 & ~mask  # as open(..., "w") makes it
     recent = chatflow("sessions", "export", "--since", "1h", "--format", "openai")
     assert len(recent.jsonl()) == 2
 

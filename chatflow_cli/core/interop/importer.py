@@ -459,13 +459,17 @@ def import_sessions(
     into: str | None = None,
     dry_run: bool = False,
     agent_name: str = "Assistant",
+    progress: Callable[[str, bool], None] | None = None,
 ) -> list[ImportResult]:
     """Import ``sessions`` (read from ``source`` in format ``fmt``) into ``store``.
 
     ``into``: the id of the session to import into (created when absent; its own turns
     are kept and the imported ones follow, every source session in turn); by default each
     session keeps the id its source gives it. ``agent_name``: the agent of a created
-    session when the source names none.
+    session when the source names none. ``progress(target, stored)``, when given, is called
+    with ``False`` before the transaction of each target session that has something to add
+    and with ``True`` once it is committed (a caller stopped by Ctrl-C can then say what
+    was stored).
 
     Each target session is written in one store transaction (:meth:`BaseSessionStore.edit`):
     with ``into``, every source session goes into that one transaction; without it, one
@@ -495,7 +499,7 @@ def import_sessions(
         for _attempt in range(_ATTEMPTS):
             try:
                 done = _import_target(store, target, group, fmt=fmt, source=source, into=into, dry_run=dry_run,
-                                      agent_name=agent_name)
+                                      agent_name=agent_name, progress=progress)
             except _Stale:
                 continue  # another import (or a turn) committed between the plan and the transaction
             if done is not None:
@@ -512,11 +516,12 @@ _ATTEMPTS = 5
 
 
 def _import_target(store: BaseSessionStore, target: str, group: list[ImportedSession], *, fmt: str, source: str,
-                   into: str | None, dry_run: bool, agent_name: str) -> list[ImportResult] | None:
+                   into: str | None, dry_run: bool, agent_name: str,
+                   progress: Callable[[str, bool], None] | None = None) -> list[ImportResult] | None:
     """Plan and run the one transaction that imports ``group`` into ``target``; the results
     say what that transaction did. None: the same import committed in another process
     after this one planned (its batch key was there): the caller plans again, and then
-    finds everything there.
+    finds everything there. ``progress``: as :func:`import_sessions` says.
 
     Raises:
         _Stale: the target changed between the plan and the transaction.
@@ -552,9 +557,21 @@ def _import_target(store: BaseSessionStore, target: str, group: list[ImportedSes
         + [p.start_key for p in plans if p.started is None]
         + [f"rollback:{p.rollback}" for p in plans if p.rollback is not None]
         + [f"title:{p.session.title}" for p in plans if p.retitle] + [str(position)])
-    edited = store.edit(target, change, create_agent=agent, max_turns=max_turns, metadata=metadata,
-                        idempotency_key=batch, idempotency_keys=recorded, dry_run=dry_run,
-                        created_at=created_at, updated_at=updated_at)
+    if progress is not None:
+        progress(target, False)
+    committed = False
+    try:
+        edited = store.edit(target, change, create_agent=agent, max_turns=max_turns, metadata=metadata,
+                            idempotency_key=batch, idempotency_keys=recorded, dry_run=dry_run,
+                            created_at=created_at, updated_at=updated_at)
+        committed = True
+    except KeyboardInterrupt:
+        # Ctrl-C may land after the commit, before edit returns: the store says which
+        committed = not dry_run and bool(store.idempotency_digests(target, [batch]))
+        raise
+    finally:
+        if committed and progress is not None:
+            progress(target, True)
     if edited.replayed:
         return None
     created = any(e.type == "session.created" for e in edited.events)
