@@ -30,6 +30,7 @@ type                       payload
                            (+ ``active_agent``, ``reverted_from_agent`` when a handoff was undone)
 ``turn.interrupted``       ``{"turn": int, "tool_use_ids": [...], "reason": str}``
 ``rollback``               ``{"to_turn": int, "removed_turns": [int, ...]}``
+                           (+ ``"system": true``: the SYSTEM messages went too)
 ``metadata.updated``       ``{"metadata": {...} (stored result), "changes": {...}, "removed": [...]}``
 ``session.recovered``      ``{"turn": int, "owner": {...}}`` a dead owner's run was closed
 ``context.compacted``      ``{"through": K, "model": str, "tokens_before": int, "tokens_after": int,

@@ -20,6 +20,9 @@ Each item becomes a chatflow message that carries the item itself (``Message.ite
 ``get_items`` returns every item exactly as it was added (a JSON copy), in the order added:
 
 * a user message item (``{"role": "user", ...}``) starts a turn (a USER message with its text);
+* a ``system`` or ``developer`` message item while the session has no turn yet is a SYSTEM
+  message with its text (after the first turn it is kept as any other item, below, so the
+  order stays as added);
 * consecutive ``function_call`` items of one ``add_items`` call are one MODEL message with
   those tool calls; each ``function_call_output`` is the TOOL message answering its call;
 * an assistant message, a reasoning item and any other item is a MODEL message (its text or
@@ -56,9 +59,11 @@ Contract
   items may come back). With ``max_turns=N`` the window itself is the newest N whole turns.
 * ``pop_item`` removes and returns the newest item, or None when there is none: its turn is
   rolled back (a ``rollback`` event, as ``sessions rollback`` writes) and written again
-  without that item, plus an ``sdk.item_popped`` event holding the item.
-* ``clear_session`` empties the window (a ``rollback`` to turn 0 and an
-  ``sdk.session_cleared`` event); the log keeps everything.
+  without that item, plus an ``sdk.item_popped`` event holding the item. With no turn left,
+  the newest SYSTEM message's item is popped the same way (a ``rollback`` with
+  ``"system": true``, the other SYSTEM messages written again).
+* ``clear_session`` empties the window, SYSTEM messages too (a ``rollback`` to turn 0 with
+  ``"system": true`` and an ``sdk.session_cleared`` event); the log keeps everything.
 * A busy session (a ``chatflow chat`` turn running on it) makes ``add_items``,
   ``pop_item`` and ``clear_session`` try again with a short backoff for up to ``wait``
   seconds, then raise ``SessionBusyError``; they also raise ``SessionTerminatedError``,
@@ -160,6 +165,11 @@ def _is_user(item: Mapping[str, Any]) -> bool:
     return item.get("role") == "user" and item.get("type", "message") == "message"
 
 
+def _is_instructions(item: Mapping[str, Any]) -> bool:
+    """A ``system`` or ``developer`` message item."""
+    return item.get("role") in ("system", "developer") and item.get("type", "message") == "message"
+
+
 def _is_skipped(msg: Message) -> bool:
     """Messages the session wrote only to keep chatflow's history valid."""
     if msg.items:
@@ -234,6 +244,10 @@ def _place(ctx: SessionContext, items: Sequence[dict[str, Any]], agent: str | No
     while i < len(items):
         item = items[i]
         kind = item.get("type")
+        if ctx.turn_count == 0 and _is_instructions(item):  # instructions before any turn: a SYSTEM message
+            ctx.add_message(Message(Role.SYSTEM, _content_text(item.get("content")), items=(item,)))
+            i += 1
+            continue
         if _is_user(item):
             _close_gaps(ctx)
             ctx.add_message(Message(Role.USER, _content_text(item.get("content")), items=(item,)))
@@ -431,7 +445,8 @@ class ChatflowSession:
         """After add_items: the cache follows when it was current just before the edit.
 
         The cache text is ``[[item, ...], ...]``; the new items are spliced in with one
-        concatenation, opening a group where :func:`_place` opens a turn."""
+        concatenation, opening a group where :func:`_place` opens a turn (with no turn, the
+        only group is the SYSTEM messages' one, turn 0)."""
         cache, self._cache = self._cache, None
         if cache is None or result.position is None or cache[0] != result.before:
             return
@@ -441,7 +456,13 @@ class ChatflowSession:
         in_group = has_group and not head.endswith("[")  # the open group already holds an item
         pieces: list[str] = []
         for item, item_text in zip(items, texts):
-            if _is_user(item) or not turn_open or not has_group:
+            if not turn_open and _is_instructions(item):  # a SYSTEM message: the turn-0 group
+                if not has_group:
+                    pieces.append("[")
+                    has_group = True
+                elif in_group:
+                    pieces.append(",")
+            elif _is_user(item) or not turn_open or not has_group:
                 pieces.append("],[" if has_group else "[")
                 has_group = turn_open = True
             elif in_group:
@@ -515,8 +536,16 @@ class ChatflowSession:
 
         def change(ctx: SessionContext) -> dict[str, Any] | None:
             turns = ctx.turns
-            if not turns:
-                return None
+            if not turns:  # only SYSTEM messages: the newest goes, the others are written again
+                systems = [m for m in ctx.history if m.role is Role.SYSTEM]
+                items = _items_of(systems[-1]) if systems else []
+                if not items:
+                    return None
+                ctx.rollback_to(0, system=True)
+                for msg in systems[:-1]:
+                    ctx.add_message(msg)
+                ctx.record_event("sdk.item_popped", {"turn": 0, "item": items[-1]})
+                return items[-1]
             turn = turns[-1]
             messages = list(turn.messages)
             index = next((k for k in range(len(messages) - 1, -1, -1) if _items_of(messages[k])), None)
@@ -549,8 +578,8 @@ class ChatflowSession:
         """
 
         def change(ctx: SessionContext) -> None:
-            if ctx.turn_count:
-                ctx.rollback_to(0)
+            if ctx.turn_count or any(m.role is Role.SYSTEM for m in ctx.history):
+                ctx.rollback_to(0, system=True)
             ctx.record_event("sdk.session_cleared", {})
 
         self._cache = None

@@ -413,7 +413,8 @@ def test_a_second_writer_is_seen_at_once(any_store: BaseSessionStore) -> None:
     assert run(one.get_items()) == [{"role": "user", "content": "new incarnation"}]
 
 
-_ITEM_KINDS = ["user", "call", "output", "assistant", "reasoning", "orphan_output", "handoff"]
+_ITEM_KINDS = ["user", "call", "output", "assistant", "reasoning", "orphan_output", "handoff", "system",
+               "developer"]
 
 
 def _item(kind: str, n: int) -> list[dict[str, Any]]:
@@ -427,6 +428,10 @@ def _item(kind: str, n: int) -> list[dict[str, Any]]:
         return [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"a{n}"}]}]
     if kind == "reasoning":
         return [{"type": "reasoning", "summary": [{"type": "summary_text", "text": "hm"}]}]
+    if kind == "system":
+        return [{"role": "system", "content": f"Be brief ({n})."}]
+    if kind == "developer":
+        return [{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": f"d{n}"}]}]
     if kind == "orphan_output":
         return [{"type": "function_call_output", "call_id": "nowhere", "output": "x"}]
     return [{"type": "function_call", "call_id": f"h{n}", "name": "transfer_to_billing", "arguments": "{}"},
@@ -579,3 +584,59 @@ def test_edits_wait_for_a_turn_another_process_runs(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         ChatflowSession("busy", db, wait=-1)
     session.close()
+
+
+def test_leading_instructions_are_system_messages(tmp_path: Path) -> None:
+    """A system or developer item before any turn is a SYSTEM message carrying the item:
+    ``sessions show`` has no empty turn for it, get_items returns every item as added and
+    in order, pop_item and clear_session remove it; after the first turn it stays in order."""
+    from chatflow_cli.core.messages import Role
+
+    db = tmp_path / "sys.db"
+    store = SQLiteSessionStore(db)
+    session = ChatflowSession("sys", store)
+    lead = [{"role": "developer", "content": "Answer in French."},
+            {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "Be brief."}]}]
+    turn = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "bonjour"}]
+    late = {"role": "system", "content": "late note"}
+    run(session.add_items([*lead, *turn, late]))
+    want = [*lead, *turn, late]
+    assert run(session.get_items()) == want
+    fresh = ChatflowSession("sys", store)
+    assert run(fresh.get_items()) == want
+    assert run(ChatflowSession("sys", store, turn_safe=True).get_items(4)) == [*turn, late]  # the SYSTEM group apart
+    (first,) = store.load_turns("sys")
+    assert [(m.role, m.content) for m in first.messages][:2] == [(Role.USER, "hello"), (Role.MODEL, "bonjour")]
+    store.close()
+    out = _shown(db, "sys")
+    openai_line = subprocess.run([sys.executable, "-m", "chatflow_cli", "--db", str(db), "sessions", "export", "sys",
+                                  "--format", "openai"], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert {"role": "system", "content": "Answer in French."} in json.loads(openai_line)["messages"]
+    # one turn, opened by "hello": no empty turn for the instructions (the late note's rendering is not checked)
+    assert "· 1 turn ·" in out and "You: hello\nAssistant: bonjour" in out and "You: \n" not in out
+    store = SQLiteSessionStore(db)
+    session = ChatflowSession("sys", store)
+    ctx = store.get("sys")
+    assert ctx is not None
+    assert [(m.role, m.content, m.items) for m in ctx.history if m.role is Role.SYSTEM] == [
+        (Role.SYSTEM, "Answer in French.", (lead[0],)), (Role.SYSTEM, "Be brief.", (lead[1],))]
+    # pop: the turn's items, then the SYSTEM items, newest first
+    popped = [run(session.pop_item()) for _ in range(5)]
+    assert popped == list(reversed(want))
+    assert run(session.pop_item()) is None and run(session.get_items()) == []
+    run(session.add_items([*lead, {"role": "user", "content": "again"}]))
+    run(session.clear_session())
+    assert run(session.get_items()) == [] and run(ChatflowSession("sys", store).get_items()) == []
+    run(session.add_items(lead))  # a cleared session takes instructions as SYSTEM messages again
+    assert run(ChatflowSession("sys", store).get_items()) == lead
+    assert [e.payload.get("system") for e in store.events("sys") if e.type == "rollback"][-1] is True
+    store.close()
+    cli = [sys.executable, "-m", "chatflow_cli", "--db", str(db), "sessions", "export", "sys"]
+    # the log (with its rollbacks of SYSTEM messages) imports back to the same window
+    exported = subprocess.run(cli, capture_output=True, text=True, timeout=60, check=True).stdout
+    other = tmp_path / "other.db"
+    subprocess.run([sys.executable, "-m", "chatflow_cli", "--db", str(other), "sessions", "import", "-"],
+                   input=exported, capture_output=True, text=True, timeout=60, check=True)
+    again = ChatflowSession("sys", other)
+    assert run(again.get_items()) == lead
+    again.close()

@@ -123,7 +123,7 @@ def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int) -> No
     if kind in ("message.user", "message.model", "message.system", "tool.result"):
         ctx.add_message(Message.from_dict(data["message"]))
     elif kind == "rollback":
-        ctx.rollback_to(int(data["to_turn"]) + offset)
+        ctx.rollback_to(int(data["to_turn"]) + offset, system=data.get("system") is True and not offset)
     elif kind == "turn.failed":
         error_type = str(data.get("error_type") or "Error")
         error = type(error_type, (Exception,), {})(str(data.get("error", "")))

@@ -337,7 +337,9 @@ class _StoreCore:
                 tx.insert_message(row.session_id, 0, op.message, event.seq)
             elif op.kind == "rollback":
                 to_turn = int(op.payload["to_turn"])
-                tx.remove_turns(row.session_id, to_turn + 1, None, "rolled_back", event.seq)
+                # "system": the SYSTEM messages (turn 0) go too
+                first = 0 if op.payload.get("system") is True else to_turn + 1
+                tx.remove_turns(row.session_id, first, None, "rolled_back", event.seq)
                 tx.remove_summaries(row.session_id, to_turn, event.seq)
                 row.turn_count = min(row.turn_count, to_turn)
             elif op.kind == "turn_failed":

@@ -333,7 +333,8 @@ class _Tx:
         raise NotImplementedError
 
     def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
-        """Mark live messages of turns first..last (None: no upper bound), turn >= 1, as removed."""
+        """Mark live messages of turns first..last (None: no upper bound) as removed; turn 0
+        (the SYSTEM messages and summaries) only when ``first`` is 0."""
         raise NotImplementedError
 
     def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:

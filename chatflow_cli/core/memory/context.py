@@ -449,28 +449,33 @@ class SessionContext:
             messages.extend(have[k])
         return messages, first - 1
 
-    def rollback_to(self, turn: int) -> None:
+    def rollback_to(self, turn: int, *, system: bool = False) -> None:
         """Keep turns 1..``turn`` (0 keeps only the SYSTEM messages); all or nothing.
 
-        Raises ``ValueError`` (and changes nothing) unless ``0 <= turn <= turn_count``.
-        Turns pruned out of the window are brought back. Journals a ``rollback`` event
-        ``{"to_turn": n, "removed_turns": [...]}``; the next new turn is ``turn + 1``.
+        ``system=True`` (with ``turn`` 0 only) removes the SYSTEM messages too, leaving an
+        empty window (an Agents SDK session's ``clear_session``).
+
+        Raises ``ValueError`` (and changes nothing) unless ``0 <= turn <= turn_count``, or
+        for ``system=True`` with a turn above 0. Turns pruned out of the window are brought
+        back. Journals a ``rollback`` event ``{"to_turn": n, "removed_turns": [...]}`` (plus
+        ``"system": true`` when the SYSTEM messages went too); the next new turn is ``turn + 1``.
         """
         if isinstance(turn, bool) or not isinstance(turn, int):
             raise TypeError(f"turn must be an int, got {type(turn).__name__}")
         count = self.turn_count
         if not 0 <= turn <= count:
             raise ValueError(f"cannot roll back to turn {turn}: session {self.session_id} has turns 0..{count}")
+        if system and turn:
+            raise ValueError(f"system=True removes the SYSTEM messages with a rollback to turn 0, not {turn}")
         messages, offset = self._rebuild(turn)
+        if system:
+            messages = []
         self._messages, self._turn_offset, self._turn_count, self._call_ids = messages, offset, turn, None
         self._archive = {k: v for k, v in self._archive.items() if k <= turn}
-        self._record(
-            JournalEntry(
-                "rollback",
-                EventType.ROLLBACK.value,
-                {"to_turn": turn, "removed_turns": list(range(turn + 1, count + 1))},
-            )
-        )
+        payload: dict[str, Any] = {"to_turn": turn, "removed_turns": list(range(turn + 1, count + 1))}
+        if system:
+            payload["system"] = True
+        self._record(JournalEntry("rollback", EventType.ROLLBACK.value, payload))
 
     def set_active_agent(self, agent: Any, *, tool_call_id: str | None = None,
                          agent_version: str | None = None) -> None:

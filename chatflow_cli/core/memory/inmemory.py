@@ -136,7 +136,7 @@ class _MemoryTx(_Tx):
         changed = [
             item
             for item in entry.messages
-            if item[2] is None and item[0] >= max(1, first) and (last is None or item[0] <= last)
+            if item[2] is None and item[0] >= max(0, first) and (last is None or item[0] <= last)
         ]
         for item in changed:
             item[2], item[3] = reason, seq

@@ -744,7 +744,7 @@ class _PgTx(_Tx):
         self._x(
             "UPDATE chatflow_messages SET removed_at_seq = %s, removed_reason = %s "
             "WHERE session_id = %s AND removed_at_seq IS NULL AND turn >= %s AND turn <= %s",
-            (seq, reason, session_id, max(1, first), last if last is not None else 2**31 - 1),
+            (seq, reason, session_id, max(0, first), last if last is not None else 2**31 - 1),
         )
 
     def latest_summary_through(self, session_id: str) -> int | None:

@@ -399,7 +399,7 @@ class _SQLiteTx(_Tx):
         self.c.execute(
             "UPDATE chatflow_messages SET removed_at_seq = ?, removed_reason = ? "
             "WHERE session_id = ? AND removed_at_seq IS NULL AND turn >= ? AND turn <= ?",
-            (seq, reason, session_id, max(1, first), last if last is not None else 2**62),
+            (seq, reason, session_id, max(0, first), last if last is not None else 2**62),
         )
         top = last if last is not None else 2**62
         # the turns first..last have no live rows now (position 0 again); the others keep theirs

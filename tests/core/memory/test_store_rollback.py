@@ -198,3 +198,33 @@ def test_session_summary_shows_the_effective_status(any_store, agent) -> None:
 
 def test_every_store_satisfies_the_protocol(any_store) -> None:
     assert isinstance(any_store, SessionStoreProtocol)
+
+
+def test_a_rollback_to_turn_0_with_system_removes_the_system_messages(any_store: BaseSessionStore) -> None:
+    """``rollback_to(0, system=True)`` (an Agents SDK session's clear) empties the window,
+    SYSTEM messages too, in every store; a plain rollback to 0 keeps them; the log keeps all."""
+    agent = Agent("A", "")
+    ctx = any_store.get_or_create("sys", agent)
+    ctx.add_message(Message.system("Be brief."))
+    ctx.add_message(Message.system("Answer in French."))
+    any_store.save(ctx)
+    _turns(any_store, agent, 2, "sys")
+    ctx = any_store.get("sys")
+    assert ctx is not None
+    ctx.rollback_to(0)
+    any_store.save(ctx)
+    again = any_store.get("sys")
+    assert again is not None and [m.content for m in again.history] == ["Be brief.", "Answer in French."]
+    with pytest.raises(ValueError):
+        again.rollback_to(1, system=True)
+    again.rollback_to(0, system=True)
+    assert again.history == ()
+    (event,) = any_store.save(again)
+    assert event.type == "rollback" and event.payload == {"to_turn": 0, "removed_turns": [], "system": True}
+    cleared = any_store.get("sys")
+    assert cleared is not None and cleared.history == () and cleared.turn_count == 0
+    cleared.add_message(Message.system("New rules."))
+    any_store.save(cleared)
+    fresh = any_store.get("sys")
+    assert fresh is not None and [m.content for m in fresh.history] == ["New rules."]
+    assert sum(1 for e in any_store.events("sys") if e.type == "message.system") == 3
