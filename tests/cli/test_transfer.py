@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import COMMAND, REPO, db_path
-from tests.core.interop.conftest import DATA, upgraded_llm_db  # noqa: F401 (a fixture)
+from tests.core.interop.conftest import DATA, llm_logs_db, upgraded_llm_db  # noqa: F401 (fixtures)
 from tests.core.interop.sample import build_rich_session
 from tests.core.interop.test_claude_code import lines_of, session_lines
 
@@ -421,6 +421,26 @@ def test_a_malformed_llm_row_is_an_error_naming_it_and_stores_nothing(chatflow: 
         result = chatflow("sessions", "import", str(logs), *extra)
         assert result.returncode == 2, result
         assert result.stderr == f"chatflow: error: {logs}: tool_calls row 1: tool call arguments are not JSON: '{{not json'\n"
+    assert chatflow("sessions", "ls", "--json").json() == []
+
+
+@pytest.mark.parametrize(("sql", "column"), [("update messages set role = 'alien' where role = 'tool'", "role"),
+                                           ("delete from messages where rowid = 1", "parent_hash")])
+def test_an_llm_row_that_breaks_the_schema_is_an_error_not_a_short_conversation(
+        chatflow: Any, llm_logs_db: Path, tmp_path: Path, sql: str, column: str) -> None:
+    import sqlite3
+
+    logs = tmp_path / "logs.db"
+    shutil.copy(llm_logs_db, logs)
+    conn = sqlite3.connect(logs)
+    conn.execute(sql)
+    conn.commit()
+    conn.close()
+    for extra in ([], ["--dry-run"]):
+        result = chatflow("sessions", "import", str(logs), *extra)
+        assert result.returncode == 2, result
+        assert re.fullmatch(rf"chatflow: error: {re.escape(str(logs))}: messages row b2:\w+: {column} [^\n]+\n",
+                            result.stderr), result
     assert chatflow("sessions", "ls", "--json").json() == []
 
 

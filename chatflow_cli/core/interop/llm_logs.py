@@ -90,6 +90,7 @@ def read_llm_logs(path: str | Path) -> list[ImportedSession]:
                     f"{source}: not an llm logs.db (no responses/conversations or threads/messages/parts tables)",
                     source=source,
                 )
+            _check_references(conn, tables, source)
             sessions: list[ImportedSession] = []
             if {"responses", "conversations"} <= tables:
                 sessions += _read_responses(conn, tables, source)
@@ -106,6 +107,77 @@ def read_llm_logs(path: str | Path) -> list[ImportedSession]:
         raise ImportFormatError(f"{source}: cannot read it as an llm logs.db: {exc}", source=source) from None
     sessions.sort(key=lambda s: (s.created_at or 0.0, s.session_id))
     return sessions
+
+
+#: ``(table, key column, column, referenced table, referenced column)``: the references llm
+#: declares as foreign keys and always keeps (it never deletes a response, message, part or
+#: thread), so a row naming one that is not there was written or edited by something else.
+_REFERENCES = (
+    ("responses", "id", "conversation_id", "conversations", "id"),
+    ("tool_calls", "id", "response_id", "responses", "id"),
+    ("tool_results", "id", "response_id", "responses", "id"),
+    ("threads", "id", "tip_message_hash", "messages", "hash"),
+    ("threads", "id", "forked_from", "threads", "id"),
+    ("messages", "hash", "parent_hash", "messages", "hash"),
+    ("parts", "id", "message_hash", "messages", "hash"),
+    ("turns", "id", "tip_message_hash", "messages", "hash"),
+)
+#: The roles llm writes in ``messages.role``, and the part types in ``parts.type``.
+_ROLES = ("system", "user", "assistant", "tool")
+_PART_TYPES = ("text", "reasoning", "tool_call", "tool_result", "attachment")
+
+
+def _check_references(conn: sqlite3.Connection, tables: set[str], source: str) -> None:
+    """Refuse rows llm never writes: a reference to a row that is not there (a message whose
+    parent is gone, a part of no message, a tool call of no response...), a message role or
+    a part type llm does not know, a message whose parts skip a position (one is gone), a
+    message no thread reaches (its thread is gone).
+
+    Raises:
+        ImportFormatError: naming the table, row and column (the first such row found).
+    """
+    for table, key, column, target, target_key in _REFERENCES:
+        if not {table, target} <= tables or not {key, column} <= _columns(conn, table):
+            continue
+        row = conn.execute(
+            f"SELECT t.[{key}] AS k, t.[{column}] AS v FROM [{table}] t WHERE t.[{column}] IS NOT NULL "
+            f"AND NOT EXISTS (SELECT 1 FROM [{target}] r WHERE r.[{target_key}] = t.[{column}]) "
+            f"ORDER BY t.rowid LIMIT 1"
+        ).fetchone()
+        if row is not None:
+            raise _bad(source, f"{table} row {row['k']}",
+                       f"{column} names no {target} row: {str(row['v'])[:40]!r}")
+    for table, key, column, known in (("messages", "hash", "role", _ROLES), ("parts", "id", "type", _PART_TYPES)):
+        if table not in tables or not {key, column} <= _columns(conn, table):
+            continue
+        marks = ", ".join("?" for _ in known)
+        row = conn.execute(f"SELECT [{key}] AS k, [{column}] AS v FROM [{table}] WHERE [{column}] IS NULL "
+                           f"OR [{column}] NOT IN ({marks}) ORDER BY rowid LIMIT 1", known).fetchone()
+        if row is not None:
+            raise _bad(source, f"{table} row {row['k']}",
+                       f"{column} is not one llm writes ({', '.join(known)}): {str(row['v'])[:40]!r}")
+    if "parts" in tables and {"message_hash", "position"} <= _columns(conn, "parts"):
+        # llm numbers a message's parts 0, 1, 2...: a gap is a part that is gone
+        row = conn.execute(
+            "SELECT message_hash AS k, COUNT(*) AS n, MIN(position) AS low, MAX(position) AS high FROM parts "
+            "GROUP BY message_hash HAVING MIN(position) != 0 OR MAX(position) != COUNT(*) - 1 LIMIT 1"
+        ).fetchone()
+        if row is not None:
+            raise _bad(source, f"messages row {row['k']}",
+                       f"its parts are at positions {row['low']}..{row['high']}, not 0..{row['n'] - 1}: "
+                       "a part is missing")
+    if {"threads", "messages"} <= tables:
+        # every message llm writes is on the chain of a thread (a fork's too): one no thread
+        # reaches is a conversation whose thread is gone
+        row = conn.execute(
+            "WITH RECURSIVE reached(hash) AS (SELECT tip_message_hash FROM threads "
+            "UNION SELECT m.parent_hash FROM messages m JOIN reached r ON m.hash = r.hash "
+            "WHERE m.parent_hash IS NOT NULL) "
+            "SELECT hash AS k FROM messages WHERE hash NOT IN (SELECT hash FROM reached WHERE hash IS NOT NULL) "
+            "ORDER BY rowid LIMIT 1"
+        ).fetchone()
+        if row is not None:
+            raise _bad(source, f"messages row {row['k']}", "no thread reaches it (its thread is gone)")
 
 
 def _merge(older: ImportedSession, thread: ImportedSession, legacy: set[str]) -> None:

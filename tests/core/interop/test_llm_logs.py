@@ -215,3 +215,60 @@ def test_what_llm_can_write_is_kept_as_it_is(tmp_path: Path) -> None:
                     """update tool_calls set arguments = '{"_raw": "{\\"a\\": 2,"}' where name = 'add'""")
     assert read_llm_logs(raw)[1].turns[0].messages[1].tool_calls[0].arguments == '{"_raw": "{\\"a\\": 2,"}'
     assert read_llm_logs(raw)[1].warnings == []
+
+
+@pytest.mark.parametrize(("sql", "where", "problem"), [
+    ("update messages set role = 'alien' where role = 'tool'", "messages row {tool}",
+     "role is not one llm writes (system, user, assistant, tool): 'alien'"),
+    ("update parts set type = 'video' where type = 'tool_call'", "parts row {call_part}",
+     "type is not one llm writes (text, reasoning, tool_call, tool_result, attachment): 'video'"),
+    ("delete from messages where rowid = 1", "messages row {second}", "parent_hash names no messages row: '{first}'"),
+    ("gap", "", ""),  # a part gone from a message that keeps one after it: see the test body
+    ("insert into parts (id, message_hash, position, type, text) values (99, 'b2:gone', 0, 'text', 'hi')",
+     "parts row 99", "message_hash names no messages row: 'b2:gone'"),
+    ("delete from threads where rowid = 1", "messages row {first}", "no thread reaches it (its thread is gone)"),
+    ("update turns set tip_message_hash = 'b2:gone' where rowid = 1", "turns row {turn}",
+     "tip_message_hash names no messages row: 'b2:gone'"),
+])
+def test_rows_that_break_llms_schema_are_errors_naming_the_row(
+        llm_logs_db: Path, tmp_path: Path, sql: str, where: str, problem: str) -> None:
+    """A role or part type llm does not write, a reference to a row that is not there (llm
+    never deletes one), a part missing from a message: an error naming the table, row and
+    column, never a conversation imported short or left out in silence."""
+    conn = sqlite3.connect(llm_logs_db)
+    first, second = [r[0] for r in conn.execute("select hash from messages order by rowid limit 2")]
+    tool = conn.execute("select hash from messages where role = 'tool' order by rowid").fetchone()[0]
+    call_part = conn.execute("select id from parts where type = 'tool_call' order by rowid").fetchone()[0]
+    turn = conn.execute("select id from turns order by rowid").fetchone()[0]
+    conn.close()
+    if sql == "gap":  # a message that keeps a part after the one deleted
+        db = corrupted(tmp_path, llm_logs_db, "insert into parts (id, message_hash, position, type, text) "
+                                              f"select 98, message_hash, 1, 'text', 'more' from parts where id = {call_part}")
+        conn = sqlite3.connect(db)
+        conn.execute(f"delete from parts where id = {call_part}")
+        conn.commit()
+        conn.close()
+        call_hash = sqlite3.connect(db).execute("select message_hash from parts where id = 98").fetchone()[0]
+        where, problem = f"messages row {call_hash}", "its parts are at positions 1..1, not 0..0: a part is missing"
+    else:
+        db = corrupted(tmp_path, llm_logs_db, sql)
+    where = where.format(tool=tool, call_part=call_part, first=first, second=second, turn=turn)
+    with pytest.raises(ImportFormatError) as info:
+        read_llm_logs(db)
+    assert str(info.value) == f"{db}: {where}: {problem.format(first=first)}"
+    assert info.value.location == where
+
+
+@pytest.mark.parametrize(("sql", "where", "problem"), [
+    ("delete from conversations where rowid = 1", "responses row {first}", "conversation_id names no conversations row"),
+    ("delete from responses where prompt = 'What is 2+3?'", "tool_calls row 1", "response_id names no responses row"),
+])
+def test_dangling_references_in_the_older_schema_are_errors(tmp_path: Path, sql: str, where: str,
+                                                             problem: str) -> None:
+    first = sqlite3.connect(OLD_DB).execute(
+        "select r.id from responses r join conversations c on c.id = r.conversation_id "
+        "where c.rowid = 1 order by r.rowid").fetchone()[0]
+    db = corrupted(tmp_path, OLD_DB, sql)
+    with pytest.raises(ImportFormatError) as info:
+        read_llm_logs(db)
+    assert str(info.value).startswith(f"{db}: {where.format(first=first)}: {problem}: ")
