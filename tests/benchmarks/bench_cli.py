@@ -38,6 +38,11 @@ import tempfile
 import time
 from pathlib import Path
 
+try:
+    from tests.benchmarks._args import positive_int
+except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
+    from _args import positive_int  # type: ignore[no-redef]
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CHATFLOW = [str(Path(sys.executable).with_name("chatflow"))]
@@ -160,7 +165,7 @@ def first_and_total(cmd: list[str], env: dict[str, str], marker: bytes, *, tty: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=positive_int, default=7)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="chatflow-bench-") as tmp:
         home = Path(tmp) / "home"

@@ -35,6 +35,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import urlparse
 
+try:
+    from tests.benchmarks._args import positive_int
+except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
+    from _args import positive_int  # type: ignore[no-redef]
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
@@ -137,7 +142,7 @@ def measure(fn: Callable[[], None], n: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--requests", type=positive_int, default=300)
     args = parser.parse_args()
     print(f"fake server latency, {args.requests} requests each, {os.cpu_count()} CPUs, Python "
           f"{sys.version.split()[0]}")

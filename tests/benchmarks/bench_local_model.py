@@ -33,6 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
+try:
+    from tests.benchmarks._args import positive_int
+except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
+    from _args import positive_int  # type: ignore[no-redef]
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
@@ -94,7 +99,7 @@ def fmt(times: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--runs", type=positive_int, default=9)
     parser.add_argument("--baseline", help="another chatflow checkout to time the cold call of")
     args = parser.parse_args()
     load = os.getloadavg()

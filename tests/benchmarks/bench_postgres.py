@@ -30,6 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+try:
+    from tests.benchmarks._args import positive_int
+except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
+    from _args import positive_int  # type: ignore[no-redef]
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
@@ -221,9 +226,9 @@ def bench_fleet(server: Any, workers: int, turns: int, tmp: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=300, help="samples per figure of parts 1 and 2")
-    parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--turns", type=int, default=40, help="turns per fleet worker")
+    parser.add_argument("--repeat", type=positive_int, default=300, help="samples per figure of parts 1 and 2")
+    parser.add_argument("--workers", type=positive_int, default=16)
+    parser.add_argument("--turns", type=positive_int, default=40, help="turns per fleet worker")
     parser.add_argument("--only", choices=["append", "window", "fleet"], action="append")
     parser.add_argument("--synchronous-commit-off", action="store_true",
                         help="run the server with synchronous_commit=off (fsync still on): a commit survives a "

@@ -30,6 +30,11 @@ import tempfile
 import time
 from pathlib import Path
 
+try:
+    from tests.benchmarks._args import positive_int
+except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
+    from _args import positive_int  # type: ignore[no-redef]
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -93,9 +98,9 @@ def in_repl(env: dict[str, str], session: str, end: str) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--chars", type=int, default=190_000)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--chunk", type=int, default=16,
+    parser.add_argument("--chars", type=positive_int, default=190_000)
+    parser.add_argument("--runs", type=positive_int, default=3)
+    parser.add_argument("--chunk", type=positive_int, default=16,
                         help="characters a streamed chunk (0: the whole paragraph in one chunk)")
     args = parser.parse_args()
     big = paragraph(args.chars)

@@ -31,6 +31,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+try:
+    from tests.benchmarks._args import positive_int
+except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
+    from _args import positive_int  # type: ignore[no-redef]
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
@@ -135,7 +140,7 @@ def bench_sdk(turns: int, workdir: Path) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--turns", type=positive_int, default=200)
     parser.add_argument("--profile", action="store_true", help="cProfile the chatflow side")
     parser.add_argument("--only", choices=["chatflow", "sdk"])
     args = parser.parse_args()

@@ -27,6 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+try:
+    from tests.benchmarks._args import existing_dir, positive_int
+except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
+    from _args import existing_dir, positive_int  # type: ignore[no-redef]
+
 from chatflow_cli.core.sdk_session import ChatflowSession
 
 
@@ -91,8 +96,8 @@ async def measure(directory: Path, repeat: int) -> dict[str, dict[str, list[floa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=300, help="samples per figure (default 300)")
-    parser.add_argument("--dir", type=Path, help="directory for the databases (default: a temporary one)")
+    parser.add_argument("--repeat", type=positive_int, default=300, help="samples per figure (default 300)")
+    parser.add_argument("--dir", type=existing_dir, help="directory for the databases (default: a temporary one)")
     args = parser.parse_args(argv)
     try:
         import agents  # noqa: F401

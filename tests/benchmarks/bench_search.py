@@ -49,6 +49,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+try:
+    from tests.benchmarks._args import positive_int
+except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
+    from _args import positive_int  # type: ignore[no-redef]
+
 TURNS = 10
 
 
@@ -145,8 +150,8 @@ def _median_ms(fn, runs: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=10_000)
-    parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--sessions", type=positive_int, default=10_000)
+    parser.add_argument("--runs", type=positive_int, default=9)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "chatflow-bench-search")
     parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
                         help="the chatflow store measured (postgres: a temporary server, see the docstring)")

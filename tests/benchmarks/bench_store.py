@@ -26,6 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+try:
+    from tests.benchmarks._args import existing_dir, positive_int
+except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
+    from _args import existing_dir, positive_int  # type: ignore[no-redef]
+
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.messages import Message, ToolCall
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
@@ -169,8 +174,8 @@ def bench_append(directory: Path, repeat: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=300, help="samples per figure (default 300)")
-    parser.add_argument("--dir", type=Path, help="directory for the databases (default: a temporary one)")
+    parser.add_argument("--repeat", type=positive_int, default=300, help="samples per figure (default 300)")
+    parser.add_argument("--dir", type=existing_dir, help="directory for the databases (default: a temporary one)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         print(f"python {sys.version.split()[0]}, sqlite {__import__('sqlite3').sqlite_version}, files in {tmp}")

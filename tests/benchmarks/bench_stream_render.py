@@ -33,6 +33,11 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+try:
+    from tests.benchmarks._args import positive_int
+except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
+    from _args import positive_int  # type: ignore[no-redef]
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -75,7 +80,7 @@ def paced(pieces: list[str], delay: float) -> Iterator[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lines", type=int, default=1500)
+    parser.add_argument("--lines", type=positive_int, default=1500)
     parser.add_argument("--delay", type=float, default=0.0008, help="seconds before each chunk (default 0.8 ms: about 1,000 chunks/s with the server's own overhead)")
     parser.add_argument("--in-process", action="store_true", help="a paced generator instead of the fake server")
     args = parser.parse_args()

@@ -20,6 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
+try:
+    from tests.benchmarks._args import positive_int
+except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
+    from _args import positive_int  # type: ignore[no-redef]
+
 from chatflow_cli.core.memory.context import split_turns
 from chatflow_cli.core.memory.owner import Owner
 from chatflow_cli.core.messages import Message
@@ -47,7 +52,7 @@ def window(store: SQLiteSessionStore, session_id: str) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=300, help="samples per figure (default 300)")
+    parser.add_argument("--repeat", type=positive_int, default=300, help="samples per figure (default 300)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteSessionStore(Path(tmp) / "window.db")

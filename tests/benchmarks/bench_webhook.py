@@ -31,6 +31,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+try:
+    from tests.benchmarks._args import positive_int
+except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
+    from _args import positive_int  # type: ignore[no-redef]
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
@@ -144,8 +149,8 @@ def bench_lag(kind: str, pool_size: int | None, runs: int = 200) -> tuple[float,
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--customers", type=int, default=150)
-    parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--customers", type=positive_int, default=150)
+    parser.add_argument("--workers", type=positive_int, nargs="+", default=[2, 4])
     parser.add_argument("--styles", nargs="+", default=["seed", "claim", "message_id", "idempotency", "agents_sdk"])
     parser.add_argument("--lag-only", action="store_true")
     parser.add_argument("--lag-one", nargs=2, metavar=("STORE", "POOL"), help=argparse.SUPPRESS)

@@ -79,6 +79,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+try:
+    from tests.benchmarks._args import positive_int
+except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
+    from _args import positive_int  # type: ignore[no-redef]
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 if str(REPO) not in sys.path:
@@ -605,7 +610,7 @@ def table(rows: list[Row], info: dict[str, Any], runs: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few repetitions: check that every benchmark runs")
-    parser.add_argument("--runs", type=int, help="whole-process runs per command (default 9; 3 with --quick)")
+    parser.add_argument("--runs", type=positive_int, help="whole-process runs per command (default 9; 3 with --quick)")
     parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
     parser.add_argument("--json", type=Path, help="also write the rows and the machine as JSON here")
     parser.add_argument("--verbose", action="store_true", help="print each section's rows as it finishes")
