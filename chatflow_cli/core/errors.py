@@ -34,7 +34,8 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │   └── StreamBrokenError          the reply stopped before a finish reason; kept as interrupted
     ├── RateLimitedError (7)           429/5xx after retries; the session is rescheduled
     ├── StoreError (8)                 the database cannot be opened, read or written
-    │   └── SchemaTooNewError          written by a newer chatflow: refused, never migrated down
+    │   ├── SchemaTooNewError          written by a newer chatflow: refused, never migrated down
+    │   └── NonFiniteNumberError       stored data holds NaN/Infinity (an older chatflow wrote it): no strict JSON
     └── RunInterrupted (130)           Ctrl-C or cancellation; the turn was kept as interrupted
 
 Exit code 10 (:attr:`ExitStatus.INCOMPLETE`) belongs to no error: the turn completed and
@@ -61,6 +62,7 @@ __all__ = [
     "MaxToolRoundsExceeded",
     "ModelNotFoundError",
     "NetworkError",
+    "NonFiniteNumberError",
     "NotFoundError",
     "PendingToolCallsError",
     "ProviderError",
@@ -269,6 +271,12 @@ class StoreError(ChatflowError):
 
 class SchemaTooNewError(StoreError):
     pass
+
+
+class NonFiniteNumberError(StoreError):
+    """Stored data holds a float NaN or Infinity, which strict JSON cannot represent: an
+    export or ``--json`` output refuses to write a bare ``NaN``. Only a database written
+    before the stores refused such numbers can hold one."""
 
 
 class RunInterrupted(ChatflowError):

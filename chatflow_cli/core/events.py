@@ -134,7 +134,9 @@ class Event:
         )
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        """Compact strict JSON. Raises ``ValueError`` for a float NaN or Infinity (the stores
+        refuse such payloads, so only a hand-made event can hold one)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 #: Event types chatflow itself writes and derives state from (the session row, the window,

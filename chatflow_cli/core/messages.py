@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from .errors import InvalidHistoryError
+from .errors import InvalidHistoryError, NonFiniteNumberError
 
 __all__ = ["Message", "Role", "ToolCall", "check_history", "history_problems"]
 
@@ -46,9 +46,30 @@ class Role(str, Enum):
 
 _ROLES: dict[str, Role] = {role.value: role for role in Role}
 
-#: ``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` without building an
-#: encoder per call: the stores encode every message and event they write with it.
-compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+#: ``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)`` without
+#: building an encoder per call: the stores encode every message and event they write with it.
+#: Strict JSON: a float NaN or Infinity raises ``ValueError`` (SQLite's JSON functions and
+#: strict JSON readers refuse the bare ``NaN`` Python would write); a value of another type
+#: raises ``TypeError``.
+compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def strict_dumps(data: Any, **options: Any) -> str:
+    """``json.dumps(data, allow_nan=False, **options)``: for what chatflow writes out of
+    stored data (exports, ``--json``), so a strict JSON reader can read it.
+
+    Raises:
+        NonFiniteNumberError: ``data`` holds a float NaN or Infinity (a database written by an
+            older chatflow may).
+    """
+    try:
+        return json.dumps(data, allow_nan=False, **options)
+    except ValueError as exc:
+        if "out of range float" not in str(exc).lower():
+            raise
+        raise NonFiniteNumberError(
+            "it holds a float NaN or Infinity (stored by an older chatflow), which strict JSON cannot represent"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)

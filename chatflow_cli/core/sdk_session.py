@@ -94,7 +94,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .errors import IdempotencyConflictError, SessionBusyError, UsageError
 from .memory import BaseSessionStore, SessionContext, SessionStore
-from .memory._checks import _check_wait
+from .memory._checks import _check_wait, _json_problem
 from .messages import Message, Role, ToolCall, compact_json
 from .runner import DEFAULT_WAIT_S
 
@@ -200,13 +200,14 @@ def _items_of(msg: Message) -> list[dict[str, Any]]:
 
 
 def _json_text(item: Any, index: int) -> str:
-    """``item`` as JSON text (TypeError for an item that is not a JSON-serialisable dict)."""
+    """``item`` as strict JSON text (TypeError for an item that is not a JSON-serialisable
+    dict, a float NaN or Infinity included)."""
     if not isinstance(item, Mapping):
         raise TypeError(f"item {index} is a {type(item).__name__}, not a dict")
     try:
         return compact_json(item)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"item {index} is not JSON-serialisable: {exc}") from None
+        raise TypeError(f"item {index} is not JSON-serialisable: {_json_problem(exc)}") from None
 
 
 def _close_gaps(ctx: SessionContext) -> None:
@@ -478,7 +479,8 @@ class ChatflowSession:
         active agent first (a ``handoff`` event when it differs), in the same transaction.
 
         Raises:
-            TypeError: an item that is not a JSON-serialisable dict.
+            TypeError: an item that is not a JSON-serialisable dict (a float NaN or Infinity
+                in it too: the stores write strict JSON), naming the item.
             SessionBusyError: a turn still runs on the session after ``wait`` seconds.
             SessionArchivedError: the session is archived (a user item opens no turn).
             SessionTerminatedError: the session is terminated.
@@ -725,7 +727,7 @@ def _input_digest(value: Any) -> str:
 
 def _plain(value: Any) -> Any:
     try:
-        json.dumps(value)
+        json.dumps(value, allow_nan=False)  # stored in an event: strict JSON
         return value
     except (TypeError, ValueError):
         return str(value)

@@ -120,3 +120,20 @@ def test_pending_calls_at_the_end_are_valid_to_store_not_to_send() -> None:
     history = [Message.user("u"), Message.model(None, [ToolCall("c1", "approve_refund")])]
     assert history_problems(history, pending_ok=True) == []
     assert history_problems(history) != []
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")], ids=["nan", "inf", "-inf"])
+def test_the_stores_encoder_writes_strict_json_only(number: float) -> None:
+    from chatflow_cli.core.errors import NonFiniteNumberError
+    from chatflow_cli.core.events import Event
+    from chatflow_cli.core.messages import compact_json, strict_dumps
+
+    with pytest.raises(ValueError, match="Out of range float"):
+        compact_json({"score": [1.0, number]})
+    with pytest.raises(ValueError, match="Out of range float"):
+        Message(Role.USER, "q", items=({"score": number},)).to_json()
+    with pytest.raises(ValueError, match="Out of range float"):
+        Event("s", 1, "note", {"score": number}, 0.0).to_json()
+    with pytest.raises(NonFiniteNumberError, match="NaN or Infinity"):
+        strict_dumps({"score": number})
+    assert compact_json({"score": 1e308, "t": "é"}) == '{"score":1e+308,"t":"é"}'

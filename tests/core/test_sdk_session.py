@@ -99,6 +99,21 @@ def test_add_items_is_one_transaction_with_consecutive_seq(any_store: BaseSessio
     assert any_store.last_seq("tx") == before + 4  # nothing of the refused batch
 
 
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")], ids=["nan", "inf", "-inf"])
+def test_add_items_refuses_nan_and_infinity_naming_the_item_and_writes_nothing(any_store: BaseSessionStore,
+                                                                               number: float) -> None:
+    # stored as a bare NaN, one such item made every search of the SQLite file fail
+    session = ChatflowSession("bad", any_store)
+    run(session.add_items([{"role": "user", "content": "hello"}]))
+    before = any_store.last_seq("bad")
+    batch = [{"role": "assistant", "content": "fine"},
+             {"type": "web_search_call", "id": "ws", "status": "completed", "scores": [0.5, number]}]
+    with pytest.raises(TypeError, match=r"^item 1 is not JSON-serialisable: a float NaN or Infinity"):
+        run(session.add_items(batch))
+    assert any_store.last_seq("bad") == before
+    assert run(session.get_items()) == [{"role": "user", "content": "hello"}]
+
+
 def test_items_come_back_exactly_as_added_even_when_they_break_chatflows_rules(any_store: BaseSessionStore) -> None:
     session = ChatflowSession("odd", any_store)
     odd = [

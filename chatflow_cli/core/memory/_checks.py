@@ -97,6 +97,14 @@ def _check_title(title: Any, session_id: str | None = None) -> str | None:
     return text or None
 
 
+def _json_problem(exc: BaseException) -> str:
+    """What :func:`compact_json` refused, in words (NaN and Infinity named as such)."""
+    text = str(exc)
+    if "out of range float" in text.lower():
+        return "a float NaN or Infinity, which strict JSON cannot represent"
+    return text
+
+
 def _check_text(data: Any, what: str, session_id: str | None = None) -> str:
     """``data`` as compact JSON text that encodes as UTF-8, or :class:`UsageError`.
 
@@ -104,8 +112,17 @@ def _check_text(data: Any, what: str, session_id: str | None = None) -> str:
     Unicode text: SQLite cannot store it, and the in-memory store must not accept what
     SQLite refuses. Both stores refuse it the same way, before writing anything (we choose
     refusing over storing an escaped copy: the caller would get back other text than sent).
+
+    Raises:
+        UsageError: a lone surrogate.
+        TypeError: a value JSON cannot hold: of another type (a set, an object), or a float
+            NaN or Infinity (strict JSON has no such numbers; SQLite's JSON functions refuse
+            them, so one stored would break every search of the file).
     """
-    text = compact_json(data)
+    try:
+        text = compact_json(data)
+    except (TypeError, ValueError) as exc:  # another type; NaN/Infinity (allow_nan=False); a cycle
+        raise TypeError(f"{what} cannot be stored as JSON: {_json_problem(exc)}") from None
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -130,7 +147,8 @@ def _check_idempotency_key(key: Any) -> str:
 def _check_metadata(value: Any, name: str = "metadata") -> dict[str, Any]:
     """A JSON copy of ``value``: a mapping with str keys and JSON-serialisable values.
 
-    TypeError otherwise (both stores alike); a lone surrogate in a string is a
+    TypeError otherwise (both stores alike; a float NaN or Infinity too: strict JSON has
+    none); a lone surrogate in a string is a
     :class:`UsageError` (see :func:`_check_text`). The copy is what a JSON round trip
     gives (tuples become lists, nested keys become str), so both stores return the same.
     """
@@ -140,10 +158,8 @@ def _check_metadata(value: Any, name: str = "metadata") -> dict[str, Any]:
         if not isinstance(key, str):
             raise TypeError(f"{name} keys must be str, got {key!r}")
     try:
-        text = _check_text(dict(value), name)
-    except (TypeError, ValueError, RecursionError) as exc:
-        if isinstance(exc, UsageError):
-            raise
+        text = _check_text(dict(value), name)  # TypeError names ``name`` and the problem
+    except RecursionError as exc:
         raise TypeError(f"{name} must hold JSON-serialisable values only: {exc}") from None
     data: dict[str, Any] = json.loads(text)
     return data

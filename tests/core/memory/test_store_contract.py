@@ -821,6 +821,34 @@ def test_lone_surrogates_refused_before_anything_is_written(any_store: BaseSessi
     assert [x.session_id for x in any_store.list_sessions()] == ["s"]
 
 
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")], ids=["nan", "inf", "-inf"])
+def test_nan_and_infinity_refused_before_anything_is_written(any_store: BaseSessionStore, agent: Agent,
+                                                              number: float) -> None:
+    # SQLite's JSON functions and strict JSON readers refuse a bare NaN: one stored value
+    # broke every search of the file. Every writer refuses it as it refuses a set: TypeError.
+    ctx = any_store.get_or_create("s", agent)
+    seq = any_store.last_seq("s")
+    with pytest.raises(TypeError, match="user message cannot be stored as JSON: a float NaN or Infinity"):
+        ctx.add_message(Message(Role.USER, "q", items=({"role": "user", "score": number},)))
+    assert ctx.turn_count == 0 and ctx.history == ()
+    with pytest.raises(TypeError, match="NaN or Infinity"):
+        any_store.begin_turn("s", default_agent=agent, owner=Owner.current(),
+                             user_message=Message(Role.USER, "q", items=({"score": [number]},)))
+    with pytest.raises(TypeError, match="payload cannot be stored as JSON: a float NaN or Infinity"):
+        any_store.append_event("s", "note", {"score": number})
+    with pytest.raises(TypeError, match="metadata changes cannot be stored as JSON: a float NaN or Infinity"):
+        ctx.update_metadata({"score": number})
+    with pytest.raises(TypeError, match="metadata cannot be stored as JSON: a float NaN or Infinity"):
+        any_store.get_or_create("t", agent, metadata={"score": number})
+    ctx.add_message(Message.user("fine"))
+    ctx.add_message(Message(Role.MODEL, "fine", items=({"type": "message", "score": 0.5},)))
+    ctx.complete_turn("fine", usage={"cost": number})  # not checked by the context: the store refuses it on save
+    with pytest.raises(TypeError, match="turn.completed event cannot be stored as JSON: a float NaN or Infinity"):
+        any_store.save(ctx)
+    assert any_store.last_seq("s") == seq and any_store.get("s").turn_count == 0
+    assert [x.session_id for x in any_store.list_sessions()] == ["s"]
+
+
 def test_tool_output_with_a_lone_surrogate_is_refused(any_store: BaseSessionStore, agent: Agent) -> None:
     start = any_store.begin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current())
     start.session.add_message(Message.model(None, [ToolCall("c", "custom")]))
