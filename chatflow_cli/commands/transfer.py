@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol
 
 from ..context import notice
-from ..core.errors import ChatflowError, RunInterrupted, UsageError
+from ..core.errors import ChatflowError, NonFiniteNumberError, RunInterrupted, UsageError
 from ..lookup import not_found, store_or_missing
 from ..render import dumps, plural, safe_text
 from ..session_ids import validate_session_id
@@ -79,7 +79,10 @@ def _write_json(state: State, store: SessionStoreProtocol | None, session_ids: l
         if len(session_ids) != 1:
             out.write(",\n" if k else "\n")
         buffer = io.StringIO()
-        show_session(state, sid, include_rolled_back=False, full=False, output="json", pager=False, stream=buffer)
+        try:
+            show_session(state, sid, include_rolled_back=False, full=False, output="json", pager=False, stream=buffer)
+        except NonFiniteNumberError as exc:
+            raise NonFiniteNumberError(f"session {sid} cannot be exported: {exc}", session_id=sid) from None
         out.write(buffer.getvalue().rstrip("\n"))
     out.write("\n]\n" if len(session_ids) != 1 else "\n")
 

@@ -113,8 +113,12 @@ class TextSanitizer:
 def dumps(obj: Any, *, indent: int | None = None) -> str:
     """JSON for chatflow's ``--json``/``jsonl`` output: UTF-8 text kept readable, but every
     control character (C0 by ``json`` itself, DEL and C1 here) escaped, so the line is
-    inert on a terminal and loads back to the verbatim text."""
-    text = json.dumps(obj, ensure_ascii=False, indent=indent, separators=None if indent else (",", ":"), default=str)
+    inert on a terminal and loads back to the verbatim text. Strict JSON: a float NaN or
+    Infinity (only a database written by an older chatflow holds one) is a ``StoreError``
+    (``NonFiniteNumberError``) rather than a bare ``NaN`` strict readers refuse."""
+    from ..core.messages import strict_dumps
+
+    text = strict_dumps(obj, ensure_ascii=False, indent=indent, separators=None if indent else (",", ":"), default=str)
     return _C1_JSON_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 

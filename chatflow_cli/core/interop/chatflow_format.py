@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import ImportFormatError
 from ..events import Event
 from ..messages import Message
-from .records import json_line, ImportedSession, ImportedTurn, iso_time, parse_time
+from .records import json_line, ImportedSession, ImportedTurn, iso_time, parse_time, strict_loads
 
 __all__ = ["FORMAT_VERSION", "export_chatflow", "read_chatflow"]
 
@@ -91,7 +91,7 @@ def read_chatflow(lines: Iterable[str], *, source: str = "-") -> list[ImportedSe
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            data = strict_loads(line)
         except json.JSONDecodeError as exc:
             raise _fail(source, number, f"not JSON ({exc.msg})") from None
         if not isinstance(data, dict):

@@ -42,7 +42,7 @@ from typing import Any
 
 from ..errors import ImportFormatError
 from ..messages import Message, ToolCall
-from .records import ImportedSession, ImportedTurn, parse_time
+from .records import ImportedSession, ImportedTurn, parse_time, strict_loads
 
 __all__ = ["NO_RESULT", "looks_like_claude_code", "read_claude_code"]
 
@@ -110,7 +110,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
         if not line.strip():
             continue
         try:
-            entry = json.loads(line)
+            entry = strict_loads(line)
         except json.JSONDecodeError as exc:
             if number == len(lines):  # no newline after it: Claude Code is still writing it
                 warnings.append(f"line {number}: cut off mid-write (is Claude Code still writing the file?): "

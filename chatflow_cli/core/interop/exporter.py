@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from ..errors import NonFiniteNumberError
 from ..events import Event
 from ..messages import Role
 from .chatflow_format import export_chatflow
@@ -128,10 +129,24 @@ def export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool = Fals
     turn failed or rolled back) has no conversation in the ``openai`` form, so nothing is
     written for it and ``warn`` (when given) is called with a sentence saying so.
 
+    Everything written is strict JSON: a float NaN or Infinity (only a database written by an
+    older chatflow holds one) stops the export of that session with an error naming it.
+
     Raises:
         SessionNotFoundError: no such session.
+        StoreError: the session holds a float NaN or Infinity (:class:`NonFiniteNumberError`).
         ValueError: an unknown ``fmt``.
     """
+    try:
+        yield from _export_lines(store, session_id, fmt, per_turn=per_turn, instructions=instructions, warn=warn)
+    except NonFiniteNumberError as exc:
+        raise NonFiniteNumberError(f"session {session_id} cannot be exported: {exc}",
+                                   session_id=session_id) from None
+
+
+def _export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool,
+                  instructions: Mapping[str, str] | None,
+                  warn: Callable[[str], None] | None) -> Iterator[str]:
     events = store.events(session_id)
     header = session_header(store, session_id, events)
     if fmt == "chatflow":

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import ImportFormatError
 from ..messages import Message, Role, ToolCall
-from .records import ImportedSession, ImportedTurn, content_digest, parse_time
+from .records import ImportedSession, ImportedTurn, content_digest, parse_time, strict_dumps, strict_loads
 
 __all__ = ["MD_MARK", "export_markdown", "read_markdown"]
 
@@ -43,7 +43,7 @@ _FENCE = re.compile(r"^(`{3,})")
 
 def _comment_json(data: Mapping[str, Any]) -> str:
     # "-->" would end the comment: JSON may spell '>' as \u003e.
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("-->", "--\\u003e")
+    return strict_dumps(data, ensure_ascii=False, separators=(",", ":")).replace("-->", "--\\u003e")
 
 
 def _fence(text: str, info: str = "") -> tuple[str, str]:
@@ -124,7 +124,7 @@ def export_markdown(header: Mapping[str, Any], system: Sequence[Message],
     }
     yield "---\n"
     for key, value in front.items():
-        yield f"{key}: {json.dumps(value, ensure_ascii=False)}\n"
+        yield f"{key}: {strict_dumps(value, ensure_ascii=False)}\n"
     yield "---\n\n"
     yield f"# {header.get('session_id')}\n\n"
     if system:
@@ -181,7 +181,7 @@ def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSessio
         if not sep:
             raise _fail(source, i + 1, "a front-matter line with no 'key: value'")
         try:
-            front[key.strip()] = json.loads(value.strip()) if value.strip() else None
+            front[key.strip()] = strict_loads(value.strip()) if value.strip() else None
         except json.JSONDecodeError:
             front[key.strip()] = value.strip()
         i += 1
@@ -224,7 +224,7 @@ def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSessio
             continue
         number = i + 1
         try:
-            data = json.loads(match.group(2))
+            data = strict_loads(match.group(2))
         except json.JSONDecodeError as exc:
             raise _fail(source, number, f"the chatflow:{match.group(1)} comment is not JSON ({exc.msg})") from None
         if not isinstance(data, dict):

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import ImportFormatError
 from ..messages import Message, Role, ToolCall, history_problems
-from .records import json_line, ImportedSession, ImportedTurn, content_digest
+from .records import json_line, ImportedSession, ImportedTurn, content_digest, strict_loads
 
 __all__ = ["export_openai", "read_openai"]
 
@@ -147,7 +147,7 @@ def read_openai(lines: Iterable[str], *, source: str = "-") -> list[ImportedSess
             continue
         where = f"line {number}"
         try:
-            data = json.loads(line)
+            data = strict_loads(line)
         except json.JSONDecodeError as exc:
             raise ImportFormatError(f"{source}: {where}: not JSON ({exc.msg})", source=source, location=where) from None
         if not isinstance(data, dict) or not isinstance(data.get("messages"), list):

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import ImportFormatError
-from ..messages import Message
+from ..messages import Message, strict_dumps
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -30,6 +30,8 @@ __all__ = [
     "iso_time",
     "json_line",
     "parse_time",
+    "strict_dumps",
+    "strict_loads",
 ]
 
 #: Formats ``sessions export --format`` writes.
@@ -120,11 +122,25 @@ class ImportedSession:
 _LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
 
 
+def _no_constant(name: str) -> Any:
+    raise json.JSONDecodeError(f"{name} is not JSON (strict JSON has no NaN or Infinity)", name, 0)
+
+
+#: ``json.loads`` for the files an import reads: strict JSON, so a bare ``NaN``, ``Infinity``
+#: or ``-Infinity`` is a ``json.JSONDecodeError`` (its ``msg`` says which) like any other
+#: malformed text, reported with its line before anything is written.
+strict_loads = json.JSONDecoder(parse_constant=_no_constant).decode
+
+
 def json_line(data: Any) -> str:
-    """``data`` as one line of JSON (UTF-8 text, no newline). NEL, U+2028 and U+2029 are
-    written as escapes, since many line readers (Python's ``splitlines``, JavaScript) split
-    on them."""
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS)
+    """``data`` as one line of strict JSON (UTF-8 text, no newline). NEL, U+2028 and U+2029
+    are written as escapes, since many line readers (Python's ``splitlines``, JavaScript)
+    split on them.
+
+    Raises:
+        NonFiniteNumberError: a float NaN or Infinity in ``data``.
+    """
+    return strict_dumps(data, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS)
 
 
 def content_digest(data: Any, length: int = 16) -> str:

@@ -235,10 +235,15 @@ END""",
 
 #: The messages not yet in the full-text index (migration 6): above its highest rowid.
 FTS_HIGH_WATER = "SELECT COALESCE((SELECT rowid FROM chatflow_messages_fts ORDER BY rowid DESC LIMIT 1), 0)"
-#: Index every message above ``?`` (the high-water mark), in one statement.
+#: Index every message above ``?`` (the high-water mark) whose JSON SQLite reads, in one
+#: statement. (One row SQLite's JSON functions refuse -- a bare ``NaN`` an older chatflow
+#: wrote -- would otherwise fail the statement, and with it every search of the file.)
 INDEX_PENDING = f"""INSERT INTO chatflow_messages_fts (rowid, body, tools)
     SELECT m.message_id, {_FTS_BODY.format(m="m")}, {_FTS_TOOLS.format(m="m")} FROM chatflow_messages AS m
-    WHERE m.message_id > ? ORDER BY m.message_id"""
+    WHERE m.message_id > ? AND json_valid(m.message_json) ORDER BY m.message_id"""
+#: The messages above ``?`` that :data:`INDEX_PENDING` leaves out: indexed from Python's reading.
+UNREADABLE_PENDING = """SELECT message_id, role, message_json FROM chatflow_messages
+    WHERE message_id > ? AND NOT json_valid(message_json)"""
 #: The newest schema version this chatflow knows.
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 

@@ -54,7 +54,7 @@ from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionR
 from .base import BaseSessionStore
 from .search import HIGHLIGHT_END, HIGHLIGHT_START, SNIPPET_WORDS, Query, SearchHit, to_fts5
 from .owner import Owner
-from .schema import FTS_HIGH_WATER, INDEX_PENDING, SCHEMA_VERSION, apply_migrations, schema_version
+from .schema import FTS_HIGH_WATER, INDEX_PENDING, SCHEMA_VERSION, UNREADABLE_PENDING, apply_migrations, schema_version
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -95,6 +95,9 @@ def _store_error(exc: BaseException, where: str) -> StoreError:
     low = text.lower()
     if "file is not a database" in low or "file is encrypted" in low:
         message = f"{where} is not a SQLite database"
+    elif "malformed json" in low:  # SQLite's JSON functions on one stored value, not the file
+        message = (f"{where}: a stored value is not strict JSON ({text}; e.g. a NaN or Infinity written by "
+                   "an older chatflow): the file itself is not corrupt")
     elif "malformed" in low or "corrupt" in low:
         message = f"{where} is corrupt or truncated ({text})"
     elif "readonly" in low or "read-only" in low or isinstance(exc, PermissionError):
@@ -187,6 +190,24 @@ def _preview_text(message_json: str | None) -> str:
 
 def _dumps(data: Any) -> str:
     return compact_json(data)
+
+
+def _fts_columns(role: str, message_json: str) -> tuple[str | None, str | None]:
+    """The full-text index's ``(body, tools)`` of a message row SQLite's JSON functions
+    refuse (schema.INDEX_PENDING computes the same in SQL for every other row): read by
+    Python, which accepts the bare ``NaN``/``Infinity`` an older chatflow wrote; text Python
+    cannot read either is indexed as nothing, so one bad row never fails a search."""
+    try:
+        message = Message.from_json(message_json)
+    except (ValueError, TypeError, KeyError):
+        return None, None
+    body = message.content if role in ("user", "model") else None
+    tools = None
+    if role == "tool":
+        tools = message.content
+    elif role == "model" and message.tool_calls:
+        tools = " ".join(f"{call.name} {call.arguments}" for call in message.tool_calls)
+    return body, tools
 
 
 def _event(session_id: str, r: tuple[Any, ...]) -> Event:
@@ -919,8 +940,11 @@ class SQLiteSessionStore(BaseSessionStore):
         with self._write():
             conn = self._connection()
             mark = conn.execute(FTS_HIGH_WATER).fetchone()[0]  # again, under the write lock
-            count: int = conn.execute(INDEX_PENDING, (mark,)).rowcount
-        return max(count, 0)
+            count: int = max(conn.execute(INDEX_PENDING, (mark,)).rowcount, 0)
+            lax = [(mid, *_fts_columns(role, text)) for mid, role, text in conn.execute(UNREADABLE_PENDING, (mark,))]
+            if lax:
+                conn.executemany("INSERT INTO chatflow_messages_fts (rowid, body, tools) VALUES (?, ?, ?)", lax)
+        return count + len(lax)
 
     def _before_search(self) -> None:
         self.index_pending()
