@@ -7,12 +7,12 @@ so every store exports the same way. The ``json`` format (the shape ``sessions s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import NonFiniteNumberError
 from ..events import Event
-from ..messages import Role
+from ..messages import Message, Role
 from .chatflow_format import export_chatflow
 from .markdown import export_markdown
 from .openai_chat import export_openai
@@ -115,6 +115,13 @@ def _turn_agents(events: list[Event]) -> dict[int, str | None]:
     return out
 
 
+def _sdk_turn(messages: Iterable[Message]) -> bool:
+    """The turn was added through the Agents SDK session (:mod:`chatflow_cli.core.sdk_session`):
+    its messages carry the SDK's items. chatflow's own Runner never sets ``items``, and the
+    SDK agent's instructions never reach the store, so such a turn has none to export."""
+    return any(m.items for m in messages)
+
+
 def export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool = False,
                  instructions: Mapping[str, str] | None = None,
                  warn: Callable[[str], None] | None = None) -> Iterator[str]:
@@ -123,7 +130,10 @@ def export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool = Fals
     ``per_turn`` (``openai`` only): one line per turn window instead of one per session.
     ``instructions`` (``openai`` only): agent name -> instructions; the instructions of the
     agent active when a turn began are that turn's first ``system`` message, as the Runner
-    sent them (the store keeps agents by name only).
+    sent them (the store keeps agents by name only). Only turns chatflow's own Runner ran
+    get them: a turn added through the Agents SDK session (its messages carry SDK items)
+    gets none, since chatflow never saw the SDK agent's instructions; the session's stored
+    SYSTEM messages are written either way.
 
     What is written always imports back: a session with no live turn (none yet, or every
     turn failed or rolled back) has no conversation in the ``openai`` form, so nothing is
@@ -162,7 +172,8 @@ def _export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool,
                      "(failed and rolled-back turns are not part of the conversation)")
             return
         by_turn = _turn_agents(events) if instructions else {}
-        texts = [(instructions or {}).get(by_turn.get(r.number) or header["agent"] or "") for r in turns]
+        texts = [None if _sdk_turn(r.messages) else (instructions or {}).get(by_turn.get(r.number) or header["agent"] or "")
+                 for r in turns]
         yield from export_openai(system, [list(r.messages) for r in turns], per_turn=per_turn,
                                  max_turns=header["settings"]["max_turns"], instructions=texts)
         return

@@ -4,8 +4,8 @@ Export: a session is one line holding its system messages and its live turns as 
 sends them (``assistant`` for chatflow's model role, ``tool_calls`` and ``tool`` results;
 replies with neither text nor tool calls are left out, as in requests). The system messages
 come first, as the Runner sends them: the instructions of the agent active when the turn
-began (when the exporter is given them: ``instructions``), then the session's stored SYSTEM
-messages. ``per_turn=True`` writes one line per turn instead: the context window the model
+began (when the exporter is given them: ``instructions``; none for a turn added through the
+Agents SDK session), then the session's stored SYSTEM messages. ``per_turn=True`` writes one line per turn instead: the context window the model
 saw for that turn (the system messages and the newest ``max_turns`` turns up to it), ending
 with its reply.
 
