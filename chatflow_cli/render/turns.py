@@ -29,6 +29,7 @@ from .text import fold, plural, pretty_json_text, safe_text
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.events import Event
     from ..core.memory import TurnRecord
+    from ..core.messages import Message
     from ..core.runner import RunResult
 
 __all__ = ["AgentVersionMarks", "agent_changed_text", "event_text", "reply_cut_text", "reply_note", "turn_renderables",
@@ -176,7 +177,12 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
                     body.append(f"{safe_text(agent)}: ", "bold cyan")
                     body.append("(reasoning only, no text; --full shows it)\n", "yellow")
             elif not msg.content and not msg.tool_calls and not msg.interrupted:
-                body.append(f"{safe_text(agent)}: ", "bold cyan").append("(empty reply)\n", "yellow")
+                kinds = _item_kinds(msg)
+                body.append(f"{safe_text(agent)}: ", "bold cyan")
+                if kinds:  # Agents SDK items with no text: say what they are
+                    body.append(f"({safe_text(', '.join(kinds))})\n", "dim")
+                else:
+                    body.append("(empty reply)\n", "yellow")
             if msg.finish_reason:
                 body.append(f"  ({reply_cut_text(msg.finish_reason)})\n", "yellow")
             if msg.interrupted:
@@ -209,6 +215,20 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
     if markdown and width:
         out = [item.wrapped(width) if isinstance(item, Lines) else item for item in out]
     return out
+
+
+def _item_kinds(msg: Message) -> list[str]:
+    """The Agents SDK item types a model message with no text stands for (``web_search_call``,
+    ``reasoning``, a custom type...), each once, in order; [] when it carries no item or only
+    an assistant message item (an empty reply, shown as such)."""
+    kinds: list[str] = []
+    for item in msg.items:
+        kind = item.get("type") or ("message" if "role" in item else "item")
+        if kind == "message" and item.get("role") == "assistant":
+            continue
+        if str(kind) not in kinds:
+            kinds.append(str(kind))
+    return kinds
 
 
 def _hanging(text: str, indent: int) -> str:

@@ -43,3 +43,25 @@ def test_openai_export_adds_no_instructions_to_turns_the_sdk_session_added(chatf
     assert mine["messages"][0] == {"role": "system", "content": "You are a helpful assistant."}
     per_turn = chatflow("--db", str(db), "sessions", "export", "sdk", "--format", "openai", "--per-turn")
     assert [line["messages"][0] for line in per_turn.jsonl()] == [{"role": "system", "content": "Be brief."}] * 2
+
+
+def test_show_names_the_sdk_items_a_reply_without_text_carries(chatflow: Any, tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    sdk_session(db, "tools", [
+        {"role": "user", "content": "look it up"},
+        {"type": "reasoning", "id": "rs_1", "summary": []},  # reasoning with no text
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
+        {"type": "file_search_call", "id": "fs_1", "status": "completed", "queries": ["q"]},
+        {"type": "computer_call", "id": "cc_1", "call_id": "c1", "action": {"type": "screenshot"},
+         "pending_safety_checks": [], "status": "completed"},
+        {"type": "my_custom_item", "data": 1},
+        {"role": "assistant", "type": "message", "content": []},  # a real empty reply
+        {"role": "assistant", "content": "Found it."},
+    ])
+    result = chatflow("--db", str(db), "sessions", "show", "tools")
+    assert result.returncode == 0, result
+    replies = [line for line in result.stdout.splitlines() if line.startswith("Assistant:")]
+    # before: "(empty reply)" for each of the first five
+    assert replies == ["Assistant: (reasoning)", "Assistant: (web_search_call)", "Assistant: (file_search_call)",
+                       "Assistant: (computer_call)", "Assistant: (my_custom_item)", "Assistant: (empty reply)",
+                       "Assistant: Found it."]
