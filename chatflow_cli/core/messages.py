@@ -68,7 +68,7 @@ def strict_dumps(data: Any, **options: Any) -> str:
         if "out of range float" not in str(exc).lower():
             raise
         raise NonFiniteNumberError(
-            "it holds a float NaN or Infinity (stored by an older chatflow), which strict JSON cannot represent"
+            "a float NaN or Infinity (stored by an older chatflow) cannot be written as strict JSON"
         ) from None
 
 

@@ -31,8 +31,8 @@ def test_sqlite_json_refusing_a_stored_value_is_not_called_a_corrupt_file(chatfl
 
 def test_export_of_a_session_holding_nan_is_an_error_and_writes_no_file(chatflow: Any, tmp_path: Path) -> None:
     db = str(legacy_nan_db(tmp_path / "old.db"))
-    message = ("chatflow: error: session bad cannot be exported: it holds a float NaN or Infinity "
-               "(stored by an older chatflow), which strict JSON cannot represent")
+    message = ("chatflow: error: session bad cannot be exported: a float NaN or Infinity "
+               "(stored by an older chatflow) cannot be written as strict JSON")
     for fmt in ("chatflow", "md", "json"):
         out = tmp_path / f"bad.{fmt}"
         result = chatflow("--db", db, "sessions", "export", "bad", "--format", fmt, "-o", str(out))

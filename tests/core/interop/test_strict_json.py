@@ -29,7 +29,7 @@ def _strict(line: str) -> object:
 @pytest.mark.parametrize("fmt", ["chatflow", "md"])
 def test_exporting_a_session_holding_nan_is_an_error_naming_it(tmp_path: Path, fmt: str) -> None:
     with SQLiteSessionStore(legacy_nan_db(tmp_path / "old.db")) as store:
-        with pytest.raises(StoreError, match="session bad cannot be exported: it holds a float NaN") as caught:
+        with pytest.raises(StoreError, match="session bad cannot be exported: a float NaN or Infinity .* cannot be written as strict JSON") as caught:
             "".join(export_lines(store, "bad", fmt))
         assert type(caught.value).__name__ == "NonFiniteNumberError" and caught.value.session_id == "bad"
         good = "".join(export_lines(store, "good", fmt))
