@@ -18,6 +18,8 @@ from tests.conftest import COMMAND, REPO, db_path
 from tests.core.interop.conftest import DATA, llm_logs_db, upgraded_llm_db  # noqa: F401 (fixtures)
 from tests.core.interop.sample import build_rich_session
 from tests.core.interop.test_claude_code import lines_of, session_lines
+from tests.helpers.llm_db import corrupted
+from tests.helpers.stored import store_turn
 
 
 @pytest.fixture
@@ -332,16 +334,11 @@ def test_a_session_twice_in_one_file_dry_run_equals_the_real_run(chatflow: Any, 
                                                                  tmp_path: Path) -> None:
     """Two exports of one session concatenated (the second taken after it grew): the second
     copy adds only the turn the first lacks, and the dry run reports exactly that."""
-    from chatflow_cli.core.messages import Message
     from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
     first = chatflow("sessions", "export", "other").stdout
     with SQLiteSessionStore(rich_db) as store:
-        other = store.get_or_create("other", "Assistant")
-        other.add_message(Message.user("and again"))
-        other.add_message(Message.model("hi again"))
-        other.complete_turn("hi again")
-        store.save(other)
+        store_turn(store, "other", "and again", "hi again")
     grown = chatflow("sessions", "export", "other").stdout
     twice = tmp_path / "twice.jsonl"
     twice.write_text(first + first + grown, encoding="utf-8")
@@ -363,16 +360,11 @@ def test_two_sources_with_one_session_id_in_one_file_fail_alike_in_a_dry_run(cha
     """Two different sessions with one id (exported from two databases): the second is refused
     (it did not come from the first's source), in the dry run as in the real run, and
     nothing of that session is stored."""
-    from chatflow_cli.core.messages import Message
     from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
     elsewhere = tmp_path / "elsewhere.db"
     with SQLiteSessionStore(elsewhere) as store:
-        other = store.get_or_create("other", "Assistant")
-        other.add_message(Message.user("a different session"))
-        other.add_message(Message.model("yes"))
-        other.complete_turn("yes")
-        store.save(other)
+        store_turn(store, "other", "a different session", "yes")
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text(chatflow("sessions", "export", "other").stdout
                      + chatflow("--db", str(elsewhere), "sessions", "export", "other").stdout, encoding="utf-8")
@@ -428,14 +420,7 @@ def test_a_malformed_llm_row_is_an_error_naming_it_and_stores_nothing(chatflow: 
                                            ("delete from messages where rowid = 1", "parent_hash")])
 def test_an_llm_row_that_breaks_the_schema_is_an_error_not_a_short_conversation(
         chatflow: Any, llm_logs_db: Path, tmp_path: Path, sql: str, column: str) -> None:
-    import sqlite3
-
-    logs = tmp_path / "logs.db"
-    shutil.copy(llm_logs_db, logs)
-    conn = sqlite3.connect(logs)
-    conn.execute(sql)
-    conn.commit()
-    conn.close()
+    logs = corrupted(tmp_path, llm_logs_db, sql)
     for extra in ([], ["--dry-run"]):
         result = chatflow("sessions", "import", str(logs), *extra)
         assert result.returncode == 2, result

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from chatflow_cli.core.messages import Message, Role
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+from tests.helpers.stored import store_turn
 
 #: A number the legacy database is written with, then replaced by the bare token in place.
 PLACEHOLDER = 12345.25
@@ -17,11 +18,7 @@ def legacy_nan_db(path: Path, token: str = "NaN") -> Path:
     message "hello there"), session ``bad`` whose user message item, its event and its
     metadata hold a bare ``token`` ("hello" in its text)."""
     with SQLiteSessionStore(path) as store:
-        good = store.get_or_create("good", "Assistant")
-        good.add_message(Message.user("hello there"))
-        good.add_message(Message.model("hi"))
-        good.complete_turn("hi")
-        store.save(good)
+        store_turn(store, "good", "hello there", "hi")
         bad = store.get_or_create("bad", "Assistant", metadata={"score": PLACEHOLDER})
         bad.add_message(Message(Role.USER, "hello", items=({"role": "user", "content": "hello",
                                                                           "score": PLACEHOLDER},)))

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from chatflow_cli.core.memory import BaseSessionStore
+from chatflow_cli.core.messages import Message
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
 
@@ -74,3 +76,14 @@ def session_running(chatflow, session_id: str) -> bool:
     """``sessions ls`` shows ``session_id`` running (a process holds its turn)."""
     return any(s["session_id"] == session_id and s["status"] == "running"
                for s in chatflow("sessions", "ls", "--json").json())
+
+
+def store_turn(store: BaseSessionStore, session_id: str, user: Message | str, reply: str,
+               agent: str = "Assistant", metadata: dict[str, Any] | None = None) -> None:
+    """One whole turn (``user``, then the model's ``reply``) stored through the library, the
+    session made first when it does not exist."""
+    session = store.get_or_create(session_id, agent, metadata=metadata)
+    session.add_message(Message.user(user) if isinstance(user, str) else user)
+    session.add_message(Message.model(reply))
+    session.complete_turn(reply)
+    store.save(session)

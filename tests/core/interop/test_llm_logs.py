@@ -12,6 +12,7 @@ from chatflow_cli.core.errors import ImportFormatError
 from chatflow_cli.core.interop import read_source
 from chatflow_cli.core.interop.llm_logs import read_llm_logs
 from chatflow_cli.core.messages import Message, ToolCall
+from tests.helpers.llm_db import corrupted
 
 from .conftest import DATA
 
@@ -149,15 +150,6 @@ def test_attachments_become_a_documented_line(tmp_path: Path) -> None:
     assert sessions[1].turns[0].messages[0] == Message.user(
         "What is 2+3?\n[attachment: image/png /tmp/sum.png]\n[attachment: application/pdf https://example.com/x.pdf]")
 
-
-def corrupted(tmp_path: Path, source: Path, sql: str) -> Path:
-    db = tmp_path / "logs.db"
-    shutil.copy(source, db)
-    conn = sqlite3.connect(db)
-    conn.execute(sql)
-    conn.commit()
-    conn.close()
-    return db
 
 
 @pytest.mark.parametrize(("sql", "where", "problem"), [
