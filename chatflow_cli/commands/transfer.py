@@ -28,7 +28,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol
 
 from ..context import notice
 from ..core.errors import ChatflowError, NonFiniteNumberError, RunInterrupted, UsageError
-from ..lookup import not_found, store_or_missing
+from ..lookup import find_session, not_found, store_or_missing
 from ..render import dumps, plural, safe_text
 from ..session_ids import validate_session_id
 
@@ -338,13 +338,16 @@ def import_file(state: State, path: str, *, fmt: str | None, into: str | None, d
         state: The run.
         path: The file, or ``-`` for stdin.
         fmt: The format (None: detect it).
-        into: Import into this session id instead of the ids the source gives.
+        into: Import into this session id instead of the ids the source gives: an existing
+            session's id, whatever it is, or for a new session an id chatflow would make
+            (:func:`~chatflow_cli.session_ids.validate_session_id`). Without it, each session
+            keeps its source's id, any id the store accepts (what the store holds, it restores).
         dry_run: Check and count, write nothing.
         json_: Print ``{"dry_run": bool, "sessions": [...]}`` instead of text.
 
     Raises:
-        UsageError: An unreadable file, an undetectable format, an id chatflow would not
-            make, a session that exists and did not come from this source (without ``into``).
+        UsageError: An unreadable file, an undetectable format, an ``into`` that names no
+            session and is an id chatflow would not make, an empty source session id, a session that exists and did not come from this source (without ``into``).
         ImportFormatError: The file is malformed (the message names the line or row).
         RunInterrupted: Ctrl-C; the message says which sessions were stored (each one
             whole) and that nothing of the one being written was.
@@ -353,13 +356,18 @@ def import_file(state: State, path: str, *, fmt: str | None, into: str | None, d
     from ..core.interop.importer import import_sessions
 
     if into is not None:
-        validate_session_id(into)
+        # an existing session is named by any id the store holds; a new one gets an id chatflow makes
+        existing = state.store(create=False)
+        if existing is None or find_session(existing, into) is None:
+            validate_session_id(into)
     found, sessions = read_source(path, fmt, stdin=getattr(state.env.stdin, "buffer", None) if path == "-" else None)
     if not sessions:
         raise UsageError(f"{path}: no session to import")
-    if into is None:
-        for session in sessions:
-            validate_session_id(session.session_id)
+    # Without --into, each session keeps its source's id, whatever the store accepts (a session a
+    # library user stored under "../x" or "a b" exports, so it imports back): only the id
+    # the store refuses, an empty one, is an error here.
+    if into is None and any(not session.session_id for session in sessions):
+        raise UsageError(f"{path}: a session with an empty id cannot be imported (give one with --into ID)")
     store = state.open_store()
     stored: list[str] = []
     writing: list[str] = []

@@ -640,3 +640,39 @@ def test_two_imports_of_one_file_at_once_report_what_each_transaction_did(
             assert second["skipped_turns"] == first["counts"]["turns"]
         listed = chatflow("--db", db, "sessions", "ls", "--json").json()
         assert sorted(s["session_id"] for s in listed) == ["other", "rich"]
+
+
+#: Ids the store takes from a library user (the Agents SDK session, the store API) and the CLI
+#: would never make.
+LIBRARY_IDS = ["../bad", " ", "a b", "new\nline", "é", "x" * 300]
+
+
+@pytest.mark.parametrize("fmt", ["chatflow", "md"])
+def test_every_id_the_store_holds_exports_and_imports_back(chatflow: Any, tmp_path: Path, fmt: str) -> None:
+    from chatflow_cli.core.messages import Message
+    from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+    source = tmp_path / "source.db"
+    with SQLiteSessionStore(source) as store:
+        for k, sid in enumerate(LIBRARY_IDS):
+            session = store.get_or_create(sid, "Assistant")
+            session.add_message(Message.user(f"question {k}"))
+            session.add_message(Message.model(f"answer {k}"))
+            session.complete_turn(f"answer {k}")
+            store.save(session)
+    out = tmp_path / f"all.{fmt}"
+    exported = chatflow("--db", str(source), "sessions", "export", "--all", "--format", fmt, "-o", str(out))
+    assert exported.returncode == 0, exported
+    fresh = tmp_path / "fresh.db"
+    imported = chatflow("--db", str(fresh), "sessions", "import", str(out))
+    assert imported.returncode == 0, imported  # before: invalid session id '../bad', exit 2, nothing imported
+    listed = chatflow("--db", str(fresh), "sessions", "ls", "--json").json()
+    assert sorted(s["session_id"] for s in listed) == sorted(LIBRARY_IDS)
+    assert all(s["turns"] == 1 for s in listed)
+    # --into: an existing session is named by its id, whatever it is; a new one needs an id chatflow makes
+    into = chatflow("--db", str(fresh), "sessions", "import", str(out), "--into", "a b", "--json")
+    assert into.returncode == 0, into
+    assert into.json()["sessions"][0]["session_id"] == "a b"
+    new = chatflow("--db", str(fresh), "sessions", "import", str(out), "--into", "c d")
+    assert new.returncode == 2 and "invalid session id 'c d'" in new.stderr
+    assert len(chatflow("--db", str(fresh), "sessions", "ls", "--json").json()) == len(LIBRARY_IDS)
