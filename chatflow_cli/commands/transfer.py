@@ -134,8 +134,9 @@ def export_sessions(state: State, session_ids: list[str], *, all_: bool, since: 
 
     Raises:
         SessionNotFoundError: An id with no session (nothing is written).
-        UsageError: ``per_turn`` with another format than ``openai``; the output file cannot
-            be written.
+        UsageError: ``per_turn`` with another format than ``openai``; ``output`` is a directory.
+        ChatflowError: ``output`` cannot be written (``cannot write FILE: ...``, exit 1): no
+            such directory, no permission, a symlink loop, a full disk.
     """
     if per_turn and fmt != "openai":
         raise UsageError("--per-turn goes with --format openai")
@@ -191,9 +192,10 @@ class _Output:
     ``open(path, "w")`` would give (0666 less the umask). Anything else (a character
     device, a FIFO, ``/dev/stdout``) is opened and written directly: it cannot be replaced.
 
-    Write errors (a full disk, ``/dev/full``) raise :class:`ChatflowError` ``cannot write
-    FILE: ...`` (exit 1, as for stdout); an ``open`` refused (no such directory, no
-    permission) is a :class:`UsageError`.
+    Every failure to write it -- a full disk (``/dev/full``), an ``open`` or ``stat``
+    refused (no such directory, no permission, a symlink loop) -- raises
+    :class:`ChatflowError` ``cannot write FILE: ...`` (exit 1, as for stdout). Only a FILE
+    that is a directory is a :class:`UsageError` (:func:`_output_path`).
     """
 
     def __init__(self, path: Path, shown: str) -> None:
@@ -205,8 +207,8 @@ class _Output:
             self.existing: os.stat_result | None = path.stat()
         except FileNotFoundError:
             self.existing = None
-        except OSError as exc:
-            raise UsageError(f"cannot write {shown}: {exc.strerror or exc}") from None
+        except OSError as exc:  # ELOOP (a symlink loop), EACCES on a folder on the way...
+            raise ChatflowError(f"cannot write {shown}: {exc.strerror or exc}") from None
         self.direct = self.existing is not None and not stat.S_ISREG(self.existing.st_mode)
 
     def write(self, text: str) -> int:
@@ -226,7 +228,7 @@ class _Output:
             with _signals_blocked():  # the temp file is made and known to discard() at once
                 fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=str(self.path.parent))
         except OSError as exc:
-            raise UsageError(f"cannot write {self.shown}: {exc.strerror or exc}") from None
+            raise ChatflowError(f"cannot write {self.shown}: {exc.strerror or exc}") from None
         self.file = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
 
     def commit(self) -> None:

@@ -97,6 +97,20 @@ def test_an_existing_file_keeps_its_mode_and_a_new_one_follows_the_umask(chatflo
     assert stat.S_IMODE(new.stat().st_mode) == 0o666 & ~mask
 
 
+def test_an_output_that_cannot_be_opened_is_cannot_write_exit_1(chatflow: Any, rich_db: Path, tmp_path: Path) -> None:
+    # the README's exit-code table: `cannot write FILE: ...` is exit 1, however the writing failed
+    missing = tmp_path / "no-such-dir" / "f.jsonl"
+    result = chatflow("sessions", "export", "rich", "-o", str(missing))
+    assert result.returncode == 1, result  # before: exit 2
+    assert result.stderr == f"chatflow: error: cannot write {missing}: No such file or directory\n"
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop)
+    looped = chatflow("sessions", "export", "rich", "-o", str(loop))
+    assert looped.returncode == 1, looped  # before: exit 2
+    assert looped.stderr == f"chatflow: error: cannot write {loop}: Too many levels of symbolic links\n"
+    assert loop.is_symlink() and _leftovers(tmp_path) == []
+
+
 def test_export_to_a_directory_is_a_usage_error_naming_it(chatflow: Any, rich_db: Path, tmp_path: Path) -> None:
     folder = tmp_path / "out"
     folder.mkdir()
