@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -676,3 +677,21 @@ def test_every_id_the_store_holds_exports_and_imports_back(chatflow: Any, tmp_pa
     new = chatflow("--db", str(fresh), "sessions", "import", str(out), "--into", "c d")
     assert new.returncode == 2 and "invalid session id 'c d'" in new.stderr
     assert len(chatflow("--db", str(fresh), "sessions", "ls", "--json").json()) == len(LIBRARY_IDS)
+
+
+def test_a_claude_code_session_was_updated_at_its_last_entry(chatflow: Any, tmp_path: Path) -> None:
+    entries = session_lines()
+    for k, e in enumerate(entries):
+        if "uuid" in e:  # one minute apart, in file order; a3, the last reply, at 10:09
+            entries[k] = {**e, "timestamp": f"2026-11-30T10:{k:02d}:00.000Z"}
+    path = tmp_path / "cc.jsonl"
+    path.write_text("\n".join(lines_of(entries)) + "\n", encoding="utf-8")
+    assert chatflow("sessions", "import", str(path)).returncode == 0
+    [listed] = chatflow("sessions", "ls", "--json").json()
+    assert listed["created_at"] == datetime.fromisoformat("2026-11-30T10:01:00+00:00").timestamp()  # u1
+    # before: the first entry's time (u1 at 10:01) or the last prompt's (u2 at 10:08)
+    assert listed["updated_at"] == datetime.fromisoformat("2026-11-30T10:10:00+00:00").timestamp()  # a3
+    bad = [*entries[:2], {**entries[2], "timestamp": 12345}, *entries[3:]]
+    path.write_text("\n".join(lines_of(bad)) + "\n", encoding="utf-8")
+    refused = chatflow("--db", str(tmp_path / "other.db"), "sessions", "import", str(path))
+    assert refused.returncode == 2 and refused.stderr == f"chatflow: error: {path}: line 3: timestamp is not a time: 12345\n"

@@ -30,6 +30,11 @@ Mapping, in chatflow's terms:
   (marked as an error), so the history stays valid; messages before the first user message
   are skipped with a warning.
 
+Times: a turn's is its user entry's ``timestamp``; the session was created at the first
+timed entry of the conversation and updated at its last. An entry with no ``timestamp`` key
+has no time (a turn then takes the import's); one that is present and not an ISO 8601
+string is an error naming the line.
+
 The session id is Claude Code's ``sessionId``; ``cwd``, ``gitBranch`` and ``version`` go
 into the session's metadata (``claude_code_cwd``...).
 """
@@ -79,14 +84,27 @@ def _text_of(content: Any) -> str:
 
 
 def _entry_time(entry: dict[str, Any], number: int, source: str) -> float | None:
-    """The entry's ``timestamp`` (UTC epoch seconds; None when it has none). Claude Code
-    writes ISO 8601 times only, so anything else is an ImportFormatError naming the line."""
-    value = entry.get("timestamp")
+    """The entry's ``timestamp`` in UTC epoch seconds, or None when the entry has no
+    ``timestamp`` key.
+
+    Claude Code writes an ISO 8601 string on every user and assistant entry (only lines
+    such as ``summary`` may have none), so a ``timestamp`` that is present and not such a
+    string -- a number, null, ``""``, text that is no time -- is an error.
+
+    Raises:
+        ImportFormatError: the ``timestamp`` is present and not an ISO 8601 string (naming the line).
+    """
+    if "timestamp" not in entry:
+        return None
+    value = entry["timestamp"]
     try:
+        if not isinstance(value, str) or not value.strip():
+            raise ImportFormatError("not an ISO 8601 string")
         return parse_time(value)
     except ImportFormatError:
         where = f"line {number}"
-        raise ImportFormatError(f"{source}: {where}: timestamp is not a time: {str(value)[:40]!r}",
+        shown = value[:40] if isinstance(value, str) else value
+        raise ImportFormatError(f"{source}: {where}: timestamp is not a time: {shown!r}",
                                 source=source, location=where) from None
 
 
@@ -98,8 +116,8 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
 
     Raises:
         ImportFormatError: a line that is not a JSON object, a conversation entry with no
-            ``uuid``, a ``message`` that is not an object or a ``timestamp`` that is not an
-            ISO 8601 time (naming the line), or a file
+            ``uuid``, a ``message`` that is not an object or a ``timestamp`` that is present
+            and not an ISO 8601 string (a number, null: naming the line), or a file
             with no main-line conversation entry.
     """
     entries: dict[str, tuple[int, dict[str, Any]]] = {}
@@ -167,11 +185,11 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
         value = last_main[1].get(key)
         if isinstance(value, str) and value:
             metadata[name] = value
-    created = None
-    for number, entry in chain:
-        created = _entry_time(entry, number, source)
-        if created is not None:
-            break
+    # the conversation began at its first timed entry and was last active at its last one
+    # (a reply, often long after the prompt): entries with no timestamp do not count
+    times = [t for t in (_entry_time(entry, number, source) for number, entry in chain) if t is not None]
+    created = min(times) if times else None
+    updated = max(times) if times else None
 
     turns: list[ImportedTurn] = []
     open_calls: dict[str, ToolCall] = {}
@@ -281,6 +299,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             metadata=metadata,
             model=next((t.model for t in turns if t.model), None),
             created_at=created,
+            updated_at=updated,
             turns=turns,
             warnings=warnings,
         )

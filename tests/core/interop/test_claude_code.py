@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -153,3 +154,34 @@ def test_a_timestamp_that_is_not_a_time_is_an_error_naming_the_line(where: str) 
         read_claude_code(lines_of(entries), source="s.jsonl")
     assert str(caught.value) == f"s.jsonl: line {number}: timestamp is not a time: 'not-a-time'"
     assert caught.value.location == f"line {number}"
+
+
+@pytest.mark.parametrize("value", [12345, 1.5, None, "", True, {"iso": "2026-11-30"}])
+def test_a_timestamp_that_is_not_an_iso_string_is_an_error_naming_the_line(value: Any) -> None:
+    # Claude Code writes an ISO 8601 string on every user and assistant entry
+    entries = session_lines()
+    number = next(k for k, e in enumerate(entries, start=1) if e.get("uuid") == "a2")
+    entries[number - 1] = {**entries[number - 1], "timestamp": value}
+    with pytest.raises(ImportFormatError) as caught:
+        read_claude_code(lines_of(entries), source="s.jsonl")
+    assert str(caught.value) == f"s.jsonl: line {number}: timestamp is not a time: {value!r}"
+    assert caught.value.location == f"line {number}"
+
+
+def test_an_entry_with_no_timestamp_has_no_time_and_the_session_spans_the_timed_ones() -> None:
+    entries = session_lines()
+    times = {"u1": "2026-11-30T10:00:00.000Z", "a1": "2026-11-30T10:00:05.000Z", "a1b": "2026-11-30T10:00:06.000Z",
+             "r1": "2026-11-30T10:01:00.000Z", "a2": "2026-11-30T10:02:00.000Z", "m1": "2026-11-30T10:03:00.000Z",
+             "a3": "2026-11-30T10:09:30.000Z"}
+    for k, e in enumerate(entries):
+        if e.get("uuid") in times:
+            entries[k] = {**e, "timestamp": times[e["uuid"]]}
+        elif e.get("uuid") == "u2":
+            entries[k] = {key: v for key, v in e.items() if key != "timestamp"}
+    [session] = read_claude_code(lines_of(entries), source="s.jsonl")
+    first, second = session.turns
+    assert first.created_at == datetime.fromisoformat("2026-11-30T10:00:00+00:00").timestamp()
+    assert second.created_at is None  # u2 has no timestamp: the import's time is taken
+    assert session.created_at == first.created_at
+    # the last entry of the conversation (the reply a3), not the first nor the last prompt
+    assert session.updated_at == datetime.fromisoformat("2026-11-30T10:09:30+00:00").timestamp()
