@@ -130,8 +130,8 @@ _PART_TYPES = ("text", "reasoning", "tool_call", "tool_result", "attachment")
 def _check_references(conn: sqlite3.Connection, tables: set[str], source: str) -> None:
     """Refuse rows llm never writes: a reference to a row that is not there (a message whose
     parent is gone, a part of no message, a tool call of no response...), a message role or
-    a part type llm does not know, a message whose parts skip a position (one is gone), a
-    message no thread reaches (its thread is gone).
+    a part type llm does not know, a message with no parts or whose parts skip a position
+    (one is gone), a message no thread reaches (its thread is gone).
 
     Raises:
         ImportFormatError: naming the table, row and column (the first such row found).
@@ -166,6 +166,14 @@ def _check_references(conn: sqlite3.Connection, tables: set[str], source: str) -
             raise _bad(source, f"messages row {row['k']}",
                        f"its parts are at positions {row['low']}..{row['high']}, not 0..{row['n'] - 1}: "
                        "a part is missing")
+    if {"messages", "parts"} <= tables and "message_hash" in _columns(conn, "parts"):
+        # llm writes a message only with its parts (a prompt with no text and no attachment,
+        # a reply with nothing in it, makes no message): one with none lost them
+        row = conn.execute("SELECT m.hash AS k FROM messages m WHERE NOT EXISTS "
+                           "(SELECT 1 FROM parts p WHERE p.message_hash = m.hash) ORDER BY m.rowid LIMIT 1").fetchone()
+        if row is not None:
+            raise _bad(source, f"messages row {row['k']}",
+                       "no parts rows (llm writes every message with at least one part): its parts are missing")
     if {"threads", "messages"} <= tables:
         # every message llm writes is on the chain of a thread (a fork's too): one no thread
         # reaches is a conversation whose thread is gone
@@ -224,6 +232,11 @@ def _prompt_attachments(conn: sqlite3.Connection, tables: set[str], response_id:
         (response_id,),
     )
     return [_attachment_line(row) for row in rows]
+
+
+def _article(word: str) -> str:
+    """``an`` before a vowel (``an assistant``), else ``a``."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def _join(*parts: str) -> str:
@@ -522,7 +535,8 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
                 legacy.add(turn.key)
                 session.turns.append(turn)
             elif turn is None:
-                warnings.append(f"messages row {message['hash']}: a {role} message before the first prompt; skipped")
+                warnings.append(f"messages row {message['hash']}: {_article(role)} {role} message "
+                                "before the first prompt; skipped")
                 continue
             turn.messages.extend(results)
             if role == "assistant" and (text or calls or reasoning):

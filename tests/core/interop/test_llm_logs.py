@@ -264,3 +264,27 @@ def test_dangling_references_in_the_older_schema_are_errors(tmp_path: Path, sql:
     with pytest.raises(ImportFormatError) as info:
         read_llm_logs(db)
     assert str(info.value).startswith(f"{db}: {where.format(first=first)}: {problem}: ")
+
+
+@pytest.mark.parametrize("role", ["user", "assistant"])
+def test_a_message_with_no_parts_is_an_error_naming_it(llm_logs_db: Path, tmp_path: Path, role: str) -> None:
+    """llm writes every message with its parts: one with none lost them, and importing
+    without it would shorten or merge the conversation in silence."""
+    conn = sqlite3.connect(llm_logs_db)
+    bare = conn.execute("select hash from messages where role = ? order by rowid", (role,)).fetchone()[0]
+    conn.close()
+    db = corrupted(tmp_path, llm_logs_db, f"delete from parts where message_hash = '{bare}'")
+    with pytest.raises(ImportFormatError) as info:
+        read_llm_logs(db)
+    assert str(info.value) == (f"{db}: messages row {bare}: no parts rows "
+                               "(llm writes every message with at least one part): its parts are missing")
+    assert info.value.location == f"messages row {bare}"
+
+
+def test_a_reply_before_the_first_prompt_is_named_with_its_article(llm_logs_db: Path, tmp_path: Path) -> None:
+    conn = sqlite3.connect(llm_logs_db)
+    first_user = conn.execute("select hash from messages where role = 'user' order by rowid").fetchone()[0]
+    conn.close()
+    db = corrupted(tmp_path, llm_logs_db, f"update messages set role = 'assistant' where hash = '{first_user}'")
+    warnings = [w for s in read_llm_logs(db) for w in s.warnings]
+    assert f"messages row {first_user}: an assistant message before the first prompt; skipped" in warnings
