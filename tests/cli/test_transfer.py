@@ -420,8 +420,8 @@ def test_a_malformed_llm_row_is_an_error_naming_it_and_stores_nothing(chatflow: 
 @pytest.mark.parametrize(("sql", "column"), [("update messages set role = 'alien' where role = 'tool'", "role"),
                                            ("delete from messages where rowid = 1", "parent_hash"),
                                            # a prompt with no parts rows: before, skipped with a warning, exit 0
-                                           ("delete from parts where message_hash = (select hash from messages "
-                                            "where role = 'user' order by rowid limit 1)", "no parts")])
+                                           (("delete from parts where message_hash = (select hash from messages "
+                                             "where role = 'user' order by rowid limit 1)"), "no parts")])
 def test_an_llm_row_that_breaks_the_schema_is_an_error_not_a_short_conversation(
         chatflow: Any, llm_logs_db: Path, tmp_path: Path, sql: str, column: str) -> None:
     logs = corrupted(tmp_path, llm_logs_db, sql)
