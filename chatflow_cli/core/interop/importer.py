@@ -248,6 +248,7 @@ class _Plan:
     rollback: tuple[int, int] | None = None
     turn_count: int = 0
     retitle: bool = False  # the title an earlier import of this source set is not the file's any more
+    older: bool = False  # an md/openai export older than one imported before: adds nothing
 
     def apply(self, ctx: SessionContext, fmt: str, source: str, recorded: dict[str, str]) -> dict[str, str]:
         """Write this session's missing turns into ``ctx`` (inside the edit's transaction) and
@@ -270,7 +271,7 @@ class _Plan:
         if started is None:
             keys[self.start_key] = str(offset)
             for text in ([] if session.events is not None else session.system):  # a log replays its own
-                ctx.add_message(Message.system(text))
+                ctx.add_message(text if isinstance(text, Message) else Message.system(text))
             if session.events is None and self.result.created:  # the title is the source's
                 if session.title:
                     ctx.restore_title(session.title)
@@ -278,6 +279,8 @@ class _Plan:
         elif self.retitle:  # the source was renamed since an earlier import set its title
             ctx.restore_title(session.title)
             keys[self.prefix + "title"] = content_digest(session.title or "")
+        if session.events is None and session.updated_at is not None and not self.older:
+            keys[self.prefix + "updated"] = repr(session.updated_at)  # the newest export imported so far
         if self.rollback is not None:
             if ctx.turn_count != self.rollback[1]:
                 raise _Stale()
@@ -351,6 +354,7 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
     turn_count = store.turn_count(target) if exists else 0
     rollback = None
     grown = None
+    older = False
     if session.events is not None:  # a log: every event after the last seq imported before, in order
         everything = _event_chunks(session)
         stored = store.idempotency_digests(target, [prefix + c.key for c in everything]
@@ -361,7 +365,7 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
     else:
         chunks = _turn_chunks(session)
         stored = store.idempotency_digests(target, [prefix + c.key for c in chunks]
-                                           + [prefix + "last", prefix + "title"]) if exists else {}
+                                           + [prefix + "last", prefix + "title", prefix + "updated"]) if exists else {}
         window = store.window_turns(target) if exists and not added_before and stored else ()
         last = (window[-1].number, window[-1].messages[0].content) if window else (-1, None)
         grown = _grown(chunks, prefix, stored, last, warnings)
@@ -371,6 +375,14 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
         if fmt in _LIVE_ONLY and not added_before and prefix + "last" in stored:
             todo, rollback = _diverged(chunks, prefix, stored, known, window, turn_count, todo, warnings,
                                        int(started.get(start_key) or 0))
+        newest = pending.get(prefix + "updated") or stored.get(prefix + "updated")
+        if fmt in _LIVE_ONLY and session.updated_at is not None and newest and session.updated_at < float(newest):
+            # an older export than one imported before: never rolls the newer turns back
+            if todo or rollback is not None or grown is not None:
+                warnings.append(f"an older export of session {session.session_id} (updated "
+                                f"{iso_time(session.updated_at)}) than the one imported before (updated "
+                                f"{iso_time(float(newest))}): nothing of it is added")
+            todo, rollback, grown, older = [], None, None, True
     systems = 0 if session.events is not None or start_key in started or start_key in pending else len(session.system)
     counts = {"turns": sum(c.turns for c in todo), "messages": sum(c.messages for c in todo) + systems,
               "tool_calls": sum(c.tool_calls for c in todo)}
@@ -379,9 +391,10 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
     result = ImportResult(target, fmt, source, session.source_id, created=not made, counts=counts,
                           skipped_turns=max(0, all_turns - counts["turns"]), warnings=warnings, dry_run=dry_run)
     title = stored.get(prefix + "title")
-    retitle = session.events is None and title is not None and title != content_digest(session.title or "")
+    retitle = (session.events is None and not older and title is not None
+               and title != content_digest(session.title or ""))
     return _Plan(session, target, prefix, start_key, started.get(start_key), todo, result, grown, rollback,
-                 turn_count, retitle)
+                 turn_count, retitle, older)
 
 
 #: Formats that carry a session's live turns only (no log): a re-import makes the target's
@@ -495,6 +508,8 @@ def import_sessions(
         by_target.setdefault(into or s.session_id, []).append(k)
     results: list[ImportResult | None] = [None] * len(sessions)
     for target, indexes in by_target.items():
+        if fmt in _LIVE_ONLY:
+            indexes = _newest_copies(sessions, indexes)
         group = [sessions[k] for k in indexes]
         for _attempt in range(_ATTEMPTS):
             try:
@@ -509,6 +524,32 @@ def import_sessions(
         for k, result in zip(indexes, done, strict=True):
             results[k] = result
     return [r for r in results if r is not None]
+
+
+def _newest_copies(sessions: Sequence[ImportedSession], indexes: list[int]) -> list[int]:
+    """``indexes`` with only the newest copy of each source session (an ``md`` or ``openai``
+    file holding several exports of one session, concatenated): the one with the latest
+    ``updated_at``, the later in the file on a tie or when they have none. Each export holds
+    the session's live turns as they were then, so the newest one is where importing them
+    one after the other ends (an older one adds nothing after a newer one). The copy kept
+    gets a warning naming how many were left out."""
+    newest: dict[str, int] = {}
+    for k in indexes:
+        source_id = sessions[k].source_id
+        if source_id in newest:
+            kept = sessions[newest[source_id]].updated_at
+            mine = sessions[k].updated_at
+            if kept is not None and mine is not None and mine < kept:
+                continue
+        newest[source_id] = k
+    chosen = sorted(newest.values())
+    for k in chosen:
+        left = sum(1 for j in indexes if j != k and sessions[j].source_id == sessions[k].source_id)
+        note = (f"the file holds {left + 1} exports of session {sessions[k].session_id}: "
+                "only the newest is imported (the older ones add nothing after it)")
+        if left and note not in sessions[k].warnings:
+            sessions[k].warnings.append(note)
+    return chosen
 
 
 #: How many times an import plans again when the target changed under it.

@@ -14,9 +14,11 @@ which holds the message's fields and the number of lines of its text, so the tex
 is written as it is (whatever Markdown, fences or headings it holds) and read back exactly.
 ``<!-- chatflow:turn {...} -->`` before each turn keeps its number, model, usage and
 finish reason. A file edited by hand imports as long as those comments still count right;
-a line that starts like one (``<!-- chatflow:``) but is not exactly one, or a fenced text
-whose fence does not close where its count says, is an error naming the line: a comment is
-never skipped, since what it describes would be lost.
+a line that starts like one (``<!-- chatflow:``) but is not exactly one, a text that does
+not end where its count says, or a fenced text whose fence does not close there, is an
+error naming the line: a comment is never skipped, since what it describes would be lost.
+A message's fields come back exactly as its comment holds them, Agents SDK ``items`` too
+(a SYSTEM message carrying a ``developer`` item stays that message).
 """
 
 from __future__ import annotations
@@ -146,6 +148,23 @@ def export_markdown(header: Mapping[str, Any], system: Sequence[Message],
             yield from _message_block(msg)
 
 
+#: What the writer puts after a message's text and the blank line that ends it: a speaker
+#: line, a folded tool call or result, a turn heading, a control comment, the next transcript.
+_AFTER_TEXT = ("**", "<details>", "## ", "<!-- chatflow:", "---")
+
+
+def _check_text_end(lines: list[str], i: int, source: str, number: int, count: int) -> None:
+    """The text of the message whose comment is on line ``number`` ended at line index ``i``
+    (``count`` lines): the writer follows it with a blank line, then a line of its own (or the
+    end of the file). Anything else means the text was edited and no longer has ``count``
+    lines: an ImportFormatError naming the line, since the rest would be dropped or misread."""
+    for at, ok in ((i, i >= len(lines) or lines[i] == ""),
+                   (i + 1, i + 1 >= len(lines) or lines[i + 1] == "" or lines[i + 1].startswith(_AFTER_TEXT))):
+        if not ok:
+            raise _fail(source, at + 1, f"the text of the message on line {number} does not end where its "
+                                        f"comment's 'lines' ({count}) says: count its lines again")
+
+
 def _fail(source: str, number: int, what: str) -> ImportFormatError:
     return ImportFormatError(f"{source}: line {number}: {what}", source=source, location=f"line {number}")
 
@@ -157,9 +176,11 @@ def read_markdown(text: str, *, source: str = "-") -> list[ImportedSession]:
     Raises:
         ImportFormatError: no chatflow front matter, a malformed control comment (one
             whose JSON does not parse, or a line starting ``<!-- chatflow:`` that is not
-            one), a message whose text runs past the end of the file or whose fence does
-            not close where its count says, or a tool call outside a model message (naming
-            the line).
+            one), a message whose text runs past the end of the file, does not end where
+            its count says (the writer's blank line and a line of its own must follow) or
+            whose fence does not close there, a tool call outside a model message (naming
+            the line), or a transcript with fewer turns than its front matter's ``turns``
+            (cut short: naming the ``turns:`` line).
     """
     lines = text.split("\n")
     if not lines or lines[0].strip() != "---":
@@ -175,11 +196,14 @@ def read_markdown(text: str, *, source: str = "-") -> list[ImportedSession]:
 def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSession, int | None]:
     """One transcript from line index ``first`` (its ``---``); and where the next one starts."""
     front: dict[str, Any] = {}
+    turns_line = first + 1
     i = first + 1
     while i < len(lines) and lines[i].strip() != "---":
         key, sep, value = lines[i].partition(":")
         if not sep:
             raise _fail(source, i + 1, "a front-matter line with no 'key: value'")
+        if key.strip() == "turns":
+            turns_line = i + 1
         try:
             front[key.strip()] = strict_loads(value.strip()) if value.strip() else None
         except json.JSONDecodeError:
@@ -214,7 +238,7 @@ def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSessio
     i += 1
     while i < len(lines):
         if lines[i] == "---" and i + 1 < len(lines) and lines[i + 1].startswith(f"{MD_MARK}: "):
-            return session, i  # the next transcript
+            return _complete(session, front.get("turns"), source, turns_line), i  # the next transcript
         match = _MARKER.match(lines[i])
         if not match:
             if _CONTROL.match(lines[i]):  # a control comment broken by hand: never skipped
@@ -248,6 +272,8 @@ def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSessio
                 raise _fail(source, number, f"the text of {count} lines runs past the end of the file")
             body = "\n".join(lines[i:i + count])
             i += count
+            if not fenced:
+                _check_text_end(lines, i, source, number, count)
             if fenced:
                 if i >= len(lines) or not _FENCE.match(lines[i]):
                     raise _fail(source, i + 1, f"the code fence of the text that starts on line {number + 2} "
@@ -265,7 +291,7 @@ def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSessio
         except (TypeError, ValueError) as exc:
             raise _fail(source, number, f"not a chatflow message ({exc})") from None
         if msg.role is Role.SYSTEM:
-            session.system.append(msg.content or "")
+            session.system.append(msg if msg.items else msg.content or "")  # an SDK item kept as it is
         elif msg.role is Role.USER:
             key = f"{turn_meta.get('number', len(session.turns) + 1)}:{content_digest(msg.to_dict(), 12)}"
             usage = turn_meta.get("usage")
@@ -280,4 +306,15 @@ def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSessio
             raise _fail(source, number, f"a {msg.role.value} message before the first user message")
         else:
             turn.messages.append(msg)
-    return session, None
+    return _complete(session, front.get("turns"), source, turns_line), None
+
+
+def _complete(session: ImportedSession, announced: Any, source: str, line: int) -> ImportedSession:
+    """``session``, unless it holds fewer turns than its front matter's ``turns`` announces
+    (a file cut short at a message boundary would otherwise import as a shorter,
+    valid-looking session): an ImportFormatError naming ``line`` (the ``turns:`` line)."""
+    got = len(session.turns)
+    if isinstance(announced, int) and not isinstance(announced, bool) and got < announced:
+        raise _fail(source, line, f"session {session.session_id} ends after {got} of the {announced} turns "
+                                  "its front matter announces: the file is cut short")
+    return session

@@ -86,7 +86,7 @@ class ImportedSession:
     them (``sessions ls`` orders and ``--since`` filters by when it happened), falling back
     on its turns' ``created_at``. ``archived_at``: when the source says the session was
     archived (``md`` front matter); a session the import creates is then archived too
-    (chatflow's own format replays its archive events instead). ``system``: SYSTEM messages, in order. ``events``: for chatflow's own
+    (chatflow's own format replays its archive events instead). ``system``: SYSTEM messages, in order (their text, or the whole message when it carries Agents SDK items, which an import keeps as they are). ``events``: for chatflow's own
     format only, the whole event log to replay (``type``, ``payload``, ``created_at``,
     ``seq``); ``turns`` is then derived from it for counts. ``warnings``: what the reader
     skipped or repaired (a dangling parent, an unknown entry type).
@@ -96,7 +96,7 @@ class ImportedSession:
     source_id: str
     session_id: str
     agent: str | None = None
-    system: list[str] = field(default_factory=list)
+    system: list[str | Message] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     model: str | None = None
     base_url: str | None = None

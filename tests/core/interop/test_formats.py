@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -10,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 from chatflow_cli.core.errors import ImportFormatError, UsageError
 from chatflow_cli.core.interop import detect_format, export_lines, read_source
 from chatflow_cli.core.interop.chatflow_format import read_chatflow
+from chatflow_cli.core.interop.importer import import_sessions
 from chatflow_cli.core.interop.markdown import export_markdown, read_markdown
 from chatflow_cli.core.interop.openai_chat import read_openai
 from chatflow_cli.core.memory import SessionStore
@@ -207,3 +209,66 @@ def test_md_transcripts_one_after_the_other_are_several_sessions(rich: SessionSt
     assert [x.session_id for x in sessions] == ["rich", "other"]
     assert sessions[1].turns[0].messages[0].content.startswith("---\nchatflow:")
     assert [t.messages for t in sessions[0].turns] == live_turns(rich)
+
+
+def _four_turns() -> str:
+    store = SessionStore()
+    s = store.get_or_create("rb", "Assistant")
+    for n in range(1, 5):
+        s.add_message(Message.user(f"msg {n}"))
+        s.add_message(Message.model(f"ok {n}"))
+        s.complete_turn(f"ok {n}")
+    store.save(s)
+    return "".join(export_lines(store, "rb", "md"))
+
+
+def test_md_cut_short_at_any_line_is_an_error_naming_the_file() -> None:
+    """A file cut at a line boundary never imports as a shorter session: fewer turns than the
+    front matter's `turns` is an error (it names the `turns:` line), like a run-on text."""
+    lines = _four_turns().split("\n")
+    turns_line = lines.index("turns: 4") + 1
+    for n in range(lines.index("---", 1) + 1, len(lines) - 12):  # up to the last turn's reply
+        with pytest.raises(ImportFormatError, match=r"^c\.md: line \d+: ") as info:
+            read_markdown("\n".join(lines[:n]) + "\n", source="c.md")
+        assert info.value.exit_code == 2
+        if "cut short" in str(info.value):
+            assert str(info.value).startswith(f"c.md: line {turns_line}: session rb ends after ")
+    [whole] = read_markdown("\n".join(lines), source="c.md")
+    assert len(whole.turns) == 4
+
+
+@pytest.mark.parametrize(("edit", "line"), [
+    # one more line of text than the comment counts: it was dropped
+    (lambda t: t.replace('"lines":1} -->\nmsg 2\n', '"lines":1} -->\nmsg 2\nadded by hand\n'), "the text of the message"),
+    (lambda t: t.replace('"lines":1} -->\nmsg 2\n', '"lines":1} -->\nmsg 2\n\nadded by hand\n'), "the text of the message"),
+    # a count of 0: the message imported as ""
+    (lambda t: t.replace('{"role":"user","lines":1} -->\nmsg 2\n', '{"role":"user","lines":0} -->\nmsg 2\n'),
+     "the text of the message"),
+])
+def test_md_text_that_does_not_match_its_line_count_is_an_error_naming_the_line(edit: Any, line: str) -> None:
+    text = edit(_four_turns())
+    assert text != _four_turns()
+    with pytest.raises(ImportFormatError, match=rf"^e\.md: line \d+: {line} on line \d+ does not end") as info:
+        read_markdown(text, source="e.md")
+    assert info.value.exit_code == 2
+
+
+def test_md_keeps_the_agents_sdk_items_of_every_message() -> None:
+    """A message's items come back exactly as its comment holds them: a `developer` item
+    stays one (a SYSTEM message before the first turn; after it, the SDK session keeps such
+    an item on a MODEL message), and so do a tool call's items."""
+    developer = {"role": "developer", "content": "Be terse."}
+    system = Message(Role.SYSTEM, "Be terse.", items=(developer,))
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    turn = [Message.user("hi"), Message(Role.MODEL, None, (ToolCall("c1", "f", "{}"),), items=(call,)),
+            Message.tool("c1", "done", name="f"), Message(Role.MODEL, None, items=({**developer, "content": "Later."},)),
+            Message.model("ok")]
+    header = {"session_id": "sdk", "settings": {}, "metadata": {}}
+    [session] = read_markdown("".join(export_markdown(header, [system], [{"number": 1, "messages": turn}])))
+    assert session.system == [system]
+    assert session.turns[0].messages == turn
+    assert [m.items for m in session.turns[0].messages] == [m.items for m in turn]
+    store = SessionStore()
+    import_sessions(store, [session], fmt="md", source="-")
+    stored = [e.payload["message"] for e in store.events("sdk") if e.type == "message.system"]
+    assert stored[0] == system.to_dict() and stored[0]["items"] == [developer]

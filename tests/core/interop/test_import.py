@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -523,3 +524,48 @@ def test_an_import_that_another_process_beat_reports_what_its_own_transaction_di
         assert mine.skipped_turns == 2
         assert _live_texts(store, "rb") == ["msg 1", "msg 2"] + ([] if other == "the same file" else ["msg 3"])
         assert [t for _, t, _ in events_of(store, "rb")].count("session.imported") == 1
+
+
+def _rb_exports(tmp_path: Path) -> tuple[Path, Path]:
+    """rb1.md: msg 1..4; rb2.md, exported later: rolled back to turn 2, then msg 5 after rb."""
+    source = SessionStore()
+    _chat(source, "rb", "msg 1", "msg 2", "msg 3", "msg 4")
+    old, new = tmp_path / "rb1.md", tmp_path / "rb2.md"
+    old.write_text("".join(export_lines(source, "rb", "md")), encoding="utf-8")
+    time.sleep(0.01)  # the front matter's `updated` has milliseconds: the newer export is later
+    source.rollback("rb", 2)
+    _chat(source, "rb", "msg 5 after rb")
+    new.write_text("".join(export_lines(source, "rb", "md")), encoding="utf-8")
+    return old, new
+
+
+def test_an_older_md_export_imported_after_a_newer_one_adds_nothing(make_store: Any, tmp_path: Path) -> None:
+    old, new = _rb_exports(tmp_path)
+    store = make_store()
+    import_file(store, new)
+    [dry] = import_file(store, old, dry_run=True)
+    [result] = import_file(store, old)
+    assert result.counts["turns"] == dry.counts["turns"] == 0
+    assert "rolled_back" not in result.counts and any("older export" in w for w in result.warnings)
+    assert _live_texts(store, "rb") == ["msg 1", "msg 2", "msg 5 after rb"]
+    [again] = import_file(store, new)  # the newer one is still what was imported: nothing to do
+    assert again.counts["turns"] == 0 and "rolled_back" not in again.counts
+    assert _live_texts(store, "rb") == ["msg 1", "msg 2", "msg 5 after rb"]
+
+
+@pytest.mark.parametrize("order", ["old then new", "new then old"])
+def test_md_exports_of_one_session_in_one_file_import_as_one_after_the_other(
+        order: str, make_store: Any, tmp_path: Path) -> None:
+    old, new = _rb_exports(tmp_path)
+    both = tmp_path / "both.md"
+    parts = [old, new] if order == "old then new" else [new, old]
+    both.write_text("".join(p.read_text(encoding="utf-8") for p in parts), encoding="utf-8")
+    store, one_by_one = make_store(), SessionStore()
+    import_file(one_by_one, parts[0])
+    import_file(one_by_one, parts[1])
+    [result] = import_file(store, both)
+    assert _live_texts(store, "rb") == _live_texts(one_by_one, "rb") == ["msg 1", "msg 2", "msg 5 after rb"]
+    assert any("2 exports of session rb" in w for w in result.warnings)
+    [again] = import_file(store, both)  # a second time: nothing added, no error
+    assert again.counts["turns"] == 0 and "rolled_back" not in again.counts
+    assert _live_texts(store, "rb") == ["msg 1", "msg 2", "msg 5 after rb"]
