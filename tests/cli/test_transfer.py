@@ -698,3 +698,38 @@ def test_a_claude_code_session_was_updated_at_its_last_entry(chatflow: Any, tmp_
     path.write_text("\n".join(lines_of(bad)) + "\n", encoding="utf-8")
     refused = chatflow("--db", str(tmp_path / "other.db"), "sessions", "import", str(path))
     assert refused.returncode == 2 and refused.stderr == f"chatflow: error: {path}: line 3: timestamp is not a time: 12345\n"
+
+
+@pytest.mark.parametrize("fmt", ["chatflow", "md"])
+def test_an_older_export_imported_after_a_newer_one_adds_nothing(
+        chatflow: Any, provider: Any, tmp_path: Path, fmt: str) -> None:
+    for k in (1, 2, 3, 4):
+        assert chatflow("chat", "-s", "rb", f"msg {k}").returncode == 0
+    old, new = tmp_path / f"rb1.{fmt}", tmp_path / f"rb2.{fmt}"
+    assert chatflow("sessions", "export", "rb", "--format", fmt, "-o", str(old)).returncode == 0
+    assert chatflow("sessions", "rollback", "rb", "--to", "2").returncode == 0
+    assert chatflow("chat", "-s", "rb", "msg 5 after rb").returncode == 0
+    assert chatflow("sessions", "export", "rb", "--format", fmt, "-o", str(new)).returncode == 0
+    db = str(tmp_path / "r.db")
+
+    def live() -> list[str]:
+        shown = chatflow("--db", db, "sessions", "show", "rb", "--json").json()
+        return [t["messages"][0]["content"] for t in shown["turns"]]
+
+    assert chatflow("--db", db, "sessions", "import", str(new)).returncode == 0
+    older = chatflow("--db", db, "sessions", "import", str(old))
+    assert older.returncode == 0, older
+    assert older.stdout.startswith("rb: added 0 turns, 0 messages (") and "rolled back" not in older.stdout
+    assert live() == ["msg 1", "msg 2", "msg 5 after rb"]
+    if fmt == "md":  # both exports in one file: where importing them one after the other ends, twice
+        both = tmp_path / "both.md"
+        both.write_text(old.read_text(encoding="utf-8") + new.read_text(encoding="utf-8"), encoding="utf-8")
+        for _ in range(2):
+            again = chatflow("--db", db, "sessions", "import", str(both))
+            assert again.returncode == 0, again
+            assert again.stdout.startswith("rb: added 0 turns, 0 messages (") and "rolled back" not in again.stdout
+        assert live() == ["msg 1", "msg 2", "msg 5 after rb"]
+        cut = tmp_path / "c.md"
+        cut.write_text("\n".join(old.read_text(encoding="utf-8").split("\n")[:45]) + "\n", encoding="utf-8")
+        short = chatflow("--db", str(tmp_path / "c.db"), "sessions", "import", str(cut))
+        assert short.returncode == 2 and "the file is cut short" in short.stderr and str(cut) in short.stderr
