@@ -597,16 +597,24 @@ def test_a_time_that_is_not_one_is_an_error_naming_the_file_and_line(chatflow: A
     assert result.stderr == f"chatflow: error: {path}: line 1: not a time: 'someday'\n"
 
 
+def exports_around_a_rollback(chatflow: Any, tmp_path: Path, fmt: str, texts: list[str], to: int,
+                              after: str) -> tuple[Path, Path]:
+    """Session ``rb`` chatted through ``texts``, exported (``rb1.FMT``), rolled back to turn
+    ``to``, given one more turn (``after``) and exported again (``rb2.FMT``)."""
+    for text in texts:
+        assert chatflow("chat", "-s", "rb", text).returncode == 0
+    old, new = tmp_path / f"rb1.{fmt}", tmp_path / f"rb2.{fmt}"
+    assert chatflow("sessions", "export", "rb", "--format", fmt, "-o", str(old)).returncode == 0
+    assert chatflow("sessions", "rollback", "rb", "--to", str(to)).returncode == 0
+    assert chatflow("chat", "-s", "rb", after).returncode == 0
+    assert chatflow("sessions", "export", "rb", "--format", fmt, "-o", str(new)).returncode == 0
+    return old, new
+
+
 @pytest.mark.parametrize("fmt", ["chatflow", "md"])
 def test_a_newer_export_imported_over_an_earlier_one_keeps_the_sources_rollback(
         chatflow: Any, provider: Any, tmp_path: Path, fmt: str) -> None:
-    for k in (1, 2, 3):
-        assert chatflow("chat", "-s", "rb", f"rb msg {k}").returncode == 0
-    old, new = tmp_path / f"rb1.{fmt}", tmp_path / f"rb2.{fmt}"
-    assert chatflow("sessions", "export", "rb", "--format", fmt, "-o", str(old)).returncode == 0
-    assert chatflow("sessions", "rollback", "rb", "--to", "1").returncode == 0
-    assert chatflow("chat", "-s", "rb", "rb new 2").returncode == 0
-    assert chatflow("sessions", "export", "rb", "--format", fmt, "-o", str(new)).returncode == 0
+    old, new = exports_around_a_rollback(chatflow, tmp_path, fmt, [f"rb msg {k}" for k in (1, 2, 3)], 1, "rb new 2")
     db, fresh = str(tmp_path / "r.db"), str(tmp_path / "f.db")
 
     def live(path: str) -> list[str]:
@@ -703,13 +711,8 @@ def test_a_claude_code_session_was_updated_at_its_last_entry(chatflow: Any, tmp_
 @pytest.mark.parametrize("fmt", ["chatflow", "md"])
 def test_an_older_export_imported_after_a_newer_one_adds_nothing(
         chatflow: Any, provider: Any, tmp_path: Path, fmt: str) -> None:
-    for k in (1, 2, 3, 4):
-        assert chatflow("chat", "-s", "rb", f"msg {k}").returncode == 0
-    old, new = tmp_path / f"rb1.{fmt}", tmp_path / f"rb2.{fmt}"
-    assert chatflow("sessions", "export", "rb", "--format", fmt, "-o", str(old)).returncode == 0
-    assert chatflow("sessions", "rollback", "rb", "--to", "2").returncode == 0
-    assert chatflow("chat", "-s", "rb", "msg 5 after rb").returncode == 0
-    assert chatflow("sessions", "export", "rb", "--format", fmt, "-o", str(new)).returncode == 0
+    old, new = exports_around_a_rollback(chatflow, tmp_path, fmt, [f"msg {k}" for k in (1, 2, 3, 4)], 2,
+                                         "msg 5 after rb")
     db = str(tmp_path / "r.db")
 
     def live() -> list[str]:
