@@ -322,14 +322,15 @@ class _Stale(Exception):
     """The target changed between planning an import and its transaction."""
 
 
-def _through(session: ImportedSession, prefix: str, stored: dict[str, str], pending: dict[str, str]) -> int:
+def _through(chunks: list[_Chunk], prefix: str, stored: dict[str, str], pending: dict[str, str]) -> int:
     """The last seq of a log's events earlier imports of it applied (0: none). Before this
-    was recorded (``through``), the end of the last turn imported."""
+    was recorded (``through``), the end of the last turn imported. ``chunks``: the log's
+    whole :func:`_event_chunks`."""
     value = pending.get(prefix + "through") or stored.get(prefix + "through")
     if value:
         return int(value)
     through = 0
-    for chunk in _event_chunks(session):
+    for chunk in chunks:
         if prefix + chunk.key in stored or prefix + chunk.key in pending:
             through = chunk.last_seq
     return through
@@ -359,7 +360,7 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
         everything = _event_chunks(session)
         stored = store.idempotency_digests(target, [prefix + c.key for c in everything]
                                            + [prefix + "through"]) if exists else {}
-        todo = _event_chunks(session, _through(session, prefix, stored, pending))
+        todo = _event_chunks(session, _through(everything, prefix, stored, pending))
         todo = [c for c in todo if prefix + c.key not in pending]
         all_turns = sum(c.turns for c in everything)
     else:
