@@ -121,6 +121,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             with no main-line conversation entry.
     """
     entries: dict[str, tuple[int, dict[str, Any]]] = {}
+    times: dict[int, float | None] = {}  # line number -> the entry's time, parsed once
     last_main: tuple[int, dict[str, Any]] | None = None
     warnings: list[str] = []
     lines = list(lines)
@@ -150,7 +151,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
                                     source=source, location=f"line {number}")
         # Claude Code writes every entry's time as ISO 8601: anything else is an error naming
         # the line (as llm's datetime_utc is), on side chains and abandoned branches too
-        _entry_time(entry, number, source)
+        times[number] = _entry_time(entry, number, source)
         entries[uuid] = (number, entry)
         if not entry.get("isSidechain"):
             last_main = (number, entry)
@@ -187,9 +188,9 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             metadata[name] = value
     # the conversation began at its first timed entry and was last active at its last one
     # (a reply, often long after the prompt): entries with no timestamp do not count
-    times = [t for t in (_entry_time(entry, number, source) for number, entry in chain) if t is not None]
-    created = min(times) if times else None
-    updated = max(times) if times else None
+    timed = [t for t in (times[number] for number, _ in chain) if t is not None]
+    created = min(timed) if timed else None
+    updated = max(timed) if timed else None
 
     turns: list[ImportedTurn] = []
     open_calls: dict[str, ToolCall] = {}
@@ -282,8 +283,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
         if not text.strip():
             continue
         close_calls()
-        at = _entry_time(entry, number, source)
-        current_turn = ImportedTurn(key=entry["uuid"], messages=[Message.user(text)], created_at=at,
+        current_turn = ImportedTurn(key=entry["uuid"], messages=[Message.user(text)], created_at=times[number],
                                     location=f"line {number}")
         turns.append(current_turn)
     flush_model()
