@@ -54,6 +54,11 @@ _ROLES: dict[str, Role] = {role.value: role for role in Role}
 compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
+def is_non_finite_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the ``ValueError`` strict JSON encoding raises for a float NaN or Infinity."""
+    return isinstance(exc, ValueError) and "out of range float" in str(exc).lower()
+
+
 def strict_dumps(data: Any, **options: Any) -> str:
     """``json.dumps(data, allow_nan=False, **options)``: for what chatflow writes out of
     stored data (exports, ``--json``), so a strict JSON reader can read it.
@@ -65,7 +70,7 @@ def strict_dumps(data: Any, **options: Any) -> str:
     try:
         return json.dumps(data, allow_nan=False, **options)
     except ValueError as exc:
-        if "out of range float" not in str(exc).lower():
+        if not is_non_finite_error(exc):
             raise
         raise NonFiniteNumberError(
             "a float NaN or Infinity (stored by an older chatflow) cannot be written as strict JSON"

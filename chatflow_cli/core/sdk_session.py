@@ -84,7 +84,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
-import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -94,7 +93,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .errors import IdempotencyConflictError, SessionBusyError, UsageError
 from .memory import BaseSessionStore, SessionContext, SessionStore
-from .memory._checks import _check_wait, _json_problem
+from .memory._checks import _check_wait, _json_problem, _sha256
 from .messages import Message, Role, ToolCall, compact_json
 from .runner import DEFAULT_WAIT_S
 
@@ -721,8 +720,7 @@ class ChatflowSession:
 
 def _input_digest(value: Any) -> str:
     """SHA-256 of a run's input (text or items) as canonical JSON; what is not JSON counts by its repr."""
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=repr)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return _sha256(value, default=repr)
 
 
 def _plain(value: Any) -> Any:

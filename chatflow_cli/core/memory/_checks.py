@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from ..errors import UsageError
-from ..messages import compact_json
+from ..messages import compact_json, is_non_finite_error
 
 #: Turns kept in the context window unless a session says otherwise.
 DEFAULT_MAX_TURNS = 40
@@ -99,10 +99,9 @@ def _check_title(title: Any, session_id: str | None = None) -> str | None:
 
 def _json_problem(exc: BaseException) -> str:
     """What :func:`compact_json` refused, in words (NaN and Infinity named as such)."""
-    text = str(exc)
-    if "out of range float" in text.lower():
+    if is_non_finite_error(exc):
         return "a float NaN or Infinity, which strict JSON cannot represent"
-    return text
+    return str(exc)
 
 
 def _check_text(data: Any, what: str, session_id: str | None = None) -> str:
@@ -193,8 +192,9 @@ def _fallback_agent(name: str) -> Any:
     return Agent(name=name, instructions="")
 
 
-def _sha256(data: Any) -> str:
-    text = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+def _sha256(data: Any, default: Callable[[Any], Any] | None = None) -> str:
+    """SHA-256 of ``data`` as canonical JSON (sorted keys, compact); ``default`` as for ``json.dumps``."""
+    text = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=default)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

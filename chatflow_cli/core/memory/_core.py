@@ -23,6 +23,7 @@ from ..events import Event, EventType, SessionStatus
 from ..messages import Message, Role
 from ._checks import (
     DEFAULT_MAX_TURNS,
+    TITLE_CHARS,
     _agent_name,
     _check_idempotency_key,
     _check_max_turns,
@@ -35,7 +36,6 @@ from ._port import (
     DEFAULT_DEDUP_TTL_HOURS,
     _PREVIEW_CHARS,
     _T,
-    _TITLE_CHARS,
     _SessionRow,
     _StoredMessage,
     TurnOwnerDied,
@@ -390,7 +390,7 @@ class _StoreCore:
             dict(row.metadata),
             _StoreCore._last_turn_failed(tx, row.session_id) if failed is None else failed,
             forked_from=dict(row.forked_from) if row.forked_from else None,
-            title=title_of(row.title, preview)[:_TITLE_CHARS],
+            title=title_of(row.title, preview)[:TITLE_CHARS],
             title_set=bool(row.title),
             archived_at=row.archived_at,
             agent_versions=copy.deepcopy(row.agent_versions),

@@ -12,7 +12,8 @@ from ..events import EventType, SessionStatus
 from ..messages import Role
 from ._checks import _check_metadata, _check_session_id, _check_text, _check_title
 from ._core import _StoreCore
-from ._port import _TITLE_CHARS, ListFilter, SearchFilter, _SessionRow, _busy_message, _Tx, parse_cursor, _ran
+from ._checks import TITLE_CHARS
+from ._port import ListFilter, SearchFilter, _SessionRow, _busy_message, _Tx, parse_cursor, _ran
 from .context import MESSAGE_EVENT_TYPE
 from .protocol import SessionSummary
 from .search import SearchHit, parse_query
@@ -101,7 +102,7 @@ class _Listing(_StoreCore):
             now = self.clock()
             title = None
             if source.title:
-                title = source.title[: _TITLE_CHARS - len(_FORK_TITLE)].rstrip() + _FORK_TITLE
+                title = source.title[: TITLE_CHARS - len(_FORK_TITLE)].rstrip() + _FORK_TITLE
             row = _SessionRow(
                 new_id, secrets.token_hex(8), agent, own_metadata, source.max_turns, turn,
                 SessionStatus.IDLE, None, now, now, origin, title=title, agent_versions=versions,

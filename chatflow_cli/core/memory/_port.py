@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 from ..errors import UsageError
 from ..events import Event, SessionStatus
 from ..messages import Message
-from ._checks import TITLE_CHARS, metadata_matches
+from ._checks import metadata_matches
 from .owner import Owner
 from .search import Query, SearchHit
 
@@ -31,7 +31,6 @@ DEFAULT_DEDUP_TTL_HOURS = 192
 DUPLICATE_WAIT_S = 60.0
 
 _PREVIEW_CHARS = 80
-_TITLE_CHARS = TITLE_CHARS
 _T = TypeVar("_T")
 
 
