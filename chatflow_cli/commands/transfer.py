@@ -57,17 +57,14 @@ def _pick(state: State, session_ids: list[str], *, all_: bool,
                 raise not_found(sid)
         if since is not None:
             cutoff = time.time() - since
-            by_id = {s.session_id: s for s in [*store.list_sessions(), *store.list_sessions(archived=True)]}
-            session_ids = [sid for sid in session_ids if by_id[sid].updated_at >= cutoff]
+            session_ids = [sid for sid in session_ids if store.session_summary(sid).updated_at >= cutoff]
         return store, session_ids
     maybe = state.store(create=False)
     if maybe is None:
         return None, []
     store = maybe
-    summaries = [*store.list_sessions(), *store.list_sessions(archived=True)]
-    if since is not None:
-        cutoff = time.time() - since
-        summaries = [s for s in summaries if s.updated_at >= cutoff]
+    after = None if since is None else time.time() - since
+    summaries = [*store.list_sessions(since=after), *store.list_sessions(since=after, archived=True)]
     return store, [s.session_id for s in sorted(summaries, key=lambda s: (s.created_at, s.session_id))]
 
 
