@@ -178,10 +178,8 @@ def _export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool,
                                  max_turns=header["settings"]["max_turns"], instructions=texts)
         return
     if fmt == "md":
-        archived = _state_of(events)["archived_at"]  # the log's time; the store's when it keeps one
-        summary = getattr(store, "session_summary", None)
-        if summary is not None:
-            archived = summary(session_id).archived_at
+        summary = getattr(store, "session_summary", None)  # the store's time when it keeps one; else the log's
+        archived = summary(session_id).archived_at if summary is not None else _state_of(events)["archived_at"]
         header = {**header, "archived_at": iso_time(archived) if archived is not None else None}
         info = _turn_info(events)
         model = header["settings"]["model"]
