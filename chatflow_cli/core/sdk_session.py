@@ -607,7 +607,8 @@ class ChatflowSession:
         def change(ctx: SessionContext) -> None:
             ctx.set_active_agent(name)
 
-        await self._edit(change, create_agent=name, max_turns=self._max_turns, metadata=self._metadata)
+        await self._edit(change, create_agent=name, max_turns=self._max_turns, metadata=self._metadata,
+                         last_turns=1)
 
     async def run(
         self,

@@ -654,3 +654,29 @@ def test_leading_instructions_are_system_messages(tmp_path: Path) -> None:
     again = ChatflowSession("sys", other)
     assert run(again.get_items()) == lead
     again.close()
+
+
+def test_setting_the_active_agent_reads_no_older_turns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run() ends with set_active_agent: on a long session it reads only the newest turn."""
+    import chatflow_cli.core.memory.sqlite as sqlite_module
+
+    db = tmp_path / "s.db"
+    writer = ChatflowSession("long", db)
+    for n in range(1, 31):
+        run(writer.add_items([{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]))
+    writer.close()
+    reads: list[int] = []
+    original = sqlite_module._SQLiteTx.live_window
+
+    def live_window(self: Any, session_id: str, newest_first: int) -> Any:
+        reads.append(newest_first)
+        return original(self, session_id, newest_first)
+
+    monkeypatch.setattr(sqlite_module._SQLiteTx, "live_window", live_window)
+    session = ChatflowSession("long", db)  # a new store: nothing kept from the writes above
+    try:
+        run(session.set_active_agent("Billing"))
+        assert reads and min(reads) == 30
+        assert session.active_agent_name == "Billing"
+    finally:
+        session.close()
