@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Self
 
@@ -18,6 +19,7 @@ from ..errors import (
     SessionDeletedError,
     SessionNotFoundError,
     SessionTerminatedError,
+    UsageError,
 )
 from ..events import Event, EventType, SessionStatus
 from ..messages import Message, Role
@@ -49,6 +51,77 @@ from .context import JournalEntry, SessionBinding, SessionContext, restore_conte
 from .protocol import SessionSummary
 
 
+#: Sessions per store whose last bounded edit keeps its context for the next (see _KeptContexts).
+KEPT_EDIT_CONTEXTS = 64
+
+
+def _unbound(first: int, last: int) -> dict[int, list[Message]]:
+    """The loader of a context after its edit committed (the next edit rebinds a kept one).
+
+    Raises:
+        UsageError: always -- a change's context is used after its edit.
+    """
+    raise UsageError("the context of an edit was used after the edit: change a session inside store.edit()")
+
+
+@dataclass(slots=True)
+class _Kept:
+    ctx: SessionContext
+    position: tuple[str, int]  # (incarnation, last seq) of the log right after the edit
+    last_turns: int
+    marks: object | None  # the transaction's window_marks()
+
+
+class _KeptContexts:
+    """The context each recent bounded edit (``edit(..., last_turns=N)``) ended with, per session.
+
+    The next edit of the session takes it instead of loading the window again when the log
+    is where that edit left it -- the same incarnation and last ``seq``, read under the write
+    lock -- and the row still says what the context holds (turn count, status, agent,
+    metadata, agent versions): every change to a session appends an event, so any other
+    writer, in this process or another, makes the next edit load afresh. A context is taken
+    out while an edit uses it and put back only after that edit committed, saved and made to
+    look freshly loaded; a change that raises, a dry run, or a change that returns the
+    context itself leaves nothing kept. At most :data:`KEPT_EDIT_CONTEXTS` sessions, oldest
+    dropped first.
+    """
+
+    def __init__(self, size: int = KEPT_EDIT_CONTEXTS) -> None:
+        self.size = size
+        self._kept: dict[str, _Kept] = {}
+        self._lock = threading.Lock()
+
+    def take(self, row: _SessionRow, position: tuple[str, int], last_turns: int) -> _Kept | None:
+        """The kept context of ``row``'s session when it is still current, else None (dropped either way)."""
+        with self._lock:
+            kept = self._kept.pop(row.session_id, None)
+        if kept is None or kept.position != position or kept.last_turns != last_turns:
+            return None
+        ctx = kept.ctx
+        current = (
+            not ctx._journal
+            and ctx.turn_count == row.turn_count
+            and ctx.status is row.status
+            and ctx.max_turns == min(row.max_turns, last_turns)
+            and _agent_name(ctx.active_agent) == row.active_agent_name
+            and ctx.metadata == row.metadata == ctx._saved_metadata
+            and ctx._agent_versions == row.agent_versions
+        )
+        return kept if current else None
+
+    def put(self, ctx: SessionContext, row: _SessionRow, position: tuple[str, int], last_turns: int,
+            marks: object | None) -> None:
+        if self.size <= 0:
+            return
+        if getattr(ctx.active_agent, "name", None) != row.active_agent_name:  # a name: an agent, as a load gives
+            ctx._agent = _fallback_agent(row.active_agent_name)
+        with self._lock:
+            self._kept.pop(row.session_id, None)
+            self._kept[row.session_id] = _Kept(ctx, position, last_turns, marks)
+            while len(self._kept) > self.size:
+                del self._kept[next(iter(self._kept))]
+
+
 class _StoreCore:
     """Backend hooks (:meth:`_read`, :meth:`_write`, :meth:`_run_blocking`) and the helpers shared
     by every concern of :class:`~chatflow_cli.core.memory.base.BaseSessionStore`."""
@@ -61,6 +134,7 @@ class _StoreCore:
         # Notified when a turn ends or a waiter leaves: waiters of this process wake at once
         # (other processes' waiters poll).
         self._turn_ended = threading.Condition(threading.Lock())
+        self._kept = _KeptContexts()
 
     # -- backend -----------------------------------------------------------------------
     @contextmanager
@@ -76,6 +150,11 @@ class _StoreCore:
     async def _run_blocking(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         """Run ``fn`` for an async twin. Here on the loop; SQLite on disk overrides it."""
         return fn(*args, **kwargs)
+
+    async def _run_writing(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """Run a write that never waits for another write (an edit, a save, an event) for an
+        async twin: :meth:`_run_blocking` here; SQLite on disk queues them on one thread."""
+        return await self._run_blocking(fn, *args, **kwargs)
 
     def close(self) -> None:
         """Release resources; the in-memory store has none."""
@@ -155,15 +234,6 @@ class _StoreCore:
         window_turns = row.max_turns if last_turns is None else min(row.max_turns, last_turns)
         window = tx.live_window(row.session_id, max(1, row.turn_count - window_turns + 1))
         agent = self._resolve_agent(row.active_agent_name, default_agent, quiet)
-        # Inside the transaction, pruned turns come from the same transaction; _detach()
-        # switches to the store's own reads before the context leaves the store.
-        binding = SessionBinding(
-            id(self),
-            row.incarnation,
-            self._base_of(row),
-            lambda first, last: self._group_live(tx.turn_messages(row.session_id, first, last, False)),
-            lease,
-        )
         return restore_context(
             row.session_id,
             agent,
@@ -172,8 +242,20 @@ class _StoreCore:
             self._effective_status(row) if effective else row.status,
             window,
             row.turn_count,
-            binding,
+            self._binding_in(tx, row, lease),
             agent_versions=row.agent_versions,
+        )
+
+    def _binding_in(self, tx: _Tx, row: _SessionRow, lease: str | None = None) -> SessionBinding:
+        """A binding whose loader reads pruned turns inside ``tx`` (the transaction the context
+        is used in); :meth:`_detach` switches it to the store's own reads."""
+        session_id = row.session_id
+        return SessionBinding(
+            id(self),
+            row.incarnation,
+            self._base_of(row),
+            lambda first, last: self._group_live(tx.turn_messages(session_id, first, last, False)),
+            lease,
         )
 
     @staticmethod

@@ -10,7 +10,7 @@ from ..errors import IdempotencyConflictError, SessionBusyError, SessionDeletedE
 from ..events import Event, EventType, SessionStatus, _event_type, _is_reserved, _use_instead
 from ..messages import Message
 from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
-from ._core import _StoreCore
+from ._core import _StoreCore, _unbound
 from ._port import _T, EditResult, _RolledBack, _busy_message
 from .context import SessionBinding, SessionContext, Turn
 from .protocol import TurnRecord
@@ -353,9 +353,16 @@ class _Journal(_StoreCore):
             if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.alive():
                 raise SessionBusyError(_busy_message(session_id, row.owner, tx), session_id=session_id)
             before = (row.incarnation, tx.next_seq(session_id) - 1)
-            ctx = self._context(tx, row, quiet=True, last_turns=last_turns)
+            kept = None if created or last_turns is None else self._kept.take(row, before, last_turns)
+            if kept is None:
+                ctx = self._context(tx, row, quiet=True, last_turns=last_turns)
+            else:
+                ctx = kept.ctx
+                ctx._binding = self._binding_in(tx, row)
+                tx.assume_window(session_id, kept.marks)
             value = change(ctx)
-            events += self._apply(tx, row, ctx._pending())
+            ops = ctx._pending()
+            events += self._apply(tx, row, ops)
             if (created and times[0] is not None) or times[1] is not None:
                 if created and times[0] is not None:
                     row.created_at = float(times[0])
@@ -371,6 +378,14 @@ class _Journal(_StoreCore):
             result = EditResult(value, events, position=(row.incarnation, last_seq), before=before)
             if dry_run:
                 raise _RolledBack(result)  # leaves the transaction: it is rolled back
+            marks = None
+            if last_turns is not None:
+                first = max(1, row.turn_count - min(row.max_turns, last_turns) + 1)
+                marks = tx.window_marks(session_id, first, row.turn_count)
+        if last_turns is not None and value is not ctx:  # committed: the next edit may start from here
+            binding = SessionBinding(id(self), row.incarnation, self._base_of(row), _unbound)
+            if ctx._saved(len(ops), row.metadata, binding, stored=(row.turn_count, row.status)):
+                self._kept.put(ctx, row, (row.incarnation, last_seq), last_turns, marks)
         return result
 
     def window_turns(self, session_id: str) -> tuple[Turn, ...]:

@@ -264,6 +264,17 @@ class _Tx:
     def get_row(self, session_id: str) -> _SessionRow | None:
         raise NotImplementedError
 
+    def window_marks(self, session_id: str, first: int, last: int) -> object | None:
+        """What this transaction knows of the live message rows of turn 0 and turns
+        ``first..last`` that spares a later transaction its reads (SQLite: each turn's next
+        position), or None; a transaction that finds the session unchanged since gives it
+        to :meth:`assume_window`."""
+        return None
+
+    def assume_window(self, session_id: str, marks: object | None) -> None:
+        """Take ``marks`` (:meth:`window_marks` of a transaction after which the session did not
+        change) instead of reading the window; called before any other use of the session."""
+
     def insert_row(self, row: _SessionRow) -> None:
         raise NotImplementedError
 

@@ -326,7 +326,7 @@ class _Turns(_Claims, _ToolResults):
         return asked is not None and asked.payload.get("owner") == owner_token
 
     async def arequest_interrupt(self, session_id: str) -> int | None:
-        return await self._run_blocking(self.request_interrupt, session_id)
+        return await self._run_writing(self.request_interrupt, session_id)
 
     # -- turn queue --------------------------------------------------------------------
     def turn_may_start(self, session_id: str, ticket: int | None = None) -> bool:

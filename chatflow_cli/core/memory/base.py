@@ -78,8 +78,9 @@ class BaseSessionStore(_Journal, _Turns, _Rollback, _Listing, _Compaction):
     behave the same (one contract test suite runs against each).
 
     Every public method has an async twin named ``a<name>``; it runs the method through
-    :meth:`_run_blocking` (on the event loop here; on a private thread pool for on-disk
-    SQLite). ``clock`` (callable -> UTC epoch seconds) may be replaced, e.g. in tests.
+    :meth:`_run_blocking` (on the event loop here; for on-disk SQLite, reads on a private
+    thread pool and writes in turn on the store's writer thread, :meth:`_run_writing`).
+    ``clock`` (callable -> UTC epoch seconds) may be replaced, e.g. in tests.
     """
 
     #: True when the storage never blocks on disk: async twins then stay on the event loop.
@@ -94,7 +95,7 @@ class BaseSessionStore(_Journal, _Turns, _Rollback, _Listing, _Compaction):
 
     # -- async twins -------------------------------------------------------------------
     async def aedit(self, session_id: str, change: Callable[[SessionContext], _T], **kwargs: Any) -> EditResult[_T]:
-        return await self._run_blocking(partial(self.edit, session_id, change, **kwargs))
+        return await self._run_writing(partial(self.edit, session_id, change, **kwargs))
 
     async def awindow_turns(self, session_id: str) -> tuple[Turn, ...]:
         return await self._run_blocking(self.window_turns, session_id)
@@ -115,18 +116,18 @@ class BaseSessionStore(_Journal, _Turns, _Rollback, _Listing, _Compaction):
         return await self._run_blocking(self.get_or_create, session_id, default_agent, max_turns, metadata)
 
     async def asave(self, session: SessionContext) -> list[Event]:
-        return await self._run_blocking(self.save, session)
+        return await self._run_writing(self.save, session)
 
     async def arelease(
         self, session: SessionContext, status: SessionStatus | str = SessionStatus.IDLE, reason: str = "", **extra: Any
     ) -> list[Event]:
-        return await self._run_blocking(self.release, session, status, reason, **extra)
+        return await self._run_writing(self.release, session, status, reason, **extra)
 
     async def adelete(self, session_id: str) -> bool:
-        return await self._run_blocking(self.delete, session_id)
+        return await self._run_writing(self.delete, session_id)
 
     async def arollback(self, session_id: str, to_turn: int | None = None, *, last: int | None = None) -> list[Event]:
-        return await self._run_blocking(self.rollback, session_id, to_turn, last=last)
+        return await self._run_writing(self.rollback, session_id, to_turn, last=last)
 
     async def asession_summary(self, session_id: str) -> SessionSummary:
         return await self._run_blocking(self.session_summary, session_id)
@@ -144,16 +145,16 @@ class BaseSessionStore(_Journal, _Turns, _Rollback, _Listing, _Compaction):
         return await self._run_blocking(self.search, query, **kwargs)
 
     async def afork(self, session_id: str, at: int | None = None, *, into: str | None = None) -> SessionSummary:
-        return await self._run_blocking(self.fork, session_id, at, into=into)
+        return await self._run_writing(self.fork, session_id, at, into=into)
 
     async def aset_title(self, session_id: str, title: str | None) -> None:
-        return await self._run_blocking(self.set_title, session_id, title)
+        return await self._run_writing(self.set_title, session_id, title)
 
     async def aarchive(self, session_id: str) -> bool:
-        return await self._run_blocking(self.archive, session_id)
+        return await self._run_writing(self.archive, session_id)
 
     async def aunarchive(self, session_id: str) -> bool:
-        return await self._run_blocking(self.unarchive, session_id)
+        return await self._run_writing(self.unarchive, session_id)
 
     async def alatest_session_id(self) -> str | None:
         return await self._run_blocking(self.latest_session_id)
@@ -176,19 +177,19 @@ class BaseSessionStore(_Journal, _Turns, _Rollback, _Listing, _Compaction):
         payload: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> Event:
-        return await self._run_blocking(self.append_event, session_id, type, payload, idempotency_key)
+        return await self._run_writing(self.append_event, session_id, type, payload, idempotency_key)
 
     async def abegin_turn(self, session_id: str, **kwargs: Any) -> TurnStart:
         return await self._run_blocking(partial(self.begin_turn, session_id, **kwargs))
 
     async def asubmit_tool_result(self, session_id: str, tool_use_id: str, output: str) -> list[str]:
-        return await self._run_blocking(self.submit_tool_result, session_id, tool_use_id, output)
+        return await self._run_writing(self.submit_tool_result, session_id, tool_use_id, output)
 
     async def asession_endpoint(self, session_id: str) -> tuple[str | None, str | None]:
         return await self._run_blocking(self.session_endpoint, session_id)
 
     async def aset_session_endpoint(self, session_id: str, model: str | None, base_url: str | None) -> None:
-        return await self._run_blocking(self.set_session_endpoint, session_id, model, base_url)
+        return await self._run_writing(self.set_session_endpoint, session_id, model, base_url)
 
     async def ais_message_processed(self, message_id: str, *, wait: float = DUPLICATE_WAIT_S) -> bool:
         """:meth:`is_message_processed`, waiting for another process's claim without blocking
@@ -208,10 +209,10 @@ class BaseSessionStore(_Journal, _Turns, _Rollback, _Listing, _Compaction):
             delay = min(delay * 2, 0.25)
 
     async def amark_message_processed(self, message_id: str) -> None:
-        _CLAIM.set((id(self), message_id, await self._run_blocking(self._mark, message_id)))
+        _CLAIM.set((id(self), message_id, await self._run_writing(self._mark, message_id)))
 
     async def aclaim_message(self, message_id: str, *, owner: Owner | None = None) -> bool:
-        token = await self._run_blocking(self._claim, message_id, owner)
+        token = await self._run_writing(self._claim, message_id, owner)
         if token is not None:  # set here: the claim belongs to the calling task's context
             _CLAIM.set((id(self), message_id, token))
         return token is not None
@@ -220,10 +221,10 @@ class BaseSessionStore(_Journal, _Turns, _Rollback, _Listing, _Compaction):
         return await self._run_blocking(self.message_state, message_id)
 
     async def acomplete_message(self, message_id: str) -> None:
-        await self._run_blocking(self.complete_message, message_id)
+        await self._run_writing(self.complete_message, message_id)
         self._forget_context_claim(message_id)
 
     async def arelease_message(self, message_id: str) -> bool:
-        released = await self._run_blocking(self.release_message, message_id)
+        released = await self._run_writing(self.release_message, message_id)
         self._forget_context_claim(message_id)
         return released

@@ -24,8 +24,9 @@ Several processes may share one file:
 
 Connections: one per thread for an on-disk file; one connection behind a lock for an
 ephemeral database (``:memory:``, ``file::memory:?cache=shared``, any URI with
-``mode=memory``). Async twins run on-disk work on a private pool of
-``_BLOCKING_IO_WORKERS = 4`` threads through :meth:`SQLiteSessionStore._run_blocking`;
+``mode=memory``). Async twins run on-disk reads on a private pool of
+``_BLOCKING_IO_WORKERS = 4`` threads through :meth:`SQLiteSessionStore._run_blocking`, and
+on-disk writes in turn on the store's own writer thread (:meth:`SQLiteSessionStore._run_writing`);
 ephemeral databases stay on the event loop.
 
 Every ``sqlite3`` error surfaces as :class:`StoreError` with one clear line (not a
@@ -43,7 +44,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..errors import SchemaTooNewError, StoreError
 from ..events import Event, SessionStatus
@@ -258,6 +259,21 @@ class _SQLiteTx(_Tx):
             return None
         self._seq[session_id] = r[14]
         return _row(r)
+
+    def window_marks(self, session_id: str, first: int, last: int) -> object | None:
+        known = self._known_from.get(session_id)
+        if known is None or known > first:
+            return None
+        positions = self._positions
+        turns = (0, *range(max(1, first), last + 1))
+        return first, {turn: positions[(session_id, turn)] for turn in turns if (session_id, turn) in positions}
+
+    def assume_window(self, session_id: str, marks: object | None) -> None:
+        if marks is None:
+            return
+        known, positions = cast("tuple[int, dict[int, int]]", marks)
+        self._known_from[session_id] = known
+        self._positions.update({(session_id, turn): pos for turn, pos in positions.items()})
 
     def insert_row(self, row: _SessionRow) -> None:
         self.c.execute(
@@ -790,6 +806,7 @@ class SQLiteSessionStore(BaseSessionStore):
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._shared_lock = threading.RLock()
+        self._writer: ThreadPoolExecutor | None = None  # the store's writer thread, made on first use
         self._closed = False
         if not self._ephemeral and not self._uri:
             self._create_file()
@@ -846,6 +863,9 @@ class SQLiteSessionStore(BaseSessionStore):
         self._closed = True
         with self._connections_lock:
             conns, self._connections = self._connections, []
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.shutdown(wait=False)
         for conn in conns:
             try:
                 conn.close()
@@ -957,6 +977,31 @@ class SQLiteSessionStore(BaseSessionStore):
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(_blocking_executor(), partial(fn, *args, **kwargs))
+
+    async def _run_writing(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """Run a write for an async twin on the store's writer thread (on the loop for ephemeral files).
+
+        One thread, so one connection, takes every async write of this store in turn: the
+        writes queue here instead of in SQLite's busy handler (which sleeps between tries),
+        and the writer's page cache stays current (a connection drops its cache whenever
+        another connection wrote). Only writes that never wait for another write of the
+        store come here (not :meth:`begin_turn`, which may wait for a turn to end).
+        """
+        if self._ephemeral:
+            return fn(*args, **kwargs)
+        import asyncio  # lazily: see _blocking_executor
+
+        writer = self._writer
+        if writer is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with self._connections_lock:
+                if self._closed:
+                    raise StoreError(f"the store for {self._label} is closed")
+                if self._writer is None:
+                    self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chatflow-sqlite-writer")
+                writer = self._writer
+        return await asyncio.get_running_loop().run_in_executor(writer, partial(fn, *args, **kwargs))
 
     def __repr__(self) -> str:
         return f"SQLiteSessionStore(db_path={self.db_path!r}, default_max_turns={self.default_max_turns})"
