@@ -292,9 +292,12 @@ def check_store(db: Path, plan: list[Delivery]) -> StoreReport:
 
 
 def model_calls(requests: list[Any]) -> Counter[str]:
-    """Model requests per last user message text."""
+    """Model requests per last user message text (a body that is not a JSON object -- a request
+    cut short when its worker was killed -- reached no model and is not counted)."""
     calls: Counter[str] = Counter()
     for body in requests:
+        if not isinstance(body, dict):
+            continue
         users = [m for m in body.get("messages", []) if m.get("role") == "user"]
         if users:
             calls[users[-1]["content"]] += 1
