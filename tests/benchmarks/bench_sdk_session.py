@@ -8,6 +8,9 @@ Run: ``python tests/benchmarks/bench_sdk_session.py`` (needs ``openai-agents``).
    before every turn: as it runs in a Runner loop (the session's cache of its window is
    current: one indexed read checks the log did not move), and cold (the cache dropped, as
    after another process wrote to the session: the window is read and parsed).
+3. Eight sessions on one file (a bot serving eight conversations) each adding 10 such turns
+   at once with ``asyncio.gather``: the wall time divided by the 80 calls, one sample per
+   round (``--repeat`` / 10 rounds, at least 5).
 
 Both sessions are measured in the same loop, alternating which goes first, so machine noise
 falls on both; medians and quartiles of ``--repeat`` samples. chatflow runs WAL with
@@ -91,7 +94,37 @@ async def measure(directory: Path, repeat: int) -> dict[str, dict[str, list[floa
             assert len(items) == 160, len(items)
     for s in window.values():
         s.close()
-    return {"add": add, "get": get, "cold": {"chatflow": cold, "sdk": get["sdk"]}}
+    return {"add": add, "get": get, "cold": {"chatflow": cold, "sdk": get["sdk"]},
+            "concurrent": await measure_concurrent(directory, max(5, repeat // 10))}
+
+
+async def measure_concurrent(directory: Path, rounds: int, sessions: int = 8, turns: int = 10) -> dict[str, list[float]]:
+    """Per-call wall time of ``sessions`` sessions on one file adding ``turns`` turns each at once."""
+    from agents import SQLiteSession
+
+    from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+    store = SQLiteSessionStore(directory / "chatflow-many.db")
+    made: dict[str, list[Any]] = {
+        "chatflow": [ChatflowSession(f"s{k}", store) for k in range(sessions)],
+        "sdk": [SQLiteSession(f"s{k}", db_path=directory / "sdk-many.db") for k in range(sessions)],
+    }
+    per_call: dict[str, list[float]] = {k: [] for k in made}
+
+    async def adds(session: Any, first: int) -> None:
+        for n in range(first, first + turns):
+            await session.add_items(turn_items(n))
+
+    for r in range(rounds):
+        order = list(made) if r % 2 else list(reversed(made))
+        for key in order:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(adds(s, (r * sessions + k) * turns) for k, s in enumerate(made[key])))
+            per_call[key].append((time.perf_counter() - t0) / (sessions * turns))
+    for s in made["sdk"]:
+        s.close()
+    store.close()
+    return per_call
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python {sys.version.split()[0]}, sqlite {__import__('sqlite3').sqlite_version}, files in {tmp}")
         results = asyncio.run(measure(Path(tmp), args.repeat))
     labels = {"add": "add_items, one 4-item turn", "get": "get_items(), 160-item window",
-              "cold": "get_items(), 160-item window, log moved by another writer (no cache)"}
+              "cold": "get_items(), 160-item window, log moved by another writer (no cache)",
+              "concurrent": "add_items, 8 sessions on one file at once (wall time per call)"}
     for figure, label in labels.items():
         ours, theirs = results[figure]["chatflow"], results[figure]["sdk"]
         ratio = statistics.median(ours) / statistics.median(theirs)

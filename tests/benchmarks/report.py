@@ -478,13 +478,15 @@ def bench_sdk_section(opts: Options) -> list[Row]:
     for label, figure in (("add_items, one 4-item turn", "ChatflowSession.add_items, one 4-item turn (SQLite)"),
                           ("get_items(), 160-item window:", "ChatflowSession.get_items(), 160-item window (SQLite)"),
                           ("get_items(), 160-item window, log moved",
-                           "ChatflowSession.get_items(), 160-item window, cold (another writer moved the log)")):
+                           "ChatflowSession.get_items(), 160-item window, cold (another writer moved the log)"),
+                          ("add_items, 8 sessions on one file at once",
+                           "ChatflowSession.add_items, 8 sessions on one file at once, per call")):
         block = out.split(label, 1)[1]
         ours = grab(r"ChatflowSession \(SQLite store\)\s+median\s+([\d.]+) ms", block, f"{label}: chatflow") / 1000
         theirs = grab(r"SQLiteSession\s+median\s+([\d.]+) ms", block, f"{label}: the SDK") / 1000
-        cold = "cold" in figure
+        target = "cold" not in figure and "8 sessions" not in figure  # the two figures
         rows.append(Row("sdk", figure, ours, "Agents SDK SQLiteSession, same call", theirs,
-                        "-" if cold else "<= 1x", max_ratio=None if cold else 1.0))
+                        "<= 1x" if target else "-", max_ratio=1.0 if target else None))
     return rows
 
 
