@@ -94,7 +94,8 @@ class PtyRepl:
         self.wait_for(lambda: self.raw.count("\u203a") >= count, timeout, what=f"prompt #{count}")
 
     def wait_prompt_after(self, text: str, timeout: float = 20.0) -> None:
-        """Wait for ``text`` and then a prompt drawn after its last occurrence."""
+        """Wait for ``text`` and then a prompt drawn after its last occurrence (``text`` should be
+        one no later drawing has: the bottom toolbar is drawn after each prompt)."""
 
         def drawn() -> bool:
             at = self.raw.rfind(text)
