@@ -397,9 +397,10 @@ class ChatflowSession:
         self._agent_name = agent_name
         self._metadata = dict(metadata or {})
         self._copy_out = isinstance(self.store, SessionStore)  # the memory store keeps the objects
-        # The window's items grouped by turn as one JSON text, at a log position: get_items()
-        # answers from it while the log has not moved (one indexed read), add_items() extends it.
-        self._cache: tuple[tuple[str, int], str] | None = None
+        # The window's items grouped by turn as one JSON text, at a log position, with the
+        # number of turns it holds: get_items() answers from it while the log has not moved
+        # (one indexed read), add_items() extends it while the session's window holds them all.
+        self._cache: tuple[tuple[str, int], str, int] | None = None
 
     # -- the Session protocol ----------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -430,15 +431,14 @@ class ChatflowSession:
     async def _window_items(self) -> list[list[dict[str, Any]]]:
         """The window's items grouped by turn: from the cache when the log has not moved."""
         cache = self._cache
-        if cache is not None and self._max_turns == UNBOUNDED_TURNS:
-            if await self.store.alog_position(self.session_id) == cache[0]:
-                groups: list[list[dict[str, Any]]] = json.loads(cache[1])  # fresh objects, as a read gives
-                return groups
+        if cache is not None and await self.store.alog_position(self.session_id) == cache[0]:
+            groups: list[list[dict[str, Any]]] = json.loads(cache[1])  # fresh objects, as a read gives
+            return groups
         position, rows = await self.store.awindow_dicts(self.session_id)
         groups = _turn_items(rows)
         self._cache = None
-        if position is not None and self._max_turns == UNBOUNDED_TURNS:
-            self._cache = (position, compact_json(groups))
+        if position is not None:
+            self._cache = (position, compact_json(groups), len({turn for turn, _ in rows if turn > 0}))
         return groups
 
     def _extend_cache(self, result: Any, turn_open: bool, items: list[dict[str, Any]], texts: list[str]) -> None:
@@ -446,11 +446,13 @@ class ChatflowSession:
 
         The cache text is ``[[item, ...], ...]``; the new items are spliced in with one
         concatenation, opening a group where :func:`_place` opens a turn (with no turn, the
-        only group is the SYSTEM messages' one, turn 0)."""
+        only group is the SYSTEM messages' one, turn 0). When the session's window no longer
+        holds every turn of the cache (its ``max_turns`` pruned the oldest), the cache is
+        dropped: the next read takes the window from the store."""
         cache, self._cache = self._cache, None
         if cache is None or result.position is None or cache[0] != result.before:
             return
-        text = cache[1]
+        text, turns = cache[1], cache[2]
         has_group = text != "[]"
         head = text[:-2] if has_group else "["  # inside the last group, or inside the outer list
         in_group = has_group and not head.endswith("[")  # the open group already holds an item
@@ -465,11 +467,13 @@ class ChatflowSession:
             elif _is_user(item) or not turn_open or not has_group:
                 pieces.append("],[" if has_group else "[")
                 has_group = turn_open = True
+                turns += 1
             elif in_group:
                 pieces.append(",")
             pieces.append(item_text)
             in_group = True
-        self._cache = (result.position, head + "".join(pieces) + "]]")
+        if result.max_turns is None or turns <= result.max_turns:
+            self._cache = (result.position, head + "".join(pieces) + "]]", turns)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` in one transaction (nothing is written when one is not a JSON object).
@@ -480,6 +484,7 @@ class ChatflowSession:
         Raises:
             TypeError: an item that is not a JSON-serialisable dict (a float NaN or Infinity
                 in it too: the stores write strict JSON), naming the item.
+            UsageError: text in an item that is not valid Unicode (a lone surrogate).
             SessionBusyError: a turn still runs on the session after ``wait`` seconds.
             SessionArchivedError: the session is archived (a user item opens no turn).
             SessionTerminatedError: the session is terminated.

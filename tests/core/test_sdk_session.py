@@ -453,19 +453,26 @@ def _item(kind: str, n: int) -> list[dict[str, Any]]:
             {"type": "function_call_output", "call_id": f"h{n}", "output": '{"assistant": "Billing"}'}]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.tuples(st.sampled_from(["add", "add", "add", "pop", "clear"]),
-                              st.lists(st.sampled_from(_ITEM_KINDS), min_size=1, max_size=4)), max_size=12))
-def test_the_cached_window_always_equals_a_fresh_read(tmp_path: Path, ops: list[tuple[str, list[str]]]) -> None:
+                              st.lists(st.sampled_from(_ITEM_KINDS), min_size=1, max_size=4)), max_size=12),
+       created_with=st.sampled_from([None, 1, 2]))
+def test_the_cached_window_always_equals_a_fresh_read(tmp_path: Path, ops: list[tuple[str, list[str]]],
+                                                      created_with: int | None) -> None:
     """get_items() answers from a cache that add_items extends in place: after any mix of
-    adds, pops and clears it returns what a read of the stored window returns."""
+    adds, pops and clears it returns what a read of the stored window returns -- also on a
+    session another object created with a turn limit (``created_with``) its own does not know."""
     import uuid
 
     store = SQLiteSessionStore(tmp_path / f"{uuid.uuid4().hex}.db")
+    if created_with is not None:
+        creator = ChatflowSession("prop", store, max_turns=created_with)
+        run(creator.add_items([{"role": "user", "content": "first"}]))
     session = ChatflowSession("prop", store)
     fresh = ChatflowSession("prop", store)
     n = 0
     try:
+        run(session.get_items())  # the cache starts from the stored window
         for op, kinds in ops:
             if op == "add":
                 items: list[dict[str, Any]] = []

@@ -375,7 +375,8 @@ class _Journal(_StoreCore):
             for key, key_digest in idempotency_keys.items():
                 _check_idempotency_key(key)
                 tx.idempotency_put(session_id, key, key_digest, None, last_seq, self.clock())
-            result = EditResult(value, events, position=(row.incarnation, last_seq), before=before)
+            result = EditResult(value, events, position=(row.incarnation, last_seq), before=before,
+                                max_turns=row.max_turns)
             if dry_run:
                 raise _RolledBack(result)  # leaves the transaction: it is rolled back
             marks = None

@@ -143,6 +143,7 @@ class EditResult(Generic[_T]):
     missing: bool = False
     position: tuple[str, int] | None = None  #: the log position after the edit (see ``log_position``)
     before: tuple[str, int] | None = None  #: the log position the change was applied at
+    max_turns: int | None = None  #: the stored session's context window after the edit, in turns
 
 
 class _RolledBack(Exception):
