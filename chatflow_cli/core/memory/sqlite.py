@@ -807,6 +807,10 @@ class SQLiteSessionStore(BaseSessionStore):
         self._connections_lock = threading.Lock()
         self._shared_lock = threading.RLock()
         self._writer: ThreadPoolExecutor | None = None  # the store's writer thread, made on first use
+        # Transactions running now, in every thread: close() waits for them (closing a
+        # connection while another thread runs a statement on it crashes the process).
+        self._active = 0
+        self._idle = threading.Condition(self._connections_lock)
         self._closed = False
         if not self._ephemeral and not self._uri:
             self._create_file()
@@ -859,13 +863,22 @@ class SQLiteSessionStore(BaseSessionStore):
         return conn
 
     def close(self) -> None:
-        """Close every connection this store opened (any thread's). Idempotent."""
-        self._closed = True
-        with self._connections_lock:
+        """Close every connection this store opened (any thread's). Idempotent.
+
+        New transactions are refused at once (:class:`StoreError`); the ones other threads
+        are running finish first (up to the busy timeout, 30 s, after which their
+        connections are left to the interpreter rather than closed under them).
+        """
+        own = getattr(self._local, "depth", 0)  # close() called inside this thread's own transaction
+        with self._idle:
+            self._closed = True
+            idle = self._idle.wait_for(lambda: self._active <= own, timeout=_BUSY_TIMEOUT_S + 5)
             conns, self._connections = self._connections, []
             writer, self._writer = self._writer, None
         if writer is not None:
             writer.shutdown(wait=False)
+        if not idle:
+            return
         for conn in conns:
             try:
                 conn.close()
@@ -908,6 +921,12 @@ class SQLiteSessionStore(BaseSessionStore):
     # -- transactions ------------------------------------------------------------------
     @contextmanager
     def _tx(self, begin: str) -> Iterator[_Tx]:
+        with self._idle:
+            if self._closed:
+                raise StoreError(f"the store for {self._label} is closed")
+            self._active += 1
+        local = self._local
+        local.depth = getattr(local, "depth", 0) + 1
         lock = self._shared_lock if self._ephemeral else None
         if lock is not None:
             lock.acquire()
@@ -933,6 +952,11 @@ class SQLiteSessionStore(BaseSessionStore):
         finally:
             if lock is not None:
                 lock.release()
+            local.depth -= 1
+            with self._idle:
+                self._active -= 1
+                if self._active == 0:
+                    self._idle.notify_all()
 
     @contextmanager
     def _read(self) -> Iterator[_Tx]:
@@ -986,22 +1010,40 @@ class SQLiteSessionStore(BaseSessionStore):
         and the writer's page cache stays current (a connection drops its cache whenever
         another connection wrote). Only writes that never wait for another write of the
         store come here (not :meth:`begin_turn`, which may wait for a turn to end).
+
+        A cancelled caller never sees ``CancelledError`` while its write may still land: a
+        write still queued is dropped (it never runs); one already running is waited for.
+
+        Raises:
+            StoreError: the store is closed.
         """
         if self._ephemeral:
             return fn(*args, **kwargs)
         import asyncio  # lazily: see _blocking_executor
 
-        writer = self._writer
-        if writer is None:
-            from concurrent.futures import ThreadPoolExecutor
+        with self._connections_lock:
+            if self._closed:
+                raise StoreError(f"the store for {self._label} is closed")
+            if self._writer is None:
+                from concurrent.futures import ThreadPoolExecutor
 
-            with self._connections_lock:
-                if self._closed:
-                    raise StoreError(f"the store for {self._label} is closed")
-                if self._writer is None:
-                    self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chatflow-sqlite-writer")
-                writer = self._writer
-        return await asyncio.get_running_loop().run_in_executor(writer, partial(fn, *args, **kwargs))
+                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chatflow-sqlite-writer")
+            write = self._writer.submit(partial(fn, *args, **kwargs))
+        done = asyncio.wrap_future(write)
+        done.add_done_callback(lambda f: f.cancelled() or f.exception())  # an error nobody awaits is not logged
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            if write.cancel():  # still queued: it never runs
+                raise
+            while not write.done():  # running: the caller learns of the cancellation once it landed
+                try:
+                    await asyncio.shield(done)
+                except asyncio.CancelledError:
+                    continue
+                except BaseException:
+                    break
+            raise
 
     def __repr__(self) -> str:
         return f"SQLiteSessionStore(db_path={self.db_path!r}, default_max_turns={self.default_max_turns})"

@@ -246,3 +246,97 @@ def test_a_rollback_on_a_context_after_its_edit_is_refused(tmp_path: Path) -> No
         assert [t.number for t in store.load_turns(SID)] == [1]
     finally:
         store.close()
+
+
+def _locked(db: Path) -> tuple[sqlite3.Connection, threading.Timer]:
+    """Another connection holding the file's write lock, released after 0.6 s."""
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    timer = threading.Timer(0.6, lambda: holder.execute("COMMIT"))
+    return holder, timer
+
+
+def test_a_cancelled_write_that_started_has_landed_when_the_caller_sees_the_cancellation(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = SQLiteSessionStore(db)
+    store.edit(SID, _change("user", 1), create_agent="Assistant")
+    holder, release = _locked(db)
+
+    async def cancel_a_running_write() -> list[str]:
+        task = asyncio.ensure_future(store.aappend_event(SID, "test.cancelled", {}))
+        await asyncio.sleep(0.3)  # the write waits for the lock in SQLite's busy handler
+        release.start()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return [e.type for e in SQLiteSessionStore(db).events(SID)]  # at once, from another connection
+
+    try:
+        assert "test.cancelled" in asyncio.run(cancel_a_running_write())
+    finally:
+        release.join()
+        holder.close()
+        store.close()
+
+
+def test_a_cancelled_write_still_queued_never_runs(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = SQLiteSessionStore(db)
+    store.edit(SID, _change("user", 1), create_agent="Assistant")
+    holder, release = _locked(db)
+
+    async def cancel_a_queued_write() -> None:
+        first = asyncio.ensure_future(store.aappend_event(SID, "test.first", {}))
+        await asyncio.sleep(0.3)  # the writer thread is busy with the first
+        second = asyncio.ensure_future(store.aappend_event(SID, "test.second", {}))
+        await asyncio.sleep(0.05)
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        release.start()
+        await first
+
+    try:
+        asyncio.run(cancel_a_queued_write())
+        types = [e.type for e in store.events(SID)]
+        assert "test.first" in types and "test.second" not in types
+    finally:
+        release.join()
+        holder.close()
+        store.close()
+
+
+_CLOSE_DURING_A_WRITE = """
+import asyncio, sqlite3, sys, threading
+from chatflow_cli.core.errors import StoreError
+from chatflow_cli.core.messages import Message
+from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+db = sys.argv[1]
+store = SQLiteSessionStore(db)
+store.edit("kept", lambda c: c.add_message(Message.user("hi")), create_agent="A")
+holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+holder.execute("BEGIN IMMEDIATE")
+threading.Timer(0.6, lambda: holder.execute("COMMIT")).start()
+
+async def main():
+    task = asyncio.ensure_future(store.aappend_event("kept", "test.during_close", {}))
+    await asyncio.sleep(0.3)  # the write waits for the lock on the writer thread
+    store.close()  # waits for it
+    print("landed", (await task).type)
+    try:
+        await store.aappend_event("kept", "test.after_close", {})
+    except StoreError as exc:
+        print("refused", exc)
+
+asyncio.run(main())
+"""
+
+
+def test_closing_a_store_while_another_thread_writes_waits_for_the_write(tmp_path: Path) -> None:
+    """close() used to close a connection under a running statement: the process crashed (SIGSEGV)."""
+    done = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _CLOSE_DURING_A_WRITE, str(tmp_path / "s.db")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "landed test.during_close" in done.stdout
+    assert "refused" in done.stdout and "closed" in done.stdout
