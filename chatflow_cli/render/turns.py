@@ -219,13 +219,15 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
 
 def _item_kinds(msg: Message) -> list[str]:
     """The Agents SDK item types a model message with no text stands for (``web_search_call``,
-    ``reasoning``, a custom type...), each once, in order; [] when it carries no item or only
-    an assistant message item (an empty reply, shown as such)."""
+    ``reasoning``, a custom type, ``developer message``...), each once, in order; [] when it
+    carries no item or only an assistant message item (an empty reply, shown as such)."""
     kinds: list[str] = []
     for item in msg.items:
         kind = item.get("type") or ("message" if "role" in item else "item")
         if kind == "message" and item.get("role") == "assistant":
             continue
+        if kind == "message" and isinstance(item.get("role"), str):  # a system or developer item inside a turn
+            kind = f"{item['role']} message"
         if str(kind) not in kinds:
             kinds.append(str(kind))
     return kinds

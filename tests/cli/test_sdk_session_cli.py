@@ -55,6 +55,7 @@ def test_show_names_the_sdk_items_a_reply_without_text_carries(chatflow: Any, tm
         {"type": "computer_call", "id": "cc_1", "call_id": "c1", "action": {"type": "screenshot"},
          "pending_safety_checks": [], "status": "completed"},
         {"type": "my_custom_item", "data": 1},
+        {"role": "developer", "content": "Answer in French."},  # instructions inside a turn
         {"role": "assistant", "type": "message", "content": []},  # a real empty reply
         {"role": "assistant", "content": "Found it."},
     ])
@@ -63,5 +64,5 @@ def test_show_names_the_sdk_items_a_reply_without_text_carries(chatflow: Any, tm
     replies = [line for line in result.stdout.splitlines() if line.startswith("Assistant:")]
     # before: "(empty reply)" for each of the first five
     assert replies == ["Assistant: (reasoning)", "Assistant: (web_search_call)", "Assistant: (file_search_call)",
-                       "Assistant: (computer_call)", "Assistant: (my_custom_item)", "Assistant: (empty reply)",
-                       "Assistant: Found it."]
+                       "Assistant: (computer_call)", "Assistant: (my_custom_item)", "Assistant: (developer message)",
+                       "Assistant: (empty reply)", "Assistant: Found it."]
