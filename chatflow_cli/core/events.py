@@ -29,8 +29,10 @@ type                       payload
 ``turn.failed``            ``{"turn": int, "error": str, "error_type": str}`` the turn left the window
                            (+ ``active_agent``, ``reverted_from_agent`` when a handoff was undone)
 ``turn.interrupted``       ``{"turn": int, "tool_use_ids": [...], "reason": str}``
-``rollback``               ``{"to_turn": int, "removed_turns": [int, ...]}``
-                           (+ ``"system": true``: the SYSTEM messages went too)
+``rollback``               ``{"to_turn": int, "removed_turns": [int, ...], "active_agent": str}``
+                           (+ ``"system": true``: the SYSTEM messages went too); ``active_agent``:
+                           the agent active at the end of ``to_turn``, the session's again (logs
+                           written before it was recorded lack it)
 ``metadata.updated``       ``{"metadata": {...} (stored result), "changes": {...}, "removed": [...]}``
 ``session.recovered``      ``{"turn": int, "owner": {...}}`` a dead owner's run was closed
 ``context.compacted``      ``{"through": K, "model": str, "tokens_before": int, "tokens_after": int,

@@ -47,7 +47,7 @@ from ._port import (
     _ran,
     title_of,
 )
-from .context import JournalEntry, SessionBinding, SessionContext, restore_context
+from .context import AGENT_TRAIL_EVENTS, AgentTrail, JournalEntry, SessionBinding, SessionContext, restore_context
 from .protocol import SessionSummary
 
 
@@ -242,13 +242,15 @@ class _StoreCore:
             self._effective_status(row) if effective else row.status,
             window,
             row.turn_count,
-            self._binding_in(tx, row, lease),
+            self._binding_in(tx, row, lease, lambda name: self._resolve_agent(name, default_agent, quiet)),
             agent_versions=row.agent_versions,
         )
 
-    def _binding_in(self, tx: _Tx, row: _SessionRow, lease: str | None = None) -> SessionBinding:
-        """A binding whose loader reads pruned turns inside ``tx`` (the transaction the context
-        is used in); :meth:`_detach` switches it to the store's own reads."""
+    def _binding_in(self, tx: _Tx, row: _SessionRow, lease: str | None = None,
+                    resolve: Callable[[str], Any] | None = None) -> SessionBinding:
+        """A binding whose loader (and agent trail) reads pruned turns inside ``tx`` (the
+        transaction the context is used in); :meth:`_detach` switches it to the store's own
+        reads. ``resolve``: an agent object by name (default: a fallback agent, as an edit's)."""
         session_id = row.session_id
         return SessionBinding(
             id(self),
@@ -256,7 +258,27 @@ class _StoreCore:
             self._base_of(row),
             lambda first, last: self._group_live(tx.turn_messages(session_id, first, last, False)),
             lease,
+            lambda: self._agent_trail(tx, session_id),
+            resolve if resolve is not None else _fallback_agent,
         )
+
+    @staticmethod
+    def _agent_trail(tx: _Tx, session_id: str) -> AgentTrail:
+        """The session's :class:`AgentTrail`, replayed from its ``session.created``,
+        ``handoff``, ``rollback`` and ``turn.failed`` events only (indexed reads by type)."""
+        events = [e for kind in AGENT_TRAIL_EVENTS for e in tx.events_of_type(session_id, kind, 0)]
+        events.sort(key=lambda e: e.seq)
+        trail = AgentTrail()
+        for event in events:
+            trail.replay(event.type, event.payload)
+        return trail
+
+    def _read_agent_trail(self, session_id: str, incarnation: str) -> AgentTrail:
+        with self._read() as tx:
+            row = tx.get_row(session_id)
+            if row is None or row.incarnation != incarnation:
+                raise SessionDeletedError(f"session {session_id} was deleted", session_id=session_id)
+            return self._agent_trail(tx, session_id)
 
     @staticmethod
     def _window_first(tx: _Tx, row: _SessionRow) -> int:
@@ -299,6 +321,7 @@ class _StoreCore:
         binding = ctx._binding
         assert binding is not None
         binding.loader = partial(self._load_live_turns, ctx.session_id, binding.incarnation)
+        binding.agents = partial(self._read_agent_trail, ctx.session_id, binding.incarnation)
         return ctx
 
     def _load_live_turns(self, session_id: str, incarnation: str, first: int, last: int) -> dict[int, list[Message]]:
@@ -379,6 +402,12 @@ class _StoreCore:
                     merged.pop(key, None)
                 row.metadata = merged
                 payload = {**op.payload, "metadata": copy.deepcopy(merged)}
+            if op.kind == "rollback":  # the agent active at the end of the turn it rolls back to comes back
+                trail = self._agent_trail(tx, row.session_id)
+                if trail.created is None:
+                    trail.created = row.active_agent_name
+                agent = trail.agent_at(int(op.payload["to_turn"]), op.payload.get("system") is True)
+                payload = {**op.payload, "active_agent": agent}
             text = None
             if op.text is not None and payload is op.payload and len(payload) == 2 and turn is not None:
                 # {"turn": n, "message": {...}}: its JSON is the message's checked JSON, wrapped
@@ -424,6 +453,7 @@ class _StoreCore:
                 tx.remove_turns(row.session_id, first, None, "rolled_back", event.seq)
                 tx.remove_summaries(row.session_id, to_turn, event.seq)
                 row.turn_count = min(row.turn_count, to_turn)
+                row.active_agent_name = str(payload["active_agent"])
             elif op.kind == "turn_failed":
                 tx.processed_drop_turn(row.session_id, op.turn, holder)
                 if op.turn > 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -107,8 +108,8 @@ class _Journal(_StoreCore):
                     raise SessionDeletedError(
                         f"session {session.session_id} was deleted", session_id=session.session_id
                     )
-            elif row is None:
-                row = self._new_row(session.session_id, session.active_agent, session.max_turns, session.metadata)
+            elif row is None:  # created with the agent it started with: its journal holds the handoffs since
+                row = self._new_row(session.session_id, session._created_agent, session.max_turns, session.metadata)
                 events += self._create(tx, row)
             else:
                 raise SessionBusyError(
@@ -123,9 +124,12 @@ class _Journal(_StoreCore):
             self._notify_turn_ended()
         if bound is None:  # stored for the first time
             bound = SessionBinding(id(self), row.incarnation, self._base_of(row),
-                                   partial(self._load_live_turns, row.session_id, row.incarnation))
-        binding = SessionBinding(id(self), row.incarnation, self._base_of(row), bound.loader, bound.lease)
-        session._saved(len(ops), row.metadata, binding)
+                                   partial(self._load_live_turns, row.session_id, row.incarnation),
+                                   agents=partial(self._read_agent_trail, row.session_id, row.incarnation),
+                                   resolve=self._resolve_agent)
+        binding = replace(bound, store_id=id(self), incarnation=row.incarnation, base=self._base_of(row))
+        rolled_back = any(op.kind == "rollback" for op in ops)
+        session._saved(len(ops), row.metadata, binding, agent=row.active_agent_name if rolled_back else None)
         return events
 
     def release(

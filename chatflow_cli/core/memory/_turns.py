@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..errors import IdempotencyConflictError, PendingToolCallsError, SessionBusyError, UsageError
@@ -12,7 +13,7 @@ from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, 
 from ._claims import _Claims
 from ._port import _RETRYABLE_OUTCOMES, _MessageRecord, _SessionRow, _Tx, _busy_message
 from ._tool_results import _ToolResults
-from .context import SessionBinding, SessionContext
+from .context import SessionContext
 from .owner import Owner
 from .protocol import MessageState, TurnStart
 
@@ -190,7 +191,8 @@ class _Turns(_Claims, _ToolResults):
             # This run holds the lease: its status changes are never stale.
             binding = ctx._binding
             assert binding is not None
-            binding = SessionBinding(id(self), row.incarnation, self._base_of(row), binding.loader, owner.token)
+            binding = replace(binding, store_id=id(self), incarnation=row.incarnation, base=self._base_of(row),
+                              lease=owner.token)
             if not ctx._saved(len(journal), row.metadata, binding, stored=(row.turn_count, row.status)):
                 ctx = self._context(tx, row, default_agent, lease=owner.token)
         return TurnStart(self._detach(ctx), turn, None, events)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidHistoryError, PendingToolCallsError, SessionTerminatedError, UsageError
@@ -64,6 +64,7 @@ __all__ = [
     "SessionContext",
     "Turn",
     "TurnLoader",
+    "AgentTrail",
     "restore_context",
     "split_turns",
 ]
@@ -105,6 +106,59 @@ MESSAGE_EVENT_TYPE = {
 #: (first_turn, last_turn) -> {turn: [messages]} of live stored turns; raises SessionDeletedError.
 TurnLoader = Callable[[int, int], dict[int, list[Message]]]
 
+#: The event types :class:`AgentTrail` replays, in ``seq`` order.
+AGENT_TRAIL_EVENTS = (EventType.SESSION_CREATED.value, EventType.HANDOFF.value, EventType.ROLLBACK.value,
+                      EventType.TURN_FAILED.value)
+
+
+@dataclass(slots=True)
+class AgentTrail:
+    """Which agent was active at the end of each turn, replayed from a session's
+    ``session.created``, ``handoff``, ``rollback`` and ``turn.failed`` events in ``seq`` order.
+
+    ``after[t]``: the agent a handoff made in turn ``t`` (its payload's ``turn``) left
+    active; ``created``: the agent the session was created with. A rollback to ``j`` drops
+    the entries after ``j`` (all of them with ``"system": true``), a failed turn ``t`` those
+    from ``t`` on, so turn numbers used again after either replay right.
+    """
+
+    created: str | None = None
+    after: dict[int, str] = field(default_factory=dict)
+
+    def agent_at(self, turn: int, system: bool = False) -> str | None:
+        """The agent active at the end of ``turn`` (``system``: the SYSTEM messages went too,
+        so no handoff before the first turn counts): the newest handoff's at or before it,
+        else the created agent."""
+        best = None if system else max((t for t in self.after if t <= turn), default=None)
+        return self.created if best is None else self.after[best]
+
+    def replay(self, type: str, payload: Mapping[str, Any]) -> None:
+        """Take one event (or journal entry) of the log into account."""
+        if type == EventType.SESSION_CREATED.value:
+            agent = payload.get("agent")
+            self.created, self.after = (agent if isinstance(agent, str) else self.created), {}
+        elif type == EventType.HANDOFF.value:
+            turn, agent = payload.get("turn"), payload.get("to_agent")
+            if self.created is None and isinstance(payload.get("from_agent"), str):
+                self.created = payload["from_agent"]  # a log with no session.created
+            if isinstance(turn, int) and isinstance(agent, str):
+                self.after[turn] = agent
+        elif type == EventType.ROLLBACK.value:
+            to_turn, system = payload.get("to_turn"), payload.get("system") is True
+            if not isinstance(to_turn, int):
+                return
+            self.after = {} if system else {t: a for t, a in self.after.items() if t <= to_turn}
+            recorded = payload.get("active_agent")  # absent in logs written before it was recorded
+            if isinstance(recorded, str) and recorded != self.agent_at(to_turn):
+                self.after[to_turn] = recorded
+        elif type == EventType.TURN_FAILED.value:
+            turn = payload.get("turn")
+            if isinstance(turn, int) and turn > 0:
+                self.after = {t: a for t, a in self.after.items() if t < turn}
+
+    def copy(self) -> AgentTrail:
+        return AgentTrail(self.created, dict(self.after))
+
 
 @dataclass(slots=True)
 class SessionBinding:
@@ -124,6 +178,9 @@ class SessionBinding:
         loader: reads live stored turns ``first..last`` (:data:`TurnLoader`).
         lease: the owner token of the run :meth:`BaseSessionStore.begin_turn` gave this
             context, or None; the lease holder's status changes are never stale.
+        agents: reads the stored session's :class:`AgentTrail` (for a rollback: the agent
+            active at the turn it rolls back to), or None.
+        resolve: the agent object of a stored agent name, as a load gives it, or None.
     """
 
     store_id: int
@@ -131,6 +188,8 @@ class SessionBinding:
     base: tuple[SessionStatus, str | None, str]
     loader: TurnLoader
     lease: str | None = None
+    agents: Callable[[], AgentTrail] | None = None
+    resolve: Callable[[str], Any] | None = None
 
 
 def _open_calls(messages: Sequence[Message]) -> tuple[ToolCall, ...]:
@@ -214,6 +273,9 @@ class SessionContext:
         self._local_events: list[Event] | None = []  # None once bound to a store
         self._binding: SessionBinding | None = None  # set by the store that holds the session
         self._agent_versions: dict[str, dict[str, Any]] = {}
+        # the agent a store-less context started with, and the agent objects it was given by name
+        self._created_agent = _agent_name(initial_agent)
+        self._agents_seen: dict[str, Any] = {self._created_agent: initial_agent}
 
     # -- read-only views ---------------------------------------------------------------
     @property
@@ -327,6 +389,7 @@ class SessionContext:
         binding: SessionBinding,
         *,
         stored: tuple[int, SessionStatus] | None = None,
+        agent: str | None = None,
     ) -> bool:
         """Acknowledge a save of the first ``count`` entries of :meth:`_pending`.
 
@@ -334,9 +397,13 @@ class SessionContext:
         stored, merged ``metadata``; the context is bound to ``binding`` and stops keeping
         its own events. With ``stored=(turn_count, status)`` of the row just written, the
         window is also made to look freshly loaded (see :meth:`_as_stored`); the return
-        value says whether it could be (True without ``stored``).
+        value says whether it could be (True without ``stored``). ``agent``: the stored
+        active agent's name after a rollback, when the store found another agent than this
+        context did: the context takes that agent.
         """
         del self._journal[:count]
+        if agent is not None and agent != _agent_name(self._agent):
+            self._agent = self._agent_named(agent, binding)
         if self.metadata != metadata:
             self.metadata.clear()
             self.metadata.update(copy.deepcopy(dict(metadata)))
@@ -468,6 +535,7 @@ class SessionContext:
         if system and turn:
             raise ValueError(f"system=True removes the SYSTEM messages with a rollback to turn 0, not {turn}")
         messages, offset = self._rebuild(turn)
+        trail = self._agent_trail()
         if system:
             messages = []
         self._messages, self._turn_offset, self._turn_count, self._call_ids = messages, offset, turn, None
@@ -475,7 +543,38 @@ class SessionContext:
         payload: dict[str, Any] = {"to_turn": turn, "removed_turns": list(range(turn + 1, count + 1))}
         if system:
             payload["system"] = True
+        agent = trail.agent_at(turn, system)
+        if agent is not None:  # the agent active at that turn comes back (the store records it too)
+            payload["active_agent"] = agent
+            if agent != _agent_name(self._agent):
+                self._agent = self._agent_named(agent, self._binding)
         self._record(JournalEntry("rollback", EventType.ROLLBACK.value, payload))
+
+    def _agent_trail(self) -> AgentTrail:
+        """The :class:`AgentTrail` of the session so far: the stored log's (a bound context
+        asks its store), then this context's journal not yet saved."""
+        binding = self._binding
+        if binding is None:  # the journal holds every change since this context was made
+            trail = AgentTrail(self._created_agent)
+        elif binding.agents is not None:
+            trail = binding.agents()
+        else:
+            trail = AgentTrail(None)
+        for op in self._journal:
+            if op.type in AGENT_TRAIL_EVENTS:
+                trail.replay(op.type, op.payload)
+        if trail.created is None:
+            trail.created = _agent_name(self._agent)
+        return trail
+
+    def _agent_named(self, name: str, binding: SessionBinding | None) -> Any:
+        """The agent object of ``name``: one this context was given, else as the store
+        resolves it, else the name itself."""
+        if name in self._agents_seen:
+            return self._agents_seen[name]
+        if binding is not None and binding.resolve is not None:
+            return binding.resolve(name)
+        return name
 
     def set_active_agent(self, agent: Any, *, tool_call_id: str | None = None,
                          agent_version: str | None = None) -> None:
@@ -484,6 +583,8 @@ class SessionContext:
         old = _agent_name(self._agent)
         self._agent = agent
         new = _agent_name(agent)
+        if not isinstance(agent, str):
+            self._agents_seen[new] = agent
         if new != old:
             payload = {"turn": self.turn_count, "from_agent": old, "to_agent": new, "tool_call_id": tool_call_id or ""}
             version = agent_version if agent_version is not None else getattr(agent, "version", None)
@@ -611,6 +712,8 @@ class SessionContext:
             if before != after:
                 payload["reverted_from_agent"] = before
                 self._agent = agent
+                if not isinstance(agent, str):
+                    self._agents_seen[after] = agent
         self._record(JournalEntry("turn_failed", EventType.TURN_FAILED.value, payload, turn))
 
     def interrupt_turn(self, reason: str = "interrupted", partial_text: str | None = None, agent: Any = None,

@@ -188,7 +188,8 @@ def test_an_existing_session_is_refused_without_into(exported: tuple[SessionStor
     assert store.turn_count("rich") == 1 + 4
     assert store.load_turns("rich", first=1, last=1)[0].messages[0] == Message.user("my own turn")
     rollbacks = [e[2] for e in events_of(store, "rich") if e[1] == "rollback"]
-    assert rollbacks == [{"to_turn": 3, "removed_turns": [4]}]  # the source's rollback to turn 2, plus 1
+    # the source's rollback to turn 2, plus 1; Billing (the handoff in its turn 2) stays active
+    assert rollbacks == [{"to_turn": 3, "removed_turns": [4], "active_agent": "Billing"}]
     [again] = import_file(store, path, into="rich")
     assert again.counts["turns"] == 0
 

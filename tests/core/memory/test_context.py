@@ -160,7 +160,7 @@ def test_turn_numbers_stable_across_pruning_and_rollback() -> None:
     assert ctx.turn_count == 3
     assert ctx.turns[-1].number == 3
     rollback = [e for e in ctx.events if e.type == "rollback"]
-    assert rollback[-1].payload == {"to_turn": 2, "removed_turns": [3, 4, 5]}
+    assert rollback[-1].payload == {"to_turn": 2, "removed_turns": [3, 4, 5], "active_agent": "A"}
     seqs = [e.seq for e in ctx.events]
     assert seqs == list(range(1, len(seqs) + 1))
 

@@ -62,7 +62,7 @@ def _live(store: BaseSessionStore, session_id: str = "s") -> list[str | None]:
 def test_rollback_forms_keep_the_same_turns(any_store, agent, call, kept, removed) -> None:
     _turns(any_store, agent, 4)
     events = call(any_store)
-    expected = {"to_turn": 4 - len(removed), "removed_turns": removed}
+    expected = {"to_turn": 4 - len(removed), "removed_turns": removed, "active_agent": "Assistant"}
     assert [(e.type, e.payload) for e in events] == [("rollback", expected)]
     assert _live(any_store) == kept
     assert any_store.session_summary("s").turn_count == len(kept)
@@ -85,7 +85,7 @@ def test_last_counts_the_turns_stored_when_the_rollback_runs(any_store, agent) -
     any_store.save(other)
     events = any_store.rollback("s", last=1)
     assert seen == 3
-    assert events[0].payload == {"to_turn": 3, "removed_turns": [4]}
+    assert events[0].payload == {"to_turn": 3, "removed_turns": [4], "active_agent": "Assistant"}
     assert _live(any_store) == ["u1", "u2", "u3"]
 
 
@@ -220,7 +220,8 @@ def test_a_rollback_to_turn_0_with_system_removes_the_system_messages(any_store:
     again.rollback_to(0, system=True)
     assert again.history == ()
     (event,) = any_store.save(again)
-    assert event.type == "rollback" and event.payload == {"to_turn": 0, "removed_turns": [], "system": True}
+    assert event.type == "rollback" and event.payload == {"to_turn": 0, "removed_turns": [], "system": True,
+                                                   "active_agent": "A"}
     cleared = any_store.get("sys")
     assert cleared is not None and cleared.history == () and cleared.turn_count == 0
     cleared.add_message(Message.system("New rules."))
@@ -228,3 +229,166 @@ def test_a_rollback_to_turn_0_with_system_removes_the_system_messages(any_store:
     fresh = any_store.get("sys")
     assert fresh is not None and [m.content for m in fresh.history] == ["New rules."]
     assert sum(1 for e in any_store.events("sys") if e.type == "message.system") == 3
+
+
+# -- the active agent comes back ----------------------------------------------------------------
+
+
+def _turn(store: BaseSessionStore, n: int, handoff_to: str | None = None, session_id: str = "h") -> None:
+    """Turn ``n`` of the session (made with Assistant), with a handoff inside it when asked."""
+    ctx = store.get_or_create(session_id, Agent("Assistant", ""))
+    ctx.add_message(Message.user(f"u{n}"))
+    if handoff_to is not None:
+        ctx.set_active_agent(Agent(handoff_to, ""), tool_call_id=f"h{n}")
+    ctx.add_message(Message.model(f"m{n}"))
+    ctx.complete_turn(f"m{n}")
+    store.save(ctx)
+
+
+def _agent(store: BaseSessionStore, session_id: str = "h") -> str | None:
+    """The active agent as every reader sees it: the summary, a loaded context, the name read."""
+    loaded = store.get(session_id)
+    assert loaded is not None
+    names = {store.session_summary(session_id).active_agent_name, loaded.active_agent.name,
+             store.active_agent_name(session_id)}
+    assert len(names) == 1, names
+    return names.pop()
+
+
+def _by_store(store: BaseSessionStore, turn: int) -> str | None:
+    """``store.rollback``; the active agent after it."""
+    store.rollback("h", turn)
+    return _agent(store)
+
+
+def _by_context(store: BaseSessionStore, turn: int) -> str | None:
+    """``ctx.rollback_to`` then ``store.save``: the context holds the agent at once, as the store does after."""
+    ctx = store.get("h")
+    assert ctx is not None
+    ctx.rollback_to(turn)
+    held = ctx.active_agent.name
+    store.save(ctx)
+    assert ctx.active_agent.name == held == _agent(store)
+    return held
+
+
+def _by_edit(store: BaseSessionStore, turn: int) -> str | None:
+    """``ctx.rollback_to`` inside ``store.edit``; the agent the context holds right after it."""
+    done = store.edit("h", lambda ctx: (ctx.rollback_to(turn), ctx.active_agent.name)[1], last_turns=1)
+    assert done.value == _agent(store)
+    return str(done.value)
+
+
+def test_the_rollback_event_records_the_agent_it_brings_back(any_store) -> None:
+    _turn(any_store, 1)
+    _turn(any_store, 2, handoff_to="Billing")
+    (event,) = any_store.rollback("h", 1)
+    assert event.payload == {"to_turn": 1, "removed_turns": [2], "active_agent": "Assistant"}
+    assert any_store.events("h")[-1].payload == event.payload
+
+
+@pytest.mark.parametrize("rollback", [_by_store, _by_context, _by_edit], ids=["store.rollback", "rollback_to", "edit"])
+def test_a_rollback_across_a_handoff_brings_back_the_agent_of_that_turn(any_store, rollback) -> None:
+    _turn(any_store, 1)
+    _turn(any_store, 2, handoff_to="Billing")
+    assert _agent(any_store) == "Billing"
+    assert rollback(any_store, 1) == "Assistant"
+    assert _agent(any_store) == "Assistant"
+
+
+@pytest.mark.parametrize("rollback", [_by_store, _by_context, _by_edit], ids=["store.rollback", "rollback_to", "edit"])
+def test_a_rollback_between_two_handoffs_brings_back_the_middle_agent(any_store, rollback) -> None:
+    _turn(any_store, 1)
+    _turn(any_store, 2, handoff_to="Billing")
+    _turn(any_store, 3)
+    _turn(any_store, 4, handoff_to="Refunds")
+    assert rollback(any_store, 3) == "Billing"  # the handoff of turn 2 still stands at turn 3
+    assert _agent(any_store) == "Billing"
+    assert rollback(any_store, 2) == "Billing"
+    assert rollback(any_store, 1) == "Assistant"
+    assert _agent(any_store) == "Assistant"
+
+
+def test_turn_numbers_used_again_after_a_rollback_take_their_new_handoffs(any_store) -> None:
+    _turn(any_store, 1)
+    _turn(any_store, 2, handoff_to="Billing")
+    assert _by_store(any_store, 1) == "Assistant"
+    _turn(any_store, 2, handoff_to="Sales")  # turn 2 again, handing off elsewhere
+    _turn(any_store, 3)
+    assert _by_store(any_store, 2) == "Sales"  # not Billing: that turn 2 was rolled back
+    assert _agent(any_store) == "Sales"
+    assert _by_store(any_store, 1) == "Assistant"
+    assert _agent(any_store) == "Assistant"
+
+
+@pytest.mark.parametrize("system", [False, True], ids=["to 0", "to 0 with system"])
+def test_a_rollback_to_turn_0_gives_the_agent_the_session_was_created_with(any_store, system) -> None:
+    _turn(any_store, 1, handoff_to="Billing")
+    _turn(any_store, 2, handoff_to="Refunds")
+    ctx = any_store.get("h")
+    assert ctx is not None
+    ctx.rollback_to(0, system=system)
+    assert ctx.active_agent.name == "Assistant"
+    any_store.save(ctx)
+    assert _agent(any_store) == "Assistant"
+
+
+def test_a_failed_turn_after_a_handoff_then_a_rollback(any_store) -> None:
+    """A handoff in a failed turn is undone and never comes back; one before it stays."""
+    _turn(any_store, 1, handoff_to="Billing")
+    ctx = any_store.get("h")
+    assert ctx is not None
+    billing = ctx.active_agent
+    ctx.add_message(Message.user("u2"))
+    ctx.set_active_agent(Agent("Refunds", ""))
+    ctx.fail_turn(RuntimeError("provider said no"), agent=billing)
+    any_store.save(ctx)
+    assert _agent(any_store) == "Billing"
+    _turn(any_store, 2)  # turn 2 again, no handoff
+    _turn(any_store, 3)
+    assert _by_store(any_store, 2) == "Billing"  # not Refunds: the handoff of the failed turn 2 is gone
+    assert _agent(any_store) == "Billing"
+    assert _by_store(any_store, 0) == "Assistant"
+
+
+def test_a_handoff_right_after_a_rollback_in_one_edit_is_kept(any_store) -> None:
+    """An import replays "rollback, then hand off to the agent of the rolled-back turn again"
+    in one edit: the handoff is recorded and stands."""
+    _turn(any_store, 1)
+    _turn(any_store, 2, handoff_to="Billing")
+
+    def change(ctx: SessionContext) -> None:
+        ctx.rollback_to(1)
+        ctx.add_message(Message.user("u2 again"))
+        ctx.set_active_agent("Billing")
+
+    done = any_store.edit("h", change)
+    assert [e.type for e in done.events] == ["rollback", "message.user", "handoff"]
+    assert done.events[2].payload["from_agent"] == "Assistant"
+    assert _agent(any_store) == "Billing"
+
+
+def _rollback_as_written_before(store: BaseSessionStore, to_turn: int, session_id: str = "h") -> None:
+    """A rollback as chatflow stored it before rollbacks brought the agent back: no
+    ``active_agent`` in its event, and the session's agent left as it was."""
+    with store._write() as tx:
+        row = tx.get_row(session_id)
+        assert row is not None
+        event = store._append(tx, session_id, "rollback",
+                              {"to_turn": to_turn, "removed_turns": list(range(to_turn + 1, row.turn_count + 1))})
+        tx.remove_turns(session_id, to_turn + 1, None, "rolled_back", event.seq)
+        tx.remove_summaries(session_id, to_turn, event.seq)
+        row.turn_count = to_turn
+        tx.update_row(row)
+
+
+def test_a_log_written_before_rollbacks_recorded_the_agent_replays_right(any_store) -> None:
+    _turn(any_store, 1)
+    _turn(any_store, 2, handoff_to="Billing")
+    _rollback_as_written_before(any_store, 1)
+    assert "active_agent" not in any_store.events("h")[-1].payload
+    assert _agent(any_store) == "Billing"  # what the old rollback left
+    _turn(any_store, 2)  # turn 2 again, no handoff
+    _turn(any_store, 3)
+    assert _by_store(any_store, 2) == "Assistant"  # the old rollback dropped the handoff of the first turn 2
+    assert _agent(any_store) == "Assistant"
