@@ -293,6 +293,15 @@ def _place(ctx: SessionContext, items: Sequence[dict[str, Any]], agent: str | No
         i += 1
 
 
+def _readd(ctx: SessionContext, msg: Message) -> None:
+    """Add a message of a rolled-back turn again; a handoff's output makes its agent active again."""
+    call = next((c for c in ctx.pending_tool_calls if c.id == msg.tool_call_id), None)
+    ctx.add_message(msg)
+    target = _handoff_target(call, msg.content) if call is not None and msg.role is Role.TOOL else None
+    if call is not None and target is not None:
+        ctx.set_active_agent(target, tool_call_id=call.id)
+
+
 def _without_orphans(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``items`` without the ``function_call_output`` items whose ``function_call`` is not among them."""
     calls = {it.get("call_id") for it in items if it.get("type") == "function_call"}
@@ -560,11 +569,11 @@ class ChatflowSession:
             target = messages[index]
             items = _items_of(target)
             popped = items[-1]
-            ctx.rollback_to(turn.number - 1)
+            ctx.rollback_to(turn.number - 1)  # the agent active before the turn comes back
             before = messages[:index]
             if items[:-1] or not all(_is_skipped(m) for m in before):
                 for msg in before:
-                    ctx.add_message(msg)
+                    _readd(ctx, msg)
                 if items[:-1]:
                     _place(ctx, items[:-1], target.agent)
             ctx.record_event("sdk.item_popped", {"turn": turn.number, "item": popped})

@@ -687,3 +687,53 @@ def test_setting_the_active_agent_reads_no_older_turns(tmp_path: Path, monkeypat
         assert session.active_agent_name == "Billing"
     finally:
         session.close()
+
+
+def _handoff_runs(session: ChatflowSession, support: Agent[Any], billing: Agent[Any], model: ScriptedModel) -> None:
+    """Turn 1 with Support; turn 2 hands off to Billing, who answers."""
+    model.extend([{"output": [assistant_message("Hi.")]},
+                  {"output": [function_call("transfer_to_billing", {}, call_id="h1")]},
+                  {"output": [assistant_message("Billing here.")]}])
+    run(session.run(support, "hello", agents={"Billing": billing}))
+    run(session.run(support, "I want a refund", agents={"Billing": billing}))
+    assert session.active_agent_name == "Billing"
+
+
+def test_pop_item_and_clear_session_of_a_handoff_bring_back_the_agent_before_it(any_store: BaseSessionStore) -> None:
+    support, billing, model = billing_agents()
+    session = ChatflowSession("pop-agent", any_store, agent_name="Support")
+    _handoff_runs(session, support, billing, model)
+    assert run(session.pop_item())["type"] == "message"  # Billing's reply: the handoff's output stays
+    assert session.active_agent_name == "Billing"
+    assert run(session.pop_item())["type"] == "function_call_output"  # the handoff's output goes
+    assert session.active_agent_name == "Support"
+    # each pop rolled turn 2 back to Support; the first wrote the handoff's output again, with its handoff
+    log = [(e.type, e.payload.get("active_agent", e.payload.get("to_agent"))) for e in any_store.events("pop-agent")
+           if e.type in ("rollback", "handoff")]
+    assert log == [("handoff", "Billing"), ("rollback", "Support"), ("handoff", "Billing"), ("rollback", "Support")]
+
+    cleared = ChatflowSession("clear-agent", any_store, agent_name="Support")
+    _handoff_runs(cleared, support, billing, model)
+    run(cleared.clear_session())
+    assert cleared.active_agent_name == "Support"  # the agent the session was created with
+
+
+def test_a_run_after_a_cli_rollback_starts_with_the_agent_of_that_turn(tmp_path: Path) -> None:
+    support, billing, model = billing_agents()
+    db = tmp_path / "s.db"
+    store = SQLiteSessionStore(db)
+    session = ChatflowSession("cli-rb", store, agent_name="Support")
+    _handoff_runs(session, support, billing, model)
+    rolled = subprocess.run([sys.executable, "-m", "chatflow_cli", "--db", str(db), "sessions", "rollback", "cli-rb",
+                             "--to", "1", "--yes"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "NO_COLOR": "1"})
+    assert rolled.returncode == 0, rolled.stderr
+    assert "agent Support" in _shown(db, "cli-rb")
+    assert session.active_agent_name == "Support"
+    model.extend([{"output": [assistant_message("Support again.")]}])
+    again = run(session.run(support, "one more thing", agents={"Billing": billing}))
+    assert again.last_agent == "Support"
+    assert model.calls[-1].system_instructions == "Help."  # the run started with Support, not Billing
+    handoffs = [(e.payload["from_agent"], e.payload["to_agent"]) for e in store.events("cli-rb") if e.type == "handoff"]
+    assert handoffs == [("Support", "Billing")]  # no handoff back was needed: Support was active again
+    store.close()
