@@ -374,3 +374,32 @@ def test_rerun_uses_the_source_sessions_model_and_endpoint_unless_flags_override
     assert r.returncode == 0, r
     assert [req["model"] for req in provider.requests[before:]] == ["fake-flag"]
     assert "src used model fake-src; --model re-runs it with fake-flag" in r.stderr
+
+
+def test_a_rollback_brings_back_the_agent_of_that_turn(chatflow):
+    """A handoff to Billing in turn 2, then ``sessions rollback --to 1``: ``sessions show``
+    says ``agent Assistant`` again (the agent active at the end of turn 1)."""
+    from chatflow_cli.core.agents import Agent
+    from chatflow_cli.core.messages import Message
+    from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+    from tests.conftest import db_path
+
+    db_path().parent.mkdir(parents=True, exist_ok=True)
+    with SQLiteSessionStore(db_path()) as store:
+        for n, handoff_to in ((1, None), (2, "Billing")):
+            ctx = store.get_or_create("hb", Agent("Assistant", ""))
+            ctx.add_message(Message.user(f"question {n}"))
+            if handoff_to:
+                ctx.set_active_agent(Agent(handoff_to, ""))
+            ctx.add_message(Message.model(f"answer {n}"))
+            ctx.complete_turn(f"answer {n}")
+            store.save(ctx)
+    assert "agent Billing" in chatflow("sessions", "show", "hb").stdout
+    r = chatflow("sessions", "rollback", "hb", "--to", "1", "--yes")
+    assert r.returncode == 0, r
+    shown = chatflow("sessions", "show", "hb")
+    assert shown.returncode == 0, shown
+    header = shown.stdout.split("Turn 1")[0]
+    assert "agent Assistant" in header and "Billing" not in header
+    assert chatflow("sessions", "show", "hb", "--json").json()["session"]["agent"] == "Assistant"
+    assert [s["agent"] for s in chatflow("sessions", "ls", "--json").json()] == ["Assistant"]

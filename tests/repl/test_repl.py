@@ -225,6 +225,44 @@ def test_handoff_is_shown_and_the_new_agent_answers(repl_driver) -> None:
     assert session.active_agent.name == "Billing"
 
 
+def test_rollback_over_a_handoff_brings_back_the_agent_before_it(repl_driver) -> None:
+    """``/rollback 1`` after a handoff in turn 2: the prompt's agent, ``/agent`` and the next
+    turn are Triage's again."""
+    d = repl_driver
+    d.write_config(
+        '[[agents]]\nname = "Triage"\ninstructions = "You route."\nhandoffs = ["Billing"]\n\n'
+        '[[agents]]\nname = "Billing"\ninstructions = "You handle invoices."\n'
+    )
+    d.server.add_text("Triage here.")
+    d.server.add_tool_calls([("call_h", "transfer_to_billing", "{}")])
+    d.server.add_text("Billing here: your invoice is paid.")
+    d.server.add_text("Triage again.")
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type("hello\r")
+        d.wait_text("Triage here.")
+        d.type("where is my invoice?\r")
+        d.wait_text("Billing here")
+        d.wait_drawn("Billing ›")
+        d.type("/rollback 1\r")
+        d.wait_drawn("[y/N]")
+        mark = len(d.drawn_text())
+        d.type("y\r")
+        d.wait_text("the next message is turn 2")
+        d.wait_drawn("Triage ›", after=mark)  # the prompt drawn after the rollback
+        d.type("/agent\r")
+        d.wait_text("● Triage")
+        d.type("one more thing\r")
+        d.wait_text("Triage again.")
+
+    d.run(script)
+    requests = d.requests()
+    assert requests[-1]["messages"][0] == {"role": "system", "content": "You route."}
+    session = d.store().get(only_session(d))
+    assert session.active_agent.name == "Triage"
+
+
 def test_tool_calls_show_as_they_start_and_finish(repl_driver) -> None:
     d = repl_driver
     d.write_config(lookup_agent("slow_lookup"))
