@@ -392,3 +392,18 @@ def test_a_log_written_before_rollbacks_recorded_the_agent_replays_right(any_sto
     _turn(any_store, 3)
     assert _by_store(any_store, 2) == "Assistant"  # the old rollback dropped the handoff of the first turn 2
     assert _agent(any_store) == "Assistant"
+
+
+def test_a_context_made_by_hand_is_created_with_the_agent_it_started_with(any_store) -> None:
+    """A handoff before the first save: the log says created with Assistant, then the
+    handoff, so a rollback to 0 gives Assistant back."""
+    ctx = SessionContext("hand", Agent("Assistant", ""))
+    ctx.add_message(Message.user("u1"))
+    ctx.set_active_agent(Agent("Billing", ""))
+    ctx.complete_turn("")
+    any_store.save(ctx)
+    created = any_store.events("hand")[0]
+    assert created.type == "session.created" and created.payload["agent"] == "Assistant"
+    assert _agent(any_store, "hand") == "Billing"
+    any_store.rollback("hand", 0)
+    assert _agent(any_store, "hand") == "Assistant"
