@@ -141,7 +141,7 @@ def bench_append(directory: Path, repeat: int) -> None:
         labels = {
             "NORMAL": "chatflow store.save, WAL synchronous=NORMAL (default)",
             "FULL": "chatflow store.save, WAL synchronous=FULL",
-            "async": "chatflow await store.asave (4-thread pool, NORMAL)",
+            "async": "chatflow await store.asave (the store's writer thread, NORMAL)",
             "sdk": "openai-agents await SQLiteSession.add_items (its defaults)",
         }
         samples: dict[str, list[float]] = {key: [] for key in labels}
