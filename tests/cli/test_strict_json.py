@@ -5,8 +5,11 @@ refuses, and a file to import holding one is refused naming its line."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.helpers.nan_db import PLACEHOLDER, legacy_nan_db
 
@@ -54,4 +57,37 @@ def test_import_of_a_line_holding_nan_names_the_line_and_stores_nothing(chatflow
     assert result.returncode == 2, result
     expected = f"chatflow: error: {source}: line 2: not JSON (NaN is not JSON (strict JSON has no NaN or Infinity))"
     assert result.stderr_lines == [expected]
+    assert chatflow("--db", db, "sessions", "ls", "--json").json() == []
+
+
+@pytest.mark.parametrize("source_format", ["openai", "claude-code", "chatflow"])
+def test_import_of_text_that_is_not_valid_unicode_names_the_line_and_stores_nothing(
+        chatflow: Any, tmp_path: Path, source_format: str) -> None:
+    """A lone surrogate escape (``\\ud800``) is valid JSON but not Unicode text: exit 2 naming the
+    line, as for any malformed input (it crashed the openai and Claude Code readers: exit 1)."""
+    db = str(tmp_path / "new.db")
+    source = tmp_path / "in.jsonl"
+    if source_format == "openai":
+        lines = ['{"messages":[{"role":"user","content":"hi \\ud800 there"},{"role":"assistant","content":"ok"}]}']
+    elif source_format == "claude-code":
+        from tests.core.interop.test_claude_code import lines_of, session_lines
+
+        entries = session_lines()
+        lines = lines_of(entries)
+        first_user = next(k for k, e in enumerate(entries) if e.get("type") == "user")
+        lines[first_user] = lines[first_user].replace("Why does the build fail?", "Why \\ud800 fail?")
+    else:
+        made = tmp_path / "made.db"
+        chatflow("--db", str(made), "sessions", "import", "-", "--from", "openai",
+                 input='{"messages":[{"role":"user","content":"hi there"},{"role":"assistant","content":"ok"}]}\n')
+        exported = chatflow("--db", str(made), "sessions", "export", "--all")
+        lines = [line.replace("hi there", "hi \\ud800 there") for line in exported.stdout.splitlines()]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = chatflow("--db", db, "sessions", "import", str(source), "--from", source_format)
+    assert result.returncode == 2, result
+    [error] = result.stderr_lines
+    assert re.match(rf"chatflow: error: {re.escape(str(source))}: line \d+: ", error), error
+    assert "lone surrogate \\ud800" in error
+    dry = chatflow("--db", db, "sessions", "import", str(source), "--from", source_format, "--dry-run", "--json")
+    assert dry.returncode == 2 and json.loads(dry.stdout)["exit_code"] == 2
     assert chatflow("--db", db, "sessions", "ls", "--json").json() == []

@@ -144,9 +144,10 @@ def json_line(data: Any) -> str:
 
 
 def content_digest(data: Any, length: int = 16) -> str:
-    """A short stable hex digest of JSON-able ``data`` (sorted keys)."""
+    """A short stable hex digest of JSON-able ``data`` (sorted keys). Text that is not valid
+    Unicode (a lone surrogate) has a digest too: the store refuses it later, naming its line."""
     text = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:length]
 
 
 def parse_time(value: Any, *, source: str | None = None, location: str | None = None) -> float | None:
