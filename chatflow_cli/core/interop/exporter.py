@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import NonFiniteNumberError
 from ..events import Event
+from ..memory.context import AGENT_TRAIL_EVENTS, AgentTrail
 from ..messages import Message, Role
 from .chatflow_format import export_chatflow
 from .markdown import export_markdown
@@ -21,19 +22,37 @@ from .records import iso_time
 __all__ = ["export_lines", "session_header"]
 
 
+def _active_agents(events: list[Event]) -> Iterator[tuple[Event, str | None]]:
+    """Each event with the agent active once it happened: handoffs, failed turns and rollbacks
+    move it (a rollback to the agent active at the end of the turn it rolls back to)."""
+    agent: str | None = None
+    trail = AgentTrail()
+    for event in events:
+        data = event.payload
+        if event.type in AGENT_TRAIL_EVENTS:
+            trail.replay(event.type, data)
+        if event.type == "session.created":
+            agent = data.get("agent")
+        elif event.type == "handoff":
+            agent = data.get("to_agent", agent)
+        elif event.type == "turn.failed" and "active_agent" in data:
+            agent = data["active_agent"]
+        elif event.type == "rollback" and isinstance(data.get("to_turn"), int):
+            recorded = data.get("active_agent")  # absent in logs written before rollbacks restored the agent
+            found = recorded if isinstance(recorded, str) else trail.agent_at(data["to_turn"], data.get("system") is True)
+            agent = found if found is not None else agent
+        yield event, agent
+
+
 def _state_of(events: list[Event]) -> dict[str, Any]:
     """Agent, metadata and max_turns as the log leaves them."""
     state: dict[str, Any] = {"agent": None, "metadata": {}, "max_turns": None, "status": "idle", "title": None,
                              "archived_at": None}
-    for event in events:
+    for event, agent in _active_agents(events):
         data = event.payload
+        state["agent"] = agent
         if event.type == "session.created":
-            state.update(agent=data.get("agent"), metadata=dict(data.get("metadata") or {}),
-                         max_turns=data.get("max_turns"))
-        elif event.type == "handoff":
-            state["agent"] = data.get("to_agent", state["agent"])
-        elif event.type == "turn.failed" and "active_agent" in data:
-            state["agent"] = data["active_agent"]
+            state.update(metadata=dict(data.get("metadata") or {}), max_turns=data.get("max_turns"))
         elif event.type == "metadata.updated" and isinstance(data.get("metadata"), dict):
             state["metadata"] = dict(data["metadata"])
         elif event.type == "status":
@@ -98,21 +117,10 @@ def _turn_info(events: list[Event]) -> dict[int, dict[str, Any]]:
 
 
 def _turn_agents(events: list[Event]) -> dict[int, str | None]:
-    """The agent active when each live turn began, by turn number (handoffs and failed
-    turns move it; a turn number used again after a rollback takes the later one)."""
-    agent: str | None = None
-    out: dict[int, str | None] = {}
-    for event in events:
-        data = event.payload
-        if event.type == "session.created":
-            agent = data.get("agent")
-        elif event.type == "handoff":
-            agent = data.get("to_agent", agent)
-        elif event.type == "turn.failed" and "active_agent" in data:
-            agent = data["active_agent"]
-        elif event.type == "message.user" and isinstance(data.get("turn"), int):
-            out[data["turn"]] = agent
-    return out
+    """The agent active when each live turn began, by turn number (handoffs, failed turns and
+    rollbacks move it; a turn number used again after a rollback takes the later one)."""
+    return {event.payload["turn"]: agent for event, agent in _active_agents(events)
+            if event.type == "message.user" and isinstance(event.payload.get("turn"), int)}
 
 
 def _sdk_turn(messages: Iterable[Message]) -> bool:
