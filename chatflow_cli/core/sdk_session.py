@@ -274,10 +274,9 @@ def _place(ctx: SessionContext, items: Sequence[dict[str, Any]], agent: str | No
                 output = item.get("output")
                 text = output if isinstance(output, str) else _content_text(output)
                 call = open_calls[call_id]
-                ctx.add_message(Message(Role.TOOL, text, tool_call_id=call_id, name=call.name, items=(item,)))
-                target = _handoff_target(call, output)
+                target = _add_output(ctx, call, Message(Role.TOOL, text, tool_call_id=call_id, name=call.name,
+                                                        items=(item,)), output)
                 if target is not None:
-                    ctx.set_active_agent(target, tool_call_id=call_id)
                     agent = target
                 i += 1
                 continue
@@ -293,13 +292,23 @@ def _place(ctx: SessionContext, items: Sequence[dict[str, Any]], agent: str | No
         i += 1
 
 
+def _add_output(ctx: SessionContext, call: ToolCall, msg: Message, output: Any) -> str | None:
+    """Add ``msg``, the TOOL message answering ``call``; a handoff's ``output`` makes the agent
+    it names active (a ``handoff`` event there), and that name is returned (else None)."""
+    ctx.add_message(msg)
+    target = _handoff_target(call, output)
+    if target is not None:
+        ctx.set_active_agent(target, tool_call_id=call.id)
+    return target
+
+
 def _readd(ctx: SessionContext, msg: Message) -> None:
     """Add a message of a rolled-back turn again; a handoff's output makes its agent active again."""
-    call = next((c for c in ctx.pending_tool_calls if c.id == msg.tool_call_id), None)
-    ctx.add_message(msg)
-    target = _handoff_target(call, msg.content) if call is not None and msg.role is Role.TOOL else None
-    if call is not None and target is not None:
-        ctx.set_active_agent(target, tool_call_id=call.id)
+    call = next((c for c in ctx.pending_tool_calls if c.id == msg.tool_call_id), None) if msg.role is Role.TOOL else None
+    if call is None:
+        ctx.add_message(msg)
+    else:
+        _add_output(ctx, call, msg, msg.content)
 
 
 def _without_orphans(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -156,9 +156,6 @@ class AgentTrail:
             if isinstance(turn, int) and turn > 0:
                 self.after = {t: a for t, a in self.after.items() if t < turn}
 
-    def copy(self) -> AgentTrail:
-        return AgentTrail(self.created, dict(self.after))
-
 
 @dataclass(slots=True)
 class SessionBinding:
