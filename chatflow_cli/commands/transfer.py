@@ -342,7 +342,9 @@ def import_file(state: State, path: str, *, fmt: str | None, into: str | None, d
             (:func:`~chatflow_cli.session_ids.validate_session_id`). Without it, each session
             keeps its source's id, any id the store accepts (what the store holds, it restores).
         dry_run: Check and count, write nothing.
-        json_: Print ``{"dry_run": bool, "sessions": [...]}`` instead of text.
+        json_: Print ``{"dry_run": bool, "sessions": [...]}`` instead of text (each session's
+            ``skipped``: what the reader left out of the source, reason -> count; in text, a
+            line on stderr says the same).
 
     Raises:
         UsageError: An unreadable file, an undetectable format, an ``into`` that names no
@@ -391,6 +393,10 @@ def import_file(state: State, path: str, *, fmt: str | None, into: str | None, d
     for result in results:
         for warning in result.warnings:
             notice(state, f"warning: {result.session_id}: {warning}")
+        if result.skipped:  # what the reader left out of the source, by reason
+            reasons = ", ".join(f"{n} {reason}" for reason, n in result.skipped.items())
+            notice(state, f"{result.session_id}: left out {plural(sum(result.skipped.values()), 'entry', 'entries')} "
+                          f"of the source: {reasons}")
         counts = result.counts
         verb = "would add" if dry_run else "added"
         what = f"{plural(counts['turns'], 'turn')}, {plural(counts['messages'], 'message')}"

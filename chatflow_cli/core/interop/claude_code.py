@@ -1,14 +1,25 @@
 """Read a Claude Code session file (``~/.claude/projects/<project>/<session id>.jsonl``).
 
-Claude Code writes one JSON object a line. Conversation entries (``"type": "user"`` or
-``"assistant"``) carry a ``uuid`` and the ``parentUuid`` of the entry before them; a
-resumed, edited or branched conversation leaves several chains in one file, and subagent
-work is marked ``"isSidechain": true``. The conversation that counts is the chain that
-ends at the last main-line (not side-chain) entry: this reader walks ``parentUuid`` back
-from it to the root, so abandoned branches and side chains are left out. Where the chain
-has a compaction boundary (``parentUuid`` null, ``logicalParentUuid`` set) it follows
-``logicalParentUuid``. A parent that is not in the file ends the walk there with a warning
-(the conversation starts at the oldest entry still present), never an error.
+Claude Code writes one JSON object a line. Entries carry a ``uuid`` and the ``parentUuid``
+of the entry before them: conversation entries (``"type": "user"`` or ``"assistant"``) and
+others that stand in the same chain (``"type": "system"`` lines such as a command's output or
+a compaction boundary). A rewound or edited conversation leaves abandoned branches in the
+file, and subagent work is marked ``"isSidechain": true``. The conversation that counts is
+the main line that ends at the last main-line (not side-chain) conversation entry: this
+reader walks ``parentUuid`` back from it through entries of every type, so abandoned
+branches and side chains are left out. At a compaction boundary (``"subtype":
+"compact_boundary"``, ``parentUuid`` null, ``logicalParentUuid`` naming the last entry
+before it) it follows ``logicalParentUuid``, so the turns before the compaction are kept; the
+summary Claude Code wrote after the boundary (a user entry with ``isCompactSummary``) is what
+it sent in their place, not a message of the conversation, and is left out. A parent that is
+not in the file (a session resumed from another file, an older half cleaned up) does not end
+the conversation: it goes on from the last main-line entry written before, with a warning.
+A copy of an entry written before (same ``uuid``) is read once.
+
+Every conversation entry left out is counted by reason in the session's ``skipped``
+(side chain, abandoned branch, meta entry, compaction summary, reply before the first user
+message, a line cut mid-write, a tool result answering no call); lines that are no part of
+the conversation (``summary``, ``file-history-snapshot``, ``system``) are not counted.
 
 A file may be read while Claude Code is still writing it: a last line cut mid-write (not
 JSON, no newline after it) is left out with a warning, and importing the grown file later
@@ -26,16 +37,19 @@ Mapping, in chatflow's terms:
   ``message.model`` and ``message.usage`` are the turn's model and token usage;
 * meta entries (``isMeta``: command caveats), ``system``, ``summary`` and
   ``file-history-snapshot`` lines are not messages and are skipped;
-* a tool call the file never answers gets the result ``"No result in the imported log."``
-  (marked as an error), so the history stays valid; messages before the first user message
-  are skipped with a warning.
+* a tool call the file never answers before the model's next reply gets the result ``"No
+  result in the imported log."`` (marked as an error), so the history stays valid; a turn
+  that ends with calls unanswered (a tool still running when the file was read, or Claude
+  Code stopped) is closed as chatflow closes an interrupted turn: ``outcome``
+  ``"interrupted"``, and the import adds the synthetic results.
 
 Times: a turn's is its user entry's ``timestamp``; the session was created at the first
 timed entry of the conversation and updated at its last. An entry with no ``timestamp`` key
 has no time (a turn then takes the import's); one that is present and not an ISO 8601
 string is an error naming the line.
 
-The session id is Claude Code's ``sessionId``; ``cwd``, ``gitBranch`` and ``version`` go
+The session id is Claude Code's ``sessionId`` of the first main-line entry (a resumed
+session's later entries may carry another one); ``cwd``, ``gitBranch`` and ``version`` go
 into the session's metadata (``claude_code_cwd``...).
 """
 
@@ -47,12 +61,57 @@ from typing import Any
 
 from ..errors import ImportFormatError
 from ..messages import Message, ToolCall
-from .records import ImportedSession, ImportedTurn, parse_time, strict_loads
+from .records import ImportedSession, ImportedTurn, count_skipped, parse_time, strict_loads
 
 __all__ = ["NO_RESULT", "looks_like_claude_code", "read_claude_code"]
 
 NO_RESULT = "No result in the imported log."
 _CONVERSATION = ("user", "assistant")
+
+#: Why conversation entries are left out (the keys of :attr:`ImportedSession.skipped`).
+SKIP_SIDECHAIN = "side chain (a subagent's work)"
+SKIP_BRANCH = "abandoned branch (rewound or edited away)"
+SKIP_META = "meta entry (a command's caveat or output)"
+SKIP_SUMMARY = "compaction summary (not a message of the conversation)"
+SKIP_BEFORE_USER = "reply before the first user message"
+SKIP_CUT = "line cut off mid-write"
+SKIP_ORPHAN_RESULT = "tool result answering no tool call"
+
+
+def _main_chain(entries: dict[str, tuple[int, dict[str, Any]]], main: list[tuple[int, dict[str, Any]]],
+                warnings: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    """The main line, oldest first: from the last main-line conversation entry back through
+    ``parentUuid`` (any entry type: a system entry may stand between two messages), through a
+    compaction boundary's ``logicalParentUuid``, to the root. Where a parent is not in the file
+    (a session resumed from another file, a boundary whose older half was cleaned up), the
+    chain goes on from the last main-line entry written before the entry that names it, with
+    a warning; a root (no parent at all) ends it, so a branch rewound to the first message
+    leaves the abandoned one out."""
+    chain: list[tuple[int, dict[str, Any]]] = []
+    seen: set[str] = set()
+    current: tuple[int, dict[str, Any]] | None = main[-1]
+    while current is not None:
+        number, entry = current
+        if entry["uuid"] in seen:
+            warnings.append(f"line {number}: the parent chain loops back to {entry['uuid']}; it starts here")
+            break
+        seen.add(entry["uuid"])
+        chain.append(current)
+        parent = entry.get("parentUuid") or entry.get("logicalParentUuid")
+        if not isinstance(parent, str) or not parent:
+            break  # the root of the conversation
+        current = entries.get(parent)
+        if current is None or current[1]["uuid"] in seen:
+            earlier = [m for m in main if m[0] < number and m[1]["uuid"] not in seen]
+            current = earlier[-1] if earlier else None
+            if current is not None:
+                warnings.append(f"line {number}: parent {parent} is not in the file (a resumed session?): "
+                                f"the conversation goes on from line {current[0]}, the entry written before it")
+            else:
+                warnings.append(f"line {number}: parent {parent} is not in the file; the conversation starts "
+                                "at this entry")
+    chain.reverse()
+    return chain
 
 
 def looks_like_claude_code(first: dict[str, Any]) -> bool:
@@ -120,10 +179,12 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             and not an ISO 8601 string (a number, null: naming the line), or a file
             with no main-line conversation entry.
     """
-    entries: dict[str, tuple[int, dict[str, Any]]] = {}
+    entries: dict[str, tuple[int, dict[str, Any]]] = {}  # every entry with a uuid, any type
+    main: list[tuple[int, dict[str, Any]]] = []  # conversation entries outside side chains, in file order
     times: dict[int, float | None] = {}  # line number -> the entry's time, parsed once
-    last_main: tuple[int, dict[str, Any]] | None = None
     warnings: list[str] = []
+    skipped: dict[str, int] = {}
+    sidechain = 0
     lines = list(lines)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -134,6 +195,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             if number == len(lines):  # no newline after it: Claude Code is still writing it
                 warnings.append(f"line {number}: cut off mid-write (is Claude Code still writing the file?): "
                                 "left out; import the file again when it is complete")
+                count_skipped(skipped, SKIP_CUT)
                 continue
             raise ImportFormatError(f"{source}: line {number}: not JSON ({exc.msg})", source=source,
                                     location=f"line {number}") from None
@@ -141,6 +203,10 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             raise ImportFormatError(f"{source}: line {number}: not a JSON object", source=source,
                                     location=f"line {number}")
         if entry.get("type") not in _CONVERSATION:
+            # system entries (a compaction boundary, a command's output...) and others with a
+            # uuid stand in the parent chain too: the walk goes through them
+            if isinstance(entry.get("uuid"), str) and entry["uuid"] and entry["uuid"] not in entries:
+                entries[entry["uuid"]] = (number, entry)
             continue
         uuid = entry.get("uuid")
         if not isinstance(uuid, str) or not uuid:
@@ -152,34 +218,29 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
         # Claude Code writes every entry's time as ISO 8601: anything else is an error naming
         # the line (as llm's datetime_utc is), on side chains and abandoned branches too
         times[number] = _entry_time(entry, number, source)
+        if uuid in entries and entries[uuid][1].get("type") in _CONVERSATION:
+            continue  # a copy of an entry written before (a resumed session replays its history)
         entries[uuid] = (number, entry)
-        if not entry.get("isSidechain"):
-            last_main = (number, entry)
-    if last_main is None:
+        if entry.get("isSidechain"):
+            sidechain += 1
+        else:
+            main.append((number, entry))
+    if not main:
         raise ImportFormatError(f"{source}: no conversation entry outside side chains: not a Claude Code session file?",
                                 source=source)
+    last_main = main[-1]
+    chain = _main_chain(entries, main, warnings)
+    on_chain = {id(e) for _, e in chain}
+    for count, reason in ((sidechain, SKIP_SIDECHAIN),
+                          (sum(1 for _, e in main if id(e) not in on_chain and not e.get("isMeta")), SKIP_BRANCH)):
+        if count:
+            skipped[reason] = skipped.get(reason, 0) + count
+    chain = [(n, e) for n, e in chain if e.get("type") in _CONVERSATION]
 
-    chain: list[tuple[int, dict[str, Any]]] = []
-    seen: set[str] = set()
-    current: tuple[int, dict[str, Any]] | None = last_main
-    while current is not None:
-        number, entry = current
-        if entry["uuid"] in seen:
-            warnings.append(f"line {number}: the parent chain loops back to {entry['uuid']}; it starts here")
-            break
-        seen.add(entry["uuid"])
-        chain.append(current)
-        parent = entry.get("parentUuid") or entry.get("logicalParentUuid")
-        if not parent:
-            break
-        current = entries.get(parent)
-        if current is None:
-            warnings.append(
-                f"line {number}: parent {parent} is not in the file; the conversation starts at this entry"
-            )
-    chain.reverse()
-
-    session_id = str(last_main[1].get("sessionId") or "") or None
+    # the file's first main-line entry names it for good: a session resumed later writes its
+    # new entries under a new sessionId, and importing the grown file must find the same session
+    session_id = next((str(e["sessionId"]) for _, e in main if isinstance(e.get("sessionId"), str)
+                       and e["sessionId"]), None)
     metadata: dict[str, Any] = {}
     for key, name in (("cwd", "claude_code_cwd"), ("gitBranch", "claude_code_git_branch"),
                       ("version", "claude_code_version")):
@@ -229,9 +290,19 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             current_turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
         open_calls.clear()
 
-    skipped_before_user = 0
+    def end_turn() -> None:
+        # a turn that ends while tool calls wait (a tool still running, Claude Code stopped)
+        # is closed as chatflow closes an interrupted turn: synthetic results, marked interrupted
+        if open_calls and current_turn is not None:
+            current_turn.outcome = "interrupted"
+        open_calls.clear()
+
     for number, entry in chain:
         if entry.get("isMeta"):
+            count_skipped(skipped, SKIP_META)
+            continue
+        if entry.get("isCompactSummary"):
+            count_skipped(skipped, SKIP_SUMMARY)  # what Claude Code sent in place of the turns before it
             continue
         message = entry["message"]
         content = message.get("content")
@@ -241,7 +312,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             if model_msg is not None and model_msg["id"] != msg_id:
                 flush_model()
             if current_turn is None:
-                skipped_before_user += 1
+                count_skipped(skipped, SKIP_BEFORE_USER)
                 continue
             if model_msg is None:
                 model_msg = {"id": msg_id, "text": [], "thinking": [], "calls": [], "model": None, "usage": None}
@@ -274,6 +345,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             call = open_calls.pop(call_id, None)
             if call is None or current_turn is None:
                 warnings.append(f"line {number}: a tool result for {call_id or '?'} answers no open tool call; skipped")
+                count_skipped(skipped, SKIP_ORPHAN_RESULT)
                 continue
             current_turn.messages.append(
                 Message.tool(call_id, _text_of(block.get("content")), name=call.name,
@@ -282,14 +354,12 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
         text = content if isinstance(content, str) else (_text_of(text_blocks) if text_blocks else "")
         if not text.strip():
             continue
-        close_calls()
+        end_turn()
         current_turn = ImportedTurn(key=entry["uuid"], messages=[Message.user(text)], created_at=times[number],
                                     location=f"line {number}")
         turns.append(current_turn)
     flush_model()
-    close_calls()
-    if skipped_before_user:
-        warnings.append(f"{skipped_before_user} assistant entries before the first user message were skipped")
+    end_turn()
     sid = session_id or source.rsplit("/", 1)[-1].removesuffix(".jsonl")
     return [
         ImportedSession(
@@ -302,5 +372,6 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             updated_at=updated,
             turns=turns,
             warnings=warnings,
+            skipped=skipped,
         )
     ]

@@ -76,7 +76,8 @@ class ImportResult:
     ``session_id``: the target session; ``created``: the session is new; ``counts``: what
     this run added (``turns``, ``messages``, ``tool_calls``, ``events``); ``skipped_turns``:
     turns already imported before (their keys are known); ``warnings``: what the reader
-    skipped or repaired.
+    skipped or repaired; ``skipped``: the source's entries or rows the reader left out, by
+    reason (reason -> count), the same on every import of the same source.
     """
 
     session_id: str
@@ -88,11 +89,13 @@ class ImportResult:
     skipped_turns: int = 0
     warnings: list[str] = field(default_factory=list)
     dry_run: bool = False
+    skipped: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"session_id": self.session_id, "format": self.format, "source": self.source,
                 "source_id": self.source_id, "created": self.created, "counts": dict(self.counts),
-                "skipped_turns": self.skipped_turns, "warnings": list(self.warnings), "dry_run": self.dry_run}
+                "skipped_turns": self.skipped_turns, "skipped": dict(self.skipped), "warnings": list(self.warnings),
+                "dry_run": self.dry_run}
 
 
 @dataclass(slots=True)
@@ -374,7 +377,9 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
         todo = [c for c in chunks if prefix + c.key not in known]
         all_turns = len(chunks)
         if fmt in _LIVE_ONLY and not added_before and prefix + "last" in stored:
-            todo, rollback = _diverged(chunks, prefix, stored, known, window, turn_count, todo, warnings,
+            # a turn that grew (imported again whole below) is still one both share
+            shared = known | ({grown[0]} if grown else set())
+            todo, rollback = _diverged(chunks, prefix, stored, shared, window, turn_count, todo, warnings,
                                        int(started.get(start_key) or 0))
         newest = pending.get(prefix + "updated") or stored.get(prefix + "updated")
         if fmt in _LIVE_ONLY and session.updated_at is not None and newest and session.updated_at < float(newest):
@@ -390,7 +395,8 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
     if session.events is not None:
         counts["events"] = sum(c.events for c in todo)
     result = ImportResult(target, fmt, source, session.source_id, created=not made, counts=counts,
-                          skipped_turns=max(0, all_turns - counts["turns"]), warnings=warnings, dry_run=dry_run)
+                          skipped_turns=max(0, all_turns - counts["turns"]), warnings=warnings, dry_run=dry_run,
+                          skipped=dict(session.skipped))
     title = stored.get(prefix + "title")
     retitle = (session.events is None and not older and title is not None
                and title != content_digest(session.title or ""))
@@ -399,8 +405,9 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
 
 
 #: Formats that carry a session's live turns only (no log): a re-import makes the target's
-#: turns from this source the file's, rolling back those the file no longer holds.
-_LIVE_ONLY = ("md", "openai")
+#: turns from this source the file's, rolling back those the file no longer holds (a
+#: Claude Code file rewound or edited since: its main line left the turns imported before).
+_LIVE_ONLY = ("md", "openai", "claude-code")
 
 
 def _diverged(chunks: list[_Chunk], prefix: str, stored: dict[str, str], known: set[str], window: Sequence[Any],

@@ -1,7 +1,12 @@
 """Read llm's ``logs.db`` (Simon Willison's ``llm`` CLI) directly, read-only, without llm.
 
-Two schema generations exist, and a file may hold both (older conversations stay in the
-old tables after an upgrade); this reader takes every conversation of each:
+Three schema generations exist, and a file may hold several (older conversations stay in
+the old tables after an upgrade); this reader takes every conversation of each:
+
+* **logs** (llm 0.4 and early 0.5 builds; ``log`` before llm renamed it): one row a prompt
+  and its reply, ``chat_id`` naming a conversation's first row. llm 0.5 moved to the
+  ``responses`` tables and kept this one when it held rows; each conversation in it is a
+  session ``llm-log-<first row id>``.
 
 * **responses** (llm up to 0.2x): ``conversations`` (id, name, model) and one ``responses``
   row per model call (``prompt``, ``system``, ``response``, ``datetime_utc``,
@@ -27,7 +32,14 @@ turns too, rebuilt from the responses rows, with no ``turns`` row), and each mod
 ``turns`` row with the response's id. So a conversation found in both is one session: the
 older tables' turns, then the thread's newer ones; and a turn's key is its first response's
 id (the id of the ``turns`` row of its first call), whichever tables it is read from, so
-importing a ``logs.db`` again after llm upgraded it adds only the new turns. Each user prompt a turn with its model's replies, tool calls, tool results, the model
+importing a ``logs.db`` again after llm upgraded it adds only the new turns. A reply llm's stored response JSON says was cut (``finish_reason`` ``length`` or
+``content_filter``, Anthropic's ``max_tokens``...) keeps that mark, on the MODEL message and
+the turn, as chatflow marks a cut reply of its own. A tool call with no result in the log is
+answered ``"No result in the imported log."`` when the model replied again in the same turn;
+when the turn ends with it unanswered (the tool loop stopped), the turn is closed as chatflow
+closes an interrupted turn, with synthetic results, not as a completed one.
+
+Each user prompt a turn with its model's replies, tool calls, tool results, the model
 and the token usage (summed over the calls of the turn). The conversation's name and llm's
 id go into the session's metadata (``llm_name``, ``llm_id``).
 """
@@ -39,10 +51,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from .._stream import TRUNCATING_FINISH_REASONS, normalize_finish_reason
 from ..errors import ImportFormatError
 from ..messages import Message, ToolCall
-from .claude_code import NO_RESULT
-from .records import ImportedSession, ImportedTurn, parse_time
+from .claude_code import NO_RESULT, SKIP_BEFORE_USER, SKIP_ORPHAN_RESULT
+from .records import ImportedSession, ImportedTurn, count_skipped, parse_time
 
 __all__ = ["is_sqlite_file", "read_llm_logs"]
 
@@ -85,13 +98,17 @@ def read_llm_logs(path: str | Path) -> list[ImportedSession]:
         conn = _open(path)
         try:
             tables = _tables(conn)
-            if not ({"responses", "conversations"} <= tables or {"threads", "messages", "parts"} <= tables):
+            oldest = _oldest_table(conn, tables)
+            if not ({"responses", "conversations"} <= tables or {"threads", "messages", "parts"} <= tables
+                    or oldest is not None):
                 raise ImportFormatError(
                     f"{source}: not an llm logs.db (no responses/conversations or threads/messages/parts tables)",
                     source=source,
                 )
             _check_references(conn, tables, source)
             sessions: list[ImportedSession] = []
+            if oldest is not None:
+                sessions += _read_oldest(conn, oldest, source)
             if {"responses", "conversations"} <= tables:
                 sessions += _read_responses(conn, tables, source)
             if {"threads", "messages", "parts"} <= tables:
@@ -204,6 +221,8 @@ def _merge(older: ImportedSession, thread: ImportedSession, legacy: set[str]) ->
             continue
         older.turns.append(turn)
     older.warnings += thread.warnings
+    for reason, n in thread.skipped.items():
+        count_skipped(older.skipped, reason, n)
     older.model = older.model or thread.model
 
 
@@ -311,16 +330,119 @@ def _arguments(value: Any, source: str, where: str, warnings: list[str]) -> str:
     return text
 
 
+def _close_calls(turn: ImportedTurn | None, open_calls: dict[str, ToolCall]) -> None:
+    """Answer the calls still open before the model's next reply in the same turn with
+    ``NO_RESULT`` (marked as an error): llm logged no result for them, and a reply never
+    follows unanswered calls in chatflow's history."""
+    if turn is not None:
+        for call in open_calls.values():
+            turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
+    open_calls.clear()
+
+
+def _end_turn(turn: ImportedTurn | None, open_calls: dict[str, ToolCall]) -> None:
+    """End ``turn``: when tool calls of it are still unanswered (llm stopped the tool loop, or
+    was stopped, before it logged a result), it is closed as chatflow closes an interrupted
+    turn (``outcome`` ``"interrupted"``: the import adds the synthetic results), never as
+    if it had completed."""
+    if turn is not None and open_calls:
+        turn.outcome = "interrupted"
+    open_calls.clear()
+
+
+def _cut_reason(response_json: Any) -> str | None:
+    """``"length"`` or ``"content_filter"`` when the response JSON llm stored says the reply was
+    cut, else None. llm stores what its model plugin got: the OpenAI plugin a
+    ``finish_reason`` (at the top of a streamed reply's JSON, in ``choices[0]`` of one that
+    was not streamed), Anthropic's a ``stop_reason`` (``max_tokens``), Gemini's a
+    ``finishReason`` in ``candidates[0]`` (``MAX_TOKENS``). JSON that does not parse or says
+    nothing of it is a reply that was not cut."""
+    if not isinstance(response_json, str):
+        return None
+    try:
+        data = json.loads(response_json)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    found: Any = data.get("finish_reason") or data.get("stop_reason")
+    for key, name in (("choices", "finish_reason"), ("candidates", "finishReason")):
+        first = data.get(key)
+        if not found and isinstance(first, list) and first and isinstance(first[0], dict):
+            found = first[0].get(name)
+    reason = normalize_finish_reason(found.lower() if isinstance(found, str) else None)
+    return reason if reason in TRUNCATING_FINISH_REASONS.values() else None
+
+
+#: The columns of llm's oldest table generation (``log``, renamed ``logs``: llm 0.4 and the
+#: first 0.5 builds; llm 0.5 moved to ``responses`` and kept the old table when it held rows).
+_OLDEST = ("logs", "log")
+
+
+def _oldest_table(conn: sqlite3.Connection, tables: set[str]) -> str | None:
+    """The name of the oldest generation's table holding a prompt and a response, if any."""
+    for name in _OLDEST:
+        if name in tables and {"id", "prompt", "response"} <= _columns(conn, name):
+            return name
+    return None
+
+
+def _read_oldest(conn: sqlite3.Connection, table: str, source: str) -> list[ImportedSession]:
+    """The conversations of llm's oldest table (``logs``, or ``log`` before llm renamed it):
+    one row a prompt and its reply; a row continuing a conversation names its first row in
+    ``chat_id``. Each conversation is a session ``llm-log-<first row id>`` (source identity
+    ``llm:log:<id>``); its time is ``datetime_utc`` (``timestamp_utc`` or ``timestamp`` in
+    older builds)."""
+    columns = _columns(conn, table)
+    time_col = next((c for c in ("datetime_utc", "timestamp_utc", "timestamp") if c in columns), None)
+    chat = "chat_id" if "chat_id" in columns else "NULL"
+    extra = "".join(f", [{c}]" for c in ("system", "model", "response_json") if c in columns)
+    when = f", [{time_col}] AS at" if time_col else ", NULL AS at"
+    rows = conn.execute(f"SELECT id, prompt, response, {chat} AS chat_id{extra}{when} FROM [{table}] "
+                        "ORDER BY id").fetchall()
+    by_chat: dict[str, list[sqlite3.Row]] = {}
+    for row in rows:
+        by_chat.setdefault(str(row["chat_id"] if row["chat_id"] is not None else row["id"]), []).append(row)
+    sessions = []
+    for chat_id, chat_rows in by_chat.items():
+        session = ImportedSession(source="llm", source_id=f"llm:log:{chat_id}", session_id=f"llm-log-{chat_id}",
+                                  metadata={"llm_id": chat_id, "llm_table": table})
+        for row in chat_rows:
+            where = f"{table} row {row['id']}"
+            _text_row(row, source, where)
+            at = _time(row["at"], source, where)
+            if session.created_at is None:
+                session.created_at = at
+            system = row["system"] if "system" in columns else None
+            if system and not session.system:
+                session.system.append(str(system))
+            elif system and system not in session.system:
+                session.warnings.append(f"{where}: a later system prompt differs from the first; the first is kept")
+            cut = _cut_reason(row["response_json"] if "response_json" in columns else None)
+            turn = ImportedTurn(key=f"{table}:{row['id']}", messages=[Message.user(str(row["prompt"] or ""))],
+                                created_at=at, location=where, finish_reason=cut)
+            if row["response"]:
+                turn.messages.append(Message.model(str(row["response"]), finish_reason=cut))
+            model = row["model"] if "model" in columns else None
+            if model:
+                turn.model = str(model)
+                session.model = session.model or str(model)
+            session.turns.append(turn)
+        sessions.append(session)
+    return sessions
+
+
 def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> list[ImportedSession]:
     columns = _columns(conn, "responses")
     reasoning_col = ", reasoning" if "reasoning" in columns else ""
     token_cols = ", input_tokens, output_tokens" if "input_tokens" in columns else ""
     resolved_col = ", resolved_model" if "resolved_model" in columns else ""
+    json_col = ", response_json" if "response_json" in columns else ""
     has_tools = {"tool_calls", "tool_results"} <= tables
     names = {row["id"]: row["name"] for row in conn.execute("SELECT id, name FROM conversations")}
     rows = conn.execute(
         f"SELECT rowid, id, model, prompt, system, response, conversation_id, datetime_utc{reasoning_col}"
-        f"{token_cols}{resolved_col} FROM responses ORDER BY datetime_utc, rowid"
+        f"{token_cols}{resolved_col}{json_col} FROM responses ORDER BY datetime_utc, rowid"
     ).fetchall()
     by_conversation: dict[str, list[sqlite3.Row]] = {}
     for row in rows:
@@ -356,6 +478,7 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
                     call = open_calls.pop(result["tool_call_id"] or "", None)
                     if call is None:
                         session.warnings.append(f"tool_results row {result['id']}: answers no open tool call; skipped")
+                        count_skipped(session.skipped, SKIP_ORPHAN_RESULT)
                         continue
                     error = result["exception"] if "exception" in result.keys() else None
                     turn.messages.append(Message.tool(call.id, str(result["output"] or error or ""),
@@ -363,14 +486,12 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
             prompt = _join(*_fragments(conn, tables, "prompt_fragments", row["id"], source), row["prompt"] or "",
                            *_prompt_attachments(conn, tables, row["id"]))
             if prompt:
-                if turn is not None:
-                    for call in open_calls.values():
-                        turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
-                    open_calls.clear()
+                _end_turn(turn, open_calls)
                 turn = ImportedTurn(key=str(row["id"]), messages=[Message.user(prompt)], created_at=at, location=where)
                 session.turns.append(turn)
             elif turn is None:
                 session.warnings.append(f"{where}: a response with no prompt and nothing before it; skipped")
+                count_skipped(session.skipped, SKIP_BEFORE_USER)
                 continue
             calls: list[ToolCall] = []
             if has_tools:
@@ -385,8 +506,12 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
                                           _arguments(call_row["arguments"], source, call_where, session.warnings)))
             reasoning = row["reasoning"] if reasoning_col else None
             text = row["response"]
+            cut = _cut_reason(row["response_json"] if json_col else None)
             if text or calls or reasoning:
-                turn.messages.append(Message.model(text or None, calls, reasoning=reasoning or None))
+                _close_calls(turn, open_calls)  # a reply never follows unanswered calls in chatflow's history
+                turn.messages.append(Message.model(text or None, calls, reasoning=reasoning or None,
+                                                   finish_reason=cut))
+            turn.finish_reason = cut  # the turn's last reply says how it ended
             for call in calls:
                 open_calls[call.id] = call
             model = (row["resolved_model"] if resolved_col else None) or row["model"]
@@ -395,9 +520,7 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
                 session.model = session.model or str(model)
             if token_cols:
                 _usage(row, turn.usage, source, where)
-        if turn is not None:
-            for call in open_calls.values():
-                turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
+        _end_turn(turn, open_calls)
         if session.turns:
             sessions.append(session)
     return sessions
@@ -456,6 +579,7 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
         current = thread["tip_message_hash"]
         seen: set[str] = set()
         warnings: list[str] = []
+        skipped: dict[str, int] = {}
         while current:
             if current in seen:
                 raise ImportFormatError(f"{source}: {where}: the message chain loops at {current}",
@@ -469,7 +593,7 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
             current = row["parent_hash"]
         chain.reverse()
         session = ImportedSession(source="llm", source_id=f"llm:{thread['id']}", session_id=str(thread["id"]),
-                                  metadata={"llm_id": thread["id"]}, warnings=warnings,
+                                  metadata={"llm_id": thread["id"]}, warnings=warnings, skipped=skipped,
                                   created_at=_time(thread["datetime_utc"], source, where))
         if thread["name"]:
             session.metadata["llm_name"] = thread["name"]
@@ -510,6 +634,7 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
                     call = open_calls.pop(str(payload.get("tool_call_id") or ""), None)
                     if call is None:
                         warnings.append(f"parts row {part['id']}: a tool result that answers no open tool call; skipped")
+                        count_skipped(skipped, SKIP_ORPHAN_RESULT)
                         continue
                     output = payload.get("output")
                     error = payload.get("exception")
@@ -526,10 +651,7 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
                     session.system.append(text)
                 continue
             if role == "user" and text:
-                if turn is not None:
-                    for call in open_calls.values():
-                        turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
-                    open_calls.clear()
+                _end_turn(turn, open_calls)
                 turn = ImportedTurn(key=str(message["hash"]), messages=[Message.user(text)],
                                     location=f"messages row {message['hash']}")
                 legacy.add(turn.key)
@@ -537,9 +659,11 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
             elif turn is None:
                 warnings.append(f"messages row {message['hash']}: {_article(role)} {role} message "
                                 "before the first prompt; skipped")
+                count_skipped(skipped, SKIP_BEFORE_USER)
                 continue
             turn.messages.extend(results)
             if role == "assistant" and (text or calls or reasoning):
+                _close_calls(turn, open_calls)
                 turn.messages.append(Message.model(text or None, calls, reasoning="".join(reasoning) or None))
                 for call in calls:
                     open_calls[call.id] = call
@@ -555,9 +679,7 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
                 if turn.created_at is None:
                     turn.created_at = _time(meta["datetime_utc"], source, f"turns row {meta['id']}")
                 _usage(meta, turn.usage, source, f"turns row {meta['id']}")
-        if turn is not None:
-            for call in open_calls.values():
-                turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
+        _end_turn(turn, open_calls)
         if session.turns:
             sessions.append((session, legacy))
     return sessions

@@ -27,6 +27,7 @@ __all__ = [
     "ImportedSession",
     "ImportedTurn",
     "content_digest",
+    "count_skipped",
     "iso_time",
     "json_line",
     "parse_time",
@@ -89,7 +90,9 @@ class ImportedSession:
     (chatflow's own format replays its archive events instead). ``system``: SYSTEM messages, in order (their text, or the whole message when it carries Agents SDK items, which an import keeps as they are). ``events``: for chatflow's own
     format only, the whole event log to replay (``type``, ``payload``, ``created_at``,
     ``seq``); ``turns`` is then derived from it for counts. ``warnings``: what the reader
-    skipped or repaired (a dangling parent, an unknown entry type).
+    skipped or repaired (a dangling parent, an unknown entry type). ``skipped``: how many
+    entries or rows of the source the reader left out, by reason (a sentence: ``"side chain
+    (a subagent's work)"``); empty when it left nothing out.
     """
 
     source: str
@@ -108,6 +111,7 @@ class ImportedSession:
     turns: list[ImportedTurn] = field(default_factory=list)
     events: list[dict[str, Any]] | None = None
     warnings: list[str] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """``{"turns", "messages", "tool_calls", "events"}`` of what this session holds."""
@@ -117,6 +121,12 @@ class ImportedSession:
         if self.events is not None:
             out["events"] = len(self.events)
         return out
+
+
+def count_skipped(skipped: dict[str, int], reason: str, n: int = 1) -> None:
+    """Count ``n`` more entries or rows a reader left out for ``reason`` (into ``skipped``,
+    an :attr:`ImportedSession.skipped`)."""
+    skipped[reason] = skipped.get(reason, 0) + n
 
 
 _LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}

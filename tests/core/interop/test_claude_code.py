@@ -10,7 +10,7 @@ import pytest
 
 from chatflow_cli.core.errors import ImportFormatError
 from chatflow_cli.core.interop import detect_format
-from chatflow_cli.core.interop.claude_code import NO_RESULT, read_claude_code
+from chatflow_cli.core.interop.claude_code import read_claude_code
 from chatflow_cli.core.messages import Message, ToolCall, history_problems
 
 SID = "4f35e220-c435-4cf7-b9b9-f40426042847"
@@ -91,21 +91,15 @@ def test_a_dangling_parent_is_a_warning_and_the_chain_starts_there() -> None:
     assert [m.content for t in session.turns for m in t.messages][:1] == ["Fix it, ünïcødé ✓"]
 
 
-def test_an_unanswered_tool_call_gets_a_marked_result() -> None:
-    entries = [entry("u1", None, "user", "run it"),
-               entry("a1", "u1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}],
-                     message={"id": "m1"})]
-    [session] = read_claude_code(lines_of(entries))
-    assert session.turns[0].messages[-1] == Message.tool("t1", NO_RESULT, name="Bash", is_error=True)
-
-
 def test_a_compaction_boundary_is_followed_through_its_logical_parent() -> None:
     entries = [entry("u1", None, "user", "first"),
                entry("a1", "u1", "assistant", [{"type": "text", "text": "one"}], message={"id": "m1"}),
-               {**entry("c1", None, "user", "This session is being continued..."), "logicalParentUuid": "a1"},
-               entry("a2", "c1", "assistant", [{"type": "text", "text": "two"}], message={"id": "m2"})]
+               _system("b1", None, "compact_boundary", logicalParentUuid="a1"),
+               {**entry("c1", "b1", "user", "This session is being continued..."), "isCompactSummary": True},
+               entry("u2", "c1", "user", "second"),
+               entry("a2", "u2", "assistant", [{"type": "text", "text": "two"}], message={"id": "m2"})]
     [session] = read_claude_code(lines_of(entries))
-    assert [t.messages[0].content for t in session.turns] == ["first", "This session is being continued..."]
+    assert [t.messages[0].content for t in session.turns] == ["first", "second"]
 
 
 @pytest.mark.parametrize(
@@ -136,7 +130,8 @@ def test_a_last_line_cut_mid_write_is_a_warning_and_the_rest_is_read() -> None:
     [session] = read_claude_code(cut, source="s.jsonl")
     assert session.warnings == [("line 5: cut off mid-write (is Claude Code still writing the file?): left out; "
                                  "import the file again when it is complete")]
-    assert session.turns[0].messages[-1] == Message.tool("toolu_1", NO_RESULT, name="Bash", is_error=True)
+    assert session.turns[0].outcome == "interrupted"  # the call waits: closed as an interrupted turn
+    assert session.turns[0].messages[-1].tool_calls[0].id == "toolu_1"
     [complete] = read_claude_code(whole + [""], source="s.jsonl")
     assert complete.warnings == []
     assert complete.turns[0].messages[-1] == Message.tool("toolu_1", "error: missing header", name="Bash",
@@ -185,3 +180,78 @@ def test_an_entry_with_no_timestamp_has_no_time_and_the_session_spans_the_timed_
     assert session.created_at == first.created_at
     # the last entry of the conversation (the reply a3), not the first nor the last prompt
     assert session.updated_at == datetime.fromisoformat("2026-11-30T10:09:30+00:00").timestamp()
+
+
+def _system(uuid: str, parent: str | None, subtype: str, **extra: Any) -> dict[str, Any]:
+    """A ``"type": "system"`` line as Claude Code writes it: in the parent chain, no message."""
+    return {"parentUuid": parent, "isSidechain": False, "userType": "external", "cwd": "/home/ana/shop",
+            "sessionId": SID, "version": "2.0.14", "gitBranch": "main", "type": "system", "subtype": subtype,
+            "content": "Conversation compacted" if subtype == "compact_boundary" else "ran /cost", "level": "info",
+            "isMeta": False, "uuid": uuid, "timestamp": "2026-11-30T10:05:00.000Z", **extra}
+
+
+def broken_chain_lines() -> list[dict[str, Any]]:
+    """A long Claude Code session: a system line between two messages, a prompt edited after
+    its reply (an abandoned branch), a side chain, a compaction (boundary, then the summary
+    Claude Code sent in place of the older turns), and a resumed part whose first entry names
+    a parent in another file and carries the new session's id."""
+    resumed = "9a1d3c54-0d2e-4a55-8f0e-5a3c9c1f2b77"
+    return [
+        {"type": "summary", "summary": "Fixing the build", "leafUuid": "a5"},
+        entry("u1", None, "user", "Why does the build fail?"),
+        entry("a1", "u1", "assistant", [{"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                                         "input": {"command": "make"}}], message={"id": "msg_1"}),
+        entry("r1", "a1", "user", [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "missing header"}]),
+        entry("a2", "r1", "assistant", [{"type": "text", "text": "A header is missing."}], message={"id": "msg_2"}),
+        _system("y1", "a2", "local_command"),
+        entry("u2", "y1", "user", "Fix it"),
+        entry("x1", "u2", "assistant", [{"type": "text", "text": "ABANDONED"}], message={"id": "msg_x"}),
+        entry("u2b", "y1", "user", "Fix it, and add a test"),  # the prompt edited: a new branch
+        {**entry("s1", "u2b", "user", "SIDECHAIN prompt"), "isSidechain": True},
+        {**entry("s2", "s1", "assistant", [{"type": "text", "text": "SIDECHAIN reply"}]), "isSidechain": True},
+        entry("a3", "u2b", "assistant", [{"type": "text", "text": "Fixed, with a test."}], message={"id": "msg_3"}),
+        {"type": "file-history-snapshot", "messageId": "a3", "snapshot": {}},
+        _system("b1", None, "compact_boundary", logicalParentUuid="a3",
+                compactMetadata={"trigger": "auto", "preTokens": 151000}),
+        {**entry("c1", "b1", "user", "This session is being continued from a previous conversation that ran "
+                 "out of context. The conversation is summarized below: SUMMARY"),
+         "isCompactSummary": True, "isVisibleInTranscriptOnly": True},
+        entry("u3", "c1", "user", "Now run the tests"),
+        entry("a4", "u3", "assistant", [{"type": "text", "text": "All pass."}], message={"id": "msg_4"}),
+        {**entry("u4", "0b7e1f52-3d7c-4c8e-a0f1-missing00001", "user", "Commit it"), "sessionId": resumed},
+        {**entry("a5", "u4", "assistant", [{"type": "text", "text": "Committed."}], message={"id": "msg_5"}),
+         "sessionId": resumed},
+    ]
+
+
+def test_a_broken_parent_chain_keeps_every_main_line_exchange_and_counts_what_it_left_out() -> None:
+    """A system line in the chain, a compaction boundary and a resumed part (a parent in
+    another file) each broke the walk back: only the last exchange was imported, and the
+    entries before it were dropped with no count."""
+    [session] = read_claude_code(lines_of(broken_chain_lines()), source="s.jsonl")
+    assert session.session_id == SID  # the file's first entry names it, as it grows too
+    assert [[m.content for m in t.messages] for t in session.turns] == [
+        ["Why does the build fail?", None, "missing header", "A header is missing."],
+        ["Fix it, and add a test", "Fixed, with a test."],
+        ["Now run the tests", "All pass."],
+        ["Commit it", "Committed."],
+    ]
+    text = json.dumps([m.to_dict() for t in session.turns for m in t.messages])
+    assert "ABANDONED" not in text and "SIDECHAIN" not in text and "SUMMARY" not in text
+    assert session.skipped == {"side chain (a subagent's work)": 2, "abandoned branch (rewound or edited away)": 2,
+                               "compaction summary (not a message of the conversation)": 1}
+    assert any("parent 0b7e1f52-3d7c-4c8e-a0f1-missing00001 is not in the file" in w for w in session.warnings)
+
+
+def test_a_turn_whose_tool_calls_the_file_never_answers_is_closed_as_interrupted() -> None:
+    """The file ends (or the next prompt begins) while a tool call waits: the turn is closed
+    the way chatflow closes an interrupted turn, not as if it had completed."""
+    entries = [entry("u1", None, "user", "run it"),
+               entry("a1", "u1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}],
+                     message={"id": "m1"}),
+               entry("u2", "a1", "user", "never mind"),
+               entry("a2", "u2", "assistant", [{"type": "tool_use", "id": "t2", "name": "Bash", "input": {}}],
+                     message={"id": "m2"})]
+    [session] = read_claude_code(lines_of(entries))
+    assert [t.outcome for t in session.turns] == ["interrupted", "interrupted"]
+    assert [m.role.value for m in session.turns[0].messages] == ["user", "model"]

@@ -15,13 +15,13 @@ import pytest
 from chatflow_cli.core.errors import ImportFormatError, UsageError
 from chatflow_cli.core.interop import export_lines, read_source
 from chatflow_cli.core.interop.importer import import_sessions
-from chatflow_cli.core.memory import SessionStore
+from chatflow_cli.core.memory import INTERRUPTED_TOOL_RESULT, SessionStore
 from chatflow_cli.core.events import EventType
 from chatflow_cli.core.messages import Message
 
 from .conftest import DATA
 from .sample import build_every_event_session, build_rich_session
-from .test_claude_code import lines_of, session_lines
+from .test_claude_code import broken_chain_lines, lines_of, session_lines
 
 
 def events_of(store: Any, session_id: str) -> list[tuple[int, str, dict[str, Any]]]:
@@ -225,6 +225,18 @@ def test_llm_logs_import_sessions_turns_tools_and_usage(make_store: Any) -> None
     assert [r.counts["turns"] for r in import_file(store, DATA / "llm-0.27-logs.db")] == [0, 0, 0]
 
 
+def test_an_llm_reply_cut_by_the_length_limit_imports_as_a_cut_turn(make_store: Any, tmp_path: Path) -> None:
+    from tests.helpers.llm_db import corrupted
+
+    db = corrupted(tmp_path, DATA / "llm-0.27-logs.db", "update responses set response_json = json_set("
+                   "response_json, '$.finish_reason', 'length') where prompt = 'How many people live there?'")
+    store = make_store()
+    first = import_file(store, db)[0].session_id
+    done = [e.payload.get("finish_reason") for e in store.events(first) if e.type == "turn.completed"]
+    assert done == [None, "length"]
+    assert store.load_turns(first)[1].messages[-1].finish_reason == "length"
+
+
 def test_claude_code_import(make_store: Any, tmp_path: Path) -> None:
     path = tmp_path / "4f35.jsonl"
     path.write_text("\n".join(lines_of(session_lines())) + "\n", encoding="utf-8")
@@ -234,6 +246,25 @@ def test_claude_code_import(make_store: Any, tmp_path: Path) -> None:
     turns = store.load_turns(result.session_id)
     assert turns[0].messages[2] == Message.tool("toolu_1", "error: missing header", name="Bash", is_error=True)
     assert store.list_sessions()[0].metadata["claude_code_cwd"] == "/home/ana/shop"
+
+
+def test_a_claude_code_file_imported_as_it_grows_ends_as_the_final_file_imported_once(make_store: Any,
+                                                                                     tmp_path: Path) -> None:
+    """Imported after every line Claude Code appends -- a prompt edited after its reply (the
+    branch imported before is abandoned), a compaction, a resumed part -- the session ends as
+    the final file imported once: no abandoned branch, no compaction summary as a turn."""
+    lines = lines_of(broken_chain_lines())
+    path = tmp_path / "s.jsonl"
+    growing = make_store("growing")
+    for k in range(2, len(lines) + 1):
+        path.write_text("\n".join(lines[:k]) + "\n", encoding="utf-8")
+        import_file(growing, path)
+    once = make_store("once")
+    [result] = import_file(once, path)
+    assert result.skipped["abandoned branch (rewound or edited away)"] == 2
+    assert [t[0].content for t in _live(once, result.session_id) if t] == [
+        "Why does the build fail?", "Fix it, and add a test", "Now run the tests", "Commit it"]
+    assert _live(growing, result.session_id) == _live(once, result.session_id)
 
 
 @pytest.mark.parametrize("fmt", ["md", "openai"])
@@ -269,7 +300,12 @@ def test_an_llm_conversation_read_mid_tool_loop_gets_its_turn_whole_later(make_s
     conn.close()
     store = make_store()
     tools = import_file(store, early)[1].session_id
-    assert store.load_turns(tools)[0].messages[-1].content == "No result in the imported log."
+    # the call has no result in the log: the turn is closed as chatflow closes an interrupted
+    # one (a synthetic result, turn.interrupted), not as if it had completed
+    waiting = store.load_turns(tools)[0].messages[-1]
+    assert (waiting.content, waiting.interrupted, waiting.is_error) == (INTERRUPTED_TOOL_RESULT, True, True)
+    ends = [e.type for e in store.events(tools) if e.type in ("turn.completed", "turn.interrupted")]
+    assert ends == ["turn.interrupted"]
     dry = import_file(store, DATA / "llm-0.27-logs.db", dry_run=True)
     real = import_file(store, DATA / "llm-0.27-logs.db")
     assert [(r.counts, r.warnings) for r in dry] == [(r.counts, r.warnings) for r in real]

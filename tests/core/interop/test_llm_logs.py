@@ -288,3 +288,52 @@ def test_a_reply_before_the_first_prompt_is_named_with_its_article(llm_logs_db: 
     db = corrupted(tmp_path, llm_logs_db, f"update messages set role = 'assistant' where hash = '{first_user}'")
     warnings = [w for s in read_llm_logs(db) for w in s.warnings]
     assert f"messages row {first_user}: an assistant message before the first prompt; skipped" in warnings
+
+
+def test_a_reply_llm_recorded_as_cut_by_the_length_limit_keeps_that_mark(tmp_path: Path) -> None:
+    """llm stores the model's response JSON; a streamed OpenAI reply cut by max_tokens has
+    ``"finish_reason": "length"`` there. The turn and its MODEL message keep the mark, as
+    chatflow marks a cut reply of its own; a reply that stopped normally has none."""
+    db = corrupted(tmp_path, OLD_DB, "update responses set response_json = json_set(response_json, "
+                                     "'$.finish_reason', 'length') where prompt = 'What is the capital of France?'")
+    first = read_llm_logs(db)[0]
+    cut, whole = first.turns
+    assert cut.finish_reason == "length"
+    assert cut.messages[-1] == Message.model("Paris is the capital.", finish_reason="length")
+    assert whole.finish_reason is None and whole.messages[-1].finish_reason is None
+
+
+def _oldest_logs_db(tmp_path: Path) -> Path:
+    """The 0.27 file with rows in llm's oldest table, ``logs``, as llm's migrations left it
+    (llm 0.5 kept the table when it held rows): a conversation of two prompts (the second
+    names the first in ``chat_id``) and a single prompt."""
+    db = tmp_path / "logs.db"
+    shutil.copy(OLD_DB, db)
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE [logs] ([id] INTEGER PRIMARY KEY, [model] TEXT, [prompt] TEXT, [system] TEXT, "
+                 "[prompt_json] TEXT, [options_json] TEXT, [response] TEXT, [response_json] TEXT, "
+                 "[reply_to_id] INTEGER REFERENCES [logs]([id]), [chat_id] INTEGER, [duration_ms] INTEGER, "
+                 "[datetime_utc] TEXT)")
+    rows = [(1, "gpt-3.5-turbo", "Name a colour", "Be terse.", "Blue.", None, "2023-06-01T09:00:00.000001"),
+            (2, "gpt-3.5-turbo", "Another", "Be terse.", "Red.", 1, "2023-06-01T09:00:30.000001"),
+            (3, "gpt-4", "What is 3+4?", None, "7", None, "2023-06-02T10:00:00.000001")]
+    for rid, model, prompt, system, response, chat, at in rows:
+        conn.execute("INSERT INTO logs (id, model, prompt, system, response, chat_id, duration_ms, datetime_utc) "
+                     "VALUES (?, ?, ?, ?, ?, ?, 900, ?)", (rid, model, prompt, system, response, chat, at))
+    conn.commit()
+    conn.close()
+    return db
+
+
+def test_rows_of_llms_oldest_logs_table_are_imported(tmp_path: Path) -> None:
+    """llm 0.5 moved to the responses tables and kept the older ``logs`` table when it held
+    rows: those conversations were skipped without a word."""
+    sessions = read_llm_logs(_oldest_logs_db(tmp_path))
+    assert len(sessions) == 5
+    colours, sums = sessions[0], sessions[1]  # the oldest first
+    assert colours.session_id == "llm-log-1" and colours.system == ["Be terse."]
+    assert [t.messages for t in colours.turns] == [[Message.user("Name a colour"), Message.model("Blue.")],
+                                                   [Message.user("Another"), Message.model("Red.")]]
+    assert colours.model == "gpt-3.5-turbo" and sums.turns[0].model == "gpt-4"
+    assert sums.session_id == "llm-log-3" and sums.system == []
+    assert {s.source_id for s in sessions[2:]} == {f"llm:{s.session_id}" for s in sessions[2:]}
