@@ -43,7 +43,8 @@ Mapping, in chatflow's terms:
   Code stopped) is closed as chatflow closes an interrupted turn: ``outcome``
   ``"interrupted"``, and the import adds the synthetic results.
 
-Times: a turn's is its user entry's ``timestamp``; the session was created at the first
+Times: a turn's is its user entry's ``timestamp``, and each message's the ``timestamp`` of
+the entry it comes from (a MODEL message's first entry); the session was created at the first
 timed entry of the conversation and updated at its last. An entry with no ``timestamp`` key
 has no time (a turn then takes the import's); one that is present and not an ISO 8601
 string is an error naming the line.
@@ -271,6 +272,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
         if msg.content is not None or msg.tool_calls or msg.reasoning:
             close_calls()  # a reply never follows unanswered calls in chatflow's history
             current_turn.messages.append(msg)
+            current_turn.times.append(model_msg["at"])
         for call in model_msg["calls"]:
             open_calls[call.id] = call
         if model_msg["model"]:
@@ -288,6 +290,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             return
         for call in list(open_calls.values()):
             current_turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
+            current_turn.times.append(None)
         open_calls.clear()
 
     def end_turn() -> None:
@@ -315,7 +318,8 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
                 count_skipped(skipped, SKIP_BEFORE_USER)
                 continue
             if model_msg is None:
-                model_msg = {"id": msg_id, "text": [], "thinking": [], "calls": [], "model": None, "usage": None}
+                model_msg = {"id": msg_id, "text": [], "thinking": [], "calls": [], "model": None, "usage": None,
+                             "at": times[number]}
             for block in blocks:
                 if not isinstance(block, dict):
                     continue
@@ -351,12 +355,13 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
                 Message.tool(call_id, _text_of(block.get("content")), name=call.name,
                              is_error=bool(block.get("is_error")))
             )
+            current_turn.times.append(times[number])
         text = content if isinstance(content, str) else (_text_of(text_blocks) if text_blocks else "")
         if not text.strip():
             continue
         end_turn()
         current_turn = ImportedTurn(key=entry["uuid"], messages=[Message.user(text)], created_at=times[number],
-                                    location=f"line {number}")
+                                    location=f"line {number}", times=[times[number]])
         turns.append(current_turn)
     flush_model()
     end_turn()

@@ -32,6 +32,12 @@ the import that it rolled back.
 A dry run is the same transaction, rolled back (``edit(..., dry_run=True)``): it fails
 exactly where the import would, and reports the same counts.
 
+Every event of an imported turn carries its message's time in the source (a turn's
+``times``, else its ``created_at``; the log's own event times for chatflow's format), not
+the time of the import, so message search ``--since`` and the ages it shows agree with
+``sessions ls``; the SYSTEM messages of a session it creates carry the source session's
+creation time, and the import's own ``session.imported`` event the import's time.
+
 The transaction creates the session when it is new (agent, ``max_turns``, metadata, SYSTEM
 messages, the source's title), and gives it the source's creation and last-activity times
 (:func:`_source_times`), so ``sessions ls`` and ``--since`` place imported history when it
@@ -45,14 +51,15 @@ rollbacks, failed and interrupted turns, interrupt requests, status, metadata ch
 usage, agent versions and their changes, compactions with their summaries, titles,
 archiving and unarchiving, recoveries, earlier imports, custom events: every type the
 store writes),
-so exporting the imported session gives the same events in the same ``seq`` order, apart
-from their times (the time of the import), the idempotency keys of custom events (not
+so exporting the imported session gives the same events in the same ``seq`` order and
+times, apart from the idempotency keys of custom events (not
 carried) and the ``session.imported`` event at the end. A compaction imported ``into`` a
 session after its own turns is left out (its summary does not cover the target's turns).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -177,12 +184,17 @@ def _event_chunks(session: ImportedSession, through: int = 0) -> list[_Chunk]:
             low = None
             for event in group:
                 try:
+                    at = event.get("created_at")  # the log's own time of the event
+                    ctx.set_event_time(at if isinstance(at, (int, float)) and not isinstance(at, bool)
+                                       and math.isfinite(at) else None)
                     _replay_event(ctx, event, offset)
                     if event["type"] == "rollback":
                         low = ctx.turn_count if low is None else min(low, ctx.turn_count)
                 except (ChatflowError, ValueError, TypeError, KeyError) as exc:
                     exc.import_location = _event_where(event)  # type: ignore[union-attr]
                     raise
+                finally:
+                    ctx.set_event_time(None)
             return low
         messages = [Message.from_dict(e["data"]["message"]) for e in group
                     if e["type"] in ("message.user", "message.model", "message.system", "tool.result")]
@@ -209,7 +221,10 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
     chunks = []
     for turn in session.turns:
         def change(ctx: SessionContext, offset: int, turn: Any = turn) -> int | None:
-            for msg in turn.messages:
+            at = turn.created_at  # each event keeps its message's time in the source, when known
+            for k, msg in enumerate(turn.messages):
+                at = turn.times[k] if k < len(turn.times) and turn.times[k] is not None else at
+                ctx.set_event_time(at)
                 ctx.add_message(_labelled(msg, ctx))
             if turn.outcome == "failed":
                 ctx.fail_turn(turn.error or "failed in the source")
@@ -220,6 +235,7 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
                                                   "tool_use_ids": [c.id for c in ctx.pending_tool_calls]})
             else:
                 ctx.complete_turn(turn.content, usage=turn.usage or None, finish_reason=turn.finish_reason)
+            ctx.set_event_time(None)
             return None
         chunks.append(_Chunk(key=f"turn:{turn.key}", change=change, turns=1, messages=len(turn.messages),
                              tool_calls=sum(len(m.tool_calls) for m in turn.messages),
@@ -273,8 +289,10 @@ class _Plan:
         live = before = ctx.turn_count  # the turns live before the import: those it rolls back are counted
         if started is None:
             keys[self.start_key] = str(offset)
+            ctx.set_event_time(session.created_at)  # the SYSTEM messages were there from the start
             for text in ([] if session.events is not None else session.system):  # a log replays its own
                 ctx.add_message(text if isinstance(text, Message) else Message.system(text))
+            ctx.set_event_time(None)
             if session.events is None and self.result.created:  # the title is the source's
                 if session.title:
                     ctx.restore_title(session.title)

@@ -336,8 +336,16 @@ def _close_calls(turn: ImportedTurn | None, open_calls: dict[str, ToolCall]) -> 
     follows unanswered calls in chatflow's history."""
     if turn is not None:
         for call in open_calls.values():
-            turn.messages.append(Message.tool(call.id, NO_RESULT, name=call.name, is_error=True))
+            _add(turn, Message.tool(call.id, NO_RESULT, name=call.name, is_error=True), None)
     open_calls.clear()
+
+
+def _add(turn: ImportedTurn, message: Message, at: float | None) -> None:
+    """Append ``message`` to ``turn`` with its time in the source (None: the one before it)."""
+    while len(turn.times) < len(turn.messages):
+        turn.times.append(None)
+    turn.messages.append(message)
+    turn.times.append(at)
 
 
 def _end_turn(turn: ImportedTurn | None, open_calls: dict[str, ToolCall]) -> None:
@@ -481,13 +489,14 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
                         count_skipped(session.skipped, SKIP_ORPHAN_RESULT)
                         continue
                     error = result["exception"] if "exception" in result.keys() else None
-                    turn.messages.append(Message.tool(call.id, str(result["output"] or error or ""),
-                                                      name=call.name, is_error=bool(error)))
+                    _add(turn, Message.tool(call.id, str(result["output"] or error or ""), name=call.name,
+                                            is_error=bool(error)), at)
             prompt = _join(*_fragments(conn, tables, "prompt_fragments", row["id"], source), row["prompt"] or "",
                            *_prompt_attachments(conn, tables, row["id"]))
             if prompt:
                 _end_turn(turn, open_calls)
-                turn = ImportedTurn(key=str(row["id"]), messages=[Message.user(prompt)], created_at=at, location=where)
+                turn = ImportedTurn(key=str(row["id"]), messages=[Message.user(prompt)], created_at=at, location=where,
+                                    times=[at])
                 session.turns.append(turn)
             elif turn is None:
                 session.warnings.append(f"{where}: a response with no prompt and nothing before it; skipped")
@@ -509,8 +518,7 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
             cut = _cut_reason(row["response_json"] if json_col else None)
             if text or calls or reasoning:
                 _close_calls(turn, open_calls)  # a reply never follows unanswered calls in chatflow's history
-                turn.messages.append(Message.model(text or None, calls, reasoning=reasoning or None,
-                                                   finish_reason=cut))
+                _add(turn, Message.model(text or None, calls, reasoning=reasoning or None, finish_reason=cut), at)
             turn.finish_reason = cut  # the turn's last reply says how it ended
             for call in calls:
                 open_calls[call.id] = call
@@ -680,6 +688,11 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
                     turn.created_at = _time(meta["datetime_utc"], source, f"turns row {meta['id']}")
                 _usage(meta, turn.usage, source, f"turns row {meta['id']}")
         _end_turn(turn, open_calls)
+        # the conversation began with its first message, not when llm made the thread row
+        # (a moment before or after it): the first model call's time
+        started = [t.created_at for t in session.turns if t.created_at is not None]
+        if started:
+            session.created_at = min(started)
         if session.turns:
             sessions.append((session, legacy))
     return sessions

@@ -52,7 +52,9 @@ class ImportedTurn:
     ``"completed"``, ``"interrupted"`` (the source says the reply was cut off) or
     ``"failed"`` (the turn's user message was never answered). ``location``: where the
     turn starts in the source (``line 7``, ``responses row 01h…``, ``messages row 3f…``),
-    named by errors about it.
+    named by errors about it. ``times``: when known, each message's time in the source (UTC
+    epoch seconds, parallel to ``messages``; a missing or None one takes the message's
+    before it, the first ``created_at``): the import gives each message's event that time.
     """
 
     key: str
@@ -64,6 +66,7 @@ class ImportedTurn:
     outcome: str = "completed"
     error: str | None = None
     location: str | None = None
+    times: list[float | None] = field(default_factory=list)
 
     @property
     def content(self) -> str:

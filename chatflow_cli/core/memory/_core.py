@@ -412,7 +412,7 @@ class _StoreCore:
             if op.text is not None and payload is op.payload and len(payload) == 2 and turn is not None:
                 # {"turn": n, "message": {...}}: its JSON is the message's checked JSON, wrapped
                 text = f'{{"turn":{turn},"message":{op.text}}}'
-            event = self._append(tx, row.session_id, op.type, payload, turn, text=text)
+            event = self._append(tx, row.session_id, op.type, payload, turn, text=text, created_at=op.at)
             events.append(event)
             holder = row.owner.token if row.owner is not None else None
             if turn is not None and op.kind == "event":

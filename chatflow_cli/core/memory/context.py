@@ -36,6 +36,8 @@ context never needs to know which store it is in.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -93,6 +95,9 @@ class JournalEntry:
     message: Message | None = None
     #: the message's compact JSON, checked once when it was added (stores write it as is)
     text: str | None = None
+    #: the event's time (UTC epoch seconds) when it is not the store's clock (history copied
+    #: from elsewhere: :meth:`SessionContext.set_event_time`)
+    at: float | None = None
 
 
 #: The event type a stored message of each role is recorded as.
@@ -360,13 +365,34 @@ class SessionContext:
         return tuple(self._local_events or ())
 
     # -- journal -----------------------------------------------------------------------
+    #: the time events journalled now carry (None: the store's clock when it writes them)
+    _event_time: float | None = None
+
+    def set_event_time(self, at: float | None) -> None:
+        """Give the events journalled from now on the time ``at`` (UTC epoch seconds) instead
+        of the time the store writes them; ``None``: the store's clock again. For history
+        copied from elsewhere (an import keeps each turn's time in its source, so message
+        search ``--since`` and its ages agree with ``sessions ls``). Changes nothing else.
+
+        Raises:
+            ValueError: ``at`` is not a finite number of seconds.
+        """
+        if at is not None:
+            if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
+                raise ValueError(f"an event time must be finite UTC epoch seconds, not {at!r}")
+            at = float(at)
+        self._event_time = at
+
     def _record(self, op: JournalEntry) -> None:
         if self._status is SessionStatus.TERMINATED and self._local_events is not None:
             raise SessionTerminatedError(f"session {self.session_id} is terminated", session_id=self.session_id)
+        if self._event_time is not None and op.at is None:
+            op = dataclasses.replace(op, at=self._event_time)
         self._journal.append(op)
         if self._local_events is not None:
             seq = len(self._local_events) + 1
-            self._local_events.append(Event(self.session_id, seq, op.type, op.payload, time.time()))
+            self._local_events.append(Event(self.session_id, seq, op.type, op.payload,
+                                            time.time() if op.at is None else op.at))
 
     # -- the seam to the stores (friend methods: only a store calls them) --------------
     def _pending(self) -> list[JournalEntry]:

@@ -465,6 +465,39 @@ def test_imported_sessions_keep_the_times_of_their_source(make_store: Any, tmp_p
     assert next(s for s in store.list_sessions() if s.session_id == "mine").created_at == made
 
 
+def test_imported_messages_keep_their_source_times_so_search_since_agrees_with_ls(make_store: Any,
+                                                                                 tmp_path: Path) -> None:
+    """Conversations from 18 months ago: every imported message's event carries its time in
+    the source, so ``search --since 7d`` does not find them while ``ls --since 7d`` does not
+    list them, and the hits' ages are the sources'. A session's created/updated times are its
+    first and last message's."""
+    from chatflow_cli.core.interop.records import parse_time
+    from tests.helpers.llm_db import corrupted
+
+    db = corrupted(tmp_path, DATA / "llm-0.27-logs.db",
+                   "update responses set datetime_utc = replace(datetime_utc, '2026-12-01', '2025-06-01')")
+    entries = session_lines()
+    for k, e in enumerate(entries):
+        if "timestamp" in e:
+            entries[k] = {**e, "timestamp": f"2025-06-02T10:0{k % 10}:00.000Z"}
+    claude = tmp_path / "old.jsonl"
+    claude.write_text("\n".join(lines_of(entries)) + "\n", encoding="utf-8")
+    store = make_store()
+    import_file(store, db)
+    [cc] = import_file(store, claude)
+    week = time.time() - 7 * 86400
+    assert store.list_sessions(since=week) == []
+    assert store.search("Paris", since=week) == [] and store.search("header", since=week) == []
+    [paris] = store.search("Paris")
+    assert paris.created_at == parse_time("2025-06-01T02:59:07.769496+00:00")
+    [fix] = store.search("ünïcødé")
+    assert fix.created_at == parse_time("2025-06-02T10:08:00Z")  # the prompt's entry, line 9
+    times = [e.created_at for e in store.events(cc.session_id) if e.type.startswith(("message.", "tool."))]
+    assert max(times) < week
+    summary = next(s for s in store.list_sessions() if s.session_id == cc.session_id)
+    assert (summary.created_at, summary.updated_at) == (min(times), max(times))
+
+
 def _chat(store: Any, session_id: str, *texts: str) -> None:
     for text in texts:
         s = store.get_or_create(session_id, "Assistant")
