@@ -40,8 +40,9 @@ type                       payload
 ``turn.interrupt_requested``  ``{"turn": int, "owner": str}`` another process asked the running
                            turn (its owner's token) to stop; it stops at its next chunk or tool
                            boundary and records ``turn.interrupted``
-``session.imported``       ``{"format": str, "source": str, "source_id": str, "counts": {...}}``
-                           an import added turns (``sessions import``; counts of what it added)
+``session.imported``       ``{"format": str, "source": str, "source_id": str, "counts": {...}, "turns": [int, int]}``
+                           an import added turns (``sessions import``; counts of what it added;
+                           ``turns``: the first and last turn it added from a reader's turns)
 ``session.titled``         ``{"title": str | None}`` the user set (or, None, cleared) the title
 ``session.archived``       ``{}`` the session was archived (no new turns until unarchived)
 ``session.unarchived``     ``{}`` it was brought back

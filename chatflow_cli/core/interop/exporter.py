@@ -123,6 +123,37 @@ def _turn_agents(events: list[Event]) -> dict[int, str | None]:
             if event.type == "message.user" and isinstance(event.payload.get("turn"), int)}
 
 
+#: Import formats whose turns chatflow's Runner never ran: what the model was sent is the
+#: source's own (its system prompt, stored as SYSTEM messages), never an agent's instructions.
+_OWN_PROMPT_FORMATS = ("llm", "claude-code", "openai")
+
+
+def _imported_turns(events: list[Event]) -> set[int]:
+    """The live turns an import of a source chatflow's Runner never ran added (llm, Claude
+    Code, an openai file): ``session.imported`` names them (``turns``: ``[first, last]``; a
+    log written before it did: its ``counts`` turns, the last ones before it). A turn number
+    used again later by a turn of chatflow's own is not one of them."""
+    found: set[int] = set()
+    last = 0
+    for event in events:
+        data = event.payload
+        if event.type == "message.user" and isinstance(data.get("turn"), int):
+            last = data["turn"]
+            found.discard(last)
+        elif event.type == "rollback" and isinstance(data.get("to_turn"), int):
+            last = min(last, data["to_turn"])
+        elif event.type == "turn.failed" and isinstance(data.get("turn"), int):
+            last = min(last, data["turn"] - 1)
+        elif event.type == "session.imported" and data.get("format") in _OWN_PROMPT_FORMATS:
+            span = data.get("turns")
+            counts = data.get("counts") if isinstance(data.get("counts"), dict) else {}
+            if isinstance(span, list) and len(span) == 2 and all(isinstance(n, int) for n in span):
+                found.update(range(span[0], span[1] + 1))
+            elif isinstance(counts.get("turns"), int):
+                found.update(range(last - counts["turns"] + 1, last + 1))
+    return found
+
+
 def _sdk_turn(messages: Iterable[Message]) -> bool:
     """The turn was added through the Agents SDK session (:mod:`chatflow_cli.core.sdk_session`):
     its messages carry the SDK's items. chatflow's own Runner never sets ``items``, and the
@@ -140,8 +171,10 @@ def export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool = Fals
     agent active when a turn began are that turn's first ``system`` message, as the Runner
     sent them (the store keeps agents by name only). Only turns chatflow's own Runner ran
     get them: a turn added through the Agents SDK session (its messages carry SDK items)
-    gets none, since chatflow never saw the SDK agent's instructions; the session's stored
-    SYSTEM messages are written either way.
+    gets none, since chatflow never saw the SDK agent's instructions, and neither does a turn
+    imported from a source chatflow's Runner never ran (llm, Claude Code, an openai file):
+    its model was sent that source's own system prompt, which the session stores as its
+    SYSTEM messages. The session's stored SYSTEM messages are written either way.
 
     What is written always imports back: a session with no live turn (none yet, or every
     turn failed or rolled back) has no conversation in the ``openai`` form, so nothing is
@@ -180,8 +213,9 @@ def _export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool,
                      "(failed and rolled-back turns are not part of the conversation)")
             return
         by_turn = _turn_agents(events) if instructions else {}
-        texts = [None if _sdk_turn(r.messages) else (instructions or {}).get(by_turn.get(r.number) or header["agent"] or "")
-                 for r in turns]
+        imported = _imported_turns(events) if instructions else set()
+        texts = [None if _sdk_turn(r.messages) or r.number in imported
+                 else (instructions or {}).get(by_turn.get(r.number) or header["agent"] or "") for r in turns]
         yield from export_openai(system, [list(r.messages) for r in turns], per_turn=per_turn,
                                  max_turns=header["settings"]["max_turns"], instructions=texts)
         return

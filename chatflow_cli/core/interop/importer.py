@@ -17,8 +17,9 @@ goes into that one transaction; source sessions with the same id share one too):
    (a Claude Code file, an llm tool loop) and grown since is imported again whole when it
    is still the target's last turn (the short copy rolled back, with a warning), and kept
    as it was, with a warning, when the session went on from there;
-3. one ``session.imported`` event (``format``, ``source``, ``source_id`` and the ``counts``
-   this run added) closes the transaction when it added anything.
+3. one ``session.imported`` event (``format``, ``source``, ``source_id``, the ``counts``
+   this run added and, for a reader's turns, ``turns``: ``[first, last]`` of the turns it
+   added) closes the transaction when it added anything.
 
 A newer export of a source imported before ends as a fresh import of it: a chatflow log
 applies every event after the last ``seq`` earlier imports applied (kept under the
@@ -122,9 +123,13 @@ class _Chunk:
 
 
 def _shift(payload: dict[str, Any], offset: int) -> dict[str, Any]:
+    out = dict(payload)
     if offset and isinstance(payload.get("turn"), int) and payload["turn"] > 0:
-        return {**payload, "turn": payload["turn"] + offset}
-    return dict(payload)
+        out["turn"] = payload["turn"] + offset
+    span = payload.get("turns")  # an earlier import's span of turns
+    if offset and isinstance(span, list) and all(isinstance(n, int) and not isinstance(n, bool) for n in span):
+        out["turns"] = [n + offset for n in span]
+    return out
 
 
 def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int) -> None:
@@ -307,6 +312,7 @@ class _Plan:
                 raise _Stale()
             ctx.rollback_to(self.rollback[0])  # turns the source no longer holds
             live = ctx.turn_count
+        first: int | None = None  # the first turn this import adds
         for chunk in self.todo:
             try:
                 if self.grown is not None and self.prefix + chunk.key == self.grown[0]:
@@ -314,6 +320,8 @@ class _Plan:
                         raise _Stale()
                     ctx.rollback_to(self.grown[1] - 1)  # the copy imported before, cut short, is rolled back
                     live = min(live, ctx.turn_count)
+                if first is None and chunk.turns and session.events is None:
+                    first = ctx.turn_count + 1
                 low = chunk.change(ctx, offset)  # the source's own rollbacks (a log)
                 live = min(live, ctx.turn_count if low is None else low)
                 if chunk.digest:  # the turn's number in the target and its content, to tell if it grows
@@ -335,6 +343,8 @@ class _Plan:
                                        "counts": self.result.counts}
             if session.created_at is not None:
                 payload["source_created_at"] = iso_time(session.created_at)
+            if first is not None and ctx.turn_count >= first:
+                payload["turns"] = [first, ctx.turn_count]  # the turns it added (exports name their source)
             ctx.record_event("session.imported", payload)
         return keys
 

@@ -4,6 +4,7 @@ rollbacks recorded the agent too."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +66,37 @@ def test_a_log_written_before_rollbacks_recorded_the_agent_is_replayed() -> None
     assert _turn_agents(events) == {1: "A", 2: "B"}
     cleared = [*events, Event("s", 8, "rollback", {"to_turn": 0, "removed_turns": [1, 2], "system": True})]
     assert _state_of(cleared)["agent"] == "A"
+
+
+def test_an_openai_export_of_an_imported_llm_conversation_holds_what_llm_sent(tmp_path: Path) -> None:
+    """llm sent its own system prompt (or none), never chatflow's agent instructions: the
+    export of an imported llm conversation starts with llm's system prompt alone, or with
+    the first prompt; a turn run by chatflow after the import gets its agent's instructions."""
+    from chatflow_cli.core.interop import read_source
+    from chatflow_cli.core.interop.importer import import_sessions
+    from chatflow_cli.core.memory import SessionStore
+
+    from .conftest import DATA
+
+    store = SessionStore()
+    fmt, sessions = read_source(str(DATA / "llm-0.27-logs.db"))
+    first, second, _ = import_sessions(store, sessions, fmt=fmt, source="logs.db")
+    instructions = {"Assistant": "You are chatflow's helpful assistant."}
+
+    def exported(session_id: str) -> list[dict[str, Any]]:
+        line = "".join(export_lines(store, session_id, "openai", instructions=instructions))
+        return json.loads(line)["messages"]
+
+    assert [m["role"] for m in exported(first.session_id)][:2] == ["system", "user"]
+    assert exported(first.session_id)[0]["content"] == "Be brief."
+    assert exported(second.session_id)[0] == {"role": "user", "content": "What is 2+3?"}
+    # chatflow goes on with the conversation: its own turn was sent the instructions
+    session = store.get_or_create(second.session_id, "Assistant")
+    session.add_message(Message.user("And 3+4?"))
+    session.add_message(Message.model("7"))
+    session.complete_turn("7")
+    store.save(session)
+    per_turn = [json.loads(x)["messages"] for x in export_lines(store, second.session_id, "openai", per_turn=True,
+                                                                instructions=instructions)]
+    assert per_turn[0][0]["role"] == "user"
+    assert per_turn[1][0] == {"role": "system", "content": "You are chatflow's helpful assistant."}

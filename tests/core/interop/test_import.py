@@ -218,7 +218,7 @@ def test_llm_logs_import_sessions_turns_tools_and_usage(make_store: Any) -> None
     imported = [e.payload for e in store.events(first) if e.type == "session.imported"]
     assert imported == [{"format": "llm", "source": str(DATA / "llm-0.27-logs.db"), "source_id": f"llm:{first}",
                          "counts": {"turns": 2, "messages": 5, "tool_calls": 0},
-                         "source_created_at": imported[0]["source_created_at"]}]
+                         "source_created_at": imported[0]["source_created_at"], "turns": [1, 2]}]
     window = store.window_turns(first)
     assert window[0].messages[0].content == "What is the capital of France?"
     assert store.load_turns(first, first=0)[0].messages == (Message.system("Be brief."),)
