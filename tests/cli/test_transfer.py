@@ -736,3 +736,30 @@ def test_an_older_export_imported_after_a_newer_one_adds_nothing(
         cut.write_text("\n".join(old.read_text(encoding="utf-8").split("\n")[:45]) + "\n", encoding="utf-8")
         short = chatflow("--db", str(tmp_path / "c.db"), "sessions", "import", str(cut))
         assert short.returncode == 2 and "the file is cut short" in short.stderr and str(cut) in short.stderr
+
+
+def test_an_import_reports_what_it_left_out_and_old_history_stays_old_in_search(chatflow: Any, tmp_path: Path) -> None:
+    """A Claude Code file from 18 months ago with a side chain, an edited prompt and a
+    compaction: the import says on stderr and in --json (also --dry-run) how many entries it
+    left out and why; ``sessions search --since 7d`` finds its messages no more than
+    ``sessions ls --since 7d`` lists the session, and ``search`` shows their age."""
+    from tests.core.interop.test_claude_code import broken_chain_lines
+
+    entries = broken_chain_lines()
+    for e in entries:
+        if "timestamp" in e:
+            e["timestamp"] = "2025-06-02T10:00:00.000Z"
+    path = tmp_path / "old.jsonl"
+    path.write_text("\n".join(lines_of(entries)) + "\n", encoding="utf-8")
+    dry = chatflow("sessions", "import", str(path), "--dry-run", "--json")
+    assert dry.returncode == 0, dry
+    skipped = {"side chain (a subagent's work)": 2, "abandoned branch (rewound or edited away)": 2,
+               "compaction summary (not a message of the conversation)": 1}
+    assert dry.json()["sessions"][0]["skipped"] == skipped
+    done = chatflow("sessions", "import", str(path))
+    assert done.returncode == 0 and "added 4 turns" in done.stdout, done
+    assert "left out 5 entries of the source: 2 side chain (a subagent's work), 2 abandoned branch" in done.stderr
+    assert chatflow("sessions", "ls", "--since", "7d", "--json").json() == []
+    assert chatflow("sessions", "search", "Committed", "--since", "7d", "--json").json() == []
+    [hit] = chatflow("sessions", "search", "Committed", "--json").json()
+    assert hit["age_s"] > 365 * 86400

@@ -146,7 +146,7 @@ def _imported_turns(events: list[Event]) -> set[int]:
             last = min(last, data["turn"] - 1)
         elif event.type == "session.imported" and data.get("format") in _OWN_PROMPT_FORMATS:
             span = data.get("turns")
-            counts = data.get("counts") if isinstance(data.get("counts"), dict) else {}
+            counts = data["counts"] if isinstance(data.get("counts"), dict) else {}
             if isinstance(span, list) and len(span) == 2 and all(isinstance(n, int) for n in span):
                 found.update(range(span[0], span[1] + 1))
             elif isinstance(counts.get("turns"), int):

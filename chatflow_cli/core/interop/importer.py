@@ -242,8 +242,12 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
                 ctx.complete_turn(turn.content, usage=turn.usage or None, finish_reason=turn.finish_reason)
             ctx.set_event_time(None)
             return None
-        chunks.append(_Chunk(key=f"turn:{turn.key}", change=change, turns=1, messages=len(turn.messages),
-                             tool_calls=sum(len(m.tool_calls) for m in turn.messages),
+        answered = {m.tool_call_id for m in turn.messages if m.role is Role.TOOL}
+        # an interrupted turn's waiting calls get their synthetic results from interrupt_turn
+        synthetic = sum(1 for m in turn.messages for c in m.tool_calls if c.id not in answered) \
+            if turn.outcome == "interrupted" else 0
+        chunks.append(_Chunk(key=f"turn:{turn.key}", change=change, turns=1,
+                             messages=len(turn.messages) + synthetic, tool_calls=sum(len(m.tool_calls) for m in turn.messages),
                              location=turn.location or f"turn {turn.key}",
                              digest=content_digest([[m.to_dict() for m in turn.messages], turn.outcome, turn.error]),
                              opening=turn.messages[0].content if turn.messages else None))

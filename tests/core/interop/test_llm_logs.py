@@ -337,3 +337,16 @@ def test_rows_of_llms_oldest_logs_table_are_imported(tmp_path: Path) -> None:
     assert colours.model == "gpt-3.5-turbo" and sums.turns[0].model == "gpt-4"
     assert sums.session_id == "llm-log-3" and sums.system == []
     assert {s.source_id for s in sessions[2:]} == {f"llm:{s.session_id}" for s in sessions[2:]}
+
+
+def test_a_thread_starts_at_its_first_model_call_not_at_its_thread_row(llm_logs_db: Path) -> None:
+    """llm makes a thread's row a moment apart from its first message (the model call's
+    ``turns`` row holds that time): the session began with its first message."""
+    from chatflow_cli.core.interop.records import parse_time
+
+    conn = sqlite3.connect(llm_logs_db)
+    for session in read_llm_logs(llm_logs_db):
+        first = min(t.created_at for t in session.turns if t.created_at is not None)
+        assert session.created_at == first
+        row = conn.execute("select datetime_utc from threads where id = ?", (session.session_id,)).fetchone()[0]
+        assert parse_time(row) != first
