@@ -32,15 +32,17 @@ turns too, rebuilt from the responses rows, with no ``turns`` row), and each mod
 ``turns`` row with the response's id. So a conversation found in both is one session: the
 older tables' turns, then the thread's newer ones; and a turn's key is its first response's
 id (the id of the ``turns`` row of its first call), whichever tables it is read from, so
-importing a ``logs.db`` again after llm upgraded it adds only the new turns. A reply llm's stored response JSON says was cut (``finish_reason`` ``length`` or
-``content_filter``, Anthropic's ``max_tokens``...) keeps that mark, on the MODEL message and
-the turn, as chatflow marks a cut reply of its own. A tool call with no result in the log is
-answered ``"No result in the imported log."`` when the model replied again in the same turn;
-when the turn ends with it unanswered (the tool loop stopped), the turn is closed as chatflow
-closes an interrupted turn, with synthetic results, not as a completed one.
+importing a ``logs.db`` again after llm upgraded it adds only the new turns. Each user
+prompt a turn with its model's replies, tool calls, tool results, the model and the token
+usage (summed over the calls of the turn).
 
-Each user prompt a turn with its model's replies, tool calls, tool results, the model
-and the token usage (summed over the calls of the turn). The conversation's name and llm's
+A reply whose response JSON llm stored (``responses.response_json``, ``turns.response_json``)
+says it was cut (``finish_reason`` ``length`` or ``content_filter``, Anthropic's
+``max_tokens``...) keeps that mark, on the MODEL message and the turn, as chatflow marks a
+cut reply of its own. A tool call with no result in the log is answered ``"No result in the
+imported log."`` when the model replied again in the same turn; when the turn ends with it
+unanswered (the tool loop stopped), the turn is closed as chatflow closes an interrupted
+turn, with synthetic results, not as a completed one. The conversation's name and llm's
 id go into the session's metadata (``llm_name``, ``llm_id``).
 """
 
@@ -48,12 +50,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .._stream import TRUNCATING_FINISH_REASONS, normalize_finish_reason
 from ..errors import ImportFormatError
-from ..messages import Message, ToolCall
+from ..messages import Message, Role, ToolCall
 from .claude_code import NO_RESULT, SKIP_BEFORE_USER, SKIP_ORPHAN_RESULT
 from .records import ImportedSession, ImportedTurn, count_skipped, parse_time
 
@@ -687,6 +690,11 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
                 if turn.created_at is None:
                     turn.created_at = _time(meta["datetime_utc"], source, f"turns row {meta['id']}")
                 _usage(meta, turn.usage, source, f"turns row {meta['id']}")
+                cut = _cut_reason(meta["response_json"] if "response_json" in meta.keys() else None)  # noqa: SIM118
+                last = turn.messages[-1]
+                if cut and role == "assistant" and last.role is Role.MODEL:
+                    turn.messages[-1] = replace(last, finish_reason=cut)
+                turn.finish_reason = cut  # the turn's last model call says how it ended
         _end_turn(turn, open_calls)
         # the conversation began with its first message, not when llm made the thread row
         # (a moment before or after it): the first model call's time

@@ -350,3 +350,13 @@ def test_a_thread_starts_at_its_first_model_call_not_at_its_thread_row(llm_logs_
         assert session.created_at == first
         row = conn.execute("select datetime_utc from threads where id = ?", (session.session_id,)).fetchone()[0]
         assert parse_time(row) != first
+
+
+def test_a_cut_reply_in_the_newer_schema_keeps_its_mark(llm_logs_db: Path, tmp_path: Path) -> None:
+    """llm 0.3x stores each model call's response JSON in its ``turns`` row."""
+    db = corrupted(tmp_path, llm_logs_db, "update turns set response_json = json_set(response_json, "
+                                          "'$.finish_reason', 'length') where rowid = 1")
+    cut, whole = read_llm_logs(db)[0].turns
+    assert cut.finish_reason == "length"
+    assert cut.messages[-1] == Message.model("Paris is the capital.", finish_reason="length")
+    assert whole.finish_reason is None and whole.messages[-1].finish_reason is None
