@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.errors import UsageError
-from chatflow_cli.core.memory import BaseSessionStore, SearchHit, parse_query
+from chatflow_cli.core.memory import BaseSessionStore, SearchHit, SessionContext, parse_query
 from chatflow_cli.core.memory.search import HIGHLIGHT_END, HIGHLIGHT_START, plain_snippet, to_fts5
 from chatflow_cli.core.messages import Message, ToolCall
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
@@ -229,3 +229,30 @@ def test_a_filter_that_keeps_few_of_many_matches_still_fills_the_page(any_store,
     assert _where(any_store.search("needle", agent="Rare")) == [("rare", 1)]
     assert len(any_store.search("needle", limit=100)) == 100
     assert _where(any_store.search("needle", session_id="rare")) == [("rare", 1)]
+
+
+def test_events_given_a_time_of_their_own_keep_it_and_search_since_follows_it(any_store, agent) -> None:
+    """History copied from elsewhere (an import) gives its events their time in the source
+    (``SessionContext.set_event_time``): every store writes that time, not its clock, so
+    ``search(since=...)`` and a hit's time follow it; events after ``set_event_time(None)``
+    take the clock again."""
+    any_store.clock = lambda: 1_700_000_000.0
+    then = 1_600_000_000.5
+
+    def change(ctx) -> None:
+        ctx.set_event_time(then)
+        ctx.add_message(Message.user("an old question about pelicans"))
+        ctx.add_message(Message.model("an old answer"))
+        ctx.complete_turn("an old answer")
+        ctx.set_event_time(None)
+        ctx.record_event("session.imported", {"format": "test"})
+
+    any_store.edit("old", change, create_agent=agent)
+    times = {e.type: e.created_at for e in any_store.events("old")}
+    assert times["message.user"] == times["message.model"] == times["turn.completed"] == then
+    assert times["session.imported"] == times["session.created"] == 1_700_000_000.0
+    assert any_store.search("pelicans", since=then + 1) == []
+    [hit] = any_store.search("pelicans")
+    assert hit.created_at == then
+    with pytest.raises(ValueError):
+        SessionContext("x", agent).set_event_time(float("nan"))
