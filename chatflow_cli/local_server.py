@@ -3,7 +3,7 @@
 :mod:`chatflow_cli.core.local` starts this module as a child (``python -m
 chatflow_cli.local_server [--chatflow-* options] [llama_cpp.server options]``); it is
 never imported by chatflow itself. It runs llama-cpp-python's server app under uvicorn,
-with four additions:
+with these additions:
 
 * **Extra CPU buffer types off** (``--chatflow-extra-bufts off``, the default chatflow
   passes). llama.cpp, built natively, picks an extra CPU buffer type for the weights when
@@ -17,6 +17,10 @@ with four additions:
   so this module sets it on the parameters of every model load
   (``llama_cpp.llama_model_load_from_file``) and reports what the load really used at
   ``GET /chatflow/health`` (``"use_extra_bufts"``).
+* **Requests take turns, never cut each other** (:func:`llama_settings`): llama.cpp's one
+  model instance answers one request at a time, and a request that arrives meanwhile waits
+  for the reply being streamed to end instead of interrupting it (``interrupt_requests``
+  off, whatever the options say).
 * **How it died is known to every chatflow**: the exit status (``Popen`` for a private
   server, the supervisor's record for a warm one) names the signal -- SIGILL or SIGSEGV
   where a VM traps AMX, depending on the hypervisor.
@@ -163,11 +167,20 @@ def _record_loads() -> None:
     lib.llama_model_load_from_file = load
 
 
-def _llama_app(argv: list[str]) -> tuple[Any, str, int]:
-    """llama-cpp-python's server app from its command-line options (``python -m llama_cpp.server``'s)."""
+def llama_settings(argv: list[str]) -> tuple[Any, list[Any]]:
+    """llama-cpp-python's ``(ServerSettings, [ModelSettings])`` from its command-line options
+    (``python -m llama_cpp.server``'s), with the settings chatflow's server always runs with.
+
+    ``interrupt_requests`` is always off, whatever ``argv`` says: llama-cpp-python's default
+    ends the reply being streamed (``data: [DONE]`` without a finish reason) as soon as
+    another request arrives, and its one model instance answers one request at a time. Off,
+    a request that arrives while another is answered waits for it (its response has started,
+    and the server's SSE pings every 15 s keep the waiting client's read timeout from running
+    out), so several chatflow processes on one warm server take turns instead of cutting each
+    other's replies.
+    """
     import argparse
 
-    from llama_cpp.server.app import create_app
     from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
     from llama_cpp.server.settings import ModelSettings, ServerSettings, Settings
 
@@ -176,7 +189,16 @@ def _llama_app(argv: list[str]) -> tuple[Any, str, int]:
     args = parser.parse_args(argv)
     # parse_model_from_args returns an instance of the model class it is given
     server_settings = cast(ServerSettings, parse_model_from_args(ServerSettings, args))
+    server_settings.interrupt_requests = False
     model_settings = [cast(ModelSettings, parse_model_from_args(ModelSettings, args))]
+    return server_settings, model_settings
+
+
+def _llama_app(argv: list[str]) -> tuple[Any, str, int]:
+    """llama-cpp-python's server app from its command-line options (see :func:`llama_settings`)."""
+    from llama_cpp.server.app import create_app
+
+    server_settings, model_settings = llama_settings(argv)
     app = create_app(server_settings=server_settings, model_settings=model_settings)
     return app, server_settings.host, int(server_settings.port)
 

