@@ -1,6 +1,7 @@
 """The real local model (SmolLM2 through llama.cpp's server) shared and at its limits, issue 30:
 several ``chatflow`` processes on the warm server take turns instead of cutting each other's
-replies.
+replies, and a conversation over the model's context is named as such (with the context size
+the server really runs with).
 """
 
 from __future__ import annotations
@@ -87,3 +88,35 @@ def test_a_repl_reply_during_a_one_shot_completes(isolated_home: Path) -> None:
         repl.close()
         if one_shot is not None and one_shot.poll() is None:
             one_shot.kill()
+
+
+# -- 2. over the context ----------------------------------------------------------------------
+def test_a_conversation_over_the_local_context_is_named_with_the_real_size(isolated_home: Path) -> None:
+    """The server runs with 2,048 tokens (chatflow's option): a message of about 3,000
+    tokens, sent whole because --max-context-tokens claims more room, is refused with the
+    sizes and what helps, not as an empty stream."""
+    long_message = "Please remember these words: " + " ".join(["harbour lantern"] * 1500)
+    r = run_chatflow("chat", "-s", "big", "--max-context-tokens", "16000", long_message, timeout=300)
+    assert r.returncode == 5, r
+    [line] = [ln for ln in r.stderr_lines if ln.startswith("chatflow: error:")]
+    assert "no longer fits the local model's context" in line, line
+    assert "; the model runs with 2,048)" in line and "compact" in line and "--max-context-tokens" in line, line
+    assert "empty stream" not in r.stderr and "send the message again" not in r.stderr
+
+
+def test_the_context_size_is_the_one_the_server_runs_with() -> None:
+    """The server's options may set another n_ctx than chatflow's (the last --n_ctx wins):
+    the size chatflow budgets and names is the one the loaded model has."""
+    from chatflow_cli.core.local import LocalModel
+
+    with LocalModel(keep_alive=0, extra_args=["--n_ctx", "1024"]) as local:
+        assert local.server.options.n_ctx == 2048 and local.n_ctx == 1024
+        client = local.client(timeout=120)
+        from chatflow_cli.core.errors import BadRequestError
+
+        with pytest.raises(BadRequestError, match=r"no longer fits the local model's context \(the request has "
+                                                  r"\d[\d,]* tokens; the model runs with 1,024\)") as caught:
+            client.complete(local.model, [{"role": "user", "content": " ".join(["harbour lantern"] * 700)}],
+                            max_tokens=8)
+        assert caught.value.exit_code == 5
+        client.close()

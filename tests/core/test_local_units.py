@@ -124,3 +124,18 @@ def test_the_server_never_interrupts_a_reply_for_a_new_request(extra: list[str])
     assert server.interrupt_requests is False
     assert model.model == "m.gguf" and model.n_ctx == 2048
 
+
+def test_a_failed_stream_ends_with_an_error_event_naming_the_context() -> None:
+    from chatflow_cli.local_server import _events_or_error, stream_error
+
+    def over() -> object:
+        yield {"choices": []}
+        raise ValueError("Requested tokens (3012) exceed context window of 2048")
+
+    events = list(_events_or_error(over))
+    assert events[0] == {"choices": []}
+    error = events[1]["error"]
+    assert (error["code"], error["prompt_tokens"], error["n_ctx"]) == ("context_length_exceeded", 3012, 2048)
+    assert "3012 tokens" in error["message"]
+    other = stream_error(RuntimeError("the template failed"))["error"]
+    assert other["type"] == "server_error" and other["message"] == "RuntimeError: the template failed"
