@@ -148,7 +148,7 @@ def assemble(
         # the context size: --max-context-tokens, config's, else per agent, the local n_ctx, the model table
         context = max_context_tokens or settings.max_context_tokens
         if context is None and local is not None:
-            context = getattr(getattr(local.server, "options", None), "n_ctx", None)
+            context = local.n_ctx  # what the running server reports, not the option it was started with
         runner = Runner(start, store, model_client=client, default_model=default_model, temperature=temperature,
                         max_context_tokens=context, compact_at=settings.compact_at,
                         compact_prompt=settings.compact_prompt)

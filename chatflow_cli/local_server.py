@@ -3,7 +3,7 @@
 :mod:`chatflow_cli.core.local` starts this module as a child (``python -m
 chatflow_cli.local_server [--chatflow-* options] [llama_cpp.server options]``); it is
 never imported by chatflow itself. It runs llama-cpp-python's server app under uvicorn,
-with four additions:
+with these additions:
 
 * **Extra CPU buffer types off** (``--chatflow-extra-bufts off``, the default chatflow
   passes). llama.cpp, built natively, picks an extra CPU buffer type for the weights when
@@ -17,13 +17,22 @@ with four additions:
   so this module sets it on the parameters of every model load
   (``llama_cpp.llama_model_load_from_file``) and reports what the load really used at
   ``GET /chatflow/health`` (``"use_extra_bufts"``).
+* **Requests take turns, never cut each other** (:func:`llama_settings`): llama.cpp's one
+  model instance answers one request at a time, and a request that arrives meanwhile waits
+  for the reply being streamed to end instead of interrupting it (``interrupt_requests``
+  off, whatever the options say).
+* **A streamed reply that fails says why** (:func:`report_stream_errors`): an exception
+  after the event stream began -- a prompt over the context, above all -- ends the stream
+  with an ``{"error": ...}`` event (``code: "context_length_exceeded"``, ``prompt_tokens``
+  and ``n_ctx`` for the context) instead of an empty stream.
 * **How it died is known to every chatflow**: the exit status (``Popen`` for a private
   server, the supervisor's record for a warm one) names the signal -- SIGILL or SIGSEGV
   where a VM traps AMX, depending on the hypervisor.
 * **A guard** in front of the app: with a token (environment variable
   ``CHATFLOW_LOCAL_TOKEN``) every request must carry ``Authorization: Bearer <token>``
   (401 otherwise); ``GET /chatflow/health`` answers ``{"instance", "pid", "version",
-  "model", "use_extra_bufts", "in_flight", "reservations"}``; requests in flight and the time
+  "model", "use_extra_bufts", "n_ctx", "in_flight", "reservations"}`` (``n_ctx``: the context
+  size in tokens of the loaded model, as llama.cpp set it up); requests in flight and the time
   of the last one are counted for the idle shutdown. ``GET /chatflow/health?lease=SECONDS&id=ID``
   also *reserves* the server for a process about to use it: the idle clock does not run out
   while a reservation is open, and each reservation ends at the next completion request
@@ -53,6 +62,7 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -68,7 +78,7 @@ HEALTH_PATH = "/chatflow/health"
 MAX_LEASE = 120.0
 
 #: What the model loads really used (``None`` until a model was loaded).
-_loaded: dict[str, Any] = {"use_extra_bufts": None}
+_loaded: dict[str, Any] = {"use_extra_bufts": None, "n_ctx": None}
 
 
 class _Options:
@@ -120,6 +130,19 @@ def _split_args(argv: list[str]) -> tuple[_Options, list[str]]:
     return opts, rest
 
 
+def _option_int(argv: list[str], name: str) -> int | None:
+    """The positive int value of the last ``name VALUE`` in ``argv``, else ``None``."""
+    value = None
+    for i, arg in enumerate(argv[:-1]):
+        if arg == name:
+            value = argv[i + 1]
+    try:
+        number = int(value) if value is not None else 0
+    except ValueError:
+        return None
+    return number if number > 0 else None
+
+
 # ---------------------------------------------------------------------------------------
 # extra buffer types off
 # ---------------------------------------------------------------------------------------
@@ -163,11 +186,20 @@ def _record_loads() -> None:
     lib.llama_model_load_from_file = load
 
 
-def _llama_app(argv: list[str]) -> tuple[Any, str, int]:
-    """llama-cpp-python's server app from its command-line options (``python -m llama_cpp.server``'s)."""
+def llama_settings(argv: list[str]) -> tuple[Any, list[Any]]:
+    """llama-cpp-python's ``(ServerSettings, [ModelSettings])`` from its command-line options
+    (``python -m llama_cpp.server``'s), with the settings chatflow's server always runs with.
+
+    ``interrupt_requests`` is always off, whatever ``argv`` says: llama-cpp-python's default
+    ends the reply being streamed (``data: [DONE]`` without a finish reason) as soon as
+    another request arrives, and its one model instance answers one request at a time. Off,
+    a request that arrives while another is answered waits for it (its response has started,
+    and the server's SSE pings every 15 s keep the waiting client's read timeout from running
+    out), so several chatflow processes on one warm server take turns instead of cutting each
+    other's replies.
+    """
     import argparse
 
-    from llama_cpp.server.app import create_app
     from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
     from llama_cpp.server.settings import ModelSettings, ServerSettings, Settings
 
@@ -176,9 +208,88 @@ def _llama_app(argv: list[str]) -> tuple[Any, str, int]:
     args = parser.parse_args(argv)
     # parse_model_from_args returns an instance of the model class it is given
     server_settings = cast(ServerSettings, parse_model_from_args(ServerSettings, args))
+    server_settings.interrupt_requests = False
     model_settings = [cast(ModelSettings, parse_model_from_args(ModelSettings, args))]
-    app = create_app(server_settings=server_settings, model_settings=model_settings)
+    return server_settings, model_settings
+
+
+def _llama_app(argv: list[str]) -> tuple[Any, str, int]:
+    """llama-cpp-python's server app from its command-line options (see :func:`llama_settings`)."""
+    from llama_cpp.server import app as server_app
+
+    server_settings, model_settings = llama_settings(argv)
+    report_stream_errors()
+    app = server_app.create_app(server_settings=server_settings, model_settings=model_settings)
+    _loaded["n_ctx"] = _served_n_ctx(server_app)
     return app, server_settings.host, int(server_settings.port)
+
+
+def _served_n_ctx(server_app: Any) -> int | None:
+    """The context size (tokens) of the model the app loaded: what llama.cpp made of
+    ``--n_ctx`` (``0`` is the model's own training context), or ``None`` if unknown."""
+    try:
+        proxy = getattr(server_app, "_llama_proxy", None)
+        value = proxy().n_ctx() if proxy is not None else None
+    except Exception:  # noqa: BLE001 - another llama-cpp-python layout: the option is the next best
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+#: llama.cpp's words for a prompt longer than the context (``Llama._create_completion``).
+_OVER_CONTEXT = re.compile(r"Requested tokens \((\d+)\) exceed context window of (\d+)")
+
+
+def stream_error(exc: Exception) -> dict[str, Any]:
+    """The ``{"error": ...}`` event that ends a streamed reply which failed with ``exc``.
+
+    A prompt over the context is ``code: "context_length_exceeded"`` with ``prompt_tokens``
+    and ``n_ctx``; anything else ``type: "server_error"`` with the exception's text.
+    """
+    match = _OVER_CONTEXT.search(str(exc))
+    if match is not None:
+        prompt, n_ctx = int(match.group(1)), int(match.group(2))
+        return {"error": {"message": f"the prompt has {prompt} tokens, over the model's context of {n_ctx}",
+                          "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded",
+                          "prompt_tokens": prompt, "n_ctx": n_ctx}}
+    return {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error", "param": None,
+                      "code": None}}
+
+
+def report_stream_errors() -> None:
+    """Make a streamed completion that fails end with an error event, never an empty stream.
+
+    llama-cpp-python's server answers a streamed request with HTTP 200 and its event stream
+    before the model sees the prompt; an exception raised then (a prompt over the context,
+    a chat template that cannot format the messages) ends that stream with no event at all.
+    This wraps ``Llama.create_chat_completion`` (what ``/v1/chat/completions`` calls) so
+    that, for ``stream=True``, such an exception becomes one last chunk ``{"error": ...}``
+    (:func:`stream_error`), which OpenAI-compatible clients, chatflow's included, read as
+    the server's error. (Not ``create_completion``: the chat handlers consume its chunks
+    themselves, and an error chunk there would break them.)
+    """
+    import llama_cpp
+
+    original = llama_cpp.Llama.create_chat_completion
+    if getattr(original, "_chatflow_wrapped", False):
+        return
+
+    def create_chat_completion(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("stream"):
+            return original(self, *args, **kwargs)
+        return _events_or_error(lambda: original(self, *args, **kwargs))
+
+    setattr(create_chat_completion, "_chatflow_wrapped", True)  # noqa: B010 - a mark on a function object
+    setattr(llama_cpp.Llama, "create_chat_completion", create_chat_completion)  # noqa: B010 - a patch
+
+
+def _events_or_error(start: Callable[[], Any]) -> Any:
+    """The chunks of ``start()``'s stream, then, if it failed, its error event."""
+    try:
+        yield from start()
+    except Exception as exc:  # noqa: BLE001 - every failure is reported, none ends the stream silently
+        sys.stderr.write(f"chatflow: the streamed reply failed: {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
+        yield stream_error(exc)
 
 
 # ---------------------------------------------------------------------------------------
@@ -249,7 +360,8 @@ class Guard:
             elif scope.get("path") == HEALTH_PATH:
                 self._reserve(scope)
                 body = dict(self.info, pid=os.getpid(), in_flight=self.in_flight - 1,
-                            reservations=len(self.leases), use_extra_bufts=_loaded["use_extra_bufts"])
+                            reservations=len(self.leases), use_extra_bufts=_loaded["use_extra_bufts"],
+                            n_ctx=_loaded["n_ctx"])
                 await _send_json(send, 200, body)
             else:
                 if scope.get("method") == "POST":
@@ -427,6 +539,8 @@ def main(argv: list[str] | None = None) -> None:
             disable_extra_buffer_types()
         factory = _llama_app
     app, host, port = factory(rest)
+    if _loaded["n_ctx"] is None:  # another app (the tests' stand-in): the option it was given
+        _loaded["n_ctx"] = _option_int(rest, "--n_ctx")
     info = {"instance": opts.instance, "version": opts.version, "model": opts.model_path,
             "keep_alive": opts.keep_alive}
     guard = Guard(app, token=token, info=info)

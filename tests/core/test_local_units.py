@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 from pathlib import Path
 
@@ -108,3 +109,33 @@ def test_the_embedded_model_is_started_with_extra_buffer_types_off(tmp_path: Pat
     assert argv[argv.index("--chatflow-extra-bufts") + 1] == "off"
     assert "--chatflow-app" not in argv
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python is not installed")
+@pytest.mark.parametrize("extra", [[], ["--interrupt_requests", "true"]])
+def test_the_server_never_interrupts_a_reply_for_a_new_request(extra: list[str]) -> None:
+    """llama-cpp-python's default cuts the reply being streamed when another request comes
+    (``interrupt_requests``): chatflow's server runs with it off whatever the options say,
+    so a second chatflow process waits for its turn (checked on the real model in
+    tests/cli/test_local_model_limits.py)."""
+    from chatflow_cli.local_server import llama_settings
+
+    server, [model] = llama_settings(["--model", "m.gguf", "--n_ctx", "2048", *extra])
+    assert server.interrupt_requests is False
+    assert model.model == "m.gguf" and model.n_ctx == 2048
+
+
+def test_a_failed_stream_ends_with_an_error_event_naming_the_context() -> None:
+    from chatflow_cli.local_server import _events_or_error, stream_error
+
+    def over() -> object:
+        yield {"choices": []}
+        raise ValueError("Requested tokens (3012) exceed context window of 2048")
+
+    events = list(_events_or_error(over))
+    assert events[0] == {"choices": []}
+    error = events[1]["error"]
+    assert (error["code"], error["prompt_tokens"], error["n_ctx"]) == ("context_length_exceeded", 3012, 2048)
+    assert "3012 tokens" in error["message"]
+    other = stream_error(RuntimeError("the template failed"))["error"]
+    assert other["type"] == "server_error" and other["message"] == "RuntimeError: the template failed"

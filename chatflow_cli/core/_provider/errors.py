@@ -221,11 +221,15 @@ def map_error(exc: BaseException, endpoint: Endpoint, *, model: str | None, mid_
 
     Returns:
         The error, with ``request_id`` (the server's ``x-request-id``, also named in the
-        message; ``None`` when absent) and neither ``__cause__`` nor ``__context__`` (the
+        message; ``None`` when absent), ``error_code`` (the ``code`` of the server's error
+        object -- an error answer's or an error event's -- such as ``"context_length_exceeded"``;
+        ``None`` when absent) and neither ``__cause__`` nor ``__context__`` (the
         original may echo the key); callers raise it ``from None`` outside their ``except``.
     """
     kind, detail = _failure(exc, endpoint.transport)
     mapped = _error_of(kind, detail, exc, endpoint, model=model, mid_stream=mid_stream)
+    code = _error_code(getattr(exc, "body", None)) if kind in (_STATUS, _ERROR_EVENT) else None
+    mapped.error_code = code  # type: ignore[attr-defined]
     request_id = getattr(exc, "request_id", None)
     request_id = request_id if isinstance(request_id, str) and request_id else None
     mapped.request_id = request_id  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from typing import Any
 from ._process import get_json
 from .options import HEALTH_PATH, SERVER_MODULE
 
-__all__ = ["RESERVATION", "Flock", "chatflow_version", "exit_record", "file_id", "is_healthy", "is_server",
+__all__ = ["RESERVATION", "Flock", "chatflow_version", "exit_record", "file_id", "health", "is_healthy", "is_server",
            "local_dir", "read_state", "server_pid", "state_files", "write_private"]
 
 
@@ -100,19 +100,26 @@ def local_dir(data_dir: str | os.PathLike[str]) -> Path:
 RESERVATION = 30.0
 
 
-def is_healthy(state: dict[str, Any], timeout: float = 2.0, *, reserve: str | None = None) -> bool:
-    """The server of ``state`` answers ``/chatflow/health`` with the token, as that instance.
-    ``reserve``: a reservation id; also reserve the server for :data:`RESERVATION` seconds or
-    until the next completion request, so it does not idle out before this process's
-    request (asking again with the same id renews that reservation)."""
+def health(state: dict[str, Any], timeout: float = 2.0, *, reserve: str | None = None) -> dict[str, Any] | None:
+    """The ``/chatflow/health`` answer of the server of ``state`` (asked with its token), or
+    ``None`` when it does not answer as that instance. ``reserve``: a reservation id; also
+    reserve the server for :data:`RESERVATION` seconds or until the next completion request,
+    so it does not idle out before this process's request (asking again with the same id
+    renews that reservation)."""
     query = f"?lease={RESERVATION:g}&id={reserve}" if reserve else ""
     try:
         url = f"http://127.0.0.1:{int(state['port'])}{HEALTH_PATH}{query}"
         token, instance = str(state["token"]), str(state["instance"])
     except (KeyError, TypeError, ValueError):
-        return False
+        return None
     status, data = get_json(url, token, timeout)
-    return status == 200 and isinstance(data, dict) and data.get("instance") == instance
+    return data if status == 200 and isinstance(data, dict) and data.get("instance") == instance else None
+
+
+def is_healthy(state: dict[str, Any], timeout: float = 2.0, *, reserve: str | None = None) -> bool:
+    """The server of ``state`` answers ``/chatflow/health`` with the token, as that instance
+    (``reserve``: as :func:`health`)."""
+    return health(state, timeout, reserve=reserve) is not None
 
 
 def exit_record(state_path: Path, instance: str, *, wait: float) -> dict[str, Any] | None:

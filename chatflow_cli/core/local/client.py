@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from typing import Any, Generator, Unpack
 
-from ..errors import ChatflowError, LocalModelError, NetworkError, ProviderResponseError
+from ..errors import BadRequestError, ChatflowError, LocalModelError, NetworkError, ProviderResponseError
 from .crash import LocalServerCrashedError
 from .options import DEFAULT_KEEP_ALIVE, ServerOptions, ServerSettings
 from .private import LocalServer
@@ -17,6 +18,9 @@ from .warm import SharedLocalServer
 __all__ = ["LocalModel", "LocalModelClient"]
 
 log = logging.getLogger("chatflow_cli.core.local")
+
+#: How chatflow's local server words a prompt over the context (``local_server.stream_error``).
+_PROMPT_TOKENS = re.compile(r"the prompt has (\d+) tokens")
 
 
 class LocalModel:
@@ -57,6 +61,13 @@ class LocalModel:
     @property
     def started(self) -> bool:
         return bool(self.server.started)
+
+    @property
+    def n_ctx(self) -> int:
+        """The context size (tokens) the model runs with: what the started server reports,
+        else the ``n_ctx`` option it was started with."""
+        reported = getattr(self.server, "n_ctx", None)
+        return reported if isinstance(reported, int) and reported > 0 else int(self.server.options.n_ctx)
 
     @property
     def base_url(self) -> str:
@@ -145,7 +156,11 @@ class LocalModelClient:
         return turn
 
     def crash_or(self, exc: ChatflowError) -> ChatflowError:
-        """``exc``, or the crash of the server that caused it."""
+        """``exc``, or the crash of the server that caused it, or, for a request over the
+        model's context, the :class:`~chatflow_cli.core.errors.BadRequestError` that says so
+        (:meth:`over_context`)."""
+        if getattr(exc, "error_code", None) == "context_length_exceeded":
+            return self.over_context(exc)
         if not isinstance(exc, (ProviderResponseError, NetworkError)) or isinstance(exc, LocalModelError):
             return exc
         crashed: ChatflowError | None = self.server.wait_death(self.DEATH_WAIT)
@@ -153,6 +168,25 @@ class LocalModelClient:
             return exc
         crashed.session_id = exc.session_id
         return crashed
+
+    def over_context(self, exc: ChatflowError) -> ChatflowError:
+        """The error for a request the server refused as longer than its context (exit 5):
+        it names the sizes and what helps -- compaction, or a smaller ``--max-context-tokens``
+        so that fewer earlier turns are sent (one message that alone is too long must be
+        shortened)."""
+        n_ctx = getattr(self.server, "n_ctx", None) or getattr(getattr(self.server, "options", None), "n_ctx", None)
+        found = _PROMPT_TOKENS.search(exc.message)
+        parts = [f"the request has {int(found.group(1)):,} tokens"] if found else []
+        if isinstance(n_ctx, int):
+            parts.append(f"the model runs with {n_ctx:,}")
+        sizes = f" ({'; '.join(parts)})" if parts else ""
+        error = BadRequestError(
+            f"the conversation no longer fits the local model's context{sizes}: compact the session "
+            "(/compact in the REPL, chatflow sessions compact ID) or set a smaller --max-context-tokens "
+            "(max_context_tokens in config.toml) so that fewer earlier turns are sent; a single message "
+            "this long must be shortened", session_id=exc.session_id)
+        error.error_code = "context_length_exceeded"  # type: ignore[attr-defined]
+        return error
 
     def crash_of(self, turn: Any) -> ChatflowError | None:
         """The crash of the server when ``turn`` (a streamed reply) broke off because it

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 import signal
+from pathlib import Path
 
+from .._local_probe import REINSTALL_MODEL, installed_file_damage, local_model_path
 from ..errors import LocalModelError
 
 __all__ = ["AGAIN", "LocalServerCrashedError", "crash_error", "describe_exit", "stopped_error"]
@@ -110,15 +112,60 @@ def _hint(returncode: int | None, log_path: str | None) -> str:
     return hint
 
 
-def crash_error(returncode: int | None, tail: str, *, phase: str, log_path: str | None = None
-                ) -> LocalServerCrashedError:
-    """The one-line :class:`LocalServerCrashedError` for a server that died."""
+def crash_error(returncode: int | None, tail: str, *, phase: str, log_path: str | None = None,
+                model: Path | None = None) -> LocalServerCrashedError:
+    """The one-line :class:`LocalServerCrashedError` for a server that died.
+
+    ``model``: the model file of a server that died while starting. When that file is not
+    what its package installed (:func:`~chatflow_cli.core._local_probe.installed_file_damage`),
+    or llama.cpp said it could not load it, the line says so and how to put it back, instead
+    of suggesting to send the message again (which would load the same file).
+    """
     lines = _useful_lines(tail)
     said = ("; its output ends: " + " | ".join(repr(ln) for ln in lines)) if lines else "; it wrote nothing"
+    if phase == "starting" and model is not None:
+        damaged = _model_file_error(model, returncode, tail, log_path)
+        if damaged is not None:
+            return damaged
     when = "while starting" if phase == "starting" else "while answering"
     message = (f"the local model server crashed {when}: {describe_exit(returncode)}{said}; "
                f"{_hint(returncode, log_path)}")
     return LocalServerCrashedError(message, returncode=returncode, phase=phase, output_tail=tail)
+
+
+#: llama.cpp's and llama-cpp-python's words for a model file they could not load.
+_LOAD_FAILED = re.compile(r"(?i)failed to load model|error loading model|corrupted or incomplete"
+                          r"|failed to read (?:magic|header|tensor)|invalid magic|gguf_init_from_file[a-z_]*: ")
+
+
+def _model_file_error(model: Path, returncode: int | None, tail: str,
+                      log_path: str | None) -> LocalServerCrashedError | None:
+    """The error for a server that could not start on its model file, or ``None`` when the
+    file is not to blame as far as can be told."""
+    installed = local_model_path()
+    packaged = installed is not None and _same_file(installed, model)
+    damage = installed_file_damage(model) if packaged else None
+    log = f"; its log: {log_path}" if log_path else ""
+    if damage is not None:
+        message = (f"the local model file {model} is damaged ({damage}), so the local model server could not "
+                   f"start (it {describe_exit(returncode)}); reinstall it: {REINSTALL_MODEL}{log}")
+    elif not packaged and _LOAD_FAILED.search(tail):
+        # the first such line is the cause (``error loading model: tensor ... is corrupted or incomplete``)
+        cause = next(ln.strip() for ln in tail.splitlines() if _LOAD_FAILED.search(ln))
+        cause = cause if len(cause) <= 200 else cause[:199] + "…"
+        message = (f"llama.cpp cannot load the local model file {model} (damaged, truncated, or not a model "
+                   f"it supports): {cause!r}, so the local model server {describe_exit(returncode)} while "
+                   f"starting; replace the file{log}")
+    else:
+        return None
+    return LocalServerCrashedError(message, returncode=returncode, phase="starting", output_tail=tail)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 def stopped_error(log_path: str | None) -> LocalServerCrashedError:

@@ -14,7 +14,7 @@ from typing import IO, Unpack
 from ..errors import LocalModelError
 from ._process import PortInUse, first_model, free_port, get_json, pdeathsig_setter, reap_when_done
 from .crash import LocalServerCrashedError, crash_error
-from .options import ServerOptions, ServerSettings
+from .options import HEALTH_PATH, ServerOptions, ServerSettings
 
 __all__ = ["LocalServer"]
 
@@ -36,6 +36,8 @@ class LocalServer:
         model: the model id to send.
         pid: the child's process id.
         api_key: ``None`` (a private server takes any key).
+        n_ctx: the context size in tokens the model runs with, as the server reports it
+            (``None``: it did not say).
 
     Raises:
         LocalModelError: the extra is not installed, or the server was not ready within
@@ -54,6 +56,7 @@ class LocalServer:
         self.port = port
         self._requested_port = port
         self.model: str = self.options.alias
+        self.n_ctx: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self._output: IO[bytes] | None = None
         self._watch_fd: int | None = None
@@ -176,10 +179,13 @@ class LocalServer:
                 tail = self.output_tail()
                 if "address already in use" in tail.lower():
                     raise PortInUse()
-                raise crash_error(code, tail, phase="starting")
+                raise crash_error(code, tail, phase="starting", model=self.options.model_file())
             status, data = get_json(url, None, 1.0)
             if status == 200:
                 self.model = first_model(data, self.options.alias)
+                _, info = get_json(f"http://{self.host}:{port}{HEALTH_PATH}", None, 5.0)
+                n_ctx = info.get("n_ctx") if isinstance(info, dict) else None
+                self.n_ctx = n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
                 return
             if time.monotonic() >= deadline:
                 err = LocalModelError(

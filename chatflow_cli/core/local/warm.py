@@ -25,6 +25,7 @@ from ._state import (
     chatflow_version,
     exit_record,
     file_id,
+    health,
     is_healthy,
     is_server,
     local_dir,
@@ -57,7 +58,8 @@ class SharedLocalServer:
 
     Attributes (after :meth:`start`): ``base_url``, ``model``, ``api_key`` (the token),
     ``pid`` (the supervisor's), ``started`` (``True``: this call started it; ``False``:
-    reused), ``log_path``.
+    reused), ``log_path``, ``n_ctx`` (the context size in tokens the model runs with, as the
+    server reports it; ``None``: it did not say).
 
     Raises:
         ValueError: ``keep_alive`` is not above 0.
@@ -76,6 +78,7 @@ class SharedLocalServer:
         self.model: str = self.options.alias
         self.state: dict[str, Any] | None = None
         self.started = False
+        self.n_ctx: int | None = None
         self.process: subprocess.Popen[bytes] | None = None  # when this process started it
         self._lock = threading.Lock()
 
@@ -138,6 +141,7 @@ class SharedLocalServer:
                 if state is not None and self._matches(state, path) and is_healthy(state, reserve=secrets.token_hex(8)):
                     self.state, self.started = state, False
                     self.model = str(state.get("served_model") or self.options.alias)
+                    self.n_ctx = _positive_int(state.get("n_ctx"))
                     log.debug("local model server: reused pid %s on %s", self.pid, self.base_url)
                     return self
                 if state is not None:
@@ -225,11 +229,13 @@ class SharedLocalServer:
                     raise PortInUse()
                 code = record.get("returncode") if record else None
                 raise crash_error(code if isinstance(code, int) else None, tail, phase="starting",
-                                  log_path=str(log_path))
-            if is_healthy(state, timeout=1.0, reserve=state["instance"]):
+                                  log_path=str(log_path), model=Path(str(state["model"])))
+            answer = health(state, timeout=1.0, reserve=state["instance"])
+            if answer is not None:
                 status, data = get_json(f"http://{self.host}:{state['port']}/v1/models", state["token"], 5.0)
                 self.model = first_model(data, self.options.alias) if status == 200 else self.options.alias
                 state["served_model"] = self.model
+                self.n_ctx = state["n_ctx"] = _positive_int(answer.get("n_ctx"))
                 return
             if time.monotonic() >= deadline:
                 err = LocalModelError(f"the local model server did not answer on 127.0.0.1:{state['port']} "
@@ -283,3 +289,7 @@ class SharedLocalServer:
         """Nothing: the warm server keeps running for others (and for the next chatflow)."""
 
     close = stop
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
