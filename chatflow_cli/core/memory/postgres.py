@@ -29,8 +29,8 @@ the same time (SQLite serialises every writer, PostgreSQL does not):
 * versioned migrations, each in one transaction, serialised by an advisory lock so many
   workers starting at once migrate once; a database written by a newer chatflow is refused
   (:class:`SchemaTooNewError`) before anything is written;
-* messages, event payloads and metadata are kept as the exact JSON text they were written
-  as (``jsonb`` would reorder object keys and rewrite numbers: ``1e16``, ``-0.0``), so
+* messages, event payloads, metadata, fork origins and agent versions are kept as the exact
+  JSON text they were written as (``jsonb`` would reorder object keys and rewrite numbers: ``1e16``, ``-0.0``), so
   every value comes back as it was given; metadata also has a ``jsonb`` copy, which only
   the ``--metadata`` filter reads;
 * every commit that appends events sends ``NOTIFY chatflow_events`` (payload: the md5 of the
@@ -38,7 +38,8 @@ the same time (SQLite serialises every writer, PostgreSQL does not):
   is pushed new events instead of polling.
 
 Connections come from a ``psycopg_pool.ConnectionPool`` (``pool_size`` connections at most,
-one kept open) with server-side prepared statements off (``prepare_threshold=None``) and no
+one kept open; a process forked with the store open gets a pool of its own on first use,
+and the parent's connections are left to the parent) with server-side prepared statements off (``prepare_threshold=None``) and no
 session state between transactions, so the store works behind PgBouncer in transaction
 mode. Async twins run the same SQL on a private thread pool (as the SQLite store does for
 files). Passwords come from the URL, ``PGPASSWORD`` or ``~/.pgpass`` as libpq reads them;
@@ -271,7 +272,7 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     ),
     (
         6,
-        "messages, event payloads and metadata kept as their exact JSON text",
+        "messages, event payloads, metadata, fork origins and agent versions kept as their exact JSON text",
         [
             # jsonb reorders object keys and rewrites numbers (1e16 becomes 10000000000000000,
             # -0.0 becomes 0): the *_text columns now hold every value's JSON as it was
@@ -283,6 +284,9 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "UPDATE chatflow_events SET payload_text = COALESCE(payload_text, payload::text), payload = NULL "
             "WHERE payload IS NOT NULL",
             "UPDATE chatflow_sessions SET metadata_text = metadata::text WHERE metadata_text IS NULL",
+            # a fork's origin and the agents' versions are read whole, never queried into
+            "ALTER TABLE chatflow_sessions ALTER COLUMN forked_from TYPE text USING forked_from::text",
+            "ALTER TABLE chatflow_sessions ALTER COLUMN agent_versions TYPE text USING agent_versions::text",
         ],
     ),
 ]
@@ -458,10 +462,10 @@ def _row(r: tuple[Any, ...]) -> _SessionRow:
         owner=_owner(r[8], r[9]),
         created_at=r[10],
         updated_at=r[11],
-        forked_from=r[13],
+        forked_from=json.loads(r[13]) if r[13] is not None else None,
         title=r[14],
         archived_at=r[15],
-        agent_versions=dict(r[16]) if r[16] else {},
+        agent_versions=json.loads(r[16]) if r[16] else {},
     )
 
 
@@ -595,7 +599,7 @@ class _PgTx(_Tx):
             "max_turns, turn_count, status, owner, owner_token, lease_expires_at, last_seq, created_at_utc, "
             "updated_at_utc, forked_from, title, archived_at_utc, agent_versions) VALUES (%s, %s, %s, %s::jsonb, %s, "
             "%s, %s, %s, %s::jsonb, %s, CASE WHEN %s::text IS NULL THEN NULL ELSE clock_timestamp() + %s * "
-            "interval '1 second' END, 0, %s, %s, %s::jsonb, %s, %s, %s::jsonb)",
+            "interval '1 second' END, 0, %s, %s, %s, %s, %s, %s)",
             (
                 row.session_id, row.incarnation, row.active_agent_name, meta, meta_text, row.max_turns,
                 row.turn_count, row.status.value, _dumps(row.owner.to_dict()) if row.owner else None,
@@ -617,8 +621,8 @@ class _PgTx(_Tx):
             "lease_expires_at = CASE WHEN %s::text IS NULL THEN NULL "
             "WHEN owner_token IS NOT DISTINCT FROM %s THEN lease_expires_at "
             "ELSE clock_timestamp() + %s * interval '1 second' END, "
-            "owner_token = %s, last_seq = %s, created_at_utc = %s, updated_at_utc = %s, forked_from = %s::jsonb, "
-            "title = %s, archived_at_utc = %s, agent_versions = %s::jsonb "
+            "owner_token = %s, last_seq = %s, created_at_utc = %s, updated_at_utc = %s, forked_from = %s, "
+            "title = %s, archived_at_utc = %s, agent_versions = %s "
             "WHERE session_id = %s" + (" RETURNING pg_notify(%s, %s)" if dirty else ""),
             (
                 row.incarnation, row.active_agent_name, meta, meta_text, row.max_turns, row.turn_count,

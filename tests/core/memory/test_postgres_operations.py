@@ -69,8 +69,10 @@ def test_rows_written_before_exact_text_are_kept_and_new_writes_are_exact(pg_dsn
         for number in range(1, 6):
             _apply(conn, number)
         conn.execute("INSERT INTO chatflow_sessions (session_id, incarnation, active_agent_name, metadata, max_turns, "
-                     "turn_count, last_seq, created_at_utc, updated_at_utc) VALUES ('s', 'i', 'Assistant', "
-                     "'{\"n\": 1e16}', 20, 1, 1, 0, 0)")
+                     "turn_count, last_seq, created_at_utc, updated_at_utc, forked_from, agent_versions) VALUES "
+                     "('s', 'i', 'Assistant', '{\"n\": 1e16}', 20, 1, 1, 0, 0, "
+                     "'{\"session_id\": \"src\", \"turn\": 1, \"seq\": 3}', "
+                     "'{\"Assistant\": {\"version\": \"abc\", \"turn\": 1}}')")
         conn.execute("INSERT INTO chatflow_messages (session_id, turn, role, message, event_seq) "
                      "VALUES ('s', 1, 'user', %s::jsonb, 1)", (json.dumps(old.to_dict()),))
         conn.execute("INSERT INTO chatflow_events (session_id, seq, event_type, turn, payload, created_at_utc) "
@@ -81,6 +83,9 @@ def test_rows_written_before_exact_text_are_kept_and_new_writes_are_exact(pg_dsn
         assert loaded is not None and [m.content for m in loaded.history] == [old.content]
         assert loaded.metadata == {"n": 10000000000000000}  # what jsonb had made of it: kept
         assert store.events("s")[0].payload == {"a": 2, "b": 1}
+        summary = store.session_summary("s")
+        assert summary.forked_from == {"session_id": "src", "turn": 1, "seq": 3}
+        assert summary.agent_versions == {"Assistant": {"version": "abc", "turn": 1}}
         store.append_event("s", "note", {"b": 1e16, "a": -0.0})
         assert json.dumps(store.events("s")[-1].payload) == '{"b": 1e+16, "a": -0.0}'
     finally:

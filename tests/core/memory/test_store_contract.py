@@ -943,6 +943,24 @@ def test_messages_items_metadata_and_payloads_come_back_byte_for_byte(
     assert [s.session_id for s in again.list_sessions(metadata={"zeta": "1"})] == ["s"]
 
 
+def test_fork_origins_and_agent_versions_keep_their_order(make_store: Callable[..., BaseSessionStore]) -> None:
+    store = make_store()
+    for name in ("Zeta-Support", "A"):  # the longer name first: a store that sorts keys shows it
+        agent = Agent(name=name, instructions="Help", model="m1")
+        ctx = store.get_or_create("s", agent)
+        ctx.add_message(Message.user(f"to {name}"))
+        ctx.note_agent_version(agent)
+        ctx.add_message(Message.model("ok", agent=agent.name, agent_version=agent.version))
+        ctx.complete_turn("ok", agent, agent_version=agent.version)
+        store.save(ctx)
+    store.fork("s", 1, into="f")
+    again = make_store()
+    versions = again.session_summary("s").agent_versions
+    assert [(name, list(entry)) for name, entry in versions.items()] == [
+        ("Zeta-Support", ["version", "turn"]), ("A", ["version", "turn"])]
+    assert list(again.session_summary("f").forked_from or {}) == ["session_id", "turn", "seq"]
+
+
 # -- agents ----------------------------------------------------------------------------------
 
 
