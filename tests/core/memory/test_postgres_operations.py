@@ -341,3 +341,41 @@ def test_a_library_user_sees_none_of_the_pools_warnings_while_the_server_restart
     assert user.returncode == 0, err
     assert out.split()[:2] == ["done", "20"], out
     assert err == "", err  # the pool's chatter stayed in logging
+
+
+# ---------------------------------------------------------------------------------------
+# an Agents SDK session on PostgreSQL
+# ---------------------------------------------------------------------------------------
+
+
+def test_agents_sdk_items_come_back_from_postgres_as_they_were_added(pg_dsn: str, tmp_path: Path) -> None:
+    import asyncio
+
+    pytest.importorskip("agents", reason="the agents-sdk extra (openai-agents) is not installed")
+    from chatflow_cli.core.sdk_session import ChatflowSession
+    from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+    items = [
+        {"role": "user", "content": "add 1e16 and -0.0"},
+        {"type": "function_call", "call_id": "c1", "name": "add", "arguments": '{"a":1e16,"b":-0.0}',
+         "status": "completed", "id": "fc_1"},
+        {"type": "function_call_output", "call_id": "c1", "output": "1e+16"},
+        {"type": "reasoning", "id": "r", "summary": [{"type": "summary_text", "text": "sum"}], "zz": 1e16,
+         "encrypted_content": None, "a": -0.0, "big": 2**70, "one": 1.0},
+        {"role": "assistant", "content": "1e16", "type": "message", "status": "completed", "id": "m1"},
+    ]
+    pg = _store(pg_dsn)
+    sqlite = SQLiteSessionStore(tmp_path / "s.db")
+    try:
+        asyncio.run(ChatflowSession("sdk", pg).add_items(items))
+        asyncio.run(ChatflowSession("sdk", sqlite).add_items(items))
+        again = _store(pg_dsn)
+        try:
+            from_pg = asyncio.run(ChatflowSession("sdk", again).get_items())
+        finally:
+            again.close()
+        from_sqlite = asyncio.run(ChatflowSession("sdk", sqlite).get_items())
+    finally:
+        pg.close()
+        sqlite.close()
+    assert json.dumps(from_pg) == json.dumps(items) == json.dumps(from_sqlite)
