@@ -35,7 +35,7 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     ├── RateLimitedError (7)           429/5xx after retries; the session is rescheduled
     ├── StoreError (8)                 the database cannot be opened, read or written
     │   ├── SchemaTooNewError          written by a newer chatflow: refused, never migrated down
-    │   ├── StoreUnreachableError      the database server refused or lost the connection (it may come back)
+    │   ├── StoreUnreachableError      the server refused or lost the connection (it may come back)
     │   └── NonFiniteNumberError       stored data holds NaN/Infinity (an older chatflow wrote it): no strict JSON
     └── RunInterrupted (130)           Ctrl-C or cancellation; the turn was kept as interrupted
 

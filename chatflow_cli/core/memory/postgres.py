@@ -30,8 +30,8 @@ the same time (SQLite serialises every writer, PostgreSQL does not):
   workers starting at once migrate once; a database written by a newer chatflow is refused
   (:class:`SchemaTooNewError`) before anything is written;
 * messages, event payloads, metadata, fork origins and agent versions are kept as the exact
-  JSON text they were written as (``jsonb`` would reorder object keys and rewrite numbers: ``1e16``, ``-0.0``), so
-  every value comes back as it was given; metadata also has a ``jsonb`` copy, which only
+  JSON text they were written as (``jsonb`` would reorder object keys and rewrite numbers:
+  ``1e16``, ``-0.0``), so every value comes back as it was given; metadata also has a ``jsonb`` copy, which only
   the ``--metadata`` filter reads;
 * every commit that appends events sends ``NOTIFY chatflow_events`` (payload: the md5 of the
   session id): :meth:`PostgresSessionStore.wait_for_events` is how ``replay --follow``
@@ -39,7 +39,8 @@ the same time (SQLite serialises every writer, PostgreSQL does not):
 
 Connections come from a ``psycopg_pool.ConnectionPool`` (``pool_size`` connections at most,
 one kept open; a process forked with the store open gets a pool of its own on first use,
-and the parent's connections are left to the parent) with server-side prepared statements off (``prepare_threshold=None``) and no
+and the parent's connections are left to the parent) with server-side prepared statements
+off (``prepare_threshold=None``) and no
 session state between transactions, so the store works behind PgBouncer in transaction
 mode. Async twins run the same SQL on a private thread pool (as the SQLite store does for
 files). Passwords come from the URL, ``PGPASSWORD`` or ``~/.pgpass`` as libpq reads them;

@@ -56,8 +56,8 @@ from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionR
 from .base import BaseSessionStore
 from .search import HIGHLIGHT_END, HIGHLIGHT_START, SNIPPET_WORDS, Query, SearchHit, to_fts5
 from .owner import Owner
-from .schema import (FTS_HIGH_WATER, INDEX_PENDING, SCHEMA_VERSION, UNREADABLE_PENDING, MigrationFailed, apply_migrations,
-                     schema_version)
+from .schema import (FTS_HIGH_WATER, INDEX_PENDING, SCHEMA_VERSION, UNREADABLE_PENDING, MigrationFailed,
+                     apply_migrations, schema_version)
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor

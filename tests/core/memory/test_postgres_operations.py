@@ -117,7 +117,8 @@ def test_a_migration_applied_without_its_version_row_is_finished_at_the_next_sta
                 _apply(conn, before)
             if number > 1:
                 conn.execute("INSERT INTO chatflow_sessions (session_id, incarnation, active_agent_name, metadata, "
-                             "max_turns, created_at_utc, updated_at_utc) VALUES ('s', 'i', 'Assistant', '{}', 20, 0, 0)")
+                             "max_turns, created_at_utc, updated_at_utc) "
+                             "VALUES ('s', 'i', 'Assistant', '{}', 20, 0, 0)")
             _apply(conn, number, record=False)  # its changes are there, its version row is not
         store = _store(dsn)
         try:
