@@ -108,13 +108,8 @@ class State:
         location = self.db_location()
         store: BaseSessionStore
         if is_postgres_url(location):
-            import logging
-
             from .core.memory.postgres import PostgresSessionStore
 
-            # The pool logs each broken connection it drops and retries; the command's own
-            # error line (or a turn that recovers) says what matters, and --debug shows these.
-            logging.getLogger("psycopg").addHandler(logging.NullHandler())
             store = PostgresSessionStore(location)
         else:
             path = Path(location)

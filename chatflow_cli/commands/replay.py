@@ -2,8 +2,11 @@
 
 ``replay`` prints the stored events after ``--since`` (one line an event, or JSON), and with
 ``--follow`` keeps polling for new ones (every :data:`FOLLOW_POLL_S` seconds) until Ctrl-C
-or until the session is deleted. ``--rerun`` sends the session's user messages again, one
-turn each, into a new session.
+or until the session is deleted. A follower outlives a database server that restarts or a
+connection that is cut: it tries again with backoff, reads on from the last seq it printed
+(no event lost, none printed twice), says on stderr that it reconnected, and gives up
+(exit 8) only after :data:`FOLLOW_RECONNECT_S` seconds without the store. ``--rerun``
+sends the session's user messages again, one turn each, into a new session.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..assembly import assemble, transport_for
 from ..context import notice
 from ..core.messages import Role
-from ..core.errors import ChatflowError, ExitStatus, SessionNotFoundError, UsageError
+from ..core.errors import ChatflowError, ExitStatus, SessionNotFoundError, StoreUnreachableError, UsageError
 from ..lookup import not_found, store_or_missing
 from ..render import dumps, plural, safe_text
 from ..session_ids import new_session_id, validate_session_id
@@ -24,10 +27,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
     from ..core.memory.protocol import SessionStoreProtocol
 
-__all__ = ["FOLLOW_POLL_S", "replay_events", "rerun_session"]
+__all__ = ["FOLLOW_POLL_S", "FOLLOW_RECONNECT_S", "replay_events", "rerun_session"]
 
 #: Seconds between two looks at the store with ``--follow``.
 FOLLOW_POLL_S = 0.25
+#: Seconds a follower keeps trying to reach a store it lost (a server restarting) before
+#: it gives up with the store's error (exit 8); the waits between tries double from
+#: :data:`_RECONNECT_FIRST_S` up to :data:`_RECONNECT_MAX_S`.
+FOLLOW_RECONNECT_S = 60.0
+_RECONNECT_FIRST_S = 0.25
+_RECONNECT_MAX_S = 5.0
 
 
 def replay_events(state: State, session_id: str, *, since: int, follow: bool, output: str = "text") -> None:
@@ -37,13 +46,16 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
         state: The run.
         session_id: The session.
         since: Only events after this seq.
-        follow: Keep printing new events until Ctrl-C, or until the session is deleted.
+        follow: Keep printing new events until Ctrl-C, or until the session is deleted; a
+            store that becomes unreachable is tried again for :data:`FOLLOW_RECONNECT_S`.
         output: ``text`` (one line an event), ``jsonl`` (one JSON event a line, in
             :func:`chatflow_cli.render.event_json`'s shape) or ``json`` (one array of them;
             not with ``follow``).
 
     Raises:
         SessionNotFoundError: No such session (:class:`UsageError` for an invalid id).
+        StoreUnreachableError: The store was lost (before the first read, or for longer
+            than :data:`FOLLOW_RECONNECT_S` while following).
     """
     store = store_or_missing(state, session_id)
     out = state.env.stdout
@@ -54,6 +66,8 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
     collected: list[Any] | None = [] if output == "json" else None
 
     cursor = since
+    lost = _Reconnecting(state)
+    following = False  # the first read succeeded: from now on a lost store is waited for
     while True:
         try:
             events = store.events(session_id, after_seq=cursor)
@@ -62,6 +76,13 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
                 notice(state, f"session {session_id} was deleted")
                 return
             raise not_found(session_id) from None
+        except StoreUnreachableError as exc:
+            if not following:
+                raise
+            lost.wait(exc)
+            continue
+        lost.back(cursor)
+        following = follow
         for event in events:
             if collected is not None:
                 collected.append(stored_event_json(event))
@@ -80,9 +101,42 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
         out.flush()
         wait = getattr(store, "wait_for_events", None)
         if wait is not None:  # PostgreSQL: pushed by LISTEN/NOTIFY (and a read each second)
-            wait(session_id, cursor, 1.0)
+            try:
+                wait(session_id, cursor, 1.0)
+            except StoreUnreachableError as exc:
+                lost.wait(exc)  # the next read says whether the store is back
         else:
             time.sleep(FOLLOW_POLL_S)
+
+
+class _Reconnecting:
+    """A follower's state while its store is unreachable: the backoff between tries, the
+    bound, and the lines on stderr."""
+
+    def __init__(self, state: State) -> None:
+        self._state = state
+        self._since: float | None = None  # monotonic time the store was lost at
+        self._backoff = _RECONNECT_FIRST_S
+
+    def wait(self, exc: StoreUnreachableError) -> None:
+        """Sleep before the next try; re-raise ``exc`` once :data:`FOLLOW_RECONNECT_S` passed."""
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+            notice(self._state, f"{exc}; reconnecting (giving up after {FOLLOW_RECONNECT_S:.0f} s)")
+        elif now - self._since >= FOLLOW_RECONNECT_S:
+            raise StoreUnreachableError(
+                f"{exc} (gave up following after {FOLLOW_RECONNECT_S:.0f} s without the store)"
+            ) from None
+        time.sleep(self._backoff)
+        self._backoff = min(self._backoff * 2, _RECONNECT_MAX_S)
+
+    def back(self, cursor: int) -> None:
+        """A read succeeded: say so on stderr when the store had been lost."""
+        if self._since is not None:
+            notice(self._state, f"reconnected to the store after {time.monotonic() - self._since:.1f} s; "
+                                f"following on after seq {cursor}")
+            self._since, self._backoff = None, _RECONNECT_FIRST_S
 
 
 def rerun_session(

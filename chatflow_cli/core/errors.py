@@ -35,6 +35,7 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     ├── RateLimitedError (7)           429/5xx after retries; the session is rescheduled
     ├── StoreError (8)                 the database cannot be opened, read or written
     │   ├── SchemaTooNewError          written by a newer chatflow: refused, never migrated down
+    │   ├── StoreUnreachableError      the server refused or lost the connection (it may come back)
     │   └── NonFiniteNumberError       stored data holds NaN/Infinity (an older chatflow wrote it): no strict JSON
     └── RunInterrupted (130)           Ctrl-C or cancellation; the turn was kept as interrupted
 
@@ -76,6 +77,7 @@ __all__ = [
     "SessionNotFoundError",
     "SessionTerminatedError",
     "StoreError",
+    "StoreUnreachableError",
     "StreamBrokenError",
     "ToolResultError",
     "UsageError",
@@ -271,6 +273,13 @@ class StoreError(ChatflowError):
 
 class SchemaTooNewError(StoreError):
     pass
+
+
+class StoreUnreachableError(StoreError):
+    """The database server could not be reached, or the connection to it was lost (a
+    restart, a network cut): what the failed call was writing was not written, and the
+    same call may succeed once the server is back. A long-lived consumer (``replay
+    --follow``) tries again; other callers get exit code 8 like any store error."""
 
 
 class NonFiniteNumberError(StoreError):

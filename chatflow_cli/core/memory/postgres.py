@@ -22,20 +22,25 @@ the same time (SQLite serialises every writer, PostgreSQL does not):
   recovered at once). A worker that died on another host is recovered once its lease
   expired; a running turn is never taken over before. Claims of message ids and places in
   the turn queue hold leases the same way;
-* the store's ``clock`` is the database server's clock (its offset from this host is
-  measured when the store opens), so TTLs and timestamps agree across hosts;
+* the store's ``clock`` is the database server's clock (its offset from this host's steady
+  clock is measured when the store opens: a step of this host's wall clock does not move
+  it), so TTLs and timestamps agree across hosts; a message claim and the purge of expired
+  message ids judge the 192-hour TTL on ``clock_timestamp()`` in the statement itself;
 * versioned migrations, each in one transaction, serialised by an advisory lock so many
   workers starting at once migrate once; a database written by a newer chatflow is refused
   (:class:`SchemaTooNewError`) before anything is written;
-* metadata, event payloads and messages are ``jsonb`` (a value ``jsonb`` cannot hold -- a
-  NUL character, ``NaN`` -- is kept as JSON text beside it, so nothing the SQLite store
-  accepts is refused);
+* messages, event payloads, metadata, fork origins and agent versions are kept as the exact
+  JSON text they were written as (``jsonb`` would reorder object keys and rewrite numbers:
+  ``1e16``, ``-0.0``), so every value comes back as it was given; metadata also has a ``jsonb`` copy, which only
+  the ``--metadata`` filter reads;
 * every commit that appends events sends ``NOTIFY chatflow_events`` (payload: the md5 of the
   session id): :meth:`PostgresSessionStore.wait_for_events` is how ``replay --follow``
   is pushed new events instead of polling.
 
 Connections come from a ``psycopg_pool.ConnectionPool`` (``pool_size`` connections at most,
-one kept open) with server-side prepared statements off (``prepare_threshold=None``) and no
+one kept open; a process forked with the store open gets a pool of its own on first use,
+and the parent's connections are left to the parent) with server-side prepared statements
+off (``prepare_threshold=None``) and no
 session state between transactions, so the store works behind PgBouncer in transaction
 mode. Async twins run the same SQL on a private thread pool (as the SQLite store does for
 files). Passwords come from the URL, ``PGPASSWORD`` or ``~/.pgpass`` as libpq reads them;
@@ -52,6 +57,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 import weakref
@@ -62,11 +68,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._dsn import is_postgres_url, redact_dsn
-from ..errors import SchemaTooNewError, SessionNotFoundError, StoreError
+from ..errors import SchemaTooNewError, SessionNotFoundError, StoreError, StoreUnreachableError
 from ..events import Event, SessionStatus
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS, metadata_matches
+from ._fork import after_fork_in_child, fork_lock, keep_inherited
 from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
 from .search import Query, SearchHit, memory_snippet, searchable_texts, words_of
@@ -83,6 +90,14 @@ __all__ = ["DEFAULT_LEASE_S", "NOTIFY_CHANNEL", "SCHEMA_VERSION", "PostgresSessi
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
+
+# psycopg_pool logs each connection it drops and each failed reconnection as a warning
+# ("error connecting in 'pool-1'..."), many while a server restarts. With no logging set up
+# Python would print them on stderr, between the application's own lines; a handler that
+# drops them keeps them in logging only (an application that configures logging, or
+# ``chatflow --debug``, still gets them). What matters reaches the caller as a StoreError.
+if not any(isinstance(h, logging.NullHandler) for h in logging.getLogger("psycopg").handlers):
+    logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 #: Seconds a running turn's owner (and a claim's holder, and a queued waiter) stays alive
 #: without renewing its lease; renewed every third of it while the owner works.
@@ -109,7 +124,7 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "sessions with their seq counter and owner lease, messages, events, idempotency keys, message claims, "
         "the turn queue, session endpoints",
         [
-            """CREATE TABLE chatflow_sessions (
+            """CREATE TABLE IF NOT EXISTS chatflow_sessions (
     session_id        text PRIMARY KEY,
     -- random per creation: a task holding a deleted session's context gets SessionDeletedError
     incarnation       text NOT NULL,
@@ -130,9 +145,11 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     created_at_utc    double precision NOT NULL,  -- epoch seconds, database clock
     updated_at_utc    double precision NOT NULL
 )""",
-            "CREATE INDEX chatflow_sessions_by_update ON chatflow_sessions (updated_at_utc DESC, session_id)",
-            "CREATE INDEX chatflow_sessions_by_owner ON chatflow_sessions (owner_token) WHERE owner_token IS NOT NULL",
-            """CREATE TABLE chatflow_messages (
+            """CREATE INDEX IF NOT EXISTS chatflow_sessions_by_update
+    ON chatflow_sessions (updated_at_utc DESC, session_id)""",
+            """CREATE INDEX IF NOT EXISTS chatflow_sessions_by_owner ON chatflow_sessions (owner_token)
+    WHERE owner_token IS NOT NULL""",
+            """CREATE TABLE IF NOT EXISTS chatflow_messages (
     message_id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     session_id     text NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
     turn           integer NOT NULL,    -- user-visible turn number; 0 holds the system messages
@@ -143,10 +160,10 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     removed_at_seq bigint,              -- NULL while live; rows are never deleted
     removed_reason text CHECK (removed_reason IN ('rolled_back', 'failed'))
 )""",
-            """CREATE INDEX chatflow_messages_live ON chatflow_messages (session_id, turn, event_seq)
+            """CREATE INDEX IF NOT EXISTS chatflow_messages_live ON chatflow_messages (session_id, turn, event_seq)
     WHERE removed_at_seq IS NULL""",
-            "CREATE INDEX chatflow_messages_all ON chatflow_messages (session_id, turn, message_id)",
-            """CREATE TABLE chatflow_events (
+            "CREATE INDEX IF NOT EXISTS chatflow_messages_all ON chatflow_messages (session_id, turn, message_id)",
+            """CREATE TABLE IF NOT EXISTS chatflow_events (
     event_id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     session_id      text NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
     seq             bigint NOT NULL,
@@ -158,8 +175,8 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     created_at_utc  double precision NOT NULL,
     UNIQUE (session_id, seq)            -- backstop: a seq is never used twice
 )""",
-            "CREATE INDEX chatflow_events_by_type ON chatflow_events (session_id, event_type, seq)",
-            """CREATE TABLE chatflow_idempotency_keys (
+            "CREATE INDEX IF NOT EXISTS chatflow_events_by_type ON chatflow_events (session_id, event_type, seq)",
+            """CREATE TABLE IF NOT EXISTS chatflow_idempotency_keys (
     session_id      text NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
     idempotency_key text NOT NULL,
     request_sha256  text NOT NULL,
@@ -168,8 +185,8 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     created_at_utc  double precision NOT NULL,
     PRIMARY KEY (session_id, idempotency_key)
 )""",
-            "CREATE INDEX chatflow_idempotency_by_turn ON chatflow_idempotency_keys (session_id, turn)",
-            """CREATE TABLE chatflow_processed_messages (
+            "CREATE INDEX IF NOT EXISTS chatflow_idempotency_by_turn ON chatflow_idempotency_keys (session_id, turn)",
+            """CREATE TABLE IF NOT EXISTS chatflow_processed_messages (
     -- inbound message ids: a claim in progress (a holder with a lease) or completed; a
     -- duplicate while processed_at_utc + 192 h is in the future
     message_id       text PRIMARY KEY,
@@ -181,20 +198,20 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     session_id       text,
     turn             bigint
 )""",
-            "CREATE INDEX chatflow_processed_by_time ON chatflow_processed_messages (processed_at_utc)",
-            """CREATE INDEX chatflow_processed_by_turn ON chatflow_processed_messages (session_id, turn)
+            "CREATE INDEX IF NOT EXISTS chatflow_processed_by_time ON chatflow_processed_messages (processed_at_utc)",
+            """CREATE INDEX IF NOT EXISTS chatflow_processed_by_turn ON chatflow_processed_messages (session_id, turn)
     WHERE session_id IS NOT NULL""",
-            """CREATE INDEX chatflow_processed_by_holder ON chatflow_processed_messages (holder_token)
+            """CREATE INDEX IF NOT EXISTS chatflow_processed_by_holder ON chatflow_processed_messages (holder_token)
     WHERE holder_token IS NOT NULL""",
-            """CREATE TABLE chatflow_turn_queue (
+            """CREATE TABLE IF NOT EXISTS chatflow_turn_queue (
     ticket           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     session_id       text NOT NULL,
     owner            jsonb NOT NULL,
     lease_expires_at timestamptz NOT NULL,
     enqueued_at_utc  double precision NOT NULL
 )""",
-            "CREATE INDEX chatflow_turn_queue_by_session ON chatflow_turn_queue (session_id, ticket)",
-            """CREATE TABLE chatflow_session_endpoints (
+            "CREATE INDEX IF NOT EXISTS chatflow_turn_queue_by_session ON chatflow_turn_queue (session_id, ticket)",
+            """CREATE TABLE IF NOT EXISTS chatflow_session_endpoints (
     session_id     text PRIMARY KEY REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
     model          text,
     base_url       text,
@@ -209,11 +226,11 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
             # the message's tokens as sent to a model: the provider's completion_tokens for a
             # reply that reported usage, else the estimate of chatflow_cli.core.tokens. Stored
             # so that choosing a token-budget window reads only the window's rows.
-            "ALTER TABLE chatflow_messages ADD COLUMN tokens integer",
+            "ALTER TABLE chatflow_messages ADD COLUMN IF NOT EXISTS tokens integer",
             # K for a SYSTEM message (turn 0) that summarises turns 1..K (a compaction); NULL
             # for every other message. A rollback to n < K marks it removed like a turn.
-            "ALTER TABLE chatflow_messages ADD COLUMN summary_through integer",
-            """CREATE INDEX chatflow_messages_summaries ON chatflow_messages (session_id, summary_through)
+            "ALTER TABLE chatflow_messages ADD COLUMN IF NOT EXISTS summary_through integer",
+            """CREATE INDEX IF NOT EXISTS chatflow_messages_summaries ON chatflow_messages (session_id, summary_through)
     WHERE summary_through IS NOT NULL AND removed_at_seq IS NULL""",
             # rows written before this version get the estimate
             "_fill_token_estimates",
@@ -224,11 +241,11 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "fork origin, titles and archive of sessions",
         [
             # {"session_id", "turn", "seq"} of the session this one was forked from; NULL otherwise
-            "ALTER TABLE chatflow_sessions ADD COLUMN forked_from jsonb",
+            "ALTER TABLE chatflow_sessions ADD COLUMN IF NOT EXISTS forked_from jsonb",
             # set by the user; NULL: derived from the first user message
-            "ALTER TABLE chatflow_sessions ADD COLUMN title text",
+            "ALTER TABLE chatflow_sessions ADD COLUMN IF NOT EXISTS title text",
             # epoch seconds (database clock); NULL: not archived
-            "ALTER TABLE chatflow_sessions ADD COLUMN archived_at_utc double precision",
+            "ALTER TABLE chatflow_sessions ADD COLUMN IF NOT EXISTS archived_at_utc double precision",
         ],
     ),
     (
@@ -238,8 +255,8 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
             # the message's searchable words (chatflow_cli.core.memory.search.words_of, the
             # same folding as the other stores) with their positions: weight A for user and
             # model text, B for tool results and the model's tool calls; written with the row
-            "ALTER TABLE chatflow_messages ADD COLUMN search_vector tsvector",
-            "CREATE INDEX chatflow_messages_search ON chatflow_messages USING gin (search_vector)",
+            "ALTER TABLE chatflow_messages ADD COLUMN IF NOT EXISTS search_vector tsvector",
+            "CREATE INDEX IF NOT EXISTS chatflow_messages_search ON chatflow_messages USING gin (search_vector)",
             # rows written before this version are indexed now
             "_fill_search_vectors",
         ],
@@ -251,7 +268,26 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
             # {agent name: {"version", "turn"}}: the latest version each agent ran in the
             # session and the last turn it ran that version in; NULL: none known (sessions
             # stored before this version). Each reply's version is in its message JSON.
-            "ALTER TABLE chatflow_sessions ADD COLUMN agent_versions jsonb",
+            "ALTER TABLE chatflow_sessions ADD COLUMN IF NOT EXISTS agent_versions jsonb",
+        ],
+    ),
+    (
+        6,
+        "messages, event payloads, metadata, fork origins and agent versions kept as their exact JSON text",
+        [
+            # jsonb reorders object keys and rewrites numbers (1e16 becomes 10000000000000000,
+            # -0.0 becomes 0): the *_text columns now hold every value's JSON as it was
+            # written, and are what is read. Messages and payloads are never queried by their
+            # content, so their jsonb copy goes; metadata keeps one for --metadata filters.
+            # Rows written before keep what jsonb made of them (the original text is gone).
+            "UPDATE chatflow_messages SET message_text = COALESCE(message_text, message::text), message = NULL "
+            "WHERE message IS NOT NULL",
+            "UPDATE chatflow_events SET payload_text = COALESCE(payload_text, payload::text), payload = NULL "
+            "WHERE payload IS NOT NULL",
+            "UPDATE chatflow_sessions SET metadata_text = metadata::text WHERE metadata_text IS NULL",
+            # a fork's origin and the agents' versions are read whole, never queried into
+            "ALTER TABLE chatflow_sessions ALTER COLUMN forked_from TYPE text USING forked_from::text",
+            "ALTER TABLE chatflow_sessions ALTER COLUMN agent_versions TYPE text USING agent_versions::text",
         ],
     ),
 ]
@@ -390,20 +426,22 @@ def _dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
-def _split_json(data: Any) -> tuple[str | None, str | None]:
-    """(jsonb text, plain text): JSON that ``jsonb`` cannot hold (``\\u0000``, NaN,
-    Infinity) goes in the plain-text column instead."""
+def _metadata_columns(data: Any) -> tuple[str | None, str]:
+    """(``jsonb`` text, exact text) of a session's metadata. The exact JSON text is what is
+    read back; the ``jsonb`` copy only serves ``--metadata`` filters (which keys a row has),
+    and is None for JSON that ``jsonb`` cannot hold (``\\u0000``, NaN, Infinity)."""
+    text = _dumps(data)
     try:
-        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        strict = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except ValueError:
-        return None, _dumps(data)
-    if "\\u0000" in text:
         return None, text
-    return text, None
+    return (None if "\\u0000" in strict else strict), text
 
 
 def _joined(jsonb: Any, text: str | None) -> Any:
-    return json.loads(text) if jsonb is None and text is not None else jsonb
+    """The stored value: the exact JSON text when there is one; else (rows written before
+    schema version 6, with no text) the ``jsonb`` value."""
+    return json.loads(text) if text is not None else jsonb
 
 
 _ROW_COLUMNS = (
@@ -425,10 +463,10 @@ def _row(r: tuple[Any, ...]) -> _SessionRow:
         owner=_owner(r[8], r[9]),
         created_at=r[10],
         updated_at=r[11],
-        forked_from=r[13],
+        forked_from=json.loads(r[13]) if r[13] is not None else None,
         title=r[14],
         archived_at=r[15],
-        agent_versions=dict(r[16]) if r[16] else {},
+        agent_versions=json.loads(r[16]) if r[16] else {},
     )
 
 
@@ -460,19 +498,16 @@ def _store_error(exc: BaseException, label: str) -> StoreError:
     low = text.lower()
     if isinstance(exc, psycopg.OperationalError) or isinstance(exc, psycopg.InterfaceError):
         if "password authentication failed" in low or "no password supplied" in low or "authentication" in low:
-            message = f"cannot connect to {label}: authentication failed ({text})"
-        elif "connection refused" in low or "could not connect" in low or "connection failed" in low:
-            message = f"cannot connect to {label}: {text}"
-        elif "does not exist" in low:
-            message = f"cannot connect to {label}: {text}"
-        elif "closed" in low or "terminat" in low or "lost" in low or "server closed" in low or "eof" in low:
-            message = (f"lost the connection to {label} ({text}); the transaction was rolled back, "
-                       "nothing of it was written")
-        else:
-            message = f"database error on {label}: {text}"
-    else:
-        message = f"database error on {label}: {text}"
-    return StoreError(message)
+            return StoreError(f"cannot connect to {label}: authentication failed ({text})")
+        if "does not exist" in low:
+            return StoreError(f"cannot connect to {label}: {text}")
+        if "connection refused" in low or "could not connect" in low or "connection failed" in low:
+            # StoreUnreachableError: the server may come back (a restart); a follower retries
+            return StoreUnreachableError(f"cannot connect to {label}: {text}")
+        if "closed" in low or "terminat" in low or "lost" in low or "server closed" in low or "eof" in low:
+            return StoreUnreachableError(f"lost the connection to {label} ({text}); the transaction was rolled "
+                                         "back, nothing of it was written")
+    return StoreError(f"database error on {label}: {text}")
 
 
 # ----------------------------------------------------------------------------------------
@@ -505,15 +540,15 @@ class _PgTx(_Tx):
         if self._events:
             rows, self._events = self._events, []
             self._conn.cursor().executemany(
-                "INSERT INTO chatflow_events (session_id, seq, event_type, turn, payload, payload_text, "
-                "idempotency_key, created_at_utc) VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s)",
+                "INSERT INTO chatflow_events (session_id, seq, event_type, turn, payload_text, "
+                "idempotency_key, created_at_utc) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                 rows,
             )
         if self._message_rows:
             rows, self._message_rows = self._message_rows, []
             self._conn.cursor().executemany(
-                "INSERT INTO chatflow_messages (session_id, turn, role, message, message_text, event_seq, tokens, "
-                "summary_through, search_vector) VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s::tsvector)",
+                "INSERT INTO chatflow_messages (session_id, turn, role, message_text, event_seq, tokens, "
+                "summary_through, search_vector) VALUES (%s, %s, %s, %s, %s, %s, %s, %s::tsvector)",
                 rows,
             )
 
@@ -559,13 +594,13 @@ class _PgTx(_Tx):
 
     def insert_row(self, row: _SessionRow) -> None:
         self._lock_session(row.session_id)
-        meta, meta_text = _split_json(row.metadata)
+        meta, meta_text = _metadata_columns(row.metadata)
         self._x(
             "INSERT INTO chatflow_sessions (session_id, incarnation, active_agent_name, metadata, metadata_text, "
             "max_turns, turn_count, status, owner, owner_token, lease_expires_at, last_seq, created_at_utc, "
             "updated_at_utc, forked_from, title, archived_at_utc, agent_versions) VALUES (%s, %s, %s, %s::jsonb, %s, "
             "%s, %s, %s, %s::jsonb, %s, CASE WHEN %s::text IS NULL THEN NULL ELSE clock_timestamp() + %s * "
-            "interval '1 second' END, 0, %s, %s, %s::jsonb, %s, %s, %s::jsonb)",
+            "interval '1 second' END, 0, %s, %s, %s, %s, %s, %s)",
             (
                 row.session_id, row.incarnation, row.active_agent_name, meta, meta_text, row.max_turns,
                 row.turn_count, row.status.value, _dumps(row.owner.to_dict()) if row.owner else None,
@@ -577,7 +612,7 @@ class _PgTx(_Tx):
         self._seq[row.session_id] = 0
 
     def update_row(self, row: _SessionRow) -> None:
-        meta, meta_text = _split_json(row.metadata)
+        meta, meta_text = _metadata_columns(row.metadata)
         token = row.owner.token if row.owner else None
         dirty = row.session_id in self._seq_dirty
         self._x(
@@ -587,8 +622,8 @@ class _PgTx(_Tx):
             "lease_expires_at = CASE WHEN %s::text IS NULL THEN NULL "
             "WHEN owner_token IS NOT DISTINCT FROM %s THEN lease_expires_at "
             "ELSE clock_timestamp() + %s * interval '1 second' END, "
-            "owner_token = %s, last_seq = %s, created_at_utc = %s, updated_at_utc = %s, forked_from = %s::jsonb, "
-            "title = %s, archived_at_utc = %s, agent_versions = %s::jsonb "
+            "owner_token = %s, last_seq = %s, created_at_utc = %s, updated_at_utc = %s, forked_from = %s, "
+            "title = %s, archived_at_utc = %s, agent_versions = %s "
             "WHERE session_id = %s" + (" RETURNING pg_notify(%s, %s)" if dirty else ""),
             (
                 row.incarnation, row.active_agent_name, meta, meta_text, row.max_turns, row.turn_count,
@@ -698,10 +733,9 @@ class _PgTx(_Tx):
         return seq + 1
 
     def insert_event(self, event: Event, turn: int | None, payload_json: str | None = None) -> None:
-        payload, payload_text = _split_json(event.payload)
+        text = _dumps(event.payload) if payload_json is None else payload_json
         self._events.append(
-            (event.session_id, event.seq, event.type, turn, payload, payload_text, event.idempotency_key,
-             event.created_at)
+            (event.session_id, event.seq, event.type, turn, text, event.idempotency_key, event.created_at)
         )
         self._seq[event.session_id] = event.seq
         self._seq_dirty.add(event.session_id)
@@ -734,9 +768,9 @@ class _PgTx(_Tx):
     # -- messages --------------------------------------------------------------------------
     def insert_message(self, session_id: str, turn: int, message: Message, seq: int,
                        message_json: str | None = None) -> None:
-        data, text = _split_json(message.to_dict())
+        text = _dumps(message.to_dict()) if message_json is None else message_json
         self._message_rows.append(
-            (session_id, turn, message.role.value, data, text, seq, message_tokens(message), message.summary_through,
+            (session_id, turn, message.role.value, text, seq, message_tokens(message), message.summary_through,
              _search_vector(message))
         )
 
@@ -911,26 +945,38 @@ class _PgTx(_Tx):
             ),
         )
 
-    def claim(self, message_id: str, holder: Owner, now: float, ttl_s: float) -> bool:
+    def _db_clock(self) -> bool:
+        """True when the store's clock is the database's own (not one a caller installed):
+        then message records are judged on ``clock_timestamp()`` in the statement, never on
+        this host's clock (a host whose clock stepped forward would re-claim processed ids)."""
+        return isinstance(self._store.clock, _DatabaseClock)
+
+    def claim(self, message_id: str, holder: Owner, now: float, ttl_s: float) -> tuple[bool, float]:
         """Claim ``message_id`` for ``holder`` in one statement when it is new, expired, or
-        its holder's lease expired; False when the statement left it to another holder."""
+        its holder's lease expired; (claimed, the time it was judged at -- the database's
+        clock, or ``now`` under a clock the caller installed). Not claimed: the statement
+        left it to another holder."""
         self._lock_message(message_id)
         r = self._x(
-            "INSERT INTO chatflow_processed_messages AS p (message_id, state, processed_at_utc, holder, holder_token, "
-            "lease_expires_at) VALUES (%s, 'in_progress', %s, %s::jsonb, %s, "
-            "clock_timestamp() + %s * interval '1 second') "
+            "WITH t AS (SELECT COALESCE(%s::float8, extract(epoch FROM clock_timestamp())::float8) AS now), "
+            "c AS (INSERT INTO chatflow_processed_messages AS p (message_id, state, processed_at_utc, holder, "
+            "holder_token, lease_expires_at) SELECT %s, 'in_progress', t.now, %s::jsonb, %s, "
+            "clock_timestamp() + %s * interval '1 second' FROM t "
             "ON CONFLICT (message_id) DO UPDATE SET state = 'in_progress', processed_at_utc = "
             "excluded.processed_at_utc, holder = excluded.holder, holder_token = excluded.holder_token, "
             "lease_expires_at = excluded.lease_expires_at, "
             # an attempt whose holder died keeps naming its turn, so recovery knows it is retried
             "session_id = CASE WHEN p.state = 'in_progress' THEN p.session_id END, "
             "turn = CASE WHEN p.state = 'in_progress' THEN p.turn END "
-            "WHERE p.processed_at_utc + %s <= %s "
+            "WHERE p.processed_at_utc + %s <= excluded.processed_at_utc "
             "OR (p.state = 'in_progress' AND (p.lease_expires_at IS NULL OR p.lease_expires_at <= clock_timestamp())) "
-            "RETURNING 1",
-            (message_id, now, _dumps(holder.to_dict()), holder.token, self._lease_s, ttl_s, now),
+            "RETURNING 1) "
+            "SELECT t.now, EXISTS (SELECT 1 FROM c) FROM t",
+            (None if self._db_clock() else now, message_id, _dumps(holder.to_dict()), holder.token, self._lease_s,
+             ttl_s),
         ).fetchone()
-        return r is not None
+        assert r is not None
+        return bool(r[1]), float(r[0])
 
     def processed_turn_claimed(self, session_id: str, turn: int) -> bool:
         r = self._x(
@@ -956,7 +1002,11 @@ class _PgTx(_Tx):
         )
 
     def processed_purge(self, now: float, ttl_s: float) -> None:
-        self._x("DELETE FROM chatflow_processed_messages WHERE processed_at_utc <= %s", (now - ttl_s,))
+        if self._db_clock():
+            self._x("DELETE FROM chatflow_processed_messages WHERE processed_at_utc <= "
+                    "extract(epoch FROM clock_timestamp())::float8 - %s", (ttl_s,))
+        else:
+            self._x("DELETE FROM chatflow_processed_messages WHERE processed_at_utc <= %s", (now - ttl_s,))
 
     def processed_release(self, message_id: str) -> bool:
         self._lock_message(message_id)
@@ -1135,6 +1185,17 @@ _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 
 
+def _forget_executor() -> None:
+    """In a forked child: the parent's pool threads do not exist here; make a new pool."""
+    global _executor, _executor_lock
+    if _executor is not None:
+        keep_inherited(_executor)
+    _executor, _executor_lock = None, threading.Lock()
+
+
+after_fork_in_child(_forget_executor)
+
+
 def _blocking_executor(workers: int) -> ThreadPoolExecutor:
     global _executor
     with _executor_lock:
@@ -1145,15 +1206,25 @@ def _blocking_executor(workers: int) -> ThreadPoolExecutor:
         return _executor
 
 
+def _steady() -> float:
+    """Seconds of a clock that is never stepped: Linux's ``CLOCK_BOOTTIME`` (counts time
+    suspended too), else ``time.monotonic()``."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) if _BOOTTIME else time.monotonic()
+
+
+_BOOTTIME = hasattr(time, "CLOCK_BOOTTIME")
+
+
 class _DatabaseClock:
-    """UTC epoch seconds on the database server's clock: this host's clock plus the offset
-    measured when the store opened."""
+    """UTC epoch seconds on the database server's clock: this host's steady clock
+    (:func:`_steady`) plus the offset measured when the store opened. A step of this host's
+    wall clock (a wrong time set, a jump back) does not move it."""
 
     def __init__(self, offset: float) -> None:
-        self.offset = offset
+        self.offset = offset  # database epoch seconds minus _steady()
 
     def __call__(self) -> float:
-        return time.time() + self.offset
+        return _steady() + self.offset
 
 
 class PostgresSessionStore(BaseSessionStore):
@@ -1195,6 +1266,7 @@ class PostgresSessionStore(BaseSessionStore):
         self._pool: Any = None
         self._listen_conn: psycopg.Connection[Any] | None = None
         self._leases = _Leases(self)
+        self._pid = os.getpid()  # the process whose connections the pool holds
         try:
             import psycopg  # noqa: F401
             import psycopg_pool  # noqa: F401
@@ -1230,9 +1302,27 @@ class PostgresSessionStore(BaseSessionStore):
         )
         self._pool.open(wait=False)
 
+    def _own_connections(self) -> None:
+        """In a process forked since the pool opened: leave the parent's connections alone
+        (kept, never used nor closed here: closing would end the parent's sessions) and
+        open a pool of this process's own; the parent's leases stay the parent's."""
+        if self._pid == os.getpid():
+            return
+        with fork_lock():
+            if self._pid == os.getpid():
+                return
+            keep_inherited(self._pool, self._listen_conn, self._leases)
+            self._pool, self._listen_conn = None, None
+            self._leases = _Leases(self)
+            self._pid = os.getpid()
+            if not self._closed:
+                self._open_pool()
+
     def close(self) -> None:
-        """Close the pool and stop renewing leases. Idempotent."""
+        """Close the pool and stop renewing leases. Idempotent. In a forked child, the
+        connections inherited from the parent are left to the parent."""
         self._closed = True
+        self._own_connections()  # a child: set the parent's aside, open none
         self._leases.stop()
         self._drop_listener()
         pool, self._pool = self._pool, None
@@ -1254,17 +1344,19 @@ class PostgresSessionStore(BaseSessionStore):
         import psycopg
         from psycopg_pool import PoolTimeout
 
-        if self._closed or self._pool is None:
+        self._own_connections()
+        pool = self._pool
+        if self._closed or pool is None:
             raise StoreError(f"the store for {self._label} is closed")
         try:
             try:
-                conn = self._pool.getconn(timeout=_POOL_QUICK_S)
+                conn = pool.getconn(timeout=_POOL_QUICK_S)
             except PoolTimeout:
                 # None idle and none made at once: a server that is down or refuses us is
                 # said now, with libpq's reason; a reachable one only has every connection busy
                 probe = self._connect()
                 probe.close()
-                conn = self._pool.getconn(timeout=_POOL_TIMEOUT_S)
+                conn = pool.getconn(timeout=_POOL_TIMEOUT_S)
         except PoolTimeout:
             raise StoreError(
                 f"no free connection to {self._label} after {_POOL_TIMEOUT_S:.0f} s ({self.pool_size} in use)"
@@ -1274,7 +1366,7 @@ class PostgresSessionStore(BaseSessionStore):
         try:
             yield conn
         finally:
-            self._pool.putconn(conn)
+            pool.putconn(conn)
 
     # -- migrations --------------------------------------------------------------------
     def _migrate(self) -> float:
@@ -1284,11 +1376,11 @@ class PostgresSessionStore(BaseSessionStore):
 
         conn = self._connect()
         try:
-            before = time.time()
+            before = _steady()
             row = conn.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()
             assert row is not None
             db_now = float(row[0])
-            offset = db_now - (before + time.time()) / 2
+            offset = db_now - (before + _steady()) / 2
             version = self._schema_version(conn)  # a read first: refuses a newer schema before writing
             if version > SCHEMA_VERSION:
                 raise self._too_new(version)
@@ -1303,23 +1395,41 @@ class PostgresSessionStore(BaseSessionStore):
                 for number, name, statements in _MIGRATIONS:
                     if number <= version:
                         continue
-                    with conn.transaction():  # a savepoint per version, committed with the lock held
-                        for statement in statements:
-                            step = _MIGRATION_STEPS.get(statement)
-                            if step is not None:
-                                step(conn)
-                            else:
-                                conn.execute(statement)
-                        conn.execute(
-                            "INSERT INTO chatflow_schema_migrations (version, name, applied_at_utc) "
-                            "VALUES (%s, %s, extract(epoch FROM clock_timestamp()))",
-                            (number, name),
-                        )
+                    try:
+                        self._apply_migration(conn, number, name, statements)
+                    except psycopg.Error as exc:
+                        raise self._migration_failed(exc, number, name, version) from None
             return offset
         except psycopg.Error as exc:
             raise _store_error(exc, self._label) from None
         finally:
             conn.close()
+
+    @staticmethod
+    def _apply_migration(conn: psycopg.Connection[Any], number: int, name: str, statements: list[str]) -> None:
+        """One migration and its version row, in a savepoint (committed with the lock held).
+        Every statement is idempotent (``IF NOT EXISTS``, updates of what is not done yet), so
+        a schema that got a migration's changes but not its version row is finished here."""
+        with conn.transaction():
+            for statement in statements:
+                step = _MIGRATION_STEPS.get(statement)
+                if step is not None:
+                    step(conn)
+                else:
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT INTO chatflow_schema_migrations (version, name, applied_at_utc) "
+                "VALUES (%s, %s, extract(epoch FROM clock_timestamp()))",
+                (number, name),
+            )
+
+    def _migration_failed(self, exc: BaseException, number: int, name: str, version: int) -> StoreError:
+        reason = redact_dsn(" ".join(str(exc).split()))
+        return StoreError(
+            f"schema migration {number} ({name}) of {self._label} failed: {reason}. It was rolled back: the "
+            f"database stays at schema version {version}. Fix the cause and start chatflow again (a migration "
+            "is applied whole and skips what already exists)"
+        )
 
     @staticmethod
     def _schema_version(conn: psycopg.Connection[Any]) -> int:
@@ -1420,7 +1530,7 @@ class PostgresSessionStore(BaseSessionStore):
         now = self.clock()
         with self._tx(write=True) as tx:
             tx.processed_purge(now, self._dedup_ttl_s)
-            claimed = tx.claim(message_id, holder, now, self._dedup_ttl_s)
+            claimed, now = tx.claim(message_id, holder, now, self._dedup_ttl_s)
             if not claimed:
                 old = tx.processed_get(message_id)
                 if self._state_of(old, now) is MessageState.NEW:
@@ -1475,6 +1585,7 @@ class PostgresSessionStore(BaseSessionStore):
             raise _store_error(exc, self._label) from None
 
     def _listener(self) -> psycopg.Connection[Any]:
+        self._own_connections()
         conn = self._listen_conn
         if conn is None or conn.closed:
             conn = self._connect()

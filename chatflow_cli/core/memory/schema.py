@@ -13,12 +13,13 @@ Columns ending in ``_utc`` hold UTC epoch seconds; ``*_json`` columns hold compa
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from collections.abc import Callable
 from typing import Union
 
-__all__ = ["SCHEMA_VERSION", "apply_migrations", "schema_version"]
+__all__ = ["SCHEMA_VERSION", "MigrationFailed", "apply_migrations", "schema_version"]
 
 # What the full-text index holds of a chatflow_messages row ``{m}``: the text of user and
 # model messages; tool results and the model's tool calls ("name arguments").
@@ -50,7 +51,7 @@ _MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
         1,
         "sessions, messages, events, idempotency keys, processed messages",
         [
-            """CREATE TABLE chatflow_sessions (
+            """CREATE TABLE IF NOT EXISTS chatflow_sessions (
     session_id        TEXT PRIMARY KEY,
     -- random per creation: a task holding a deleted session's context gets
     -- SessionDeletedError even if the same id was created again meanwhile
@@ -72,8 +73,9 @@ _MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
     created_at_utc    REAL NOT NULL,  -- epoch seconds
     updated_at_utc    REAL NOT NULL   -- epoch seconds; latest_session_id orders by it
 )""",
-            "CREATE INDEX chatflow_sessions_by_update ON chatflow_sessions (updated_at_utc DESC, session_id)",
-            """CREATE TABLE chatflow_messages (
+            """CREATE INDEX IF NOT EXISTS chatflow_sessions_by_update
+    ON chatflow_sessions (updated_at_utc DESC, session_id)""",
+            """CREATE TABLE IF NOT EXISTS chatflow_messages (
     message_id     INTEGER PRIMARY KEY,  -- insertion order
     session_id     TEXT NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
     -- user-visible turn number (1, 2, 3...); 0 holds the system messages
@@ -89,10 +91,10 @@ _MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
     removed_reason TEXT CHECK (removed_reason IN ('rolled_back', 'failed'))
 )""",
             # The context-window query: live rows of one session from a turn on, in order.
-            """CREATE INDEX chatflow_messages_live ON chatflow_messages (session_id, turn, position)
+            """CREATE INDEX IF NOT EXISTS chatflow_messages_live ON chatflow_messages (session_id, turn, position)
     WHERE removed_at_seq IS NULL""",
-            "CREATE INDEX chatflow_messages_all ON chatflow_messages (session_id, turn, message_id)",
-            """CREATE TABLE chatflow_events (
+            "CREATE INDEX IF NOT EXISTS chatflow_messages_all ON chatflow_messages (session_id, turn, message_id)",
+            """CREATE TABLE IF NOT EXISTS chatflow_events (
     event_id        INTEGER PRIMARY KEY,
     session_id      TEXT NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
     -- per-session cursor 1, 2, 3...: MAX(seq) + 1 inside the inserting write transaction
@@ -104,8 +106,8 @@ _MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
     created_at_utc  REAL NOT NULL,       -- epoch seconds
     UNIQUE (session_id, seq)             -- backstop: a seq is never used twice
 )""",
-            "CREATE INDEX chatflow_events_by_type ON chatflow_events (session_id, event_type, seq)",
-            """CREATE TABLE chatflow_idempotency_keys (
+            "CREATE INDEX IF NOT EXISTS chatflow_events_by_type ON chatflow_events (session_id, event_type, seq)",
+            """CREATE TABLE IF NOT EXISTS chatflow_idempotency_keys (
     session_id      TEXT NOT NULL REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
     idempotency_key TEXT NOT NULL,
     -- sha256 of the request: same key + same request replays, another request is refused
@@ -115,13 +117,13 @@ _MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
     created_at_utc  REAL NOT NULL,
     PRIMARY KEY (session_id, idempotency_key)
 )""",
-            """CREATE TABLE chatflow_processed_messages (
+            """CREATE TABLE IF NOT EXISTS chatflow_processed_messages (
     -- inbound message ids (webhooks) already handled: a duplicate while
     -- now < processed_at_utc + 192 h; expired rows are purged
     message_id       TEXT PRIMARY KEY,
     processed_at_utc REAL NOT NULL       -- epoch seconds
 )""",
-            "CREATE INDEX chatflow_processed_by_time ON chatflow_processed_messages (processed_at_utc)",
+            "CREATE INDEX IF NOT EXISTS chatflow_processed_by_time ON chatflow_processed_messages (processed_at_utc)",
         ],
     ),
     (
@@ -138,23 +140,23 @@ _MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
             # transaction, its turn.failed / turn.interrupted frees it
             "ALTER TABLE chatflow_processed_messages ADD COLUMN session_id TEXT",
             "ALTER TABLE chatflow_processed_messages ADD COLUMN turn INTEGER",
-            """CREATE INDEX chatflow_processed_by_turn ON chatflow_processed_messages (session_id, turn)
+            """CREATE INDEX IF NOT EXISTS chatflow_processed_by_turn ON chatflow_processed_messages (session_id, turn)
     WHERE session_id IS NOT NULL""",
-            """CREATE TABLE chatflow_turn_queue (
+            """CREATE TABLE IF NOT EXISTS chatflow_turn_queue (
     -- callers waiting for a busy session start their turns in ticket (arrival) order
     ticket          INTEGER PRIMARY KEY AUTOINCREMENT,
     session_id      TEXT NOT NULL,
     owner_json      TEXT NOT NULL,       -- the waiter; a dead waiter's ticket is skipped and removed
     enqueued_at_utc REAL NOT NULL
 )""",
-            "CREATE INDEX chatflow_turn_queue_by_session ON chatflow_turn_queue (session_id, ticket)",
+            "CREATE INDEX IF NOT EXISTS chatflow_turn_queue_by_session ON chatflow_turn_queue (session_id, ticket)",
         ],
     ),
     (
         3,
         "the model and endpoint each session talks to",
         [
-            """CREATE TABLE chatflow_session_endpoints (
+            """CREATE TABLE IF NOT EXISTS chatflow_session_endpoints (
     -- what a front-end resumes the session with; never an API key
     session_id     TEXT PRIMARY KEY REFERENCES chatflow_sessions (session_id) ON DELETE CASCADE,
     model          TEXT,                 -- NULL: not stored
@@ -174,7 +176,7 @@ _MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
             # K for a SYSTEM message (turn 0) that summarises turns 1..K (a compaction); NULL
             # for every other message. A rollback to n < K marks it removed like a turn.
             "ALTER TABLE chatflow_messages ADD COLUMN summary_through INTEGER",
-            """CREATE INDEX chatflow_messages_summaries ON chatflow_messages (session_id, summary_through)
+            """CREATE INDEX IF NOT EXISTS chatflow_messages_summaries ON chatflow_messages (session_id, summary_through)
     WHERE summary_through IS NOT NULL AND removed_at_seq IS NULL""",
             # rows written before this version get the estimate
             _fill_token_estimates,
@@ -193,18 +195,19 @@ _MIGRATIONS: list[tuple[int, str, list[_Step]]] = [
             # body: user and model text; tools: tool results and the model's tool calls
             # (name and arguments). rowid = chatflow_messages.message_id; removed (rolled
             # back, failed) messages stay indexed and are filtered by the join.
-            """CREATE VIRTUAL TABLE chatflow_messages_fts USING fts5(
+            """CREATE VIRTUAL TABLE IF NOT EXISTS chatflow_messages_fts USING fts5(
     body, tools, tokenize = 'unicode61 remove_diacritics 2'
 )""",
-            f"""CREATE TRIGGER chatflow_messages_fts_insert AFTER INSERT ON chatflow_messages BEGIN
+            f"""CREATE TRIGGER IF NOT EXISTS chatflow_messages_fts_insert AFTER INSERT ON chatflow_messages BEGIN
     INSERT INTO chatflow_messages_fts (rowid, body, tools)
     VALUES (new.message_id, {_FTS_BODY.format(m="new")}, {_FTS_TOOLS.format(m="new")});
 END""",
-            """CREATE TRIGGER chatflow_messages_fts_delete AFTER DELETE ON chatflow_messages BEGIN
+            """CREATE TRIGGER IF NOT EXISTS chatflow_messages_fts_delete AFTER DELETE ON chatflow_messages BEGIN
     DELETE FROM chatflow_messages_fts WHERE rowid = old.message_id;
 END""",
             f"""INSERT INTO chatflow_messages_fts (rowid, body, tools)
-    SELECT m.message_id, {_FTS_BODY.format(m="m")}, {_FTS_TOOLS.format(m="m")} FROM chatflow_messages AS m""",
+    SELECT m.message_id, {_FTS_BODY.format(m="m")}, {_FTS_TOOLS.format(m="m")} FROM chatflow_messages AS m
+    WHERE m.message_id NOT IN (SELECT rowid FROM chatflow_messages_fts)""",
         ],
     ),
     (
@@ -216,7 +219,7 @@ END""",
             # rowid; a search first indexes the messages written since, in one batch
             # (SQLiteSessionStore.index_pending). Message ids only grow (max + 1), so nothing
             # below that rowid is ever left out; the delete trigger stays.
-            "DROP TRIGGER chatflow_messages_fts_insert",
+            "DROP TRIGGER IF EXISTS chatflow_messages_fts_insert",
         ],
     ),
     (
@@ -268,11 +271,42 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT COALESCE(MAX(version), 0) FROM chatflow_schema_migrations").fetchone()[0])
 
 
+class MigrationFailed(Exception):
+    """Migration ``number`` (``name``) failed with ``cause`` and was rolled back; the file stays
+    at the version before it."""
+
+    def __init__(self, number: int, name: str, cause: BaseException) -> None:
+        super().__init__(f"schema migration {number} ({name}) failed: {cause}")
+        self.number = number
+        self.name = name
+        self.cause = cause
+
+
+_ADD_COLUMN = re.compile(r"\s*ALTER TABLE (\w+) ADD COLUMN (\w+)", re.IGNORECASE)
+
+
+def _run_step(conn: sqlite3.Connection, statement: _Step) -> None:
+    """Run one migration step; an ``ADD COLUMN`` of a column the table already has (a
+    migration applied before without its version row) is skipped -- SQLite has no
+    ``ADD COLUMN IF NOT EXISTS``; every other statement is idempotent as written."""
+    if callable(statement):
+        statement(conn)
+        return
+    add = _ADD_COLUMN.match(statement)
+    if add is not None:
+        table, column = add.groups()
+        if any(row[1] == column for row in conn.execute(f"PRAGMA table_info({table})")):
+            return
+    conn.execute(statement)
+
+
 def apply_migrations(conn: sqlite3.Connection) -> None:
     """Apply every migration not yet recorded, each in one ``BEGIN IMMEDIATE`` transaction.
 
-    ``conn`` must be in autocommit mode (``isolation_level=None``). A migration that fails
-    is rolled back with its version row and the error propagates (``sqlite3.Error``).
+    ``conn`` must be in autocommit mode (``isolation_level=None``). Every step is idempotent,
+    so a file that got a migration's changes without its version row is finished. A
+    migration that fails is rolled back with its version row and :class:`MigrationFailed`
+    names it (its ``cause`` is the ``sqlite3.Error``); those before it stay applied.
     """
     for number, name, statements in _MIGRATIONS:
         conn.execute("BEGIN IMMEDIATE")
@@ -280,11 +314,11 @@ def apply_migrations(conn: sqlite3.Connection) -> None:
             conn.execute(_MIGRATIONS_TABLE)
             done = conn.execute("SELECT 1 FROM chatflow_schema_migrations WHERE version = ?", (number,))
             if done.fetchone() is None:
-                for statement in statements:
-                    if callable(statement):
-                        statement(conn)
-                    else:
-                        conn.execute(statement)
+                try:
+                    for statement in statements:
+                        _run_step(conn, statement)
+                except sqlite3.Error as exc:
+                    raise MigrationFailed(number, name, exc) from exc
                 conn.execute(
                     "INSERT INTO chatflow_schema_migrations (version, name, applied_at_utc) VALUES (?, ?, ?)",
                     (number, name, time.time()),

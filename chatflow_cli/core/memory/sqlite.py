@@ -51,11 +51,13 @@ from ..events import Event, SessionStatus
 from ..messages import Message, Role, compact_json
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
+from ._fork import after_fork_in_child, fork_lock, keep_inherited
 from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
 from .search import HIGHLIGHT_END, HIGHLIGHT_START, SNIPPET_WORDS, Query, SearchHit, to_fts5
 from .owner import Owner
-from .schema import FTS_HIGH_WATER, INDEX_PENDING, SCHEMA_VERSION, UNREADABLE_PENDING, apply_migrations, schema_version
+from .schema import (FTS_HIGH_WATER, INDEX_PENDING, SCHEMA_VERSION, UNREADABLE_PENDING, MigrationFailed,
+                     apply_migrations, schema_version)
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -70,6 +72,17 @@ _BUSY_TIMEOUT_S = 30.0
 
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
+
+
+def _forget_executor() -> None:
+    """In a forked child: the parent's pool threads do not exist here; make a new pool."""
+    global _executor, _executor_lock
+    if _executor is not None:
+        keep_inherited(_executor)
+    _executor, _executor_lock = None, threading.Lock()
+
+
+after_fork_in_child(_forget_executor)
 
 
 def _blocking_executor() -> ThreadPoolExecutor:
@@ -812,6 +825,7 @@ class SQLiteSessionStore(BaseSessionStore):
         self._active = 0
         self._idle = threading.Condition(self._connections_lock)
         self._closed = False
+        self._pid = os.getpid()  # the process that opened the connections
         if not self._ephemeral and not self._uri:
             self._create_file()
         conn = self._connection()
@@ -834,7 +848,30 @@ class SQLiteSessionStore(BaseSessionStore):
         except OSError as exc:
             raise _store_error(exc, self._label) from exc
 
+    def _own_connections(self) -> None:
+        """In a process forked since the store opened: set aside the parent's connections
+        (SQLite forbids carrying one across fork: its locks belong to the parent; kept,
+        never used nor closed here), its writer thread (which does not exist here) and
+        locks another thread may have held at the fork; connections of this process's own
+        are opened on use. An in-memory database is the child's own copy: it is kept."""
+        if self._pid == os.getpid():
+            return
+        with fork_lock():
+            if self._pid == os.getpid():
+                return
+            keep_inherited(self._connections, self._writer, self._local)
+            if not self._ephemeral:
+                self._connections = []
+            self._local = threading.local()
+            self._writer = None
+            self._connections_lock = threading.Lock()
+            self._idle = threading.Condition(self._connections_lock)
+            self._shared_lock = threading.RLock()
+            self._active = 0
+            self._pid = os.getpid()
+
     def _connection(self) -> sqlite3.Connection:
+        self._own_connections()
         if self._closed:
             raise StoreError(f"the store for {self._label} is closed")
         if self._ephemeral:
@@ -869,6 +906,7 @@ class SQLiteSessionStore(BaseSessionStore):
         are running finish first (up to the busy timeout, 30 s, after which their
         connections are left to the interpreter rather than closed under them).
         """
+        self._own_connections()  # a child closes only its own connections
         own = getattr(self._local, "depth", 0)  # close() called inside this thread's own transaction
         with self._idle:
             self._closed = True
@@ -899,6 +937,12 @@ class SQLiteSessionStore(BaseSessionStore):
             if version == SCHEMA_VERSION:
                 return
             apply_migrations(conn)
+        except MigrationFailed as exc:
+            raise StoreError(
+                f"{_store_error(exc.cause, self._label)}: schema migration {exc.number} ({exc.name}) failed and was "
+                f"rolled back, the file stays at schema version {exc.number - 1}. Fix the cause and open it again "
+                "(a migration is applied whole and skips what already exists)"
+            ) from exc.cause
         except sqlite3.Error as exc:
             raise _store_error(exc, self._label) from exc
 
@@ -921,6 +965,7 @@ class SQLiteSessionStore(BaseSessionStore):
     # -- transactions ------------------------------------------------------------------
     @contextmanager
     def _tx(self, begin: str) -> Iterator[_Tx]:
+        self._own_connections()
         with self._idle:
             if self._closed:
                 raise StoreError(f"the store for {self._label} is closed")
@@ -1021,6 +1066,7 @@ class SQLiteSessionStore(BaseSessionStore):
             return fn(*args, **kwargs)
         import asyncio  # lazily: see _blocking_executor
 
+        self._own_connections()
         with self._connections_lock:
             if self._closed:
                 raise StoreError(f"the store for {self._label} is closed")

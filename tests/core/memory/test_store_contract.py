@@ -8,6 +8,7 @@ resolution, deletion, async twins.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import subprocess
@@ -891,6 +892,73 @@ def test_metadata_is_stored_as_json_in_both_stores(any_store: BaseSessionStore, 
     for bad in ({"k": {1}}, {2: "x"}, ["x"]):
         with pytest.raises(TypeError, match="payload"):
             any_store.append_event("s", "note", bad)  # type: ignore[arg-type]
+
+
+#: Values a JSON store could rewrite: key order (not sorted, longer keys first), floats
+#: that read like ints (1e16, 1.0), negative zero, ints beyond 64 bits, escapes, nesting.
+_EXACT = {
+    "zeta": 1, "a": {"yy": [1e16, 1e-7, -0.0, 1.0, 1, 2**70, -(2**64) - 1, 0.1 + 0.2], "b": None},
+    "f16": 1e16, "mid": {"z": {"y": {"x": [True, False, {}, []]}}, "k": "\u00e9\u2028\U0001f600 \\u0041 \"q\" \x1f"},
+    "é": "snow ☃", "": "empty key", "1": "digit key",
+}
+#: The same with a NUL character (which PostgreSQL's jsonb cannot hold at all).
+_EXACT_NUL = {"zeta": 1, "nul": "a\x00b", "a": 1e16}
+
+
+def _text(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("value", [_EXACT, _EXACT_NUL], ids=["plain", "nul"])
+def test_messages_items_metadata_and_payloads_come_back_byte_for_byte(
+    make_store: Callable[..., BaseSessionStore], agent: Agent, value: dict[str, object]
+) -> None:
+    """Every store returns what it was given: the same JSON text (key order, number forms)."""
+    store = make_store()
+    ctx = store.get_or_create("s", agent, metadata=value)
+    sent = [
+        Message.user(_text(value)),
+        Message(Role.MODEL, "done", items=({"type": "message", "zz": 1e16, "content": [value], "a": -0.0},)),
+    ]
+    for message in sent:
+        ctx.add_message(message)
+    ctx.complete_turn("done")
+    store.save(ctx)
+    store.append_event("s", "note", {"exact": value, "first": 1.0})
+
+    again = make_store()  # what another process sees
+    loaded = again.get("s")
+    assert loaded is not None
+    assert _text(loaded.metadata) == _text(value)
+    assert [_text(m.to_dict()) for m in loaded.history] == [_text(m.to_dict()) for m in sent]
+    assert [_text(m.to_dict()) for m in again.load_turns("s")[-1].messages] == [_text(m.to_dict()) for m in sent]
+    assert _text(again.events("s")[-1].payload) == _text({"exact": value, "first": 1.0})
+    created = again.events("s")[0]
+    assert _text(created.payload["metadata"]) == _text(value)
+    (summary,) = again.list_sessions()
+    assert _text(summary.metadata) == _text(value)
+    # the metadata filter compares the value's JSON text: the same answer on every store
+    assert [s.session_id for s in again.list_sessions(metadata={"a" if "nul" in value else "f16": "1e+16"})] == ["s"]
+    assert again.list_sessions(metadata={"f16": "10000000000000000", "a": "10000000000000000"}) == []
+    assert [s.session_id for s in again.list_sessions(metadata={"zeta": "1"})] == ["s"]
+
+
+def test_fork_origins_and_agent_versions_keep_their_order(make_store: Callable[..., BaseSessionStore]) -> None:
+    store = make_store()
+    for name in ("Zeta-Support", "A"):  # the longer name first: a store that sorts keys shows it
+        agent = Agent(name=name, instructions="Help", model="m1")
+        ctx = store.get_or_create("s", agent)
+        ctx.add_message(Message.user(f"to {name}"))
+        ctx.note_agent_version(agent)
+        ctx.add_message(Message.model("ok", agent=agent.name, agent_version=agent.version))
+        ctx.complete_turn("ok", agent, agent_version=agent.version)
+        store.save(ctx)
+    store.fork("s", 1, into="f")
+    again = make_store()
+    versions = again.session_summary("s").agent_versions
+    assert [(name, list(entry)) for name, entry in versions.items()] == [
+        ("Zeta-Support", ["version", "turn"]), ("A", ["version", "turn"])]
+    assert list(again.session_summary("f").forked_from or {}) == ["session_id", "turn", "seq"]
 
 
 # -- agents ----------------------------------------------------------------------------------
