@@ -41,7 +41,9 @@ of the turn), with snippets made by the same function.
 from __future__ import annotations
 
 import functools
+import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,15 +87,6 @@ UNSEARCHABLE = "\u00a0"
 #: query; a longer query is a UsageError (every store evaluates it in one bounded expression).
 MAX_QUERY_WORDS = 256
 
-#: Scripts whose accents matching ignores (their letters lose combining marks).
-_STRIP_SCRIPTS = ("LATIN", "GREEK", "CYRILLIC", "ARABIC", "HEBREW")
-
-
-@functools.lru_cache(maxsize=8192)
-def _strips_marks(ch: str) -> bool:
-    return unicodedata.name(ch, "").startswith(_STRIP_SCRIPTS)
-
-
 def _is_cjk(ch: str) -> bool:
     """A Chinese or Japanese character: written without spaces between words."""
     o = ord(ch)
@@ -108,27 +101,47 @@ def _is_cjk(ch: str) -> bool:
     )
 
 
+_CJK_CLASS = "\u3005-\u3007\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003ffff"
+
+
+#: A run of Chinese and Japanese characters (group 1), or of other letters, digits and ``_``.
+_RUN = re.compile(f"([{_CJK_CLASS}]+)|([^\\W{_CJK_CLASS}]+)")
+#: Letters of the scripts whose accents matching ignores (Latin, Greek, Cyrillic, Hebrew,
+#: Arabic), and the combining marks (accents, Hebrew points, Arabic vowel signs) that are
+#: dropped after them.
+_STRIP_LETTERS = (
+    "A-Za-z\u00c0-\u024f\u0370-\u03ff\u0400-\u052f\u0590-\u05ff\u0600-\u06ff\u0750-\u077f"
+    "\u08a0-\u08ff\u1e00-\u1fff\u2c60-\u2c7f\ua720-\ua7ff\uab30-\uab6f\ufb00-\ufdff\ufe70-\ufeff"
+)
+_STRIP_MARKS = (
+    "\u0300-\u036f\u0483-\u0489\u0591-\u05bd\u05bf\u05c1\u05c2\u05c4\u05c5\u05c7\u0610-\u061a"
+    "\u064b-\u065f\u0670\u06d6-\u06dc\u06df-\u06e4\u06e7\u06e8\u06ea-\u06ed\u08d3-\u08ff"
+    "\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+)
+_MARKS_AFTER_LETTER = re.compile(f"([{_STRIP_LETTERS}])[{_STRIP_MARKS}]+")
+_LETTER_RANGES = [(0xC0, 0x24F), (0x370, 0x52F), (0x590, 0x6FF), (0x750, 0x77F), (0x8A0, 0x8FF), (0x1E00, 0x1FFF),
+                  (0x2C60, 0x2C7F), (0xA720, 0xA7FF), (0xAB30, 0xAB6F), (0xFB00, 0xFDFF), (0xFE70, 0xFEFF)]
+
+
+@functools.lru_cache(maxsize=1)
+def _without_accents() -> dict[int, str]:
+    """``str.translate`` table: each precomposed letter of those scripts without its marks."""
+    table: dict[int, str] = {}
+    for low, high in _LETTER_RANGES:
+        for code in range(low, high + 1):
+            decomposed = unicodedata.normalize("NFD", chr(code))
+            bare = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+            if bare != chr(code) and bare:
+                table[code] = unicodedata.normalize("NFC", bare)
+    return table
+
+
 def _is_mark(ch: str) -> bool:
     return unicodedata.category(ch)[0] == "M"
 
 
 def _is_word_char(ch: str) -> bool:
     return ch.isalnum() or ch == "_"
-
-
-def _fold_cluster(cluster: str) -> str:
-    """One base character and its combining marks, folded: NFKC and case folded (to a fixed
-    point), marks dropped from Latin, Greek, Cyrillic, Arabic and Hebrew letters."""
-    out = cluster
-    for _ in range(3):
-        again = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", out).casefold())
-        if again == out:
-            break
-        out = again
-    if out and _strips_marks(out[0]):
-        out = "".join(ch for ch in unicodedata.normalize("NFD", out) if not _is_mark(ch))
-        out = unicodedata.normalize("NFC", out)
-    return out
 
 
 def _clusters(text: str) -> list[tuple[int, int]]:
@@ -147,56 +160,133 @@ def _clusters(text: str) -> list[tuple[int, int]]:
 
 def _fold(text: str) -> str:
     """Lower case without accents, compatibility forms unified (NFKC); Hangul, kana voiced
-    marks and the vowel signs of Indic scripts are kept. The one folding of every store."""
-    return "".join(_fold_cluster(text[s:e]) for s, e in _clusters(text))
-
-
-def _runs(text: str) -> list[tuple[str, bool, list[tuple[int, int]]]]:
-    """The folded runs of ``text``: ``(run, cjk, spans)`` where a run is a maximal stretch of
-    letters, digits, marks and ``_`` (``cjk`` false) or of Chinese and Japanese characters
-    (``cjk`` true), and ``spans[k]`` is where the run's k-th character came from in ``text``."""
-    out: list[tuple[str, bool, list[tuple[int, int]]]] = []
-    chars: list[str] = []
-    spans: list[tuple[int, int]] = []
-    kind: bool | None = None  # None: between runs
-
-    def end_run() -> None:
-        nonlocal chars, spans, kind
-        if chars:
-            out.append(("".join(chars), bool(kind), spans))
-        chars, spans, kind = [], [], None
-
-    for s, e in _clusters(text):
-        for ch in _fold_cluster(text[s:e]):
-            if _is_cjk(ch):
-                this: bool | None = True
-            elif _is_word_char(ch) or (kind is False and _is_mark(ch)):
-                this = False
-            else:
-                this = None
-            if this != kind:
-                end_run()
-            if this is not None:
-                kind = this
-                chars.append(ch)
-                spans.append((s, e))
-    end_run()
+    marks and the vowel signs of Indic scripts are kept. The one folding of every store:
+    NFKC and case folding (to a fixed point), then the combining marks of Latin, Greek,
+    Cyrillic, Hebrew and Arabic letters dropped."""
+    if text.isascii():
+        return text.lower()
+    out = text
+    for _ in range(3):
+        again = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", out).casefold())
+        if again == out:
+            break
+        out = again
+    out = out.translate(_without_accents())
+    if any(map(unicodedata.combining, out)):
+        out = _MARKS_AFTER_LETTER.sub(r"\1", out)
     return out
 
 
-def _run_words(run: str, cjk: bool, spans: list[tuple[int, int]]) -> list[tuple[str, int, int]]:
+#: A stretch of text between spaces, controls and ASCII punctuation (``_`` excepted): no
+#: word crosses one, so each is folded and split on its own.
+_CHUNK = re.compile(r"[^\x00-\x2f\x3a-\x40\x5b-\x5e\x60\x7b-\x7f\s]+")
+
+
+def _runs(chars: Iterable[tuple[str, int, int]]) -> list[tuple[str, bool, list[tuple[int, int]]]]:
+    """The runs of folded ``chars`` (``(char, start, end)``: each folded character and where
+    it came from): ``(run, cjk, spans)`` where a run is a maximal stretch of letters, digits,
+    marks and ``_`` (``cjk`` false) or of Chinese and Japanese characters (``cjk`` true), and
+    ``spans[k]`` is where the run's k-th character came from."""
+    out: list[tuple[str, bool, list[tuple[int, int]]]] = []
+    run: list[str] = []
+    spans: list[tuple[int, int]] = []
+    kind: bool | None = None  # None: between runs
+    for ch, s, e in chars:
+        if _is_cjk(ch):
+            this: bool | None = True
+        elif _is_word_char(ch) or (kind is False and _is_mark(ch)):
+            this = False
+        else:
+            this = None
+        if this != kind:
+            if run:
+                out.append(("".join(run), bool(kind), spans))
+            run, spans, kind = [], [], this
+        if this is not None:
+            run.append(ch)
+            spans.append((s, e))
+    if run:
+        out.append(("".join(run), bool(kind), spans))
+    return out
+
+
+def _fast_runs(folded: str, start: int) -> list[tuple[str, bool, list[tuple[int, int]] | int]]:
+    """:func:`_runs` of ``folded``, whose k-th character came from position ``start + k``."""
+    out: list[tuple[str, bool, list[tuple[int, int]] | int]] = []
+    n = len(folded)
+    last_end = -1  # where the last letter run (with its marks) ended
+    for m in _RUN.finditer(folded):
+        s, e = m.span()
+        if m.group(1) is not None:
+            out.append((m.group(), True, start + s))
+            continue
+        while e < n and _is_mark(folded[e]) and not _is_cjk(folded[e]):  # marks continue a word
+            e += 1
+        if s == last_end:  # only marks between: the same word
+            run, _cjk, where = out.pop()
+            out.append((run + folded[s:e], False, where))
+        else:
+            out.append((folded[s:e], False, start + s))
+        last_end = e
+    return out
+
+
+def _chunk_runs(text: str, start: int, end: int) -> list[tuple[str, bool, list[tuple[int, int]] | int]]:
+    chunk = text[start:end]
+    folded = _fold(chunk)
+    if len(folded) == len(chunk):  # one folded character for each: positions carry over
+        return _fast_runs(folded, start)
+    # else fold each base character with its marks apart, to know where each came from
+    return list(_runs((ch, start + s, start + e) for s, e in _clusters(chunk) for ch in _fold(chunk[s:e])))
+
+
+def _run_words(run: str, cjk: bool, where: list[tuple[int, int]] | int) -> list[tuple[str, int, int]]:
+    """The words of a run and their spans; ``where`` is the run's first position when each
+    of its characters came from one character of the text, else the span of each."""
+    n = len(run)
+    if isinstance(where, int):
+        first, last = where, where + n
+    else:
+        first, last = where[0][0], where[-1][1]
     if not cjk:
-        word = run if len(run) <= MAX_WORD_CHARS else UNSEARCHABLE
-        return [(word, spans[0][0], spans[-1][1])]
+        return [(run if n <= MAX_WORD_CHARS else UNSEARCHABLE, first, last)]
     # Chinese and Japanese: each character with the next (overlapping bigrams), the last alone,
     # so that any stretch of two or more characters is a phrase of consecutive bigrams
-    return [(run[k : k + 2], spans[k][0], spans[min(k + 1, len(run) - 1)][1]) for k in range(len(run))]
+    words = _pairs(run)
+    if isinstance(where, int):
+        return list(zip(words, range(where, where + n), [*range(where + 2, where + n + 1), where + n]))
+    return [(words[k], where[k][0], where[min(k + 1, n - 1)][1]) for k in range(n)]
+
+
+def _pairs(run: str) -> list[str]:
+    """A run of Chinese and Japanese characters as its words: each character with the next,
+    and the last alone."""
+    words = [a + b for a, b in zip(run, run[1:])]
+    words.append(run[-1])
+    return words
+
+
+def _text_runs(text: str) -> list[tuple[str, bool, list[tuple[int, int]] | int]]:
+    """The runs of ``text`` (see :func:`_runs`): of the whole text folded at once when that
+    keeps its length (each folded character then stands where it was), else chunk by chunk."""
+    if not text.isascii():
+        folded = _fold(text)
+        if len(folded) == len(text):
+            return _fast_runs(folded, 0)
+    out: list[tuple[str, bool, list[tuple[int, int]] | int]] = []
+    for m in _CHUNK.finditer(text):
+        s, e = m.span()
+        if m.group().isascii():  # letters, digits and _ only: one word
+            out.append((m.group().lower(), False, s))
+        else:
+            out.extend(_chunk_runs(text, s, e))
+    return out
 
 
 def word_spans(text: str) -> list[tuple[str, int, int]]:
     """:func:`words_of` with where each word is in ``text``: ``(word, start, end)``; the
     spans of a run of Chinese and Japanese characters overlap."""
-    return [w for run in _runs(text) for w in _run_words(*run)]
+    return [w for run in _text_runs(text) for w in _run_words(*run)]
 
 
 def words_of(text: str) -> list[str]:
@@ -208,7 +298,13 @@ def words_of(text: str) -> list[str]:
     ``確認 認す する る``) so that a query finds any stretch of it. A word over
     :data:`MAX_WORD_CHARS` becomes :data:`UNSEARCHABLE`.
     """
-    return [w for w, _s, _e in word_spans(text)]
+    out: list[str] = []
+    for run, cjk, _where in _text_runs(text):
+        if cjk:
+            out.extend(_pairs(run))
+        else:
+            out.append(run if len(run) <= MAX_WORD_CHARS else UNSEARCHABLE)
+    return out
 
 
 def _query_words(text: str) -> tuple[tuple[str, ...], bool]:
@@ -219,7 +315,7 @@ def _query_words(text: str) -> tuple[tuple[str, ...], bool]:
     prefix (``確`` finds ``確認``). Where a word or a space follows a run, the run ends in
     the text too, so it asks for its last character alone as :func:`words_of` stores it.
     """
-    runs = _runs(text)
+    runs = _text_runs(text)
     words: list[str] = []
     prefix = False
     for n, (run, cjk, spans) in enumerate(runs):
