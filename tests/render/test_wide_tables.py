@@ -93,3 +93,18 @@ def test_a_table_too_wide_becomes_header_value_lines() -> None:
     Console(file=out, width=80, color_system=None).print(markdown_renderable(TABLES["uuids"]))
     lines = [line.rstrip() for line in out.getvalue().splitlines()]
     assert f"a: {UUIDS[0]}" in lines and f"d: {UUIDS[3]}" in lines and f"a: {UUIDS[3]}" in lines
+
+
+@pytest.mark.parametrize("width", [40, 80, 120])
+def test_sessions_show_full_keeps_every_uuid_of_a_reply(width: int) -> None:
+    from chatflow_cli.core.memory import TurnRecord
+    from chatflow_cli.core.messages import Message
+    from chatflow_cli.render import turn_renderables
+
+    reply = Message.model(TABLES["uuids"], agent="Assistant")
+    record = TurnRecord(number=1, messages=(Message.user("ids?"), reply), in_window=True)
+    out = io.StringIO()
+    console = Console(file=out, width=width, force_terminal=True, color_system=None)
+    for item in turn_renderables(record, markdown=True, full=True, width=width):
+        console.print(item)
+    _assert_every_cell_whole(out.getvalue().splitlines(), "uuids", width)
