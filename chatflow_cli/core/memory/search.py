@@ -106,6 +106,9 @@ _CJK_CLASS = "\u3005-\u3007\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\
 
 #: A run of Chinese and Japanese characters (group 1), or of other letters, digits and ``_``.
 _RUN = re.compile(f"([{_CJK_CLASS}]+)|([^\\W{_CJK_CLASS}]+)")
+#: A letter followed by what may be a mark (not a letter, space, ASCII or CJK or general
+#: punctuation): only then does a word need :func:`_fast_runs` to take its marks along.
+_MARK_AFTER_WORD = re.compile("\\w[^\\w\\s\\x00-\\x7f\\u2000-\\u206f\\u3000-\\u303f\\uff00-\\uffef]")
 #: Letters of the scripts whose accents matching ignores (Latin, Greek, Cyrillic, Hebrew,
 #: Arabic), and the combining marks (accents, Hebrew points, Arabic vowel signs) that are
 #: dropped after them.
@@ -119,6 +122,8 @@ _STRIP_MARKS = (
     "\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
 )
 _MARKS_AFTER_LETTER = re.compile(f"([{_STRIP_LETTERS}])[{_STRIP_MARKS}]+")
+#: A precomposed letter that may carry an accent (looked up in :func:`_without_accents`).
+_ACCENTED = re.compile(f"[{_STRIP_LETTERS.removeprefix('A-Za-z')}]")
 _LETTER_RANGES = [(0xC0, 0x24F), (0x370, 0x52F), (0x590, 0x6FF), (0x750, 0x77F), (0x8A0, 0x8FF), (0x1E00, 0x1FFF),
                   (0x2C60, 0x2C7F), (0xA720, 0xA7FF), (0xAB30, 0xAB6F), (0xFB00, 0xFDFF), (0xFE70, 0xFEFF)]
 
@@ -171,10 +176,9 @@ def _fold(text: str) -> str:
         if again == out:
             break
         out = again
-    out = out.translate(_without_accents())
-    if any(map(unicodedata.combining, out)):
-        out = _MARKS_AFTER_LETTER.sub(r"\1", out)
-    return out
+    table = _without_accents()
+    out = _ACCENTED.sub(lambda m: table.get(ord(m.group()), m.group()), out)
+    return _MARKS_AFTER_LETTER.sub(r"\1", out)
 
 
 #: A stretch of text between spaces, controls and ASCII punctuation (``_`` excepted): no
@@ -220,8 +224,8 @@ def _fast_runs(folded: str, start: int) -> list[tuple[str, bool, list[tuple[int,
         if m.group(1) is not None:
             out.append((m.group(), True, start + s))
             continue
-        while e < n and _is_mark(folded[e]) and not _is_cjk(folded[e]):  # marks continue a word
-            e += 1
+        while e < n and not folded[e].isascii() and _is_mark(folded[e]) and not _is_cjk(folded[e]):
+            e += 1  # marks continue a word
         if s == last_end:  # only marks between: the same word
             run, _cjk, where = out.pop()
             out.append((run + folded[s:e], False, where))
@@ -298,7 +302,16 @@ def words_of(text: str) -> list[str]:
     ``確認 認す する る``) so that a query finds any stretch of it. A word over
     :data:`MAX_WORD_CHARS` becomes :data:`UNSEARCHABLE`.
     """
+    folded = text.lower() if text.isascii() else _fold(text)
     out: list[str] = []
+    if len(folded) == len(text) and not _MARK_AFTER_WORD.search(folded):
+        # the common case, found by one expression: what _text_runs would give
+        for cjk, word in _RUN.findall(folded):
+            if cjk:
+                out.extend(_pairs(cjk))
+            else:
+                out.append(word if len(word) <= MAX_WORD_CHARS else UNSEARCHABLE)
+        return out
     for run, cjk, _where in _text_runs(text):
         if cjk:
             out.extend(_pairs(run))

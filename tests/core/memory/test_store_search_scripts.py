@@ -26,6 +26,7 @@ from chatflow_cli.core.memory.search import (
     HIGHLIGHT_START,
     MAX_QUERY_WORDS,
     parse_query,
+    word_spans,
     words_of,
 )
 from chatflow_cli.core.messages import Message
@@ -125,6 +126,16 @@ def test_folding_keeps_hangul_kana_marks_and_splits_cjk_runs() -> None:
     assert words_of("uuid_1234を確認") == ["uuid_1234", "を確", "確認", "認"]
     assert words_of("a\x00b") == ["a", "b"]
     assert words_of("Crème ＦＵＬＬ") == ["creme", "full"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(list("aZ9_ é\u0301क्ि確認を한국がｶﾞ。、.-\x00🚀ßﬁ") + ["\u3099", "\u064e"]), max_size=30).map("".join))
+def test_words_of_is_word_spans_without_the_spans(text) -> None:
+    # words_of takes a shortcut (one expression) when no mark follows a letter; it must give
+    # the words word_spans (what snippets highlight) gives
+    spans = word_spans(text)
+    assert words_of(text) == [w for w, _s, _e in spans]
+    assert all(0 <= s < e <= len(text) for _w, s, e in spans)
 
 
 def test_an_sqlite_file_indexed_by_an_older_chatflow_is_reindexed(tmp_path: Path, agent) -> None:
