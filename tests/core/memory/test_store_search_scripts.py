@@ -129,7 +129,8 @@ def test_folding_keeps_hangul_kana_marks_and_splits_cjk_runs() -> None:
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.sampled_from(list("aZ9_ é\u0301क्ि確認を한국がｶﾞ。、.-\x00🚀ßﬁ") + ["\u3099", "\u064e"]), max_size=30).map("".join))
+@given(st.lists(st.sampled_from([*"aZ9_ é\u0301क्ि確認を한국がｶﾞ。、.-\x00🚀ßﬁ", "\u3099", "\u064e"]), max_size=30)
+       .map("".join))
 def test_words_of_is_word_spans_without_the_spans(text) -> None:
     # words_of takes a shortcut (one expression) when no mark follows a letter; it must give
     # the words word_spans (what snippets highlight) gives
@@ -159,6 +160,27 @@ def test_an_sqlite_file_indexed_by_an_older_chatflow_is_reindexed(tmp_path: Path
             assert {h.session_id for h in store.search("確認")} == {"glued"}
             assert {h.session_id for h in store.search("한국어")} == {"ko"}
             assert {h.session_id for h in store.search("after")} == {"nul"}
+        finally:
+            store.close()
+
+
+def test_a_postgres_database_indexed_by_an_older_chatflow_is_reindexed(pg_dsn: str, agent) -> None:
+    import psycopg
+
+    from chatflow_cli.core.memory.postgres import PostgresSessionStore
+
+    store = PostgresSessionStore(pg_dsn)
+    _store_corpus(store, agent)
+    store.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # back to version 5: vectors of the old words
+        conn.execute("UPDATE chatflow_messages SET search_vector = "
+                     "to_tsvector('simple', coalesce(message->>'content', ''))")
+        conn.execute("DELETE FROM chatflow_schema_migrations WHERE version >= 6")
+    for _ in range(2):
+        store = PostgresSessionStore(pg_dsn)
+        try:
+            assert {h.session_id for h in store.search("確認")} == {"glued"}
+            assert {h.session_id for h in store.search("cafe")} == {"latin"}
         finally:
             store.close()
 
@@ -212,7 +234,7 @@ def test_a_word_too_long_to_index_is_a_usage_error(any_store, agent) -> None:
 
 # -- the three stores agree ------------------------------------------------------------------
 _ALPHABET = st.sampled_from(
-    list("ab確認を部署한국어がか\u3099ｶﾞéE\u0301 _-\x00🚀") + ["uuid_1", "Café", "ＦＵ", "العَ", " OR ", " NOT ", '"']
+    [*"ab確認を部署한국어がか\u3099ｶﾞéE\u0301 _-\x00🚀", "uuid_1", "Café", "ＦＵ", "العَ", " OR ", " NOT ", '"']
 )
 _TEXT = st.lists(_ALPHABET, min_size=1, max_size=12).map("".join)
 
