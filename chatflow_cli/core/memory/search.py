@@ -87,6 +87,7 @@ UNSEARCHABLE = "\u00a0"
 #: query; a longer query is a UsageError (every store evaluates it in one bounded expression).
 MAX_QUERY_WORDS = 256
 
+
 def _is_cjk(ch: str) -> bool:
     """A Chinese or Japanese character: written without spaces between words."""
     o = ord(ch)
@@ -101,6 +102,7 @@ def _is_cjk(ch: str) -> bool:
     )
 
 
+#: :func:`_is_cjk` as a regular expression class.
 _CJK_CLASS = "\u3005-\u3007\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003ffff"
 
 
@@ -130,7 +132,8 @@ _LETTER_RANGES = [(0xC0, 0x24F), (0x370, 0x52F), (0x590, 0x6FF), (0x750, 0x77F),
 
 @functools.lru_cache(maxsize=1)
 def _without_accents() -> dict[int, str]:
-    """``str.translate`` table: each precomposed letter of those scripts without its marks."""
+    """Each precomposed letter of those scripts (by code point) without its marks; built on
+    first use (a few thousand letters)."""
     table: dict[int, str] = {}
     for low, high in _LETTER_RANGES:
         for code in range(low, high + 1):
