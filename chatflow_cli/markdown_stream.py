@@ -83,14 +83,13 @@ from typing import Self
 
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.control import Control
-from rich.markdown import Markdown
 from rich.segment import ControlType, Segment, Segments
 from rich.spinner import Spinner
 from rich.style import Style
 from rich.syntax import Syntax
 from rich.text import Text
 
-from .render.markdown import markdown_lines, markdown_renderable, parse_markdown
+from .render.markdown import markdown_class, markdown_lines, markdown_renderable, parse_markdown
 from .render.markdown import strip_blank_edges as _strip_blank_edges
 from .render.styles import OwnStyles
 from .render.text import TextSanitizer, safe_text
@@ -663,7 +662,7 @@ class MarkdownStream:
         if self.code_theme == DEFAULT_CODE_THEME:
             markdown = markdown_renderable(text)  # exactly as ``sessions show`` renders it
         else:
-            markdown = Markdown(text, code_theme=self.code_theme, hyperlinks=False)
+            markdown = markdown_class()(text, code_theme=self.code_theme, hyperlinks=False)
             markdown.parsed = parse_markdown(text)
         return _strip_blank_edges(self.console.render_lines(markdown, self._options(width), pad=False))
 

@@ -109,11 +109,23 @@ def markdown_renderable(text: str) -> Any:
     import copy
 
     if _MARKDOWN_TEMPLATE is None:
-        _MARKDOWN_TEMPLATE = _isolated_markdown_class()("", hyperlinks=False)
+        _MARKDOWN_TEMPLATE = markdown_class()("", hyperlinks=False)
     item = copy.copy(_MARKDOWN_TEMPLATE)
     item.markup = text
     item.parsed = parse_markdown(text)
     return item
+
+
+_MARKDOWN_CLASS: Any = None
+
+
+def markdown_class() -> Any:
+    """``rich.markdown.Markdown`` as chatflow renders it: segments carry styles private to
+    each rendering, and tables keep every character (:func:`_fitting_table_class`)."""
+    global _MARKDOWN_CLASS
+    if _MARKDOWN_CLASS is None:
+        _MARKDOWN_CLASS = _isolated_markdown_class()
+    return _MARKDOWN_CLASS
 
 
 def _isolated_markdown_class() -> Any:
@@ -124,6 +136,8 @@ def _isolated_markdown_class() -> Any:
     from .styles import OwnStyles
 
     class IsolatedMarkdown(Markdown):
+        elements = {**Markdown.elements, "table_open": _fitting_table_class()}
+
         def __rich_console__(self, console: Any, options: Any) -> Any:
             styles = OwnStyles()
             for item in super().__rich_console__(console, options):
@@ -134,6 +148,62 @@ def _isolated_markdown_class() -> Any:
 
     IsolatedMarkdown.__name__ = IsolatedMarkdown.__qualname__ = "Markdown"
     return IsolatedMarkdown
+
+
+def _fitting_table_class() -> Any:
+    """Rich's Markdown table that never drops a character.
+
+    Rich lays a table out at the width it is given and cuts a word wider than its column
+    with an ellipsis: four UUIDs in 80 columns become four identical stubs. Here a table is
+    drawn as a table only when every column can be as wide as its widest word (so no word
+    is cut), and its cells fold rather than cut should a word still not fit. Otherwise each
+    row is drawn as lines of ``header: value`` (a blank line between rows), a value wider
+    than the screen folded onto the next lines: every character stays on screen.
+    """
+    from rich import box
+    from rich.markdown import TableElement
+    from rich.measure import Measurement
+    from rich.table import Table
+    from rich.text import Text
+
+    class FittingTable(TableElement):
+        def __rich_console__(self, console: Any, options: Any) -> Any:
+            headers: list[Any] = []
+            if self.header is not None and self.header.row is not None:
+                headers = [cell.content for cell in self.header.row.cells]
+            rows = [[cell.content for cell in row.cells] for row in self.body.rows] if self.body is not None else []
+            table = Table(box=box.SIMPLE, pad_edge=False, style="markdown.table.border", show_edge=True,
+                          collapse_padding=True)
+            for heading in headers:
+                heading = heading.copy()
+                heading.stylize("markdown.table.header")
+                table.add_column(heading, overflow="fold")
+            for row in rows:
+                table.add_row(*row)
+            # Rich measures a table within the width it is given: its true need is its
+            # frame (measured empty) plus each column's widest word
+            frame = Table(box=box.SIMPLE, pad_edge=False, show_edge=True, collapse_padding=True)
+            for _ in range(len(table.columns)):
+                frame.add_column("")
+            frame.add_row(*[""] * len(table.columns))
+            wide = options.update_width(1_000_000)
+            need = Measurement.get(console, wide, frame).minimum + sum(
+                max(Measurement.get(console, wide, cell).minimum for cell in (column.header, *column.cells))
+                for column in table.columns
+            )
+            if need <= options.max_width:
+                yield table
+                return
+            for n, row in enumerate(rows):
+                if n:
+                    yield Text("")
+                for i, value in enumerate(row):
+                    name = headers[i].plain.strip() if i < len(headers) else ""
+                    line = Text.assemble((f"{name or f'column {i + 1}'}:", "markdown.table.header"), " ", value,
+                                         overflow="fold")
+                    yield line
+
+    return FittingTable
 
 
 # -- a fast path for the Markdown models write most ---------------------------------------

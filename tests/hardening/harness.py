@@ -147,7 +147,7 @@ def search_index_problems(db: Path) -> list[str]:
     """How the full-text index disagrees with the stored messages ([] when in step): every
     message has exactly its index row with the text the store indexes, and FTS5's own
     integrity check passes."""
-    from chatflow_cli.core.memory.schema import _FTS_BODY, _FTS_TOOLS
+    from chatflow_cli.core.memory.sqlite import _fts_columns
 
     conn = _connect(db)
     try:
@@ -167,11 +167,14 @@ def search_index_problems(db: Path) -> list[str]:
         ).fetchall()
         if extra:
             problems.append(f"index rows of no message: {[r[0] for r in extra]}")
-        wrong = conn.execute(
-            f"SELECT m.message_id FROM chatflow_messages AS m JOIN chatflow_messages_fts AS f "
-            f"ON f.rowid = m.message_id WHERE f.body IS NOT {_FTS_BODY.format(m='m')} "
-            f"OR f.tools IS NOT {_FTS_TOOLS.format(m='m')}"
-        ).fetchall()
+        # the index holds the words of each message as the store computes them (search.words_of)
+        wrong = [
+            (mid,) for mid, text, body, tools in conn.execute(
+                "SELECT m.message_id, m.message_json, f.body, f.tools FROM chatflow_messages AS m "
+                "JOIN chatflow_messages_fts AS f ON f.rowid = m.message_id"
+            )
+            if (body, tools) != _fts_columns(text)
+        ]
         if wrong:
             problems.append(f"index rows whose text differs from their message: {[r[0] for r in wrong]}")
         try:

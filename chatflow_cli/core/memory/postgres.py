@@ -76,7 +76,7 @@ from ._checks import DEFAULT_MAX_TURNS, metadata_matches
 from ._fork import after_fork_in_child, fork_lock, keep_inherited
 from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
-from .search import Query, SearchHit, memory_snippet, searchable_texts, words_of
+from .search import UNSEARCHABLE, Query, SearchHit, memory_snippet, searchable_texts, words_of
 from .owner import Owner
 from .protocol import MessageState, TurnStart
 
@@ -290,6 +290,15 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE chatflow_sessions ALTER COLUMN agent_versions TYPE text USING agent_versions::text",
         ],
     ),
+    (
+        7,
+        "search vectors of the words every store searches, in every script: recomputed",
+        [
+            # words_of now keeps Hangul whole, splits runs of Chinese and Japanese characters
+            # into overlapping pairs and words glued to them apart; every vector is redone
+            "_fill_search_vectors",
+        ],
+    ),
 ]
 
 
@@ -317,8 +326,6 @@ def _fill_search_vectors(conn: psycopg.Connection[Any]) -> None:
         )
 
 
-#: Longest word indexed, in characters (PostgreSQL refuses a lexeme over 2047 bytes).
-_MAX_LEXEME = 500
 #: Bytes of lexemes a message's vector holds at most (PostgreSQL refuses a tsvector over 1 MB);
 #: words first seen after that are not indexed.
 _MAX_VECTOR_BYTES = 768 * 1024
@@ -343,7 +350,7 @@ def _search_vector(message: Message) -> str | None:
             pos += 1
         for word in words_of(text):
             pos += 1
-            if len(word) > _MAX_LEXEME or pos > 16383:  # PostgreSQL's largest position
+            if word == UNSEARCHABLE or pos > 16383:  # PostgreSQL's largest position
                 continue
             seen = positions.get(word)
             if seen is None:
@@ -375,8 +382,8 @@ def to_tsquery(query: Query, include_tools: bool) -> str:
     parts = []
     for positive, negative in query.clauses:
         expr = " & ".join(_ts_term(t, weights) for t in positive)
-        for term in negative:
-            expr = f"({expr}) & !{_ts_term(term, weights)}"
+        if negative:  # flat, as to_fts5: one nesting level, not one per word
+            expr = f"({expr}) & !(" + " | ".join(_ts_term(t, weights) for t in negative) + ")"
         parts.append(f"({expr})")
     return " | ".join(parts)
 

@@ -234,19 +234,29 @@ END""",
             "ALTER TABLE chatflow_sessions ADD COLUMN agent_versions_json TEXT",
         ],
     ),
+    (
+        8,
+        "full-text index of the words every store searches, in every script: rebuilt",
+        [
+            # The index holds each message's words as chatflow_cli.core.memory.search.words_of
+            # gives them (the folding and word splitting of every store: Hangul kept whole,
+            # Chinese and Japanese as overlapping pairs of characters, no word lost after a
+            # NUL), one space between words; the ascii tokenizer only splits at the spaces
+            # (every non-ASCII character is a token character; '_' is made one). The table
+            # starts empty: the next search indexes every message (index_pending), in batches.
+            "DROP TABLE chatflow_messages_fts",
+            """CREATE VIRTUAL TABLE chatflow_messages_fts USING fts5(
+    body, tools, tokenize = "ascii tokenchars '_'"
+)""",
+        ],
+    ),
 ]
 
 #: The messages not yet in the full-text index (migration 6): above its highest rowid.
 FTS_HIGH_WATER = "SELECT COALESCE((SELECT rowid FROM chatflow_messages_fts ORDER BY rowid DESC LIMIT 1), 0)"
-#: Index every message above ``?`` (the high-water mark) whose JSON SQLite reads, in one
-#: statement. (One row SQLite's JSON functions refuse -- a bare ``NaN`` an older chatflow
-#: wrote -- would otherwise fail the statement, and with it every search of the file.)
-INDEX_PENDING = f"""INSERT INTO chatflow_messages_fts (rowid, body, tools)
-    SELECT m.message_id, {_FTS_BODY.format(m="m")}, {_FTS_TOOLS.format(m="m")} FROM chatflow_messages AS m
-    WHERE m.message_id > ? AND json_valid(m.message_json) ORDER BY m.message_id"""
-#: The messages above ``?`` that :data:`INDEX_PENDING` leaves out: indexed from Python's reading.
-UNREADABLE_PENDING = """SELECT message_id, role, message_json FROM chatflow_messages
-    WHERE message_id > ? AND NOT json_valid(message_json)"""
+#: Messages indexed in one write transaction (index_pending): the words of each are found
+#: before the transaction starts, so it stays short.
+INDEX_BATCH = 2000
 #: The newest schema version this chatflow knows.
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
 

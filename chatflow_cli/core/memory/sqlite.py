@@ -54,10 +54,9 @@ from ._checks import DEFAULT_MAX_TURNS
 from ._fork import after_fork_in_child, fork_lock, keep_inherited
 from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
-from .search import HIGHLIGHT_END, HIGHLIGHT_START, SNIPPET_WORDS, Query, SearchHit, to_fts5
+from .search import Query, SearchHit, memory_snippet, searchable_texts, to_fts5, words_of
 from .owner import Owner
-from .schema import (FTS_HIGH_WATER, INDEX_PENDING, SCHEMA_VERSION, UNREADABLE_PENDING, MigrationFailed,
-                     apply_migrations, schema_version)
+from .schema import FTS_HIGH_WATER, INDEX_BATCH, SCHEMA_VERSION, MigrationFailed, apply_migrations, schema_version
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -206,22 +205,23 @@ def _dumps(data: Any) -> str:
     return compact_json(data)
 
 
-def _fts_columns(role: str, message_json: str) -> tuple[str | None, str | None]:
-    """The full-text index's ``(body, tools)`` of a message row SQLite's JSON functions
-    refuse (schema.INDEX_PENDING computes the same in SQL for every other row): read by
-    Python, which accepts the bare ``NaN``/``Infinity`` an older chatflow wrote; text Python
-    cannot read either is indexed as nothing, so one bad row never fails a search."""
+def _fts_columns(message_json: str) -> tuple[str | None, str | None]:
+    """The full-text index's ``(body, tools)`` of a stored message: the words of its user
+    and model text, and of its tool results and tool calls ("name arguments"), as
+    :func:`~.search.words_of` gives them, one space between words. Read by Python, which
+    accepts the bare ``NaN``/``Infinity`` an older chatflow wrote; text Python cannot read
+    is indexed as nothing, so one bad row never fails a search."""
     try:
         message = Message.from_json(message_json)
     except (ValueError, TypeError, KeyError):
         return None, None
-    body = message.content if role in ("user", "model") else None
+    body = message.content if message.role in (Role.USER, Role.MODEL) else None
     tools = None
-    if role == "tool":
+    if message.role is Role.TOOL:
         tools = message.content
-    elif role == "model" and message.tool_calls:
+    elif message.role is Role.MODEL and message.tool_calls:
         tools = " ".join(f"{call.name} {call.arguments}" for call in message.tool_calls)
-    return body, tools
+    return (" ".join(words_of(body)) or None if body else None), (" ".join(words_of(tools)) or None if tools else None)
 
 
 def _event(session_id: str, r: tuple[Any, ...]) -> Event:
@@ -707,12 +707,12 @@ class _SQLiteTx(_Tx):
             rows = self._hit_rows("m.message_id IN (SELECT value FROM json_each(?))", [_dumps(list(rank))], where)
             page = _best_per_turn([(rank[r[3]], r) for r in rows], where.limit)
             if len(page) >= where.limit:
-                return self._hits(page, match)
+                return self._hits(page, query, where.include_tools)
             n *= 8
         if len(best) < n:  # every match was seen
             rank = dict(best)
             rows = self._hit_rows("m.message_id IN (SELECT value FROM json_each(?))", [_dumps(list(rank))], where)
-            return self._hits(_best_per_turn([(rank[r[3]], r) for r in rows], where.limit), match)
+            return self._hits(_best_per_turn([(rank[r[3]], r) for r in rows], where.limit), query, where.include_tools)
         rows = self._hit_rows(
             "m.message_id IN (SELECT rowid FROM chatflow_messages_fts WHERE chatflow_messages_fts MATCH ?)",
             [match],
@@ -725,7 +725,8 @@ class _SQLiteTx(_Tx):
                 (match, _dumps([r[3] for r in rows])),
             ).fetchall()
         )
-        return self._hits(_best_per_turn([(ranked[r[3]], r) for r in rows if r[3] in ranked], where.limit), match)
+        return self._hits(_best_per_turn([(ranked[r[3]], r) for r in rows if r[3] in ranked], where.limit), query,
+                          where.include_tools)
 
     def _hit_rows(self, condition: str, args: list[Any], where: SearchFilter) -> list[tuple[Any, ...]]:
         """(session id, turn, removed_at_seq, message id, role, created, agent, removed reason) of
@@ -750,21 +751,33 @@ class _SQLiteTx(_Tx):
             args.append(where.since)
         return self.c.execute(sql, args).fetchall()
 
-    def _hits(self, page: list[tuple[float, tuple[Any, ...]]], match: str) -> list[SearchHit]:
+    def _hits(self, page: list[tuple[float, tuple[Any, ...]]], query: Query,
+              include_tools: bool) -> list[SearchHit]:
         if not page:
             return []
         ids = [r[3] for _rank, r in page]
-        snippets = dict(
-            self.c.execute(
-                "SELECT rowid, snippet(chatflow_messages_fts, -1, ?, ?, '…', ?) FROM chatflow_messages_fts "
-                "WHERE chatflow_messages_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
-                (HIGHLIGHT_START, HIGHLIGHT_END, SNIPPET_WORDS, match, _dumps(ids)),
-            ).fetchall()
-        )
+        texts = dict(self.c.execute(
+            "SELECT message_id, message_json FROM chatflow_messages "
+            "WHERE message_id IN (SELECT value FROM json_each(?))",
+            (_dumps(ids),),
+        ).fetchall())
         return [
-            SearchHit(sid, turn, snippets.get(mid, ""), role, created, float(rank), agent, reason)
+            SearchHit(sid, turn, _snippet(query, texts.get(mid), include_tools), role, created, float(rank), agent,
+                      reason)
             for rank, (sid, turn, _removed_seq, mid, role, created, agent, reason) in page
         ]
+
+
+def _snippet(query: Query, message_json: str | None, include_tools: bool) -> str:
+    """The snippet of the searched text of ``message_json`` that matches ``query`` best (as
+    the other stores make it)."""
+    try:
+        message = Message.from_json(message_json or "")
+    except (ValueError, TypeError, KeyError):
+        return ""
+    texts = searchable_texts(message, include_tools)
+    text = max(texts, key=lambda t: query.score(words_of(t)), default="")
+    return memory_snippet(query, text)
 
 
 def _best_per_turn(ranked: list[tuple[float, tuple[Any, ...]]], limit: int) -> list[tuple[float, tuple[Any, ...]]]:
@@ -1019,21 +1032,35 @@ class SQLiteSessionStore(BaseSessionStore):
         A write does not index its messages: FTS5 writes a segment in every transaction that
         indexes a row, most of the cost of a small write. The index holds every message up
         to its highest rowid (message ids only grow); :meth:`search` calls this first, so a
-        search sees every message, and the rest are indexed in one write transaction.
+        search sees every message. The rest are read, split into words outside any write,
+        and indexed :data:`~.schema.INDEX_BATCH` at a time, each batch in one short write
+        transaction (a batch another process indexed meanwhile is skipped).
         """
-        with self._read():
-            conn = self._connection()
-            mark = conn.execute(FTS_HIGH_WATER).fetchone()[0]
-            if conn.execute("SELECT 1 FROM chatflow_messages WHERE message_id > ? LIMIT 1", (mark,)).fetchone() is None:
-                return 0
-        with self._write():
-            conn = self._connection()
-            mark = conn.execute(FTS_HIGH_WATER).fetchone()[0]  # again, under the write lock
-            count: int = max(conn.execute(INDEX_PENDING, (mark,)).rowcount, 0)
-            lax = [(mid, *_fts_columns(role, text)) for mid, role, text in conn.execute(UNREADABLE_PENDING, (mark,))]
-            if lax:
-                conn.executemany("INSERT INTO chatflow_messages_fts (rowid, body, tools) VALUES (?, ?, ?)", lax)
-        return count + len(lax)
+        count = 0
+        while True:
+            with self._read():
+                conn = self._connection()
+                mark = conn.execute(FTS_HIGH_WATER).fetchone()[0]
+                rows = conn.execute(
+                    "SELECT message_id, message_json FROM chatflow_messages WHERE message_id > ? "
+                    "ORDER BY message_id LIMIT ?",
+                    (mark, INDEX_BATCH),
+                ).fetchall()
+            if not rows:
+                return count
+            batch = [(mid, *_fts_columns(text)) for mid, text in rows]
+            with self._write():
+                conn = self._connection()
+                mark = conn.execute(FTS_HIGH_WATER).fetchone()[0]  # again, under the write lock
+                live = {mid for (mid,) in conn.execute(
+                    "SELECT message_id FROM chatflow_messages WHERE message_id IN (SELECT value FROM json_each(?))",
+                    (_dumps([mid for mid, _b, _t in batch if mid > mark]),),
+                )}
+                todo = [row for row in batch if row[0] in live]
+                conn.executemany("INSERT INTO chatflow_messages_fts (rowid, body, tools) VALUES (?, ?, ?)", todo)
+            count += len(todo)
+            if len(rows) < INDEX_BATCH:
+                return count
 
     def _before_search(self) -> None:
         self.index_pending()

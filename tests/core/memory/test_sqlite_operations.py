@@ -78,23 +78,25 @@ def test_a_migration_applied_without_its_version_row_is_finished_at_the_next_ope
 
 
 def test_a_failing_migration_names_its_version_and_what_to_do(tmp_path: Path) -> None:
-    from chatflow_cli.core.memory.schema import SCHEMA_VERSION
+    from chatflow_cli.core.memory.schema import _MIGRATIONS
 
+    # the newest migration that adds a column to chatflow_sessions: a view in its way makes it fail
+    target = max(number for number, _, steps in _MIGRATIONS
+                 if any(isinstance(s, str) and "ALTER TABLE chatflow_sessions ADD COLUMN" in s for s in steps))
     path = tmp_path / "frozen.db"
     conn = sqlite3.connect(path, isolation_level=None)
-    for number in range(1, SCHEMA_VERSION):
+    for number in range(1, target):
         _apply(conn, number)
-    # the last migration adds a column to chatflow_sessions: a view in the way makes it fail
     conn.execute("ALTER TABLE chatflow_sessions RENAME TO chatflow_sessions_kept")
     conn.execute("CREATE VIEW chatflow_sessions AS SELECT * FROM chatflow_sessions_kept")
     conn.close()
     with pytest.raises(StoreError) as info:
         SQLiteSessionStore(path)
     text = str(info.value)
-    assert f"schema migration {SCHEMA_VERSION} (" in text and "view" in text
-    assert f"stays at schema version {SCHEMA_VERSION - 1}" in text and "open it again" in text
+    assert f"schema migration {target} (" in text and "view" in text
+    assert f"stays at schema version {target - 1}" in text and "open it again" in text
     assert info.value.exit_code == 8 and "\n" not in text
-    assert _versions(path) == list(range(1, SCHEMA_VERSION))
+    assert _versions(path) == list(range(1, target))
 
 
 # ---------------------------------------------------------------------------------------
