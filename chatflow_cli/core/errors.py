@@ -266,7 +266,23 @@ class RateLimitedError(ChatflowError):
 
 
 class StoreError(ChatflowError):
+    """The session store failed (the database is unreachable, refused the write, ...).
+
+    ``written`` says what became of the write that failed: ``False`` -- known not to have
+    happened (the transaction was rolled back, or never sent); ``None`` -- it may have
+    happened (the connection was lost after the commit was sent: read the session again to
+    know). The message says the same in words. ``retryable``: the database said the
+    transaction may simply run again (a serialization failure or a deadlock); the store
+    already retried it a few times before raising.
+    """
+
     exit_code = ExitStatus.STORE
+
+    def __init__(self, message: str, *, session_id: str | None = None, written: bool | None = False,
+                 retryable: bool = False) -> None:
+        super().__init__(message, session_id=session_id)
+        self.written = written
+        self.retryable = retryable
 
 
 class SchemaTooNewError(StoreError):
