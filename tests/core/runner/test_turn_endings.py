@@ -258,3 +258,17 @@ def test_a_recovered_turn_takes_no_late_write_from_its_first_worker(store: Any) 
     store.save(retry.session)
     assert _window_texts(store, "s") == ["order 404?", "the answer"]
     assert store.message_state("m1").value == "processed"
+
+
+def test_a_redelivery_after_the_answer_was_lost_gets_it_only_from_the_message_id_form(
+    store: Any, fake_server: FakeServer
+) -> None:
+    """A worker completes the turn and dies before answering the platform (README, webhook
+    section): the seed's handler skips the redelivery (nothing to send), the ``message_id=``
+    form returns the first answer again, without a model call."""
+    runner = _runner(store, fake_server)
+    assert runner.run("s", "order 404?", message_id="m1").content == "ok: order 404?"
+    assert store.is_message_processed("m1", wait=0)  # the seed's handler: return None
+    again = runner.run("s", "order 404?", message_id="m1", wait=0)
+    assert again.replayed and again.content == "ok: order 404?"
+    assert len(fake_server.requests) == 1
