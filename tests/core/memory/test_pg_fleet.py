@@ -182,6 +182,33 @@ def test_a_lease_renewal_racing_a_turn_start_never_deadlocks(pg_dsn: str) -> Non
     store.close()
 
 
+@pytest.mark.parametrize("sqlstate", ["40P01", "40001"])
+def test_a_write_rolled_back_as_retryable_is_run_again(pg_dsn: str, fake_server: FakeServer, sqlstate: str) -> None:
+    """PostgreSQL rolls the turn start back as a deadlock victim or a serialization failure
+    (a trigger raises it, counted by a sequence, which no rollback undoes): the store runs
+    the transaction again and the caller sees nothing of it; past the bounded attempts the
+    error says it is retryable and that nothing was written."""
+    store = _store(pg_dsn)
+    runner = _runner(store, fake_server)
+    runner.run("s", "first")
+    _sql(pg_dsn, "CREATE SEQUENCE faults")
+    _sql(pg_dsn, "CREATE TABLE fault_budget (n bigint)")
+    _sql(pg_dsn, "INSERT INTO fault_budget VALUES (2)")
+    _sql(pg_dsn, "CREATE FUNCTION retryable_fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                 "IF NEW.event_type = 'message.user' AND nextval('faults') <= (SELECT n FROM fault_budget) THEN "
+                 f"RAISE EXCEPTION 'injected' USING ERRCODE = '{sqlstate}'; END IF; RETURN NEW; END $$")
+    _sql(pg_dsn, "CREATE TRIGGER retryable_fault BEFORE INSERT ON chatflow_events FOR EACH ROW "
+                 "EXECUTE FUNCTION retryable_fault()")
+    assert runner.run("s", "second").content == "ok: second"
+    assert _sql(pg_dsn, "SELECT last_value FROM faults") == [(3,)]  # two rolled back, the third committed
+    _sql(pg_dsn, "UPDATE fault_budget SET n = 1000")
+    with pytest.raises(StoreError, match="nothing of it was written") as info:
+        runner.run("s", "third")
+    assert info.value.retryable and info.value.written is False
+    assert [r.messages[0].content for r in store.load_turns("s")] == ["first", "second"]
+    store.close()
+
+
 # ---------------------------------------------------------------------------------------
 # what an error says about the write
 # ---------------------------------------------------------------------------------------
