@@ -134,6 +134,55 @@ def test_the_claim_on_a_running_turns_message_is_renewed_with_the_turn(pg_dsn: s
     b.close()
 
 
+def test_a_worker_cut_off_past_its_lease_leaves_no_second_ending_and_no_duplicate(
+    pg_dsn: str, fake_server: FakeServer
+) -> None:
+    """Worker A (host-a) runs message m1 and is cut off from the database (its renewals stop)
+    while the model answers slowly. The redelivery of m1 on worker B recovers A's turn as
+    dead, runs the message and completes it. A's reply then arrives: its save is refused,
+    A's caller gets SessionBusyError, and nothing of A lands -- B's completed turn is not
+    failed afterwards, the user message is in the window once, m1 is processed."""
+    from chatflow_cli.core.errors import SessionBusyError
+    from chatflow_cli.core.memory.postgres import PostgresSessionStore
+
+    class HostA(PostgresSessionStore):
+        def begin_turn(self, session_id: str, **kwargs: Any) -> Any:
+            mine = kwargs["owner"]
+            kwargs["owner"] = Owner(mine.pid, mine.start_time, "host-a", mine.token)
+            return super().begin_turn(session_id, **kwargs)
+
+    a = HostA(pg_dsn, lease_s=1.0)
+    b = _store(pg_dsn, lease_s=1.0)
+    runner_a, runner_b = _runner(a, fake_server), _runner(b, fake_server)
+    fake_server.add_text("A's late answer", delay=3.0)
+    out: list[Any] = []
+
+    def worker_a() -> None:
+        try:
+            out.append(runner_a.run("s", "order 404?", message_id="m1"))
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            out.append(exc)
+
+    thread = threading.Thread(target=worker_a)
+    thread.start()
+    _wait_for(lambda: len(fake_server.requests) >= 1)
+    a._leases.stop()  # cut off: no more renewals
+    time.sleep(1.5)
+    result = runner_b.run("s", "order 404?", message_id="m1", wait=10)
+    assert result.content == "ok: order 404?"
+    thread.join(timeout=30)
+    assert isinstance(out[0], SessionBusyError), out[0]
+    window = [m.content for r in b.load_turns("s") if r.in_window for m in r.messages]
+    assert window == ["order 404?", "ok: order 404?"]
+    endings = [e.type for e in b.events("s") if e.type.startswith("turn.") and e.type != "turn.interrupt_requested"]
+    assert endings == ["turn.interrupted", "turn.failed", "turn.completed"]  # A's recovered, B's completed
+    assert b.message_state("m1").value == "processed"
+    again = runner_b.run("s", "order 404?", message_id="m1", wait=0)
+    assert again.replayed and again.content == "ok: order 404?"
+    a.close()
+    b.close()
+
+
 # ---------------------------------------------------------------------------------------
 # lock order and retries
 # ---------------------------------------------------------------------------------------
