@@ -1497,8 +1497,9 @@ class PostgresSessionStore(BaseSessionStore):
     def _claim_once(self, message_id: str, holder: Owner) -> str | None:
         now = self.clock()
         with self._tx(write=True) as tx:
-            tx.processed_purge(now, self._dedup_ttl_s)
+            # the message's lock first, then the purge's rows, as begin_turn takes them
             claimed = tx.claim(message_id, holder, now, self._dedup_ttl_s)
+            tx.processed_purge(now, self._dedup_ttl_s)
             if not claimed:
                 old = tx.processed_get(message_id)
                 if self._state_of(old, now) is MessageState.NEW:
