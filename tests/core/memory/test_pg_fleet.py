@@ -231,6 +231,44 @@ def test_a_lease_renewal_racing_a_turn_start_never_deadlocks(pg_dsn: str) -> Non
     store.close()
 
 
+def test_a_claim_purging_expired_ids_racing_a_turn_start_never_deadlocks(pg_dsn: str) -> None:
+    """``mark_message_processed`` purges expired ids while a turn for the same message id
+    starts (it purges too): a trigger holds the purge on an expired row for a second. Both
+    take the message's lock before the purge's rows, so neither waits for the other in a
+    circle (the claim once purged first and locked the message second)."""
+    store = _store(pg_dsn)
+    store.get_or_create("s", AGENT)
+    old = store.clock() - 200 * 3600
+    _sql(pg_dsn, "INSERT INTO chatflow_processed_messages (message_id, state, processed_at_utc) "
+                 "VALUES ('expired', 'completed', %s)", (old,))
+    _sql(pg_dsn, "CREATE FUNCTION slow_purge() RETURNS trigger LANGUAGE plpgsql AS "
+                 "$$ BEGIN PERFORM pg_sleep(1.5); RETURN OLD; END $$")
+    _sql(pg_dsn, "CREATE TRIGGER slow_purge BEFORE DELETE ON chatflow_processed_messages FOR EACH ROW "
+                 "WHEN (OLD.message_id = 'expired') EXECUTE FUNCTION slow_purge()")
+    out: list[Any] = []
+
+    def mark() -> None:
+        try:
+            store.mark_message_processed("m1")
+            out.append("marked")
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            out.append(exc)
+
+    marker = threading.Thread(target=mark)
+    marker.start()
+    _wait_for(lambda: _sql(pg_dsn, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'")[0][0] > 0
+              or out, timeout=10, interval=0.01)
+    try:
+        begun: Any = store.begin_turn("s", default_agent=AGENT, user_message=Message.user("q"),
+                                      owner=Owner.current(), message_id="m1")
+    except Exception as exc:  # noqa: BLE001 - asserted below
+        begun = exc
+    marker.join(timeout=30)
+    assert out == ["marked"], out
+    assert not isinstance(begun, Exception) or "deadlock" not in str(begun), begun
+    store.close()
+
+
 @pytest.mark.parametrize("sqlstate", ["40P01", "40001"])
 def test_a_write_rolled_back_as_retryable_is_run_again(pg_dsn: str, fake_server: FakeServer, sqlstate: str) -> None:
     """PostgreSQL rolls the turn start back as a deadlock victim or a serialization failure
