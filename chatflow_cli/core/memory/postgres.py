@@ -485,8 +485,8 @@ def _store_error(exc: BaseException, label: str, *, committing: bool = False) ->
         elif "does not exist" in low:
             message = f"cannot connect to {label}: {text}"
         elif unknown:
-            message = (f"the commit on {label} got no answer ({text}); the write may have been committed or "
-                       "not: read the session again to know")
+            message = (f"lost the connection to {label} once the commit was sent ({text}); the write may have "
+                       "been committed or not: read the session again to know")
         elif "closed" in low or "terminat" in low or "lost" in low or "server closed" in low or "eof" in low:
             message = (f"lost the connection to {label} ({text}); the transaction was rolled back, "
                        "nothing of it was written")

@@ -72,6 +72,8 @@ def _other_host(name: str) -> Owner:
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.ci_long  # ~20 s (a server stop and start); the fast representative is
+# tests/core/runner/test_turn_endings.py::test_a_turn_whose_ending_could_not_be_stored_does_not_hold_the_session
 def test_a_turn_that_failed_in_an_outage_does_not_hold_the_session(
     pg_server: PgServer, pg_dsn: str, fake_server: FakeServer
 ) -> None:
@@ -151,10 +153,10 @@ def test_a_worker_cut_off_past_its_lease_leaves_no_second_ending_and_no_duplicat
             kwargs["owner"] = Owner(mine.pid, mine.start_time, "host-a", mine.token)
             return super().begin_turn(session_id, **kwargs)
 
-    a = HostA(pg_dsn, lease_s=1.0)
-    b = _store(pg_dsn, lease_s=1.0)
+    a = HostA(pg_dsn, lease_s=0.6)
+    b = _store(pg_dsn, lease_s=0.6)
     runner_a, runner_b = _runner(a, fake_server), _runner(b, fake_server)
-    fake_server.add_text("A's late answer", delay=3.0)
+    fake_server.add_text("A's late answer", delay=2.0)
     out: list[Any] = []
 
     def worker_a() -> None:
@@ -167,7 +169,7 @@ def test_a_worker_cut_off_past_its_lease_leaves_no_second_ending_and_no_duplicat
     thread.start()
     _wait_for(lambda: len(fake_server.requests) >= 1)
     a._leases.stop()  # cut off: no more renewals
-    time.sleep(1.5)
+    time.sleep(0.8)
     result = runner_b.run("s", "order 404?", message_id="m1", wait=10)
     assert result.content == "ok: order 404?"
     thread.join(timeout=30)
@@ -328,10 +330,12 @@ def test_a_connection_lost_while_committing_says_the_write_may_have_happened(pg_
 
     with pytest.raises(StoreError) as before:
         with store._write() as tx:
-            tx.get_row("s")
-            _sql(pg_dsn, "SELECT pg_terminate_backend(%s)", (tx._conn.info.backend_pid,))
+            row = tx.get_row("s")
             store._append(tx, "s", "note", {"n": 2})
-            tx.flush()
+            _sql(pg_dsn, "SELECT pg_terminate_backend(%s)", (tx._conn.info.backend_pid,))
+            tx.get_row("s")  # a read before the COMMIT finds the connection gone
+            assert row is not None
+            tx.update_row(row)
     assert before.value.written is False
     assert "nothing of it was written" in str(before.value)
     store.close()
