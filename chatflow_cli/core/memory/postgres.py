@@ -17,7 +17,9 @@ the same time (SQLite serialises every writer, PostgreSQL does not):
   on the database's clock;
 * the owner of a running turn holds a *lease*: ``lease_expires_at`` on the database clock,
   renewed every ``lease_s / 3`` seconds by a thread of the owning process while its turn
-  runs (while the caller holds the turn's context). An owner counts as alive while its lease
+  runs (until the Runner ends the turn, by whatever path, and never past the life of the
+  turn's context; a turn that ended with its ending unwritten has its lease expired as soon
+  as the database answers). An owner counts as alive while its lease
   has not expired -- and, on the same host name, while its pid lives (a dead local worker is
   recovered at once). A worker that died on another host is recovered once its lease
   expired; a running turn is never taken over before. Claims of message ids and places in
@@ -44,7 +46,11 @@ the store never prints, logs or stores them (:func:`redact_dsn` is what error me
 
 Every ``psycopg`` error surfaces as :class:`StoreError` with one line: the server refused
 the connection, bad credentials, the connection was lost (the transaction rolled back:
-nothing of it was written), and so on.
+nothing of it was written; or, lost once the COMMIT was sent, the write may have been
+committed: ``StoreError.written`` is None), and so on. A transaction PostgreSQL rolls back
+as a serialization failure or a deadlock is run again (``begin_turn``, ``save``, the
+claim writes: 4 attempts in all); lease renewals lock rows one table at a time, in key
+order, so they never deadlock with a turn start.
 """
 
 from __future__ import annotations
