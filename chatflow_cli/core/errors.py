@@ -268,7 +268,23 @@ class RateLimitedError(ChatflowError):
 
 
 class StoreError(ChatflowError):
+    """The session store failed (the database is unreachable, refused the write, ...).
+
+    ``written`` says what became of the write that failed: ``False`` -- known not to have
+    happened (the transaction was rolled back, or never sent); ``None`` -- it may have
+    happened (the connection was lost after the commit was sent: read the session again to
+    know). The message says the same in words. ``retryable``: the database said the
+    transaction may simply run again (a serialization failure or a deadlock); the store
+    already retried it a few times before raising.
+    """
+
     exit_code = ExitStatus.STORE
+
+    def __init__(self, message: str, *, session_id: str | None = None, written: bool | None = False,
+                 retryable: bool = False) -> None:
+        super().__init__(message, session_id=session_id)
+        self.written = written
+        self.retryable = retryable
 
 
 class SchemaTooNewError(StoreError):
@@ -277,8 +293,9 @@ class SchemaTooNewError(StoreError):
 
 class StoreUnreachableError(StoreError):
     """The database server could not be reached, or the connection to it was lost (a
-    restart, a network cut): what the failed call was writing was not written, and the
-    same call may succeed once the server is back. A long-lived consumer (``replay
+    restart, a network cut): what the failed call was writing was not written (unless
+    ``written`` is None: the connection was lost once the commit was sent), and the same
+    call may succeed once the server is back. A long-lived consumer (``replay
     --follow``) tries again; other callers get exit code 8 like any store error."""
 
 

@@ -118,10 +118,10 @@ from ._run.cancel import (
     events_from_worker,
     watch_interrupt_requests,
 )
-from ._run.endings import store_failed, store_interrupted
+from ._run.endings import lease_of, store_failed, store_interrupted
 from ._run.state import Broken, InvalidAfterTools, TurnState
 from ._run.tools import answer_at_once, output_text, run_concurrently
-from ._run.waiting import begin_turn
+from ._run.waiting import begin_turn, end_lease, release_claim
 from ._stream import ModelTurn, ReplyState, TextDelta, Usage, cut_phrase
 from .agents import Agent, reachable_agents
 from .errors import (
@@ -277,12 +277,7 @@ class StreamEvent:
 # --------------------------------------------------------------------------------------
 # the Runner
 # --------------------------------------------------------------------------------------
-def _lease_of(session: SessionContext) -> str | None:
-    """The owner token of the run a context from ``begin_turn`` was given to, or None."""
-    binding = getattr(session, "_binding", None)
-    if binding is not None:
-        return getattr(binding, "lease", None)
-    return getattr(session, "_lease", None)
+_lease_of = lease_of
 
 
 class Runner:
@@ -646,13 +641,19 @@ class Runner:
                 yield StreamEvent(event.type, session_id, event.payload, turn=event.payload.get("turn", turn),
                                   seq=event.seq)
 
-        if start.get("user_message") is not None:
-            for item in self._auto_compact(session_id, start["user_message"]):
-                if isinstance(item, StreamEvent):
-                    yield item
-                else:
-                    yield from stored([item], None)
-        begun = self._begin(session_id, start, wait, cancel)
+        try:
+            if start.get("user_message") is not None:
+                for item in self._auto_compact(session_id, start["user_message"]):
+                    if isinstance(item, StreamEvent):
+                        yield item
+                    else:
+                        yield from stored([item], None)
+            begun = self._begin(session_id, start, wait, cancel)
+        except BaseException:
+            # the turn never started (a store error, bad text, a busy session, an interrupt):
+            # the message was not processed, so the claim this run carries is freed for its redelivery
+            release_claim(self.store, start)
+            raise
         turn: int = begun.turn
         if begun.replayed is not None:
             yield from stored(list(begun.events), turn)
@@ -719,6 +720,8 @@ class Runner:
             raise
         finally:
             unwatch()
+            # the lease is renewed only while the turn runs: it ends here, by whatever path
+            end_lease(self.store, _lease_of(session), stored=state.released or state.ended)
         yield StreamEvent("result", session_id, turn=turn,
                           result=dataclasses.replace(result, events=tuple(written)))
 

@@ -36,6 +36,8 @@ class TurnState:
         handoffs: tool call id -> the agent that call hands off to.
         finished: tool call id -> ``(text, is_error)`` of calls that finished before an interrupt.
         released: the turn's end (idle) is stored: nothing left to undo.
+        ended: the ending of a turn that did not complete is stored, or the store shows the
+            turn ended already (no second ending was written).
         context: the context use of the latest request (see ``RunResult.context``).
         dropped_told: the turn's ``context.dropped`` event was yielded.
     """
@@ -50,6 +52,7 @@ class TurnState:
     handoffs: dict[str, Agent] = dataclasses.field(default_factory=dict)
     finished: dict[str, tuple[str, bool]] = dataclasses.field(default_factory=dict)
     released: bool = False
+    ended: bool = False
     context: dict[str, Any] | None = None
     usage_reported: bool = False  # a request of the turn came back with usage
     dropped_told: bool = False  # a context.dropped event was yielded for this turn

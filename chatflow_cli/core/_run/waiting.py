@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..agents import Agent
     from ..memory.protocol import SessionStoreProtocol, TurnStart
 
-__all__ = ["begin_turn"]
+__all__ = ["begin_turn", "end_lease", "release_claim"]
 
 log = logging.getLogger("chatflow_cli.core.runner")
 
@@ -30,8 +30,8 @@ def begin_turn(store: SessionStoreProtocol, session_id: str, start: dict[str, An
     poll with a read (20 ms, doubling to 100 ms) and try again once the turn may start.
     A replayed idempotency key whose first turn is still running, and a message id
     another live holder is running, count as busy too: the wait then ends with that
-    turn's result. Giving up (time out, interrupt, error) leaves the queue, and releases
-    the message claim ``start`` carries (the message was not processed: its redelivery runs).
+    turn's result. Giving up (time out, interrupt, error) leaves the queue; the caller
+    frees the message claim ``start`` carries (:func:`release_claim`).
 
     Args:
         start: ``begin_turn``'s keyword arguments (user message, metadata, claims…).
@@ -48,6 +48,7 @@ def begin_turn(store: SessionStoreProtocol, session_id: str, start: dict[str, An
             turn's process when the store can say).
         RunInterrupted: ``cancel`` was set while waiting.
     """
+    from ..errors import StoreError
     from ..memory import Owner
 
     deadline = time.monotonic() + max(0.0, float(wait))
@@ -57,15 +58,21 @@ def begin_turn(store: SessionStoreProtocol, session_id: str, start: dict[str, An
     announced = False
     try:
         while True:
+            owner = Owner.current()
             try:
-                begun = store.begin_turn(
-                    session_id,
-                    default_agent=default_agent,
-                    owner=Owner.current(),
-                    ticket=ticket,
-                    enqueue=wait > 0 and ticket is None,
-                    **start,
-                )
+                try:
+                    begun = store.begin_turn(
+                        session_id,
+                        default_agent=default_agent,
+                        owner=owner,
+                        ticket=ticket,
+                        enqueue=wait > 0 and ticket is None,
+                        **start,
+                    )
+                except StoreError as exc:
+                    if exc.written is None:  # the turn may have started with nobody to run it
+                        end_lease(store, owner.token, stored=False)
+                    raise
                 if begun.queued is not None:
                     ticket = begun.queued
                     begun = None
@@ -106,13 +113,35 @@ def begin_turn(store: SessionStoreProtocol, session_id: str, start: dict[str, An
                 store.leave_turn_queue(session_id, ticket)
             except Exception as exc:  # noqa: BLE001 - a dead waiter's ticket is skipped anyway
                 log.warning("could not leave the queue of session %s: %s", session_id, exc)
-        claim = start.get("message_claim")
-        if begun is None and claim is not None and hasattr(store, "_release_held"):
-            # the turn never started: the message was not processed, its redelivery must run
-            try:
-                store._release_held(start["message_id"], claim)
-            except Exception as exc:  # noqa: BLE001 - the run's own error is raised instead
-                log.warning("could not release the claim of message %s: %s", start["message_id"], exc)
+
+
+def release_claim(store: SessionStoreProtocol, start: dict[str, Any]) -> None:
+    """Free the message claim ``start`` carries (``store.claim_message`` /
+    ``mark_message_processed`` in the caller's thread or task), for a run that failed before
+    its turn started: the message was not processed, so its redelivery must run. When even
+    that fails (the database is down), the claim's holder counts as dead from now on
+    (:func:`end_lease`), so the claim is free once the database answers."""
+    claim = start.get("message_claim")
+    if claim is None or not hasattr(store, "_release_held"):
+        return
+    try:
+        store._release_held(start["message_id"], claim)
+    except Exception as exc:  # noqa: BLE001 - the run's own error is raised instead
+        log.warning("could not release the claim of message %s: %s", start["message_id"], exc)
+        end_lease(store, claim, stored=False)
+    else:
+        end_lease(store, claim, stored=True)
+
+
+def end_lease(store: SessionStoreProtocol, token: str | None, *, stored: bool) -> None:
+    """``store.end_lease(token, stored=...)`` when the store has it; never raises."""
+    end = getattr(store, "end_lease", None)
+    if end is None or token is None:
+        return
+    try:
+        end(token, stored=stored)
+    except Exception as exc:  # noqa: BLE001 - only the lease's early end is lost; it runs out
+        log.warning("could not end the lease of a run: %s", exc)
 
 
 def _may_start(store: SessionStoreProtocol, session_id: str, ticket: int | None) -> bool:

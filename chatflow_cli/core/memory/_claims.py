@@ -110,8 +110,9 @@ class _Claims(_StoreCore):
         owner = Owner.current()
         now = self.clock()
         with self._write() as tx:
-            tx.processed_purge(now, self._dedup_ttl_s)
+            # the message's lock first, then the purge's rows, as begin_turn and claim_message take them
             old = tx.processed_get(message_id)
+            tx.processed_purge(now, self._dedup_ttl_s)
             if self._state_of(old, now) is MessageState.NEW:
                 tx.processed_put(message_id, self._new_claim(old, owner, now))
         return owner.token

@@ -90,7 +90,13 @@ class _Journal(_StoreCore):
         * a turn change (new messages) from a stale window raises :class:`SessionBusyError`;
         * so does a status or handoff change when the stored status, owner or agent changed
           since this context was loaded ("changed since it was loaded") -- except for the
-          context :meth:`begin_turn` returned to the run that still holds the lease.
+          context :meth:`begin_turn` returned to the run that still holds the lease;
+        * the context :meth:`begin_turn` returned saves only while its run holds the lease
+          (the session is ``running`` under its owner token) until it saved the turn's end:
+          when the turn ended meanwhile (a save that committed, then raised), or another
+          process recovered it as dead (a worker cut off from the database past its lease),
+          any change from it raises :class:`SessionBusyError` and nothing is written -- a
+          late reply never lands in the turn that replaced it, nor ends a turn twice.
 
         Raises:
             SessionDeletedError: the session was deleted since the context was loaded.
@@ -118,6 +124,7 @@ class _Journal(_StoreCore):
                 )
             if ops:
                 self._refuse_terminated(row)
+                self._refuse_lost_lease(session, row)
                 self._refuse_stale_base(session, row, ops)
             events += self._apply(tx, row, ops)
         if any(op.kind == "status" for op in ops):
@@ -131,6 +138,24 @@ class _Journal(_StoreCore):
         rolled_back = any(op.kind == "rollback" for op in ops)
         session._saved(len(ops), row.metadata, binding, agent=row.active_agent_name if rolled_back else None)
         return events
+
+    @staticmethod
+    def _refuse_lost_lease(session: SessionContext, row: Any) -> None:
+        """SessionBusyError when ``session`` is the context of a run (``begin_turn``'s, with a
+        lease) that still believes it runs the session -- it has not saved the turn's end --
+        while the stored session is no longer ``running`` under that owner token: the turn
+        ended already (a save that committed but raised), or another process recovered it."""
+        binding = session._binding
+        lease = binding.lease if binding is not None else None
+        if lease is None or binding is None or binding.base[0] is not SessionStatus.RUNNING or binding.base[1] != lease:
+            return  # no run, or its end was saved: an ordinary context now (stale checks apply)
+        if row.status is SessionStatus.RUNNING and row.owner is not None and row.owner.token == lease:
+            return
+        raise SessionBusyError(
+            f"session {row.session_id!r}: this turn no longer holds the session (it ended, or another process "
+            "recovered it as dead after its lease ran out); nothing of it was written",
+            session_id=row.session_id,
+        )
 
     def release(
         self, session: SessionContext, status: SessionStatus | str = SessionStatus.IDLE, reason: str = "", **extra: Any

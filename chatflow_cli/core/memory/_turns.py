@@ -361,6 +361,22 @@ class _Turns(_Claims, _ToolResults):
             tx.queue_remove(session_id, ticket)
         self._notify_turn_ended()
 
+    def end_lease(self, owner_token: str, *, stored: bool) -> None:
+        """The run holding ``owner_token`` -- a turn :meth:`begin_turn` started, or a message
+        claim -- is over, by whatever path (completed, failed, interrupted, cancelled, or an
+        error of the store itself). The Runner calls it when a turn ends; nothing is written.
+
+        ``stored``: the run's ending (or the claim's release) was written. When it was not
+        (the database was down), the owner counts as dead in this process from now on, so
+        the next :meth:`begin_turn` recovers the turn at once and the claim is free again,
+        instead of both looking held by a live process. A store with leases
+        (PostgreSQL) stops renewing the lease either way, and when ``stored`` is False
+        expires it as soon as the database answers, for other hosts too.
+        """
+        if not stored:
+            Owner.end_run(owner_token)
+        self._notify_turn_ended()
+
     def wait_turn_ended(self, timeout: float) -> None:
         """Sleep until a turn of this store object ends or a waiter leaves, at most ``timeout`` s."""
         with self._turn_ended:

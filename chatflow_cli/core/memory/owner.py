@@ -11,11 +11,18 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Owner"]
+
+#: Owner tokens of this process whose run is over although the store may still name them
+#: (the turn's ending could not be written: the database was down). Oldest dropped first.
+_ENDED_KEPT = 65536
+_ended: dict[str, None] = {}
+_ended_lock = threading.Lock()
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -61,13 +68,27 @@ class Owner:
         stat = _proc_stat(pid)
         return cls(pid=pid, start_time=stat[1] if stat else 0, host=socket.gethostname(), token=secrets.token_hex(8))
 
+    @staticmethod
+    def end_run(token: str) -> None:
+        """Mark the run ``token`` names as over in this process: from now :meth:`alive` is
+        False for every owner record with this token, so a turn or claim it left behind (its
+        ending could not be stored) is recovered, or free again, at once instead of looking
+        held by a live process."""
+        with _ended_lock:
+            _ended[token] = None
+            while len(_ended) > _ENDED_KEPT:
+                del _ended[next(iter(_ended))]
+
     def alive(self) -> bool:
-        """True while the owning process runs.
+        """True while the owning process runs and the run has not ended.
 
         Owners on another host cannot be checked and count as alive. A zombie (exited,
         not yet reaped) counts as dead; so does a process whose start time differs from
-        the recorded one (the pid was reused).
+        the recorded one (the pid was reused), and a run of this process that
+        :meth:`end_run` marked as over.
         """
+        if self.token in _ended:
+            return False
         if self.host != socket.gethostname():
             return True
         if self.pid <= 0:

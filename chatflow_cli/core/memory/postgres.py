@@ -17,7 +17,9 @@ the same time (SQLite serialises every writer, PostgreSQL does not):
   on the database's clock;
 * the owner of a running turn holds a *lease*: ``lease_expires_at`` on the database clock,
   renewed every ``lease_s / 3`` seconds by a thread of the owning process while its turn
-  runs (while the caller holds the turn's context). An owner counts as alive while its lease
+  runs (until the Runner ends the turn, by whatever path, and never past the life of the
+  turn's context; a turn that ended with its ending unwritten has its lease expired as soon
+  as the database answers). An owner counts as alive while its lease
   has not expired -- and, on the same host name, while its pid lives (a dead local worker is
   recovered at once). A worker that died on another host is recovered once its lease
   expired; a running turn is never taken over before. Claims of message ids and places in
@@ -49,7 +51,11 @@ the store never prints, logs or stores them (:func:`redact_dsn` is what error me
 
 Every ``psycopg`` error surfaces as :class:`StoreError` with one line: the server refused
 the connection, bad credentials, the connection was lost (the transaction rolled back:
-nothing of it was written), and so on.
+nothing of it was written; or, lost once the COMMIT was sent, the write may have been
+committed: ``StoreError.written`` is None), and so on. A transaction PostgreSQL rolls back
+as a serialization failure or a deadlock is run again (``begin_turn``, ``save``, the
+claim writes: 4 attempts in all); lease renewals lock rows one table at a time, in key
+order, so they never deadlock with a turn start.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import threading
 import time
 import weakref
@@ -82,6 +89,8 @@ from .protocol import MessageState, TurnStart
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
+
+    from .context import SessionContext
 
     import psycopg
 
@@ -497,24 +506,54 @@ def _message(jsonb: Any, text: str | None, tokens: int | None = None) -> Message
 # ----------------------------------------------------------------------------------------
 
 
-def _store_error(exc: BaseException, label: str) -> StoreError:
-    """One clear line for a psycopg error on database ``label`` (never a password)."""
+#: SQLSTATEs of a transaction PostgreSQL rolled back and says may simply run again:
+#: serialization_failure and deadlock_detected.
+_RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+#: Attempts of a write whose transaction PostgreSQL rolled back as retryable.
+_WRITE_ATTEMPTS = 4
+
+
+def _store_error(exc: BaseException, label: str, *, committing: bool = False) -> StoreError:
+    """One clear line for a psycopg error on database ``label`` (never a password).
+
+    ``committing``: the error came once the COMMIT was sent. An error the server reported
+    (it has a SQLSTATE) rolled the transaction back; a lost connection then leaves the
+    commit's outcome unknown, and the error says the write may have happened
+    (``written=None``); before the COMMIT, nothing of it was written (``written=False``).
+    """
     import psycopg
 
     text = redact_dsn(" ".join(str(exc).split()))
     low = text.lower()
+    sqlstate = getattr(exc, "sqlstate", None)
+    retryable = sqlstate in _RETRYABLE_SQLSTATES
+    unknown = committing and not sqlstate
+    unreachable = False
     if isinstance(exc, psycopg.OperationalError) or isinstance(exc, psycopg.InterfaceError):
         if "password authentication failed" in low or "no password supplied" in low or "authentication" in low:
-            return StoreError(f"cannot connect to {label}: authentication failed ({text})")
-        if "does not exist" in low:
-            return StoreError(f"cannot connect to {label}: {text}")
-        if "connection refused" in low or "could not connect" in low or "connection failed" in low:
+            message = f"cannot connect to {label}: authentication failed ({text})"
+        elif "does not exist" in low:
+            message = f"cannot connect to {label}: {text}"
+        elif "connection refused" in low or "could not connect" in low or "connection failed" in low:
             # StoreUnreachableError: the server may come back (a restart); a follower retries
-            return StoreUnreachableError(f"cannot connect to {label}: {text}")
-        if "closed" in low or "terminat" in low or "lost" in low or "server closed" in low or "eof" in low:
-            return StoreUnreachableError(f"lost the connection to {label} ({text}); the transaction was rolled "
-                                         "back, nothing of it was written")
-    return StoreError(f"database error on {label}: {text}")
+            message, unreachable = f"cannot connect to {label}: {text}", True
+        elif unknown:
+            message, unreachable = (f"lost the connection to {label} once the commit was sent ({text}); the write "
+                                    "may have been committed or not: read the session again to know"), True
+        elif "closed" in low or "terminat" in low or "lost" in low or "server closed" in low or "eof" in low:
+            message, unreachable = (f"lost the connection to {label} ({text}); the transaction was rolled back, "
+                                    "nothing of it was written"), True
+        elif retryable:
+            message = f"database error on {label}: {text}; the transaction was rolled back, nothing of it was written"
+        else:
+            message = f"database error on {label}: {text}; nothing of it was written"
+    elif unknown:
+        message = (f"database error on {label} while committing ({text}); the write may have been committed "
+                   "or not: read the session again to know")
+    else:
+        message = f"database error on {label}: {text}; the transaction was rolled back, nothing of it was written"
+    kind = StoreUnreachableError if unreachable else StoreError
+    return kind(message, written=None if unknown else False, retryable=retryable)
 
 
 # ----------------------------------------------------------------------------------------
@@ -1075,10 +1114,18 @@ class _Leases:
     """The leases this process holds in one database, renewed by one daemon thread every
     ``lease_s / 3`` seconds while any is held.
 
-    Turn owners are renewed while the turn's context is referenced (a caller that dropped
-    it, or a process that died, stops renewing and the lease runs out); message claims and
-    queue tickets until the row is gone or held by another token. A token the database no
-    longer shows is forgotten.
+    A turn owner is renewed while its turn runs: until :meth:`end` (the Runner ends every
+    turn so, by whatever path), and never past the life of the turn's context (a caller
+    that dropped it, or a process that died, stops renewing and the lease runs out). The
+    claim on the turn's message id is renewed with it. Message claims and queue tickets are
+    renewed until the row is gone or held by another token. A token the database no longer
+    shows is forgotten. A run that ended without its ending stored has its leases expired
+    (on the database clock) by the next renewal that reaches the database.
+
+    Each renewal is three one-statement transactions -- queue tickets, session rows, message
+    claims -- each locking its rows in key order: a renewal never holds a lock of one table
+    while it waits for another, so it cannot deadlock with a transaction that locks the same
+    rows in another order (a turn start takes its session, queue and claim rows in turn).
     """
 
     def __init__(self, store: PostgresSessionStore) -> None:
@@ -1087,6 +1134,7 @@ class _Leases:
         self._turns: dict[str, Callable[[], object]] = {}  # owner token -> weakref to the turn's context
         self._claims: set[str] = set()
         self._tickets: set[int] = set()
+        self._expire: set[str] = set()  # tokens of runs that ended with their ending unstored
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -1112,6 +1160,16 @@ class _Leases:
     def drop_ticket(self, ticket: int) -> None:
         with self._lock:
             self._tickets.discard(ticket)
+
+    def end(self, token: str, *, expire: bool) -> None:
+        """Stop renewing the turn or claim ``token`` holds; ``expire``: also expire its leases."""
+        with self._lock:
+            self._turns.pop(token, None)
+            self._claims.discard(token)
+            if expire:
+                self._expire.add(token)
+        if expire:
+            self._start()
 
     def _start(self) -> None:
         with self._lock:
@@ -1141,47 +1199,47 @@ class _Leases:
             del store
 
     def renew(self, store: PostgresSessionStore) -> None:
-        """One renewal: every lease still held, in one transaction."""
+        """One renewal: every lease still held, and the expiry of those of ended runs."""
+        import psycopg
+
         with self._lock:
-            turns = [t for t, ref in self._turns.items() if ref() is not None]
+            turns = sorted(t for t, ref in self._turns.items() if ref() is not None)
             self._turns = {t: ref for t, ref in self._turns.items() if ref() is not None}
-            claims = list(self._claims)
-            tickets = list(self._tickets)
-        if not (turns or claims or tickets):
+            claims = sorted(self._claims)
+            tickets = sorted(self._tickets)
+            expire = sorted(self._expire)
+        if not (turns or claims or tickets or expire):
             return
-        with store._tx(write=True) as tx:
-            conn = tx._conn
-            kept_turns = {
-                r[0]
-                for r in conn.execute(
-                    "UPDATE chatflow_sessions SET lease_expires_at = clock_timestamp() + %s * interval '1 second' "
-                    "WHERE owner_token = ANY(%s) RETURNING owner_token",
-                    (store.lease_s, turns),
-                )
-            } if turns else set()
-            kept_claims = {
-                r[0]
-                for r in conn.execute(
-                    "UPDATE chatflow_processed_messages SET lease_expires_at = clock_timestamp() + "
-                    "%s * interval '1 second' WHERE holder_token = ANY(%s) AND state = 'in_progress' "
-                    "RETURNING holder_token",
-                    (store.lease_s, claims),
-                )
-            } if claims else set()
-            kept_tickets = {
-                int(r[0])
-                for r in conn.execute(
-                    "UPDATE chatflow_turn_queue SET lease_expires_at = clock_timestamp() + %s * interval '1 second' "
-                    "WHERE ticket = ANY(%s) RETURNING ticket",
-                    (store.lease_s, tickets),
-                )
-            } if tickets else set()
+        lease = store.lease_s
+        try:
+            with store._connection() as conn:  # autocommit: each statement is its own transaction
+                kept_tickets = {int(r[0]) for r in conn.execute(
+                    "UPDATE chatflow_turn_queue AS q SET lease_expires_at = clock_timestamp() + %s * "
+                    "interval '1 second' FROM (SELECT ticket FROM chatflow_turn_queue WHERE ticket = ANY(%s) "
+                    "ORDER BY ticket FOR UPDATE) AS l WHERE q.ticket = l.ticket RETURNING q.ticket",
+                    (lease, tickets))} if tickets else set()
+                kept_turns = {r[0] for r in conn.execute(
+                    "UPDATE chatflow_sessions AS s SET lease_expires_at = CASE WHEN s.owner_token = ANY(%s) "
+                    "THEN clock_timestamp() ELSE clock_timestamp() + %s * interval '1 second' END "
+                    "FROM (SELECT session_id FROM chatflow_sessions WHERE owner_token = ANY(%s) "
+                    "ORDER BY session_id FOR UPDATE) AS l WHERE s.session_id = l.session_id RETURNING s.owner_token",
+                    (expire, lease, turns + expire))} if turns or expire else set()
+                kept_claims = {r[0] for r in conn.execute(
+                    "UPDATE chatflow_processed_messages AS p SET lease_expires_at = CASE WHEN p.holder_token = "
+                    "ANY(%s) THEN clock_timestamp() ELSE clock_timestamp() + %s * interval '1 second' END "
+                    "FROM (SELECT message_id FROM chatflow_processed_messages WHERE holder_token = ANY(%s) "
+                    "AND state = 'in_progress' ORDER BY message_id FOR UPDATE) AS l "
+                    "WHERE p.message_id = l.message_id RETURNING p.holder_token",
+                    (expire, lease, claims + turns + expire))} if claims or turns or expire else set()
+        except psycopg.Error as exc:
+            raise _store_error(exc, store._label) from None
         with self._lock:
             for token in turns:
                 if token not in kept_turns:
                     self._turns.pop(token, None)
             self._claims -= set(claims) - kept_claims
             self._tickets -= set(tickets) - kept_tickets
+            self._expire -= set(expire)
 
 
 # ----------------------------------------------------------------------------------------
@@ -1469,6 +1527,7 @@ class PostgresSessionStore(BaseSessionStore):
                         self._pool.check()
                         continue
                     raise _store_error(exc, self._label) from None
+                committing = False
                 try:
                     # pipeline mode: statements whose results are not read yet (the writes, the
                     # COMMIT) travel together with the next read, one round trip
@@ -1476,6 +1535,7 @@ class PostgresSessionStore(BaseSessionStore):
                         tx = _PgTx(conn, self, write)
                         yield tx
                         tx.flush()
+                        committing = write  # from here a lost connection leaves the outcome unknown
                         conn.execute("COMMIT")
                 except BaseException as exc:
                     if not conn.broken:
@@ -1484,7 +1544,7 @@ class PostgresSessionStore(BaseSessionStore):
                         except psycopg.Error:
                             pass
                     if isinstance(exc, psycopg.Error):
-                        raise _store_error(exc, self._label) from None
+                        raise _store_error(exc, self._label, committing=committing) from None
                     raise
                 return
         raise StoreError(f"cannot reach {self._label}")  # pragma: no cover - the loop returns or raises
@@ -1507,10 +1567,37 @@ class PostgresSessionStore(BaseSessionStore):
         return await loop.run_in_executor(_blocking_executor(max(4, self.pool_size)), partial(fn, *args, **kwargs))
 
     # -- leases ------------------------------------------------------------------------
+    def _retrying(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """``fn(*args, **kwargs)`` -- one write transaction -- run again, at most
+        ``_WRITE_ATTEMPTS`` times in all, while PostgreSQL rolls it back as retryable (a
+        serialization failure or a deadlock), after a short random pause; then its error."""
+        for attempt in range(1, _WRITE_ATTEMPTS + 1):
+            try:
+                return fn(*args, **kwargs)
+            except StoreError as exc:
+                if not exc.retryable or attempt == _WRITE_ATTEMPTS:
+                    raise
+                logger.info("retrying a write to %s rolled back as retryable (%s)", self._label, exc)
+                time.sleep(random.uniform(0.01, 0.05) * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def save(self, session: SessionContext) -> list[Event]:
+        """:meth:`BaseSessionStore.save`, run again when PostgreSQL rolls it back as retryable."""
+        return self._retrying(super().save, session)
+
+    def end_lease(self, owner_token: str, *, stored: bool) -> None:
+        """:meth:`BaseSessionStore.end_lease`: the lease is no longer renewed; when ``stored``
+        is False it is also expired on the database clock by the next renewal that reaches
+        the database, so other hosts recover the turn (or take the claim) without waiting
+        for it to run out."""
+        self._leases.end(owner_token, expire=not stored)
+        super().end_lease(owner_token, stored=stored)
+
     def begin_turn(self, session_id: str, **kwargs: Any) -> TurnStart:
         """:meth:`BaseSessionStore.begin_turn`; the started turn's owner lease (or the queued
-        waiter's ticket) is then renewed by this process while the caller works."""
-        start = super().begin_turn(session_id, **kwargs)
+        waiter's ticket) is then renewed by this process while the turn runs (until
+        :meth:`end_lease`). Run again when PostgreSQL rolls it back as retryable."""
+        start = self._retrying(super().begin_turn, session_id, **kwargs)
         owner = kwargs.get("owner")
         ticket = kwargs.get("ticket")
         if start.queued is not None:
@@ -1534,10 +1621,14 @@ class PostgresSessionStore(BaseSessionStore):
         host whose pid died, the shared rules free it (as on SQLite)."""
         self._check_message_id(message_id)
         holder = owner if owner is not None else Owner.current()
+        return self._retrying(self._claim_once, message_id, holder)
+
+    def _claim_once(self, message_id: str, holder: Owner) -> str | None:
         now = self.clock()
         with self._tx(write=True) as tx:
-            tx.processed_purge(now, self._dedup_ttl_s)
+            # the message's lock first, then the purge's rows, as begin_turn takes them
             claimed, now = tx.claim(message_id, holder, now, self._dedup_ttl_s)
+            tx.processed_purge(now, self._dedup_ttl_s)
             if not claimed:
                 old = tx.processed_get(message_id)
                 if self._state_of(old, now) is MessageState.NEW:
@@ -1547,8 +1638,13 @@ class PostgresSessionStore(BaseSessionStore):
             self._leases.hold_claim(holder.token)
         return holder.token if claimed else None
 
+    def _release_held(self, message_id: str, token: str) -> bool:
+        released = self._retrying(super()._release_held, message_id, token)
+        self._leases.drop_claim(token)
+        return released
+
     def _mark(self, message_id: str) -> str:
-        token = super()._mark(message_id)
+        token = self._retrying(super()._mark, message_id)
         self._leases.hold_claim(token)
         return token
 

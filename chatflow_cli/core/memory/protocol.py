@@ -347,6 +347,10 @@ class SessionStoreProtocol(Protocol):
         """Sleep until a turn of this store object ends, at most ``timeout`` seconds."""
         ...
 
+    def end_lease(self, owner_token: str, *, stored: bool) -> None:
+        """The run holding ``owner_token`` (a turn, or a message claim) is over."""
+        ...
+
     def close(self) -> None:
         """Release the store's resources."""
         ...

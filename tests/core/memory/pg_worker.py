@@ -11,7 +11,11 @@ Modes:
 * ``turns P N``: N turns on session ``own-P`` and N on ``shared``, interleaved (waiting up
   to 120 s for the shared session);
 * ``claim I MESSAGE_ID``: one turn on ``hook-I`` under a webhook message id;
-* ``hold SESSION``: begin one turn and print ``{"begun": turn}``, then sleep (the test kills it).
+* ``hold SESSION``: begin one turn and print ``{"begun": turn}``, then sleep (the test kills it);
+* ``fleet W N S``: N webhook deliveries ``w{W}-m{k}`` on sessions ``c0``..``c{S-1}`` with
+  ``run(message_id=...)``, each failure delivered again (up to 60 times, 0.2 s apart) and
+  each success delivered a second time (it must replay the same answer); prints
+  ``{"answers": {message id: content}, "errors": [each error, once per kind]}``.
 """
 
 from __future__ import annotations
@@ -68,6 +72,26 @@ def main(argv: list[str]) -> int:
         i, message_id = int(rest[0]), rest[1]
         result = runner.run(f"hook-{i}", "order status?", message_id=message_id, wait=120)
         print(json.dumps({"content": result.content, "replayed": bool(result.replayed)}), flush=True)
+    elif mode == "fleet":
+        w, n, sessions = int(rest[0]), int(rest[1]), int(rest[2])
+        answers: dict[str, str] = {}
+        seen: set[str] = set()
+        for k in range(n):
+            message_id, session = f"w{w}-m{k}", f"c{(w + k) % sessions}"
+            text = f"message {message_id}"
+            for _attempt in range(60):
+                try:
+                    result = runner.run(session, text, message_id=message_id, wait=30)
+                    again = runner.run(session, text, message_id=message_id, wait=30)
+                    if again.content != result.content or not again.replayed:
+                        seen.add(f"redelivery differs: {result.content!r} then {again.content!r}")
+                    answers[message_id] = str(result.content)
+                    break
+                except Exception as exc:  # noqa: BLE001 - the platform delivers it again
+                    kind = f"{type(exc).__name__}: {str(exc)[:160]}"
+                    seen.add(kind)
+                    time.sleep(0.2)
+        print(json.dumps({"answers": answers, "errors": sorted(seen)}), flush=True)
     elif mode == "hold":
         start = store.begin_turn(rest[0], default_agent=agent, user_message=Message.user("a long question"),
                                  owner=_owner())

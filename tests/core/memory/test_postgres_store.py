@@ -222,12 +222,12 @@ def test_the_server_restarted_mid_turn_the_turn_ends_cleanly_and_the_next_works(
     pg_server.start()
     del info
     again = _store(pg_dsn)
-    # nothing half-written: the log has whole turns; the turn begun before the stop is open
-    # (its owner, this live process, still holds it) until its lease runs out or it is closed
+    # nothing half-written: the log has whole turns; the turn begun before the stop is still
+    # marked running (its ending could not be written) until the next turn recovers it
     events = _assert_gap_free(again, "s")
     assert [e.type for e in events].count("turn.completed") == 2
     runner2 = Runner(AGENT, again, model_client=ModelClient(base_url=fake_server.url, api_key="k"))
-    store.close()  # the first store's leases stop; this process's pid still lives, so wait out the lease
+    store.close()  # the turn ended (unstored): its owner counts as dead, its lease is not renewed
     again.close()
     third = _store(pg_dsn, lease_s=1.0)
     runner3 = Runner(AGENT, third, model_client=ModelClient(base_url=fake_server.url, api_key="k"))
