@@ -78,6 +78,13 @@ def test_the_package_ships_py_typed() -> None:
     assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["chatflow_cli"]
 
 
+def _needs_psycopg() -> None:
+    """mypy follows chatflow_cli into its PostgreSQL store, which imports psycopg and
+    psycopg_pool: without the ``postgres`` extra those imports are errors, not the package's."""
+    for module in ("psycopg", "psycopg_pool"):
+        pytest.importorskip(module, reason=f"{module} is not installed (pip install -e '.[postgres]')")
+
+
 MYPY_INI = """[mypy]
 strict = True
 
@@ -159,6 +166,7 @@ def test_mypy_strict_passes_with_the_checkout_on_mypypath(tmp_path: Path) -> Non
     (MYPYPATH, or an editable install mypy is pointed at): plain ``--strict``, no per-module
     settings, so errors inside chatflow_cli count."""
     pytest.importorskip("mypy")
+    _needs_psycopg()
     (tmp_path / "bot.py").write_text(BOT)
     (tmp_path / "wrong.py").write_text(WRONG)
     env = {**os.environ, "MYPYPATH": str(REPO)}
@@ -177,6 +185,7 @@ def test_the_whole_package_passes_mypy_strict(tmp_path: Path) -> None:
     settings, are clean (the REPL's parts declare the state they share, the stores and the
     Runner are typed at the boundary)."""
     pytest.importorskip("mypy")
+    _needs_psycopg()
     env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
     done = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / ".mypy_cache"), "chatflow_cli"],
@@ -200,6 +209,7 @@ def test_mypy_strict_passes_on_the_readmes_agents_sdk_switch(tmp_path: Path) -> 
     ChatflowSession meets the SDK's ``Session`` protocol for a type checker (its items are
     the SDK's ``TResponseInputItem``, its settings ``SessionSettings | None``)."""
     pytest.importorskip("mypy")
+    _needs_psycopg()
     pytest.importorskip("agents", reason="the agents-sdk extra (openai-agents) is not installed")
     body = "".join(f"    {line}\n" if line else "\n" for line in _readme_sdk_switch().splitlines())
     assert "Runner.run(" in body and "session=session" in body, body

@@ -15,9 +15,10 @@ Fixtures (imported by tests/conftest.py):
 * ``pg_server`` -- one server for the whole test session;
 * ``pg_dsn`` -- a fresh, empty database on it for one test, as a ``postgresql://`` URL.
 
-Where no server can be started (no binaries, no ``postgres`` account, ``initdb`` failed)
-the fixtures skip saying why -- except under ``CI=true``, where that is a failure: CI must
-install what it needs (``.ci/run`` installs Debian's ``postgresql`` package).
+Where no server can be started (psycopg not installed, no binaries, no ``postgres`` account,
+``initdb`` failed; every reason found is named) the fixtures skip saying why -- except under
+``CI=true``, where that is a failure: CI must install what it needs (``.ci/run`` installs
+Debian's ``postgresql`` package).
 """
 
 from __future__ import annotations
@@ -196,9 +197,18 @@ def _psycopg_missing() -> str | None:
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     """One real PostgreSQL server for the test session (skips, or fails under CI=true, when none)."""
-    missing = _psycopg_missing()
-    if missing:
-        _unavailable(missing)
+    if "error" not in _STATE:
+        # every reason is told at once: the binaries are looked for even when psycopg is missing
+        reasons = []
+        try:
+            find_bin_dir()
+        except PgUnavailable as exc:
+            reasons.append(str(exc))
+        missing = _psycopg_missing()
+        if missing:
+            reasons.append(missing)
+        if reasons:
+            _STATE["error"] = "; ".join(reasons)
     if "error" in _STATE:
         _unavailable(str(_STATE["error"]))
     try:
