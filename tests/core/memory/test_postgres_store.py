@@ -387,6 +387,7 @@ def test_a_worker_killed_mid_turn_on_another_host_is_taken_over_after_its_lease(
         store.begin_turn("s", default_agent=AGENT, user_message=Message.user("q2"), owner=_other_host("host-b"))
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
+    proc.stdout.close()  # the killed worker's pipe: left open it is a ResourceWarning, an error here
     killed_at = time.time()
     taken = _wait_for(lambda: _try_begin(store, "s", "q2", _other_host("host-b")), timeout=20, interval=0.05)
     assert [e.type for e in taken.events][:2] == ["turn.interrupted", "session.recovered"]
