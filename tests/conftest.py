@@ -194,4 +194,4 @@ def pty_chatflow(provider: Any) -> Any:
 from tests.helpers.fakeserver import fake_server  # noqa: E402,F401
 
 # A real PostgreSQL server (tests/helpers/pgserver.py) as the ``pg_server`` / ``pg_dsn`` fixtures.
-from tests.helpers.pgserver import pg_dsn, pg_server  # noqa: E402,F401
+from tests.helpers.pgserver import pg_dsn, pg_dsn_migrated, pg_server  # noqa: E402,F401

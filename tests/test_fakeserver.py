@@ -211,3 +211,4 @@ def test_command_line_server_serves_a_script(tmp_path: Path, module: str) -> Non
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+        proc.stdout.close()  # type: ignore[union-attr]

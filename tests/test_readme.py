@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,67 @@ def test_the_readme_lists_every_slash_command_once_with_its_arguments() -> None:
         shown = f"`{name} {args}`" if args else f"`{name}`"
         assert paragraph.count(f"`{name}") == 1, (name, paragraph)
         assert shown in paragraph, (shown, paragraph)
+
+
+# -- the README's test command is the one CI runs -----------------------------------------------
+
+CI_RUN = README.parent / ".ci" / "run"
+
+
+def _section(text: str, heading: str) -> str:
+    """The body of the ``## heading`` section (up to the next ``## `` heading)."""
+    body = text.split(f"\n## {heading}\n", 1)[1]
+    return body.split("\n## ", 1)[0]
+
+
+def _normal(command: str) -> list[str]:
+    """A pip or pytest command as words: ``python -m pip`` is ``pip``, and pip's ``--quiet`` is dropped."""
+    words = shlex.split(command)
+    if words[:2] in (["python", "-m"], ["python3", "-m"]) and words[2:3] == ["pip"]:
+        words = words[2:]
+    return [w for w in words if w not in ("--quiet", "-q")] if words[:1] == ["pip"] else words
+
+
+def _readme_test_commands(text: str) -> list[tuple[list[str], list[str]]]:
+    """Each ``pip install ... && python -m pytest`` line of the Quickstart and Testing sections,
+    as (pip words, pytest words)."""
+    found = []
+    for heading in ("Quickstart", "Testing"):
+        blocks = re.findall(r"```bash\n(.*?)```", _section(text, heading), re.S)
+        lines = [ln for block in blocks for ln in block.splitlines() if "pytest" in ln]
+        assert len(lines) == 1, (heading, lines)
+        pip, pytest_ = lines[0].split("&&")
+        found.append((_normal(pip), _normal(pytest_)))
+    return found
+
+
+def _ci_test_command(script: str) -> tuple[list[str], list[str]]:
+    """.ci/run's project install and the test run that follows it, as (pip words, pytest words)."""
+    lines = [ln.strip() for ln in script.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    installs = [i for i, ln in enumerate(lines) if "pip install" in ln and " -e " in ln]
+    assert len(installs) == 1, lines
+    return _normal(lines[installs[0]]), _normal(lines[installs[0] + 1])
+
+
+def test_the_readmes_test_command_is_the_one_ci_runs() -> None:
+    """The Quickstart's and the Testing section's command are one command, and .ci/run installs
+    the same extras and then runs the same pytest command (then its ci_long pass)."""
+    script = CI_RUN.read_text()
+    ci = _ci_test_command(script)
+    readme = _readme_test_commands(README.read_text())
+    assert readme == [ci, ci], (readme, ci)
+    assert ci[0][:3] == ["pip", "install", "-e"] and "postgres" in ci[0][3], ci
+    assert ci[1] == ["python", "-m", "pytest"], ci
+    assert "python -m pytest -m ci_long" in script
+
+
+def test_the_readme_ci_comparison_sees_a_difference() -> None:
+    """The comparison above is real: another extra in either place, or another pytest
+    command, makes the commands differ."""
+    text = README.read_text()
+    script = CI_RUN.read_text()
+    ci = _ci_test_command(script)
+    fewer = text.replace("'.[local,postgres,test]' && python -m pytest", "'.[local,test]' && python -m pytest", 1)
+    assert _readme_test_commands(fewer) != [ci, ci]
+    assert _ci_test_command(script.replace("-e '.[local,postgres,test]'", "-e '.[local,test]'")) != ci
+    assert _ci_test_command(script.replace("\npython -m pytest\n", "\npython -m pytest -x\n", 1)) != ci

@@ -78,6 +78,21 @@ def test_the_package_ships_py_typed() -> None:
     assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["chatflow_cli"]
 
 
+def _needs_psycopg() -> None:
+    """mypy follows chatflow_cli into its PostgreSQL store, which imports psycopg and
+    psycopg_pool: without the ``postgres`` extra those imports are errors, not the package's."""
+    for module in ("psycopg", "psycopg_pool"):
+        pytest.importorskip(module, reason=f"{module} is not installed (pip install -e '.[postgres]')")
+
+
+@pytest.fixture(scope="session")
+def strict_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One mypy cache for the plain ``mypy --strict`` runs below (same options, the same
+    chatflow_cli files): the first run analyses the standard library, openai and the package,
+    the later ones re-read that and check only what is new (mypy re-checks a changed file)."""
+    return tmp_path_factory.mktemp("mypy-strict-cache")
+
+
 MYPY_INI = """[mypy]
 strict = True
 
@@ -154,17 +169,18 @@ def test_mypy_strict_passes_after_the_readmes_install_for_typed_users(tmp_path: 
 
 
 @pytest.mark.slow
-def test_mypy_strict_passes_with_the_checkout_on_mypypath(tmp_path: Path) -> None:
+def test_mypy_strict_passes_with_the_checkout_on_mypypath(tmp_path: Path, strict_cache: Path) -> None:
     """The package's own code passes ``mypy --strict`` as a bot's dependency read from source
     (MYPYPATH, or an editable install mypy is pointed at): plain ``--strict``, no per-module
     settings, so errors inside chatflow_cli count."""
     pytest.importorskip("mypy")
+    _needs_psycopg()
     (tmp_path / "bot.py").write_text(BOT)
     (tmp_path / "wrong.py").write_text(WRONG)
     env = {**os.environ, "MYPYPATH": str(REPO)}
     env.pop("PYTHONPATH", None)
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / ".mypy_cache"), "bot.py", "wrong.py"],
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(strict_cache), "bot.py", "wrong.py"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400,
     )
     lines = [line for line in done.stdout.splitlines() if ": error:" in line]
@@ -172,14 +188,15 @@ def test_mypy_strict_passes_with_the_checkout_on_mypypath(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_the_whole_package_passes_mypy_strict(tmp_path: Path) -> None:
+def test_the_whole_package_passes_mypy_strict(tmp_path: Path, strict_cache: Path) -> None:
     """``mypy --strict chatflow_cli``: the library and the front end, with no per-module
     settings, are clean (the REPL's parts declare the state they share, the stores and the
     Runner are typed at the boundary)."""
     pytest.importorskip("mypy")
+    _needs_psycopg()
     env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / ".mypy_cache"), "chatflow_cli"],
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(strict_cache), "chatflow_cli"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -195,11 +212,12 @@ def _readme_sdk_switch() -> str:
 
 
 @pytest.mark.slow
-def test_mypy_strict_passes_on_the_readmes_agents_sdk_switch(tmp_path: Path) -> None:
+def test_mypy_strict_passes_on_the_readmes_agents_sdk_switch(tmp_path: Path, strict_cache: Path) -> None:
     """The README's two lines, with the SDK's real ``Runner.run(..., session=session)``:
     ChatflowSession meets the SDK's ``Session`` protocol for a type checker (its items are
     the SDK's ``TResponseInputItem``, its settings ``SessionSettings | None``)."""
     pytest.importorskip("mypy")
+    _needs_psycopg()
     pytest.importorskip("agents", reason="the agents-sdk extra (openai-agents) is not installed")
     body = "".join(f"    {line}\n" if line else "\n" for line in _readme_sdk_switch().splitlines())
     assert "Runner.run(" in body and "session=session" in body, body
@@ -212,7 +230,7 @@ def test_mypy_strict_passes_on_the_readmes_agents_sdk_switch(tmp_path: Path) -> 
     env = {**os.environ, "MYPYPATH": str(REPO)}
     env.pop("PYTHONPATH", None)
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / ".mypy_cache"), "sdk_bot.py"],
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(strict_cache), "sdk_bot.py"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400,
     )
     assert done.returncode == 0, bot + done.stdout + done.stderr

@@ -588,7 +588,8 @@ def test_edits_wait_for_a_turn_another_process_runs(tmp_path: Path) -> None:
         run(ChatflowSession("busy", db, wait=0).add_items([{"role": "user", "content": "now"}]))
     run(session.add_items([{"role": "user", "content": "after the CLI turn"}]))
     assert time.monotonic() - began >= 0.9
-    assert holder.wait(timeout=60) == 0
+    holder.communicate(timeout=60)  # waits, and closes the pipes
+    assert holder.returncode == 0
     assert [it["content"] for it in run(session.get_items())] == ["from the CLI", "cli reply", "after the CLI turn"]
     for edit in (lambda s: s.pop_item(), lambda s: s.clear_session()):
         holder = _hold(db, 1.0)
@@ -599,7 +600,8 @@ def test_edits_wait_for_a_turn_another_process_runs(tmp_path: Path) -> None:
         assert time.monotonic() - began >= 0.3  # (it raised while the holder still held: no upper bound needed)
         run(edit(session))
         assert time.monotonic() - began >= 0.9
-        assert holder.wait(timeout=60) == 0
+        holder.communicate(timeout=60)  # waits, and closes the pipes
+        assert holder.returncode == 0
         short.close()
     assert run(session.get_items()) == []
     with pytest.raises(ValueError):

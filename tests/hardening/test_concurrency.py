@@ -1,9 +1,10 @@
 """Many real ``chatflow`` processes on one SQLite file at once (issue 7, "Crash and concurrency").
 
 * 8 processes each append 50 turns to a session of their own and 50 turns to one shared
-  session, interleaved, at once. Each process is one ``chatflow chat --input jsonl --wait 60``
-  reading 100 lines (the per-line ``session`` key picks the session): real CLI processes,
-  without paying 800 interpreter start-ups on a 2-core machine.
+  session, interleaved, at once (CI's ci_long pass; 4 processes of 8 turns in the default run).
+  Each process is one ``chatflow chat --input jsonl --wait 60`` reading its lines (the
+  per-line ``session`` key picks the session): real CLI processes, without paying 800
+  interpreter start-ups on a 2-core machine.
 * 16 processes handle the same webhook ``--message-id`` at once.
 * SIGKILL during ``sessions rollback`` leaves the whole old session or the whole rolled-back one.
 """
@@ -35,12 +36,17 @@ TURNS = 50
 SHARED = "shared"
 
 
-def test_eight_processes_own_and_shared_sessions(fake_server: FakeServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("processes", "turns"), [
+    pytest.param(PROCESSES, TURNS, id="8x50", marks=pytest.mark.ci_long),
+    pytest.param(4, 8, id="4x8"),  # the same checks in the default run, on fewer turns
+])
+def test_eight_processes_own_and_shared_sessions(processes: int, turns: int, fake_server: FakeServer,
+                                                 tmp_path: Path) -> None:
     env = h.provider_env(fake_server)
     procs: list[tuple[int, subprocess.Popen[bytes]]] = []
-    for p in range(PROCESSES):
+    for p in range(processes):
         lines = []
-        for k in range(TURNS):
+        for k in range(turns):
             lines.append(json.dumps({"session": f"own-{p}", "message": f"p{p} own t{k}"}))
             lines.append(json.dumps({"session": SHARED, "message": f"p{p} shared t{k}"}))
         src = tmp_path / f"input-{p}.jsonl"
@@ -56,29 +62,29 @@ def test_eight_processes_own_and_shared_sessions(fake_server: FakeServer, tmp_pa
         assert rc == 0, (p, rc, out[-1500:], err[-1500:])
         assert "locked" not in err and "Traceback" not in err, err
         events = [json.loads(line) for line in out.splitlines() if line.strip()]
-        assert sum(1 for e in events if e["type"] == "turn.result") == 2 * TURNS
+        assert sum(1 for e in events if e["type"] == "turn.result") == 2 * turns
         [final] = [e for e in events if e["type"] == "result"]
         assert final["data"]["is_error"] is False
-    assert len(fake_server.requests) == PROCESSES * TURNS * 2
+    assert len(fake_server.requests) == processes * turns * 2
 
     db = h.default_db()
     store = SQLiteSessionStore(str(db))
     try:
         # every turn present once, in each process's order, on its own session
-        for p in range(PROCESSES):
+        for p in range(processes):
             records = store.load_turns(f"own-{p}", include_rolled_back=True)
-            assert [r.number for r in records] == list(range(1, TURNS + 1))
+            assert [r.number for r in records] == list(range(1, turns + 1))
             users = [r.messages[0].content for r in records]
-            assert users == [f"p{p} own t{k}" for k in range(TURNS)]
+            assert users == [f"p{p} own t{k}" for k in range(turns)]
             for r in records:
                 assert [m.role.value for m in r.messages] == ["user", "model"]
                 assert r.messages[1].content == f"ok: {r.messages[0].content}"
 
         # the shared session: 400 turns, each once, each contiguous, each answered by its own reply
         records = store.load_turns(SHARED, include_rolled_back=True)
-        assert [r.number for r in records] == list(range(1, PROCESSES * TURNS + 1))
+        assert [r.number for r in records] == list(range(1, processes * turns + 1))
         counts = Counter(r.messages[0].content for r in records)
-        expected = {f"p{p} shared t{k}" for p in range(PROCESSES) for k in range(TURNS)}
+        expected = {f"p{p} shared t{k}" for p in range(processes) for k in range(turns)}
         assert set(counts) == expected and set(counts.values()) == {1}
         per_process: dict[str, list[int]] = defaultdict(list)
         for r in records:
@@ -89,7 +95,7 @@ def test_eight_processes_own_and_shared_sessions(fake_server: FakeServer, tmp_pa
         assert all(ks == sorted(ks) for ks in per_process.values()), "a process's turns were reordered"
 
         # the event log: seq 1..n, and each turn's events form one unbroken run of seqs
-        for sid in [SHARED, *(f"own-{p}" for p in range(PROCESSES))]:
+        for sid in [SHARED, *(f"own-{p}" for p in range(processes))]:
             events = store.events(sid)
             seqs = [e.seq for e in events]
             assert seqs == list(range(1, len(seqs) + 1)), sid
@@ -100,7 +106,7 @@ def test_eight_processes_own_and_shared_sessions(fake_server: FakeServer, tmp_pa
             for turn, turn_seqs in spans.items():
                 assert turn_seqs == list(range(turn_seqs[0], turn_seqs[0] + len(turn_seqs))), (sid, turn, turn_seqs)
             starts = [e.seq for e in events if e.type == "message.user"]
-            assert len(starts) == (PROCESSES * TURNS if sid == SHARED else TURNS)
+            assert len(starts) == (processes * turns if sid == SHARED else turns)
     finally:
         store.close()
     with sqlite3.connect(db) as conn:
@@ -162,7 +168,14 @@ def _copy_db(src: Path, dst: Path) -> None:
 KILLS = [("hook", "before:1"), ("hook", "after:1")] + [("timer", f"{t:.2f}") for t in (0.3, 0.6, 0.9, 1.2, 1.6, 2.2)]
 
 
-@pytest.mark.parametrize("how,when", KILLS, ids=[f"{a}-{b}" for a, b in KILLS])
+#: the two exact kills (the hook just before and just after the COMMIT) and one timed kill run by
+#: default; the other timed kills in CI's ci_long pass
+DEFAULT_KILLS = {("hook", "before:1"), ("hook", "after:1"), ("timer", "0.90")}
+
+
+@pytest.mark.parametrize("how,when", [
+    pytest.param(a, b, id=f"{a}-{b}", marks=() if (a, b) in DEFAULT_KILLS else pytest.mark.ci_long) for a, b in KILLS
+])
 def test_sigkill_during_rollback_is_all_or_nothing(how: str, when: str, fake_server: FakeServer,
                                                    tmp_path: Path) -> None:
     db = h.default_db()

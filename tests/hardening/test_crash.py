@@ -137,6 +137,10 @@ POINTS = [
     Point("right_after_final_save", ("commit", "after", 6)),
 ]
 assert len(POINTS) == 20
+#: One point of each kind runs by default (a held reply, a logged event, a running tool, an exact
+#: commit); the others are marked ci_long, for CI's second pass (``python -m pytest -m ci_long``).
+DEFAULT_POINTS = {"mid_text_stream_1", "tool_1_result_saved", "tool_1_running", "inside_final_save"}
+assert DEFAULT_POINTS <= {p.name for p in POINTS}
 
 
 @pytest.fixture
@@ -170,7 +174,9 @@ def _turn_events(db: Path, type_: str) -> int:
     return sum(1 for _, t, p in h.read_events(db, SESSION) if t == type_ and json.loads(p).get("turn") == 2)
 
 
-@pytest.mark.parametrize("point", POINTS, ids=[p.name for p in POINTS])
+@pytest.mark.parametrize("point", [
+    pytest.param(p, id=p.name, marks=() if p.name in DEFAULT_POINTS else pytest.mark.ci_long) for p in POINTS
+])
 def test_sigkill_at_a_point_of_the_turn(point: Point, setup: dict[str, Any], fake_server: FakeServer,
                                         tmp_path: Path) -> None:
     db: Path = setup["db"]
@@ -269,7 +275,11 @@ tools = [{ name = "approve_refund", description = "Ask a human.", parameters = {
 CUSTOM_POINTS = [("before", 2), ("before", 3), ("after", 3)]  # 2: the tool call's save; 3: tool.pending + idle
 
 
-@pytest.mark.parametrize("when,commit", CUSTOM_POINTS, ids=[f"{w}_commit_{c}" for w, c in CUSTOM_POINTS])
+@pytest.mark.parametrize("when,commit", [
+    # the kill after the pending state runs by default, the other two in CI's ci_long pass
+    pytest.param(w, c, id=f"{w}_commit_{c}", marks=() if (w, c) == ("after", 3) else pytest.mark.ci_long)
+    for w, c in CUSTOM_POINTS
+])
 def test_sigkill_around_a_pending_custom_tool(when: str, commit: int, fake_server: FakeServer, tmp_path: Path) -> None:
     h.write_config(CUSTOM_AGENT)
     db = h.default_db()

@@ -13,11 +13,13 @@ with the password :data:`PASSWORD`, so the password really travels in the DSN.
 Fixtures (imported by tests/conftest.py):
 
 * ``pg_server`` -- one server for the whole test session;
-* ``pg_dsn`` -- a fresh, empty database on it for one test, as a ``postgresql://`` URL.
+* ``pg_dsn`` -- a fresh, empty database on it for one test, as a ``postgresql://`` URL;
+* ``pg_dsn_migrated`` -- the same, already holding chatflow's current schema.
 
-Where no server can be started (no binaries, no ``postgres`` account, ``initdb`` failed)
-the fixtures skip saying why -- except under ``CI=true``, where that is a failure: CI must
-install what it needs (``.ci/run`` installs Debian's ``postgresql`` package).
+Where no server can be started (psycopg not installed, no binaries, no ``postgres`` account,
+``initdb`` failed; every reason found is named) the fixtures skip saying why -- except under
+``CI=true``, where that is a failure: CI must install what it needs (``.ci/run`` installs
+Debian's ``postgresql`` package).
 """
 
 from __future__ import annotations
@@ -166,10 +168,23 @@ class PgServer:
                              autocommit=True) as conn:
             conn.execute(sql)
 
-    def create_database(self, name: str | None = None) -> str:
+    def create_database(self, name: str | None = None, template: str | None = None) -> str:
+        """A new database owned by the test role: empty, or a copy of ``template``."""
         name = name or "t_" + uuid.uuid4().hex[:12]
-        self.admin(f'CREATE DATABASE "{name}" OWNER {ROLE}')
+        copy = f' TEMPLATE "{template}"' if template else ""
+        self.admin(f'CREATE DATABASE "{name}"{copy} OWNER {ROLE}')
         return name
+
+    def migrated_template(self) -> str:
+        """The name of a database holding chatflow's current schema and no data, made (by a
+        PostgreSQL store, closed again: a template must have no connections) on first use."""
+        if not getattr(self, "_template", None):
+            from chatflow_cli.core.memory.postgres import PostgresSessionStore
+
+            name = self.create_database("chatflow_migrated_" + uuid.uuid4().hex[:8])
+            PostgresSessionStore(self.dsn(name)).close()
+            self._template = name
+        return str(self._template)
 
     def dsn(self, dbname: str, *, password: str | None = PASSWORD, user: str = ROLE) -> str:
         auth = f"{user}:{password}" if password is not None else user
@@ -196,9 +211,18 @@ def _psycopg_missing() -> str | None:
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     """One real PostgreSQL server for the test session (skips, or fails under CI=true, when none)."""
-    missing = _psycopg_missing()
-    if missing:
-        _unavailable(missing)
+    if "error" not in _STATE:
+        # every reason is told at once: the binaries are looked for even when psycopg is missing
+        reasons = []
+        try:
+            find_bin_dir()
+        except PgUnavailable as exc:
+            reasons.append(str(exc))
+        missing = _psycopg_missing()
+        if missing:
+            reasons.append(missing)
+        if reasons:
+            _STATE["error"] = "; ".join(reasons)
     if "error" in _STATE:
         _unavailable(str(_STATE["error"]))
     try:
@@ -222,6 +246,24 @@ def pg_dsn(pg_server: PgServer) -> Iterator[str]:
     yield pg_server.dsn(name)
     if not pg_server.started:
         pg_server.start()
+    _drop(pg_server, name)
+
+
+@pytest.fixture
+def pg_dsn_migrated(pg_server: PgServer) -> Iterator[str]:
+    """Like ``pg_dsn``, but the database already holds chatflow's current schema: a copy of
+    :meth:`PgServer.migrated_template`, which spares each test the migration's DDL (the
+    contract suite's stores use it; tests of migrating itself take ``pg_dsn``)."""
+    if not pg_server.started:
+        pg_server.start()
+    name = pg_server.create_database(template=pg_server.migrated_template())
+    yield pg_server.dsn(name)
+    if not pg_server.started:
+        pg_server.start()
+    _drop(pg_server, name)
+
+
+def _drop(pg_server: PgServer, name: str) -> None:
     try:
         pg_server.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     except Exception:  # a database left behind dies with the server's directory

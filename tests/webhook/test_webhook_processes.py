@@ -71,15 +71,22 @@ def _run(tmp_path: Path, style: str, workers: int, kills: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ci_long
 @pytest.mark.parametrize("workers", [2, 4])
 @pytest.mark.parametrize("style", STYLES)
 def test_bursts_and_duplicates(tmp_path: Path, style: str, workers: int) -> None:
     _run(tmp_path, style, workers, kills=0)
 
 
+def _kills_case(style: str, workers: int) -> object:
+    """The README's ``message_id`` handler with 2 workers runs by default; the others in CI's
+    ci_long pass."""
+    default = (style, workers) == ("message_id", 2)
+    return pytest.param(style, workers, id=f"{style}-{workers}", marks=() if default else pytest.mark.ci_long)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [2, 4])
-@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize(("style", "workers"), [_kills_case(s, w) for s in STYLES for w in (2, 4)])
 def test_bursts_duplicates_and_ten_worker_kills(tmp_path: Path, style: str, workers: int) -> None:
     _run(tmp_path, style, workers, kills=10)
 

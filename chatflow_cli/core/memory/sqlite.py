@@ -265,8 +265,8 @@ class _SQLiteTx(_Tx):
             return None if r is None else _row(r)
         # a write reads the log's last seq with the row: next_seq needs no statement of its own
         r = self.c.execute(
-            f"SELECT {_ROW_COLUMNS}, (SELECT COALESCE(MAX(seq), 0) FROM chatflow_events WHERE session_id = ?1) "
-            "FROM chatflow_sessions WHERE session_id = ?1", (session_id,)
+            f"SELECT {_ROW_COLUMNS}, (SELECT COALESCE(MAX(seq), 0) FROM chatflow_events WHERE session_id = ?) "
+            "FROM chatflow_sessions WHERE session_id = ?", (session_id, session_id)
         ).fetchone()
         if r is None:
             return None
@@ -483,11 +483,11 @@ class _SQLiteTx(_Tx):
         first_read = max(1, newest_first)
         rows = self.c.execute(
             "SELECT turn, position, role, message_json, tokens, summary_through, message_id FROM chatflow_messages "
-            "WHERE session_id = ?1 AND turn = 0 AND removed_at_seq IS NULL "
+            "WHERE session_id = ? AND turn = 0 AND removed_at_seq IS NULL "
             "UNION ALL SELECT turn, position, role, message_json, tokens, summary_through, message_id "
-            "FROM chatflow_messages WHERE session_id = ?1 AND turn >= ?2 AND removed_at_seq IS NULL "
+            "FROM chatflow_messages WHERE session_id = ? AND turn >= ? AND removed_at_seq IS NULL "
             "ORDER BY 1, 2",
-            (session_id, first_read),
+            (session_id, session_id, first_read),
         ).fetchall()
         positions = self._positions
         if self._known_from.get(session_id, 2**62) > first_read:

@@ -47,7 +47,8 @@ STORE_KINDS: dict[str, StoreKind] = {
     "memory": StoreKind(lambda tmp, turns: SessionStore(default_max_turns=turns), shared=False),
     "sqlite": StoreKind(lambda tmp, turns: SQLiteSessionStore(tmp / "sessions.db", default_max_turns=turns),
                         shared=True),
-    "postgres": StoreKind(_postgres, shared=True, place_fixture="pg_dsn"),
+    # a fresh database already migrated (a template's copy): the contract is about the store
+    "postgres": StoreKind(_postgres, shared=True, place_fixture="pg_dsn_migrated"),
 }
 #: Stores of a kind that holds server connections kept open at once by one test (a long
 #: hypothesis run opens one per example): older ones are closed, as finished processes would be.

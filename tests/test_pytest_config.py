@@ -1,0 +1,42 @@
+"""The test run's own settings: ci_long tests are left out of the default run and selected by
+``-m ci_long`` (CI's second pass), and warnings are errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PROCESS_RUNS = "tests/hardening/test_concurrency.py::test_eight_processes_own_and_shared_sessions"
+
+
+def _collected(*args: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args,
+         "tests/hardening/test_concurrency.py"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_ci_long_is_left_out_by_default_and_selected_by_a_later_m() -> None:
+    default = _collected()
+    assert f"{PROCESS_RUNS}[4x8]" in default and f"{PROCESS_RUNS}[8x50]" not in default, default
+    long = _collected("-m", "ci_long")
+    assert f"{PROCESS_RUNS}[8x50]" in long and f"{PROCESS_RUNS}[4x8]" not in long, long
+    assert set(default).isdisjoint(long)
+
+
+def test_a_warning_fails_the_test(tmp_path: Path) -> None:
+    """A test whose code warns (here a DeprecationWarning) fails under the project's settings."""
+    test = tmp_path / "test_warns.py"
+    test.write_text("import warnings\n\ndef test_warns():\n    warnings.warn('old', DeprecationWarning)\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={REPO}",
+         "-c", str(REPO / "pyproject.toml"), str(test)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout + done.stderr
+    assert "DeprecationWarning: old" in done.stdout
