@@ -62,11 +62,14 @@ def json_error(message: str, error_type: str, code: int, session_id: str | None)
 
 
 def error_line(message: str, *, prefix: str = "chatflow: error: ") -> None:
+    """The error line on stderr: the first line of ``message``, scrubbed of secrets, made inert
+    for a terminal, and on a terminal wrapped at spaces as notices are (one line into a pipe)."""
+    from .context import stderr_line
     from .render import safe_text
 
     first = message.strip().splitlines()[0] if message.strip() else "unknown error"
     try:
-        sys.stderr.write(f"{prefix}{safe_text(scrub(first))}\n")
+        sys.stderr.write(stderr_line(f"{prefix}{safe_text(scrub(first))}") + "\n")
         sys.stderr.flush()
     except (BrokenPipeError, OSError):  # pragma: no cover
         pass

@@ -17,22 +17,24 @@ models keep their provider's default.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .config import DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, LOCAL_MODEL, AgentSpec, Settings, ToolSpec, resolve_model
-from .core.errors import ConfigError, NotFoundError
+from .core.errors import ChatflowError, ConfigError, NotFoundError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import ModelChoice
     from .core.agents import Agent
     from .core.memory import BaseSessionStore
+    from .core.memory.protocol import SessionStoreProtocol
     from .core.model import ModelClient
     from .core.runner import Runner
 
-__all__ = ["LOCAL_TEMPERATURE", "Assembly", "assemble", "build_agents", "transport_for"]
+__all__ = ["LOCAL_TEMPERATURE", "Assembly", "adopt_starting_agent", "assemble", "build_agents", "transport_for"]
 
 #: Sampling temperature for the embedded local model (see the module docstring).
 LOCAL_TEMPERATURE = 0.0
@@ -161,6 +163,9 @@ def assemble(
             runner.on_wait = on_wait
         stack.callback(runner.close)
         resolved = choice
+        logging.getLogger("chatflow_cli.assembly").debug(
+            "model client: %s transport, model %s%s, starting agent %s", transport, default_model,
+            " (local)" if choice.local else "", start.name)
 
         def client_for(url: str) -> ModelClient:
             return ModelClient(url, resolved.api_key, timeout=timeout, transport=transport)

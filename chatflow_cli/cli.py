@@ -16,7 +16,9 @@ Runner from the settings for ``chat``, ``replay --rerun`` and the REPL.
 
 Errors: :func:`main` is the one error boundary. A :class:`~chatflow_cli.core.errors.ChatflowError`
 becomes one line on stderr, ``chatflow: error: <message>``, and the process exits with the
-error's code; ``--debug`` (or ``CHATFLOW_DEBUG=1``) shows the traceback instead. Ctrl-C
+error's code; ``--debug`` (or ``CHATFLOW_DEBUG=1``) shows the traceback instead, and logs
+chatflow's own debug lines on stderr (other libraries' loggers, httpx, openai, asyncio,
+prompt_toolkit..., stay at WARNING: they would flood the screen). Ctrl-C
 exits 130. A reader that closes stdout early (``chatflow sessions show ID | head -1``,
 ``chatflow replay ID --json | head -c 10``), or a stdout closed before the start (``>&-``), ends
 every command quietly with exit 0: nothing on stderr, the rest of the output dropped (a ``chat``
@@ -415,10 +417,11 @@ def main(argv: list[str] | None = None) -> None:
 
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("CHATFLOW_DEBUG", "") not in ("", "0")
-    if debug:
+    if debug:  # chatflow's own debug lines; other libraries (httpx, openai, asyncio...) stay at WARNING
         handler = logging.StreamHandler()
         handler.setFormatter(ScrubbingFormatter("chatflow: %(levelname)s %(name)s: %(message)s"))
-        logging.basicConfig(level=logging.DEBUG, handlers=[handler])
+        logging.basicConfig(level=logging.WARNING, handlers=[handler])
+        logging.getLogger("chatflow_cli").setLevel(logging.DEBUG)
     else:
         logging.getLogger("chatflow_cli").addHandler(logging.NullHandler())
         logging.getLogger("chatflow_cli").propagate = False

@@ -10,8 +10,9 @@ Paths:
   password comes from the URL, ``PGPASSWORD`` or ``~/.pgpass``; never from config.toml,
   which refuses one, as it refuses API keys).
 * config file: ``--config PATH``, else ``$CHATFLOW_CONFIG``, else
-  ``platformdirs.user_config_dir("chatflow")/config.toml``. A missing file is fine (all
-  defaults), except one named by ``--config``, which must exist.
+  ``platformdirs.user_config_dir("chatflow")/config.toml``. A missing file at the default
+  path is fine (all defaults); one named by ``--config`` or ``$CHATFLOW_CONFIG`` must exist
+  (else exit 9, naming the option or the variable), and a directory is refused either way.
 
 Settings precedence: command-line flags, then environment variables, then
 ``config.toml``, then defaults.
@@ -157,6 +158,36 @@ def config_path(explicit: str | os.PathLike[str] | None = None, env: Mapping[str
     return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / CONFIG_FILENAME
 
 
+def config_source(explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """Who named the config file: ``"--config"``, ``"$CHATFLOW_CONFIG"``, or None (the default path)."""
+    env = os.environ if env is None else env
+    if explicit:
+        return "--config"
+    return "$CHATFLOW_CONFIG" if env.get("CHATFLOW_CONFIG") else None
+
+
+def config_file_found(path: Path, source: str | None) -> bool:
+    """Whether the config file ``path`` is there to read (False: none at the default path).
+
+    A path the user named (``--config`` or ``$CHATFLOW_CONFIG``, given as ``source``) must be
+    a regular file; the default path may be missing, but not something else.
+
+    Raises:
+        ConfigError: a named path does not exist, or any path is a directory or not a
+            regular file (exit 9); the line names the path and who named it.
+    """
+    if path.is_file():
+        return True
+    named = f" (named by {source})" if source else ""
+    if path.is_dir():
+        raise ConfigError(f"config file {path}{named} is a directory; give the path of a config.toml file")
+    if path.exists():
+        raise ConfigError(f"config file {path}{named} is not a regular file")
+    if source is not None:
+        raise ConfigError(f"config file {path}{named} does not exist")
+    return False
+
+
 def ensure_private_dir(path: Path) -> Path:
     """Create ``path`` and every missing parent with mode 0700; return ``path``.
 
@@ -260,17 +291,12 @@ def load_settings(
     """
     env = os.environ if env is None else env
     cfg_path = config_path(config, env)
-    explicit = bool(config)
     data: dict[str, Any] = {}
     loaded = False
     text = ""
-    if cfg_path.is_file():
+    if config_file_found(cfg_path, config_source(config, env)):
         text, data = read_toml(cfg_path)
         loaded = True
-    elif explicit:
-        raise ConfigError(f"config file {cfg_path} does not exist")
-    elif cfg_path.exists():
-        raise ConfigError(f"config file {cfg_path} is not a regular file")
 
     file_settings = validate_file(cfg_path, text, data) if loaded else {}
     sources: dict[str, str] = {}
@@ -379,12 +405,10 @@ def database_location(
         return _database(db, env, None, Path())[0]
     cfg_path = config_path(config, env)
     from_file = None
-    if cfg_path.is_file():
+    if config_file_found(cfg_path, config_source(config, env)):
         text, data = read_toml(cfg_path)
         if "db" in data:
             from_file = validate_file(cfg_path, text, {"db": data["db"]}).get("db")
-    elif config:
-        raise ConfigError(f"config file {cfg_path} does not exist")
     return _database(None, env, from_file, cfg_path)[0]
 
 

@@ -145,6 +145,8 @@ def test_a_read_only_data_directory(existing: bool, unprivileged_base: tuple[Pat
                                     fake_server: FakeServer) -> None:
     base, popen = unprivileged_base
     home = base / "home"
+    (base / "config.toml").write_text("", encoding="utf-8")  # a named config file must exist
+    (base / "config.toml").chmod(0o644)
     env = h.provider_env(fake_server, CHATFLOW_HOME=str(home), CHATFLOW_CONFIG=str(base / "config.toml"),
                          HOME=str(base))
     db = home / "chatflow.db"
