@@ -50,6 +50,8 @@ code  name          when
 10    INCOMPLETE    the reply was cut by the token limit or a content filter
                     (``finish_reason`` ``length``/``content_filter``); the turn is stored, marked
 130   INTERRUPTED   Ctrl-C; an interrupted turn is kept as interrupted
+143   (SIGTERM)     SIGTERM (``timeout``, ``kill``): taken as Ctrl-C (the partial turn is kept
+                    as interrupted), said as ``chatflow: terminated (SIGTERM): ...``
 ====  ============  ======================================================================
 """
 
@@ -431,6 +433,7 @@ def main(argv: list[str] | None = None) -> None:
         completion_init()
     code: int = ExitStatus.SUCCESS
     _boundary.fill_closed_standard_streams()
+    _boundary.sigterm_interrupts()
     try:
         _boundary.check_utf8_args(args)
         command = build_command()
@@ -441,11 +444,13 @@ def main(argv: list[str] | None = None) -> None:
     except ChatflowError as exc:
         if debug:
             _boundary.print_traceback()
-        if exc.exit_code == ExitStatus.INTERRUPTED:  # Ctrl-C is not an error: a plain notice
-            _boundary.error_line(exc.message, prefix="chatflow: ")
+        code = exc.exit_code
+        if exc.exit_code == ExitStatus.INTERRUPTED:  # Ctrl-C (or SIGTERM) is not an error: a plain notice
+            code = _boundary.interrupted_code()
+            _boundary.error_line(exc.message, prefix="chatflow: terminated (SIGTERM): " if code != exc.exit_code
+                                 else "chatflow: ")
         else:
             _boundary.error_line(exc.message)
-        code = exc.exit_code
         _boundary.json_error(exc.message, type(exc).__name__, code, getattr(exc, "session_id", None))
     except _click.exceptions.NoArgsIsHelpError as exc:
         sys.stderr.write(exc.format_message().rstrip("\n") + "\n")
@@ -464,11 +469,12 @@ def main(argv: list[str] | None = None) -> None:
         _boundary.error_line("aborted")
         code = ExitStatus.INTERRUPTED
     except KeyboardInterrupt:
+        code = _boundary.interrupted_code()
         try:
-            sys.stderr.write("\nchatflow: interrupted\n")
+            sys.stderr.write("\nchatflow: terminated (SIGTERM)\n" if code != ExitStatus.INTERRUPTED
+                             else "\nchatflow: interrupted\n")
         except OSError:  # pragma: no cover
             pass
-        code = ExitStatus.INTERRUPTED
     except (BrokenPipeError, _boundary.ReaderGone):
         silence_broken_pipe()
         code = ExitStatus.SUCCESS

@@ -247,8 +247,12 @@ class ChatOutput:
         if self.final_written or self.mode == "text":
             return
         self.final_written = True
-        code = exc.exit_code if isinstance(exc, ChatflowError) else (
+        from .._boundary import interrupted_code
+
+        code: int = exc.exit_code if isinstance(exc, ChatflowError) else (
             ExitStatus.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitStatus.ERROR)
+        if code == ExitStatus.INTERRUPTED:
+            code = interrupted_code()  # 143 after SIGTERM
         message = exc.message if isinstance(exc, ChatflowError) else (
             "interrupted" if isinstance(exc, KeyboardInterrupt) else f"unexpected {type(exc).__name__}: {exc}")
         failed_in: str | None = getattr(exc, "session_id", None) or session_id

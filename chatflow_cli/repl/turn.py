@@ -234,7 +234,7 @@ class TurnRunner(ReplHost):
         self._turn_interrupt = interrupt
         with self._watch_keys(interrupt), self._sigint(loop, interrupt):
             thread.start()
-            if self.hung_up:
+            if self.hung_up or self.terminated:
                 interrupt()
             try:
                 finished = False
