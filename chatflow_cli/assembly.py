@@ -173,6 +173,33 @@ def assemble(
         yield Assembly(runner=runner, choice=choice, agents=agents, client_for=None if choice.local else client_for)
 
 
+def adopt_starting_agent(store: SessionStoreProtocol, session_id: str, runner: Runner) -> str | None:
+    """A session whose active agent is no longer configured (removed from config.toml, or
+    renamed) continues with the Runner's starting agent (``default_agent``): it is made the
+    session's active agent (a stored ``handoff`` event), and the note to show is returned.
+    None when the session does not exist, its agent is configured, or it waits for tool
+    results (a turn is open: it is left as it is)."""
+    try:
+        session = store.get(session_id)
+    except ChatflowError:
+        return None
+    if session is None or session.pending_tool_calls:
+        return None
+    name = getattr(session.active_agent, "name", None)
+    if not isinstance(name, str) or name in runner.agents:
+        return None
+    start = runner.starting_agent
+    from .render import safe_text
+
+    try:
+        session.set_active_agent(start)
+        store.save(session)
+    except ChatflowError:  # busy or changed meanwhile: the turn itself says so
+        return None
+    return (f"agent {safe_text(name)!r} of session {session_id} is no longer configured: continuing with agent "
+            f"{safe_text(start.name)!r} (choose another with --agent NAME, or /agent NAME in the REPL)")
+
+
 def build_agents(settings: Settings, *, model_override: str | None = None) -> tuple[Agent, dict[str, Agent]]:
     """Build the configured agents: ``(starting agent, {name: Agent})``.
 
