@@ -153,7 +153,7 @@ def assemble(
             context = getattr(getattr(local.server, "options", None), "n_ctx", None)
         runner = Runner(start, store, model_client=client, default_model=default_model, temperature=temperature,
                         max_context_tokens=context, compact_at=settings.compact_at,
-                        compact_prompt=settings.compact_prompt)
+                        compact_prompt=settings.compact_prompt, max_tool_rounds=settings.max_tool_rounds)
         # Every configured agent resolves, not only those reachable from the starting one:
         # a session whose active agent is another one keeps its instructions and tools.
         runner.agents.update(agents)

@@ -122,6 +122,8 @@ DEFAULT_REMOTE_MODEL = "gpt-4o-mini"
 LOCAL_MODEL = "local"
 #: Seconds the local model's warm server waits for the next request (``core.local.DEFAULT_KEEP_ALIVE``).
 DEFAULT_LOCAL_KEEP_ALIVE = 300.0
+#: Replies with tool calls allowed in one turn (``max_tool_rounds`` in config.toml; the Runner's default).
+DEFAULT_MAX_TOOL_ROUNDS = 10
 #: The environment variable of ``local_keep_alive``.
 KEEP_ALIVE_ENV = "CHATFLOW_LOCAL_KEEP_ALIVE"
 
@@ -259,6 +261,8 @@ class Settings:
     compact_at: float | None = 0.8
     #: replaces the compaction prompt
     compact_prompt: str | None = None
+    #: replies with tool calls allowed in one turn (the Runner's ``max_tool_rounds``)
+    max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
     db_url: str | None = field(default=None, repr=False)
 
     @property
@@ -336,7 +340,7 @@ def load_settings(
         sources["local_keep_alive"] = "file"
 
     sources["message_id_scope"] = "file" if "message_id_scope" in file_settings else "default"
-    for key in ("max_context_tokens", "compact_at", "compact_prompt"):
+    for key in ("max_context_tokens", "compact_at", "compact_prompt", "max_tool_rounds"):
         sources[key] = "file" if key in file_settings else "default"
     ddir = data_dir(env)
     location, sources["db_path"] = _database(db, env, file_settings.get("db"), cfg_path)
@@ -363,6 +367,7 @@ def load_settings(
         max_context_tokens=file_settings.get("max_context_tokens"),
         compact_at=file_settings.get("compact_at", 0.8),
         compact_prompt=file_settings.get("compact_prompt"),
+        max_tool_rounds=file_settings.get("max_tool_rounds", DEFAULT_MAX_TOOL_ROUNDS),
         db_url=db_url,
     )
 

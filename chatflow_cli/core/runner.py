@@ -822,7 +822,8 @@ class Runner:
             if state.rounds > self.max_tool_rounds:
                 raise MaxToolRoundsExceeded(
                     f"the model kept calling tools past max_tool_rounds={self.max_tool_rounds} in turn {turn}; "
-                    "the turn was dropped from the context window",
+                    "the turn was dropped from the context window (max_tool_rounds in config.toml, or "
+                    "Runner(max_tool_rounds=N), allows more)",
                     session_id=session_id,
                 )
             session.add_message(Message.model(content or None, calls, agent=agent.name, reasoning=reasoning,
