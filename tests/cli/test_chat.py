@@ -467,7 +467,8 @@ def test_sigterm_mid_reply_keeps_the_partial_turn_says_so_and_exits_143(chatflow
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     proc = subprocess.Popen([*COMMAND, "chat", "-s", "term", "go"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, env=env, preexec_fn=ignore_sigint if sigint == "ignored" else None)
+                            stdin=subprocess.DEVNULL, env=env,
+                            preexec_fn=ignore_sigint if sigint == "ignored" else None)
     out = PipeReader(proc.stdout)
     out.wait_for(b"words", timeout=60)
     proc.send_signal(signal.SIGTERM)

@@ -34,7 +34,8 @@ _PING = "from chatflow_cli import tool\n\n@tool\ndef ping() -> str:\n    \"\"\"P
 
 
 def test_max_tool_rounds_is_a_setting_of_config_toml(chatflow, provider, config_file):
-    cfg = config_file('max_tool_rounds = 2\n[[agents]]\nname = "Desk"\ninstructions = "x"\ntools = ["pingtools:ping"]\n')
+    cfg = config_file('max_tool_rounds = 2\n[[agents]]\nname = "Desk"\ninstructions = "x"\n'
+                      'tools = ["pingtools:ping"]\n')
     (cfg.parent / "pingtools.py").write_text(_PING)
     shown = chatflow("config", "show", "--json").json()
     assert (shown["max_tool_rounds"], shown["max_tool_rounds_source"]) == (2, "file")
