@@ -17,11 +17,49 @@ from .core.errors import UsageError
 from .redaction import scrub
 
 __all__ = ["OUTPUT_ERRNOS", "ReaderGone", "check_utf8_args", "error_line", "fill_closed_standard_streams",
-           "json_error", "print_traceback", "reader_gone_is_ours", "set_json_errors"]
+           "interrupted_code", "json_error", "print_traceback", "reader_gone_is_ours", "set_json_errors",
+           "sigterm_interrupts", "terminated_by"]
 
 #: ``json``/``jsonl`` while a command prints JSON: an error is then also printed as a JSON
 #: object on stdout (``{"schema", "type": "error", "is_error": true, ...}``), as ``chat --json`` does.
 json_errors: str | None = None
+
+
+#: The signal that stopped this run (SIGTERM), or None: Ctrl-C, or nothing.
+terminated_by: int | None = None
+
+
+def sigterm_interrupts() -> None:
+    """Take SIGTERM (``timeout 30 chatflow chat ...``, ``kill PID``) as Ctrl-C is taken.
+
+    The first SIGTERM does what a first Ctrl-C does: a turn going on stops and keeps its
+    partial reply as an interrupted turn (even when SIGINT is ignored, as in a background
+    job); with no turn going on, ``KeyboardInterrupt`` ends the command. The boundary then
+    says ``terminated (SIGTERM)`` and exits 143 (128 + 15) instead of 130
+    (:func:`interrupted_code`). A second SIGTERM stops at once, as a second Ctrl-C does.
+    Only from the main thread.
+    """
+    import signal
+
+    def on_term(signum: int, frame: Any) -> None:
+        global terminated_by
+        from .core._run.cancel import cancel_main_thread_runs
+
+        terminated_by = signum
+        if not cancel_main_thread_runs():  # no turn to stop (or asked already): stop here
+            raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, on_term)
+    except (ValueError, OSError):  # pragma: no cover - not the main thread
+        pass
+
+
+def interrupted_code() -> int:
+    """The exit code of an interrupted run: 143 after SIGTERM, else 130 (Ctrl-C)."""
+    from .core.errors import ExitStatus
+
+    return 128 + terminated_by if terminated_by is not None else int(ExitStatus.INTERRUPTED)
 
 
 def set_json_errors(mode: str | None) -> None:
@@ -62,11 +100,14 @@ def json_error(message: str, error_type: str, code: int, session_id: str | None)
 
 
 def error_line(message: str, *, prefix: str = "chatflow: error: ") -> None:
+    """The error line on stderr: the first line of ``message``, scrubbed of secrets, made inert
+    for a terminal, and on a terminal wrapped at spaces as notices are (one line into a pipe)."""
+    from .context import stderr_line
     from .render import safe_text
 
     first = message.strip().splitlines()[0] if message.strip() else "unknown error"
     try:
-        sys.stderr.write(f"{prefix}{safe_text(scrub(first))}\n")
+        sys.stderr.write(stderr_line(f"{prefix}{safe_text(scrub(first))}") + "\n")
         sys.stderr.flush()
     except (BrokenPipeError, OSError):  # pragma: no cover
         pass

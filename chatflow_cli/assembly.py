@@ -17,22 +17,24 @@ models keep their provider's default.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .config import DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, LOCAL_MODEL, AgentSpec, Settings, ToolSpec, resolve_model
-from .core.errors import ConfigError, NotFoundError
+from .core.errors import ChatflowError, ConfigError, NotFoundError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import ModelChoice
     from .core.agents import Agent
     from .core.memory import BaseSessionStore
+    from .core.memory.protocol import SessionStoreProtocol
     from .core.model import ModelClient
     from .core.runner import Runner
 
-__all__ = ["LOCAL_TEMPERATURE", "Assembly", "assemble", "build_agents", "transport_for"]
+__all__ = ["LOCAL_TEMPERATURE", "Assembly", "adopt_starting_agent", "assemble", "build_agents", "transport_for"]
 
 #: Sampling temperature for the embedded local model (see the module docstring).
 LOCAL_TEMPERATURE = 0.0
@@ -151,7 +153,7 @@ def assemble(
             context = local.n_ctx  # what the running server reports, not the option it was started with
         runner = Runner(start, store, model_client=client, default_model=default_model, temperature=temperature,
                         max_context_tokens=context, compact_at=settings.compact_at,
-                        compact_prompt=settings.compact_prompt)
+                        compact_prompt=settings.compact_prompt, max_tool_rounds=settings.max_tool_rounds)
         # Every configured agent resolves, not only those reachable from the starting one:
         # a session whose active agent is another one keeps its instructions and tools.
         runner.agents.update(agents)
@@ -161,11 +163,41 @@ def assemble(
             runner.on_wait = on_wait
         stack.callback(runner.close)
         resolved = choice
+        logging.getLogger("chatflow_cli.assembly").debug(
+            "model client: %s transport, model %s%s, starting agent %s", transport, default_model,
+            " (local)" if choice.local else "", start.name)
 
         def client_for(url: str) -> ModelClient:
             return ModelClient(url, resolved.api_key, timeout=timeout, transport=transport)
 
         yield Assembly(runner=runner, choice=choice, agents=agents, client_for=None if choice.local else client_for)
+
+
+def adopt_starting_agent(store: SessionStoreProtocol, session_id: str, runner: Runner) -> str | None:
+    """A session whose active agent is no longer configured (removed from config.toml, or
+    renamed) continues with the Runner's starting agent (``default_agent``): it is made the
+    session's active agent (a stored ``handoff`` event), and the note to show is returned.
+    None when the session does not exist, its agent is configured, or it waits for tool
+    results (a turn is open: it is left as it is)."""
+    try:
+        session = store.get(session_id)
+    except ChatflowError:
+        return None
+    if session is None or session.pending_tool_calls:
+        return None
+    name = getattr(session.active_agent, "name", None)
+    if not isinstance(name, str) or name in runner.agents:
+        return None
+    start = runner.starting_agent
+    from .render import safe_text
+
+    try:
+        session.set_active_agent(start)
+        store.save(session)
+    except ChatflowError:  # busy or changed meanwhile: the turn itself says so
+        return None
+    return (f"agent {safe_text(name)!r} of session {session_id} is no longer configured: continuing with agent "
+            f"{safe_text(start.name)!r} (choose another with --agent NAME, or /agent NAME in the REPL)")
 
 
 def build_agents(settings: Settings, *, model_override: str | None = None) -> tuple[Agent, dict[str, Agent]]:

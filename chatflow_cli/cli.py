@@ -16,7 +16,9 @@ Runner from the settings for ``chat``, ``replay --rerun`` and the REPL.
 
 Errors: :func:`main` is the one error boundary. A :class:`~chatflow_cli.core.errors.ChatflowError`
 becomes one line on stderr, ``chatflow: error: <message>``, and the process exits with the
-error's code; ``--debug`` (or ``CHATFLOW_DEBUG=1``) shows the traceback instead. Ctrl-C
+error's code; ``--debug`` (or ``CHATFLOW_DEBUG=1``) shows the traceback instead, and logs
+chatflow's own debug lines on stderr (other libraries' loggers, httpx, openai, asyncio,
+prompt_toolkit..., stay at WARNING: they would flood the screen). Ctrl-C
 exits 130. A reader that closes stdout early (``chatflow sessions show ID | head -1``,
 ``chatflow replay ID --json | head -c 10``), or a stdout closed before the start (``>&-``), ends
 every command quietly with exit 0: nothing on stderr, the rest of the output dropped (a ``chat``
@@ -48,6 +50,8 @@ code  name          when
 10    INCOMPLETE    the reply was cut by the token limit or a content filter
                     (``finish_reason`` ``length``/``content_filter``); the turn is stored, marked
 130   INTERRUPTED   Ctrl-C; an interrupted turn is kept as interrupted
+143   (SIGTERM)     SIGTERM (``timeout``, ``kill``): taken as Ctrl-C (the partial turn is kept
+                    as interrupted), said as ``chatflow: terminated (SIGTERM): ...``
 ====  ============  ======================================================================
 """
 
@@ -415,10 +419,11 @@ def main(argv: list[str] | None = None) -> None:
 
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("CHATFLOW_DEBUG", "") not in ("", "0")
-    if debug:
+    if debug:  # chatflow's own debug lines; other libraries (httpx, openai, asyncio...) stay at WARNING
         handler = logging.StreamHandler()
         handler.setFormatter(ScrubbingFormatter("chatflow: %(levelname)s %(name)s: %(message)s"))
-        logging.basicConfig(level=logging.DEBUG, handlers=[handler])
+        logging.basicConfig(level=logging.WARNING, handlers=[handler])
+        logging.getLogger("chatflow_cli").setLevel(logging.DEBUG)
     else:
         logging.getLogger("chatflow_cli").addHandler(logging.NullHandler())
         logging.getLogger("chatflow_cli").propagate = False
@@ -428,6 +433,7 @@ def main(argv: list[str] | None = None) -> None:
         completion_init()
     code: int = ExitStatus.SUCCESS
     _boundary.fill_closed_standard_streams()
+    _boundary.sigterm_interrupts()
     try:
         _boundary.check_utf8_args(args)
         command = build_command()
@@ -438,11 +444,13 @@ def main(argv: list[str] | None = None) -> None:
     except ChatflowError as exc:
         if debug:
             _boundary.print_traceback()
-        if exc.exit_code == ExitStatus.INTERRUPTED:  # Ctrl-C is not an error: a plain notice
-            _boundary.error_line(exc.message, prefix="chatflow: ")
+        code = exc.exit_code
+        if exc.exit_code == ExitStatus.INTERRUPTED:  # Ctrl-C (or SIGTERM) is not an error: a plain notice
+            code = _boundary.interrupted_code()
+            _boundary.error_line(exc.message, prefix="chatflow: terminated (SIGTERM): " if code != exc.exit_code
+                                 else "chatflow: ")
         else:
             _boundary.error_line(exc.message)
-        code = exc.exit_code
         _boundary.json_error(exc.message, type(exc).__name__, code, getattr(exc, "session_id", None))
     except _click.exceptions.NoArgsIsHelpError as exc:
         sys.stderr.write(exc.format_message().rstrip("\n") + "\n")
@@ -461,11 +469,12 @@ def main(argv: list[str] | None = None) -> None:
         _boundary.error_line("aborted")
         code = ExitStatus.INTERRUPTED
     except KeyboardInterrupt:
+        code = _boundary.interrupted_code()
         try:
-            sys.stderr.write("\nchatflow: interrupted\n")
+            sys.stderr.write("\nchatflow: terminated (SIGTERM)\n" if code != ExitStatus.INTERRUPTED
+                             else "\nchatflow: interrupted\n")
         except OSError:  # pragma: no cover
             pass
-        code = ExitStatus.INTERRUPTED
     except (BrokenPipeError, _boundary.ReaderGone):
         silence_broken_pipe()
         code = ExitStatus.SUCCESS

@@ -10,8 +10,9 @@ Paths:
   password comes from the URL, ``PGPASSWORD`` or ``~/.pgpass``; never from config.toml,
   which refuses one, as it refuses API keys).
 * config file: ``--config PATH``, else ``$CHATFLOW_CONFIG``, else
-  ``platformdirs.user_config_dir("chatflow")/config.toml``. A missing file is fine (all
-  defaults), except one named by ``--config``, which must exist.
+  ``platformdirs.user_config_dir("chatflow")/config.toml``. A missing file at the default
+  path is fine (all defaults); one named by ``--config`` or ``$CHATFLOW_CONFIG`` must exist
+  (else exit 9, naming the option or the variable), and a directory is refused either way.
 
 Settings precedence: command-line flags, then environment variables, then
 ``config.toml``, then defaults.
@@ -121,6 +122,8 @@ DEFAULT_REMOTE_MODEL = "gpt-4o-mini"
 LOCAL_MODEL = "local"
 #: Seconds the local model's warm server waits for the next request (``core.local.DEFAULT_KEEP_ALIVE``).
 DEFAULT_LOCAL_KEEP_ALIVE = 300.0
+#: Replies with tool calls allowed in one turn (``max_tool_rounds`` in config.toml; the Runner's default).
+DEFAULT_MAX_TOOL_ROUNDS = 10
 #: The environment variable of ``local_keep_alive``.
 KEEP_ALIVE_ENV = "CHATFLOW_LOCAL_KEEP_ALIVE"
 
@@ -155,6 +158,36 @@ def config_path(explicit: str | os.PathLike[str] | None = None, env: Mapping[str
     import platformdirs
 
     return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / CONFIG_FILENAME
+
+
+def config_source(explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """Who named the config file: ``"--config"``, ``"$CHATFLOW_CONFIG"``, or None (the default path)."""
+    env = os.environ if env is None else env
+    if explicit:
+        return "--config"
+    return "$CHATFLOW_CONFIG" if env.get("CHATFLOW_CONFIG") else None
+
+
+def config_file_found(path: Path, source: str | None) -> bool:
+    """Whether the config file ``path`` is there to read (False: none at the default path).
+
+    A path the user named (``--config`` or ``$CHATFLOW_CONFIG``, given as ``source``) must be
+    a regular file; the default path may be missing, but not something else.
+
+    Raises:
+        ConfigError: a named path does not exist, or any path is a directory or not a
+            regular file (exit 9); the line names the path and who named it.
+    """
+    if path.is_file():
+        return True
+    named = f" (named by {source})" if source else ""
+    if path.is_dir():
+        raise ConfigError(f"config file {path}{named} is a directory; give the path of a config.toml file")
+    if path.exists():
+        raise ConfigError(f"config file {path}{named} is not a regular file")
+    if source is not None:
+        raise ConfigError(f"config file {path}{named} does not exist")
+    return False
 
 
 def ensure_private_dir(path: Path) -> Path:
@@ -228,6 +261,8 @@ class Settings:
     compact_at: float | None = 0.8
     #: replaces the compaction prompt
     compact_prompt: str | None = None
+    #: replies with tool calls allowed in one turn (the Runner's ``max_tool_rounds``)
+    max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
     db_url: str | None = field(default=None, repr=False)
 
     @property
@@ -260,17 +295,12 @@ def load_settings(
     """
     env = os.environ if env is None else env
     cfg_path = config_path(config, env)
-    explicit = bool(config)
     data: dict[str, Any] = {}
     loaded = False
     text = ""
-    if cfg_path.is_file():
+    if config_file_found(cfg_path, config_source(config, env)):
         text, data = read_toml(cfg_path)
         loaded = True
-    elif explicit:
-        raise ConfigError(f"config file {cfg_path} does not exist")
-    elif cfg_path.exists():
-        raise ConfigError(f"config file {cfg_path} is not a regular file")
 
     file_settings = validate_file(cfg_path, text, data) if loaded else {}
     sources: dict[str, str] = {}
@@ -310,7 +340,7 @@ def load_settings(
         sources["local_keep_alive"] = "file"
 
     sources["message_id_scope"] = "file" if "message_id_scope" in file_settings else "default"
-    for key in ("max_context_tokens", "compact_at", "compact_prompt"):
+    for key in ("max_context_tokens", "compact_at", "compact_prompt", "max_tool_rounds"):
         sources[key] = "file" if key in file_settings else "default"
     ddir = data_dir(env)
     location, sources["db_path"] = _database(db, env, file_settings.get("db"), cfg_path)
@@ -337,6 +367,7 @@ def load_settings(
         max_context_tokens=file_settings.get("max_context_tokens"),
         compact_at=file_settings.get("compact_at", 0.8),
         compact_prompt=file_settings.get("compact_prompt"),
+        max_tool_rounds=file_settings.get("max_tool_rounds", DEFAULT_MAX_TOOL_ROUNDS),
         db_url=db_url,
     )
 
@@ -379,12 +410,10 @@ def database_location(
         return _database(db, env, None, Path())[0]
     cfg_path = config_path(config, env)
     from_file = None
-    if cfg_path.is_file():
+    if config_file_found(cfg_path, config_source(config, env)):
         text, data = read_toml(cfg_path)
         if "db" in data:
             from_file = validate_file(cfg_path, text, {"db": data["db"]}).get("db")
-    elif config:
-        raise ConfigError(f"config file {cfg_path} does not exist")
     return _database(None, env, from_file, cfg_path)[0]
 
 

@@ -20,8 +20,11 @@ __all__ = ["MESSAGE_ID_SCOPES", "AgentSpec", "ToolSpec", "read_toml", "validate_
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOOL_REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+#: The largest ``max_tool_rounds`` config.toml takes (a model looping on tools costs a request a round).
+MAX_TOOL_ROUNDS_LIMIT = 1000
+
 _TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "agents", "local_keep_alive",
-             "message_id_scope", "db", "max_context_tokens", "compact_at", "compact_prompt"}
+             "message_id_scope", "db", "max_context_tokens", "compact_at", "compact_prompt", "max_tool_rounds"}
 #: ``--message-id`` scopes: ``global`` (one id space for every session: WhatsApp-style
 #: provider message ids) or ``session`` (ids unique within one chat only: Telegram-style).
 MESSAGE_ID_SCOPES = ("global", "session")
@@ -182,6 +185,12 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise _Problem("max_turns must be a positive integer", _key_line(text, "max_turns"))
         out["max_turns"] = value
+    if "max_tool_rounds" in data:
+        value = data["max_tool_rounds"]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOOL_ROUNDS_LIMIT:
+            raise _Problem(f"max_tool_rounds must be a whole number from 0 to {MAX_TOOL_ROUNDS_LIMIT} (replies with "
+                           "tool calls allowed in one turn; default 10)", _key_line(text, "max_tool_rounds"))
+        out["max_tool_rounds"] = value
     if "max_context_tokens" in data:
         out["max_context_tokens"] = _context_tokens(text, data["max_context_tokens"])
     if "compact_at" in data:

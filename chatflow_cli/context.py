@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.memory import BaseSessionStore
 
 __all__ = ["State", "confirm", "notice", "read_stdin_text", "silence_broken_pipe", "state_of", "terminal_width",
-           "wrap_at_spaces", "write_lines"]
+           "stderr_line", "stream_width", "wrap_at_spaces", "write_lines"]
 
 
 @dataclass
@@ -195,11 +195,25 @@ def _stderr_width(state: State) -> int | None:
     """The width of the terminal stderr writes to, or ``None`` when it is no terminal."""
     if not state.env.stderr_isatty:
         return None
+    return stream_width(state.env.stderr)
+
+
+def stream_width(stream: Any) -> int | None:
+    """The width in columns of the terminal ``stream`` writes to, or ``None`` when it is no
+    terminal (a pipe, a file) or narrower than 20 columns (then lines are left whole)."""
     try:
-        columns = os.get_terminal_size(state.env.stderr.fileno()).columns
+        if not stream.isatty():
+            return None
+        columns = os.get_terminal_size(stream.fileno()).columns
     except (AttributeError, OSError, ValueError):
         return None
     return columns if columns >= 20 else None
+
+
+def stderr_line(text: str) -> str:
+    """``text`` as chatflow writes a line to stderr: wrapped at spaces on a terminal
+    (:func:`wrap_at_spaces`), whole into a pipe. Notices and error lines both go through it."""
+    return wrap_at_spaces(text, stream_width(sys.stderr))
 
 
 def terminal_width(state: State) -> int | None:

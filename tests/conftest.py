@@ -42,7 +42,10 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     """
     home = tmp_path / "chatflow-home"
     monkeypatch.setenv("CHATFLOW_HOME", str(home))
-    monkeypatch.setenv("CHATFLOW_CONFIG", str(tmp_path / "config" / "config.toml"))
+    config = tmp_path / "config" / "config.toml"  # empty: a named config file must exist
+    config.parent.mkdir()
+    config.write_text("", encoding="utf-8")
+    monkeypatch.setenv("CHATFLOW_CONFIG", str(config))
     for name in PROVIDER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     yield home

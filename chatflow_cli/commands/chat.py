@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..assembly import assemble, transport_for
+from ..assembly import adopt_starting_agent, assemble, transport_for
 from ..config import resolve_model
 from ..context import notice
 from ..core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
@@ -155,6 +155,10 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
             runner = built.runner
             if opts.agent:
                 _switch_agent(store, session_id, runner.agents[opts.agent])
+            elif not tool_outputs:  # a session whose agent left config.toml goes on with the default agent
+                note = adopt_starting_agent(store, session_id, runner)
+                if note is not None:
+                    notice(state, note)
             if multi:
                 _run_items(state, runner, store, opts, session_id, out, scope)
             elif tool_outputs:

@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["ChatOutput", "pending_notice"]
 
 #: Run events about the context window that get a note on stderr.
-_CONTEXT_EVENTS = frozenset({"context.compacted", "context.compaction_failed", "context.dropped"})
+_CONTEXT_EVENTS = frozenset({"context.compacted", "context.compaction_failed", "context.compaction_stopped",
+                             "context.dropped"})
 
 
 class ChatOutput:
@@ -170,7 +171,8 @@ class ChatOutput:
     def _json(self, result: RunResult) -> dict[str, Any]:
         """The ``json`` object of a turn: the result, plus ``compaction`` when the run
         compacted the session first (``{"through", "model", "tokens_before", "tokens_after",
-        "seq", "failed": false}``, or ``{"through", "error", "failed": true}``)."""
+        "seq", "failed": false}``, or ``{"through", "error", "failed": true}``; ``"stopped": true``
+        when automatic compaction stopped for the session there)."""
         out = {**result.to_dict(), "is_error": False}
         if self.compaction is not None:
             out["compaction"] = self.compaction
@@ -187,6 +189,9 @@ class ChatOutput:
                                "seq": ev.seq, "failed": False}
         elif ev.type == "context.compaction_failed":
             self.compaction = {"through": data.get("through"), "error": data.get("error"), "failed": True}
+        elif ev.type == "context.compaction_stopped":  # after a compaction that did not help, or none
+            self.compaction = {**(self.compaction or {"through": data.get("through"), "error": data.get("reason"),
+                                                      "failed": True}), "stopped": True}
         note = context_event_note(ev.type, data)
         if note is not None:
             notice(self.state, note)
@@ -242,8 +247,12 @@ class ChatOutput:
         if self.final_written or self.mode == "text":
             return
         self.final_written = True
-        code = exc.exit_code if isinstance(exc, ChatflowError) else (
+        from .._boundary import interrupted_code
+
+        code: int = exc.exit_code if isinstance(exc, ChatflowError) else (
             ExitStatus.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitStatus.ERROR)
+        if code == ExitStatus.INTERRUPTED:
+            code = interrupted_code()  # 143 after SIGTERM
         message = exc.message if isinstance(exc, ChatflowError) else (
             "interrupted" if isinstance(exc, KeyboardInterrupt) else f"unexpected {type(exc).__name__}: {exc}")
         failed_in: str | None = getattr(exc, "session_id", None) or session_id

@@ -70,6 +70,8 @@ def show_config(state: State, *, as_json: bool) -> None:
         "compact_prompt": s.compact_prompt,
         "compact_prompt_source": s.sources.get("compact_prompt", "default") if s.compact_prompt
         else "default (chatflow's built-in prompt)",
+        "max_tool_rounds": s.max_tool_rounds,
+        "max_tool_rounds_source": s.sources.get("max_tool_rounds", "default"),
         "transport": transport,
         "transport_source": "env $CHATFLOW_TRANSPORT" if env_transport else "default",
         "agents": [a.name for a in s.agents],

@@ -21,6 +21,13 @@ neither field (providers refuse ``tool_choice`` without tools).
 
 A compaction with the same K and the same instructions as the session's newest live
 summary is not made again: the stored one is returned (``CompactionResult.repeated``).
+
+A summary is refused (nothing stored, exit 5) when it did not finish (cut by the token limit
+or a content filter, or a stream that ended with no finish reason) and when it is not shorter
+than the earlier summary and the turns it summarises (:class:`SummaryTooLongError`): it would
+save no room. A Runner whose automatic compaction cannot make room stores a
+``context.compaction_stopped`` event and does not compact the session automatically again
+until a later compaction or a rollback (:func:`compaction_stopped`).
 """
 
 from __future__ import annotations
@@ -33,9 +40,10 @@ from .errors import UsageError
 from .events import Event
 from .memory.owner import Owner
 from .messages import Message, Role
-from .tokens import MESSAGE_OVERHEAD
+from .tokens import MESSAGE_OVERHEAD, message_tokens
 
-__all__ = ["DEFAULT_PROMPT", "CompactionResult", "compact_session", "compaction_point", "compaction_through"]
+__all__ = ["DEFAULT_PROMPT", "KEEP_SHARE", "CompactionResult", "compact_session", "compaction_point",
+           "compaction_stopped", "compaction_through"]
 
 #: The instructions a compaction request starts with (config ``compact_prompt`` replaces it).
 DEFAULT_PROMPT = (
@@ -72,7 +80,11 @@ class CompactionResult:
                 "instructions": self.instructions, "summary": self.summary, "repeated": self.repeated}
 
 
-def compaction_point(turns: Sequence[tuple[int, int]], budget: int, keep_share: float = 0.3) -> int | None:
+#: The share of the budget an automatic compaction keeps as live turns (:func:`compaction_point`).
+KEEP_SHARE = 0.3
+
+
+def compaction_point(turns: Sequence[tuple[int, int]], budget: int, keep_share: float = KEEP_SHARE) -> int | None:
     """The K an automatic compaction summarises up to, or None when there is nothing to gain.
 
     ``turns``: ``(number, tokens)`` of the live turns of the window, oldest first. The newest
@@ -172,9 +184,13 @@ def compact_session(
         SessionBusyError: another run holds the session.
         RunInterrupted: ``cancel`` was set; nothing was stored.
         PendingToolCallsError: the last turn waits for custom tool results.
-        ProviderResponseError: the summary came back empty, or cut (``finish_reason``
-            ``length`` or ``content_filter``): a cut summary would silently lose what it
-            did not reach, so it is refused (exit 5) and nothing is stored.
+        ProviderResponseError: the summary came back empty, or did not finish (cut by
+            ``finish_reason`` ``length`` or ``content_filter``, or a stream that ended with
+            no finish reason): a cut summary would silently lose what it did not reach, so
+            it is refused (exit 5) and nothing is stored.
+        SummaryTooLongError: the summary is not shorter (in tokens) than the earlier summary
+            and the turns it summarises: it would save no room, so it is refused (exit 5)
+            and nothing is stored.
         ChatflowError: the request failed (the session is released unchanged).
     """
     summary_list = store.summaries(session_id)
@@ -204,6 +220,9 @@ def compact_session(
                       key=lambda m: m.summary_through or 0, default=None)
         start = (earlier.summary_through or 0) + 1 if earlier is not None else 1
         turns = session._binding.loader(start, through) if start <= through else {}
+        # what the new summary stands for: the earlier summary and the turns after it through K
+        replaced = (message_tokens(earlier) if earlier is not None else 0) + sum(
+            message_tokens(m) for msgs in turns.values() for m in msgs)
         parts = []
         if earlier is not None:
             parts.append(f"Summary of turns 1..{earlier.summary_through}:\n{earlier.content or ''}")
@@ -224,8 +243,8 @@ def compact_session(
         if cancel is not None and cancel.is_set():
             raise _interrupted(session_id)
         text = (reply.content or "").strip()
-        from ._stream import cut_phrase
-        from .errors import ProviderResponseError
+        from ._stream import ReplyState, cut_phrase, judge
+        from .errors import ProviderResponseError, SummaryTooLongError
 
         if not text:
             raise ProviderResponseError("the model returned an empty summary; nothing was compacted",
@@ -234,9 +253,19 @@ def compact_session(
             raise ProviderResponseError(
                 f"the summary was {cut_phrase(reply.finish_reason)}; nothing was compacted (use a model with a "
                 "larger context or token limit, or compact fewer turns with --through)", session_id=session_id)
+        verdict = judge(reply)
+        if verdict.state in (ReplyState.BROKEN, ReplyState.INTERRUPTED):  # no finish reason: cut short
+            raise ProviderResponseError(
+                f"the summary {verdict.reason.removeprefix('the reply ')}; nothing was compacted",
+                session_id=session_id)
         counted = reply.usage.completion_tokens + MESSAGE_OVERHEAD if reply.usage and \
             reply.usage.completion_tokens else None
         summary = dataclasses.replace(Message.summary(text, through), tokens=counted)
+        if message_tokens(summary) >= replaced:
+            raise SummaryTooLongError(
+                f"the summary (about {message_tokens(summary)} tokens) is not shorter than what it would replace "
+                f"(about {replaced} tokens); nothing was compacted (compact more turns with --through, or ask "
+                "for a shorter summary with --instructions)", session_id=session_id)
         payload = {"through": through, "model": model, "tokens_before": before,
                    "instructions": instructions, "summary": text}
         events = store.finish_compaction(session, summary, payload)
@@ -288,6 +317,21 @@ def _interrupted(session_id: str) -> Exception:
     from .errors import RunInterrupted
 
     return RunInterrupted("the compaction was interrupted; nothing was compacted", session_id=session_id)
+
+
+#: Events that decide whether automatic compaction is stopped (the newest of them wins).
+_STOP_EVENTS = frozenset({"context.compaction_stopped", "context.compacted", "rollback"})
+
+
+def compaction_stopped(store: Any, session_id: str) -> bool:
+    """Whether automatic compaction is stopped for the session: its newest
+    ``context.compaction_stopped`` event (a Runner's automatic compaction could not help)
+    came after its newest compaction and its newest rollback."""
+    newest = None
+    for event in store.events(session_id):
+        if event.type in _STOP_EVENTS:
+            newest = event.type
+    return newest == "context.compaction_stopped"
 
 
 def _last_compaction(store: Any, session_id: str, through: int) -> Event | None:

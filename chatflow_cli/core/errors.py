@@ -79,6 +79,7 @@ __all__ = [
     "StoreError",
     "StoreUnreachableError",
     "StreamBrokenError",
+    "SummaryTooLongError",
     "ToolResultError",
     "UsageError",
 ]
@@ -225,6 +226,11 @@ class InvalidToolCallError(ProviderResponseError):
     """The model called a tool with arguments that are not a complete JSON object (cut by
     the token limit, or malformed), or without a function name. Nothing ran and the turn
     failed (left out of the context window; the user message stays in the log)."""
+
+
+class SummaryTooLongError(ProviderResponseError):
+    """A compaction's summary is not shorter than the summary and turns it would replace in
+    the context window: storing it would save no room, so nothing was compacted (exit 5)."""
 
 
 class MaxToolRoundsExceeded(ProviderError):

@@ -825,7 +825,8 @@ class Runner:
             if state.rounds > self.max_tool_rounds:
                 raise MaxToolRoundsExceeded(
                     f"the model kept calling tools past max_tool_rounds={self.max_tool_rounds} in turn {turn}; "
-                    "the turn was dropped from the context window",
+                    "the turn was dropped from the context window (max_tool_rounds in config.toml, or "
+                    "Runner(max_tool_rounds=N), allows more)",
                     session_id=session_id,
                 )
             session.add_message(Message.model(content or None, calls, agent=agent.name, reasoning=reasoning,
@@ -881,9 +882,20 @@ class Runner:
         as the newest turn), so no turn leaves the request without a summary. With
         compaction off (``compact_at`` None) or failing, the turns are dropped and the
         request's ``context.dropped`` event says so.
+
+        Automatic compaction stops for the session when it cannot help: the model's summary
+        was refused as not shorter than what it replaces (:class:`SummaryTooLongError`), or
+        what stays in every request after it (the summary, the SYSTEM messages and the
+        agent's instructions) takes more than ``compact_at`` minus the 30 % kept as live
+        turns (at least half of ``compact_at``) of the budget: the window could not get
+        under ``compact_at`` for long, and every next turn would compact again, summarising
+        the summary. A stored
+        ``context.compaction_stopped`` event ``{"through", "reason"}`` says so once; until a
+        later compaction (``sessions compact``, ``/compact``) or a rollback, automatic
+        compaction is not tried again and turns that do not fit are dropped.
         """
-        from .compaction import compact_session, compaction_through
-        from .errors import SessionNotFoundError
+        from .compaction import KEEP_SHARE, compact_session, compaction_stopped, compaction_through
+        from .errors import SessionNotFoundError, SummaryTooLongError
 
         try:
             info = self.store.session_summary(session_id)
@@ -901,18 +913,36 @@ class Runner:
         instructions = estimate_tokens(Message.system(agent.instructions)) if agent.instructions else 0
         through = compaction_through(tokens - sum(t for _, t in turns) + instructions, turns, new_turn,
                                      budget.tokens, self.compact_at)
-        if through is None:
+        if through is None or compaction_stopped(self.store, session_id):
             return []
         try:
             done = compact_session(self.store, session_id, self.model_client, model, through=through,
                                    prompt=self.compact_prompt,
                                    tools=[t.to_wire() for t in agent.all_tools().values()] or None,
                                    max_tokens=self.max_tokens, temperature=self.temperature)
+        except SummaryTooLongError as exc:
+            return [self._stop_compaction(session_id, through, exc.message)]
         except ChatflowError as exc:
             log.warning("session %s: automatic compaction through turn %d failed (%s); the turn goes on "
                         "without it", session_id, through, exc)
             return [StreamEvent("context.compaction_failed", session_id, {"through": through, "error": exc.message})]
-        return list(done.events)
+        events: list[Event | StreamEvent] = list(done.events)
+        after, kept = self.store.window_tokens(session_id)
+        fixed = after - sum(cost for _, cost in kept) + instructions  # the summary, SYSTEM messages, instructions
+        limit = int(max(self.compact_at - KEEP_SHARE, self.compact_at / 2) * budget.tokens)
+        if fixed > limit:
+            events.append(self._stop_compaction(
+                session_id, through, f"the summary and system messages alone take about {fixed} tokens of the "
+                f"budget of {budget.tokens} (more than {limit}), so every next turn would compact again"))
+        return events
+
+    def _stop_compaction(self, session_id: str, through: int, reason: str) -> Event:
+        """Store ``context.compaction_stopped`` ``{"through", "reason"}``: automatic compaction
+        is not tried again for the session until a later compaction or a rollback."""
+        log.warning("session %s: automatic compaction through turn %d stopped: %s", session_id, through, reason)
+        event: Event = self.store.append_event(session_id, "context.compaction_stopped",
+                                               {"through": through, "reason": reason})
+        return event
 
     def _budget(self, agent: Agent, model: str) -> ContextBudget | None:
         """The token budget of ``agent``'s requests: the Runner's ``max_context_tokens``, the

@@ -14,7 +14,8 @@ def _turns(first: int, last: int) -> str:
 
 def context_event_note(kind: str, data: dict[str, Any]) -> str | None:
     """The note for a run's ``context.compacted`` (automatic compaction), runtime
-    ``context.compaction_failed`` or ``context.dropped`` event; None for any other event.
+    ``context.compaction_failed``, ``context.compaction_stopped`` or ``context.dropped``
+    event; None for any other event.
 
     ``compacted turns 1..4: 2,300 -> 180 tokens``; ``automatic compaction through turn 4
     failed: …; turns that do not fit are left out``; ``turns 1..2 left the context window
@@ -26,6 +27,10 @@ def context_event_note(kind: str, data: dict[str, Any]) -> str | None:
                 f"{int(data.get('tokens_after') or 0):,} tokens (every turn stays in the log)")
     if kind == "context.compaction_failed":
         return (f"automatic compaction through turn {data.get('through')} failed: {data.get('error')}; "
+                "turns that do not fit the context budget are left out")
+    if kind == "context.compaction_stopped":
+        return (f"automatic compaction through turn {data.get('through')} cannot make room: {data.get('reason')}; "
+                "it is off for this session until you compact (sessions compact, /compact) or roll back, and "
                 "turns that do not fit the context budget are left out")
     if kind == "context.dropped":
         return f"{_turns(int(data['first']), int(data['last']))} left the context window (not summarised)"

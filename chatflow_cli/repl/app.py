@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import shlex
+import signal
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -213,6 +214,7 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         self._client_for = client_for
         self.done = False
         self.hung_up = False  # the terminal went away (SIGHUP): finish the turn quietly and leave
+        self.terminated = False  # SIGTERM: finish the turn as Ctrl-C does, say so and leave (exit 143)
         self._turn_interrupt = None  # stops the running turn, if any
         self._devnull = None
         self.failed_message = None  # kept after a provider error, for /retry
@@ -328,7 +330,7 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
 
     # ---------------------------------------------------------------- the loop
     async def run(self) -> int:
-        """Read, run, print until ``/exit`` or Ctrl-D. Returns 0."""
+        """Read, run, print until ``/exit`` or Ctrl-D. Returns 0 (143 after SIGTERM)."""
         from ..render import plural
 
         state = plural(self.turn, "turn") if self.exists else "new"
@@ -351,14 +353,16 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
                         await self.handle(text)
                     except ChatflowError as exc:
                         self.error(exc.message)
-                if self.hung_up:
+                if self.hung_up or self.terminated:
                     await self._let_the_turn_close()
-                else:
+                if self.terminated and not self.hung_up:
+                    self.say("terminated (SIGTERM)")
+                elif not self.hung_up:
                     self.farewell()
         finally:
             if self._devnull is not None:
                 self._devnull.close()
-        return 0
+        return 128 + int(signal.SIGTERM) if self.terminated else 0
 
     def _take_prefill(self) -> str:
         text = self._prefill

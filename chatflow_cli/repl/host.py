@@ -63,6 +63,8 @@ class ReplHost:
     done: bool
     #: the terminal went away (SIGHUP): finish the turn quietly and leave
     hung_up: bool
+    #: SIGTERM: finish the turn as Ctrl-C does, say so and leave (exit 143)
+    terminated: bool
     #: stops the running turn, if any
     _turn_interrupt: Callable[[], None] | None
     _devnull: TextIO | None

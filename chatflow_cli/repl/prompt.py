@@ -211,6 +211,13 @@ class PromptView(ReplHost):
             self.session_max_turns = self.max_turns or self.store.default_max_turns
             return
         self.agent_name = getattr(session.active_agent, "name", str(session.active_agent))
+        if self.agent_name not in self.runner.agents:  # removed from config.toml: the default agent goes on
+            from ..assembly import adopt_starting_agent
+
+            note = adopt_starting_agent(self.store, self.session_id, self.runner)
+            if note is not None:
+                self.say(note, style="yellow")
+                self.agent_name = self.runner.starting_agent.name
         self.turn = session.turn_count
         self.window_turns = len(session.turns)
         self._history = session.history

@@ -48,37 +48,52 @@ class TerminalModes(ReplHost):
 
     @contextlib.contextmanager
     def _hangup_handler(self) -> Iterator[None]:
-        """SIGHUP (the terminal closed) is handled like Ctrl-C during a turn, then the REPL leaves.
+        """SIGHUP (the terminal closed) and SIGTERM are handled like Ctrl-C during a turn, then
+        the REPL leaves.
 
         A running turn is cancelled and the Runner stores it as interrupted with the partial
-        reply (not left ``running`` for the next command to recover); output goes nowhere from
-        then on (the terminal is gone); a prompt on screen ends as Ctrl-D would. The handler
-        is the REPL's only while it runs; the previous one is put back after.
+        reply (not left ``running`` for the next command to recover); a prompt on screen ends
+        as Ctrl-D would. After SIGHUP output goes nowhere (the terminal is gone); after SIGTERM
+        the REPL says ``terminated (SIGTERM)`` and exits 143. The handlers are the REPL's
+        only while it runs; the previous ones are put back after.
         """
         loop = asyncio.get_running_loop()
-        hup: signal.Signals | None = getattr(signal, "SIGHUP", None)
-        if hup is None:  # no SIGHUP on this platform
-            yield
-            return
-        previous = signal.getsignal(hup)
+        handlers = [(sig, handler) for sig, handler in ((getattr(signal, "SIGHUP", None), self._hang_up),
+                                                        (getattr(signal, "SIGTERM", None), self._terminate))
+                    if sig is not None]
+        installed: list[tuple[signal.Signals, Any]] = []
         try:
-            loop.add_signal_handler(hup, self._hang_up)
+            for sig, handler in handlers:
+                previous = signal.getsignal(sig)
+                loop.add_signal_handler(sig, handler)
+                installed.append((sig, previous))
         except (NotImplementedError, RuntimeError, ValueError, TypeError):  # not the main thread
-            yield
-            return
+            pass
         try:
             yield
         finally:
-            loop.remove_signal_handler(hup)
-            if previous is not None:
-                signal.signal(hup, previous)
+            for sig, previous in installed:
+                loop.remove_signal_handler(sig)
+                if previous is not None:
+                    signal.signal(sig, previous)
+
+    def _terminate(self) -> None:
+        """SIGTERM: stop the turn as Ctrl-C does (its partial reply kept), then leave (exit 143)."""
+        from .. import _boundary
+
+        _boundary.terminated_by = signal.SIGTERM
+        self.terminated = True
+        self._stop_and_leave()
 
     def _hang_up(self) -> None:
         self.hung_up = True
-        self.done = True
         if self._devnull is None:
             self._devnull = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - closed when run() ends
             self.console.file = self._devnull
+        self._stop_and_leave()
+
+    def _stop_and_leave(self) -> None:
+        self.done = True
         if self._turn_interrupt is not None:
             self._turn_interrupt()
             return

@@ -234,7 +234,7 @@ class TurnRunner(ReplHost):
         self._turn_interrupt = interrupt
         with self._watch_keys(interrupt), self._sigint(loop, interrupt):
             thread.start()
-            if self.hung_up:
+            if self.hung_up or self.terminated:
                 interrupt()
             try:
                 finished = False
@@ -372,7 +372,8 @@ class TurnRunner(ReplHost):
                 view.handoff(data.get("from_agent"), data.get("to_agent"))
         elif not display:
             return
-        elif kind in ("context.compacted", "context.compaction_failed", "context.dropped"):
+        elif kind in ("context.compacted", "context.compaction_failed", "context.compaction_stopped",
+                      "context.dropped"):
             from rich.text import Text
 
             from ..render.context_notes import context_event_note

@@ -172,7 +172,8 @@ def main() -> None:
         started = time.perf_counter()
         long_id = populate(home)
         print(f"populated 1,000 sessions + a 500-turn session in {time.perf_counter() - started:.1f} s")
-        env = dict(os.environ, CHATFLOW_HOME=str(home), CHATFLOW_CONFIG=str(Path(tmp) / "none.toml"))
+        (Path(tmp) / "empty.toml").write_text("", encoding="utf-8")  # a named config file must exist
+        env = dict(os.environ, CHATFLOW_HOME=str(home), CHATFLOW_CONFIG=str(Path(tmp) / "empty.toml"))
         for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CHATFLOW_MODEL", "NO_COLOR", "COLUMNS",
                      "CHATFLOW_TRANSPORT"):
             env.pop(name, None)

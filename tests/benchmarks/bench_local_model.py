@@ -114,7 +114,8 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="cf-bench-"))
     pycache = tempfile.mkdtemp(prefix="cf-pyc-")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CHATFLOW_"))}
-    env.update(CHATFLOW_HOME=str(home), CHATFLOW_CONFIG=str(home / "none.toml"), PYTHONPATH=str(REPO),
+    (home / "empty.toml").write_text("", encoding="utf-8")  # a named config file must exist
+    env.update(CHATFLOW_HOME=str(home), CHATFLOW_CONFIG=str(home / "empty.toml"), PYTHONPATH=str(REPO),
                PYTHONPYCACHEPREFIX=pycache)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     chatflow = [sys.executable, "-m", "chatflow_cli"]

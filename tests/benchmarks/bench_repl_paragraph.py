@@ -111,6 +111,7 @@ def main() -> int:
     # order of use: per run, piped small, piped big, REPL small, REPL big
     proc, url = server([big_spec if i % 2 else small_spec for i in range(4 * args.runs)])
     home = Path(tempfile.mkdtemp())
+    (home / "config.toml").write_text("", encoding="utf-8")  # a named config file must exist
     env = {**os.environ, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "bench", "CHATFLOW_MODEL": "fake-model",
            "CHATFLOW_HOME": str(home), "CHATFLOW_CONFIG": str(home / "config.toml"), "PYTHONPATH": str(ROOT)}
     times: dict[str, list[float]] = {"piped small": [], "piped big": [], "repl small": [], "repl big": []}

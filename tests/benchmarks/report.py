@@ -190,7 +190,9 @@ def clean_env(home: Path | None = None, **extra: str) -> dict[str, str]:
     env.setdefault("PYTHONPYCACHEPREFIX", str(Path(tempfile.gettempdir()) / "chatflow-report-pycache"))
     if home is not None:
         env["CHATFLOW_HOME"] = str(home)
-        env["CHATFLOW_CONFIG"] = str(home.parent / "no-config.toml")
+        empty = home.parent / "empty-config.toml"  # a named config file must exist
+        empty.write_text("", encoding="utf-8")
+        env["CHATFLOW_CONFIG"] = str(empty)
     env.update(extra)
     return env
 

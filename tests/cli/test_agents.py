@@ -38,3 +38,22 @@ def test_agents_ls_default_and_config_path(chatflow, isolated_home):
     r = chatflow("config", "path")
     assert r.returncode == 0 and r.stdout.strip() == os.environ["CHATFLOW_CONFIG"]
     assert not (isolated_home / "chatflow.db").exists()
+
+
+def test_a_session_whose_agent_left_config_goes_on_with_the_default_agent_and_says_so(chatflow, provider,
+                                                                                       config_file):
+    config_file('[[agents]]\nname = "Support"\ninstructions = "You answer questions."\n'
+                '[[agents]]\nname = "Billing"\ninstructions = "You handle refunds."\n')
+    assert chatflow("chat", "-s", "gone", "-a", "Billing", "refund please").returncode == 0
+    config_file('[[agents]]\nname = "Support"\ninstructions = "You answer questions."\n')  # Billing removed
+    r = chatflow("chat", "-s", "gone", "--json", "and now?")
+    assert r.returncode == 0, r
+    notes = [line for line in r.stderr_lines if "no longer configured" in line]
+    assert notes == ["chatflow: agent 'Billing' of session gone is no longer configured: continuing with agent "
+                     "'Support' (choose another with --agent NAME, or /agent NAME in the REPL)"], r.stderr
+    assert r.json()["agent"] == "Support"
+    assert provider.requests[-1]["messages"][0] == {"role": "system", "content": "You answer questions."}
+    again = chatflow("chat", "-s", "gone", "third")
+    assert again.returncode == 0 and "no longer configured" not in again.stderr
+    [listed] = [s for s in chatflow("sessions", "ls", "--json").json() if s["session_id"] == "gone"]
+    assert listed["agent"] == "Support"

@@ -454,3 +454,50 @@ def test_one_shot_ctrl_c_is_not_printed_as_an_error(provider, chatflow):
     assert proc.returncode == 130
     text = err.decode()
     assert "chatflow: error" not in text and "interrupted" in text, text
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_mid_reply_keeps_the_partial_turn_says_so_and_exits_143(chatflow, provider, sigint):
+    """``timeout 30 chatflow chat ...`` sends SIGTERM: taken as Ctrl-C (the partial reply is
+    kept as an interrupted turn), said on stderr, exit 143 (128 + 15); also in a background
+    job, which starts with SIGINT ignored."""
+    import signal
+    import subprocess
+
+    provider.add_text("partial words then more", chunks=["partial", " words", " then", " more"], delay=[0, 0, 5, 5])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = subprocess.Popen([*COMMAND, "chat", "-s", "term", "go"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env,
+                            preexec_fn=ignore_sigint if sigint == "ignored" else None)
+    out = PipeReader(proc.stdout)
+    out.wait_for(b"words", timeout=60)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=60)[1].decode()
+    assert proc.returncode == 143, (out.finish(), err)
+    assert "Traceback" not in err and "chatflow: error:" not in err
+    assert "chatflow: terminated (SIGTERM): turn 1 was interrupted" in err, err
+    [turn] = chatflow("sessions", "show", "term", "--json").json()["turns"]
+    model = turn["messages"][-1]
+    assert model["interrupted"] is True and model["content"].startswith("partial words")
+    assert chatflow("chat", "-s", "term", "next").returncode == 0  # the session is usable again
+
+
+def test_sigterm_with_json_output_reports_exit_143(chatflow, provider):
+    import signal
+    import subprocess
+
+    provider.add_text("partial words then more", chunks=["partial", " words", " then", " more"], delay=[0, 0, 5, 5])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([*COMMAND, "chat", "-s", "tj", "-o", "jsonl", "go"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+    out = PipeReader(proc.stdout)
+    out.wait_for(b"words", timeout=60)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    lines = [json.loads(line) for line in out.finish().decode().splitlines() if line.strip()]
+    assert proc.returncode == 143
+    assert lines[-1]["type"] == "result" and lines[-1]["data"]["exit_code"] == 143

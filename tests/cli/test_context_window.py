@@ -251,3 +251,38 @@ def test_usage_a_server_does_not_report_is_null_not_zero(chatflow, provider) -> 
     provider.add_text("counted")
     counted = chatflow("chat", "-s", "u", "--output", "json", "again").json()["usage"]
     assert counted is not None and counted["completion_tokens"] > 0
+
+
+def test_a_summary_whose_stream_ended_without_a_finish_reason_is_refused(chatflow, provider) -> None:
+    _three_turns(chatflow, provider, "nofinish")
+    provider.add_text("S: the first question was about", finish_reason=None)
+    r = chatflow("sessions", "compact", "nofinish")
+    assert r.returncode == 5, r
+    assert "the summary did not finish (the stream ended without a finish reason)" in r.stderr
+    assert "nothing was compacted" in r.stderr and r.stdout == ""
+    shown = chatflow("sessions", "show", "nofinish", "--json").json()["session"]
+    assert shown["context"]["summary_through"] is None and shown["status"] == "idle"
+
+
+def test_automatic_compaction_that_cannot_make_room_says_so_once_and_stops(chatflow, provider) -> None:
+    provider.add_text("answer 1")
+    assert chatflow("chat", "-s", "nr", "--max-context-tokens", "2048", _big(1)).returncode == 0
+    pieces = [f"fact{i} " for i in range(1500)]  # one completion token a chunk: longer than turn 1
+    provider.add_text("".join(pieces), chunks=pieces)
+    provider.add_text("answer 2")
+    r2 = chatflow("chat", "-s", "nr", "--max-context-tokens", "2048", "--output", "json", _big(2))
+    assert r2.returncode == 0, r2
+    notes = [line for line in r2.stderr_lines if "cannot make room" in line]
+    assert len(notes) == 1 and notes[0].startswith("chatflow: automatic compaction through turn 1 cannot make room: "
+                                                   "the summary (about "), r2.stderr
+    assert "it is off for this session until you compact" in notes[0]
+    assert "chatflow: turn 1 left the context window (not summarised)" in r2.stderr
+    assert r2.json()["compaction"]["stopped"] is True
+    asked = len(provider.requests)
+    provider.add_text("answer 3")
+    r3 = chatflow("chat", "-s", "nr", "--max-context-tokens", "2048", _big(3))
+    assert r3.returncode == 0, r3
+    assert "cannot make room" not in r3.stderr and "compacted" not in r3.stderr
+    assert len(provider.requests) == asked + 1  # no compaction request: only the turn's
+    events = [json.loads(line) for line in chatflow("replay", "nr", "--output", "jsonl").stdout.splitlines()]
+    assert [e["type"] for e in events].count("context.compaction_stopped") == 1

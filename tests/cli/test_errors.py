@@ -188,6 +188,28 @@ def test_bad_config_file_names_file_and_line(chatflow, config_file):
 def test_explicit_missing_config_is_an_error(chatflow, tmp_path):
     r = chatflow("--config", str(tmp_path / "nope.toml"), "config", "show")
     assert r.returncode == ExitStatus.CONFIG and "does not exist" in _one_error_line(r)
+    assert "(named by --config)" in r.stderr
+
+
+@pytest.mark.parametrize("command", [("config", "show"), ("sessions", "ls"), ("chat", "hi")])
+def test_a_mistyped_chatflow_config_is_exit_9_as_with_the_flag(chatflow, provider, tmp_path, command):
+    """$CHATFLOW_CONFIG naming no file is the error --config naming it is: exit 9, the line
+    names the variable; no command goes on with the defaults (nothing is sent)."""
+    missing = tmp_path / "confg.toml"
+    r = chatflow(*command, env={"CHATFLOW_CONFIG": str(missing)})
+    assert r.returncode == ExitStatus.CONFIG, r
+    line = _one_error_line(r)
+    assert str(missing) in line and "does not exist" in line and "$CHATFLOW_CONFIG" in line
+    assert provider.requests == []
+
+
+def test_a_config_path_that_is_a_directory_says_so(chatflow, tmp_path):
+    for args, env, who in (((("--config", str(tmp_path)), {}, "--config")),
+                           (((), {"CHATFLOW_CONFIG": str(tmp_path)}, "$CHATFLOW_CONFIG"))):
+        r = chatflow(*args, "config", "show", env=env)
+        assert r.returncode == ExitStatus.CONFIG, r
+        line = _one_error_line(r)
+        assert f"{tmp_path} (named by {who}) is a directory" in line and "does not exist" not in line
 
 
 def test_tool_module_that_cannot_be_imported(chatflow, provider, config_file):
@@ -289,3 +311,16 @@ def test_provider_error_lines_say_things_once(chatflow, provider):
     [line] = [ln for ln in r.stderr_lines if "error" in ln]
     assert line.startswith("chatflow: error: the server at") and "(HTTP 400): the prompt is too long" in line
     assert "Error: " not in line and "Error code" not in line
+
+
+@pytest.mark.parametrize("transport", ["http", "openai"])
+def test_debug_logs_chatflow_lines_and_keeps_other_libraries_at_warning(chatflow, provider, transport):
+    """--debug shows chatflow's own debug lines; httpx, httpcore, openai and asyncio debug
+    records (a screenful a request) stay out."""
+    provider.add_text("hello there")
+    r = chatflow("--debug", "chat", "-s", "d", "hi", env={"CHATFLOW_TRANSPORT": transport})
+    assert r.returncode == 0, r
+    assert f"chatflow: DEBUG chatflow_cli.assembly: model client: {transport} transport, model fake-model" in r.stderr
+    logged = [line for line in r.stderr_lines if line.startswith(("chatflow: DEBUG ", "chatflow: INFO "))]
+    others = [line for line in logged if not line.split(" ", 2)[2].startswith("chatflow_cli.")]
+    assert logged and others == [], r.stderr  # no httpx, httpcore, openai or asyncio record

@@ -27,6 +27,7 @@ from chatflow_cli.render import Lines, dumps, fold, safe_text, turn_dict, turn_h
 # -- settings ------------------------------------------------------------------------------
 def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
 
@@ -42,8 +43,8 @@ def test_precedence_flags_env_file_defaults(tmp_path):
     assert (s.model, s.base_url, s.sources["model"]) == ("env-model", "http://env/v1", "env")
     s = load_settings(env=env, model="flag-model", base_url="http://flag/v1")
     assert (s.model, s.base_url, s.sources["base_url"]) == ("flag-model", "http://flag/v1", "flag")
-    s = load_settings(env={"CHATFLOW_HOME": str(tmp_path / "home"), "CHATFLOW_CONFIG": str(tmp_path / "none.toml")})
-    assert (s.model, s.base_url, s.config_loaded) == (None, None, False)
+    s = load_settings(env={"CHATFLOW_HOME": str(tmp_path / "home")}, config=_write(tmp_path / "empty", ""))
+    assert (s.model, s.base_url, s.config_loaded) == (None, None, True)
     assert s.db_path == tmp_path / "home" / "chatflow.db"
     assert load_settings(env=env, db=str(tmp_path / "x.db")).db_path == tmp_path / "x.db"
 
@@ -62,7 +63,7 @@ def test_api_key_comes_from_the_named_variable_and_is_never_shown(tmp_path):
 
 
 def test_model_choice_local_and_errors(tmp_path):
-    env = {"CHATFLOW_HOME": str(tmp_path), "CHATFLOW_CONFIG": str(tmp_path / "none.toml")}
+    env = {"CHATFLOW_HOME": str(tmp_path), "CHATFLOW_CONFIG": str(_write(tmp_path / "empty", ""))}
     s = load_settings(env=env)
     assert resolve_model(s, local_available=True).local is True
     with pytest.raises(ConfigError, match="OPENAI_API_KEY.*--base-url.*chatflow-cli\\[local\\]"):
@@ -120,7 +121,7 @@ handoffs = ["Support"]
     _, forced = build_agents(s, model_override="flag")
     assert {a.model for a in forced.values()} == {"flag"}
     default, only = build_agents(load_settings(env={"CHATFLOW_HOME": str(tmp_path),
-                                                    "CHATFLOW_CONFIG": str(tmp_path / "none")}))
+                                                    "CHATFLOW_CONFIG": str(_write(tmp_path / "empty", ""))}))
     assert list(only) == ["Assistant"] and default.instructions
 
 

@@ -33,6 +33,7 @@ def test_keep_alive_default_env_and_config_file(tmp_path: Path) -> None:
     assert DEFAULT_LOCAL_KEEP_ALIVE == local.DEFAULT_KEEP_ALIVE == 300.0
     assert KEEP_ALIVE_ENV == local.KEEP_ALIVE_ENV
     cfg = tmp_path / "config.toml"
+    cfg.write_text("")
     env = {"CHATFLOW_HOME": str(tmp_path / "home"), "CHATFLOW_CONFIG": str(cfg)}
     s = load_settings(env=env)
     assert (s.local_keep_alive, s.sources["local_keep_alive"]) == (300.0, "default")

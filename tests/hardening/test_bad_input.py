@@ -78,7 +78,8 @@ def test_a_file_that_is_not_sqlite(command: tuple[str, ...], env: dict[str, str]
     r = h.run("--db", str(bad), *command, env=env)
     h.assert_one_error_line(r, ExitStatus.STORE, mentions="not a SQLite database")
     assert h.file_digest(bad) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"], "chatflow created files next to it"
+    made = sorted(p.name for p in tmp_path.iterdir() if p.name != "config")  # config: the tests' config.toml
+    assert made == ["notes.db"], "chatflow created files next to it"
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c[:2]) for c in COMMANDS])
@@ -145,6 +146,8 @@ def test_a_read_only_data_directory(existing: bool, unprivileged_base: tuple[Pat
                                     fake_server: FakeServer) -> None:
     base, popen = unprivileged_base
     home = base / "home"
+    (base / "config.toml").write_text("", encoding="utf-8")  # a named config file must exist
+    (base / "config.toml").chmod(0o644)
     env = h.provider_env(fake_server, CHATFLOW_HOME=str(home), CHATFLOW_CONFIG=str(base / "config.toml"),
                          HOME=str(base))
     db = home / "chatflow.db"
@@ -349,6 +352,21 @@ def test_hostile_session_ids(session_id: str, stored: Path, env: dict[str, str],
 # ---------------------------------------------------------------------------------------
 # hostile servers
 # ---------------------------------------------------------------------------------------
+def _hand_to(db: Path, session_id: str, agent: str) -> None:
+    """Make ``agent`` the session's active agent, as a handoff does."""
+    from chatflow_cli.core.agents import Agent
+    from chatflow_cli.core.sqlite_store import SQLiteSessionStore
+
+    store = SQLiteSessionStore(str(db))
+    try:
+        session = store.get(session_id)
+        assert session is not None
+        session.set_active_agent(Agent(agent))
+        store.save(session)
+    finally:
+        store.close()
+
+
 def _failed_turn_left_session_as_before(db: Path, old_events: list[Any], old_window: list[Any], text: str) -> None:
     new_events = h.read_events(db, "s1")
     assert new_events[: len(old_events)] == old_events
@@ -412,6 +430,7 @@ def test_tool_arguments_that_are_not_json(stored: Path, env: dict[str, str], fak
     """Arguments cut mid-JSON (as SmolLM2 does with a small max_tokens) never run; the turn fails with one line."""
     h.write_tools_module(tmp_path / "tools")
     h.write_config(h.WEATHER_AGENT)
+    _hand_to(stored, "s1", "Weather")  # s1's agent is configured (else chat switches to it first, and says so)
     old_events = h.read_events(stored, "s1")
     old_window = _window(stored)
     fake_server.add_tool_calls([("call_cut", "get_weather", '{"city": "Par')], split=3, repeat_id_name=True)

@@ -157,3 +157,23 @@ def test_ctrl_c_during_slash_compact_stops_it_at_once_and_stores_nothing(provide
     shown = chatflow("sessions", "show", "compact-stop", "--json").json()
     assert shown["session"]["status"] == "idle" and shown["session"]["context"]["summary_through"] is None
     assert [t["number"] for t in shown["turns"]] == [1, 2]
+
+
+def test_sigterm_mid_answer_keeps_the_partial_reply_says_so_and_exits_143(provider, pty_chatflow, chatflow) -> None:
+    import signal
+
+    words = [f"word{i} " for i in range(300)]
+    provider.add_text("".join(words), chunks=words, delay=0.05)
+    repl = pty_chatflow("chat", "-s", "term")
+    repl.wait_prompt()
+    repl.send("tell me a long story\r")
+    repl.wait_text("word20")
+    repl.child.kill(signal.SIGTERM)
+    assert repl.wait_exit(timeout=30) == 143
+    assert "terminated (SIGTERM)" in repl.screen()
+    with open_store() as st:
+        (record,) = st.load_turns("term")
+        reply = record.messages[-1]
+        assert reply.interrupted and reply.content.startswith("word0 word1") and "word299" not in reply.content
+        kinds = [e.type for e in st.events("term")]
+        assert "turn.interrupted" in kinds and "session.recovered" not in kinds

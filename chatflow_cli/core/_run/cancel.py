@@ -27,6 +27,7 @@ __all__ = [
     "CancelToken",
     "Cancelled",
     "RunPool",
+    "cancel_main_thread_runs",
     "ctrl_c_cancels",
     "events_from_worker",
     "pool",
@@ -112,13 +113,31 @@ def _cancel_stream(stream: Any) -> None:
             log.debug("closing the model stream on cancel failed: %s", exc)
 
 
+#: The cancel tokens of the runs going on in the main thread (:func:`ctrl_c_cancels`).
+_main_thread_runs: list[CancelToken] = []
+
+
+def cancel_main_thread_runs() -> bool:
+    """Stop the runs going on in the main thread as a first Ctrl-C does (their tokens set:
+    each stores its partial reply as interrupted); for a signal handler of the caller's,
+    such as the command line's SIGTERM. False when no run was left to stop (none runs, or
+    every one was asked already: a second signal should stop at once)."""
+    pending = [token for token in _main_thread_runs if not token.is_set()]
+    for token in pending:
+        token.set()
+    return bool(pending)
+
+
 @contextlib.contextmanager
 def ctrl_c_cancels(token: CancelToken) -> Iterator[None]:
     """While the block runs in the main thread with Python's default SIGINT handler, the
     first Ctrl-C sets ``token`` (so it never lands inside a database write) and a second
-    one raises ``KeyboardInterrupt`` at once. Elsewhere nothing changes."""
+    one raises ``KeyboardInterrupt`` at once. Elsewhere nothing changes. In the main
+    thread the token is also listed for :func:`cancel_main_thread_runs`."""
     previous = None
-    if threading.current_thread() is threading.main_thread():
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        _main_thread_runs.append(token)
         try:
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
                 def on_sigint(signum: int, frame: Any) -> None:
@@ -132,6 +151,8 @@ def ctrl_c_cancels(token: CancelToken) -> Iterator[None]:
     try:
         yield
     finally:
+        if main:
+            _main_thread_runs.remove(token)
         if previous is not None:
             try:
                 signal.signal(signal.SIGINT, previous)

@@ -11,7 +11,13 @@ import pytest
 
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.compaction import DEFAULT_PROMPT, compact_session, compaction_point
-from chatflow_cli.core.errors import RateLimitedError, SessionBusyError, UsageError
+from chatflow_cli.core.errors import (
+    ProviderResponseError,
+    RateLimitedError,
+    SessionBusyError,
+    SummaryTooLongError,
+    UsageError,
+)
 from chatflow_cli.core.memory.owner import Owner
 from chatflow_cli.core.messages import Message, Role
 from chatflow_cli.core.runner import Runner
@@ -177,6 +183,112 @@ def test_automatic_compaction_off_switch(make_runner: Callable[..., Runner], fak
         fake_server.add_text(f"answer {i} " + "detail " * 60)
         runner.run("s", f"question {i} " + "word " * 60)
     assert sqlite_store.summaries("s") == [] and len(fake_server.requests) == 5
+
+
+def _long_summary(words: int) -> tuple[str, list[str]]:
+    """A summary of ``words`` words, one chunk a word (the fake server counts a completion
+    token per chunk, so the stored summary counts about ``words`` tokens)."""
+    pieces = [f"fact{i} " for i in range(words)]
+    return "".join(pieces), pieces
+
+
+def test_a_summary_that_saves_no_room_is_refused(
+    make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any, client: Any
+) -> None:
+    runner = make_runner(Agent("A"), default_model="m")
+    _chat(runner, fake_server, 3)  # three short turns: a few dozen tokens
+    before = [m.content for m in sqlite_store.get("s").history]
+    text, chunks = _long_summary(300)
+    fake_server.add_text(text, chunks=chunks)
+    with pytest.raises(SummaryTooLongError, match=r"the summary \(about \d+ tokens\) is not shorter than what it "
+                       r"would replace \(about \d+ tokens\); nothing was compacted") as info:
+        compact_session(sqlite_store, "s", client, "m", through=2)
+    assert info.value.exit_code == 5
+    assert sqlite_store.summaries("s") == [] and sqlite_store.session_summary("s").status.value == "idle"
+    assert [m.content for m in sqlite_store.get("s").history] == before
+    assert not any(e.type == "context.compacted" for e in sqlite_store.events("s"))
+
+
+@pytest.mark.parametrize("kind", ["no finish reason", "interrupted by the server"])
+def test_a_summary_whose_stream_did_not_finish_is_refused(
+    make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any, client: Any, kind: str
+) -> None:
+    runner = make_runner(Agent("A"), default_model="m")
+    _chat(runner, fake_server, 3)
+    if kind == "no finish reason":
+        fake_server.add_text("S: the first two questions were", finish_reason=None)
+    else:
+        fake_server.add_text("S: the first two questions were", finish_reason="error")
+    with pytest.raises(ProviderResponseError, match="nothing was compacted") as info:
+        compact_session(sqlite_store, "s", client, "m", through=2, cancel=None)
+    assert "did not finish" in info.value.message or "unknown finish reason" in info.value.message
+    assert sqlite_store.summaries("s") == [] and sqlite_store.session_summary("s").status.value == "idle"
+    # streamed (a cancel event given): the same refusal
+    fake_server.add_text("S: the first two questions were", finish_reason=None)
+    import threading
+
+    with pytest.raises(ProviderResponseError, match="nothing was compacted"):
+        compact_session(sqlite_store, "s", client, "m", through=2, cancel=threading.Event())
+    assert sqlite_store.summaries("s") == []
+
+
+def _stopped(result: Any) -> list[Any]:
+    return [e for e in result.events if e.type == "context.compaction_stopped"]
+
+
+def test_automatic_compaction_whose_summary_saves_no_room_stops_and_says_so_once(
+    make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any, client: Any
+) -> None:
+    runner = make_runner(Agent("A"), default_model="m", max_context_tokens=1000, max_tokens=200)
+    for i in range(1, 5):
+        fake_server.add_text(f"answer {i} " + "detail " * 60)
+        runner.run("s", f"question {i} " + "word " * 60)
+    text, chunks = _long_summary(900)
+    fake_server.add_text(text, chunks=chunks)  # longer than the turns it would replace: refused
+    fake_server.add_text("reply 5")
+    fifth = runner.run("s", "question 5")
+    assert fifth.content == "reply 5" and sqlite_store.summaries("s") == []
+    [stop] = _stopped(fifth)
+    assert "is not shorter than what it would replace" in stop.payload["reason"] and stop.seq is not None
+    requests = len(fake_server.requests)
+    for i in range(6, 9):  # no compaction request again, and nothing said again
+        fake_server.add_text(f"reply {i} " + "detail " * 60)
+        later = runner.run("s", f"question {i} " + "word " * 60)
+        assert _stopped(later) == [] and not any(e.type == "context.compacted" for e in later.events)
+    assert len(fake_server.requests) == requests + 3
+    assert all(m["content"] != DEFAULT_PROMPT for r in fake_server.requests[requests:] for m in r["messages"])
+    # a compaction by hand starts it again
+    fake_server.add_text("short summary")
+    compact_session(sqlite_store, "s", client, "m")
+    from chatflow_cli.core.compaction import compaction_stopped
+
+    assert not compaction_stopped(sqlite_store, "s")
+
+
+def test_automatic_compaction_that_leaves_the_window_too_full_stops_instead_of_repeating(
+    make_runner: Callable[..., Runner], fake_server: Any, sqlite_store: Any
+) -> None:
+    """A summary shorter than what it replaces, but so long that every next turn would pass
+    compact_at again: it is stored, said once, and the next turns do not compact."""
+    building = make_runner(Agent("A"), default_model="m", max_context_tokens=1000, max_tokens=200, compact_at=None)
+    for i in range(1, 6):
+        fake_server.add_text(f"answer {i} " + "detail " * 60)
+        building.run("s", f"question {i} " + "word " * 60)
+    runner = make_runner(Agent("A"), default_model="m", max_context_tokens=1000, max_tokens=200, compact_at=0.5)
+    text, chunks = _long_summary(250)
+    fake_server.add_text(text, chunks=chunks)
+    fake_server.add_text("answer 6")
+    result = runner.run("s", "question 6 " + "word " * 60)
+    assert fake_server.requests[-2]["messages"][0]["content"] == DEFAULT_PROMPT
+    assert [e.type for e in result.events].count("context.compacted") == 1 and result.content == "answer 6"
+    [stop] = _stopped(result)
+    assert "every next turn would compact again" in stop.payload["reason"]
+    asked = len(fake_server.requests)
+    for i in range(7, 10):
+        fake_server.add_text(f"answer {i} " + "detail " * 60)
+        later = runner.run("s", f"question {i} " + "word " * 60)
+        assert later.content.startswith(f"answer {i}") and _stopped(later) == []
+    assert len(fake_server.requests) == asked + 3 and len(sqlite_store.summaries("s")) == 1
 
 
 from hypothesis import given, settings
