@@ -25,10 +25,6 @@ every command quietly with exit 0: nothing on stderr, the rest of the output dro
 whose reader left stops its turn, kept as interrupted). A gone reader never hides an outcome:
 an error still prints its line on stderr and exits with its code, a cut reply still exits 10.
 
-Exit codes (the README has the same table; values from
-:class:`chatflow_cli.core.errors.ExitStatus`):
-
-====  ============  ======================================================================
 code  name          when
 ====  ============  ======================================================================
 0     SUCCESS       done (also: a duplicate ``--message-id``, which is skipped on purpose)
@@ -53,6 +49,9 @@ code  name          when
 143   (SIGTERM)     SIGTERM (``timeout``, ``kill``): taken as Ctrl-C (the partial turn is kept
                     as interrupted), said as ``chatflow: terminated (SIGTERM): ...``
 ====  ============  ======================================================================
+=======
+Exit codes: :class:`chatflow_cli.core.errors.ExitStatus`, with what each means in
+:data:`~chatflow_cli.core.errors.EXIT_MEANINGS` (the manual's table is generated from it).
 """
 
 from __future__ import annotations

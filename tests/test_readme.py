@@ -1,4 +1,5 @@
-"""The README stays true: its config example loads, and every command it names exists."""
+"""The manual stays true: its config examples load, every command is in it, and the REPL page
+lists every slash command."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from tests.helpers import manual
 
 TOOLS_MODULE = '''
 from chatflow_cli import tool
@@ -28,8 +29,8 @@ def _chatflow(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 
 def test_every_toml_example_loads_with_its_agents_and_tools(tmp_path: Path) -> None:
-    blocks = re.findall(r"```toml\n(.*?)```", README.read_text(), re.S)
-    assert blocks, "the README has no config.toml example"
+    blocks = re.findall(r"```toml\n(.*?)```", manual.text(), re.S)
+    assert blocks, "the manual has no config.toml example"
     (tmp_path / "mytools.py").write_text(TOOLS_MODULE)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     for i, block in enumerate(blocks):
@@ -41,20 +42,20 @@ def test_every_toml_example_loads_with_its_agents_and_tools(tmp_path: Path) -> N
             assert name in result.stdout
 
 
-def test_every_command_in_help_is_in_the_readme() -> None:
+def test_every_command_in_help_is_in_the_manual() -> None:
     help_text = _chatflow("--help", env=dict(os.environ)).stdout
     commands = re.findall(r"^\s{2,}(\w[\w-]*)\s{2,}", help_text.split("Commands", 1)[-1], re.M)
     assert {"chat", "sessions", "replay"} <= set(commands), help_text
-    text = README.read_text()
+    text = manual.text()
     missing = [c for c in commands if f"chatflow {c}" not in text]
-    assert not missing, f"commands missing from README.md: {missing}"
+    assert not missing, f"commands missing from the manual: {missing}"
 
 
-def test_the_readme_lists_every_slash_command_once_with_its_arguments() -> None:
-    """The README's list of slash commands names each REPL command once, as ``/help`` does."""
+def test_the_repl_page_lists_every_slash_command_once_with_its_arguments() -> None:
+    """The REPL page's list of slash commands names each REPL command once, as ``/help`` does."""
     from chatflow_cli.repl.commands import COMMANDS
 
-    text = README.read_text()
+    text = manual.page("repl.md")
     paragraph = text[text.index("Slash commands (Tab completes them"):]
     paragraph = " ".join(paragraph[: paragraph.index("`/exit`.") + len("`/exit`.")].split())  # the list
     for name, (args, _) in COMMANDS.items():

@@ -130,8 +130,8 @@ def test_mypy_strict_passes_on_a_bot_using_the_readme_api(tmp_path: Path) -> Non
 
 
 def _readme_typed_install() -> list[str]:
-    """The pip arguments of the README's command for typed users (the line that runs mypy)."""
-    readme = (REPO / "README.md").read_text()
+    """The pip arguments of the manual's command for typed users (the line that runs mypy)."""
+    readme = (REPO / "docs" / "library.md").read_text()
     line = next(ln for ln in readme.splitlines() if ln.startswith("pip install") and "mypy --strict" in ln)
     pip_part = line.split("&&")[0].split()
     return [arg.strip("'") for arg in pip_part[2:]]
@@ -204,10 +204,10 @@ def test_the_whole_package_passes_mypy_strict(tmp_path: Path, strict_cache: Path
 
 
 def _readme_sdk_switch() -> str:
-    """The README's two-line switch to chatflow's store (the first python block of its
-    "An Agents SDK session on chatflow's store" section)."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("### An Agents SDK session on chatflow's store", 1)[1]
+    """The manual's two-line switch to chatflow's store (the first python block of the library
+    page's "An Agents SDK session on chatflow's store" section)."""
+    readme = (REPO / "docs" / "library.md").read_text()
+    section = readme.split("## An Agents SDK session on chatflow's store", 1)[1]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 

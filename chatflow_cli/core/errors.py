@@ -54,6 +54,7 @@ __all__ = [
     "BadRequestError",
     "ChatflowError",
     "ConfigError",
+    "EXIT_MEANINGS",
     "ExitStatus",
     "IdempotencyConflictError",
     "ImportFormatError",
@@ -86,7 +87,7 @@ __all__ = [
 
 
 class ExitStatus(IntEnum):
-    """Process exit codes. The README's table lists the same values."""
+    """Process exit codes; :data:`EXIT_MEANINGS` says what each means (the manual's table)."""
 
     SUCCESS = 0
     ERROR = 1
@@ -100,6 +101,46 @@ class ExitStatus(IntEnum):
     CONFIG = 9
     INCOMPLETE = 10
     INTERRUPTED = 130
+
+
+#: What each exit status means, for a person reading the manual (its exit-code table is
+#: generated from this, and so is ``chatflow --help``'s reference).
+EXIT_MEANINGS: dict[ExitStatus, str] = {
+    ExitStatus.SUCCESS: "success (also a duplicate `--message-id`, skipped on purpose)",
+    ExitStatus.ERROR: (
+        "unexpected error (a bug: please report it with `--debug` output); also stdout cannot be written "
+        "(`> /dev/full`: `cannot write the output: …`), or the file `sessions export -o FILE` writes "
+        "(`cannot write FILE: …`)"),
+    ExitStatus.USAGE: (
+        "usage error: unknown flag, an option given twice, invalid session id, nothing to send (empty message "
+        "or stdin), non-UTF-8 message, malformed `--input jsonl`, bad `--tool-result`, a search query that "
+        "cannot be parsed, `fork --at` below 1 or past the last completed turn, `ls --after` neither a session "
+        "id nor a cursor, a PostgreSQL URL whose user name or password holds a raw `@` or `/` (percent-encode "
+        "them); a file to import that is malformed (the line names the file and its line or row), unreadable, "
+        "empty, a `json` export (it does not import back) or of a format that cannot be detected, an "
+        "`export -o` that names a directory, or a session id to import into that exists and did not come from "
+        "that source (without `--into`)"),
+    ExitStatus.NOT_FOUND: "not found: the session or agent does not exist",
+    ExitStatus.SESSION_BUSY: (
+        "session busy: another process runs a turn on it (see `--wait`), or it is terminated, or archived "
+        "(`sessions unarchive ID` lets it take turns again); `sessions interrupt` asked a turn that was still "
+        "running when its `--wait` ran out"),
+    ExitStatus.PROVIDER: (
+        "provider or auth error: 401/403, unknown model, 400, invalid reply, tool-round limit; the local model "
+        "server failed to start or crashed (the line says how: `killed by SIGILL`, `exited with code 1`)"),
+    ExitStatus.NETWORK: "network error: connection refused or reset, timeout, a reply that stopped before it finished",
+    ExitStatus.RATE_LIMITED: "rate limited or rescheduled: 429/5xx after retries; the session is marked rescheduled",
+    ExitStatus.STORE: (
+        "store error: the database is not SQLite, corrupt, read-only, full, or from a newer chatflow; PostgreSQL "
+        "refused the connection or the credentials, or the connection was lost (the transaction wrote nothing)"),
+    ExitStatus.CONFIG: "config error: a bad config file, or no model configured",
+    ExitStatus.INCOMPLETE: (
+        "reply incomplete: cut by the token limit or a content filter (`finish_reason` `length` or "
+        "`content_filter`); the turn is stored and marked"),
+    ExitStatus.INTERRUPTED: (
+        "interrupted: Ctrl-C, or `chatflow sessions interrupt ID` from another process; the turn is kept as "
+        "interrupted"),
+}
 
 
 class ChatflowError(Exception):

@@ -1,0 +1,136 @@
+"""The manual in docs/: its generated pages are current, it builds with ``mkdocs --strict``
+(no broken link, no page left out of the navigation), and the README stays a short door into it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import manual
+
+REPO = manual.REPO
+
+
+def _generator() -> object:
+    spec = importlib.util.spec_from_file_location("docs_generate", REPO / "docs" / "generate.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generated_pages_match_the_code() -> None:
+    """``docs/reference.md`` is every command's ``--help`` and the exit-code table is
+    ``ExitStatus``: ``python docs/generate.py`` rewrites them when the code changed."""
+    generate = _generator()
+    stale = [str(path.relative_to(REPO)) for path, text in generate.pages().items()  # type: ignore[attr-defined]
+             if path.read_text(encoding="utf-8") != text]
+    assert not stale, f"stale generated pages {stale}: run python docs/generate.py"
+
+
+def test_the_check_mode_sees_a_stale_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check is real: a reference page that lost a line is reported, exit 1, and not rewritten."""
+    generate = _generator()
+    pages = generate.pages()  # type: ignore[attr-defined]
+    reference = next(path for path in pages if path.name == "reference.md")
+    copy = tmp_path / "reference.md"
+    copy.write_text(reference.read_text(encoding="utf-8").replace("--limit", "--lim"), encoding="utf-8")
+    monkeypatch.setattr(generate, "pages", lambda: {copy: pages[reference]})
+    assert generate.main(["--check"]) == 1  # type: ignore[attr-defined]
+    assert "--lim " in copy.read_text(encoding="utf-8")
+
+
+def test_every_exit_status_has_its_meaning_in_the_table() -> None:
+    from chatflow_cli.core.errors import EXIT_MEANINGS, ExitStatus
+
+    assert set(EXIT_MEANINGS) == set(ExitStatus)
+    table = manual.page("exit-codes.md")
+    for status in ExitStatus:
+        assert f"| {status.value} | `{status.name}` |" in table
+
+
+def test_the_manual_builds_with_mkdocs_strict(tmp_path: Path) -> None:
+    """A broken link, a missing anchor or a page left out of the navigation fails the build."""
+    if importlib.util.find_spec("mkdocs") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("mkdocs is not installed: the test extra must install it")
+        pytest.skip("mkdocs is not installed (pip install -e '.[docs]')")
+    with open(REPO / "docs" / "mkdocs.yml", "rb") as config:  # as the page says: -f - from the root
+        done = subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", "-", "--site-dir", str(tmp_path / "site")],
+            stdin=config, cwd=REPO, capture_output=True, text=True, timeout=120,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "site" / "reference" / "index.html").exists()
+
+
+def test_the_readme_is_short_and_its_links_reach_the_manual() -> None:
+    text = manual.README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250
+    links = re.findall(r"\]\(([^)#\s]+)(?:#([^)\s]+))?\)", text)
+    assert any(target.startswith("docs/") for target, _ in links)
+    for target, anchor in links:
+        if "://" in target:
+            continue
+        path = REPO / target
+        assert path.exists(), f"README links to {target}, which does not exist"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), re.M)
+            slugs = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings}
+            assert anchor in slugs, f"README links to {target}#{anchor}: no such heading"
+
+
+def test_every_page_of_the_manual_is_in_its_navigation() -> None:
+    nav = (REPO / "docs" / "mkdocs.yml").read_text(encoding="utf-8")
+    for page in sorted((REPO / "docs").glob("*.md")):
+        assert f": {page.name}" in nav, f"{page.name} is not in docs/mkdocs.yml's nav"
+
+
+def _command_lines() -> list[tuple[str, str]]:
+    """Every ``chatflow ...`` command in the manual's shell examples: (page, command line)."""
+    found = []
+    for page in manual.pages():
+        for block in re.findall(r"```(?:bash|console|sh)\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
+            for line in block.splitlines():
+                line = line.removeprefix("$ ")
+                for part in re.split(r"\|\s*|\$\(|&&|;", line):
+                    part = part.strip().split(" #", 1)[0].rstrip(") ")
+                    if part.startswith("chatflow ") or part == "chatflow":
+                        found.append((page.name, part))
+    return found
+
+
+def test_every_shell_example_names_real_commands_and_options() -> None:
+    """Each ``chatflow ...`` line of the manual names a command that exists and only options
+    that command (or the root, for the global ones) takes."""
+    import shlex
+
+    import typer
+
+    from chatflow_cli.cli import app
+
+    root = typer.main.get_command(app)
+    global_options = {opt for p in root.params for opt in p.opts + p.secondary_opts}
+    lines = _command_lines()
+    assert len(lines) > 50, lines
+    wrong = []
+    for page, line in lines:
+        try:
+            words = shlex.split(line, comments=True)[1:]
+        except ValueError:
+            words = line.split()[1:]
+        command = root
+        while words and words[0] in getattr(command, "commands", {}):
+            command = command.commands[words.pop(0)]
+        known = global_options | {opt for p in command.params for opt in p.opts + p.secondary_opts} | {"-h", "--help"}
+        for word in words:
+            option = word.split("=", 1)[0]
+            if option.startswith("-") and option != "-" and not re.fullmatch(r"-\d+", option) and option not in known:
+                wrong.append(f"{page}: {line!r}: {option}")
+    assert not wrong, "\n".join(wrong)
