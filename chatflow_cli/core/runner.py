@@ -137,7 +137,7 @@ from .errors import (
 from .events import Event, EventType, SessionStatus
 from .memory import storable_text
 from .messages import Message, Role, ToolCall, check_history
-from .memory.context import split_turns
+from .memory.context import INTERRUPTED_TOOL_RESULT, split_turns
 from .tokens import MESSAGE_OVERHEAD, ContextBudget, context_budget, estimate_tokens, select_window
 from .tools import Tool
 
@@ -161,7 +161,9 @@ log = logging.getLogger(__name__)
 #: How long a turn waits, by default, for a session other turns run or queue for (seconds).
 DEFAULT_WAIT_S = 60.0
 
-INTERRUPTED_RESULT = "Interrupted before a result: side effects unknown."
+#: The tool result that answers a tool call whose turn was interrupted before its result (the
+#: context's own constant, under the name the Runner has always exported).
+INTERRUPTED_RESULT = INTERRUPTED_TOOL_RESULT
 
 
 # --------------------------------------------------------------------------------------
