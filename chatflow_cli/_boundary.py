@@ -59,7 +59,7 @@ def interrupted_code() -> int:
     """The exit code of an interrupted run: 143 after SIGTERM, else 130 (Ctrl-C)."""
     from .core.errors import ExitStatus
 
-    return 128 + terminated_by if terminated_by is not None else int(ExitStatus.INTERRUPTED)
+    return int(ExitStatus.TERMINATED) if terminated_by is not None else int(ExitStatus.INTERRUPTED)
 
 
 def set_json_errors(mode: str | None) -> None:

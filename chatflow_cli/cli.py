@@ -25,31 +25,6 @@ every command quietly with exit 0: nothing on stderr, the rest of the output dro
 whose reader left stops its turn, kept as interrupted). A gone reader never hides an outcome:
 an error still prints its line on stderr and exits with its code, a cut reply still exits 10.
 
-code  name          when
-====  ============  ======================================================================
-0     SUCCESS       done (also: a duplicate ``--message-id``, which is skipped on purpose)
-1     ERROR         an unexpected error (a bug: please report it with ``--debug`` output);
-                    also: stdout cannot be written (``> /dev/full``, disk full, I/O error)
-2     USAGE         bad arguments or input: unknown flag, invalid session id, empty or
-                    non-UTF-8 message, malformed ``--input jsonl`` line, bad ``--tool-result``
-3     NOT_FOUND     the session (or agent) does not exist
-4     SESSION_BUSY  another process is running a turn on the session (see ``--wait``), or
-                    the session is terminated
-5     PROVIDER      the model server refused or failed: 401/403, unknown model, 400,
-                    invalid reply, tool-round limit, local model server failed to start
-                    or crashed
-6     NETWORK       connection refused/reset, DNS failure, timeout
-7     RATE_LIMITED  429/5xx after retries; the session is marked rescheduled
-8     STORE         the database cannot be opened, read or written (corrupt, read-only,
-                    disk full, newer schema)
-9     CONFIG        a bad config file, or no model configured
-10    INCOMPLETE    the reply was cut by the token limit or a content filter
-                    (``finish_reason`` ``length``/``content_filter``); the turn is stored, marked
-130   INTERRUPTED   Ctrl-C; an interrupted turn is kept as interrupted
-143   (SIGTERM)     SIGTERM (``timeout``, ``kill``): taken as Ctrl-C (the partial turn is kept
-                    as interrupted), said as ``chatflow: terminated (SIGTERM): ...``
-====  ============  ======================================================================
-=======
 Exit codes: :class:`chatflow_cli.core.errors.ExitStatus`, with what each means in
 :data:`~chatflow_cli.core.errors.EXIT_MEANINGS` (the manual's table is generated from it).
 """

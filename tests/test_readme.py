@@ -66,7 +66,8 @@ def test_the_repl_page_lists_every_slash_command_once_with_its_arguments() -> No
 
 # -- the README's test command is the one CI runs -----------------------------------------------
 
-CI_RUN = README.parent / ".ci" / "run"
+README = manual.README
+CI_RUN = manual.REPO / ".ci" / "run"
 
 
 def _section(text: str, heading: str) -> str:
@@ -83,12 +84,13 @@ def _normal(command: str) -> list[str]:
     return [w for w in words if w not in ("--quiet", "-q")] if words[:1] == ["pip"] else words
 
 
-def _readme_test_commands(text: str) -> list[tuple[list[str], list[str]]]:
-    """Each ``pip install ... && python -m pytest`` line of the Quickstart and Testing sections,
-    as (pip words, pytest words)."""
+def _readme_test_commands(text: str, testing: str | None = None) -> list[tuple[list[str], list[str]]]:
+    """Each ``pip install ... && python -m pytest`` line of the README's Quickstart and of the
+    manual's Testing page (``testing``, default docs/testing.md), as (pip words, pytest words)."""
     found = []
-    for heading in ("Quickstart", "Testing"):
-        blocks = re.findall(r"```bash\n(.*?)```", _section(text, heading), re.S)
+    for heading, body in (("Quickstart", _section(text, "Quickstart")),
+                          ("Testing", manual.page("testing.md") if testing is None else testing)):
+        blocks = re.findall(r"```bash\n(.*?)```", body, re.S)
         lines = [ln for block in blocks for ln in block.splitlines() if "pytest" in ln]
         assert len(lines) == 1, (heading, lines)
         pip, pytest_ = lines[0].split("&&")
@@ -124,5 +126,7 @@ def test_the_readme_ci_comparison_sees_a_difference() -> None:
     ci = _ci_test_command(script)
     fewer = text.replace("'.[local,postgres,test]' && python -m pytest", "'.[local,test]' && python -m pytest", 1)
     assert _readme_test_commands(fewer) != [ci, ci]
+    testing = manual.page("testing.md").replace("python -m pytest", "python -m pytest -x", 1)
+    assert _readme_test_commands(text, testing) != [ci, ci]
     assert _ci_test_command(script.replace("-e '.[local,postgres,test]'", "-e '.[local,test]'")) != ci
     assert _ci_test_command(script.replace("\npython -m pytest\n", "\npython -m pytest -x\n", 1)) != ci

@@ -101,6 +101,7 @@ class ExitStatus(IntEnum):
     CONFIG = 9
     INCOMPLETE = 10
     INTERRUPTED = 130
+    TERMINATED = 143
 
 
 #: What each exit status means, for a person reading the manual (its exit-code table is
@@ -140,6 +141,10 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
     ExitStatus.INTERRUPTED: (
         "interrupted: Ctrl-C, or `chatflow sessions interrupt ID` from another process; the turn is kept as "
         "interrupted"),
+    ExitStatus.TERMINATED: (
+        "terminated: SIGTERM (`timeout 30 chatflow chat ...`, `kill PID`), taken as Ctrl-C: the partial reply is "
+        "kept as an interrupted turn and `chatflow: terminated (SIGTERM): turn N was interrupted; ...` says so "
+        "(the REPL leaves)"),
 }
 
 

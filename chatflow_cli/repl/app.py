@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import shlex
-import signal
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..context import notice
-from ..core.errors import ChatflowError, UsageError
+from ..core.errors import ChatflowError, ExitStatus, UsageError
 from ..render import safe_text
 from ..session_ids import new_session_id, validate_session_id
 from .commands import SlashCommands
@@ -362,7 +361,7 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         finally:
             if self._devnull is not None:
                 self._devnull.close()
-        return 128 + int(signal.SIGTERM) if self.terminated else 0
+        return int(ExitStatus.TERMINATED) if self.terminated else 0
 
     def _take_prefill(self) -> str:
         text = self._prefill
