@@ -33,7 +33,7 @@ from .errors import UsageError
 from .events import Event
 from .memory.owner import Owner
 from .messages import Message, Role
-from .tokens import MESSAGE_OVERHEAD
+from .tokens import reply_tokens
 
 __all__ = ["DEFAULT_PROMPT", "CompactionResult", "compact_session", "compaction_point", "compaction_through"]
 
@@ -234,8 +234,7 @@ def compact_session(
             raise ProviderResponseError(
                 f"the summary was {cut_phrase(reply.finish_reason)}; nothing was compacted (use a model with a "
                 "larger context or token limit, or compact fewer turns with --through)", session_id=session_id)
-        counted = reply.usage.completion_tokens + MESSAGE_OVERHEAD if reply.usage and \
-            reply.usage.completion_tokens else None
+        counted = reply_tokens(reply.usage, reasoning=bool(getattr(reply, "reasoning", None)))
         summary = dataclasses.replace(Message.summary(text, through), tokens=counted)
         payload = {"through": through, "model": model, "tokens_before": before,
                    "instructions": instructions, "summary": text}

@@ -216,7 +216,8 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
                 ctx.record_event("tool.pending", {"turn": ctx.turn_count,
                                                   "tool_use_ids": [c.id for c in ctx.pending_tool_calls]})
             else:
-                ctx.complete_turn(turn.content, usage=turn.usage or None, finish_reason=turn.finish_reason)
+                ctx.complete_turn(turn.content, usage=turn.usage or None, finish_reason=turn.finish_reason,
+                                  model=turn.model, base_url=turn.base_url)
             return None
         chunks.append(_Chunk(key=f"turn:{turn.key}", change=change, turns=1, messages=len(turn.messages),
                              tool_calls=sum(len(m.tool_calls) for m in turn.messages),
