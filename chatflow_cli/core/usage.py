@@ -9,7 +9,8 @@ a usage with no count at all is ``None`` (``null``): unknown, never a false 0.
 :func:`normalise_usage` reads every shape chatflow has stored or imports: its own (above),
 the older ``{0, 0, 0}`` it wrote for a server that reports no usage (read as unknown: no
 chat request has an empty prompt), and ``input_tokens``/``output_tokens`` (llm's columns,
-Anthropic's and Claude Code's ``usage``, whose cache reads and writes are input too). Every
+Anthropic's and Claude Code's ``usage``, whose cache reads and writes are input too, and
+are kept beside the prompt count they are part of). Every
 writer of a turn's usage (the Runner, the importers through ``complete_turn``) and every
 reader that shows one goes through it.
 """
@@ -23,6 +24,9 @@ __all__ = ["normalise_usage"]
 
 #: input counts that add up to the prompt (Anthropic counts cache reads and writes apart)
 _INPUT_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+#: keys read into the shape's counts (any other key is kept as it is)
+_READ_KEYS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens", "input_tokens",
+                        "output_tokens"})
 
 
 def _count(value: Any) -> int | None:
@@ -41,9 +45,11 @@ def normalise_usage(data: Any) -> dict[str, int] | None:
     counts; ``completion_tokens`` is ``completion_tokens``, else ``output_tokens``;
     ``total_tokens`` is the one given, else their sum when both are known;
     ``reasoning_tokens`` is ``reasoning_tokens`` or ``completion_tokens_details.reasoning_tokens``.
-    A count that is missing, null, negative, fractional or not a number is left out. Returns
-    None when no count is known, or when prompt and completion are both 0 (what chatflow
-    stored, before, for a server that reported no usage).
+    A count that is missing, null, negative, fractional or not a number is left out. Any
+    other key (a provider's ``completion_tokens_details``, Anthropic's cache counts, a
+    caller's own ``cost``) is kept as it is: nothing given is lost. Returns None when there
+    is nothing else and no count is known, or prompt and completion are both 0 (what
+    chatflow stored, before, for a server that reported no usage).
     """
     if not isinstance(data, Mapping):
         return None
@@ -62,10 +68,11 @@ def normalise_usage(data: Any) -> dict[str, int] | None:
     reasoning = _count(data.get("reasoning_tokens"))
     if reasoning is None and isinstance(details, Mapping):
         reasoning = _count(details.get("reasoning_tokens"))
+    extra = {k: v for k, v in data.items() if k not in _READ_KEYS}  # a provider's details, a caller's cost...
     if not prompt and not completion and not total:
-        return None  # nothing known, or the old false {0, 0, 0}
+        return extra or None  # no count known, or the old false {0, 0, 0}
     for key, value in (("prompt_tokens", prompt), ("completion_tokens", completion), ("total_tokens", total),
                        ("reasoning_tokens", reasoning)):
         if value is not None:
             out[key] = value
-    return out
+    return {**out, **extra}

@@ -18,7 +18,12 @@ def test_every_known_shape_becomes_the_one_shape() -> None:
     assert normalise_usage({"input_tokens": 12, "output_tokens": 3}) == \
         {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
     assert normalise_usage({"input_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 7,
-                            "output_tokens": 9}) == {"prompt_tokens": 112, "completion_tokens": 9, "total_tokens": 121}
+                            "output_tokens": 9}) == {"prompt_tokens": 112, "completion_tokens": 9, "total_tokens": 121,
+                                                     "cache_read_input_tokens": 100, "cache_creation_input_tokens": 7}
+    # anything else given is kept as it is (nothing is lost)
+    assert normalise_usage({"input_tokens": 1, "output_tokens": 2, "cost": 0.25}) == \
+        {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3, "cost": 0.25}
+    assert normalise_usage({"cost": 0.25}) == {"cost": 0.25}
     # a provider's reasoning count among the completion tokens is kept
     assert normalise_usage({"prompt_tokens": 1, "completion_tokens": 3004, "total_tokens": 3005,
                             "completion_tokens_details": {"reasoning_tokens": 3000}})["reasoning_tokens"] == 3000
