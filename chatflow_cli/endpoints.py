@@ -2,9 +2,12 @@
 
 A session keeps the model and base URL it talks to (``store.session_endpoint``); resuming it
 uses them unless ``--model``/``--base-url`` (or the REPL's ``/model``) switch it, which is
-announced. Only a run that worked moves a session to a new endpoint, except for a session's
-first one, which is kept even when its first turn failed: resuming it must not send the
-message, and the key, somewhere else.
+announced. What a session keeps is the endpoint of its last turn that worked: a run that
+fails leaves it where it was, and a session none of whose turns worked keeps none (its
+first turn's endpoint is stored while that turn runs, so a process waiting on it uses it
+too, and taken back when the turn fails), so resuming it uses what this call is given or
+configured, never a URL the user does not give this time. Each turn also records what
+answered it (``turn.completed``'s ``model`` and ``base_url``).
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def stored_endpoint(store: SessionStoreProtocol, session_id: str) -> tuple[str |
 
 
 def remember_endpoint(store: SessionStoreProtocol, session_id: str, choice: ModelChoice, *, model: str | None = None,
-                      base_url: str | None = None, worked: bool = True) -> None:
+                      base_url: str | None = None, worked: bool | None = True, begun: bool = False) -> None:
     """Store ``choice``'s model and endpoint (or ``model`` and ``base_url``, a switch made
     since) with the session, by the rule of :func:`keep_endpoint`."""
     wanted = endpoint_of(choice)
@@ -68,20 +71,36 @@ def remember_endpoint(store: SessionStoreProtocol, session_id: str, choice: Mode
         wanted = (model, wanted[1])
     if base_url:
         wanted = (wanted[0], base_url)
-    keep_endpoint(store, session_id, wanted, worked=worked)
+    keep_endpoint(store, session_id, wanted, worked=worked, begun=begun)
 
 
 def keep_endpoint(store: SessionStoreProtocol, session_id: str, wanted: tuple[str | None, str | None], *,
-                  worked: bool = True) -> None:
-    """Store ``wanted`` (``(model, base_url)``) with the session when it differs from what is
-    stored. Only a run that ``worked`` moves a session to another endpoint (a mistyped
-    ``--base-url`` that failed leaves it where it was); a session with no endpoint yet keeps
-    its first one even when that first turn failed (a wrong key, say), so resuming it never
-    sends the message, and the key, somewhere else. A missing session or a store failure here
-    never hides the run's own outcome."""
+                  worked: bool | None = True, begun: bool = False) -> None:
+    """Keep the session's stored endpoint the one of its last turn that worked.
+
+    ``begun``: a turn has begun; ``wanted`` is stored only when the session has none yet (a
+    brand-new session's, so another process waiting on it uses it). ``worked``: the run
+    worked, ``wanted`` is stored (a switch). ``worked=False``: the run failed; the stored
+    endpoint stays, unless the session has no live turn (none of its turns worked), when it
+    is taken back: resuming it then uses the endpoint that call is given or configured.
+    ``worked=None``: no run now (leaving the REPL): as ``True`` when the session has a live
+    turn, else as ``False``. A missing session or a store failure here never hides the run's
+    own outcome."""
     try:
         stored = store.session_endpoint(session_id)
-        if stored != wanted and (worked or stored == (None, None)):
+        if begun:
+            if stored == (None, None):
+                store.set_session_endpoint(session_id, *wanted)
+            return
+        if worked is not True:
+            live = store.session_summary(session_id).turn_count > 0
+            if worked is None and live:
+                worked = True
+            elif not live:
+                if stored != (None, None):
+                    store.set_session_endpoint(session_id, None, None)
+                return
+        if worked and stored != wanted:
             store.set_session_endpoint(session_id, *wanted)
     except ChatflowError:  # SessionNotFoundError included
         pass

@@ -239,7 +239,8 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
                 ctx.record_event("tool.pending", {"turn": ctx.turn_count,
                                                   "tool_use_ids": [c.id for c in ctx.pending_tool_calls]})
             else:
-                ctx.complete_turn(turn.content, usage=turn.usage or None, finish_reason=turn.finish_reason)
+                ctx.complete_turn(turn.content, usage=turn.usage or None, finish_reason=turn.finish_reason,
+                                  model=turn.model, base_url=turn.base_url)
             ctx.set_event_time(None)
             return None
         answered = {m.tool_call_id for m in turn.messages if m.role is Role.TOOL}

@@ -212,7 +212,7 @@ def test_llm_logs_import_sessions_turns_tools_and_usage(make_store: Any) -> None
     turns = store.load_turns(tools)
     assert [m.role.value for m in turns[0].messages] == ["user", "model", "tool", "model"]
     completed = [e.payload for e in store.events(tools) if e.type == "turn.completed"]
-    assert completed[0]["usage"] == {"input_tokens": 19, "output_tokens": 10}
+    assert completed[0]["usage"] == {"prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29}  # the one shape
     assert completed[0]["content"] == "2 + 3 = 5"
     assert store.session_endpoint(first) == ("fake", None)
     imported = [e.payload for e in store.events(first) if e.type == "session.imported"]

@@ -560,7 +560,7 @@ def test_begin_turn_with_a_repeated_idempotency_key(any_store: BaseSessionStore,
         "turn": 1,
         "agent": "Assistant",
         "content": "In transit.",
-        "usage": {},
+        "usage": None,  # no usage given: unknown
         "outcome": "completed",
     }
     assert any_store.events("s") == before
