@@ -639,3 +639,31 @@ def test_md_exports_of_one_session_in_one_file_import_as_one_after_the_other(
     [again] = import_file(store, both)  # a second time: nothing added, no error
     assert again.counts["turns"] == 0 and "rolled_back" not in again.counts
     assert _live_texts(store, "rb") == ["msg 1", "msg 2", "msg 5 after rb"]
+
+
+def test_a_claude_code_file_first_imported_with_only_its_prompt_gets_its_model_and_settings_later(
+        make_store: Any, tmp_path: Path) -> None:
+    """Claude Code writes the prompt line before the reply: a file imported in that state
+    names no model yet. Imported again once it grew, the session ends as the final file
+    imported once -- its model (so ``sessions show``, exports and the context budget know
+    it) and the settings the source gives (here a git branch switched mid-session)."""
+    entries = session_lines()
+    for e in entries[2:]:
+        if "gitBranch" in e:
+            e["gitBranch"] = "fix-build"
+    lines = lines_of(entries)
+    path = tmp_path / "s.jsonl"
+    growing = make_store("growing")
+    for k in (2, len(lines)):  # the summary line and the first prompt; then the whole file
+        path.write_text("\n".join(lines[:k]) + "\n", encoding="utf-8")
+        import_file(growing, path)
+    once = make_store("once")
+    [result] = import_file(once, path)
+    assert once.session_endpoint(result.session_id) == ("claude-sonnet-4-5", None)
+    assert growing.session_endpoint(result.session_id) == once.session_endpoint(result.session_id)
+    summary = growing.session_summary(result.session_id)
+    assert summary.metadata["claude_code_git_branch"] == "fix-build"
+    assert summary.metadata == once.session_summary(result.session_id).metadata
+    assert _live(growing, result.session_id) == _live(once, result.session_id)
+    again = import_file(growing, path)[0]  # nothing new: nothing written
+    assert again.counts["turns"] == 0 and growing.session_summary(result.session_id).metadata == summary.metadata
