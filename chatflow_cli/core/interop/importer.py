@@ -705,16 +705,20 @@ def _fill_endpoint(store: BaseSessionStore, target: str, group: Sequence[Importe
 def _source_times(sessions: Sequence[ImportedSession]) -> tuple[float | None, float | None]:
     """When the conversation began and was last active in its source (UTC epoch seconds):
     each session's own times (a chatflow header, md front matter) when it has them, else
-    its turns' times
-    (llm's ``datetime_utc``, Claude Code's entry timestamps); None when the source has none."""
+    its turns' and messages' times
+    (llm's ``datetime_utc``, Claude Code's entry timestamps): the first turn's start and the
+    last message's time; None when the source has none."""
     starts: list[float] = []
     ends: list[float] = []
     for s in sessions:
         # a session's own times win over its turns' (an md transcript's turn comments carry
         # the times its turns were stored, which for an imported session is the import's)
         turn_times = [t.created_at for t in s.turns if t.created_at is not None]
+        # the last activity is the last message's time (a tool loop's reply comes after the
+        # turn's first model call), not the last turn's start
+        message_times = turn_times + [at for t in s.turns for at in t.times if at is not None]
         starts += [s.created_at] if s.created_at is not None else turn_times
-        ends += [s.updated_at] if s.updated_at is not None else turn_times
+        ends += [s.updated_at] if s.updated_at is not None else message_times
     created = min(starts) if starts else None
     updated = max(ends) if ends else created
     if created is not None and updated is not None and updated < created:
