@@ -34,7 +34,10 @@ Mapping, in chatflow's terms:
 * assistant entries that share one ``message.id`` (Claude Code writes each content block on
   its own line) are one MODEL message: ``text`` blocks its content, ``thinking`` blocks its
   reasoning, ``tool_use`` blocks its tool calls (``input`` as the JSON arguments);
-  ``message.model`` and ``message.usage`` are the turn's model and token usage;
+  ``message.model`` and ``message.usage`` are the turn's model and token usage; a
+  ``message.stop_reason`` of ``max_tokens`` (the reply was cut by the output limit) marks the
+  MODEL message cut (``finish_reason`` ``"length"``), and the turn too when it is the turn's
+  last reply, as chatflow marks a cut reply of its own;
 * meta entries (``isMeta``: command caveats), ``system``, ``summary`` and
   ``file-history-snapshot`` lines are not messages and are skipped;
 * a tool call the file never answers before the model's next reply gets the result ``"No
@@ -60,6 +63,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from .._stream import TRUNCATING_FINISH_REASONS, normalize_finish_reason
 from ..errors import ImportFormatError
 from ..messages import Message, ToolCall
 from .records import ImportedSession, ImportedTurn, count_skipped, parse_time, strict_loads
@@ -264,15 +268,19 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
         if model_msg is None or current_turn is None:
             model_msg = None
             return
+        stop = normalize_finish_reason(model_msg["stop"])
+        cut = stop if stop in TRUNCATING_FINISH_REASONS.values() else None
         msg = Message.model(
             "".join(model_msg["text"]) or None,
             model_msg["calls"],
             reasoning="".join(model_msg["thinking"]) or None,
+            finish_reason=cut,
         )
         if msg.content is not None or msg.tool_calls or msg.reasoning:
             close_calls()  # a reply never follows unanswered calls in chatflow's history
             current_turn.messages.append(msg)
             current_turn.times.append(model_msg["at"])
+            current_turn.finish_reason = cut  # the turn's last reply says how it ended
         for call in model_msg["calls"]:
             open_calls[call.id] = call
         if model_msg["model"]:
@@ -319,7 +327,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
                 continue
             if model_msg is None:
                 model_msg = {"id": msg_id, "text": [], "thinking": [], "calls": [], "model": None, "usage": None,
-                             "at": times[number]}
+                             "at": times[number], "stop": None}
             for block in blocks:
                 if not isinstance(block, dict):
                     continue
@@ -336,6 +344,8 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
                     )
             if isinstance(message.get("model"), str) and message["model"] != "<synthetic>":
                 model_msg["model"] = message["model"]
+            if isinstance(message.get("stop_reason"), str):  # the message's last line has it
+                model_msg["stop"] = message["stop_reason"]
             if isinstance(message.get("usage"), dict):
                 model_msg["usage"] = message["usage"]  # repeated on each line of one message: keep one
             continue

@@ -255,3 +255,30 @@ def test_a_turn_whose_tool_calls_the_file_never_answers_is_closed_as_interrupted
     [session] = read_claude_code(lines_of(entries))
     assert [t.outcome for t in session.turns] == ["interrupted", "interrupted"]
     assert [m.role.value for m in session.turns[0].messages] == ["user", "model"]
+
+
+def test_a_reply_claude_code_recorded_as_cut_by_max_tokens_is_a_cut_turn() -> None:
+    """The Messages API says ``stop_reason: "max_tokens"`` on a reply cut by the output
+    limit, and Claude Code keeps it on the assistant entry: the MODEL message and its turn
+    are marked cut (``finish_reason`` ``"length"``), as llm's ``length`` is; a turn whose
+    last reply ended normally is not, even when an earlier reply of it was cut."""
+    entries = [
+        entry("u1", None, "user", "Write the whole module"),
+        entry("a1", "u1", "assistant", [{"type": "text", "text": "Here it is: def f("}],
+              message={"id": "m1", "model": "claude-sonnet-4-5", "stop_reason": None}),
+        entry("a1b", "a1", "assistant", [{"type": "text", "text": "x, y"}],
+              message={"id": "m1", "model": "claude-sonnet-4-5", "stop_reason": "max_tokens"}),
+        entry("u2", "a1b", "user", "Go on"),
+        entry("a2", "u2", "assistant", [{"type": "text", "text": "part"},
+                                        {"type": "tool_use", "id": "t1", "name": "Write", "input": {}}],
+              message={"id": "m2", "stop_reason": "max_tokens"}),
+        entry("r2", "a2", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]),
+        entry("a3", "r2", "assistant", [{"type": "text", "text": "Done."}],
+              message={"id": "m3", "stop_reason": "end_turn"}),
+    ]
+    [session] = read_claude_code(lines_of(entries))
+    cut, whole = session.turns
+    assert cut.finish_reason == "length"
+    assert cut.messages[-1] == Message.model("Here it is: def f(x, y", finish_reason="length")
+    assert whole.finish_reason is None and whole.messages[-1].finish_reason is None
+    assert whole.messages[1].finish_reason == "length"  # the cut reply keeps its own mark

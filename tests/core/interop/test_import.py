@@ -706,3 +706,15 @@ def test_each_message_of_an_llm_tool_loop_keeps_its_own_model_calls_time(
     assert _tool_loop_times(store, tools) == [("message.user", first), ("message.model", first),
                                               ("tool.result", second), ("message.model", second)]
     assert store.session_summary(tools).updated_at == second
+
+
+def test_a_claude_code_reply_cut_by_max_tokens_imports_as_a_cut_turn(make_store: Any, tmp_path: Path) -> None:
+    entries = session_lines()
+    entries[6]["message"]["stop_reason"] = "max_tokens"  # a2, the first turn's last reply
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines_of(entries)) + "\n", encoding="utf-8")
+    store = make_store()
+    [result] = import_file(store, path)
+    done = [e.payload.get("finish_reason") for e in store.events(result.session_id) if e.type == "turn.completed"]
+    assert done == ["length", None]
+    assert store.load_turns(result.session_id)[0].messages[-1].finish_reason == "length"
