@@ -47,7 +47,8 @@ session id that already exists and was not made by an earlier import of the same
 refused (:class:`UsageError`) unless ``into`` names it on purpose: the turns are then
 added after its own. Importing a grown source into the session an earlier import of it made
 (no ``into``) also gives that session what the grown source says of the whole session, as
-importing it once would have: the source's metadata keys (``metadata.updated``), and its
+importing it once would have: for an llm or Claude Code source, its metadata keys
+(``metadata.updated``); for any source, its
 model and base URL when the session has none yet (a Claude Code file first read while it
 held only the prompt names no model).
 
@@ -444,9 +445,9 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
     retitle = (session.events is None and not older and title is not None
                and title != content_digest(session.title or ""))
     settings: dict[str, Any] = {}
-    if session.events is None and into is None and start_key in started and not older:
-        # a session an earlier import of this source made: it takes the metadata the source
-        # gives now (as importing the grown source once would have made it)
+    if fmt in _GROWING and into is None and start_key in started:
+        # a session an earlier import of this live source made: it takes the metadata the
+        # source gives now (as importing the grown source once would have made it)
         held = store.session_summary(target).metadata
         settings = {k: v for k, v in session.metadata.items() if held.get(k, _ABSENT) != v}
     return _Plan(session, target, prefix, start_key, started.get(start_key), todo, result, grown, rollback,
@@ -460,6 +461,9 @@ _ABSENT = object()
 #: turns from this source the file's, rolling back those the file no longer holds (a
 #: Claude Code file rewound or edited since: its main line left the turns imported before).
 _LIVE_ONLY = ("md", "openai", "claude-code")
+#: Formats read from another tool's own file, which that tool keeps writing (not a snapshot
+#: chatflow exported): a re-import takes the metadata the grown file gives.
+_GROWING = ("llm", "claude-code")
 
 
 def _diverged(chunks: list[_Chunk], prefix: str, stored: dict[str, str], known: set[str], window: Sequence[Any],
