@@ -66,7 +66,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import threading
 import time
 from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol, Sequence
@@ -258,7 +257,9 @@ class ModelClient:
     @property
     def display_url(self) -> str:
         """The base URL without any ``user:password@`` part, for messages."""
-        return re.sub(r"//[^/@]*@", "//", self.base_url)
+        from ._dsn import url_without_userinfo
+
+        return url_without_userinfo(self.base_url)
 
     @property
     def has_key(self) -> bool:
