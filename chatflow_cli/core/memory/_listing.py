@@ -7,6 +7,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from .._dsn import url_without_userinfo
 from ..errors import SessionBusyError, UsageError
 from ..events import EventType, SessionStatus
 from ..messages import Role
@@ -115,7 +116,8 @@ class _Listing(_StoreCore):
                 self._append(tx, new_id, EventType.SESSION_TITLED.value, {"title": title})
             endpoint = tx.endpoint_get(session_id)
             if endpoint is not None and (endpoint[0] is not None or endpoint[1] is not None):
-                tx.endpoint_put(new_id, endpoint[0], endpoint[1], now)
+                url = url_without_userinfo(endpoint[1]) if endpoint[1] is not None else None  # an old row's password stays behind
+                tx.endpoint_put(new_id, endpoint[0], url, now)
             times = self._message_times(tx, session_id, stored)
             done: dict[int, dict[str, Any]] = {}
             for number in range(1, turn + 1):
