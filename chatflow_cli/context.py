@@ -64,6 +64,7 @@ class State:
 
             self._settings[key] = load_settings(db=self.db, config=self.config, model=model, base_url=base_url)
             remember_secret(self._settings[key].api_key)
+            remember_secret(_url_password(self._settings[key].base_url))
         return self._settings[key]
 
     def forget_settings(self) -> None:
@@ -147,6 +148,18 @@ class State:
     def err(self) -> Console:
         """The ``rich`` console on stderr."""
         return self.env.console(stderr=True)
+
+
+def _url_password(url: str | None) -> str | None:
+    """The password of ``url``'s ``user:password@`` (as written), or None."""
+    if not url or "@" not in url:
+        return None
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
 
 
 def state_of(ctx: Any) -> State:

@@ -207,7 +207,7 @@ def _endpoint_at_begin(store: SessionStoreProtocol, session_id: str, choice: Mod
     for event in events:
         if first:
             first = False
-            remember_endpoint(store, session_id, choice, worked=False)
+            remember_endpoint(store, session_id, choice, begun=True)
         yield event
 
 

@@ -1,4 +1,5 @@
-"""``config show``: the settings in effect and where each comes from; API keys are masked."""
+"""``config show``: the settings in effect and where each comes from; API keys are masked, and
+the base URL is shown without its ``user:password@``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..config import LOCAL_MODEL, mask_secret, resolve_model
+from ..core._dsn import url_without_userinfo
 from ..core.errors import ConfigError
 from ..render import dumps, safe_text
 
@@ -52,7 +54,7 @@ def show_config(state: State, *, as_json: bool) -> None:
         "db_source": s.sources.get("db_path"),
         "model": model,
         "model_source": model_source,
-        "base_url": base_url,
+        "base_url": url_without_userinfo(base_url) if base_url else base_url,
         "base_url_source": s.sources.get("base_url"),
         "api_key_env": s.api_key_env,
         "api_key": mask_secret(s.api_key),

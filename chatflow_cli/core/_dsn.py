@@ -1,4 +1,5 @@
-"""Database locations: telling a PostgreSQL URL from a SQLite path, and hiding passwords.
+"""Database locations: telling a PostgreSQL URL from a SQLite path, and hiding passwords
+(of a DSN, and of any URL's ``user:password@``: :func:`url_without_userinfo`).
 
 Imports nothing heavy: the command line uses it on every run (``--db``, ``$CHATFLOW_DB``,
 ``config show``, the error boundary's scrubbing).
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["dsn_password", "dsn_without_password", "is_postgres_url", "normalise_url", "raw_url_password", "redact_dsn", "url_problem"]
+__all__ = ["dsn_password", "dsn_without_password", "is_postgres_url", "normalise_url", "raw_url_password", "redact_dsn", "url_problem",
+           "url_without_userinfo"]
 
 
 def is_postgres_url(value: object) -> bool:
@@ -30,6 +32,22 @@ def redact_dsn(text: str) -> str:
     """
     text = _URL_PASSWORD.sub(r"\1***\3", text)
     return _KV_PASSWORD.sub(r"\1***", text)
+
+
+# ``//`` then the authority's userinfo: greedy up to the authority's last ``@`` (a password
+# written with a raw ``@`` is still removed whole; the authority ends at ``/``, ``?`` or ``#``).
+_URL_USERINFO = re.compile(r"//[^/?#\s]*@")
+
+
+def url_without_userinfo(url: str) -> str:
+    """``url`` without the ``user:password@`` (or ``user@``) of its authority: what chatflow
+    shows, records with a turn and stores with a session for a model endpoint, so that a
+    password given in ``--base-url`` is never written or printed.
+
+    ``url_without_userinfo("http://bot:s3cret@host:8080/v1")`` -> ``"http://host:8080/v1"``;
+    a URL without userinfo comes back unchanged.
+    """
+    return _URL_USERINFO.sub("//", url, count=1)
 
 
 def dsn_password(dsn: str) -> str | None:

@@ -106,25 +106,36 @@ def normalize_finish_reason(value: Any) -> str | None:
 # --------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts of one model request (or, added with ``+``, of several)."""
+    """Token counts of one model request (or, added with ``+``, of several).
+
+    ``reasoning_tokens``: how many of ``completion_tokens`` were reasoning, as the provider
+    reports it (``completion_tokens_details.reasoning_tokens``; 0 when it does not): tokens
+    the reply cost but that are never sent back with the history."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.total_tokens + other.total_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
 
     def to_dict(self) -> dict[str, int]:
-        return {
+        """``{"prompt_tokens", "completion_tokens", "total_tokens"}``, plus ``"reasoning_tokens"``
+        when the provider reported any (:mod:`chatflow_cli.core.usage`'s shape)."""
+        data = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
         }
+        if self.reasoning_tokens:
+            data["reasoning_tokens"] = self.reasoning_tokens
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "Usage | None":
@@ -134,7 +145,12 @@ class Usage:
         prompt = _int(data.get("prompt_tokens"))
         completion = _int(data.get("completion_tokens"))
         total = data.get("total_tokens")
-        return cls(prompt, completion, _int(total) if total is not None else prompt + completion)
+        details = data.get("completion_tokens_details")
+        reasoning = data.get("reasoning_tokens")
+        if reasoning is None and isinstance(details, Mapping):
+            reasoning = details.get("reasoning_tokens")
+        return cls(prompt, completion, _int(total) if total is not None else prompt + completion,
+                   min(_int(reasoning), completion) if completion else _int(reasoning))
 
 
 def _int(value: Any) -> int:

@@ -40,7 +40,7 @@ from .errors import UsageError
 from .events import Event
 from .memory.owner import Owner
 from .messages import Message, Role
-from .tokens import MESSAGE_OVERHEAD, message_tokens
+from .tokens import message_tokens, reply_tokens
 
 __all__ = ["DEFAULT_PROMPT", "KEEP_SHARE", "CompactionResult", "compact_session", "compaction_point",
            "compaction_stopped", "compaction_through"]
@@ -258,8 +258,7 @@ def compact_session(
             raise ProviderResponseError(
                 f"the summary {verdict.reason.removeprefix('the reply ')}; nothing was compacted",
                 session_id=session_id)
-        counted = reply.usage.completion_tokens + MESSAGE_OVERHEAD if reply.usage and \
-            reply.usage.completion_tokens else None
+        counted = reply_tokens(reply.usage, reasoning=bool(getattr(reply, "reasoning", None)))
         summary = dataclasses.replace(Message.summary(text, through), tokens=counted)
         if message_tokens(summary) >= replaced:
             raise SummaryTooLongError(

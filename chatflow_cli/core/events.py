@@ -23,8 +23,11 @@ type                       payload
                            "since_turn": int}`` the agent running in ``turn`` is another
                            version than the one it last ran, in ``since_turn`` (once per change)
 ``status``                 ``{"status": "idle"|"running"|"rescheduled"|"terminated", "reason": str, ...}``
-``turn.completed``         ``{"turn": int, "agent": str, "content": str, "usage": {...}, "finish_reason": str}``
+``turn.completed``         ``{"turn": int, "agent": str, "content": str, "usage": {...} | null, "finish_reason": str}``
                            (+ ``agent_version``: the answering agent's version, when known)
+                           (+ ``model``, ``base_url``: what answered the turn, never a key; logs
+                           written before they were recorded lack them: unknown)
+                           (``usage``: :mod:`chatflow_cli.core.usage`'s shape; null: not reported)
                            (``finish_reason`` ``"length"``/``"content_filter"``: the reply was cut)
 ``turn.failed``            ``{"turn": int, "error": str, "error_type": str}`` the turn left the window
                            (+ ``active_agent``, ``reverted_from_agent`` when a handoff was undone)

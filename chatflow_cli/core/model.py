@@ -66,7 +66,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import threading
 import time
 from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol, Sequence
@@ -157,7 +156,9 @@ def _tls_setup(base_url: str) -> Iterator[None]:
         names = [f"{name}={os.environ[name]}" for name in ("SSL_CERT_FILE", "SSL_CERT_DIR") if os.environ.get(name)]
         hint = f"; check {', '.join(names)}" if names else ""
         reason = exc.strerror or str(exc) or type(exc).__name__
-        raise ConfigError(f"cannot load the TLS certificates for {base_url}: {reason}{hint}") from exc
+        from ._dsn import url_without_userinfo
+
+        raise ConfigError(f"cannot load the TLS certificates for {url_without_userinfo(base_url)}: {reason}{hint}") from exc
 
 
 class ChatClient(Protocol):
@@ -258,7 +259,9 @@ class ModelClient:
     @property
     def display_url(self) -> str:
         """The base URL without any ``user:password@`` part, for messages."""
-        return re.sub(r"//[^/@]*@", "//", self.base_url)
+        from ._dsn import url_without_userinfo
+
+        return url_without_userinfo(self.base_url)
 
     @property
     def has_key(self) -> bool:

@@ -138,7 +138,8 @@ from .events import Event, EventType, SessionStatus
 from .memory import storable_text
 from .messages import Message, Role, ToolCall, check_history
 from .memory.context import INTERRUPTED_TOOL_RESULT, split_turns
-from .tokens import MESSAGE_OVERHEAD, ContextBudget, context_budget, estimate_tokens, select_window
+from .usage import normalise_usage
+from .tokens import ContextBudget, context_budget, estimate_tokens, reply_tokens, select_window
 from .tools import Tool
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -187,9 +188,10 @@ class RunResult:
             ``"content_filter"`` when it was cut: the turn is stored, marked with it);
             ``None`` when the run stopped for custom tools.
         reasoning: the final reply's reasoning text, when the server sent one.
-        usage_reported: the server reported token usage for the turn's requests; when it
-            did not (llama-cpp-python's server streams none), ``usage`` is zeros and
-            :meth:`to_dict` gives ``"usage": null`` rather than a false 0.
+        usage_reported: the server reported token usage for every request of the turn; when
+            one came back without (llama-cpp-python's server streams none), ``usage`` holds
+            what was reported and :meth:`to_dict` gives ``"usage": null`` rather than a false
+            0 or a partial sum (``turn.completed`` stores ``null`` alike).
         context: the context use of the turn's last request, ``{"tokens", "budget",
             "context", "turns", "over_budget", "first_turn", "summary_through",
             "system_messages", "dropped"}`` (``budget``/``context`` None when the model's
@@ -611,7 +613,8 @@ class Runner:
                 agent=str(replay.get("agent") or _name(session.active_agent)),
                 session_id=session_id,
                 turn=turn,
-                usage=Usage.from_dict(replay.get("usage")) or Usage(),
+                usage=Usage.from_dict(normalise_usage(replay.get("usage"))) or Usage(),
+                usage_reported=normalise_usage(replay.get("usage")) is not None,
                 status=session.status,
                 events=written,
                 replayed=True,
@@ -787,9 +790,11 @@ class Runner:
             if reply.usage is not None:
                 state.usage = state.usage + reply.usage
                 state.usage_reported = True
-            # the reply's tokens: the provider's count when it reported one, else estimated when stored
-            counted = reply.usage.completion_tokens + MESSAGE_OVERHEAD if reply.usage and \
-                reply.usage.completion_tokens else None
+            else:
+                state.usage_missing = True  # the turn's usage is unknown: never a partial sum
+            # the reply's tokens in the next request's context: the provider's count when it
+            # reported one (less its reasoning, which is not sent back), else estimated when stored
+            counted = reply_tokens(reply.usage, reasoning=bool(reply.reasoning))
             verdict = reply.verdict
             if verdict.state is ReplyState.INTERRUPTED:
                 raise Cancelled()
@@ -813,14 +818,15 @@ class Runner:
                 cut = verdict.finish_reason if verdict.truncated else None
                 session.add_message(Message.model(text, agent=agent.name, reasoning=reasoning, finish_reason=cut,
                                                   tokens=counted, agent_version=self._version_of(agent)))
-                session.complete_turn(text, agent, state.usage.to_dict(), finish_reason=verdict.finish_reason,
-                                      agent_version=self._version_of(agent))
+                session.complete_turn(text, agent, state.known_usage(), finish_reason=verdict.finish_reason,
+                                      agent_version=self._version_of(agent), model=model,
+                                      base_url=recorded_url(client))
                 session.set_status(SessionStatus.IDLE, reason="turn completed")
                 events = self.store.save(session)
                 state.released = True
                 yield from stored(events, turn)
                 return RunResult(text, agent.name, session_id, turn, state.usage, SessionStatus.IDLE,
-                                 usage_reported=state.usage_reported,
+                                 usage_reported=state.known_usage() is not None,
                                  finish_reason=verdict.finish_reason, reasoning=reasoning, context=state.context)
 
             state.rounds += 1
@@ -850,7 +856,7 @@ class Runner:
                 state.released = True
                 yield from stored(events, turn)
                 return RunResult(None, agent.name, session_id, turn, state.usage, SessionStatus.IDLE,
-                                 usage_reported=state.usage_reported,
+                                 usage_reported=state.known_usage() is not None,
                                  pending_tool_calls=tuple(custom), context=state.context)
             handoff_to: Agent | None = None
             for call in calls:
@@ -1072,3 +1078,14 @@ def set_run_workers(count: int) -> None:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be an int >= 1, got {count!r}")
     _cancel.pool.size = count
+
+
+def recorded_url(client: Any) -> str | None:
+    """The API root a turn records as answered at (``turn.completed``'s ``base_url``): the
+    client's ``display_url`` (its ``base_url`` without any ``user:password@``: never a
+    secret); None for the embedded local model (its server's port changes from run to run)
+    or a client that names none."""
+    if getattr(client, "local", False):
+        return None
+    url = getattr(client, "display_url", None)
+    return url if isinstance(url, str) and url else None

@@ -44,6 +44,7 @@ __all__ = [
     "estimate_tokens",
     "message_tokens",
     "model_context_tokens",
+    "reply_tokens",
     "select_window",
     "short_count",
 ]
@@ -112,6 +113,24 @@ def estimate_text_tokens(text: str) -> int:
         non_ascii_bytes = len(text.encode("utf-8", "surrogatepass")) - ascii_count
     twelfths = 4 * letters + 12 * digits + 3 * spaces + 9 * other_ascii + 8 * non_ascii_bytes
     return -(-twelfths // 12)
+
+
+def reply_tokens(usage: object, *, reasoning: bool = False) -> int | None:
+    """The tokens a model reply costs in the context the next request carries, from its
+    request's ``usage`` (a :class:`~chatflow_cli.core.model.Usage` or None): the
+    ``completion_tokens`` minus the ``reasoning_tokens`` the provider reports among them
+    (reasoning is never sent back), plus :data:`MESSAGE_OVERHEAD`. None (the caller
+    estimates the stored message instead) when there is no usage or no completion count,
+    when nothing is left after the reasoning, or when the reply came with reasoning text
+    but the provider said nothing of its tokens (they may be inside ``completion_tokens``,
+    as llama.cpp's server counts them).
+    """
+    completion = int(getattr(usage, "completion_tokens", 0) or 0)
+    spent = int(getattr(usage, "reasoning_tokens", 0) or 0)
+    if completion <= 0 or (reasoning and not spent):
+        return None
+    sent = completion - spent
+    return sent + MESSAGE_OVERHEAD if sent > 0 else None
 
 
 def estimate_tokens(message: Message) -> int:

@@ -145,7 +145,8 @@ def turn_dict(record: TurnRecord, *, interrupted: bool = False,
               changed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """One turn as JSON-ready data (``sessions show --json``): ``agent_versions`` is
     ``{agent: version}`` of the agents that replied in it (known versions only),
-    ``agent_changed`` ``[{"agent", "from", "to"}]`` the agents whose version changed in it."""
+    ``agent_changed`` ``[{"agent", "from", "to"}]`` the agents whose version changed in it,
+    ``model``/``base_url`` what answered it (None: unknown, see :class:`TurnRecord`)."""
     versions: dict[str, str] = {}
     for msg in record.messages:
         version = getattr(msg, "agent_version", None)
@@ -161,6 +162,8 @@ def turn_dict(record: TurnRecord, *, interrupted: bool = False,
         "handoffs": turn_handoffs(record),
         "agent_versions": versions,
         "agent_changed": list(changed or ()),
+        "model": getattr(record, "model", None),
+        "base_url": getattr(record, "base_url", None),
     }
 
 

@@ -3,14 +3,15 @@
 Layout of one turn in ``sessions show`` (plain form; on a terminal the model's text is
 rendered Markdown and labels are coloured)::
 
-    ── Turn 3 · outside the context window ──────────────────────────
+    ── Turn 3 · outside the context window · gpt-4o ─────────────────
     You: where is my order 42?
     Support called check_order_status {"order_id": "42"}
       result: {"status": "IN_TRANSIT"}
     handoff: Support -> Billing
     Billing: It is in transit and arrives tomorrow.
 
-Long tool arguments and results are folded to :data:`~chatflow_cli.render.text.FOLD_LINES`
+The title ends with the model that answered the turn, when its ``turn.completed`` records
+one. Long tool arguments and results are folded to :data:`~chatflow_cli.render.text.FOLD_LINES`
 lines / :data:`~chatflow_cli.render.text.FOLD_CHARS` characters with a note saying how much
 was left out (``--full`` shows everything).
 """
@@ -120,7 +121,8 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
         marks.append(f"cut ({cut})")
     if not record.in_window and not record.rolled_back:
         marks.append("outside the context window")
-    title = f"── Turn {record.number}" + ("".join(f" · {m}" for m in marks)) + " "
+    answered = f" · {safe_text(record.model)}" if getattr(record, "model", None) else ""  # who answered, last
+    title = f"── Turn {record.number}" + ("".join(f" · {m}" for m in marks)) + answered + " "
     rule_style = "dim" if marks else "bold blue"
     out: list[Any] = [Lines(title + "─" * max(3, (width or 72) - len(title)), rule_style)]
     for change in changed or ():
@@ -282,6 +284,9 @@ def event_text(event: Event, *, full: bool = False, width: int | None = None) ->
             line.append(f" ({safe_text(str(p['reason']))})", style="dim")
     elif t == "turn.completed":
         line.append(f"turn {p.get('turn')} by {safe_text(str(p.get('agent')))}")
+        if p.get("model") or p.get("base_url"):  # what answered (logs written before lack it)
+            where = f" at {safe_text(str(p['base_url']))}" if p.get("base_url") else ""
+            line.append(f" ({safe_text(str(p.get('model') or '?'))}{where})", style="dim")
         if cut_phrase(p.get("finish_reason")):
             line.append(f" ({reply_cut_text(str(p['finish_reason']))})", style="yellow")
     elif t == "turn.failed":

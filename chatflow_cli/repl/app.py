@@ -143,7 +143,8 @@ def run_repl(
         try:
             return asyncio.run(repl.run())
         finally:  # the session keeps its model (a /model or /switch change too) and endpoint
-            remember_endpoint(store, repl.session_id, choice, model=repl.endpoint[0], base_url=repl.endpoint[1])
+            remember_endpoint(store, repl.session_id, choice, model=repl.endpoint[0], base_url=repl.endpoint[1],
+                              worked=None)
 
 
 def _resume_prefix(state: State) -> list[str]:

@@ -21,9 +21,11 @@ import threading
 from typing import Any
 
 from ..context import wrap_at_spaces
+from ..core._dsn import url_without_userinfo
 from ..core.errors import ChatflowError, RunInterrupted, SessionNotFoundError
 from ..core.memory import rollback_target
 from ..core.messages import Role
+from ..endpoints import with_credentials
 from ..render import pretty_json_text, safe_text, sessions_lines
 from ..session_ids import new_session_id
 from .host import ReplHost
@@ -120,11 +122,13 @@ class SlashCommands(ReplHost):
             stored = (None, None)
         model = stored[0] or self.default_endpoint[0]
         url = stored[1] or self.default_endpoint[1]
+        if stored[1]:  # kept without its password: the same endpoint given this run brings its credentials
+            url = with_credentials(stored[1], current[1], self.default_endpoint[1])
         whose = f"session {session_id}" if session_id else "a new session"
         if url != current[1] and url and current[1] and self._client_for is not None:
             self.runner.model_client = self._client_for(url)
             self.endpoint = (self.endpoint[0], url)
-            self.say(f"endpoint: {safe_text(url)} ({whose})")
+            self.say(f"endpoint: {safe_text(url_without_userinfo(url))} ({whose})")
         if model and model != current[0] and model != "local" and current[0] != "local":
             for agent in self.runner.agents.values():
                 if agent.model == current[0]:  # an agent with a model of its own keeps it

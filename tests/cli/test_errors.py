@@ -288,6 +288,11 @@ def test_unreadable_tls_certificates_are_a_config_error_naming_the_variable(chat
     assert r.returncode == ExitStatus.CONFIG, r
     line = _one_error_line(r)
     assert "TLS certificates" in line and f"SSL_CERT_FILE={missing}" in line, line
+    # the URL it names is the one given without its user:password@
+    r = chatflow("chat", "-s", "tls", "--base-url", provider.url.replace("http://", "http://u:S3cretPw@"), "hi",
+                 env={"SSL_CERT_FILE": str(missing), "CHATFLOW_TRANSPORT": transport})
+    line = _one_error_line(r)
+    assert f"for {provider.url}:" in line and "S3cretPw" not in r.stdout + r.stderr, line
     assert not provider.requests
 
 

@@ -1,10 +1,12 @@
-"""The model and endpoint belong to the session: resuming it uses them, also when its first
-turn failed."""
+"""The model and endpoint belong to the session: resuming it uses them; a session none of
+whose turns worked keeps none."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from tests.helpers.fakeserver import FakeServer
 
 
 def test_resume_uses_the_sessions_model_and_endpoint(chatflow, fake_server, monkeypatch):
@@ -26,13 +28,25 @@ def test_resume_uses_the_sessions_model_and_endpoint(chatflow, fake_server, monk
     assert b"sk-" not in db.read_bytes()
 
 
-def test_a_session_whose_first_turn_failed_keeps_its_model_and_endpoint(chatflow, fake_server, monkeypatch):
+def test_a_session_whose_first_turn_failed_remembers_no_endpoint(chatflow, fake_server, monkeypatch):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     fake_server.add_error(401)
-    r = chatflow("chat", "-s", "f1", "--base-url", fake_server.url, "-m", "fake-model", "first fails")
+    r = chatflow("chat", "-s", "f1", "--base-url", fake_server.url, "-m", "wrong-model", "first fails")
     assert r.returncode == 5, r
     shown = chatflow("sessions", "show", "f1", "--json").json()["session"]
-    assert (shown["model"], shown["base_url"]) == ("fake-model", fake_server.url)
-    r = chatflow("chat", "-s", "f1", "resume")  # no flags: the session's own server, never the default one
-    assert r.returncode == 0, r
-    assert [q["model"] for q in fake_server.requests] == ["fake-model", "fake-model"]
+    assert (shown["model"], shown["base_url"]) == (None, None)
+    with FakeServer() as other:  # the endpoint this call is configured with
+        monkeypatch.setenv("OPENAI_BASE_URL", other.url)
+        monkeypatch.setenv("CHATFLOW_MODEL", "right-model")
+        r = chatflow("chat", "-c", "resume")
+        assert r.returncode == 0, r
+        assert [q["model"] for q in other.requests] == ["right-model"]
+        assert len(fake_server.requests) == 1  # the failed URL was not used again
+        shown = chatflow("sessions", "show", "f1", "--json").json()["session"]
+        assert (shown["model"], shown["base_url"]) == ("right-model", other.url)
+        # a later failure on another endpoint leaves the last one that worked
+        fake_server.add_error(401)
+        r = chatflow("chat", "-s", "f1", "--base-url", fake_server.url, "again")
+        assert r.returncode == 5, r
+        shown = chatflow("sessions", "show", "f1", "--json").json()["session"]
+        assert (shown["model"], shown["base_url"]) == ("right-model", other.url)

@@ -150,6 +150,85 @@ def test_debug_output_does_not_show_the_api_key_either(fake_server: FakeServer, 
         assert marker.encode() not in path.read_bytes(), f"the API key was written to {path}"
 
 
+def test_a_password_in_the_base_url_is_never_written_or_printed(fake_server: FakeServer, tmp_path: Path) -> None:
+    """``--base-url http://user:password@host/v1``: the session keeps the URL without its
+    ``user:password@``; every file under the data directory, every export format and every
+    output lacks the password. Resuming with the same URL given again uses its credentials."""
+    password = "S3cretPw"
+    secret_url = fake_server.url.replace("http://", f"http://u:{password}@")
+    env = {"OPENAI_API_KEY": "sk-test", "CHATFLOW_MODEL": "fake-model", "OPENAI_BASE_URL": ""}
+    outputs: list[tuple[str, bytes]] = []
+
+    def run(*args: str, expect: int | None = 0, **kw: Any) -> h.Result:
+        r = h.run(*args, env={**env, **kw.pop("env", {})}, **kw)
+        outputs.append((" ".join(args), r.stdout_bytes + r.stderr_bytes))
+        if expect is not None:
+            assert r.returncode == expect, r
+        return r
+
+    def authorization() -> str:  # of the last chat request: the URL's credentials go as Basic auth
+        chats = [r for r in fake_server.log if r.path.endswith("/chat/completions")]
+        return chats[-1].headers.get("authorization", "")
+
+    run("chat", "-s", "b1", "--base-url", secret_url, "hello")
+    assert authorization().startswith("Basic "), "the URL's credentials did not reach the server"
+    run("chat", "-s", "b1", "--base-url", secret_url, "--json", "again")
+    run("chat", "-s", "b2", "--base-url", secret_url, "--output", "jsonl", "other")
+    # resumed with the same endpoint given again with its credentials (environment or flag)
+    run("chat", "-s", "b1", "resumed from the environment", env={"OPENAI_BASE_URL": secret_url})
+    assert authorization().startswith("Basic "), "OPENAI_BASE_URL's credentials were not used on resume"
+    r = run("chat", "-c", "--base-url", secret_url, "continued")
+    assert authorization().startswith("Basic ") and "switches it" not in r.stderr, r
+    # resumed without them: the stored URL, without the password, is used as is
+    before = len(fake_server.log)
+    run("chat", "-s", "b1", "resumed bare")
+    assert len(fake_server.log) > before, "the stored endpoint was not used"
+    assert authorization() == "Bearer sk-test"
+    # a switch to another endpoint (announced) that refuses the connection (an error line)
+    run("chat", "-s", "b1", "--base-url", f"http://u:{password}@127.0.0.1:9/v1", "--timeout", "1", "refused",
+        expect=ExitStatus.NETWORK)
+    exports = tmp_path / "exports"  # under tmp_path: searched with every other file below
+    exports.mkdir()
+    for fmt in ("chatflow", "md", "openai", "json"):
+        target = exports / f"b1.{fmt}"
+        run("sessions", "export", "b1", "--format", fmt, "-o", str(target))
+        assert target.exists() and target.stat().st_size > 0, fmt
+    run("sessions", "show", "b1", "--json")
+    run("sessions", "show", "b1", "--all")
+    run("sessions", "ls", "--json")
+    run("replay", "b1", "--json")
+    run("replay", "b1")
+    run("config", "show", env={"OPENAI_BASE_URL": secret_url})
+    run("config", "show", "--json", env={"OPENAI_BASE_URL": secret_url})
+
+    for label, data in outputs:
+        assert password.encode() not in data, f"the URL's password appeared in the output of: {label}"
+    written = _all_files(tmp_path)
+    assert any(p.name == "chatflow.db" for p in written)
+    for path in written:
+        assert password.encode() not in path.read_bytes(), f"the URL's password was written to {path}"
+
+
+def test_a_password_stored_by_an_older_version_is_redacted_on_every_read(fake_server: FakeServer,
+                                                                          tmp_path: Path) -> None:
+    """A database written before passwords were left out (no migration rewrites it): no
+    output shows it."""
+    env = h.provider_env(fake_server)
+    assert h.run("chat", "-s", "old", "hello", env=env).returncode == 0
+    conn = sqlite3.connect(h.default_db())
+    with conn:
+        conn.execute("UPDATE chatflow_session_endpoints SET base_url = ? WHERE session_id = 'old'",
+                     (fake_server.url.replace("http://", "http://u:0ldS3cret@"),))
+    conn.close()
+    for args in (("sessions", "show", "old", "--json"), ("sessions", "ls", "--json"), ("replay", "old", "--json"),
+                 *(("sessions", "export", "old", "--format", fmt) for fmt in ("chatflow", "md", "openai", "json"))):
+        r = h.run(*args, env=env)
+        assert r.returncode == 0, r
+        assert "0ldS3cret" not in r.stdout + r.stderr, f"an old stored password appeared in: {' '.join(args)}"
+    shown = h.run("sessions", "export", "old", "--format", "chatflow", env=env).stdout.splitlines()[0]
+    assert json.loads(shown)["session"]["settings"]["base_url"] == fake_server.url
+
+
 # ---------------------------------------------------------------------------------------
 # file modes
 # ---------------------------------------------------------------------------------------

@@ -200,7 +200,7 @@ class Reply:
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
-    usage: dict[str, int] | None = None
+    usage: dict[str, Any] | None = None
     gate: threading.Event | None = None
     gate_at: int = 0
     report_usage: bool = True  # False: no usage chunk even when asked, as llama-cpp-python's server streams
@@ -305,7 +305,7 @@ def reply_from_spec(spec: dict[str, Any]) -> Reply:
     """Build a :class:`Reply` from a JSON spec (the ``--script`` file format).
 
     ``{"type": "text", "text": str, "chunks": [str]?, "delay": float?, "finish_reason": str | null?,
-    "done": bool?}``,
+    "done": bool?, "usage": {...}?}`` (``usage`` also for ``reasoning``: the usage reported),
     ``{"type": "tool_calls", "calls": [[id, name, arguments]], "content": str?, "split": int?,
     "repeat_id_name": bool?, "same_index": bool?, "finish_reason": str | null?}``,
     ``{"type": "reasoning", "reasoning": [str], "text": str?, "finish_reason": str?}``,
@@ -319,7 +319,7 @@ def reply_from_spec(spec: dict[str, Any]) -> Reply:
     done = bool(spec.get("done", True))
     if kind == "text":
         return FakeServer.make_text(spec["text"], chunks=spec.get("chunks"), delay=delay,
-                                    finish_reason=spec.get("finish_reason", "stop"), done=done)
+                                    finish_reason=spec.get("finish_reason", "stop"), done=done, usage=spec.get("usage"))
     if kind == "tool_calls":
         return FakeServer.make_tool_calls(
             [tuple(c) for c in spec["calls"]],  # type: ignore[misc]
@@ -332,7 +332,7 @@ def reply_from_spec(spec: dict[str, Any]) -> Reply:
         )
     if kind == "reasoning":
         return FakeServer.make_reasoning(spec["reasoning"], text=spec.get("text"),
-                                         finish_reason=spec.get("finish_reason", "stop"))
+                                         finish_reason=spec.get("finish_reason", "stop"), usage=spec.get("usage"))
     if kind == "chunks":
         markers = {"INVALID_JSON": INVALID_JSON, "CLOSE": CLOSE}
         events = [markers.get(c, c) if isinstance(c, str) else c for c in spec["chunks"]]
@@ -474,14 +474,15 @@ class FakeServer:
 
     @staticmethod
     def make_text(text: str, *, chunks: Sequence[str] | None = None, delay: float | Sequence[float] = 0.0,
-                  finish_reason: str | None = "stop", done: bool = True) -> Reply:
+                  finish_reason: str | None = "stop", done: bool = True,
+                  usage: dict[str, Any] | None = None) -> Reply:
         pieces = list(chunks) if chunks is not None else _split_words(text)
         if "".join(pieces) != text:
             raise ValueError("chunks must join to text")
         events = _text_events(pieces, finish_reason)
         if not done:
             events.append(_NO_DONE)
-        return Reply(events=events, delay=delay)
+        return Reply(events=events, delay=delay, usage=usage)
 
     @staticmethod
     def make_tool_calls(calls: Sequence[tuple[str, str, str]], *, content: str | None = None, split: int = 1,
@@ -495,22 +496,25 @@ class FakeServer:
 
     @staticmethod
     def make_reasoning(reasoning: Sequence[str], *, text: str | None = None,
-                       finish_reason: str | None = "stop") -> Reply:
+                       finish_reason: str | None = "stop", usage: dict[str, Any] | None = None) -> Reply:
         events: list[Any] = [_chunk({"role": "assistant", "content": None})]
         events += [_chunk({"content": None, "reasoning_content": piece}) for piece in reasoning]
         if text:
             events += [_chunk({"content": piece, "reasoning_content": None}) for piece in _split_words(text)]
         if finish_reason is not None:
             events.append(_chunk({}, finish_reason))
-        return Reply(events=events)
+        return Reply(events=events, usage=usage)
 
     def add_text(self, text: str, *, chunks: Sequence[str] | None = None, delay: float | Sequence[float] = 0.0,
-                 finish_reason: str | None = "stop", done: bool = True) -> Reply:
+                 finish_reason: str | None = "stop", done: bool = True, usage: dict[str, Any] | None = None) -> Reply:
         """Queue a text reply; ``chunks`` (default: word by word) must join to ``text``;
         ``delay`` seconds before each event (event 0 is the ``role`` chunk, then one per
         chunk, then the finish chunk). ``finish_reason=None`` sends no finish chunk at all
-        (a reply that never finished); ``done=False`` leaves out ``data: [DONE]``."""
-        return self.add(self.make_text(text, chunks=chunks, delay=delay, finish_reason=finish_reason, done=done))
+        (a reply that never finished); ``done=False`` leaves out ``data: [DONE]``. ``usage``:
+        the usage object reported instead of the counted one (e.g. with
+        ``completion_tokens_details.reasoning_tokens``, as OpenAI's reasoning models report)."""
+        return self.add(self.make_text(text, chunks=chunks, delay=delay, finish_reason=finish_reason, done=done,
+                                       usage=usage))
 
     def add_tool_calls(self, calls: Sequence[tuple[str, str, str]], *, content: str | None = None, split: int = 1,
                        repeat_id_name: bool = False, delay: float | Sequence[float] = 0.0,
@@ -525,10 +529,11 @@ class FakeServer:
                                              delay=delay, finish_reason=finish_reason, same_index=same_index))
 
     def add_reasoning(self, reasoning: Sequence[str], *, text: str | None = None,
-                      finish_reason: str | None = "stop") -> Reply:
+                      finish_reason: str | None = "stop", usage: dict[str, Any] | None = None) -> Reply:
         """Queue a reply whose ``reasoning_content`` deltas (``content: null``) come first,
-        then ``text`` (none: a reasoning-only reply), as DeepSeek, vLLM and llama.cpp send."""
-        return self.add(self.make_reasoning(reasoning, text=text, finish_reason=finish_reason))
+        then ``text`` (none: a reasoning-only reply), as DeepSeek, vLLM and llama.cpp send;
+        ``usage`` as :meth:`add_text`'s."""
+        return self.add(self.make_reasoning(reasoning, text=text, finish_reason=finish_reason, usage=usage))
 
     def add_chunks(self, chunks: Sequence[Any], *, delay: float | Sequence[float] = 0.0,
                    usage: dict[str, int] | None = None, done: bool = True) -> Reply:

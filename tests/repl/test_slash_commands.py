@@ -315,6 +315,36 @@ def test_switch_talks_to_the_other_sessions_endpoint_and_back(provider, chatflow
     assert open_store().session_endpoint("near") == ("fake-model", provider.url)
 
 
+def test_switch_keeps_the_credentials_of_the_base_url_given_and_never_shows_them(provider, chatflow,
+                                                                                 pty_chatflow) -> None:
+    """A session stored without the ``user:password@`` of its endpoint: ``/switch`` back to it
+    in a REPL given that endpoint with credentials talks to it with them; no announcement
+    shows the password, and the sessions keep the URL without it."""
+    from tests.helpers.fakeserver import FakeServer
+
+    with FakeServer() as other:
+        secret_url = other.url.replace("http://", "http://u:S3cretPw@")
+        assert chatflow("chat", "-s", "far", "--base-url", secret_url, "one").returncode == 0
+        assert chatflow("chat", "-s", "near", "zero").returncode == 0
+        repl = pty_chatflow("chat", "-s", "far", "--base-url", secret_url)
+        repl.wait_prompt()
+        repl.send("/switch near\r")
+        repl.wait_prompt_after(f"endpoint: {provider.url} (session near)")
+        repl.send("/switch far\r")
+        repl.wait_prompt_after(f"endpoint: {other.url} (session far)")
+        repl.send("two\r")
+        repl.wait_prompt_after("ok: two")
+        assert sent(other.requests) == ["one", "two"]
+        assert other.log[-1].headers.get("authorization", "").startswith("Basic "), "the credentials were dropped"
+        repl.send("/switch near\r")
+        repl.wait_prompt_after(f"endpoint: {provider.url} (session near)")
+        repl.send("/new\r")
+        repl.wait_prompt_after(f"endpoint: {other.url} (a new session)")
+        leave(repl)
+        assert "S3cretPw" not in repl.raw
+    assert open_store().session_endpoint("far")[1] == other.url
+
+
 def test_yes_no_questions_wrap_between_words_on_a_narrow_terminal(provider, chatflow, pty_chatflow) -> None:
     """``/rollback 0`` in the REPL and ``sessions delete`` on a terminal ask at 40 columns
     with every word whole, as notices are wrapped."""

@@ -55,10 +55,18 @@ class TurnState:
     ended: bool = False
     context: dict[str, Any] | None = None
     usage_reported: bool = False  # a request of the turn came back with usage
+    usage_missing: bool = False  # a request of the turn came back without usage
     dropped_told: bool = False  # a context.dropped event was yielded for this turn
     # Chat Completions form of each message sent in this turn, by identity (messages are
     # immutable; the tuple keeps the message alive so its id is not reused)
     _wire: dict[int, tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+
+    def known_usage(self) -> dict[str, int] | None:
+        """The turn's usage as stored (:mod:`chatflow_cli.core.usage`'s shape), or None when
+        a request of the turn reported none: unknown, never a false 0 or a partial sum."""
+        if not self.usage_reported or self.usage_missing:
+            return None
+        return self.usage.to_dict()
 
     def wire(self, message: Message) -> dict[str, Any]:
         """``message.to_wire()``, computed once per turn."""

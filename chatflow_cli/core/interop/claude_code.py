@@ -17,8 +17,8 @@ the conversation: it goes on from the last main-line entry written before, with 
 A copy of an entry written before (same ``uuid``) is read once.
 
 Every conversation entry left out is counted by reason in the session's ``skipped``
-(side chain, abandoned branch, meta entry, compaction summary, reply before the first user
-message, a line cut mid-write, a tool result answering no call); lines that are no part of
+(side chain, abandoned branch, meta entry, local command, compaction summary, reply before
+the first user message, a line cut mid-write, a tool result answering no call); lines that are no part of
 the conversation (``summary``, ``file-history-snapshot``, ``system``) are not counted.
 
 A file may be read while Claude Code is still writing it: a last line cut mid-write (not
@@ -34,9 +34,17 @@ Mapping, in chatflow's terms:
 * assistant entries that share one ``message.id`` (Claude Code writes each content block on
   its own line) are one MODEL message: ``text`` blocks its content, ``thinking`` blocks its
   reasoning, ``tool_use`` blocks its tool calls (``input`` as the JSON arguments);
-  ``message.model`` and ``message.usage`` are the turn's model and token usage;
-* meta entries (``isMeta``: command caveats), ``system``, ``summary`` and
-  ``file-history-snapshot`` lines are not messages and are skipped;
+  ``message.model`` and ``message.usage`` are the turn's model and token usage; a
+  ``message.stop_reason`` of ``max_tokens`` (the reply was cut by the output limit) marks the
+  MODEL message cut (``finish_reason`` ``"length"``), and the turn too when it is the turn's
+  last reply, as chatflow marks a cut reply of its own;
+* meta entries (``isMeta``: the caveat before local commands, a custom command's expanded
+  text), ``system``, ``summary`` and ``file-history-snapshot`` lines are not messages and
+  are skipped;
+* local commands -- a slash command such as ``/model`` or ``/cost`` and its
+  ``<local-command-stdout>``, the ``!`` bash mode's ``<bash-input>`` and ``<bash-stdout>``:
+  user entries no reply answers -- are not prompts, and are skipped (counted as local
+  commands); a custom slash command the model answered is a prompt, and opens a turn;
 * a tool call the file never answers before the model's next reply gets the result ``"No
   result in the imported log."`` (marked as an error), so the history stays valid; a turn
   that ends with calls unanswered (a tool still running when the file was read, or Claude
@@ -60,6 +68,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from .._stream import TRUNCATING_FINISH_REASONS, normalize_finish_reason
 from ..errors import ImportFormatError
 from ..messages import Message, ToolCall
 from .records import ImportedSession, ImportedTurn, count_skipped, parse_time, strict_loads
@@ -72,7 +81,8 @@ _CONVERSATION = ("user", "assistant")
 #: Why conversation entries are left out (the keys of :attr:`ImportedSession.skipped`).
 SKIP_SIDECHAIN = "side chain (a subagent's work)"
 SKIP_BRANCH = "abandoned branch (rewound or edited away)"
-SKIP_META = "meta entry (a command's caveat or output)"
+SKIP_META = "meta entry (a caveat or expanded command Claude Code adds)"
+SKIP_LOCAL = "local command or its output (run in Claude Code, not a prompt)"
 SKIP_SUMMARY = "compaction summary (not a message of the conversation)"
 SKIP_BEFORE_USER = "reply before the first user message"
 SKIP_CUT = "line cut off mid-write"
@@ -113,6 +123,49 @@ def _main_chain(entries: dict[str, tuple[int, dict[str, Any]]], main: list[tuple
                                 "at this entry")
     chain.reverse()
     return chain
+
+
+#: How the user entries of a local command begin: a slash command's invocation and output,
+#: and the ``!`` bash mode's input and output.
+_LOCAL_TAGS = ("<command-name>", "<command-message>", "<local-command-stdout>", "<local-command-stderr>",
+               "<bash-input>", "<bash-stdout>", "<bash-stderr>")
+
+
+def _user_text(entry: dict[str, Any]) -> str | None:
+    """The text of a user entry that says something (a prompt, a command), None for one
+    that holds only tool results or nothing."""
+    content = entry["message"].get("content")
+    if isinstance(content, str):
+        return content if content.strip() else None
+    blocks = content if isinstance(content, list) else []
+    texts = [b for b in blocks if not (isinstance(b, dict) and b.get("type") == "tool_result")]
+    text = _text_of(texts) if texts else ""
+    return text if text.strip() else None
+
+
+def _local_commands(chain: list[tuple[int, dict[str, Any]]]) -> set[int]:
+    """The line numbers of ``chain``'s local command entries: user entries (not meta) that
+    start with a command's or the bash mode's tags and that no reply answers before the next
+    user entry that says something (``/model`` and its output, ``!git status``...). A custom
+    slash command the model answered (its prompt expanded in a meta entry) is a prompt, not
+    one of them."""
+    local: set[int] = set()
+    for k, (number, entry) in enumerate(chain):
+        if entry["type"] != "user" or entry.get("isMeta"):
+            continue
+        text = _user_text(entry)
+        if text is None or not text.lstrip().startswith(_LOCAL_TAGS):
+            continue
+        answered = False
+        for _, later in chain[k + 1:]:
+            if later["type"] == "assistant":
+                answered = True
+                break
+            if not later.get("isMeta") and _user_text(later) is not None:
+                break
+        if not answered:
+            local.add(number)
+    return local
 
 
 def looks_like_claude_code(first: dict[str, Any]) -> bool:
@@ -264,15 +317,19 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
         if model_msg is None or current_turn is None:
             model_msg = None
             return
+        stop = normalize_finish_reason(model_msg["stop"])
+        cut = stop if stop in TRUNCATING_FINISH_REASONS.values() else None
         msg = Message.model(
             "".join(model_msg["text"]) or None,
             model_msg["calls"],
             reasoning="".join(model_msg["thinking"]) or None,
+            finish_reason=cut,
         )
         if msg.content is not None or msg.tool_calls or msg.reasoning:
             close_calls()  # a reply never follows unanswered calls in chatflow's history
             current_turn.messages.append(msg)
             current_turn.times.append(model_msg["at"])
+            current_turn.finish_reason = cut  # the turn's last reply says how it ended
         for call in model_msg["calls"]:
             open_calls[call.id] = call
         if model_msg["model"]:
@@ -300,7 +357,11 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
             current_turn.outcome = "interrupted"
         open_calls.clear()
 
+    local = _local_commands(chain)
     for number, entry in chain:
+        if number in local:
+            count_skipped(skipped, SKIP_LOCAL)  # not a prompt: no turn, the reply before it goes on
+            continue
         if entry.get("isMeta"):
             count_skipped(skipped, SKIP_META)
             continue
@@ -319,7 +380,7 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
                 continue
             if model_msg is None:
                 model_msg = {"id": msg_id, "text": [], "thinking": [], "calls": [], "model": None, "usage": None,
-                             "at": times[number]}
+                             "at": times[number], "stop": None}
             for block in blocks:
                 if not isinstance(block, dict):
                     continue
@@ -336,6 +397,8 @@ def read_claude_code(lines: Iterable[str], *, source: str = "-") -> list[Importe
                     )
             if isinstance(message.get("model"), str) and message["model"] != "<synthetic>":
                 model_msg["model"] = message["model"]
+            if isinstance(message.get("stop_reason"), str):  # the message's last line has it
+                model_msg["stop"] = message["stop_reason"]
             if isinstance(message.get("usage"), dict):
                 model_msg["usage"] = message["usage"]  # repeated on each line of one message: keep one
             continue

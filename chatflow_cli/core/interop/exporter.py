@@ -14,6 +14,7 @@ from ..errors import NonFiniteNumberError
 from ..events import Event
 from ..memory.context import AGENT_TRAIL_EVENTS, AgentTrail
 from ..messages import Message, Role
+from ..usage import normalise_usage
 from .chatflow_format import export_chatflow
 from .markdown import export_markdown
 from .openai_chat import export_openai
@@ -110,9 +111,10 @@ def _turn_info(events: list[Event]) -> dict[int, dict[str, Any]]:
         if event.type == "message.user":
             info[turn] = {"created_at": event.created_at}
         elif event.type == "turn.completed" and turn in info:
-            info[turn]["usage"] = event.payload.get("usage") or {}
-            if event.payload.get("finish_reason"):
-                info[turn]["finish_reason"] = event.payload["finish_reason"]
+            info[turn]["usage"] = normalise_usage(event.payload.get("usage"))  # any stored shape; None: unknown
+            for key in ("finish_reason", "model", "base_url"):  # the turn's own model and endpoint
+                if event.payload.get(key):
+                    info[turn][key] = event.payload[key]
     return info
 
 
@@ -224,11 +226,11 @@ def _export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool,
         archived = summary(session_id).archived_at if summary is not None else _state_of(events)["archived_at"]
         header = {**header, "archived_at": iso_time(archived) if archived is not None else None}
         info = _turn_info(events)
-        model = header["settings"]["model"]
         dicts = []
-        for r in turns:
+        for r in turns:  # each turn labelled with the model that answered it (none recorded: unknown)
             extra = info.get(r.number, {})
-            dicts.append({"number": r.number, "messages": list(r.messages), "model": model,
+            dicts.append({"number": r.number, "messages": list(r.messages), "model": extra.get("model"),
+                          "base_url": extra.get("base_url"),
                           "usage": extra.get("usage"), "finish_reason": extra.get("finish_reason"),
                           "created_at": extra.get("created_at")})
         yield from export_markdown(header, system, dicts)

@@ -45,7 +45,12 @@ messages, the source's title), and gives it the source's creation and last-activ
 happened; a session the import did not make (``into`` an existing one) keeps its own. A
 session id that already exists and was not made by an earlier import of the same source is
 refused (:class:`UsageError`) unless ``into`` names it on purpose: the turns are then
-added after its own.
+added after its own. Importing a grown source into the session an earlier import of it made
+(no ``into``) also gives that session what the grown source says of the whole session, as
+importing it once would have: for an llm or Claude Code source, its metadata keys
+(``metadata.updated``); for any source, its
+model and base URL when the session has none yet (a Claude Code file first read while it
+held only the prompt names no model).
 
 chatflow's own format is replayed event by event (messages, tool results, handoffs,
 rollbacks, failed and interrupted turns, interrupt requests, status, metadata changes,
@@ -239,7 +244,8 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
                 ctx.record_event("tool.pending", {"turn": ctx.turn_count,
                                                   "tool_use_ids": [c.id for c in ctx.pending_tool_calls]})
             else:
-                ctx.complete_turn(turn.content, usage=turn.usage or None, finish_reason=turn.finish_reason)
+                ctx.complete_turn(turn.content, usage=turn.usage or None, finish_reason=turn.finish_reason,
+                                  model=turn.model, base_url=turn.base_url)
             ctx.set_event_time(None)
             return None
         answered = {m.tool_call_id for m in turn.messages if m.role is Role.TOOL}
@@ -277,6 +283,9 @@ class _Plan:
     turn_count: int = 0
     retitle: bool = False  # the title an earlier import of this source set is not the file's any more
     older: bool = False  # an md/openai export older than one imported before: adds nothing
+    #: metadata the source gives that the session an earlier import of it made does not
+    #: hold yet (a Claude Code file read before its last entries: their branch, version...)
+    settings: dict[str, Any] = field(default_factory=dict)
 
     def apply(self, ctx: SessionContext, fmt: str, source: str, recorded: dict[str, str]) -> dict[str, str]:
         """Write this session's missing turns into ``ctx`` (inside the edit's transaction) and
@@ -309,6 +318,10 @@ class _Plan:
         elif self.retitle:  # the source was renamed since an earlier import set its title
             ctx.restore_title(session.title)
             keys[self.prefix + "title"] = content_digest(session.title or "")
+        if self.settings:  # the source's metadata as the grown source gives it
+            ctx.set_event_time(session.updated_at)
+            ctx.update_metadata(self.settings)
+            ctx.set_event_time(None)
         if session.events is None and session.updated_at is not None and not self.older:
             keys[self.prefix + "updated"] = repr(session.updated_at)  # the newest export imported so far
         if self.rollback is not None:
@@ -342,7 +355,7 @@ class _Plan:
             self.result.counts["rolled_back"] = before - live
         if session.events is None and started is None and self.result.created and session.archived_at is not None:
             ctx.restore_archived(True)  # an archived session (md front matter) imports archived
-        if self.todo or started is None or self.rollback is not None or self.retitle:
+        if self.todo or started is None or self.rollback is not None or self.retitle or self.settings:
             payload: dict[str, Any] = {"format": fmt, "source": source, "source_id": session.source_id,
                                        "counts": self.result.counts}
             if session.created_at is not None:
@@ -432,14 +445,26 @@ def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, int
     title = stored.get(prefix + "title")
     retitle = (session.events is None and not older and title is not None
                and title != content_digest(session.title or ""))
+    settings: dict[str, Any] = {}
+    if fmt in _GROWING and into is None and start_key in started:
+        # a session an earlier import of this live source made: it takes the metadata the
+        # source gives now (as importing the grown source once would have made it)
+        held = store.session_summary(target).metadata
+        settings = {k: v for k, v in session.metadata.items() if held.get(k, _ABSENT) != v}
     return _Plan(session, target, prefix, start_key, started.get(start_key), todo, result, grown, rollback,
-                 turn_count, retitle, older)
+                 turn_count, retitle, older, settings)
+
+
+_ABSENT = object()
 
 
 #: Formats that carry a session's live turns only (no log): a re-import makes the target's
 #: turns from this source the file's, rolling back those the file no longer holds (a
 #: Claude Code file rewound or edited since: its main line left the turns imported before).
 _LIVE_ONLY = ("md", "openai", "claude-code")
+#: Formats read from another tool's own file, which that tool keeps writing (not a snapshot
+#: chatflow exported): a re-import takes the metadata the grown file gives.
+_GROWING = ("llm", "claude-code")
 
 
 def _diverged(chunks: list[_Chunk], prefix: str, stored: dict[str, str], known: set[str], window: Sequence[Any],
@@ -620,7 +645,10 @@ def _import_target(store: BaseSessionStore, target: str, group: list[ImportedSes
         if through:
             pending[plan.prefix + "through"] = str(through[-1])
     results = [p.result for p in plans]
-    if all(p.started is not None and not p.todo and p.rollback is None and not p.retitle for p in plans):
+    if all(p.started is not None and not p.todo and p.rollback is None and not p.retitle and not p.settings
+           for p in plans):
+        if exists and into is None and not dry_run:
+            _fill_endpoint(store, target, group)
         return results  # everything is there already
     recorded: dict[str, str] = {}
 
@@ -662,22 +690,40 @@ def _import_target(store: BaseSessionStore, target: str, group: list[ImportedSes
         first = group[0]
         if first.model or first.base_url:
             store.set_session_endpoint(target, first.model, first.base_url)
+    elif exists and into is None and not dry_run:
+        _fill_endpoint(store, target, group)
     return results
+
+
+def _fill_endpoint(store: BaseSessionStore, target: str, group: Sequence[ImportedSession]) -> None:
+    """Give ``target``, a session an earlier import of this source made, the model and base
+    URL the source names when it has none yet: a source read before its first reply (a
+    Claude Code file holding only the prompt) named none then, and the grown source imported
+    once would have set them. A model the session has (set by that import, or chosen in
+    chatflow since) is kept."""
+    model = next((s.model for s in group if s.model), None)
+    base_url = next((s.base_url for s in group if s.base_url), None)
+    if (model or base_url) and store.session_endpoint(target) == (None, None):
+        store.set_session_endpoint(target, model, base_url)
 
 
 def _source_times(sessions: Sequence[ImportedSession]) -> tuple[float | None, float | None]:
     """When the conversation began and was last active in its source (UTC epoch seconds):
     each session's own times (a chatflow header, md front matter) when it has them, else
-    its turns' times
-    (llm's ``datetime_utc``, Claude Code's entry timestamps); None when the source has none."""
+    its turns' and messages' times
+    (llm's ``datetime_utc``, Claude Code's entry timestamps): the first turn's start and the
+    last message's time; None when the source has none."""
     starts: list[float] = []
     ends: list[float] = []
     for s in sessions:
         # a session's own times win over its turns' (an md transcript's turn comments carry
         # the times its turns were stored, which for an imported session is the import's)
         turn_times = [t.created_at for t in s.turns if t.created_at is not None]
+        # the last activity is the last message's time (a tool loop's reply comes after the
+        # turn's first model call), not the last turn's start
+        message_times = turn_times + [at for t in s.turns for at in t.times if at is not None]
         starts += [s.created_at] if s.created_at is not None else turn_times
-        ends += [s.updated_at] if s.updated_at is not None else turn_times
+        ends += [s.updated_at] if s.updated_at is not None else message_times
     created = min(starts) if starts else None
     updated = max(ends) if ends else created
     if created is not None and updated is not None and updated < created:

@@ -613,7 +613,20 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
         turn: ImportedTurn | None = None
         legacy: set[str] = set()  # keys of turns no turns row made (yet)
         open_calls: dict[str, ToolCall] = {}
-        for message in chain:
+        # each message's time: that of the model call that sent it or produced it -- the
+        # first turns row at or after it on the chain (a prompt or tool results go out with
+        # the next call, a reply is its call's tip); None where no call follows (turns llm
+        # rebuilt from the older tables)
+        call_times: list[float | None] = []
+        upcoming: float | None = None
+        for message in reversed(chain):
+            meta = turn_rows.get(message["hash"])
+            if meta is not None:
+                upcoming = _time(meta["datetime_utc"], source, f"turns row {meta['id']}")
+            call_times.append(upcoming)
+        call_times.reverse()
+        for index, message in enumerate(chain):
+            at = call_times[index]
             parts = conn.execute(
                 "SELECT * FROM parts WHERE message_hash = ? ORDER BY position", (message["hash"],)
             ).fetchall()
@@ -664,7 +677,7 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
             if role == "user" and text:
                 _end_turn(turn, open_calls)
                 turn = ImportedTurn(key=str(message["hash"]), messages=[Message.user(text)],
-                                    location=f"messages row {message['hash']}")
+                                    location=f"messages row {message['hash']}", times=[at])
                 legacy.add(turn.key)
                 session.turns.append(turn)
             elif turn is None:
@@ -672,10 +685,11 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
                                 "before the first prompt; skipped")
                 count_skipped(skipped, SKIP_BEFORE_USER)
                 continue
-            turn.messages.extend(results)
+            for result in results:
+                _add(turn, result, at)
             if role == "assistant" and (text or calls or reasoning):
                 _close_calls(turn, open_calls)
-                turn.messages.append(Message.model(text or None, calls, reasoning="".join(reasoning) or None))
+                _add(turn, Message.model(text or None, calls, reasoning="".join(reasoning) or None), at)
                 for call in calls:
                     open_calls[call.id] = call
             meta = turn_rows.get(message["hash"])

@@ -12,8 +12,9 @@ code fences. Every message is preceded by an HTML comment GitHub does not show::
 
 which holds the message's fields and the number of lines of its text, so the text itself
 is written as it is (whatever Markdown, fences or headings it holds) and read back exactly.
-``<!-- chatflow:turn {...} -->`` before each turn keeps its number, model, usage and
-finish reason. A file edited by hand imports as long as those comments still count right;
+``<!-- chatflow:turn {...} -->`` before each turn keeps its number, the model that answered
+it and where (``model``, ``base_url``: the turn's own, as its ``turn.completed`` records
+them; left out when unknown), usage and finish reason. A file edited by hand imports as long as those comments still count right;
 a line that starts like one (``<!-- chatflow:``) but is not exactly one, a text that does
 not end where its count says, or a fenced text whose fence does not close there, is an
 error naming the line: a comment is never skipped, since what it describes would be lost.
@@ -31,6 +32,7 @@ from typing import Any
 
 from ..errors import ImportFormatError
 from ..messages import Message, Role, ToolCall
+from ..usage import normalise_usage
 from .records import ImportedSession, ImportedTurn, content_digest, parse_time, strict_dumps, strict_loads
 
 __all__ = ["MD_MARK", "export_markdown", "read_markdown"]
@@ -62,9 +64,9 @@ def _summary_usage(turn: Mapping[str, Any]) -> str:
     bits = []
     if turn.get("model"):
         bits.append(f"`{turn['model']}`")
-    usage = turn.get("usage") or {}
-    tokens_in = usage.get("input_tokens", usage.get("prompt_tokens"))
-    tokens_out = usage.get("output_tokens", usage.get("completion_tokens"))
+    usage = normalise_usage(turn.get("usage")) or {}  # any stored shape; unknown shows nothing, never a 0
+    tokens_in = usage.get("prompt_tokens")
+    tokens_out = usage.get("completion_tokens")
     if tokens_in is not None or tokens_out is not None:
         bits.append(f"{tokens_in if tokens_in is not None else '?'} tokens in, {tokens_out if tokens_out is not None else '?'} out")
     if turn.get("finish_reason") and turn["finish_reason"] != "stop":
@@ -106,7 +108,7 @@ def export_markdown(header: Mapping[str, Any], system: Sequence[Message],
 
     ``header``: the session header (as in the chatflow format, plus ``archived_at``: ISO
     8601 UTC when the session is archived, else None); ``system``: the SYSTEM
-    messages; ``turns``: ``{"number", "messages", "model", "usage", "finish_reason",
+    messages; ``turns``: ``{"number", "messages", "model", "base_url", "usage", "finish_reason",
     "created_at"}`` dicts, oldest first.
     """
     settings = header.get("settings") or {}
@@ -135,7 +137,8 @@ def export_markdown(header: Mapping[str, Any], system: Sequence[Message],
             yield from _message_block(msg)
     for turn in turns:
         messages: Sequence[Message] = turn["messages"]
-        meta = {k: turn[k] for k in ("number", "model", "usage", "finish_reason", "created_at") if turn.get(k)}
+        meta = {k: turn[k] for k in ("number", "model", "base_url", "usage", "finish_reason", "created_at")
+                if turn.get(k)}
         yield f"## Turn {turn['number']}\n\n"
         yield f"<!-- chatflow:turn {_comment_json(meta)} -->\n\n"
         for msg in messages:
@@ -297,6 +300,7 @@ def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSessio
             usage = turn_meta.get("usage")
             turn = ImportedTurn(key=key, messages=[msg], usage=dict(usage) if isinstance(usage, dict) else {},
                                 model=turn_meta.get("model") if isinstance(turn_meta.get("model"), str) else None,
+                                base_url=turn_meta.get("base_url") if isinstance(turn_meta.get("base_url"), str) else None,
                                 finish_reason=turn_meta.get("finish_reason"),
                                 created_at=turn_meta.get("created_at") if isinstance(turn_meta.get("created_at"), (int, float)) else None,
                                 location=f"line {number}")

@@ -47,8 +47,9 @@ class ImportedTurn:
 
     ``messages``: the USER message first, then MODEL and TOOL messages in order (every tool
     call answered). ``key``: the turn's stable name in the source. ``usage``: token counts
-    (``input_tokens``/``output_tokens``...) when the source has them; ``model``: the model
-    that answered; ``created_at``: UTC epoch seconds, when known. ``outcome``:
+    in any shape :func:`~chatflow_cli.core.usage.normalise_usage` reads (stored in its one
+    shape) when the source has them; ``model``/``base_url``: the model that answered and
+    the API root it was asked at, when known (recorded on the turn); ``created_at``: UTC epoch seconds, when known. ``outcome``:
     ``"completed"``, ``"interrupted"`` (the source says the reply was cut off) or
     ``"failed"`` (the turn's user message was never answered). ``location``: where the
     turn starts in the source (``line 7``, ``responses row 01h…``, ``messages row 3f…``),
@@ -61,6 +62,7 @@ class ImportedTurn:
     messages: list[Message]
     usage: dict[str, Any] = field(default_factory=dict)
     model: str | None = None
+    base_url: str | None = None
     created_at: float | None = None
     finish_reason: str | None = None
     outcome: str = "completed"

@@ -103,6 +103,8 @@ class LocalModelClient:
     as :class:`~chatflow_cli.core.model.ModelClient`'s.
     """
 
+    #: The embedded model: a turn records no base URL for it (its port changes from run to run).
+    local = True
     #: Seconds to wait, after a failed request, for a dying server to be seen dead.
     DEATH_WAIT = 3.0
 

@@ -194,19 +194,23 @@ class _Journal(_StoreCore):
             row = self._require(tx, session_id)
             stored = tx.turn_messages(session_id, first, last, include_rolled_back)
             window_first = self._window_first(tx, row)
+            ends = tx.turn_events(session_id, EventType.TURN_COMPLETED.value, max(first, 1), last) if stored else []
+            rollbacks = tx.events_of_type(session_id, EventType.ROLLBACK.value, 0) if ends else []
         groups: dict[tuple[int, int | None, str | None], list[Message]] = {}
         for item in stored:
             groups.setdefault((item.turn, item.removed_at_seq, item.removed), []).append(item.message)
-        records = [
-            TurnRecord(
+        records = []
+        for (turn, removed_at, reason), msgs in groups.items():
+            done = _completion(ends, rollbacks, turn, removed_at)
+            records.append(TurnRecord(
                 turn,
                 tuple(msgs),
                 in_window=reason is None and (turn == 0 or turn >= window_first),
                 rolled_back=reason == "rolled_back",
                 failed=reason == "failed",
-            )
-            for (turn, _seq, reason), msgs in groups.items()
-        ]
+                model=_text(done.payload.get("model")) if done is not None else None,
+                base_url=_text(done.payload.get("base_url")) if done is not None else None,
+            ))
         records.sort(key=lambda r: (r.number, r.rolled_back is False and r.failed is False))
         return records
 
@@ -465,3 +469,21 @@ class _Journal(_StoreCore):
         with self._read() as tx:
             row = tx.get_row(session_id)
             return None if row is None else row.active_agent_name
+
+
+def _completion(ends: list[Event], rollbacks: list[Event], turn: int, removed_at: int | None) -> Event | None:
+    """The ``turn.completed`` of one stored run of turn ``turn`` among ``ends``: the newest
+    one (before ``removed_at``, the seq that took a removed run out) that no rollback below
+    ``turn`` came after (that one completed an earlier run of the same number)."""
+    for end in reversed(ends):
+        if end.payload.get("turn") != turn or (removed_at is not None and end.seq >= removed_at):
+            continue
+        later = [r for r in rollbacks if end.seq < r.seq and (removed_at is None or r.seq < removed_at)]
+        if any(int(r.payload.get("to_turn", 0) or 0) < turn for r in later):
+            return None
+        return end
+    return None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

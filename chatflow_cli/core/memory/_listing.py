@@ -7,6 +7,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from .._dsn import url_without_userinfo
 from ..errors import SessionBusyError, UsageError
 from ..events import EventType, SessionStatus
 from ..messages import Role
@@ -44,7 +45,8 @@ class _Listing(_StoreCore):
         ``metadata`` (default none). A title the user set on the source is kept with
         `` (fork)`` appended (cut to fit 200 characters); a derived title is derived again.
         Its event log starts with ``session.created`` whose payload carries ``"forked_from":
-        {"session_id", "turn", "seq"}`` (``seq``: the source's newest event seq at the fork),
+        {"session_id", "turn", "seq"}`` (``seq``: the point the fork was taken from, the seq of
+        the last event of turn ``at`` in the source: :meth:`_fork_point`),
         then one message event per copied message and, after each copied turn the source
         completed, its ``turn.completed`` (the source's payload), then, for each live summary
         of turns 1..K with K <= ``at``, a ``context.compacted`` event (the source's payload
@@ -89,7 +91,7 @@ class _Listing(_StoreCore):
             new_id = into if into is not None else f"{session_id}-fork-{secrets.token_hex(3)}"
             if tx.get_row(new_id) is not None:
                 raise UsageError(f"session {new_id!r} already exists: fork into another id", session_id=new_id)
-            origin = {"session_id": session_id, "turn": turn, "seq": tx.next_seq(session_id) - 1}
+            origin = {"session_id": session_id, "turn": turn, "seq": self._fork_point(tx, session_id, turn)}
             stored = tx.turn_messages(session_id, 0, turn, False)
             agent = source.active_agent_name
             for item in stored:
@@ -114,7 +116,8 @@ class _Listing(_StoreCore):
                 self._append(tx, new_id, EventType.SESSION_TITLED.value, {"title": title})
             endpoint = tx.endpoint_get(session_id)
             if endpoint is not None and (endpoint[0] is not None or endpoint[1] is not None):
-                tx.endpoint_put(new_id, endpoint[0], endpoint[1], now)
+                url = url_without_userinfo(endpoint[1]) if endpoint[1] is not None else None  # an old row's password stays behind
+                tx.endpoint_put(new_id, endpoint[0], url, now)
             times = self._message_times(tx, session_id, stored)
             done: dict[int, dict[str, Any]] = {}
             for number in range(1, turn + 1):
@@ -135,6 +138,28 @@ class _Listing(_StoreCore):
                 self._append(tx, new_id, EventType.TURN_COMPLETED.value, done[number], number)
             self._copy_summaries(tx, session_id, new_id, turn)
             return self._summary(tx, row, row.status)
+
+    @staticmethod
+    def _fork_point(tx: _Tx, session_id: str, turn: int) -> int:
+        """The seq of the source's event a fork at ``turn`` is taken from: the newest message,
+        ``turn.completed`` or ``turn.interrupted`` event of live turn ``turn`` (a rolled-back or
+        failed run of that number came before it; what came after, later turns included, is
+        not in the fork); for turn 0, the last event before turn 1 began (the newest seq when
+        no turn began)."""
+        kinds = set(MESSAGE_EVENT_TYPE.values())
+        ends = (EventType.TURN_COMPLETED.value, EventType.TURN_INTERRUPTED.value)
+        point = 0
+        for event in tx.events(session_id, 0, None):
+            number = event.payload.get("turn")
+            if not isinstance(number, int) or isinstance(number, bool):
+                number = None
+            if turn == 0:
+                if number is not None and number >= 1 and event.type in kinds:
+                    return point
+                point = event.seq
+            elif number == turn and (event.type in kinds or event.type in ends):
+                point = event.seq
+        return point
 
     @staticmethod
     def _message_times(tx: _Tx, session_id: str, stored: list[Any]) -> dict[int, float]:

@@ -338,6 +338,13 @@ class _Tx:
     def events_of_type(self, session_id: str, type: str, after_seq: int) -> list[Event]:
         raise NotImplementedError
 
+    def turn_events(self, session_id: str, type: str, first: int, last: int | None) -> list[Event]:
+        """Events of ``type`` whose turn is ``first..last`` (None: no upper bound), in seq
+        order. A backend with a turn column overrides this with one indexed query."""
+        return [e for e in self.events_of_type(session_id, type, 0)
+                if isinstance(e.payload.get("turn"), int) and first <= e.payload["turn"]
+                and (last is None or e.payload["turn"] <= last)]
+
     def insert_message(self, session_id: str, turn: int, message: Message, seq: int,
                        message_json: str | None = None) -> None:
         """Store a live message; ``message_json``: its ``to_json()`` when already made."""

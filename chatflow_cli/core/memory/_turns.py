@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from .._dsn import url_without_userinfo
 from ..errors import IdempotencyConflictError, PendingToolCallsError, SessionBusyError, UsageError
 from ..events import Event, EventType, SessionStatus
 from ..messages import Message, Role
@@ -266,19 +267,25 @@ class _Turns(_Claims, _ToolResults):
         """The ``(model, base_url)`` stored with the session, ``(None, None)`` when none was.
 
         Front-ends store the model and endpoint a session was created with (never an API
-        key) so that resuming it talks to the same server. Raises
-        :class:`SessionNotFoundError` for an unknown session.
+        key) so that resuming it talks to the same server. The base URL comes back without
+        any ``user:password@`` (:func:`~chatflow_cli.core._dsn.url_without_userinfo`), also
+        from a database written before it was removed on write: such a row is redacted on
+        each read and never migrated (it stays in the file until the endpoint is set again).
+        Raises :class:`SessionNotFoundError` for an unknown session.
         """
         _check_session_id(session_id)
         with self._read() as tx:
             self._require(tx, session_id)
-            return tx.endpoint_get(session_id) or (None, None)
+            model, base_url = tx.endpoint_get(session_id) or (None, None)
+        return model, url_without_userinfo(base_url) if base_url is not None else None
 
     def set_session_endpoint(self, session_id: str, model: str | None, base_url: str | None) -> None:
         """Store the model name and base URL (``None``: not set) the session talks to.
 
-        Values are strings of at most 2,048 characters; an API key has no place here.
-        Raises :class:`SessionNotFoundError`, or TypeError/ValueError for bad values.
+        Values are strings of at most 2,048 characters; an API key has no place here, and a
+        ``user:password@`` in ``base_url`` is left out (the one exception to a store giving
+        back what it was given: a password is never written). Raises
+        :class:`SessionNotFoundError`, or TypeError/ValueError for bad values.
         """
         _check_session_id(session_id)
         for name, value in (("model", model), ("base_url", base_url)):
@@ -288,6 +295,8 @@ class _Turns(_Claims, _ToolResults):
                 if len(value) > 2048:
                     raise ValueError(f"{name} is longer than 2048 characters")
                 _check_text(value, name, session_id)
+        if base_url is not None:
+            base_url = url_without_userinfo(base_url)
         with self._write() as tx:
             self._require(tx, session_id)
             tx.endpoint_put(session_id, model, base_url, self.clock())

@@ -46,6 +46,7 @@ from typing import Any
 from ..errors import InvalidHistoryError, PendingToolCallsError, SessionTerminatedError, UsageError
 from ..events import _RECORDABLE, Event, EventType, SessionStatus, _event_type, _is_reserved, _use_instead
 from ..messages import Message, Role, ToolCall
+from ..usage import normalise_usage
 from ._checks import (
     DEFAULT_MAX_TURNS,
     _agent_name,
@@ -765,10 +766,16 @@ class SessionContext:
         self._prune_history()
 
     def complete_turn(self, content: str | None, agent: Any = None, usage: Any = None,
-                      finish_reason: str | None = None, *, agent_version: str | None = None) -> None:
-        """Journal ``turn.completed`` ``{"turn", "agent", "content", "usage"}`` (plus
-        ``"finish_reason"`` when given: ``"stop"``, or ``"length"``/``"content_filter"`` for
-        a reply that was cut; ``"agent_version"`` when given: the answering agent's), then prune.
+                      finish_reason: str | None = None, *, agent_version: str | None = None,
+                      model: str | None = None, base_url: str | None = None) -> None:
+        """Journal ``turn.completed`` ``{"turn", "agent", "content", "usage"}``, then prune.
+
+        ``usage`` is stored in the one shape of :func:`~chatflow_cli.core.usage.normalise_usage`
+        whatever shape is given, and as ``null`` when no count is known. Added when given:
+        ``"finish_reason"`` (``"stop"``, or ``"length"``/``"content_filter"`` for a reply that
+        was cut), ``"agent_version"`` (the answering agent's), ``"model"`` and ``"base_url"``
+        (the model that answered and the API root it was asked at, never a key: a Runner gives
+        both; the embedded local model has no fixed URL, so no ``base_url``).
 
         Refused, with nothing journalled: :class:`UsageError` when there is no open turn
         (turn 0: no USER message yet), :class:`PendingToolCallsError` while tool calls of
@@ -790,12 +797,16 @@ class SessionContext:
             "turn": self._current_turn(),
             "agent": _agent_name(agent if agent is not None else self._agent),
             "content": content or "",
-            "usage": _plain_usage(usage),
+            "usage": normalise_usage(_plain_usage(usage)),
         }
         if finish_reason is not None:
             payload["finish_reason"] = str(finish_reason)
         if agent_version:
             payload["agent_version"] = str(agent_version)
+        if model:
+            payload["model"] = str(model)
+        if base_url:
+            payload["base_url"] = str(base_url)
         self._record(JournalEntry("event", EventType.TURN_COMPLETED.value, payload))
         self._prune_history()
 

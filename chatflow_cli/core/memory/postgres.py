@@ -811,6 +811,14 @@ class _PgTx(_Tx):
         )
         return [_event(session_id, r) for r in rows]
 
+    def turn_events(self, session_id: str, type: str, first: int, last: int | None) -> list[Event]:
+        sql = f"SELECT {_EVENT_COLUMNS} FROM chatflow_events WHERE session_id = %s AND event_type = %s AND turn >= %s"
+        args: tuple[Any, ...] = (session_id, type, first)
+        if last is not None:
+            sql += " AND turn <= %s"
+            args += (last,)
+        return [_event(session_id, r) for r in self._x(sql + " ORDER BY seq", args)]
+
     # -- messages --------------------------------------------------------------------------
     def insert_message(self, session_id: str, turn: int, message: Message, seq: int,
                        message_json: str | None = None) -> None:

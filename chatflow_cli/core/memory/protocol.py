@@ -62,6 +62,11 @@ class TurnRecord:
     in_window: bool
     rolled_back: bool = False
     failed: bool = False
+    #: the model that answered the turn and the API root it was asked at, as its
+    #: ``turn.completed`` records them; None when unknown (a turn that did not complete, or
+    #: one stored before chatflow recorded them)
+    model: str | None = None
+    base_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -426,6 +426,15 @@ class _SQLiteTx(_Tx):
         )
         return [_event(session_id, r) for r in rows]
 
+    def turn_events(self, session_id: str, type: str, first: int, last: int | None) -> list[Event]:
+        sql = ("SELECT seq, event_type, payload_json, created_at_utc, idempotency_key FROM chatflow_events "
+               "WHERE session_id = ? AND event_type = ? AND turn >= ?")
+        args: tuple[Any, ...] = (session_id, type, first)
+        if last is not None:
+            sql += " AND turn <= ?"
+            args += (last,)
+        return [_event(session_id, r) for r in self.c.execute(sql + " ORDER BY seq", args)]
+
     def insert_message(self, session_id: str, turn: int, message: Message, seq: int,
                        message_json: str | None = None) -> None:
         key = (session_id, turn)

@@ -65,7 +65,7 @@ def test_md_transcript_reads_back_to_the_same_turns(rich: SessionStore) -> None:
     assert session.system == ["Be brief."]
     assert session.metadata == {"channel": "web"}
     assert [t.messages for t in session.turns] == live_turns(rich)
-    assert session.turns[0].usage == {"input_tokens": 12, "output_tokens": 5}
+    assert session.turns[0].usage == {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}  # the one shape
     assert session.turns[2].finish_reason == "length"
 
 

@@ -212,7 +212,7 @@ def test_llm_logs_import_sessions_turns_tools_and_usage(make_store: Any) -> None
     turns = store.load_turns(tools)
     assert [m.role.value for m in turns[0].messages] == ["user", "model", "tool", "model"]
     completed = [e.payload for e in store.events(tools) if e.type == "turn.completed"]
-    assert completed[0]["usage"] == {"input_tokens": 19, "output_tokens": 10}
+    assert completed[0]["usage"] == {"prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29}  # the one shape
     assert completed[0]["content"] == "2 + 3 = 5"
     assert store.session_endpoint(first) == ("fake", None)
     imported = [e.payload for e in store.events(first) if e.type == "session.imported"]
@@ -639,3 +639,82 @@ def test_md_exports_of_one_session_in_one_file_import_as_one_after_the_other(
     [again] = import_file(store, both)  # a second time: nothing added, no error
     assert again.counts["turns"] == 0 and "rolled_back" not in again.counts
     assert _live_texts(store, "rb") == ["msg 1", "msg 2", "msg 5 after rb"]
+
+
+def test_a_claude_code_file_first_imported_with_only_its_prompt_gets_its_model_and_settings_later(
+        make_store: Any, tmp_path: Path) -> None:
+    """Claude Code writes the prompt line before the reply: a file imported in that state
+    names no model yet. Imported again once it grew, the session ends as the final file
+    imported once -- its model (so ``sessions show``, exports and the context budget know
+    it) and the settings the source gives (here a git branch switched mid-session)."""
+    entries = session_lines()
+    for e in entries[2:]:
+        if "gitBranch" in e:
+            e["gitBranch"] = "fix-build"
+    lines = lines_of(entries)
+    path = tmp_path / "s.jsonl"
+    growing = make_store("growing")
+    for k in (2, len(lines)):  # the summary line and the first prompt; then the whole file
+        path.write_text("\n".join(lines[:k]) + "\n", encoding="utf-8")
+        import_file(growing, path)
+    once = make_store("once")
+    [result] = import_file(once, path)
+    assert once.session_endpoint(result.session_id) == ("claude-sonnet-4-5", None)
+    assert growing.session_endpoint(result.session_id) == once.session_endpoint(result.session_id)
+    summary = growing.session_summary(result.session_id)
+    assert summary.metadata["claude_code_git_branch"] == "fix-build"
+    assert summary.metadata == once.session_summary(result.session_id).metadata
+    assert _live(growing, result.session_id) == _live(once, result.session_id)
+    again = import_file(growing, path)[0]  # nothing new: nothing written
+    assert again.counts["turns"] == 0 and growing.session_summary(result.session_id).metadata == summary.metadata
+
+
+def _tool_loop_times(store: Any, session_id: str) -> list[tuple[str, float]]:
+    return [(e.type, e.created_at) for e in store.events(session_id)
+            if e.type in ("message.user", "message.model", "tool.result")]
+
+
+@pytest.mark.parametrize("schema", ["responses", "threads"])
+def test_each_message_of_an_llm_tool_loop_keeps_its_own_model_calls_time(
+        schema: str, make_store: Any, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """One chatflow turn built from two llm model calls (the tool call, then the reply after
+    the result, here 40 s later: a slow tool): the tool result (sent with the second call)
+    and the reply carry the second call's time, not the first's, and the session was last
+    active at its last message."""
+    from chatflow_cli.core.interop.records import parse_time
+    from tests.helpers.llm_db import corrupted
+
+    if schema == "responses":
+        db = corrupted(tmp_path, DATA / "llm-0.27-logs.db", "update responses set datetime_utc = "
+                       "'2026-12-01T03:00:00.000000+00:00' where response = '2 + 3 = 5'")
+        table, ask = "responses", "select datetime_utc from responses where prompt = 'What is 2+3?'"
+    else:
+        db = corrupted(tmp_path, request.getfixturevalue("llm_logs_db"),
+                       "update turns set datetime_utc = '2099-12-01T03:00:00.000000+00:00' where tip_message_hash "
+                       "in (select message_hash from parts where type = 'text' and text = '2 + 3 = 5')")
+        table, ask = "turns", ("select datetime_utc from turns where tip_message_hash in (select message_hash "
+                               "from parts where type = 'tool_call')")
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    first = parse_time(conn.execute(ask).fetchone()[0])
+    second = parse_time(conn.execute(f"select max(datetime_utc) from {table}").fetchone()[0]
+                        if schema == "threads" else "2026-12-01T03:00:00+00:00")
+    conn.close()
+    store = make_store()
+    tools = next(r.session_id for r in import_file(store, db) if r.counts["tool_calls"])
+    assert _tool_loop_times(store, tools) == [("message.user", first), ("message.model", first),
+                                              ("tool.result", second), ("message.model", second)]
+    assert store.session_summary(tools).updated_at == second
+
+
+def test_a_claude_code_reply_cut_by_max_tokens_imports_as_a_cut_turn(make_store: Any, tmp_path: Path) -> None:
+    entries = session_lines()
+    entries[6]["message"]["stop_reason"] = "max_tokens"  # a2, the first turn's last reply
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines_of(entries)) + "\n", encoding="utf-8")
+    store = make_store()
+    [result] = import_file(store, path)
+    done = [e.payload.get("finish_reason") for e in store.events(result.session_id) if e.type == "turn.completed"]
+    assert done == ["length", None]
+    assert store.load_turns(result.session_id)[0].messages[-1].finish_reason == "length"

@@ -560,7 +560,7 @@ def test_begin_turn_with_a_repeated_idempotency_key(any_store: BaseSessionStore,
         "turn": 1,
         "agent": "Assistant",
         "content": "In transit.",
-        "usage": {},
+        "usage": None,  # no usage given: unknown
         "outcome": "completed",
     }
     assert any_store.events("s") == before
@@ -1428,6 +1428,23 @@ def test_session_endpoint_round_trip_and_goes_with_the_session(
     assert any_store.delete("s") is True
     any_store.get_or_create("s", agent)  # a new incarnation starts with nothing stored
     assert any_store.session_endpoint("s") == (None, None)
+
+
+def test_a_base_url_password_is_never_stored_and_an_old_one_never_read_back(
+        any_store: BaseSessionStore, agent: Agent) -> None:
+    any_store.get_or_create("s", agent)
+    any_store.set_session_endpoint("s", "m", "http://bot:S3cretPw@127.0.0.1:9/v1")
+    assert any_store.session_endpoint("s") == ("m", "http://127.0.0.1:9/v1")
+    with any_store._read() as tx:  # what the store holds, not only what it gives back
+        assert tx.endpoint_get("s") == ("m", "http://127.0.0.1:9/v1")
+    # a row written before passwords were left out: redacted on every read, and not copied by fork
+    with any_store._write() as tx:
+        tx.endpoint_put("s", "m", "https://bot:Old@Pw9@h.example:8443/v1?x=1", 0.0)
+    assert any_store.session_endpoint("s") == ("m", "https://h.example:8443/v1?x=1")
+    assert asyncio.run(any_store.asession_endpoint("s")) == ("m", "https://h.example:8443/v1?x=1")
+    forked = any_store.fork("s")
+    with any_store._read() as tx:
+        assert tx.endpoint_get(forked.session_id) == ("m", "https://h.example:8443/v1?x=1")
 
 
 def test_session_endpoint_refuses_unknown_sessions_and_bad_values(any_store: BaseSessionStore, agent: Agent) -> None:

@@ -38,7 +38,9 @@ def test_fork_copies_turns_1_to_n_and_records_its_origin(any_store, agent) -> No
     source_events = any_store.events("src")
     summary = any_store.fork("src", 2, into="branch")
     assert summary.session_id == "branch" and summary.turn_count == 2
-    assert summary.forked_from == {"session_id": "src", "turn": 2, "seq": source_events[-1].seq}
+    # the point the fork was taken from: turn 2's last event, not the source's newest one
+    [end_of_2] = [e.seq for e in source_events if e.type == "turn.completed" and e.payload["turn"] == 2]
+    assert summary.forked_from == {"session_id": "src", "turn": 2, "seq": end_of_2}
     assert any_store.forked_from("branch") == summary.forked_from and any_store.forked_from("src") is None
     assert _texts(any_store, "branch") == [["be brief"], ["u1", "m1"], ["u2", None, "r2", "m2"]]
     first = any_store.events("branch")[0]
@@ -54,6 +56,29 @@ def test_fork_copies_turns_1_to_n_and_records_its_origin(any_store, agent) -> No
     any_store.save(ctx)
     assert [r.number for r in any_store.load_turns("branch")] == [1, 2, 3]
     assert _texts(any_store, "src")[3] == ["u3", "m3"]
+
+
+def test_forked_from_seq_is_the_last_event_of_the_turn_forked(any_store, agent) -> None:
+    _chat(any_store, agent, "src", 3, system="be brief")
+    ctx = any_store.get("src")
+    any_store.rollback("src", 2)  # turn 3 is taken back and run again: the fork point is the live run's
+    ctx = any_store.get("src")
+    ctx.add_message(Message.user("u3 again"))
+    ctx.add_message(Message.model("m3 again"))
+    ctx.complete_turn("m3 again")
+    any_store.save(ctx)
+    ctx = any_store.get("src")
+    ctx.add_message(Message.user("u4"))
+    ctx.add_message(Message.model("m4"))
+    ctx.complete_turn("m4")
+    any_store.save(ctx)
+    events = any_store.events("src")
+    ends = {e.payload["turn"]: e.seq for e in events if e.type == "turn.completed"}  # the newest per turn
+    for turn in (1, 2, 3, 4):
+        fork = any_store.fork("src", turn, into=f"at-{turn}")
+        assert fork.forked_from["seq"] == ends[turn], turn
+    first_user = min(e.seq for e in events if e.type == "message.user")
+    assert any_store.fork("src", 0, into="at-0").forked_from["seq"] == first_user - 1
 
 
 def test_fork_defaults(any_store, agent) -> None:
