@@ -137,6 +137,16 @@ def _readme_typed_install() -> list[str]:
     return [arg.strip("'") for arg in pip_part[2:]]
 
 
+def _installed_here() -> str | None:
+    """Where chatflow-cli is installed in the environment running the tests (None: nowhere)."""
+    from importlib import metadata
+
+    try:
+        return str(metadata.distribution("chatflow-cli")._path)  # type: ignore[attr-defined]
+    except metadata.PackageNotFoundError:
+        return None
+
+
 @pytest.mark.slow
 def test_mypy_strict_passes_after_the_readmes_install_for_typed_users(tmp_path: Path) -> None:
     """The README's install for typed users, made for real into a fresh environment, then plain
@@ -149,12 +159,17 @@ def test_mypy_strict_passes_after_the_readmes_install_for_typed_users(tmp_path: 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=60)
     # The README's arguments with the checkout for ".", installed into the fresh environment;
     # dependencies are left out (mypy checks the bot against chatflow_cli's own types).
+    # pip runs for the fresh environment's interpreter (--python), so it never touches the
+    # environment running the tests (--prefix would uninstall chatflow-cli from it first).
     install = [str(REPO) + a[1:] if a.startswith(".") else a for a in args]
+    before = _installed_here()
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--prefix", str(env_dir), *install],
+        [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install", "-q", "--no-deps",
+         *install],
         capture_output=True, text=True, timeout=280,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    assert _installed_here() == before, "the install for the bot changed the environment running the tests"
     (tmp_path / "bot.py").write_text(BOT)
     (tmp_path / "wrong.py").write_text(WRONG)
     env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
