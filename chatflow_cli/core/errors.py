@@ -24,6 +24,7 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │   ├── AuthenticationError        401/403
     │   ├── ModelNotFoundError         404
     │   ├── BadRequestError            400/422 from the provider
+    │   │   └── CompactionDoesNotFitError  what a compaction summarises does not fit the context either
     │   ├── ProviderResponseError      invalid JSON, HTML, an error event mid-stream
     │   │   └── InvalidToolCallError   a tool call whose arguments are not a complete JSON object
     │   ├── MaxToolRoundsExceeded      the model kept calling tools past the bound of a turn
@@ -53,6 +54,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "ChatflowError",
+    "CompactionDoesNotFitError",
     "ConfigError",
     "ExitStatus",
     "IdempotencyConflictError",
@@ -216,6 +218,12 @@ class ModelNotFoundError(ProviderError):
 
 class BadRequestError(ProviderError):
     pass
+
+
+class CompactionDoesNotFitError(BadRequestError):
+    """A compaction's own request (the turns to summarise) is over the model's context, so
+    compacting cannot make room (exit 5): the message says what can (a shorter message, a
+    new session, a model with a larger context). Automatic compaction stops for the session."""
 
 
 class ProviderResponseError(ProviderError):

