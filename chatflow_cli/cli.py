@@ -125,19 +125,21 @@ def root(
     agent: Annotated[Optional[str], typer.Option("--agent", "-a", metavar="NAME", help="With no command: as chat --agent.", autocompletion=complete_agent_name)] = None,
     system: Annotated[Optional[str], typer.Option("--system", metavar="TEXT", help="With no command: as chat --system.")] = None,
     max_turns: Annotated[Optional[int], typer.Option("--max-turns", min=1, metavar="N", help="With no command: as chat --max-turns.")] = None,
+    max_context_tokens: Annotated[Optional[int], typer.Option("--max-context-tokens", min=2, metavar="N", help="With no command: as chat --max-context-tokens.")] = None,
     version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     """Chat with OpenAI-compatible models from the terminal; sessions are kept in SQLite.
 
     With no command: the REPL on a terminal; otherwise the message is read from stdin. The
-    chat options -s, -c, -m, --base-url, -a, --system and --max-turns apply to it.
+    chat options -s, -c, -m, --base-url, -a, --system, --max-turns and --max-context-tokens
+    apply to it.
     --db, --config, --debug and --no-color may also follow the command.
     """
     state = State(db=db, config=config, debug=debug, no_color=no_color, env=Env.from_sys(no_color=no_color))
     ctx.obj = state
     ctx.call_on_close(state.close)
     chat_options: dict[str, Any] = {"model": model, "base_url": base_url, "agent": agent, "system": system,
-                                    "max_turns": max_turns}
+                                    "max_turns": max_turns, "max_context_tokens": max_context_tokens}
     if ctx.invoked_subcommand is not None:
         given = [name for name, value in (("--session", session), ("--continue", continue_ or None),
                                           *((f"--{k.replace('_', '-')}", v) for k, v in chat_options.items()))

@@ -43,7 +43,9 @@ with these additions:
   process): exit as soon as that pipe reports EOF, i.e. when chatflow is gone.
   ``--chatflow-state PATH --chatflow-keep-alive SECONDS`` (a shared warm server): the
   process forks; the parent is a small supervisor that waits for the server, writes how
-  it ended (``<state>.exit``: instance and return code, a negative code being the signal)
+  it ended (``<state>.exit``: instance and return code, a negative code being the signal,
+  and ``stopped_by``: the signal's name when the supervisor itself was signalled -- ``chatflow
+  local stop`` -- so that the server was stopped, not crashed)
   and removes the state file when it still names this server; the server stops itself
   when no request came for the keep-alive time, when its model file changed, or when the
   state file names another server (a chatflow of another version, options or model took
@@ -491,7 +493,10 @@ def _supervise(opts: _Options) -> None:
         _set_pdeathsig()
         return
 
+    asked: list[str] = []  # the signals this supervisor was sent: the server was stopped on purpose
+
     def forward(signum: int, frame: Any) -> None:
+        asked.append(signal.Signals(signum).name)
         try:
             os.kill(pid, signum)
         except ProcessLookupError:
@@ -507,8 +512,10 @@ def _supervise(opts: _Options) -> None:
             continue
     code = os.waitstatus_to_exitcode(status)
     assert opts.state is not None and opts.lock is not None
-    record = {"instance": opts.instance, "pid": os.getpid(), "server_pid": pid, "returncode": code,
-              "time": time.time()}
+    record: dict[str, Any] = {"instance": opts.instance, "pid": os.getpid(), "server_pid": pid,
+                              "returncode": code, "time": time.time()}
+    if asked and code != 0:
+        record["stopped_by"] = asked[0]  # ``chatflow local stop`` (SIGTERM), not a crash
     # the record first, without the lock: a chatflow starting this server holds the lock and
     # waits for either the server's health or this record
     write_private(Path(f"{opts.state}.exit"), record)

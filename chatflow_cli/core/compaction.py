@@ -33,6 +33,7 @@ until a later compaction or a rollback (:func:`compaction_stopped`).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -236,9 +237,11 @@ def compact_session(
         try:
             reply = _ask(client, model, wire, cancel, tools=list(tools) if tools else None,
                          tool_choice="none" if tools else None, max_tokens=max_tokens, temperature=temperature)
-        except Exception:
+        except Exception as exc:
             if cancel is not None and cancel.is_set():
                 raise _interrupted(session_id) from None
+            if getattr(exc, "error_code", None) == "context_length_exceeded":
+                raise _does_not_fit(exc, session_id) from None
             raise
         if cancel is not None and cancel.is_set():
             raise _interrupted(session_id)
@@ -310,6 +313,23 @@ def _ask(client: Any, model: str, wire: list[dict[str, Any]], cancel: Any, **kwa
 
         raise ProviderResponseError("the model's stream ended without a reply")
     return reply
+
+
+#: The sizes a refusal over the context names (``(the request has 3,012 tokens; the model runs with 2,048)``).
+_SIZES = re.compile(r"\((?:the request has|the prompt has)[^()]*\)")
+
+
+def _does_not_fit(exc: Exception, session_id: str) -> Exception:
+    """The error for a compaction refused because its own request is over the model's
+    context: compacting again cannot help, so the line says what can."""
+    from .errors import CompactionDoesNotFitError
+
+    found = _SIZES.search(str(getattr(exc, "message", exc)))
+    sizes = f" {found.group(0)}" if found else ""
+    return CompactionDoesNotFitError(
+        f"the turns to summarise do not fit the model's context either{sizes}; nothing was compacted, and "
+        "compacting again cannot help: shorten the long message (roll it back: chatflow sessions rollback, /rollback in the REPL), start a "
+        "new session, or use a model with a larger context", session_id=session_id)
 
 
 def _interrupted(session_id: str) -> Exception:

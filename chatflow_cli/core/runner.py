@@ -892,7 +892,8 @@ class Runner:
         request's ``context.dropped`` event says so.
 
         Automatic compaction stops for the session when it cannot help: the model's summary
-        was refused as not shorter than what it replaces (:class:`SummaryTooLongError`), or
+        was refused as not shorter than what it replaces (:class:`SummaryTooLongError`), its
+        request did not fit the model's context either (:class:`CompactionDoesNotFitError`), or
         what stays in every request after it (the summary, the SYSTEM messages and the
         agent's instructions) takes more than ``compact_at`` minus the 30 % kept as live
         turns (at least half of ``compact_at``) of the budget: the window could not get
@@ -903,7 +904,7 @@ class Runner:
         compaction is not tried again and turns that do not fit are dropped.
         """
         from .compaction import KEEP_SHARE, compact_session, compaction_stopped, compaction_through
-        from .errors import SessionNotFoundError, SummaryTooLongError
+        from .errors import CompactionDoesNotFitError, SessionNotFoundError, SummaryTooLongError
 
         try:
             info = self.store.session_summary(session_id)
@@ -928,7 +929,7 @@ class Runner:
                                    prompt=self.compact_prompt,
                                    tools=[t.to_wire() for t in agent.all_tools().values()] or None,
                                    max_tokens=self.max_tokens, temperature=self.temperature)
-        except SummaryTooLongError as exc:
+        except (SummaryTooLongError, CompactionDoesNotFitError) as exc:
             return [self._stop_compaction(session_id, through, exc.message)]
         except ChatflowError as exc:
             log.warning("session %s: automatic compaction through turn %d failed (%s); the turn goes on "

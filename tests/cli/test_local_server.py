@@ -432,3 +432,27 @@ def test_a_killed_server_leaves_no_zombie_under_the_process_that_started_it(stan
             from chatflow_cli.core.local import stop_local_servers
 
             stop_local_servers(tmp_path / "data")
+
+
+def test_local_stop_under_replies_says_stopped_to_every_caller_with_no_other_callers_lines(standin) -> None:
+    """``chatflow local stop`` while three replies stream: each caller is told the server was
+    stopped (not that it crashed, not a signal), without lines of the server's shared log."""
+    assert chat("hi").returncode == 0
+    state = standin.state()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs = [subprocess.Popen([*COMMAND, "chat", "-s", f"slow{n}", "a slow one (slow)"], env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for n in range(3)]
+    for proc in procs:
+        assert proc.stdout is not None
+        assert proc.stdout.read(5) == b"Hello"  # every reply is streaming
+    stopped = run_chatflow("local", "stop", "--json")
+    assert stopped.returncode == 0 and stopped.json() == {"stopped": [state["pid"]]}
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        text = err.decode()
+        assert proc.returncode == 5, (out, err)
+        [line] = [ln for ln in text.splitlines() if ln.startswith("chatflow: error:")]
+        assert "the local model server was stopped while answering (chatflow local stop" in line, line
+        assert "crash" not in line and "SIGTERM" not in line and "its output ends" not in line, line
+    assert len(standin.pids()) == 1  # nobody started another server behind the stop

@@ -108,3 +108,31 @@ def test_model_before_no_command_opens_the_repl_with_it(provider, chatflow):
     child.close()
     assert child.exitstatus == 0
     assert provider.requests[-1]["model"] == "fake-repl-model"
+
+
+def _users(request: dict) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+
+
+def test_max_context_tokens_before_no_command_applies_to_the_repl_and_the_piped_message(chatflow, provider,
+                                                                                        config_file):
+    """``chatflow -s ID --max-context-tokens N`` (the manual: the option works for chat and the
+    REPL): a turn too big for N leaves the window of the REPL's request and of a piped one."""
+    config_file("compact_at = 0\n")  # no summary: the big turn simply leaves the window
+    big = "question 1 " + "word " * 1500  # about 2,400 estimated tokens, over a budget of 1,024
+    assert chatflow("chat", "-s", "w", "--max-context-tokens", "100000", big).returncode == 0
+    assert len(_users(provider.requests[-1])) == 1
+    pexpect = pexpect_module()
+    child = spawn_chatflow(["-s", "w", "--max-context-tokens", "1024"])
+    child.expect_exact(PROMPT_READS_KEYS)
+    child.send("second\r")
+    child.expect("ok: second")
+    child.expect_exact(PROMPT_READS_KEYS)
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert _users(provider.requests[-1]) == ["second"]
+    r = chatflow("-s", "w", "--max-context-tokens", "1024", input="third\n")
+    assert r.returncode == 0, r
+    assert _users(provider.requests[-1]) == ["second", "third"]  # the big turn is still left out

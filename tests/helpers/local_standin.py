@@ -14,6 +14,9 @@ servers and make them die on purpose. Behaviour from environment variables:
 * ``STANDIN_DELAY``: seconds between two chunks (default 0). A request whose last message
   contains ``(slow)`` waits 1 s between chunks whatever the server was started with (a warm
   server outlives the environment of the process that started it).
+
+On SIGTERM (``chatflow local stop``) the replies being streamed end at once without a
+finish reason, as llama-cpp-python's do.
 """
 
 from __future__ import annotations
@@ -27,6 +30,26 @@ import time
 from typing import Any
 
 REPLY = "Hello from the stand-in server."
+
+#: Set when uvicorn is told to exit (SIGTERM, as ``chatflow local stop`` sends): like
+#: llama-cpp-python's server (its event streams end on uvicorn's exit), every reply being
+#: streamed then ends at once, without a finish reason, and the process ends by the signal.
+_exiting: list[int] = []
+
+
+def _end_streams_on_exit() -> None:
+    import uvicorn
+
+    original = uvicorn.Server.handle_exit
+    if getattr(original, "_standin", False):
+        return
+
+    def handle_exit(self: Any, sig: int, frame: Any) -> None:
+        _exiting.append(sig)
+        original(self, sig, frame)
+
+    setattr(handle_exit, "_standin", True)  # noqa: B010
+    setattr(uvicorn.Server, "handle_exit", handle_exit)  # noqa: B010
 
 
 def _arg(argv: list[str], name: str, default: str) -> str:
@@ -62,6 +85,7 @@ def create_app(argv: list[str]) -> tuple[Any, str, int]:
         sys.stderr.flush()
         os._exit(3)
     delay = float(os.environ.get("STANDIN_DELAY", "0") or 0)
+    _end_streams_on_exit()
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -99,6 +123,9 @@ def create_app(argv: list[str]) -> tuple[Any, str, int]:
                             "more_body": True})
                 if pause:
                     await asyncio.sleep(pause)
+                if _exiting:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return
             last = {"id": "c1", "object": "chat.completion.chunk", "model": alias,
                     "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
                     "usage": {"prompt_tokens": 5, "completion_tokens": len(words), "total_tokens": 5 + len(words)}}

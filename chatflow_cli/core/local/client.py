@@ -10,7 +10,7 @@ import threading
 from typing import Any, Generator, Unpack
 
 from ..errors import BadRequestError, ChatflowError, LocalModelError, NetworkError, ProviderResponseError
-from .crash import LocalServerCrashedError
+from .crash import LocalServerCrashedError, empty_reply_error
 from .options import DEFAULT_KEEP_ALIVE, ServerOptions, ServerSettings
 from .private import LocalServer
 from .warm import SharedLocalServer
@@ -200,6 +200,18 @@ class LocalModelClient:
         death: ChatflowError | None = self.server.wait_death(self.DEATH_WAIT)
         return death
 
+    def damage_of(self, turn: Any) -> ChatflowError | None:
+        """For a reply with nothing in it (no text, tool call or reasoning), the error that
+        says the model file is damaged when it is (checked only then: it reads the file);
+        ``None`` otherwise."""
+        if (turn.interrupted or turn.tool_calls or (turn.content or "").strip() or turn.reasoning):
+            return None
+        try:
+            model = self.server.options.model_file()
+        except LocalModelError:
+            return None
+        return empty_reply_error(model)
+
     def close(self) -> None:
         with self._lock:
             client, self._client = self._client, None
@@ -231,7 +243,7 @@ class _LocalStream:
                 for item in self._inner:
                     if isinstance(item, ModelTurn) and not self._cancelled:
                         # a reply that broke off (the verdict) because the server died is its crash
-                        mapped = self._owner.crash_of(item)
+                        mapped = self._owner.crash_of(item) or self._owner.damage_of(item)
                         if mapped is not None:
                             break
                     said = said or not isinstance(item, ModelTurn)

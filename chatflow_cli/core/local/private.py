@@ -9,6 +9,7 @@ import os
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import IO, Unpack
 
 from ..errors import LocalModelError
@@ -206,7 +207,11 @@ class LocalServer:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return None
-        return crash_error(code, self.output_tail(), phase="answering")
+        try:
+            model: Path | None = self.options.model_file()
+        except LocalModelError:
+            model = None
+        return crash_error(code, self.output_tail(), phase="answering", model=model)
 
     def output_tail(self, max_bytes: int = 4000) -> str:
         """The last ``max_bytes`` of the child's stdout+stderr (for diagnostics)."""

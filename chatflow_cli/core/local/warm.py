@@ -269,18 +269,19 @@ class SharedLocalServer:
         deadline = time.monotonic() + timeout
         while True:
             record = exit_record(state_path, str(state["instance"]), wait=0)
+            model = Path(str(state["model"])) if state.get("model") else None
             if record is not None:
                 code = record.get("returncode")
-                if code == 0:
-                    return stopped_error(str(path))
+                if code == 0 or record.get("stopped_by"):
+                    return stopped_error(str(path), returncode=code if isinstance(code, int) else None)
                 return crash_error(code if isinstance(code, int) else None, file_tail(path), phase="answering",
-                                   log_path=str(path))
+                                   log_path=str(path), model=model)
             if not pid_alive(int(state["pid"])):
                 if self.process is not None and self.process.poll() is not None:
                     code = self.process.returncode
                     return crash_error(None if code in (0, 1) else code, file_tail(path), phase="answering",
-                                       log_path=str(path))
-                return crash_error(None, file_tail(path), phase="answering", log_path=str(path))
+                                       log_path=str(path), model=model)
+                return crash_error(None, file_tail(path), phase="answering", log_path=str(path), model=model)
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.05)
