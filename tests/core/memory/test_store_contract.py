@@ -862,7 +862,8 @@ def test_tool_output_with_a_lone_surrogate_is_refused(any_store: BaseSessionStor
 
 
 @pytest.mark.parametrize(
-    "bad", [["a"], "text", {1: "x"}, {"k": {1, 2}}, {"k": object()}, {(1, 2): "x"}], ids=repr
+    "bad", [["a"], "text", {1: "x"}, {"k": {1, 2}}, {"k": object()}, {(1, 2): "x"}],
+    ids=["list", "text", "int-key", "set-value", "object-value", "tuple-key"],  # the same ids in every process
 )
 def test_metadata_must_be_a_dict_of_json_values(any_store: BaseSessionStore, agent: Agent, bad: object) -> None:
     with pytest.raises(TypeError, match="metadata"):
