@@ -509,6 +509,10 @@ def _message(jsonb: Any, text: str | None, tokens: int | None = None) -> Message
 #: SQLSTATEs of a transaction PostgreSQL rolled back and says may simply run again:
 #: serialization_failure and deadlock_detected.
 _RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+#: Seconds between renewals while leases of ended runs (turns, claims, queue tickets) wait
+#: to be expired: they are expired this soon after a run ends, or after the database is
+#: back, instead of holding a session or a message until they run out.
+_EXPIRE_RETRY_S = 1.0
 #: Attempts of a write whose transaction PostgreSQL rolled back as retryable.
 _WRITE_ATTEMPTS = 4
 
@@ -1165,8 +1169,10 @@ class _Leases:
     that dropped it, or a process that died, stops renewing and the lease runs out). The
     claim on the turn's message id is renewed with it. Message claims and queue tickets are
     renewed until the row is gone or held by another token. A token the database no longer
-    shows is forgotten. A run that ended without its ending stored has its leases expired
-    (on the database clock) by the next renewal that reaches the database.
+    shows is forgotten. A run that ended without its ending stored (and a waiter that
+    could not leave the queue) has its leases expired (on the database clock) by the next
+    renewal that reaches the database, tried every :data:`_EXPIRE_RETRY_S` seconds while
+    there are such leases.
 
     Each renewal is three one-statement transactions -- queue tickets, session rows, message
     claims -- each locking its rows in key order: a renewal never holds a lock of one table
@@ -1226,6 +1232,20 @@ class _Leases:
     def stop(self) -> None:
         self._wake.set()
 
+    def _sleep(self, interval: float) -> bool:
+        """Wait ``interval`` seconds, or only :data:`_EXPIRE_RETRY_S` while leases of ended
+        runs wait to be expired; True when the thread is to stop."""
+        waited = 0.0
+        while waited < interval:
+            step = min(_EXPIRE_RETRY_S, interval - waited)
+            if self._wake.wait(step):
+                return True
+            waited += step
+            with self._lock:
+                if self._expire:
+                    return False
+        return False
+
     def _run(self) -> None:
         while True:
             store = self._store()
@@ -1233,7 +1253,7 @@ class _Leases:
                 return
             interval = store.lease_s / 3
             del store
-            if self._wake.wait(interval):
+            if self._sleep(interval):
                 return
             store = self._store()
             if store is None or store._closed:
@@ -1265,6 +1285,11 @@ class _Leases:
                     "interval '1 second' FROM (SELECT ticket FROM chatflow_turn_queue WHERE ticket = ANY(%s) "
                     "ORDER BY ticket FOR UPDATE) AS l WHERE q.ticket = l.ticket RETURNING q.ticket",
                     (lease, tickets))} if tickets else set()
+                if expire:  # the tickets of waiters that could not leave the queue
+                    conn.execute(
+                        "UPDATE chatflow_turn_queue AS q SET lease_expires_at = clock_timestamp() FROM (SELECT "
+                        "ticket FROM chatflow_turn_queue WHERE owner->>'token' = ANY(%s) ORDER BY ticket FOR UPDATE) "
+                        "AS l WHERE q.ticket = l.ticket", (expire,))
                 kept_turns = {r[0] for r in conn.execute(
                     "UPDATE chatflow_sessions AS s SET lease_expires_at = CASE WHEN s.owner_token = ANY(%s) "
                     "THEN clock_timestamp() ELSE clock_timestamp() + %s * interval '1 second' END "

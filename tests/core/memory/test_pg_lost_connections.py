@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 import psycopg
 import pytest
@@ -98,4 +99,65 @@ def test_reads_and_waits_under_repeated_terminations_fail_only_as_unreachable(pg
         assert seen["unreachable"] > 0 and seen["ok"] > 0
         assert store.last_seq("watched") == 2  # the store works on after the kills
     finally:
+        store.close()
+
+
+def _other_host(name: str) -> Any:
+    from chatflow_cli.core.memory import Owner
+
+    me = Owner.current()
+    return Owner(me.pid, me.start_time, name, me.token)
+
+
+def _live_tickets(dsn: str, session_id: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM chatflow_turn_queue WHERE session_id = %s "
+                           "AND lease_expires_at > clock_timestamp()", (session_id,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_waiter_that_could_not_leave_the_queue_holds_nobody_up_once_the_database_is_back(
+        pg_server: PgServer, pg_dsn: str) -> None:
+    """The database goes away while a turn waits in the session's queue: the waiter fails and
+    cannot remove its ticket. Once the database answers, the ticket's lease is expired on the
+    database clock within seconds (not when its 30 s lease runs out), so waiters on other
+    hosts are not held up by it."""
+    from chatflow_cli.core._run.cancel import CancelToken
+    from chatflow_cli.core._run.waiting import begin_turn
+    from chatflow_cli.core.memory.postgres import PostgresSessionStore
+    from chatflow_cli.core.messages import Message
+
+    store = PostgresSessionStore(pg_dsn, lease_s=30.0)
+    running = store.begin_turn("cust-6", default_agent=AGENT, user_message=Message.user("first"),
+                               owner=_other_host("host-b"))
+    out: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            begin_turn(store, "cust-6", {"user_message": Message.user("second")}, wait=120.0, cancel=CancelToken(),
+                       default_agent=AGENT, on_wait=None)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            out.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    try:
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while _live_tickets(pg_dsn, "cust-6") == 0:
+            assert time.monotonic() < deadline and waiter.is_alive()
+            time.sleep(0.05)
+        pg_server.stop()
+        waiter.join(60)
+        assert not waiter.is_alive() and len(out) == 1 and isinstance(out[0], StoreUnreachableError), out
+        pg_server.start()
+        back = time.monotonic()
+        while _live_tickets(pg_dsn, "cust-6") and time.monotonic() - back < 10:
+            time.sleep(0.1)
+        assert _live_tickets(pg_dsn, "cust-6") == 0, "the ticket still holds the queue"
+        assert time.monotonic() - back < 10
+    finally:
+        if not pg_server.started:
+            pg_server.start()
+        del running
         store.close()
