@@ -1561,7 +1561,7 @@ class PostgresSessionStore(BaseSessionStore):
             )
 
     def _migration_failed(self, exc: BaseException, number: int, name: str, version: int) -> StoreError:
-        reason = redact_dsn(" ".join(str(exc).split()))
+        reason = redact_dsn(" ".join(str(exc).split())).rstrip(" .")  # its own full stop is ours
         return StoreError(
             f"schema migration {number} ({name}) of {self._label} failed: {reason}. It was rolled back: the "
             f"database stays at schema version {version}. Fix the cause and start chatflow again (a migration "

@@ -161,3 +161,64 @@ def test_a_waiter_that_could_not_leave_the_queue_holds_nobody_up_once_the_databa
             pg_server.start()
         del running
         store.close()
+
+
+_LIBRARY_USER = """
+import sys, time
+from chatflow_cli.core.agents import Agent
+from chatflow_cli.core.memory import Owner
+from chatflow_cli.core.memory.postgres import PostgresSessionStore
+from chatflow_cli.core.messages import Message
+
+store = PostgresSessionStore(sys.argv[1], lease_s=1.5)  # renewed every 0.5 s
+running = store.begin_turn("s", default_agent=Agent(name="A", instructions="x", model="m"),
+                           user_message=Message.user("q"), owner=Owner.current())
+print("running", flush=True)
+sys.stdin.readline()  # the server was stopped: renewals fail
+time.sleep(2.0)
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_library_user_without_logging_sees_no_warnings_of_chatflow_during_an_outage(
+        pg_server: PgServer, pg_dsn: str) -> None:
+    """The lease thread's "could not renew the leases held in ..." goes to logging only."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    user = subprocess.Popen([sys.executable, "-c", _LIBRARY_USER, pg_dsn], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(repo)})
+    assert user.stdin is not None and user.stdout is not None
+    try:
+        assert user.stdout.readline() == "running\n"
+        pg_server.stop()
+        user.stdin.write("\n")
+        user.stdin.flush()
+        assert user.stdout.readline() == "done\n"
+        pg_server.start()
+        out, err = user.communicate("\n", timeout=60)
+    finally:
+        if user.poll() is None:
+            user.kill()
+            user.communicate()
+        if not pg_server.started:
+            pg_server.start()
+    assert user.returncode == 0 and err == ""
+
+
+def test_an_application_that_set_up_logging_still_gets_chatflow_warnings() -> None:
+    """The library's NullHandler drops nothing an application's own logging set-up shows."""
+    import logging
+    import subprocess
+    import sys
+
+    script = ("import logging, sys; import chatflow_cli; "
+              "logging.basicConfig(); logging.getLogger('chatflow_cli.core.memory.postgres').warning('seen')")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert "seen" in done.stderr
+    assert any(isinstance(h, logging.NullHandler) for h in logging.getLogger("chatflow_cli").handlers)
