@@ -13,10 +13,16 @@ and the errors a bot catches (``SessionBusyError``, ``ProviderError``, ``Network
 
 from __future__ import annotations
 
+import logging
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# a library's loggers get a handler that drops their records: an application that set up no
+# logging does not see chatflow's warnings on stderr through Python's last-resort handler;
+# one that set up logging (and ``chatflow --debug``) still gets them
+logging.getLogger("chatflow_cli").addHandler(logging.NullHandler())
 
 _EXPORTS = {
     "Agent": "chatflow_cli.core.agents",

@@ -38,6 +38,7 @@ type                       payload
                            written before it was recorded lack it)
 ``metadata.updated``       ``{"metadata": {...} (stored result), "changes": {...}, "removed": [...]}``
 ``session.recovered``      ``{"turn": int, "owner": {...}}`` a dead owner's run was closed
+                           (+ ``"lease_expired": true``: the owner was cut off past its lease)
 ``context.compacted``      ``{"through": K, "model": str, "tokens_before": int, "tokens_after": int,
                            "instructions": str | None, "summary": str}`` turns 1..K summarised
 ``turn.interrupt_requested``  ``{"turn": int, "owner": str}`` another process asked the running

@@ -323,7 +323,8 @@ def event_text(event: Event, *, full: bool = False, width: int | None = None) ->
             line.append(f" removed {safe_text(', '.join(map(str, p['removed'])))}", style="dim")
     elif t == "session.recovered":
         owner = p.get("owner") or {}
-        line.append(f"turn {p.get('turn')}: closed the run of a dead process "
+        whose = "a process whose lease ran out" if p.get("lease_expired") is True else "a dead process"
+        line.append(f"turn {p.get('turn')}: closed the run of {whose} "
                     f"(pid {owner.get('pid')} on {safe_text(str(owner.get('host')))})", style="yellow")
     else:
         line.append(_key_values(p, full=full), style="dim")

@@ -260,8 +260,9 @@ def check_store(db: Path, plan: list[Delivery]) -> StoreReport:
                 elif event.type == "turn.completed":
                     completed[text_of[turn]] += 1
                     order[phone].append(text_of[turn])
-                elif event.type == "turn.interrupted":
-                    interrupted[text_of[turn]] += 1
+                elif event.type == "turn.interrupted" or (event.type == "turn.failed"
+                                                          and event.payload.get("error_type") == "TurnOwnerDied"):
+                    interrupted[text_of[turn]] += 1  # a recovered turn a retry replaces ends failed
             session = store.get(phone)
             assert session is not None
             window_problems = history_problems(session.history)

@@ -30,8 +30,10 @@ def begin_turn(store: SessionStoreProtocol, session_id: str, start: dict[str, An
     poll with a read (20 ms, doubling to 100 ms) and try again once the turn may start.
     A replayed idempotency key whose first turn is still running, and a message id
     another live holder is running, count as busy too: the wait then ends with that
-    turn's result. Giving up (time out, interrupt, error) leaves the queue; the caller
-    frees the message claim ``start`` carries (:func:`release_claim`).
+    turn's result. Giving up (time out, interrupt, error) leaves the queue -- or, when the
+    store cannot be reached, ends the ticket's lease (``store.end_lease(stored=False)``) so
+    it holds nobody up once the store answers; the caller frees the message claim
+    ``start`` carries (:func:`release_claim`).
 
     Args:
         start: ``begin_turn``'s keyword arguments (user message, metadata, claims…).
@@ -54,6 +56,7 @@ def begin_turn(store: SessionStoreProtocol, session_id: str, start: dict[str, An
     deadline = time.monotonic() + max(0.0, float(wait))
     delay = 0.02
     ticket: int | None = None
+    ticket_owner: str | None = None  # the token of the owner the ticket was taken for
     begun: TurnStart | None = None
     announced = False
     try:
@@ -74,7 +77,7 @@ def begin_turn(store: SessionStoreProtocol, session_id: str, start: dict[str, An
                         end_lease(store, owner.token, stored=False)
                     raise
                 if begun.queued is not None:
-                    ticket = begun.queued
+                    ticket, ticket_owner = begun.queued, owner.token
                     begun = None
                     raise SessionBusyError(
                         f"session {session_id!r} is busy: other turns run or wait for it (waited {wait:g} s)",
@@ -111,8 +114,12 @@ def begin_turn(store: SessionStoreProtocol, session_id: str, start: dict[str, An
         if ticket is not None and begun is None:
             try:
                 store.leave_turn_queue(session_id, ticket)
-            except Exception as exc:  # noqa: BLE001 - a dead waiter's ticket is skipped anyway
+            except Exception as exc:  # noqa: BLE001 - the run's own error is raised instead
+                # its holder counts as dead from now on, as a turn whose ending was not
+                # stored: the ticket is skipped at once here, and its lease is expired on
+                # the database clock as soon as the database answers, for other hosts too
                 log.warning("could not leave the queue of session %s: %s", session_id, exc)
+                end_lease(store, ticket_owner, stored=False)
 
 
 def release_claim(store: SessionStoreProtocol, start: dict[str, Any]) -> None:

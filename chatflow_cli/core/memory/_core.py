@@ -48,6 +48,7 @@ from ._port import (
     title_of,
 )
 from .context import AGENT_TRAIL_EVENTS, AgentTrail, JournalEntry, SessionBinding, SessionContext, restore_context
+from .owner import Owner
 from .protocol import SessionSummary
 
 
@@ -524,7 +525,14 @@ class _StoreCore:
         return row.status
 
     def _recover(self, tx: _Tx, row: _SessionRow, default_agent: Any) -> list[Event]:
-        """Close a dead owner's running turn: interrupt it, then ``session.recovered`` and ``idle``.
+        """Close a dead owner's running turn: one ending, then ``session.recovered`` and ``idle``.
+
+        The ending is ``turn.interrupted`` (reason ``owner died``); a turn started under an
+        idempotency key or a message id, whose retry replaces it, ends with ``turn.failed``
+        only (``error_type`` ``TurnOwnerDied``), which takes it out of the window. An owner
+        that was alive but cut off past its lease (its pid still runs on this host, or it ran
+        on another host) is said so: ``"lease_expired": true`` in ``session.recovered``, and
+        the texts say its lease ran out instead of that it died.
 
         A dead compaction (the session was taken with reason ``compaction started``) has no
         turn of its own: no turn is interrupted, and ``session.recovered`` says
@@ -540,11 +548,22 @@ class _StoreCore:
             return self._apply(tx, row, ctx._pending())
         retried = turn > 0 and (tx.idempotency_turn_keyed(row.session_id, turn) or tx.processed_turn_claimed(
             row.session_id, turn))
-        ctx.interrupt_turn(reason="owner died")
-        if retried:  # its sender retries it (same key or message id): the retry replaces it in the window
-            ctx.fail_turn(TurnOwnerDied("the process running this turn died; a retry of its message replaces it"))
-        ctx.record_event(EventType.SESSION_RECOVERED, {"turn": turn, "owner": dead.to_dict() if dead else {}})
-        ctx.set_status(SessionStatus.IDLE, "recovered: the running process died")
+        # a live process cut off past its lease (its pid still runs here, or it runs on
+        # another host), or a process that died
+        cut_off = dead is not None and Owner.alive(dead)
+        if retried:
+            # its sender retries it (same key or message id): the retry replaces it in the
+            # window. One ending: turn.failed takes it out of the window (no turn.interrupted too)
+            gone = "was cut off (its lease ran out)" if cut_off else "died"
+            ctx.fail_turn(TurnOwnerDied(f"the process running this turn {gone}; a retry of its message replaces it"))
+        else:
+            ctx.interrupt_turn(reason="owner's lease ran out" if cut_off else "owner died")
+        recovered: dict[str, Any] = {"turn": turn, "owner": dead.to_dict() if dead else {}}
+        if cut_off:
+            recovered["lease_expired"] = True
+        ctx.record_event(EventType.SESSION_RECOVERED, recovered)
+        ctx.set_status(SessionStatus.IDLE, "recovered: the running process's lease ran out" if cut_off
+                       else "recovered: the running process died")
         return self._apply(tx, row, ctx._pending())
 
     def _notify_turn_ended(self) -> None:

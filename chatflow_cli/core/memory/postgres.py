@@ -509,51 +509,93 @@ def _message(jsonb: Any, text: str | None, tokens: int | None = None) -> Message
 #: SQLSTATEs of a transaction PostgreSQL rolled back and says may simply run again:
 #: serialization_failure and deadlock_detected.
 _RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+#: Seconds between renewals while leases of ended runs (turns, claims, queue tickets) wait
+#: to be expired: they are expired this soon after a run ends, or after the database is
+#: back, instead of holding a session or a message until they run out.
+_EXPIRE_RETRY_S = 1.0
 #: Attempts of a write whose transaction PostgreSQL rolled back as retryable.
 _WRITE_ATTEMPTS = 4
 
 
-def _store_error(exc: BaseException, label: str, *, committing: bool = False) -> StoreError:
+def _store_error(exc: BaseException, label: str, *, committing: bool = False, broken: bool = False) -> StoreError:
     """One clear line for a psycopg error on database ``label`` (never a password).
 
     ``committing``: the error came once the COMMIT was sent. An error the server reported
     (it has a SQLSTATE) rolled the transaction back; a lost connection then leaves the
     commit's outcome unknown, and the error says the write may have happened
     (``written=None``); before the COMMIT, nothing of it was written (``written=False``).
+
+    ``broken``: the connection the error came on turned out lost (psycopg's
+    ``conn.broken`` / ``conn.closed`` after the error). Whatever the error says -- psycopg's
+    own "cannot exit pipeline mode while busy" on a terminated connection, say -- it is then
+    a :class:`StoreUnreachableError`, as is an error whose SQLSTATE -- or that of an error
+    it was raised while handling -- says the connection ended (class 08, connection
+    exception; 57P, the server shut the session down).
     """
     import psycopg
 
+    cause = _connection_ended(exc)
+    if cause is not None and cause is not exc:  # say the server's reason, not what psycopg met next
+        exc = cause
     text = redact_dsn(" ".join(str(exc).split()))
     low = text.lower()
-    sqlstate = getattr(exc, "sqlstate", None)
+    sqlstate = getattr(exc, "sqlstate", None) or ""
     retryable = sqlstate in _RETRYABLE_SQLSTATES
-    unknown = committing and not sqlstate
+    lost = broken or cause is not None
+    # the COMMIT was sent and no answer of the server says it was rolled back
+    unknown = committing and (not sqlstate or lost)
     unreachable = False
-    if isinstance(exc, psycopg.OperationalError) or isinstance(exc, psycopg.InterfaceError):
-        if "password authentication failed" in low or "no password supplied" in low or "authentication" in low:
-            message = f"cannot connect to {label}: authentication failed ({text})"
-        elif "does not exist" in low:
-            message = f"cannot connect to {label}: {text}"
-        elif "connection refused" in low or "could not connect" in low or "connection failed" in low:
-            # StoreUnreachableError: the server may come back (a restart); a follower retries
-            message, unreachable = f"cannot connect to {label}: {text}", True
-        elif unknown:
-            message, unreachable = (f"lost the connection to {label} once the commit was sent ({text}); the write "
-                                    "may have been committed or not: read the session again to know"), True
-        elif "closed" in low or "terminat" in low or "lost" in low or "server closed" in low or "eof" in low:
-            message, unreachable = (f"lost the connection to {label} ({text}); the transaction was rolled back, "
-                                    "nothing of it was written"), True
-        elif retryable:
-            message = f"database error on {label}: {text}; the transaction was rolled back, nothing of it was written"
-        else:
-            message = f"database error on {label}: {text}; nothing of it was written"
+    if (isinstance(exc, psycopg.OperationalError) or isinstance(exc, psycopg.InterfaceError)) and not broken and (
+            "authentication" in low or "no password supplied" in low):
+        message = f"cannot connect to {label}: authentication failed ({text})"
+    elif (isinstance(exc, psycopg.OperationalError) or isinstance(exc, psycopg.InterfaceError)) and not broken and (
+            "does not exist" in low):
+        message = f"cannot connect to {label}: {text}"
+    elif (isinstance(exc, psycopg.OperationalError) or isinstance(exc, psycopg.InterfaceError)) and not broken and (
+            "connection refused" in low or "could not connect" in low or "connection failed" in low):
+        # StoreUnreachableError: the server may come back (a restart); a follower retries
+        message, unreachable = f"cannot connect to {label}: {text}", True
+    elif unknown and (lost or isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))):
+        message, unreachable = (f"lost the connection to {label} once the commit was sent ({text}); the write "
+                                "may have been committed or not: read the session again to know"), True
+    elif lost or (isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) and (
+            "closed" in low or "terminat" in low or "lost" in low or "eof" in low)):
+        message, unreachable = (f"lost the connection to {label} ({text}); the transaction was rolled back, "
+                                "nothing of it was written"), True
     elif unknown:
         message = (f"database error on {label} while committing ({text}); the write may have been committed "
                    "or not: read the session again to know")
+    elif isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) and not retryable:
+        message = f"database error on {label}: {text}; nothing of it was written"
     else:
         message = f"database error on {label}: {text}; the transaction was rolled back, nothing of it was written"
     kind = StoreUnreachableError if unreachable else StoreError
     return kind(message, written=None if unknown else False, retryable=retryable)
+
+
+#: SQLSTATE classes of a session the server ended or lost: connection exception (08) and
+#: the server shutting the session down (57P: admin_shutdown, crash_shutdown, cannot_connect_now).
+_LOST_SQLSTATES = ("08", "57P")
+
+
+def _connection_ended(exc: BaseException) -> BaseException | None:
+    """The error of ``exc``'s chain (itself, or what it was raised while handling) whose
+    SQLSTATE says the server ended the connection, or None. psycopg raises "cannot exit
+    pipeline mode while busy" while handling the server's "terminating connection due to
+    administrator command", before the connection itself is seen closed."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if str(getattr(current, "sqlstate", None) or "").startswith(_LOST_SQLSTATES):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _lost(conn: psycopg.Connection[Any]) -> bool:
+    """The connection turned out lost: the server ended it, or it was closed."""
+    return bool(conn.broken or conn.closed)
 
 
 # ----------------------------------------------------------------------------------------
@@ -1127,8 +1169,10 @@ class _Leases:
     that dropped it, or a process that died, stops renewing and the lease runs out). The
     claim on the turn's message id is renewed with it. Message claims and queue tickets are
     renewed until the row is gone or held by another token. A token the database no longer
-    shows is forgotten. A run that ended without its ending stored has its leases expired
-    (on the database clock) by the next renewal that reaches the database.
+    shows is forgotten. A run that ended without its ending stored (and a waiter that
+    could not leave the queue) has its leases expired (on the database clock) by the next
+    renewal that reaches the database, tried every :data:`_EXPIRE_RETRY_S` seconds while
+    there are such leases.
 
     Each renewal is three one-statement transactions -- queue tickets, session rows, message
     claims -- each locking its rows in key order: a renewal never holds a lock of one table
@@ -1188,6 +1232,20 @@ class _Leases:
     def stop(self) -> None:
         self._wake.set()
 
+    def _sleep(self, interval: float) -> bool:
+        """Wait ``interval`` seconds, or only :data:`_EXPIRE_RETRY_S` while leases of ended
+        runs wait to be expired; True when the thread is to stop."""
+        waited = 0.0
+        while waited < interval:
+            step = min(_EXPIRE_RETRY_S, interval - waited)
+            if self._wake.wait(step):
+                return True
+            waited += step
+            with self._lock:
+                if self._expire:
+                    return False
+        return False
+
     def _run(self) -> None:
         while True:
             store = self._store()
@@ -1195,7 +1253,7 @@ class _Leases:
                 return
             interval = store.lease_s / 3
             del store
-            if self._wake.wait(interval):
+            if self._sleep(interval):
                 return
             store = self._store()
             if store is None or store._closed:
@@ -1219,6 +1277,7 @@ class _Leases:
         if not (turns or claims or tickets or expire):
             return
         lease = store.lease_s
+        conn: psycopg.Connection[Any] | None = None
         try:
             with store._connection() as conn:  # autocommit: each statement is its own transaction
                 kept_tickets = {int(r[0]) for r in conn.execute(
@@ -1226,6 +1285,11 @@ class _Leases:
                     "interval '1 second' FROM (SELECT ticket FROM chatflow_turn_queue WHERE ticket = ANY(%s) "
                     "ORDER BY ticket FOR UPDATE) AS l WHERE q.ticket = l.ticket RETURNING q.ticket",
                     (lease, tickets))} if tickets else set()
+                if expire:  # the tickets of waiters that could not leave the queue
+                    conn.execute(
+                        "UPDATE chatflow_turn_queue AS q SET lease_expires_at = clock_timestamp() FROM (SELECT "
+                        "ticket FROM chatflow_turn_queue WHERE owner->>'token' = ANY(%s) ORDER BY ticket FOR UPDATE) "
+                        "AS l WHERE q.ticket = l.ticket", (expire,))
                 kept_turns = {r[0] for r in conn.execute(
                     "UPDATE chatflow_sessions AS s SET lease_expires_at = CASE WHEN s.owner_token = ANY(%s) "
                     "THEN clock_timestamp() ELSE clock_timestamp() + %s * interval '1 second' END "
@@ -1240,7 +1304,7 @@ class _Leases:
                     "WHERE p.message_id = l.message_id RETURNING p.holder_token",
                     (expire, lease, claims + turns + expire))} if claims or turns or expire else set()
         except psycopg.Error as exc:
-            raise _store_error(exc, store._label) from None
+            raise _store_error(exc, store._label, broken=conn is not None and _lost(conn)) from None
         with self._lock:
             for token in turns:
                 if token not in kept_turns:
@@ -1497,7 +1561,7 @@ class PostgresSessionStore(BaseSessionStore):
             )
 
     def _migration_failed(self, exc: BaseException, number: int, name: str, version: int) -> StoreError:
-        reason = redact_dsn(" ".join(str(exc).split()))
+        reason = redact_dsn(" ".join(str(exc).split())).rstrip(" .")  # its own full stop is ours
         return StoreError(
             f"schema migration {number} ({name}) of {self._label} failed: {reason}. It was rolled back: the "
             f"database stays at schema version {version}. Fix the cause and start chatflow again (a migration "
@@ -1534,7 +1598,7 @@ class PostgresSessionStore(BaseSessionStore):
                     if attempt < 2 and conn.broken:
                         self._pool.check()
                         continue
-                    raise _store_error(exc, self._label) from None
+                    raise _store_error(exc, self._label, broken=_lost(conn)) from None
                 committing = False
                 try:
                     # pipeline mode: statements whose results are not read yet (the writes, the
@@ -1552,7 +1616,10 @@ class PostgresSessionStore(BaseSessionStore):
                         except psycopg.Error:
                             pass
                     if isinstance(exc, psycopg.Error):
-                        raise _store_error(exc, self._label, committing=committing) from None
+                        # judged once the ROLLBACK was tried: a connection the server ended
+                        # may say so only then (the error itself can be psycopg's own, as
+                        # "cannot exit pipeline mode while busy")
+                        raise _store_error(exc, self._label, committing=committing, broken=_lost(conn)) from None
                     raise
                 return
         raise StoreError(f"cannot reach {self._label}")  # pragma: no cover - the loop returns or raises
@@ -1671,7 +1738,7 @@ class PostgresSessionStore(BaseSessionStore):
 
         deadline = time.monotonic() + max(0.0, timeout)
         key = _channel_key(session_id)
-        conn = self._listener()
+        conn: psycopg.Connection[Any] | None = None
 
         def arrived() -> bool:
             try:
@@ -1680,6 +1747,7 @@ class PostgresSessionStore(BaseSessionStore):
                 return True
 
         try:
+            conn = self._listener()
             if arrived():
                 return True
             while True:
@@ -1692,15 +1760,20 @@ class PostgresSessionStore(BaseSessionStore):
                 if arrived():
                     return True
         except psycopg.Error as exc:
+            broken = conn is None or _lost(conn)  # None: LISTEN failed on a new connection
             self._drop_listener()
-            raise _store_error(exc, self._label) from None
+            raise _store_error(exc, self._label, broken=broken) from None
 
     def _listener(self) -> psycopg.Connection[Any]:
         self._own_connections()
         conn = self._listen_conn
         if conn is None or conn.closed:
             conn = self._connect()
-            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            try:
+                conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            except BaseException:
+                conn.close()
+                raise
             self._listen_conn = conn
         return conn
 

@@ -176,13 +176,41 @@ def test_a_worker_cut_off_past_its_lease_leaves_no_second_ending_and_no_duplicat
     assert isinstance(out[0], SessionBusyError), out[0]
     window = [m.content for r in b.load_turns("s") if r.in_window for m in r.messages]
     assert window == ["order 404?", "ok: order 404?"]
-    endings = [e.type for e in b.events("s") if e.type.startswith("turn.") and e.type != "turn.interrupt_requested"]
-    assert endings == ["turn.interrupted", "turn.failed", "turn.completed"]  # A's recovered, B's completed
+    events = b.events("s")
+    endings = [e.type for e in events if e.type.startswith("turn.") and e.type != "turn.interrupt_requested"]
+    assert endings == ["turn.failed", "turn.completed"]  # A's recovered (one ending), B's completed
+    assert _endings_per_attempt(events) == [["turn.failed"], ["turn.completed"]]
+    # A was alive, cut off past its lease: the log and its rendering say so, not that it died
+    recovered = next(e for e in events if e.type == "session.recovered")
+    assert recovered.payload.get("lease_expired") is True
+    from chatflow_cli.render import event_text
+
+    shown = event_text(recovered).plain
+    assert "whose lease ran out" in shown and "dead process" not in shown, shown
+    failed = next(e for e in events if e.type == "turn.failed")
+    assert "lease ran out" in failed.payload["error"] and "died" not in failed.payload["error"]
     assert b.message_state("m1").value == "processed"
     again = runner_b.run("s", "order 404?", message_id="m1", wait=0)
     assert again.replayed and again.content == "ok: order 404?"
     a.close()
     b.close()
+
+
+def _endings_per_attempt(events: list[Any]) -> list[list[str]]:
+    """The endings (completed, failed, interrupted) of each attempt at a turn, in log order:
+    each ``message.user`` opens one; an ending with no attempt open is listed alone."""
+    attempts: list[list[str]] = []
+    open_attempt: list[str] | None = None
+    for event in events:
+        if event.type == "message.user":
+            open_attempt = []
+            attempts.append(open_attempt)
+        elif event.type in ("turn.completed", "turn.failed", "turn.interrupted"):
+            if open_attempt is None:
+                attempts.append([event.type])
+            else:
+                open_attempt.append(event.type)
+    return attempts
 
 
 # ---------------------------------------------------------------------------------------

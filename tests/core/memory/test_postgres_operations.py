@@ -159,6 +159,31 @@ def test_a_failing_migration_names_its_version_and_what_to_do(pg_dsn: str) -> No
     assert _versions(pg_dsn) == list(range(1, last))
 
 
+def test_a_failing_migration_whose_reason_ends_with_a_full_stop_says_it_once(pg_dsn: str) -> None:
+    """PostgreSQL's DETAIL ends with a full stop ("Failing row contains (...)."): the message
+    goes on after it without a second one."""
+    import psycopg
+
+    from chatflow_cli.core.memory import postgres
+
+    # the migration that moves each message's JSON to its text column
+    last = next(n for n, name, _ in postgres._MIGRATIONS if "exact JSON text" in name)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for number in range(1, last):
+            _apply(conn, number)
+        conn.execute("INSERT INTO chatflow_sessions (session_id, incarnation, active_agent_name, metadata, max_turns, "
+                     "created_at_utc, updated_at_utc) VALUES ('s', 'i', 'Assistant', '{}', 20, 0, 0)")
+        conn.execute("INSERT INTO chatflow_messages (session_id, turn, role, message, event_seq) "
+                     "VALUES ('s', 1, 'user', '{\"role\": \"user\", \"content\": \"x\"}', 1)")
+        # an operator's constraint that migration's rewrite of the row breaks
+        conn.execute("ALTER TABLE chatflow_messages ADD CONSTRAINT kept CHECK (message IS NOT NULL)")
+    with pytest.raises(StoreError) as info:
+        _store(pg_dsn)
+    text = str(info.value)
+    assert f"schema migration {last} (" in text and "violates check constraint" in text, text
+    assert ".." not in text and ". It was rolled back" in text, text
+
+
 # ---------------------------------------------------------------------------------------
 # the message-claim TTL on the database's clock
 # ---------------------------------------------------------------------------------------

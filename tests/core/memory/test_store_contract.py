@@ -1327,7 +1327,8 @@ def test_a_retry_after_the_owner_died_recovers_first_and_replaces_the_attempt(
                              owner=Owner.current(), **key)
     assert retry.replayed is None, "the retry runs the turn again"
     types = [e.type for e in retry.events]
-    assert types[:4] == ["tool.result", "turn.interrupted", "turn.failed", "session.recovered"]
+    # one ending for the dead attempt: turn.failed takes it out of the window, no turn.interrupted too
+    assert types[:2] == ["turn.failed", "session.recovered"], types
     assert types[-1] == "message.user"
     assert retry.turn == 1
     users = [m.content for m in retry.session.history if m.role is Role.USER]
@@ -1335,6 +1336,9 @@ def test_a_retry_after_the_owner_died_recovers_first_and_replaces_the_attempt(
     logged = [e for e in any_store.events("s") if e.type == "message.user"]
     assert len(logged) == 2, "the log keeps both attempts"
     assert history_problems(retry.session.history, pending_ok=True) == []
+    endings = [e for e in any_store.events("s") if e.type in ("turn.completed", "turn.failed", "turn.interrupted")]
+    assert [(e.type, e.payload["turn"], e.payload["error_type"]) for e in endings] == [
+        ("turn.failed", 1, "TurnOwnerDied")], "the dead attempt has one ending"
 
 
 def test_a_redelivery_claimed_again_before_its_turn_recovers_replaces_the_attempt(
