@@ -15,8 +15,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-__all__ = ["after_fork_in_child", "fork_lock", "keep_inherited"]
+if TYPE_CHECKING:  # pragma: no cover
+    from concurrent.futures import ThreadPoolExecutor
+
+__all__ = ["SharedPool", "after_fork_in_child", "fork_lock", "keep_inherited"]
 
 _lock = threading.Lock()
 _inherited: list[object] = []
@@ -44,3 +48,29 @@ def _reset() -> None:
 
 
 after_fork_in_child(_reset)
+
+
+class SharedPool:
+    """A thread pool shared by every store of a module, made on first use (a sync caller
+    never imports :mod:`concurrent.futures`); a forked child, whose copy has no live
+    threads, keeps the parent's untouched and makes its own."""
+
+    def __init__(self, thread_name_prefix: str) -> None:
+        self._prefix = thread_name_prefix
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        after_fork_in_child(self._forget)
+
+    def get(self, workers: int) -> ThreadPoolExecutor:
+        """The pool (``workers`` threads at most, as the first caller asked)."""
+        with self._lock:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=self._prefix)
+            return self._pool
+
+    def _forget(self) -> None:
+        if self._pool is not None:
+            keep_inherited(self._pool)
+        self._pool, self._lock = None, threading.Lock()

@@ -80,7 +80,7 @@ from ..events import Event, SessionStatus
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS, metadata_matches
-from ._fork import after_fork_in_child, fork_lock, keep_inherited
+from ._fork import SharedPool, fork_lock, keep_inherited
 from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
 from .search import UNSEARCHABLE, Query, SearchHit, memory_snippet, searchable_texts, words_of
@@ -1318,29 +1318,11 @@ class _Leases:
 # Store
 # ----------------------------------------------------------------------------------------
 
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _forget_executor() -> None:
-    """In a forked child: the parent's pool threads do not exist here; make a new pool."""
-    global _executor, _executor_lock
-    if _executor is not None:
-        keep_inherited(_executor)
-    _executor, _executor_lock = None, threading.Lock()
-
-
-after_fork_in_child(_forget_executor)
+_pool = SharedPool("chatflow-pg")
 
 
 def _blocking_executor(workers: int) -> ThreadPoolExecutor:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chatflow-pg")
-        return _executor
+    return _pool.get(workers)
 
 
 def _steady() -> float:

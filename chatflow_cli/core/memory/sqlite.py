@@ -51,7 +51,7 @@ from ..events import Event, SessionStatus
 from ..messages import Message, Role, compact_json
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
-from ._fork import after_fork_in_child, fork_lock, keep_inherited
+from ._fork import SharedPool, fork_lock, keep_inherited
 from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
 from .search import Query, SearchHit, memory_snippet, searchable_texts, to_fts5, words_of
@@ -69,32 +69,14 @@ _T = TypeVar("_T")
 _BLOCKING_IO_WORKERS = 4
 _BUSY_TIMEOUT_S = 30.0
 
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _forget_executor() -> None:
-    """In a forked child: the parent's pool threads do not exist here; make a new pool."""
-    global _executor, _executor_lock
-    if _executor is not None:
-        keep_inherited(_executor)
-    _executor, _executor_lock = None, threading.Lock()
-
-
-after_fork_in_child(_forget_executor)
+_pool = SharedPool("chatflow-sqlite")
 
 
 def _blocking_executor() -> ThreadPoolExecutor:
     """The private pool, made on first use. ``asyncio`` and ``concurrent.futures`` are
     imported only here and in ``_run_blocking``: a sync caller (``chatflow sessions ls``)
     never pays their ~10-40 ms import."""
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _executor = ThreadPoolExecutor(max_workers=_BLOCKING_IO_WORKERS, thread_name_prefix="chatflow-sqlite")
-        return _executor
+    return _pool.get(_BLOCKING_IO_WORKERS)
 
 
 # ----------------------------------------------------------------------------------------
