@@ -119,9 +119,9 @@ from ._run.cancel import (
     watch_interrupt_requests,
 )
 from ._run.endings import lease_of, store_failed, store_interrupted
-from ._run.state import Broken, InvalidAfterTools, TurnState
+from ._run.state import Broken, InvalidAfterTools, TurnRequest, TurnState
 from ._run.tools import answer_at_once, output_text, run_concurrently
-from ._run.waiting import begin_turn, end_lease, release_claim
+from ._run.waiting import begin_turn_when_free, end_lease, release_claim
 from ._stream import ModelTurn, ReplyState, TextDelta, Usage, cut_phrase
 from .agents import Agent, reachable_agents
 from .errors import (
@@ -137,7 +137,7 @@ from .errors import (
 from .events import Event, EventType, SessionStatus
 from .memory import storable_text
 from .messages import Message, Role, ToolCall, check_history
-from .memory.context import INTERRUPTED_TOOL_RESULT, split_turns
+from .memory.context import split_turns
 from .usage import normalise_usage
 from .tokens import ContextBudget, context_budget, estimate_tokens, reply_tokens, select_window
 from .tools import Tool
@@ -149,7 +149,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "DEFAULT_WAIT_S",
-    "INTERRUPTED_RESULT",
     "RUN_WORKERS",
     "RunResult",
     "Runner",
@@ -161,10 +160,6 @@ log = logging.getLogger(__name__)
 
 #: How long a turn waits, by default, for a session other turns run or queue for (seconds).
 DEFAULT_WAIT_S = 60.0
-
-#: The tool result that answers a tool call whose turn was interrupted before its result (the
-#: context's own constant, under the name the Runner has always exported).
-INTERRUPTED_RESULT = INTERRUPTED_TOOL_RESULT
 
 
 # --------------------------------------------------------------------------------------
@@ -455,8 +450,8 @@ class Runner:
         message = user_message if isinstance(user_message, Message) else Message.user(str(user_message))
         if message.role is not Role.USER:
             raise ValueError("user_message must be a USER message")
-        start = self._start(message, metadata, idempotency_key, message_id, max_turns, system)
-        return self._guarded(session_id, start, wait=wait, cancel=cancel, loop=None)
+        request = self._request(message, metadata, idempotency_key, message_id, max_turns, system)
+        return self._guarded(session_id, request, wait=wait, cancel=cancel, loop=None)
 
     async def run_async(
         self,
@@ -502,25 +497,22 @@ class Runner:
     ) -> AsyncIterator[StreamEvent]:
         """Async twin of :meth:`run_streamed`."""
         message = user_message if isinstance(user_message, Message) else Message.user(str(user_message))
-        start = self._start(message, metadata, idempotency_key, message_id, max_turns, system)
-        async for event in self._in_thread(session_id, start, wait=wait):
+        request = self._request(message, metadata, idempotency_key, message_id, max_turns, system)
+        async for event in self._in_thread(session_id, request, wait=wait):
             yield event
 
-    def _start(self, message: Message, metadata: dict[str, Any] | None, idempotency_key: str | None,
-               message_id: str | None, max_turns: int | None, system: str | None) -> dict[str, Any]:
-        """``begin_turn``'s arguments for a new turn; the message id is ``message_id``, or the
+    def _request(self, message: Message, metadata: dict[str, Any] | None, idempotency_key: str | None,
+                 message_id: str | None, max_turns: int | None, system: str | None) -> TurnRequest:
+        """The :class:`TurnRequest` of a new turn; the message id is ``message_id``, or the
         claim this thread or task made last (``store.claim_message``)."""
-        start: dict[str, Any] = {"user_message": message, "metadata": metadata, "idempotency_key": idempotency_key,
-                                 "max_turns": max_turns, "system": system}
         if message_id is not None:
-            start["message_id"] = message_id
-            return start
+            return TurnRequest(message, metadata, idempotency_key, max_turns, system, message_id=message_id)
         from .memory import take_context_claim
 
         claim = take_context_claim(self.store)
-        if claim is not None:
-            start.update(message_id=claim[0], message_claim=claim[1])
-        return start
+        return TurnRequest(message, metadata, idempotency_key, max_turns, system,
+                           message_id=claim[0] if claim is not None else None,
+                           message_claim=claim[1] if claim is not None else None)
 
     def submit_tool_result(
         self, session_id: str, tool_use_id: str, output: Any, *, wait: float = DEFAULT_WAIT_S,
@@ -551,7 +543,7 @@ class Runner:
         if remaining:
             return None
         result: RunResult | None = None
-        async for event in self._in_thread(session_id, {"user_message": None}, wait=wait):
+        async for event in self._in_thread(session_id, TurnRequest(user_message=None), wait=wait):
             if event.result is not None:
                 result = event.result
         return result
@@ -560,7 +552,7 @@ class Runner:
         self, session_id: str, *, wait: float = DEFAULT_WAIT_S, cancel: threading.Event | None = None
     ) -> Iterator[StreamEvent]:
         """Continue a turn whose custom tool calls are all answered, streaming its events."""
-        return self._guarded(session_id, {"user_message": None}, wait=wait, cancel=cancel, loop=None)
+        return self._guarded(session_id, TurnRequest(user_message=None), wait=wait, cancel=cancel, loop=None)
 
     def close(self) -> None:
         """Close the model client's connections (it reconnects if used again)."""
@@ -572,7 +564,7 @@ class Runner:
     def _guarded(
         self,
         session_id: str,
-        start: dict[str, Any],
+        request: TurnRequest,
         *,
         wait: float,
         cancel: threading.Event | None,
@@ -581,18 +573,19 @@ class Runner:
         """The turn generator, with Ctrl-C turned into a cancel request while it runs in the main thread."""
         token = CancelToken(cancel)
         with ctrl_c_cancels(token):
-            yield from self._turn(session_id, start, wait=wait, cancel=token, loop=loop)
+            yield from self._turn(session_id, request, wait=wait, cancel=token, loop=loop)
 
-    def _in_thread(self, session_id: str, start: dict[str, Any], *, wait: float) -> AsyncIterator[StreamEvent]:
+    def _in_thread(self, session_id: str, request: TurnRequest, *, wait: float) -> AsyncIterator[StreamEvent]:
         """Run the turn generator on a worker thread, handing its events to the event loop."""
-        return events_from_worker(lambda cancel, loop: self._turn(session_id, start, wait=wait, cancel=cancel,
+        return events_from_worker(lambda cancel, loop: self._turn(session_id, request, wait=wait, cancel=cancel,
                                                                   loop=loop))
 
     # -- the turn ----------------------------------------------------------------------------
-    def _begin(self, session_id: str, start: dict[str, Any], wait: float, cancel: CancelToken) -> TurnStart:
-        """``store.begin_turn``, waiting in the session's queue up to ``wait`` seconds (:func:`begin_turn`)."""
-        return begin_turn(self.store, session_id, start, wait=wait, cancel=cancel,
-                          default_agent=self.starting_agent, on_wait=self.on_wait)
+    def _begin(self, session_id: str, request: TurnRequest, wait: float, cancel: CancelToken) -> TurnStart:
+        """``store.begin_turn``, waiting in the session's queue up to ``wait`` seconds
+        (:func:`~chatflow_cli.core._run.waiting.begin_turn_when_free`)."""
+        return begin_turn_when_free(self.store, session_id, request, wait=wait, cancel=cancel,
+                                    default_agent=self.starting_agent, on_wait=self.on_wait)
 
     def _replayed(self, session_id: str, begun: Any, written: tuple[Event, ...]) -> RunResult:
         """The :class:`RunResult` of a turn started earlier with the same idempotency key.
@@ -632,7 +625,7 @@ class Runner:
     def _turn(
         self,
         session_id: str,
-        start: dict[str, Any],
+        request: TurnRequest,
         *,
         wait: float,
         cancel: CancelToken,
@@ -647,17 +640,17 @@ class Runner:
                                   seq=event.seq)
 
         try:
-            if start.get("user_message") is not None:
-                for item in self._auto_compact(session_id, start["user_message"]):
+            if request.user_message is not None:
+                for item in self._auto_compact(session_id, request.user_message):
                     if isinstance(item, StreamEvent):
                         yield item
                     else:
                         yield from stored([item], None)
-            begun = self._begin(session_id, start, wait, cancel)
+            begun = self._begin(session_id, request, wait, cancel)
         except BaseException:
             # the turn never started (a store error, bad text, a busy session, an interrupt):
             # the message was not processed, so the claim this run carries is freed for its redelivery
-            release_claim(self.store, start)
+            release_claim(self.store, request)
             raise
         turn: int = begun.turn
         if begun.replayed is not None:
