@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import NonFiniteNumberError
 from ..events import Event
-from ..memory.context import AGENT_TRAIL_EVENTS, AgentTrail
+from ..memory.binding import AGENT_TRAIL_EVENTS, AgentTrail
 from ..messages import Message, Role
 from ..usage import normalise_usage
 from .chatflow_format import export_chatflow

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from ..errors import IdempotencyConflictError, SessionBusyError, SessionDeletedError, UsageError
-from ..events import Event, EventType, SessionStatus, _event_type, _is_reserved, _use_instead
+from ..events import Event, EventType, SessionStatus, event_type_name, is_reserved_event_type, use_instead
 from ..messages import Message
 from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
 from ._core import _StoreCore, _unbound
@@ -263,12 +263,12 @@ class _Journal(_StoreCore):
             SessionTerminatedError: the session is terminated (a repeated key still replays).
         """
         _check_session_id(session_id)
-        kind = _event_type(type)
+        kind = event_type_name(type)
         if idempotency_key is not None:
             _check_idempotency_key(idempotency_key)
-        if _is_reserved(kind):
+        if is_reserved_event_type(kind):
             raise UsageError(
-                f"event type {kind!r} is reserved for chatflow's own events: use {_use_instead(kind)}",
+                f"event type {kind!r} is reserved for chatflow's own events: use {use_instead(kind)}",
                 session_id=session_id,
             )
         data = _check_metadata(payload if payload is not None else {}, "payload")
