@@ -248,7 +248,7 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
     def say(self, text: str, style: str = "dim") -> None:
         from rich.text import Text
 
-        from ..markdown_stream import print_unpadded
+        from ..render.unpadded import print_unpadded
 
         # Wrapped between words at the terminal's width (with no trailing spaces), so a
         # narrow terminal never cuts a word in two.
@@ -260,7 +260,7 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         from rich.text import Text
 
         from ..lookup import InterruptedTurns
-        from ..markdown_stream import print_unpadded
+        from ..render.unpadded import print_unpadded
         from ..render import turn_interrupted, turn_renderables
 
         try:
@@ -322,7 +322,7 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
     def error(self, text: str) -> None:
         from rich.text import Text
 
-        from ..markdown_stream import print_unpadded
+        from ..render.unpadded import print_unpadded
 
         # Wrapped between words at the terminal's width, as notices are: a narrow terminal
         # never cuts a word (or an id or path) in two.

@@ -98,7 +98,7 @@ class SlashCommands(ReplHost):
             ("Ctrl-D", "leave"),
         ]:
             table.add_row(keys, text)
-        from ..markdown_stream import print_unpadded
+        from ..render.unpadded import print_unpadded
 
         print_unpadded(self.console, table)
 
@@ -185,7 +185,7 @@ class SlashCommands(ReplHost):
         if self.store.get(self.session_id) is None:
             self.say("nothing yet: this session has no turns")
             return
-        from ..markdown_stream import print_unpadded
+        from ..render.unpadded import print_unpadded
 
         full = bool(arg)
         interrupted = InterruptedTurns(self.store, self.session_id)
