@@ -58,14 +58,20 @@ def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
-    """``{module: {modules it imports}}`` over the package's own modules."""
+def _all_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of ``tree``, those under ``if TYPE_CHECKING:`` included."""
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
+def import_graph(root: Path = ROOT, *, type_only: bool = False) -> dict[str, set[str]]:
+    """``{module: {modules it imports}}`` over the package's own modules (``type_only``: the
+    imports under ``if TYPE_CHECKING:`` count too)."""
     mods = modules(root)
     graph: dict[str, set[str]] = {name: set() for name in mods}
     for name, path in mods.items():
         is_package = path.name == "__init__.py"
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in _runtime_imports(tree):
+        for node in (_all_imports if type_only else _runtime_imports)(tree):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
@@ -176,6 +182,16 @@ def test_no_import_cycle_anywhere_in_the_package():
     assert cycles(graph) == []
     assert f"{PACKAGE}.core._local_probe" in graph[f"{PACKAGE}.core.model"]
     assert not any(t.startswith(f"{PACKAGE}.core.local") for t in graph[f"{PACKAGE}.core.model"])
+
+
+def test_no_import_cycle_even_through_type_only_imports():
+    """Type annotations point down too: a part that needs another part's type gets it from a
+    module below both (the REPL's parts from ``repl.host``), not from a module that imports
+    it back. The package's root, which names every public type for type checkers, is left
+    out: it sits above everything."""
+    graph = {m: {t for t in targets if t != PACKAGE}
+             for m, targets in import_graph(type_only=True).items() if m != PACKAGE}
+    assert cycle_edges(graph) == []
 
 
 def test_stores_reach_other_modules_through_named_seams_only():
