@@ -10,7 +10,7 @@ configured, never a URL the user does not give this time. Each turn also records
 answered it (``turn.completed``'s ``model`` and ``base_url``).
 
 A URL's ``user:password@`` is never stored (the store leaves it out, see
-:func:`~chatflow_cli.core._dsn.url_without_userinfo`; the user name goes too). Resuming a
+:func:`~chatflow_cli.core.dsn.url_without_userinfo`; the user name goes too). Resuming a
 session whose stored URL is the one given or configured now without its userinfo
 (``--base-url``, else ``OPENAI_BASE_URL`` or ``base_url`` in config.toml) uses the one given,
 credentials included; otherwise the stored URL is used as is (a server wanting the
@@ -23,7 +23,7 @@ import os
 from typing import TYPE_CHECKING
 
 from .context import notice
-from .core._dsn import url_without_userinfo
+from .core.dsn import url_without_userinfo
 from .core.errors import ChatflowError
 
 if TYPE_CHECKING:  # pragma: no cover

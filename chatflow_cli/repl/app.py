@@ -151,7 +151,7 @@ def _resume_prefix(state: State) -> list[str]:
     """``chatflow`` with the global options that pick this store and config (``--db``, ``--config``)."""
     prefix = ["chatflow"]
     if getattr(state, "db", None):
-        from ..core._dsn import dsn_without_password  # never printed: PGPASSWORD or ~/.pgpass give it then
+        from ..core.dsn import dsn_without_password  # never printed: PGPASSWORD or ~/.pgpass give it then
 
         prefix += ["--db", dsn_without_password(str(state.db))]
     if getattr(state, "config", None):

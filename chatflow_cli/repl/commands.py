@@ -21,7 +21,7 @@ import threading
 from typing import Any
 
 from ..context import wrap_at_spaces
-from ..core._dsn import url_without_userinfo
+from ..core.dsn import url_without_userinfo
 from ..core.errors import ChatflowError, RunInterrupted, SessionNotFoundError
 from ..core.memory import rollback_target
 from ..core.messages import Role

@@ -7,7 +7,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from .._dsn import url_without_userinfo
+from ..dsn import url_without_userinfo
 from ..errors import SessionBusyError, UsageError
 from ..events import EventType, SessionStatus
 from ..messages import Role

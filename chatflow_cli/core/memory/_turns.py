@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .._dsn import url_without_userinfo
+from ..dsn import url_without_userinfo
 from ..errors import IdempotencyConflictError, PendingToolCallsError, SessionBusyError, UsageError
 from ..events import Event, EventType, SessionStatus
 from ..messages import Message, Role
@@ -268,7 +268,7 @@ class _Turns(_Claims, _ToolResults):
 
         Front-ends store the model and endpoint a session was created with (never an API
         key) so that resuming it talks to the same server. The base URL comes back without
-        any ``user:password@`` (:func:`~chatflow_cli.core._dsn.url_without_userinfo`), also
+        any ``user:password@`` (:func:`~chatflow_cli.core.dsn.url_without_userinfo`), also
         from a database written before it was removed on write: such a row is redacted on
         each read and never migrated (it stays in the file until the endpoint is set again).
         Raises :class:`SessionNotFoundError` for an unknown session.

@@ -74,7 +74,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._dsn import is_postgres_url, redact_dsn
+from ..dsn import is_postgres_url, redact_dsn
 from ..errors import SchemaTooNewError, SessionNotFoundError, StoreError, StoreUnreachableError
 from ..events import Event, SessionStatus
 from ..messages import Message, Role
