@@ -210,6 +210,36 @@ def test_stores_reach_other_modules_through_named_seams_only():
     assert leaks == []
 
 
+#: The one module that may import typer's private modules (``typer._click``, ``typer._coercion``...).
+TYPER_ADAPTER = f"{PACKAGE}._typer_adapter"
+
+
+def private_typer_imports(root: Path = ROOT) -> dict[str, list[str]]:
+    """``{module: [private typer modules it imports]}``: ``import typer._x``, ``from typer._x
+    import …`` and ``from typer import _x``, anywhere in the module (functions and ``if
+    TYPE_CHECKING:`` blocks too)."""
+    found: dict[str, list[str]] = {}
+    for name, path in modules(root).items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in _all_imports(tree):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif node.level == 0 and node.module == "typer":
+                targets = [f"typer.{alias.name}" for alias in node.names]
+            else:
+                targets = [node.module or ""] if node.level == 0 else []
+            found.setdefault(name, []).extend(
+                t for t in targets if t.split(".")[0] == "typer" and any(p.startswith("_") for p in t.split(".")[1:]))
+    return {m: sorted(set(ts)) for m, ts in found.items() if ts}
+
+
+def test_only_the_typer_adapter_imports_typers_private_modules():
+    found = private_typer_imports()
+    assert set(found) == {TYPER_ADAPTER}, found
+    # the reader sees each form of import
+    assert {"typer._click", "typer._coercion", "typer._completion_shared"} <= set(found[TYPER_ADAPTER])
+
+
 if __name__ == "__main__":  # pragma: no cover - a measuring aid
     target = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT
     g = import_graph(target)
