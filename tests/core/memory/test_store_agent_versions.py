@@ -186,7 +186,7 @@ def _old_turns_then_a_new_one(store: BaseSessionStore) -> None:
 def test_a_sqlite_database_of_schema_6_gains_agent_versions_unknown_for_its_rows(tmp_path) -> None:
     import sqlite3
 
-    from chatflow_cli.core.memory.schema import _MIGRATIONS, _MIGRATIONS_TABLE, SCHEMA_VERSION
+    from chatflow_cli.core.memory.sqlite.schema import _MIGRATIONS, _MIGRATIONS_TABLE, SCHEMA_VERSION
     from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
     path = tmp_path / "v6.db"
