@@ -230,15 +230,16 @@ def test_a_postgres_database_of_schema_4_gains_agent_versions_unknown_for_its_ro
     import psycopg
 
     from chatflow_cli.core.memory import postgres
+    from chatflow_cli.core.memory.postgres import schema
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(postgres._MIGRATIONS_TABLE)
-        for number, name, steps in postgres._MIGRATIONS:
+        conn.execute(schema._MIGRATIONS_TABLE)
+        for number, name, steps in schema._MIGRATIONS:
             if number > 4:
                 break
             for step in steps:
                 if step.startswith("_"):
-                    getattr(postgres, step)(conn)
+                    getattr(schema, step)(conn)
                 else:
                     conn.execute(step)
             conn.execute("INSERT INTO chatflow_schema_migrations VALUES (%s, %s, 0)", (number, name))

@@ -456,7 +456,7 @@ def _window_loads(store: BaseSessionStore, monkeypatch: pytest.MonkeyPatch) -> l
 
     tx_class: type = _SQLiteTx if isinstance(store, SQLiteSessionStore) else _MemoryTx
     if type(store).__name__ == "PostgresSessionStore":
-        from chatflow_cli.core.memory.postgres import _PgTx
+        from chatflow_cli.core.memory.postgres.tx import _PgTx
 
         tx_class = _PgTx
     calls: list[int] = []
