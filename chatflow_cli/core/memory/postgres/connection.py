@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..._dsn import redact_dsn
 from .._fork import SharedPool
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
+
+    import psycopg
 
 # psycopg_pool logs each connection it drops and each failed reconnection as a warning
 # ("error connecting in 'pool-1'..."), many while a server restarts. With no logging set up
@@ -53,6 +57,18 @@ class _DatabaseClock:
 
     def __call__(self) -> float:
         return _steady() + self.offset
+
+
+class _Store(Protocol):
+    """What a transaction (:class:`~.tx._PgTx`) and the lease thread (:class:`~.leases._Leases`)
+    use of their :class:`~.store.PostgresSessionStore`, so that neither imports the store."""
+
+    lease_s: float
+    clock: Callable[[], float]
+    _closed: bool
+    _label: str
+
+    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]: ...
 
 
 def _label(dsn: str) -> str:

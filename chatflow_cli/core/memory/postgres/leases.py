@@ -11,12 +11,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..._dsn import redact_dsn
+from .connection import _Store
 from .errors import _lost, _store_error
 
 if TYPE_CHECKING:
     import psycopg
-
-    from .store import PostgresSessionStore
 
 logger = logging.getLogger("chatflow_cli.core.memory.postgres")
 
@@ -49,7 +48,7 @@ class _Leases:
     rows in another order (a turn start takes its session, queue and claim rows in turn).
     """
 
-    def __init__(self, store: PostgresSessionStore) -> None:
+    def __init__(self, store: _Store) -> None:
         self._store = weakref.ref(store)
         self._lock = threading.Lock()
         self._turns: dict[str, Callable[[], object]] = {}  # owner token -> weakref to the turn's context
@@ -133,7 +132,7 @@ class _Leases:
                 logger.warning("could not renew the leases held in %s: %s", store._label, redact_dsn(str(exc)))
             del store
 
-    def renew(self, store: PostgresSessionStore) -> None:
+    def renew(self, store: _Store) -> None:
         """One renewal: every lease still held, and the expiry of those of ended runs."""
         import psycopg
 

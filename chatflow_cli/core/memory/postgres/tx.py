@@ -14,7 +14,7 @@ from .._checks import metadata_matches
 from .._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from ..owner import Owner
 from ..search import Query, SearchHit, memory_snippet, searchable_texts, words_of
-from .connection import _DatabaseClock
+from .connection import _DatabaseClock, _Store
 from .rows import _EVENT_COLUMNS, _ROW_COLUMNS, _dumps, _event, _message, _metadata_columns, _owner, _row
 from .schema import _NS_MESSAGE, _NS_SESSION, NOTIFY_CHANNEL, _channel_key
 from .search import _search_vector, to_tsquery
@@ -22,13 +22,11 @@ from .search import _search_vector, to_tsquery
 if TYPE_CHECKING:
     import psycopg
 
-    from .store import PostgresSessionStore
-
 
 class _PgTx(_Tx):
     """Primitives over one connection inside one transaction."""
 
-    def __init__(self, conn: psycopg.Connection[Any], store: PostgresSessionStore, writable: bool) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], store: _Store, writable: bool) -> None:
         self._conn = conn
         self._store = store
         self._writable = writable
