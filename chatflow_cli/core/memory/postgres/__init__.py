@@ -18,7 +18,8 @@ module          holds
 ``search``      a message's ``tsvector`` and a query's ``tsquery``
 ``errors``      a ``psycopg`` error as one :class:`StoreError` line; retryable SQLSTATEs
 ``connection``  timeouts, the thread pool of async calls, the database clock, the
-                database's name in messages (never its password)
+                database's name in messages (never its password), and ``_Store``: what
+                ``tx`` and ``leases`` use of the store (so neither imports it)
 ``leases``      :data:`DEFAULT_LEASE_S` and the thread that renews this process's leases
 ==============  ==========================================================================
 
