@@ -15,8 +15,9 @@ module                    holds
                           ``_journal`` (get/save/edit, the event log), ``_turns``
                           (turn start, interrupts, the turn queue), ``_claims``
                           (de-duplication, idempotency keys), ``_tool_results``,
-                          ``_rollback``, ``_listing`` (list, search, fork, titles,
-                          archive), ``_compaction`` (summaries, token counts)
+                          ``_rollback`` (and :func:`rollback_target`), ``_listing``
+                          (list, summaries, titles, archive), ``_forking``,
+                          ``_searching``, ``_compaction`` (summaries, token counts)
 ``_port``                 the ``_Tx`` port and the records it carries
 ``inmemory``              :class:`SessionStore` (alias ``InMemorySessionStore``): dicts
                           behind a lock
@@ -26,6 +27,8 @@ module                    holds
 ``owner``                 :class:`Owner`, the lease record of a running turn
 ``search``                the search query syntax and :class:`SearchHit`
 ``_checks``               validation shared by all of the above
+``_process_fork``         stores in a process that forks (inherited connections, the
+                          shared thread pools)
 ========================  =================================================================
 
 Every name below is importable from ``chatflow_cli.core.memory``. ``SQLiteSessionStore`` and

@@ -3,18 +3,41 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, Generic
 
 from ..errors import IdempotencyConflictError, SessionBusyError, SessionDeletedError, UsageError
 from ..events import Event, EventType, SessionStatus, _event_type, _is_reserved, _use_instead
 from ..messages import Message
 from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
 from ._core import _StoreCore, _unbound
-from ._port import _T, EditResult, _RolledBack, _busy_message
+from ._port import _T, _busy_message
 from .context import SessionBinding, SessionContext, Turn
 from .protocol import TurnRecord
+
+
+@dataclass(slots=True)
+class EditResult(Generic[_T]):
+    """What :meth:`BaseSessionStore.edit` returns: the change's ``value``, the ``events``
+    appended, ``replayed`` (the idempotency key was applied before: nothing changed) and
+    ``missing`` (no such session and nothing to create it with)."""
+
+    value: _T | None
+    events: list[Event] = field(default_factory=list)
+    replayed: bool = False
+    missing: bool = False
+    position: tuple[str, int] | None = None  #: the log position after the edit (see ``log_position``)
+    before: tuple[str, int] | None = None  #: the log position the change was applied at
+    max_turns: int | None = None  #: the stored session's context window after the edit, in turns
+
+
+class _RolledBack(Exception):
+    """Raised inside a dry-run edit's transaction, so the store rolls it back; carries the result."""
+
+    def __init__(self, result: EditResult[Any]) -> None:
+        super().__init__("dry run")
+        self.result = result
 
 
 class _Journal(_StoreCore):

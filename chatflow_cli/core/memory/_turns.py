@@ -12,11 +12,16 @@ from ..events import Event, EventType, SessionStatus
 from ..messages import Message, Role
 from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
 from ._claims import _Claims
-from ._port import _RETRYABLE_OUTCOMES, _MessageRecord, _SessionRow, _Tx, _busy_message
+from ._port import _MessageRecord, _SessionRow, _Tx, _busy_message
 from ._tool_results import _ToolResults
 from .context import SessionContext
 from .owner import Owner
 from .protocol import MessageState, TurnStart
+
+
+#: Outcomes of a first attempt that produced no result: the same idempotency key with the
+#: same message runs the turn again (see :class:`TurnStart`).
+_RETRYABLE_OUTCOMES = frozenset({"failed", "interrupted", "rolled_back"})
 
 
 class _Turns(_Claims, _ToolResults):

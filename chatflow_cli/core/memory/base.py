@@ -7,7 +7,7 @@ owner leases, turn recovery, de-duplication -- lives in :class:`BaseSessionStore
 store behaves the same (one contract test suite runs against each). The port and its records
 are in ``_port``; the rules are split by concern into mixins over ``_core._StoreCore``
 (``_journal``, ``_turns``, ``_claims``, ``_tool_results``, ``_rollback``, ``_listing``,
-``_compaction``), which :class:`BaseSessionStore` composes with the async twins.
+``_forking``, ``_searching``, ``_compaction``), which :class:`BaseSessionStore` composes.
 
 Event ``seq`` and deleted sessions: ``seq`` counts 1, 2, 3... per *incarnation* of a session
 id. ``store.delete(session_id)`` removes the session with its whole event log, so a session
@@ -40,18 +40,12 @@ from ..events import Event, EventType, SessionStatus
 from ._checks import _check_wait
 from ._compaction import _Compaction
 from ._journal import _Journal
-from ._listing import _Listing
-from ._port import (
-    _CLAIM,
-    _T,
-    DEFAULT_DEDUP_TTL_HOURS,
-    DUPLICATE_WAIT_S,
-    EditResult,
-    TurnOwnerDied,
-    rollback_target,
-    take_context_claim,
-)
-from ._rollback import _Rollback
+from ._claims import _CLAIM, take_context_claim
+from ._forking import _Forking
+from ._journal import EditResult
+from ._port import _T, DEFAULT_DEDUP_TTL_HOURS, DUPLICATE_WAIT_S, TurnOwnerDied
+from ._rollback import _Rollback, rollback_target
+from ._searching import _Searching
 from ._turns import _Turns
 from .context import SessionContext, Turn
 from .owner import Owner
@@ -69,7 +63,7 @@ __all__ = [
 ]
 
 
-class BaseSessionStore(_Journal, _Turns, _Rollback, _Listing, _Compaction):
+class BaseSessionStore(_Journal, _Turns, _Rollback, _Forking, _Searching, _Compaction):
     """The session rules, shared by every store.
 
     Subclasses provide :meth:`_read` and :meth:`_write` (context managers yielding a

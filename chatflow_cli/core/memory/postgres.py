@@ -80,7 +80,7 @@ from ..events import Event, SessionStatus
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS, metadata_matches
-from ._fork import SharedPool, fork_lock, keep_inherited
+from ._process_fork import SharedPool, fork_lock, keep_inherited
 from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
 from .search import UNSEARCHABLE, Query, SearchHit, memory_snippet, searchable_texts, words_of

@@ -51,7 +51,7 @@ from ..events import Event, SessionStatus
 from ..messages import Message, Role, compact_json
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
-from ._fork import SharedPool, fork_lock, keep_inherited
+from ._process_fork import SharedPool, fork_lock, keep_inherited
 from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
 from .search import Query, SearchHit, memory_snippet, searchable_texts, to_fts5, words_of
