@@ -12,6 +12,7 @@ from typing import Any
 from ._checks import _check_session_id, _check_text, _check_wait
 from ._core import _StoreCore
 from ._port import DUPLICATE_WAIT_S, _MessageRecord
+from ._twins import async_twin
 from .owner import Owner
 from .protocol import MessageState
 
@@ -67,6 +68,8 @@ class _Claims(_StoreCore):
         with self._read() as tx:
             return self._state_of(tx.processed_get(message_id), self.clock())
 
+    amessage_state = async_twin(message_state)
+
     def is_message_processed(self, message_id: str, *, wait: float = DUPLICATE_WAIT_S) -> bool:
         """True when a delivery of ``message_id`` must be skipped: its turn completed (less than
         192 h ago), or a live holder is processing it now. False for a new id, and for a claim
@@ -99,6 +102,24 @@ class _Claims(_StoreCore):
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, 0.25)
 
+    async def ais_message_processed(self, message_id: str, *, wait: float = DUPLICATE_WAIT_S) -> bool:
+        """:meth:`is_message_processed`, waiting for another process's claim without blocking
+        the event loop (each look is a read run by ``_run_blocking``; the waits are
+        ``asyncio.sleep``)."""
+        import asyncio  # here: importing the stores does not import asyncio
+
+        deadline = time.monotonic() + _check_wait(wait)
+        delay = 0.02
+        while True:
+            verdict = await self._run_blocking(self._duplicate_verdict, message_id)
+            remaining = deadline - time.monotonic()
+            if verdict is not None:
+                return verdict
+            if remaining <= 0:
+                return True
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, 0.25)
+
     def _duplicate_verdict(self, message_id: str) -> bool | None:
         """is_message_processed's answer now, or None while another process's live holder works."""
         state = self.message_state(message_id)
@@ -119,6 +140,11 @@ class _Claims(_StoreCore):
         A processed id stays processed. ``message_id``: a non-empty str (TypeError).
         """
         _CLAIM.set((id(self), message_id, self._mark(message_id)))
+
+    async def amark_message_processed(self, message_id: str) -> None:
+        """:meth:`mark_message_processed` for async callers: the claim is recorded for the
+        calling task (not for the thread that wrote it)."""
+        _CLAIM.set((id(self), message_id, await self._run_writing(self._mark, message_id)))
 
     def _mark(self, message_id: str) -> str:
         """mark_message_processed's transaction; the claim's owner token (a fresh one when
@@ -147,6 +173,14 @@ class _Claims(_StoreCore):
         """
         token = self._claim(message_id, owner)
         if token is not None:
+            _CLAIM.set((id(self), message_id, token))
+        return token is not None
+
+    async def aclaim_message(self, message_id: str, *, owner: Owner | None = None) -> bool:
+        """:meth:`claim_message` for async callers: the claim is recorded for the calling
+        task (not for the thread that wrote it)."""
+        token = await self._run_writing(self._claim, message_id, owner)
+        if token is not None:  # set here: the claim belongs to the calling task's context
             _CLAIM.set((id(self), message_id, token))
         return token is not None
 
@@ -205,6 +239,11 @@ class _Claims(_StoreCore):
             )
         self._forget_context_claim(message_id)
 
+    async def acomplete_message(self, message_id: str) -> None:
+        """:meth:`complete_message` for async callers; the calling task's claim is forgotten."""
+        await self._run_writing(self.complete_message, message_id)
+        self._forget_context_claim(message_id)
+
     def release_message(self, message_id: str) -> bool:
         """Undo a claim whose processing failed, so a redelivery of ``message_id`` runs again.
 
@@ -215,6 +254,12 @@ class _Claims(_StoreCore):
         self._check_message_id(message_id)
         with self._write() as tx:
             released = tx.processed_release(message_id)
+        self._forget_context_claim(message_id)
+        return released
+
+    async def arelease_message(self, message_id: str) -> bool:
+        """:meth:`release_message` for async callers; the calling task's claim is forgotten."""
+        released = await self._run_writing(self.release_message, message_id)
         self._forget_context_claim(message_id)
         return released
 

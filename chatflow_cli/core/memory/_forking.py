@@ -13,6 +13,7 @@ from ..messages import Role
 from ._checks import TITLE_CHARS, _check_metadata, _check_session_id
 from ._listing import _Listing
 from ._port import _ran, _SessionRow, _Tx
+from ._twins import async_twin
 from .context import MESSAGE_EVENT_TYPE
 from .protocol import SessionSummary
 
@@ -135,6 +136,8 @@ class _Forking(_Listing):
                 self._append(tx, new_id, EventType.TURN_COMPLETED.value, done[number], number)
             self._copy_summaries(tx, session_id, new_id, turn)
             return self._summary(tx, row, row.status)
+
+    afork = async_twin(fork, writes=True)
 
     @staticmethod
     def _fork_point(tx: _Tx, session_id: str, turn: int) -> int:

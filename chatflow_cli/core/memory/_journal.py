@@ -13,6 +13,7 @@ from ..messages import Message
 from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
 from ._core import _StoreCore, _unbound
 from ._port import _T, _busy_message
+from ._twins import async_twin
 from .context import SessionBinding, SessionContext, Turn
 from .protocol import TurnRecord
 
@@ -62,6 +63,8 @@ class _Journal(_StoreCore):
             ctx = None if row is None else self._context(tx, row, effective=True)
         return None if ctx is None else self._detach(ctx)
 
+    aget = async_twin(get)
+
     def get_or_create(
         self,
         session_id: str,
@@ -97,6 +100,8 @@ class _Journal(_StoreCore):
                 self._create(tx, row)
             ctx = self._context(tx, row, default_agent, effective=True)
         return self._detach(ctx)
+
+    aget_or_create = async_twin(get_or_create)
 
     def save(self, session: SessionContext) -> list[Event]:
         """Apply the context's journal in one transaction; return the events appended.
@@ -162,6 +167,8 @@ class _Journal(_StoreCore):
         session._saved(len(ops), row.metadata, binding, agent=row.active_agent_name if rolled_back else None)
         return events
 
+    asave = async_twin(save, writes=True)
+
     @staticmethod
     def _refuse_lost_lease(session: SessionContext, row: Any) -> None:
         """SessionBusyError when ``session`` is the context of a run (``begin_turn``'s, with a
@@ -181,11 +188,13 @@ class _Journal(_StoreCore):
         )
 
     def release(
-        self, session: SessionContext, status: SessionStatus | str = SessionStatus.IDLE, reason: str = "", **extra: Any
+        self, /, session: SessionContext, status: SessionStatus | str = SessionStatus.IDLE, reason: str = "", **extra: Any
     ) -> list[Event]:
         """End a run: ``session.set_status(status, reason, **extra)`` then :meth:`save`."""
         session.set_status(status, reason, **extra)
         return self.save(session)
+
+    arelease = async_twin(release, writes=True)
 
     def delete(self, session_id: str) -> bool:
         """Delete the session with its messages, events and keys; False when there was none.
@@ -199,6 +208,8 @@ class _Journal(_StoreCore):
         _check_session_id(session_id)
         with self._write() as tx:
             return tx.delete_row(session_id)
+
+    adelete = async_twin(delete, writes=True)
 
     def load_turns(
         self, session_id: str, first: int = 1, last: int | None = None, include_rolled_back: bool = False
@@ -237,6 +248,8 @@ class _Journal(_StoreCore):
         records.sort(key=lambda r: (r.number, r.rolled_back is False and r.failed is False))
         return records
 
+    aload_turns = async_twin(load_turns)
+
     # -- events ------------------------------------------------------------------------
     def events(self, session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after_seq`` in seq order, at most ``limit`` (the ``replay`` cursor).
@@ -250,12 +263,16 @@ class _Journal(_StoreCore):
             self._require(tx, session_id)
             return tx.events(session_id, after_seq, limit)
 
+    aevents = async_twin(events)
+
     def last_seq(self, session_id: str) -> int:
         """The session's newest event seq (SessionNotFoundError when absent)."""
         _check_session_id(session_id)
         with self._read() as tx:
             self._require(tx, session_id)
             return tx.next_seq(session_id) - 1
+
+    alast_seq = async_twin(last_seq)
 
     def append_event(
         self,
@@ -318,9 +335,12 @@ class _Journal(_StoreCore):
             tx.update_row(row)
             return event
 
+    aappend_event = async_twin(append_event, writes=True)
+
     # -- edits outside a Runner turn (imports, Agents SDK sessions) --------------------
     def edit(
         self,
+        /,
         session_id: str,
         change: Callable[[SessionContext], _T],
         *,
@@ -379,6 +399,8 @@ class _Journal(_StoreCore):
                               (created_at, updated_at))
         except _RolledBack as done:
             return done.result
+
+    aedit = async_twin(edit, writes=True)
 
     def _edit(
         self,
@@ -455,6 +477,8 @@ class _Journal(_StoreCore):
                 return ()
             return self._context(tx, row, quiet=True).turns
 
+    awindow_turns = async_twin(window_turns)
+
     def turn_count(self, session_id: str) -> int:
         """The number of the session's last live turn (0 when it has none or does not exist)."""
         _check_session_id(session_id)
@@ -473,6 +497,8 @@ class _Journal(_StoreCore):
             row = tx.get_row(session_id)
             return None if row is None else (row.incarnation, tx.next_seq(session_id) - 1)
 
+    alog_position = async_twin(log_position)
+
     def window_dicts(self, session_id: str) -> tuple[tuple[str, int] | None, list[tuple[int, dict[str, Any]]]]:
         """The log position (see :meth:`log_position`) and the context window's messages as
         ``(turn, Message.to_dict() form)`` pairs, SYSTEM messages first (turn 0), read together;
@@ -486,12 +512,16 @@ class _Journal(_StoreCore):
             position = (row.incarnation, tx.next_seq(session_id) - 1)
             return position, tx.window_dicts(session_id, max(1, row.turn_count - row.max_turns + 1))
 
+    awindow_dicts = async_twin(window_dicts)
+
     def active_agent_name(self, session_id: str) -> str | None:
         """The name of the session's active agent; None when the session does not exist."""
         _check_session_id(session_id)
         with self._read() as tx:
             row = tx.get_row(session_id)
             return None if row is None else row.active_agent_name
+
+    aactive_agent_name = async_twin(active_agent_name)
 
 
 def _completion(ends: list[Event], rollbacks: list[Event], turn: int, removed_at: int | None) -> Event | None:

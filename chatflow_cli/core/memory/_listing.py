@@ -10,6 +10,7 @@ from ..events import EventType, SessionStatus
 from ._checks import _check_session_id, _check_text, _check_title
 from ._core import _StoreCore
 from ._port import ListFilter, _busy_message
+from ._twins import async_twin
 from .protocol import SessionSummary
 
 
@@ -55,6 +56,8 @@ class _Listing(_StoreCore):
         with self._read() as tx:
             row = self._require(tx, session_id)
             return self._summary(tx, row, self._effective_status(row))
+
+    asession_summary = async_twin(session_summary)
 
     def list_sessions(
         self,
@@ -140,6 +143,8 @@ class _Listing(_StoreCore):
                     break
         return out
 
+    alist_sessions = async_twin(list_sessions)
+
     def set_title(self, session_id: str, title: str | None) -> None:
         """Set the session's title (one line, at most 200 characters, stripped), or with
         None or ``""`` clear it (the title is then derived again). Journals ``session.titled``
@@ -160,6 +165,8 @@ class _Listing(_StoreCore):
             row.title = text or None
             self._append(tx, session_id, EventType.SESSION_TITLED.value, {"title": row.title})
             tx.update_row(row)  # a new title is no new activity: ``updated_at`` stays
+
+    aset_title = async_twin(set_title, writes=True)
 
     def archive(self, session_id: str) -> bool:
         """Archive the session: kept whole, left out of :meth:`list_sessions` (unless
@@ -185,6 +192,8 @@ class _Listing(_StoreCore):
             tx.update_row(row)
             return True
 
+    aarchive = async_twin(archive, writes=True)
+
     def unarchive(self, session_id: str) -> bool:
         """Undo :meth:`archive` (journals ``session.unarchived``); False when it was not archived.
 
@@ -201,7 +210,11 @@ class _Listing(_StoreCore):
             tx.update_row(row)
             return True
 
+    aunarchive = async_twin(unarchive, writes=True)
+
     def latest_session_id(self) -> str | None:
         """The most recently updated session's id, or None when the store is empty."""
         with self._read() as tx:
             return tx.latest_session_id()
+
+    alatest_session_id = async_twin(latest_session_id)

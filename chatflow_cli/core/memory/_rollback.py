@@ -10,6 +10,7 @@ from ..events import Event, SessionStatus
 from ._checks import _check_session_id
 from ._core import _StoreCore
 from ._port import _busy_message
+from ._twins import async_twin
 
 
 def _rollback_argument(to_turn: Any, last: Any) -> tuple[str, int]:
@@ -97,3 +98,5 @@ class _Rollback(_StoreCore):
             ctx = self._context(tx, row, quiet=True)
             ctx.rollback_to(target)
             return self._apply(tx, row, ctx._pending())
+
+    arollback = async_twin(rollback, writes=True)

@@ -8,6 +8,7 @@ from typing import Any
 from ._checks import _check_session_id
 from ._core import _StoreCore
 from ._port import SearchFilter
+from ._twins import async_twin
 from .search import SearchHit, parse_query
 
 
@@ -77,6 +78,8 @@ class _Searching(_StoreCore):
                     hit = dataclasses.replace(hit, forked_from={"session_id": origin.get("session_id"), "turn": hit.turn})
                 out.append(hit)
             return out
+
+    asearch = async_twin(search)
 
     def _before_search(self) -> None:
         """Bring the store's search index up to date (a store that indexes on write: nothing)."""

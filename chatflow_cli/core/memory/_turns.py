@@ -14,6 +14,7 @@ from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, 
 from ._claims import _Claims
 from ._port import _MessageRecord, _SessionRow, _Tx, _busy_message
 from ._tool_results import _ToolResults
+from ._twins import async_twin
 from .context import SessionContext
 from .owner import Owner
 from .protocol import MessageState, TurnStart
@@ -203,6 +204,8 @@ class _Turns(_Claims, _ToolResults):
                 ctx = self._context(tx, row, default_agent, lease=owner.token)
         return TurnStart(self._detach(ctx), turn, None, events)
 
+    abegin_turn = async_twin(begin_turn)
+
     def _outcome(self, tx: _Tx, row: _SessionRow, turn: int, seq: int) -> dict[str, Any]:
         # The first ending of the turn after the key's message: a turn number is used again
         # after a failure, so a later ending may belong to another message.
@@ -284,6 +287,8 @@ class _Turns(_Claims, _ToolResults):
             model, base_url = tx.endpoint_get(session_id) or (None, None)
         return model, url_without_userinfo(base_url) if base_url is not None else None
 
+    asession_endpoint = async_twin(session_endpoint)
+
     def set_session_endpoint(self, session_id: str, model: str | None, base_url: str | None) -> None:
         """Store the model name and base URL (``None``: not set) the session talks to.
 
@@ -305,6 +310,8 @@ class _Turns(_Claims, _ToolResults):
         with self._write() as tx:
             self._require(tx, session_id)
             tx.endpoint_put(session_id, model, base_url, self.clock())
+
+    aset_session_endpoint = async_twin(set_session_endpoint, writes=True)
 
     # -- interrupting a running turn ---------------------------------------------------
     def request_interrupt(self, session_id: str) -> int | None:
@@ -329,6 +336,8 @@ class _Turns(_Claims, _ToolResults):
             tx.update_row(row)
         return turn
 
+    arequest_interrupt = async_twin(request_interrupt, writes=True)
+
     def interrupt_requested(self, session_id: str, owner_token: str) -> bool:
         """True once :meth:`request_interrupt` asked the turn that ``owner_token``'s run holds
         to stop (a read; the Runner polls it while a turn runs)."""
@@ -340,9 +349,6 @@ class _Turns(_Claims, _ToolResults):
                 return False
             asked = tx.last_event(session_id, EventType.TURN_INTERRUPT_REQUESTED.value, row.turn_count)
         return asked is not None and asked.payload.get("owner") == owner_token
-
-    async def arequest_interrupt(self, session_id: str) -> int | None:
-        return await self._run_writing(self.request_interrupt, session_id)
 
     # -- turn queue --------------------------------------------------------------------
     def turn_may_start(self, session_id: str, ticket: int | None = None) -> bool:
