@@ -144,7 +144,7 @@ from .tools import Tool
 
 if TYPE_CHECKING:  # pragma: no cover
     from .memory.context import SessionContext
-    from .memory.protocol import SessionStoreProtocol, TurnStart
+    from .memory.protocol import TurnStart, TurnStore
     from .model import ChatClient
 
 __all__ = [
@@ -320,7 +320,7 @@ class Runner:
     def __init__(
         self,
         starting_agent: Agent,
-        session_store: SessionStoreProtocol,
+        session_store: TurnStore,
         *,
         model_client: ChatClient | Callable[[], ChatClient] | None = None,
         default_model: str | None = None,
@@ -363,7 +363,7 @@ class Runner:
 
     # -- public API -----------------------------------------------------------------------
     @property
-    def session_store(self) -> SessionStoreProtocol:
+    def session_store(self) -> TurnStore:
         return self.store
 
     @property

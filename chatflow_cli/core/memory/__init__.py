@@ -54,8 +54,17 @@ from .base import (
 from .context import INTERRUPTED_TOOL_RESULT, SessionContext, Turn
 from .inmemory import InMemorySessionStore, SessionStore
 from .owner import Owner
-from .protocol import MessageState, SessionStoreProtocol, SessionSummary, TurnRecord, TurnStart
+from .protocol import (
+    ClaimStore,
+    ContextStore,
+    EditStore,
+    ListingStore,
+    SessionLookup,
+    SessionStoreProtocol,
+    TurnStore,
+)
 from .search import SearchHit, parse_query
+from .values import MessageState, SessionSummary, TurnRecord, TurnStart
 
 if TYPE_CHECKING:
     from .postgres import PostgresSessionStore
@@ -70,7 +79,11 @@ __all__ = [
     "RESERVED_EVENT_PREFIXES",
     "RESERVED_EVENT_TYPES",
     "BaseSessionStore",
+    "ClaimStore",
+    "ContextStore",
+    "EditStore",
     "InMemorySessionStore",
+    "ListingStore",
     "MessageState",
     "Owner",
     "PostgresSessionStore",
@@ -78,6 +91,7 @@ __all__ = [
     "SearchHit",
     "SessionContext",
     "SessionDeletedError",
+    "SessionLookup",
     "SessionStore",
     "SessionStoreProtocol",
     "SessionSummary",
@@ -85,9 +99,10 @@ __all__ = [
     "TurnOwnerDied",
     "TurnRecord",
     "TurnStart",
+    "TurnStore",
+    "parse_query",
     "rollback_target",
     "storable_text",
-    "parse_query",
     "take_context_claim",
 ]
 

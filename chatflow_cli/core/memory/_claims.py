@@ -7,14 +7,14 @@ import os
 import socket
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ._checks import _check_session_id, _check_text, _check_wait
 from ._core import _StoreCore
 from ._port import DUPLICATE_WAIT_S, _MessageRecord
 from ._twins import async_twin
 from .owner import Owner
-from .protocol import MessageState
+from .values import MessageState
 
 
 #: The message id claimed last in this thread or asyncio task, with the claim's owner token
@@ -31,6 +31,36 @@ def take_context_claim(store: Any) -> tuple[str, str] | None:
         return None
     _CLAIM.set(None)
     return claim[1], claim[2]
+
+
+@runtime_checkable
+class ClaimStore(Protocol):
+    """What a webhook handler needs to run each inbound message once: claims on message ids,
+    their state, and completing or releasing a claim handled without a Runner turn."""
+
+    def claim_message(self, message_id: str, *, owner: Owner | None = None) -> bool:
+        """Claim an inbound message id atomically; True for exactly one caller."""
+        ...
+
+    def mark_message_processed(self, message_id: str) -> None:
+        """Claim ``message_id`` for the next Runner turn of this thread or task."""
+        ...
+
+    def is_message_processed(self, message_id: str, *, wait: float = ...) -> bool:
+        """True when a delivery of ``message_id`` must be skipped."""
+        ...
+
+    def message_state(self, message_id: str) -> MessageState:
+        """Where ``message_id`` stands."""
+        ...
+
+    def complete_message(self, message_id: str) -> None:
+        """Record ``message_id`` as processed now."""
+        ...
+
+    def release_message(self, message_id: str) -> bool:
+        """Undo a claim whose processing failed."""
+        ...
 
 
 class _Claims(_StoreCore):

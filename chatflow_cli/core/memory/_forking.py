@@ -15,7 +15,7 @@ from ._listing import _Listing
 from ._port import _ran, _SessionRow, _Tx
 from ._twins import async_twin
 from .context import MESSAGE_EVENT_TYPE
-from .protocol import SessionSummary
+from .values import SessionSummary
 
 _FORK_TITLE = " (fork)"
 

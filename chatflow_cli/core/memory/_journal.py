@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Generic
+from typing import Any, Generic, Protocol, runtime_checkable
 
 from ..errors import IdempotencyConflictError, SessionBusyError, SessionDeletedError, UsageError
 from ..events import Event, EventType, SessionStatus, _event_type, _is_reserved, _use_instead
 from ..messages import Message
 from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
 from ._core import _StoreCore, _unbound
+from ._listing import SessionLookup
 from ._port import _T, _busy_message
 from ._twins import async_twin
 from .context import SessionBinding, SessionContext, Turn
-from .protocol import TurnRecord
+from .values import TurnRecord
 
 
 @dataclass(slots=True)
@@ -39,6 +40,83 @@ class _RolledBack(Exception):
     def __init__(self, result: EditResult[Any]) -> None:
         super().__init__("dry run")
         self.result = result
+
+
+@runtime_checkable
+class ContextStore(Protocol):
+    """Loading a session's context and saving what it journalled: the Runner's turns and the
+    edits outside them both work on a :class:`SessionContext`."""
+
+    def get(self, session_id: str) -> SessionContext | None:
+        """The session's context, or None when absent."""
+        ...
+
+    def save(self, session: SessionContext) -> list[Event]:
+        """Apply the context's journal in one transaction; the events appended."""
+        ...
+
+
+@runtime_checkable
+class EditStore(ContextStore, SessionLookup, Protocol):
+    """What changes a stored session outside a Runner turn: imports (``sessions import``),
+    edits, rollback (``sessions rollback``, ``/rollback``), deletion, the stored endpoint."""
+
+    def get_or_create(
+        self,
+        session_id: str,
+        default_agent: Any,
+        max_turns: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionContext:
+        """Load the session, or create it with ``default_agent``."""
+        ...
+
+    def edit(
+        self,
+        session_id: str,
+        change: Callable[[SessionContext], _T],
+        *,
+        create_agent: Any = None,
+        max_turns: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        digest: str = "",
+        last_turns: int | None = None,
+        idempotency_keys: Mapping[str, str] | None = None,
+        dry_run: bool = False,
+        created_at: float | None = None,
+        updated_at: float | None = None,
+    ) -> EditResult[_T]:
+        """Load the session, apply ``change`` to it and save it, in one write transaction."""
+        ...
+
+    def rollback(self, session_id: str, to_turn: int | None = None, *, last: int | None = None) -> list[Event]:
+        """Keep turns 1..``to_turn``, or remove the newest ``last`` turns, in one transaction."""
+        ...
+
+    def delete(self, session_id: str) -> bool:
+        """Delete the session with its whole log; False when there was none."""
+        ...
+
+    def set_session_endpoint(self, session_id: str, model: str | None, base_url: str | None) -> None:
+        """Store the model name and base URL the session talks to."""
+        ...
+
+    def turn_count(self, session_id: str) -> int:
+        """The number of the session's last live turn (0 when it has none or does not exist)."""
+        ...
+
+    def log_position(self, session_id: str) -> tuple[str, int] | None:
+        """``(incarnation, last seq)`` of the session's log, or None when it does not exist."""
+        ...
+
+    def window_turns(self, session_id: str) -> tuple[Turn, ...]:
+        """The turns of the session's context window, read without resolving its agent."""
+        ...
+
+    def idempotency_digests(self, session_id: str, keys: Sequence[str]) -> dict[str, str]:
+        """The keys of ``keys`` already used in the session, with the digest kept with each."""
+        ...
 
 
 class _Journal(_StoreCore):

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import SessionBusyError, UsageError
-from ..events import EventType, SessionStatus
+from ..events import Event, EventType, SessionStatus
 from ._checks import _check_session_id, _check_text, _check_title
 from ._core import _StoreCore
 from ._port import ListFilter, _busy_message
 from ._twins import async_twin
-from .protocol import SessionSummary
+from .values import SessionSummary, TurnRecord
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .search import SearchHit
 
 
 def _cursor(updated_at: float, session_id: str) -> str:
@@ -37,6 +41,106 @@ def parse_cursor(cursor: str) -> tuple[float, str]:
             f"{cursor!r} is neither a session id nor a listing cursor: pass a session id or the "
             "'cursor' value printed with --json"
         ) from None
+
+
+@runtime_checkable
+class SessionLookup(Protocol):
+    """One session's stored facts, read without loading its window or resolving its agent:
+    what most callers of a store look up first."""
+
+    def session_summary(self, session_id: str) -> SessionSummary:
+        """One session's :class:`SessionSummary`, read without loading its window or agent."""
+        ...
+
+    def active_agent_name(self, session_id: str) -> str | None:
+        """The name of the session's active agent (one row read); None when there is no session."""
+        ...
+
+    def session_endpoint(self, session_id: str) -> tuple[str | None, str | None]:
+        """The ``(model, base_url)`` stored with the session."""
+        ...
+
+
+@runtime_checkable
+class ListingStore(SessionLookup, Protocol):
+    """What the front-ends need to list, show, find and file sessions (``sessions ls``,
+    ``show``, ``search``, ``fork``, ``rename``, ``archive``, ``replay``): reads, and the
+    writes that file a session (a fork, a title, the archive) without changing its turns."""
+
+    def list_sessions(
+        self,
+        limit: int | None = None,
+        agent: str | None = None,
+        status: SessionStatus | str | None = None,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        title: str | None = None,
+        archived: bool = False,
+        after: str | None = None,
+    ) -> list[SessionSummary]:
+        """Sessions, most recently updated first, in one query."""
+        ...
+
+    def latest_session_id(self) -> str | None:
+        """The most recently updated session's id, or None."""
+        ...
+
+    def load_turns(
+        self, session_id: str, first: int = 1, last: int | None = None, include_rolled_back: bool = False
+    ) -> list[TurnRecord]:
+        """Stored turns ``first..last``."""
+        ...
+
+    def events(self, session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        """Events with ``seq > after_seq`` in seq order (the replay cursor)."""
+        ...
+
+    def last_seq(self, session_id: str) -> int:
+        """The session's newest event seq."""
+        ...
+
+    def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        agent: str | None = None,
+        since: float | None = None,
+        limit: int = 20,
+        include_tools: bool = False,
+        include_removed: bool = False,
+    ) -> list[SearchHit]:
+        """Full-text search; one hit per matching turn, best first."""
+        ...
+
+    def fork(
+        self,
+        session_id: str,
+        at: int | None = None,
+        *,
+        into: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionSummary:
+        """Copy completed turns 1..``at`` into a new session; the new session's summary."""
+        ...
+
+    def forked_from(self, session_id: str) -> dict[str, Any] | None:
+        """Where the session was forked from, or None."""
+        ...
+
+    def set_title(self, session_id: str, title: str | None) -> None:
+        """Set (or with None clear) the session's title."""
+        ...
+
+    def archive(self, session_id: str) -> bool:
+        """Archive the session; False when it already was."""
+        ...
+
+    def unarchive(self, session_id: str) -> bool:
+        """Unarchive the session; False when it was not archived."""
+        ...
 
 
 class _Listing(_StoreCore):

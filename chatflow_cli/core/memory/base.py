@@ -31,6 +31,8 @@ itself when that holder dies before answering.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._claims import take_context_claim
 from ._compaction import _Compaction
 from ._forking import _Forking
@@ -39,6 +41,9 @@ from ._port import DEFAULT_DEDUP_TTL_HOURS, DUPLICATE_WAIT_S, TurnOwnerDied
 from ._rollback import _Rollback, rollback_target
 from ._searching import _Searching
 from ._turns import _Turns
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .protocol import SessionStoreProtocol
 
 __all__ = [
     "DEFAULT_DEDUP_TTL_HOURS",
@@ -70,3 +75,10 @@ class BaseSessionStore(_Journal, _Turns, _Rollback, _Forking, _Searching, _Compa
 
     #: True when the storage never blocks on disk: async twins then stay on the event loop.
     _ephemeral = True
+
+
+if TYPE_CHECKING:  # pragma: no cover
+
+    def _implements_every_role(store: BaseSessionStore) -> SessionStoreProtocol:
+        """mypy checks here that the shared rules implement each role's signatures."""
+        return store
