@@ -3,15 +3,20 @@
 ========================  =================================================================
 module                    holds
 ========================  =================================================================
-``protocol``              :class:`SessionStoreProtocol` -- what front-ends and the Runner
-                          need of a store -- and the values they read back
-                          (:class:`SessionSummary`, :class:`TurnRecord`, :class:`TurnStart`,
-                          :class:`MessageState`)
+``protocol``              what callers need of a store, a protocol a role, each written
+                          beside its rules: :class:`TurnStore` (the Runner),
+                          :class:`ListingStore` (list, show, search, fork),
+                          :class:`EditStore` (imports, edits, rollback),
+                          :class:`ClaimStore` (webhook message ids), and their union
+                          :class:`SessionStoreProtocol`
+``values``                what a store hands back: :class:`SessionSummary`,
+                          :class:`TurnRecord`, :class:`TurnStart`, :class:`MessageState`
 ``context``               :class:`SessionContext` (one conversation's window and journal)
                           and :class:`Turn`
 ``base``                  :class:`BaseSessionStore`: the session rules over the ``_Tx``
                           transaction port, written once for every backend, composed
-                          of one mixin per concern over the ``_core`` helpers:
+                          of one mixin per concern over the ``_core`` helpers, with
+                          async twins derived by ``_twins``:
                           ``_journal`` (get/save/edit, the event log), ``_turns``
                           (turn start, interrupts, the turn queue), ``_claims``
                           (de-duplication, idempotency keys), ``_tool_results``,
