@@ -116,7 +116,7 @@ from .agents import Agent, reachable_agents
 from .messages import Message, Role
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .memory.protocol import SessionStoreProtocol
+    from .memory.protocol import TurnStore
     from .model import ChatClient
 
 __all__ = [
@@ -171,7 +171,7 @@ class Runner(TurnLoop, ContextWindow):
     def __init__(
         self,
         starting_agent: Agent,
-        session_store: SessionStoreProtocol,
+        session_store: TurnStore,
         *,
         model_client: ChatClient | Callable[[], ChatClient] | None = None,
         default_model: str | None = None,
@@ -214,7 +214,7 @@ class Runner(TurnLoop, ContextWindow):
 
     # -- public API -----------------------------------------------------------------------
     @property
-    def session_store(self) -> SessionStoreProtocol:
+    def session_store(self) -> TurnStore:
         return self.store
 
     @property

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from ..agents import Agent
     from ..memory.context import SessionContext
-    from ..memory.protocol import SessionStoreProtocol
+    from ..memory.protocol import TurnStore
     from ..messages import Message
     from ..model import ChatClient
     from ..events import Event
@@ -31,7 +31,7 @@ class RunnerHost:
     # set by Runner.__init__ (see its docstring) -------------------------------------------
     starting_agent: Agent
     agents: dict[str, Agent]
-    store: SessionStoreProtocol
+    store: TurnStore
     default_model: str | None
     max_tool_rounds: int
     max_tokens: int | None

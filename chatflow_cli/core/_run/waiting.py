@@ -13,14 +13,14 @@ from .state import TurnRequest
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..agents import Agent
-    from ..memory.protocol import SessionStoreProtocol, TurnStart
+    from ..memory.protocol import TurnStart, TurnStore
 
 __all__ = ["begin_turn_when_free", "end_lease", "release_claim"]
 
 log = logging.getLogger("chatflow_cli.core.runner")
 
 
-def begin_turn_when_free(store: SessionStoreProtocol, session_id: str, request: TurnRequest, *, wait: float,
+def begin_turn_when_free(store: TurnStore, session_id: str, request: TurnRequest, *, wait: float,
                          cancel: CancelToken, default_agent: Agent,
                          on_wait: Callable[[dict[str, Any]], None] | None) -> TurnStart:
     """``store.begin_turn``, waiting up to ``wait`` seconds while the session is busy.
@@ -130,7 +130,7 @@ def begin_turn_when_free(store: SessionStoreProtocol, session_id: str, request: 
                 end_lease(store, ticket_owner, stored=False)
 
 
-def release_claim(store: SessionStoreProtocol, request: TurnRequest) -> None:
+def release_claim(store: TurnStore, request: TurnRequest) -> None:
     """Free the message claim ``request`` carries (``store.claim_message`` /
     ``mark_message_processed`` in the caller's thread or task), for a run that failed before
     its turn started: the message was not processed, so its redelivery must run. When even
@@ -148,7 +148,7 @@ def release_claim(store: SessionStoreProtocol, request: TurnRequest) -> None:
         end_lease(store, claim, stored=True)
 
 
-def end_lease(store: SessionStoreProtocol, token: str | None, *, stored: bool) -> None:
+def end_lease(store: TurnStore, token: str | None, *, stored: bool) -> None:
     """``store.end_lease(token, stored=...)`` when the store has it; never raises."""
     end = getattr(store, "end_lease", None)
     if end is None or token is None:
@@ -159,12 +159,12 @@ def end_lease(store: SessionStoreProtocol, token: str | None, *, stored: bool) -
         log.warning("could not end the lease of a run: %s", exc)
 
 
-def _may_start(store: SessionStoreProtocol, session_id: str, ticket: int | None) -> bool:
+def _may_start(store: TurnStore, session_id: str, ticket: int | None) -> bool:
     check = getattr(store, "turn_may_start", None)
     return True if check is None else bool(check(session_id, ticket))
 
 
-def _running_pid(store: SessionStoreProtocol, session_id: str) -> int | None:
+def _running_pid(store: TurnStore, session_id: str) -> int | None:
     """The pid of the process running ``session_id``'s turn, when the store can say (a cheap read)."""
     look = getattr(store, "running_turn_pid", None)
     try:
@@ -173,7 +173,7 @@ def _running_pid(store: SessionStoreProtocol, session_id: str) -> int | None:
         return None
 
 
-def _wait_for_turn_end(store: SessionStoreProtocol, timeout: float) -> None:
+def _wait_for_turn_end(store: TurnStore, timeout: float) -> None:
     """Sleep ``timeout`` seconds, or less when a turn of ``store`` ends in this process."""
     wait = getattr(store, "wait_turn_ended", None)
     if wait is None:

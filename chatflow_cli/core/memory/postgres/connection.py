@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...dsn import redact_dsn
-from .._fork import SharedPool
+from .._process_fork import SharedPool
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
