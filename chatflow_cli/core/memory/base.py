@@ -41,6 +41,7 @@ from ._checks import _check_wait
 from ._compaction import _Compaction
 from ._journal import _Journal
 from ._listing import _Listing
+from ._memstores import _MemoryStores
 from ._port import (
     _CLAIM,
     _T,
@@ -69,7 +70,7 @@ __all__ = [
 ]
 
 
-class BaseSessionStore(_Journal, _Turns, _Rollback, _Listing, _Compaction):
+class BaseSessionStore(_Journal, _Turns, _Rollback, _Listing, _Compaction, _MemoryStores):
     """The session rules, shared by every store.
 
     Subclasses provide :meth:`_read` and :meth:`_write` (context managers yielding a
