@@ -80,6 +80,8 @@ from ..events import Event, SessionStatus
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS, metadata_matches
+from ._memstore_postgres import MIGRATION as MEMORY_STORES
+from ._memstore_postgres import _PgMemoryStoreTx
 from ._fork import SharedPool, fork_lock, keep_inherited
 from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
@@ -308,6 +310,7 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "_fill_search_vectors",
         ],
     ),
+    (8, MEMORY_STORES[0], list(MEMORY_STORES[1])),  # the tables are written beside their primitives
 ]
 
 
@@ -603,8 +606,16 @@ def _lost(conn: psycopg.Connection[Any]) -> bool:
 # ----------------------------------------------------------------------------------------
 
 
-class _PgTx(_Tx):
+class _PgTx(_PgMemoryStoreTx, _Tx):
     """Primitives over one connection inside one transaction."""
+
+    @staticmethod
+    def _vector(path: str, text: str) -> str | None:
+        return _search_vector(Message(role=Role.USER, content=path + "\n" + text))
+
+    @staticmethod
+    def _tsquery(query: Query) -> str:
+        return to_tsquery(query, False)
 
     def __init__(self, conn: psycopg.Connection[Any], store: PostgresSessionStore, writable: bool) -> None:
         self._conn = conn
