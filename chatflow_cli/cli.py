@@ -54,6 +54,7 @@ from .options import (
     parse_metadata,
 )
 from .redaction import ScrubbingFormatter
+from .memory_app import memory_app
 from .sessions_app import sessions_app
 
 __all__ = ["app", "main"]
@@ -100,6 +101,7 @@ local_app = typer.Typer(
 )
 app.add_typer(config_app, name="config")
 app.add_typer(local_app, name="local")
+app.add_typer(memory_app, name="memory")
 
 
 # ---------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..resources.documents import Document, DocumentInfo, DocumentVersion, MemoryHit, MemoryStoreInfo
-from ._memstore_port import _MemoryStoreTx
-from .search import Query, memory_snippet, words_of
+from ._memstore_port import _MemoryStoreTx, doc_snippet
+from .search import Query, words_of
 
 __all__ = ["MemStores", "_InMemoryMemoryStoreTx"]
 
@@ -114,5 +114,5 @@ class _InMemoryMemoryStoreTx(_MemoryStoreTx):
                 if score:
                     hits.append((-score, name, doc.path, doc))
         hits.sort(key=lambda h: (h[0], h[1], h[2]))
-        return [MemoryHit(d.store, d.path, memory_snippet(query, d.path + "\n" + d.text), float(rank),
+        return [MemoryHit(d.store, d.path, doc_snippet(query, d.path, d.text), float(rank),
                           d.version, d.updated_at) for rank, _n, _p, d in hits[:limit]]

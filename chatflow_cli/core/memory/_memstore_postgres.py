@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..resources.documents import Author, Document, DocumentInfo, DocumentVersion, MemoryHit, MemoryStoreInfo
-from ._memstore_port import _MemoryStoreTx
-from .search import Query, memory_snippet
+from ._memstore_port import _MemoryStoreTx, doc_snippet
+from .search import Query
 
 if TYPE_CHECKING:
     import psycopg
@@ -187,7 +187,7 @@ class _PgMemoryStoreTx(_MemoryStoreTx):
             args.append(list(stores))
         sql += " ORDER BY r DESC, d.store COLLATE \"C\", d.path COLLATE \"C\" LIMIT %s"
         args.append(limit)
-        return [MemoryHit(store, path, memory_snippet(query, path + "\n" + text), -float(rank), int(version),
+        return [MemoryHit(store, path, doc_snippet(query, path, text), -float(rank), int(version),
                           float(updated))
                 for store, path, text, version, updated, rank in self._x(sql, args).fetchall()]
 

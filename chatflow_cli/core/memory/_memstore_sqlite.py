@@ -12,8 +12,8 @@ import json
 import sqlite3
 
 from ..resources.documents import Author, Document, DocumentInfo, DocumentVersion, MemoryHit, MemoryStoreInfo
-from ._memstore_port import _MemoryStoreTx
-from .search import Query, memory_snippet, to_fts5, words_of
+from ._memstore_port import _MemoryStoreTx, doc_snippet
+from .search import Query, to_fts5, words_of
 
 __all__ = ["MIGRATION", "_SQLiteMemoryStoreTx"]
 
@@ -184,5 +184,5 @@ class _SQLiteMemoryStoreTx(_MemoryStoreTx):
             args.append(json.dumps(stores))
         sql += " ORDER BY f.rank, d.store, d.path LIMIT ?"
         args.append(limit)
-        return [MemoryHit(store, path, memory_snippet(query, path + "\n" + text), float(rank), version, updated)
+        return [MemoryHit(store, path, doc_snippet(query, path, text), float(rank), version, updated)
                 for store, path, text, version, updated, rank in self.c.execute(sql, args).fetchall()]
