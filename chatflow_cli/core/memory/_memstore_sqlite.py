@@ -176,13 +176,18 @@ class _SQLiteMemoryStoreTx(_MemoryStoreTx):
         return None if r is None else _version(r)
 
     def doc_search(self, query: Query, stores: list[str] | None, limit: int) -> list[MemoryHit]:
-        sql = ("SELECT d.store, d.path, d.text, d.version, d.updated_at_utc, f.rank FROM chatflow_memory_fts AS f "
-               "JOIN chatflow_memory_documents AS d ON d.doc_id = f.rowid WHERE chatflow_memory_fts MATCH ?")
-        args: list[object] = [to_fts5(query)]
-        if stores is not None:
-            sql += " AND d.store IN (SELECT value FROM json_each(?))"
-            args.append(json.dumps(stores))
-        sql += " ORDER BY f.rank, d.store, d.path LIMIT ?"
-        args.append(limit)
+        # The index ranks first and the page is cut there (bm25 of every match, then LIMIT):
+        # only the page's documents are read. Limited to some stores, the documents are joined first.
+        if stores is None:
+            sql = ("SELECT d.store, d.path, d.text, d.version, d.updated_at_utc, f.rank FROM "
+                   "(SELECT rowid, rank FROM chatflow_memory_fts WHERE chatflow_memory_fts MATCH ? "
+                   "ORDER BY rank LIMIT ?) AS f JOIN chatflow_memory_documents AS d ON d.doc_id = f.rowid "
+                   "ORDER BY f.rank")
+            args: list[object] = [to_fts5(query), limit]
+        else:
+            sql = ("SELECT d.store, d.path, d.text, d.version, d.updated_at_utc, f.rank FROM chatflow_memory_fts AS f "
+                   "JOIN chatflow_memory_documents AS d ON d.doc_id = f.rowid WHERE chatflow_memory_fts MATCH ? "
+                   "AND d.store IN (SELECT value FROM json_each(?)) ORDER BY f.rank LIMIT ?")
+            args = [to_fts5(query), json.dumps(stores), limit]
         return [MemoryHit(store, path, doc_snippet(query, path, text), float(rank), version, updated)
                 for store, path, text, version, updated, rank in self.c.execute(sql, args).fetchall()]
