@@ -105,7 +105,7 @@ import dataclasses
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ._run import cancel as _cancel
@@ -136,6 +136,7 @@ from .errors import (
 )
 from .events import Event, EventType, SessionStatus
 from .memory import storable_text
+from .resources.mounts import Mount
 from .messages import Message, Role, ToolCall, check_history
 from .memory.context import INTERRUPTED_TOOL_RESULT, split_turns
 from .usage import normalise_usage
@@ -396,13 +397,17 @@ class Runner:
         wait: float = DEFAULT_WAIT_S,
         max_turns: int | None = None,
         system: str | None = None,
+        resources: Sequence[Mount] | None = None,
         cancel: threading.Event | None = None,
     ) -> RunResult:
         """Run one turn and return its :class:`RunResult`.
 
         ``metadata`` is merged into the session's metadata; ``max_turns`` and ``system`` (a
         system message) apply when the session is created; ``cancel``, when set from another
-        thread, interrupts the run.
+        thread, interrupts the run. ``resources``: mounts (:class:`~chatflow_cli.core.resources.Mount`)
+        the session gets before the turn, those not mounted yet (``resource.mounted`` events);
+        while memory stores are mounted the agent is offered the memory tools
+        (:mod:`chatflow_cli.core.resources.memory_tools`).
 
         ``wait``: while another run owns the session, this turn waits its turn -- turns that
         wait start in arrival order, across processes -- for at most ``wait`` seconds
@@ -432,7 +437,7 @@ class Runner:
         """
         return _drain(self.run_streamed(session_id, user_message, metadata, idempotency_key=idempotency_key,
                                         message_id=message_id, wait=wait, max_turns=max_turns, system=system,
-                                        cancel=cancel))
+                                        cancel=cancel, resources=resources))
 
     def run_streamed(
         self,
@@ -445,6 +450,7 @@ class Runner:
         wait: float = DEFAULT_WAIT_S,
         max_turns: int | None = None,
         system: str | None = None,
+        resources: Sequence[Mount] | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[StreamEvent]:
         """Like :meth:`run`, yielding :class:`StreamEvent` s as they happen; the last is ``result``.
@@ -456,7 +462,7 @@ class Runner:
         if message.role is not Role.USER:
             raise ValueError("user_message must be a USER message")
         start = self._start(message, metadata, idempotency_key, message_id, max_turns, system)
-        return self._guarded(session_id, start, wait=wait, cancel=cancel, loop=None)
+        return self._guarded(session_id, _with_mounts(start, resources), wait=wait, cancel=cancel, loop=None)
 
     async def run_async(
         self,
@@ -469,6 +475,7 @@ class Runner:
         wait: float = DEFAULT_WAIT_S,
         max_turns: int | None = None,
         system: str | None = None,
+        resources: Sequence[Mount] | None = None,
     ) -> RunResult:
         """Async twin of :meth:`run`, for handlers on an event loop (a webhook endpoint).
 
@@ -481,7 +488,7 @@ class Runner:
         result: RunResult | None = None
         async for event in self.run_streamed_async(
             session_id, user_message, metadata, idempotency_key=idempotency_key, message_id=message_id, wait=wait,
-            max_turns=max_turns, system=system,
+            max_turns=max_turns, system=system, resources=resources,
         ):
             if event.result is not None:
                 result = event.result
@@ -499,11 +506,12 @@ class Runner:
         wait: float = DEFAULT_WAIT_S,
         max_turns: int | None = None,
         system: str | None = None,
+        resources: Sequence[Mount] | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Async twin of :meth:`run_streamed`."""
         message = user_message if isinstance(user_message, Message) else Message.user(str(user_message))
         start = self._start(message, metadata, idempotency_key, message_id, max_turns, system)
-        async for event in self._in_thread(session_id, start, wait=wait):
+        async for event in self._in_thread(session_id, _with_mounts(start, resources), wait=wait):
             yield event
 
     def _start(self, message: Message, metadata: dict[str, Any] | None, idempotency_key: str | None,
@@ -591,6 +599,7 @@ class Runner:
     # -- the turn ----------------------------------------------------------------------------
     def _begin(self, session_id: str, start: dict[str, Any], wait: float, cancel: CancelToken) -> TurnStart:
         """``store.begin_turn``, waiting in the session's queue up to ``wait`` seconds (:func:`begin_turn`)."""
+        start = {k: v for k, v in start.items() if k != "resources"}  # mounted once the turn began
         return begin_turn(self.store, session_id, start, wait=wait, cancel=cancel,
                           default_agent=self.starting_agent, on_wait=self.on_wait)
 
@@ -672,6 +681,8 @@ class Runner:
         try:
             try:
                 yield from stored(list(begun.events), turn)
+                if any([session.mount(m) for m in start.get("resources") or ()]):
+                    yield from stored(self.store.save(session), turn)  # resource.mounted, before the reply
                 if self._version_of(state.agent) is not None and session.note_agent_version(state.agent):
                     yield from stored(self.store.save(session), turn)  # agent.changed, before the reply
                 result = yield from self._loop(session, turn, state, cancel, loop, stored)
@@ -746,7 +757,7 @@ class Runner:
             if cancel.is_set():
                 raise Cancelled()
             agent: Agent = state.agent
-            tools = agent.all_tools()
+            tools = _with_memory_tools(self.store, session, turn, agent)
             model = agent.model or self.default_model
             if not model:
                 raise ConfigError(f"no model for agent {agent.name!r}: set Agent(model=...) or "
@@ -1090,3 +1101,27 @@ def recorded_url(client: Any) -> str | None:
         return None
     url = getattr(client, "display_url", None)
     return url if isinstance(url, str) and url else None
+
+
+def _with_mounts(start: dict[str, Any], resources: Sequence[Mount] | None) -> dict[str, Any]:
+    """``start`` with the mounts a run asks for (checked here, before the turn begins)."""
+    if resources:
+        if not all(isinstance(m, Mount) for m in resources):
+            raise TypeError("resources must be Mount values (chatflow_cli.core.resources.Mount)")
+        start["resources"] = tuple(resources)
+    return start
+
+
+def _with_memory_tools(store: Any, session: SessionContext, turn: int, agent: Agent) -> dict[str, Tool]:
+    """The agent's tools, with the memory tools of the memory stores mounted on ``session``
+    (the agent's own tool of the same name wins); writes are recorded as this turn's."""
+    tools = agent.all_tools()
+    mounts = [m for m in session.resources if m.kind == "memory_store"]
+    if not mounts:
+        return tools
+    from .resources.documents import Author
+    from .resources.memory_tools import memory_tools
+
+    extra = {t.name: t for t in memory_tools(store, mounts, Author(session.session_id, turn, agent.name))}
+    return {**extra, **tools}
+

@@ -228,3 +228,49 @@ def test_async_twins(any_store: BaseSessionStore) -> None:
         assert await any_store.adelete_memory_store("notes") is True
 
     asyncio.run(main())
+
+
+# -- mounts ----------------------------------------------------------------------------------
+def test_mounts_are_events_that_survive_load_fork_and_unmount(make_store: Callable[..., BaseSessionStore]) -> None:
+    from chatflow_cli.core.agents import Agent
+    from chatflow_cli.core.memory import SessionContext
+    from chatflow_cli.core.messages import Message
+    from chatflow_cli.core.resources import Mount
+
+    store = make_store()
+    agent = Agent(name="A", instructions="x", model="m")
+    notes, crm, keys = Mount.memory_store("notes"), Mount.memory_store("crm", "read-only"), Mount.vault("keys")
+    ctx = SessionContext("s1", agent, resources=[notes, crm, keys])
+    assert ctx.resources == [notes, crm, keys]
+    ctx.add_message(Message.user("hi"))
+    ctx.add_message(Message.model("hello"))
+    ctx.complete_turn("hello")
+    store.save(ctx)
+    again = make_store().get("s1")
+    assert again is not None and again.resources == [notes, crm, keys]
+    assert again.mount(notes) is False  # already mounted: nothing journalled
+    assert again.mount(Mount.memory_store("crm")) is True  # another mode
+    assert again.unmount("notes") is True and again.unmount("notes") is False
+    store.save(again)
+    types = [e.type for e in store.events("s1") if e.type.startswith("resource.")]
+    assert types == ["resource.mounted"] * 4 + ["resource.unmounted"]
+    assert [e.payload for e in store.events("s1") if e.type == "resource.unmounted"] == [notes.to_dict()]
+    loaded = make_store().get("s1")
+    assert loaded is not None and loaded.resources == [Mount.memory_store("crm"), keys]
+    fork = store.fork("s1", 1)
+    forked = make_store().get(fork.session_id)
+    assert forked is not None and forked.resources == [Mount.memory_store("crm"), keys]
+    assert [e.type for e in store.events(fork.session_id)][:3] == ["session.created", "resource.mounted",
+                                                                    "resource.mounted"]
+    # a rollback keeps the mounts (they are not turns)
+    store.rollback("s1", 0)
+    rolled = make_store().get("s1")
+    assert rolled is not None and rolled.resources == [Mount.memory_store("crm"), keys]
+
+
+def test_mount_events_are_the_stores_to_write(any_store: BaseSessionStore) -> None:
+    from chatflow_cli.core.agents import Agent
+
+    any_store.get_or_create("s1", Agent(name="A", instructions="x", model="m"))
+    with pytest.raises(UsageError, match="session.mount"):
+        any_store.append_event("s1", "resource.mounted", {"kind": "memory_store", "name": "x", "mode": "read-only"})
