@@ -195,8 +195,7 @@ def show_session(
     marks = AgentVersionMarks(_versions_before(store, session_id, turn) if turn is not None and turn > 1 else None)
     submitted = store.submitted_tool_results(session_id)
     if output in ("json", "jsonl"):
-        loaded = store.get(session_id)  # the mounts in force: the fold of its resource.* events
-        resources = [m.to_dict() for m in loaded.resources] if loaded is not None else []
+        resources = [m.to_dict() for m in store.session_resources(session_id)]  # the mounts in force
         show = _show_json if output == "json" else _show_jsonl
         show(stream or env.stdout, session, records, interrupted, endpoint, context, marks, resources=resources)
         return

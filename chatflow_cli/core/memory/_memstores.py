@@ -37,8 +37,9 @@ from ..resources.documents import (
     insert_lines,
     replace_passage,
 )
-from ..resources.mounts import check_resource_name
+from ..resources.mounts import Mount, check_resource_name
 from ._core import _StoreCore
+from ._mounts import stored_mounts
 from .search import parse_query
 
 __all__ = ["_MemoryStores"]
@@ -114,6 +115,20 @@ class _MemoryStores(_StoreCore):
         check_resource_name(name)
         with self._write() as raw:
             return _tx(raw).ms_delete(name)  # type: ignore[no-any-return]
+
+    # -- mounts ------------------------------------------------------------------------
+    def session_resources(self, session_id: str) -> list[Mount]:
+        """The resources mounted on the stored session ``session_id`` (the fold of its
+        ``resource.mounted`` / ``resource.unmounted`` events; ``[]`` for no such session),
+        read without loading its context window. A running turn's vault mounts:
+        ``[m for m in store.session_resources(sid) if m.kind == "vault"]``."""
+        with self._read() as tx:
+            if tx.get_row(session_id) is None:
+                return []
+            return stored_mounts(tx, session_id)
+
+    async def asession_resources(self, session_id: str) -> list[Mount]:
+        return await self._run_blocking(self.session_resources, session_id)
 
     # -- reading -----------------------------------------------------------------------
     def read_document(self, store: str, path: str) -> Document:

@@ -257,6 +257,8 @@ def test_mounts_are_events_that_survive_load_fork_and_unmount(make_store: Callab
     assert [e.payload for e in store.events("s1") if e.type == "resource.unmounted"] == [notes.to_dict()]
     loaded = make_store().get("s1")
     assert loaded is not None and loaded.resources == [Mount.memory_store("crm"), keys]
+    assert make_store().session_resources("s1") == [Mount.memory_store("crm"), keys]
+    assert store.session_resources("nobody") == []
     fork = store.fork("s1", 1)
     forked = make_store().get(fork.session_id)
     assert forked is not None and forked.resources == [Mount.memory_store("crm"), keys]
