@@ -167,18 +167,26 @@ _DESCRIPTIONS: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
+#: Each tool's parameters schema and signature, worked out once (a turn builds its tools
+#: each round, so this is kept out of the turn's time).
+_SCHEMAS: dict[str, tuple[dict[str, Any], Any]] = {}
+
+
 def _make(name: str, function: Any, stores: list[str]) -> Tool:
     description, params = _DESCRIPTIONS[name]
-    made = Tool.from_function(function, name=name, description=description)
-    properties = made.parameters["properties"]
-    for param, text in params.items():
-        properties[param]["description"] = text
-    properties["store"] = {"type": "string", "enum": list(stores),
-                           "description": "the memory store" + (" (optional: there is one)" if len(stores) == 1
-                                                               else "")}
-    if len(stores) > 1 and "store" not in made.parameters["required"]:
-        made.parameters["required"].append("store")
-    return made
+    if name not in _SCHEMAS:
+        made = Tool.from_function(function, name=name, description=description)
+        for param, text in params.items():
+            made.parameters["properties"][param]["description"] = text
+        _SCHEMAS[name] = (made.parameters, made._params)
+    schema, signature = _SCHEMAS[name]
+    parameters = {**schema, "properties": dict(schema["properties"]), "required": list(schema["required"])}
+    parameters["properties"]["store"] = {
+        "type": "string", "enum": list(stores),
+        "description": "the memory store" + (" (optional: there is one)" if len(stores) == 1 else "")}
+    if len(stores) > 1:
+        parameters["required"].append("store")
+    return Tool(name, description, parameters, function, _params=signature)
 
 
 def memory_tools(store: MemoryStoreAccess, mounts: Sequence[Mount], author: Author | None = None) -> list[Tool]:

@@ -29,23 +29,27 @@ def test_view_write_and_a_stale_edit(fake_server: FakeServer, make_runner: Calla
     sqlite_store.create_memory_store("notes")
     sqlite_store.write_document("notes", "acme.md", "Acme likes tea.\n")
     runner = make_runner(AGENT)
-    fake_server.add_tool_calls([("v1", "memory_view", json.dumps({"path": "acme.md"})),
-                                ("r1", "memory_str_replace", json.dumps({"path": "acme.md", "old_str": "tea",
-                                                                         "new_str": "coffee"}))])
-    fake_server.add_tool_calls([("c1", "memory_create", json.dumps({"path": "bob.md", "file_text": "Bob: CTO"}))])
+    # calls of one reply run at once: the view, then the edits, in separate rounds
+    fake_server.add_tool_calls([("v1", "memory_view", json.dumps({"path": "acme.md"}))])
+    fake_server.add_tool_calls([("r1", "memory_str_replace", json.dumps({"path": "acme.md", "old_str": "tea",
+                                                                         "new_str": "coffee"})),
+                                ("c1", "memory_create", json.dumps({"path": "bob.md", "file_text": "Bob: CTO"}))])
     fake_server.add_text("noted")
     result = runner.run("s1", "remember", resources=[Mount.memory_store("notes")])
     assert result.content == "noted"
     first = fake_server.requests[0]
     assert _offered(first)[:7] == ["memory_view", "memory_search", "memory_create", "memory_str_replace",
                                    "memory_insert", "memory_delete", "memory_rename"]
-    view, replace = _results(fake_server.requests[1])
+    (view,) = _results(fake_server.requests[1])
     assert "1\tAcme likes tea." in view and "version 1" in view
-    assert "replaced the passage in notes/acme.md (version 2)" in replace
+    replace, create = _results(fake_server.requests[2])[1:]
+    assert replace.startswith("replaced the passage in notes/acme.md (version") and create.startswith(
+        "created notes/bob.md (version")
     assert sqlite_store.read_document("notes", "acme.md").text == "Acme likes coffee.\n"
     history = sqlite_store.memory_history("notes")
-    assert [(v.seq, v.op, v.author.session_id, v.author.turn, v.author.agent) for v in history[1:]] == [
-        (2, "str_replace", "s1", 1, "Keeper"), (3, "create", "s1", 1, "Keeper")]
+    assert sorted((v.op, v.author.session_id, v.author.turn, v.author.agent) for v in history[1:]) == [
+        ("create", "s1", 1, "Keeper"), ("str_replace", "s1", 1, "Keeper")]
+    assert [v.seq for v in history] == [1, 2, 3]
     mounted = [e for e in sqlite_store.events("s1") if e.type == "resource.mounted"]
     assert [e.payload for e in mounted] == [{"kind": "memory_store", "name": "notes", "mode": "read-write"}]
     assert mounted[0].seq < min(e.seq for e in sqlite_store.events("s1") if e.type == "message.model")
