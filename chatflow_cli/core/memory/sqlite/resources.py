@@ -1,5 +1,5 @@
 """Memory stores of the SQLite store: three tables and a full-text index, added by one
-migration (:data:`MIGRATION`), and the primitives over them (:class:`_SQLiteMemoryStoreTx`).
+migration (:data:`MIGRATION`), and the primitives over them (:class:`SQLiteMemoryStoreTx`).
 
 A document's words (its path and text, as :func:`~.search.words_of` gives them, the same
 words the session search indexes) are indexed in the write that stores it: memory writes
@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from ..resources.documents import Author, Document, DocumentInfo, DocumentVersion, MemoryHit, MemoryStoreInfo
-from ._memstore_port import _MemoryStoreTx, doc_snippet
-from .search import Query, to_fts5, words_of
+from ...resources.documents import Author, Document, DocumentInfo, DocumentVersion, MemoryHit, MemoryStoreInfo
+from .._memstore_port import _MemoryStoreTx, doc_snippet
+from ..search import Query, to_fts5, words_of
 
-__all__ = ["MIGRATION", "_SQLiteMemoryStoreTx"]
+__all__ = ["MIGRATION", "SQLiteMemoryStoreTx"]
 
 #: The migration that adds memory stores (its number is given where it is listed).
 MIGRATION: tuple[str, list[str]] = (
@@ -74,7 +74,7 @@ def _words(path: str, text: str) -> str:
     return " ".join(words_of(path + "\n" + text))
 
 
-class _SQLiteMemoryStoreTx(_MemoryStoreTx):
+class SQLiteMemoryStoreTx(_MemoryStoreTx):
     """Needs ``self.c``: the transaction's connection."""
 
     @property

@@ -1,6 +1,6 @@
 """Memory stores of the PostgreSQL store: three tables, a ``tsvector`` of each document's
 words with a GIN index, added by one migration (:data:`MIGRATION`), and the primitives over
-them (:class:`_PgMemoryStoreTx`).
+them (:class:`PgMemoryStoreTx`).
 
 A write locks its store's row (``SELECT ... FOR UPDATE``) before it reads the document or
 the store's ``last_seq``: writes of one store, from any number of workers, are serialised
@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..resources.documents import Author, Document, DocumentInfo, DocumentVersion, MemoryHit, MemoryStoreInfo
-from ._memstore_port import _MemoryStoreTx, doc_snippet
-from .search import Query
+from ...resources.documents import Author, Document, DocumentInfo, DocumentVersion, MemoryHit, MemoryStoreInfo
+from .._memstore_port import _MemoryStoreTx, doc_snippet
+from ..search import Query
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["MIGRATION", "_PgMemoryStoreTx"]
+__all__ = ["MIGRATION", "PgMemoryStoreTx"]
 
 #: The migration that adds memory stores (its number is given where it is listed).
 MIGRATION: tuple[str, list[str]] = (
@@ -74,7 +74,7 @@ def _version(r: Any) -> DocumentVersion:
                            previous, None if reverts is None else int(reverts))
 
 
-class _PgMemoryStoreTx(_MemoryStoreTx):
+class PgMemoryStoreTx(_MemoryStoreTx):
     """Needs ``self._x(sql, params)`` (a statement of the transaction), :meth:`_vector` and :meth:`_tsquery`."""
 
     def _x(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
