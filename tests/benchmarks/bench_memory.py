@@ -7,7 +7,8 @@ Run from the repository root (not collected by pytest)::
 
 ``tool``: time per turn of a Runner on a SQLite file whose turn makes one tool call (two model
 requests, the fake server in its own process, no delay), four sides run in rounds A B C D,
-in the same process and run: a plain Python ``@tool``, ``memory_view`` of a document,
+in the same process and run: a plain Python ``@tool`` returning the same text ``memory_view``
+shows (so both sides' context windows grow alike), ``memory_view`` of a document,
 ``memory_str_replace`` (a versioned write: the store's seq, the document, its history and
 its full-text words, one transaction), ``memory_create``. Reported: each side's median
 ms/turn and the memory sides' extra time over the plain tool (target: at most 2 ms).
@@ -62,10 +63,13 @@ def bench_tool(turns: int, workdir: Path) -> dict[str, float]:
     from chatflow_cli.core.resources import Mount
     from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
+    document = "Weather notes.\ntally 0\n" + "A line of notes.\n" * 40
+    shown = "\n".join(f"{n:6d}\t{line}" for n, line in enumerate(document.splitlines(), 1))
+
     @tool
     def get_weather(city: str) -> str:
         """Weather in a city."""
-        return f"12C in {city}"
+        return f"notes/weather.md (version 1, 42 lines, 705 B):\n{shown}"  # what memory_view shows
 
     rounds = turns + 2  # one warm-up round
     replies: list[dict[str, Any]] = []
@@ -78,7 +82,7 @@ def bench_tool(turns: int, workdir: Path) -> dict[str, float]:
     with server_process(replies) as url:
         store = SQLiteSessionStore(str(workdir / "memory-tool.db"))
         store.create_memory_store("notes")
-        store.write_document("notes", "weather.md", "Weather notes.\ntally 0\n" + "A line of notes.\n" * 40)
+        store.write_document("notes", "weather.md", document)
         agent = Agent("Bot", "Be brief.", model="fake-model", tools=[get_weather])
         runner = Runner(agent, store, model_client=ModelClient(url, "bench-key"))
         mounts = [Mount.memory_store("notes")]

@@ -9,14 +9,15 @@ inside the transaction it belongs to; a write method is only called in a write t
 from __future__ import annotations
 
 from ..resources.documents import Document, DocumentInfo, DocumentVersion, MemoryHit, MemoryStoreInfo
-from .search import Query, memory_snippet, words_of
+from .search import HIGHLIGHT_START, Query, memory_snippet
 
 __all__ = ["_MemoryStoreTx", "doc_snippet"]
 
 
 def doc_snippet(query: Query, path: str, text: str) -> str:
     """A search hit's snippet: of the text where the query matches it, else of the path."""
-    return memory_snippet(query, text if query.score(words_of(text)) else path)
+    snippet = memory_snippet(query, text)
+    return snippet if HIGHLIGHT_START in snippet else memory_snippet(query, path)
 
 
 class _MemoryStoreTx:
