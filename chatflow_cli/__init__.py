@@ -26,13 +26,19 @@ logging.getLogger("chatflow_cli").addHandler(logging.NullHandler())
 
 _EXPORTS = {
     "Agent": "chatflow_cli.core.agents",
+    "Author": "chatflow_cli.core.resources.documents",
     "ChatflowError": "chatflow_cli.core.errors",
     "ChatflowSession": "chatflow_cli.core.sdk_session",
+    "DocumentNotFoundError": "chatflow_cli.core.errors",
+    "DocumentTooLargeError": "chatflow_cli.core.errors",
     "IdempotencyConflictError": "chatflow_cli.core.errors",
     "ImportFormatError": "chatflow_cli.core.errors",
     "InvalidToolCallError": "chatflow_cli.core.errors",
+    "MemoryConflictError": "chatflow_cli.core.errors",
+    "MemoryStoreNotFoundError": "chatflow_cli.core.errors",
     "Message": "chatflow_cli.core.messages",
     "MessageState": "chatflow_cli.core.memory.values",
+    "Mount": "chatflow_cli.core.resources.mounts",
     "NetworkError": "chatflow_cli.core.errors",
     "NotFoundError": "chatflow_cli.core.errors",
     "PendingToolCallsError": "chatflow_cli.core.errors",
@@ -60,13 +66,19 @@ _EXPORTS = {
 
 __all__ = [
     "Agent",
+    "Author",
     "ChatflowError",
     "ChatflowSession",
+    "DocumentNotFoundError",
+    "DocumentTooLargeError",
     "IdempotencyConflictError",
     "ImportFormatError",
     "InvalidToolCallError",
+    "MemoryConflictError",
+    "MemoryStoreNotFoundError",
     "Message",
     "MessageState",
+    "Mount",
     "NetworkError",
     "NotFoundError",
     "PendingToolCallsError",
@@ -97,9 +109,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.agents import Agent
     from .core.errors import (
         ChatflowError,
+        DocumentNotFoundError,
+        DocumentTooLargeError,
         IdempotencyConflictError,
         ImportFormatError,
         InvalidToolCallError,
+        MemoryConflictError,
+        MemoryStoreNotFoundError,
         NetworkError,
         NotFoundError,
         PendingToolCallsError,
@@ -123,6 +139,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.runner import RunResult, Runner
     from .core.sdk_session import ChatflowSession
     from .core.memory.sqlite import SQLiteSessionStore
+    from .core.resources.documents import Author
+    from .core.resources.mounts import Mount
     from .core.tools import tool
 
 

@@ -34,7 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.model import ModelClient
     from .core.runner import Runner
 
-__all__ = ["LOCAL_TEMPERATURE", "Assembly", "adopt_starting_agent", "assemble", "build_agents", "transport_for"]
+__all__ = ["LOCAL_TEMPERATURE", "Assembly", "adopt_starting_agent", "assemble", "build_agents", "session_mounts",
+           "transport_for"]
 
 #: Sampling temperature for the embedded local model (see the module docstring).
 LOCAL_TEMPERATURE = 0.0
@@ -171,6 +172,30 @@ def assemble(
             return ModelClient(url, resolved.api_key, timeout=timeout, transport=transport)
 
         yield Assembly(runner=runner, choice=choice, agents=agents, client_for=None if choice.local else client_for)
+
+
+def session_mounts(settings: Settings, store: Any, session_id: str, runner: Runner, agent: str | None,
+                   memory: list[str] | None) -> tuple[Any, ...]:
+    """The memory stores a turn mounts: ``memory = [...]`` of the agent that answers in
+    config.toml (``agent``, else the session's active agent, else the starting agent), then
+    ``--memory`` (a store in both gets ``--memory``'s mode). Mounts already in force are not
+    written again (the Runner skips them).
+
+    Raises:
+        UsageError: a bad name or mode (exit 2).
+        MemoryStoreNotFoundError: a store that does not exist (exit 3).
+    """
+    from .core.resources.mounts import parse_mount
+
+    name = agent or store.active_agent_name(session_id) or runner.starting_agent.name
+    spec = settings.agent(name)
+    mounts = {m.name: m for m in (spec.memory if spec is not None else ())}
+    for text in memory or ():
+        mount = parse_mount(text)
+        mounts[mount.name] = mount
+    for mount in mounts.values():
+        store.memory_store(mount.name)  # MemoryStoreNotFoundError (exit 3) before anything runs
+    return tuple(mounts.values())
 
 
 def adopt_starting_agent(store: ContextStore, session_id: str, runner: Runner) -> str | None:

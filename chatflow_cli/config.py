@@ -50,6 +50,7 @@ An example ``config.toml``::
     instructions = "You answer customer questions."
     handoffs = ["Billing"]
     tools = ["mytools:check_order_status"]          # module:function of a @tool function
+    memory = ["customers", "policies:ro"]           # memory stores its sessions mount (chatflow memory create)
 
     [[agents]]
     name = "Billing"

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .core.errors import ChatflowError, ConfigError
+from .core.errors import ChatflowError, ConfigError, UsageError
+from .core.resources.mounts import Mount, parse_mount
 
 __all__ = ["MESSAGE_ID_SCOPES", "AgentSpec", "ToolSpec", "read_toml", "validate_file"]
 
@@ -28,7 +29,7 @@ _TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "
 #: ``--message-id`` scopes: ``global`` (one id space for every session: WhatsApp-style
 #: provider message ids) or ``session`` (ids unique within one chat only: Telegram-style).
 MESSAGE_ID_SCOPES = ("global", "session")
-_AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools", "max_context_tokens"}
+_AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools", "max_context_tokens", "memory"}
 _CUSTOM_TOOL_KEYS = {"name", "description", "parameters"}
 
 
@@ -62,11 +63,28 @@ class AgentSpec:
     tools: tuple[ToolSpec, ...] = ()
     line: int | None = None  # where its [[agents]] table starts, for error messages
     max_context_tokens: int | None = None  # its model's context size, when the model table is wrong
+    #: memory stores a session this agent starts or continues in ``chat`` mounts ("notes", "notes:ro")
+    memory: tuple[Mount, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------
 # config file parsing and validation
 # ---------------------------------------------------------------------------------------
+def _memory_mounts(text: str, agent: str, raw: Any, start: int) -> tuple[Mount, ...]:
+    """An agent's ``memory = ["notes", "crm:ro"]``: memory store mounts (``NAME[:ro|:rw]``)."""
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise _Problem(f"agent {agent!r}: memory must be a list of memory store names (\"notes\" or \"notes:ro\")",
+                       _key_line(text, "memory", start))
+    mounts: dict[str, Mount] = {}
+    for item in raw:
+        try:
+            mount = parse_mount(item)
+        except UsageError as exc:
+            raise _Problem(f"agent {agent!r}: memory: {exc.message}", _key_line(text, "memory", start)) from None
+        mounts[mount.name] = mount
+    return tuple(mounts.values())
+
+
 _TOML_POS_RE = re.compile(r"^(?P<msg>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d+)\)\s*$")
 
 
@@ -251,6 +269,7 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
         tools: list[ToolSpec] = []
         for tool in tools_raw:
             tools.append(_tool_spec(text, name, tool, start))
+        memory = _memory_mounts(text, name, raw.get("memory", []), start)
         specs.append(
             AgentSpec(
                 name=name,
@@ -261,6 +280,7 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
                 line=header_line or None,
                 max_context_tokens=_context_tokens(text, raw["max_context_tokens"], start)
                 if "max_context_tokens" in raw else None,
+                memory=memory,
             )
         )
     names = {spec.name for spec in specs}

@@ -30,9 +30,9 @@ before the turn. Every configured agent resolves, whichever one the run starts f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..assembly import adopt_starting_agent, assemble, transport_for
+from ..assembly import adopt_starting_agent, assemble, session_mounts, transport_for
 from ..config import resolve_model
 from ..context import notice
 from ..core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
@@ -166,8 +166,9 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                 note = adopt_starting_agent(store, session_id, runner)
                 if note is not None:
                     notice(state, note)
+            mounts = session_mounts(settings, store, session_id, runner, opts.agent, opts.memory)
             if multi:
-                _run_items(state, runner, store, opts, session_id, out, scope)
+                _run_items(state, runner, store, opts, session_id, out, scope, mounts)
             elif tool_outputs:
                 remaining = _submit_tool_results(store, session_id, tool_outputs)
                 if remaining:
@@ -185,6 +186,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                         wait=opts.wait,
                         max_turns=opts.max_turns or settings.max_turns,
                         system=opts.system,
+                        resources=mounts,
                     ))
                 )
         if opts.title is not None:
@@ -300,7 +302,7 @@ def _announce_if_stored(state: State, store: ListingStore, session_id: str, *, s
 
 
 def _run_items(state: State, runner: Runner, store: SessionStoreProtocol, opts: ChatOptions, session_id: str, out: ChatOutput,
-               scope: str = "global") -> None:
+               scope: str = "global", mounts: tuple[Any, ...] = ()) -> None:
     settings_turns = opts.max_turns
     items = 0
     for item in input_items(state):
@@ -327,6 +329,7 @@ def _run_items(state: State, runner: Runner, store: SessionStoreProtocol, opts: 
                     wait=opts.wait,
                     max_turns=settings_turns,
                     system=opts.system,
+                    resources=mounts,
                 )
             )
         except BaseException:

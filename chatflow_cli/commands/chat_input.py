@@ -50,6 +50,7 @@ class ChatOptions:
     input: str = "text"
     timeout: float = 60.0
     title: str | None = None
+    memory: list[str] | None = None  #: --memory NAME[:ro], repeatable
 
 
 @dataclass

@@ -194,11 +194,10 @@ def show_session(
     context = context_use(state, store, session, endpoint)
     marks = AgentVersionMarks(_versions_before(store, session_id, turn) if turn is not None and turn > 1 else None)
     submitted = store.submitted_tool_results(session_id)
-    if output == "json":
-        _show_json(stream or env.stdout, session, records, interrupted, endpoint, context, marks)
-        return
-    if output == "jsonl":
-        _show_jsonl(stream or env.stdout, session, records, interrupted, endpoint, context, marks)
+    if output in ("json", "jsonl"):
+        resources = [m.to_dict() for m in store.session_resources(session_id)]  # the mounts in force
+        show = _show_json if output == "json" else _show_jsonl
+        show(stream or env.stdout, session, records, interrupted, endpoint, context, marks, resources=resources)
         return
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:
@@ -412,7 +411,8 @@ def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRec
         proc.wait()
 
 
-def _session_head(session: SessionSummary, endpoint: Endpoint, context: dict[str, Any] | None = None) -> dict[str, Any]:
+def _session_head(session: SessionSummary, endpoint: Endpoint, context: dict[str, Any] | None = None,
+                  resources: list[dict[str, str]] | None = None) -> dict[str, Any]:
     head = {
         "session_id": session.session_id,
         "agent": session.active_agent_name,
@@ -427,15 +427,17 @@ def _session_head(session: SessionSummary, endpoint: Endpoint, context: dict[str
                 agent_version=session.agent_version, agent_versions=session.agent_versions)
     if context is not None:
         head["context"] = context
+    if resources is not None:
+        head["resources"] = resources  # the mounts in force: [{"kind", "name", "mode"}, ...]
     return head
 
 
 def _show_jsonl(stream: Any, session: SessionSummary, records: Iterator[TurnRecord], interrupted: Container[int],
                 endpoint: Endpoint, context: dict[str, Any] | None = None,
-                marks: AgentVersionMarks | None = None) -> None:
+                marks: AgentVersionMarks | None = None, resources: list[dict[str, str]] | None = None) -> None:
     from ..render import turn_dict, turn_interrupted
 
-    stream.write(dumps({"session": _session_head(session, endpoint, context)}) + "\n")
+    stream.write(dumps({"session": _session_head(session, endpoint, context, resources)}) + "\n")
     for record in records:
         if record.number == 0 and not record.messages:
             continue
@@ -446,10 +448,10 @@ def _show_jsonl(stream: Any, session: SessionSummary, records: Iterator[TurnReco
 
 def _show_json(stream: Any, session: SessionSummary, records: Iterator[TurnRecord], interrupted: Container[int],
                endpoint: Endpoint, context: dict[str, Any] | None = None,
-               marks: AgentVersionMarks | None = None) -> None:
+               marks: AgentVersionMarks | None = None, resources: list[dict[str, str]] | None = None) -> None:
     from ..render import turn_dict, turn_interrupted
 
-    head = _session_head(session, endpoint, context)
+    head = _session_head(session, endpoint, context, resources)
     stream.write('{"session":' + dumps(head) + ',"turns":[')
     first = True
     for record in records:

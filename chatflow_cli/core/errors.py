@@ -13,10 +13,14 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │   ├── ToolResultError            unknown tool-use id, or a second answer for one
     │   ├── PendingToolCallsError      a new user message while tool calls await results
     │   ├── ImportFormatError          a file to import that is not what its format says (names the line or row)
+    │   ├── MemoryConflictError        a memory edit whose passage or version is no longer there
+    │   ├── DocumentTooLargeError      a memory document over the size limit
     │   └── ConfigError (9)            a bad config file or setting
     ├── NotFoundError (3)
-    │   └── SessionNotFoundError
-    │       └── SessionDeletedError    the session was deleted under a live task
+    │   ├── SessionNotFoundError
+    │   │   └── SessionDeletedError    the session was deleted under a live task
+    │   ├── MemoryStoreNotFoundError   no memory store of that name
+    │   └── DocumentNotFoundError      no document at that path of a memory store
     ├── SessionBusyError (4)           another run owns the session
     ├── SessionTerminatedError (4)     the session reached its final status (terminated)
     ├── SessionArchivedError (4)       the session is archived: no new turns until unarchived
@@ -56,6 +60,8 @@ __all__ = [
     "ChatflowError",
     "CompactionDoesNotFitError",
     "ConfigError",
+    "DocumentNotFoundError",
+    "DocumentTooLargeError",
     "EXIT_MEANINGS",
     "ExitStatus",
     "IdempotencyConflictError",
@@ -64,6 +70,8 @@ __all__ = [
     "InvalidToolCallError",
     "LocalModelError",
     "MaxToolRoundsExceeded",
+    "MemoryConflictError",
+    "MemoryStoreNotFoundError",
     "ModelNotFoundError",
     "NetworkError",
     "NonFiniteNumberError",
@@ -122,8 +130,11 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
         "them); a file to import that is malformed (the line names the file and its line or row), unreadable, "
         "empty, a `json` export (it does not import back) or of a format that cannot be detected, an "
         "`export -o` that names a directory, or a session id to import into that exists and did not come from "
-        "that source (without `--into`)"),
-    ExitStatus.NOT_FOUND: "not found: the session or agent does not exist",
+        "that source (without `--into`); a memory store or vault name that is not valid, a mount mode that does "
+        "not exist (`--memory notes:rx`), a memory document path outside its store (`..`, an absolute path, a "
+        "control character), a memory document over 100,000 bytes, a memory edit whose passage or version is no "
+        "longer there"),
+    ExitStatus.NOT_FOUND: "not found: the session, agent, memory store or memory document does not exist",
     ExitStatus.SESSION_BUSY: (
         "session busy: another process runs a turn on it (see `--wait`), or it is terminated, or archived "
         "(`sessions unarchive ID` lets it take turns again); `sessions interrupt` asked a turn that was still "
@@ -205,6 +216,26 @@ class ToolResultError(UsageError):
     pass
 
 
+class MemoryConflictError(UsageError):
+    """A memory write that depends on what a document holds found something else: the
+    passage to replace is no longer there (or is there more than once), the document
+    changed since the version the write expected, or a document to create already exists.
+    Nothing was written; ``current_version`` is the document's version now (None: absent)."""
+
+    def __init__(self, message: str, *, current_version: int | None = None, session_id: str | None = None) -> None:
+        super().__init__(message, session_id=session_id)
+        self.current_version = current_version
+
+
+class DocumentTooLargeError(UsageError):
+    """A memory document's text is over the limit (``limit`` bytes of UTF-8; ``size`` is what it would be)."""
+
+    def __init__(self, message: str, *, size: int, limit: int, session_id: str | None = None) -> None:
+        super().__init__(message, session_id=session_id)
+        self.size = size
+        self.limit = limit
+
+
 class PendingToolCallsError(UsageError):
     """The session's last turn has tool calls still waiting for results (``tool_use_ids``)."""
 
@@ -227,6 +258,23 @@ class SessionNotFoundError(NotFoundError):
 
 class SessionDeletedError(SessionNotFoundError):
     """A task read or wrote a session after ``store.delete(session_id)`` removed it under the task."""
+
+
+class MemoryStoreNotFoundError(NotFoundError):
+    """No memory store of that name (``name``)."""
+
+    def __init__(self, message: str, *, name: str, session_id: str | None = None) -> None:
+        super().__init__(message, session_id=session_id)
+        self.name = name
+
+
+class DocumentNotFoundError(NotFoundError):
+    """No document at ``path`` in memory store ``store``."""
+
+    def __init__(self, message: str, *, store: str, path: str, session_id: str | None = None) -> None:
+        super().__init__(message, session_id=session_id)
+        self.store = store
+        self.path = path
 
 
 class SessionBusyError(ChatflowError):

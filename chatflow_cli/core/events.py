@@ -50,11 +50,16 @@ type                       payload
 ``session.titled``         ``{"title": str | None}`` the user set (or, None, cleared) the title
 ``session.archived``       ``{}`` the session was archived (no new turns until unarchived)
 ``session.unarchived``     ``{}`` it was brought back
+``resource.mounted``       ``{"kind": "memory_store"|"vault", "name": str, "mode": "read-only"|"read-write"}``
+                           a resource is mounted on the session from here on (a mount of a
+                           resource already mounted changes its mode); see
+                           :mod:`chatflow_cli.core.resources.mounts`
+``resource.unmounted``     ``{"kind": ..., "name": str, "mode": ...}`` it is mounted no more
 =========================  ==============================================================
 
 These types are *reserved* (:data:`RESERVED_EVENT_TYPES`, :data:`RESERVED_EVENT_PREFIXES`):
 they change derived state, so only the store writes them. ``store.append_event`` refuses them (and any type starting with ``message.``, ``tool.``,
-``turn.``, ``session.`` or ``metadata.``); business events (``note``, ``billing.refund``…)
+``turn.``, ``session.``, ``metadata.`` or ``resource.``); business events (``note``, ``billing.refund``…)
 may be appended freely, with an optional idempotency key.
 
 A session id deleted and created again is a new incarnation whose ``seq`` starts at 1:
@@ -114,6 +119,8 @@ class EventType(str, Enum):
     TURN_INTERRUPT_REQUESTED = "turn.interrupt_requested"
     SESSION_IMPORTED = "session.imported"
     AGENT_CHANGED = "agent.changed"
+    RESOURCE_MOUNTED = "resource.mounted"
+    RESOURCE_UNMOUNTED = "resource.unmounted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +167,7 @@ class Event:
 #: pending tool results). :meth:`BaseSessionStore.append_event` refuses them, so the log
 #: never says something the derived state does not show. Any other type (``"note"``,
 #: ``"billing.invoice_sent"``…) is a custom/business event and is accepted.
-RESERVED_EVENT_PREFIXES = ("message.", "tool.", "turn.", "session.", "metadata.")
+RESERVED_EVENT_PREFIXES = ("message.", "tool.", "turn.", "session.", "metadata.", "resource.")
 RESERVED_EVENT_TYPES = frozenset({"status", "rollback", "handoff"} | {t.value for t in EventType})
 
 _USE_INSTEAD = {
@@ -175,6 +182,7 @@ _USE_INSTEAD = {
     "handoff": "session.set_active_agent() then store.save()",
     "context.compacted": "chatflow_cli.core.compaction.compact_session()",
     "agent.changed": "session.note_agent_version() (a Runner does it when an agent starts in a turn)",
+    "resource.": "SessionContext(..., resources=[...]), session.mount() / session.unmount() then store.save()",
 }
 
 #: Reserved types :meth:`SessionContext.record_event

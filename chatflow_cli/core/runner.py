@@ -102,7 +102,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ._run import cancel as _cancel
@@ -114,6 +114,7 @@ from ._run.turn import TurnLoop
 from ._run.window import ContextWindow
 from .agents import Agent, reachable_agents
 from .messages import Message, Role
+from .resources.mounts import Mount
 
 if TYPE_CHECKING:  # pragma: no cover
     from .memory.protocol import TurnStore
@@ -247,13 +248,18 @@ class Runner(TurnLoop, ContextWindow):
         wait: float = DEFAULT_WAIT_S,
         max_turns: int | None = None,
         system: str | None = None,
+        resources: Sequence[Mount] | None = None,
         cancel: threading.Event | None = None,
     ) -> RunResult:
         """Run one turn and return its :class:`RunResult`.
 
         ``metadata`` is merged into the session's metadata; ``max_turns`` and ``system`` (a
         system message) apply when the session is created; ``cancel``, when set from another
-        thread, interrupts the run.
+        thread, interrupts the run. ``resources``: mounts (:class:`~chatflow_cli.core.resources.Mount`)
+        the session gets before the turn, those not mounted yet (``resource.mounted`` events);
+        while memory stores are mounted the agent is offered the memory tools
+        (:mod:`chatflow_cli.core.resources.memory_tools`), and ``Secret`` parameters of its
+        tools are filled from the mounted vaults.
 
         ``wait``: while another run owns the session, this turn waits its turn -- turns that
         wait start in arrival order, across processes -- for at most ``wait`` seconds
@@ -283,7 +289,7 @@ class Runner(TurnLoop, ContextWindow):
         """
         return drain(self.run_streamed(session_id, user_message, metadata, idempotency_key=idempotency_key,
                                         message_id=message_id, wait=wait, max_turns=max_turns, system=system,
-                                        cancel=cancel))
+                                        cancel=cancel, resources=resources))
 
     def run_streamed(
         self,
@@ -296,6 +302,7 @@ class Runner(TurnLoop, ContextWindow):
         wait: float = DEFAULT_WAIT_S,
         max_turns: int | None = None,
         system: str | None = None,
+        resources: Sequence[Mount] | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[StreamEvent]:
         """Like :meth:`run`, yielding :class:`StreamEvent` s as they happen; the last is ``result``.
@@ -306,7 +313,7 @@ class Runner(TurnLoop, ContextWindow):
         message = user_message if isinstance(user_message, Message) else Message.user(str(user_message))
         if message.role is not Role.USER:
             raise ValueError("user_message must be a USER message")
-        request = self._request(message, metadata, idempotency_key, message_id, max_turns, system)
+        request = self._request(message, metadata, idempotency_key, message_id, max_turns, system, resources)
         return self._guarded(session_id, request, wait=wait, cancel=cancel, loop=None)
 
     async def run_async(
@@ -320,6 +327,7 @@ class Runner(TurnLoop, ContextWindow):
         wait: float = DEFAULT_WAIT_S,
         max_turns: int | None = None,
         system: str | None = None,
+        resources: Sequence[Mount] | None = None,
     ) -> RunResult:
         """Async twin of :meth:`run`, for handlers on an event loop (a webhook endpoint).
 
@@ -332,7 +340,7 @@ class Runner(TurnLoop, ContextWindow):
         result: RunResult | None = None
         async for event in self.run_streamed_async(
             session_id, user_message, metadata, idempotency_key=idempotency_key, message_id=message_id, wait=wait,
-            max_turns=max_turns, system=system,
+            max_turns=max_turns, system=system, resources=resources,
         ):
             if event.result is not None:
                 result = event.result
@@ -350,25 +358,35 @@ class Runner(TurnLoop, ContextWindow):
         wait: float = DEFAULT_WAIT_S,
         max_turns: int | None = None,
         system: str | None = None,
+        resources: Sequence[Mount] | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Async twin of :meth:`run_streamed`."""
         message = user_message if isinstance(user_message, Message) else Message.user(str(user_message))
-        request = self._request(message, metadata, idempotency_key, message_id, max_turns, system)
+        request = self._request(message, metadata, idempotency_key, message_id, max_turns, system, resources)
         async for event in self._in_thread(session_id, request, wait=wait):
             yield event
 
     def _request(self, message: Message, metadata: dict[str, Any] | None, idempotency_key: str | None,
-                 message_id: str | None, max_turns: int | None, system: str | None) -> TurnRequest:
+                 message_id: str | None, max_turns: int | None, system: str | None,
+                 resources: Sequence[Mount] | None = None) -> TurnRequest:
         """The :class:`TurnRequest` of a new turn; the message id is ``message_id``, or the
-        claim this thread or task made last (``store.claim_message``)."""
+        claim this thread or task made last (``store.claim_message``).
+
+        Raises:
+            TypeError: ``resources`` holds something other than a :class:`Mount`.
+        """
+        mounts = tuple(resources or ())
+        if not all(isinstance(m, Mount) for m in mounts):
+            raise TypeError("resources must be Mount values (chatflow_cli.core.resources.Mount)")
         if message_id is not None:
-            return TurnRequest(message, metadata, idempotency_key, max_turns, system, message_id=message_id)
+            return TurnRequest(message, metadata, idempotency_key, max_turns, system, message_id=message_id,
+                               resources=mounts)
         from .memory import take_context_claim
 
         claim = take_context_claim(self.store)
         return TurnRequest(message, metadata, idempotency_key, max_turns, system,
                            message_id=claim[0] if claim is not None else None,
-                           message_claim=claim[1] if claim is not None else None)
+                           message_claim=claim[1] if claim is not None else None, resources=mounts)
 
     def submit_tool_result(
         self, session_id: str, tool_use_id: str, output: Any, *, wait: float = DEFAULT_WAIT_S,

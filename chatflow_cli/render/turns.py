@@ -312,6 +312,9 @@ def event_text(event: Event, *, full: bool = False, width: int | None = None) ->
         line.append(f"turn {p.get('turn')}: result for {safe_text(str(p.get('tool_use_id')))}"
                     f"{' (error)' if p.get('is_error') else ''}: ")
         line.append(safe_text(fold(str(p.get("output") or ""), full=full, max_lines=1, max_chars=200)))
+    elif t in ("resource.mounted", "resource.unmounted"):
+        kind = "memory store" if p.get("kind") == "memory_store" else safe_text(str(p.get("kind")))
+        line.append(f"{kind} {safe_text(str(p.get('name')))} ({safe_text(str(p.get('mode')))})")
     elif t == "rollback":
         removed = p.get("removed_turns") or []
         line.append(f"to turn {p.get('to_turn')}, removed {plural(len(removed), 'turn')}"

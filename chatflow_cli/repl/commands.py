@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "/agent": ("[NAME]", "list the agents, or make NAME the active agent"),
     "/model": ("[NAME]", "show or change the model"),
     "/metadata": ("[KEY=VALUE]", "show or set the session's metadata"),
+    "/memory": ("[mount NAME[:ro] | unmount NAME]", "list the memory stores mounted here, mount or unmount one"),
     "/search": ("QUERY", "search every session: words, \"a phrase\", OR, NOT, prefix*"),
     "/fork": ("[N]", "copy turns 1..N (default: all) into a new session and continue there"),
     "/title": ("[TITLE]", "show or set this session's title"),
@@ -410,6 +411,47 @@ class SlashCommands(ReplHost):
         self.store.save(session)
         self._refresh_info()
         self.say(f"metadata: {safe_text(key.strip())} = {safe_text(value)}")
+
+    async def cmd_memory(self, arg: str) -> None:
+        """``/memory``: the mounts and the stores there are; ``mount NAME[:ro]``; ``unmount NAME``."""
+        from typing import cast
+
+        from ..core.errors import ChatflowError
+        from ..core.resources.mounts import parse_mount
+        from ..core.memory.protocol import MemoryStore
+
+        memory = cast(MemoryStore, self.store)
+
+        if not await self._wait_closing():
+            return
+        verb, _, rest = arg.strip().partition(" ")
+        if not verb:
+            session = self.store.get(self.session_id)
+            mounted = [m for m in (session.resources if session is not None else []) if m.kind == "memory_store"]
+            names = [s.name for s in memory.memory_stores()]
+            self.say("mounted: " + (", ".join(safe_text(str(m)) for m in mounted) or "none") + "; stores: "
+                     + (", ".join(safe_text(n) for n in names) or "none (chatflow memory create NAME)"), style="")
+            return
+        if verb not in ("mount", "unmount") or not rest.strip():
+            self.error("/memory mount NAME[:ro] or /memory unmount NAME")
+            return
+        try:
+            starting = self.runner.agents.get(self.agent_name, self.runner.starting_agent)
+            session = self.store.get_or_create(self.session_id, starting, max_turns=self.max_turns)
+            if verb == "mount":
+                mount = parse_mount(rest.strip())
+                memory.memory_store(mount.name)  # it must exist
+                changed = session.mount(mount)
+                done = f"mounted {safe_text(str(mount))}" if changed else f"{safe_text(str(mount))} is mounted already"
+            else:
+                changed = session.unmount(rest.strip())
+                done = f"unmounted {safe_text(rest.strip())}" if changed else f"{safe_text(rest.strip())} is not mounted"
+            if changed:
+                self.store.save(session)
+        except ChatflowError as exc:
+            self.error(f"/memory: {exc}")
+            return
+        self.say(done)
 
     async def cmd_search(self, arg: str) -> None:
         """The ten best turns of every session for ``arg``, two lines a hit (``/switch ID``

@@ -47,6 +47,11 @@ a busy machine still moves them). The sections:
 ``runner`` (issue 4)
     tests/benchmarks/bench_runner.py: time per turn (one tool call, two requests) of the
     Runner beside the Agents SDK's Runner with ``SQLiteSession`` (target at most 0.5x).
+``memory`` (issue 26)
+    tests/benchmarks/bench_memory.py: a turn with one memory tool call (view, str_replace,
+    create) beside the same turn with a plain Python tool (target: at most 2 ms more), and
+    the first page of a search of 10,000 memory documents beside 10,000 session turns
+    (target: at most 1x).
 ``render`` (issue 6)
     tests/benchmarks/bench_stream_render.py: a 1,500-line answer streamed into an 80x24
     terminal, beside only reading the same stream (target at most 1.25x);
@@ -93,7 +98,7 @@ PY = sys.executable
 CHATFLOW = [str(Path(PY).with_name("chatflow"))] if Path(PY).with_name("chatflow").exists() else [PY, "-m",
                                                                                                  "chatflow_cli"]
 LLM = str(Path(PY).with_name("llm")) if Path(PY).with_name("llm").exists() else shutil.which("llm")
-SECTIONS = ("turn", "local", "cli", "store", "postgres", "runner", "render", "fakeserver")
+SECTIONS = ("turn", "local", "cli", "store", "postgres", "runner", "memory", "render", "fakeserver")
 
 #: The 10-line script of issue 2: the same streaming request with the openai client alone.
 OPENAI_ALONE = '''\
@@ -577,6 +582,23 @@ def bench_local_section(opts: Options) -> list[Row]:
     ]
 
 
+def bench_memory_section(opts: Options) -> list[Row]:
+    """bench_memory.py: a memory tool call beside a plain tool, memory search beside session search."""
+    out = run_script([str(HERE / "bench_memory.py"), "--turns", "40" if opts.quick else "200",
+                      "--documents", "1000" if opts.quick else "10000", "--runs", "3" if opts.quick else "9"],
+                     timeout=3600)
+    plain = grab(r"plain tool\s+median\s+([\d.]+) ms", out, "the plain tool's time") / 1000
+    rows = []
+    for side in ("memory_view", "memory_str_replace", "memory_create"):
+        took = grab(side + r"\s+median\s+([\d.]+) ms", out, f"{side}'s time") / 1000
+        rows.append(Row("memory", f"turn with one {side} call (SQLite), per turn", took,
+                        "same turn with a plain Python tool", plain, "<= +2 ms", max_seconds=plain + 0.002))
+    for query, memory, sessions in re.findall(r"query '(.*?)'\s+memory\s+([\d.]+) ms.*?sessions\s+([\d.]+) ms", out):
+        rows.append(Row("memory", f"search memory documents for {query!r} (first page)", float(memory) / 1000,
+                        "search as many session turns", float(sessions) / 1000, "<= 1x", max_ratio=1.0))
+    return rows
+
+
 RUNNERS: dict[str, Callable[[Options], list[Row]]] = {
     "turn": bench_turn,
     "local": bench_local_section,
@@ -584,6 +606,7 @@ RUNNERS: dict[str, Callable[[Options], list[Row]]] = {
     "store": bench_store_section,
     "sdk": bench_sdk_section,
     "runner": bench_runner_section,
+    "memory": bench_memory_section,
     "render": bench_render_section,
     "fakeserver": bench_fakeserver_section,
     "postgres": bench_postgres_section,

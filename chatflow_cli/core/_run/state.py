@@ -10,6 +10,7 @@ from typing import Any
 from .._stream import Usage
 from ..agents import Agent
 from ..messages import Message
+from ..resources.mounts import Mount
 
 __all__ = ["Broken", "InvalidAfterTools", "TurnRequest", "TurnState"]
 
@@ -29,6 +30,7 @@ class TurnRequest:
         message_id: an inbound message id to process once (claimed with the turn).
         message_claim: the owner token of the claim on ``message_id`` this thread or task
             made before the run (``store.claim_message``), or None.
+        resources: mounts the session gets once the turn began, those not mounted yet.
     """
 
     user_message: Message | None
@@ -38,6 +40,7 @@ class TurnRequest:
     system: str | None = None
     message_id: str | None = None
     message_claim: str | None = None
+    resources: tuple[Mount, ...] = ()
 
 
 class Broken(Exception):

@@ -33,6 +33,7 @@ from ..usage import normalise_usage
 from .cancel import INTERRUPT_REQUESTED, Cancelled, CancelToken, watch_interrupt_requests
 from .endings import lease_of, store_failed, store_interrupted
 from .host import RunnerHost
+from .mounted import turn_tools
 from .results import RunResult, StreamEvent
 from .state import Broken, InvalidAfterTools, TurnRequest, TurnState
 from .tools import answer_at_once, run_concurrently
@@ -136,6 +137,8 @@ class TurnLoop(RunnerHost):
         try:
             try:
                 yield from stored(list(begun.events), turn)
+                if any([session.mount(m) for m in request.resources]):
+                    yield from stored(self.store.save(session), turn)  # resource.mounted, before the reply
                 if self._version_of(state.agent) is not None and session.note_agent_version(state.agent):
                     yield from stored(self.store.save(session), turn)  # agent.changed, before the reply
                 result = yield from self._loop(session, turn, state, cancel, loop, stored)
@@ -210,7 +213,7 @@ class TurnLoop(RunnerHost):
             if cancel.is_set():
                 raise Cancelled()
             agent: Agent = state.agent
-            tools = agent.all_tools()
+            tools = turn_tools(self.store, session, turn, agent)
             model = agent.model or self.default_model
             if not model:
                 raise ConfigError(f"no model for agent {agent.name!r}: set Agent(model=...) or "

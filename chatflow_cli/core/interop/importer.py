@@ -74,6 +74,7 @@ from ..errors import ChatflowError, ImportFormatError, InvalidHistoryError, Usag
 from ..memory import EditStore, SessionContext
 from ..memory._checks import _agent_name
 from ..messages import Message, Role
+from ..resources.mounts import Mount
 from .records import ImportedSession, content_digest, iso_time
 
 __all__ = ["ImportResult", "import_sessions"]
@@ -166,6 +167,10 @@ def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int) -> No
         ctx.restore_title(title if isinstance(title, str) else None)
     elif kind in ("session.archived", "session.unarchived"):
         ctx.restore_archived(kind == "session.archived")
+    elif kind == "resource.mounted":
+        ctx.mount(Mount.from_dict(data))
+    elif kind == "resource.unmounted":
+        ctx.unmount(str(data.get("name")), str(data.get("kind")))
     elif kind == "context.compacted":
         if not offset:  # after the target's own turns, the summary would not cover them: left out
             ctx.restore_compaction(data)

@@ -34,6 +34,7 @@ from ._checks import (
     _check_text,
     _fallback_agent,
 )
+from ._mounts import stored_mounts
 from ._port import (
     DEFAULT_DEDUP_TTL_HOURS,
     _PREVIEW_CHARS,
@@ -245,6 +246,7 @@ class _StoreCore:
             row.turn_count,
             self._binding_in(tx, row, lease, lambda name: self._resolve_agent(name, default_agent, quiet)),
             agent_versions=row.agent_versions,
+            resources=stored_mounts(tx, row.session_id),
         )
 
     def _binding_in(self, tx: _Tx, row: _SessionRow, lease: str | None = None,

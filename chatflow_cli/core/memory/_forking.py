@@ -12,6 +12,7 @@ from ..events import EventType, SessionStatus
 from ..messages import Role
 from ._checks import TITLE_CHARS, _check_metadata, _check_session_id
 from ._listing import _Listing
+from ._mounts import stored_mounts
 from ._port import _ran, _SessionRow, _Tx
 from ._twins import async_twin
 from .context import MESSAGE_EVENT_TYPE
@@ -42,6 +43,8 @@ class _Forking(_Listing):
         the external conversation a session serves, which a branch does not): the fork has
         ``metadata`` (default none). A title the user set on the source is kept with
         `` (fork)`` appended (cut to fit 200 characters); a derived title is derived again.
+        The resources mounted on the source are mounted on the fork (one ``resource.mounted``
+        event each, after ``session.created``): both then share the same memory stores.
         Its event log starts with ``session.created`` whose payload carries ``"forked_from":
         {"session_id", "turn", "seq"}`` (``seq``: the point the fork was taken from, the seq of
         the last event of turn ``at`` in the source: :meth:`_fork_point`),
@@ -112,6 +115,8 @@ class _Forking(_Listing):
             self._append(tx, new_id, EventType.SESSION_CREATED.value, payload)
             if title is not None:
                 self._append(tx, new_id, EventType.SESSION_TITLED.value, {"title": title})
+            for mount in stored_mounts(tx, session_id):  # the fork runs with the source's resources
+                self._append(tx, new_id, EventType.RESOURCE_MOUNTED.value, mount.to_dict())
             endpoint = tx.endpoint_get(session_id)
             if endpoint is not None and (endpoint[0] is not None or endpoint[1] is not None):
                 url = url_without_userinfo(endpoint[1]) if endpoint[1] is not None else None  # an old row's password stays behind

@@ -37,6 +37,7 @@ from ._claims import take_context_claim
 from ._compaction import _Compaction
 from ._forking import _Forking
 from ._journal import EditResult, _Journal
+from ._memstores import _MemoryStores
 from ._port import DEFAULT_DEDUP_TTL_HOURS, DUPLICATE_WAIT_S, TurnOwnerDied
 from ._rollback import _Rollback, rollback_target
 from ._searching import _Searching
@@ -56,7 +57,7 @@ __all__ = [
 ]
 
 
-class BaseSessionStore(_Journal, _Turns, _Rollback, _Forking, _Searching, _Compaction):
+class BaseSessionStore(_Journal, _Turns, _Rollback, _Forking, _Searching, _Compaction, _MemoryStores):
     """The session rules, shared by every store.
 
     Subclasses provide :meth:`_read` and :meth:`_write` (context managers yielding a

@@ -48,7 +48,7 @@ class JournalEntry:
     """One journal entry: the change (``kind``) and the event that records it."""
 
     kind: str  # message | rollback | turn_failed | status | agent | agent_version | metadata | event | summary
-    #            | title | archive
+    #            | title | archive | resource
     type: str
     payload: dict[str, Any]
     turn: int = 0

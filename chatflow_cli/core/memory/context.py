@@ -37,6 +37,7 @@ from ..events import (
     use_instead,
 )
 from ..messages import Message, Role, ToolCall
+from ..resources.mounts import Mount
 from ..usage import normalise_usage
 from .binding import AGENT_TRAIL_EVENTS, MESSAGE_EVENT_TYPE, AgentTrail, JournalEntry, SessionBinding, TurnLoader
 from ._checks import (
@@ -125,6 +126,8 @@ class SessionContext:
         initial_agent: the active agent (an ``Agent``, or anything with a ``name``).
         max_turns: whole turns kept in the window, an int in 1..1,000,000.
         metadata: a dict with str keys and JSON-serialisable values, kept as its JSON copy.
+        resources: the resources to mount (:class:`~chatflow_cli.core.resources.mounts.Mount`
+            values; journalled as ``resource.mounted`` events, see :meth:`mount`).
 
     Raises:
         TypeError: ``max_turns`` is not an int (bool included), or ``metadata`` is not a
@@ -139,6 +142,7 @@ class SessionContext:
         initial_agent: Any,
         max_turns: int = DEFAULT_MAX_TURNS,
         metadata: Mapping[str, Any] | None = None,
+        resources: Sequence[Mount] | None = None,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
@@ -161,6 +165,9 @@ class SessionContext:
         # the agent a store-less context started with, and the agent objects it was given by name
         self._created_agent = _agent_name(initial_agent)
         self._agents_seen: dict[str, Any] = {self._created_agent: initial_agent}
+        self._mounts: dict[tuple[str, str], Mount] = {}  # in force: stored, then journalled
+        for mount in resources or ():
+            self.mount(mount)
 
     # -- read-only views ---------------------------------------------------------------
     @property
@@ -578,6 +585,37 @@ class SessionContext:
         kind = EventType.SESSION_ARCHIVED if archived else EventType.SESSION_UNARCHIVED
         self._record(JournalEntry("archive", kind.value, {}))
 
+    @property
+    def resources(self) -> list[Mount]:
+        """The resources mounted on the session now (stored and not yet saved), in the order
+        they were first mounted."""
+        return list(self._mounts.values())
+
+    def mount(self, mount: Mount) -> bool:
+        """Mount a resource: journal ``resource.mounted`` ``{"kind", "name", "mode"}``. A mount
+        of a resource already mounted in another mode changes its mode; the same mount again
+        journals nothing. Returns True when something changed.
+
+        Raises:
+            TypeError: ``mount`` is not a :class:`~chatflow_cli.core.resources.mounts.Mount`.
+        """
+        if not isinstance(mount, Mount):
+            raise TypeError(f"a resource to mount is a Mount, got {type(mount).__name__}")
+        if self._mounts.get(mount.key) == mount:
+            return False
+        self._mounts[mount.key] = mount
+        self._record(JournalEntry("resource", EventType.RESOURCE_MOUNTED.value, mount.to_dict()))
+        return True
+
+    def unmount(self, name: str, kind: str = "memory_store") -> bool:
+        """Unmount the resource ``name`` of ``kind``: journal ``resource.unmounted`` (with the
+        mode it had). Returns False (journals nothing) when it was not mounted."""
+        mount = self._mounts.pop((kind, name), None)
+        if mount is None:
+            return False
+        self._record(JournalEntry("resource", EventType.RESOURCE_UNMOUNTED.value, mount.to_dict()))
+        return True
+
     def record_event(self, type: EventType | str, payload: Mapping[str, Any] | None = None) -> None:
         """Journal an event with no other effect (e.g. ``tool.pending``).
 
@@ -730,6 +768,7 @@ def restore_context(
     binding: SessionBinding,
     *,
     agent_versions: Mapping[str, Mapping[str, Any]] | None = None,
+    resources: Sequence[Mount] = (),
 ) -> SessionContext:
     """A context bound to ``binding`` holding a stored ``window``: ``(turn, message)``
     pairs in order, turn 0 for the SYSTEM messages; ``turn_count`` is the number of the
@@ -743,4 +782,5 @@ def restore_context(
     ctx._local_events = None
     ctx._binding = binding
     ctx._agent_versions = {name: dict(entry) for name, entry in (agent_versions or {}).items()}
+    ctx._mounts = {mount.key: mount for mount in resources}
     return ctx

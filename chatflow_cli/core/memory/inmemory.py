@@ -24,6 +24,7 @@ from ..events import Event
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
+from ._memstore_inmemory import MemStores, _InMemoryMemoryStoreTx
 from ._port import SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
 from .search import Query, SearchHit, memory_snippet, searchable_texts, words_of
@@ -42,11 +43,12 @@ class _MemSession:
     endpoint: tuple[str | None, str | None] | None = None
 
 
-class _MemoryTx(_Tx):
+class _MemoryTx(_InMemoryMemoryStoreTx, _Tx):
     """Dict-backed primitives; writes log an undo step so a failed transaction leaves no trace."""
 
     def __init__(self, store: SessionStore, writable: bool) -> None:
         self._s = store
+        self._memstores = store._memstores
         self._writable = writable
         self.undo: list[Callable[[], object]] = []  # called for their effect; results ignored
 
@@ -435,6 +437,7 @@ class SessionStore(BaseSessionStore):
         self._processed = _ProcessedIds()
         self._queues: dict[str, dict[int, Owner]] = {}  # session id -> ticket -> waiting owner
         self._tickets = 0
+        self._memstores: MemStores = {}  # memory stores: name -> documents and history
 
     @contextmanager
     def _read(self) -> Iterator[_Tx]:

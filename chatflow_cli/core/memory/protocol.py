@@ -17,6 +17,8 @@ role                     what it is for (its callers)                           
 :class:`ContextStore`    ``get`` and ``save`` of a context (in turns and edits)       ``_journal``
 :class:`SessionLookup`   one session's summary, agent and endpoint (in all but        ``_listing``
                          claims)
+:class:`MemoryStore`     memory stores, their documents and history, a session's      ``_memstores``
+                         mounts (``chatflow memory``, ``/memory``)
 =======================  ===========================================================  ============
 
 :class:`SessionStoreProtocol` is all of them at once, for code that needs everything (the
@@ -44,6 +46,7 @@ from typing import Protocol, runtime_checkable
 from ._claims import ClaimStore
 from ._journal import ContextStore, EditStore
 from ._listing import ListingStore, SessionLookup
+from ._memstores import MemoryStore
 from ._turns import TurnStore
 from .values import MessageState, SessionSummary, TurnRecord, TurnStart
 
@@ -52,6 +55,7 @@ __all__ = [
     "ContextStore",
     "EditStore",
     "ListingStore",
+    "MemoryStore",
     "MessageState",
     "SessionLookup",
     "SessionStoreProtocol",
@@ -63,7 +67,7 @@ __all__ = [
 
 
 @runtime_checkable
-class SessionStoreProtocol(TurnStore, ListingStore, EditStore, ClaimStore, Protocol):
+class SessionStoreProtocol(TurnStore, ListingStore, EditStore, ClaimStore, MemoryStore, Protocol):
     """Every role at once (synchronous forms): what code that needs all of a store uses."""
 
     #: Turns kept in a new session's context window unless it is created with ``max_turns``.

@@ -59,7 +59,8 @@ def build_every_event_session(store: BaseSessionStore, session_id: str = "every"
     custom event: runs under an owner (``status``), an interrupt request, a run whose owner
     died (recovered), custom tools waiting and answered, agent versions and their change,
     a handoff, a rolled-back and a failed turn, a compaction, a title set and cleared and
-    set again, archive and unarchive, an earlier import, and the session left archived."""
+    set again, archive and unarchive, an earlier import, and the session left archived; resources
+    mounted and one unmounted."""
     from chatflow_cli.core.interop.importer import import_sessions
     from chatflow_cli.core.interop.records import ImportedSession, ImportedTurn
     from chatflow_cli.core.memory.owner import Owner
@@ -69,6 +70,12 @@ def build_every_event_session(store: BaseSessionStore, session_id: str = "every"
     support, billing = Agent("Support", "", version="s1"), Agent("Billing", "", version="b1")
     s = store.get_or_create(session_id, support, max_turns=4, metadata={"channel": "cli"})
     s.add_message(Message.system("Be brief."))
+    from chatflow_cli.core.resources import Mount
+
+    s.mount(Mount.memory_store("notes"))  # resources mounted, one changed and one unmounted
+    s.mount(Mount.memory_store("crm", "read-only"))
+    s.mount(Mount.vault("keys"))
+    s.unmount("crm")
     store.save(s)
     # turn 1: a run under an owner, tool call and result, versioned reply
     start = store.begin_turn(session_id, default_agent=support, user_message=Message.user("Order 404?"), owner=me)

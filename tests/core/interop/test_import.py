@@ -100,6 +100,7 @@ def test_every_event_type_the_store_writes_round_trips(make_store: Any, tmp_path
     got, want = store.get("every"), source.get("every")
     assert got is not None and want is not None
     assert got.agent_versions == want.agent_versions and got.history == want.history
+    assert got.resources == want.resources and [m.name for m in got.resources] == ["notes", "keys"]
     # no lock token leaves the store, not even the one an interrupt request names
     assert "dead-run-token" not in path.read_text(encoding="utf-8")
     tokens = [e.payload["owner"] for e in source.events("every") if e.type == "turn.interrupt_requested"]

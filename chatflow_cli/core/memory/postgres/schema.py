@@ -14,6 +14,7 @@ import hashlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .resources import MIGRATION as MEMORY_STORES
 from .rows import _message
 from .search import _search_vector
 
@@ -210,6 +211,7 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "_fill_search_vectors",
         ],
     ),
+    (8, MEMORY_STORES[0], list(MEMORY_STORES[1])),  # the tables are written beside their primitives
 ]
 def _fill_token_estimates(conn: psycopg.Connection[Any]) -> None:
     """Give every message row without a token count the estimate of its message."""

@@ -15,6 +15,7 @@ from .._port import ListFilter, SearchFilter, title_of, _MessageRecord, _Session
 from ..owner import Owner
 from ..search import Query, SearchHit, memory_snippet, searchable_texts, words_of
 from .connection import _DatabaseClock, _Store
+from .resources import PgMemoryStoreTx
 from .rows import _EVENT_COLUMNS, _ROW_COLUMNS, _dumps, _event, _message, _metadata_columns, _owner, _row
 from .schema import _NS_MESSAGE, _NS_SESSION, NOTIFY_CHANNEL, _channel_key
 from .search import _search_vector, to_tsquery
@@ -23,8 +24,16 @@ if TYPE_CHECKING:
     import psycopg
 
 
-class _PgTx(_Tx):
+class _PgTx(PgMemoryStoreTx, _Tx):
     """Primitives over one connection inside one transaction."""
+
+    @staticmethod
+    def _vector(path: str, text: str) -> str | None:
+        return _search_vector(Message(role=Role.USER, content=path + "\n" + text))
+
+    @staticmethod
+    def _tsquery(query: Query) -> str:
+        return to_tsquery(query, False)
 
     def __init__(self, conn: psycopg.Connection[Any], store: _Store, writable: bool) -> None:
         self._conn = conn

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Union
 
+from .resources import MIGRATION as MEMORY_STORES
+
 __all__ = ["SCHEMA_VERSION", "MigrationFailed", "apply_migrations", "schema_version"]
 
 # What the full-text index holds of a chatflow_messages row ``{m}``: the text of user and
@@ -250,6 +252,7 @@ END""",
 )""",
         ],
     ),
+    (9, MEMORY_STORES[0], list(MEMORY_STORES[1])),  # the tables are written beside their primitives
 ]
 
 #: The messages not yet in the full-text index (migration 6): above its highest rowid.

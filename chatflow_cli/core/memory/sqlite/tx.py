@@ -25,10 +25,11 @@ from .rows import (
     _row,
     _row_params,
 )
+from .resources import SQLiteMemoryStoreTx
 from .search import _best_per_turn, _snippet
 
 
-class _SQLiteTx(_Tx):
+class _SQLiteTx(SQLiteMemoryStoreTx, _Tx):
     """Primitives over one connection inside one transaction."""
 
     def __init__(self, conn: sqlite3.Connection, write: bool = False) -> None:

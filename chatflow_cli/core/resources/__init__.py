@@ -1,0 +1,34 @@
+"""Resources mounted on a session: memory stores (documents that outlive a session) and
+vaults (secrets a tool uses and the model never sees).
+
+A session is created with the resources mounted on it (:class:`~.mounts.Mount`); mounting
+and unmounting are events of its log (``resource.mounted``, ``resource.unmounted``), so a
+resumed, forked or imported session keeps them and ``replay`` shows which resources each
+turn ran with. :mod:`.mounts` holds the mount model and the naming rule both kinds share;
+:mod:`.documents` the rules of memory documents (paths, sizes, edits, versions); :mod:`.memory_tools`
+the tools an agent gets while a memory store is mounted.
+"""
+
+from __future__ import annotations
+
+from .mounts import (
+    MOUNT_KINDS,
+    MOUNT_MODES,
+    Mount,
+    MountKind,
+    MountMode,
+    check_resource_name,
+    fold_mounts,
+    parse_mount,
+)
+
+__all__ = [
+    "MOUNT_KINDS",
+    "MOUNT_MODES",
+    "Mount",
+    "MountKind",
+    "MountMode",
+    "check_resource_name",
+    "fold_mounts",
+    "parse_mount",
+]
