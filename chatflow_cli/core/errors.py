@@ -14,9 +14,11 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │   ├── PendingToolCallsError      a new user message while tool calls await results
     │   ├── ImportFormatError          a file to import that is not what its format says (names the line or row)
     │   └── ConfigError (9)            a bad config file or setting
+    │       └── VaultFileError         the vault file is open to other users (or not the user's): refused
     ├── NotFoundError (3)
-    │   └── SessionNotFoundError
-    │       └── SessionDeletedError    the session was deleted under a live task
+    │   ├── SessionNotFoundError
+    │   │   └── SessionDeletedError    the session was deleted under a live task
+    │   └── VaultNotFoundError         no such vault, or no such entry in it
     ├── SessionBusyError (4)           another run owns the session
     ├── SessionTerminatedError (4)     the session reached its final status (terminated)
     ├── SessionArchivedError (4)       the session is archived: no new turns until unarchived
@@ -37,6 +39,7 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     ├── StoreError (8)                 the database cannot be opened, read or written
     │   ├── SchemaTooNewError          written by a newer chatflow: refused, never migrated down
     │   ├── StoreUnreachableError      the server refused or lost the connection (it may come back)
+    │   ├── VaultStorageError          the keyring or the vault file could not be read or written
     │   └── NonFiniteNumberError       stored data holds NaN/Infinity (an older chatflow wrote it): no strict JSON
     └── RunInterrupted (130)           Ctrl-C or cancellation; the turn was kept as interrupted
 
@@ -85,6 +88,9 @@ __all__ = [
     "SummaryTooLongError",
     "ToolResultError",
     "UsageError",
+    "VaultFileError",
+    "VaultNotFoundError",
+    "VaultStorageError",
 ]
 
 
@@ -122,8 +128,10 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
         "them); a file to import that is malformed (the line names the file and its line or row), unreadable, "
         "empty, a `json` export (it does not import back) or of a format that cannot be detected, an "
         "`export -o` that names a directory, or a session id to import into that exists and did not come from "
-        "that source (without `--into`)"),
-    ExitStatus.NOT_FOUND: "not found: the session or agent does not exist",
+        "that source (without `--into`); a vault value given on the command line (it is read from the terminal "
+        "or stdin), a vault value shorter than 8 characters, a vault or entry name that is not 1-64 letters, digits, `_`, `-` or `.`, a vault that exists already, an "
+        "`--env` name that is not an environment variable name"),
+    ExitStatus.NOT_FOUND: "not found: the session, agent, vault or vault entry does not exist",
     ExitStatus.SESSION_BUSY: (
         "session busy: another process runs a turn on it (see `--wait`), or it is terminated, or archived "
         "(`sessions unarchive ID` lets it take turns again); `sessions interrupt` asked a turn that was still "
@@ -140,8 +148,12 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
     ExitStatus.RATE_LIMITED: "rate limited or rescheduled: 429/5xx after retries; the session is marked rescheduled",
     ExitStatus.STORE: (
         "store error: the database is not SQLite, corrupt, read-only, full, or from a newer chatflow; PostgreSQL "
-        "refused the connection or the credentials, or the connection was lost (the transaction wrote nothing)"),
-    ExitStatus.CONFIG: "config error: a bad config file, or no model configured",
+        "refused the connection or the credentials, or the connection was lost (the transaction wrote nothing); the "
+        "keyring or the vault file could not be read or written"),
+    ExitStatus.CONFIG: (
+        "config error: a bad config file, or no model configured; the vault file is readable or writable by group "
+        "or other users, or owned by another user (`chmod 600` it: chatflow reads no secret others could have read "
+        "or planted)"),
     ExitStatus.INCOMPLETE: (
         "reply incomplete: cut by the token limit or a content filter (`finish_reason` `length` or "
         "`content_filter`); the turn is stored and marked"),
@@ -217,8 +229,17 @@ class ConfigError(UsageError):
     exit_code = ExitStatus.CONFIG
 
 
+class VaultFileError(ConfigError):
+    """The vault file (values kept where no keyring is) is readable or writable by group or
+    other users, or belongs to another user: chatflow refuses to read it (exit 9)."""
+
+
 class NotFoundError(ChatflowError):
     exit_code = ExitStatus.NOT_FOUND
+
+
+class VaultNotFoundError(NotFoundError):
+    """No vault of that name, or no entry of that name in it (exit 3)."""
 
 
 class SessionNotFoundError(NotFoundError):
@@ -362,6 +383,11 @@ class StoreUnreachableError(StoreError):
     ``written`` is None: the connection was lost once the commit was sent), and the same
     call may succeed once the server is back. A long-lived consumer (``replay
     --follow``) tries again; other callers get exit code 8 like any store error."""
+
+
+class VaultStorageError(StoreError):
+    """The OS keyring or the vault file failed to read or write a vault value (exit 8); the
+    message names the backend and never holds a value."""
 
 
 class NonFiniteNumberError(StoreError):

@@ -137,6 +137,7 @@ from .errors import (
 from .events import Event, EventType, SessionStatus
 from .memory import storable_text
 from .messages import Message, Role, ToolCall, check_history
+from .resources.vaults import SessionSecrets, Vaults
 from .memory.context import INTERRUPTED_TOOL_RESULT, split_turns
 from .usage import normalise_usage
 from .tokens import ContextBudget, context_budget, estimate_tokens, reply_tokens, select_window
@@ -311,6 +312,15 @@ class Runner:
             request. None turns it off; a model with no known context size never compacts.
             A compaction that fails is logged and the turn goes on without it.
         compact_prompt: replaces the compaction prompt.
+        vaults: reads the values of vault entries for tools with secret parameters
+            (:class:`~chatflow_cli.core.resources.vaults.Vaults`); None: no vault can be read,
+            so such a tool gets an error result saying its secret is missing.
+
+    Attributes:
+        mounted_vaults: the vaults whose entries fill secret parameters, in mount order
+            (the first holding an entry wins), for every session this Runner runs.
+        agent_vaults: ``{agent name: vault names}`` searched after ``mounted_vaults`` while
+            that agent answers (``vaults = [...]`` of an agent in config.toml).
 
     Raises:
         ValueError: ``max_tool_rounds`` is not an int >= 0.
@@ -330,6 +340,7 @@ class Runner:
         max_context_tokens: int | None = None,
         compact_at: float | None = 0.8,
         compact_prompt: str | None = None,
+        vaults: Vaults | None = None,
     ) -> None:
         if compact_at is not None and (isinstance(compact_at, bool) or not 0 < compact_at <= 1):
             raise ValueError(f"compact_at must be a fraction in (0, 1] or None, got {compact_at!r}")
@@ -349,6 +360,9 @@ class Runner:
         self.max_context_tokens = max_context_tokens
         self.compact_at = compact_at
         self.compact_prompt = compact_prompt
+        self.vaults = vaults
+        self.mounted_vaults: tuple[str, ...] = ()
+        self.agent_vaults: dict[str, tuple[str, ...]] = {}
         # a client has ``stream``; anything else given is a factory called on first use
         self._client: ChatClient | None = (
             cast("ChatClient", model_client) if model_client is not None and hasattr(model_client, "stream") else None)
@@ -1044,7 +1058,7 @@ class Runner:
         timings: dict[str, float] = {}
         if runnable:
             # always on a thread, even one call: the waiting side stays responsive to a cancel request
-            run_concurrently(runnable, outcomes, timings, cancel, loop, state)
+            run_concurrently(runnable, outcomes, timings, cancel, loop, state, self._secrets_for(agent, runnable))
         for call in calls:
             if call.id in outcomes:
                 text, is_error = outcomes[call.id]
@@ -1052,6 +1066,13 @@ class Runner:
                                   {"id": call.id, "name": call.name, "output": text, "is_error": is_error,
                                    "duration_ms": round(timings.get(call.id, 0.0) * 1000, 3)}, turn=turn)
         return outcomes
+
+    def _secrets_for(self, agent: Agent, runnable: list[tuple[ToolCall, Tool]]) -> SessionSecrets | None:
+        """The vaults that fill this round's secret parameters (None: no tool has one)."""
+        if not any(found.secrets for _, found in runnable):
+            return None
+        return SessionSecrets(self.vaults, (*self.mounted_vaults, *self.agent_vaults.get(agent.name, ())))
+
 
 # --------------------------------------------------------------------------------------
 # helpers
