@@ -55,6 +55,7 @@ from .options import (
 )
 from .redaction import ScrubbingFormatter
 from .sessions_app import sessions_app
+from .vault_app import vault_app
 
 __all__ = ["app", "main"]
 
@@ -100,6 +101,7 @@ local_app = typer.Typer(
 )
 app.add_typer(config_app, name="config")
 app.add_typer(local_app, name="local")
+app.add_typer(vault_app, name="vault")
 
 
 # ---------------------------------------------------------------------------------------
@@ -205,6 +207,7 @@ def chat(
     input_: Annotated[InputFormat, typer.Option("--input", metavar="text|jsonl", help="jsonl: read user messages and tool results, one JSON object a line, from stdin.", case_sensitive=False)] = InputFormat.text,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the model server.", metavar="SECONDS")] = 60.0,
     title: Annotated[Optional[str], typer.Option("--title", metavar="TITLE", help="The session's title (default: the first line of its first message).")] = None,
+    vault: Annotated[Optional[list[str]], typer.Option("--vault", metavar="NAME", help="Mount this vault: tools' secrets come from it (repeatable; the first vault holding an entry wins).")] = None,
 ) -> int | None:
     """Send one message (or several with --input jsonl) and print the reply.
 
@@ -238,6 +241,7 @@ def chat(
         input=input_.value,
         timeout=timeout,
         title=title,
+        vaults=tuple(vault or ()),
     )
     return run_chat(state, opts)
 

@@ -50,6 +50,7 @@ class ChatOptions:
     input: str = "text"
     timeout: float = 60.0
     title: str | None = None
+    vaults: tuple[str, ...] = ()  # --vault NAME (repeatable): vaults mounted for tools' secrets
 
 
 @dataclass

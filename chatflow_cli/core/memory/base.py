@@ -53,6 +53,7 @@ from ._port import (
 )
 from ._rollback import _Rollback
 from ._turns import _Turns
+from ._vaults import _Vaults
 from .context import SessionContext, Turn
 from .owner import Owner
 from .protocol import MessageState, SessionSummary, TurnRecord, TurnStart
@@ -69,7 +70,7 @@ __all__ = [
 ]
 
 
-class BaseSessionStore(_Journal, _Turns, _Rollback, _Listing, _Compaction):
+class BaseSessionStore(_Journal, _Turns, _Rollback, _Listing, _Compaction, _Vaults):
     """The session rules, shared by every store.
 
     Subclasses provide :meth:`_read` and :meth:`_write` (context managers yielding a
