@@ -43,6 +43,7 @@ _EXPORTS = {
     "RunInterrupted": "chatflow_cli.core.errors",
     "RunResult": "chatflow_cli.core.runner",
     "Runner": "chatflow_cli.core.runner",
+    "Secret": "chatflow_cli.core.tools",
     "SQLiteSessionStore": "chatflow_cli.core.memory.sqlite",
     "SessionBusyError": "chatflow_cli.core.errors",
     "SessionContext": "chatflow_cli.core.memory.context",
@@ -55,6 +56,7 @@ _EXPORTS = {
     "ToolCall": "chatflow_cli.core.messages",
     "ToolResultError": "chatflow_cli.core.errors",
     "UsageError": "chatflow_cli.core.errors",
+    "Vaults": "chatflow_cli.core.resources.vaults",
     "tool": "chatflow_cli.core.tools",
 }
 
@@ -78,6 +80,7 @@ __all__ = [
     "RunResult",
     "Runner",
     "SQLiteSessionStore",
+    "Secret",
     "SessionBusyError",
     "SessionContext",
     "SessionDeletedError",
@@ -89,6 +92,7 @@ __all__ = [
     "ToolCall",
     "ToolResultError",
     "UsageError",
+    "Vaults",
     "__version__",
     "tool",
 ]
@@ -123,7 +127,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.runner import RunResult, Runner
     from .core.sdk_session import ChatflowSession
     from .core.memory.sqlite import SQLiteSessionStore
-    from .core.tools import tool
+    from .core.resources.vaults import Vaults
+    from .core.tools import Secret, tool
 
 
 def __getattr__(name: str) -> Any:

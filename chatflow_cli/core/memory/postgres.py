@@ -83,6 +83,7 @@ from ._checks import DEFAULT_MAX_TURNS, metadata_matches
 from ._fork import SharedPool, fork_lock, keep_inherited
 from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
+from .postgres_vaults import MIGRATION as VAULTS_MIGRATION, PgVaultTx
 from .search import UNSEARCHABLE, Query, SearchHit, memory_snippet, searchable_texts, words_of
 from .owner import Owner
 from .protocol import MessageState, TurnStart
@@ -397,6 +398,8 @@ def to_tsquery(query: Query, include_tools: bool) -> str:
     return " | ".join(parts)
 
 
+_MIGRATIONS.append(VAULTS_MIGRATION)
+
 #: Migration steps that SQL alone cannot compute, named in ``_MIGRATIONS`` and run on the
 #: connection inside the migration's transaction.
 _MIGRATION_STEPS: dict[str, Callable[[psycopg.Connection[Any]], None]] = {
@@ -603,7 +606,7 @@ def _lost(conn: psycopg.Connection[Any]) -> bool:
 # ----------------------------------------------------------------------------------------
 
 
-class _PgTx(_Tx):
+class _PgTx(_Tx, PgVaultTx):
     """Primitives over one connection inside one transaction."""
 
     def __init__(self, conn: psycopg.Connection[Any], store: PostgresSessionStore, writable: bool) -> None:

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Union
 
+from .sqlite_vaults import MIGRATION as VAULTS_MIGRATION
+
 __all__ = ["SCHEMA_VERSION", "MigrationFailed", "apply_migrations", "schema_version"]
 
 # What the full-text index holds of a chatflow_messages row ``{m}``: the text of user and
@@ -251,6 +253,8 @@ END""",
         ],
     ),
 ]
+
+_MIGRATIONS.append(VAULTS_MIGRATION)  # type: ignore[arg-type]  # a list[str] is a list[_Step]
 
 #: The messages not yet in the full-text index (migration 6): above its highest rowid.
 FTS_HIGH_WATER = "SELECT COALESCE((SELECT rowid FROM chatflow_messages_fts ORDER BY rowid DESC LIMIT 1), 0)"

@@ -54,6 +54,7 @@ from ._checks import DEFAULT_MAX_TURNS
 from ._fork import SharedPool, fork_lock, keep_inherited
 from ._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from .base import BaseSessionStore
+from .sqlite_vaults import SQLiteVaultTx
 from .search import Query, SearchHit, memory_snippet, searchable_texts, to_fts5, words_of
 from .owner import Owner
 from .schema import FTS_HIGH_WATER, INDEX_BATCH, SCHEMA_VERSION, MigrationFailed, apply_migrations, schema_version
@@ -210,7 +211,7 @@ def _event(session_id: str, r: tuple[Any, ...]) -> Event:
     return Event(session_id, r[0], r[1], json.loads(r[2]), r[3], r[4])
 
 
-class _SQLiteTx(_Tx):
+class _SQLiteTx(_Tx, SQLiteVaultTx):
     """Primitives over one connection inside one transaction."""
 
     def __init__(self, conn: sqlite3.Connection, write: bool = False) -> None:
