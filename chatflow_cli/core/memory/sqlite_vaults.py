@@ -38,7 +38,9 @@ MIGRATION: tuple[int, str, list[str]] = (
 class SQLiteVaultTx(_VaultTx):
     """The vault primitives over the transaction's connection (``self.c``)."""
 
-    c: sqlite3.Connection
+    @property
+    def c(self) -> sqlite3.Connection:
+        raise NotImplementedError
 
     def vault_list(self, name: str | None) -> list[VaultInfo]:
         where, args = ("WHERE v.name = ?", (name,)) if name is not None else ("", ())

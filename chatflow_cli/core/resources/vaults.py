@@ -305,15 +305,17 @@ class Vaults:
 
     def __init__(self, catalog: VaultCatalog, data_dir: str | os.PathLike[str], *, use_keyring: bool = True) -> None:
         self.catalog = catalog
-        self.file = _File(Path(data_dir))
+        self.file = _File(Path(data_dir).expanduser())
         self._use_keyring = use_keyring
-        self._keyring: _Keyring | None | bool = None if use_keyring else False
+        self._keyring: _Keyring | None = None
+        self._looked = not use_keyring  # keyring looked up already (or not to be used)
 
     def _the_keyring(self) -> _Keyring | None:
-        if self._keyring is None:
+        if not self._looked:
             backend = keyring_backend()
-            self._keyring = _Keyring(backend) if backend is not None else False
-        return self._keyring or None
+            self._keyring = _Keyring(backend) if backend is not None else None
+            self._looked = True
+        return self._keyring
 
     def default_location(self) -> str:
         """Where a value set now would live: ``keyring`` or ``file``."""
