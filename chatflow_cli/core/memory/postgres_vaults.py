@@ -35,7 +35,9 @@ MIGRATION: tuple[int, str, list[str]] = (
 
 
 class PgVaultTx(_VaultTx):
-    """The vault primitives over the transaction's connection (``self._x``)."""
+    """The vault primitives over the transaction's connection (``self._x``). The connection is
+    in pipeline mode, where a row count is not known until a result is read: every write that
+    answers a question says so with ``RETURNING``."""
 
     def _x(self, sql: str, params: Any = None) -> Any:
         raise NotImplementedError
@@ -56,9 +58,8 @@ class PgVaultTx(_VaultTx):
         return out
 
     def vault_insert(self, name: str, at: float) -> bool:
-        cursor = self._x("INSERT INTO chatflow_vaults (name, created_at_utc) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                         (name, at))
-        return bool(cursor.rowcount == 1)
+        return self._x("INSERT INTO chatflow_vaults (name, created_at_utc) VALUES (%s, %s) ON CONFLICT DO NOTHING "
+                       "RETURNING name", (name, at)).fetchone() is not None
 
     def vault_put_entry(self, vault: str, entry: str, location: str, at: float) -> None:
         self._x(
@@ -67,9 +68,9 @@ class PgVaultTx(_VaultTx):
             "updated_at_utc = excluded.updated_at_utc", (vault, entry, location, at))
 
     def vault_delete_entry(self, vault: str, entry: str) -> bool:
-        return bool(self._x("DELETE FROM chatflow_vault_entries WHERE vault = %s AND entry = %s",
-                            (vault, entry)).rowcount > 0)
+        return self._x("DELETE FROM chatflow_vault_entries WHERE vault = %s AND entry = %s RETURNING entry",
+                       (vault, entry)).fetchone() is not None
 
     def vault_delete(self, name: str) -> bool:
         self._x("DELETE FROM chatflow_vault_entries WHERE vault = %s", (name,))
-        return bool(self._x("DELETE FROM chatflow_vaults WHERE name = %s", (name,)).rowcount > 0)
+        return self._x("DELETE FROM chatflow_vaults WHERE name = %s RETURNING name", (name,)).fetchone() is not None
