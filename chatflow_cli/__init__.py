@@ -49,6 +49,7 @@ _EXPORTS = {
     "RunInterrupted": "chatflow_cli.core.errors",
     "RunResult": "chatflow_cli.core.runner",
     "Runner": "chatflow_cli.core.runner",
+    "Secret": "chatflow_cli.core.tools",
     "SQLiteSessionStore": "chatflow_cli.core.memory.sqlite",
     "SessionBusyError": "chatflow_cli.core.errors",
     "SessionContext": "chatflow_cli.core.memory.context",
@@ -61,6 +62,7 @@ _EXPORTS = {
     "ToolCall": "chatflow_cli.core.messages",
     "ToolResultError": "chatflow_cli.core.errors",
     "UsageError": "chatflow_cli.core.errors",
+    "Vaults": "chatflow_cli.core.resources.vaults",
     "tool": "chatflow_cli.core.tools",
 }
 
@@ -90,6 +92,7 @@ __all__ = [
     "RunResult",
     "Runner",
     "SQLiteSessionStore",
+    "Secret",
     "SessionBusyError",
     "SessionContext",
     "SessionDeletedError",
@@ -101,6 +104,7 @@ __all__ = [
     "ToolCall",
     "ToolResultError",
     "UsageError",
+    "Vaults",
     "__version__",
     "tool",
 ]
@@ -141,7 +145,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.memory.sqlite import SQLiteSessionStore
     from .core.resources.documents import Author
     from .core.resources.mounts import Mount
-    from .core.tools import tool
+    from .core.resources.vaults import Vaults
+    from .core.tools import Secret, tool
 
 
 def __getattr__(name: str) -> Any:

@@ -96,6 +96,7 @@ def assemble(
     on_retry: Callable[[dict[str, Any]], None] | None = None,
     on_wait: Callable[[dict[str, Any]], None] | None = None,
     max_context_tokens: int | None = None,
+    vaults: tuple[str, ...] | list[str] = (),
 ) -> Iterator[Assembly]:
     """A Runner on ``store`` whose model client points at the configured endpoint.
 
@@ -117,10 +118,12 @@ def assemble(
         on_retry: Called before the client retries a request (rate limit, 5xx, no connection).
         on_wait: Called while the run waits for a busy session.
         max_context_tokens: ``--max-context-tokens``: the model's context size, for every agent.
+        vaults: ``--vault``: vaults whose entries fill tools' secret parameters, in this order,
+            then each agent's ``vaults`` of config.toml. Each named vault must exist.
 
     Raises:
         ConfigError: No model is configured, or a tool module cannot be imported.
-        NotFoundError: ``agent`` is not a configured agent.
+        NotFoundError: ``agent`` is not a configured agent, or a vault of ``vaults`` does not exist.
         ProviderError: The local model server failed to start.
     """
     if choice is None:
@@ -158,6 +161,7 @@ def assemble(
         # Every configured agent resolves, not only those reachable from the starting one:
         # a session whose active agent is another one keeps its instructions and tools.
         runner.agents.update(agents)
+        _mount_vaults(runner, settings, store, vaults)
         if on_retry is not None and isinstance(client, ModelClient):  # the local client retries nothing
             client.on_retry = on_retry
         if on_wait is not None:
@@ -172,6 +176,18 @@ def assemble(
             return ModelClient(url, resolved.api_key, timeout=timeout, transport=transport)
 
         yield Assembly(runner=runner, choice=choice, agents=agents, client_for=None if choice.local else client_for)
+
+
+def _mount_vaults(runner: Runner, settings: Settings, store: BaseSessionStore, names: tuple[str, ...] | list[str]) -> None:
+    """Give the Runner the vaults (values read lazily, where the catalogue says) and the
+    vaults it searches: ``--vault`` ones (checked to exist now), then each agent's."""
+    from .core.resources.vaults import Vaults
+
+    runner.vaults = Vaults(store, settings.data_dir)
+    for name in names:
+        runner.vaults.get_vault(name)  # an unknown vault stops the run before anything is sent
+    runner.mounted_vaults = tuple(dict.fromkeys(names))
+    runner.agent_vaults = {spec.name: spec.vaults for spec in settings.agents if spec.vaults}
 
 
 def session_mounts(settings: Settings, store: Any, session_id: str, runner: Runner, agent: str | None,

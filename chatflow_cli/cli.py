@@ -56,6 +56,7 @@ from .options import (
 from .redaction import ScrubbingFormatter
 from .memory_app import memory_app
 from .sessions_app import sessions_app
+from .vault_app import vault_app
 
 __all__ = ["app", "main"]
 
@@ -102,6 +103,7 @@ local_app = typer.Typer(
 app.add_typer(config_app, name="config")
 app.add_typer(local_app, name="local")
 app.add_typer(memory_app, name="memory")
+app.add_typer(vault_app, name="vault")
 
 
 # ---------------------------------------------------------------------------------------
@@ -208,6 +210,7 @@ def chat(
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the model server.", metavar="SECONDS")] = 60.0,
     title: Annotated[Optional[str], typer.Option("--title", metavar="TITLE", help="The session's title (default: the first line of its first message).")] = None,
     memory: Annotated[Optional[list[str]], typer.Option("--memory", metavar="NAME[:ro]", help="Mount a memory store on the session (read-write; NAME:ro read-only): the agent gets memory tools (repeatable; see chatflow memory).")] = None,
+    vault: Annotated[Optional[list[str]], typer.Option("--vault", metavar="NAME", help="Mount this vault: tools' secrets come from it (repeatable; the first vault holding an entry wins).")] = None,
 ) -> int | None:
     """Send one message (or several with --input jsonl) and print the reply.
 
@@ -242,6 +245,7 @@ def chat(
         timeout=timeout,
         title=title,
         memory=list(memory) if memory else None,
+        vaults=tuple(vault or ()),
     )
     return run_chat(state, opts)
 

@@ -29,7 +29,7 @@ _TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "
 #: ``--message-id`` scopes: ``global`` (one id space for every session: WhatsApp-style
 #: provider message ids) or ``session`` (ids unique within one chat only: Telegram-style).
 MESSAGE_ID_SCOPES = ("global", "session")
-_AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools", "max_context_tokens", "memory"}
+_AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools", "max_context_tokens", "memory", "vaults"}
 _CUSTOM_TOOL_KEYS = {"name", "description", "parameters"}
 
 
@@ -65,6 +65,7 @@ class AgentSpec:
     max_context_tokens: int | None = None  # its model's context size, when the model table is wrong
     #: memory stores a session this agent starts or continues in ``chat`` mounts ("notes", "notes:ro")
     memory: tuple[Mount, ...] = ()
+    vaults: tuple[str, ...] = ()  # vaults its tools' secrets come from, after those mounted on the session
 
 
 # ---------------------------------------------------------------------------------------
@@ -85,6 +86,7 @@ def _memory_mounts(text: str, agent: str, raw: Any, start: int) -> tuple[Mount, 
     return tuple(mounts.values())
 
 
+_VAULT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # core.resources.vaults.check_name's rule
 _TOML_POS_RE = re.compile(r"^(?P<msg>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d+)\)\s*$")
 
 
@@ -270,6 +272,10 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
         for tool in tools_raw:
             tools.append(_tool_spec(text, name, tool, start))
         memory = _memory_mounts(text, name, raw.get("memory", []), start)
+        vaults = raw.get("vaults", [])
+        if not isinstance(vaults, list) or not all(isinstance(v, str) and _VAULT_NAME_RE.match(v) for v in vaults):
+            raise _Problem(f"agent {name!r}: vaults must be a list of vault names (1-64 letters, digits, '_', '-' "
+                           "or '.')", _key_line(text, "vaults", start))
         specs.append(
             AgentSpec(
                 name=name,
@@ -281,6 +287,7 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
                 max_context_tokens=_context_tokens(text, raw["max_context_tokens"], start)
                 if "max_context_tokens" in raw else None,
                 memory=memory,
+                vaults=tuple(dict.fromkeys(vaults)),
             )
         )
     names = {spec.name for spec in specs}

@@ -1,17 +1,22 @@
-"""The secrets registry: API keys this process knows of, removed from everything it prints.
+"""The secrets registry: API keys and vault values this process knows of, removed from
+everything it prints.
 
 :meth:`chatflow_cli.context.State.settings` records the key it reads (:func:`remember_secret`);
 ``$OPENAI_API_KEY`` and the variable ``$CHATFLOW_API_KEY_ENV`` names are read on each call.
 :func:`scrub` replaces each by ``[redacted]``, as the model client does: defence in depth,
 since a provider's error body may echo the key. The error boundary applies it to the error
 line, the ``--debug`` traceback (chained causes included) and ``--debug`` log lines; JSON
-error objects are scrubbed too.
+error objects are scrubbed too. Vault values read or written by this process
+(:func:`chatflow_cli.core.resources.secrets.values_read`) are secrets too, whatever their
+length.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+
+from .core.resources.secrets import values_read
 
 __all__ = ["MIN_SECRET_LEN", "ScrubbingFormatter", "remember_secret", "scrub"]
 
@@ -34,7 +39,7 @@ def remember_secret(value: str | None) -> None:
 
 def _secrets() -> list[str]:
     """Every secret to scrub, longest first (a key containing another is removed whole)."""
-    values = set(_SECRETS)
+    values = set(_SECRETS) | values_read()
     for name in ("OPENAI_API_KEY", "PGPASSWORD", os.environ.get("CHATFLOW_API_KEY_ENV", "")):
         value = os.environ.get(name) if name else None
         if value and len(value) >= MIN_SECRET_LEN:

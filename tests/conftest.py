@@ -48,6 +48,9 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     monkeypatch.setenv("CHATFLOW_CONFIG", str(config))
     for name in PROVIDER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+    # never the user's real keyring: vault values go to the owner-only file unless a test
+    # chooses a keyring backend (PYTHON_KEYRING_BACKEND, as the keyring package reads it)
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
     yield home
     if (home / "local").is_dir():
         from chatflow_cli.core.local import stop_local_servers

@@ -13,12 +13,19 @@ from pathlib import Path
 from tests.helpers import manual
 
 TOOLS_MODULE = '''
-from chatflow_cli import tool
+from typing import Annotated
+
+from chatflow_cli import Secret, tool
 
 @tool
 def check_order_status(order_id: str) -> dict:
     """Check shipment tracking for an order ID."""
     return {"order_id": order_id, "status": "IN_TRANSIT"}
+
+@tool
+def open_issues(repo: str, token: Annotated[str, Secret("github_token")]) -> list[str]:
+    """List the open issues of a GitHub repository (docs/vaults.md)."""
+    return []
 '''
 
 

@@ -51,6 +51,7 @@ class ChatOptions:
     timeout: float = 60.0
     title: str | None = None
     memory: list[str] | None = None  #: --memory NAME[:ro], repeatable
+    vaults: tuple[str, ...] = ()  # --vault NAME (repeatable): vaults mounted for tools' secrets
 
 
 @dataclass

@@ -16,11 +16,13 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │   ├── MemoryConflictError        a memory edit whose passage or version is no longer there
     │   ├── DocumentTooLargeError      a memory document over the size limit
     │   └── ConfigError (9)            a bad config file or setting
+    │       └── VaultFileError         the vault file is open to other users (or not the user's): refused
     ├── NotFoundError (3)
     │   ├── SessionNotFoundError
     │   │   └── SessionDeletedError    the session was deleted under a live task
     │   ├── MemoryStoreNotFoundError   no memory store of that name
-    │   └── DocumentNotFoundError      no document at that path of a memory store
+    │   ├── DocumentNotFoundError      no document at that path of a memory store
+    │   └── VaultNotFoundError         no such vault, or no such entry in it
     ├── SessionBusyError (4)           another run owns the session
     ├── SessionTerminatedError (4)     the session reached its final status (terminated)
     ├── SessionArchivedError (4)       the session is archived: no new turns until unarchived
@@ -41,6 +43,7 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     ├── StoreError (8)                 the database cannot be opened, read or written
     │   ├── SchemaTooNewError          written by a newer chatflow: refused, never migrated down
     │   ├── StoreUnreachableError      the server refused or lost the connection (it may come back)
+    │   ├── VaultStorageError          the keyring or the vault file could not be read or written
     │   └── NonFiniteNumberError       stored data holds NaN/Infinity (an older chatflow wrote it): no strict JSON
     └── RunInterrupted (130)           Ctrl-C or cancellation; the turn was kept as interrupted
 
@@ -93,6 +96,9 @@ __all__ = [
     "SummaryTooLongError",
     "ToolResultError",
     "UsageError",
+    "VaultFileError",
+    "VaultNotFoundError",
+    "VaultStorageError",
 ]
 
 
@@ -133,8 +139,11 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
         "that source (without `--into`); a memory store or vault name that is not valid, a mount mode that does "
         "not exist (`--memory notes:rx`), a memory document path outside its store (`..`, an absolute path, a "
         "control character), a memory document over 100,000 bytes, a memory edit whose passage or version is no "
-        "longer there"),
-    ExitStatus.NOT_FOUND: "not found: the session, agent, memory store or memory document does not exist",
+        "longer there; a vault value given on the command line (it is read from the terminal or stdin), a vault "
+        "value shorter than 8 characters, a vault entry name that is not 1-64 letters, digits, `_`, `-` or `.`, "
+        "a vault that exists already, an `--env` name that is not an environment variable name"),
+    ExitStatus.NOT_FOUND: (
+        "not found: the session, agent, memory store, memory document, vault or vault entry does not exist"),
     ExitStatus.SESSION_BUSY: (
         "session busy: another process runs a turn on it (see `--wait`), or it is terminated, or archived "
         "(`sessions unarchive ID` lets it take turns again); `sessions interrupt` asked a turn that was still "
@@ -151,8 +160,12 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
     ExitStatus.RATE_LIMITED: "rate limited or rescheduled: 429/5xx after retries; the session is marked rescheduled",
     ExitStatus.STORE: (
         "store error: the database is not SQLite, corrupt, read-only, full, or from a newer chatflow; PostgreSQL "
-        "refused the connection or the credentials, or the connection was lost (the transaction wrote nothing)"),
-    ExitStatus.CONFIG: "config error: a bad config file, or no model configured",
+        "refused the connection or the credentials, or the connection was lost (the transaction wrote nothing); the "
+        "keyring or the vault file could not be read or written"),
+    ExitStatus.CONFIG: (
+        "config error: a bad config file, or no model configured; the vault file is readable or writable by group "
+        "or other users, or owned by another user (`chmod 600` it: chatflow reads no secret others could have read "
+        "or planted)"),
     ExitStatus.INCOMPLETE: (
         "reply incomplete: cut by the token limit or a content filter (`finish_reason` `length` or "
         "`content_filter`); the turn is stored and marked"),
@@ -248,8 +261,17 @@ class ConfigError(UsageError):
     exit_code = ExitStatus.CONFIG
 
 
+class VaultFileError(ConfigError):
+    """The vault file (values kept where no keyring is) is readable or writable by group or
+    other users, or belongs to another user: chatflow refuses to read it (exit 9)."""
+
+
 class NotFoundError(ChatflowError):
     exit_code = ExitStatus.NOT_FOUND
+
+
+class VaultNotFoundError(NotFoundError):
+    """No vault of that name, or no entry of that name in it (exit 3)."""
 
 
 class SessionNotFoundError(NotFoundError):
@@ -410,6 +432,11 @@ class StoreUnreachableError(StoreError):
     ``written`` is None: the connection was lost once the commit was sent), and the same
     call may succeed once the server is back. A long-lived consumer (``replay
     --follow``) tries again; other callers get exit code 8 like any store error."""
+
+
+class VaultStorageError(StoreError):
+    """The OS keyring or the vault file failed to read or write a vault value (exit 8); the
+    message names the backend and never holds a value."""
 
 
 class NonFiniteNumberError(StoreError):

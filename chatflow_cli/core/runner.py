@@ -115,9 +115,12 @@ from ._run.window import ContextWindow
 from .agents import Agent, reachable_agents
 from .messages import Message, Role
 from .resources.mounts import Mount
+from .resources.vaults import SessionSecrets, Vaults
 
 if TYPE_CHECKING:  # pragma: no cover
     from .memory.protocol import TurnStore
+    from .messages import ToolCall
+    from .tools import Tool
     from .model import ChatClient
 
 __all__ = [
@@ -163,6 +166,15 @@ class Runner(TurnLoop, ContextWindow):
             request. None turns it off; a model with no known context size never compacts.
             A compaction that fails is logged and the turn goes on without it.
         compact_prompt: replaces the compaction prompt.
+        vaults: reads the values of vault entries for tools with secret parameters
+            (:class:`~chatflow_cli.core.resources.vaults.Vaults`); None: no vault can be read,
+            so such a tool gets an error result saying its secret is missing.
+
+    Attributes:
+        mounted_vaults: the vaults whose entries fill secret parameters, in mount order
+            (the first holding an entry wins), for every session this Runner runs.
+        agent_vaults: ``{agent name: vault names}`` searched after ``mounted_vaults`` while
+            that agent answers (``vaults = [...]`` of an agent in config.toml).
 
     Raises:
         ValueError: ``max_tool_rounds`` is not an int >= 0.
@@ -182,6 +194,7 @@ class Runner(TurnLoop, ContextWindow):
         max_context_tokens: int | None = None,
         compact_at: float | None = 0.8,
         compact_prompt: str | None = None,
+        vaults: Vaults | None = None,
     ) -> None:
         if compact_at is not None and (isinstance(compact_at, bool) or not 0 < compact_at <= 1):
             raise ValueError(f"compact_at must be a fraction in (0, 1] or None, got {compact_at!r}")
@@ -201,6 +214,9 @@ class Runner(TurnLoop, ContextWindow):
         self.max_context_tokens = max_context_tokens
         self.compact_at = compact_at
         self.compact_prompt = compact_prompt
+        self.vaults = vaults
+        self.mounted_vaults: tuple[str, ...] = ()
+        self.agent_vaults: dict[str, tuple[str, ...]] = {}
         # a client has ``stream``; anything else given is a factory called on first use
         self._client: ChatClient | None = (
             cast("ChatClient", model_client) if model_client is not None and hasattr(model_client, "stream") else None)
@@ -453,6 +469,12 @@ class Runner(TurnLoop, ContextWindow):
         """Run the turn generator on a worker thread, handing its events to the event loop."""
         return events_from_worker(lambda cancel, loop: self._turn(session_id, request, wait=wait, cancel=cancel,
                                                                   loop=loop))
+
+    def _secrets_for(self, agent: Agent, runnable: list[tuple[ToolCall, Tool]]) -> SessionSecrets | None:
+        """The vaults that fill this round's secret parameters (None: no tool has one)."""
+        if not any(found.secrets for _, found in runnable):
+            return None
+        return SessionSecrets(self.vaults, (*self.mounted_vaults, *self.agent_vaults.get(agent.name, ())))
 
 
 # --------------------------------------------------------------------------------------

@@ -30,6 +30,20 @@ an ``Enum`` subclass        ``{"type": <type of the values>, "enum": [values]}``
 ``Any`` / no hint           ``{}`` (anything)
 ==========================  =========================================================
 
+Secrets: a parameter annotated ``Annotated[str, Secret("github_token")]`` is filled from the
+vaults mounted on the session (:mod:`chatflow_cli.core.resources.vaults`), never by the model::
+
+    @tool
+    def open_issues(repo: str, token: Annotated[str, Secret("github_token")]) -> list[str]:
+        \"\"\"List the open issues of a GitHub repository.\"\"\"
+
+It is left out of the JSON Schema the model sees (an argument of that name from the model is
+refused as unknown), must be a ``str`` with no default, and at call time gets the value of the
+entry (here ``github_token``) from the first mounted vault that holds it. When none does, the
+tool does not run: the call gets an error result naming the vaults searched and the entry, and
+the turn goes on. Every value read is scrubbed (``[redacted]``) from the tool's result and error
+text before it is stored or sent. :attr:`Tool.secrets` lists a tool's secret parameters.
+
 Descriptions: the tool's description is the docstring's first paragraph (normally its
 first line); each parameter's description comes from a Google-style ``Args:`` section
 (``Arguments:``/``Parameters:`` too, ``name (type): text`` with indented continuation
@@ -68,13 +82,35 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .errors import UsageError
 
-__all__ = ["Tool", "ToolArgumentsError", "ToolDefinitionError", "function_schema", "tool"]
+__all__ = ["Secret", "Tool", "ToolArgumentsError", "ToolDefinitionError", "function_schema", "tool"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class ToolDefinitionError(UsageError, TypeError):
     """A function that cannot become a tool (``*args``, an unsupported hint, a bad name)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Secret:
+    """Marks a tool parameter filled from a mounted vault: ``Annotated[str, Secret("entry")]``.
+
+    Attributes:
+        entry: The vault entry whose value the parameter gets (a vault entry name).
+    """
+
+    entry: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.entry, str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", self.entry):
+            raise ToolDefinitionError(f"Secret({self.entry!r}): an entry name is 1-64 letters, digits, '_', '-' "
+                                      "or '.', starting with a letter or digit")
+
+
+def _secret_of(hint: Any) -> Secret | None:
+    if get_origin(hint) is typing.Annotated:
+        return next((a for a in get_args(hint)[1:] if isinstance(a, Secret)), None)
+    return None
 
 
 class ToolArgumentsError(ValueError):
@@ -333,6 +369,7 @@ class _Param:
     hint: Any
     required: bool
     kind: inspect._ParameterKind
+    secret: str | None = None  # the vault entry that fills it (never the model)
 
 
 def function_schema(func: Callable[..., Any]) -> tuple[str, dict[str, Any], list[_Param]]:
@@ -358,6 +395,13 @@ def function_schema(func: Callable[..., Any]) -> tuple[str, dict[str, Any], list
         if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             raise ToolDefinitionError(f"tool {func.__name__!r}: *args/**kwargs cannot be described to a model")
         hint = hints.get(name, parameter.annotation)
+        secret = _secret_of(hint)
+        if secret is not None:
+            if get_args(hint)[0] is not str or parameter.default is not inspect.Parameter.empty:
+                raise ToolDefinitionError(f"tool {func.__name__!r}, parameter {name!r}: a Secret parameter is a "
+                                          "str with no default")
+            params.append(_Param(name, hint, True, parameter.kind, secret.entry))
+            continue
         schema = dict(_schema_for(hint, f"tool {func.__name__!r}, parameter {name!r}"))
         if doc.params.get(name):
             schema["description"] = doc.params[name]
@@ -530,6 +574,11 @@ class Tool:
     def is_custom(self) -> bool:
         return self.function is None
 
+    @property
+    def secrets(self) -> dict[str, str]:
+        """``{parameter: vault entry}`` of the parameters filled from a vault (empty: none)."""
+        return {p.name: p.secret for p in self._params or () if p.secret is not None}
+
     def to_wire(self) -> dict[str, Any]:
         """The Chat Completions ``tools`` entry: ``{"type": "function", "function": {...}}``."""
         function: dict[str, Any] = {"name": self.name}
@@ -567,14 +616,21 @@ class Tool:
             raise ToolArgumentsError(f"arguments must be a JSON object, got {type(data).__name__}")
         if self._params is None:  # custom tool or hand-made schema: no Python signature to check
             return data
-        known = {p.name for p in self._params}
+        params = [p for p in self._params if p.secret is None]  # a secret never comes from the model
+        known = {p.name for p in params}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ToolArgumentsError(f"unknown argument(s) {unknown}; parameters are {sorted(known)}")
-        missing = [p.name for p in self._params if p.required and p.name not in data]
+        missing = [p.name for p in params if p.required and p.name not in data]
         if missing:
             raise ToolArgumentsError(f"missing required argument(s) {missing}")
-        return {p.name: _coerce(p.hint, data[p.name], p.name) for p in self._params if p.name in data}
+        return {p.name: _coerce(p.hint, data[p.name], p.name) for p in params if p.name in data}
+
+    def _with_secrets(self, kwargs: dict[str, Any], secrets: collections.abc.Mapping[str, str] | None) -> None:
+        for param, entry in self.secrets.items():
+            if secrets is None or entry not in secrets:
+                raise LookupError(f"tool {self.name!r} needs the secret {entry!r}, which was not given")
+            kwargs[param] = secrets[entry]
 
     def _call(self, kwargs: dict[str, Any]) -> Any:
         assert self.function is not None and self._params is not None
@@ -583,18 +639,21 @@ class Tool:
         return self.function(*positional, **kwargs)
 
     def invoke(
-        self, arguments: str | dict[str, Any] | None, *, loop: asyncio.AbstractEventLoop | None = None
+        self, arguments: str | dict[str, Any] | None, *, loop: asyncio.AbstractEventLoop | None = None,
+        secrets: collections.abc.Mapping[str, str] | None = None,
     ) -> str:
         """Run the tool on the model's arguments and return its result as text.
 
         ``loop``: for an async tool called from a worker thread, the event loop to run it on
         (the Runner passes the caller's loop in ``run_async``); otherwise it runs in a fresh
-        loop. Raises :class:`ToolArgumentsError` for bad arguments, ``TypeError`` for a custom
-        tool, and whatever the function raises.
+        loop. ``secrets``: ``{vault entry: value}`` for the tool's :attr:`secrets` parameters.
+        Raises :class:`ToolArgumentsError` for bad arguments, ``LookupError`` for a secret not
+        in ``secrets``, ``TypeError`` for a custom tool, and whatever the function raises.
         """
         if self.function is None:
             raise TypeError(f"custom tool {self.name!r} is answered with submit_tool_result, not invoked")
         kwargs = self.parse_arguments(arguments)
+        self._with_secrets(kwargs, secrets)
         if self.is_async:
             coroutine = self._call(kwargs)
             if loop is not None and loop.is_running() and not _in_loop(loop):
@@ -610,11 +669,13 @@ class Tool:
             result = asyncio.run(_await(result))
         return _to_text(result)
 
-    async def ainvoke(self, arguments: str | dict[str, Any] | None) -> str:
+    async def ainvoke(self, arguments: str | dict[str, Any] | None, *,
+                      secrets: collections.abc.Mapping[str, str] | None = None) -> str:
         """Async twin of :meth:`invoke`: async tools are awaited, sync ones run in a thread."""
         if self.function is None:
             raise TypeError(f"custom tool {self.name!r} is answered with submit_tool_result, not invoked")
         kwargs = self.parse_arguments(arguments)
+        self._with_secrets(kwargs, secrets)
         if self.is_async:
             return _to_text(await self._call(kwargs))
         result = await asyncio.to_thread(self._call, kwargs)

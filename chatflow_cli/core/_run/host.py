@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..agents import Agent
+    from ..messages import ToolCall
+    from ..resources.vaults import SessionSecrets
+    from ..tools import Tool
     from ..memory.context import SessionContext
     from ..memory.protocol import TurnStore
     from ..messages import Message
@@ -46,6 +49,8 @@ class RunnerHost:
         def model_client(self) -> ChatClient: ...
 
         def _version_of(self, agent: Any) -> str | None: ...
+
+        def _secrets_for(self, agent: Agent, runnable: list[tuple[ToolCall, Tool]]) -> SessionSecrets | None: ...
 
         def _auto_compact(self, session_id: str, message: Message) -> list[Event | StreamEvent]: ...
 

@@ -5,6 +5,12 @@ calls run concurrently, each on its own daemon thread (:func:`run_concurrently`)
 failure becomes text the model sees, flagged ``is_error``: a tool that raises, arguments
 that are not valid JSON or do not fit the parameters, an unknown name, a second handoff
 in one reply. Results are made storable (lone surrogates escaped).
+
+A tool with secret parameters (:class:`~chatflow_cli.core.tools.Secret`) gets them from the
+turn's :class:`~chatflow_cli.core.resources.vaults.SessionSecrets`; when one is missing the tool
+does not run and the call's error result names the vaults and the entry. Every result and
+error text is scrubbed of the vault values this process has read
+(:func:`~chatflow_cli.core.resources.secrets.scrub_values`) before anyone sees it.
 """
 
 from __future__ import annotations
@@ -18,7 +24,10 @@ from typing import Any
 
 from ..agents import HandoffTool
 from ..memory import storable_text
+from ..errors import ChatflowError
 from ..messages import ToolCall
+from ..resources.secrets import scrub_values
+from ..resources.vaults import MissingSecret, SessionSecrets
 from ..tools import Tool, ToolArgumentsError, to_json_text
 from .cancel import Cancelled, CancelToken
 from .state import TurnState
@@ -60,13 +69,14 @@ def answer_at_once(calls: list[ToolCall], tools: dict[str, Tool], state: TurnSta
 
 def run_concurrently(runnable: list[tuple[ToolCall, Tool]], outcomes: dict[str, Outcome],
                      timings: dict[str, float], cancel: CancelToken, loop: asyncio.AbstractEventLoop | None,
-                     state: TurnState) -> None:
+                     state: TurnState, secrets: SessionSecrets | None = None) -> None:
     """Run the calls concurrently, each on its own daemon thread, and wait for all.
 
     ``outcomes`` and ``timings`` (seconds) get each call's result by id. Daemon threads,
     not a pool: a tool abandoned by an interrupt keeps running in the background but never
     holds up the process's exit. The wait wakes every 50 ms to notice a cancel request.
-    ``loop``: the event loop async tools run on (``None``: their own).
+    ``loop``: the event loop async tools run on (``None``: their own). ``secrets``: the
+    mounted vaults that fill secret parameters (``None``: none is mounted).
 
     Raises:
         Cancelled: ``cancel`` was set before every call finished; the results that did
@@ -75,7 +85,7 @@ def run_concurrently(runnable: list[tuple[ToolCall, Tool]], outcomes: dict[str, 
     futures: list[tuple[ToolCall, concurrent.futures.Future[tuple[str, bool, float]]]] = []
     for call, found in runnable:
         future: concurrent.futures.Future[tuple[str, bool, float]] = concurrent.futures.Future()
-        thread = threading.Thread(target=_run_into, args=(future, found, call, loop),
+        thread = threading.Thread(target=_run_into, args=(future, found, call, loop, secrets),
                                   name=f"chatflow-tool-{call.name}"[:40], daemon=True)
         thread.start()
         futures.append((call, future))
@@ -100,28 +110,45 @@ def run_concurrently(runnable: list[tuple[ToolCall, Tool]], outcomes: dict[str, 
 
 def output_text(output: Any) -> str:
     """A submitted custom-tool result as text: as a tool's return value (:func:`to_json_text`)."""
-    return storable_text(to_json_text(output))
+    return storable_text(scrub_values(to_json_text(output)))
 
 
-def _invoke(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None) -> Outcome:
+def _invoke(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None,
+            secrets: SessionSecrets | None = None) -> Outcome:
     """Run one tool call; errors become text the model sees (``is_error`` True). The text is
-    made storable (:func:`~chatflow_cli.core.memory.storable_text`: lone surrogates escaped)."""
+    scrubbed of vault values and made storable (:func:`~chatflow_cli.core.memory.storable_text`:
+    lone surrogates escaped)."""
+    text, is_error = _outcome(found, call, loop, secrets)
+    return storable_text(scrub_values(text)), is_error
+
+
+def _outcome(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None,
+             secrets: SessionSecrets | None) -> Outcome:
+    values: dict[str, str] | None = None
+    needed = found.secrets
+    if needed:
+        try:
+            values = (secrets or SessionSecrets(None, ())).for_tool(call.name, list(needed.values()))
+        except MissingSecret as exc:
+            return f"Error: {exc}", True
+        except ChatflowError as exc:  # a vault that cannot be read: its message holds no value
+            return f"Error: {call.name} needs a secret that could not be read: {exc}; nothing ran", True
     try:
-        return storable_text(found.invoke(call.arguments, loop=loop)), False
+        return found.invoke(call.arguments, loop=loop, secrets=values), False
     except ToolArgumentsError as exc:
-        return storable_text(f"Error: invalid arguments for {call.name}: {exc}"), True
+        return f"Error: invalid arguments for {call.name}: {exc}", True
     except Exception as exc:  # noqa: BLE001 - the model sees the error and the turn goes on
-        log.info("tool %s raised %s: %s", call.name, type(exc).__name__, exc)
-        return storable_text(f"Error: {call.name} raised {type(exc).__name__}: {exc}"), True
+        log.info("tool %s raised %s: %s", call.name, type(exc).__name__, scrub_values(str(exc)))
+        return f"Error: {call.name} raised {type(exc).__name__}: {exc}", True
 
 
 def _run_into(future: concurrent.futures.Future[tuple[str, bool, float]], found: Tool, call: ToolCall,
-              loop: asyncio.AbstractEventLoop | None) -> None:
+              loop: asyncio.AbstractEventLoop | None, secrets: SessionSecrets | None = None) -> None:
     if not future.set_running_or_notify_cancel():
         return
     began = time.perf_counter()
     try:
-        text, is_error = _invoke(found, call, loop)
+        text, is_error = _invoke(found, call, loop, secrets)
     except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt/SystemExit raised by a tool
         future.set_exception(exc)
     else:

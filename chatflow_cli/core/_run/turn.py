@@ -394,7 +394,7 @@ class TurnLoop(RunnerHost):
         timings: dict[str, float] = {}
         if runnable:
             # always on a thread, even one call: the waiting side stays responsive to a cancel request
-            run_concurrently(runnable, outcomes, timings, cancel, loop, state)
+            run_concurrently(runnable, outcomes, timings, cancel, loop, state, self._secrets_for(agent, runnable))
         for call in calls:
             if call.id in outcomes:
                 text, is_error = outcomes[call.id]

@@ -42,6 +42,7 @@ from ._port import DEFAULT_DEDUP_TTL_HOURS, DUPLICATE_WAIT_S, TurnOwnerDied
 from ._rollback import _Rollback, rollback_target
 from ._searching import _Searching
 from ._turns import _Turns
+from ._vaults import _Vaults
 
 if TYPE_CHECKING:  # pragma: no cover
     from .protocol import SessionStoreProtocol
@@ -57,7 +58,7 @@ __all__ = [
 ]
 
 
-class BaseSessionStore(_Journal, _Turns, _Rollback, _Forking, _Searching, _Compaction, _MemoryStores):
+class BaseSessionStore(_Journal, _Turns, _Rollback, _Forking, _Searching, _Compaction, _MemoryStores, _Vaults):
     """The session rules, shared by every store.
 
     Subclasses provide :meth:`_read` and :meth:`_write` (context managers yielding a

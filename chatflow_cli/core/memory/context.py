@@ -38,6 +38,7 @@ from ..events import (
 )
 from ..messages import Message, Role, ToolCall
 from ..resources.mounts import Mount
+from ..resources.secrets import scrub_values
 from ..usage import normalise_usage
 from .binding import AGENT_TRAIL_EVENTS, MESSAGE_EVENT_TYPE, AgentTrail, JournalEntry, SessionBinding, TurnLoader
 from ._checks import (
@@ -649,7 +650,9 @@ class SessionContext:
             self._messages, self._turn_offset, self._turn_count, self._call_ids = messages, offset, turn - 1, None
             self._archive = {k: v for k, v in self._archive.items() if k < turn}
         error_type = type(error).__name__ if isinstance(error, BaseException) else "Error"
-        payload: dict[str, Any] = {"turn": turn, "error": storable_text(str(error)), "error_type": error_type}
+        # a provider error body may echo a vault value a tool read in this process: never stored
+        payload: dict[str, Any] = {"turn": turn, "error": storable_text(scrub_values(str(error))),
+                                   "error_type": error_type}
         if agent is not None:
             before, after = _agent_name(self._agent), _agent_name(agent)
             payload["active_agent"] = after

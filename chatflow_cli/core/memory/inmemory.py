@@ -24,8 +24,10 @@ from ..events import Event
 from ..messages import Message, Role
 from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
+from ..resources.vaults import VaultEntry, VaultInfo
 from ._memstore_inmemory import MemStores, _InMemoryMemoryStoreTx
 from ._port import SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from ._vaults import _VaultTx
 from .base import BaseSessionStore
 from .search import Query, SearchHit, memory_snippet, searchable_texts, words_of
 from .owner import Owner
@@ -43,7 +45,7 @@ class _MemSession:
     endpoint: tuple[str | None, str | None] | None = None
 
 
-class _MemoryTx(_InMemoryMemoryStoreTx, _Tx):
+class _MemoryTx(_InMemoryMemoryStoreTx, _VaultTx, _Tx):
     """Dict-backed primitives; writes log an undo step so a failed transaction leaves no trace."""
 
     def __init__(self, store: SessionStore, writable: bool) -> None:
@@ -324,6 +326,43 @@ class _MemoryTx(_InMemoryMemoryStoreTx, _Tx):
             for (sid, turn, _seq), (score, created, text, role, removed) in ordered[: where.limit]
         ]
 
+    # -- vaults (names and locations only) ---------------------------------------------
+    def vault_list(self, name: str | None) -> list[VaultInfo]:
+        names = sorted(self._s._vaults) if name is None else [name] if name in self._s._vaults else []
+        out = []
+        for each in names:
+            created, entries = self._s._vaults[each]
+            out.append(VaultInfo(each, created, tuple(VaultEntry(e, loc, at) for e, (loc, at) in sorted(entries.items()))))
+        return out
+
+    def vault_insert(self, name: str, at: float) -> bool:
+        if name in self._s._vaults:
+            return False
+        self._s._vaults[name] = (at, {})
+        self.undo.append(lambda: self._s._vaults.pop(name, None))
+        return True
+
+    def vault_put_entry(self, vault: str, entry: str, location: str, at: float) -> None:
+        entries = self._s._vaults[vault][1]
+        old = entries.get(entry)
+        entries[entry] = (location, at)
+        self.undo.append(lambda: entries.pop(entry, None) if old is None else entries.__setitem__(entry, old))
+
+    def vault_delete_entry(self, vault: str, entry: str) -> bool:
+        entries = self._s._vaults.get(vault, (0.0, {}))[1]
+        old = entries.pop(entry, None)
+        if old is None:
+            return False
+        self.undo.append(lambda: entries.__setitem__(entry, old))
+        return True
+
+    def vault_delete(self, name: str) -> bool:
+        old = self._s._vaults.pop(name, None)
+        if old is None:
+            return False
+        self.undo.append(lambda: self._s._vaults.__setitem__(name, old))
+        return True
+
 
 class _ProcessedIds:
     """Processed message ids for :class:`SessionStore`: O(1) amortized mark and purge.
@@ -417,6 +456,7 @@ class _ProcessedIds:
         self._sorted = True
 
 
+
 class SessionStore(BaseSessionStore):
     """Sessions in process memory, safe under threads: one lock serialises every operation.
 
@@ -438,6 +478,7 @@ class SessionStore(BaseSessionStore):
         self._queues: dict[str, dict[int, Owner]] = {}  # session id -> ticket -> waiting owner
         self._tickets = 0
         self._memstores: MemStores = {}  # memory stores: name -> documents and history
+        self._vaults: dict[str, tuple[float, dict[str, tuple[str, float]]]] = {}  # name -> (created, entries)
 
     @contextmanager
     def _read(self) -> Iterator[_Tx]:

@@ -6,7 +6,11 @@ and unmounting are events of its log (``resource.mounted``, ``resource.unmounted
 resumed, forked or imported session keeps them and ``replay`` shows which resources each
 turn ran with. :mod:`.mounts` holds the mount model and the naming rule both kinds share;
 :mod:`.documents` the rules of memory documents (paths, sizes, edits, versions); :mod:`.memory_tools`
-the tools an agent gets while a memory store is mounted.
+the tools an agent gets while a memory store is mounted; :mod:`.vaults` where vault values
+live (the OS keyring, an owner-only file, an environment variable), the
+:class:`~.vaults.Vaults` that reads and writes them and the :class:`~.vaults.SessionSecrets` a
+turn's tool calls are filled from; :mod:`.secrets` the vault values read by this process, and
+scrubbing them from text. ``keyring`` is imported only when a vault value is read or written.
 """
 
 from __future__ import annotations

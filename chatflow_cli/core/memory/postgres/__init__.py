@@ -20,6 +20,10 @@ module          holds
 ``connection``  timeouts, the thread pool of async calls, the database clock, the
                 database's name in messages (never its password), and ``_Store``: what
                 ``tx`` and ``leases`` use of the store (so neither imports it)
+``resources``   the memory-store tables (documents, versioned writes, their search) and
+                their primitives, mixed into the transaction class
+``vaults``      the vault catalogue (vault and entry names, where each value lives; never a
+                value) and its primitives, mixed into the transaction class
 ``leases``      :data:`DEFAULT_LEASE_S` and the thread that renews this process's leases
 ==============  ==========================================================================
 

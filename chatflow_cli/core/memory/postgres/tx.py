@@ -16,6 +16,7 @@ from ..owner import Owner
 from ..search import Query, SearchHit, memory_snippet, searchable_texts, words_of
 from .connection import _DatabaseClock, _Store
 from .resources import PgMemoryStoreTx
+from .vaults import PgVaultTx
 from .rows import _EVENT_COLUMNS, _ROW_COLUMNS, _dumps, _event, _message, _metadata_columns, _owner, _row
 from .schema import _NS_MESSAGE, _NS_SESSION, NOTIFY_CHANNEL, _channel_key
 from .search import _search_vector, to_tsquery
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     import psycopg
 
 
-class _PgTx(PgMemoryStoreTx, _Tx):
+class _PgTx(PgMemoryStoreTx, PgVaultTx, _Tx):
     """Primitives over one connection inside one transaction."""
 
     @staticmethod

@@ -15,6 +15,10 @@ module          holds
 ``search``      the FTS5 index's columns of a message, snippets, the best hit of a turn
 ``errors``      a ``sqlite3`` or OS error as one :class:`StoreError` line
 ``connection``  the busy timeout, ephemeral paths, the thread pool of async reads
+``resources``   the memory-store tables (documents, versioned writes, their search) and
+                their primitives, mixed into the transaction class
+``vaults``      the vault catalogue (vault and entry names, where each value lives; never a
+                value) and its primitives, mixed into the transaction class
 ==============  ==========================================================================
 """
 

@@ -26,10 +26,11 @@ from .rows import (
     _row_params,
 )
 from .resources import SQLiteMemoryStoreTx
+from .vaults import SQLiteVaultTx
 from .search import _best_per_turn, _snippet
 
 
-class _SQLiteTx(SQLiteMemoryStoreTx, _Tx):
+class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, _Tx):
     """Primitives over one connection inside one transaction."""
 
     def __init__(self, conn: sqlite3.Connection, write: bool = False) -> None:
