@@ -21,7 +21,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from .config import DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, LOCAL_MODEL, AgentSpec, Settings, ToolSpec, resolve_model
 from .core.errors import ChatflowError, ConfigError, NotFoundError
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.memory import BaseSessionStore
     from .core.memory.protocol import ContextStore
     from .core.model import ModelClient
+    from .core.resources.mounts import Mount
     from .core.runner import Runner
 
 __all__ = ["LOCAL_TEMPERATURE", "Assembly", "adopt_starting_agent", "assemble", "build_agents", "session_mounts",
@@ -96,7 +97,6 @@ def assemble(
     on_retry: Callable[[dict[str, Any]], None] | None = None,
     on_wait: Callable[[dict[str, Any]], None] | None = None,
     max_context_tokens: int | None = None,
-    vaults: tuple[str, ...] | list[str] = (),
 ) -> Iterator[Assembly]:
     """A Runner on ``store`` whose model client points at the configured endpoint.
 
@@ -118,12 +118,10 @@ def assemble(
         on_retry: Called before the client retries a request (rate limit, 5xx, no connection).
         on_wait: Called while the run waits for a busy session.
         max_context_tokens: ``--max-context-tokens``: the model's context size, for every agent.
-        vaults: ``--vault``: vaults whose entries fill tools' secret parameters, in this order,
-            then each agent's ``vaults`` of config.toml. Each named vault must exist.
 
     Raises:
         ConfigError: No model is configured, or a tool module cannot be imported.
-        NotFoundError: ``agent`` is not a configured agent, or a vault of ``vaults`` does not exist.
+        NotFoundError: ``agent`` is not a configured agent.
         ProviderError: The local model server failed to start.
     """
     if choice is None:
@@ -161,7 +159,10 @@ def assemble(
         # Every configured agent resolves, not only those reachable from the starting one:
         # a session whose active agent is another one keeps its instructions and tools.
         runner.agents.update(agents)
-        _mount_vaults(runner, settings, store, vaults)
+        # the vault values the session's vault mounts fill ``Secret`` parameters from (read lazily)
+        from .core.resources.vaults import Vaults
+
+        runner.vaults = Vaults(store, settings.data_dir)
         if on_retry is not None and isinstance(client, ModelClient):  # the local client retries nothing
             client.on_retry = on_retry
         if on_wait is not None:
@@ -178,30 +179,22 @@ def assemble(
         yield Assembly(runner=runner, choice=choice, agents=agents, client_for=None if choice.local else client_for)
 
 
-def _mount_vaults(runner: Runner, settings: Settings, store: BaseSessionStore, names: tuple[str, ...] | list[str]) -> None:
-    """Give the Runner the vaults (values read lazily, where the catalogue says) and the
-    vaults it searches: ``--vault`` ones (checked to exist now), then each agent's."""
-    from .core.resources.vaults import Vaults
-
-    runner.vaults = Vaults(store, settings.data_dir)
-    for name in names:
-        runner.vaults.get_vault(name)  # an unknown vault stops the run before anything is sent
-    runner.mounted_vaults = tuple(dict.fromkeys(names))
-    runner.agent_vaults = {spec.name: spec.vaults for spec in settings.agents if spec.vaults}
-
-
 def session_mounts(settings: Settings, store: Any, session_id: str, runner: Runner, agent: str | None,
-                   memory: list[str] | None) -> tuple[Any, ...]:
-    """The memory stores a turn mounts: ``memory = [...]`` of the agent that answers in
-    config.toml (``agent``, else the session's active agent, else the starting agent), then
-    ``--memory`` (a store in both gets ``--memory``'s mode). Mounts already in force are not
-    written again (the Runner skips them).
+                   memory: Sequence[str] | None, vaults: Sequence[str] = ()) -> tuple[Mount, ...]:
+    """The resources a turn mounts. Memory stores: ``memory = [...]`` of the agent that
+    answers in config.toml (``agent``, else the session's active agent, else the starting
+    agent), then ``--memory`` (a store in both gets ``--memory``'s mode). Vaults: ``--vault``,
+    then the agent's ``vaults = [...]``, in that order (the first vault holding an entry
+    fills a ``Secret`` parameter; vaults the session has already come before them all).
+    Mounts already in force are not written again (the Runner skips them); a vault mount
+    stays on the session (``resource.mounted``), so a resumed session keeps its secrets.
 
     Raises:
         UsageError: a bad name or mode (exit 2).
-        MemoryStoreNotFoundError: a store that does not exist (exit 3).
+        MemoryStoreNotFoundError: a memory store that does not exist (exit 3).
+        VaultNotFoundError: a vault that does not exist (exit 3).
     """
-    from .core.resources.mounts import parse_mount
+    from .core.resources.mounts import Mount, parse_mount
 
     name = agent or store.active_agent_name(session_id) or runner.starting_agent.name
     spec = settings.agent(name)
@@ -211,7 +204,15 @@ def session_mounts(settings: Settings, store: Any, session_id: str, runner: Runn
         mounts[mount.name] = mount
     for mount in mounts.values():
         store.memory_store(mount.name)  # MemoryStoreNotFoundError (exit 3) before anything runs
-    return tuple(mounts.values())
+    vault_names = dict.fromkeys([*vaults, *(spec.vaults if spec is not None else ())])
+    vault_mounts = tuple(Mount.vault(v) for v in vault_names)
+    if vault_mounts:
+        from .core.resources.vaults import Vaults
+
+        reader = runner.vaults if runner.vaults is not None else Vaults(store, settings.data_dir)
+        for mount in vault_mounts:
+            reader.get_vault(mount.name)  # VaultNotFoundError (exit 3) before anything is sent
+    return (*mounts.values(), *vault_mounts)
 
 
 def adopt_starting_agent(store: ContextStore, session_id: str, runner: Runner) -> str | None:

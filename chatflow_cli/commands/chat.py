@@ -158,7 +158,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
             claimed = True
         with assemble(settings, store, choice=choice, model=opts.model, agent=opts.agent, timeout=opts.timeout,
                       transport=transport, on_retry=out.retrying, on_wait=out.waiting_for_session,
-                      max_context_tokens=opts.max_context_tokens, vaults=opts.vaults) as built:
+                      max_context_tokens=opts.max_context_tokens) as built:
             runner = built.runner
             if opts.agent:
                 _switch_agent(store, session_id, runner.agents[opts.agent])
@@ -166,7 +166,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                 note = adopt_starting_agent(store, session_id, runner)
                 if note is not None:
                     notice(state, note)
-            mounts = session_mounts(settings, store, session_id, runner, opts.agent, opts.memory)
+            mounts = session_mounts(settings, store, session_id, runner, opts.agent, opts.memory, opts.vaults)
             if multi:
                 _run_items(state, runner, store, opts, session_id, out, scope, mounts)
             elif tool_outputs:

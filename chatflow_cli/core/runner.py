@@ -115,12 +115,10 @@ from ._run.window import ContextWindow
 from .agents import Agent, reachable_agents
 from .messages import Message, Role
 from .resources.mounts import Mount
-from .resources.vaults import SessionSecrets, Vaults
 
 if TYPE_CHECKING:  # pragma: no cover
     from .memory.protocol import TurnStore
-    from .messages import ToolCall
-    from .tools import Tool
+    from .resources.vaults import Vaults
     from .model import ChatClient
 
 __all__ = [
@@ -170,12 +168,6 @@ class Runner(TurnLoop, ContextWindow):
             (:class:`~chatflow_cli.core.resources.vaults.Vaults`); None: no vault can be read,
             so such a tool gets an error result saying its secret is missing.
 
-    Attributes:
-        mounted_vaults: the vaults whose entries fill secret parameters, in mount order
-            (the first holding an entry wins), for every session this Runner runs.
-        agent_vaults: ``{agent name: vault names}`` searched after ``mounted_vaults`` while
-            that agent answers (``vaults = [...]`` of an agent in config.toml).
-
     Raises:
         ValueError: ``max_tool_rounds`` is not an int >= 0.
         AgentDefinitionError: two reachable agents share a name.
@@ -215,8 +207,6 @@ class Runner(TurnLoop, ContextWindow):
         self.compact_at = compact_at
         self.compact_prompt = compact_prompt
         self.vaults = vaults
-        self.mounted_vaults: tuple[str, ...] = ()
-        self.agent_vaults: dict[str, tuple[str, ...]] = {}
         # a client has ``stream``; anything else given is a factory called on first use
         self._client: ChatClient | None = (
             cast("ChatClient", model_client) if model_client is not None and hasattr(model_client, "stream") else None)
@@ -469,12 +459,6 @@ class Runner(TurnLoop, ContextWindow):
         """Run the turn generator on a worker thread, handing its events to the event loop."""
         return events_from_worker(lambda cancel, loop: self._turn(session_id, request, wait=wait, cancel=cancel,
                                                                   loop=loop))
-
-    def _secrets_for(self, agent: Agent, runnable: list[tuple[ToolCall, Tool]]) -> SessionSecrets | None:
-        """The vaults that fill this round's secret parameters (None: no tool has one)."""
-        if not any(found.secrets for _, found in runnable):
-            return None
-        return SessionSecrets(self.vaults, (*self.mounted_vaults, *self.agent_vaults.get(agent.name, ())))
 
 
 # --------------------------------------------------------------------------------------

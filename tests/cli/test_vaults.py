@@ -192,6 +192,36 @@ def test_a_tool_gets_its_secret_from_the_mounted_vault_and_the_model_never_sees_
         assert value not in json.dumps(body)
 
 
+def test_a_vault_mount_is_journaled_so_a_resumed_session_keeps_its_secret(chatflow, provider, config_file):
+    value = _secret()
+    _config(config_file)
+    assert chatflow("vault", "create", "work").returncode == 0
+    assert chatflow("vault", "set", "work", "gh_token", input=value).returncode == 0
+    provider.add_text("hello")
+    assert chatflow("chat", "-s", "r1", "--vault", "work", "hi").returncode == 0
+    events = chatflow("replay", "r1", "--json").stdout
+    assert '"resource.mounted"' in events and '"vault"' in events, events
+    # resumed without --vault (chat -c: the latest session): the mount is the session's
+    provider.add_tool_calls([("c1", "whoami", '{"user": "ann"}')])
+    provider.add_text("you are ann")
+    r = chatflow("chat", "-c", "who am I?")
+    assert r.returncode == 0, r
+    assert _tool_results(provider.requests[-1]) == [f"ann: token sha256 {hashlib.sha256(value.encode()).hexdigest()}"]
+    # a session that never mounted it gets no secret
+    provider.add_tool_calls([("c2", "whoami", '{"user": "ann"}')])
+    provider.add_text("none")
+    assert chatflow("chat", "-s", "r2", "who am I?").returncode == 0
+    assert "no vault is mounted on this session" in _tool_results(provider.requests[-1])[0]
+    # per agent in config.toml: vaults = [...] is mounted like memory = [...]
+    _config(config_file, 'vaults = ["work"]\n')
+    provider.add_tool_calls([("c3", "whoami", '{"user": "bob"}')])
+    provider.add_text("you are bob")
+    assert chatflow("chat", "-s", "r3", "who am I?").returncode == 0
+    assert _tool_results(provider.requests[-1]) == [f"bob: token sha256 {hashlib.sha256(value.encode()).hexdigest()}"]
+    for body in provider.requests:
+        assert value not in json.dumps(body)
+
+
 def test_a_missing_secret_is_a_tool_error_naming_vault_and_entry_and_the_turn_goes_on(chatflow, provider, config_file):
     _config(config_file)
     assert chatflow("vault", "create", "work").returncode == 0

@@ -14,9 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..agents import Agent
-    from ..messages import ToolCall
-    from ..resources.vaults import SessionSecrets
-    from ..tools import Tool
+    from ..resources.vaults import Vaults
     from ..memory.context import SessionContext
     from ..memory.protocol import TurnStore
     from ..messages import Message
@@ -43,14 +41,13 @@ class RunnerHost:
     compact_at: float | None
     compact_prompt: str | None
     on_wait: Callable[[dict[str, Any]], None] | None
+    vaults: Vaults | None
 
     if TYPE_CHECKING:  # the methods one part calls on another (each defined by one part)
         @property
         def model_client(self) -> ChatClient: ...
 
         def _version_of(self, agent: Any) -> str | None: ...
-
-        def _secrets_for(self, agent: Agent, runnable: list[tuple[ToolCall, Tool]]) -> SessionSecrets | None: ...
 
         def _auto_compact(self, session_id: str, message: Message) -> list[Event | StreamEvent]: ...
 

@@ -1,5 +1,6 @@
-"""The tools a turn offers from the resources mounted on its session: the memory tools of
-each mounted memory store, added beside the agent's own tools."""
+"""What the resources mounted on a session give its turn: the memory tools of each mounted
+memory store, added beside the agent's own tools, and the vaults that fill the ``Secret``
+parameters of its tools, in mount order."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from ..agents import Agent
     from ..memory.context import SessionContext
+    from ..messages import ToolCall
+    from ..resources.vaults import SessionSecrets, Vaults
     from ..tools import Tool
 
-__all__ = ["turn_tools"]
+__all__ = ["turn_secrets", "turn_tools"]
 
 
 def turn_tools(store: Any, session: SessionContext, turn: int, agent: Agent) -> dict[str, Tool]:
@@ -25,3 +28,16 @@ def turn_tools(store: Any, session: SessionContext, turn: int, agent: Agent) -> 
 
     extra = {t.name: t for t in memory_tools(store, mounts, Author(session.session_id, turn, agent.name))}
     return {**extra, **tools}
+
+
+def turn_secrets(vaults: Vaults | None, session: SessionContext,
+                 runnable: list[tuple[ToolCall, Tool]]) -> SessionSecrets | None:
+    """The secrets of this round's tool calls: the vaults mounted on ``session`` now, in the
+    order they were mounted (the first vault holding an entry wins), read through ``vaults``
+    (None: none can be read, a secret is missing). None when no tool of the round has a
+    ``Secret`` parameter."""
+    if not any(found.secrets for _, found in runnable):
+        return None
+    from ..resources.vaults import SessionSecrets
+
+    return SessionSecrets(vaults, [m.name for m in session.resources if m.kind == "vault"])

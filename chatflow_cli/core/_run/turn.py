@@ -33,7 +33,7 @@ from ..usage import normalise_usage
 from .cancel import INTERRUPT_REQUESTED, Cancelled, CancelToken, watch_interrupt_requests
 from .endings import lease_of, store_failed, store_interrupted
 from .host import RunnerHost
-from .mounted import turn_tools
+from .mounted import turn_secrets, turn_tools
 from .results import RunResult, StreamEvent
 from .state import Broken, InvalidAfterTools, TurnRequest, TurnState
 from .tools import answer_at_once, run_concurrently
@@ -309,7 +309,7 @@ class TurnLoop(RunnerHost):
             yield from stored(self.store.save(session), turn)
 
             custom = [c for c in calls if c.name in tools and tools[c.name].is_custom]
-            outcomes = yield from self._run_tools(session_id, turn, agent, tools, calls, cancel, loop, state)
+            outcomes = yield from self._run_tools(session, turn, agent, tools, calls, cancel, loop, state)
             state.ran.extend(c.name for c in calls if c.id in outcomes)
             if custom:
                 # stop here; regular results wait with the custom ones, sent in call order
@@ -373,7 +373,7 @@ class TurnLoop(RunnerHost):
     # -- tools -------------------------------------------------------------------------------
     def _run_tools(
         self,
-        session_id: str,
+        session: SessionContext,
         turn: int,
         agent: Agent,
         tools: dict[str, Tool],
@@ -383,6 +383,7 @@ class TurnLoop(RunnerHost):
         state: TurnState,
     ) -> Generator[StreamEvent, None, dict[str, tuple[str, bool]]]:
         """Run the regular and handoff calls; returns ``{call id: (text, is_error)}`` (custom calls left out)."""
+        session_id = session.session_id
         outcomes: dict[str, tuple[str, bool]] = {}
         for call in calls:
             found = tools.get(call.name)
@@ -394,7 +395,7 @@ class TurnLoop(RunnerHost):
         timings: dict[str, float] = {}
         if runnable:
             # always on a thread, even one call: the waiting side stays responsive to a cancel request
-            run_concurrently(runnable, outcomes, timings, cancel, loop, state, self._secrets_for(agent, runnable))
+            run_concurrently(runnable, outcomes, timings, cancel, loop, state, turn_secrets(self.vaults, session, runnable))
         for call in calls:
             if call.id in outcomes:
                 text, is_error = outcomes[call.id]
