@@ -25,12 +25,14 @@ goes on. Writes are recorded with the session, turn and agent (:class:`~.documen
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import DocumentNotFoundError, UsageError
-from ..tools import Tool
 from .documents import Author, Document, DocumentInfo, DocumentVersion, MemoryHit, check_folder, numbered
 from .mounts import Mount
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..tools import Tool
 
 __all__ = ["MEMORY_TOOL_NAMES", "MEMORY_WRITE_TOOL_NAMES", "MemoryStoreAccess", "memory_tools"]
 
@@ -173,6 +175,8 @@ _SCHEMAS: dict[str, tuple[dict[str, Any], Any]] = {}
 
 
 def _make(name: str, function: Any, stores: list[str]) -> Tool:
+    from ..tools import Tool  # here: core.tools imports asyncio, which a store's import never pays for
+
     description, params = _DESCRIPTIONS[name]
     if name not in _SCHEMAS:
         made = Tool.from_function(function, name=name, description=description)
