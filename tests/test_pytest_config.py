@@ -34,7 +34,7 @@ def test_a_warning_fails_the_test(tmp_path: Path) -> None:
     test = tmp_path / "test_warns.py"
     test.write_text("import warnings\n\ndef test_warns():\n    warnings.warn('old', DeprecationWarning)\n")
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={REPO}",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", f"--rootdir={REPO}",
          "-c", str(REPO / "pyproject.toml"), str(test)],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
