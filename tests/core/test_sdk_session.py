@@ -667,7 +667,7 @@ def test_leading_instructions_are_system_messages(tmp_path: Path) -> None:
 
 def test_setting_the_active_agent_reads_no_older_turns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """run() ends with set_active_agent: on a long session it reads only the newest turn."""
-    import chatflow_cli.core.memory.sqlite as sqlite_module
+    import chatflow_cli.core.memory.sqlite.tx as sqlite_module
 
     db = tmp_path / "s.db"
     writer = ChatflowSession("long", db)

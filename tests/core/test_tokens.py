@@ -187,7 +187,7 @@ def test_migration_fills_existing_rows_with_the_estimate(tmp_path: Path) -> None
     three migrations): every message row gets its estimate when the store upgrades it."""
     import time
 
-    from chatflow_cli.core.memory import schema
+    from chatflow_cli.core.memory.sqlite import schema
     from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
     path = tmp_path / "old.db"

@@ -147,7 +147,7 @@ def search_index_problems(db: Path) -> list[str]:
     """How the full-text index disagrees with the stored messages ([] when in step): every
     message has exactly its index row with the text the store indexes, and FTS5's own
     integrity check passes."""
-    from chatflow_cli.core.memory.sqlite import _fts_columns
+    from chatflow_cli.core.memory.sqlite.search import _fts_columns
 
     conn = _connect(db)
     try:

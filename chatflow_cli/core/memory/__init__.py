@@ -20,7 +20,9 @@ module                    holds
 ``_port``                 the ``_Tx`` port and the records it carries
 ``inmemory``              :class:`SessionStore` (alias ``InMemorySessionStore``): dicts
                           behind a lock
-``sqlite``, ``schema``    :class:`SQLiteSessionStore` and its versioned migrations
+``sqlite``                :class:`SQLiteSessionStore`: a package -- ``store``, ``tx`` (the
+                          port), ``schema`` (versioned migrations), ``rows``, ``search``,
+                          ``errors``, ``connection``
 ``postgres``              :class:`PostgresSessionStore`, for many workers on many hosts
                           (its own schema and migrations; needs the ``postgres`` extra)
 ``owner``                 :class:`Owner`, the lease record of a running turn

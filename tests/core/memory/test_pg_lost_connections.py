@@ -33,7 +33,7 @@ def _terminate_all(pg_server: PgServer, dsn: str) -> None:
 def test_an_error_on_a_connection_that_turned_out_lost_is_unreachable() -> None:
     """psycopg's own error on a terminated connection has no SQLSTATE and names no lost
     connection: the connection's state decides, and the outcome of a sent COMMIT is unknown."""
-    from chatflow_cli.core.memory.postgres import _store_error
+    from chatflow_cli.core.memory.postgres.errors import _store_error
 
     exc = psycopg.OperationalError("cannot exit pipeline mode while busy")
     lost = _store_error(exc, "db", broken=True)

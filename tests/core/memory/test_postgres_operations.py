@@ -34,13 +34,13 @@ def _store(dsn: str, **kwargs: Any) -> Any:
 
 def _apply(conn: Any, number: int, *, record: bool = True) -> None:
     """Migration ``number``'s statements and steps, with its version row when ``record``."""
-    from chatflow_cli.core.memory import postgres
+    from chatflow_cli.core.memory.postgres import schema
 
-    conn.execute(postgres._MIGRATIONS_TABLE)
-    _, name, steps = postgres._MIGRATIONS[number - 1]
+    conn.execute(schema._MIGRATIONS_TABLE)
+    _, name, steps = schema._MIGRATIONS[number - 1]
     for step in steps:
         if step.startswith("_"):
-            getattr(postgres, step)(conn)
+            getattr(schema, step)(conn)
         else:
             conn.execute(step)
     if record:
@@ -62,7 +62,7 @@ def _versions(dsn: str) -> list[int]:
 def test_rows_written_before_exact_text_are_kept_and_new_writes_are_exact(pg_dsn: str) -> None:
     import psycopg
 
-    from chatflow_cli.core.memory import postgres
+    from chatflow_cli.core.memory.postgres import schema
 
     old = Message.user("from an older chatflow")
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -90,7 +90,7 @@ def test_rows_written_before_exact_text_are_kept_and_new_writes_are_exact(pg_dsn
         assert json.dumps(store.events("s")[-1].payload) == '{"b": 1e+16, "a": -0.0}'
     finally:
         store.close()
-    assert _versions(pg_dsn) == list(range(1, postgres.SCHEMA_VERSION + 1))
+    assert _versions(pg_dsn) == list(range(1, schema.SCHEMA_VERSION + 1))
     with psycopg.connect(pg_dsn) as conn:  # one representation: the exact text
         assert conn.execute("SELECT count(*) FROM chatflow_messages WHERE message IS NOT NULL "
                             "OR message_text IS NULL").fetchone() == (0,)
@@ -108,9 +108,9 @@ def test_a_migration_applied_without_its_version_row_is_finished_at_the_next_sta
 ) -> None:
     import psycopg
 
-    from chatflow_cli.core.memory import postgres
+    from chatflow_cli.core.memory.postgres import schema
 
-    for number in range(1, postgres.SCHEMA_VERSION + 1):
+    for number in range(1, schema.SCHEMA_VERSION + 1):
         dsn = pg_server.dsn(pg_server.create_database())
         with psycopg.connect(dsn, autocommit=True) as conn:
             for before in range(1, number):
@@ -125,7 +125,7 @@ def test_a_migration_applied_without_its_version_row_is_finished_at_the_next_sta
             assert store.get_or_create("s", AGENT).session_id == "s"
         finally:
             store.close()
-        assert _versions(dsn) == list(range(1, postgres.SCHEMA_VERSION + 1)), number
+        assert _versions(dsn) == list(range(1, schema.SCHEMA_VERSION + 1)), number
         store = _store(dsn)  # and a start after that has nothing left to do
         store.close()
 
@@ -133,9 +133,9 @@ def test_a_migration_applied_without_its_version_row_is_finished_at_the_next_sta
 def test_a_failing_migration_names_its_version_and_what_to_do(pg_dsn: str) -> None:
     import psycopg
 
-    from chatflow_cli.core.memory import postgres
+    from chatflow_cli.core.memory.postgres import schema
 
-    last = postgres.SCHEMA_VERSION
+    last = schema.SCHEMA_VERSION
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         for number in range(1, last):
             _apply(conn, number)
@@ -164,10 +164,10 @@ def test_a_failing_migration_whose_reason_ends_with_a_full_stop_says_it_once(pg_
     goes on after it without a second one."""
     import psycopg
 
-    from chatflow_cli.core.memory import postgres
+    from chatflow_cli.core.memory.postgres import schema
 
     # the migration that moves each message's JSON to its text column
-    last = next(n for n, name, _ in postgres._MIGRATIONS if "exact JSON text" in name)
+    last = next(n for n, name, _ in schema._MIGRATIONS if "exact JSON text" in name)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         for number in range(1, last):
             _apply(conn, number)

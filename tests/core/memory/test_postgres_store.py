@@ -113,13 +113,13 @@ def test_a_database_from_a_newer_chatflow_is_refused_unchanged(pg_dsn: str) -> N
 def test_a_version_1_database_gets_token_counts_and_a_search_index_and_keeps_its_messages(pg_dsn: str) -> None:
     import psycopg
 
-    from chatflow_cli.core.memory import postgres
+    from chatflow_cli.core.memory.postgres import schema
     from chatflow_cli.core.tokens import estimate_tokens
 
     user, reply = Message.user("what is the capital of France? " * 5), Message.model("Paris.")
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(postgres._MIGRATIONS_TABLE)
-        for statement in postgres._MIGRATIONS[0][2]:
+        conn.execute(schema._MIGRATIONS_TABLE)
+        for statement in schema._MIGRATIONS[0][2]:
             conn.execute(statement)
         conn.execute("INSERT INTO chatflow_schema_migrations VALUES (1, 'first', 0)")
         conn.execute("INSERT INTO chatflow_sessions (session_id, incarnation, active_agent_name, metadata, max_turns, "
@@ -141,7 +141,7 @@ def test_a_version_1_database_gets_token_counts_and_a_search_index_and_keeps_its
         store.close()
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute("SELECT version FROM chatflow_schema_migrations ORDER BY version").fetchall()
-        assert [r[0] for r in rows] == list(range(1, postgres.SCHEMA_VERSION + 1))
+        assert [r[0] for r in rows] == list(range(1, schema.SCHEMA_VERSION + 1))
         assert conn.execute("SELECT count(*) FROM chatflow_messages WHERE tokens IS NULL").fetchone() == (0,)
 
 

@@ -24,7 +24,7 @@ AGENT = Agent(name="Assistant", instructions="Be brief.", model="fake-model")
 
 
 def _apply(conn: sqlite3.Connection, number: int, *, record: bool = True) -> None:
-    from chatflow_cli.core.memory.schema import _MIGRATIONS, _MIGRATIONS_TABLE
+    from chatflow_cli.core.memory.sqlite.schema import _MIGRATIONS, _MIGRATIONS_TABLE
 
     conn.execute(_MIGRATIONS_TABLE)
     _, name, steps = _MIGRATIONS[number - 1]
@@ -54,7 +54,7 @@ def _turn(store: SQLiteSessionStore, session_id: str, text: str) -> None:
 
 
 def test_a_migration_applied_without_its_version_row_is_finished_at_the_next_open(tmp_path: Path) -> None:
-    from chatflow_cli.core.memory.schema import SCHEMA_VERSION
+    from chatflow_cli.core.memory.sqlite.schema import SCHEMA_VERSION
 
     for number in range(1, SCHEMA_VERSION + 1):
         path = tmp_path / f"at-{number}.db"
@@ -78,7 +78,7 @@ def test_a_migration_applied_without_its_version_row_is_finished_at_the_next_ope
 
 
 def test_a_failing_migration_names_its_version_and_what_to_do(tmp_path: Path) -> None:
-    from chatflow_cli.core.memory.schema import _MIGRATIONS
+    from chatflow_cli.core.memory.sqlite.schema import _MIGRATIONS
 
     # the newest migration that adds a column to chatflow_sessions: a view in its way makes it fail
     target = max(number for number, _, steps in _MIGRATIONS

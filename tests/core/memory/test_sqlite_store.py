@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from chatflow_cli.core.memory import sqlite as memory_sqlite
+from chatflow_cli.core.memory.sqlite import connection as sqlite_connection
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.errors import SchemaTooNewError, StoreError
 from chatflow_cli.core.memory import Owner
@@ -320,7 +320,7 @@ def test_read_only_directory(tmp_path: Path, existing: bool) -> None:
 
 
 def test_blocking_io_pool_for_files_and_loop_for_memory(tmp_path: Path) -> None:
-    assert memory_sqlite._BLOCKING_IO_WORKERS == 4
+    assert sqlite_connection._BLOCKING_IO_WORKERS == 4
 
     def threads_used(store: SQLiteSessionStore) -> set[str]:
         seen: set[str] = set()
@@ -391,7 +391,7 @@ def test_importing_the_stores_does_not_import_asyncio_or_concurrent_futures() ->
 def test_migration_2_keeps_processed_ids_of_a_version_1_file(tmp_path: Path) -> None:
     """A file written before message claims existed: its processed ids stay processed."""
     from chatflow_cli.core.memory import MessageState
-    from chatflow_cli.core.memory.schema import _MIGRATIONS, _MIGRATIONS_TABLE
+    from chatflow_cli.core.memory.sqlite.schema import _MIGRATIONS, _MIGRATIONS_TABLE
 
     db = tmp_path / "v1.db"
     conn = sqlite3.connect(db, isolation_level=None)
@@ -420,7 +420,7 @@ def test_migration_2_keeps_processed_ids_of_a_version_1_file(tmp_path: Path) -> 
 def test_a_version_1_database_gains_session_endpoints_and_keeps_its_sessions(tmp_path: Path) -> None:
     """A file made before session endpoints existed gains their table in one migration."""
     from chatflow_cli.core.agents import Agent
-    from chatflow_cli.core.memory.schema import _MIGRATIONS
+    from chatflow_cli.core.memory.sqlite.schema import _MIGRATIONS
 
     db = tmp_path / "v1.db"
     conn = sqlite3.connect(db)

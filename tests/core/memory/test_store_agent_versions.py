@@ -186,7 +186,7 @@ def _old_turns_then_a_new_one(store: BaseSessionStore) -> None:
 def test_a_sqlite_database_of_schema_6_gains_agent_versions_unknown_for_its_rows(tmp_path) -> None:
     import sqlite3
 
-    from chatflow_cli.core.memory.schema import _MIGRATIONS, _MIGRATIONS_TABLE, SCHEMA_VERSION
+    from chatflow_cli.core.memory.sqlite.schema import _MIGRATIONS, _MIGRATIONS_TABLE, SCHEMA_VERSION
     from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 
     path = tmp_path / "v6.db"
@@ -230,15 +230,16 @@ def test_a_postgres_database_of_schema_4_gains_agent_versions_unknown_for_its_ro
     import psycopg
 
     from chatflow_cli.core.memory import postgres
+    from chatflow_cli.core.memory.postgres import schema
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(postgres._MIGRATIONS_TABLE)
-        for number, name, steps in postgres._MIGRATIONS:
+        conn.execute(schema._MIGRATIONS_TABLE)
+        for number, name, steps in schema._MIGRATIONS:
             if number > 4:
                 break
             for step in steps:
                 if step.startswith("_"):
-                    getattr(postgres, step)(conn)
+                    getattr(schema, step)(conn)
                 else:
                     conn.execute(step)
             conn.execute("INSERT INTO chatflow_schema_migrations VALUES (%s, %s, 0)", (number, name))

@@ -452,11 +452,11 @@ def test_begin_turn_creates_claims_and_releases(any_store: BaseSessionStore, age
 def _window_loads(store: BaseSessionStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the store's context-window loads (``_Tx.live_window`` of its transaction class)."""
     from chatflow_cli.core.memory.inmemory import _MemoryTx
-    from chatflow_cli.core.memory.sqlite import _SQLiteTx
+    from chatflow_cli.core.memory.sqlite.tx import _SQLiteTx
 
     tx_class: type = _SQLiteTx if isinstance(store, SQLiteSessionStore) else _MemoryTx
     if type(store).__name__ == "PostgresSessionStore":
-        from chatflow_cli.core.memory.postgres import _PgTx
+        from chatflow_cli.core.memory.postgres.tx import _PgTx
 
         tx_class = _PgTx
     calls: list[int] = []

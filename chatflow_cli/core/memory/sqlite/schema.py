@@ -32,8 +32,8 @@ _FTS_TOOLS = (
 
 def _fill_token_estimates(conn: sqlite3.Connection) -> None:
     """Give every message row without a token count the estimate of its message."""
-    from ..messages import Message
-    from ..tokens import estimate_tokens
+    from ...messages import Message
+    from ...tokens import estimate_tokens
 
     rows = conn.execute("SELECT message_id, message_json FROM chatflow_messages WHERE tokens IS NULL").fetchall()
     conn.executemany(
