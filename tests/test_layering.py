@@ -342,6 +342,24 @@ def test_an_import_against_the_arrows_is_named(tmp_path):
         room_of(copy)
 
 
+#: Issue 29: no module of the package is over this many lines.
+MAX_LINES = 800
+
+
+def long_modules(root: Path = ROOT) -> dict[str, int]:
+    """``{path: lines}`` of the package's modules over :data:`MAX_LINES` lines."""
+    counts = {p.relative_to(root.parent).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+              for p in sorted(root.rglob("*.py"))}
+    return {p: n for p, n in counts.items() if n > MAX_LINES}
+
+
+def test_no_module_is_over_800_lines(tmp_path):
+    assert long_modules() == {}
+    (tmp_path / PACKAGE).mkdir()
+    (tmp_path / PACKAGE / "big.py").write_text("x = 1\n" * (MAX_LINES + 1), encoding="utf-8")
+    assert long_modules(tmp_path / PACKAGE) == {f"{PACKAGE}/big.py": MAX_LINES + 1}
+
+
 #: The one module that may import typer's private modules (``typer._click``, ``typer._coercion``...).
 TYPER_ADAPTER = f"{PACKAGE}._typer_adapter"
 
