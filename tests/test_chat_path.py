@@ -14,8 +14,11 @@ docs/design.md).
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
+
+from tests.conftest import REPO
 
 #: Issue 29 asks that "``chatflow chat "hi"`` can be followed through at most 15 files". It
 #: is not so yet: the chat calls functions of 52 files (docs/design.md, "Following one
@@ -98,3 +101,22 @@ def test_a_chat_can_be_followed_through_few_files(chatflow, provider, tmp_path):
     files = chat_path(chatflow, tmp_path, "hi")
     listing = "\n".join(f"{i:3} {f}" for i, f in enumerate(files, 1))
     assert len(files) <= LIMIT, f"`chatflow chat hi` calls functions of {len(files)} files (at most {LIMIT}; the goal is {GOAL}):\n{listing}"
+
+
+def documented_path() -> list[str]:
+    """The files "Following one chat" in docs/design.md lists, in its order."""
+    text = (REPO / "docs" / "design.md").read_text(encoding="utf-8")
+    section = text[text.index("## Following one chat"):]
+    section = section[: section.index("\n## ", 1)]
+    return [f"chatflow_cli/{path}" for path in re.findall(r"^\d+\. `([^`]+)`", section, re.M)]
+
+
+def test_the_design_page_walks_the_files_the_chat_calls(chatflow, provider, tmp_path):
+    """docs/design.md lists exactly the measured files (the order of first calls may differ
+    between runs by a thread, so the sets are compared)."""
+    provider.add_text("Hello there.")
+    files = chat_path(chatflow, tmp_path, "hi")
+    documented = documented_path()
+    assert len(documented) == len(set(documented)) == LIMIT
+    assert sorted(documented) == sorted(files), (sorted(set(files) - set(documented)),
+                                                 sorted(set(documented) - set(files)))
