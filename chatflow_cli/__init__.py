@@ -32,7 +32,7 @@ _EXPORTS = {
     "ImportFormatError": "chatflow_cli.core.errors",
     "InvalidToolCallError": "chatflow_cli.core.errors",
     "Message": "chatflow_cli.core.messages",
-    "MessageState": "chatflow_cli.core.memory.protocol",
+    "MessageState": "chatflow_cli.core.memory.values",
     "NetworkError": "chatflow_cli.core.errors",
     "NotFoundError": "chatflow_cli.core.errors",
     "PendingToolCallsError": "chatflow_cli.core.errors",
@@ -117,7 +117,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .core.memory.context import SessionContext
     from .core.memory.inmemory import SessionStore
-    from .core.memory.protocol import MessageState
+    from .core.memory.values import MessageState
     from .core.messages import Message, Role, ToolCall
     from .core.memory.postgres import PostgresSessionStore
     from .core.runner import RunResult, Runner

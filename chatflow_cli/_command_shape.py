@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ._console import Env
+from ._typer_adapter import lite_runtime_param_class, usage_error
 from .context import state_of
 
 __all__ = ["GLOBAL_OPTIONS", "add_global_options", "plain_argument_help", "refuse_repeats", "repeatable_pairs",
@@ -30,10 +31,8 @@ def set_global(ctx: Any, param: Any, value: Any) -> None:
     if param.name in ("db", "config") and getattr(state, param.name) is not None:
         # given before the command (or in an enclosing group) and again after it: which one
         # was meant is a guess, so it is refused as a repeat in one place is
-        from typer import _click
-
-        raise _click.exceptions.UsageError(
-            f"--{param.name} was given more than once (before and after the command); it takes one value", ctx=ctx)
+        raise usage_error(
+            f"--{param.name} was given more than once (before and after the command); it takes one value", ctx)
     if param.name == "db":
         state.db = value
     elif param.name == "config":
@@ -78,8 +77,6 @@ def refuse_repeats(command: Any) -> None:
     """An option that takes one value and is given twice is a usage error (exit 2), never a
     silent "the last one wins": ``--session a --session b`` or ``-m x -m y`` names the option.
     Repeatable options (``--metadata``, ``--tool-result``) and flags are not affected."""
-    from typer import _click
-
     for cmd in walk_commands(command):
         original = cmd.make_parser
 
@@ -95,7 +92,7 @@ def refuse_repeats(command: Any) -> None:
                         continue
                     if id(param) in seen and not ctx.resilient_parsing:
                         names = "/".join(sorted(param.opts, key=len, reverse=True))
-                        raise _click.exceptions.UsageError(f"{names} was given more than once; it takes one value", ctx=ctx)
+                        raise usage_error(f"{names} was given more than once; it takes one value", ctx)
                     seen.add(id(param))
                 return opts, rest, order
 
@@ -129,7 +126,7 @@ _REPEATABLE_PAIRS = {("chat", "tool_result")}
 
 def repeatable_pairs(command: Any) -> None:
     """``--tool-result ID OUTPUT`` may be given once per pending call: the value is a list of pairs."""
-    from ._typer_fast import _lite_class, _str
+    from ._typer_fast import _str
 
     for name, sub in (getattr(command, "commands", None) or {}).items():
         for param in sub.params:
@@ -141,5 +138,5 @@ def repeatable_pairs(command: Any) -> None:
                     return [tuple(_str(v, p, c) for v in pair) for pair in value or ()] or None
 
                 desc = param.type_descriptor
-                param._runtime_param = _lite_class()(parameter_info=desc.parameter_info, annotation=desc.annotation,
-                                                     fn=pairs)
+                param._runtime_param = lite_runtime_param_class()(parameter_info=desc.parameter_info,
+                                                                  annotation=desc.annotation, fn=pairs)

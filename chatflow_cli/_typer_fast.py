@@ -14,35 +14,12 @@ installed and typer works as usual (only slower): this module never changes beha
 
 from __future__ import annotations
 
-import dataclasses
 from enum import Enum
 from typing import Any, Callable, get_args, get_origin
 
+from ._typer_adapter import bad_parameter, help_option, lite_runtime_param_class
+
 __all__ = ["install"]
-
-_LITE: Any = None
-
-
-def _lite_class() -> Any:
-    global _LITE
-    if _LITE is None:
-        from typer._coercion import RuntimeParam
-
-        @dataclasses.dataclass(frozen=True)
-        class LiteRuntimeParam(RuntimeParam):
-            fn: Callable[[Any, Any, Any], Any] = dataclasses.field(default=lambda v, p, c: v)
-
-            def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-                return self.fn(value, param, ctx)
-
-        _LITE = LiteRuntimeParam
-    return _LITE
-
-
-def _bad(message: str, param: Any, ctx: Any) -> Exception:
-    from typer._click.exceptions import BadParameter
-
-    return BadParameter(message, ctx=ctx, param=param)
 
 
 def _str(value: Any, param: Any, ctx: Any) -> Any:
@@ -58,7 +35,7 @@ def _number(kind: type, info: Any) -> Callable[[Any, Any, Any], Any]:
         try:
             number = kind(value)
         except (TypeError, ValueError):
-            raise _bad(f"{value!r} is not a valid {label}.", param, ctx) from None
+            raise bad_parameter(f"{value!r} is not a valid {label}.", param, ctx) from None
         low, high = info.min, info.max
         if (low is not None and number < low) or (high is not None and number > high):
             if getattr(info, "clamp", False):
@@ -66,7 +43,7 @@ def _number(kind: type, info: Any) -> Callable[[Any, Any, Any], Any]:
             bounds = " and ".join(
                 b for b in (f"x>={low}" if low is not None else "", f"x<={high}" if high is not None else "") if b
             )
-            raise _bad(f"{value} is not in the range {bounds}.", param, ctx)
+            raise bad_parameter(f"{value} is not in the range {bounds}.", param, ctx)
         return number
 
     return coerce
@@ -80,7 +57,7 @@ def _bool(value: Any, param: Any, ctx: Any) -> Any:
         return True
     if text in {"0", "false", "f", "no", "n", "off", ""}:
         return False
-    raise _bad(f"{value!r} is not a valid boolean.", param, ctx)
+    raise bad_parameter(f"{value!r} is not a valid boolean.", param, ctx)
 
 
 def _enum(kind: type[Enum], info: Any) -> Callable[[Any, Any, Any], Any]:
@@ -94,7 +71,7 @@ def _enum(kind: type[Enum], info: Any) -> Callable[[Any, Any, Any], Any]:
             if wanted == value or (not case_sensitive and wanted.lower() == str(value).lower()):
                 return member
         choices = ", ".join(repr(str(m.value)) for m in kind)
-        raise _bad(f"{value!r} is not one of {choices}.", param, ctx)
+        raise bad_parameter(f"{value!r} is not one of {choices}.", param, ctx)
 
     return coerce
 
@@ -125,7 +102,7 @@ def _coercer(annotation: Any, info: Any) -> Callable[[Any, Any, Any], Any] | Non
 
         def coerce_tuple(value: Any, p: Any, c: Any) -> Any:
             if len(value) != len(inners):
-                raise _bad(f"{len(inners)} values are required, but {len(value)} given.", p, c)
+                raise bad_parameter(f"{len(inners)} values are required, but {len(value)} given.", p, c)
             return tuple(fn(v, p, c) for fn, v in zip(inners, value))
 
         return coerce_tuple
@@ -147,8 +124,6 @@ def _help_param(cmd: Any, names: tuple[str, ...]) -> Any:
         wanted = [n for n in names if n not in taken]
         if not wanted:
             return None
-        from typer._click.decorators import help_option
-
         help_option(wanted)(cmd)
         cmd._help_option = cmd.params.pop()
     return cmd._help_option
@@ -161,7 +136,7 @@ def install(command: Any, help_names: tuple[str, ...] = ("-h", "--help")) -> int
     Returns how many parameters got one (0 when typer's internals are not as expected).
     """
     try:
-        lite = _lite_class()
+        lite = lite_runtime_param_class()
     except Exception:  # pragma: no cover - another typer version: keep its coercion
         return 0
     count = 0

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config import ModelChoice
     from .core.agents import Agent
     from .core.memory import BaseSessionStore
-    from .core.memory.protocol import SessionStoreProtocol
+    from .core.memory.protocol import ContextStore
     from .core.model import ModelClient
     from .core.runner import Runner
 
@@ -173,7 +173,7 @@ def assemble(
         yield Assembly(runner=runner, choice=choice, agents=agents, client_for=None if choice.local else client_for)
 
 
-def adopt_starting_agent(store: SessionStoreProtocol, session_id: str, runner: Runner) -> str | None:
+def adopt_starting_agent(store: ContextStore, session_id: str, runner: Runner) -> str | None:
     """A session whose active agent is no longer configured (removed from config.toml, or
     renamed) continues with the Runner's starting agent (``default_agent``): it is made the
     session's active agent (a stored ``handoff`` event), and the note to show is returned.

@@ -364,9 +364,9 @@ def completion_script(shell: str) -> str:
     """The completion script for ``shell`` (what ``completions/`` holds; a test checks drift)."""
     if shell not in {"bash", "zsh", "fish"}:
         raise UsageError(f"unsupported shell {shell!r}: use bash, zsh or fish")
-    from typer._completion_shared import get_completion_script
+    from ._typer_adapter import completion_script as typer_completion_script
 
-    return get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell)
+    return typer_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell)
 
 
 
@@ -389,8 +389,9 @@ def build_command() -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     """Run chatflow and exit with the code of :class:`ExitStatus` that fits the outcome."""
-    from typer import _click
+    from ._typer_adapter import click_exceptions
 
+    click_errors = click_exceptions()
     _boundary.set_json_errors(None)
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -404,7 +405,7 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger("chatflow_cli").addHandler(logging.NullHandler())
         logging.getLogger("chatflow_cli").propagate = False
     if os.environ.get(COMPLETE_VAR):
-        from typer._completion_classes import completion_init
+        from ._typer_adapter import completion_init
 
         completion_init()
     code: int = ExitStatus.SUCCESS
@@ -428,17 +429,17 @@ def main(argv: list[str] | None = None) -> None:
         else:
             _boundary.error_line(exc.message)
         _boundary.json_error(exc.message, type(exc).__name__, code, getattr(exc, "session_id", None))
-    except _click.exceptions.NoArgsIsHelpError as exc:
+    except click_errors.NoArgsIsHelpError as exc:
         sys.stderr.write(exc.format_message().rstrip("\n") + "\n")
         code = ExitStatus.USAGE
-    except _click.exceptions.UsageError as exc:
+    except click_errors.UsageError as exc:
         hint = ""
         if exc.ctx is not None:
             hint = f" (see: {exc.ctx.command_path} --help)"
         _boundary.error_line(exc.format_message() + hint)
         code = ExitStatus.USAGE
         _boundary.json_error(exc.format_message(), "UsageError", code, None)
-    except _click.exceptions.ClickException as exc:
+    except click_errors.ClickException as exc:
         _boundary.error_line(exc.format_message())
         code = exc.exit_code or ExitStatus.ERROR
     except typer.Abort:

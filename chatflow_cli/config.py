@@ -269,7 +269,7 @@ class Settings:
     def db(self) -> str:
         """The database as shown to people: the path, or the URL without its password."""
         if self.db_url:
-            from .core._dsn import redact_dsn
+            from .core.dsn import redact_dsn
 
             return redact_dsn(self.db_url)
         return str(self.db_path)
@@ -344,7 +344,7 @@ def load_settings(
         sources[key] = "file" if key in file_settings else "default"
     ddir = data_dir(env)
     location, sources["db_path"] = _database(db, env, file_settings.get("db"), cfg_path)
-    from .core._dsn import is_postgres_url
+    from .core.dsn import is_postgres_url
 
     db_url = location if is_postgres_url(location) else None
     db_path = ddir / DB_FILENAME if db_url else Path(location)
@@ -378,7 +378,7 @@ def _database(
     """(location, source): ``--db``, else ``$CHATFLOW_DB``, else config.toml's ``db``, else the
     data directory's ``chatflow.db``. A path is expanded (``~``); a file's relative path is
     relative to the config file's directory; a URL is kept as given."""
-    from .core._dsn import is_postgres_url
+    from .core.dsn import is_postgres_url
 
     def place(value: str, base: Path | None = None) -> str:
         if is_postgres_url(value):

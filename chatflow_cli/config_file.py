@@ -167,7 +167,7 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
         out["api_key_env"] = value
     if "db" in data:
         value = _want_str(text, "db", data["db"])
-        from .core._dsn import dsn_password, is_postgres_url
+        from .core.dsn import dsn_password, is_postgres_url
 
         if is_postgres_url(value) and dsn_password(value):
             raise _Problem(

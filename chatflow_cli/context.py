@@ -80,7 +80,7 @@ class State:
             ConfigError: The config file is malformed or invalid.
         """
         from .config import database_location
-        from .core._dsn import dsn_password, is_postgres_url, normalise_url, raw_url_password, url_problem
+        from .core.dsn import dsn_password, is_postgres_url, normalise_url, raw_url_password, url_problem
 
         location = database_location(self.db, self.config)
         if is_postgres_url(location):
@@ -104,7 +104,7 @@ class State:
             StoreError: The database cannot be opened (corrupt, unreadable, newer schema; a
                 PostgreSQL server that refuses the connection or the credentials).
         """
-        from .core._dsn import is_postgres_url
+        from .core.dsn import is_postgres_url
 
         location = self.db_location()
         store: BaseSessionStore

@@ -10,7 +10,7 @@ configured, never a URL the user does not give this time. Each turn also records
 answered it (``turn.completed``'s ``model`` and ``base_url``).
 
 A URL's ``user:password@`` is never stored (the store leaves it out, see
-:func:`~chatflow_cli.core._dsn.url_without_userinfo`; the user name goes too). Resuming a
+:func:`~chatflow_cli.core.dsn.url_without_userinfo`; the user name goes too). Resuming a
 session whose stored URL is the one given or configured now without its userinfo
 (``--base-url``, else ``OPENAI_BASE_URL`` or ``base_url`` in config.toml) uses the one given,
 credentials included; otherwise the stored URL is used as is (a server wanting the
@@ -23,13 +23,13 @@ import os
 from typing import TYPE_CHECKING
 
 from .context import notice
-from .core._dsn import url_without_userinfo
+from .core.dsn import url_without_userinfo
 from .core.errors import ChatflowError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import ModelChoice
     from .context import State
-    from .core.memory.protocol import SessionStoreProtocol, SessionSummary
+    from .core.memory.protocol import EditStore, SessionLookup, SessionSummary
 
 __all__ = ["endpoint_of", "keep_endpoint", "remember_endpoint", "session_endpoint", "stored_endpoint",
            "with_credentials"]
@@ -37,7 +37,7 @@ __all__ = ["endpoint_of", "keep_endpoint", "remember_endpoint", "session_endpoin
 _OPENAI_URL = "https://api.openai.com/v1"
 
 
-def session_endpoint(state: State, store: SessionStoreProtocol | None, existing: SessionSummary | None, model: str | None,
+def session_endpoint(state: State, store: SessionLookup | None, existing: SessionSummary | None, model: str | None,
                      base_url: str | None) -> tuple[str | None, str | None]:
     """The model and base URL to use on ``existing`` (a session or ``None``): the flags when
     given, else those stored with the session (``store.session_endpoint``), else ``None``
@@ -75,7 +75,7 @@ def endpoint_of(choice: ModelChoice) -> tuple[str, str | None]:
     return choice.model, choice.base_url or os.environ.get("OPENAI_BASE_URL") or _OPENAI_URL
 
 
-def stored_endpoint(store: SessionStoreProtocol, session_id: str) -> tuple[str | None, str | None] | None:
+def stored_endpoint(store: SessionLookup, session_id: str) -> tuple[str | None, str | None] | None:
     """The session's stored ``(model, base_url)``; ``None`` when the session does not exist
     or the store cannot say (a failing store never hides the error being reported)."""
     try:
@@ -84,7 +84,7 @@ def stored_endpoint(store: SessionStoreProtocol, session_id: str) -> tuple[str |
         return None
 
 
-def remember_endpoint(store: SessionStoreProtocol, session_id: str, choice: ModelChoice, *, model: str | None = None,
+def remember_endpoint(store: EditStore, session_id: str, choice: ModelChoice, *, model: str | None = None,
                       base_url: str | None = None, worked: bool | None = True, begun: bool = False) -> None:
     """Store ``choice``'s model and endpoint (or ``model`` and ``base_url``, a switch made
     since) with the session, by the rule of :func:`keep_endpoint`."""
@@ -96,7 +96,7 @@ def remember_endpoint(store: SessionStoreProtocol, session_id: str, choice: Mode
     keep_endpoint(store, session_id, wanted, worked=worked, begun=begun)
 
 
-def keep_endpoint(store: SessionStoreProtocol, session_id: str, wanted: tuple[str | None, str | None], *,
+def keep_endpoint(store: EditStore, session_id: str, wanted: tuple[str | None, str | None], *,
                   worked: bool | None = True, begun: bool = False) -> None:
     """Keep the session's stored endpoint the one of its last turn that worked.
 

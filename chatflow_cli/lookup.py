@@ -17,7 +17,7 @@ from .session_ids import validate_session_id
 if TYPE_CHECKING:  # pragma: no cover
     from .context import State
     from .core.memory import BaseSessionStore
-    from .core.memory.protocol import SessionStoreProtocol, SessionSummary
+    from .core.memory.protocol import ListingStore, SessionLookup, SessionSummary
 
 __all__ = ["InterruptedTurns", "find_session", "not_found", "read_summary", "store_or_missing",
            "unapplied_options"]
@@ -54,7 +54,7 @@ def store_or_missing(state: State, session_id: str) -> BaseSessionStore:
     return store
 
 
-def read_summary(store: SessionStoreProtocol, session_id: str) -> SessionSummary:
+def read_summary(store: SessionLookup, session_id: str) -> SessionSummary:
     """The stored session's summary (one row and its preview: no window, no agent resolved).
 
     Raises:
@@ -66,7 +66,7 @@ def read_summary(store: SessionStoreProtocol, session_id: str) -> SessionSummary
         raise not_found(session_id) from None
 
 
-def find_session(store: SessionStoreProtocol, session_id: str) -> SessionSummary | None:
+def find_session(store: SessionLookup, session_id: str) -> SessionSummary | None:
     """The stored session ``session_id``'s summary (one row: no window loaded, no agent
     resolved, the store left as it was), or ``None`` when there is none."""
     try:
@@ -82,7 +82,7 @@ class InterruptedTurns:
     :func:`chatflow_cli.render.turn_interrupted`), so most readers never scan the log.
     """
 
-    def __init__(self, store: SessionStoreProtocol, session_id: str) -> None:
+    def __init__(self, store: ListingStore, session_id: str) -> None:
         self._store, self._session_id = store, session_id
         self._numbers: set[int] | None = None
 
@@ -97,7 +97,7 @@ class InterruptedTurns:
 
 
 
-def unapplied_options(state: State, store: SessionStoreProtocol, existing: SessionSummary, *, max_turns: int | None,
+def unapplied_options(state: State, store: ListingStore, existing: SessionSummary, *, max_turns: int | None,
                       system: str | None) -> None:
     """Say (a notice on stderr, or in the REPL before its banner) that ``--system`` and
     ``--max-turns`` are not applied to ``existing``: they set up a new session, and an existing

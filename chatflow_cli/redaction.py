@@ -55,7 +55,7 @@ def scrub(text: str) -> str:
         if value in text:
             text = text.replace(value, "[redacted]")
     if "postgres" in text.lower() or "password" in text.lower():  # a DSN's password, however short
-        from .core._dsn import redact_dsn
+        from .core.dsn import redact_dsn
 
         text = redact_dsn(text)
     return text

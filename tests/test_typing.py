@@ -223,6 +223,67 @@ def test_the_whole_package_passes_mypy_strict(tmp_path: Path, strict_cache: Path
     assert done.stdout.startswith("Success: no issues found"), done.stdout
 
 
+TWINS = """import asyncio
+from typing import assert_type
+
+from chatflow_cli import Agent, Message, SQLiteSessionStore
+from chatflow_cli.core.events import Event
+from chatflow_cli.core.memory import Owner, SessionContext, SessionSummary, TurnRecord, TurnStart
+from chatflow_cli.core.memory.base import EditResult
+from chatflow_cli.core.memory.search import SearchHit
+
+
+async def main(store: SQLiteSessionStore, agent: Agent) -> None:
+    assert_type(await store.aget("s"), SessionContext | None)
+    start = await store.abegin_turn("s", default_agent=agent, user_message=Message.user("q"), owner=Owner.current())
+    assert_type(start, TurnStart)
+    assert_type(await store.aedit("s", lambda ctx: len(ctx.turns), create_agent=agent), EditResult[int])
+    assert_type(await store.alist_sessions(10, archived=True, title="x"), list[SessionSummary])
+    assert_type(await store.asearch("wal", limit=3), list[SearchHit])
+    assert_type(await store.arollback("s", last=1), list[Event])
+    assert_type(await store.aload_turns("s", 1, 2), list[TurnRecord])
+    assert_type(await store.arelease(start.session, reason="done"), list[Event])
+    assert_type(await store.aclaim_message("m"), bool)
+
+
+asyncio.run(main(SQLiteSessionStore(":memory:"), Agent(name="A", instructions="")))
+"""
+
+#: Misuses of derived async twins, each an error mypy must report on its own line.
+WRONG_TWINS = [
+    "await store.aget(1)",
+    "await store.abegin_turn(\"s\", default_agent=None, user_message=None, owner=Owner.current(), enqueue=\"yes\")",
+    "await store.alist_sessions(archive=True)",
+    "n: str = await store.alast_seq(\"s\")",
+    "await store.arollback(\"s\", 1, 2)",
+]
+
+
+@pytest.mark.slow
+def test_the_async_twins_have_their_methods_parameters_and_results(tmp_path: Path, strict_cache: Path) -> None:
+    """The async twins derived from the store methods (``aget = async_twin(get)``): mypy
+    --strict sees each method's own parameters and result (a generic ``edit`` keeps its
+    change's type), and reports a wrong argument, an unknown keyword or a wrong result type."""
+    pytest.importorskip("mypy")
+    _needs_psycopg()
+    (tmp_path / "twins.py").write_text(TWINS)
+    head = ("from chatflow_cli import SQLiteSessionStore\nfrom chatflow_cli.core.memory import Owner\n\n\n"
+            "async def main(store: SQLiteSessionStore) -> None:\n")
+    wrong = head + "".join(f"    {line}\n" for line in WRONG_TWINS)
+    first = head.count("\n") + 1
+    (tmp_path / "wrong_twins.py").write_text(wrong)
+    env = {**os.environ, "MYPYPATH": str(REPO)}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(strict_cache), "twins.py", "wrong_twins.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400,
+    )
+    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
+    assert not [e for e in errors if e.startswith("twins.py")], done.stdout + done.stderr
+    flagged = {int(e.split(":")[1]) for e in errors if e.startswith("wrong_twins.py:")}
+    assert flagged == set(range(first, first + len(WRONG_TWINS))), done.stdout + done.stderr
+
+
 def _readme_sdk_switch() -> str:
     """The manual's two-line switch to chatflow's store (the first python block of the library
     page's "An Agents SDK session on chatflow's store" section)."""

@@ -49,13 +49,20 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..config import ModelChoice
     from ..context import State
     from ..core.agents import Agent
-    from ..core.memory.protocol import SessionStoreProtocol
+    from ..core.memory.protocol import (
+        ClaimStore,
+        ContextStore,
+        EditStore,
+        ListingStore,
+        SessionStoreProtocol,
+        TurnStore,
+    )
     from ..core.runner import Runner, StreamEvent
 
 __all__ = ["ChatOptions", "claim_key", "run_chat"]
 
 
-def _switch_agent(store: SessionStoreProtocol, session_id: str, agent: Agent) -> None:
+def _switch_agent(store: ContextStore, session_id: str, agent: Agent) -> None:
     """``--agent`` on an existing session makes ``agent`` its active agent (a ``handoff`` event)."""
     session = store.get(session_id)
     if session is None or session.active_agent.name == agent.name:
@@ -64,7 +71,7 @@ def _switch_agent(store: SessionStoreProtocol, session_id: str, agent: Agent) ->
     store.save(session)
 
 
-def _session_for(state: State, store: SessionStoreProtocol | None, opts: ChatOptions, *, announce: bool = True) -> str:
+def _session_for(state: State, store: ListingStore | None, opts: ChatOptions, *, announce: bool = True) -> str:
     if opts.session is not None and opts.continue_:
         raise UsageError("give --session or --continue, not both")
     if opts.session is not None:
@@ -198,7 +205,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
             _announce_if_stored(state, store, session_id, seen=session_id in out.stored)
 
 
-def _endpoint_at_begin(store: SessionStoreProtocol, session_id: str, choice: ModelChoice,
+def _endpoint_at_begin(store: EditStore, session_id: str, choice: ModelChoice,
                        events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
     """``events``, storing the model and endpoint (never a key) with a session that has none
     as soon as its turn has begun (the first event), so another process resuming or waiting
@@ -211,7 +218,7 @@ def _endpoint_at_begin(store: SessionStoreProtocol, session_id: str, choice: Mod
         yield event
 
 
-def _submit_tool_results(store: SessionStoreProtocol, session_id: str, outputs: list[tuple[str, str]]) -> list[str]:
+def _submit_tool_results(store: TurnStore, session_id: str, outputs: list[tuple[str, str]]) -> list[str]:
     """Record every ``--tool-result`` in the order given; the ids still unanswered after them.
 
     Every id is checked against the pending calls before anything is written, so an unknown
@@ -263,7 +270,7 @@ def claim_key(message_id: str, session_id: str, scope: str) -> str:
     return message_id
 
 
-def _release_claim(store: SessionStoreProtocol, message_id: str | None) -> None:
+def _release_claim(store: ClaimStore, message_id: str | None) -> None:
     """The turn of a claimed ``--message-id`` failed: un-claim it so a redelivery runs."""
     if message_id is None:
         return
@@ -273,7 +280,7 @@ def _release_claim(store: SessionStoreProtocol, message_id: str | None) -> None:
         pass
 
 
-def _announce_if_stored(state: State, store: SessionStoreProtocol, session_id: str, *, seen: bool = False) -> None:
+def _announce_if_stored(state: State, store: ListingStore, session_id: str, *, seen: bool = False) -> None:
     """Tell the user the id of the new session chatflow made up, once it is in the store
     : a run that failed before storing anything names no session.
 

@@ -7,7 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..config import LOCAL_MODEL, mask_secret, resolve_model
-from ..core._dsn import url_without_userinfo
+from ..core.dsn import url_without_userinfo
 from ..core.errors import ConfigError
 from ..render import dumps, safe_text
 

@@ -25,7 +25,7 @@ from .chat_output import ChatOutput
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
-    from ..core.memory.protocol import SessionStoreProtocol
+    from ..core.memory.protocol import SessionLookup
 
 __all__ = ["FOLLOW_POLL_S", "FOLLOW_RECONNECT_S", "replay_events", "rerun_session"]
 
@@ -216,7 +216,7 @@ def rerun_session(
         raise
 
 
-def _source_endpoint(state: State, store: SessionStoreProtocol, session_id: str, model: str | None,
+def _source_endpoint(state: State, store: SessionLookup, session_id: str, model: str | None,
                      base_url: str | None) -> tuple[str | None, str | None]:
     """The model and base URL a re-run uses: ``--model``/``--base-url`` when given, else those
     stored with the source session (said on stderr), else ``None`` (the configured ones). A

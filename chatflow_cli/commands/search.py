@@ -23,7 +23,7 @@ from ..lookup import store_or_missing
 from ..render import dumps
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..core.memory.protocol import SessionStoreProtocol
+    from ..core.memory.protocol import ListingStore
     from ..context import State
 
 __all__ = ["archive_sessions", "fork_session", "parse_since", "rename_session", "search_sessions"]
@@ -81,7 +81,7 @@ def search_sessions(
 
     parse_query(query)  # a bad query is a usage error even before there is a database
     after = parse_since(since) if since is not None else None
-    store: SessionStoreProtocol | None
+    store: ListingStore | None
     if session_id is not None:
         store = store_or_missing(state, session_id)
         store.session_summary(session_id)  # SessionNotFoundError for an unknown id

@@ -34,7 +34,7 @@ from ..session_ids import validate_session_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
-    from ..core.memory.protocol import SessionStoreProtocol
+    from ..core.memory.protocol import ListingStore
 
 __all__ = ["export_sessions", "import_file"]
 
@@ -46,7 +46,7 @@ class _Sink(Protocol):
 
 
 def _pick(state: State, session_ids: list[str], *, all_: bool,
-          since: float | None) -> tuple[SessionStoreProtocol | None, list[str]]:
+          since: float | None) -> tuple[ListingStore | None, list[str]]:
     """The store and the ids to export, oldest first for ``--all``/``--since``: archived
     sessions too (an export of "all" is a backup; it drops nothing)."""
     if session_ids:
@@ -68,7 +68,7 @@ def _pick(state: State, session_ids: list[str], *, all_: bool,
     return store, [s.session_id for s in sorted(summaries, key=lambda s: (s.created_at, s.session_id))]
 
 
-def _write_json(state: State, store: SessionStoreProtocol | None, session_ids: list[str], out: _Sink) -> None:
+def _write_json(state: State, store: ListingStore | None, session_ids: list[str], out: _Sink) -> None:
     from .sessions import show_session
 
     out.write("[" if len(session_ids) != 1 else "")
@@ -94,7 +94,7 @@ def _instructions(state: State) -> dict[str, str]:
     return {spec.name: spec.instructions for spec in agents}
 
 
-def _write(state: State, store: SessionStoreProtocol | None, session_ids: list[str], fmt: str, per_turn: bool,
+def _write(state: State, store: ListingStore | None, session_ids: list[str], fmt: str, per_turn: bool,
            out: _Sink) -> int:
     """Write the sessions; return how many were written (``openai`` leaves out, with a
     warning, a session with no live turn)."""
@@ -110,6 +110,8 @@ def _write(state: State, store: SessionStoreProtocol | None, session_ids: list[s
         left_out.append(text)
         notice(state, f"warning: {safe_text(text)}")
 
+    if store is None:  # no store yet: nothing to export (_pick gave no ids)
+        return 0
     for sid in session_ids:
         for piece in export_lines(store, sid, fmt, per_turn=per_turn, instructions=instructions, warn=warn):
             out.write(piece)

@@ -68,7 +68,17 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["RESERVED_EVENT_PREFIXES", "RESERVED_EVENT_TYPES", "Event", "EventType", "SessionStatus"]
+__all__ = [
+    "RECORDABLE_EVENT_TYPES",
+    "RESERVED_EVENT_PREFIXES",
+    "RESERVED_EVENT_TYPES",
+    "Event",
+    "EventType",
+    "SessionStatus",
+    "event_type_name",
+    "is_reserved_event_type",
+    "use_instead",
+]
 
 
 class SessionStatus(str, Enum):
@@ -167,8 +177,10 @@ _USE_INSTEAD = {
     "agent.changed": "session.note_agent_version() (a Runner does it when an agent starts in a turn)",
 }
 
-#: Types SessionContext.record_event may journal: they change no stored row or window.
-_RECORDABLE = frozenset(
+#: Reserved types :meth:`SessionContext.record_event
+#: <chatflow_cli.core.memory.context.SessionContext.record_event>` may still journal: they
+#: change no stored row or window.
+RECORDABLE_EVENT_TYPES = frozenset(
     {
         EventType.TOOL_PENDING.value,
         EventType.TOOL_RESULT_SUBMITTED.value,
@@ -181,18 +193,29 @@ _RECORDABLE = frozenset(
 )
 
 
-def _is_reserved(kind: str) -> bool:
+def is_reserved_event_type(kind: str) -> bool:
+    """Whether ``kind`` is one of chatflow's own event types (:data:`RESERVED_EVENT_TYPES`,
+    or a type under one of :data:`RESERVED_EVENT_PREFIXES`), which only the method that makes
+    its change may write."""
     return kind in RESERVED_EVENT_TYPES or kind.startswith(RESERVED_EVENT_PREFIXES)
 
 
-def _use_instead(kind: str) -> str:
+def use_instead(kind: str) -> str:
+    """The method to call instead of writing the reserved event type ``kind`` directly, as
+    text for an error message (``"store.rollback() or session.rollback_to()"``); a generic
+    hint for a reserved type with no entry of its own."""
     for prefix, method in _USE_INSTEAD.items():
         if kind == prefix or (prefix.endswith(".") and kind.startswith(prefix)):
             return method
     return "the SessionContext method that makes this change"
 
 
-def _event_type(type: Any) -> str:
+def event_type_name(type: Any) -> str:
+    """The type name of an :class:`EventType` member or a string (returned as it is).
+
+    Raises:
+        TypeError: ``type`` is neither, or is the empty string.
+    """
     kind = type.value if isinstance(type, EventType) else type
     if not isinstance(kind, str) or not kind:
         raise TypeError(f"event type must be a non-empty str, got {kind!r}")

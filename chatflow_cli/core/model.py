@@ -156,7 +156,7 @@ def _tls_setup(base_url: str) -> Iterator[None]:
         names = [f"{name}={os.environ[name]}" for name in ("SSL_CERT_FILE", "SSL_CERT_DIR") if os.environ.get(name)]
         hint = f"; check {', '.join(names)}" if names else ""
         reason = exc.strerror or str(exc) or type(exc).__name__
-        from ._dsn import url_without_userinfo
+        from .dsn import url_without_userinfo
 
         raise ConfigError(f"cannot load the TLS certificates for {url_without_userinfo(base_url)}: {reason}{hint}") from exc
 
@@ -259,7 +259,7 @@ class ModelClient:
     @property
     def display_url(self) -> str:
         """The base URL without any ``user:password@`` part, for messages."""
-        from ._dsn import url_without_userinfo
+        from .dsn import url_without_userinfo
 
         return url_without_userinfo(self.base_url)
 

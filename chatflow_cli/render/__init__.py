@@ -11,6 +11,9 @@ One room per concern:
 * :mod:`~chatflow_cli.render.turns`: turns and events for people;
 * :mod:`~chatflow_cli.render.printer`: the reply as it streams (``chat``);
 * :mod:`~chatflow_cli.render.styles`: private copies of Rich's styles (imports Rich).
+* :mod:`~chatflow_cli.render.markdown_stream`: the reply's Markdown as it streams
+  (imports Rich; not imported here), over :mod:`~chatflow_cli.render.markdown_blocks` (the
+  block scanner) and :mod:`~chatflow_cli.render.unpadded` (Rich lines without padding).
 
 Nothing here imports ``rich.markdown`` until Markdown is rendered on a terminal, so
 ``sessions show`` into a pipe stays fast.

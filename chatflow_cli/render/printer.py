@@ -19,7 +19,7 @@ class ReplyPrinter:
     """Shows a reply as it streams.
 
     On a terminal (``live=True``) the text is rendered as Markdown as it arrives, through
-    :class:`chatflow_cli.markdown_stream.MarkdownStream` (complete blocks printed once,
+    :class:`chatflow_cli.render.markdown_stream.MarkdownStream` (complete blocks printed once,
     only the tail redrawn); tool calls and handoffs are printed above the live tail. Into a
     pipe the text is written as it arrives, plain and made safe, and notes about tool calls
     go to stderr only when stderr is a terminal, so stdout holds the answer and nothing else.
@@ -54,7 +54,7 @@ class ReplyPrinter:
         self._segment_text = False  # text of the current segment is live (no spinner then)
         self._sanitizer = TextSanitizer()
         if self.live_enabled and out_console is not None:
-            from ..markdown_stream import MarkdownStream
+            from .markdown_stream import MarkdownStream
 
             self._stream = MarkdownStream(out_console, live=True)
             self._stream.set_status("thinking")

@@ -47,7 +47,7 @@ and never reaches the model; a message that really starts with ``/`` is sent by 
 ``//`` first. Blank or whitespace-only input is neither sent nor kept in the history.
 
 While a turn runs: a spinner until the first token; the reply streams as Markdown
-(:class:`~chatflow_cli.markdown_stream.MarkdownStream`: finished blocks printed once,
+(:class:`~chatflow_cli.render.markdown_stream.MarkdownStream`: finished blocks printed once,
 only the tail redrawn); tool calls print as they start and finish (arguments and results
 folded when long); a handoff prints ``handoff: A -> B`` and the prompt then shows the new
 agent. A custom tool (config ``tools = [{name, description, parameters}]``) asks here for

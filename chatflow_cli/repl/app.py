@@ -151,7 +151,7 @@ def _resume_prefix(state: State) -> list[str]:
     """``chatflow`` with the global options that pick this store and config (``--db``, ``--config``)."""
     prefix = ["chatflow"]
     if getattr(state, "db", None):
-        from ..core._dsn import dsn_without_password  # never printed: PGPASSWORD or ~/.pgpass give it then
+        from ..core.dsn import dsn_without_password  # never printed: PGPASSWORD or ~/.pgpass give it then
 
         prefix += ["--db", dsn_without_password(str(state.db))]
     if getattr(state, "config", None):
@@ -248,7 +248,7 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
     def say(self, text: str, style: str = "dim") -> None:
         from rich.text import Text
 
-        from ..markdown_stream import print_unpadded
+        from ..render.unpadded import print_unpadded
 
         # Wrapped between words at the terminal's width (with no trailing spaces), so a
         # narrow terminal never cuts a word in two.
@@ -260,7 +260,7 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         from rich.text import Text
 
         from ..lookup import InterruptedTurns
-        from ..markdown_stream import print_unpadded
+        from ..render.unpadded import print_unpadded
         from ..render import turn_interrupted, turn_renderables
 
         try:
@@ -322,7 +322,7 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
     def error(self, text: str) -> None:
         from rich.text import Text
 
-        from ..markdown_stream import print_unpadded
+        from ..render.unpadded import print_unpadded
 
         # Wrapped between words at the terminal's width, as notices are: a narrow terminal
         # never cuts a word (or an id or path) in two.

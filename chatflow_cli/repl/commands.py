@@ -21,7 +21,7 @@ import threading
 from typing import Any
 
 from ..context import wrap_at_spaces
-from ..core._dsn import url_without_userinfo
+from ..core.dsn import url_without_userinfo
 from ..core.errors import ChatflowError, RunInterrupted, SessionNotFoundError
 from ..core.memory import rollback_target
 from ..core.messages import Role
@@ -98,7 +98,7 @@ class SlashCommands(ReplHost):
             ("Ctrl-D", "leave"),
         ]:
             table.add_row(keys, text)
-        from ..markdown_stream import print_unpadded
+        from ..render.unpadded import print_unpadded
 
         print_unpadded(self.console, table)
 
@@ -185,7 +185,7 @@ class SlashCommands(ReplHost):
         if self.store.get(self.session_id) is None:
             self.say("nothing yet: this session has no turns")
             return
-        from ..markdown_stream import print_unpadded
+        from ..render.unpadded import print_unpadded
 
         full = bool(arg)
         interrupted = InterruptedTurns(self.store, self.session_id)

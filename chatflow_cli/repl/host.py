@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 if TYPE_CHECKING:  # pragma: no cover
     import asyncio
@@ -30,12 +30,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..core.messages import Message
     from ..core.model import ModelClient
     from ..core.runner import Runner
-    from .turn import _TurnView
 
-__all__ = ["Endpoint", "ReplHost"]
+__all__ = ["Endpoint", "ReplHost", "TurnLines"]
 
 #: ``(model, base URL)`` a session talks to, as stored with it (either may be unknown).
 Endpoint = tuple[str | None, str | None]
+
+
+class TurnLines(Protocol):
+    """A turn on screen, as the other parts see it: somewhere to print a line above its
+    live reply (the turn's view, :mod:`~chatflow_cli.repl.turn`)."""
+
+    def line(self, text: Any, *, status: str | None = None) -> None:
+        """Print ``text`` (a string or Rich renderable) into the scrollback above the live
+        reply; ``status``: the spinner text shown after it (None: none)."""
+        ...
 
 
 class ReplHost:
@@ -107,7 +116,7 @@ class ReplHost:
 
         def _failed_in_log(self) -> str | None: ...
 
-        def _print_notes(self, view: _TurnView | None = None) -> None: ...
+        def _print_notes(self, view: TurnLines | None = None) -> None: ...
 
         def _cooked_terminal(self) -> contextlib.AbstractContextManager[None]: ...
 

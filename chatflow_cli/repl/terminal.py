@@ -15,8 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..render import safe_text
-from .host import ReplHost
-from .turn import _TurnView
+from .host import ReplHost, TurnLines
 
 __all__ = ["HANGUP_WAIT_S", "TerminalModes"]
 
@@ -130,7 +129,7 @@ class TerminalModes(ReplHost):
             root.removeHandler(handler)
             self._print_notes()
 
-    def _print_notes(self, view: _TurnView | None = None) -> None:
+    def _print_notes(self, view: TurnLines | None = None) -> None:
         from rich.text import Text
 
         while self._notes:

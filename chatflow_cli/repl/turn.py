@@ -45,7 +45,7 @@ class _TurnView:
     """One turn on screen: spinner, streamed Markdown, tool and handoff lines."""
 
     def __init__(self, console: Any) -> None:
-        from ..markdown_stream import MarkdownStream
+        from ..render.markdown_stream import MarkdownStream
 
         self.console = console
         self.stream = MarkdownStream(console)

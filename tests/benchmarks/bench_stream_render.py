@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from rich.console import Console
 
-from chatflow_cli.markdown_stream import MarkdownStream
+from chatflow_cli.render.markdown_stream import MarkdownStream
 from tests.helpers.answer import long_answer, markers, tokens
 from tests.helpers.vt import Terminal
 

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 from rich.console import Console
 
-from chatflow_cli.markdown_stream import MarkdownStream
+from chatflow_cli.render.markdown_stream import MarkdownStream
 from tests.helpers.answer import assert_each_line_once, long_answer, markers, tokens
 from tests.helpers.clock import FakeClock
 from tests.helpers.vt import Terminal, written_rows

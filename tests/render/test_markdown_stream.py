@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.text import Text
 
-from chatflow_cli.markdown_stream import MarkdownStream, _BlockScanner, sanitize_terminal_text
+from chatflow_cli.render.markdown_blocks import BlockScanner
+from chatflow_cli.render.markdown_stream import MarkdownStream, sanitize_terminal_text
 from tests.helpers.answer import assert_each_line_once, long_answer, markers, tokens
 from tests.helpers.clock import FakeClock
 from tests.helpers.vt import Terminal
@@ -206,7 +207,7 @@ def test_crlf_split_across_deltas_is_one_newline() -> None:
 
 
 def scan(text: str) -> list[tuple[str, str]]:
-    scanner = _BlockScanner()
+    scanner = BlockScanner()
     blocks = []
     for line in text.split("\n"):
         blocks.extend(scanner.push_line(line))

@@ -25,7 +25,8 @@ import io
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.syntax import Syntax
-from chatflow_cli.markdown_stream import MarkdownStream, print_unpadded
+from chatflow_cli.render.markdown_stream import MarkdownStream
+from chatflow_cli.render.unpadded import print_unpadded
 from chatflow_cli.render import markdown_renderable
 
 CODE = "```python\\nvalue = compute(1, limit=window)\\n```\\n"

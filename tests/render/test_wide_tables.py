@@ -12,7 +12,7 @@ import io
 import pytest
 from rich.console import Console
 
-from chatflow_cli.markdown_stream import MarkdownStream
+from chatflow_cli.render.markdown_stream import MarkdownStream
 from chatflow_cli.render.markdown import Trimmed, markdown_renderable
 from tests.helpers.clock import FakeClock
 from tests.helpers.vt import Terminal

@@ -23,7 +23,7 @@ from .state import TurnState
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory.context import SessionContext
-    from ..memory.protocol import SessionStoreProtocol
+    from ..memory.protocol import ContextStore
 
 __all__ = ["lease_of", "store_failed", "store_interrupted"]
 
@@ -47,7 +47,7 @@ def _holds_unsaved_ending(session: SessionContext) -> bool:
     return any(entry.type in _ENDINGS for entry in getattr(session, "_journal", ()))
 
 
-def store_interrupted(store: SessionStoreProtocol, session: SessionContext, state: TurnState,
+def store_interrupted(store: ContextStore, session: SessionContext, state: TurnState,
                       reason: str) -> list[Event]:
     """Store the interrupted turn once: partial text, finished results, synthetic ones; then idle.
 
@@ -78,7 +78,7 @@ def store_interrupted(store: SessionStoreProtocol, session: SessionContext, stat
         return _close_from_store(store, session.session_id, close, reason, lease=lease, state=state)
 
 
-def store_failed(store: SessionStoreProtocol, session: SessionContext, state: TurnState,
+def store_failed(store: ContextStore, session: SessionContext, state: TurnState,
                  exc: BaseException) -> list[Event]:
     """Store a failed turn: out of the window, ``turn.failed``, the agent of the turn's start
     restored; then ``idle``, or ``rescheduled`` with ``retry_at`` after a :class:`RateLimitedError`.
@@ -111,7 +111,7 @@ def store_failed(store: SessionStoreProtocol, session: SessionContext, state: Tu
                                  **extra)
 
 
-def _close_from_store(store: SessionStoreProtocol, session_id: str, action: Callable[[SessionContext], None],
+def _close_from_store(store: ContextStore, session_id: str, action: Callable[[SessionContext], None],
                       reason: str, *, lease: str | None, state: TurnState,
                       status: SessionStatus = SessionStatus.IDLE, **extra: Any) -> list[Event]:
     """The ending written on a fresh copy of the session, only while the stored session still

@@ -1,15 +1,43 @@
-"""What one turn carries between its model requests, and the Runner's internal signals."""
+"""What a run asks the store to start, what one turn carries between its model requests,
+and the Runner's internal signals."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from .._stream import Usage
 from ..agents import Agent
 from ..messages import Message
 
-__all__ = ["Broken", "InvalidAfterTools", "TurnState"]
+__all__ = ["Broken", "InvalidAfterTools", "TurnRequest", "TurnState"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """The caller's part of ``store.begin_turn``'s arguments for one run; the waiting loop
+    adds the rest (the default agent, the owner, the queue ticket).
+
+    Attributes:
+        user_message: the USER message of a new turn; None continues a turn whose custom
+            tool calls are all answered.
+        metadata: merged into the session's metadata.
+        idempotency_key: a key already used with the same message replays the first result.
+        max_turns: the window size of a session this turn creates.
+        system: the system message of a session this turn creates.
+        message_id: an inbound message id to process once (claimed with the turn).
+        message_claim: the owner token of the claim on ``message_id`` this thread or task
+            made before the run (``store.claim_message``), or None.
+    """
+
+    user_message: Message | None
+    metadata: Mapping[str, Any] | None = None
+    idempotency_key: str | None = None
+    max_turns: int | None = None
+    system: str | None = None
+    message_id: str | None = None
+    message_claim: str | None = None
 
 
 class Broken(Exception):

@@ -9,19 +9,20 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import RunInterrupted, SessionBusyError
 from .cancel import CancelToken
+from .state import TurnRequest
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..agents import Agent
-    from ..memory.protocol import SessionStoreProtocol, TurnStart
+    from ..memory.protocol import TurnStart, TurnStore
 
-__all__ = ["begin_turn", "end_lease", "release_claim"]
+__all__ = ["begin_turn_when_free", "end_lease", "release_claim"]
 
 log = logging.getLogger("chatflow_cli.core.runner")
 
 
-def begin_turn(store: SessionStoreProtocol, session_id: str, start: dict[str, Any], *, wait: float,
-               cancel: CancelToken, default_agent: Agent,
-               on_wait: Callable[[dict[str, Any]], None] | None) -> TurnStart:
+def begin_turn_when_free(store: TurnStore, session_id: str, request: TurnRequest, *, wait: float,
+                         cancel: CancelToken, default_agent: Agent,
+                         on_wait: Callable[[dict[str, Any]], None] | None) -> TurnStart:
     """``store.begin_turn``, waiting up to ``wait`` seconds while the session is busy.
 
     The first busy attempt takes a ticket in the store's queue for the session, so
@@ -33,10 +34,11 @@ def begin_turn(store: SessionStoreProtocol, session_id: str, start: dict[str, An
     turn's result. Giving up (time out, interrupt, error) leaves the queue -- or, when the
     store cannot be reached, ends the ticket's lease (``store.end_lease(stored=False)``) so
     it holds nobody up once the store answers; the caller frees the message claim
-    ``start`` carries (:func:`release_claim`).
+    ``request`` carries (:func:`release_claim`).
 
     Args:
-        start: ``begin_turn``'s keyword arguments (user message, metadata, claims…).
+        request: the caller's part of ``begin_turn``'s arguments (user message, metadata,
+            claims…).
         wait: seconds to wait at most; ``0`` refuses a busy session at once.
         default_agent: the agent of a new session.
         on_wait: called once, when the wait starts, with ``{"session_id", "pid" (the running
@@ -70,7 +72,13 @@ def begin_turn(store: SessionStoreProtocol, session_id: str, start: dict[str, An
                         owner=owner,
                         ticket=ticket,
                         enqueue=wait > 0 and ticket is None,
-                        **start,
+                        user_message=request.user_message,
+                        metadata=request.metadata,
+                        idempotency_key=request.idempotency_key,
+                        max_turns=request.max_turns,
+                        system=request.system,
+                        message_id=request.message_id,
+                        message_claim=request.message_claim,
                     )
                 except StoreError as exc:
                     if exc.written is None:  # the turn may have started with nobody to run it
@@ -122,25 +130,25 @@ def begin_turn(store: SessionStoreProtocol, session_id: str, start: dict[str, An
                 end_lease(store, ticket_owner, stored=False)
 
 
-def release_claim(store: SessionStoreProtocol, start: dict[str, Any]) -> None:
-    """Free the message claim ``start`` carries (``store.claim_message`` /
+def release_claim(store: TurnStore, request: TurnRequest) -> None:
+    """Free the message claim ``request`` carries (``store.claim_message`` /
     ``mark_message_processed`` in the caller's thread or task), for a run that failed before
     its turn started: the message was not processed, so its redelivery must run. When even
     that fails (the database is down), the claim's holder counts as dead from now on
     (:func:`end_lease`), so the claim is free once the database answers."""
-    claim = start.get("message_claim")
-    if claim is None or not hasattr(store, "_release_held"):
+    claim, message_id = request.message_claim, request.message_id
+    if claim is None or message_id is None or not hasattr(store, "_release_held"):
         return
     try:
-        store._release_held(start["message_id"], claim)
+        store._release_held(message_id, claim)
     except Exception as exc:  # noqa: BLE001 - the run's own error is raised instead
-        log.warning("could not release the claim of message %s: %s", start["message_id"], exc)
+        log.warning("could not release the claim of message %s: %s", message_id, exc)
         end_lease(store, claim, stored=False)
     else:
         end_lease(store, claim, stored=True)
 
 
-def end_lease(store: SessionStoreProtocol, token: str | None, *, stored: bool) -> None:
+def end_lease(store: TurnStore, token: str | None, *, stored: bool) -> None:
     """``store.end_lease(token, stored=...)`` when the store has it; never raises."""
     end = getattr(store, "end_lease", None)
     if end is None or token is None:
@@ -151,12 +159,12 @@ def end_lease(store: SessionStoreProtocol, token: str | None, *, stored: bool) -
         log.warning("could not end the lease of a run: %s", exc)
 
 
-def _may_start(store: SessionStoreProtocol, session_id: str, ticket: int | None) -> bool:
+def _may_start(store: TurnStore, session_id: str, ticket: int | None) -> bool:
     check = getattr(store, "turn_may_start", None)
     return True if check is None else bool(check(session_id, ticket))
 
 
-def _running_pid(store: SessionStoreProtocol, session_id: str) -> int | None:
+def _running_pid(store: TurnStore, session_id: str) -> int | None:
     """The pid of the process running ``session_id``'s turn, when the store can say (a cheap read)."""
     look = getattr(store, "running_turn_pid", None)
     try:
@@ -165,7 +173,7 @@ def _running_pid(store: SessionStoreProtocol, session_id: str) -> int | None:
         return None
 
 
-def _wait_for_turn_end(store: SessionStoreProtocol, timeout: float) -> None:
+def _wait_for_turn_end(store: TurnStore, timeout: float) -> None:
     """Sleep ``timeout`` seconds, or less when a turn of ``store`` ends in this process."""
     wait = getattr(store, "wait_turn_ended", None)
     if wait is None:

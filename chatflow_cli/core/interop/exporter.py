@@ -8,17 +8,20 @@ so every store exports the same way. The ``json`` format (the shape ``sessions s
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import NonFiniteNumberError
 from ..events import Event
-from ..memory.context import AGENT_TRAIL_EVENTS, AgentTrail
+from ..memory.binding import AGENT_TRAIL_EVENTS, AgentTrail
 from ..messages import Message, Role
 from ..usage import normalise_usage
 from .chatflow_format import export_chatflow
 from .markdown import export_markdown
 from .openai_chat import export_openai
 from .records import iso_time
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..memory.protocol import ListingStore
 
 __all__ = ["export_lines", "session_header"]
 
@@ -65,7 +68,7 @@ def _state_of(events: list[Event]) -> dict[str, Any]:
     return state
 
 
-def session_header(store: Any, session_id: str, events: list[Event] | None = None) -> dict[str, Any]:
+def session_header(store: ListingStore, session_id: str, events: list[Event] | None = None) -> dict[str, Any]:
     """The header of an export: ``session_id``, ``title`` (the title set, or None),
     ``agent``, ``status``, ``metadata``,
     ``settings`` (``max_turns``, ``model``, ``base_url``), ``created_at``/``updated_at`` (ISO
@@ -163,7 +166,7 @@ def _sdk_turn(messages: Iterable[Message]) -> bool:
     return any(m.items for m in messages)
 
 
-def export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool = False,
+def export_lines(store: ListingStore, session_id: str, fmt: str, *, per_turn: bool = False,
                  instructions: Mapping[str, str] | None = None,
                  warn: Callable[[str], None] | None = None) -> Iterator[str]:
     """The text of one session in ``fmt`` (``chatflow``, ``md`` or ``openai``), in pieces.
@@ -197,7 +200,7 @@ def export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool = Fals
                                    session_id=session_id) from None
 
 
-def _export_lines(store: Any, session_id: str, fmt: str, *, per_turn: bool,
+def _export_lines(store: ListingStore, session_id: str, fmt: str, *, per_turn: bool,
                   instructions: Mapping[str, str] | None,
                   warn: Callable[[str], None] | None) -> Iterator[str]:
     events = store.events(session_id)

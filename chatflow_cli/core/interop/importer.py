@@ -71,7 +71,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ChatflowError, ImportFormatError, InvalidHistoryError, UsageError
-from ..memory import BaseSessionStore, SessionContext
+from ..memory import EditStore, SessionContext
 from ..memory._checks import _agent_name
 from ..messages import Message, Role
 from .records import ImportedSession, content_digest, iso_time
@@ -384,7 +384,7 @@ def _through(chunks: list[_Chunk], prefix: str, stored: dict[str, str], pending:
     return through
 
 
-def _plan(store: BaseSessionStore, session: ImportedSession, target: str, *, into: str | None, fmt: str,
+def _plan(store: EditStore, session: ImportedSession, target: str, *, into: str | None, fmt: str,
           source: str, dry_run: bool, exists: bool, pending: dict[str, str], added_before: int) -> _Plan:
     """``pending``: the idempotency keys the source sessions before this one in the same
     transaction record (empty for the first), with their digests: the plan counts as if
@@ -529,7 +529,7 @@ def _creation(session: ImportedSession, agent_name: str) -> tuple[str, int | Non
 
 
 def import_sessions(
-    store: BaseSessionStore,
+    store: EditStore,
     sessions: Sequence[ImportedSession],
     *,
     fmt: str,
@@ -621,7 +621,7 @@ def _newest_copies(sessions: Sequence[ImportedSession], indexes: list[int]) -> l
 _ATTEMPTS = 5
 
 
-def _import_target(store: BaseSessionStore, target: str, group: list[ImportedSession], *, fmt: str, source: str,
+def _import_target(store: EditStore, target: str, group: list[ImportedSession], *, fmt: str, source: str,
                    into: str | None, dry_run: bool, agent_name: str,
                    progress: Callable[[str, bool], None] | None = None) -> list[ImportResult] | None:
     """Plan and run the one transaction that imports ``group`` into ``target``; the results
@@ -695,7 +695,7 @@ def _import_target(store: BaseSessionStore, target: str, group: list[ImportedSes
     return results
 
 
-def _fill_endpoint(store: BaseSessionStore, target: str, group: Sequence[ImportedSession]) -> None:
+def _fill_endpoint(store: EditStore, target: str, group: Sequence[ImportedSession]) -> None:
     """Give ``target``, a session an earlier import of this source made, the model and base
     URL the source names when it has none yet: a source read before its first reply (a
     Claude Code file holding only the prompt) named none then, and the grown source imported

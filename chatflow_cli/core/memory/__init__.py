@@ -3,20 +3,26 @@
 ========================  =================================================================
 module                    holds
 ========================  =================================================================
-``protocol``              :class:`SessionStoreProtocol` -- what front-ends and the Runner
-                          need of a store -- and the values they read back
-                          (:class:`SessionSummary`, :class:`TurnRecord`, :class:`TurnStart`,
-                          :class:`MessageState`)
+``protocol``              what callers need of a store, a protocol a role, each written
+                          beside its rules: :class:`TurnStore` (the Runner),
+                          :class:`ListingStore` (list, show, search, fork),
+                          :class:`EditStore` (imports, edits, rollback),
+                          :class:`ClaimStore` (webhook message ids), and their union
+                          :class:`SessionStoreProtocol`
+``values``                what a store hands back: :class:`SessionSummary`,
+                          :class:`TurnRecord`, :class:`TurnStart`, :class:`MessageState`
 ``context``               :class:`SessionContext` (one conversation's window and journal)
                           and :class:`Turn`
 ``base``                  :class:`BaseSessionStore`: the session rules over the ``_Tx``
                           transaction port, written once for every backend, composed
-                          of one mixin per concern over the ``_core`` helpers:
+                          of one mixin per concern over the ``_core`` helpers, with
+                          async twins derived by ``_twins``:
                           ``_journal`` (get/save/edit, the event log), ``_turns``
                           (turn start, interrupts, the turn queue), ``_claims``
                           (de-duplication, idempotency keys), ``_tool_results``,
-                          ``_rollback``, ``_listing`` (list, search, fork, titles,
-                          archive), ``_compaction`` (summaries, token counts)
+                          ``_rollback`` (and :func:`rollback_target`), ``_listing``
+                          (list, summaries, titles, archive), ``_forking``,
+                          ``_searching``, ``_compaction`` (summaries, token counts)
 ``_port``                 the ``_Tx`` port and the records it carries
 ``inmemory``              :class:`SessionStore` (alias ``InMemorySessionStore``): dicts
                           behind a lock
@@ -28,6 +34,8 @@ module                    holds
 ``owner``                 :class:`Owner`, the lease record of a running turn
 ``search``                the search query syntax and :class:`SearchHit`
 ``_checks``               validation shared by all of the above
+``_process_fork``         stores in a process that forks (inherited connections, the
+                          shared thread pools)
 ========================  =================================================================
 
 Every name below is importable from ``chatflow_cli.core.memory``. ``SQLiteSessionStore`` and
@@ -53,8 +61,17 @@ from .base import (
 from .context import INTERRUPTED_TOOL_RESULT, SessionContext, Turn
 from .inmemory import InMemorySessionStore, SessionStore
 from .owner import Owner
-from .protocol import MessageState, SessionStoreProtocol, SessionSummary, TurnRecord, TurnStart
+from .protocol import (
+    ClaimStore,
+    ContextStore,
+    EditStore,
+    ListingStore,
+    SessionLookup,
+    SessionStoreProtocol,
+    TurnStore,
+)
 from .search import SearchHit, parse_query
+from .values import MessageState, SessionSummary, TurnRecord, TurnStart
 
 if TYPE_CHECKING:
     from .postgres import PostgresSessionStore
@@ -69,7 +86,11 @@ __all__ = [
     "RESERVED_EVENT_PREFIXES",
     "RESERVED_EVENT_TYPES",
     "BaseSessionStore",
+    "ClaimStore",
+    "ContextStore",
+    "EditStore",
     "InMemorySessionStore",
+    "ListingStore",
     "MessageState",
     "Owner",
     "PostgresSessionStore",
@@ -77,6 +98,7 @@ __all__ = [
     "SearchHit",
     "SessionContext",
     "SessionDeletedError",
+    "SessionLookup",
     "SessionStore",
     "SessionStoreProtocol",
     "SessionSummary",
@@ -84,9 +106,10 @@ __all__ = [
     "TurnOwnerDied",
     "TurnRecord",
     "TurnStart",
+    "TurnStore",
+    "parse_query",
     "rollback_target",
     "storable_text",
-    "parse_query",
     "take_context_claim",
 ]
 

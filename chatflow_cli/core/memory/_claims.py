@@ -2,17 +2,65 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import socket
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ._checks import _check_session_id, _check_text, _check_wait
 from ._core import _StoreCore
-from ._port import _CLAIM, DUPLICATE_WAIT_S, _MessageRecord
+from ._port import DUPLICATE_WAIT_S, _MessageRecord
+from ._twins import async_twin
 from .owner import Owner
-from .protocol import MessageState
+from .values import MessageState
+
+
+#: The message id claimed last in this thread or asyncio task, with the claim's owner token
+#: and the store's id: the next Runner turn started in the same context completes the claim
+#: when the turn completes (and frees it when the turn fails), so
+#: ``store.mark_message_processed(id)`` then ``runner.run_async(...)`` is safe as written.
+_CLAIM: contextvars.ContextVar[tuple[int, str, str] | None] = contextvars.ContextVar("chatflow_claim", default=None)
+
+
+def take_context_claim(store: Any) -> tuple[str, str] | None:
+    """(message id, owner token) of the claim made last in this context on ``store``, once."""
+    claim = _CLAIM.get()
+    if claim is None or claim[0] != id(store):
+        return None
+    _CLAIM.set(None)
+    return claim[1], claim[2]
+
+
+@runtime_checkable
+class ClaimStore(Protocol):
+    """What a webhook handler needs to run each inbound message once: claims on message ids,
+    their state, and completing or releasing a claim handled without a Runner turn."""
+
+    def claim_message(self, message_id: str, *, owner: Owner | None = None) -> bool:
+        """Claim an inbound message id atomically; True for exactly one caller."""
+        ...
+
+    def mark_message_processed(self, message_id: str) -> None:
+        """Claim ``message_id`` for the next Runner turn of this thread or task."""
+        ...
+
+    def is_message_processed(self, message_id: str, *, wait: float = ...) -> bool:
+        """True when a delivery of ``message_id`` must be skipped."""
+        ...
+
+    def message_state(self, message_id: str) -> MessageState:
+        """Where ``message_id`` stands."""
+        ...
+
+    def complete_message(self, message_id: str) -> None:
+        """Record ``message_id`` as processed now."""
+        ...
+
+    def release_message(self, message_id: str) -> bool:
+        """Undo a claim whose processing failed."""
+        ...
 
 
 class _Claims(_StoreCore):
@@ -50,6 +98,8 @@ class _Claims(_StoreCore):
         with self._read() as tx:
             return self._state_of(tx.processed_get(message_id), self.clock())
 
+    amessage_state = async_twin(message_state)
+
     def is_message_processed(self, message_id: str, *, wait: float = DUPLICATE_WAIT_S) -> bool:
         """True when a delivery of ``message_id`` must be skipped: its turn completed (less than
         192 h ago), or a live holder is processing it now. False for a new id, and for a claim
@@ -82,6 +132,24 @@ class _Claims(_StoreCore):
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, 0.25)
 
+    async def ais_message_processed(self, message_id: str, *, wait: float = DUPLICATE_WAIT_S) -> bool:
+        """:meth:`is_message_processed`, waiting for another process's claim without blocking
+        the event loop (each look is a read run by ``_run_blocking``; the waits are
+        ``asyncio.sleep``)."""
+        import asyncio  # here: importing the stores does not import asyncio
+
+        deadline = time.monotonic() + _check_wait(wait)
+        delay = 0.02
+        while True:
+            verdict = await self._run_blocking(self._duplicate_verdict, message_id)
+            remaining = deadline - time.monotonic()
+            if verdict is not None:
+                return verdict
+            if remaining <= 0:
+                return True
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, 0.25)
+
     def _duplicate_verdict(self, message_id: str) -> bool | None:
         """is_message_processed's answer now, or None while another process's live holder works."""
         state = self.message_state(message_id)
@@ -102,6 +170,11 @@ class _Claims(_StoreCore):
         A processed id stays processed. ``message_id``: a non-empty str (TypeError).
         """
         _CLAIM.set((id(self), message_id, self._mark(message_id)))
+
+    async def amark_message_processed(self, message_id: str) -> None:
+        """:meth:`mark_message_processed` for async callers: the claim is recorded for the
+        calling task (not for the thread that wrote it)."""
+        _CLAIM.set((id(self), message_id, await self._run_writing(self._mark, message_id)))
 
     def _mark(self, message_id: str) -> str:
         """mark_message_processed's transaction; the claim's owner token (a fresh one when
@@ -130,6 +203,14 @@ class _Claims(_StoreCore):
         """
         token = self._claim(message_id, owner)
         if token is not None:
+            _CLAIM.set((id(self), message_id, token))
+        return token is not None
+
+    async def aclaim_message(self, message_id: str, *, owner: Owner | None = None) -> bool:
+        """:meth:`claim_message` for async callers: the claim is recorded for the calling
+        task (not for the thread that wrote it)."""
+        token = await self._run_writing(self._claim, message_id, owner)
+        if token is not None:  # set here: the claim belongs to the calling task's context
             _CLAIM.set((id(self), message_id, token))
         return token is not None
 
@@ -188,6 +269,11 @@ class _Claims(_StoreCore):
             )
         self._forget_context_claim(message_id)
 
+    async def acomplete_message(self, message_id: str) -> None:
+        """:meth:`complete_message` for async callers; the calling task's claim is forgotten."""
+        await self._run_writing(self.complete_message, message_id)
+        self._forget_context_claim(message_id)
+
     def release_message(self, message_id: str) -> bool:
         """Undo a claim whose processing failed, so a redelivery of ``message_id`` runs again.
 
@@ -198,6 +284,12 @@ class _Claims(_StoreCore):
         self._check_message_id(message_id)
         with self._write() as tx:
             released = tx.processed_release(message_id)
+        self._forget_context_claim(message_id)
+        return released
+
+    async def arelease_message(self, message_id: str) -> bool:
+        """:meth:`release_message` for async callers; the calling task's claim is forgotten."""
+        released = await self._run_writing(self.release_message, message_id)
         self._forget_context_claim(message_id)
         return released
 

@@ -49,7 +49,7 @@ from ._port import (
 )
 from .context import AGENT_TRAIL_EVENTS, AgentTrail, JournalEntry, SessionBinding, SessionContext, restore_context
 from .owner import Owner
-from .protocol import SessionSummary
+from .values import SessionSummary
 
 
 #: Sessions per store whose last bounded edit keeps its context for the next (see _KeptContexts).

@@ -2,19 +2,121 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, Generic, Protocol, runtime_checkable
 
 from ..errors import IdempotencyConflictError, SessionBusyError, SessionDeletedError, UsageError
-from ..events import Event, EventType, SessionStatus, _event_type, _is_reserved, _use_instead
+from ..events import Event, EventType, SessionStatus, event_type_name, is_reserved_event_type, use_instead
 from ..messages import Message
 from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
 from ._core import _StoreCore, _unbound
-from ._port import _T, EditResult, _RolledBack, _busy_message
+from ._listing import SessionLookup
+from ._port import _T, _busy_message
+from ._twins import async_twin
 from .context import SessionBinding, SessionContext, Turn
-from .protocol import TurnRecord
+from .values import TurnRecord
+
+
+@dataclass(slots=True)
+class EditResult(Generic[_T]):
+    """What :meth:`BaseSessionStore.edit` returns: the change's ``value``, the ``events``
+    appended, ``replayed`` (the idempotency key was applied before: nothing changed) and
+    ``missing`` (no such session and nothing to create it with)."""
+
+    value: _T | None
+    events: list[Event] = field(default_factory=list)
+    replayed: bool = False
+    missing: bool = False
+    position: tuple[str, int] | None = None  #: the log position after the edit (see ``log_position``)
+    before: tuple[str, int] | None = None  #: the log position the change was applied at
+    max_turns: int | None = None  #: the stored session's context window after the edit, in turns
+
+
+class _RolledBack(Exception):
+    """Raised inside a dry-run edit's transaction, so the store rolls it back; carries the result."""
+
+    def __init__(self, result: EditResult[Any]) -> None:
+        super().__init__("dry run")
+        self.result = result
+
+
+@runtime_checkable
+class ContextStore(Protocol):
+    """Loading a session's context and saving what it journalled: the Runner's turns and the
+    edits outside them both work on a :class:`SessionContext`."""
+
+    def get(self, session_id: str) -> SessionContext | None:
+        """The session's context, or None when absent."""
+        ...
+
+    def save(self, session: SessionContext) -> list[Event]:
+        """Apply the context's journal in one transaction; the events appended."""
+        ...
+
+
+@runtime_checkable
+class EditStore(ContextStore, SessionLookup, Protocol):
+    """What changes a stored session outside a Runner turn: imports (``sessions import``),
+    edits, rollback (``sessions rollback``, ``/rollback``), deletion, the stored endpoint."""
+
+    def get_or_create(
+        self,
+        session_id: str,
+        default_agent: Any,
+        max_turns: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionContext:
+        """Load the session, or create it with ``default_agent``."""
+        ...
+
+    def edit(
+        self,
+        session_id: str,
+        change: Callable[[SessionContext], _T],
+        *,
+        create_agent: Any = None,
+        max_turns: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        digest: str = "",
+        last_turns: int | None = None,
+        idempotency_keys: Mapping[str, str] | None = None,
+        dry_run: bool = False,
+        created_at: float | None = None,
+        updated_at: float | None = None,
+    ) -> EditResult[_T]:
+        """Load the session, apply ``change`` to it and save it, in one write transaction."""
+        ...
+
+    def rollback(self, session_id: str, to_turn: int | None = None, *, last: int | None = None) -> list[Event]:
+        """Keep turns 1..``to_turn``, or remove the newest ``last`` turns, in one transaction."""
+        ...
+
+    def delete(self, session_id: str) -> bool:
+        """Delete the session with its whole log; False when there was none."""
+        ...
+
+    def set_session_endpoint(self, session_id: str, model: str | None, base_url: str | None) -> None:
+        """Store the model name and base URL the session talks to."""
+        ...
+
+    def turn_count(self, session_id: str) -> int:
+        """The number of the session's last live turn (0 when it has none or does not exist)."""
+        ...
+
+    def log_position(self, session_id: str) -> tuple[str, int] | None:
+        """``(incarnation, last seq)`` of the session's log, or None when it does not exist."""
+        ...
+
+    def window_turns(self, session_id: str) -> tuple[Turn, ...]:
+        """The turns of the session's context window, read without resolving its agent."""
+        ...
+
+    def idempotency_digests(self, session_id: str, keys: Sequence[str]) -> dict[str, str]:
+        """The keys of ``keys`` already used in the session, with the digest kept with each."""
+        ...
 
 
 class _Journal(_StoreCore):
@@ -38,6 +140,8 @@ class _Journal(_StoreCore):
             row = tx.get_row(session_id)
             ctx = None if row is None else self._context(tx, row, effective=True)
         return None if ctx is None else self._detach(ctx)
+
+    aget = async_twin(get)
 
     def get_or_create(
         self,
@@ -74,6 +178,8 @@ class _Journal(_StoreCore):
                 self._create(tx, row)
             ctx = self._context(tx, row, default_agent, effective=True)
         return self._detach(ctx)
+
+    aget_or_create = async_twin(get_or_create)
 
     def save(self, session: SessionContext) -> list[Event]:
         """Apply the context's journal in one transaction; return the events appended.
@@ -139,6 +245,8 @@ class _Journal(_StoreCore):
         session._saved(len(ops), row.metadata, binding, agent=row.active_agent_name if rolled_back else None)
         return events
 
+    asave = async_twin(save, writes=True)
+
     @staticmethod
     def _refuse_lost_lease(session: SessionContext, row: Any) -> None:
         """SessionBusyError when ``session`` is the context of a run (``begin_turn``'s, with a
@@ -158,11 +266,13 @@ class _Journal(_StoreCore):
         )
 
     def release(
-        self, session: SessionContext, status: SessionStatus | str = SessionStatus.IDLE, reason: str = "", **extra: Any
+        self, /, session: SessionContext, status: SessionStatus | str = SessionStatus.IDLE, reason: str = "", **extra: Any
     ) -> list[Event]:
         """End a run: ``session.set_status(status, reason, **extra)`` then :meth:`save`."""
         session.set_status(status, reason, **extra)
         return self.save(session)
+
+    arelease = async_twin(release, writes=True)
 
     def delete(self, session_id: str) -> bool:
         """Delete the session with its messages, events and keys; False when there was none.
@@ -176,6 +286,8 @@ class _Journal(_StoreCore):
         _check_session_id(session_id)
         with self._write() as tx:
             return tx.delete_row(session_id)
+
+    adelete = async_twin(delete, writes=True)
 
     def load_turns(
         self, session_id: str, first: int = 1, last: int | None = None, include_rolled_back: bool = False
@@ -214,6 +326,8 @@ class _Journal(_StoreCore):
         records.sort(key=lambda r: (r.number, r.rolled_back is False and r.failed is False))
         return records
 
+    aload_turns = async_twin(load_turns)
+
     # -- events ------------------------------------------------------------------------
     def events(self, session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after_seq`` in seq order, at most ``limit`` (the ``replay`` cursor).
@@ -227,12 +341,16 @@ class _Journal(_StoreCore):
             self._require(tx, session_id)
             return tx.events(session_id, after_seq, limit)
 
+    aevents = async_twin(events)
+
     def last_seq(self, session_id: str) -> int:
         """The session's newest event seq (SessionNotFoundError when absent)."""
         _check_session_id(session_id)
         with self._read() as tx:
             self._require(tx, session_id)
             return tx.next_seq(session_id) - 1
+
+    alast_seq = async_twin(last_seq)
 
     def append_event(
         self,
@@ -263,12 +381,12 @@ class _Journal(_StoreCore):
             SessionTerminatedError: the session is terminated (a repeated key still replays).
         """
         _check_session_id(session_id)
-        kind = _event_type(type)
+        kind = event_type_name(type)
         if idempotency_key is not None:
             _check_idempotency_key(idempotency_key)
-        if _is_reserved(kind):
+        if is_reserved_event_type(kind):
             raise UsageError(
-                f"event type {kind!r} is reserved for chatflow's own events: use {_use_instead(kind)}",
+                f"event type {kind!r} is reserved for chatflow's own events: use {use_instead(kind)}",
                 session_id=session_id,
             )
         data = _check_metadata(payload if payload is not None else {}, "payload")
@@ -295,9 +413,12 @@ class _Journal(_StoreCore):
             tx.update_row(row)
             return event
 
+    aappend_event = async_twin(append_event, writes=True)
+
     # -- edits outside a Runner turn (imports, Agents SDK sessions) --------------------
     def edit(
         self,
+        /,
         session_id: str,
         change: Callable[[SessionContext], _T],
         *,
@@ -356,6 +477,8 @@ class _Journal(_StoreCore):
                               (created_at, updated_at))
         except _RolledBack as done:
             return done.result
+
+    aedit = async_twin(edit, writes=True)
 
     def _edit(
         self,
@@ -432,6 +555,8 @@ class _Journal(_StoreCore):
                 return ()
             return self._context(tx, row, quiet=True).turns
 
+    awindow_turns = async_twin(window_turns)
+
     def turn_count(self, session_id: str) -> int:
         """The number of the session's last live turn (0 when it has none or does not exist)."""
         _check_session_id(session_id)
@@ -450,6 +575,8 @@ class _Journal(_StoreCore):
             row = tx.get_row(session_id)
             return None if row is None else (row.incarnation, tx.next_seq(session_id) - 1)
 
+    alog_position = async_twin(log_position)
+
     def window_dicts(self, session_id: str) -> tuple[tuple[str, int] | None, list[tuple[int, dict[str, Any]]]]:
         """The log position (see :meth:`log_position`) and the context window's messages as
         ``(turn, Message.to_dict() form)`` pairs, SYSTEM messages first (turn 0), read together;
@@ -463,12 +590,16 @@ class _Journal(_StoreCore):
             position = (row.incarnation, tx.next_seq(session_id) - 1)
             return position, tx.window_dicts(session_id, max(1, row.turn_count - row.max_turns + 1))
 
+    awindow_dicts = async_twin(window_dicts)
+
     def active_agent_name(self, session_id: str) -> str | None:
         """The name of the session's active agent; None when the session does not exist."""
         _check_session_id(session_id)
         with self._read() as tx:
             row = tx.get_row(session_id)
             return None if row is None else row.active_agent_name
+
+    aactive_agent_name = async_twin(active_agent_name)
 
 
 def _completion(ends: list[Event], rollbacks: list[Event], turn: int, removed_at: int | None) -> Event | None:

@@ -3,17 +3,15 @@
 A backend supplies a :class:`_Tx` (rows, events, messages, idempotency keys, message claims,
 the turn queue) from ``_read()`` and ``_write()``; the session rules above it live in the
 ``_core`` mixin and the per-concern mixins that :class:`~chatflow_cli.core.memory.base.BaseSessionStore`
-composes. This module also holds the small values and rules those mixins share."""
+composes. This module also holds the small values several mixins share (limits, the
+session row, list and search filters, the busy message)."""
 
 from __future__ import annotations
 
-import contextvars
 import logging
-import math
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from ..errors import UsageError
 from ..events import Event, SessionStatus
 from ..messages import Message
 from ._checks import metadata_matches
@@ -65,100 +63,6 @@ class _MessageRecord:
     turn: int | None = None
 
 
-#: The message id claimed last in this thread or asyncio task, with the claim's owner token
-#: and the store's id: the next Runner turn started in the same context completes the claim
-#: when the turn completes (and frees it when the turn fails), so
-#: ``store.mark_message_processed(id)`` then ``runner.run_async(...)`` is safe as written.
-_CLAIM: contextvars.ContextVar[tuple[int, str, str] | None] = contextvars.ContextVar("chatflow_claim", default=None)
-
-
-def take_context_claim(store: Any) -> tuple[str, str] | None:
-    """(message id, owner token) of the claim made last in this context on ``store``, once."""
-    claim = _CLAIM.get()
-    if claim is None or claim[0] != id(store):
-        return None
-    _CLAIM.set(None)
-    return claim[1], claim[2]
-
-
-def _rollback_argument(to_turn: Any, last: Any) -> tuple[str, int]:
-    """``("to_turn", n)`` or ``("last", k)``: exactly one given, an int (TypeError otherwise)."""
-    if (to_turn is None) == (last is None):
-        raise TypeError("give exactly one of to_turn (keep turns 1..N) or last (remove the newest K turns)")
-    name, value = ("to_turn", to_turn) if to_turn is not None else ("last", last)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    return name, value
-
-
-def rollback_target(
-    turn_count: int, *, to_turn: int | None = None, last: int | None = None, session_id: str | None = None
-) -> int:
-    """The turn a rollback keeps up to, for a session whose last live turn is ``turn_count``.
-
-    ``to_turn=N`` keeps turns 1..N (0 keeps only the SYSTEM messages); ``last=K`` removes the
-    newest K turns, so it keeps turns 1..``turn_count - K``. :meth:`BaseSessionStore.rollback`
-    applies this rule inside its write transaction; a front-end may apply it to a
-    :class:`SessionSummary` to show what a rollback would remove before asking.
-
-    Args:
-        turn_count: the number of the session's last live turn (>= 0).
-        to_turn: the last turn to keep, or None.
-        last: how many of the newest turns to remove, or None.
-        session_id: named in error messages when given.
-
-    Returns:
-        The turn to keep up to, in ``0..turn_count``; equal to ``turn_count`` (nothing to
-        remove) only for ``to_turn=turn_count``.
-
-    Raises:
-        TypeError: neither or both of ``to_turn`` and ``last`` given, or one is not an int.
-        ValueError: ``to_turn`` outside ``0..turn_count``, or ``last`` outside ``1..turn_count``.
-    """
-    name, value = _rollback_argument(to_turn, last)
-    where = f"session {session_id!r}" if session_id is not None else "the session"
-    if name == "to_turn":
-        if value < 0:
-            raise ValueError(f"turn {value} is not a turn number (0 keeps only the system messages)")
-        if value > turn_count:
-            raise ValueError(f"turn {value} is beyond the last turn of {where} ({turn_count})")
-        return value
-    if value < 1:
-        raise ValueError(f"the number of newest turns to remove must be at least 1, got {value}")
-    if value > turn_count:
-        turns = f"{turn_count} turn" + ("" if turn_count == 1 else "s")
-        raise ValueError(f"{where} has only {turns}; cannot remove the last {value}")
-    return turn_count - value
-
-
-@dataclass(slots=True)
-class EditResult(Generic[_T]):
-    """What :meth:`BaseSessionStore.edit` returns: the change's ``value``, the ``events``
-    appended, ``replayed`` (the idempotency key was applied before: nothing changed) and
-    ``missing`` (no such session and nothing to create it with)."""
-
-    value: _T | None
-    events: list[Event] = field(default_factory=list)
-    replayed: bool = False
-    missing: bool = False
-    position: tuple[str, int] | None = None  #: the log position after the edit (see ``log_position``)
-    before: tuple[str, int] | None = None  #: the log position the change was applied at
-    max_turns: int | None = None  #: the stored session's context window after the edit, in turns
-
-
-class _RolledBack(Exception):
-    """Raised inside a dry-run edit's transaction, so the store rolls it back; carries the result."""
-
-    def __init__(self, result: EditResult[Any]) -> None:
-        super().__init__("dry run")
-        self.result = result
-
-
-#: Outcomes of a first attempt that produced no result: the same idempotency key with the
-#: same message runs the turn again (see :class:`TurnStart`).
-_RETRYABLE_OUTCOMES = frozenset({"failed", "interrupted", "rolled_back"})
-
-
 @dataclass(slots=True)
 class _SessionRow:
     """A session's stored row (one per backend: dict entry or ``chatflow_sessions`` row)."""
@@ -208,31 +112,6 @@ def title_of(title: str | None, preview: str) -> str:
         return title
     lines = preview.strip().splitlines()
     return lines[0].strip() if lines else ""
-
-
-def _cursor(updated_at: float, session_id: str) -> str:
-    return f"{updated_at!r}:{session_id}"
-
-
-def parse_cursor(cursor: str) -> tuple[float, str]:
-    """``(updated_at, session_id)`` of a :attr:`SessionSummary.cursor`.
-
-    Raises:
-        UsageError: not a cursor this store printed.
-    """
-    head, sep, session_id = cursor.partition(":") if isinstance(cursor, str) else ("", "", "")
-    try:
-        if not sep or not session_id:
-            raise ValueError
-        updated_at = float(head)
-        if not math.isfinite(updated_at):
-            raise ValueError
-        return updated_at, session_id
-    except ValueError:
-        raise UsageError(
-            f"{cursor!r} is neither a session id nor a listing cursor: pass a session id or the "
-            "'cursor' value printed with --json"
-        ) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from ..events import EventType
 from ._checks import _check_session_id
 from ._core import _StoreCore
 from ._port import _Tx
+from ._twins import async_twin
 
 
 class _ToolResults(_StoreCore):
@@ -71,3 +72,5 @@ class _ToolResults(_StoreCore):
             row.updated_at = self.clock()
             tx.update_row(row)
             return [i for i in pending if i != tool_use_id and i not in submitted]
+
+    asubmit_tool_result = async_twin(submit_tool_result, writes=True)

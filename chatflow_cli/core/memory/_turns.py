@@ -2,21 +2,101 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from .._dsn import url_without_userinfo
+from ..dsn import url_without_userinfo
 from ..errors import IdempotencyConflictError, PendingToolCallsError, SessionBusyError, UsageError
 from ..events import Event, EventType, SessionStatus
 from ..messages import Message, Role
 from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
 from ._claims import _Claims
-from ._port import _RETRYABLE_OUTCOMES, _MessageRecord, _SessionRow, _Tx, _busy_message
+from ._journal import ContextStore
+from ._listing import SessionLookup
+from ._port import _MessageRecord, _SessionRow, _Tx, _busy_message
 from ._tool_results import _ToolResults
+from ._twins import async_twin
 from .context import SessionContext
 from .owner import Owner
-from .protocol import MessageState, TurnStart
+from .values import MessageState, TurnStart
+
+
+#: Outcomes of a first attempt that produced no result: the same idempotency key with the
+#: same message runs the turn again (see :class:`TurnStart`).
+_RETRYABLE_OUTCOMES = frozenset({"failed", "interrupted", "rolled_back"})
+
+
+@runtime_checkable
+class TurnStore(ContextStore, SessionLookup, Protocol):
+    """What the Runner needs of a store to run turns: start one (claiming the session, or
+    waiting in its queue), save its messages and events, take custom tool results, end its
+    lease; and the stored window's size, for compaction."""
+
+    def set_agent_resolver(self, resolver: Callable[[str], Any] | None) -> None:
+        """Map a stored agent name back to the Agent on load."""
+        ...
+
+    def begin_turn(
+        self,
+        session_id: str,
+        *,
+        default_agent: Any,
+        user_message: Message | None,
+        owner: Owner,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        max_turns: int | None = None,
+        system: str | None = None,
+        message_id: str | None = None,
+        message_claim: str | None = None,
+        ticket: int | None = None,
+        enqueue: bool = False,
+    ) -> TurnStart:
+        """Start (or continue, or replay) a turn in one transaction."""
+        ...
+
+    def append_event(
+        self,
+        session_id: str,
+        type: EventType | str,
+        payload: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Event:
+        """Append one custom (non-reserved) event."""
+        ...
+
+    def submit_tool_result(self, session_id: str, tool_use_id: str, output: str) -> list[str]:
+        """Record a custom tool's result; the tool-call ids still unanswered."""
+        ...
+
+    def submitted_tool_results(self, session_id: str) -> dict[str, str]:
+        """Results already submitted for the open turn's pending tool calls, by tool-call id."""
+        ...
+
+    def window_tokens(self, session_id: str) -> tuple[int, list[tuple[int, int]]]:
+        """``(tokens, [(turn number, tokens), ...])`` of the stored context window, oldest first."""
+        ...
+
+    def turn_may_start(self, session_id: str, ticket: int | None = None) -> bool:
+        """A read-only look: False while a live owner or an earlier waiter holds the session."""
+        ...
+
+    def running_turn_pid(self, session_id: str) -> int | None:
+        """The pid of the live owner running the session's turn, or None."""
+        ...
+
+    def leave_turn_queue(self, session_id: str, ticket: int) -> None:
+        """Give up a place in the session's turn queue."""
+        ...
+
+    def wait_turn_ended(self, timeout: float) -> None:
+        """Sleep until a turn of this store object ends, at most ``timeout`` seconds."""
+        ...
+
+    def end_lease(self, owner_token: str, *, stored: bool) -> None:
+        """The run holding ``owner_token`` (a turn, or a message claim) is over."""
+        ...
 
 
 class _Turns(_Claims, _ToolResults):
@@ -198,6 +278,8 @@ class _Turns(_Claims, _ToolResults):
                 ctx = self._context(tx, row, default_agent, lease=owner.token)
         return TurnStart(self._detach(ctx), turn, None, events)
 
+    abegin_turn = async_twin(begin_turn)
+
     def _outcome(self, tx: _Tx, row: _SessionRow, turn: int, seq: int) -> dict[str, Any]:
         # The first ending of the turn after the key's message: a turn number is used again
         # after a failure, so a later ending may belong to another message.
@@ -268,7 +350,7 @@ class _Turns(_Claims, _ToolResults):
 
         Front-ends store the model and endpoint a session was created with (never an API
         key) so that resuming it talks to the same server. The base URL comes back without
-        any ``user:password@`` (:func:`~chatflow_cli.core._dsn.url_without_userinfo`), also
+        any ``user:password@`` (:func:`~chatflow_cli.core.dsn.url_without_userinfo`), also
         from a database written before it was removed on write: such a row is redacted on
         each read and never migrated (it stays in the file until the endpoint is set again).
         Raises :class:`SessionNotFoundError` for an unknown session.
@@ -278,6 +360,8 @@ class _Turns(_Claims, _ToolResults):
             self._require(tx, session_id)
             model, base_url = tx.endpoint_get(session_id) or (None, None)
         return model, url_without_userinfo(base_url) if base_url is not None else None
+
+    asession_endpoint = async_twin(session_endpoint)
 
     def set_session_endpoint(self, session_id: str, model: str | None, base_url: str | None) -> None:
         """Store the model name and base URL (``None``: not set) the session talks to.
@@ -300,6 +384,8 @@ class _Turns(_Claims, _ToolResults):
         with self._write() as tx:
             self._require(tx, session_id)
             tx.endpoint_put(session_id, model, base_url, self.clock())
+
+    aset_session_endpoint = async_twin(set_session_endpoint, writes=True)
 
     # -- interrupting a running turn ---------------------------------------------------
     def request_interrupt(self, session_id: str) -> int | None:
@@ -324,6 +410,8 @@ class _Turns(_Claims, _ToolResults):
             tx.update_row(row)
         return turn
 
+    arequest_interrupt = async_twin(request_interrupt, writes=True)
+
     def interrupt_requested(self, session_id: str, owner_token: str) -> bool:
         """True once :meth:`request_interrupt` asked the turn that ``owner_token``'s run holds
         to stop (a read; the Runner polls it while a turn runs)."""
@@ -335,9 +423,6 @@ class _Turns(_Claims, _ToolResults):
                 return False
             asked = tx.last_event(session_id, EventType.TURN_INTERRUPT_REQUESTED.value, row.turn_count)
         return asked is not None and asked.payload.get("owner") == owner_token
-
-    async def arequest_interrupt(self, session_id: str) -> int | None:
-        return await self._run_writing(self.request_interrupt, session_id)
 
     # -- turn queue --------------------------------------------------------------------
     def turn_may_start(self, session_id: str, ticket: int | None = None) -> bool:

@@ -12,25 +12,8 @@ appends one event per change to the session's log (event types in
 :mod:`chatflow_cli.core.events`). A context made by hand, with no store, keeps its own
 events (``events``, seq 1, 2, 3...) and its pruned turns in memory.
 
-The seam to the stores
-----------------------
-A store talks to a context through one named seam and nothing else:
-
-* :class:`SessionBinding` -- what ties a context to one stored session: the store object's
-  id, the session's incarnation (a random id per creation, so a context of a deleted
-  session never writes into a new one of the same id), the base row the context was
-  loaded from (status, owner token, agent name), the lease token of the run that holds the
-  turn, and the loader that reads pruned turns back. The context holds it (``_binding``;
-  None until first stored); only the store that made it reads or updates it.
-* two friend methods, :meth:`SessionContext._pending` (the journal entries to save) and
-  :meth:`SessionContext._saved` (acknowledge them: drop the saved entries, take the
-  stored metadata and the new binding, optionally make the window look freshly loaded).
-* :func:`restore_context` builds a bound context from a stored row's window; each journal
-  entry is a :class:`JournalEntry`, and :data:`MESSAGE_EVENT_TYPE` names the event a
-  stored message of each role is recorded as.
-
-So a new backend never needs to know how a context keeps its window or journal, and a
-context never needs to know which store it is in.
+The seam to the stores (:class:`SessionBinding`, :class:`JournalEntry`, the agent trail)
+is :mod:`chatflow_cli.core.memory.binding`; its names are importable from here too.
 """
 
 from __future__ import annotations
@@ -39,14 +22,23 @@ import copy
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidHistoryError, PendingToolCallsError, SessionTerminatedError, UsageError
-from ..events import _RECORDABLE, Event, EventType, SessionStatus, _event_type, _is_reserved, _use_instead
+from ..events import (
+    RECORDABLE_EVENT_TYPES,
+    Event,
+    EventType,
+    SessionStatus,
+    event_type_name,
+    is_reserved_event_type,
+    use_instead,
+)
 from ..messages import Message, Role, ToolCall
 from ..usage import normalise_usage
+from .binding import AGENT_TRAIL_EVENTS, MESSAGE_EVENT_TYPE, AgentTrail, JournalEntry, SessionBinding, TurnLoader
 from ._checks import (
     DEFAULT_MAX_TURNS,
     _agent_name,
@@ -60,6 +52,7 @@ from ._checks import (
 )
 
 __all__ = [
+    "AGENT_TRAIL_EVENTS",
     "INTERRUPTED_TOOL_RESULT",
     "MESSAGE_EVENT_TYPE",
     "JournalEntry",
@@ -82,117 +75,6 @@ class Turn:
 
     number: int
     messages: tuple[Message, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
-    """One journal entry: the change (``kind``) and the event that records it."""
-
-    kind: str  # message | rollback | turn_failed | status | agent | agent_version | metadata | event | summary
-    #            | title | archive
-    type: str
-    payload: dict[str, Any]
-    turn: int = 0
-    message: Message | None = None
-    #: the message's compact JSON, checked once when it was added (stores write it as is)
-    text: str | None = None
-    #: the event's time (UTC epoch seconds) when it is not the store's clock (history copied
-    #: from elsewhere: :meth:`SessionContext.set_event_time`)
-    at: float | None = None
-
-
-#: The event type a stored message of each role is recorded as.
-MESSAGE_EVENT_TYPE = {
-    Role.USER: EventType.MESSAGE_USER.value,
-    Role.MODEL: EventType.MESSAGE_MODEL.value,
-    Role.SYSTEM: EventType.MESSAGE_SYSTEM.value,
-    Role.TOOL: EventType.TOOL_RESULT.value,
-}
-
-#: (first_turn, last_turn) -> {turn: [messages]} of live stored turns; raises SessionDeletedError.
-TurnLoader = Callable[[int, int], dict[int, list[Message]]]
-
-#: The event types :class:`AgentTrail` replays, in ``seq`` order.
-AGENT_TRAIL_EVENTS = (EventType.SESSION_CREATED.value, EventType.HANDOFF.value, EventType.ROLLBACK.value,
-                      EventType.TURN_FAILED.value)
-
-
-@dataclass(slots=True)
-class AgentTrail:
-    """Which agent was active at the end of each turn, replayed from a session's
-    ``session.created``, ``handoff``, ``rollback`` and ``turn.failed`` events in ``seq`` order.
-
-    ``after[t]``: the agent a handoff made in turn ``t`` (its payload's ``turn``) left
-    active; ``created``: the agent the session was created with. A rollback to ``j`` drops
-    the entries after ``j`` (all of them with ``"system": true``), a failed turn ``t`` those
-    from ``t`` on, so turn numbers used again after either replay right.
-    """
-
-    created: str | None = None
-    after: dict[int, str] = field(default_factory=dict)
-
-    def agent_at(self, turn: int, system: bool = False) -> str | None:
-        """The agent active at the end of ``turn`` (``system``: the SYSTEM messages went too,
-        so no handoff before the first turn counts): the newest handoff's at or before it,
-        else the created agent."""
-        best = None if system else max((t for t in self.after if t <= turn), default=None)
-        return self.created if best is None else self.after[best]
-
-    def replay(self, type: str, payload: Mapping[str, Any]) -> None:
-        """Take one event (or journal entry) of the log into account."""
-        if type == EventType.SESSION_CREATED.value:
-            agent = payload.get("agent")
-            self.created, self.after = (agent if isinstance(agent, str) else self.created), {}
-        elif type == EventType.HANDOFF.value:
-            turn, agent = payload.get("turn"), payload.get("to_agent")
-            if self.created is None and isinstance(payload.get("from_agent"), str):
-                self.created = payload["from_agent"]  # a log with no session.created
-            if isinstance(turn, int) and isinstance(agent, str):
-                self.after[turn] = agent
-        elif type == EventType.ROLLBACK.value:
-            to_turn, system = payload.get("to_turn"), payload.get("system") is True
-            if not isinstance(to_turn, int):
-                return
-            self.after = {} if system else {t: a for t, a in self.after.items() if t <= to_turn}
-            recorded = payload.get("active_agent")  # absent in logs written before it was recorded
-            if isinstance(recorded, str) and recorded != self.agent_at(to_turn):
-                self.after[to_turn] = recorded
-        elif type == EventType.TURN_FAILED.value:
-            turn = payload.get("turn")
-            if isinstance(turn, int) and turn > 0:
-                self.after = {t: a for t, a in self.after.items() if t < turn}
-
-
-@dataclass(slots=True)
-class SessionBinding:
-    """What ties a :class:`SessionContext` to one stored session.
-
-    The store that loads or saves a context makes its binding, and only that store reads
-    or updates it; the context itself only calls ``loader`` (to bring back turns pruned out
-    of the window, for a rollback or a failed turn).
-
-    Attributes:
-        store_id: ``id()`` of the store object that made the binding.
-        incarnation: the stored session's creation id (random per creation): a context
-            whose incarnation no longer matches the stored row was deleted meanwhile.
-        base: ``(status, owner token, agent name)`` of the stored row the context was loaded
-            from or last saved to; a status or handoff change made from another base is
-            refused as stale.
-        loader: reads live stored turns ``first..last`` (:data:`TurnLoader`).
-        lease: the owner token of the run :meth:`BaseSessionStore.begin_turn` gave this
-            context, or None; the lease holder's status changes are never stale.
-        agents: reads the stored session's :class:`AgentTrail` (for a rollback: the agent
-            active at the turn it rolls back to), or None.
-        resolve: the agent object of a stored agent name, as a load gives it, or None.
-    """
-
-    store_id: int
-    incarnation: str
-    base: tuple[SessionStatus, str | None, str]
-    loader: TurnLoader
-    lease: str | None = None
-    agents: Callable[[], AgentTrail] | None = None
-    resolve: Callable[[str], Any] | None = None
 
 
 def _open_calls(messages: Sequence[Message]) -> tuple[ToolCall, ...]:
@@ -706,10 +588,10 @@ class SessionContext:
         others raise :class:`UsageError` naming the method that makes the change, so the log
         never contradicts the session.
         """
-        kind = _event_type(type)
-        if _is_reserved(kind) and kind not in _RECORDABLE:
+        kind = event_type_name(type)
+        if is_reserved_event_type(kind) and kind not in RECORDABLE_EVENT_TYPES:
             raise UsageError(
-                f"event type {kind!r} is reserved: use {_use_instead(kind)}", session_id=self.session_id
+                f"event type {kind!r} is reserved: use {use_instead(kind)}", session_id=self.session_id
             )
         self._record(JournalEntry("event", kind, dict(payload or {})))
 

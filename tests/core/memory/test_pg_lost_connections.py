@@ -124,7 +124,8 @@ def test_a_waiter_that_could_not_leave_the_queue_holds_nobody_up_once_the_databa
     database clock within seconds (not when its 30 s lease runs out), so waiters on other
     hosts are not held up by it."""
     from chatflow_cli.core._run.cancel import CancelToken
-    from chatflow_cli.core._run.waiting import begin_turn
+    from chatflow_cli.core._run.state import TurnRequest
+    from chatflow_cli.core._run.waiting import begin_turn_when_free
     from chatflow_cli.core.memory.postgres import PostgresSessionStore
     from chatflow_cli.core.messages import Message
 
@@ -135,8 +136,8 @@ def test_a_waiter_that_could_not_leave_the_queue_holds_nobody_up_once_the_databa
 
     def wait() -> None:
         try:
-            begin_turn(store, "cust-6", {"user_message": Message.user("second")}, wait=120.0, cancel=CancelToken(),
-                       default_agent=AGENT, on_wait=None)
+            begin_turn_when_free(store, "cust-6", TurnRequest(Message.user("second")), wait=120.0,
+                                 cancel=CancelToken(), default_agent=AGENT, on_wait=None)
         except BaseException as exc:  # noqa: BLE001 - the test reads it
             out.append(exc)
 

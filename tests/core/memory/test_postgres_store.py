@@ -465,7 +465,7 @@ def test_wait_for_events_wakes_when_another_store_appends(pg_dsn: str) -> None:
     ],
 )
 def test_dsn_passwords_are_redacted(text: str, shown: str) -> None:
-    from chatflow_cli.core._dsn import redact_dsn
+    from chatflow_cli.core.dsn import redact_dsn
 
     assert redact_dsn(text) == shown
     assert redact_dsn(f"error on {text}: refused") == f"error on {shown}: refused"
@@ -491,7 +491,7 @@ def test_the_password_may_come_from_pgpassword(pg_server: PgServer, pg_dsn: str,
 
 
 def test_redaction_hides_a_password_written_with_a_raw_at_whole() -> None:
-    from chatflow_cli.core._dsn import raw_url_password, redact_dsn, url_problem
+    from chatflow_cli.core.dsn import raw_url_password, redact_dsn, url_problem
 
     url = "postgresql://bot2:p@ss:w/rd%Z9@127.0.0.1:5432/chatflow2"
     assert redact_dsn(url) == "postgresql://bot2:***@127.0.0.1:5432/chatflow2"

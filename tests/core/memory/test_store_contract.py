@@ -15,6 +15,7 @@ import subprocess
 import threading
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ from chatflow_cli.core.errors import (
     ToolResultError,
     UsageError,
 )
-from chatflow_cli.core.events import EventType, SessionStatus
+from chatflow_cli.core.events import Event, EventType, SessionStatus
 from chatflow_cli.core.memory import (
     DEFAULT_DEDUP_TTL_HOURS,
     INTERRUPTED_TOOL_RESULT,
@@ -38,6 +39,7 @@ from chatflow_cli.core.memory import (
     Owner,
     SessionContext,
     SessionStore,
+    TurnStart,
 )
 from chatflow_cli.core.messages import Message, Role, ToolCall, history_problems
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
@@ -1068,6 +1070,35 @@ def test_async_twins(any_store: BaseSessionStore, agent: Agent) -> None:
         assert await any_store.adelete("s") is True
 
     asyncio.run(main())
+
+
+def test_an_async_twin_runs_the_method_the_store_has_now(any_store: BaseSessionStore, agent: Agent) -> None:
+    """A twin calls its method by name on the store, so a backend's override (PostgreSQL's
+    ``begin_turn`` holding the turn's lease) is what ``await store.a<name>(...)`` runs."""
+    calls: list[str] = []
+    own_begin, own_save = any_store.begin_turn, any_store.save
+
+    def begin_turn(session_id: str, **kwargs: Any) -> TurnStart:
+        calls.append("begin_turn")
+        return own_begin(session_id, **kwargs)
+
+    def save(session: SessionContext) -> list[Event]:
+        calls.append("save")
+        return own_save(session)
+
+    any_store.begin_turn = begin_turn  # type: ignore[method-assign]
+    any_store.save = save  # type: ignore[method-assign]
+
+    async def main() -> None:
+        start = await any_store.abegin_turn("s", default_agent=agent, user_message=Message.user("q"),
+                                            owner=Owner.current())
+        start.session.add_message(Message.model("a"))
+        start.session.complete_turn("a")
+        await any_store.asave(start.session)
+
+    asyncio.run(main())
+    assert calls == ["begin_turn", "save"]
+    assert [r.number for r in any_store.load_turns("s")] == [1]
 
 
 # -- threads -----------------------------------------------------------------------------------

@@ -196,8 +196,15 @@ def test_session_summary_shows_the_effective_status(any_store, agent) -> None:
     assert any_store.last_seq("s") == seq
 
 
-def test_every_store_satisfies_the_protocol(any_store) -> None:
+def test_every_store_satisfies_the_protocol_and_each_role(any_store) -> None:
+    from chatflow_cli.core.memory import protocol
+
     assert isinstance(any_store, SessionStoreProtocol)
+    roles = [protocol.TurnStore, protocol.ListingStore, protocol.EditStore, protocol.ClaimStore,
+             protocol.ContextStore, protocol.SessionLookup]
+    assert all(isinstance(any_store, role) for role in roles)
+    assert all(issubclass(SessionStoreProtocol, role) for role in roles)
+    assert not isinstance(object(), protocol.TurnStore)
 
 
 def test_a_rollback_to_turn_0_with_system_removes_the_system_messages(any_store: BaseSessionStore) -> None:

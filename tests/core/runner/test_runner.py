@@ -33,7 +33,8 @@ from chatflow_cli.core.errors import (
 )
 from chatflow_cli.core.events import SessionStatus
 from chatflow_cli.core.messages import Message, Role, check_history
-from chatflow_cli.core.runner import INTERRUPTED_RESULT, Runner, StreamEvent
+from chatflow_cli.core.memory import INTERRUPTED_TOOL_RESULT
+from chatflow_cli.core.runner import Runner, StreamEvent
 from chatflow_cli.core.tools import Tool, tool
 from tests.helpers.fakeserver import FakeServer
 from tests.helpers.stored import events_of
@@ -607,7 +608,7 @@ def test_task_cancellation_while_a_tool_runs_stores_a_synthetic_result(
     model, result = session.history[-2:]
     assert model.tool_calls[0].id == "call_s"
     assert result.tool_call_id == "call_s" and result.interrupted and result.is_error
-    assert result.content == INTERRUPTED_RESULT
+    assert result.content == INTERRUPTED_TOOL_RESULT
     assert events_of(sqlite_store, "acancel", "turn.interrupted")[0].payload["tool_use_ids"] == ["call_s"]
 
 

@@ -19,7 +19,8 @@ from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.errors import SessionBusyError, SessionNotFoundError
 from chatflow_cli.core.events import SessionStatus
 from chatflow_cli.core.messages import check_history
-from chatflow_cli.core.runner import INTERRUPTED_RESULT, Runner
+from chatflow_cli.core.memory import INTERRUPTED_TOOL_RESULT
+from chatflow_cli.core.runner import Runner
 from chatflow_cli.core.tools import tool
 from tests.core.test_seed_examples import WEBHOOK
 from tests.helpers.fakeserver import FakeServer
@@ -109,7 +110,7 @@ def test_interrupt_while_a_tool_runs_then_a_new_user_message(
     sent = fake_server.requests[-1]["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "user"]
     assert sent[2]["tool_calls"][0]["id"] == "call_D"
-    assert sent[3] == {"role": "tool", "tool_call_id": "call_D", "content": INTERRUPTED_RESULT}
+    assert sent[3] == {"role": "tool", "tool_call_id": "call_D", "content": INTERRUPTED_TOOL_RESULT}
     assert sent[4] == {"role": "user", "content": "Never mind. Is the api up?"}
     interrupted = [e for e in store.events("case-3") if e.type == "turn.interrupted"]
     assert len(interrupted) == 1 and interrupted[0].payload["tool_use_ids"] == ["call_D"]

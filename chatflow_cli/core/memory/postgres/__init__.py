@@ -29,7 +29,7 @@ until a store is opened.
 
 from __future__ import annotations
 
-from ..._dsn import is_postgres_url, redact_dsn
+from ...dsn import is_postgres_url, redact_dsn
 from .leases import DEFAULT_LEASE_S
 from .schema import NOTIFY_CHANNEL, SCHEMA_VERSION
 from .store import PostgresSessionStore

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..._dsn import redact_dsn
-from .._fork import SharedPool
+from ...dsn import redact_dsn
+from .._process_fork import SharedPool
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor

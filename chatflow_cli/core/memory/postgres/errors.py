@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..._dsn import redact_dsn
+from ...dsn import redact_dsn
 from ...errors import StoreError, StoreUnreachableError
 
 if TYPE_CHECKING:

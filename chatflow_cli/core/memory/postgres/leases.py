@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..._dsn import redact_dsn
+from ...dsn import redact_dsn
 from .connection import _Store
 from .errors import _lost, _store_error
 

@@ -69,15 +69,15 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..._dsn import redact_dsn
+from ...dsn import redact_dsn
 from ...errors import SchemaTooNewError, SessionNotFoundError, StoreError
 from ...events import Event
 from .._checks import DEFAULT_MAX_TURNS
-from .._fork import fork_lock, keep_inherited
+from .._process_fork import fork_lock, keep_inherited
 from .._port import _T, _Tx
 from ..base import BaseSessionStore
 from ..owner import Owner
-from ..protocol import MessageState, TurnStart
+from ..values import MessageState, TurnStart
 from .connection import (
     _CONNECT_TIMEOUT_S,
     _POOL_QUICK_S,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._fork import SharedPool
+from .._process_fork import SharedPool
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor

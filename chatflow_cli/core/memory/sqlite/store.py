@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import SchemaTooNewError, StoreError
 from .._checks import DEFAULT_MAX_TURNS
-from .._fork import fork_lock, keep_inherited
+from .._process_fork import fork_lock, keep_inherited
 from .._port import _T, _Tx
 from ..base import BaseSessionStore
 from .connection import _BUSY_TIMEOUT_S, _blocking_executor, _is_ephemeral

@@ -1,16 +1,29 @@
-"""Database locations: telling a PostgreSQL URL from a SQLite path, and hiding passwords
-(of a DSN, and of any URL's ``user:password@``: :func:`url_without_userinfo`).
+"""Database locations and the passwords in them: telling a PostgreSQL URL from a SQLite
+path, and hiding passwords (of a DSN, and of any URL's ``user:password@``:
+:func:`url_without_userinfo`).
 
-Imports nothing heavy: the command line uses it on every run (``--db``, ``$CHATFLOW_DB``,
-``config show``, the error boundary's scrubbing).
+The stores, the model client and the front-ends (``--db``, ``$CHATFLOW_DB``, ``config
+show``, the REPL's resume line, the error boundary's scrubbing) all read URLs through these
+functions, so a password is hidden the same way everywhere. A string that is not a
+PostgreSQL URL is returned or judged as it is.
+
+Imports nothing heavy: the command line uses it on every run.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["dsn_password", "dsn_without_password", "is_postgres_url", "normalise_url", "raw_url_password", "redact_dsn", "url_problem",
-           "url_without_userinfo"]
+__all__ = [
+    "dsn_password",
+    "dsn_without_password",
+    "is_postgres_url",
+    "normalise_url",
+    "raw_url_password",
+    "redact_dsn",
+    "url_problem",
+    "url_without_userinfo",
+]
 
 
 def is_postgres_url(value: object) -> bool:
@@ -51,7 +64,12 @@ def url_without_userinfo(url: str) -> str:
 
 
 def dsn_password(dsn: str) -> str | None:
-    """The password written in ``dsn`` (URL, percent-decoded, or key=value form), or None."""
+    """The password written in ``dsn`` (URL, percent-decoded, or key=value form), or None.
+
+    Raises:
+        ValueError: ``dsn`` is a PostgreSQL URL :func:`urllib.parse.urlsplit` cannot split
+            (an unclosed ``[`` of an IPv6 host).
+    """
     from urllib.parse import parse_qs, unquote, urlsplit
 
     if is_postgres_url(dsn):

@@ -89,12 +89,14 @@ from rich.style import Style
 from rich.syntax import Syntax
 from rich.text import Text
 
-from .render.markdown import markdown_class, markdown_lines, markdown_renderable, parse_markdown
-from .render.markdown import strip_blank_edges as _strip_blank_edges
-from .render.styles import OwnStyles
-from .render.text import TextSanitizer, safe_text
+from .markdown import markdown_class, markdown_lines, markdown_renderable, parse_markdown
+from .markdown import strip_blank_edges as _strip_blank_edges
+from .markdown_blocks import SETEXT, Block, BlockScanner, settled_markup, starts_a_block
+from .styles import OwnStyles
+from .text import TextSanitizer, safe_text
+from .unpadded import Line, fill_segments
 
-__all__ = ["MarkdownStream", "RefreshStat", "print_unpadded", "sanitize_terminal_text"]
+__all__ = ["MarkdownStream", "RefreshStat", "sanitize_terminal_text"]
 
 DEFAULT_CODE_THEME = "monokai"
 
@@ -105,213 +107,7 @@ sanitize_terminal_text = safe_text
 _Sanitizer = TextSanitizer
 
 
-# --------------------------------------------------------------------------- block scanner
-
-_FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
-_ATX = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
-_HR = re.compile(r"^ {0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})$")
-_SETEXT = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
-_LIST = re.compile(r"^(?P<indent> {0,3})(?P<marker>[-*+]|(?P<num>\d{1,9})[.)])(?P<space>[ \t]+|$)")
-_QUOTE = re.compile(r"^ {0,3}>")
-
-
-def _indent_of(line: str) -> int:
-    width = 0
-    for char in line:
-        if char == " ":
-            width += 1
-        elif char == "\t":
-            width += 4 - width % 4
-        else:
-            break
-    return width
-
-
-@dataclass
-class _Block:
-    """A complete block: its Markdown ``text``, ``kind`` and whether it continues the previous one."""
-
-    kind: str  # para, list, quote, icode, heading, hr, fence
-    text: str
-    joined: bool = False  # a sibling list item: no blank line before it
-    info: str = ""  # fence info string (language)
-    closed: bool = False  # a fence whose closing line is the block's last line
-
-
-@dataclass
-class _Fence:
-    char: str
-    length: int
-    info: str
-
-
-class _BlockScanner:
-    """Splits complete lines into Markdown blocks; close enough to CommonMark for display.
-
-    :meth:`push_line` takes one complete line (no newline) and returns the blocks it
-    completed. ``lines`` and ``kind`` describe the open block.
-    """
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.kind: str | None = None
-        self.fence: _Fence | None = None  # open top-level fence
-        self._nested_fence: _Fence | None = None  # a fence inside a list item
-        self._blanks = 0
-        self._content_indent = 0  # list item content column
-        self._marker_family = ""
-        self._joined = False
-
-    # -- helpers
-    def _emit(self, *, closed: bool = False) -> list[_Block]:
-        if not self.lines:
-            return []
-        info = self.fence.info if self.fence else ""
-        block = _Block(self.kind or "para", "\n".join(self.lines), self._joined, info, closed)
-        self.lines, self.kind, self.fence, self._nested_fence = [], None, None, None
-        self._blanks, self._joined = 0, False
-        return [block]
-
-    @staticmethod
-    def _opens_fence(line: str) -> _Fence | None:
-        match = _FENCE.match(line)
-        if match is None:
-            return None
-        fence = match.group("fence")
-        info = match.group("info").strip()
-        if fence[0] == "`" and "`" in info:
-            return None
-        return _Fence(fence[0], len(fence), info.split(" ")[0] if info else "")
-
-    @staticmethod
-    def _closes(fence: _Fence, line: str, *, nested: bool = False) -> bool:
-        stripped = line.strip()
-        return (
-            len(stripped) >= fence.length
-            and set(stripped) == {fence.char}
-            and (nested or _indent_of(line) <= 3)  # a fence in a list item closes indented
-        )
-
-    def _start(self, line: str, *, joined: bool = False) -> list[_Block]:
-        """Open a block with ``line``; headings and rules complete at once."""
-        indent = _indent_of(line)
-        self._joined = joined
-        fence = self._opens_fence(line) if indent <= 3 else None
-        if fence is not None:
-            self.kind, self.fence, self.lines = "fence", fence, [line]
-            return []
-        if _ATX.match(line):
-            self.kind, self.lines = "heading", [line]
-            return self._emit()
-        if _HR.match(line):
-            self.kind, self.lines = "hr", [line]
-            return self._emit()
-        item = _LIST.match(line)
-        if item is not None:
-            self.kind, self.lines = "list", [line]
-            self._set_item(item)
-            return []
-        if _QUOTE.match(line):
-            self.kind, self.lines = "quote", [line]
-            return []
-        self.kind, self.lines = ("icode" if indent >= 4 else "para"), [line]
-        return []
-
-    def _set_item(self, item: re.Match[str]) -> None:
-        space = item.group("space")
-        marker_end = len(item.group("indent")) + len(item.group("marker"))
-        gap = len(space.expandtabs(4)) if space else 1
-        self._content_indent = marker_end + (gap if 1 <= gap <= 4 else 1)
-        marker = item.group("marker")
-        self._marker_family = marker[-1] if item.group("num") else marker
-
-    def _sibling_item(self, line: str) -> re.Match[str] | None:
-        item = _LIST.match(line)
-        if item is None or _indent_of(line) >= self._content_indent or _HR.match(line):
-            return None
-        return item
-
-    # -- the scanner
-    def push_line(self, line: str) -> list[_Block]:
-        if self.fence is not None:
-            self.lines.append(line)
-            return self._emit(closed=True) if len(self.lines) > 1 and self._closes(self.fence, line) else []
-        if self._nested_fence is not None:
-            self.lines.append(line)
-            if self._closes(self._nested_fence, line, nested=True):
-                self._nested_fence = None
-            return []
-        if not line.strip():
-            if self.lines:
-                self._blanks += 1
-            return []
-        if not self.lines:
-            return self._start(line)
-        indent = _indent_of(line)
-        if self._blanks:
-            blanks, self._blanks = self._blanks, 0
-            continues = (self.kind == "list" and indent >= self._content_indent) or (
-                self.kind == "icode" and indent >= 4
-            )
-            if continues:
-                self.lines.extend([""] * blanks)
-                self.lines.append(line)
-                if self.kind == "list":
-                    self._nested_fence = self._opens_fence(line)
-                return []
-            item = self._sibling_item(line) if self.kind == "list" else None
-            same_list = item is not None and self._family(item) == self._marker_family
-            return self._emit() + self._start(line, joined=same_list)
-        # no blank line before this one
-        kind = self.kind
-        nested = kind == "list" and indent >= self._content_indent
-        if nested:
-            self.lines.append(line)
-            self._nested_fence = self._opens_fence(line)
-            return []
-        if indent <= 3 and self._opens_fence(line) is not None:
-            return self._emit() + self._start(line)
-        if _ATX.match(line):
-            return self._emit() + self._start(line)
-        if kind == "para" and _SETEXT.match(line):
-            self.lines.append(line)
-            self.kind = "heading"
-            return self._emit()
-        if _HR.match(line):
-            return self._emit() + self._start(line)
-        item = _LIST.match(line)
-        if item is not None:
-            if kind == "list":
-                same = self._family(item) == self._marker_family
-                return self._emit() + self._start(line, joined=same)
-            if kind == "para" and item.group("num") not in (None, "1"):
-                self.lines.append(line)  # "2." cannot interrupt a paragraph
-                return []
-            return self._emit() + self._start(line)
-        if _QUOTE.match(line):
-            if kind == "quote":
-                self.lines.append(line)
-                return []
-            return self._emit() + self._start(line)
-        if kind == "icode" and indent < 4:
-            return self._emit() + self._start(line)
-        self.lines.append(line)  # paragraph text, or a lazy continuation line
-        return []
-
-    @staticmethod
-    def _family(item: re.Match[str]) -> str:
-        marker = item.group("marker")
-        return marker[-1] if item.group("num") else marker
-
-    def close(self) -> list[_Block]:
-        """End of text: the open block is complete (an unclosed fence too)."""
-        return self._emit()
-
-
 # --------------------------------------------------------------------------- the renderer
-
-Line = list[Segment]
-
 
 @dataclass
 class RefreshStat:
@@ -350,83 +146,6 @@ class _Keep:
     rows: int = 0
     code: int = 0
     width: int = 0
-
-
-def _unpad(line: Line) -> tuple[Line, Style | None]:
-    """``line`` without its trailing blank cells, and the background they had (if any).
-
-    Rich pads left-justified text and code blocks with spaces to the full width; printed
-    as they are, those spaces end up in the scrollback, in copied text, and as blank rows
-    when the terminal reflows to a narrower width.
-    """
-    segments = list(line)
-    fill: Style | None = None
-    while segments:
-        seg = segments[-1]
-        if seg.control:
-            break
-        stripped = seg.text.rstrip(" ")
-        if seg.style is not None and seg.style.bgcolor is not None and stripped != seg.text:
-            fill = fill or Style(bgcolor=seg.style.bgcolor)
-        if stripped:
-            if stripped != seg.text:
-                segments[-1] = Segment(stripped, seg.style)
-            break
-        segments.pop()
-    return segments, fill
-
-
-def _fill_segments(line: Line, width: int, fill_ok: bool, styles: OwnStyles | None = None) -> list[Segment]:
-    """``line`` unpadded; a background its padding had is drawn to the edge by an erase
-    to end of line in that colour (not when the line fills the row: with the cursor in
-    the last column a terminal would erase the last character). With ``styles``, the
-    segments carry its private copies of their styles (see :class:`OwnStyles`)."""
-    segments, fill = _unpad(line)
-    if fill is not None and fill_ok and Segment.get_line_length(segments) < width:
-        segments.append(Segment("\x1b[K", fill, [(ControlType.ERASE_IN_LINE, 0)]))
-    if styles is not None:
-        segments = list(styles.own(segments))
-    return segments
-
-
-def print_unpadded(console: Console, *renderables: RenderableType) -> None:
-    """``console.print`` each renderable without the spaces Rich pads lines with.
-
-    For REPL output that is not streamed (``/show``, ``/help``): what lands in the
-    scrollback, and in copied text, has no trailing padding.
-    """
-    width = console.size.width
-    fill_ok = console.is_terminal and console.color_system is not None
-    segments: list[Segment] = []
-    styles = OwnStyles()
-    for renderable in renderables:
-        for line in console.render_lines(renderable, console.options, pad=False):
-            segments.extend(_fill_segments(line, width, fill_ok, styles))
-            segments.append(Segment.line())
-    if segments:
-        console.print(Segments(segments), end="", crop=False, soft_wrap=True, highlight=False)
-
-
-_EMPHASIS = re.compile(r"(?<![\w*])\*(?!\*)|(?<!\*)\*(?![\w*])|(?<!\w)_(?!_)|(?<!_)_(?!\w)")
-
-
-def _settled_markup(text: str) -> bool:
-    """True when no inline span (code, emphasis) is open in ``text`` and it is not a table:
-    later text cannot then change how its earlier rows are laid out."""
-    if text.count("`") % 2 or text.count("**") % 2 or text.count("__") % 2:
-        return False
-    if len(_EMPHASIS.findall(text.replace("**", "").replace("__", ""))) % 2:
-        return False
-    return not any(line.lstrip().startswith("|") for line in text.split("\n"))
-
-
-def _starts_a_block(line: str) -> bool:
-    """Whether ``line`` would open a block other than a paragraph (a list item, heading,
-    quote, rule, fence, table row, HTML) if it began a line."""
-    return bool(
-        _LIST.match(line) or _ATX.match(line) or _QUOTE.match(line) or _HR.match(line) or _SETEXT.match(line)
-        or _FENCE.match(line) or line.lstrip().startswith(("|", "<"))
-    )
 
 
 def _terminal_reflows() -> bool:
@@ -506,11 +225,11 @@ class MarkdownStream:
         self._sanitizer = _Sanitizer()
         self._styles = OwnStyles()  # private copies of Rich's shared styles, for this console
         self._parsed_styles: dict[str, Style] = {}
-        self._scanner = _BlockScanner()
+        self._scanner = BlockScanner()
         self._chunks: list[str] = []
         self._chars = 0
         self._partial = ""  # the incomplete last line
-        self._ready: list[_Block] = []  # complete blocks not yet printed
+        self._ready: list[Block] = []  # complete blocks not yet printed
         self._out: list[Line] = []  # lines to print into the scrollback at the next refresh
         self._blocks_printed = 0  # blocks printed in this text segment
         self._rows_committed = 0  # rendered rows of the open block already printed
@@ -737,7 +456,7 @@ class MarkdownStream:
         budget = max(1, limit) * width
         if len(scanner.lines) > 1 and (len(scanner.lines) > limit or sum(map(len, scanner.lines)) > budget):
             head = "\n".join(scanner.lines[:-1])
-            if _settled_markup(head) and not any(_SETEXT.match(line) for line in scanner.lines):
+            if settled_markup(head) and not any(SETEXT.match(line) for line in scanner.lines):
                 rows = self._render_markdown(head, width)
                 if len(rows) >= self._rows_committed:  # else rows of the last line are printed already
                     self._print_continued(rows[self._rows_committed :], width)
@@ -766,7 +485,7 @@ class MarkdownStream:
             end = cut - width // 2
             head = partial[:cut]
             text = "\n".join([*scanner.lines, head])
-            if not _settled_markup(text):
+            if not settled_markup(text):
                 continue
             rows = self._render_markdown(text, width)
             if len(rows) - 1 <= self._rows_committed:
@@ -776,7 +495,7 @@ class MarkdownStream:
             if not last or len(last) > len(words):
                 continue
             carried = " ".join(words[-len(last) :])
-            if _starts_a_block(carried) or not _settled_markup(carried) or re.search(r"[\[\]<>&\\!]", carried):
+            if starts_a_block(carried) or not settled_markup(carried) or re.search(r"[\[\]<>&\\!]", carried):
                 continue
             alone = self._render_markdown(carried, width)
             if len(alone) != 1 or "".join(s.text for s in alone[0]).split() != last:
@@ -829,7 +548,7 @@ class MarkdownStream:
             gap = 0
             if self._rows_committed == 0 and not self._continued and self._gap(bool(scanner.lines) and scanner._joined):
                 lines, gap = [[], *lines], 1
-            if len(lines) > 1 and len(lines) <= limit and not scanner._blanks and _settled_markup(text):
+            if len(lines) > 1 and len(lines) <= limit and not scanner._blanks and settled_markup(text):
                 keep = _Keep("md", len(lines) - 1, len(lines) - 1 - gap, width=width or self._size[0])
         if status:
             lines = [*lines, *self.console.render_lines(self._spinner_frame(status), self._options(), pad=False)]
@@ -963,14 +682,14 @@ class MarkdownStream:
             segments.append(Control(*codes).segment)
         newline = Segment.line()
         for line in self._out:
-            segments.extend(_fill_segments(line, width, fill_ok, self._styles))
+            segments.extend(fill_segments(line, width, fill_ok, self._styles))
             segments.append(newline)
         self._out = []
         widths = []
         for index, line in enumerate(tail):
             if index:
                 segments.append(newline)
-            drawn = _fill_segments(line, width, fill_ok, self._styles)
+            drawn = fill_segments(line, width, fill_ok, self._styles)
             widths.append(Segment.get_line_length(drawn))
             segments.extend(drawn)
         self._drawn = _Drawn(widths, width, height, keep.kind, keep.keep, keep.rows, keep.code, keep.width)

@@ -1,0 +1,419 @@
+"""One turn of a run: begun (waiting while the session is busy), the model asked, tools
+run, handoffs followed, and its ending stored -- :class:`TurnLoop`, mixed into
+:class:`~chatflow_cli.core.runner.Runner` (the runner module's docstring tells the turn
+step by step)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any
+
+from .._stream import ModelTurn, ReplyState, TextDelta, Usage
+from ..agents import Agent
+from ..errors import (
+    ChatflowError,
+    ConfigError,
+    InvalidToolCallError,
+    MaxToolRoundsExceeded,
+    ProviderResponseError,
+    RunInterrupted,
+    StreamBrokenError,
+    UsageError,
+)
+from ..events import Event, EventType, SessionStatus
+from ..memory import storable_text
+from ..messages import Message, Role, ToolCall, check_history
+from ..tokens import reply_tokens
+from ..tools import Tool
+from ..usage import normalise_usage
+from .cancel import INTERRUPT_REQUESTED, Cancelled, CancelToken, watch_interrupt_requests
+from .endings import lease_of, store_failed, store_interrupted
+from .host import RunnerHost
+from .results import RunResult, StreamEvent
+from .state import Broken, InvalidAfterTools, TurnRequest, TurnState
+from .tools import answer_at_once, run_concurrently
+from .waiting import begin_turn_when_free, end_lease, release_claim
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..memory.context import SessionContext
+    from ..memory.protocol import TurnStart
+
+__all__ = ["TurnLoop", "recorded_url"]
+
+log = logging.getLogger("chatflow_cli.core.runner")
+
+
+class TurnLoop(RunnerHost):
+    """The turn of :class:`~chatflow_cli.core.runner.Runner`: :meth:`_turn` is the generator
+    of one run's events, from ``store.begin_turn`` to the stored ending."""
+
+    # -- the turn ----------------------------------------------------------------------------
+    def _begin(self, session_id: str, request: TurnRequest, wait: float, cancel: CancelToken) -> TurnStart:
+        """``store.begin_turn``, waiting in the session's queue up to ``wait`` seconds
+        (:func:`~chatflow_cli.core._run.waiting.begin_turn_when_free`)."""
+        return begin_turn_when_free(self.store, session_id, request, wait=wait, cancel=cancel,
+                                    default_agent=self.starting_agent, on_wait=self.on_wait)
+
+    def _replayed(self, session_id: str, begun: Any, written: tuple[Event, ...]) -> RunResult:
+        """The :class:`RunResult` of a turn started earlier with the same idempotency key.
+
+        Outcomes (``begin_turn``'s ``replayed["outcome"]``): ``completed`` gives the first
+        result; ``pending`` (custom tool calls wait) gives an idle result listing them.
+        A first attempt that gave no result (``failed``, rescheduled, ``interrupted``,
+        ``rolled_back``) is no replay: ``begin_turn`` runs the turn again under the same key.
+        Any other outcome raises :class:`UsageError` (defensive; not reached today).
+        """
+        replay = begun.replayed
+        turn = int(replay.get("turn", begun.turn) or begun.turn)
+        outcome = replay.get("outcome", "completed")
+        session = begun.session
+        if outcome == "completed":
+            return RunResult(
+                content=replay.get("content"),
+                agent=str(replay.get("agent") or _name(session.active_agent)),
+                session_id=session_id,
+                turn=turn,
+                usage=Usage.from_dict(normalise_usage(replay.get("usage"))) or Usage(),
+                usage_reported=normalise_usage(replay.get("usage")) is not None,
+                status=session.status,
+                events=written,
+                replayed=True,
+                finish_reason=replay.get("finish_reason"),
+            )
+        if outcome == "pending":
+            return RunResult(None, _name(session.active_agent), session_id, turn, Usage(), session.status,
+                             pending_tool_calls=tuple(session.pending_tool_calls), events=written, replayed=True)
+        raise UsageError(
+            f"turn {turn} of session {session_id}, sent with this idempotency key, was {outcome.replace('_', ' ')}; "
+            "nothing was run again (send the message with a new key to retry it)",
+            session_id=session_id,
+        )
+
+    def _turn(
+        self,
+        session_id: str,
+        request: TurnRequest,
+        *,
+        wait: float,
+        cancel: CancelToken,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> Iterator[StreamEvent]:
+        written: list[Event] = []
+
+        def stored(events: list[Event], turn: int | None) -> Iterator[StreamEvent]:
+            for event in events:
+                written.append(event)
+                yield StreamEvent(event.type, session_id, event.payload, turn=event.payload.get("turn", turn),
+                                  seq=event.seq)
+
+        try:
+            if request.user_message is not None:
+                for item in self._auto_compact(session_id, request.user_message):
+                    if isinstance(item, StreamEvent):
+                        yield item
+                    else:
+                        yield from stored([item], None)
+            begun = self._begin(session_id, request, wait, cancel)
+        except BaseException:
+            # the turn never started (a store error, bad text, a busy session, an interrupt):
+            # the message was not processed, so the claim this run carries is freed for its redelivery
+            release_claim(self.store, request)
+            raise
+        turn: int = begun.turn
+        if begun.replayed is not None:
+            yield from stored(list(begun.events), turn)
+            result = self._replayed(session_id, begun, tuple(written))
+            yield StreamEvent("result", session_id, turn=result.turn, result=result)
+            return
+
+        session = begun.session
+        state = TurnState(agent=session.active_agent, start_agent=session.active_agent)
+        unwatch = watch_interrupt_requests(self.store, session_id, lease_of(session), cancel)
+        try:
+            try:
+                yield from stored(list(begun.events), turn)
+                if self._version_of(state.agent) is not None and session.note_agent_version(state.agent):
+                    yield from stored(self.store.save(session), turn)  # agent.changed, before the reply
+                result = yield from self._loop(session, turn, state, cancel, loop, stored)
+            except Exception as exc:
+                if cancel.is_set() and not isinstance(exc, Cancelled) and not state.released:
+                    # cancelled while a request was still connecting: its error is the cancel's echo
+                    raise Cancelled() from exc
+                raise
+        except Broken as exc:
+            if state.released:  # pragma: no cover - raised before anything is released
+                raise
+            events = store_interrupted(self.store, session, state, reason="broken stream")
+            yield from stored(events, turn)
+            raise StreamBrokenError(f"{exc.args[0]}; what arrived is kept as interrupted turn {turn}",
+                                    session_id=session_id) from None
+        except InvalidAfterTools as exc:
+            if state.released:  # pragma: no cover - raised before anything is released
+                raise
+            ran = ", ".join(dict.fromkeys(state.ran))
+            events = store_interrupted(self.store, session, state, reason="invalid tool call")
+            yield from stored(events, turn)
+            hint = "; or raise the token limit" if exc.args[1] == "length" else ""
+            raise InvalidToolCallError(
+                f"the model's reply cannot be used: {exc.args[0]}; it did not run, but earlier rounds ran {ran}: "
+                f"turn {turn} is kept as interrupted up to its last complete round (send a message to go on{hint})",
+                session_id=session_id) from None
+        except (KeyboardInterrupt, Cancelled, GeneratorExit, asyncio.CancelledError) as exc:
+            closing = isinstance(exc, GeneratorExit)
+            if state.released:  # the turn was already stored as finished; only the consumer left
+                raise
+            events = store_interrupted(self.store, session, state, reason=cancel.reason if isinstance(exc, Cancelled)
+                                     or closing else "interrupted")
+            if closing:  # the consumer went away: nothing more may be yielded
+                written.extend(events)
+                raise
+            yield from stored(events, turn)
+            asked = " at another process's request" if cancel.reason == INTERRUPT_REQUESTED else ""
+            raise RunInterrupted(f"turn {turn} was interrupted{asked}; the session is ready for the next message",
+                                 session_id=session_id) from (None if isinstance(exc, Cancelled) else exc)
+        except BaseException as exc:
+            if state.released:
+                raise
+            if getattr(exc, "keeps_partial_reply", False) and state.partial:
+                # the model server died mid-reply: what it said stays, as an interrupted turn
+                events = store_interrupted(self.store, session, state, reason=f"interrupted: {type(exc).__name__}")
+            else:
+                events = store_failed(self.store, session, state, exc)
+            yield from stored(events, turn)
+            if isinstance(exc, ChatflowError) and exc.session_id is None:
+                exc.session_id = session_id
+            raise
+        finally:
+            unwatch()
+            # the lease is renewed only while the turn runs: it ends here, by whatever path
+            end_lease(self.store, lease_of(session), stored=state.released or state.ended)
+        yield StreamEvent("result", session_id, turn=turn,
+                          result=dataclasses.replace(result, events=tuple(written)))
+
+    def _loop(
+        self,
+        session: SessionContext,
+        turn: int,
+        state: TurnState,
+        cancel: CancelToken,
+        loop: asyncio.AbstractEventLoop | None,
+        stored: Callable[[list[Event], int | None], Iterator[StreamEvent]],
+    ) -> Generator[StreamEvent, None, RunResult]:
+        session_id = session.session_id
+        client = self.model_client
+        requests = 0
+        while True:
+            if cancel.is_set():
+                raise Cancelled()
+            agent: Agent = state.agent
+            tools = agent.all_tools()
+            model = agent.model or self.default_model
+            if not model:
+                raise ConfigError(f"no model for agent {agent.name!r}: set Agent(model=...) or "
+                                  "Runner(default_model=...)", session_id=session_id)
+            outgoing, state.context = self._budget_window(session, agent, model)
+            dropped = state.context.get("dropped")
+            if dropped and not state.dropped_told:
+                state.dropped_told = True  # once a turn: later rounds drop the same turns or more
+                yield StreamEvent("context.dropped", session_id, {"first": dropped[0], "last": dropped[1],
+                                                                   "summarised": False}, turn=turn)
+            check_history(outgoing, session_id=session_id)
+            wire = [state.wire(m) for m in outgoing if not m.says_nothing]
+            tool_choice = agent.tool_choice if requests == 0 and tools else None
+            if isinstance(tool_choice, str) and tool_choice in tools:
+                tool_choice = {"type": "function", "function": {"name": tool_choice}}
+            requests += 1
+            reply = None
+            state.partial = []
+            stream = client.stream(model, wire, [t.to_wire() for t in tools.values()] or None,
+                                   tool_choice=tool_choice, max_tokens=self.max_tokens,
+                                   temperature=self.temperature, cancel=cancel.event)
+            unwatch = cancel.watch(stream)
+            try:
+                for item in stream:
+                    if isinstance(item, TextDelta):
+                        delta = storable_text(item.text)
+                        state.partial.append(delta)
+                        yield StreamEvent("text.delta", session_id, {"text": delta, "agent": agent.name},
+                                          turn=turn)
+                    elif isinstance(item, ModelTurn):
+                        reply = item
+                    if cancel.is_set():
+                        raise Cancelled()
+            finally:
+                unwatch()
+                close = getattr(stream, "close", None)
+                if close is not None and reply is None:
+                    close()
+            if reply is None:
+                raise ProviderResponseError("the model's stream ended without a reply", session_id=session_id)
+            if reply.usage is not None:
+                state.usage = state.usage + reply.usage
+                state.usage_reported = True
+            else:
+                state.usage_missing = True  # the turn's usage is unknown: never a partial sum
+            # the reply's tokens in the next request's context: the provider's count when it
+            # reported one (less its reasoning, which is not sent back), else estimated when stored
+            counted = reply_tokens(reply.usage, reasoning=bool(reply.reasoning))
+            verdict = reply.verdict
+            if verdict.state is ReplyState.INTERRUPTED:
+                raise Cancelled()
+            if verdict.state is ReplyState.BROKEN:
+                state.reasoning = storable_text(reply.reasoning) if reply.reasoning else None
+                raise Broken(verdict.reason)  # the partial text in state.partial is kept
+            if verdict.state is ReplyState.INVALID_TOOL_CALL:
+                if state.ran:  # earlier rounds ran tools: keep them, up to the last complete round
+                    raise InvalidAfterTools(verdict.reason, verdict.finish_reason)
+                hint = "send the message again, or raise the token limit" if verdict.finish_reason == "length" \
+                    else "send the message again"
+                raise InvalidToolCallError(
+                    f"the model's reply cannot be used: {verdict.reason}; nothing ran and turn {turn} was not kept "
+                    f"({hint})", session_id=session_id)
+            calls = self._fresh_ids(session, list(reply.tool_calls or ()))
+            content = storable_text(reply.content) if reply.content else reply.content
+            reasoning = storable_text(reply.reasoning) if reply.reasoning else None
+            state.partial = []
+            if not calls:
+                text = content or ""
+                cut = verdict.finish_reason if verdict.truncated else None
+                session.add_message(Message.model(text, agent=agent.name, reasoning=reasoning, finish_reason=cut,
+                                                  tokens=counted, agent_version=self._version_of(agent)))
+                session.complete_turn(text, agent, state.known_usage(), finish_reason=verdict.finish_reason,
+                                      agent_version=self._version_of(agent), model=model,
+                                      base_url=recorded_url(client))
+                session.set_status(SessionStatus.IDLE, reason="turn completed")
+                events = self.store.save(session)
+                state.released = True
+                yield from stored(events, turn)
+                return RunResult(text, agent.name, session_id, turn, state.usage, SessionStatus.IDLE,
+                                 usage_reported=state.known_usage() is not None,
+                                 finish_reason=verdict.finish_reason, reasoning=reasoning, context=state.context)
+
+            state.rounds += 1
+            if state.rounds > self.max_tool_rounds:
+                raise MaxToolRoundsExceeded(
+                    f"the model kept calling tools past max_tool_rounds={self.max_tool_rounds} in turn {turn}; "
+                    "the turn was dropped from the context window (max_tool_rounds in config.toml, or "
+                    "Runner(max_tool_rounds=N), allows more)",
+                    session_id=session_id,
+                )
+            session.add_message(Message.model(content or None, calls, agent=agent.name, reasoning=reasoning,
+                                              tokens=counted, agent_version=self._version_of(agent)))
+            yield from stored(self.store.save(session), turn)
+
+            custom = [c for c in calls if c.name in tools and tools[c.name].is_custom]
+            outcomes = yield from self._run_tools(session_id, turn, agent, tools, calls, cancel, loop, state)
+            state.ran.extend(c.name for c in calls if c.id in outcomes)
+            if custom:
+                # stop here; regular results wait with the custom ones, sent in call order
+                for call in calls:
+                    if call.id in outcomes:
+                        self._record_submitted(session, turn, call, *outcomes[call.id])
+                session.record_event(EventType.TOOL_PENDING, {"turn": turn, "tool_use_ids": [c.id for c in custom],
+                                                               "tools": [c.to_dict() for c in custom]})
+                session.set_status(SessionStatus.IDLE, reason="waiting for custom tool results")
+                events = self.store.save(session)
+                state.released = True
+                yield from stored(events, turn)
+                return RunResult(None, agent.name, session_id, turn, state.usage, SessionStatus.IDLE,
+                                 usage_reported=state.known_usage() is not None,
+                                 pending_tool_calls=tuple(custom), context=state.context)
+            handoff_to: Agent | None = None
+            for call in calls:
+                text, is_error = outcomes[call.id]
+                session.add_message(Message.tool(call.id, text, name=call.name, is_error=is_error))
+                target = state.handoffs.get(call.id)
+                if target is not None and handoff_to is None:
+                    handoff_to = target
+                    session.set_active_agent(target, tool_call_id=call.id)
+            if handoff_to is not None:
+                state.agent = handoff_to
+                if self._version_of(handoff_to) is not None:
+                    session.note_agent_version(handoff_to)  # agent.changed when it is another version now
+            yield from stored(self.store.save(session), turn)
+
+    def _version_of(self, agent: Any) -> str | None:
+        """``agent.version`` for an agent of this Runner; None for one it does not know (a
+        stored agent name no resolver knows gets a stand-in whose version means nothing)."""
+        known = self.agents.get(_name(agent))
+        return known.version if known is not None and known is agent else None
+
+    def _record_submitted(self, session: SessionContext, turn: int, call: ToolCall, output: str, is_error: bool) -> None:
+        """A regular call's result waiting beside custom ones; an error result carries
+        ``"is_error": true`` so the TOOL message stored when the turn continues is flagged."""
+        payload: dict[str, Any] = {"turn": turn, "tool_use_id": call.id, "output": output}
+        if is_error:
+            payload["is_error"] = True
+        session.record_event(EventType.TOOL_RESULT_SUBMITTED, payload)
+
+    @staticmethod
+    def _fresh_ids(session: SessionContext, calls: list[ToolCall]) -> list[ToolCall]:
+        """Give every call an id unique in the session (local servers reuse ``call_0``; some send none)."""
+        if not calls:
+            return calls
+        used = {c.id for m in session.history if m.role is Role.MODEL for c in m.tool_calls}
+        fixed: list[ToolCall] = []
+        for call in calls:
+            call_id = storable_text(call.id or "")
+            if not call_id or call_id in used:
+                call_id = f"call_{uuid.uuid4().hex[:24]}"
+            used.add(call_id)
+            name, arguments = storable_text(call.name), storable_text(call.arguments)
+            same = call_id == call.id and name == call.name and arguments == call.arguments
+            fixed.append(call if same else ToolCall(call_id, name, arguments))
+        return fixed
+
+    # -- tools -------------------------------------------------------------------------------
+    def _run_tools(
+        self,
+        session_id: str,
+        turn: int,
+        agent: Agent,
+        tools: dict[str, Tool],
+        calls: list[ToolCall],
+        cancel: CancelToken,
+        loop: asyncio.AbstractEventLoop | None,
+        state: TurnState,
+    ) -> Generator[StreamEvent, None, dict[str, tuple[str, bool]]]:
+        """Run the regular and handoff calls; returns ``{call id: (text, is_error)}`` (custom calls left out)."""
+        outcomes: dict[str, tuple[str, bool]] = {}
+        for call in calls:
+            found = tools.get(call.name)
+            if found is None or not found.is_custom:
+                yield StreamEvent("tool.call_started", session_id,
+                                  {"id": call.id, "name": call.name, "arguments": call.arguments,
+                                   "agent": agent.name}, turn=turn)
+        runnable = answer_at_once(calls, tools, state, outcomes)
+        timings: dict[str, float] = {}
+        if runnable:
+            # always on a thread, even one call: the waiting side stays responsive to a cancel request
+            run_concurrently(runnable, outcomes, timings, cancel, loop, state)
+        for call in calls:
+            if call.id in outcomes:
+                text, is_error = outcomes[call.id]
+                yield StreamEvent("tool.call_finished", session_id,
+                                  {"id": call.id, "name": call.name, "output": text, "is_error": is_error,
+                                   "duration_ms": round(timings.get(call.id, 0.0) * 1000, 3)}, turn=turn)
+        return outcomes
+
+
+# --------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------
+def _name(agent: Any) -> str:
+    return str(getattr(agent, "name", agent) or "")
+
+
+def recorded_url(client: Any) -> str | None:
+    """The API root a turn records as answered at (``turn.completed``'s ``base_url``): the
+    client's ``display_url`` (its ``base_url`` without any ``user:password@``: never a
+    secret); None for the embedded local model (its server's port changes from run to run)
+    or a client that names none."""
+    if getattr(client, "local", False):
+        return None
+    url = getattr(client, "display_url", None)
+    return url if isinstance(url, str) and url else None
