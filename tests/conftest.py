@@ -15,7 +15,10 @@ Fixtures for driving the real ``chatflow`` process, usable from every test folde
   ``OPENAI_BASE_URL`` and ``CHATFLOW_MODEL=fake-model``.
 * ``config_file`` -- ``config_file(text)`` writes ``config.toml`` where ``CHATFLOW_CONFIG``
   points and returns its path.
-* ``fake_server`` -- re-exported from tests/helpers/fakeserver.py.
+* ``fake_server`` -- re-exported from tests/helpers/fakeserver.py (``shared_fake_server``: one
+  per module, reset between tests).
+* ``home_snapshot`` -- a stored state written by ``chatflow`` once per session and copied into
+  each test that starts from it (tests/helpers/snapshot.py).
 """
 
 from __future__ import annotations
@@ -70,6 +73,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    _cache_bytecode_of_children()
+
+
+def _cache_bytecode_of_children() -> None:
+    """Let the processes the tests start reuse compiled bytecode, without writing into the checkout.
+
+    With ``PYTHONDONTWRITEBYTECODE`` set (some machines set it for every shell), each of the
+    thousands of ``chatflow`` processes the suite starts would compile chatflow's modules
+    again: about a quarter of a one-turn ``chatflow chat``'s CPU time. Instead the children
+    (and xdist's workers) keep their ``.pyc`` files under a ``PYTHONPYCACHEPREFIX`` in the
+    temporary directory, as an installed chatflow keeps them beside its modules. A prefix the
+    caller set is kept. Python validates each file against its source, so a stale one is
+    never used.
+    """
+    import tempfile
+
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ.setdefault("PYTHONPYCACHEPREFIX",
+                          str(Path(tempfile.gettempdir()) / f"chatflow-tests-pycache-{os.getuid()}"))
 
 
 def llama_cpp_installed() -> bool:
@@ -196,8 +220,19 @@ def pty_chatflow(provider: Any) -> Any:
         repl.close()
 
 
-# The fake OpenAI-compatible server (tests/helpers/fakeserver.py) as the ``fake_server`` fixture.
-from tests.helpers.fakeserver import fake_server  # noqa: E402,F401
+@pytest.fixture(scope="session")
+def home_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``home_snapshot.restore(key, build)``: this test's ``CHATFLOW_HOME`` as ``build()`` (real
+    ``chatflow`` runs) leaves it, built once per session and copied per test
+    (:class:`tests.helpers.snapshot.HomeSnapshots`)."""
+    from tests.helpers.snapshot import HomeSnapshots
+
+    return HomeSnapshots(tmp_path_factory.mktemp("home-snapshots"))
+
+
+# The fake OpenAI-compatible server (tests/helpers/fakeserver.py) as the ``fake_server`` fixture;
+# ``shared_fake_server`` is one per module, reset between tests (for homes built once).
+from tests.helpers.fakeserver import fake_server, module_fake_server, shared_fake_server  # noqa: E402,F401
 
 # A real PostgreSQL server (tests/helpers/pgserver.py) as the ``pg_server`` / ``pg_dsn`` fixtures.
 from tests.helpers.pgserver import pg_dsn, pg_dsn_migrated, pg_server  # noqa: E402,F401

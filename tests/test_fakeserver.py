@@ -117,6 +117,29 @@ def test_api_key_and_strict_models() -> None:
         assert [r.status for r in server.log] == [401, 401, 404, 200, 200]
 
 
+def test_reset_is_a_fresh_server_on_the_same_port() -> None:
+    """``reset`` (the shared_fake_server fixture between tests): records, queued replies and
+    changed settings are gone, and a reply left hanging is released at once."""
+    with FakeServer(models=["a"]) as server:
+        url = server.url
+        server.add_hang()
+        answers: list[int] = []
+        hung = threading.Thread(target=lambda: answers.append(post(url, chat(U), timeout=30)[0]))
+        hung.start()
+        while not server.requests:
+            threading.Event().wait(0.01)
+        server.add_text("queued")
+        server.api_key, server.strict_models, server.reply_delay = "sk-x", True, 5.0
+        server.models.append("b")
+        server.reset()
+        hung.join(timeout=5)
+        assert not hung.is_alive() and answers == [503], "the hanging reply was not released"
+        assert (server.url, server.requests, server.log, server.pending) == (url, [], [], 0)
+        assert (server.api_key, server.strict_models, server.reply_delay, server.models) == (None, False, 0.0, ["a"])
+        status, _, body = post(url, chat(U))
+        assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "ok: hi"
+
+
 def test_html_page_and_hang(fake_server: FakeServer) -> None:
     fake_server.add_html()
     status, headers, body = post(fake_server.url, chat(U, stream=True))

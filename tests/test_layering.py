@@ -13,8 +13,13 @@ Run as a script (``python tests/test_layering.py [ROOT]``) it prints the cycles 
 from __future__ import annotations
 
 import ast
+import re
+import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 PACKAGE = "chatflow_cli"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
@@ -63,17 +68,19 @@ def _all_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
-def import_graph(root: Path = ROOT, *, type_only: bool = False) -> dict[str, set[str]]:
-    """``{module: {modules it imports}}`` over the package's own modules (``type_only``: the
-    imports under ``if TYPE_CHECKING:`` count too)."""
+def import_edges(root: Path = ROOT) -> list[tuple[str, int, str, str, bool]]:
+    """Every import of a package module by a package module: ``(module, line, target, name,
+    type_only)``, where ``name`` is the imported name (``from x import name``; else the
+    target) and ``type_only`` says the import sits under ``if TYPE_CHECKING:``."""
     mods = modules(root)
-    graph: dict[str, set[str]] = {name: set() for name in mods}
+    edges: list[tuple[str, int, str, str, bool]] = []
     for name, path in mods.items():
         is_package = path.name == "__init__.py"
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in (_all_imports if type_only else _runtime_imports)(tree):
+        runtime = {id(node) for node in _runtime_imports(tree)}
+        for node in _all_imports(tree):
             if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
+                targets = [(alias.name, alias.name) for alias in node.names]
             else:
                 if node.level:
                     base = name.split(".") if is_package else name.split(".")[:-1]
@@ -81,13 +88,23 @@ def import_graph(root: Path = ROOT, *, type_only: bool = False) -> dict[str, set
                     prefix = ".".join(base + ([node.module] if node.module else []))
                 else:
                     prefix = node.module or ""
-                targets = [f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in mods else prefix
+                targets = [(f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in mods else prefix, alias.name)
                            for alias in node.names]
-            for target in targets:
+            for target, imported in targets:
                 while target and target not in mods:  # `import a.b.c` of a package's attribute
                     target = target.rpartition(".")[0]
                 if target and target != name and target.split(".")[0] == PACKAGE:
-                    graph[name].add(target)
+                    edges.append((name, node.lineno, target, imported, id(node) not in runtime))
+    return edges
+
+
+def import_graph(root: Path = ROOT, *, type_only: bool = False) -> dict[str, set[str]]:
+    """``{module: {modules it imports}}`` over the package's own modules (``type_only``: the
+    imports under ``if TYPE_CHECKING:`` count too)."""
+    graph: dict[str, set[str]] = {name: set() for name in modules(root)}
+    for name, _line, target, _name, under_type_checking in import_edges(root):
+        if type_only or not under_type_checking:
+            graph[name].add(target)
     return graph
 
 
@@ -212,6 +229,135 @@ def test_stores_reach_other_modules_through_named_seams_only():
                     node.module or "").rpartition(".")[2].startswith("_"):
                 leaks += [(path.name, node.module, a.name) for a in node.names if a.name.startswith("_")]
     assert leaks == []
+
+
+#: The page that draws the house; its table of rooms is the rule the tests below enforce.
+DESIGN = ROOT.parent / "docs" / "design.md"
+_ROW = re.compile(r"^\|\s*([a-z][a-z-]*)\s*\|(.*)\|(.*)\|\s*$")
+_PATH = re.compile(r"`([^`]+)`(\s*\*\(on its way\)\*)?")
+
+
+@dataclass(frozen=True)
+class Room:
+    name: str
+    paths: tuple[str, ...]          # relative to the package: a file, or a folder ending in "/"
+    may_import: frozenset[str]
+    on_its_way: frozenset[str]      # paths allowed to be missing (another branch adds them)
+
+    def holds(self, relative: str) -> bool:
+        return any(relative == p or (p.endswith("/") and relative.startswith(p)) for p in self.paths)
+
+
+def rooms(design: Path = DESIGN) -> dict[str, Room]:
+    """The rooms of the table ``| room | its modules | may import |`` in docs/design.md."""
+    text = design.read_text(encoding="utf-8")
+    start = text.index("| room | its modules | may import |")
+    found: dict[str, Room] = {}
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        match = _ROW.match(line)
+        assert match, f"docs/design.md: a row of the rooms table I cannot read: {line!r}"
+        name, cell, targets = match.groups()
+        paths = _PATH.findall(cell)
+        assert paths, f"docs/design.md: room {name} lists no module"
+        allowed = frozenset(t.strip() for t in targets.split(",") if t.strip() not in ("", "—", "-"))
+        found[name] = Room(name, tuple(p for p, _ in paths), allowed, frozenset(p for p, way in paths if way))
+    unknown = sorted((r.name, t) for r in found.values() for t in r.may_import if t not in found)
+    assert not unknown, f"docs/design.md: arrows to rooms the table does not have: {unknown}"
+    return found
+
+
+def room_of(root: Path = ROOT, house: dict[str, Room] | None = None) -> dict[str, str]:
+    """``{module: its room}``; fails naming a module in no room or in two."""
+    house = rooms() if house is None else house
+    placed: dict[str, str] = {}
+    homeless, twice = [], []
+    for module, path in modules(root).items():
+        relative = path.relative_to(root).as_posix()
+        homes = [r.name for r in house.values() if r.holds(relative)]
+        if not homes:
+            homeless.append(relative)
+        elif len(homes) > 1:
+            twice.append((relative, homes))
+        else:
+            placed[module] = homes[0]
+    assert not homeless, f"modules in no room of docs/design.md (add them to its table): {homeless}"
+    assert not twice, f"modules in two rooms of docs/design.md: {twice}"
+    return placed
+
+
+def crossings(root: Path = ROOT, house: dict[str, Room] | None = None) -> list[str]:
+    """Every import from one room into another that the table draws no arrow for, as
+    ``module:line imports target (room -> room)``; imports inside functions and under ``if
+    TYPE_CHECKING:`` count too. ``__version__`` read from the package root is no arrow."""
+    house = rooms() if house is None else house
+    where = room_of(root, house)
+    bad = []
+    for module, line, target, name, type_only in import_edges(root):
+        if target == PACKAGE and name == "__version__":
+            continue
+        a, b = where[module], where[target]
+        if a != b and b not in house[a].may_import:
+            bad.append(f"{modules(root)[module].relative_to(root.parent).as_posix()}:{line} imports {target}"
+                       f"{' (type only)' if type_only else ''} ({a} -> {b})")
+    return bad
+
+
+def test_the_drawing_has_every_module_in_one_room_and_every_listed_path_exists():
+    house = rooms()
+    assert {"entry", "commands", "repl", "render", "assembly", "plumbing", "runner", "model", "memory",
+            "leaves"} <= set(house)
+    room_of()
+    missing = sorted(p for r in house.values() for p in r.paths
+                     if p not in r.on_its_way and not (ROOT / p).exists())
+    assert missing == [], f"docs/design.md names paths that do not exist: {missing}"
+
+
+def test_imports_cross_rooms_only_along_the_arrows_of_the_drawing():
+    assert crossings() == []
+
+
+def test_an_import_against_the_arrows_is_named(tmp_path):
+    """The check can fail: a copy of the package where a leaf imports the Runner (an upward
+    arrow, under ``if TYPE_CHECKING:``) and a store imports a renderer (a front-end) is refused
+    with module, line and rooms, and a module the drawing does not place is named."""
+    copy = tmp_path / PACKAGE
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    usage = copy / "core" / "usage.py"
+    usage.write_text(usage.read_text(encoding="utf-8") + "\nif TYPE_CHECKING:\n    from .runner import Runner\n",
+                     encoding="utf-8")
+    store = copy / "core" / "memory" / "sqlite" / "store.py"
+    lines = store.read_text(encoding="utf-8").splitlines(keepends=True)
+    store.write_text("".join(lines + ["def _f() -> None:\n", "    from ....render import safe_text\n"]),
+                     encoding="utf-8")
+    bad = crossings(copy)
+    assert f"{PACKAGE}/core/usage.py:{len(usage.read_text().splitlines())} imports {PACKAGE}.core.runner" \
+           " (type only) (leaves -> runner)" in bad, bad
+    assert f"{PACKAGE}/core/memory/sqlite/store.py:{len(lines) + 2} imports {PACKAGE}.render (memory -> render)" \
+        in bad, bad
+    assert len(bad) == 2, bad
+    (copy / "stray.py").write_text("", encoding="utf-8")
+    with pytest.raises(AssertionError, match="in no room.*stray.py"):
+        room_of(copy)
+
+
+#: Issue 29: no module of the package is over this many lines.
+MAX_LINES = 800
+
+
+def long_modules(root: Path = ROOT) -> dict[str, int]:
+    """``{path: lines}`` of the package's modules over :data:`MAX_LINES` lines."""
+    counts = {p.relative_to(root.parent).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+              for p in sorted(root.rglob("*.py"))}
+    return {p: n for p, n in counts.items() if n > MAX_LINES}
+
+
+def test_no_module_is_over_800_lines(tmp_path):
+    assert long_modules() == {}
+    (tmp_path / PACKAGE).mkdir()
+    (tmp_path / PACKAGE / "big.py").write_text("x = 1\n" * (MAX_LINES + 1), encoding="utf-8")
+    assert long_modules(tmp_path / PACKAGE) == {f"{PACKAGE}/big.py": MAX_LINES + 1}
 
 
 #: The one module that may import typer's private modules (``typer._click``, ``typer._coercion``...).

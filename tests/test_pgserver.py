@@ -18,7 +18,7 @@ def _run_one_pg_test(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[
     test.write_text("def test_needs_a_server(pg_server):\n    assert pg_server.started\n")
     (tmp_path / "conftest.py").write_text("from tests.helpers.pgserver import pg_dsn, pg_server  # noqa: F401\n")
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:randomly", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0",
          f"--rootdir={REPO}", "-c", str(REPO / "pyproject.toml"), str(test)],
         capture_output=True, text=True, cwd=REPO, timeout=300,
         env={**{k: v for k, v in os.environ.items() if k != "CI"}, "PYTHONPATH": str(REPO),

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,9 +36,19 @@ def test_a_warning_fails_the_test(tmp_path: Path) -> None:
     test = tmp_path / "test_warns.py"
     test.write_text("import warnings\n\ndef test_warns():\n    warnings.warn('old', DeprecationWarning)\n")
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={REPO}",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", f"--rootdir={REPO}",
          "-c", str(REPO / "pyproject.toml"), str(test)],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout + done.stderr
     assert "DeprecationWarning: old" in done.stdout
+
+
+def test_the_default_run_uses_every_core_and_the_long_pass_one_process() -> None:
+    """The default run is spread over the cores (pytest-xdist, in the test extra), keeping each
+    xdist_group on one worker; .ci/run's ci_long pass runs each load run alone (-n 0)."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    addopts = shlex.split(pyproject["tool"]["pytest"]["ini_options"]["addopts"])
+    assert addopts[addopts.index("-n") + 1] == "auto" and addopts[addopts.index("--dist") + 1] == "loadgroup"
+    assert any(req.startswith("pytest-xdist") for req in pyproject["project"]["optional-dependencies"]["test"])
+    assert "\npython -m pytest -m ci_long -n 0 " in (REPO / ".ci" / "run").read_text()

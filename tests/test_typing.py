@@ -13,6 +13,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Under xdist the mypy runs go to one worker, in file order: those sharing ``strict_cache``
+# (the whole package first, then the README's uses) analyse the standard library and
+# openai once, not once per worker.
+pytestmark = pytest.mark.xdist_group("mypy")
+
 BOT = '''
 import asyncio
 

@@ -216,8 +216,12 @@ def test_busy_during_a_compaction_says_a_compaction_is_running(chatflow, provide
     from tests.helpers.stored import session_running
     from tests.helpers.wait import wait_until
 
+    import threading
+
     _three_turns(chatflow, provider, "b")
-    provider.add_text("the summary", chunks=["the", " summary"], delay=1.5)
+    held = threading.Event()  # the summary's second chunk waits for it: the compaction runs until then
+    summary = provider.add_text("the summary", chunks=["the", " summary"])
+    summary.gate, summary.gate_at = held, 1
     env = dict(os.environ, PYTHONPATH=str(REPO))
     first = subprocess.Popen([*COMMAND, "sessions", "compact", "b"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              stdin=subprocess.DEVNULL, env=env)
@@ -227,6 +231,7 @@ def test_busy_during_a_compaction_says_a_compaction_is_running(chatflow, provide
         assert busy.returncode == 4, busy
         assert f"is busy: a compaction is running in pid {first.pid}" in busy.stderr
     finally:
+        held.set()
         out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
 

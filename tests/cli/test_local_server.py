@@ -221,6 +221,7 @@ def test_the_warm_server_listens_on_loopback_only_and_wants_the_token(standin) -
     assert ports[state["port"]] == "0100007F"  # 127.0.0.1
 
 
+@pytest.mark.xdist_group("load")  # many processes: one such test at a time
 def test_16_concurrent_first_calls_start_exactly_one_server(standin) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO)

@@ -16,12 +16,23 @@ from tests.conftest import COMMAND, REPO
 
 
 @pytest.fixture
-def history(chatflow, provider):
-    for sid, texts in (("deploys", ("how do I deploy the gateway", "and roll it back", "thanks")),
-                       ("weather", ("is it sunny in Lisbon", "and tomorrow"))):
-        for text in texts:
-            r = chatflow("chat", "-s", sid, text)
-            assert r.returncode == 0, r
+def fake_server(shared_fake_server):
+    """The module's server, as fresh as a new one: ``history``'s sessions keep their endpoint."""
+    return shared_fake_server
+
+
+@pytest.fixture
+def history(chatflow, provider, home_snapshot):
+    """Two sessions of 3 and 2 turns, written by chatflow once per module's server (copied per test)."""
+    def build():
+        for sid, texts in (("deploys", ("how do I deploy the gateway", "and roll it back", "thanks")),
+                           ("weather", ("is it sunny in Lisbon", "and tomorrow"))):
+            for text in texts:
+                r = chatflow("chat", "-s", sid, text)
+                assert r.returncode == 0, r
+
+    home_snapshot.restore(f"search-fork-history-{provider.port}", build)
+    provider.reset()
     return ["deploys", "weather"]
 
 

@@ -18,10 +18,21 @@ from tests.helpers.wait import PipeReader, wait_until
 
 
 @pytest.fixture
-def three_turns(chatflow, provider):
-    for text in ("one", "two", "three"):
-        r = chatflow("chat", "-s", "r", text)
-        assert r.returncode == 0, r
+def fake_server(shared_fake_server):
+    """The module's server, as fresh as a new one: ``three_turns``' session keeps its endpoint."""
+    return shared_fake_server
+
+
+@pytest.fixture
+def three_turns(chatflow, provider, home_snapshot):
+    """Session ``r`` with three turns, written by chatflow once per module's server (copied per test)."""
+    def build():
+        for text in ("one", "two", "three"):
+            r = chatflow("chat", "-s", "r", text)
+            assert r.returncode == 0, r
+
+    home_snapshot.restore(f"sessions-three-turns-{provider.port}", build)
+    provider.reset()
     return "r"
 
 

@@ -27,16 +27,28 @@ from tests.hardening import harness as h
 
 
 @pytest.fixture
+def fake_server(shared_fake_server: FakeServer) -> FakeServer:
+    """The module's server, as fresh as a new one: ``stored``'s session keeps its endpoint."""
+    return shared_fake_server
+
+
+@pytest.fixture
 def env(fake_server: FakeServer) -> dict[str, str]:
     return h.provider_env(fake_server)
 
 
 @pytest.fixture
-def stored(env: dict[str, str]) -> Path:
-    """A database holding two finished turns of session ``s1`` (written by chatflow itself)."""
-    for text in ("hello", "and again"):
-        r = h.run("chat", "-s", "s1", text, env=env)
-        assert r.returncode == 0, r
+def stored(env: dict[str, str], fake_server: FakeServer, home_snapshot: Any) -> Path:
+    """A database holding two finished turns of session ``s1`` (written by chatflow itself,
+    once per module's server; each test gets its own copy)."""
+
+    def build() -> None:
+        for text in ("hello", "and again"):
+            r = h.run("chat", "-s", "s1", text, env=env)
+            assert r.returncode == 0, r
+
+    home_snapshot.restore(f"bad-input-s1-{fake_server.port}", build)
+    fake_server.reset()
     return h.default_db()
 
 

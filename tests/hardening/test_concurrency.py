@@ -36,6 +36,7 @@ TURNS = 50
 SHARED = "shared"
 
 
+@pytest.mark.xdist_group("load")  # many processes: one such test at a time
 @pytest.mark.parametrize(("processes", "turns"), [
     pytest.param(PROCESSES, TURNS, id="8x50", marks=pytest.mark.ci_long),
     pytest.param(4, 8, id="4x8"),  # the same checks in the default run, on fewer turns
@@ -113,6 +114,7 @@ def test_eight_processes_own_and_shared_sessions(processes: int, turns: int, fak
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
+@pytest.mark.xdist_group("load")  # many processes: one such test at a time
 def test_sixteen_processes_same_webhook_message_id(fake_server: FakeServer) -> None:
     env = h.provider_env(fake_server)
     h.run("sessions", "ls", env=env)  # nothing created: the first chat below also creates the file

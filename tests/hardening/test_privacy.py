@@ -243,6 +243,7 @@ def _private_files(home: Path) -> None:
             assert _mode(path) == 0o600, f"{path}: {oct(_mode(path))}"
 
 
+@pytest.mark.xdist_group("load")  # many processes: one such test at a time
 def test_eight_processes_creating_a_fresh_home_at_once_under_umask_000(fake_server: FakeServer,
                                                                         tmp_path: Path) -> None:
     home = tmp_path / "fresh" / "home"

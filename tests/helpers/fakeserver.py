@@ -403,6 +403,7 @@ class FakeServer:
         port: int = 0,
         validate: bool = True,
     ) -> None:
+        self._settings = (list(models), strict_models, api_key, validate)
         self.models = list(models)
         self.strict_models = strict_models
         self.api_key = api_key
@@ -465,6 +466,20 @@ class FakeServer:
             self._requests.clear()
             self._log.clear()
             self._replies.clear()
+
+    def reset(self) -> None:
+        """Back to the state of a server just started on the same port: records and queued
+        replies forgotten, hanging and delayed replies released, the constructor's settings
+        and ``reply_delay`` restored (the :func:`shared_fake_server` fixture between tests)."""
+        with self._lock:
+            self._requests.clear()
+            self._log.clear()
+            self._replies.clear()
+            released, self._stopping = self._stopping, threading.Event()
+            models, self.strict_models, self.api_key, self.validate = self._settings
+            self.models = list(models)
+            self.reply_delay = 0.0
+        released.set()
 
     # -- scripting ----------------------------------------------------------------------
     def add(self, reply: Reply) -> Reply:
@@ -777,6 +792,22 @@ if pytest is not None:
         """A running :class:`FakeServer`, stopped after the test."""
         with FakeServer() as server:
             yield server
+
+    @pytest.fixture(scope="module")
+    def module_fake_server() -> Iterator[FakeServer]:
+        """One running :class:`FakeServer` for a test module (see :func:`shared_fake_server`)."""
+        with FakeServer() as server:
+            yield server
+
+    @pytest.fixture
+    def shared_fake_server(module_fake_server: FakeServer) -> Iterator[FakeServer]:
+        """The module's server, :meth:`~FakeServer.reset` before and after each test: what a fresh
+        ``fake_server`` is, on a port that stays the same. A module whose tests start from a
+        stored home built once (the ``home_snapshot`` fixture) uses it as its ``fake_server``,
+        because a session keeps the endpoint it was written through."""
+        module_fake_server.reset()
+        yield module_fake_server
+        module_fake_server.reset()
 
 
 # --------------------------------------------------------------------------------------

@@ -85,12 +85,14 @@ def _kills_case(style: str, workers: int) -> object:
     return pytest.param(style, workers, id=f"{style}-{workers}", marks=() if default else pytest.mark.ci_long)
 
 
+@pytest.mark.xdist_group("load")  # many processes: one such test at a time
 @pytest.mark.slow
 @pytest.mark.parametrize(("style", "workers"), [_kills_case(s, w) for s in STYLES for w in (2, 4)])
 def test_bursts_duplicates_and_ten_worker_kills(tmp_path: Path, style: str, workers: int) -> None:
     _run(tmp_path, style, workers, kills=10)
 
 
+@pytest.mark.xdist_group("load")  # many processes: one such test at a time
 def test_the_documented_webhook_handler_with_two_workers_answers_a_short_burst(tmp_path: Path) -> None:
     """The seed's handler as written, 2 workers, a short burst (the fast suite's guard)."""
     _run(tmp_path, "seed", 2, kills=0)
@@ -122,6 +124,7 @@ def _until(check: Callable[[], object], timeout: float = 30.0) -> None:
     wait_until(check, timeout, interval=0.01)
 
 
+@pytest.mark.xdist_group("load")  # many processes: one such test at a time
 @pytest.mark.parametrize("style", ["seed", "message_id"])
 def test_turns_waiting_for_a_busy_session_start_in_arrival_order(tmp_path: Path, style: str) -> None:
     """The seed's handler: a customer's second to fifth messages arrive, one after the other,

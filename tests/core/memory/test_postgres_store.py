@@ -73,6 +73,7 @@ def _assert_gap_free(store: Any, session_id: str) -> list[Any]:
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.xdist_group("load")  # many processes: one such test at a time
 def test_sixteen_processes_opening_a_fresh_database_migrate_it_once(pg_dsn: str) -> None:
     code = (
         "import sys; from chatflow_cli.core.memory.postgres import PostgresSessionStore as S; "
@@ -309,6 +310,7 @@ PROCESSES = 8
 TURNS = 50
 
 
+@pytest.mark.xdist_group("load")  # many processes: one such test at a time
 @pytest.mark.slow
 @pytest.mark.parametrize(("processes", "turns"), [
     pytest.param(PROCESSES, TURNS, id="8x50", marks=pytest.mark.ci_long),
@@ -353,6 +355,7 @@ def test_eight_worker_processes_own_and_shared_sessions(processes: int, turns: i
     store.close()
 
 
+@pytest.mark.xdist_group("load")  # many processes: one such test at a time
 @pytest.mark.slow
 def test_sixteen_processes_claiming_one_message_id_call_the_model_once(pg_dsn: str, fake_server: FakeServer) -> None:
     procs = [_worker("claim", pg_dsn, fake_server.url, str(i), "wamid.SAME-0001") for i in range(16)]

@@ -89,6 +89,7 @@ def test_two_processes_claiming_the_same_message_at_once_one_wins(tmp_path: Path
         assert sorted(results) == ["False", "True"]
 
 
+@pytest.mark.xdist_group("load")  # many processes: one such test at a time
 def test_sixteen_processes_open_a_fresh_file_at_once(tmp_path: Path) -> None:
     db = tmp_path / "fresh" / "sessions.db"
     code = """
