@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.memory.protocol import ContextStore
     from .core.model import ModelClient
     from .core.resources.mounts import Mount
+    from .core.resources.vaults import Vaults
     from .core.runner import Runner
 
 __all__ = ["LOCAL_TEMPERATURE", "Assembly", "adopt_starting_agent", "assemble", "build_agents", "session_mounts",
@@ -159,10 +160,7 @@ def assemble(
         # Every configured agent resolves, not only those reachable from the starting one:
         # a session whose active agent is another one keeps its instructions and tools.
         runner.agents.update(agents)
-        # the vault values the session's vault mounts fill ``Secret`` parameters from (read lazily)
-        from .core.resources.vaults import Vaults
-
-        runner.vaults = Vaults(store, settings.data_dir)
+        runner.vaults = _vaults_of(settings, store)  # made when a tool first needs a secret
         if on_retry is not None and isinstance(client, ModelClient):  # the local client retries nothing
             client.on_retry = on_retry
         if on_wait is not None:
@@ -177,6 +175,17 @@ def assemble(
             return ModelClient(url, resolved.api_key, timeout=timeout, transport=transport)
 
         yield Assembly(runner=runner, choice=choice, agents=agents, client_for=None if choice.local else client_for)
+
+
+def _vaults_of(settings: Settings, store: BaseSessionStore) -> Callable[[], Vaults]:
+    """A function making the vault reader of ``store`` and the data directory (its module is
+    imported then, not by a chat that needs no secret)."""
+    def make() -> Vaults:
+        from .core.resources.vaults import Vaults
+
+        return Vaults(store, settings.data_dir)
+
+    return make
 
 
 def session_mounts(settings: Settings, store: Any, session_id: str, runner: Runner, agent: str | None,
@@ -207,9 +216,8 @@ def session_mounts(settings: Settings, store: Any, session_id: str, runner: Runn
     vault_names = dict.fromkeys([*vaults, *(spec.vaults if spec is not None else ())])
     vault_mounts = tuple(Mount.vault(v) for v in vault_names)
     if vault_mounts:
-        from .core.resources.vaults import Vaults
-
-        reader = runner.vaults if runner.vaults is not None else Vaults(store, settings.data_dir)
+        vaults_of = runner.vaults if runner.vaults is not None else _vaults_of(settings, store)
+        reader = vaults_of() if callable(vaults_of) else vaults_of
         for mount in vault_mounts:
             reader.get_vault(mount.name)  # VaultNotFoundError (exit 3) before anything is sent
     return (*mounts.values(), *vault_mounts)

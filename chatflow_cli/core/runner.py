@@ -165,8 +165,9 @@ class Runner(TurnLoop, ContextWindow):
             A compaction that fails is logged and the turn goes on without it.
         compact_prompt: replaces the compaction prompt.
         vaults: reads the values of vault entries for tools with secret parameters
-            (:class:`~chatflow_cli.core.resources.vaults.Vaults`); None: no vault can be read,
-            so such a tool gets an error result saying its secret is missing.
+            (:class:`~chatflow_cli.core.resources.vaults.Vaults`, or a function making one,
+            called when a tool first needs a secret); None: no vault can be read, so such a
+            tool gets an error result saying its secret is missing.
 
     Raises:
         ValueError: ``max_tool_rounds`` is not an int >= 0.
@@ -186,7 +187,7 @@ class Runner(TurnLoop, ContextWindow):
         max_context_tokens: int | None = None,
         compact_at: float | None = 0.8,
         compact_prompt: str | None = None,
-        vaults: Vaults | None = None,
+        vaults: Vaults | Callable[[], Vaults] | None = None,
     ) -> None:
         if compact_at is not None and (isinstance(compact_at, bool) or not 0 < compact_at <= 1):
             raise ValueError(f"compact_at must be a fraction in (0, 1] or None, got {compact_at!r}")

@@ -41,7 +41,7 @@ class RunnerHost:
     compact_at: float | None
     compact_prompt: str | None
     on_wait: Callable[[dict[str, Any]], None] | None
-    vaults: Vaults | None
+    vaults: Vaults | Callable[[], Vaults] | None
 
     if TYPE_CHECKING:  # the methods one part calls on another (each defined by one part)
         @property

@@ -33,7 +33,6 @@ from ..usage import normalise_usage
 from .cancel import INTERRUPT_REQUESTED, Cancelled, CancelToken, watch_interrupt_requests
 from .endings import lease_of, store_failed, store_interrupted
 from .host import RunnerHost
-from .mounted import turn_secrets, turn_tools
 from .results import RunResult, StreamEvent
 from .state import Broken, InvalidAfterTools, TurnRequest, TurnState
 from .tools import answer_at_once, run_concurrently
@@ -41,6 +40,7 @@ from .waiting import begin_turn_when_free, end_lease, release_claim
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory.context import SessionContext
+    from ..resources.vaults import SessionSecrets, Vaults
     from ..memory.protocol import TurnStart
 
 __all__ = ["TurnLoop", "recorded_url"]
@@ -421,3 +421,32 @@ def recorded_url(client: Any) -> str | None:
         return None
     url = getattr(client, "display_url", None)
     return url if isinstance(url, str) and url else None
+
+
+# -- what the session's mounts give a turn ---------------------------------------------------
+def turn_tools(store: Any, session: SessionContext, turn: int, agent: Agent) -> dict[str, Tool]:
+    """The agent's tools, with the memory tools of the memory stores mounted on ``session``
+    (the agent's own tool of the same name wins); writes are recorded as turn ``turn``'s."""
+    tools = agent.all_tools()
+    mounts = [m for m in session.resources if m.kind == "memory_store"]
+    if not mounts:
+        return tools
+    from ..resources.documents import Author
+    from ..resources.memory_tools import memory_tools
+
+    extra = {t.name: t for t in memory_tools(store, mounts, Author(session.session_id, turn, agent.name))}
+    return {**extra, **tools}
+
+
+def turn_secrets(vaults: Vaults | Callable[[], Vaults] | None, session: SessionContext,
+                 runnable: list[tuple[ToolCall, Tool]]) -> SessionSecrets | None:
+    """The secrets of this round's tool calls: the vaults mounted on ``session`` now, in the
+    order they were mounted (the first vault holding an entry wins), read through ``vaults``
+    (a factory: made now; None: none can be read, a secret is missing). None when no tool of
+    the round has a ``Secret`` parameter."""
+    if not any(found.secrets for _, found in runnable):
+        return None
+    from ..resources.vaults import SessionSecrets
+
+    reader = vaults() if callable(vaults) else vaults
+    return SessionSecrets(reader, [m.name for m in session.resources if m.kind == "vault"])

@@ -23,6 +23,7 @@ from ..errors import (
 )
 from ..events import Event, EventType, SessionStatus
 from ..messages import Message, Role
+from ..resources.mounts import RESOURCE_MOUNTED, RESOURCE_UNMOUNTED, Mount, fold_mounts
 from ._checks import (
     DEFAULT_MAX_TURNS,
     TITLE_CHARS,
@@ -34,7 +35,6 @@ from ._checks import (
     _check_text,
     _fallback_agent,
 )
-from ._mounts import stored_mounts
 from ._port import (
     DEFAULT_DEDUP_TTL_HOURS,
     _PREVIEW_CHARS,
@@ -122,6 +122,17 @@ class _KeptContexts:
             self._kept[row.session_id] = _Kept(ctx, position, last_turns, marks)
             while len(self._kept) > self.size:
                 del self._kept[next(iter(self._kept))]
+
+
+def stored_mounts(tx: Any, session_id: str) -> list[Mount]:
+    """The mounts in force in the stored session ``session_id`` (in the transaction ``tx``):
+    the fold of its ``resource.mounted`` / ``resource.unmounted`` events (two indexed reads
+    of the event log, by type)."""
+    mounted = tx.events_of_type(session_id, RESOURCE_MOUNTED, 0)
+    if not mounted:
+        return []
+    events = sorted(mounted + tx.events_of_type(session_id, RESOURCE_UNMOUNTED, 0), key=lambda e: e.seq)
+    return fold_mounts(events)
 
 
 class _StoreCore:

@@ -12,7 +12,7 @@ from ..events import EventType, SessionStatus
 from ..messages import Role
 from ._checks import TITLE_CHARS, _check_metadata, _check_session_id
 from ._listing import _Listing
-from ._mounts import stored_mounts
+from ._core import stored_mounts
 from ._port import _ran, _SessionRow, _Tx
 from ._twins import async_twin
 from .context import MESSAGE_EVENT_TYPE

@@ -38,8 +38,7 @@ from ..resources.documents import (
 )
 from ..resources.memory_tools import MemoryStoreAccess
 from ..resources.mounts import Mount, check_resource_name
-from ._core import _StoreCore
-from ._mounts import stored_mounts
+from ._core import _StoreCore, stored_mounts
 from ._twins import async_twin
 from .search import parse_query
 
