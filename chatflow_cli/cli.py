@@ -211,13 +211,14 @@ def chat(
     title: Annotated[Optional[str], typer.Option("--title", metavar="TITLE", help="The session's title (default: the first line of its first message).")] = None,
     memory: Annotated[Optional[list[str]], typer.Option("--memory", metavar="NAME[:ro]", help="Mount a memory store on the session (read-write; NAME:ro read-only): the agent gets memory tools (repeatable; see chatflow memory).")] = None,
     vault: Annotated[Optional[list[str]], typer.Option("--vault", metavar="NAME", help="Mount this vault: tools' secrets come from it (repeatable; the first vault holding an entry wins).")] = None,
+    attach: Annotated[Optional[list[str]], typer.Option("--attach", "-f", metavar="FILE", help="Attach a file to the message: an image (PNG, JPEG, WebP, GIF) or a UTF-8 text file (repeatable, at most 10; '-' reads stdin as the file).")] = None,
 ) -> int | None:
     """Send one message (or several with --input jsonl) and print the reply.
 
     With no message on a terminal, the REPL opens on the session (-s/-c) instead.
     """
     state = state_of(ctx)
-    if message is None and not tool_result and input_ is InputFormat.text and state.env.interactive:
+    if message is None and not tool_result and not attach and input_ is InputFormat.text and state.env.interactive:
         _start_repl(ctx, state, session_id=session, continue_last=continue_, model=model, agent=agent,
                     base_url=base_url, max_turns=max_turns, system=system, max_context_tokens=max_context_tokens)
         return None
@@ -246,6 +247,7 @@ def chat(
         title=title,
         memory=list(memory) if memory else None,
         vaults=tuple(vault or ()),
+        attachments=tuple(attach or ()),
     )
     return run_chat(state, opts)
 

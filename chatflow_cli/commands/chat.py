@@ -57,6 +57,7 @@ if TYPE_CHECKING:  # pragma: no cover
         SessionStoreProtocol,
         TurnStore,
     )
+    from ..core.messages import Message
     from ..core.runner import Runner, StreamEvent
 
 __all__ = ["ChatOptions", "claim_key", "run_chat"]
@@ -115,6 +116,9 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
         raise UsageError(f"--output {opts.output!r}: use text, json or jsonl")
     multi = opts.input == "jsonl"
     message: str | None = None
+    user: Message | None = None  # a message with attachments
+    if opts.attachments and (multi or opts.tool_results):
+        raise UsageError("--attach goes with a MESSAGE, not with --input jsonl or --tool-result")
     tool_outputs: list[tuple[str, str]] = []
     if multi:
         if opts.message is not None or opts.tool_results:
@@ -130,6 +134,10 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                 raise UsageError(f"--tool-result {safe_text(tool_use_id)} is given twice: give each tool call one result")
             seen.add(tool_use_id)
             tool_outputs.append((tool_use_id, tool_output_text(tool_use_id, raw)))
+    elif opts.attachments:
+        from .attach import attached_message
+
+        user = attached_message(state, opts)
     else:
         message = message_from(state, opts)
 
@@ -140,6 +148,10 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
     model, base_url = session_endpoint(state, reader, existing, opts.model, opts.base_url)
     settings = state.settings(model=model, base_url=base_url)
     choice = resolve_model(settings)  # a configuration problem is reported before anything is stored
+    if user is not None:
+        from .attach import text_only_check
+
+        text_only_check(choice, user)
     transport = transport_for("http")
     store = reader if reader is not None else state.open_store()
     if existing is not None:
@@ -176,11 +188,11 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                 else:
                     out.run(runner.continue_streamed(session_id, wait=opts.wait))
             else:
-                assert message is not None
+                assert message is not None or user is not None
                 out.run(
                     _endpoint_at_begin(store, session_id, choice, runner.run_streamed(
                         session_id,
-                        message,
+                        user if user is not None else message,  # type: ignore[arg-type]
                         opts.metadata,
                         idempotency_key=opts.idempotency_key,
                         wait=opts.wait,
@@ -199,6 +211,10 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
             _release_claim(store, claim_id)
         remember_endpoint(store, session_id, choice, worked=False)
         _busy_hint(exc, opts.wait)
+        if user is not None:
+            from .attach import images_refused
+
+            images_refused(exc, user, choice.model)
         if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
             out.failure(exc, session_id)
         raise

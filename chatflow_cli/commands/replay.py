@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..assembly import assemble, transport_for
 from ..context import notice
-from ..core.messages import Role
+from ..core.messages import Message, Role
 from ..core.errors import ChatflowError, ExitStatus, SessionNotFoundError, StoreUnreachableError, UsageError
 from ..lookup import not_found, store_or_missing
 from ..render import dumps, plural, safe_text
@@ -177,13 +177,13 @@ def rerun_session(
         raise SessionNotFoundError(f"no session {safe_text(session_id)!r}")
     records = store.load_turns(session_id, first=0)
     systems = [m.content or "" for r in records if r.number == 0 for m in r.messages]
-    users: list[str] = []
+    users: list[Message] = []  # with their attachments: the new session references the same files
     for record in records:
         if record.number == 0 or record.rolled_back or record.failed:
             continue
         first_user = next((m for m in record.messages if m.role == Role.USER), None)
-        if first_user is not None and first_user.content:
-            users.append(first_user.content)
+        if first_user is not None and (first_user.content or first_user.attachments):
+            users.append(Message.user(first_user.content or "", first_user.attachments))
     if not users:
         raise UsageError(f"session {safe_text(session_id)!r} has no user messages to re-run")
     target = validate_session_id(into) if into is not None else new_session_id()
@@ -197,12 +197,12 @@ def rerun_session(
     try:
         with assemble(settings, store, model=model, agent=agent, transport=transport_for("http")) as built:
             runner = built.runner
-            for text in users:
+            for user in users:
                 if output == "text":
                     from rich.text import Text
 
-                    state.out().print(Text("You: ", style="bold green") + Text(safe_text(text)))
-                out.run(runner.run_streamed(target, text, system=system, wait=0))
+                    state.out().print(Text("You: ", style="bold green") + Text(safe_text(user.content or "")))
+                out.run(runner.run_streamed(target, user, system=system, wait=0))
                 system = None
         out.success()
         from ..config import resolve_model

@@ -145,7 +145,12 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
     for msg in msgs:
         role = _role(msg)
         if role == "user":
-            body.append("You: ", "bold green").append(_hanging(safe_text(msg.content), 5)).append("\n")
+            body.append("You: ", "bold green").append(_hanging(safe_text(msg.content or ""), 5)).append("\n")
+            if msg.attachments:
+                from ..core.attachments import attachment_line
+
+                for attachment in msg.attachments:
+                    body.append(f"  attached: {safe_text(attachment_line(attachment))}\n", "dim")
             if interrupted and msg is msgs[-1]:
                 body.append("  (interrupted)\n", "yellow")
         elif role == "system":

@@ -51,6 +51,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "/fork": ("[N]", "copy turns 1..N (default: all) into a new session and continue there"),
     "/title": ("[TITLE]", "show or set this session's title"),
     "/edit": ("", "write the message in $EDITOR (also Ctrl-X Ctrl-E)"),
+    "/attach": ("[PATH | clear]", "attach an image or text file to your next message (no PATH: list them)"),
     "/clear": ("", "clear the screen"),
     "/exit": ("", "leave the REPL (also Ctrl-D)"),
 }
@@ -520,6 +521,31 @@ class SlashCommands(ReplHost):
         title = self.store.session_summary(self.session_id).title
         self.say(f"title: {safe_text(title, one_line=True)}" if title else "no title yet")
 
+    async def cmd_attach(self, arg: str) -> None:
+        """Read a file to send with the next message (checked now, as ``chat --attach`` checks
+        it); no PATH lists the files waiting, ``clear`` drops them."""
+        from ..core.attachments import attachment_line, check_count, read_attachment
+        from ..core.errors import AttachmentError
+
+        if arg == "clear":
+            self.attachments = []
+            self.say("no files attached")
+            return
+        if not arg:
+            if not self.attachments:
+                self.say("no files attached: /attach PATH adds one to your next message")
+            for attachment in self.attachments:
+                self.say(f"attached: {safe_text(attachment_line(attachment))}")
+            return
+        try:
+            check_count(len(self.attachments) + 1)
+            attachment = read_attachment(os.path.expanduser(arg))
+        except AttachmentError as exc:
+            self.error(exc.message)
+            return
+        self.attachments = [*self.attachments, attachment]
+        self.say(f"attached: {safe_text(attachment_line(attachment))} (sent with your next message)")
+
     async def cmd_edit(self, arg: str) -> None:
         text = await self.edit(arg)
         if text is None:
@@ -555,8 +581,8 @@ class SlashCommands(ReplHost):
 def slash_completions(repl: ReplHost, text: str) -> list[tuple[str, int, str]]:
     """Completions for the text before the cursor: ``(text, start offset, help)`` each.
 
-    Slash commands first; then session ids after ``/switch``, agent names after ``/agent``
-    and configured model names after ``/model``.
+    Slash commands first; then session ids after ``/switch``, agent names after ``/agent``,
+    configured model names after ``/model`` and paths after ``/attach``.
     """
     if not text.startswith("/") or "\n" in text:
         return []
@@ -572,7 +598,22 @@ def slash_completions(repl: ReplHost, text: str) -> list[tuple[str, int, str]]:
         choices = list(repl.runner.agents)
     elif name == "/model":
         choices = sorted({a.model for a in repl.runner.agents.values() if a.model})
+    elif name == "/attach":
+        choices = _paths(partial)
     return [(choice, -len(partial), "") for choice in choices if choice.startswith(partial)]
+
+
+def _paths(partial: str) -> list[str]:
+    """Files and folders (ending in ``/``) whose path starts with ``partial`` (``~`` expanded)."""
+    folder, _, start = partial.rpartition("/")
+    where = os.path.expanduser(folder + "/" if folder or partial.startswith("/") else ".")
+    try:
+        names = sorted(os.listdir(where))
+    except OSError:
+        return []
+    prefix = folder + "/" if folder or partial.startswith("/") else ""
+    return [prefix + name + ("/" if os.path.isdir(os.path.join(where, name)) else "")
+            for name in names if name.startswith(start) and (start.startswith(".") or not name.startswith("."))]
 
 
 def _run_editor(editor: str, initial: str) -> tuple[int, str]:

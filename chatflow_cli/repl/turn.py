@@ -128,13 +128,20 @@ class TurnRunner(ReplHost):
             self._prefill = text
             return
         self.failed_message = None
+        message: Any = text
+        if self.attachments:  # /attach: the files go with this message
+            from ..core.messages import Message
+
+            message = Message.user(text, self.attachments)
         outcome = await self._run_turn(
             lambda cancel: self.runner.run_streamed(
-                self.session_id, text, cancel=cancel, max_turns=self.max_turns, system=self.system, wait=0
+                self.session_id, message, cancel=cancel, max_turns=self.max_turns, system=self.system, wait=0
             )
         )
         if outcome.error is not None and not outcome.interrupted and not isinstance(outcome.error, SessionArchivedError):
             self.failed_message = text  # an archived session's refusal is no failure /retry could fix
+        else:
+            self.attachments = []  # sent and stored; a failed turn keeps them for /retry
         await self._after_turn(outcome)
 
     async def _after_turn(self, outcome: _Outcome) -> None:

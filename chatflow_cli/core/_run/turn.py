@@ -225,6 +225,8 @@ class TurnLoop(RunnerHost):
                 yield StreamEvent("context.dropped", session_id, {"first": dropped[0], "last": dropped[1],
                                                                    "summarised": False}, turn=turn)
             check_history(outgoing, session_id=session_id)
+            if any(m.attachments for m in outgoing):
+                state.fetch_blobs(outgoing, self.store)
             wire = [state.wire(m) for m in outgoing if not m.says_nothing]
             tool_choice = agent.tool_choice if requests == 0 and tools else None
             if isinstance(tool_choice, str) and tool_choice in tools:
