@@ -65,7 +65,7 @@ FILES_FOLDER = "attachments"
 _EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/webp": ".webp", "image/gif": ".gif",
                "text/markdown": ".md", "text/csv": ".csv", "application/json": ".json"}
 
-_HEX = frozenset("0123456789abcdef")
+_HEX_DIGITS = "0123456789abcdef"
 
 _TEXT_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".csv": "text/csv", ".json": "application/json",
                ".jsonl": "application/json"}
@@ -115,14 +115,16 @@ class Attachment:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Attachment:
         """The inverse of :meth:`to_dict`. ``ValueError`` for data of another shape."""
-        if not isinstance(data, dict):
+        # loading a window parses every attachment of it: kept lean (C-level checks only)
+        if type(data) is not dict:
             raise ValueError(f"an attachment is a JSON object, got {type(data).__name__}")
-        digest, media_type, size = data.get("sha256"), data.get("media_type"), data.get("size")
-        if not isinstance(digest, str) or len(digest) != 64 or not _HEX.issuperset(digest.lower()) \
-                or not isinstance(media_type, str) or type(size) is not int or size < 0:
-            raise ValueError("an attachment needs sha256 (64 hex digits), media_type and size")
-        width, height, name = data.get("width"), data.get("height"), data.get("name")
-        return cls(digest.lower(), media_type, size, None if name is None else str(name),
+        get = data.get
+        digest, media_type, size = get("sha256"), get("media_type"), get("size")
+        if type(digest) is not str or len(digest) != 64 or digest.strip(_HEX_DIGITS) \
+                or type(media_type) is not str or type(size) is not int or size < 0:
+            raise ValueError("an attachment needs sha256 (64 lowercase hex digits), media_type and size")
+        width, height, name = get("width"), get("height"), get("name")
+        return cls(digest, media_type, size, name if name is None or type(name) is str else str(name),
                    width if type(width) is int else None, height if type(height) is int else None)
 
     def without_data(self) -> Attachment:

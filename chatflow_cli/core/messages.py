@@ -177,7 +177,7 @@ class Message:
             if type(self.attachments) is not tuple:
                 object.__setattr__(self, "attachments", tuple(self.attachments))
             for attachment in self.attachments:
-                if not isinstance(attachment, Attachment):
+                if type(attachment) is not Attachment and not isinstance(attachment, Attachment):
                     raise TypeError(f"attachments must hold Attachment objects, got {type(attachment).__name__}")
 
     def __hash__(self) -> int:
@@ -285,7 +285,7 @@ class Message:
             get("summary_through"),
             tuple(items) if (items := get("items")) else (),
             None if (version := get("agent_version")) is None else str(version),
-            tuple(Attachment.from_dict(a) for a in attached) if (attached := get("attachments")) else (),
+            tuple([Attachment.from_dict(a) for a in attached]) if (attached := get("attachments")) else (),
         )
 
     def to_json(self) -> str:

@@ -4,8 +4,9 @@
    of the request) beside ``base64`` of the same file (the coreutils command, and Python's
    ``base64.b64encode`` of the bytes read), in one run.
 2. ``list_sessions()`` and loading the window (``get()``) of a session of 100 turns each
-   carrying a distinct 200 kB image, beside the same session without images, on SQLite: the
-   window holds the attachments' metadata only, so the two should stay within 1.2x.
+   carrying a distinct 200 kB image, beside the same session without images, on SQLite
+   (alternately, the best of ``--repeat`` runs each): the window holds the attachments'
+   metadata only (their bytes are not read), parsed with each message.
 
 Not collected by pytest (not named ``test_*``): speed targets are measured, not asserted.
 """
@@ -110,12 +111,19 @@ def main() -> int:
         image = Path(directory) / "five.png"
         image.write_bytes(png(1290, 1290))  # about 5 MB
         attach(image, max(3, repeat // 5))
-        results = {}
+        stores = {}
         for name, images in (("without images", False), ("with 100 images", True)):
             store = SQLiteSessionStore(str(Path(directory) / f"{name}.db"))
             store.set_agent_resolver(lambda n: AGENT if n == AGENT.name else None)
             turns(store, "s", 100, images)
-            results[name] = reads(store, "s", repeat)
+            stores[name] = store
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in stores}
+        for _ in range(repeat):  # alternately, so both see the same machine
+            for name, store in stores.items():
+                samples[name].append(reads(store, "s", 1))
+        results = {}
+        for name, store in stores.items():  # the best of the runs: the least disturbed by other load
+            results[name] = (min(a for a, _ in samples[name]), min(b for _, b in samples[name]))
             size = (Path(directory) / f"{name}.db").stat().st_size
             print(f"100 turns {name} ({size / 1e6:.1f} MB file): list_sessions {results[name][0]:.2f} ms, "
                   f"window load {results[name][1]:.2f} ms")
