@@ -84,9 +84,13 @@ def test_files_that_cannot_be_attached_send_and_store_nothing(chatflow: Any, pro
 def test_stdin_as_a_file_and_a_file_that_is_not_what_its_name_says(chatflow: Any, provider: Any,
                                                                   tmp_path: Path) -> None:
     jpeg = make_image(tmp_path / "photo.png", "JPEG")  # named .png, holds a JPEG: sent as what it is
-    r = chatflow("chat", "-s", "b", "-f", "-", "-f", str(tmp_path / "photo.png"), "summarise",
+    r = chatflow("chat", "-s", "b", "-f", "-", "-f", str(tmp_path / "photo.png"), "summarise", "--output", "jsonl",
                  input="ERROR boom\n")
     assert r.returncode == 0, r
+    [user] = [e["data"]["message"] for e in r.jsonl() if e["type"] == "message.user"]
+    assert [(a["name"], a["media_type"], a["sha256"]) for a in user["attachments"]] == [
+        ("stdin", "text/plain", hashlib.sha256(b"ERROR boom\n").hexdigest()),
+        ("photo.png", "image/jpeg", hashlib.sha256(jpeg).hexdigest())]
     parts = provider.requests[0]["messages"][-1]["content"]
     assert parts[1] == {"type": "text", "text": "File stdin:\n```\nERROR boom\n```"}
     assert parts[2]["image_url"]["url"] == "data:image/jpeg;base64," + base64.b64encode(jpeg).decode()
