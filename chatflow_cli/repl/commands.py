@@ -594,6 +594,10 @@ class SlashCommands(ReplHost):
         except AttachmentError as exc:
             self.error(exc.message)
             return
+        if attachment.is_image and self.endpoint[0] == "local":  # the embedded model reads text only
+            self.error("the local model (SmolLM2) reads text only: it cannot see images; attach text files, "
+                       "or switch to a vision model (/model NAME)")
+            return
         self.attachments = [*self.attachments, attachment]
         self.say(f"attached: {safe_text(attachment_line(attachment))} (sent with your next message)")
 
