@@ -49,6 +49,11 @@ def _list(state: State, settings: Any, built: dict[str, Any], output: str, serve
         from ..core.mcp import start_all
 
         failed = start_all(servers.values())
+        if output == "text":
+            from ..context import notice
+
+            for error in failed.values():
+                notice(state, error)
     specs = list(settings.agents) or [AgentSpec(DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS)]
     start = settings.default_agent or specs[0].name
     rows = []

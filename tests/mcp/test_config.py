@@ -10,7 +10,7 @@ import pytest
 from chatflow_cli.config_file import validate_file
 from chatflow_cli.core.errors import ConfigError
 from chatflow_cli.core.mcp import MCPServerError
-from chatflow_cli.core.mcp.config import resolve
+from chatflow_cli.core.mcp.refs import resolve
 
 
 def _validate(tmp_path: Path, text: str) -> dict:

@@ -14,13 +14,13 @@ see :class:`~chatflow_cli.core.runner.Runner`. The ``mcp`` package is imported w
 first starts, never by importing this module.
 """
 
+from .errors import MCPServerError
 from .results import MAX_RESULT_CHARS
 from .servers import (
     APPROVAL_POLICIES,
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_START_TIMEOUT_S,
     MCPServer,
-    MCPServerError,
     MCPServerSelection,
     MCPServerStdio,
     MCPServerStreamableHttp,

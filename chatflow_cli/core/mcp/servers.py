@@ -26,7 +26,7 @@ result and the turn goes on:
 * an error answer (an unknown tool, bad arguments).
 
 Secrets: values in ``env`` (stdio) and ``headers`` (HTTP) may be references, resolved each
-time the server starts (:func:`~chatflow_cli.core.mcp.config.resolve`): ``vault:VAULT/ENTRY``
+time the server starts (:func:`~chatflow_cli.core.mcp.refs.resolve`): ``vault:VAULT/ENTRY``
 or ``env:VAR`` (the whole value), or ``${vault:VAULT/ENTRY}``, ``${env:VAR}``, ``${VAR}``
 inside a value. Resolved values are scrubbed from every result, error and stderr line.
 """
@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..resources.secrets import scrub_values
-from ..tools import ToolCallFailed
 from . import _loop
+from .errors import MCPServerError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tools import MCPTool
@@ -69,11 +69,6 @@ APPROVAL_POLICIES = ("always", "ask", "never")
 STDERR_LINES = 5
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
-class MCPServerError(ToolCallFailed):
-    """A tool server failed (did not start, exited, timed out, answered garbage or an error);
-    ``str()`` is one line naming the server and what happened, written for the model."""
 
 
 def _reason(exc: BaseException) -> str:
@@ -403,7 +398,7 @@ class MCPServerStdio(MCPServer):
     async def _open(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        from .config import resolve_all
+        from .refs import resolve_all
 
         env = resolve_all(self.params.get("env") or {}, self.vaults, f"MCP server {self.name!r}, env")
         if self._errlog is not None:
@@ -441,7 +436,7 @@ class MCPServerStreamableHttp(MCPServer):
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        from .config import resolve_all
+        from .refs import resolve_all
 
         headers = resolve_all(self.params.get("headers") or {}, self.vaults, f"MCP server {self.name!r}, headers")
         client = await stack.enter_async_context(
