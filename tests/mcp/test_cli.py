@@ -89,3 +89,34 @@ def test_a_pasted_mcpservers_file_secrets_from_a_vault_and_mcp_ls(chatflow, prov
     written = [p for p in Path(os.environ["CHATFLOW_HOME"]).rglob("*")
                if p.is_file() and p.name != "vault-secrets.json"]  # the vault's own file holds it
     assert written and not [p for p in written if secret.encode() in p.read_bytes()]
+
+
+def test_the_repl_asks_yes_no_always_and_leaves_no_server_behind(provider, config_file, pty_chatflow, tmp_path):
+    from tests.helpers.pty_driver import leave
+
+    pidfile = tmp_path / "pids"
+    config_file(_server_toml(TOOLBOX_PIDFILE=str(pidfile)))
+    provider.add_tool_calls([("call_1", "toolbox__echo", '{"text": "one"}')])
+    provider.add_text("First.")
+    provider.add_tool_calls([("call_2", "toolbox__echo", '{"text": "two"}')])
+    provider.add_text("Second.")
+    provider.add_tool_calls([("call_3", "toolbox__pid", "{}")])
+    provider.add_text("Third.")
+    repl = pty_chatflow("chat", "-s", "r1")
+    repl.wait_prompt()
+    repl.send("one\r")
+    repl.wait_text("allow toolbox__echo? [y/n/a]")
+    repl.send("a\r")  # always: call_2 of the same tool is not asked about
+    repl.wait_prompt_after("First.")
+    repl.send("two\r")
+    repl.wait_prompt_after("Second.")
+    repl.send("three\r")
+    repl.wait_text("allow toolbox__pid? [y/n/a]")
+    repl.send("n\r")
+    repl.wait_prompt_after("Third.")
+    assert "allow toolbox__echo?" not in repl.raw.split("First.", 1)[1]  # "always" held for call_2
+    leave(repl)
+    tools = [m for m in provider.requests[-1]["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in tools[:2]] == ["one", "two"] and "the user declined it" in tools[2]["content"]
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 1 and not alive(pids[0])  # one server for the whole REPL, stopped on exit
