@@ -89,6 +89,20 @@ def test_a_stdio_server_gives_results_and_every_fault_is_a_tool_error(tmp_path):
     assert len(pids) == 2 and not any(alive(p) for p in pids)
 
 
+def test_a_real_server_from_the_package_index_mcp_server_time():
+    server = MCPServerStdio({"command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone=UTC"]},
+                            name="time")
+    try:
+        tools = server.agent_tools()
+        assert {"time__get_current_time", "time__convert_time"} <= set(tools)
+        answer = json.loads(tools["time__get_current_time"].invoke({"timezone": "Asia/Tokyo"}))
+        assert answer["timezone"] == "Asia/Tokyo" and answer["datetime"].endswith("+09:00")
+        with pytest.raises(ToolCallFailed, match=r"get_current_time \(MCP server 'time'\) returned an error: .*Mars"):
+            tools["time__get_current_time"].invoke({"timezone": "Mars/Olympus"})
+    finally:
+        server.stop()
+
+
 def test_servers_that_do_not_start_say_why_and_others_start_beside_them():
     broken = stdio("broken", env={"TOOLBOX_BROKEN": "no database at /nowhere"})
     missing = MCPServerStdio({"command": "/nonexistent/mcp-server"}, name="missing")
