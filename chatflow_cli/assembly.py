@@ -209,13 +209,12 @@ def session_mounts(settings: Settings, store: Any, session_id: str, runner: Runn
         MemoryStoreNotFoundError: a memory store that does not exist (exit 3).
         VaultNotFoundError: a vault that does not exist (exit 3).
     """
-    from .core.resources.mounts import Mount, parse_mount
+    from .core.resources.mounts import Mount, parse_mount, unique_mounts
 
     name = agent or store.active_agent_name(session_id) or runner.starting_agent.name
     spec = settings.agent(name)
     mounts = {m.name: m for m in (spec.memory if spec is not None else ())}
-    for text in memory or ():
-        mount = parse_mount(text)
+    for mount in unique_mounts((parse_mount(text) for text in memory or ()), "--memory"):
         mounts[mount.name] = mount
     for mount in mounts.values():
         store.memory_store(mount.name)  # MemoryStoreNotFoundError (exit 3) before anything runs

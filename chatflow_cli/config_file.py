@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.errors import ChatflowError, ConfigError, UsageError
-from .core.resources.mounts import Mount, parse_mount
+from .core.resources.mounts import Mount, parse_mount, unique_mounts
 
 __all__ = ["MESSAGE_ID_SCOPES", "AgentSpec", "ToolSpec", "read_toml", "validate_file"]
 
@@ -80,14 +80,10 @@ def _memory_mounts(text: str, agent: str, raw: Any, start: int) -> tuple[Mount, 
     if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
         raise _Problem(f"agent {agent!r}: memory must be a list of memory store names (\"notes\" or \"notes:ro\")",
                        _key_line(text, "memory", start))
-    mounts: dict[str, Mount] = {}
-    for item in raw:
-        try:
-            mount = parse_mount(item)
-        except UsageError as exc:
-            raise _Problem(f"agent {agent!r}: memory: {exc.message}", _key_line(text, "memory", start)) from None
-        mounts[mount.name] = mount
-    return tuple(mounts.values())
+    try:
+        return tuple(unique_mounts([parse_mount(item) for item in raw], "the agent's memory list"))
+    except UsageError as exc:
+        raise _Problem(f"agent {agent!r}: memory: {exc.message}", _key_line(text, "memory", start)) from None
 
 
 _VAULT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # core.resources.vaults.check_name's rule

@@ -119,7 +119,7 @@ from ._run.turn import TurnLoop
 from ._run.window import ContextWindow
 from .agents import Agent, reachable_agents
 from .messages import Message, Role
-from .resources.mounts import Mount
+from .resources.mounts import Mount, unique_mounts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .memory.protocol import TurnStore
@@ -394,10 +394,12 @@ class Runner(TurnLoop, ContextWindow):
 
         Raises:
             TypeError: ``resources`` holds something other than a :class:`Mount`.
+            UsageError: one resource is in ``resources`` twice, in two modes.
         """
         mounts = tuple(resources or ())
         if not all(isinstance(m, Mount) for m in mounts):
             raise TypeError("resources must be Mount values (chatflow_cli.core.resources.Mount)")
+        mounts = tuple(unique_mounts(mounts, "resources"))
         if message_id is not None:
             return TurnRequest(message, metadata, idempotency_key, max_turns, system, message_id=message_id,
                                resources=mounts)

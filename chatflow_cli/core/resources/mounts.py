@@ -40,6 +40,7 @@ __all__ = [
     "check_resource_name",
     "fold_mounts",
     "parse_mount",
+    "unique_mounts",
 ]
 
 MountKind = Literal["memory_store", "vault"]
@@ -166,6 +167,26 @@ def parse_mount(text: str, kind: MountKind = "memory_store") -> Mount:
                 f"or {name}:rw (read-write)")
         mode = found
     return Mount(kind, name.strip(), mode)
+
+
+def unique_mounts(mounts: Iterable[Mount], where: str = "") -> list[Mount]:
+    """``mounts`` with repeats dropped, in order. A resource given twice in the same mode is
+    one mount; given in two modes (``--memory notes --memory notes:ro``) it is refused: which
+    one was meant cannot be guessed, and the last one silently winning surprises.
+
+    Raises:
+        UsageError: (exit 2) one resource in two modes (``where``, such as ``--memory``,
+            says where they were given).
+    """
+    seen: dict[tuple[str, str], Mount] = {}
+    for mount in mounts:
+        first = seen.setdefault(mount.key, mount)
+        if first.mode != mount.mode:
+            word = _KIND_WORDS.get(mount.kind, "resource")
+            raise UsageError(
+                f"{word} {mount.name!r} is mounted twice{' in ' + where if where else ''}, as {first} and as "
+                f"{mount}: give it once, with the mode you mean")
+    return list(seen.values())
 
 
 def fold_mounts(events: Iterable[Any]) -> list[Mount]:
