@@ -195,13 +195,17 @@ def test_an_interrupt_cancels_the_call_on_the_server_which_stays_usable(fake_ser
         server.start()
         fake_server.add_tool_calls([("call_h", "toolbox__hang", "{}")])
         cancel = threading.Event()
-        threading.Timer(1.0, cancel.set).start()
+
+        def noted(text: str) -> bool:
+            deadline = time.monotonic() + 30
+            while not (log.exists() and text in log.read_text()) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return log.exists() and text in log.read_text()
+
+        threading.Thread(target=lambda: noted("hang started") and cancel.set(), daemon=True).start()
         with pytest.raises(RunInterrupted):
             runner.run("s1", "hang", cancel=cancel)
-        deadline = time.monotonic() + 10
-        while not (log.exists() and "hang cancelled" in log.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert "hang cancelled" in log.read_text()  # notifications/cancelled reached the server
+        assert noted("hang cancelled")  # notifications/cancelled reached the server
         assert server.agent_tools()["toolbox__echo"].invoke({"text": "alive"}) == "alive"
         fake_server.add_text("ok")
         assert runner.run("s1", "again").content == "ok"  # the history stayed valid

@@ -71,7 +71,10 @@ def crash() -> str:
 
 @server.tool()
 async def hang() -> str:
-    """Never answer (a cancel request is noted in ``$TOOLBOX_LOG``)."""
+    """Never answer (its start and a cancel request are noted in ``$TOOLBOX_LOG``)."""
+    if os.environ.get("TOOLBOX_LOG"):
+        with open(os.environ["TOOLBOX_LOG"], "a") as out:
+            out.write("hang started\n")
     try:
         await anyio.sleep(3600)
     except anyio.get_cancelled_exc_class():
