@@ -157,7 +157,8 @@ def test_an_agent_calls_a_server_tool_after_an_approval(fake_server):
     client = ModelClient(fake_server.url, "k", max_retries=0, timeout=20)
     server = stdio()
     agent = Agent("Clock", "Use the tools.", mcp_servers=[server])
-    runner = Runner(agent, SessionStore(), model_client=client, default_model="fake-model")
+    store = SessionStore()
+    runner = Runner(agent, store, model_client=client, default_model="fake-model")
     try:
         fake_server.add_tool_calls([("call_1", "toolbox__echo", '{"text": "approved"}'),
                                     ("call_2", "toolbox__echo", '{"text": "denied"}')])
@@ -177,6 +178,13 @@ def test_an_agent_calls_a_server_tool_after_an_approval(fake_server):
         fake_server.add_tool_calls([("call_4", "toolbox__echo", '{"text": "b"}')])
         fake_server.add_text("Both.")
         assert runner.run("s1", "again").content == "Both." and asked == ["call_3"]
+        # a result over the limit: cut for the model, stored whole beside the call
+        fake_server.add_tool_calls([("call_5", "toolbox__huge", '{"size": 25000}')])
+        fake_server.add_text("Big.")
+        assert runner.run("s1", "big").content == "Big." and asked == ["call_3", "call_5"]
+        assert "[cut: the result has 25,000 characters" in fake_server.requests[-1]["messages"][-1]["content"]
+        whole = [e.payload for e in store.events("s1") if e.type == "mcp.output"]
+        assert [(w["tool_use_id"], len(w["output"])) for w in whole] == [("call_5", 25000)]
     finally:
         runner.close()
     assert not server.running
