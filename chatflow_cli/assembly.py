@@ -287,7 +287,7 @@ def build_agents(settings: Settings, *, model_override: str | None = None,
         return agent, {agent.name: agent}
     agents: dict[str, Agent] = {}
     for spec in settings.agents:
-        tools = [_load_tool(settings, spec, tool_spec, Tool) for tool_spec in spec.tools]
+        tools = _with_approval(settings, spec, [_load_tool(settings, spec, tool_spec, Tool) for tool_spec in spec.tools])
         chosen = [servers[name] if only is None else servers[name].only(*only) for name, only in spec.mcp_servers]
         agents[spec.name] = Agent(spec.name, spec.instructions, model=spec.model, tools=tools,
                                   max_context_tokens=spec.max_context_tokens, mcp_servers=chosen)
@@ -297,6 +297,26 @@ def build_agents(settings: Settings, *, model_override: str | None = None,
         _pin_version(built, model_override)
     start = settings.default_agent or settings.agents[0].name
     return agents[start], agents
+
+
+def _with_approval(settings: Settings, spec: AgentSpec, tools: list[Any]) -> list[Any]:
+    """The agent's tools, those its ``tool_approval`` names given that policy (a copy of the
+    tool: another agent may use the same one without it). A name that is none of its Python
+    tools is a ConfigError."""
+    if not spec.tool_approval:
+        return tools
+    import copy
+
+    by_name = {t.name: i for i, t in enumerate(tools) if not t.is_custom}
+    for name, policy in spec.tool_approval:
+        if name not in by_name:
+            raise ConfigError(f"config file {settings.config_path}, agent {spec.name!r}: tool_approval names "
+                              f"{name!r}, which is none of its Python tools ({', '.join(by_name) or 'none'}); MCP "
+                              "tools take their policy from their server's approval and tool_approval")
+        changed = copy.copy(tools[by_name[name]])
+        changed.approval = policy
+        tools[by_name[name]] = changed
+    return tools
 
 
 def _pin_version(agent: Agent, model_override: str | None) -> None:

@@ -31,7 +31,7 @@ _TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "
 #: provider message ids) or ``session`` (ids unique within one chat only: Telegram-style).
 MESSAGE_ID_SCOPES = ("global", "session")
 _AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools", "max_context_tokens", "memory", "vaults",
-               "mcp_servers"}
+               "mcp_servers", "tool_approval"}
 _CUSTOM_TOOL_KEYS = {"name", "description", "parameters"}
 
 
@@ -70,6 +70,8 @@ class AgentSpec:
     vaults: tuple[str, ...] = ()  # vaults its tools' secrets come from, after those mounted on the session
     #: MCP servers whose tools it is offered: ``(server name, only these tools or None)``
     mcp_servers: tuple[tuple[str, tuple[str, ...] | None], ...] = ()
+    #: approval policies of its Python tools, by tool name (``always``, ``ask``, ``never``)
+    tool_approval: tuple[tuple[str, str], ...] = ()
 
 
 # ---------------------------------------------------------------------------------------
@@ -344,6 +346,10 @@ def _validate_inner(text: str, data: dict[str, Any], path: Path = Path("config.t
             raise _Problem(f"agent {name!r}: vaults must be a list of vault names (1-64 letters, digits, '_', '-' "
                            "or '.')", _key_line(text, "vaults", start))
         agent_servers = _agent_servers(text, name, raw.get("mcp_servers", []), start, {sv.name for sv in servers})
+        approvals = raw.get("tool_approval", {})
+        if not isinstance(approvals, dict) or not all(v in ("always", "ask", "never") for v in approvals.values()):
+            raise _Problem(f"agent {name!r}: tool_approval must be a table of tool names and policies (always, ask "
+                           "or never)", _key_line(text, "tool_approval", start))
         specs.append(
             AgentSpec(
                 name=name,
@@ -357,6 +363,7 @@ def _validate_inner(text: str, data: dict[str, Any], path: Path = Path("config.t
                 memory=memory,
                 vaults=tuple(dict.fromkeys(vaults)),
                 mcp_servers=agent_servers,
+                tool_approval=tuple(approvals.items()),
             )
         )
     names = {spec.name for spec in specs}

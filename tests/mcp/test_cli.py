@@ -120,3 +120,16 @@ def test_the_repl_asks_yes_no_always_and_leaves_no_server_behind(provider, confi
     assert [m["content"] for m in tools[:2]] == ["one", "two"] and "the user declined it" in tools[2]["content"]
     pids = [int(p) for p in pidfile.read_text().split()]
     assert len(pids) == 1 and not alive(pids[0])  # one server for the whole REPL, stopped on exit
+
+
+def test_a_python_tool_configured_to_ask_waits_for_approve(chatflow, provider, config_file):
+    path = config_file('[[agents]]\nname = "Calc"\ntools = ["calctools:add_numbers"]\n'
+                       'tool_approval = { add_numbers = "ask" }\n')
+    (path.parent / "calctools.py").write_text("def add_numbers(a: int, b: int) -> int:\n    return a + b\n")
+    provider.add_tool_calls([("call_1", "add_numbers", '{"a": 2, "b": 3}')])
+    r = chatflow("chat", "-s", "p1", "--json", "add")
+    assert r.returncode == 0 and r.json()["awaiting_approval"] == ["call_1"], r
+    provider.add_text("Five.")
+    r2 = chatflow("chat", "-s", "p1", "--approve", "call_1")
+    assert r2.returncode == 0 and r2.stdout == "Five.\n", r2
+    assert provider.requests[-1]["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "5"}
