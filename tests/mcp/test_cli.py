@@ -133,3 +133,20 @@ def test_a_python_tool_configured_to_ask_waits_for_approve(chatflow, provider, c
     r2 = chatflow("chat", "-s", "p1", "--approve", "call_1")
     assert r2.returncode == 0 and r2.stdout == "Five.\n", r2
     assert provider.requests[-1]["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "5"}
+
+
+def test_a_hung_up_repl_leaves_no_server_behind(provider, config_file, pty_chatflow, tmp_path):
+    import signal
+
+    pidfile = tmp_path / "pids"
+    config_file(_server_toml(approval="always", TOOLBOX_PIDFILE=str(pidfile)))
+    provider.add_tool_calls([("call_1", "toolbox__echo", '{"text": "one"}')])
+    provider.add_text("First.")
+    repl = pty_chatflow("chat", "-s", "h1")
+    repl.wait_prompt()
+    repl.send("one\r")
+    repl.wait_prompt_after("First.")
+    repl.child.kill(signal.SIGHUP)
+    repl.wait_exit()
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 1 and not alive(pids[0])
