@@ -267,8 +267,8 @@ class MCPServer:
             _loop.register(self)
             try:
                 return await asyncio.shield(ready)
-            except MCPServerError:
-                raise
+            except MCPServerError as exc:  # a reference that cannot be read
+                raise self._fault(f"did not start: {exc}") from None
             except Exception as exc:
                 raise self._fault(f"did not start: {_reason(exc)}") from None
 
@@ -400,7 +400,7 @@ class MCPServerStdio(MCPServer):
 
         from .refs import resolve_all
 
-        env = resolve_all(self.params.get("env") or {}, self.vaults, f"MCP server {self.name!r}, env")
+        env = resolve_all(self.params.get("env") or {}, self.vaults, "env")
         if self._errlog is not None:
             with contextlib.suppress(OSError):
                 self._errlog.close()
@@ -438,7 +438,7 @@ class MCPServerStreamableHttp(MCPServer):
 
         from .refs import resolve_all
 
-        headers = resolve_all(self.params.get("headers") or {}, self.vaults, f"MCP server {self.name!r}, headers")
+        headers = resolve_all(self.params.get("headers") or {}, self.vaults, "headers")
         client = await stack.enter_async_context(
             httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(self.start_timeout, read=300.0)))
         read, write = await stack.enter_async_context(streamable_http_client(self.params["url"], http_client=client))
