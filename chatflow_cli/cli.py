@@ -53,7 +53,7 @@ from .options import (
     output_format,
     parse_metadata,
 )
-from .redaction import ScrubbingFormatter
+from .redaction import ScrubbingFormatter, remember_arguments
 from .memory_app import memory_app
 from .sessions_app import sessions_app
 from .vault_app import vault_app
@@ -410,6 +410,7 @@ def main(argv: list[str] | None = None) -> None:
     _boundary.set_json_errors(None)
 
     args = list(sys.argv[1:] if argv is None else argv)
+    remember_arguments(args)  # a vault value typed where a name was expected is never printed
     debug = "--debug" in args or os.environ.get("CHATFLOW_DEBUG", "") not in ("", "0")
     if debug:  # chatflow's own debug lines; other libraries (httpx, openai, asyncio...) stay at WARNING
         handler = logging.StreamHandler()

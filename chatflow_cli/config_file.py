@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.errors import ChatflowError, ConfigError, UsageError
-from .core.resources.mounts import Mount, parse_mount, unique_mounts
+from .core.resources.mounts import Mount, check_resource_name, parse_mount, unique_mounts
 
 __all__ = ["MESSAGE_ID_SCOPES", "AgentSpec", "ToolSpec", "read_toml", "validate_file"]
 
@@ -88,7 +88,6 @@ def _memory_mounts(text: str, agent: str, raw: Any, start: int) -> tuple[Mount, 
         raise _Problem(f"agent {agent!r}: memory: {exc.message}", _key_line(text, "memory", start)) from None
 
 
-_VAULT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # core.resources.vaults.check_name's rule
 _TOML_POS_RE = re.compile(r"^(?P<msg>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d+)\)\s*$")
 
 
@@ -342,9 +341,14 @@ def _validate_inner(text: str, data: dict[str, Any], path: Path = Path("config.t
             tools.append(_tool_spec(text, name, tool, start))
         memory = _memory_mounts(text, name, raw.get("memory", []), start)
         vaults = raw.get("vaults", [])
-        if not isinstance(vaults, list) or not all(isinstance(v, str) and _VAULT_NAME_RE.match(v) for v in vaults):
-            raise _Problem(f"agent {name!r}: vaults must be a list of vault names (1-64 letters, digits, '_', '-' "
-                           "or '.')", _key_line(text, "vaults", start))
+        if not isinstance(vaults, list):
+            raise _Problem(f"agent {name!r}: vaults must be a list of vault names", _key_line(text, "vaults", start))
+        for vault in vaults:
+            try:
+                check_resource_name(vault, "vault")
+            except UsageError as exc:
+                raise _Problem(f"agent {name!r}: vaults must be a list of vault names: {exc.message}",
+                               _key_line(text, "vaults", start)) from None
         agent_servers = _agent_servers(text, name, raw.get("mcp_servers", []), start, {sv.name for sv in servers})
         approvals = raw.get("tool_approval", {})
         if not isinstance(approvals, dict) or not all(v in ("always", "ask", "never") for v in approvals.values()):

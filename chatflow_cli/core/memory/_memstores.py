@@ -160,7 +160,7 @@ class _MemoryStores(_StoreCore):
         Raises:
             UsageError: a bad name or description, or the store exists (unless ``exist_ok``).
         """
-        check_resource_name(name)
+        check_resource_name(name, new=True)
         if not isinstance(description, str) or len(description) > 1000:
             raise UsageError("a memory store's description is a str of at most 1000 characters")
         with self._write() as raw:
