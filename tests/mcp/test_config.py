@@ -64,3 +64,20 @@ def test_references_resolve_without_ever_showing_a_value(monkeypatch):
         resolve("${UNSET_MCP_VAR}", None, "w")
     with pytest.raises(MCPServerError, match=r"vault:work/t cannot be read here"):
         resolve("vault:work/t", None, "w")
+
+
+def test_reading_a_config_with_servers_imports_neither_asyncio_nor_the_sdk(tmp_path):
+    import subprocess
+    import sys
+
+    config = tmp_path / "config.toml"
+    config.write_text('[mcp_servers.time]\ncommand = "uvx"\nargs = ["mcp-server-time"]\n'
+                      '[[agents]]\nname = "A"\nmcp_servers = ["time"]\n')
+    code = ("import sys; from chatflow_cli.config import load_settings; s = load_settings(config=sys.argv[1]); "
+            "print(len(s.mcp_servers), 'asyncio' in sys.modules, 'mcp' in sys.modules)")
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # this checkout's code
+    out = subprocess.run([sys.executable, "-c", code, str(config)], capture_output=True, text=True, timeout=60,
+                         env=env)
+    assert out.stdout.split() == ["1", "False", "False"], out.stderr

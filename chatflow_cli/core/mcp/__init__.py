@@ -14,19 +14,32 @@ see :class:`~chatflow_cli.core.runner.Runner`. The ``mcp`` package is imported w
 first starts, never by importing this module.
 """
 
-from .errors import MCPServerError
-from .results import MAX_RESULT_CHARS
-from .servers import (
-    APPROVAL_POLICIES,
-    DEFAULT_CALL_TIMEOUT_S,
-    DEFAULT_START_TIMEOUT_S,
-    MCPServer,
-    MCPServerSelection,
-    MCPServerStdio,
-    MCPServerStreamableHttp,
-    start_all,
-)
-from .tools import MCPTool, tool_name
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "APPROVAL_POLICIES": "policy",
+    "DEFAULT_CALL_TIMEOUT_S": "policy",
+    "DEFAULT_START_TIMEOUT_S": "policy",
+    "MAX_RESULT_CHARS": "results",
+    "MCPServer": "servers",
+    "MCPServerError": "errors",
+    "MCPServerSelection": "servers",
+    "MCPServerStdio": "servers",
+    "MCPServerStreamableHttp": "servers",
+    "MCPTool": "tools",
+    "start_all": "servers",
+    "tool_name": "tools",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .errors import MCPServerError
+    from .policy import APPROVAL_POLICIES, DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S
+    from .results import MAX_RESULT_CHARS
+    from .servers import MCPServer, MCPServerSelection, MCPServerStdio, MCPServerStreamableHttp, start_all
+    from .tools import MCPTool, tool_name
 
 __all__ = [
     "APPROVAL_POLICIES",
@@ -42,3 +55,13 @@ __all__ = [
     "start_all",
     "tool_name",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The names above, each imported on first use (reading config.toml imports no asyncio)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

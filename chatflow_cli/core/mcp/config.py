@@ -24,17 +24,13 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from .servers import (
-    APPROVAL_POLICIES,
-    DEFAULT_CALL_TIMEOUT_S,
-    DEFAULT_START_TIMEOUT_S,
-    MCPServer,
-    MCPServerStdio,
-    MCPServerStreamableHttp,
-)
+from .policy import APPROVAL_POLICIES, DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .servers import MCPServer
 
 __all__ = ["ServerSpec", "read_mcp_json", "spec_from_table"]
 
@@ -64,6 +60,8 @@ class ServerSpec:
 
     def build(self, vaults: Any = None) -> MCPServer:
         """The server object (not started)."""
+        from .servers import MCPServerStdio, MCPServerStreamableHttp
+
         options: dict[str, Any] = {"name": self.name, "timeout": self.timeout, "start_timeout": self.start_timeout,
                                    "approval": self.approval, "tool_approval": self.tool_approval,
                                    "tools": self.tools, "vaults": vaults}

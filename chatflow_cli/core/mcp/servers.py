@@ -47,6 +47,7 @@ from ..errors import UsageError
 from ..resources.secrets import scrub_values
 from . import _loop
 from .errors import MCPServerError
+from .policy import APPROVAL_POLICIES, DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tools import MCPTool
@@ -59,12 +60,6 @@ log = logging.getLogger("chatflow_cli.core.mcp")
 # does not get it on stderr through Python's last-resort handler (chatflow's error line says it)
 logging.getLogger("mcp").addHandler(logging.NullHandler())
 
-#: Seconds a tool call may take before it is cancelled and answered with an error result.
-DEFAULT_CALL_TIMEOUT_S = 60.0
-#: Seconds a server may take to start and answer ``initialize`` and ``tools/list``.
-DEFAULT_START_TIMEOUT_S = 30.0
-#: Approval policies of a server's tools: run without asking, ask first, never run.
-APPROVAL_POLICIES = ("always", "ask", "never")
 #: Lines of a stdio server's stderr quoted in an error.
 STDERR_LINES = 5
 
