@@ -57,6 +57,7 @@ from .redaction import ScrubbingFormatter, remember_arguments
 from .memory_app import memory_app
 from .sessions_app import sessions_app
 from .vault_app import vault_app
+from .mcp_app import mcp_app
 
 __all__ = ["app", "main"]
 
@@ -104,6 +105,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(local_app, name="local")
 app.add_typer(memory_app, name="memory")
 app.add_typer(vault_app, name="vault")
+app.add_typer(mcp_app, name="mcp")
 
 
 # ---------------------------------------------------------------------------------------
@@ -184,7 +186,8 @@ def _start_repl(ctx: typer.Context, state: State, **options: Any) -> None:
         "  chatflow chat \"What is the capital of France?\"\n"
         "  chatflow chat -s support-42 --output json \"Where is my order?\"\n"
         "  git diff | chatflow chat \"review this\"      (the message, a blank line, then stdin)\n"
-        "  chatflow chat -s s1 --tool-result call_1 '{\"approved\": true}' --tool-result call_2 no"
+        "  chatflow chat -s s1 --tool-result call_1 '{\"approved\": true}' --tool-result call_2 no\n"
+        "  chatflow chat -s s1 --approve call_3"
     )
 )
 def chat(
@@ -212,13 +215,16 @@ def chat(
     memory: Annotated[Optional[list[str]], typer.Option("--memory", metavar="NAME[:ro]", help="Mount a memory store on the session (read-write; NAME:ro read-only): the agent gets memory tools (repeatable; see chatflow memory).")] = None,
     vault: Annotated[Optional[list[str]], typer.Option("--vault", metavar="NAME", help="Mount this vault: tools' secrets come from it (repeatable; the first vault holding an entry wins).")] = None,
     attach: Annotated[Optional[list[str]], typer.Option("--attach", "-f", metavar="FILE", help="Attach a file to the message: an image (PNG, JPEG, WebP, GIF) or a UTF-8 text file (repeatable, at most 10; '-' reads stdin as the file).")] = None,
+    approve: Annotated[Optional[list[str]], typer.Option("--approve", metavar="TOOL_USE_ID", help="Approve a tool call waiting for an approval (an MCP tool whose policy is ask): it runs, and the turn continues (repeatable).")] = None,
+    deny: Annotated[Optional[list[str]], typer.Option("--deny", metavar="TOOL_USE_ID", help="Deny a tool call waiting for an approval: the model is told the user declined it, and the turn continues (repeatable).")] = None,
 ) -> int | None:
     """Send one message (or several with --input jsonl) and print the reply.
 
     With no message on a terminal, the REPL opens on the session (-s/-c) instead.
     """
     state = state_of(ctx)
-    if message is None and not tool_result and not attach and input_ is InputFormat.text and state.env.interactive:
+    if message is None and not tool_result and not approve and not deny and not attach \
+            and input_ is InputFormat.text and state.env.interactive:
         _start_repl(ctx, state, session_id=session, continue_last=continue_, model=model, agent=agent,
                     base_url=base_url, max_turns=max_turns, system=system, max_context_tokens=max_context_tokens)
         return None
@@ -248,6 +254,7 @@ def chat(
         memory=list(memory) if memory else None,
         vaults=tuple(vault or ()),
         attachments=tuple(attach or ()),
+        approvals=[(i, True) for i in approve or ()] + [(i, False) for i in deny or ()] or None,
     )
     return run_chat(state, opts)
 
