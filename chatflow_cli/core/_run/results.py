@@ -10,6 +10,7 @@ from typing import Any
 from .._stream import Usage, cut_phrase
 from ..events import Event, SessionStatus
 from ..messages import ToolCall
+from ..resources.mounts import Mount
 
 __all__ = ["RunResult", "StreamEvent", "drain"]
 
@@ -44,6 +45,9 @@ class RunResult:
             SYSTEM messages sent beside it, the agent's instructions included;
             ``dropped``: ``[first, last]`` of the turns of the window left out for the
             budget, unsummarised, or None); None for a replay.
+        resources: the resources the turn ran with (:class:`~chatflow_cli.core.resources.Mount`:
+            the session's mounts in force when it ended, as the event log says), in the order
+            they were first mounted.
     """
 
     content: str | None
@@ -59,6 +63,7 @@ class RunResult:
     reasoning: str | None = None
     context: dict[str, Any] | None = None
     usage_reported: bool = True
+    resources: tuple[Mount, ...] = ()
 
     @property
     def truncated(self) -> bool:
@@ -88,6 +93,7 @@ class RunResult:
             "finish_reason": self.finish_reason,
             "reasoning": self.reasoning,
             "context": self.context,
+            "resources": [m.to_dict() for m in self.resources],
         }
 
 
