@@ -94,15 +94,28 @@ class ScrubbingFilter(logging.Filter):
 
 
 class PlainLogHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """The root handler without ``--debug``: warnings and errors of any logger (a tool's
-    own, a library's) on stderr as Python's last resort would print them, message only,
-    with every secret removed (:class:`ScrubbingFilter`, :class:`ScrubbingFormatter`)."""
+    """The root handler without ``--debug``: what Python's last resort would print (a
+    warning or error of a logger with no handler of its own in its chain: a tool's own, a
+    library's), message only, on stderr, with every secret removed (:class:`ScrubbingFilter`,
+    :class:`ScrubbingFormatter`). Being on the root, it also keeps a tool's
+    ``logging.warning(...)`` from setting up an unscrubbed handler of its own
+    (``logging.basicConfig`` does nothing once the root has one). A logger that has a
+    handler (psycopg's pool, given a ``NullHandler`` to keep its reconnection noise off
+    stderr) is left to it, as the last resort would be."""
 
     def __init__(self) -> None:
         super().__init__()
         self.setLevel(logging.WARNING)
         self.setFormatter(ScrubbingFormatter("%(message)s"))
         self.addFilter(ScrubbingFilter())
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        logger: logging.Logger | None = logging.getLogger(record.name) if record.name != "root" else None
+        while logger is not None and logger is not logging.root:
+            if logger.handlers:  # handled below the root: the last resort would not print it
+                return False
+            logger = logger.parent
+        return bool(super().handle(record))
 
 
 def install_logging(debug: bool) -> None:
