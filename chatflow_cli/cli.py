@@ -52,10 +52,11 @@ from .options import (
     output_format,
     parse_metadata,
 )
-from .redaction import install_logging
+from .redaction import install_logging, remember_arguments
 from .memory_app import memory_app
 from .sessions_app import sessions_app
 from .vault_app import vault_app
+from .mcp_app import mcp_app
 
 __all__ = ["app", "main"]
 
@@ -103,6 +104,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(local_app, name="local")
 app.add_typer(memory_app, name="memory")
 app.add_typer(vault_app, name="vault")
+app.add_typer(mcp_app, name="mcp")
 
 
 # ---------------------------------------------------------------------------------------
@@ -183,7 +185,8 @@ def _start_repl(ctx: typer.Context, state: State, **options: Any) -> None:
         "  chatflow chat \"What is the capital of France?\"\n"
         "  chatflow chat -s support-42 --output json \"Where is my order?\"\n"
         "  git diff | chatflow chat \"review this\"      (the message, a blank line, then stdin)\n"
-        "  chatflow chat -s s1 --tool-result call_1 '{\"approved\": true}' --tool-result call_2 no"
+        "  chatflow chat -s s1 --tool-result call_1 '{\"approved\": true}' --tool-result call_2 no\n"
+        "  chatflow chat -s s1 --approve call_3"
     )
 )
 def chat(
@@ -210,13 +213,16 @@ def chat(
     title: Annotated[Optional[str], typer.Option("--title", metavar="TITLE", help="The session's title (default: the first line of its first message).")] = None,
     memory: Annotated[Optional[list[str]], typer.Option("--memory", metavar="NAME[:ro]", help="Mount a memory store on the session (read-write; NAME:ro read-only): the agent gets memory tools (repeatable; see chatflow memory).")] = None,
     vault: Annotated[Optional[list[str]], typer.Option("--vault", metavar="NAME", help="Mount this vault: tools' secrets come from it (repeatable; the first vault holding an entry wins).")] = None,
+    approve: Annotated[Optional[list[str]], typer.Option("--approve", metavar="TOOL_USE_ID", help="Approve a tool call waiting for an approval (an MCP tool whose policy is ask): it runs, and the turn continues (repeatable).")] = None,
+    deny: Annotated[Optional[list[str]], typer.Option("--deny", metavar="TOOL_USE_ID", help="Deny a tool call waiting for an approval: the model is told the user declined it, and the turn continues (repeatable).")] = None,
 ) -> int | None:
     """Send one message (or several with --input jsonl) and print the reply.
 
     With no message on a terminal, the REPL opens on the session (-s/-c) instead.
     """
     state = state_of(ctx)
-    if message is None and not tool_result and input_ is InputFormat.text and state.env.interactive:
+    if message is None and not tool_result and not approve and not deny and input_ is InputFormat.text \
+            and state.env.interactive:
         _start_repl(ctx, state, session_id=session, continue_last=continue_, model=model, agent=agent,
                     base_url=base_url, max_turns=max_turns, system=system, max_context_tokens=max_context_tokens)
         return None
@@ -245,6 +251,7 @@ def chat(
         title=title,
         memory=list(memory) if memory else None,
         vaults=tuple(vault or ()),
+        approvals=[(i, True) for i in approve or ()] + [(i, False) for i in deny or ()] or None,
     )
     return run_chat(state, opts)
 
@@ -415,6 +422,7 @@ def main(argv: list[str] | None = None) -> None:
     _boundary.set_json_errors(None)
 
     args = list(sys.argv[1:] if argv is None else argv)
+    remember_arguments(args)  # a vault value typed where a name was expected is never printed
     debug = "--debug" in args or os.environ.get("CHATFLOW_DEBUG", "") not in ("", "0")
     _boundary.fill_closed_standard_streams()
     install_logging(debug)  # every line a log handler prints is scrubbed of secrets, a tool's own too

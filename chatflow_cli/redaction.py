@@ -9,7 +9,10 @@ line and the ``--debug`` traceback (chained causes included); every log handler 
 installs (:func:`install_logging`, the REPL's) scrubs each record, a tool's own log lines
 included, with or without ``--debug``; JSON error objects are scrubbed too. Vault values read or written by this process
 (:func:`chatflow_cli.core.resources.secrets.values_read`) are secrets too, whatever their
-length.
+length. So are the arguments of a ``vault`` command and of ``--vault``/``--memory`` that do
+not have a name's shape (:func:`remember_arguments`): a value typed where a name was expected
+(``vault set work gh_token=ghp_...``) is never printed, even by the argument parser's own
+messages ("Got unexpected extra argument ...").
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import os
 from .core.resources.secrets import values_read
 
 __all__ = ["MIN_SECRET_LEN", "PlainLogHandler", "ScrubbingFilter", "ScrubbingFormatter", "install_logging",
-           "remember_secret", "scrub"]
+           "remember_arguments", "remember_secret", "scrub"]
 
 #: Shorter values are not treated as secrets (replacing them would garble ordinary text).
 MIN_SECRET_LEN = 6
@@ -37,6 +40,59 @@ def remember_secret(value: str | None) -> None:
     """
     if value and len(value) >= MIN_SECRET_LEN:
         _SECRETS.add(value)
+
+
+_MOUNT_OPTIONS = ("--vault", "--memory")
+_MODES = ("ro", "rw", "read-only", "read-write")
+_PATH_OPTIONS = ("--db", "--config")
+
+
+def _after_command(args: list[str], command: str) -> list[str] | None:
+    """The arguments after ``command`` when it is the command of ``args`` (the first argument
+    that is neither an option nor a global option's value), else None."""
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+        elif arg in _PATH_OPTIONS:
+            skip = True
+        elif not arg.startswith("-"):
+            return args[i + 1:] if arg == command else None
+    return None
+
+
+def remember_arguments(args: list[str]) -> None:
+    """Record as secrets the command-line arguments that may hold a vault value: every
+    argument of the ``vault`` command and the value of ``--vault`` / ``--memory``, unless
+    it has a name's shape and does not look like a credential
+    (:func:`~chatflow_cli.core.resources.secrets.quoted_name`). Of ``NAME=VALUE`` the part
+    after ``=`` is recorded too. A command line with neither costs one scan of ``args``."""
+    if "vault" not in args and not any(a.startswith(_MOUNT_OPTIONS) for a in args):
+        return
+    from .core.resources.secrets import NOT_SHOWN, quoted_name
+
+    suspects: list[str] = []
+    rest = _after_command(args, "vault")
+    if rest is not None:
+        # the global options' values are paths, not values (an error naming the database stays readable)
+        suspects += [a for i, a in enumerate(rest) if not (i and rest[i - 1] in _PATH_OPTIONS)
+                     and not a.startswith(tuple(o + "=" for o in _PATH_OPTIONS))]
+    for i, arg in enumerate(args):
+        if arg in _MOUNT_OPTIONS and i + 1 < len(args):
+            suspects.append(args[i + 1])
+        elif arg.startswith(tuple(o + "=" for o in _MOUNT_OPTIONS)):
+            suspects.append(arg.partition("=")[2])
+    for arg in suspects:
+        if arg.startswith("-"):  # an option; of --opt=VALUE, the value
+            if "=" not in arg:
+                continue
+            arg = arg.partition("=")[2]
+        name, colon, mode = arg.partition(":")
+        if colon and mode.lower() in _MODES and quoted_name(name) != NOT_SHOWN:
+            continue  # a mount: NAME:ro
+        for part in (arg, arg.partition("=")[2], name, mode):
+            if part and quoted_name(part) == NOT_SHOWN:
+                remember_secret(part)
 
 
 def _secrets() -> list[str]:

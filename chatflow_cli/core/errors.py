@@ -139,9 +139,13 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
         "empty, a `json` export (it does not import back) or of a format that cannot be detected, an "
         "`export -o` that names a directory, or a session id to import into that exists and did not come from "
         "that source (without `--into`); a memory store or vault name that is not valid, a mount mode that does "
-        "not exist (`--memory notes:rx`), a memory document path outside its store (`..`, an absolute path, a "
-        "control character), a memory document over 100,000 bytes, a memory edit whose passage or version is no "
-        "longer there; a vault value given on the command line (it is read from the terminal or stdin), a vault "
+        "not exist (`--memory notes:rx`), one memory store mounted twice in two modes (`--memory notes "
+        "--memory notes:ro`), a memory document path outside its store (`..`, an absolute path, a control or "
+        "invisible format character), a memory document over 100,000 bytes, a memory edit whose passage or "
+        "version is no longer there, a document path that would also be a folder (or the reverse), a memory "
+        "write or version number the store does not have or that is of another document; a memory export of an "
+        "unknown format version or with a path given twice (nothing is imported); a vault value given on "
+        "the command line (it is read from the terminal or stdin), a vault "
         "value shorter than 8 characters, a vault entry name that is not 1-64 letters, digits, `_`, `-` or `.`, "
         "a vault that exists already, an `--env` name that is not an environment variable name"),
     ExitStatus.NOT_FOUND: (

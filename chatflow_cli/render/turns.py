@@ -328,8 +328,11 @@ def event_text(event: Event, *, full: bool = False, width: int | None = None, mo
     elif t == "turn.interrupt_requested":
         line.append(f"turn {p.get('turn')}: asked to stop", style="yellow")
     elif t == "tool.pending":
-        ids = ", ".join(map(str, p.get("tool_use_ids") or []))
-        line.append(f"turn {p.get('turn')}: waiting for --tool-result {safe_text(ids)}", style="yellow")
+        asking = [str(i) for i in p.get("approval") or []]
+        ids = ", ".join(str(i) for i in p.get("tool_use_ids") or [] if str(i) not in asking)
+        waits = ([f"--tool-result {safe_text(ids)}"] if ids else []) + (
+            [f"--approve/--deny {safe_text(', '.join(asking))}"] if asking else [])
+        line.append(f"turn {p.get('turn')}: waiting for {' and '.join(waits) or '--tool-result'}", style="yellow")
     elif t == "tool.result_submitted":
         line.append(f"turn {p.get('turn')}: result for {safe_text(str(p.get('tool_use_id')))}"
                     f"{' (error)' if p.get('is_error') else ''}: ")

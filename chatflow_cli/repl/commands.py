@@ -2,7 +2,7 @@
 
 ``/help``, ``/new``, ``/sessions``, ``/switch ID``, ``/show [--full]``, ``/rollback [N]``,
 ``/retry``, ``/agent [NAME]``, ``/model [NAME]``, ``/metadata [KEY=VALUE]``, ``/search QUERY``,
-``/fork [N]``, ``/title [TITLE]``, ``/edit``,
+``/memory``, ``/vault``, ``/fork [N]``, ``/title [TITLE]``, ``/edit``,
 ``/clear``, ``/exit`` (see :mod:`chatflow_cli.repl`). An unknown command gets a suggestion
 when one is close (difflib ratio :data:`_SUGGEST_CUTOFF`) and never reaches the model.
 :func:`slash_completions` gives Tab its choices.
@@ -47,6 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "/model": ("[NAME]", "show or change the model"),
     "/metadata": ("[KEY=VALUE]", "show or set the session's metadata"),
     "/memory": ("[mount NAME[:ro] | unmount NAME]", "list the memory stores mounted here, mount or unmount one"),
+    "/vault": ("[mount NAME | unmount NAME]", "list the vaults mounted here, mount or unmount one (tools' secrets)"),
     "/search": ("QUERY", "search every session: words, \"a phrase\", OR, NOT, prefix*"),
     "/fork": ("[N]", "copy turns 1..N (default: all) into a new session and continue there"),
     "/title": ("[TITLE]", "show or set this session's title"),
@@ -450,6 +451,56 @@ class SlashCommands(ReplHost):
                 self.store.save(session)
         except ChatflowError as exc:
             self.error(f"/memory: {exc}")
+            return
+        self.say(done)
+
+    async def cmd_vault(self, arg: str) -> None:
+        """``/vault``: the vaults mounted here and those there are; ``mount NAME``; ``unmount NAME``.
+
+        A vault is mounted read-only (a tool reads its entries); mounting and unmounting are
+        ``resource.mounted`` / ``resource.unmounted`` events of the session, as ``/memory``'s.
+        """
+        from typing import cast
+
+        from ..core.errors import ChatflowError
+        from ..core.resources.mounts import parse_mount
+        from ..core.resources.secrets import NOT_SHOWN, quoted_name
+        from ..core.resources.vaults import VaultCatalog, no_vault_error
+
+        catalog = cast(VaultCatalog, self.store)
+
+        if not await self._wait_closing():
+            return
+        verb, _, rest = arg.strip().partition(" ")
+        rest = rest.strip()
+        if not verb:
+            session = self.store.get(self.session_id)
+            mounted = [m.name for m in (session.resources if session is not None else []) if m.kind == "vault"]
+            names = [v.name for v in catalog.list_vaults()]
+            self.say("mounted: " + (", ".join(safe_text(n) for n in mounted) or "none") + "; vaults: "
+                     + (", ".join(safe_text(n) for n in names) or "none (chatflow vault create NAME)"), style="")
+            return
+        if verb not in ("mount", "unmount") or not rest or " " in rest:
+            self.error("/vault mount NAME or /vault unmount NAME")
+            return
+        try:
+            starting = self.runner.agents.get(self.agent_name, self.runner.starting_agent)
+            if verb == "mount":
+                mount = parse_mount(rest, "vault")
+                if catalog.get_vault(mount.name) is None:
+                    raise no_vault_error(mount.name, ", ".join(v.name for v in catalog.list_vaults()) or "none")
+                session = self.store.get_or_create(self.session_id, starting, max_turns=self.max_turns)
+                changed = session.mount(mount)
+                done = f"mounted vault {mount.name}" if changed else f"vault {mount.name} is mounted already"
+            else:
+                session = self.store.get_or_create(self.session_id, starting, max_turns=self.max_turns)
+                changed = session.unmount(rest, "vault")
+                shown = safe_text(rest) if quoted_name(rest) != NOT_SHOWN else NOT_SHOWN
+                done = f"unmounted vault {shown}" if changed else f"vault {shown} is not mounted"
+            if changed:
+                self.store.save(session)
+        except ChatflowError as exc:
+            self.error(f"/vault: {exc}")
             return
         self.say(done)
 

@@ -71,6 +71,10 @@ class TurnState:
             turn ended already (no second ending was written).
         context: the context use of the latest request (see ``RunResult.context``).
         dropped_told: the turn's ``context.dropped`` event was yielded.
+        wholes: tool call id -> the complete result of a call whose text was cut for the
+            model (stored as an ``mcp.output`` event beside the call).
+        unavailable: tool servers that failed to start in this turn -> what happened (not
+            tried again until the next turn).
     """
 
     agent: Agent
@@ -88,6 +92,8 @@ class TurnState:
     usage_reported: bool = False  # a request of the turn came back with usage
     usage_missing: bool = False  # a request of the turn came back without usage
     dropped_told: bool = False  # a context.dropped event was yielded for this turn
+    wholes: dict[str, str] = dataclasses.field(default_factory=dict)
+    unavailable: dict[str, str] = dataclasses.field(default_factory=dict)
     # Chat Completions form of each message sent in this turn, by identity (messages are
     # immutable; the tuple keeps the message alive so its id is not reused)
     _wire: dict[int, tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=dict)
