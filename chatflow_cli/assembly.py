@@ -214,7 +214,8 @@ def session_mounts(settings: Settings, store: Any, session_id: str, runner: Runn
     name = agent or store.active_agent_name(session_id) or runner.starting_agent.name
     spec = settings.agent(name)
     mounts = {m.name: m for m in (spec.memory if spec is not None else ())}
-    for mount in unique_mounts((parse_mount(text) for text in memory or ()), "--memory"):
+    given = unique_mounts([parse_mount(text) for text in memory], "--memory") if memory else []
+    for mount in given:
         mounts[mount.name] = mount
     for mount in mounts.values():
         store.memory_store(mount.name)  # MemoryStoreNotFoundError (exit 3) before anything runs

@@ -169,7 +169,7 @@ class SessionContext:
         self._agents_seen: dict[str, Any] = {self._created_agent: initial_agent}
         self._mounts: dict[tuple[str, str], Mount] = {}  # in force: stored, then journalled
         given = list(resources or ())
-        if all(isinstance(m, Mount) for m in given):
+        if given and all(isinstance(m, Mount) for m in given):
             given = unique_mounts(given, "resources")  # one resource in two modes: UsageError
         for mount in given:
             self.mount(mount)
