@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.runner import Runner
 
 __all__ = ["LOCAL_TEMPERATURE", "Assembly", "adopt_starting_agent", "assemble", "build_agents", "build_servers",
-           "session_mounts", "transport_for", "vault_reader"]
+           "gone_notice", "session_mounts", "transport_for", "unmount_gone", "vault_reader"]
 
 #: Sampling temperature for the embedded local model (see the module docstring).
 LOCAL_TEMPERATURE = 0.0
@@ -214,7 +214,8 @@ def session_mounts(settings: Settings, store: Any, session_id: str, runner: Runn
     name = agent or store.active_agent_name(session_id) or runner.starting_agent.name
     spec = settings.agent(name)
     mounts = {m.name: m for m in (spec.memory if spec is not None else ())}
-    for mount in unique_mounts((parse_mount(text) for text in memory or ()), "--memory"):
+    given = unique_mounts([parse_mount(text) for text in memory], "--memory") if memory else []
+    for mount in given:
         mounts[mount.name] = mount
     for mount in mounts.values():
         store.memory_store(mount.name)  # MemoryStoreNotFoundError (exit 3) before anything runs
@@ -226,6 +227,43 @@ def session_mounts(settings: Settings, store: Any, session_id: str, runner: Runn
         for mount in vault_mounts:
             reader.get_vault(mount.name)  # VaultNotFoundError (exit 3) before anything is sent
     return (*mounts.values(), *vault_mounts)
+
+
+def unmount_gone(store: Any, session_id: str) -> list[tuple[Mount, str]]:
+    """The resources mounted on the stored session ``session_id`` that no longer exist (a
+    memory store or vault deleted since it was mounted), each unmounted now with a
+    ``resource.unmounted`` event whose ``reason`` says why, so the session goes on without
+    them and is told once. Returns each with that reason (for the notice); ``[]`` after one
+    read when nothing is mounted. When the unmount cannot be stored now (another process
+    runs a turn on the session), the resources are still returned."""
+    mounts = store.session_resources(session_id)
+    if not mounts:
+        return []
+    gone: list[tuple[Mount, str]] = []
+    stores: set[str] | None = None
+    for mount in mounts:
+        if mount.kind == "memory_store":
+            if stores is None:
+                stores = {info.name for info in store.memory_stores()}
+            if mount.name not in stores:
+                gone.append((mount, f"memory store {mount.name!r} no longer exists"))
+        elif mount.kind == "vault" and store.get_vault(mount.name) is None:
+            gone.append((mount, f"vault {mount.name!r} no longer exists"))
+    if gone:
+        try:
+            session = store.get(session_id)
+            if session is not None:
+                for mount, reason in gone:
+                    session.unmount(mount.name, mount.kind, reason=reason)
+                store.save(session)
+        except ChatflowError as exc:  # a busy session: its turn says so; the next run tries again
+            logging.getLogger("chatflow_cli.assembly").debug("unmounting %s: %s", gone, exc)
+    return gone
+
+
+def gone_notice(session_id: str, reason: str) -> str:
+    """The notice for a resource :func:`unmount_gone` took off ``session_id``."""
+    return f"{reason} (it was mounted on session {session_id}): unmounted; the session goes on without it"
 
 
 def adopt_starting_agent(store: ContextStore, session_id: str, runner: Runner) -> str | None:

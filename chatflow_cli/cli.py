@@ -31,7 +31,6 @@ Exit codes: :class:`chatflow_cli.core.errors.ExitStatus`, with what each means i
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from typing import Annotated, Any, Optional, cast
@@ -53,7 +52,7 @@ from .options import (
     output_format,
     parse_metadata,
 )
-from .redaction import ScrubbingFormatter, remember_arguments
+from .redaction import install_logging, remember_arguments
 from .memory_app import memory_app
 from .sessions_app import sessions_app
 from .vault_app import vault_app
@@ -404,6 +403,19 @@ def build_command() -> Any:
     return command
 
 
+def _interrupted() -> int:
+    """A command stopped by Ctrl-C or SIGTERM with nothing of its own to say: ``chatflow:
+    interrupted`` (130) or ``chatflow: terminated (SIGTERM)`` (143) on stderr, after a line
+    break (the terminal's ``^C`` may be on the line)."""
+    code = _boundary.interrupted_code()
+    text = "chatflow: terminated (SIGTERM)" if code != ExitStatus.INTERRUPTED else "chatflow: interrupted"
+    try:
+        sys.stderr.write("\n" + text + "\n")
+    except OSError:  # pragma: no cover
+        pass
+    return code
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run chatflow and exit with the code of :class:`ExitStatus` that fits the outcome."""
     from ._typer_adapter import click_exceptions
@@ -414,20 +426,13 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     remember_arguments(args)  # a vault value typed where a name was expected is never printed
     debug = "--debug" in args or os.environ.get("CHATFLOW_DEBUG", "") not in ("", "0")
-    if debug:  # chatflow's own debug lines; other libraries (httpx, openai, asyncio...) stay at WARNING
-        handler = logging.StreamHandler()
-        handler.setFormatter(ScrubbingFormatter("chatflow: %(levelname)s %(name)s: %(message)s"))
-        logging.basicConfig(level=logging.WARNING, handlers=[handler])
-        logging.getLogger("chatflow_cli").setLevel(logging.DEBUG)
-    else:
-        logging.getLogger("chatflow_cli").addHandler(logging.NullHandler())
-        logging.getLogger("chatflow_cli").propagate = False
+    _boundary.fill_closed_standard_streams()
+    install_logging(debug)  # every line a log handler prints is scrubbed of secrets, a tool's own too
     if os.environ.get(COMPLETE_VAR):
         from ._typer_adapter import completion_init
 
         completion_init()
     code: int = ExitStatus.SUCCESS
-    _boundary.fill_closed_standard_streams()
     _boundary.sigterm_interrupts()
     try:
         _boundary.check_utf8_args(args)
@@ -463,13 +468,8 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         _boundary.error_line("aborted")
         code = ExitStatus.INTERRUPTED
-    except KeyboardInterrupt:
-        code = _boundary.interrupted_code()
-        try:
-            sys.stderr.write("\nchatflow: terminated (SIGTERM)\n" if code != ExitStatus.INTERRUPTED
-                             else "\nchatflow: interrupted\n")
-        except OSError:  # pragma: no cover
-            pass
+    except (KeyboardInterrupt, _boundary.Stopped):
+        code = _interrupted()
     except (BrokenPipeError, _boundary.ReaderGone):
         silence_broken_pipe()
         code = ExitStatus.SUCCESS

@@ -252,8 +252,11 @@ def _validate_inner(text: str, data: dict[str, Any], path: Path = Path("config.t
         out["api_key_env"] = value
     if "db" in data:
         value = _want_str(text, "db", data["db"])
-        from .core.dsn import dsn_password, is_postgres_url
+        from .core.dsn import dsn_password, is_postgres_url, url_problem
 
+        problem = url_problem(value)
+        if problem is not None:  # never the URL itself: it may hold a password
+            raise _Problem(f"db: {problem}", _key_line(text, "db"))
         if is_postgres_url(value) and dsn_password(value):
             raise _Problem(
                 "db must not hold a password: passwords never live in files; use PGPASSWORD or ~/.pgpass",

@@ -5,8 +5,9 @@ everything it prints.
 ``$OPENAI_API_KEY`` and the variable ``$CHATFLOW_API_KEY_ENV`` names are read on each call.
 :func:`scrub` replaces each by ``[redacted]``, as the model client does: defence in depth,
 since a provider's error body may echo the key. The error boundary applies it to the error
-line, the ``--debug`` traceback (chained causes included) and ``--debug`` log lines; JSON
-error objects are scrubbed too. Vault values read or written by this process
+line and the ``--debug`` traceback (chained causes included); every log handler chatflow
+installs (:func:`install_logging`, the REPL's) scrubs each record, a tool's own log lines
+included, with or without ``--debug``; JSON error objects are scrubbed too. Vault values read or written by this process
 (:func:`chatflow_cli.core.resources.secrets.values_read`) are secrets too, whatever their
 length. So are the arguments of a ``vault`` command and of ``--vault``/``--memory`` that do
 not have a name's shape (:func:`remember_arguments`): a value typed where a name was expected
@@ -21,7 +22,8 @@ import os
 
 from .core.resources.secrets import values_read
 
-__all__ = ["MIN_SECRET_LEN", "ScrubbingFormatter", "remember_arguments", "remember_secret", "scrub"]
+__all__ = ["MIN_SECRET_LEN", "PlainLogHandler", "ScrubbingFilter", "ScrubbingFormatter", "install_logging",
+           "remember_arguments", "remember_secret", "scrub"]
 
 #: Shorter values are not treated as secrets (replacing them would garble ordinary text).
 MIN_SECRET_LEN = 6
@@ -123,7 +125,69 @@ def scrub(text: str) -> str:
 
 
 class ScrubbingFormatter(logging.Formatter):
-    """``--debug`` log lines (and the tracebacks they carry) with secrets removed."""
+    """Log lines (and the tracebacks they carry) with secrets removed."""
 
     def format(self, record: logging.LogRecord) -> str:
         return scrub(super().format(record))
+
+
+class ScrubbingFilter(logging.Filter):
+    """Takes the secrets out of a log record's message before any handler formats it: on
+    every handler chatflow installs, so a record a tool's own ``logging`` makes (a tool that
+    logs the token it was given) is printed or queued without them, whatever the format."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record: logging reports it when formatting
+            return True
+        clean = scrub(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+        return True
+
+
+class PlainLogHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The root handler without ``--debug``: what Python's last resort would print (a
+    warning or error of a logger with no handler of its own in its chain: a tool's own, a
+    library's), message only, on stderr, with every secret removed (:class:`ScrubbingFilter`,
+    :class:`ScrubbingFormatter`). Being on the root, it also keeps a tool's
+    ``logging.warning(...)`` from setting up an unscrubbed handler of its own
+    (``logging.basicConfig`` does nothing once the root has one). A logger that has a
+    handler (psycopg's pool, given a ``NullHandler`` to keep its reconnection noise off
+    stderr) is left to it, as the last resort would be."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setLevel(logging.WARNING)
+        self.setFormatter(ScrubbingFormatter("%(message)s"))
+        self.addFilter(ScrubbingFilter())
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        logger: logging.Logger | None = logging.getLogger(record.name) if record.name != "root" else None
+        while logger is not None and logger is not logging.root:
+            if logger.handlers:  # handled below the root: the last resort would not print it
+                return False
+            logger = logger.parent
+        return bool(super().handle(record))
+
+
+def install_logging(debug: bool) -> None:
+    """The log handlers of a chatflow process, every one scrubbing secrets from what it prints.
+
+    ``debug`` (``--debug``): chatflow's own debug lines and other libraries' warnings,
+    ``chatflow: LEVEL name: message``. Otherwise :class:`PlainLogHandler` on the root, and
+    chatflow's own loggers silent.
+    """
+    if debug:  # chatflow's own debug lines; other libraries (httpx, openai, asyncio...) stay at WARNING
+        handler = logging.StreamHandler()
+        handler.setFormatter(ScrubbingFormatter("chatflow: %(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(ScrubbingFilter())
+        logging.basicConfig(level=logging.WARNING, handlers=[handler])
+        logging.getLogger("chatflow_cli").setLevel(logging.DEBUG)
+        return
+    logging.basicConfig(level=logging.WARNING, handlers=[PlainLogHandler()])
+    logging.getLogger("chatflow_cli").addHandler(logging.NullHandler())
+    logging.getLogger("chatflow_cli").propagate = False

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..assembly import adopt_starting_agent, assemble, session_mounts, transport_for
+from ..assembly import adopt_starting_agent, assemble, gone_notice, session_mounts, transport_for, unmount_gone
 from ..config import resolve_model
 from ..context import notice
 from ..core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
@@ -187,6 +187,9 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                 note = adopt_starting_agent(store, session_id, runner)
                 if note is not None:
                     notice(state, note)
+            if existing is not None:  # a memory store or vault deleted since it was mounted: said once, unmounted
+                for _mount, reason in unmount_gone(store, session_id):
+                    notice(state, gone_notice(session_id, reason))
             mounts = session_mounts(settings, store, session_id, runner, opts.agent, opts.memory, opts.vaults)
             if multi:
                 _run_items(state, runner, store, opts, session_id, out, scope, mounts)

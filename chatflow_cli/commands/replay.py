@@ -64,6 +64,8 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
     from ..render import event_text, stored_event_json
 
     collected: list[Any] | None = [] if output == "json" else None
+    # the text says at each turn's end the resources it ran with: the mounts in force then
+    mounts = _MountsInForce(store, session_id, since) if console is not None else None
 
     cursor = since
     lost = _Reconnecting(state)
@@ -89,10 +91,11 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
             elif as_json:
                 out.write(dumps(stored_event_json(event)) + "\n")
             elif console is not None:  # text
+                now = mounts.after(event) if mounts is not None else None
                 if state.env.stdout_isatty:  # word-wrapped, wrapped rows indented
-                    console.print(event_text(event, width=console.width))
+                    console.print(event_text(event, width=console.width, mounts=now))
                 else:  # piped: never wrapped
-                    console.print(event_text(event), soft_wrap=True)
+                    console.print(event_text(event, mounts=now), soft_wrap=True)
             cursor = event.seq
         if not follow:
             if collected is not None:
@@ -107,6 +110,31 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
                 lost.wait(exc)  # the next read says whether the store is back
         else:
             time.sleep(FOLLOW_POLL_S)
+
+
+class _MountsInForce:
+    """The session's mounts as ``replay`` reads its log: the fold of its ``resource.*``
+    events up to the event just read (those before ``--since`` are read first, once), so
+    the end of each turn can say what the turn ran with, as ``sessions show`` does."""
+
+    def __init__(self, store: Any, session_id: str, since: int) -> None:
+        self.current: dict[tuple[str, str], dict[str, Any]] = {}
+        if since > 0:
+            try:
+                for event in store.events(session_id, after_seq=0, limit=since):
+                    self.after(event)
+            except ChatflowError:  # the log is read again below, and its error said there
+                pass
+
+    def after(self, event: Any) -> list[dict[str, Any]]:
+        """The mounts in force once ``event`` is applied (``{"kind", "name", "mode"}`` dicts)."""
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        key = (str(payload.get("kind")), str(payload.get("name")))
+        if event.type == "resource.mounted":
+            self.current[key] = {k: payload.get(k) for k in ("kind", "name", "mode")}
+        elif event.type == "resource.unmounted":
+            self.current.pop(key, None)
+        return list(self.current.values())
 
 
 class _Reconnecting:

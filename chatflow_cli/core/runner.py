@@ -399,7 +399,8 @@ class Runner(TurnLoop, ContextWindow):
         mounts = tuple(resources or ())
         if not all(isinstance(m, Mount) for m in mounts):
             raise TypeError("resources must be Mount values (chatflow_cli.core.resources.Mount)")
-        mounts = tuple(unique_mounts(mounts, "resources"))
+        if mounts:
+            mounts = tuple(unique_mounts(mounts, "resources"))
         if message_id is not None:
             return TurnRequest(message, metadata, idempotency_key, max_turns, system, message_id=message_id,
                                resources=mounts)

@@ -219,6 +219,11 @@ class PromptView(ReplHost):
             if note is not None:
                 self.say(note, style="yellow")
                 self.agent_name = self.runner.starting_agent.name
+        if session.resources:  # a memory store or vault deleted since it was mounted: said once, unmounted
+            from ..assembly import gone_notice, unmount_gone
+
+            for _mount, reason in unmount_gone(self.store, self.session_id):
+                self.say(gone_notice(self.session_id, reason), style="yellow")
         self.turn = session.turn_count
         self.window_turns = len(session.turns)
         self._history = session.history

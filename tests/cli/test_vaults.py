@@ -364,3 +364,45 @@ def test_a_vault_value_is_never_written_or_printed(chatflow, provider, config_fi
         assert value.encode() not in path.read_bytes(), f"the vault value was written to {path}"
     for body in provider.requests:
         assert value not in json.dumps(body), "the vault value went to the model"
+
+
+LOGGING_TOOLS = '''
+import logging
+from typing import Annotated
+
+from chatflow_cli import Secret, tool
+
+log = logging.getLogger("chattytools")
+
+
+@tool
+def chatty(token: Annotated[str, Secret("gh_token")]) -> str:
+    """Use the token, and log it (a careless tool)."""
+    log.warning("calling the API with token %s", token)
+    log.error(f"the token was {token}")
+    logging.warning("root logger: %s", token)
+    try:
+        raise RuntimeError(f"refused {token}")
+    except RuntimeError:
+        log.exception("failed")
+    return "done"
+'''
+
+
+def test_a_tools_own_log_lines_never_print_a_vault_secret(chatflow, provider, config_file) -> None:
+    secret = _secret()
+    cfg = config_file('default_agent = "Desk"\n[[agents]]\nname = "Desk"\ninstructions = "x"\n'
+                      'tools = ["chattytools:chatty"]\n')
+    (cfg.parent / "chattytools.py").write_text(LOGGING_TOOLS)
+    assert chatflow("vault", "create", "work").returncode == 0
+    assert chatflow("vault", "set", "work", "gh_token", input=secret).returncode == 0
+    for flags in ((), ("--debug",)):
+        provider.add_tool_calls([("c1", "chatty", "{}")])
+        provider.add_text("ok")
+        r = chatflow(*flags, "chat", "--vault", "work", "go")
+        assert r.returncode == 0, r
+        assert secret not in r.stdout + r.stderr, (flags, r.stderr)
+        # the lines are still printed, with the value taken out
+        assert "calling the API with token [redacted]" in r.stderr, (flags, r.stderr)
+        assert "the token was [redacted]" in r.stderr and "root logger: [redacted]" in r.stderr, (flags, r.stderr)
+        assert "RuntimeError: refused [redacted]" in r.stderr, (flags, r.stderr)

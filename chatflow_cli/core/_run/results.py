@@ -10,6 +10,7 @@ from typing import Any
 from .._stream import Usage, cut_phrase
 from ..events import Event, SessionStatus
 from ..messages import ToolCall
+from ..resources.mounts import Mount
 
 __all__ = ["RunResult", "StreamEvent", "drain"]
 
@@ -48,6 +49,9 @@ class RunResult:
             SYSTEM messages sent beside it, the agent's instructions included;
             ``dropped``: ``[first, last]`` of the turns of the window left out for the
             budget, unsummarised, or None); None for a replay.
+        resources: the resources the turn ran with (:class:`~chatflow_cli.core.resources.Mount`:
+            the session's mounts in force when it ended, as the event log says), in the order
+            they were first mounted.
     """
 
     content: str | None
@@ -64,6 +68,7 @@ class RunResult:
     context: dict[str, Any] | None = None
     usage_reported: bool = True
     approval_tool_calls: tuple[ToolCall, ...] = ()
+    resources: tuple[Mount, ...] = ()
 
     @property
     def truncated(self) -> bool:
@@ -94,6 +99,7 @@ class RunResult:
             "finish_reason": self.finish_reason,
             "reasoning": self.reasoning,
             "context": self.context,
+            "resources": [m.to_dict() for m in self.resources],
         }
 
 

@@ -40,6 +40,7 @@ from .waiting import begin_turn_when_free, end_lease, release_claim
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory.context import SessionContext
+    from ..resources.mounts import Mount
     from ..resources.vaults import SessionSecrets, Vaults
     from ..memory.protocol import TurnStart
 
@@ -84,15 +85,30 @@ class TurnLoop(RunnerHost):
                 events=written,
                 replayed=True,
                 finish_reason=replay.get("finish_reason"),
+                resources=self._ran_with(session_id, turn, session),
             )
         if outcome == "pending":
             return RunResult(None, _name(session.active_agent), session_id, turn, Usage(), session.status,
-                             pending_tool_calls=tuple(session.pending_tool_calls), events=written, replayed=True)
+                             pending_tool_calls=tuple(session.pending_tool_calls), events=written, replayed=True,
+                             resources=tuple(session.resources))
         raise UsageError(
             f"turn {turn} of session {session_id}, sent with this idempotency key, was {outcome.replace('_', ' ')}; "
             "nothing was run again (send the message with a new key to retry it)",
             session_id=session_id,
         )
+
+    def _ran_with(self, session_id: str, turn: int, session: SessionContext) -> tuple[Mount, ...]:
+        """The resources the stored turn ``turn`` ran with (its live run, as the event log
+        says); the session's mounts now when the store cannot say."""
+        load = getattr(self.store, "load_turns", None)
+        if load is not None:
+            try:
+                runs = [r for r in load(session_id, first=turn, last=turn) if not (r.rolled_back or r.failed)]
+            except ChatflowError:
+                runs = []
+            if runs:
+                return tuple(runs[-1].resources)
+        return tuple(session.resources)
 
     def _turn(
         self,
@@ -194,8 +210,8 @@ class TurnLoop(RunnerHost):
             unwatch()
             # the lease is renewed only while the turn runs: it ends here, by whatever path
             end_lease(self.store, lease_of(session), stored=state.released or state.ended)
-        yield StreamEvent("result", session_id, turn=turn,
-                          result=dataclasses.replace(result, events=tuple(written)))
+        yield StreamEvent("result", session_id, turn=turn,  # the mounts in force: those it ran with
+                          result=dataclasses.replace(result, events=tuple(written), resources=tuple(session.resources)))
 
     def _loop(
         self,

@@ -189,7 +189,8 @@ def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int, blobs
     elif kind == "resource.mounted":
         ctx.mount(Mount.from_dict(data))
     elif kind == "resource.unmounted":
-        ctx.unmount(str(data.get("name")), str(data.get("kind")))
+        reason = data.get("reason")
+        ctx.unmount(str(data.get("name")), str(data.get("kind")), reason=reason if isinstance(reason, str) else None)
     elif kind == "context.compacted":
         if not offset:  # after the target's own turns, the summary would not cover them: left out
             ctx.restore_compaction(data)

@@ -188,7 +188,8 @@ class _MemoryStores(_StoreCore):
 
     def delete_memory_store(self, name: str) -> bool:
         """Delete the memory store ``name`` with its documents and history; False if there was
-        none. Sessions that mount it keep the mount; their memory tools then say it is gone."""
+        none. Sessions that mount it keep the mount (their memory tools then say it is gone)
+        until the command line resumes one: it unmounts the store, with a reason, and says so."""
         check_resource_name(name)
         with self._write() as raw:
             return _tx(raw).ms_delete(name)  # type: ignore[no-any-return]

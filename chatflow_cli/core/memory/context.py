@@ -169,7 +169,7 @@ class SessionContext:
         self._agents_seen: dict[str, Any] = {self._created_agent: initial_agent}
         self._mounts: dict[tuple[str, str], Mount] = {}  # in force: stored, then journalled
         given = list(resources or ())
-        if all(isinstance(m, Mount) for m in given):
+        if given and all(isinstance(m, Mount) for m in given):
             given = unique_mounts(given, "resources")  # one resource in two modes: UsageError
         for mount in given:
             self.mount(mount)
@@ -612,13 +612,17 @@ class SessionContext:
         self._record(JournalEntry("resource", EventType.RESOURCE_MOUNTED.value, mount.to_dict()))
         return True
 
-    def unmount(self, name: str, kind: str = "memory_store") -> bool:
+    def unmount(self, name: str, kind: str = "memory_store", *, reason: str | None = None) -> bool:
         """Unmount the resource ``name`` of ``kind``: journal ``resource.unmounted`` (with the
-        mode it had). Returns False (journals nothing) when it was not mounted."""
+        mode it had, and ``reason`` when given: why it was unmounted, e.g. the resource was
+        deleted). Returns False (journals nothing) when it was not mounted."""
         mount = self._mounts.pop((kind, name), None)
         if mount is None:
             return False
-        self._record(JournalEntry("resource", EventType.RESOURCE_UNMOUNTED.value, mount.to_dict()))
+        payload: dict[str, Any] = mount.to_dict()
+        if reason:
+            payload["reason"] = str(reason)
+        self._record(JournalEntry("resource", EventType.RESOURCE_UNMOUNTED.value, payload))
         return True
 
     def record_event(self, type: EventType | str, payload: Mapping[str, Any] | None = None) -> None:

@@ -226,8 +226,8 @@ class _MemoryTx(_InMemoryMemoryStoreTx, _VaultTx, _AttachmentTx, _Tx):
     ) -> list[_StoredMessage]:
         entry = self._session(session_id)
         out = [
-            _StoredMessage(t, m, r, s)
-            for t, m, r, s, _ in entry.messages
+            _StoredMessage(t, m, r, s, at)
+            for t, m, r, s, at in entry.messages
             if t >= first
             and (last is None or t <= last)
             and (include_removed or r is None)

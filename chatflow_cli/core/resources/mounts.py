@@ -5,12 +5,14 @@ in. Mounting and unmounting are events of the session's log:
 
 ======================  ==================================================================
 ``resource.mounted``    ``{"kind": "memory_store"|"vault", "name": str, "mode": "read-only"|"read-write"}``
-``resource.unmounted``  ``{"kind": ..., "name": str, "mode": ...}`` (the mode it had)
+``resource.unmounted``  ``{"kind": ..., "name": str, "mode": ...}`` (the mode it had; + ``"reason"``
+                        when chatflow unmounted it itself: the resource was deleted)
 ======================  ==================================================================
 
 A session's current mounts are the fold of those events in ``seq`` order
 (:func:`fold_mounts`): a mount of a ``(kind, name)`` already mounted replaces its mode, an
-unmount removes it. The command line writes a mount as ``NAME`` (read-write for a memory
+unmount removes it. The resources a turn ran with are the fold up to the event that ended
+it (:func:`mounts_at`): the mounts made as it began are in it, those made after it are not. The command line writes a mount as ``NAME`` (read-write for a memory
 store), ``NAME:ro`` / ``NAME:read-only`` or ``NAME:rw`` / ``NAME:read-write``
 (:func:`parse_mount`). A vault is always mounted read-only: a tool reads its entries, the
 model never writes them.
@@ -43,6 +45,7 @@ __all__ = [
     "MountMode",
     "check_resource_name",
     "fold_mounts",
+    "mounts_at",
     "name_problem",
     "parse_mount",
     "unique_mounts",
@@ -266,3 +269,9 @@ def fold_mounts(events: Iterable[Any]) -> list[Mount]:
         elif kind == RESOURCE_UNMOUNTED:
             current.pop((payload.get("kind"), payload.get("name")), None)
     return list(current.values())
+
+
+def mounts_at(events: Iterable[Any], seq: int | None) -> list[Mount]:
+    """The mounts in force just after the event ``seq`` (None: after every event) among
+    ``events`` (stored ``Event`` values of one session, in ``seq`` order)."""
+    return fold_mounts(e for e in events if seq is None or e.seq <= seq)

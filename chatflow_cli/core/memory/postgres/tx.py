@@ -355,7 +355,7 @@ class _PgTx(PgMemoryStoreTx, PgVaultTx, PgAttachmentTx, _Tx):
         self, session_id: str, first: int, last: int | None, include_removed: bool
     ) -> list[_StoredMessage]:
         sql = (
-            "SELECT turn, message, message_text, removed_reason, removed_at_seq, role, tokens "
+            "SELECT turn, message, message_text, removed_reason, removed_at_seq, role, tokens, event_seq "
             "FROM chatflow_messages WHERE session_id = %s AND turn >= %s AND turn <= %s AND summary_through IS NULL"
         )
         if not include_removed:
@@ -364,8 +364,8 @@ class _PgTx(PgMemoryStoreTx, PgVaultTx, PgAttachmentTx, _Tx):
             sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**31 - 1)
         )
         return [
-            _StoredMessage(t, _message(m, x, n), reason, seq)
-            for t, m, x, reason, seq, role, n in rows
+            _StoredMessage(t, _message(m, x, n), reason, seq, at)
+            for t, m, x, reason, seq, role, n, at in rows
             if t > 0 or role == Role.SYSTEM.value
         ]
 

@@ -364,7 +364,7 @@ class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, SQLiteAttachmentTx, _Tx):
         self, session_id: str, first: int, last: int | None, include_removed: bool
     ) -> list[_StoredMessage]:
         sql = (
-            "SELECT turn, message_json, removed_reason, removed_at_seq, role, tokens FROM chatflow_messages "
+            "SELECT turn, message_json, removed_reason, removed_at_seq, role, tokens, event_seq FROM chatflow_messages "
             "WHERE session_id = ? AND turn >= ? AND turn <= ?"
         )
         if not include_removed:
@@ -374,8 +374,8 @@ class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, SQLiteAttachmentTx, _Tx):
             sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**62)
         )
         return [
-            _StoredMessage(t, _message(j, n), reason, seq)
-            for t, j, reason, seq, role, n in rows
+            _StoredMessage(t, _message(j, n), reason, seq, at)
+            for t, j, reason, seq, role, n, at in rows
             if t > 0 or role == Role.SYSTEM.value
         ]
 
