@@ -190,3 +190,59 @@ def test_children_of_multiprocessing_fork_use_their_own_connections(tmp_path: Pa
         _check_after(store)
     finally:
         store.close()
+
+
+def _open_files(path: Path) -> int:
+    """How many file descriptors of this process are open on ``path`` (a connection holds one)."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                found += 1
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc")
+def test_short_lived_threads_reuse_connections_rather_than_leave_one_each(tmp_path: Path) -> None:
+    # a turn runs each tool call (a memory tool's read or write) on a thread of its own
+    import threading
+
+    path = tmp_path / "threads.db"
+    store = SQLiteSessionStore(path)
+    try:
+        store.create_memory_store("notes")
+        store.write_document("notes", "a.md", "tally 0\n")
+        errors: list[BaseException] = []
+
+        def call(n: int) -> None:
+            try:
+                assert store.read_document("notes", "a.md").text == f"tally {n}\n"
+                store.replace_in_document("notes", "a.md", f"tally {n}\n", f"tally {n + 1}\n")
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        for n in range(30):
+            thread = threading.Thread(target=call, args=(n,))
+            thread.start()
+            thread.join()
+        assert errors == []
+        assert store.read_document("notes", "a.md").text == "tally 30\n"
+        assert _open_files(path) <= 2, "each thread that ran a transaction left its connection open"
+        # threads at once still get a connection each
+        barrier = threading.Barrier(4)
+
+        def together() -> None:
+            with store._read():
+                barrier.wait(timeout=10)
+
+        threads = [threading.Thread(target=together) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert 4 <= _open_files(path) <= 5
+    finally:
+        store.close()
+    assert _open_files(path) == 0

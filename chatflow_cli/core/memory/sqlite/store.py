@@ -83,6 +83,12 @@ class SQLiteSessionStore(BaseSessionStore):
         self._label = self.db_path if not self._ephemeral else "in-memory database"
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
+        # Connections no transaction uses now: a thread's first transaction takes the last
+        # one put back (a short-lived thread, such as a tool call's, gets an open connection
+        # with its schema read and its statements prepared, not a new one each time), and
+        # its outermost transaction puts it back. So the store holds as many connections as
+        # threads ran transactions at once, not one per thread that ever ran one.
+        self._idle_conns: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._shared_lock = threading.RLock()
         self._writer: ThreadPoolExecutor | None = None  # the store's writer thread, made on first use
@@ -128,6 +134,7 @@ class SQLiteSessionStore(BaseSessionStore):
             keep_inherited(self._connections, self._writer, self._local)
             if not self._ephemeral:
                 self._connections = []
+                self._idle_conns = []
             self._local = threading.local()
             self._writer = None
             self._connections_lock = threading.Lock()
@@ -144,6 +151,13 @@ class SQLiteSessionStore(BaseSessionStore):
             conn: sqlite3.Connection | None = getattr(self, "_shared", None)
         else:
             conn = getattr(self._local, "conn", None)
+            if conn is None:
+                try:
+                    conn = self._idle_conns.pop()  # atomic: no two threads take one connection
+                except IndexError:
+                    pass
+                else:
+                    self._local.conn = conn
         if conn is not None:
             return conn
         try:
@@ -178,6 +192,7 @@ class SQLiteSessionStore(BaseSessionStore):
             self._closed = True
             idle = self._idle.wait_for(lambda: self._active <= own, timeout=_BUSY_TIMEOUT_S + 5)
             conns, self._connections = self._connections, []
+            self._idle_conns = []
             writer, self._writer = self._writer, None
         if writer is not None:
             writer.shutdown(wait=False)
@@ -264,10 +279,21 @@ class SQLiteSessionStore(BaseSessionStore):
             if lock is not None:
                 lock.release()
             local.depth -= 1
+            if local.depth == 0 and not self._ephemeral:
+                self._put_back(local)
             with self._idle:
                 self._active -= 1
                 if self._active == 0:
                     self._idle.notify_all()
+
+    def _put_back(self, local: threading.local) -> None:
+        """Hand the thread's connection to the next transaction of any thread (its outermost
+        transaction ended). One left inside a transaction (a failed ROLLBACK) stays the thread's."""
+        conn = getattr(local, "conn", None)
+        if conn is None or conn.in_transaction:
+            return
+        local.conn = None
+        self._idle_conns.append(conn)
 
     @contextmanager
     def _read(self) -> Iterator[_Tx]:
