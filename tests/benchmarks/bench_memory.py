@@ -17,7 +17,8 @@ ms/turn and the memory sides' extra time over the plain tool (target: at most 2 
 written as 10,000 memory documents (one store, each a turn's user and model text) and as
 10,000 turns (1,000 sessions of 10 turns) in one SQLite file; for a frequent word, a rare
 word and a phrase, the first page (20 hits) of ``store.search_memory`` beside
-``store.search``, median of ``--runs`` (target: memory at most the sessions' time).
+``store.search``, median of ``--runs``, the two sides run in turn (target: memory at most the
+sessions' time).
 """
 
 from __future__ import annotations
@@ -127,19 +128,15 @@ def bench_search(documents: int, runs: int, workdir: Path) -> list[tuple[str, in
     store.search("warmup")  # indexes the messages written (the session search indexes when it searches)
     out = []
     for q in (_word_at(history, 30), _word_at(history, 3000), _phrase(history)):
-        def timed(fn: Any) -> float:
-            fn()
-            samples = []
-            for _ in range(runs):
+        sides = [lambda q=q: store.search_memory(q, limit=20), lambda q=q: store.search(q, limit=20)]
+        hits = [len(side()) for side in sides]  # and a warm-up
+        samples: list[list[float]] = [[], []]
+        for run in range(runs):  # interleaved, each side first every other run: both see the same load
+            for k in ((0, 1) if run % 2 == 0 else (1, 0)):
                 start = time.perf_counter()
-                fn()
-                samples.append(time.perf_counter() - start)
-            return statistics.median(samples)
-
-        memory_hits = len(store.search_memory(q, limit=20))
-        session_hits = len(store.search(q, limit=20))
-        out.append((q, memory_hits, timed(lambda q=q: store.search_memory(q, limit=20)), session_hits,
-                    timed(lambda q=q: store.search(q, limit=20))))
+                sides[k]()
+                samples[k].append(time.perf_counter() - start)
+        out.append((q, hits[0], statistics.median(samples[0]), hits[1], statistics.median(samples[1])))
     store.close()
     return out
 

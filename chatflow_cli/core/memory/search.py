@@ -293,6 +293,9 @@ def _text_runs(text: str) -> list[tuple[str, bool, list[tuple[int, int]] | int]]
 def word_spans(text: str) -> list[tuple[str, int, int]]:
     """:func:`words_of` with where each word is in ``text``: ``(word, start, end)``; the
     spans of a run of Chinese and Japanese characters overlap."""
+    if text.isascii():  # the common case: each run is one word, lower case, where it was
+        return [(w if len(w) <= MAX_WORD_CHARS else UNSEARCHABLE, m.start(), m.end())
+                for m in _CHUNK.finditer(text.lower()) for w in (m.group(),)]
     return [w for run in _text_runs(text) for w in _run_words(*run)]
 
 
@@ -375,10 +378,9 @@ class Query:
         found: tuple[int, int] | None = None
         for positive, _negative in self.clauses:
             for term in positive:
-                for i in range(len(words)):
-                    if _at(term, words, i) and (found is None or i < found[0]):
-                        found = (i, len(term.words))
-                        break
+                at = _positions(term, words)
+                if at and (found is None or at[0] < found[0]):
+                    found = (at[0], len(term.words))
         return found
 
     def matched_positions(self, words: list[str]) -> set[int]:
@@ -386,9 +388,8 @@ class Query:
         out: set[int] = set()
         for positive, _negative in self.clauses:
             for term in positive:
-                for i in range(len(words)):
-                    if _at(term, words, i):
-                        out.update(range(i, i + len(term.words)))
+                for i in _positions(term, words):
+                    out.update(range(i, i + len(term.words)))
         return out
 
 
@@ -406,8 +407,21 @@ def _at(term: _Term, words: list[str], i: int) -> bool:
     return True
 
 
+def _positions(term: _Term, words: list[str]) -> list[int]:
+    """Every index of ``words`` where ``term`` occurs, in order: the places its first word
+    is, found by one comparison each, then :func:`_at` at those only."""
+    if not term.words:
+        return list(range(len(words)))
+    first = term.words[0]
+    if len(term.words) == 1:
+        if term.prefix:
+            return [i for i, w in enumerate(words) if w.startswith(first)]
+        return [i for i, w in enumerate(words) if w == first]
+    return [i for i, w in enumerate(words) if w == first and _at(term, words, i)]
+
+
 def _count(term: _Term, words: list[str]) -> int:
-    return sum(1 for i in range(len(words)) if _at(term, words, i))
+    return len(_positions(term, words))
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
