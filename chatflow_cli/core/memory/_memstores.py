@@ -268,7 +268,7 @@ class _MemoryStores(_StoreCore):
             MemoryStoreNotFoundError: a store of ``stores`` does not exist.
         """
         parsed = parse_query(query)
-        wanted = None if stores is None else [check_resource_name(s) for s in stores]
+        wanted = None if stores is None else list(dict.fromkeys(check_resource_name(s) for s in stores))  # once each
         with self._read() as raw:
             tx = _tx(raw)
             for name in wanted or []:

@@ -181,6 +181,10 @@ def test_search_finds_documents_like_sessions(any_store: BaseSessionStore) -> No
     assert "\x02deploy\x03" in hits[0].snippet
     assert hits[0].to_dict()["snippet"].count("[deploy]") >= 1
     assert [h.path for h in any_store.search_memory("deploy", stores=["crm"])] == ["customers/acme.md"]
+    assert [h.path for h in any_store.search_memory("deploy", stores=["notes"])] == ["deploy.md"]
+    # every store named: as no store named
+    assert any_store.search_memory("deploy", stores=["crm", "notes"]) == hits
+    assert [h.path for h in any_store.search_memory("deploy", stores=["crm", "crm"])] == ["customers/acme.md"]
     assert [h.path for h in any_store.search_memory("cafe")] == ["deploy.md"]
     assert sorted(h.path for h in any_store.search_memory('"make deploy" OR forbidden')) == [
         "customers/acme.md", "deploy.md"]

@@ -183,7 +183,12 @@ class SQLiteMemoryStoreTx(_MemoryStoreTx):
 
     def doc_search(self, query: Query, stores: list[str] | None, limit: int) -> list[MemoryHit]:
         # The index ranks first and the page is cut there (bm25 of every match, then LIMIT):
-        # only the page's documents are read. Limited to some stores, the documents are joined first.
+        # only the page's documents are read. Limited to some stores, the documents are joined first,
+        # unless the stores named are every store there is (a session mounting each one).
+        if stores is not None and self.c.execute(
+                "SELECT NOT EXISTS (SELECT 1 FROM chatflow_memory_stores WHERE name NOT IN "
+                "(SELECT value FROM json_each(?)))", (json.dumps(stores),)).fetchone()[0]:
+            stores = None
         if stores is None:
             sql = ("SELECT d.store, d.path, d.text, d.version, d.updated_at_utc, f.rank FROM "
                    "(SELECT rowid, rank FROM chatflow_memory_fts WHERE chatflow_memory_fts MATCH ? "
