@@ -11,7 +11,9 @@ in the same process and run: a plain Python ``@tool`` returning the same text ``
 shows (so both sides' context windows grow alike), ``memory_view`` of a document,
 ``memory_str_replace`` (a versioned write: the store's seq, the document, its history and
 its full-text words, one transaction), ``memory_create``. Reported: each side's median
-ms/turn and the memory sides' extra time over the plain tool (target: at most 2 ms).
+ms/turn and the memory sides' extra time over the plain tool: the difference of the medians,
+and the median of each round's difference (steadier under load: both turns of a pair ran
+moments apart; each round starts with the next side). Target: at most 2 ms.
 
 ``search``: the same generated text (bench_search.py's vocabulary and Zipf-like weights)
 written as 10,000 memory documents (one store, each a turn's user and model text) and as
@@ -58,7 +60,13 @@ def _calls(side: str, i: int) -> tuple[str, dict[str, Any]]:
     return "memory_create", {"path": f"cities/city{i}.md", "file_text": f"City{i}: 12C, sunny.\n"}
 
 
-def bench_tool(turns: int, workdir: Path) -> dict[str, float]:
+def _order(i: int) -> tuple[str, ...]:
+    """Round ``i``'s sides: each round starts one side further, so no side is always first."""
+    k = i % len(SIDES)
+    return SIDES[k:] + SIDES[:k]
+
+
+def bench_tool(turns: int, workdir: Path) -> tuple[dict[str, float], dict[str, float]]:
     from chatflow_cli import Agent, Runner, tool
     from chatflow_cli.core.model import ModelClient
     from chatflow_cli.core.resources import Mount
@@ -75,7 +83,7 @@ def bench_tool(turns: int, workdir: Path) -> dict[str, float]:
     rounds = turns + 2  # one warm-up round
     replies: list[dict[str, Any]] = []
     for i in range(rounds):
-        for side in SIDES:
+        for side in _order(i):
             name, args = _calls(side, i)
             replies.append({"type": "tool_calls", "calls": [[f"call_{side[:6]}_{i}", name, json.dumps(args)]]})
             replies.append({"type": "text", "text": "Done.", "chunks": ["Done."]})
@@ -88,7 +96,7 @@ def bench_tool(turns: int, workdir: Path) -> dict[str, float]:
         runner = Runner(agent, store, model_client=ModelClient(url, "bench-key"))
         mounts = [Mount.memory_store("notes")]
         for i in range(rounds):
-            for side in SIDES:
+            for side in _order(i):
                 start = time.perf_counter()
                 result = runner.run(f"bench-{side.replace(' ', '-')}", f"Round {i}", max_turns=40,
                                     resources=mounts)
@@ -99,7 +107,9 @@ def bench_tool(turns: int, workdir: Path) -> dict[str, float]:
         history = store.memory_history("notes")
         assert len([v for v in history if v.op == "str_replace"]) == rounds, "a memory write did not happen"
         store.close()
-    return {side: statistics.median(values) for side, values in times.items()}
+    plain = times["plain tool"]
+    return ({side: statistics.median(values) for side, values in times.items()},
+            {side: statistics.median(t - p for t, p in zip(values, plain)) for side, values in times.items()})
 
 
 def bench_search(documents: int, runs: int, workdir: Path) -> list[tuple[str, int, float, int, float]]:
@@ -152,11 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if args.only != "search":
-            per_turn = bench_tool(args.turns, work)
+            per_turn, paired = bench_tool(args.turns, work)
             plain = per_turn["plain tool"]
             print(f"\n{args.turns} turns a side, one tool call each (two model requests), SQLite, fake server")
             for side, value in per_turn.items():
-                extra = "" if side == "plain tool" else f"   extra over the plain tool: {(value - plain) * 1000:+.2f} ms"
+                extra = "" if side == "plain tool" else (
+                    f"   extra over the plain tool: {(value - plain) * 1000:+.2f} ms "
+                    f"(median of the rounds' differences {paired[side] * 1000:+.2f} ms)")
                 print(f"  {side:<20} median {value * 1000:8.2f} ms/turn{extra}")
         if args.only != "tool":
             rows = bench_search(args.documents, args.runs, work)

@@ -7,8 +7,8 @@ shape, module for module:
 ==============  ==========================================================================
 module          holds
 ==============  ==========================================================================
-``store``       :class:`SQLiteSessionStore`: connections per thread, migrating on open,
-                transactions, the writer thread of the async twins, the full-text indexer
+``store``       :class:`SQLiteSessionStore`: a connection per running transaction, migrating
+                on open, transactions, the writer thread of the async twins, the full-text indexer
 ``tx``          :class:`_SQLiteTx`, the transaction port (``_Tx``) over one connection
 ``schema``      the tables, their versioned migrations and :data:`SCHEMA_VERSION`
 ``rows``        stored rows to Python values and back (sessions, events, messages)

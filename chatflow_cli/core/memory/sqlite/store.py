@@ -22,12 +22,14 @@ Several processes may share one file:
   16 processes opening a fresh file at once is safe;
 * new files are created 0600 and new directories 0700.
 
-Connections: one per thread for an on-disk file; one connection behind a lock for an
-ephemeral database (``:memory:``, ``file::memory:?cache=shared``, any URI with
-``mode=memory``). Async twins run on-disk reads on a private pool of
-``_BLOCKING_IO_WORKERS = 4`` threads through :meth:`SQLiteSessionStore._run_blocking`, and
-on-disk writes in turn on the store's own writer thread (:meth:`SQLiteSessionStore._run_writing`);
-ephemeral databases stay on the event loop.
+Connections for an on-disk file: one for each thread running a transaction, taken from
+the store's idle ones (or opened) when its outermost transaction begins and put back when it
+ends (the writer thread keeps its own); one connection behind a lock for an ephemeral
+database (``:memory:``, ``file::memory:?cache=shared``, any URI with ``mode=memory``).
+Async twins run on-disk reads on a private pool of ``_BLOCKING_IO_WORKERS = 4`` threads
+through :meth:`SQLiteSessionStore._run_blocking`, and on-disk writes in turn on the store's
+own writer thread (:meth:`SQLiteSessionStore._run_writing`); ephemeral databases stay on the
+event loop.
 
 Every ``sqlite3`` error surfaces as :class:`StoreError` with one clear line (not a
 database, corrupt, read-only, disk full, locked).
@@ -288,9 +290,10 @@ class SQLiteSessionStore(BaseSessionStore):
 
     def _put_back(self, local: threading.local) -> None:
         """Hand the thread's connection to the next transaction of any thread (its outermost
-        transaction ended). One left inside a transaction (a failed ROLLBACK) stays the thread's."""
+        transaction ended). One left inside a transaction (a failed ROLLBACK) stays the thread's,
+        and the writer thread keeps its own (see :meth:`_run_writing`)."""
         conn = getattr(local, "conn", None)
-        if conn is None or conn.in_transaction:
+        if conn is None or conn.in_transaction or getattr(local, "keep", False):
             return
         local.conn = None
         self._idle_conns.append(conn)
@@ -379,7 +382,9 @@ class SQLiteSessionStore(BaseSessionStore):
             if self._writer is None:
                 from concurrent.futures import ThreadPoolExecutor
 
-                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chatflow-sqlite-writer")
+                local = self._local
+                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chatflow-sqlite-writer",
+                                                  initializer=lambda: setattr(local, "keep", True))
             write = self._writer.submit(partial(fn, *args, **kwargs))
         done = asyncio.wrap_future(write)
         done.add_done_callback(lambda f: f.cancelled() or f.exception())  # an error nobody awaits is not logged
