@@ -20,6 +20,10 @@ an unknown tool (a tool error the model reads, never a write); a write tool call
 store mounted read-only is refused the same way. Every failure (a path outside the store, a
 passage no longer there, a document too large) is an error the model reads and the turn
 goes on. Writes are recorded with the session, turn and agent (:class:`~.documents.Author`).
+
+The tools are ``sequential`` (:class:`~chatflow_cli.core.tools.Tool`): the memory calls of one
+model reply run one after another in the order the model gave them, so a create, an edit of
+it and a view in one reply see each other and their versions follow the calls' order.
 """
 
 from __future__ import annotations
@@ -190,7 +194,7 @@ def _make(name: str, function: Any, stores: list[str]) -> Tool:
         "description": "the memory store" + (" (optional: there is one)" if len(stores) == 1 else "")}
     if len(stores) > 1:
         parameters["required"].append("store")
-    return Tool(name, description, parameters, function, _params=signature)
+    return Tool(name, description, parameters, function, sequential=True, _params=signature)
 
 
 def memory_tools(store: MemoryStoreAccess, mounts: Sequence[Mount], author: Author | None = None) -> list[Tool]:

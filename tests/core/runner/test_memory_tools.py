@@ -29,7 +29,7 @@ def test_view_write_and_a_stale_edit(fake_server: FakeServer, make_runner: Calla
     sqlite_store.create_memory_store("notes")
     sqlite_store.write_document("notes", "acme.md", "Acme likes tea.\n")
     runner = make_runner(AGENT)
-    # calls of one reply run at once: the view, then the edits, in separate rounds
+    # the view, then the edits, in separate rounds
     fake_server.add_tool_calls([("v1", "memory_view", json.dumps({"path": "acme.md"}))])
     fake_server.add_tool_calls([("r1", "memory_str_replace", json.dumps({"path": "acme.md", "old_str": "tea",
                                                                          "new_str": "coffee"})),
