@@ -88,3 +88,25 @@ def test_the_default_run_starts_the_hooks_number_of_workers() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "created: 2/2 workers" in done.stdout, done.stdout
+
+
+def test_cpu_per_test_and_file_is_listed_only_when_asked() -> None:
+    """CHATFLOW_TEST_CPU=N lists the CPU each test used (its worker's and its children's) and the
+    sums per file; unset, the run's summary has no such section. The test measured starts
+    ``chatflow --version`` (about 0.1 s of CPU, all of it in the child process)."""
+    test = "tests/cli/test_help.py::test_version"
+    env = {k: v for k, v in os.environ.items() if k != "CHATFLOW_TEST_CPU"}
+    runs = {}
+    for asked in (None, "3"):
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", test],
+            cwd=REPO, env=env if asked is None else {**env, "CHATFLOW_TEST_CPU": asked},
+            capture_output=True, text=True, timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        runs[asked] = done.stdout
+    assert "CPU by file" not in runs[None] and "CPU by test" not in runs[None], runs[None]
+    by_file = runs["3"].split("CPU by file", 1)[1]
+    assert "tests/cli/test_help.py" in by_file.split("CPU by test", 1)[0], runs["3"]
+    line = next(ln for ln in by_file.split("CPU by test", 1)[1].splitlines() if test in ln)
+    assert float(line.split()[0]) >= 0.05, line  # the child's CPU is counted
