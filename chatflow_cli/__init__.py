@@ -34,6 +34,8 @@ _EXPORTS = {
     "IdempotencyConflictError": "chatflow_cli.core.errors",
     "ImportFormatError": "chatflow_cli.core.errors",
     "InvalidToolCallError": "chatflow_cli.core.errors",
+    "MCPServerStdio": "chatflow_cli.core.mcp",
+    "MCPServerStreamableHttp": "chatflow_cli.core.mcp",
     "MemoryConflictError": "chatflow_cli.core.errors",
     "MemoryStoreNotFoundError": "chatflow_cli.core.errors",
     "Message": "chatflow_cli.core.messages",
@@ -76,6 +78,8 @@ __all__ = [
     "IdempotencyConflictError",
     "ImportFormatError",
     "InvalidToolCallError",
+    "MCPServerStdio",
+    "MCPServerStreamableHttp",
     "MemoryConflictError",
     "MemoryStoreNotFoundError",
     "Message",
@@ -135,6 +139,7 @@ if TYPE_CHECKING:  # pragma: no cover
         ToolResultError,
         UsageError,
     )
+    from .core.mcp import MCPServerStdio, MCPServerStreamableHttp
     from .core.memory.context import SessionContext
     from .core.memory.inmemory import SessionStore
     from .core.memory.values import MessageState

@@ -16,7 +16,7 @@ from typing import Any
 from .core.errors import UsageError
 from .redaction import scrub
 
-__all__ = ["OUTPUT_ERRNOS", "ReaderGone", "check_utf8_args", "error_line", "fill_closed_standard_streams",
+__all__ = ["OUTPUT_ERRNOS", "ReaderGone", "Stopped", "check_utf8_args", "error_line", "fill_closed_standard_streams",
            "interrupted_code", "json_error", "print_traceback", "reader_gone_is_ours", "set_json_errors",
            "sigterm_interrupts", "terminated_by"]
 
@@ -164,13 +164,21 @@ class ReaderGone(Exception):
     """stdout was closed by its reader (EPIPE) while a command wrote to it."""
 
 
-def reader_gone_is_ours(command: Any) -> None:
-    """Make a closed stdout reach :func:`main` as :class:`ReaderGone`.
+class Stopped(BaseException):
+    """Ctrl-C or SIGTERM (a ``KeyboardInterrupt``) stopped a command that had nothing of its
+    own to say about it; a ``BaseException`` that typer's ``main`` lets through."""
 
-    click's ``main`` turns an EPIPE raised inside it into ``sys.exit(1)``; wrapping the root
+
+def reader_gone_is_ours(command: Any) -> None:
+    """Make a closed stdout reach :func:`main` as :class:`ReaderGone`, and a
+    ``KeyboardInterrupt`` as :class:`Stopped`.
+
+    click's ``main`` turns an EPIPE raised inside it into ``sys.exit(1)``, and typer's a
+    ``KeyboardInterrupt`` into a silent exit 130 (even after SIGTERM); wrapping the root
     command's ``make_context`` (parsing, where ``--help`` prints) and ``invoke`` (which runs
-    every subcommand) hands it to chatflow's boundary instead, so every command ends the
-    same quiet way.
+    every subcommand) hands both to chatflow's boundary instead, so every command ends the
+    same way: quietly for a gone reader, ``chatflow: interrupted`` (130) or ``chatflow:
+    terminated (SIGTERM)`` (143) for a signal.
     """
 
     def guard(method: Any) -> Any:
@@ -179,6 +187,8 @@ def reader_gone_is_ours(command: Any) -> None:
                 return method(*args, **kwargs)
             except BrokenPipeError:
                 raise ReaderGone() from None
+            except KeyboardInterrupt:
+                raise Stopped() from None
 
         return guarded
 

@@ -36,8 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.resources.vaults import Vaults
     from .core.runner import Runner
 
-__all__ = ["LOCAL_TEMPERATURE", "Assembly", "adopt_starting_agent", "assemble", "build_agents", "session_mounts",
-           "transport_for"]
+__all__ = ["LOCAL_TEMPERATURE", "Assembly", "adopt_starting_agent", "assemble", "build_agents", "build_servers",
+           "gone_notice", "session_mounts", "transport_for", "unmount_gone", "vault_reader"]
 
 #: Sampling temperature for the embedded local model (see the module docstring).
 LOCAL_TEMPERATURE = 0.0
@@ -137,7 +137,7 @@ def assemble(
             base_url = local.base_url
             default_model = local.model or LOCAL_MODEL
         override = default_model if model == LOCAL_MODEL else model
-        start, agents = build_agents(settings, model_override=override)
+        start, agents = build_agents(settings, model_override=override, vaults=_vaults_of(settings, store))
         if agent:
             if agent not in agents:
                 from .render import safe_text
@@ -188,6 +188,12 @@ def _vaults_of(settings: Settings, store: BaseSessionStore) -> Callable[[], Vaul
     return make
 
 
+def vault_reader(settings: Settings, store: BaseSessionStore | None) -> Callable[[], Vaults] | None:
+    """What reads the ``vault:`` references of MCP servers outside a turn (``mcp ls``,
+    ``agents ls``): the vaults of ``store`` (None: no database yet, so no vault)."""
+    return _vaults_of(settings, store) if store is not None else None
+
+
 def session_mounts(settings: Settings, store: Any, session_id: str, runner: Runner, agent: str | None,
                    memory: Sequence[str] | None, vaults: Sequence[str] = ()) -> tuple[Mount, ...]:
     """The resources a turn mounts. Memory stores: ``memory = [...]`` of the agent that
@@ -203,13 +209,13 @@ def session_mounts(settings: Settings, store: Any, session_id: str, runner: Runn
         MemoryStoreNotFoundError: a memory store that does not exist (exit 3).
         VaultNotFoundError: a vault that does not exist (exit 3).
     """
-    from .core.resources.mounts import Mount, parse_mount
+    from .core.resources.mounts import Mount, parse_mount, unique_mounts
 
     name = agent or store.active_agent_name(session_id) or runner.starting_agent.name
     spec = settings.agent(name)
     mounts = {m.name: m for m in (spec.memory if spec is not None else ())}
-    for text in memory or ():
-        mount = parse_mount(text)
+    given = unique_mounts([parse_mount(text) for text in memory], "--memory") if memory else []
+    for mount in given:
         mounts[mount.name] = mount
     for mount in mounts.values():
         store.memory_store(mount.name)  # MemoryStoreNotFoundError (exit 3) before anything runs
@@ -221,6 +227,43 @@ def session_mounts(settings: Settings, store: Any, session_id: str, runner: Runn
         for mount in vault_mounts:
             reader.get_vault(mount.name)  # VaultNotFoundError (exit 3) before anything is sent
     return (*mounts.values(), *vault_mounts)
+
+
+def unmount_gone(store: Any, session_id: str) -> list[tuple[Mount, str]]:
+    """The resources mounted on the stored session ``session_id`` that no longer exist (a
+    memory store or vault deleted since it was mounted), each unmounted now with a
+    ``resource.unmounted`` event whose ``reason`` says why, so the session goes on without
+    them and is told once. Returns each with that reason (for the notice); ``[]`` after one
+    read when nothing is mounted. When the unmount cannot be stored now (another process
+    runs a turn on the session), the resources are still returned."""
+    mounts = store.session_resources(session_id)
+    if not mounts:
+        return []
+    gone: list[tuple[Mount, str]] = []
+    stores: set[str] | None = None
+    for mount in mounts:
+        if mount.kind == "memory_store":
+            if stores is None:
+                stores = {info.name for info in store.memory_stores()}
+            if mount.name not in stores:
+                gone.append((mount, f"memory store {mount.name!r} no longer exists"))
+        elif mount.kind == "vault" and store.get_vault(mount.name) is None:
+            gone.append((mount, f"vault {mount.name!r} no longer exists"))
+    if gone:
+        try:
+            session = store.get(session_id)
+            if session is not None:
+                for mount, reason in gone:
+                    session.unmount(mount.name, mount.kind, reason=reason)
+                store.save(session)
+        except ChatflowError as exc:  # a busy session: its turn says so; the next run tries again
+            logging.getLogger("chatflow_cli.assembly").debug("unmounting %s: %s", gone, exc)
+    return gone
+
+
+def gone_notice(session_id: str, reason: str) -> str:
+    """The notice for a resource :func:`unmount_gone` took off ``session_id``."""
+    return f"{reason} (it was mounted on session {session_id}): unmounted; the session goes on without it"
 
 
 def adopt_starting_agent(store: ContextStore, session_id: str, runner: Runner) -> str | None:
@@ -250,14 +293,23 @@ def adopt_starting_agent(store: ContextStore, session_id: str, runner: Runner) -
             f"{safe_text(start.name)!r} (choose another with --agent NAME, or /agent NAME in the REPL)")
 
 
-def build_agents(settings: Settings, *, model_override: str | None = None) -> tuple[Agent, dict[str, Agent]]:
+def build_servers(settings: Settings, vaults: Any = None) -> dict[str, Any]:
+    """The declared MCP servers, by name (not started): one object each, shared by the
+    agents that name it. ``vaults`` reads their ``vault:`` references when they start."""
+    return {spec.name: spec.build(vaults) for spec in settings.mcp_servers}
+
+
+def build_agents(settings: Settings, *, model_override: str | None = None,
+                 vaults: Any = None) -> tuple[Agent, dict[str, Agent]]:
     """Build the configured agents: ``(starting agent, {name: Agent})``.
 
-    With no agents configured, one default agent (:data:`DEFAULT_AGENT_NAME`) answers
-    . ``model_override`` (``--model``) replaces every agent's model: flags come
+    With no agents configured, one default agent (:data:`DEFAULT_AGENT_NAME`) answers, with
+    every declared MCP server. ``model_override`` (``--model``) replaces every agent's model: flags come
     first. The starting agent is ``default_agent`` or the first one in the file.
     Each agent's ``version`` is that of its definition in the file (before
     ``model_override``), so ``agents ls`` and the turns a session ran agree on it.
+    A configured agent gets the MCP servers its ``mcp_servers`` names (``vaults``: see
+    :func:`build_servers`); they start when a turn first needs them.
 
     Tool references are imported here, and only here, from what the user wrote in the
     config file. A reference that cannot be imported, or names something that
@@ -266,21 +318,43 @@ def build_agents(settings: Settings, *, model_override: str | None = None) -> tu
     from .core.agents import Agent
     from .core.tools import Tool
 
+    servers = build_servers(settings, vaults)
     if not settings.agents:
-        agent = Agent(DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS)
+        agent = Agent(DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, mcp_servers=servers.values())
         _pin_version(agent, model_override)
         return agent, {agent.name: agent}
     agents: dict[str, Agent] = {}
     for spec in settings.agents:
-        tools = [_load_tool(settings, spec, tool_spec, Tool) for tool_spec in spec.tools]
+        tools = _with_approval(settings, spec, [_load_tool(settings, spec, tool_spec, Tool) for tool_spec in spec.tools])
+        chosen = [servers[name] if only is None else servers[name].only(*only) for name, only in spec.mcp_servers]
         agents[spec.name] = Agent(spec.name, spec.instructions, model=spec.model, tools=tools,
-                                  max_context_tokens=spec.max_context_tokens)
+                                  max_context_tokens=spec.max_context_tokens, mcp_servers=chosen)
     for spec in settings.agents:
         agents[spec.name].handoffs = tuple(agents[name] for name in spec.handoffs)
     for built in agents.values():
         _pin_version(built, model_override)
     start = settings.default_agent or settings.agents[0].name
     return agents[start], agents
+
+
+def _with_approval(settings: Settings, spec: AgentSpec, tools: list[Any]) -> list[Any]:
+    """The agent's tools, those its ``tool_approval`` names given that policy (a copy of the
+    tool: another agent may use the same one without it). A name that is none of its Python
+    tools is a ConfigError."""
+    if not spec.tool_approval:
+        return tools
+    import copy
+
+    by_name = {t.name: i for i, t in enumerate(tools) if not t.is_custom}
+    for name, policy in spec.tool_approval:
+        if name not in by_name:
+            raise ConfigError(f"config file {settings.config_path}, agent {spec.name!r}: tool_approval names "
+                              f"{name!r}, which is none of its Python tools ({', '.join(by_name) or 'none'}); MCP "
+                              "tools take their policy from their server's approval and tool_approval")
+        changed = copy.copy(tools[by_name[name]])
+        changed.approval = policy
+        tools[by_name[name]] = changed
+    return tools
 
 
 def _pin_version(agent: Agent, model_override: str | None) -> None:

@@ -31,7 +31,6 @@ Exit codes: :class:`chatflow_cli.core.errors.ExitStatus`, with what each means i
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from typing import Annotated, Any, Optional, cast
@@ -53,10 +52,11 @@ from .options import (
     output_format,
     parse_metadata,
 )
-from .redaction import ScrubbingFormatter
+from .redaction import install_logging, remember_arguments
 from .memory_app import memory_app
 from .sessions_app import sessions_app
 from .vault_app import vault_app
+from .mcp_app import mcp_app
 
 __all__ = ["app", "main"]
 
@@ -104,6 +104,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(local_app, name="local")
 app.add_typer(memory_app, name="memory")
 app.add_typer(vault_app, name="vault")
+app.add_typer(mcp_app, name="mcp")
 
 
 # ---------------------------------------------------------------------------------------
@@ -184,7 +185,8 @@ def _start_repl(ctx: typer.Context, state: State, **options: Any) -> None:
         "  chatflow chat \"What is the capital of France?\"\n"
         "  chatflow chat -s support-42 --output json \"Where is my order?\"\n"
         "  git diff | chatflow chat \"review this\"      (the message, a blank line, then stdin)\n"
-        "  chatflow chat -s s1 --tool-result call_1 '{\"approved\": true}' --tool-result call_2 no"
+        "  chatflow chat -s s1 --tool-result call_1 '{\"approved\": true}' --tool-result call_2 no\n"
+        "  chatflow chat -s s1 --approve call_3"
     )
 )
 def chat(
@@ -211,13 +213,17 @@ def chat(
     title: Annotated[Optional[str], typer.Option("--title", metavar="TITLE", help="The session's title (default: the first line of its first message).")] = None,
     memory: Annotated[Optional[list[str]], typer.Option("--memory", metavar="NAME[:ro]", help="Mount a memory store on the session (read-write; NAME:ro read-only): the agent gets memory tools (repeatable; see chatflow memory).")] = None,
     vault: Annotated[Optional[list[str]], typer.Option("--vault", metavar="NAME", help="Mount this vault: tools' secrets come from it (repeatable; the first vault holding an entry wins).")] = None,
+    attach: Annotated[Optional[list[str]], typer.Option("--attach", "-f", metavar="FILE", help="Attach a file to the message: an image (PNG, JPEG, WebP, GIF) or a UTF-8 text file (repeatable, at most 10; '-' reads stdin as the file).")] = None,
+    approve: Annotated[Optional[list[str]], typer.Option("--approve", metavar="TOOL_USE_ID", help="Approve a tool call waiting for an approval (an MCP tool whose policy is ask): it runs, and the turn continues (repeatable).")] = None,
+    deny: Annotated[Optional[list[str]], typer.Option("--deny", metavar="TOOL_USE_ID", help="Deny a tool call waiting for an approval: the model is told the user declined it, and the turn continues (repeatable).")] = None,
 ) -> int | None:
     """Send one message (or several with --input jsonl) and print the reply.
 
     With no message on a terminal, the REPL opens on the session (-s/-c) instead.
     """
     state = state_of(ctx)
-    if message is None and not tool_result and input_ is InputFormat.text and state.env.interactive:
+    if message is None and not tool_result and not approve and not deny and not attach \
+            and input_ is InputFormat.text and state.env.interactive:
         _start_repl(ctx, state, session_id=session, continue_last=continue_, model=model, agent=agent,
                     base_url=base_url, max_turns=max_turns, system=system, max_context_tokens=max_context_tokens)
         return None
@@ -246,6 +252,8 @@ def chat(
         title=title,
         memory=list(memory) if memory else None,
         vaults=tuple(vault or ()),
+        attachments=tuple(attach or ()),
+        approvals=[(i, True) for i in approve or ()] + [(i, False) for i in deny or ()] or None,
     )
     return run_chat(state, opts)
 
@@ -397,6 +405,19 @@ def build_command() -> Any:
     return command
 
 
+def _interrupted() -> int:
+    """A command stopped by Ctrl-C or SIGTERM with nothing of its own to say: ``chatflow:
+    interrupted`` (130) or ``chatflow: terminated (SIGTERM)`` (143) on stderr, after a line
+    break (the terminal's ``^C`` may be on the line)."""
+    code = _boundary.interrupted_code()
+    text = "chatflow: terminated (SIGTERM)" if code != ExitStatus.INTERRUPTED else "chatflow: interrupted"
+    try:
+        sys.stderr.write("\n" + text + "\n")
+    except OSError:  # pragma: no cover
+        pass
+    return code
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run chatflow and exit with the code of :class:`ExitStatus` that fits the outcome."""
     from ._typer_adapter import click_exceptions
@@ -405,21 +426,15 @@ def main(argv: list[str] | None = None) -> None:
     _boundary.set_json_errors(None)
 
     args = list(sys.argv[1:] if argv is None else argv)
+    remember_arguments(args)  # a vault value typed where a name was expected is never printed
     debug = "--debug" in args or os.environ.get("CHATFLOW_DEBUG", "") not in ("", "0")
-    if debug:  # chatflow's own debug lines; other libraries (httpx, openai, asyncio...) stay at WARNING
-        handler = logging.StreamHandler()
-        handler.setFormatter(ScrubbingFormatter("chatflow: %(levelname)s %(name)s: %(message)s"))
-        logging.basicConfig(level=logging.WARNING, handlers=[handler])
-        logging.getLogger("chatflow_cli").setLevel(logging.DEBUG)
-    else:
-        logging.getLogger("chatflow_cli").addHandler(logging.NullHandler())
-        logging.getLogger("chatflow_cli").propagate = False
+    _boundary.fill_closed_standard_streams()
+    install_logging(debug)  # every line a log handler prints is scrubbed of secrets, a tool's own too
     if os.environ.get(COMPLETE_VAR):
         from ._typer_adapter import completion_init
 
         completion_init()
     code: int = ExitStatus.SUCCESS
-    _boundary.fill_closed_standard_streams()
     _boundary.sigterm_interrupts()
     try:
         _boundary.check_utf8_args(args)
@@ -455,13 +470,8 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         _boundary.error_line("aborted")
         code = ExitStatus.INTERRUPTED
-    except KeyboardInterrupt:
-        code = _boundary.interrupted_code()
-        try:
-            sys.stderr.write("\nchatflow: terminated (SIGTERM)\n" if code != ExitStatus.INTERRUPTED
-                             else "\nchatflow: interrupted\n")
-        except OSError:  # pragma: no cover
-            pass
+    except (KeyboardInterrupt, _boundary.Stopped):
+        code = _interrupted()
     except (BrokenPipeError, _boundary.ReaderGone):
         silence_broken_pipe()
         code = ExitStatus.SUCCESS

@@ -265,6 +265,9 @@ class Settings:
     #: replies with tool calls allowed in one turn (the Runner's ``max_tool_rounds``)
     max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
     db_url: str | None = field(default=None, repr=False)
+    #: MCP servers declared (``[mcp_servers.NAME]``, then the ``mcp_config`` JSON files):
+    #: :class:`chatflow_cli.core.mcp.config.ServerSpec` values, in order
+    mcp_servers: tuple[Any, ...] = ()
 
     @property
     def db(self) -> str:
@@ -370,6 +373,7 @@ def load_settings(
         compact_prompt=file_settings.get("compact_prompt"),
         max_tool_rounds=file_settings.get("max_tool_rounds", DEFAULT_MAX_TOOL_ROUNDS),
         db_url=db_url,
+        mcp_servers=tuple(file_settings.get("mcp_servers", ())),
     )
 
 

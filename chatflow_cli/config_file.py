@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.errors import ChatflowError, ConfigError, UsageError
-from .core.resources.mounts import Mount, parse_mount
+from .core.resources.mounts import Mount, check_resource_name, parse_mount, unique_mounts
 
 __all__ = ["MESSAGE_ID_SCOPES", "AgentSpec", "ToolSpec", "read_toml", "validate_file"]
 
@@ -25,11 +25,13 @@ _TOOL_REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 MAX_TOOL_ROUNDS_LIMIT = 1000
 
 _TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "agents", "local_keep_alive",
-             "message_id_scope", "db", "max_context_tokens", "compact_at", "compact_prompt", "max_tool_rounds"}
+             "message_id_scope", "db", "max_context_tokens", "compact_at", "compact_prompt", "max_tool_rounds",
+             "mcp_servers", "mcp_config"}
 #: ``--message-id`` scopes: ``global`` (one id space for every session: WhatsApp-style
 #: provider message ids) or ``session`` (ids unique within one chat only: Telegram-style).
 MESSAGE_ID_SCOPES = ("global", "session")
-_AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools", "max_context_tokens", "memory", "vaults"}
+_AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools", "max_context_tokens", "memory", "vaults",
+               "mcp_servers", "tool_approval"}
 _CUSTOM_TOOL_KEYS = {"name", "description", "parameters"}
 
 
@@ -66,6 +68,10 @@ class AgentSpec:
     #: memory stores a session this agent starts or continues in ``chat`` mounts ("notes", "notes:ro")
     memory: tuple[Mount, ...] = ()
     vaults: tuple[str, ...] = ()  # vaults its tools' secrets come from, after those mounted on the session
+    #: MCP servers whose tools it is offered: ``(server name, only these tools or None)``
+    mcp_servers: tuple[tuple[str, tuple[str, ...] | None], ...] = ()
+    #: approval policies of its Python tools, by tool name (``always``, ``ask``, ``never``)
+    tool_approval: tuple[tuple[str, str], ...] = ()
 
 
 # ---------------------------------------------------------------------------------------
@@ -76,17 +82,12 @@ def _memory_mounts(text: str, agent: str, raw: Any, start: int) -> tuple[Mount, 
     if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
         raise _Problem(f"agent {agent!r}: memory must be a list of memory store names (\"notes\" or \"notes:ro\")",
                        _key_line(text, "memory", start))
-    mounts: dict[str, Mount] = {}
-    for item in raw:
-        try:
-            mount = parse_mount(item)
-        except UsageError as exc:
-            raise _Problem(f"agent {agent!r}: memory: {exc.message}", _key_line(text, "memory", start)) from None
-        mounts[mount.name] = mount
-    return tuple(mounts.values())
+    try:
+        return tuple(unique_mounts([parse_mount(item) for item in raw], "the agent's memory list"))
+    except UsageError as exc:
+        raise _Problem(f"agent {agent!r}: memory: {exc.message}", _key_line(text, "memory", start)) from None
 
 
-_VAULT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # core.resources.vaults.check_name's rule
 _TOML_POS_RE = re.compile(r"^(?P<msg>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d+)\)\s*$")
 
 
@@ -140,6 +141,70 @@ class _Problem(Exception):
         self.line = line
 
 
+def _mcp_servers(text: str, data: dict[str, Any], path: Path) -> tuple[Any, ...]:
+    """The MCP servers declared: ``[mcp_servers.NAME]`` tables, then those of the JSON files
+    ``mcp_config`` names (a path or a list; relative to the config file's folder); a name
+    declared twice is an error. The module of their shape is imported only when some are."""
+    tables = data.get("mcp_servers", {})
+    files = data.get("mcp_config", [])
+    if not tables and not files:
+        return ()
+    from .core.mcp.config import read_mcp_json, spec_from_table
+
+    if not isinstance(tables, dict):
+        raise _Problem("mcp_servers must be tables: [mcp_servers.NAME]", _key_line(text, "mcp_servers"))
+    specs: dict[str, Any] = {}
+    for name, table in tables.items():
+        try:
+            specs[name] = spec_from_table(name, table, source=str(path))
+        except ValueError as exc:
+            raise _Problem(str(exc), _line_of(text, rf"^\s*\[\s*mcp_servers\.\"?{re.escape(name)}\b")) from None
+    if isinstance(files, str):
+        files = [files]
+    if not isinstance(files, list) or not all(isinstance(f, str) and f.strip() for f in files):
+        raise _Problem("mcp_config must be the path of an mcpServers JSON file (or a list of them)",
+                       _key_line(text, "mcp_config"))
+    for name in files:
+        found = Path(name).expanduser()
+        if not found.is_absolute():
+            found = path.parent / found
+        try:
+            listed = read_mcp_json(found)
+        except ChatflowError as exc:
+            raise _Problem(exc.message, _key_line(text, "mcp_config")) from None
+        for spec in listed:
+            if spec.name in specs:
+                raise _Problem(f"MCP server {spec.name!r} is declared twice (in {specs[spec.name].source} and "
+                               f"{spec.source})", _key_line(text, "mcp_config"))
+            specs[spec.name] = spec
+    return tuple(specs.values())
+
+
+def _agent_servers(text: str, agent: str, raw: Any, start: int,
+                   known: set[str]) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
+    """An agent's ``mcp_servers = ["time", { name = "git", tools = ["git_log"] }]``."""
+    where = _key_line(text, "mcp_servers", start)
+    if not isinstance(raw, list):
+        raise _Problem(f"agent {agent!r}: mcp_servers must be a list of server names", where)
+    chosen: dict[str, tuple[str, ...] | None] = {}
+    for item in raw:
+        tools: tuple[str, ...] | None = None
+        if isinstance(item, dict):
+            name, listed = item.get("name"), item.get("tools")
+            if set(item) - {"name", "tools"} or not isinstance(listed, list) or not all(
+                    isinstance(t, str) and t for t in listed):
+                raise _Problem(f"agent {agent!r}: an mcp_servers entry is a name or {{ name = \"NAME\", tools = "
+                               "[\"TOOL\", ...] }", where)
+            tools = tuple(listed)
+        else:
+            name = item
+        if not isinstance(name, str) or name not in known:
+            raise _Problem(f"agent {agent!r}: mcp_servers: {name!r} is not a declared MCP server (declared: "
+                           f"{', '.join(sorted(known)) or 'none'})", where)
+        chosen[name] = tools
+    return tuple(chosen.items())
+
+
 def validate_file(path: Path, text: str, data: dict[str, Any]) -> dict[str, Any]:
     """The checked settings of ``data`` (the table read from ``path``, whose source is ``text``):
     the keys given, with ``agents`` a list of :class:`AgentSpec`.
@@ -149,7 +214,7 @@ def validate_file(path: Path, text: str, data: dict[str, Any]) -> dict[str, Any]
             of the wrong type or range, an unknown handoff target or default agent.
     """
     try:
-        return _validate_inner(text, data)
+        return _validate_inner(text, data, path)
     except _Problem as problem:
         where = f", line {problem.line}" if problem.line else ""
         raise ConfigError(f"config file {path}{where}: {problem.message}") from None
@@ -161,7 +226,7 @@ def _want_str(text: str, key: str, value: Any, start: int = 1) -> str:
     return value
 
 
-def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
+def _validate_inner(text: str, data: dict[str, Any], path: Path = Path("config.toml")) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in data:
         if key in {"api_key", "openai_api_key", "key"}:
@@ -187,8 +252,11 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
         out["api_key_env"] = value
     if "db" in data:
         value = _want_str(text, "db", data["db"])
-        from .core.dsn import dsn_password, is_postgres_url
+        from .core.dsn import dsn_password, is_postgres_url, url_problem
 
+        problem = url_problem(value)
+        if problem is not None:  # never the URL itself: it may hold a password
+            raise _Problem(f"db: {problem}", _key_line(text, "db"))
         if is_postgres_url(value) and dsn_password(value):
             raise _Problem(
                 "db must not hold a password: passwords never live in files; use PGPASSWORD or ~/.pgpass",
@@ -231,6 +299,9 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
             out["local_keep_alive"] = parse_keep_alive(data["local_keep_alive"])
         except ChatflowError as exc:
             raise _Problem(f"local_keep_alive: {exc.message}", _key_line(text, "local_keep_alive")) from None
+    servers = _mcp_servers(text, data, path)
+    if servers:
+        out["mcp_servers"] = servers
     agents_raw = data.get("agents", [])
     if isinstance(agents_raw, dict):  # [agents.Name] tables
         agents_raw = [{"name": name, **body} if isinstance(body, dict) else body for name, body in agents_raw.items()]
@@ -273,9 +344,19 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
             tools.append(_tool_spec(text, name, tool, start))
         memory = _memory_mounts(text, name, raw.get("memory", []), start)
         vaults = raw.get("vaults", [])
-        if not isinstance(vaults, list) or not all(isinstance(v, str) and _VAULT_NAME_RE.match(v) for v in vaults):
-            raise _Problem(f"agent {name!r}: vaults must be a list of vault names (1-64 letters, digits, '_', '-' "
-                           "or '.')", _key_line(text, "vaults", start))
+        if not isinstance(vaults, list):
+            raise _Problem(f"agent {name!r}: vaults must be a list of vault names", _key_line(text, "vaults", start))
+        for vault in vaults:
+            try:
+                check_resource_name(vault, "vault")
+            except UsageError as exc:
+                raise _Problem(f"agent {name!r}: vaults must be a list of vault names: {exc.message}",
+                               _key_line(text, "vaults", start)) from None
+        agent_servers = _agent_servers(text, name, raw.get("mcp_servers", []), start, {sv.name for sv in servers})
+        approvals = raw.get("tool_approval", {})
+        if not isinstance(approvals, dict) or not all(v in ("always", "ask", "never") for v in approvals.values()):
+            raise _Problem(f"agent {name!r}: tool_approval must be a table of tool names and policies (always, ask "
+                           "or never)", _key_line(text, "tool_approval", start))
         specs.append(
             AgentSpec(
                 name=name,
@@ -288,6 +369,8 @@ def _validate_inner(text: str, data: dict[str, Any]) -> dict[str, Any]:
                 if "max_context_tokens" in raw else None,
                 memory=memory,
                 vaults=tuple(dict.fromkeys(vaults)),
+                mcp_servers=agent_servers,
+                tool_approval=tuple(approvals.items()),
             )
         )
     names = {spec.name for spec in specs}

@@ -85,12 +85,12 @@ class State:
         location = database_location(self.db, self.config)
         if is_postgres_url(location):
             location = normalise_url(location)
-            remember_secret(dsn_password(location))
             remember_secret(os.environ.get("PGPASSWORD"))
             remember_secret(raw_url_password(location))  # as written, even when malformed
-            problem = url_problem(location)
+            problem = url_problem(location)  # a malformed URL is bad input (exit 2), said without the URL
             if problem is not None:
                 raise UsageError(problem)
+            remember_secret(dsn_password(location))
         return location
 
     def store(self, *, create: bool = True) -> BaseSessionStore | None:

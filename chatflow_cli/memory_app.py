@@ -86,19 +86,19 @@ def memory_history(
     history(state_of(ctx), name, path, limit=limit or None, output=output_format(output, json_))
 
 
-@memory_app.command("revert", epilog="\b\nExample:\n  chatflow memory revert notes 12")
+@memory_app.command("revert", epilog="\b\nExamples:\n  chatflow memory revert notes 12\n  chatflow memory revert notes 12-15   (a folder's rm: every document back)")
 def memory_revert(
     ctx: typer.Context,
     name: Annotated[str, _NAME],
-    seq: Annotated[int, typer.Argument(metavar="N", help="The write to undo (see history).")],
+    writes: Annotated[list[str], typer.Argument(metavar="N[-M]", help="The writes to undo (see history): N, or a range N-M; several are undone together or not at all.")],
     force: Annotated[bool, typer.Option("--force", help="Also when later writes changed the document (they are undone too; the history keeps them).")] = False,
     output: OutputOption = None,
     json_: Annotated[bool, _JSON] = False,
 ) -> None:
-    """Undo write N with a new write: the document goes back to what it held before N."""
+    """Undo write N (or several) with new writes: each document goes back to what it held before."""
     from .commands.memory import revert
 
-    revert(state_of(ctx), name, seq, force=force, output=output_format(output, json_))
+    revert(state_of(ctx), name, writes, force=force, output=output_format(output, json_))
 
 
 @memory_app.command("write", epilog="\b\nExample:\n  chatflow memory write notes customers/acme.md < acme.md")

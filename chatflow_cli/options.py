@@ -152,3 +152,15 @@ class ImportFormat(str, Enum):
     openai = "openai"
     llm = "llm"
     claude_code = "claude-code"
+
+
+def complete_mcp_server(ctx: typer.Context, incomplete: str) -> list[str]:
+    """The declared MCP servers' names (config.toml and its mcp_config files)."""
+    try:
+        from .config import load_settings
+
+        params = ctx.find_root().params
+        settings = load_settings(db=params.get("db"), config=params.get("config"))
+        return [s.name for s in settings.mcp_servers if s.name.startswith(incomplete)]
+    except Exception:
+        return []

@@ -25,10 +25,17 @@ vault_app = typer.Typer(
 )
 
 
+def _json_errors() -> None:
+    """With --json an error is a JSON object on stdout too, as chat's and the listings' are."""
+    from ._boundary import set_json_errors
+
+    set_json_errors("json")
+
+
 @vault_app.command("create", epilog="\b\nExample:\n  chatflow vault create work")
 def vault_create(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(metavar="NAME", help="The vault's name: 1-64 letters, digits, '_', '-' or '.'.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The vault's name: 1-64 characters of a-z, 0-9, '_', '.', '-', starting with a letter or a digit (the rule of memory stores too).")],
 ) -> None:
     """Create an empty vault."""
     from .commands.vaults import create_vault
@@ -39,7 +46,8 @@ def vault_create(
 @vault_app.command(
     "set",
     epilog="\b\nExamples:\n  chatflow vault set work github_token            (typed at a prompt, not shown)\n"
-    "  pass show github | chatflow vault set work github_token\n"
+    "  pass show github | head -n 1 | chatflow vault set work github_token\n"
+    "  chatflow vault set work deploy_key --multiline < key.pem\n"
     "  chatflow vault set work github_token --env GITHUB_TOKEN",
 )
 def vault_set(
@@ -50,20 +58,25 @@ def vault_set(
     env: Annotated[Optional[str], typer.Option("--env", metavar="VAR", help="Record a reference to this environment variable instead of a value (read each time a tool needs it).")] = None,
     keyring: Annotated[bool, typer.Option("--keyring", help="Store the value in the OS keyring (the default when one is usable).")] = False,
     file: Annotated[bool, typer.Option("--file", help="Store the value in the owner-only file in the data directory (the default when no keyring is usable).")] = False,
+    multiline: Annotated[bool, typer.Option("--multiline", help="Keep a value of several lines (a PEM key): all of stdin, or at a terminal every line up to Ctrl-D. Without it a value is one line.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the entry as JSON (name, location, where, updated_at).")] = False,
 ) -> None:
     """Set an entry: its value is typed at a prompt without echo, or read from stdin.
 
-    A value is never taken from the command line. It lives in the OS keyring when one is
-    usable, else in an owner-only file in the data directory; --env records a variable's
-    name instead. The database holds only the names and where each value lives.
+    A value is never taken from the command line. It is one line: all of stdin with one
+    trailing newline dropped (a value with more lines is refused unless --multiline). It
+    lives in the OS keyring when one is usable, else in an owner-only file in the data
+    directory; --env records a variable's name instead. The database holds only the names
+    and where each value lives.
     """
+    if json_:
+        _json_errors()
     if keyring and file:
         raise UsageError("--keyring and --file exclude each other")
     from .commands.vaults import set_entry
 
     set_entry(state_of(ctx), name, entry, given=value, env=env,
-              location="keyring" if keyring else "file" if file else None, as_json=json_)
+              location="keyring" if keyring else "file" if file else None, as_json=json_, multiline=multiline)
 
 
 @vault_app.command("ls", epilog="\b\nExamples:\n  chatflow vault ls\n  chatflow vault ls work --json")
@@ -73,6 +86,8 @@ def vault_ls(
     json_: Annotated[bool, typer.Option("--json", help="As JSON: vaults with their entries' names and locations.")] = False,
 ) -> None:
     """List vaults and their entries: names and where each value lives, never a value."""
+    if json_:
+        _json_errors()
     from .commands.vaults import list_vaults
 
     list_vaults(state_of(ctx), name, as_json=json_)

@@ -235,3 +235,33 @@ def test_command_line_server_serves_a_script(tmp_path: Path, module: str) -> Non
         proc.terminate()
         assert proc.wait(timeout=10) == 0
         proc.stdout.close()  # type: ignore[union-attr]
+
+
+def test_image_parts_are_checked_as_a_provider_checks_them(fake_server: FakeServer) -> None:
+    """An ``image_url`` part must hold a base64 data URL of a real image, in a user message;
+    a model without vision refuses it. Each broken case is a 400 that names the part."""
+    import base64
+    import io
+
+    image = pytest.importorskip("PIL.Image")
+    buffer = io.BytesIO()
+    image.new("RGB", (4, 4)).save(buffer, format="PNG")
+    png = base64.b64encode(buffer.getvalue()).decode()
+
+    def user(url: str) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": [{"type": "text", "text": "see"},
+                                             {"type": "image_url", "image_url": {"url": url}}]}]
+
+    ok, _, _ = post(fake_server.url, {"model": "fake-model", "messages": user(f"data:image/png;base64,{png}")})
+    assert ok == 200
+    for url, model, words in [
+        (f"data:image/png;base64,{png[:-9]}!!", "fake-model", "Invalid base64"),
+        ("data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\nnot really").decode(), "fake-model",
+         "unsupported image"),
+        (f"data:image/jpeg;base64,{png}", "fake-model", "unsupported image"),  # a PNG called a JPEG
+        (f"data:text/plain;base64,{png}", "fake-model", "Invalid image URL"),
+        (f"data:image/png;base64,{png}", "fake-text-only", "only supported by certain models"),
+    ]:
+        status, _, body = post(fake_server.url, {"model": model, "messages": user(url)})
+        error = json.loads(body)["error"]
+        assert status == 400 and words in error["message"] and error["param"] == "messages.[0].content.[1]", url

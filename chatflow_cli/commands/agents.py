@@ -6,9 +6,9 @@ one that does not import is a config error (exit 9) naming the file and line.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..assembly import build_agents
+from ..assembly import build_agents, vault_reader
 from ..config import DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, AgentSpec
 from ..context import terminal_width, write_lines
 from ..render import agents_lines, dumps
@@ -33,18 +33,45 @@ def list_agents(state: State, *, output: str) -> None:
         ConfigError: The config file is bad, or a tool module cannot be imported.
     """
     settings = state.settings()
-    _, built = build_agents(settings)
+    _, built = build_agents(settings, vaults=vault_reader(settings, state.store(create=False)) if settings.mcp_servers
+                            else None)
+    servers = {id(s.server): s.server for a in built.values() for s in a.mcp_servers}
+    try:
+        _list(state, settings, built, output, servers)
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def _list(state: State, settings: Any, built: dict[str, Any], output: str, servers: dict[int, Any]) -> None:
+    failed: dict[str, str] = {}
+    if servers:  # their tools are listed when they start: all at once
+        from ..core.mcp import start_all
+
+        failed = start_all(servers.values())
+        if output == "text":
+            from ..context import notice
+
+            for error in failed.values():
+                notice(state, error)
     specs = list(settings.agents) or [AgentSpec(DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS)]
     start = settings.default_agent or specs[0].name
     rows = []
     for spec in specs:
         agent = built.get(spec.name)
-        tools = []
+        tools: list[dict[str, Any]] = []
         for tool_spec, tool in zip(spec.tools, getattr(agent, "tools", None) or ()):
             entry = {"name": tool.name, "kind": "custom" if tool_spec.ref is None else "python"}
             if tool_spec.ref is not None:
                 entry["ref"] = tool_spec.ref
             tools.append(entry)
+        for server in getattr(agent, "mcp_servers", None) or ():
+            if server.name in failed:
+                tools.append({"name": f"{server.name}__*", "kind": "mcp", "server": server.name,
+                              "error": failed[server.name]})
+                continue
+            tools.extend({"name": t.name, "kind": "mcp", "server": server.name, "approval": t.approval}
+                         for t in server.agent_tools().values())
         rows.append({
             "name": spec.name,
             "start": spec.name == start,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..assembly import adopt_starting_agent, assemble, session_mounts, transport_for
+from ..assembly import adopt_starting_agent, assemble, gone_notice, session_mounts, transport_for, unmount_gone
 from ..config import resolve_model
 from ..context import notice
 from ..core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
@@ -57,6 +57,7 @@ if TYPE_CHECKING:  # pragma: no cover
         SessionStoreProtocol,
         TurnStore,
     )
+    from ..core.messages import Message
     from ..core.runner import Runner, StreamEvent
 
 __all__ = ["ChatOptions", "claim_key", "run_chat"]
@@ -83,8 +84,9 @@ def _session_for(state: State, store: ListingStore | None, opts: ChatOptions, *,
         if latest is None:
             raise NotFoundError("no session to continue: start one with chatflow chat \"hello\"")
         return latest
-    if opts.tool_results:
-        raise UsageError("--tool-result needs the session: add --session ID (or --continue)")
+    if opts.tool_results or opts.approvals:
+        raise UsageError(f"{'--tool-result' if opts.tool_results else '--approve/--deny'} needs the session: add "
+                         "--session ID (or --continue)")
     session_id = new_session_id()
     if announce:
         notice(state, f"new session {session_id} (continue it with: chatflow chat -s {session_id} MESSAGE)")
@@ -115,7 +117,18 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
         raise UsageError(f"--output {opts.output!r}: use text, json or jsonl")
     multi = opts.input == "jsonl"
     message: str | None = None
+    user: Message | None = None  # a message with attachments
+    if opts.attachments and (multi or opts.tool_results or opts.approvals):
+        raise UsageError("--attach goes with a MESSAGE, not with --input jsonl, --tool-result or --approve/--deny")
     tool_outputs: list[tuple[str, str]] = []
+    approvals = list(opts.approvals or ())
+    if approvals:
+        if opts.message is not None or multi:
+            raise UsageError("--approve/--deny continue a turn: give no MESSAGE and no --input jsonl")
+        ids = [i for i, _ in approvals] + [i for i, _ in opts.tool_results or ()]
+        twice = next((i for i in ids if ids.count(i) > 1), None)
+        if twice is not None:
+            raise UsageError(f"tool call {safe_text(twice)} is answered twice: give each call one answer")
     if multi:
         if opts.message is not None or opts.tool_results:
             raise UsageError("--input jsonl reads everything from stdin: give no MESSAGE and no --tool-result")
@@ -130,16 +143,24 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                 raise UsageError(f"--tool-result {safe_text(tool_use_id)} is given twice: give each tool call one result")
             seen.add(tool_use_id)
             tool_outputs.append((tool_use_id, tool_output_text(tool_use_id, raw)))
-    else:
+    elif opts.attachments:
+        from .attach import attached_message
+
+        user = attached_message(state, opts)
+    elif not approvals:
         message = message_from(state, opts)
 
     reader = state.store(create=False)  # an existing session's settings, without creating a file
     session_id = _session_for(state, reader, opts, announce=False)
-    new_id = opts.session is None and not opts.continue_ and not opts.tool_results
+    new_id = opts.session is None and not opts.continue_ and not opts.tool_results and not approvals
     existing = None if new_id or reader is None else find_session(reader, session_id)
     model, base_url = session_endpoint(state, reader, existing, opts.model, opts.base_url)
     settings = state.settings(model=model, base_url=base_url)
     choice = resolve_model(settings)  # a configuration problem is reported before anything is stored
+    if user is not None:
+        from .attach import text_only_check
+
+        text_only_check(choice, user)
     transport = transport_for("http")
     store = reader if reader is not None else state.open_store()
     if existing is not None:
@@ -162,25 +183,32 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
             runner = built.runner
             if opts.agent:
                 _switch_agent(store, session_id, runner.agents[opts.agent])
-            elif not tool_outputs:  # a session whose agent left config.toml goes on with the default agent
+            elif not tool_outputs and not approvals:  # a session whose agent left config.toml: the default agent
                 note = adopt_starting_agent(store, session_id, runner)
                 if note is not None:
                     notice(state, note)
+            if existing is not None:  # a memory store or vault deleted since it was mounted: said once, unmounted
+                for _mount, reason in unmount_gone(store, session_id):
+                    notice(state, gone_notice(session_id, reason))
             mounts = session_mounts(settings, store, session_id, runner, opts.agent, opts.memory, opts.vaults)
             if multi:
                 _run_items(state, runner, store, opts, session_id, out, scope, mounts)
-            elif tool_outputs:
-                remaining = _submit_tool_results(store, session_id, tool_outputs)
+            elif tool_outputs or approvals:
+                if approvals:
+                    _check_pending(store, session_id, [i for i, _ in approvals])
+                remaining = _submit_tool_results(store, session_id, tool_outputs) if tool_outputs else []
+                for call_id, approved in approvals:
+                    remaining = runner.decide_tool_call(session_id, call_id, approved)
                 if remaining:
                     out.pending_only(session_id, remaining)
                 else:
                     out.run(runner.continue_streamed(session_id, wait=opts.wait))
             else:
-                assert message is not None
+                assert message is not None or user is not None
                 out.run(
                     _endpoint_at_begin(store, session_id, choice, runner.run_streamed(
                         session_id,
-                        message,
+                        user if user is not None else message,  # type: ignore[arg-type]
                         opts.metadata,
                         idempotency_key=opts.idempotency_key,
                         wait=opts.wait,
@@ -199,6 +227,10 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
             _release_claim(store, claim_id)
         remember_endpoint(store, session_id, choice, worked=False)
         _busy_hint(exc, opts.wait)
+        if user is not None:
+            from .attach import images_refused
+
+            images_refused(exc, user, choice.model)
         if isinstance(exc, (ChatflowError, KeyboardInterrupt)):
             out.failure(exc, session_id)
         raise
@@ -218,6 +250,22 @@ def _endpoint_at_begin(store: EditStore, session_id: str, choice: ModelChoice,
             first = False
             remember_endpoint(store, session_id, choice, begun=True)
         yield event
+
+
+def _check_pending(store: TurnStore, session_id: str, ids: list[str]) -> None:
+    """Every id of ``--approve``/``--deny`` waits in the session, else nothing is done (exit 2)."""
+    from ..core.errors import SessionNotFoundError, ToolResultError
+
+    session = store.get(session_id)
+    if session is None:
+        raise SessionNotFoundError(f"no session {safe_text(session_id)!r} (list them with: chatflow sessions ls)",
+                                   session_id=session_id)
+    answered = store.submitted_tool_results(session_id)
+    waiting = [c.id for c in session.pending_tool_calls if c.id not in answered]
+    unknown = [i for i in ids if i not in waiting]
+    if unknown:
+        raise ToolResultError(f"no tool call {safe_text(unknown[0])} waits in session {session_id} (waiting: "
+                              f"{', '.join(waiting) or 'none'}); nothing was run or recorded", session_id=session_id)
 
 
 def _submit_tool_results(store: TurnStore, session_id: str, outputs: list[tuple[str, str]]) -> list[str]:

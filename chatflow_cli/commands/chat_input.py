@@ -52,6 +52,9 @@ class ChatOptions:
     title: str | None = None
     memory: list[str] | None = None  #: --memory NAME[:ro], repeatable
     vaults: tuple[str, ...] = ()  # --vault NAME (repeatable): vaults mounted for tools' secrets
+    attachments: tuple[str, ...] = ()  # --attach FILE (repeatable; '-': stdin): see commands/attach.py
+    #: --approve ID / --deny ID (repeatable): (tool-call id, approved) of calls waiting for an approval
+    approvals: list[tuple[str, bool]] | None = None
 
 
 @dataclass

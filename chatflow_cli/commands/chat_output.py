@@ -111,6 +111,8 @@ class ChatOutput:
                     notice(self.state, agent_changed_text(ev.data or {}))
                 if ev.type in _CONTEXT_EVENTS:
                     self._context_event(ev)
+                if ev.type == "mcp.unavailable" and self.mode != "jsonl":  # its tools are left out of the turn
+                    notice(self.state, str((ev.data or {}).get("error", "")))
                 if self.mode == "jsonl":
                     if ev.type == "result":
                         result = ev.result
@@ -276,7 +278,12 @@ class ChatOutput:
 
 
 def pending_notice(state: State, result: RunResult) -> None:
+    asking = {c.id for c in result.approval_tool_calls}
     for call in result.pending_tool_calls:
+        if call.id in asking:
+            notice(state, f"tool {call.name} {call.arguments} waits for your approval: run it with chatflow chat -s "
+                          f"{result.session_id} --approve {call.id} (or refuse it with --deny {call.id})")
+            continue
         notice(
             state,
             f"waiting for tool {call.name} {call.arguments}: answer with "

@@ -3,6 +3,8 @@
 The summary is written by the session's model (its stored model and endpoint, as
 ``chat -s ID`` resumes them; ``--model``/``--base-url`` of the global settings otherwise),
 in one tool-free request; nothing is deleted (``sessions show --all`` shows every turn).
+Ctrl-C or SIGTERM stops the request at once and nothing is stored (exit 130, or 143 with
+``chatflow: terminated (SIGTERM): the compaction was interrupted; nothing was compacted``).
 See :mod:`chatflow_cli.core.compaction`.
 """
 
@@ -54,10 +56,16 @@ def compact_command(state: State, session_id: str, *, through: int | None, instr
         if not chosen:
             raise UsageError("no model to write the summary: give --model or configure one")
         tools = [t.to_wire() for t in agent.all_tools().values()] or None
-        done = compact_session(store, session_id, runner.model_client, chosen,
-                               through=through if through is not None else session.turn_count - 1,
-                               instructions=instructions, prompt=runner.compact_prompt, tools=tools,
-                               temperature=runner.temperature)
+        from ..core._run.cancel import CancelToken, ctrl_c_cancels
+
+        # Ctrl-C or SIGTERM stops the request at once, as it stops a chat turn: nothing is
+        # stored, and the error boundary says so (`terminated (SIGTERM): ...`, exit 143)
+        cancel = CancelToken()
+        with ctrl_c_cancels(cancel):
+            done = compact_session(store, session_id, runner.model_client, chosen,
+                                   through=through if through is not None else session.turn_count - 1,
+                                   instructions=instructions, prompt=runner.compact_prompt, tools=tools,
+                                   temperature=runner.temperature, cancel=cancel.event)
     if output == "json":
         state.env.stdout.write(dumps(done.to_dict()) + "\n")
         return

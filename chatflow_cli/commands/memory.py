@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..context import confirm, notice, read_stdin_text
 from ..core.errors import ChatflowError, MemoryStoreNotFoundError, UsageError
+from ..core.resources.documents import check_path
 from ..core.resources.mounts import check_resource_name
 from ..render import dumps, format_age, plural, safe_text
 
@@ -25,11 +26,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..core.memory import BaseSessionStore
     from ..core.resources.documents import DocumentVersion
 
-__all__ = ["EXPORT_FORMAT", "create_store", "delete", "export_store", "history", "import_store", "list_memory",
-           "revert", "search", "show", "write"]
+__all__ = ["EXPORT_FORMAT", "EXPORT_VERSIONS", "create_store", "delete", "export_store", "history", "import_store",
+           "list_memory", "parse_writes", "revert", "search", "show", "write"]
 
 #: The ``format`` of an export's first line.
 EXPORT_FORMAT = "chatflow-memory"
+#: The export format ``version`` numbers ``import`` reads (``export`` writes the last).
+EXPORT_VERSIONS = (1,)
 
 
 def _store(state: State, name: str, *, create: bool = False) -> BaseSessionStore:
@@ -95,17 +98,38 @@ def show(state: State, name: str, path: str, *, version: int | None, output: str
         doc = store.read_document(name, path)
         data = doc.to_dict()
     else:
-        found = [v for v in store.memory_history(name, path) if v.seq == version]
-        if not found or found[0].path != path or found[0].text is None:
-            raise UsageError(f"write {version} of memory store {name!r} left no document {path!r} "
-                             f"(chatflow memory history {name} {path})")
-        data = {"store": name, "path": path, "text": found[0].text, "version": version,
-                "updated_at": found[0].created_at}
+        found = _version_of(store, name, path, version)
+        data = {"store": name, "path": found.path, "text": found.text, "version": version,
+                "updated_at": found.created_at}
     if output != "text":
         _emit(state, data, output)
         return
     text = safe_text(data["text"])
     state.env.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+
+
+def _version_of(store: BaseSessionStore, name: str, path: str, version: int) -> DocumentVersion:
+    """Write ``version`` of the store, when it left text at ``path``; else a UsageError that
+    says what is wrong: no such write, a write of another document, a delete, a move away."""
+    path = check_path(path)
+    found = store.memory_history(name, after_seq=version - 1, limit=1) if version >= 1 else []
+    if not found or found[0].seq != version:
+        latest = store.memory_store(name).last_seq
+        raise UsageError(f"memory store {name!r} has no version {version} "
+                         + (f"(latest is {latest}; chatflow memory history {name})" if latest
+                            else "(it has no writes yet)"))
+    v = found[0]
+    shown = safe_text(path, one_line=True)
+    if v.previous_path == path:
+        raise UsageError(f"version {version} of memory store {name!r} moved {shown} to "
+                         f"{safe_text(v.path, one_line=True)}: show that path at version {version}")
+    if v.path != path:
+        raise UsageError(f"version {version} of memory store {name!r} changed {safe_text(v.path, one_line=True)}, "
+                         f"not this document ({shown}; chatflow memory history {name} {shown} lists its versions)")
+    if v.text is None:
+        raise UsageError(f"version {version} of memory store {name!r} deleted {shown}: it left no text "
+                         f"(chatflow memory history {name} {shown} lists its versions)")
+    return v
 
 
 def _version_line(v: DocumentVersion, now: float) -> str:
@@ -130,14 +154,42 @@ def history(state: State, name: str, path: str | None, *, limit: int | None, out
     state.env.stdout.write("".join(_version_line(v, now) for v in versions))
 
 
-def revert(state: State, name: str, seq: int, *, force: bool, output: str) -> None:
-    """``memory revert NAME SEQ``: undo write SEQ with a new write."""
-    v = _store(state, name).revert_memory(name, seq, force=force)
+def parse_writes(texts: list[str]) -> list[int]:
+    """The write numbers of ``memory revert``'s arguments: ``N`` or a range ``N-M`` (both
+    included), each a positive int. Raises UsageError for anything else."""
+    out: list[int] = []
+    for text in texts:
+        first, dash, last = text.strip().partition("-")
+        try:
+            low = int(first)
+            high = int(last) if dash else low
+        except ValueError:
+            raise UsageError(f"{text!r} is not a write number: give N or a range N-M (see chatflow memory history)") \
+                from None
+        if low < 1 or high < low:
+            raise UsageError(f"{text!r} is not a write number: give N or a range N-M with 1 <= N <= M")
+        if high - low >= 10_000:
+            raise UsageError(f"{text!r} is more than 10,000 writes: revert fewer at once")
+        out += range(low, high + 1)
+    return out
+
+
+def revert(state: State, name: str, writes: list[str], *, force: bool, output: str) -> None:
+    """``memory revert NAME N [N-M ...]``: undo those writes with new writes, in one
+    transaction (all or none), newest first."""
+    seqs = parse_writes(writes)
+    store = _store(state, name)
+    if len(writes) == 1 and "-" not in writes[0]:
+        done = [store.revert_memory(name, seqs[0], force=force)]
+    else:
+        done = store.revert_writes(name, seqs, force=force)
     if output != "text":
-        _emit(state, v.to_dict(), output)
+        _emit(state, done[0].to_dict() if len(writes) == 1 and "-" not in writes[0] else
+              [v.to_dict() for v in done], output)
         return
-    notice(state, f"reverted write {seq} of {name} as write {v.seq}: {safe_text(v.path, one_line=True)} "
-                  + ("deleted" if v.text is None else "restored"))
+    for v in done:
+        notice(state, f"reverted write {v.reverts} of {name} as write {v.seq}: {safe_text(v.path, one_line=True)} "
+                      + ("deleted" if v.text is None else "restored"))
 
 
 def write(state: State, name: str, path: str, *, expected_version: int | None, output: str) -> None:
@@ -147,7 +199,7 @@ def write(state: State, name: str, path: str, *, expected_version: int | None, o
     if output != "text":
         _emit(state, v.to_dict(), output)
         return
-    notice(state, f"wrote {name}/{safe_text(path, one_line=True)} (write {v.seq})")
+    notice(state, f"wrote {name}/{safe_text(v.path, one_line=True)} (write {v.seq})")
 
 
 def delete(state: State, name: str, path: str | None, *, yes: bool) -> None:
@@ -156,8 +208,12 @@ def delete(state: State, name: str, path: str | None, *, yes: bool) -> None:
     store = _store(state, name)
     if path is not None:
         done = store.delete_document(name, path, recursive=True)
-        notice(state, f"deleted {plural(len(done), 'document')} of {name} (chatflow memory revert {name} "
-                      f"{done[0].seq} brings {safe_text(done[0].path, one_line=True)} back)")
+        if len(done) == 1:
+            notice(state, f"deleted 1 document of {name} (chatflow memory revert {name} {done[0].seq} "
+                          f"brings {safe_text(done[0].path, one_line=True)} back)")
+        else:  # one write a document, numbered one after another in one transaction
+            notice(state, f"deleted {len(done)} documents of {name} (chatflow memory revert {name} "
+                          f"{done[0].seq}-{done[-1].seq} brings them all back)")
         return
     info = store.memory_store(name)
     question = (f"Delete memory store {name} with its {plural(info.documents, 'document')} and "
@@ -174,8 +230,8 @@ def export_store(state: State, name: str, *, output_file: str | None) -> None:
     store = _store(state, name)
     info = store.memory_store(name)
     docs = store.read_documents(name)
-    lines = [dumps({"format": EXPORT_FORMAT, "version": 1, "store": name, "description": info.description,
-                    "last_seq": info.last_seq})]
+    lines = [dumps({"format": EXPORT_FORMAT, "version": EXPORT_VERSIONS[-1], "store": name,
+                    "description": info.description, "last_seq": info.last_seq})]
     lines += [dumps({"path": d.path, "text": d.text, "version": d.version}) for d in docs]
     text = "".join(line + "\n" for line in lines)
     if output_file is None or output_file == "-":
@@ -206,6 +262,7 @@ def _read_export(state: State, source: str) -> tuple[dict[str, Any], dict[str, s
             raise UsageError(f"cannot read {source}: {exc}") from None
     header: dict[str, Any] | None = None
     docs: dict[str, str] = {}
+    lines_of: dict[str, int] = {}
     for number, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
@@ -217,12 +274,25 @@ def _read_export(state: State, source: str) -> tuple[dict[str, Any], dict[str, s
             if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
                 raise UsageError(f"{source} line {number}: not a chatflow memory export "
                                  f"(chatflow memory export NAME writes one)")
+            version = data.get("version")
+            if version not in EXPORT_VERSIONS or isinstance(version, bool):
+                raise UsageError(f"{source} line {number}: memory export format version {version!r} is not one this "
+                                 f"chatflow reads (it reads version "
+                                 f"{', '.join(map(str, EXPORT_VERSIONS))}; a newer chatflow may have written it)")
             header = data
         elif not isinstance(data, dict) or not isinstance(data.get("path"), str) \
                 or not isinstance(data.get("text"), str):
             raise UsageError(f"{source} line {number}: a document is {{\"path\": ..., \"text\": ...}}")
         else:
-            docs[data["path"]] = data["text"]
+            try:
+                path = check_path(data["path"])
+            except UsageError as exc:
+                raise UsageError(f"{source} line {number}: {exc.message}") from None
+            if path in docs:
+                raise UsageError(f"{source} line {number}: the path {path!r} is there twice (first on line "
+                                 f"{lines_of[path]}): nothing was imported")
+            docs[path] = data["text"]
+            lines_of[path] = number
     if header is None:
         raise UsageError(f"{source} is empty: not a chatflow memory export")
     return header, docs
@@ -233,9 +303,10 @@ def import_store(state: State, source: str, *, into: str | None, output: str) ->
     text differs are written (one version each, op ``import``)."""
     header, docs = _read_export(state, source)
     name = into or str(header.get("store") or "")
+    check_resource_name(name)
     store = _store(state, name, create=True)
-    store.create_memory_store(name, description=str(header.get("description") or ""), exist_ok=True)
-    written = store.write_documents(name, docs)
+    # the store is made in the import's one transaction: a refused document leaves nothing behind
+    written = store.write_documents(name, docs, create=True, description=str(header.get("description") or ""))
     if output != "text":
         _emit(state, [v.to_dict() for v in written], output)
         return

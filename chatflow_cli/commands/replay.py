@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..assembly import assemble, transport_for
 from ..context import notice
-from ..core.messages import Role
+from ..core.messages import Message, Role
 from ..core.errors import ChatflowError, ExitStatus, SessionNotFoundError, StoreUnreachableError, UsageError
 from ..lookup import not_found, store_or_missing
 from ..render import dumps, plural, safe_text
@@ -64,6 +64,8 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
     from ..render import event_text, stored_event_json
 
     collected: list[Any] | None = [] if output == "json" else None
+    # the text says at each turn's end the resources it ran with: the mounts in force then
+    mounts = _MountsInForce(store, session_id, since) if console is not None else None
 
     cursor = since
     lost = _Reconnecting(state)
@@ -89,10 +91,11 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
             elif as_json:
                 out.write(dumps(stored_event_json(event)) + "\n")
             elif console is not None:  # text
+                now = mounts.after(event) if mounts is not None else None
                 if state.env.stdout_isatty:  # word-wrapped, wrapped rows indented
-                    console.print(event_text(event, width=console.width))
+                    console.print(event_text(event, width=console.width, mounts=now))
                 else:  # piped: never wrapped
-                    console.print(event_text(event), soft_wrap=True)
+                    console.print(event_text(event, mounts=now), soft_wrap=True)
             cursor = event.seq
         if not follow:
             if collected is not None:
@@ -107,6 +110,31 @@ def replay_events(state: State, session_id: str, *, since: int, follow: bool, ou
                 lost.wait(exc)  # the next read says whether the store is back
         else:
             time.sleep(FOLLOW_POLL_S)
+
+
+class _MountsInForce:
+    """The session's mounts as ``replay`` reads its log: the fold of its ``resource.*``
+    events up to the event just read (those before ``--since`` are read first, once), so
+    the end of each turn can say what the turn ran with, as ``sessions show`` does."""
+
+    def __init__(self, store: Any, session_id: str, since: int) -> None:
+        self.current: dict[tuple[str, str], dict[str, Any]] = {}
+        if since > 0:
+            try:
+                for event in store.events(session_id, after_seq=0, limit=since):
+                    self.after(event)
+            except ChatflowError:  # the log is read again below, and its error said there
+                pass
+
+    def after(self, event: Any) -> list[dict[str, Any]]:
+        """The mounts in force once ``event`` is applied (``{"kind", "name", "mode"}`` dicts)."""
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        key = (str(payload.get("kind")), str(payload.get("name")))
+        if event.type == "resource.mounted":
+            self.current[key] = {k: payload.get(k) for k in ("kind", "name", "mode")}
+        elif event.type == "resource.unmounted":
+            self.current.pop(key, None)
+        return list(self.current.values())
 
 
 class _Reconnecting:
@@ -177,13 +205,13 @@ def rerun_session(
         raise SessionNotFoundError(f"no session {safe_text(session_id)!r}")
     records = store.load_turns(session_id, first=0)
     systems = [m.content or "" for r in records if r.number == 0 for m in r.messages]
-    users: list[str] = []
+    users: list[Message] = []  # with their attachments: the new session references the same files
     for record in records:
         if record.number == 0 or record.rolled_back or record.failed:
             continue
         first_user = next((m for m in record.messages if m.role == Role.USER), None)
-        if first_user is not None and first_user.content:
-            users.append(first_user.content)
+        if first_user is not None and (first_user.content or first_user.attachments):
+            users.append(Message.user(first_user.content or "", first_user.attachments))
     if not users:
         raise UsageError(f"session {safe_text(session_id)!r} has no user messages to re-run")
     target = validate_session_id(into) if into is not None else new_session_id()
@@ -197,12 +225,12 @@ def rerun_session(
     try:
         with assemble(settings, store, model=model, agent=agent, transport=transport_for("http")) as built:
             runner = built.runner
-            for text in users:
+            for user in users:
                 if output == "text":
                     from rich.text import Text
 
-                    state.out().print(Text("You: ", style="bold green") + Text(safe_text(text)))
-                out.run(runner.run_streamed(target, text, system=system, wait=0))
+                    state.out().print(Text("You: ", style="bold green") + Text(safe_text(user.content or "")))
+                out.run(runner.run_streamed(target, user, system=system, wait=0))
                 system = None
         out.success()
         from ..config import resolve_model

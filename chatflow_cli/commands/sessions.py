@@ -194,18 +194,18 @@ def show_session(
     context = context_use(state, store, session, endpoint)
     marks = AgentVersionMarks(_versions_before(store, session_id, turn) if turn is not None and turn > 1 else None)
     submitted = store.submitted_tool_results(session_id)
+    resources = [m.to_dict() for m in store.session_resources(session_id)]  # the mounts in force now
     if output in ("json", "jsonl"):
-        resources = [m.to_dict() for m in store.session_resources(session_id)]  # the mounts in force
         show = _show_json if output == "json" else _show_jsonl
         show(stream or env.stdout, session, records, interrupted, endpoint, context, marks, resources=resources)
         return
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:
-        _show_paged(state, session, records, full, interrupted, endpoint, context, marks, submitted)
+        _show_paged(state, session, records, full, interrupted, endpoint, context, marks, submitted, resources)
     else:
         console = state.out() if env.stdout_isatty else None
         _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout, interrupted=interrupted,
-                endpoint=endpoint, context=context, marks=marks, submitted=submitted)
+                endpoint=endpoint, context=context, marks=marks, submitted=submitted, resources=resources)
 
 
 def _versions_before(store: BaseSessionStore, session_id: str, turn: int) -> dict[str, str]:
@@ -254,7 +254,8 @@ def context_use(state: State, store: BaseSessionStore, session: SessionSummary, 
             "summary_through": max(live) if live else None}
 
 
-def _header(session: SessionSummary, endpoint: Endpoint = (None, None), context: dict[str, Any] | None = None) -> Lines:
+def _header(session: SessionSummary, endpoint: Endpoint = (None, None), context: dict[str, Any] | None = None,
+            resources: list[dict[str, str]] | None = None) -> Lines:
     status = status_name(session.status)
     agent = session.active_agent_name
     text = Lines(f"Session {safe_text(session.session_id)}", "bold")
@@ -282,6 +283,10 @@ def _header(session: SessionSummary, endpoint: Endpoint = (None, None), context:
         if context["summary_through"] is not None:
             use += f" · turns 1..{context['summary_through']} summarised"
         text.append(use, "dim")
+    if resources:  # the mounts in force now; each turn says those it ran with
+        from ..render import mounts_text
+
+        text.append(f"\n  mounted: {mounts_text(resources)}", "dim")
     return text
 
 
@@ -326,7 +331,7 @@ BATCH_CHARS = 64 * 1024
 def _render(console: Any, session: SessionSummary, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
             out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None),
             context: dict[str, Any] | None = None, marks: AgentVersionMarks | None = None,
-            submitted: Mapping[str, str] | None = None) -> None:
+            submitted: Mapping[str, str] | None = None, resources: list[dict[str, str]] | None = None) -> None:
     """Print the session turn by turn as each is rendered (``submitted``: the results
     already given for the open turn's tool calls, shown beside their calls).
 
@@ -357,7 +362,7 @@ def _render(console: Any, session: SessionSummary, records: Iterator[TurnRecord]
             console.print(item)
 
     try:
-        emit(_header(session, endpoint, context))
+        emit(_header(session, endpoint, context, resources))
         shown = 0
         for record in records:
             if record.number == 0 and not record.messages:
@@ -384,7 +389,8 @@ def _no_turns() -> Lines:
 
 def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRecord], full: bool,
                 interrupted: Container[int], endpoint: Endpoint, context: dict[str, Any] | None = None,
-                marks: AgentVersionMarks | None = None, submitted: Mapping[str, str] | None = None) -> None:
+                marks: AgentVersionMarks | None = None, submitted: Mapping[str, str] | None = None,
+                resources: list[dict[str, str]] | None = None) -> None:
     """Stream the rendering into a pager process as it is produced."""
     pager_cmd = os.environ.get("PAGER") or "less"
     env = dict(os.environ)
@@ -394,13 +400,13 @@ def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRec
                                 encoding="utf-8", errors="replace")
     except (OSError, ValueError):
         _render(state.out(), session, records, full, markdown=True, out=state.env.stdout, interrupted=interrupted,
-                endpoint=endpoint, context=context, marks=marks, submitted=submitted)
+                endpoint=endpoint, context=context, marks=marks, submitted=submitted, resources=resources)
         return
     assert proc.stdin is not None
     console = state.env.console(file=proc.stdin, terminal=True)
     try:
         _render(console, session, records, full, markdown=True, out=proc.stdin, interrupted=interrupted,
-                endpoint=endpoint, context=context, marks=marks, submitted=submitted)
+                endpoint=endpoint, context=context, marks=marks, submitted=submitted, resources=resources)
     except (BrokenPipeError, OSError):
         pass  # the user quit the pager early
     finally:

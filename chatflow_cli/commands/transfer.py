@@ -147,6 +147,9 @@ def export_sessions(state: State, session_ids: list[str], *, all_: bool, since: 
     if output is None or target is None:
         _write(state, store, ids, fmt, per_turn, state.env.stdout)
         state.env.stdout.flush()
+        if fmt == "md" and store is not None and any(_files_of(store, sid) for sid in ids):
+            notice(state, "the attached files are not written with the Markdown on stdout: export with -o FILE "
+                          "to write them beside it (attachments/)")
         return
     if not ids:
         return
@@ -166,7 +169,48 @@ def export_sessions(state: State, session_ids: list[str], *, all_: bool, since: 
     if not written:
         notice(state, f"no session was written: {output} is not written")
         return
+    if fmt == "md" and store is not None:
+        _write_files(store, ids, target.parent)
     notice(state, f"exported {plural(written, 'session')} to {output}")
+
+
+def _files_of(store: ListingStore, session_id: str) -> dict[str, Any]:
+    """The attachments of a session's messages, by the file name the Markdown links to."""
+    from ..core.attachments import file_name
+
+    found: dict[str, Any] = {}
+    if not getattr(store, "attachment_hashes", None) or not store.attachment_hashes(session_id):  # type: ignore[attr-defined]
+        return found
+    for record in store.load_turns(session_id, first=0):
+        for message in record.messages:
+            for attachment in message.attachments:
+                found[file_name(attachment)] = attachment
+    return found
+
+
+def _write_files(store: ListingStore, session_ids: list[str], where: Path) -> None:
+    """The files the Markdown transcripts link to, into ``attachments/`` beside them (a file
+    already there is the same file: its name is its hash)."""
+    from ..core.attachments import FILES_FOLDER
+
+    for sid in session_ids:
+        files = _files_of(store, sid)
+        if not files:
+            continue
+        folder = where / FILES_FOLDER
+        try:
+            folder.mkdir(exist_ok=True)
+            blobs = store.attachment_data({a.sha256 for a in files.values()})  # type: ignore[attr-defined]
+            for name, attachment in files.items():
+                path = folder / name
+                data = blobs.get(attachment.sha256)
+                if data is None or path.exists():
+                    continue
+                partial = folder / f".{name}.partial"
+                partial.write_bytes(data)
+                os.replace(partial, path)
+        except OSError as exc:
+            raise ChatflowError(f"cannot write {folder}: {exc.strerror or exc}") from None
 
 
 def _output_path(output: str) -> Path:

@@ -105,10 +105,14 @@ class Agent:
         version: what names this definition of the agent in the turns it runs (a non-empty
             str); ``None`` (the default): :func:`agent_version` of the agent, computed from
             its fields each time it is read, so any change of them is a new version.
+        mcp_servers: MCP servers (:class:`~chatflow_cli.core.mcp.MCPServerStdio`,
+            :class:`~chatflow_cli.core.mcp.MCPServerStreamableHttp`, or ``server.only(...)``
+            for some of its tools) whose tools the agent is offered; they start on the first
+            turn that needs them (:mod:`chatflow_cli.core.mcp`).
     """
 
     __slots__ = ("_tool_cache", "_version", "_version_cache", "handoffs", "instructions", "max_context_tokens",
-                 "model", "name", "tool_choice", "tools")
+                 "mcp_servers", "model", "name", "tool_choice", "tools")
 
     name: str
     instructions: str
@@ -116,6 +120,7 @@ class Agent:
     tool_choice: str | dict[str, Any] | None
     tools: tuple[Tool, ...]  # any iterable assigned becomes a tuple of Tool (functions wrapped)
     handoffs: tuple[Agent, ...]
+    mcp_servers: tuple[Any, ...]  # MCP servers (chatflow_cli.core.mcp) whose tools the agent is offered
     max_context_tokens: int | None
     _tool_cache: tuple[tuple[tuple[Tool, ...], tuple[Agent, ...]], dict[str, Tool]] | None
     _version: str | None
@@ -132,6 +137,7 @@ class Agent:
         tool_choice: str | dict[str, Any] | None = None,
         max_context_tokens: int | None = None,
         version: str | None = None,
+        mcp_servers: Iterable[Any] = (),
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise AgentDefinitionError(f"agent name must be a non-empty string, got {name!r}")
@@ -149,6 +155,7 @@ class Agent:
         self.tool_choice = tool_choice
         self.tools = tools  # type: ignore[assignment]
         self.handoffs = handoffs  # type: ignore[assignment]
+        self.mcp_servers = mcp_servers  # type: ignore[assignment]
 
     def __setattr__(self, key: str, value: Any) -> None:
         if key == "tools":
@@ -158,6 +165,13 @@ class Agent:
             for target in value:
                 if not isinstance(target, Agent):
                     raise AgentDefinitionError(f"handoffs must be Agent objects, got {target!r}")
+        elif key == "mcp_servers":
+            value = tuple(value)
+            names = [getattr(item, "name", None) for item in value]
+            if not all(isinstance(n, str) and hasattr(item, "agent_tools") for n, item in zip(names, value)):
+                raise AgentDefinitionError("mcp_servers must be MCP servers (MCPServerStdio, MCPServerStreamableHttp)")
+            if len(set(names)) != len(names):
+                raise AgentDefinitionError(f"agent {self.name!r}: two MCP servers share a name")
         if key in ("tools", "handoffs"):
             object.__setattr__(self, "_tool_cache", None)
         object.__setattr__(self, key, value)
@@ -172,7 +186,8 @@ class Agent:
         the agent as it is now."""
         if self._version is not None:
             return self._version
-        key = (self.instructions, self.model, self.tools, tuple(a.name for a in self.handoffs))
+        key = (self.instructions, self.model, self.tools, tuple(a.name for a in self.handoffs),
+               tuple(_server_key(s) for s in self.mcp_servers))
         cached = self._version_cache
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -190,7 +205,8 @@ class Agent:
         """A copy with some fields changed (a new identity, so give it a new ``name`` if both run together)."""
         fields: dict[str, Any] = {"name": self.name, "instructions": self.instructions, "model": self.model, "tools": self.tools,
                   "handoffs": self.handoffs, "tool_choice": self.tool_choice,
-                  "max_context_tokens": self.max_context_tokens, "version": self._version}
+                  "max_context_tokens": self.max_context_tokens, "version": self._version,
+                  "mcp_servers": self.mcp_servers}
         fields.update(changes)
         return Agent(**fields)
 
@@ -219,7 +235,9 @@ class Agent:
 def agent_version(agent: Agent) -> str:
     """The short hash of what defines ``agent``: 12 hex digits of the sha256 of the compact,
     key-sorted JSON of ``{"instructions", "model", "tools": [{"name", "description",
-    "parameters"}, ...], "handoffs": [target names]}`` (tools and handoffs in their order).
+    "parameters"}, ...], "handoffs": [target names]}`` (tools and handoffs in their order),
+    plus ``"mcp_servers": [[name, chosen tools or null], ...]`` when the agent has some (the
+    servers' tools are listed when they start, so they are not part of it).
 
     The model is the agent's own (``None`` when it uses the Runner's default); the name,
     ``tool_choice`` and ``max_context_tokens`` are not part of it. A handoff counts by its
@@ -231,10 +249,18 @@ def agent_version(agent: Agent) -> str:
         wire = item.to_wire().get("function", {})
         tools.append({"name": item.name, "description": wire.get("description", ""),
                       "parameters": wire.get("parameters")})
-    definition = {"instructions": agent.instructions, "model": agent.model, "tools": tools,
-                  "handoffs": [target.name for target in agent.handoffs]}
+    definition: dict[str, Any] = {"instructions": agent.instructions, "model": agent.model, "tools": tools,
+                                  "handoffs": [target.name for target in agent.handoffs]}
+    if agent.mcp_servers:  # only when there are some: the versions of agents without any stay as they were
+        definition["mcp_servers"] = [_server_key(server) for server in agent.mcp_servers]
     text = json.dumps(definition, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:VERSION_HEX]
+
+
+def _server_key(server: Any) -> Any:
+    """What names an MCP server in an agent's version: its name and the tools chosen of it."""
+    chosen = getattr(server, "tool_names", None)
+    return [server.name, sorted(chosen) if chosen else None]
 
 
 def reachable_agents(start: Agent) -> dict[str, Agent]:

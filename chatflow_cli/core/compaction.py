@@ -141,6 +141,10 @@ def _transcript(turns: dict[int, list[Message]]) -> str:
         for msg in turns[number]:
             if msg.role is Role.USER:
                 lines.append(f"User: {msg.content or ''}")
+                if msg.attachments:  # named, not sent again: the summary stands for them
+                    from .attachments import attachment_line
+
+                    lines.extend(f"User attached {attachment_line(a)}" for a in msg.attachments)
             elif msg.role is Role.MODEL:
                 if msg.content:
                     lines.append(f"Assistant: {msg.content}")

@@ -68,7 +68,7 @@ def dsn_password(dsn: str) -> str | None:
 
     Raises:
         ValueError: ``dsn`` is a PostgreSQL URL :func:`urllib.parse.urlsplit` cannot split
-            (an unclosed ``[`` of an IPv6 host).
+            (an unclosed ``[`` of an IPv6 host): check it with :func:`url_problem` first.
     """
     from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -102,21 +102,52 @@ def normalise_url(dsn: str) -> str:
     return f"{scheme.lower()}://{rest}"
 
 
-def url_problem(dsn: str) -> str | None:
-    """Why libpq would misread the PostgreSQL URL ``dsn``, or None when it is well formed.
+#: A ``%`` not followed by two hex digits, or ``%00``: libpq refuses either and quotes the
+#: part of the URL (a password) that holds it.
+_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})|%00")
 
-    A user name or password holding a raw ``@`` or ``/`` must be percent-encoded (``%40``,
-    ``%2F``): unencoded, the host is taken from inside the password and libpq's error quotes
-    part of it. The returned text never contains the URL.
+
+def url_problem(dsn: str) -> str | None:
+    """Why libpq would misread (or could not read) the PostgreSQL URL ``dsn``, or None when
+    it is well formed.
+
+    - a user name or password holding a raw ``@`` or ``/`` must be percent-encoded (``%40``,
+      ``%2F``): unencoded, the host is taken from inside the password and libpq's error
+      quotes part of it;
+    - a control character (a NUL, a line break), a ``%`` not followed by two hex digits or a
+      ``%00``: libpq's error would quote the part that holds it;
+    - a URL :func:`urllib.parse.urlsplit` cannot split (an unclosed ``[``, a host between
+      ``[ ]`` that is no IPv6 address) or whose port is not a number from 0 to 65535.
+
+    The returned text never contains the URL or any part of it.
     """
     if not is_postgres_url(dsn):
         return None
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in dsn):
+        return ("the database URL holds a control character (a NUL, a tab or a line break): write it on one "
+                "line, with any such character in a password percent-encoded")
     rest = dsn.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
     authority, slash, path = rest.partition("/")
     if authority.count("@") > 1 or (slash and "@" in path):
         return ("the user name or password in the database URL holds a raw '@' or '/': "
                 "percent-encode them ('@' as %40, '/' as %2F), or leave the password out of the URL "
                 "and use PGPASSWORD or ~/.pgpass")
+    if _BAD_PERCENT.search(dsn):
+        return ("the database URL holds a '%' that is not followed by two hex digits, or a %00: write a '%' in "
+                "a password as %25")
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return ("the database URL cannot be read: its host has an unclosed '[' or ']', or holds something "
+                "other than an IPv6 address between [ ] (write postgresql://user@[::1]:5432/db)")
+    if "," not in parts.netloc:  # several hosts (h1:5432,h2:5433): libpq reads each port itself
+        try:
+            parts.port
+        except ValueError:
+            return ("the database URL's port is not a number from 0 to 65535 (write "
+                    "postgresql://user@host:5432/db)")
     return None
 
 

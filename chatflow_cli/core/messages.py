@@ -21,14 +21,15 @@ to a model must pass:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from .attachments import Attachment
 from .errors import InvalidHistoryError, NonFiniteNumberError
 
-__all__ = ["Message", "Role", "ToolCall", "check_history", "history_problems"]
+__all__ = ["Attachment", "Message", "Role", "ToolCall", "check_history", "history_problems"]
 
 
 class Role(str, Enum):
@@ -133,6 +134,8 @@ class Message:
             :class:`~chatflow_cli.core.sdk_session.ChatflowSession`; several when one MODEL
             message holds parallel function calls. Empty for chatflow's own messages.
             Stored with the message, never sent to a model by chatflow.
+        attachments: for a USER message, the files it carries (:class:`Attachment`), in
+            the order given; sent after the text as content parts (:meth:`to_wire`).
     """
 
     role: Role
@@ -149,6 +152,7 @@ class Message:
     summary_through: int | None = None
     items: tuple[dict[str, Any], ...] = ()
     agent_version: str | None = None
+    attachments: tuple[Attachment, ...] = ()
 
     def __post_init__(self) -> None:
         # Cheap shape checks, so a bad message fails where it is made, not deep in a store.
@@ -169,6 +173,12 @@ class Message:
             for item in self.items:
                 if not isinstance(item, dict):
                     raise TypeError(f"items must hold dicts, got {type(item).__name__}")
+        if self.attachments:
+            if type(self.attachments) is not tuple:
+                object.__setattr__(self, "attachments", tuple(self.attachments))
+            for attachment in self.attachments:
+                if type(attachment) is not Attachment and not isinstance(attachment, Attachment):
+                    raise TypeError(f"attachments must hold Attachment objects, got {type(attachment).__name__}")
 
     def __hash__(self) -> int:
         # items hold dicts: hash what identifies the message without them
@@ -185,8 +195,8 @@ class Message:
         return cls(Role.SYSTEM, content, summary_through=through)
 
     @classmethod
-    def user(cls, content: str) -> Message:
-        return cls(Role.USER, content)
+    def user(cls, content: str | None, attachments: Iterable[Attachment] = ()) -> Message:
+        return cls(Role.USER, content, attachments=tuple(attachments))
 
     @classmethod
     def model(
@@ -246,6 +256,8 @@ class Message:
             data["summary_through"] = self.summary_through
         if self.items:
             data["items"] = list(self.items)
+        if self.attachments:
+            data["attachments"] = [attachment.to_dict() for attachment in self.attachments]
         return data
 
     @classmethod
@@ -273,6 +285,7 @@ class Message:
             get("summary_through"),
             tuple(items) if (items := get("items")) else (),
             None if (version := get("agent_version")) is None else str(version),
+            tuple([Attachment.from_dict(a) for a in attached]) if (attached := get("attachments")) else (),
         )
 
     def to_json(self) -> str:
@@ -290,11 +303,18 @@ class Message:
         content."""
         return self.role is Role.MODEL and not (self.content or "").strip() and not self.tool_calls
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self, blobs: Mapping[str, bytes] | None = None) -> dict[str, Any]:
         """The Chat Completions form of this message (``role`` ``assistant`` for MODEL).
 
-        ``content`` is always a string on the wire (``""`` when the message has none).
+        ``content`` is a string on the wire (``""`` when the message has none), except for a
+        message with :attr:`attachments`: a list of content parts then
+        (:func:`chatflow_cli.core.attachments.wire_content`), whose bytes come from each
+        attachment's ``data`` or from ``blobs`` (sha256 -> bytes).
         """
+        if self.attachments:
+            from .attachments import wire_content
+
+            return {"role": self.role.wire, "content": wire_content(self.content, self.attachments, blobs or {})}
         data: dict[str, Any] = {"role": self.role.wire}
         if self.role is Role.MODEL:
             # A message that only calls tools goes out with content "" rather than null:

@@ -43,7 +43,12 @@ store records the new version with it.
    the same reply run and their results are recorded as submitted (an error result keeps
    ``is_error`` in the TOOL message stored when the turn continues).
    :meth:`Runner.submit_tool_result` answers one id; once all are answered the turn
-   continues, the results sent in call order.
+   continues, the results sent in call order. A call of a tool whose approval policy is
+   ``ask`` (the tools of MCP servers, :mod:`chatflow_cli.core.mcp`, by default) is put to
+   :attr:`Runner.approver` when there is one, else it waits the same way (listed in
+   ``tool.pending``'s ``approval`` and :attr:`RunResult.approval_tool_calls`) until
+   :meth:`Runner.approve_tool_call` runs it or :meth:`Runner.deny_tool_call` refuses it; a
+   ``never`` tool's call gets an error result saying it is not allowed.
 6. A reply without tool calls completes the turn: ``turn.completed``, pruning, status
    ``idle`` — in one transaction.
 
@@ -114,7 +119,7 @@ from ._run.turn import TurnLoop
 from ._run.window import ContextWindow
 from .agents import Agent, reachable_agents
 from .messages import Message, Role
-from .resources.mounts import Mount
+from .resources.mounts import Mount, unique_mounts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .memory.protocol import TurnStore
@@ -208,6 +213,14 @@ class Runner(TurnLoop, ContextWindow):
         self.compact_at = compact_at
         self.compact_prompt = compact_prompt
         self.vaults = vaults
+        #: Asked before a call of a tool whose approval policy is ``ask`` (the tools of MCP
+        #: servers, by default): ``approver(call, tool)`` returns ``"yes"``, ``"no"`` (the call
+        #: gets an error result saying the user declined) or ``"always"`` (yes, and this
+        #: Runner asks no more about that tool). None (the default): such a call ends the run
+        #: with the call pending, like a custom tool's, until :meth:`approve_tool_call` or
+        #: :meth:`deny_tool_call` answers it.
+        self.approver: Callable[[Any, Any], str] | None = None
+        self.approved_tools: set[str] = set()
         # a client has ``stream``; anything else given is a factory called on first use
         self._client: ChatClient | None = (
             cast("ChatClient", model_client) if model_client is not None and hasattr(model_client, "stream") else None)
@@ -381,10 +394,13 @@ class Runner(TurnLoop, ContextWindow):
 
         Raises:
             TypeError: ``resources`` holds something other than a :class:`Mount`.
+            UsageError: one resource is in ``resources`` twice, in two modes.
         """
         mounts = tuple(resources or ())
         if not all(isinstance(m, Mount) for m in mounts):
             raise TypeError("resources must be Mount values (chatflow_cli.core.resources.Mount)")
+        if mounts:
+            mounts = tuple(unique_mounts(mounts, "resources"))
         if message_id is not None:
             return TurnRequest(message, metadata, idempotency_key, max_turns, system, message_id=message_id,
                                resources=mounts)
@@ -435,11 +451,86 @@ class Runner(TurnLoop, ContextWindow):
         """Continue a turn whose custom tool calls are all answered, streaming its events."""
         return self._guarded(session_id, TurnRequest(user_message=None), wait=wait, cancel=cancel, loop=None)
 
+    def awaits_approval(self, session_id: str, call: Any) -> bool:
+        """Whether the pending ``call`` waits for an approval (not for a custom tool's result):
+        its tool is not a custom tool of the session's active agent."""
+        reader = getattr(self.store, "active_agent_name", None)
+        name = reader(session_id) if callable(reader) else None
+        agent = self.agents.get(name or "") or self.starting_agent
+        own = agent.all_tools().get(call.name)
+        return own is None or not own.is_custom
+
+    def decide_tool_call(self, session_id: str, tool_use_id: str, approve: bool) -> list[str]:
+        """Answer a call waiting for an approval: run it (``approve``) and record its result,
+        or record that the user declined it (an error result). Returns the ids still pending.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            ToolResultError: no such pending call, it has a result already, or its tool is
+                not one that waits for an approval (a custom tool: ``submit_tool_result``).
+        """
+        from .errors import SessionNotFoundError, ToolResultError
+        from ._run.tools import invoke_call
+        from ._run.turn import refused_text, turn_secrets, turn_tools
+
+        session = self.store.get(session_id)
+        if session is None:
+            raise SessionNotFoundError(f"no session {session_id!r}", session_id=session_id)
+        call = next((c for c in session.pending_tool_calls if c.id == tool_use_id), None)
+        if call is None:
+            raise ToolResultError(f"no pending tool call {tool_use_id!r} in session {session_id}", session_id=session_id)
+        if tool_use_id in self.store.submitted_tool_results(session_id):
+            raise ToolResultError(f"tool call {tool_use_id!r} already has a result", session_id=session_id)
+        agent = self.agents.get(getattr(session.active_agent, "name", "")) or self.starting_agent
+        own = agent.all_tools().get(call.name)
+        if own is not None and own.is_custom:
+            raise ToolResultError(f"tool call {tool_use_id!r} ({call.name}) is a custom tool's: answer it with a tool "
+                                  "result", session_id=session_id)
+        whole = None
+        if not approve:  # nothing to start: the call never runs
+            text, is_error = refused_text(call.name, "the user declined it"), True
+        else:
+            found = turn_tools(self.store, session, session.turn_count, agent).get(call.name)
+            if found is None:
+                raise ToolResultError(f"tool call {tool_use_id!r}: the agent {agent.name!r} has no tool {call.name!r} "
+                                      "now (its MCP server may not start: chatflow mcp ls)", session_id=session_id)
+            if getattr(found, "approval", None) == "never":
+                text, is_error = refused_text(call.name, "its approval policy is never"), True
+            else:
+                text, is_error, whole = invoke_call(found, call, None,
+                                                    turn_secrets(self.vaults, session, [(call, found)]))
+        remaining = self.store.submit_tool_result(session_id, tool_use_id, text, is_error=is_error)
+        if whole is not None:
+            self.store.append_event(session_id, "mcp.output", {"turn": session.turn_count, "tool_use_id": tool_use_id,
+                                                               "output": whole})
+        return remaining
+
+    def approve_tool_call(self, session_id: str, tool_use_id: str, *, wait: float = DEFAULT_WAIT_S,
+                          cancel: threading.Event | None = None) -> RunResult | None:
+        """Approve a call waiting for an approval: it runs now, and once no call of the turn
+        waits any more the turn continues (its :class:`RunResult`; None while others wait).
+        Raises as :meth:`decide_tool_call` and :meth:`run`."""
+        if self.decide_tool_call(session_id, tool_use_id, True):
+            return None
+        return drain(self.continue_streamed(session_id, wait=wait, cancel=cancel))
+
+    def deny_tool_call(self, session_id: str, tool_use_id: str, *, wait: float = DEFAULT_WAIT_S,
+                       cancel: threading.Event | None = None) -> RunResult | None:
+        """Deny a call waiting for an approval: it gets an error result saying the user
+        declined it, and the turn continues as with :meth:`approve_tool_call`."""
+        if self.decide_tool_call(session_id, tool_use_id, False):
+            return None
+        return drain(self.continue_streamed(session_id, wait=wait, cancel=cancel))
+
     def close(self) -> None:
-        """Close the model client's connections (it reconnects if used again)."""
+        """Close the model client's connections (it reconnects if used again) and stop the
+        MCP servers of the Runner's agents (they start again when a turn needs them)."""
         client = self._client
         if client is not None and hasattr(client, "close"):
             client.close()
+        servers = {id(s.server): s.server for a in self.agents.values() for s in a.mcp_servers}
+        for server in servers.values():
+            server.stop()
 
     # -- driving a run from sync and async callers ------------------------------------------
     def _guarded(

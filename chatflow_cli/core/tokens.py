@@ -134,7 +134,9 @@ def reply_tokens(usage: object, *, reasoning: bool = False) -> int | None:
 
 
 def estimate_tokens(message: Message) -> int:
-    """The estimated token count of ``message`` as sent to a model (text, tool calls, overhead).
+    """The estimated token count of ``message`` as sent to a model (text, tool calls,
+    attachments: an image by OpenAI's tile rule, :func:`~chatflow_cli.core.attachments.image_tokens`;
+    overhead).
 
     Reasoning text is not counted: it is never sent back to a model.
     """
@@ -143,6 +145,10 @@ def estimate_tokens(message: Message) -> int:
         count += TOOL_CALL_OVERHEAD + estimate_text_tokens(call.name) + estimate_text_tokens(call.arguments)
     if message.role is Role.TOOL:
         count += estimate_text_tokens(message.tool_call_id or "")
+    if message.attachments:
+        from .attachments import attachment_tokens
+
+        count += sum(attachment_tokens(a, estimate_text_tokens) for a in message.attachments)
     return count
 
 

@@ -82,7 +82,8 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .errors import UsageError
 
-__all__ = ["Secret", "Tool", "ToolArgumentsError", "ToolDefinitionError", "function_schema", "tool"]
+__all__ = ["Secret", "Tool", "ToolArgumentsError", "ToolCallFailed", "ToolDefinitionError", "ToolText", "function_schema",
+           "tool"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -118,6 +119,24 @@ class ToolArgumentsError(ValueError):
 
     The message is written for the model, which sees it as the tool's error result.
     """
+
+
+class ToolCallFailed(Exception):
+    """A tool call that did not give a result; ``str()`` is the whole error text the model
+    sees after ``Error:`` (a tool server that failed, or answered with an error result)."""
+
+
+class ToolText(str):
+    """A tool's result text as the model sees it, with :attr:`whole`: the complete result
+    when the text shown was cut (None when nothing was cut). The Runner stores ``whole`` in
+    the session's log beside the call."""
+
+    whole: str | None
+
+    def __new__(cls, text: str, whole: str | None = None) -> ToolText:
+        made = super().__new__(cls, text)
+        made.whole = whole
+        return made
 
 
 # --------------------------------------------------------------------------------------

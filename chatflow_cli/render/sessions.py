@@ -156,7 +156,8 @@ def agents_lines(rows: Sequence[dict[str, Any]], *, width: int | None = None) ->
     nothing truncated); otherwise one block an agent, each line wrapped to ``width``.
     """
     def cells(r: dict[str, Any]) -> list[str]:
-        tools = ", ".join(t["name"] + (" (custom)" if t["kind"] == "custom" else "") for t in r["tools"])
+        tools = ", ".join(t["name"] + (" (custom)" if t["kind"] == "custom" else " (mcp)" if t["kind"] == "mcp" else "")
+                          for t in r["tools"])
         first = (r["instructions"] or "").strip().splitlines()[0] if (r["instructions"] or "").strip() else ""
         return [safe_text(r["name"]) + (" *" if r["start"] else ""), safe_text(r.get("version") or "-"),
                 safe_text(r["model"] or "(default)"), safe_text(", ".join(r["handoffs"]) or "-"),

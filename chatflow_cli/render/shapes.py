@@ -146,7 +146,9 @@ def turn_dict(record: TurnRecord, *, interrupted: bool = False,
     """One turn as JSON-ready data (``sessions show --json``): ``agent_versions`` is
     ``{agent: version}`` of the agents that replied in it (known versions only),
     ``agent_changed`` ``[{"agent", "from", "to"}]`` the agents whose version changed in it,
-    ``model``/``base_url`` what answered it (None: unknown, see :class:`TurnRecord`)."""
+    ``model``/``base_url`` what answered it (None: unknown, see :class:`TurnRecord`),
+    ``resources`` ``[{"kind", "name", "mode"}]`` the resources it ran with (the mounts in
+    force when it ended, from the event log)."""
     versions: dict[str, str] = {}
     for msg in record.messages:
         version = getattr(msg, "agent_version", None)
@@ -164,6 +166,7 @@ def turn_dict(record: TurnRecord, *, interrupted: bool = False,
         "agent_changed": list(changed or ()),
         "model": getattr(record, "model", None),
         "base_url": getattr(record, "base_url", None),
+        "resources": [m.to_dict() for m in getattr(record, "resources", ())],
     }
 
 

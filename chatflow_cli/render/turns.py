@@ -11,7 +11,8 @@ rendered Markdown and labels are coloured)::
     Billing: It is in transit and arrives tomorrow.
 
 The title ends with the model that answered the turn, when its ``turn.completed`` records
-one. Long tool arguments and results are folded to :data:`~chatflow_cli.render.text.FOLD_LINES`
+one. A turn that ran with resources mounted says them under the title, as ``replay`` says
+them at the turn's end: ``mounted: memory store notes (read-write), vault work (read-only)``. Long tool arguments and results are folded to :data:`~chatflow_cli.render.text.FOLD_LINES`
 lines / :data:`~chatflow_cli.render.text.FOLD_CHARS` characters with a note saying how much
 was left out (``--full`` shows everything).
 """
@@ -33,8 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..core.messages import Message
     from ..core.runner import RunResult
 
-__all__ = ["AgentVersionMarks", "agent_changed_text", "event_text", "reply_cut_text", "reply_note", "turn_renderables",
-           "turn_versions"]
+__all__ = ["AgentVersionMarks", "agent_changed_text", "event_text", "mount_text", "mounts_text", "reply_cut_text",
+           "reply_note", "turn_renderables", "turn_versions"]
 
 
 def agent_changed_text(data: dict[str, Any]) -> str:
@@ -47,6 +48,21 @@ def agent_changed_text(data: dict[str, Any]) -> str:
     when = f" since turn {since}" if isinstance(since, int) and isinstance(turn, int) and 0 < since < turn else ""
     versions = f"{safe_text(str(data.get('previous_version') or '?'))} -> {safe_text(str(data.get('version') or '?'))}"
     return f"agent {agent} changed{when} ({versions})"
+
+
+def mount_text(mount: Mapping[str, Any]) -> str:
+    """One mount as people read it, in ``sessions show`` and ``replay`` alike: ``memory store
+    notes (read-write)``, ``vault work (read-only)`` (``mount``: ``{"kind", "name", "mode"}``)."""
+    kind = mount.get("kind")
+    word = "memory store" if kind == "memory_store" else safe_text(str(kind))
+    return f"{word} {safe_text(str(mount.get('name')))} ({safe_text(str(mount.get('mode')))})"
+
+
+def mounts_text(mounts: Any) -> str:
+    """The resources a turn ran with, as :func:`mount_text` says each, comma-separated
+    (``mounts``: ``{"kind", "name", "mode"}`` dicts or values with ``to_dict()``); ``none``."""
+    items = [m if isinstance(m, Mapping) else m.to_dict() for m in mounts or ()]
+    return ", ".join(mount_text(m) for m in items) or "none"
 
 
 def turn_versions(record: TurnRecord) -> dict[str, str]:
@@ -128,6 +144,9 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
     for change in changed or ():
         out.append(Lines(f"agent {safe_text(change['agent'])} changed: version {safe_text(change['from'])} -> "
                          f"{safe_text(change['to'])}", "yellow"))
+    resources = getattr(record, "resources", ())
+    if resources and record.number > 0:  # what the turn ran with, as sessions show --json's "resources"
+        out.append(Lines(f"mounted: {mounts_text(resources)}", "dim"))
 
     msgs = record.messages
     results = {m.tool_call_id: m for m in msgs if _role(m) == "tool"}
@@ -145,7 +164,12 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
     for msg in msgs:
         role = _role(msg)
         if role == "user":
-            body.append("You: ", "bold green").append(_hanging(safe_text(msg.content), 5)).append("\n")
+            body.append("You: ", "bold green").append(_hanging(safe_text(msg.content or ""), 5)).append("\n")
+            if msg.attachments:
+                from ..core.attachments import attachment_line
+
+                for attachment in msg.attachments:
+                    body.append(f"  attached: {safe_text(attachment_line(attachment))}\n", "dim")
             if interrupted and msg is msgs[-1]:
                 body.append("  (interrupted)\n", "yellow")
         elif role == "system":
@@ -244,14 +268,17 @@ def _hanging(text: str, indent: int) -> str:
 # ---------------------------------------------------------------------------------------
 # replay
 # ---------------------------------------------------------------------------------------
-def event_text(event: Event, *, full: bool = False, width: int | None = None) -> Any:
+def event_text(event: Event, *, full: bool = False, width: int | None = None, mounts: Any = None) -> Any:
     """One stored event as a line of ``rich.text.Text`` (``chatflow replay``).
 
     With ``width`` (a terminal's columns) the line is word-wrapped to it, wrapped rows and
     the continuation lines of a multi-line message indented by 6 (under the event type).
+    ``mounts``: the session's mounts in force at the event (``{"kind", "name", "mode"}``
+    dicts); the end of a turn (``turn.completed``, ``turn.failed``, ``turn.interrupted``)
+    then says what the turn ran with, ``· mounted: ...``, as ``sessions show`` does.
     """
     if width:
-        return _hanging_text(event_text(event, full=full), width, 6)
+        return _hanging_text(event_text(event, full=full, mounts=mounts), width, 6)
     from rich.text import Text
 
     p = event.payload or {}
@@ -306,15 +333,19 @@ def event_text(event: Event, *, full: bool = False, width: int | None = None) ->
     elif t == "turn.interrupt_requested":
         line.append(f"turn {p.get('turn')}: asked to stop", style="yellow")
     elif t == "tool.pending":
-        ids = ", ".join(map(str, p.get("tool_use_ids") or []))
-        line.append(f"turn {p.get('turn')}: waiting for --tool-result {safe_text(ids)}", style="yellow")
+        asking = [str(i) for i in p.get("approval") or []]
+        ids = ", ".join(str(i) for i in p.get("tool_use_ids") or [] if str(i) not in asking)
+        waits = ([f"--tool-result {safe_text(ids)}"] if ids else []) + (
+            [f"--approve/--deny {safe_text(', '.join(asking))}"] if asking else [])
+        line.append(f"turn {p.get('turn')}: waiting for {' and '.join(waits) or '--tool-result'}", style="yellow")
     elif t == "tool.result_submitted":
         line.append(f"turn {p.get('turn')}: result for {safe_text(str(p.get('tool_use_id')))}"
                     f"{' (error)' if p.get('is_error') else ''}: ")
         line.append(safe_text(fold(str(p.get("output") or ""), full=full, max_lines=1, max_chars=200)))
     elif t in ("resource.mounted", "resource.unmounted"):
-        kind = "memory store" if p.get("kind") == "memory_store" else safe_text(str(p.get("kind")))
-        line.append(f"{kind} {safe_text(str(p.get('name')))} ({safe_text(str(p.get('mode')))})")
+        line.append(mount_text(p))
+        if p.get("reason"):
+            line.append(f": {safe_text(str(p['reason']))}", style="yellow")
     elif t == "rollback":
         removed = p.get("removed_turns") or []
         line.append(f"to turn {p.get('to_turn')}, removed {plural(len(removed), 'turn')}"
@@ -331,7 +362,13 @@ def event_text(event: Event, *, full: bool = False, width: int | None = None) ->
                     f"(pid {owner.get('pid')} on {safe_text(str(owner.get('host')))})", style="yellow")
     else:
         line.append(_key_values(p, full=full), style="dim")
+    if mounts and t in _TURN_ENDS:
+        line.append(f" · mounted: {mounts_text(mounts)}", style="dim")
     return line
+
+
+#: The events that end a run of a turn: ``replay`` says the resources it ran with on them.
+_TURN_ENDS = frozenset({"turn.completed", "turn.failed", "turn.interrupted"})
 
 
 def _hanging_text(text: Any, width: int, hang: int) -> Any:

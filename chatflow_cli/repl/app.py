@@ -218,6 +218,7 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         self._turn_interrupt = None  # stops the running turn, if any
         self._devnull = None
         self.failed_message = None  # kept after a provider error, for /retry
+        self.attachments = []  # /attach: files for the next message
         self.last_usage_tokens = None
         self._prefill = ""
         self._typeahead = []  # key presses typed while a turn ran

@@ -2,7 +2,7 @@
 
 ``/help``, ``/new``, ``/sessions``, ``/switch ID``, ``/show [--full]``, ``/rollback [N]``,
 ``/retry``, ``/agent [NAME]``, ``/model [NAME]``, ``/metadata [KEY=VALUE]``, ``/search QUERY``,
-``/fork [N]``, ``/title [TITLE]``, ``/edit``,
+``/memory``, ``/vault``, ``/fork [N]``, ``/title [TITLE]``, ``/edit``,
 ``/clear``, ``/exit`` (see :mod:`chatflow_cli.repl`). An unknown command gets a suggestion
 when one is close (difflib ratio :data:`_SUGGEST_CUTOFF`) and never reaches the model.
 :func:`slash_completions` gives Tab its choices.
@@ -47,10 +47,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "/model": ("[NAME]", "show or change the model"),
     "/metadata": ("[KEY=VALUE]", "show or set the session's metadata"),
     "/memory": ("[mount NAME[:ro] | unmount NAME]", "list the memory stores mounted here, mount or unmount one"),
+    "/vault": ("[mount NAME | unmount NAME]", "list the vaults mounted here, mount or unmount one (tools' secrets)"),
     "/search": ("QUERY", "search every session: words, \"a phrase\", OR, NOT, prefix*"),
     "/fork": ("[N]", "copy turns 1..N (default: all) into a new session and continue there"),
     "/title": ("[TITLE]", "show or set this session's title"),
     "/edit": ("", "write the message in $EDITOR (also Ctrl-X Ctrl-E)"),
+    "/attach": ("[PATH | clear]", "attach an image or text file to your next message (no PATH: list them)"),
     "/clear": ("", "clear the screen"),
     "/exit": ("", "leave the REPL (also Ctrl-D)"),
 }
@@ -453,6 +455,56 @@ class SlashCommands(ReplHost):
             return
         self.say(done)
 
+    async def cmd_vault(self, arg: str) -> None:
+        """``/vault``: the vaults mounted here and those there are; ``mount NAME``; ``unmount NAME``.
+
+        A vault is mounted read-only (a tool reads its entries); mounting and unmounting are
+        ``resource.mounted`` / ``resource.unmounted`` events of the session, as ``/memory``'s.
+        """
+        from typing import cast
+
+        from ..core.errors import ChatflowError
+        from ..core.resources.mounts import parse_mount
+        from ..core.resources.secrets import NOT_SHOWN, quoted_name
+        from ..core.resources.vaults import VaultCatalog, no_vault_error
+
+        catalog = cast(VaultCatalog, self.store)
+
+        if not await self._wait_closing():
+            return
+        verb, _, rest = arg.strip().partition(" ")
+        rest = rest.strip()
+        if not verb:
+            session = self.store.get(self.session_id)
+            mounted = [m.name for m in (session.resources if session is not None else []) if m.kind == "vault"]
+            names = [v.name for v in catalog.list_vaults()]
+            self.say("mounted: " + (", ".join(safe_text(n) for n in mounted) or "none") + "; vaults: "
+                     + (", ".join(safe_text(n) for n in names) or "none (chatflow vault create NAME)"), style="")
+            return
+        if verb not in ("mount", "unmount") or not rest or " " in rest:
+            self.error("/vault mount NAME or /vault unmount NAME")
+            return
+        try:
+            starting = self.runner.agents.get(self.agent_name, self.runner.starting_agent)
+            if verb == "mount":
+                mount = parse_mount(rest, "vault")
+                if catalog.get_vault(mount.name) is None:
+                    raise no_vault_error(mount.name, ", ".join(v.name for v in catalog.list_vaults()) or "none")
+                session = self.store.get_or_create(self.session_id, starting, max_turns=self.max_turns)
+                changed = session.mount(mount)
+                done = f"mounted vault {mount.name}" if changed else f"vault {mount.name} is mounted already"
+            else:
+                session = self.store.get_or_create(self.session_id, starting, max_turns=self.max_turns)
+                changed = session.unmount(rest, "vault")
+                shown = safe_text(rest) if quoted_name(rest) != NOT_SHOWN else NOT_SHOWN
+                done = f"unmounted vault {shown}" if changed else f"vault {shown} is not mounted"
+            if changed:
+                self.store.save(session)
+        except ChatflowError as exc:
+            self.error(f"/vault: {exc}")
+            return
+        self.say(done)
+
     async def cmd_search(self, arg: str) -> None:
         """The ten best turns of every session for ``arg``, two lines a hit (``/switch ID``
         goes there)."""
@@ -520,6 +572,35 @@ class SlashCommands(ReplHost):
         title = self.store.session_summary(self.session_id).title
         self.say(f"title: {safe_text(title, one_line=True)}" if title else "no title yet")
 
+    async def cmd_attach(self, arg: str) -> None:
+        """Read a file to send with the next message (checked now, as ``chat --attach`` checks
+        it); no PATH lists the files waiting, ``clear`` drops them."""
+        from ..core.attachments import attachment_line, check_count, read_attachment
+        from ..core.errors import AttachmentError
+
+        if arg == "clear":
+            self.attachments = []
+            self.say("no files attached")
+            return
+        if not arg:
+            if not self.attachments:
+                self.say("no files attached: /attach PATH adds one to your next message")
+            for attachment in self.attachments:
+                self.say(f"attached: {safe_text(attachment_line(attachment))}")
+            return
+        try:
+            check_count(len(self.attachments) + 1)
+            attachment = read_attachment(os.path.expanduser(arg))
+        except AttachmentError as exc:
+            self.error(exc.message)
+            return
+        if attachment.is_image and self.endpoint[0] == "local":  # the embedded model reads text only
+            self.error("the local model (SmolLM2) reads text only: it cannot see images; attach text files, "
+                       "or switch to a vision model (/model NAME)")
+            return
+        self.attachments = [*self.attachments, attachment]
+        self.say(f"attached: {safe_text(attachment_line(attachment))} (sent with your next message)")
+
     async def cmd_edit(self, arg: str) -> None:
         text = await self.edit(arg)
         if text is None:
@@ -555,8 +636,8 @@ class SlashCommands(ReplHost):
 def slash_completions(repl: ReplHost, text: str) -> list[tuple[str, int, str]]:
     """Completions for the text before the cursor: ``(text, start offset, help)`` each.
 
-    Slash commands first; then session ids after ``/switch``, agent names after ``/agent``
-    and configured model names after ``/model``.
+    Slash commands first; then session ids after ``/switch``, agent names after ``/agent``,
+    configured model names after ``/model`` and paths after ``/attach``.
     """
     if not text.startswith("/") or "\n" in text:
         return []
@@ -572,7 +653,22 @@ def slash_completions(repl: ReplHost, text: str) -> list[tuple[str, int, str]]:
         choices = list(repl.runner.agents)
     elif name == "/model":
         choices = sorted({a.model for a in repl.runner.agents.values() if a.model})
+    elif name == "/attach":
+        choices = _paths(partial)
     return [(choice, -len(partial), "") for choice in choices if choice.startswith(partial)]
+
+
+def _paths(partial: str) -> list[str]:
+    """Files and folders (ending in ``/``) whose path starts with ``partial`` (``~`` expanded)."""
+    folder, _, start = partial.rpartition("/")
+    where = os.path.expanduser(folder + "/" if folder or partial.startswith("/") else ".")
+    try:
+        names = sorted(os.listdir(where))
+    except OSError:
+        return []
+    prefix = folder + "/" if folder or partial.startswith("/") else ""
+    return [prefix + name + ("/" if os.path.isdir(os.path.join(where, name)) else "")
+            for name in names if name.startswith(start) and (start.startswith(".") or not name.startswith("."))]
 
 
 def _run_editor(editor: str, initial: str) -> tuple[int, str]:

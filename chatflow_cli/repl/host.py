@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from prompt_toolkit.output import Output
     from rich.console import Console
 
+    from ..core.attachments import Attachment
     from ..core.memory.protocol import SessionStoreProtocol
     from ..core.messages import Message
     from ..core.model import ModelClient
@@ -79,6 +80,8 @@ class ReplHost:
     _devnull: TextIO | None
     #: the message of the last turn that failed, kept for ``/retry``
     failed_message: str | None
+    #: files ``/attach`` read, sent with the next message (kept when its turn fails, for ``/retry``)
+    attachments: list[Attachment]
     last_usage_tokens: int | None
     _prefill: str
     #: key presses typed while a turn ran

@@ -95,9 +95,10 @@ class PromptView(ReplHost):
             buffer.start_completion(select_first=False)
 
         # The history never keeps a blank or whitespace-only entry: such input is never sent.
+        # Nor a /vault line whose argument is not a plain name (it may hold a value typed there).
         class SkipBlankFileHistory(FileHistory):
             def append_string(self, string: str) -> None:
-                if string.strip():
+                if string.strip() and not _may_hold_a_value(string):
                     super().append_string(string)
 
         class SkipBlankInMemoryHistory(InMemoryHistory):
@@ -218,6 +219,11 @@ class PromptView(ReplHost):
             if note is not None:
                 self.say(note, style="yellow")
                 self.agent_name = self.runner.starting_agent.name
+        if session.resources:  # a memory store or vault deleted since it was mounted: said once, unmounted
+            from ..assembly import gone_notice, unmount_gone
+
+            for _mount, reason in unmount_gone(self.store, self.session_id):
+                self.say(gone_notice(self.session_id, reason), style="yellow")
         self.turn = session.turn_count
         self.window_turns = len(session.turns)
         self._history = session.history
@@ -243,3 +249,14 @@ def _slash_completer(repl: ReplHost) -> Completer:
                 yield Completion(text, start, display_meta=meta or None)
 
     return SlashCompleter()
+
+
+def _may_hold_a_value(line: str) -> bool:
+    """True for a ``/vault`` line with an argument that is not a plain name (``/vault mount
+    work=ghp_...``): it is kept out of the history file, as a value never reaches a file."""
+    words = line.split()
+    if not words or words[0].lower() != "/vault":
+        return False
+    from ..core.resources.secrets import NOT_SHOWN, quoted_name
+
+    return any(quoted_name(word) == NOT_SHOWN for word in words[1:])

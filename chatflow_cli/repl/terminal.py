@@ -111,22 +111,31 @@ class TerminalModes(ReplHost):
     def _log_notes(self) -> Iterator[None]:
         """Show library warnings as REPL lines instead of raw stderr writes.
 
-        With no logging configured (no ``--debug``), Python would write warnings straight
-        to stderr, in the middle of the live reply. Records are queued (they may come from
+        Without ``--debug``, the root's :class:`~chatflow_cli.redaction.PlainLogHandler`
+        would write warnings straight to stderr, in the middle of the live reply; it is
+        taken off while the REPL runs. Records are queued (they may come from
         worker threads) and printed by the loop: above the live tail during a turn, or
         before the next prompt.
         """
+        from ..redaction import PlainLogHandler, ScrubbingFilter
+
         root = logging.getLogger()
-        if any(_writes_to_terminal(h) for h in root.handlers):  # --debug logging: leave it as it is
+        plain = [h for h in root.handlers if isinstance(h, PlainLogHandler)]  # queued instead, while the REPL runs
+        if any(_writes_to_terminal(h) for h in root.handlers if h not in plain):  # --debug logging: leave it as it is
             yield
             return
         handler = _QueueHandler(self._notes)
         handler.setLevel(logging.WARNING)
+        handler.addFilter(ScrubbingFilter())  # a queued record holds no secret either
+        for h in plain:
+            root.removeHandler(h)
         root.addHandler(handler)
         try:
             yield
         finally:
             root.removeHandler(handler)
+            for h in plain:
+                root.addHandler(h)
             self._print_notes()
 
     def _print_notes(self, view: TurnLines | None = None) -> None:

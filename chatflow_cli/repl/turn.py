@@ -128,13 +128,20 @@ class TurnRunner(ReplHost):
             self._prefill = text
             return
         self.failed_message = None
+        message: Any = text
+        if self.attachments:  # /attach: the files go with this message
+            from ..core.messages import Message
+
+            message = Message.user(text, self.attachments)
         outcome = await self._run_turn(
             lambda cancel: self.runner.run_streamed(
-                self.session_id, text, cancel=cancel, max_turns=self.max_turns, system=self.system, wait=0
+                self.session_id, message, cancel=cancel, max_turns=self.max_turns, system=self.system, wait=0
             )
         )
         if outcome.error is not None and not outcome.interrupted and not isinstance(outcome.error, SessionArchivedError):
             self.failed_message = text  # an archived session's refusal is no failure /retry could fix
+        else:
+            self.attachments = []  # sent and stored; a failed turn keeps them for /retry
         await self._after_turn(outcome)
 
     async def _after_turn(self, outcome: _Outcome) -> None:
@@ -164,6 +171,12 @@ class TurnRunner(ReplHost):
             for call in calls:
                 if call.id in answered:
                     continue
+                if self.runner.awaits_approval(self.session_id, call):
+                    if not await self._approve(call):
+                        self.say(f"turn {self.turn} waits for your approval of {call.name}; your next message asks "
+                                 "again.", style="yellow")
+                        return False
+                    continue
                 line = Text("? ", style="bold yellow")
                 line.append(f"tool {safe_text(call.name)} ", style="bold")
                 line.append(
@@ -192,6 +205,32 @@ class TurnRunner(ReplHost):
             self._refresh_info()
             result = outcome.result
             calls = list(result.pending_tool_calls) if result is not None else []
+        return True
+
+    async def _approve(self, call: ToolCall) -> bool:
+        """Ask whether a tool call waiting for an approval may run (yes, no, always for this
+        session) and answer it: it runs, or its result says the user declined. False on Ctrl-C."""
+        from rich.text import Text
+
+        line = Text("? ", style="bold yellow")
+        line.append(f"run tool {safe_text(call.name)} ", style="bold")
+        line.append(safe_text(_short(pretty_json_text(call.arguments), max_lines=8, max_chars=600)), style="dim")
+        line.append("\n  y: run it  n: refuse it (the model is told)  a: always run this tool in this session",
+                    style="dim")
+        self.console.print(line)
+        while True:
+            try:
+                answer = (await self._ask_session.prompt_async(f"allow {call.name}? [y/n/a] › ")).strip().lower()
+            except (KeyboardInterrupt, EOFError):
+                return False
+            if answer in ("y", "yes", "n", "no", "a", "always"):
+                break
+        if answer in ("a", "always"):
+            self.runner.approved_tools.add(call.name)
+        try:
+            await asyncio.to_thread(self.runner.decide_tool_call, self.session_id, call.id, answer[0] != "n")
+        except ChatflowError as exc:
+            self.error(exc.message)
         return True
 
     async def _run_turn(self, start: Callable[[threading.Event], Iterator[StreamEvent]]) -> _Outcome:

@@ -5,8 +5,15 @@ use, ``sessions compact``, and automatic compaction in a one-shot ``chat``."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+
+import pytest
 
 from chatflow_cli.core.compaction import DEFAULT_PROMPT
+from tests.conftest import COMMAND, REPO
+from tests.helpers.wait import wait_until
 
 
 def _long(i: int) -> str:
@@ -87,6 +94,35 @@ def test_sessions_compact(chatflow, provider) -> None:
     assert len(compacted) == 1 and compacted[0]["data"]["through"] == 3
     bad = chatflow("sessions", "compact", "c", "--through", "9")
     assert bad.returncode == 2 and "turns are 1..2" in bad.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_sessions_compact_says_so_and_compacts_nothing(chatflow, provider, signum) -> None:
+    """SIGTERM while the summary is being written: said as ``chat`` says it (``chatflow:
+    terminated (SIGTERM): ...``), exit 143; Ctrl-C: exit 130; nothing compacted either way."""
+    for i in range(1, 4):
+        provider.add_text(f"answer {i}")
+        assert chatflow("chat", "-s", "k", f"question {i}").returncode == 0
+    provider.add_hang()  # the summary never comes
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([*COMMAND, "sessions", "compact", "k"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env)
+    try:
+        wait_until(lambda: len(provider.requests) == 4, 60, "the compaction request", proc=proc)
+        proc.send_signal(signum)
+        out, err = (b.decode() for b in proc.communicate(timeout=60))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if signum == signal.SIGTERM:
+        assert proc.returncode == 143, (out, err)
+        assert "chatflow: terminated (SIGTERM): the compaction was interrupted; nothing was compacted" in err, err
+    else:
+        assert proc.returncode == 130, (out, err)
+        assert "chatflow: the compaction was interrupted; nothing was compacted" in err, err
+    assert "Traceback" not in err and "chatflow: error:" not in err and out == ""
+    shown = chatflow("sessions", "show", "k", "--json").json()
+    assert shown["session"]["context"]["summary_through"] is None and shown["session"]["status"] == "idle"
 
 
 def _big(i: int) -> str:

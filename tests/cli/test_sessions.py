@@ -135,6 +135,28 @@ def test_replay_follow_prints_new_events_until_ctrl_c(chatflow, three_turns):
     assert b"Traceback" not in proc.stderr.read()
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_that_stops_a_command_is_said_with_its_exit_code(chatflow, three_turns, signum):
+    """A command with nothing of its own to say about a stop (here ``replay --follow``) still
+    ends as ``chat`` does: ``chatflow: terminated (SIGTERM)`` and 143, or ``chatflow:
+    interrupted`` and 130 -- never a silent 130 after SIGTERM."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([*COMMAND, "replay", "r", "--follow"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+    out = PipeReader(proc.stdout)
+    try:
+        out.wait_for(b"three")  # the stored events are out: --follow now waits for new ones
+        proc.send_signal(signum)
+        err = proc.communicate(timeout=20)[1].decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if signum == signal.SIGTERM:
+        assert proc.returncode == ExitStatus.TERMINATED and err.strip() == "chatflow: terminated (SIGTERM)", err
+    else:
+        assert proc.returncode == ExitStatus.INTERRUPTED and err.strip() == "chatflow: interrupted", err
+
+
 def test_rerun_into_a_new_session(chatflow, three_turns, provider):
     before = len(provider.requests)
     r = chatflow("replay", "r", "--rerun", "--into", "r2", "--model", "other-model")

@@ -171,9 +171,10 @@ def test_the_export_never_carries_a_lock_token(chatflow: Any, provider: Any) -> 
 PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
 
 
-def test_llm_newer_schema_attachments_keep_their_type_and_path(chatflow: Any, tmp_path: Path) -> None:
+def test_llm_newer_schema_attachments_come_in_as_attachments(chatflow: Any, tmp_path: Path) -> None:
     """llm 0.3x keeps an attachment part as ``{"attachment": {"id": ...}}`` and its type and
-    path in the ``attachments`` table: the import writes the documented line, as for 0.2x."""
+    path in the ``attachments`` table: the import reads the file there and keeps it as an
+    attachment of the user message (the bytes once, in the database)."""
     import base64
     import importlib.util
     import subprocess
@@ -205,7 +206,11 @@ def test_llm_newer_schema_attachments_keep_their_type_and_path(chatflow: Any, tm
     [sid] = [s["session_id"] for s in done.json()["sessions"]]
     exported = chatflow("sessions", "export", sid, "--format", "openai").jsonl()
     user = [m for m in exported[0]["messages"] if m["role"] == "user"]
-    assert user == [{"role": "user", "content": f"What is this?\n[attachment: image/png {image}]"}]
+    assert user == [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(image.read_bytes()).decode()}}]}]
+    shown = chatflow("sessions", "show", sid, "--json").json()["turns"][0]["messages"][0]
+    assert shown["attachments"][0]["name"] == "dot.png" and shown["content"] == "What is this?"
 
 
 @pytest.fixture

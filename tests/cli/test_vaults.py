@@ -11,6 +11,10 @@
   result naming the vault and the entry, and the turn goes on.
 * The secret grep: a tool that returns the value and one that raises with it; every file
   chatflow wrote (data dir, config dir, export) and everything it printed is searched for it.
+
+The commands and the missing secret run on SQLite and PostgreSQL (the ``database`` fixture).
+tests/cli/test_vault_input.py has the names, values typed in the wrong place, stdin and the
+REPL's ``/vault``.
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ def _vault_file() -> Path:
 # ---------------------------------------------------------------------------------------
 # the commands
 # ---------------------------------------------------------------------------------------
-def test_vault_commands_list_names_and_locations_never_values(chatflow):
+def test_vault_commands_list_names_and_locations_never_values(chatflow, database):
     value = _secret()
     assert chatflow("vault", "create", "work").returncode == 0
     r = chatflow("vault", "set", "work", "gh_token", input=value + "\n")
@@ -93,9 +97,8 @@ def test_vault_commands_list_names_and_locations_never_values(chatflow):
     assert [(e["name"], e["location"]) for e in one["entries"]] == [("gh_token", "file"), ("other", "env:MY_TOKEN_VAR")]
     for out in (listed, one, chatflow("vault", "ls", "--json")):
         assert value not in str(getattr(out, "stdout", out)) + str(getattr(out, "stderr", ""))
-    # the database holds names and locations, never the value
-    db = Path(os.environ["CHATFLOW_HOME"]) / "chatflow.db"
-    assert value.encode() not in db.read_bytes()
+    # the database (SQLite's file, or every PostgreSQL table) holds names and locations, never the value
+    assert database.holds("MY_TOKEN_VAR") and not database.holds(value)
     assert json.loads(_vault_file().read_text()) == {"work": {"gh_token": value}}
     # remove an entry (its value goes too), then the vault
     assert chatflow("vault", "rm", "work", "gh_token").returncode == 0
@@ -116,14 +119,14 @@ def test_vault_bad_input_gets_a_clear_line_and_its_exit_code(chatflow):
     assert chatflow("vault", "ls", "work", "--json").json()["entries"] == []
     cases = [
         (("vault", "create", "work"), 2, "vault 'work' exists already"),
-        (("vault", "create", "../etc"), 2, 'vault name "../etc" is not valid'),
+        (("vault", "create", "../etc"), 2, "vault name is not valid: it does not start with a letter or a digit"),
         (("vault", "create", "-x"), 2, ""),
-        (("vault", "set", "work", "bad/entry"), 2, 'entry name "bad/entry" is not valid'),
+        (("vault", "set", "work", "bad/entry"), 2, "entry name is not valid: it holds '/' other than"),
         (("vault", "set", "nope", "gh_token"), 3, "no vault 'nope' (vaults: work; create one with: chatflow vault create nope)"),
         (("vault", "ls", "nope"), 3, "no vault 'nope'"),
         (("vault", "rm", "nope"), 3, "no vault 'nope'"),
         (("vault", "rm", "work", "missing"), 3, "vault 'work' has no entry 'missing'"),
-        (("vault", "set", "work", "e", "--env", "1BAD"), 2, 'is not an environment variable name'),
+        (("vault", "set", "work", "e", "--env", "1BAD"), 2, "--env takes an environment variable's name"),
         (("vault", "set", "work", "e", "--keyring", "--file"), 2, "--keyring and --file exclude each other"),
     ]
     for args, code, line in cases:
@@ -222,7 +225,8 @@ def test_a_vault_mount_is_journaled_so_a_resumed_session_keeps_its_secret(chatfl
         assert value not in json.dumps(body)
 
 
-def test_a_missing_secret_is_a_tool_error_naming_vault_and_entry_and_the_turn_goes_on(chatflow, provider, config_file):
+def test_a_missing_secret_is_a_tool_error_naming_vault_and_entry_and_the_turn_goes_on(chatflow, provider, config_file,
+                                                                                       database):
     _config(config_file)
     assert chatflow("vault", "create", "work").returncode == 0
     provider.add_tool_calls([("c1", "whoami", '{"user": "ann"}')])
@@ -240,17 +244,30 @@ def test_a_missing_secret_is_a_tool_error_naming_vault_and_entry_and_the_turn_go
     assert chatflow("chat", "-s", "m2", "who am I?").returncode == 0
     assert _tool_results(provider.requests[-1]) == [
         "Error: whoami needs the secret 'gh_token' from a vault, and no vault is mounted on this session; nothing ran"]
-    # an env: reference whose variable is unset is missing too; set, it is used
+    # an env: reference whose variable is unset: the line names the variable to set (a
+    # variable's name is no secret); set, it is used
     assert chatflow("vault", "set", "work", "gh_token", "--env", "GH_TOKEN_FOR_TEST").returncode == 0
     provider.add_tool_calls([("c3", "whoami", '{"user": "ann"}')])
     provider.add_text("unset")
     assert chatflow("chat", "-s", "m3", "--vault", "work", "who?").returncode == 0
-    assert "no mounted vault holds (searched: 'work')" in _tool_results(provider.requests[-1])[0]
+    assert _tool_results(provider.requests[-1]) == [
+        "Error: whoami needs the secret 'gh_token': vault 'work' takes it from the environment variable "
+        "GH_TOKEN_FOR_TEST, which is not set (searched: 'work'); nothing ran. Set GH_TOKEN_FOR_TEST in the "
+        "environment chatflow runs in"]
     value = _secret()
     provider.add_tool_calls([("c4", "whoami", '{"user": "ann"}')])
     provider.add_text("set")
     assert chatflow("chat", "-s", "m4", "--vault", "work", "who?", env={"GH_TOKEN_FOR_TEST": value}).returncode == 0
     assert _tool_results(provider.requests[-1])[0].endswith(hashlib.sha256(value.encode()).hexdigest())
+    # a value stored in the file and removed from it by hand: the line says to set it again
+    assert chatflow("vault", "set", "work", "gh_token", "--file", input=value).returncode == 0
+    _vault_file().write_text("{}")
+    provider.add_tool_calls([("c5", "whoami", '{"user": "ann"}')])
+    provider.add_text("gone")
+    assert chatflow("chat", "-s", "m5", "--vault", "work", "who?").returncode == 0
+    assert _tool_results(provider.requests[-1]) == [
+        "Error: whoami needs the secret 'gh_token': vault 'work' lists it in the file, but the value is no longer "
+        "there (searched: 'work'); nothing ran. Set it again with: chatflow vault set work gh_token"]
 
 
 def test_an_agents_vaults_in_config_toml_fill_its_tools(chatflow, provider, config_file):
@@ -347,3 +364,45 @@ def test_a_vault_value_is_never_written_or_printed(chatflow, provider, config_fi
         assert value.encode() not in path.read_bytes(), f"the vault value was written to {path}"
     for body in provider.requests:
         assert value not in json.dumps(body), "the vault value went to the model"
+
+
+LOGGING_TOOLS = '''
+import logging
+from typing import Annotated
+
+from chatflow_cli import Secret, tool
+
+log = logging.getLogger("chattytools")
+
+
+@tool
+def chatty(token: Annotated[str, Secret("gh_token")]) -> str:
+    """Use the token, and log it (a careless tool)."""
+    log.warning("calling the API with token %s", token)
+    log.error(f"the token was {token}")
+    logging.warning("root logger: %s", token)
+    try:
+        raise RuntimeError(f"refused {token}")
+    except RuntimeError:
+        log.exception("failed")
+    return "done"
+'''
+
+
+def test_a_tools_own_log_lines_never_print_a_vault_secret(chatflow, provider, config_file) -> None:
+    secret = _secret()
+    cfg = config_file('default_agent = "Desk"\n[[agents]]\nname = "Desk"\ninstructions = "x"\n'
+                      'tools = ["chattytools:chatty"]\n')
+    (cfg.parent / "chattytools.py").write_text(LOGGING_TOOLS)
+    assert chatflow("vault", "create", "work").returncode == 0
+    assert chatflow("vault", "set", "work", "gh_token", input=secret).returncode == 0
+    for flags in ((), ("--debug",)):
+        provider.add_tool_calls([("c1", "chatty", "{}")])
+        provider.add_text("ok")
+        r = chatflow(*flags, "chat", "--vault", "work", "go")
+        assert r.returncode == 0, r
+        assert secret not in r.stdout + r.stderr, (flags, r.stderr)
+        # the lines are still printed, with the value taken out
+        assert "calling the API with token [redacted]" in r.stderr, (flags, r.stderr)
+        assert "the token was [redacted]" in r.stderr and "root logger: [redacted]" in r.stderr, (flags, r.stderr)
+        assert "RuntimeError: refused [redacted]" in r.stderr, (flags, r.stderr)

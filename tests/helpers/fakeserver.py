@@ -28,7 +28,11 @@ answer an id of the nearest preceding assistant ``tool_calls`` (with only tool m
 between), a tool call answered twice, assistant ``tool_calls`` left unanswered before
 the next non-tool message or the end of the list, an assistant message with neither text
 nor tool calls (content ``""`` or ``null``: Anthropic-compatible gateways refuse it), and
-tool-call ``arguments`` that are not the text of a JSON object (vLLM parses them).
+tool-call ``arguments`` that are not the text of a JSON object (vLLM parses them). Content
+parts are checked as OpenAI checks them (:func:`validate_content_parts`): an ``image_url``
+part must hold a base64 ``data:`` URL of a real image (decoded with Pillow), in a user
+message; a model named in :data:`TEXT_ONLY_MODELS` refuses images as a model without vision
+does.
 
 Replies that did not finish, as real servers send them on a bad day: ``finish_reason``
 ``length``/``content_filter`` (``add_text(..., finish_reason=...)``, also on tool calls),
@@ -73,6 +77,7 @@ __all__ = [
     "Reply",
     "fake_server",
     "reply_from_spec",
+    "validate_content_parts",
     "validate_messages",
 ]
 
@@ -164,6 +169,82 @@ def validate_messages(messages: Any) -> tuple[str, str] | None:
             f"(messages[{open_from}]).",
             f"messages.[{open_from}].role",
         )
+    return None
+
+
+#: Models the fake server serves that take no images: a request to one with an ``image_url``
+#: part gets OpenAI's 400 for a model without vision.
+TEXT_ONLY_MODELS = frozenset({"fake-text-only"})
+
+_IMAGE_MAGIC = {"image/png": (b"\x89PNG\r\n\x1a\n",), "image/jpeg": (b"\xff\xd8\xff",),
+                "image/gif": (b"GIF87a", b"GIF89a"), "image/webp": (b"RIFF",)}
+
+
+def _decodes_as_image(media_type: str, data: bytes) -> bool:
+    """The bytes are a real image of ``media_type``: Pillow decodes them when it is installed
+    (the test extra), else the file's magic bytes are checked."""
+    if not any(data.startswith(magic) for magic in _IMAGE_MAGIC.get(media_type, ())):
+        return False
+    try:
+        from io import BytesIO
+
+        from PIL import Image
+    except ImportError:  # pragma: no cover - Pillow is in the test extra
+        return True
+    try:
+        with Image.open(BytesIO(data)) as image:
+            image.load()
+            return (image.format or "").lower() == media_type.split("/")[1]
+    except Exception:
+        return False
+
+
+def validate_content_parts(messages: list[Any], model: str | None = None) -> tuple[str, str] | None:
+    """Return ``(problem, param)`` for the first content part a real provider refuses.
+
+    A list ``content`` holds ``{"type": "text", "text": str}`` parts and, in a user message
+    only, ``{"type": "image_url", "image_url": {"url": ...}}`` parts whose URL is a base64
+    ``data:image/<png|jpeg|gif|webp>;base64,...`` URL of a real image of that type (or an
+    ``https://`` URL); a model in :data:`TEXT_ONLY_MODELS` refuses every image part.
+    """
+    import base64
+    import binascii
+
+    for i, msg in enumerate(messages):
+        content = msg.get("content")
+        if not isinstance(content, list):
+            continue
+        for k, part in enumerate(content):
+            param = f"messages.[{i}].content.[{k}]"
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text":
+                if not isinstance(part.get("text"), str):
+                    return f"Invalid type for 'messages[{i}].content[{k}].text': expected a string.", param
+                continue
+            if kind != "image_url":
+                return (f"Invalid value: {kind!r}. Supported values are: 'text' and 'image_url'.", f"{param}.type")
+            if msg.get("role") != "user":
+                return (f"Invalid 'messages[{i}]': image_url content parts are only allowed in user messages.",
+                        param)
+            if model in TEXT_ONLY_MODELS:
+                return ("Invalid content type. image_url is only supported by certain models.", param)
+            url = (part.get("image_url") or {}).get("url") if isinstance(part.get("image_url"), dict) else None
+            if not isinstance(url, str):
+                return f"Missing required parameter: 'messages[{i}].content[{k}].image_url.url'.", param
+            if url.startswith("https://"):
+                continue
+            head, comma, payload = url.partition(",")
+            media_type = head[5:].removesuffix(";base64") if head.startswith("data:") else ""
+            if not comma or not head.endswith(";base64") or media_type not in _IMAGE_MAGIC:
+                return ("Invalid image URL: expected a base64-encoded data URL with an image MIME type "
+                        "(e.g. 'data:image/png;base64,...').", param)
+            try:
+                data = base64.b64decode(payload, validate=True)
+            except (binascii.Error, ValueError):
+                return "Invalid base64 image data.", param
+            if not _decodes_as_image(media_type, data):
+                return ("You uploaded an unsupported image. Please make sure your image is valid and of type "
+                        f"{media_type}.", param)
     return None
 
 
@@ -649,6 +730,8 @@ class FakeServer:
                                               "access to it.", code="model_not_found"))
         if self.validate:
             problem = validate_messages(body.get("messages"))
+            if problem is None:
+                problem = validate_content_parts(body["messages"], body["model"])
             if problem is not None:
                 self._record(environ, body, 400, chat)
                 return respond(400, _openai_error(problem[0], param=problem[1]))

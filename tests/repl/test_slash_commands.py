@@ -370,3 +370,26 @@ def test_yes_no_questions_wrap_between_words_on_a_narrow_terminal(provider, chat
     assert all(len(row) <= 40 for row in asked)
     words = " ".join(asked).split()
     assert words[words.index("events?") - 1:words.index("[y/N]") + 1] == "and events? This cannot be undone. [y/N]".split()
+
+
+def test_attach_sends_a_file_with_the_next_message_only(repl_driver, tmp_path) -> None:
+    d = repl_driver
+    (tmp_path / "notes.md").write_text("# Plan\nship it\n", encoding="utf-8")
+    (tmp_path / "empty.txt").write_bytes(b"")
+
+    def script(d) -> None:
+        d.wait_text("Enter sends")
+        d.type(f"/attach {tmp_path / 'empty.txt'}\r")
+        d.wait_text("the file is empty")
+        d.type(f"/attach {tmp_path / 'notes.md'}\r")
+        d.wait_text("sent with your next message")
+        d.type("read it\r")
+        turn_done(d, "ok: read it")
+        d.type("and now?\r")
+        turn_done(d, "ok: and now?")
+
+    d.run(script)
+    first, second = [r["messages"][-1]["content"] for r in d.server.requests]
+    assert first == [{"type": "text", "text": "read it"},
+                     {"type": "text", "text": "File notes.md:\n```\n# Plan\nship it\n```"}]
+    assert second == "and now?"  # sent once; the first turn keeps it in the window

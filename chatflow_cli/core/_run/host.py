@@ -42,6 +42,10 @@ class RunnerHost:
     compact_prompt: str | None
     on_wait: Callable[[dict[str, Any]], None] | None
     vaults: Vaults | Callable[[], Vaults] | None
+    #: asked about a call of a tool whose approval policy is ``ask``: ``(call, tool)`` ->
+    #: ``"yes"``, ``"no"`` or ``"always"``; None: such a call waits (``approve_tool_call``)
+    approver: Callable[[Any, Any], str] | None
+    approved_tools: set[str]  # tool names answered "always" (for this Runner's life)
 
     if TYPE_CHECKING:  # the methods one part calls on another (each defined by one part)
         @property

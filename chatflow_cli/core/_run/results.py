@@ -10,6 +10,7 @@ from typing import Any
 from .._stream import Usage, cut_phrase
 from ..events import Event, SessionStatus
 from ..messages import ToolCall
+from ..resources.mounts import Mount
 
 __all__ = ["RunResult", "StreamEvent", "drain"]
 
@@ -25,7 +26,11 @@ class RunResult:
         turn: the user-visible turn number (1, 2, 3… for the session's life).
         usage: token usage summed over the turn's model requests.
         status: the session's status when the run returned (``idle`` normally).
-        pending_tool_calls: custom tool calls waiting for ``submit_tool_result``.
+        pending_tool_calls: custom tool calls waiting for ``submit_tool_result``, and tool
+            calls waiting for an approval (``approval_tool_calls``).
+        approval_tool_calls: the pending calls of tools whose policy is ``ask``, made with no
+            way to ask (no ``Runner.approver``): answered by ``Runner.approve_tool_call`` /
+            ``deny_tool_call``.
         events: the events this run wrote to the session's log, in ``seq`` order.
         replayed: the result came from the log (idempotency key seen before); no model call.
         finish_reason: why the final reply ended (``"stop"``; ``"length"`` or
@@ -44,6 +49,9 @@ class RunResult:
             SYSTEM messages sent beside it, the agent's instructions included;
             ``dropped``: ``[first, last]`` of the turns of the window left out for the
             budget, unsummarised, or None); None for a replay.
+        resources: the resources the turn ran with (:class:`~chatflow_cli.core.resources.Mount`:
+            the session's mounts in force when it ended, as the event log says), in the order
+            they were first mounted.
     """
 
     content: str | None
@@ -59,6 +67,8 @@ class RunResult:
     reasoning: str | None = None
     context: dict[str, Any] | None = None
     usage_reported: bool = True
+    approval_tool_calls: tuple[ToolCall, ...] = ()
+    resources: tuple[Mount, ...] = ()
 
     @property
     def truncated(self) -> bool:
@@ -84,10 +94,12 @@ class RunResult:
             "usage": self.usage.to_dict() if self.usage_reported else None,
             "status": self.status.value,
             "pending_tool_calls": [c.to_dict() for c in self.pending_tool_calls],
+            "awaiting_approval": [c.id for c in self.approval_tool_calls],
             "replayed": self.replayed,
             "finish_reason": self.finish_reason,
             "reasoning": self.reasoning,
             "context": self.context,
+            "resources": [m.to_dict() for m in self.resources],
         }
 
 

@@ -71,6 +71,10 @@ class TurnState:
             turn ended already (no second ending was written).
         context: the context use of the latest request (see ``RunResult.context``).
         dropped_told: the turn's ``context.dropped`` event was yielded.
+        wholes: tool call id -> the complete result of a call whose text was cut for the
+            model (stored as an ``mcp.output`` event beside the call).
+        unavailable: tool servers that failed to start in this turn -> what happened (not
+            tried again until the next turn).
     """
 
     agent: Agent
@@ -88,9 +92,13 @@ class TurnState:
     usage_reported: bool = False  # a request of the turn came back with usage
     usage_missing: bool = False  # a request of the turn came back without usage
     dropped_told: bool = False  # a context.dropped event was yielded for this turn
+    wholes: dict[str, str] = dataclasses.field(default_factory=dict)
+    unavailable: dict[str, str] = dataclasses.field(default_factory=dict)
     # Chat Completions form of each message sent in this turn, by identity (messages are
     # immutable; the tuple keeps the message alive so its id is not reused)
     _wire: dict[int, tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    # bytes of attachments read from the store for this turn's requests, by sha256
+    _blobs: dict[str, bytes] = dataclasses.field(default_factory=dict)
 
     def known_usage(self) -> dict[str, int] | None:
         """The turn's usage as stored (:mod:`chatflow_cli.core.usage`'s shape), or None when
@@ -99,11 +107,20 @@ class TurnState:
             return None
         return self.usage.to_dict()
 
+    def fetch_blobs(self, messages: list[Message], store: object) -> None:
+        """Read, in one store read, the bytes of the attachments of ``messages`` that are
+        neither at hand nor read before in this turn (``store.attachment_data``)."""
+        missing = {a.sha256 for m in messages for a in m.attachments if a.data is None} - self._blobs.keys()
+        read = getattr(store, "attachment_data", None)
+        if missing and read is not None:
+            self._blobs.update(read(missing))
+
     def wire(self, message: Message) -> dict[str, Any]:
-        """``message.to_wire()``, computed once per turn."""
+        """``message.to_wire()``, computed once per turn (attachments' bytes from
+        :meth:`fetch_blobs`)."""
         cached = self._wire.get(id(message))
         if cached is not None and cached[0] is message:
             return cached[1]
-        data = message.to_wire()
+        data = message.to_wire(self._blobs) if message.attachments else message.to_wire()
         self._wire[id(message)] = (message, data)
         return data

@@ -28,11 +28,11 @@ from ..errors import ChatflowError
 from ..messages import ToolCall
 from ..resources.secrets import scrub_values
 from ..resources.vaults import MissingSecret, SessionSecrets
-from ..tools import Tool, ToolArgumentsError, to_json_text
+from ..tools import Tool, ToolArgumentsError, ToolCallFailed, to_json_text
 from .cancel import Cancelled, CancelToken
 from .state import TurnState
 
-__all__ = ["answer_at_once", "output_text", "run_concurrently"]
+__all__ = ["answer_at_once", "invoke_call", "output_text", "run_concurrently"]
 
 log = logging.getLogger("chatflow_cli.core.runner")
 
@@ -41,17 +41,18 @@ Outcome = tuple[str, bool]
 
 
 def answer_at_once(calls: list[ToolCall], tools: dict[str, Tool], state: TurnState,
-                   outcomes: dict[str, Outcome]) -> list[tuple[ToolCall, Tool]]:
+                   outcomes: dict[str, Outcome], waiting: frozenset[str] = frozenset()) -> list[tuple[ToolCall, Tool]]:
     """Answer the calls that need no tool run, into ``outcomes``; return the others with their tool.
 
     An unknown name gets an error listing the tools; the first handoff of the reply is
     recorded in ``state.handoffs`` and answered "Transferred to …", a later one gets an
-    error. Custom tool calls are neither answered nor returned (the caller answers them).
+    error. Custom tool calls, calls already in ``outcomes`` (answered by an approval policy)
+    and calls in ``waiting`` (waiting for an approval) are neither answered nor returned.
     """
     runnable: list[tuple[ToolCall, Tool]] = []
     for position, call in enumerate(calls):
         found = tools.get(call.name)
-        if found is not None and found.is_custom:
+        if (found is not None and found.is_custom) or call.id in outcomes or call.id in waiting:
             continue
         if found is None:
             known = ", ".join(sorted(tools)) or "none"
@@ -82,9 +83,9 @@ def run_concurrently(runnable: list[tuple[ToolCall, Tool]], outcomes: dict[str, 
         Cancelled: ``cancel`` was set before every call finished; the results that did
             come in are in ``state.finished`` (the others get synthetic results).
     """
-    futures: list[tuple[ToolCall, concurrent.futures.Future[tuple[str, bool, float]]]] = []
+    futures: list[tuple[ToolCall, concurrent.futures.Future[tuple[str, bool, float, str | None]]]] = []
     for call, found in runnable:
-        future: concurrent.futures.Future[tuple[str, bool, float]] = concurrent.futures.Future()
+        future: concurrent.futures.Future[tuple[str, bool, float, str | None]] = concurrent.futures.Future()
         thread = threading.Thread(target=_run_into, args=(future, found, call, loop, secrets),
                                   name=f"chatflow-tool-{call.name}"[:40], daemon=True)
         thread.start()
@@ -96,15 +97,21 @@ def run_concurrently(runnable: list[tuple[ToolCall, Tool]], outcomes: dict[str, 
             done, pending = concurrent.futures.wait(pending, timeout=0.05,
                                                     return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
-                text, is_error, took = future.result()
+                text, is_error, took, whole = future.result()
                 call = by_future[future]
                 outcomes[call.id] = (text, is_error)
                 timings[call.id] = took
+                if whole is not None:
+                    state.wholes[call.id] = whole
             if pending and cancel.is_set():
                 raise Cancelled()
     except BaseException:
         # results that did come in are kept; the others get synthetic results
         state.finished = dict(outcomes)
+        for _, found in runnable:  # a tool server's call is cancelled (notifications/cancelled)
+            cancel_calls = getattr(found, "cancel_calls", None)
+            if cancel_calls is not None:
+                cancel_calls()
         raise
 
 
@@ -113,13 +120,17 @@ def output_text(output: Any) -> str:
     return storable_text(scrub_values(to_json_text(output)))
 
 
-def _invoke(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None,
-            secrets: SessionSecrets | None = None) -> Outcome:
-    """Run one tool call; errors become text the model sees (``is_error`` True). The text is
-    scrubbed of vault values and made storable (:func:`~chatflow_cli.core.memory.storable_text`:
-    lone surrogates escaped)."""
+def invoke_call(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None,
+                secrets: SessionSecrets | None = None) -> tuple[str, bool, str | None]:
+    """Run one tool call: ``(text, is_error, whole)``; errors become text the model sees
+    (``is_error`` True). The text is scrubbed of vault values and made storable
+    (:func:`~chatflow_cli.core.memory.storable_text`: lone surrogates escaped); ``whole`` is
+    the complete result when the text was cut (a :class:`~chatflow_cli.core.tools.ToolText`),
+    else None."""
     text, is_error = _outcome(found, call, loop, secrets)
-    return storable_text(scrub_values(text)), is_error
+    whole = getattr(text, "whole", None)
+    return (storable_text(scrub_values(str(text))), is_error,
+            storable_text(scrub_values(whole)) if isinstance(whole, str) else None)
 
 
 def _outcome(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None,
@@ -137,19 +148,22 @@ def _outcome(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None
         return found.invoke(call.arguments, loop=loop, secrets=values), False
     except ToolArgumentsError as exc:
         return f"Error: invalid arguments for {call.name}: {exc}", True
+    except ToolCallFailed as exc:  # a tool server's failure or error result, written for the model
+        log.info("tool %s failed: %s", call.name, scrub_values(str(exc)))
+        return f"Error: {exc}", True
     except Exception as exc:  # noqa: BLE001 - the model sees the error and the turn goes on
         log.info("tool %s raised %s: %s", call.name, type(exc).__name__, scrub_values(str(exc)))
         return f"Error: {call.name} raised {type(exc).__name__}: {exc}", True
 
 
-def _run_into(future: concurrent.futures.Future[tuple[str, bool, float]], found: Tool, call: ToolCall,
+def _run_into(future: concurrent.futures.Future[tuple[str, bool, float, str | None]], found: Tool, call: ToolCall,
               loop: asyncio.AbstractEventLoop | None, secrets: SessionSecrets | None = None) -> None:
     if not future.set_running_or_notify_cancel():
         return
     began = time.perf_counter()
     try:
-        text, is_error = _invoke(found, call, loop, secrets)
+        text, is_error, whole = invoke_call(found, call, loop, secrets)
     except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt/SystemExit raised by a tool
         future.set_exception(exc)
     else:
-        future.set_result((text, is_error, time.perf_counter() - began))
+        future.set_result((text, is_error, time.perf_counter() - began, whole))

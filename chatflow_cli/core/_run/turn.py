@@ -40,10 +40,11 @@ from .waiting import begin_turn_when_free, end_lease, release_claim
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory.context import SessionContext
+    from ..resources.mounts import Mount
     from ..resources.vaults import SessionSecrets, Vaults
     from ..memory.protocol import TurnStart
 
-__all__ = ["TurnLoop", "recorded_url"]
+__all__ = ["TurnLoop", "recorded_url", "refused_text", "turn_tools"]
 
 log = logging.getLogger("chatflow_cli.core.runner")
 
@@ -84,15 +85,30 @@ class TurnLoop(RunnerHost):
                 events=written,
                 replayed=True,
                 finish_reason=replay.get("finish_reason"),
+                resources=self._ran_with(session_id, turn, session),
             )
         if outcome == "pending":
             return RunResult(None, _name(session.active_agent), session_id, turn, Usage(), session.status,
-                             pending_tool_calls=tuple(session.pending_tool_calls), events=written, replayed=True)
+                             pending_tool_calls=tuple(session.pending_tool_calls), events=written, replayed=True,
+                             resources=tuple(session.resources))
         raise UsageError(
             f"turn {turn} of session {session_id}, sent with this idempotency key, was {outcome.replace('_', ' ')}; "
             "nothing was run again (send the message with a new key to retry it)",
             session_id=session_id,
         )
+
+    def _ran_with(self, session_id: str, turn: int, session: SessionContext) -> tuple[Mount, ...]:
+        """The resources the stored turn ``turn`` ran with (its live run, as the event log
+        says); the session's mounts now when the store cannot say."""
+        load = getattr(self.store, "load_turns", None)
+        if load is not None:
+            try:
+                runs = [r for r in load(session_id, first=turn, last=turn) if not (r.rolled_back or r.failed)]
+            except ChatflowError:
+                runs = []
+            if runs:
+                return tuple(runs[-1].resources)
+        return tuple(session.resources)
 
     def _turn(
         self,
@@ -194,8 +210,8 @@ class TurnLoop(RunnerHost):
             unwatch()
             # the lease is renewed only while the turn runs: it ends here, by whatever path
             end_lease(self.store, lease_of(session), stored=state.released or state.ended)
-        yield StreamEvent("result", session_id, turn=turn,
-                          result=dataclasses.replace(result, events=tuple(written)))
+        yield StreamEvent("result", session_id, turn=turn,  # the mounts in force: those it ran with
+                          result=dataclasses.replace(result, events=tuple(written), resources=tuple(session.resources)))
 
     def _loop(
         self,
@@ -213,7 +229,11 @@ class TurnLoop(RunnerHost):
             if cancel.is_set():
                 raise Cancelled()
             agent: Agent = state.agent
-            tools = turn_tools(self.store, session, turn, agent)
+            told = set(state.unavailable)
+            tools = turn_tools(self.store, session, turn, agent, state)
+            for server in [name for name in state.unavailable if name not in told]:
+                yield StreamEvent("mcp.unavailable", session_id, {"server": server, "error": state.unavailable[server],
+                                                                  "agent": agent.name}, turn=turn)
             model = agent.model or self.default_model
             if not model:
                 raise ConfigError(f"no model for agent {agent.name!r}: set Agent(model=...) or "
@@ -225,6 +245,8 @@ class TurnLoop(RunnerHost):
                 yield StreamEvent("context.dropped", session_id, {"first": dropped[0], "last": dropped[1],
                                                                    "summarised": False}, turn=turn)
             check_history(outgoing, session_id=session_id)
+            if any(m.attachments for m in outgoing):
+                state.fetch_blobs(outgoing, self.store)
             wire = [state.wire(m) for m in outgoing if not m.says_nothing]
             tool_choice = agent.tool_choice if requests == 0 and tools else None
             if isinstance(tool_choice, str) and tool_choice in tools:
@@ -308,23 +330,32 @@ class TurnLoop(RunnerHost):
                                               tokens=counted, agent_version=self._version_of(agent)))
             yield from stored(self.store.save(session), turn)
 
-            custom = [c for c in calls if c.name in tools and tools[c.name].is_custom]
-            outcomes = yield from self._run_tools(session, turn, agent, tools, calls, cancel, loop, state)
+            decided, asking = self._approvals(calls, tools)
+            waiting_ids = {c.id for c in asking}
+            custom = [c for c in calls if (c.name in tools and tools[c.name].is_custom) or c.id in waiting_ids]
+            outcomes = yield from self._run_tools(session, turn, agent, tools, calls, cancel, loop, state,
+                                                  decided, frozenset(waiting_ids))
             state.ran.extend(c.name for c in calls if c.id in outcomes)
             if custom:
                 # stop here; regular results wait with the custom ones, sent in call order
                 for call in calls:
                     if call.id in outcomes:
                         self._record_submitted(session, turn, call, *outcomes[call.id])
-                session.record_event(EventType.TOOL_PENDING, {"turn": turn, "tool_use_ids": [c.id for c in custom],
-                                                               "tools": [c.to_dict() for c in custom]})
-                session.set_status(SessionStatus.IDLE, reason="waiting for custom tool results")
+                self._record_wholes(session, turn, state, outcomes)
+                pending: dict[str, Any] = {"turn": turn, "tool_use_ids": [c.id for c in custom],
+                                           "tools": [c.to_dict() for c in custom]}
+                if asking:
+                    pending["approval"] = [c.id for c in asking]
+                session.record_event(EventType.TOOL_PENDING, pending)
+                session.set_status(SessionStatus.IDLE, reason="waiting for tool results or approvals" if asking
+                                   else "waiting for custom tool results")
                 events = self.store.save(session)
                 state.released = True
                 yield from stored(events, turn)
                 return RunResult(None, agent.name, session_id, turn, state.usage, SessionStatus.IDLE,
                                  usage_reported=state.known_usage() is not None,
-                                 pending_tool_calls=tuple(custom), context=state.context)
+                                 pending_tool_calls=tuple(custom), context=state.context,
+                                 approval_tool_calls=tuple(asking))
             handoff_to: Agent | None = None
             for call in calls:
                 text, is_error = outcomes[call.id]
@@ -337,6 +368,7 @@ class TurnLoop(RunnerHost):
                 state.agent = handoff_to
                 if self._version_of(handoff_to) is not None:
                     session.note_agent_version(handoff_to)  # agent.changed when it is another version now
+            self._record_wholes(session, turn, state, outcomes)
             yield from stored(self.store.save(session), turn)
 
     def _version_of(self, agent: Any) -> str | None:
@@ -344,6 +376,41 @@ class TurnLoop(RunnerHost):
         stored agent name no resolver knows gets a stand-in whose version means nothing)."""
         known = self.agents.get(_name(agent))
         return known.version if known is not None and known is agent else None
+
+    @staticmethod
+    def _record_wholes(session: SessionContext, turn: int, state: TurnState,
+                       outcomes: dict[str, tuple[str, bool]]) -> None:
+        """The complete results of calls whose text was cut for the model: one ``mcp.output``
+        event each ``{"turn", "tool_use_id", "output"}``, stored with the results."""
+        for call_id in [i for i in state.wholes if i in outcomes]:
+            session.record_event("mcp.output", {"turn": turn, "tool_use_id": call_id,
+                                                "output": state.wholes.pop(call_id)})
+
+    def _approvals(self, calls: list[ToolCall], tools: dict[str, Tool]
+                   ) -> tuple[dict[str, tuple[str, bool]], list[ToolCall]]:
+        """The approval policy of each call: ``(answered, asking)``. ``answered``: calls
+        refused (policy ``never``, or the approver said no) with their error result;
+        ``asking``: calls of ``ask`` tools waiting for an approval (no approver to ask)."""
+        answered: dict[str, tuple[str, bool]] = {}
+        asking: list[ToolCall] = []
+        for call in calls:
+            found = tools.get(call.name)
+            policy = getattr(found, "approval", None)
+            if found is None or policy is None or policy == "always" or call.name in self.approved_tools:
+                continue
+            if policy == "never":
+                answered[call.id] = (refused_text(call.name, "its approval policy is never"), True)
+                continue
+            approver = self.approver
+            if approver is None:
+                asking.append(call)
+                continue
+            answer = approver(call, found)
+            if answer == "always":
+                self.approved_tools.add(call.name)
+            elif answer not in ("yes", True):
+                answered[call.id] = (refused_text(call.name, "the user declined it"), True)
+        return answered, asking
 
     def _record_submitted(self, session: SessionContext, turn: int, call: ToolCall, output: str, is_error: bool) -> None:
         """A regular call's result waiting beside custom ones; an error result carries
@@ -381,17 +448,20 @@ class TurnLoop(RunnerHost):
         cancel: CancelToken,
         loop: asyncio.AbstractEventLoop | None,
         state: TurnState,
+        answered: dict[str, tuple[str, bool]] | None = None,
+        waiting: frozenset[str] = frozenset(),
     ) -> Generator[StreamEvent, None, dict[str, tuple[str, bool]]]:
-        """Run the regular and handoff calls; returns ``{call id: (text, is_error)}`` (custom calls left out)."""
+        """Run the regular and handoff calls; returns ``{call id: (text, is_error)}`` (custom
+        calls and those ``waiting`` for an approval left out; ``answered`` ones kept as given)."""
         session_id = session.session_id
-        outcomes: dict[str, tuple[str, bool]] = {}
+        outcomes: dict[str, tuple[str, bool]] = dict(answered or {})
         for call in calls:
             found = tools.get(call.name)
-            if found is None or not found.is_custom:
+            if (found is None or not found.is_custom) and call.id not in waiting:
                 yield StreamEvent("tool.call_started", session_id,
                                   {"id": call.id, "name": call.name, "arguments": call.arguments,
                                    "agent": agent.name}, turn=turn)
-        runnable = answer_at_once(calls, tools, state, outcomes)
+        runnable = answer_at_once(calls, tools, state, outcomes, waiting)
         timings: dict[str, float] = {}
         if runnable:
             # always on a thread, even one call: the waiting side stays responsive to a cancel request
@@ -424,17 +494,40 @@ def recorded_url(client: Any) -> str | None:
 
 
 # -- what the session's mounts give a turn ---------------------------------------------------
-def turn_tools(store: Any, session: SessionContext, turn: int, agent: Agent) -> dict[str, Tool]:
+def refused_text(name: str, why: str) -> str:
+    """The error result of a call that did not run for want of an approval."""
+    return f"Error: the call to {name} was not run: {why}. Nothing ran; do not try it again unless the user asks."
+
+
+def turn_tools(store: Any, session: SessionContext, turn: int, agent: Agent,
+               state: TurnState | None = None) -> dict[str, Tool]:
     """The agent's tools, with the memory tools of the memory stores mounted on ``session``
-    (the agent's own tool of the same name wins); writes are recorded as turn ``turn``'s."""
+    and the tools of the agent's MCP servers (started here, in parallel, when they are not
+    running; the agent's own tool of the same name wins); writes are recorded as turn
+    ``turn``'s. A server that fails to start is left out and named in ``state.unavailable``
+    (not tried again in this turn)."""
     tools = agent.all_tools()
     mounts = [m for m in session.resources if m.kind == "memory_store"]
-    if not mounts:
+    if not mounts and not agent.mcp_servers:
         return tools
-    from ..resources.documents import Author
-    from ..resources.memory_tools import memory_tools
+    extra: dict[str, Tool] = {}
+    if mounts:
+        from ..resources.documents import Author
+        from ..resources.memory_tools import memory_tools
 
-    extra = {t.name: t for t in memory_tools(store, mounts, Author(session.session_id, turn, agent.name))}
+        extra.update((t.name, t) for t in memory_tools(store, mounts, Author(session.session_id, turn, agent.name)))
+    if agent.mcp_servers:
+        from ..mcp import MCPServerError, start_all
+
+        unavailable = state.unavailable if state is not None else {}
+        unavailable.update(start_all(agent.mcp_servers, skip=lambda name: name in unavailable))
+        for server in agent.mcp_servers:
+            if server.name in unavailable:
+                continue
+            try:
+                extra.update(server.agent_tools())
+            except MCPServerError as exc:  # it stopped between the start and now
+                unavailable[server.name] = str(exc)
     return {**extra, **tools}
 
 

@@ -12,7 +12,9 @@ A stream is a header line, then every event of the session's log in ``seq`` orde
 ``data`` is the event's payload exactly as stored (the shape ``replay --json`` prints), and
 ``idempotency_key`` is present when the event was appended under one, so rolled-back and
 failed turns, tool calls and results, handoffs, status changes, usage and custom events all
-survive. Several sessions are several streams, one after the other in one file.
+survive. Several sessions are several streams, one after the other in one file. The
+files a session's messages carry (their metadata is in each message) follow the header
+once each, as ``{"attachment": {"sha256": ..., "data": <base64>}}`` lines (version 2).
 """
 
 from __future__ import annotations
@@ -28,16 +30,29 @@ from .records import json_line, ImportedSession, ImportedTurn, iso_time, parse_t
 
 __all__ = ["FORMAT_VERSION", "export_chatflow", "read_chatflow"]
 
-#: The version of this format; a reader refuses a newer one.
-FORMAT_VERSION = 1
+#: The version of this format; a reader refuses a newer one. Version 2 adds ``attachment``
+#: lines (``{"attachment": {"sha256": ..., "data": <base64>}}``) between the header and the
+#: events: the bytes of the files the session's messages carry, once each.
+FORMAT_VERSION = 2
 
 
-def export_chatflow(header: Mapping[str, Any], events: Iterable[Event]) -> Iterator[str]:
+def export_chatflow(header: Mapping[str, Any], events: Iterable[Event],
+                    blobs: Mapping[str, bytes] | None = None) -> Iterator[str]:
     """The lines (each ending in ``\\n``) of one session's stream.
 
     ``header``: the ``session`` object of the header line (see the module docstring).
+    ``blobs``: the bytes of the attachments the session's messages use (sha256 -> bytes),
+    written as ``attachment`` lines after the header (version 2; a stream without them is
+    version 1, as before).
     """
-    yield json_line({"format": "chatflow", "version": FORMAT_VERSION, "session": dict(header)}) + "\n"
+    version = FORMAT_VERSION if blobs else 1
+    yield json_line({"format": "chatflow", "version": version, "session": dict(header)}) + "\n"
+    if blobs:
+        import base64
+
+        for digest in sorted(blobs):
+            yield json_line({"attachment": {"sha256": digest,
+                                            "data": base64.b64encode(blobs[digest]).decode("ascii")}}) + "\n"
     for event in events:
         line: dict[str, Any] = {"seq": event.seq, "type": event.type, "created_at": event.created_at,
                                 "data": _without_lock_token(event.payload)}
@@ -130,6 +145,9 @@ def read_chatflow(lines: Iterable[str], *, source: str = "-") -> list[ImportedSe
             continue
         if current is None or current.events is None:
             raise _fail(source, number, "an event before any chatflow header line")
+        if "attachment" in data:
+            _read_blob(current, data["attachment"], source, number)
+            continue
         kind = data.get("type")
         if not isinstance(kind, str) or not kind:
             raise _fail(source, number, "an event with no type")
@@ -158,6 +176,25 @@ def read_chatflow(lines: Iterable[str], *, source: str = "-") -> list[ImportedSe
     for session in sessions:
         session.turns = turns_of_events(session.events or [])
     return sessions
+
+
+def _read_blob(session: ImportedSession, item: Any, source: str, number: int) -> None:
+    """An ``attachment`` line: its bytes, checked against the hash it names."""
+    import base64
+    import binascii
+    import hashlib
+
+    digest = item.get("sha256") if isinstance(item, dict) else None
+    data = item.get("data") if isinstance(item, dict) else None
+    if not isinstance(digest, str) or not isinstance(data, str):
+        raise _fail(source, number, "an attachment line needs sha256 and data (base64)")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise _fail(source, number, "the attachment's data is not base64") from None
+    if hashlib.sha256(raw).hexdigest() != digest.lower():
+        raise _fail(source, number, f"the attachment's bytes do not have the sha256 {digest} it names")
+    session.blobs[digest.lower()] = raw
 
 
 def turns_of_events(events: Sequence[Mapping[str, Any]]) -> list[ImportedTurn]:

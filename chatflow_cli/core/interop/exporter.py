@@ -166,6 +166,17 @@ def _sdk_turn(messages: Iterable[Message]) -> bool:
     return any(m.items for m in messages)
 
 
+def session_blobs(store: object, session_id: str) -> dict[str, bytes]:
+    """The bytes of every attachment the session's messages use (sha256 -> bytes); empty for
+    a session without any (one read) or a store that keeps none."""
+    hashes = getattr(store, "attachment_hashes", None)
+    read = getattr(store, "attachment_data", None)
+    if hashes is None or read is None:
+        return {}
+    used = hashes(session_id)
+    return dict(read(used)) if used else {}
+
+
 def export_lines(store: ListingStore, session_id: str, fmt: str, *, per_turn: bool = False,
                  instructions: Mapping[str, str] | None = None,
                  warn: Callable[[str], None] | None = None) -> Iterator[str]:
@@ -206,7 +217,7 @@ def _export_lines(store: ListingStore, session_id: str, fmt: str, *, per_turn: b
     events = store.events(session_id)
     header = session_header(store, session_id, events)
     if fmt == "chatflow":
-        yield from export_chatflow(header, events)
+        yield from export_chatflow(header, events, session_blobs(store, session_id))
         return
     records = [r for r in store.load_turns(session_id, first=0) if not (r.rolled_back or r.failed)]
     system = [m for r in records if r.number == 0 for m in r.messages if m.role is Role.SYSTEM]
@@ -222,7 +233,8 @@ def _export_lines(store: ListingStore, session_id: str, fmt: str, *, per_turn: b
         texts = [None if _sdk_turn(r.messages) or r.number in imported
                  else (instructions or {}).get(by_turn.get(r.number) or header["agent"] or "") for r in turns]
         yield from export_openai(system, [list(r.messages) for r in turns], per_turn=per_turn,
-                                 max_turns=header["settings"]["max_turns"], instructions=texts)
+                                 max_turns=header["settings"]["max_turns"], instructions=texts,
+                                 blobs=session_blobs(store, session_id))
         return
     if fmt == "md":
         summary = getattr(store, "session_summary", None)  # the store's time when it keeps one; else the log's

@@ -70,6 +70,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..attachments import file_name
 from ..errors import ChatflowError, ImportFormatError, InvalidHistoryError, UsageError
 from ..memory import EditStore, SessionContext
 from ..memory._checks import _agent_name
@@ -138,11 +139,29 @@ def _shift(payload: dict[str, Any], offset: int) -> dict[str, Any]:
     return out
 
 
-def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int) -> None:
+def _with_bytes(message: Message, blobs: dict[str, bytes]) -> Message:
+    """``message`` with the bytes of its attachments from the file's ``attachment`` lines.
+
+    Raises:
+        ImportFormatError: an attachment whose bytes the file does not hold.
+    """
+    filled = []
+    for attachment in message.attachments:
+        data = attachment.data if attachment.data is not None else blobs.get(attachment.sha256)
+        if data is None:
+            raise ImportFormatError(f"the bytes of attachment {attachment.name or attachment.sha256} "
+                                    f"(sha256 {attachment.sha256}) are not in the file (a Markdown export keeps them in "
+                                    f"attachments/{file_name(attachment)} beside it)")
+        filled.append(replace(attachment, data=data))
+    return replace(message, attachments=tuple(filled))
+
+
+def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int, blobs: dict[str, bytes] | None = None) -> None:
     """Apply one exported event to ``ctx`` through the context's own methods."""
     kind, data = event["type"], event["data"]
     if kind in ("message.user", "message.model", "message.system", "tool.result"):
-        ctx.add_message(Message.from_dict(data["message"]))
+        message = Message.from_dict(data["message"])
+        ctx.add_message(_with_bytes(message, blobs or {}) if message.attachments else message)
     elif kind == "rollback":
         ctx.rollback_to(int(data["to_turn"]) + offset, system=data.get("system") is True and not offset)
     elif kind == "turn.failed":
@@ -170,7 +189,8 @@ def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int) -> No
     elif kind == "resource.mounted":
         ctx.mount(Mount.from_dict(data))
     elif kind == "resource.unmounted":
-        ctx.unmount(str(data.get("name")), str(data.get("kind")))
+        reason = data.get("reason")
+        ctx.unmount(str(data.get("name")), str(data.get("kind")), reason=reason if isinstance(reason, str) else None)
     elif kind == "context.compacted":
         if not offset:  # after the target's own turns, the summary would not cover them: left out
             ctx.restore_compaction(data)
@@ -202,7 +222,7 @@ def _event_chunks(session: ImportedSession, through: int = 0) -> list[_Chunk]:
                     at = event.get("created_at")  # the log's own time of the event
                     ctx.set_event_time(at if isinstance(at, (int, float)) and not isinstance(at, bool)
                                        and math.isfinite(at) else None)
-                    _replay_event(ctx, event, offset)
+                    _replay_event(ctx, event, offset, session.blobs)
                     if event["type"] == "rollback":
                         low = ctx.turn_count if low is None else min(low, ctx.turn_count)
                 except (ChatflowError, ValueError, TypeError, KeyError) as exc:
@@ -240,6 +260,8 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
             for k, msg in enumerate(turn.messages):
                 at = turn.times[k] if k < len(turn.times) and turn.times[k] is not None else at
                 ctx.set_event_time(at)
+                if msg.attachments and any(a.data is None for a in msg.attachments):
+                    msg = _with_bytes(msg, session.blobs)  # md: the files read beside the transcript
                 ctx.add_message(_labelled(msg, ctx))
             if turn.outcome == "failed":
                 ctx.fail_turn(turn.error or "failed in the source")

@@ -15,15 +15,18 @@ the old tables after an upgrade); this reader takes every conversation of each:
   prompt). A response with a prompt starts a turn; a response with no prompt that carries
   tool results continues the turn before it (llm's tool loop). Fragments
   (``prompt_fragments``/``system_fragments``) are part of what was sent, so their text
-  comes first in the prompt or system text, as llm sends it; attachments become a line
-  ``[attachment: <type> <path or url>]`` after the prompt text (the bytes are not copied).
+  comes first in the prompt or system text, as llm sends it. Attachments become the user
+  message's attachments, their bytes from llm's ``content`` column or the file at their
+  ``path``; one chatflow cannot keep (a URL, a file gone, a type chatflow does not send)
+  becomes a line ``[attachment: <type> <path or url>]`` after the prompt text.
 * **threads** (llm 0.3x): ``threads`` (id, name, ``tip_message_hash``), a content-addressed
   ``messages`` tree (``parent_hash``, ``role``) whose ``parts`` hold text, reasoning, tool
   calls and results, and ``turns`` (one model call: model, tokens, and the tip message it
   produced). Each thread is walked from its tip to the root; a fork is a thread of its own
   and becomes a session holding the shared beginning too. A text part whose text lives in
   fragments (``payload`` ``{"text_ref": [{"fragment": id} | {"literal": str}]}``) is
-  rebuilt from them; attachment parts become the ``[attachment: ...]`` line.
+  rebuilt from them; attachment parts of a user message become its attachments as above
+  (else, and in a tool result, the ``[attachment: ...]`` line).
 
 Each conversation (or thread) becomes a session whose id is llm's conversation (thread)
 id, and whose source identity is ``llm:<id>`` in both generations: llm gives a conversation
@@ -49,13 +52,15 @@ id go into the session's metadata (``llm_name``, ``llm_id``).
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .._stream import TRUNCATING_FINISH_REASONS, normalize_finish_reason
-from ..errors import ImportFormatError
+from ..attachments import MAX_IMAGE_BYTES, Attachment, attachment_from_bytes
+from ..errors import AttachmentError, ImportFormatError
 from ..messages import Message, Role, ToolCall
 from .claude_code import NO_RESULT, SKIP_BEFORE_USER, SKIP_ORPHAN_RESULT
 from .records import ImportedSession, ImportedTurn, count_skipped, parse_time
@@ -245,15 +250,46 @@ def _attachment_line(row: sqlite3.Row) -> str:
     return f"[attachment: {row['type'] or 'file'} {where}]"
 
 
-def _prompt_attachments(conn: sqlite3.Connection, tables: set[str], response_id: str) -> list[str]:
+def _as_attachment(row: sqlite3.Row) -> Attachment | None:
+    """An llm attachment row as a chatflow attachment: its bytes from the ``content`` column,
+    else from the file at its ``path`` (llm reads it there); None when there are none (a URL,
+    a file gone) or they are not a type chatflow sends (the row then stays a text line)."""
+    keys = row.keys()
+    data = row["content"] if "content" in keys else None
+    path = row["path"] if "path" in keys else None
+    if data is None and path:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_IMAGE_BYTES + 1)
+        except OSError:
+            return None
+    if not data:
+        return None
+    try:
+        return attachment_from_bytes(bytes(data), os.path.basename(path) if path else None)
+    except AttachmentError:
+        return None
+
+
+def _prompt_attachments(conn: sqlite3.Connection, tables: set[str],
+                        response_id: str) -> tuple[list[str], list[Attachment]]:
+    """A prompt's attachments: those chatflow can keep as attachments, and a text line for each other."""
     if not {"prompt_attachments", "attachments"} <= tables:
-        return []
+        return [], []
     rows = conn.execute(
-        "SELECT a.id, a.type, a.path, a.url FROM prompt_attachments pa JOIN attachments a ON a.id = pa.attachment_id "
+        "SELECT a.* FROM prompt_attachments pa JOIN attachments a ON a.id = pa.attachment_id "
         "WHERE pa.response_id = ? ORDER BY pa.[order]",
         (response_id,),
     )
-    return [_attachment_line(row) for row in rows]
+    lines: list[str] = []
+    kept: list[Attachment] = []
+    for row in rows:
+        attachment = _as_attachment(row)
+        if attachment is None:
+            lines.append(_attachment_line(row))
+        else:
+            kept.append(attachment)
+    return lines, kept
 
 
 def _article(word: str) -> str:
@@ -494,12 +530,13 @@ def _read_responses(conn: sqlite3.Connection, tables: set[str], source: str) -> 
                     error = result["exception"] if "exception" in result.keys() else None
                     _add(turn, Message.tool(call.id, str(result["output"] or error or ""), name=call.name,
                                             is_error=bool(error)), at)
+            lines, attached = _prompt_attachments(conn, tables, row["id"])
             prompt = _join(*_fragments(conn, tables, "prompt_fragments", row["id"], source), row["prompt"] or "",
-                           *_prompt_attachments(conn, tables, row["id"]))
-            if prompt:
+                           *lines)
+            if prompt or attached:
                 _end_turn(turn, open_calls)
-                turn = ImportedTurn(key=str(row["id"]), messages=[Message.user(prompt)], created_at=at, location=where,
-                                    times=[at])
+                turn = ImportedTurn(key=str(row["id"]), messages=[Message.user(prompt, attached)], created_at=at,
+                                    location=where, times=[at])
                 session.turns.append(turn)
             elif turn is None:
                 session.warnings.append(f"{where}: a response with no prompt and nothing before it; skipped")
@@ -555,15 +592,21 @@ def _part_text(conn: sqlite3.Connection, tables: set[str], part: sqlite3.Row, pa
     return "".join(pieces)
 
 
-def _part_attachment(conn: sqlite3.Connection, tables: set[str], ref: Any) -> str:
+def _part_attachment(conn: sqlite3.Connection, tables: set[str], ref: Any,
+                     kept: list[Attachment] | None = None) -> str:
     """The ``[attachment: <type> <path or url>]`` line of an attachment a part refers to: llm
     stores ``{"id": <content hash>}`` in the part and the type, path and url in the
-    ``attachments`` table (an inline ``type``/``path``/``url`` is taken as it is)."""
+    ``attachments`` table (an inline ``type``/``path``/``url`` is taken as it is). With
+    ``kept``, an attachment whose bytes chatflow can keep is appended there instead ("" returned)."""
     ref = ref if isinstance(ref, dict) else {}
     found = None
     if ref.get("id") is not None and "attachments" in tables:
-        found = conn.execute("SELECT id, type, path, url FROM attachments WHERE id = ?", (str(ref["id"]),)).fetchone()
+        found = conn.execute("SELECT * FROM attachments WHERE id = ?", (str(ref["id"]),)).fetchone()
     if found is not None:
+        attachment = _as_attachment(found) if kept is not None else None
+        if attachment is not None and kept is not None:
+            kept.append(attachment)
+            return ""
         return _attachment_line(found)
     where = ref.get("path") or ref.get("url") or ref.get("id") or ""
     return f"[attachment: {ref.get('type') or 'file'} {where}]".replace(" ]", "]")
@@ -631,6 +674,7 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
                 "SELECT * FROM parts WHERE message_hash = ? ORDER BY position", (message["hash"],)
             ).fetchall()
             texts: list[str] = []
+            kept: list[Attachment] = []  # a user message's attachments whose bytes are at hand
             reasoning: list[str] = []
             calls: list[ToolCall] = []
             results: list[Message] = []
@@ -667,16 +711,17 @@ def _read_threads(conn: sqlite3.Connection, tables: set[str],
                     attached = [_part_attachment(conn, tables, a) for a in payload.get("attachments") or []]
                     results.append(Message.tool(call.id, _join(text, *attached), name=call.name, is_error=bool(error)))
                 elif kind == "attachment":
-                    texts.append(_part_attachment(conn, tables, payload.get("attachment") or payload))
+                    texts.append(_part_attachment(conn, tables, payload.get("attachment") or payload,
+                                                  kept if message["role"] == "user" else None))
             role = message["role"]
             text = "\n".join(t for t in texts if t)
             if role == "system":
                 if text and not session.system:
                     session.system.append(text)
                 continue
-            if role == "user" and text:
+            if role == "user" and (text or kept):
                 _end_turn(turn, open_calls)
-                turn = ImportedTurn(key=str(message["hash"]), messages=[Message.user(text)],
+                turn = ImportedTurn(key=str(message["hash"]), messages=[Message.user(text, kept)],
                                     location=f"messages row {message['hash']}", times=[at])
                 legacy.add(turn.key)
                 session.turns.append(turn)

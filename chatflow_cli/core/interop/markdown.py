@@ -30,6 +30,7 @@ from dataclasses import replace
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from ..attachments import FILES_FOLDER, attachment_line, file_name
 from ..errors import ImportFormatError
 from ..messages import Message, Role, ToolCall
 from ..usage import normalise_usage
@@ -93,6 +94,11 @@ def _message_block(msg: Message) -> Iterator[str]:
     else:
         yield f"<!-- chatflow:message {_comment_json({**head, 'lines': len(_lines(content))})} -->\n"
         yield content + "\n\n"
+    for attachment in msg.attachments:  # the file itself lies beside the transcript (FILES_FOLDER)
+        link = f"{FILES_FOLDER}/{file_name(attachment)}"
+        label = (attachment.name or attachment.sha256[:12]).replace("]", "")
+        shown = f"![{label}]({link})" if attachment.is_image else f"[{label}]({link})"
+        yield f"Attached: {shown} {attachment_line(attachment)}\n\n"
     for call in calls:
         args = call["arguments"]
         opener, closer = _fence(args, "json")
@@ -153,7 +159,7 @@ def export_markdown(header: Mapping[str, Any], system: Sequence[Message],
 
 #: What the writer puts after a message's text and the blank line that ends it: a speaker
 #: line, a folded tool call or result, a turn heading, a control comment, the next transcript.
-_AFTER_TEXT = ("**", "<details>", "## ", "<!-- chatflow:", "---")
+_AFTER_TEXT = ("**", "<details>", "## ", "<!-- chatflow:", "---", "Attached: ")
 
 
 def _check_text_end(lines: list[str], i: int, source: str, number: int, count: int) -> None:
@@ -192,8 +198,30 @@ def read_markdown(text: str, *, source: str = "-") -> list[ImportedSession]:
     start: int | None = 0
     while start is not None:
         session, start = _read_one(lines, start, source)
+        _files_beside(session, source)
         sessions.append(session)
     return sessions
+
+
+def _files_beside(session: ImportedSession, source: str) -> None:
+    """The bytes of the session's attachments from the folder beside the transcript
+    (``attachments/`` next to ``source``; the current directory for stdin), each checked
+    against its hash; a file missing there is named by the import's error."""
+    import hashlib
+    from pathlib import Path
+
+    folder = (Path(source).parent if source != "-" else Path(".")) / FILES_FOLDER
+    for turn in session.turns:
+        for message in turn.messages:
+            for attachment in message.attachments:
+                if attachment.sha256 in session.blobs:
+                    continue
+                try:
+                    data = (folder / file_name(attachment)).read_bytes()
+                except OSError:
+                    continue
+                if hashlib.sha256(data).hexdigest() == attachment.sha256:
+                    session.blobs[attachment.sha256] = data
 
 
 def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSession, int | None]:

@@ -10,8 +10,9 @@ saw for that turn (the system messages and the newest ``max_turns`` turns up to 
 with its reply.
 
 Import: each line is a conversation and becomes a session (``openai-<digest of the line>``).
-``content`` may be a string or a list of parts (their ``text`` is joined; other parts are
-kept as ``[<type>]``); ``developer`` counts as ``system``; a legacy ``function`` message is
+``content`` may be a string or a list of parts (their ``text`` is joined; a user message's
+``image_url`` parts holding base64 ``data:`` URLs become its attachments; other parts, an
+image at a web address too, are kept as ``[<type>]``); ``developer`` counts as ``system``; a legacy ``function`` message is
 a tool result. A line whose messages break chatflow's history rules (an assistant message
 before any user message, a tool result that answers no call, a call unanswered before the
 next message) is an error naming the line; tool calls left unanswered at the very end (a
@@ -22,23 +23,28 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..errors import ImportFormatError
+from ..attachments import Attachment, attachment_from_bytes
+from ..errors import AttachmentError, ImportFormatError
 from ..messages import Message, Role, ToolCall, history_problems
 from .records import json_line, ImportedSession, ImportedTurn, content_digest, strict_loads
 
 __all__ = ["export_openai", "read_openai"]
 
 
-def _wire(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    return [m.to_wire() for m in messages if not m.says_nothing]
+def _wire(messages: Iterable[Message], blobs: Mapping[str, bytes] | None = None) -> list[dict[str, Any]]:
+    return [m.to_wire(blobs) if m.attachments else m.to_wire() for m in messages if not m.says_nothing]
 
 
 def export_openai(system: Sequence[Message], turns: Sequence[Sequence[Message]], *, per_turn: bool = False,
-                  max_turns: int | None = None, instructions: Sequence[str | None] = ()) -> Iterator[str]:
+                  max_turns: int | None = None, instructions: Sequence[str | None] = (),
+                  blobs: Mapping[str, bytes] | None = None) -> Iterator[str]:
     """The lines (each ending in ``\\n``) for one session; see the module docstring.
+
+    ``blobs``: the bytes of the attachments (sha256 -> bytes): a message with attachments is
+    written as the wire sends it, content parts with images as base64 ``data:`` URLs.
 
     ``instructions``: for each turn, the instructions of the agent active when it began (None
     or "" for none), sent first as a ``system`` message: the whole-session line takes the first
@@ -52,12 +58,12 @@ def export_openai(system: Sequence[Message], turns: Sequence[Sequence[Message]],
 
     if not per_turn:
         messages = head(0) + [m for turn in turns for m in turn]
-        yield json_line({"messages": _wire(messages)}) + "\n"
+        yield json_line({"messages": _wire(messages, blobs)}) + "\n"
         return
     for k in range(len(turns)):
         first = 0 if max_turns is None else max(0, k + 1 - max_turns)
         window = head(k) + [m for turn in turns[first:k + 1] for m in turn]
-        yield json_line({"messages": _wire(window)}) + "\n"
+        yield json_line({"messages": _wire(window, blobs)}) + "\n"
 
 
 def _text(content: Any) -> str:
@@ -79,6 +85,35 @@ def _text(content: Any) -> str:
     raise TypeError(f"content is a {type(content).__name__}")
 
 
+def _data_image(part: Any) -> bool:
+    image = part.get("image_url") if isinstance(part, dict) and part.get("type") == "image_url" else None
+    return isinstance(image, dict) and str(image.get("url") or "").startswith("data:")
+
+
+def _images(content: list[Any]) -> tuple[Attachment, ...]:
+    """The ``image_url`` parts of a user message that hold base64 ``data:`` URLs, as
+    attachments (an image at a web address is kept as the ``[image_url]`` line)."""
+    import base64
+    import binascii
+
+    found = []
+    for part in content:
+        url = (part.get("image_url") or {}).get("url") if isinstance(part, dict) and \
+            part.get("type") == "image_url" and isinstance(part.get("image_url"), dict) else None
+        head, comma, payload = url.partition(",") if isinstance(url, str) else ("", "", "")
+        if not comma or not head.startswith("data:") or not head.endswith(";base64"):
+            continue  # an image at a web address: kept as the [image_url] line
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise TypeError("an image_url part whose data: URL is not base64") from None
+        try:
+            found.append(attachment_from_bytes(data, None))
+        except AttachmentError as exc:
+            raise TypeError(exc.message) from None
+    return tuple(found)
+
+
 def _message(data: Any, where: str, source: str) -> Message | None:
     if not isinstance(data, dict):
         raise ImportFormatError(f"{source}: {where}: a message is not a JSON object", source=source, location=where)
@@ -87,7 +122,12 @@ def _message(data: Any, where: str, source: str) -> Message | None:
         if role in ("system", "developer"):
             return Message.system(_text(data.get("content")))
         if role == "user":
-            return Message.user(_text(data.get("content")))
+            content = data.get("content")
+            images: tuple[Attachment, ...] = ()
+            if isinstance(content, list):
+                images = _images(content)
+                content = [p for p in content if not _data_image(p)] if images else content
+            return Message.user(_text(content), images)
         if role == "assistant":
             calls = []
             for call in data.get("tool_calls") or []:

@@ -94,7 +94,8 @@ class ImportedSession:
     archived (``md`` front matter); a session the import creates is then archived too
     (chatflow's own format replays its archive events instead). ``system``: SYSTEM messages, in order (their text, or the whole message when it carries Agents SDK items, which an import keeps as they are). ``events``: for chatflow's own
     format only, the whole event log to replay (``type``, ``payload``, ``created_at``,
-    ``seq``); ``turns`` is then derived from it for counts. ``warnings``: what the reader
+    ``seq``); ``turns`` is then derived from it for counts; ``blobs``: the bytes of its
+    messages' attachments (sha256 -> bytes), for that format too. ``warnings``: what the reader
     skipped or repaired (a dangling parent, an unknown entry type). ``skipped``: how many
     entries or rows of the source the reader left out, by reason (a sentence: ``"side chain
     (a subagent's work)"``); empty when it left nothing out.
@@ -117,6 +118,8 @@ class ImportedSession:
     events: list[dict[str, Any]] | None = None
     warnings: list[str] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
+    #: for chatflow's own format: the bytes of the attachments its messages use, by sha256
+    blobs: dict[str, bytes] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """``{"turns", "messages", "tool_calls", "events"}`` of what this session holds."""

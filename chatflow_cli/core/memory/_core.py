@@ -124,15 +124,21 @@ class _KeptContexts:
                 del self._kept[next(iter(self._kept))]
 
 
-def stored_mounts(tx: Any, session_id: str) -> list[Mount]:
-    """The mounts in force in the stored session ``session_id`` (in the transaction ``tx``):
-    the fold of its ``resource.mounted`` / ``resource.unmounted`` events (two indexed reads
-    of the event log, by type)."""
+def mount_log(tx: Any, session_id: str) -> list[Event]:
+    """The ``resource.mounted`` / ``resource.unmounted`` events of the stored session
+    ``session_id`` (in the transaction ``tx``), in ``seq`` order: two indexed reads of the
+    event log by type, one when it never mounted anything (then ``[]``)."""
     mounted = tx.events_of_type(session_id, RESOURCE_MOUNTED, 0)
     if not mounted:
         return []
-    events = sorted(mounted + tx.events_of_type(session_id, RESOURCE_UNMOUNTED, 0), key=lambda e: e.seq)
-    return fold_mounts(events)
+    return sorted(mounted + tx.events_of_type(session_id, RESOURCE_UNMOUNTED, 0), key=lambda e: e.seq)
+
+
+def stored_mounts(tx: Any, session_id: str) -> list[Mount]:
+    """The mounts in force in the stored session ``session_id`` (in the transaction ``tx``):
+    the fold of its :func:`mount_log`."""
+    events = mount_log(tx, session_id)
+    return fold_mounts(events) if events else []
 
 
 class _StoreCore:

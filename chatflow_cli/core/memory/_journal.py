@@ -11,7 +11,8 @@ from ..errors import IdempotencyConflictError, SessionBusyError, SessionDeletedE
 from ..events import Event, EventType, SessionStatus, event_type_name, is_reserved_event_type, use_instead
 from ..messages import Message
 from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
-from ._core import _StoreCore, _unbound
+from ..resources.mounts import Mount, mounts_at
+from ._core import _StoreCore, _unbound, mount_log
 from ._listing import SessionLookup
 from ._port import _T, _busy_message
 from ._twins import async_twin
@@ -308,11 +309,21 @@ class _Journal(_StoreCore):
             window_first = self._window_first(tx, row)
             ends = tx.turn_events(session_id, EventType.TURN_COMPLETED.value, max(first, 1), last) if stored else []
             rollbacks = tx.events_of_type(session_id, EventType.ROLLBACK.value, 0) if ends else []
+            mounts = mount_log(tx, session_id) if stored else []
+            finals = sorted([*ends, *(e for kind in (EventType.TURN_FAILED, EventType.TURN_INTERRUPTED)
+                                      for e in tx.turn_events(session_id, kind.value, max(first, 1), last))],
+                            key=lambda e: e.seq) if mounts else []
         groups: dict[tuple[int, int | None, str | None], list[Message]] = {}
+        starts: dict[tuple[int, int | None, str | None], int] = {}
         for item in stored:
-            groups.setdefault((item.turn, item.removed_at_seq, item.removed), []).append(item.message)
+            key = (item.turn, item.removed_at_seq, item.removed)
+            groups.setdefault(key, []).append(item.message)
+            if item.seq is not None:
+                starts[key] = min(starts.get(key, item.seq), item.seq)
+        runs = sorted(seq for (number, _, _), seq in starts.items() if number > 0)  # where each run began
         records = []
-        for (turn, removed_at, reason), msgs in groups.items():
+        for key, msgs in groups.items():
+            turn, removed_at, reason = key
             done = _completion(ends, rollbacks, turn, removed_at)
             records.append(TurnRecord(
                 turn,
@@ -322,6 +333,7 @@ class _Journal(_StoreCore):
                 failed=reason == "failed",
                 model=_text(done.payload.get("model")) if done is not None else None,
                 base_url=_text(done.payload.get("base_url")) if done is not None else None,
+                resources=_ran_with(mounts, finals, turn, starts.get(key), runs),
             ))
         records.sort(key=lambda r: (r.number, r.rolled_back is False and r.failed is False))
         return records
@@ -614,6 +626,22 @@ def _completion(ends: list[Event], rollbacks: list[Event], turn: int, removed_at
             return None
         return end
     return None
+
+
+def _ran_with(mounts: list[Event], finals: list[Event], turn: int, start: int | None,
+              starts: list[int]) -> tuple[Mount, ...]:
+    """The resources one stored run of ``turn`` ran with: the mounts in force at the event
+    that ended it (the first ``turn.completed``, ``turn.failed`` or ``turn.interrupted`` of
+    ``turn`` after its first message ``start``, before the next run began), or now when it
+    has not ended. Turn 0 (the SYSTEM messages) ran nothing: ``()``."""
+    if not mounts or turn == 0 or start is None:
+        return ()
+    following = next((s for s in starts if s > start), None)
+    end = next((e.seq for e in finals if e.seq > start and e.payload.get("turn") == turn
+                and (following is None or e.seq < following)), None)
+    if end is None and following is not None:
+        end = following - 1
+    return tuple(mounts_at(mounts, end))
 
 
 def _text(value: Any) -> str | None:

@@ -80,6 +80,10 @@ class _InMemoryMemoryStoreTx(_MemoryStoreTx):
         docs = self._memstores[store].documents
         return [docs[p] for p in sorted(docs) if _under(p, folder)]
 
+    def doc_first_under(self, store: str, folder: str) -> str | None:
+        prefix = folder + "/"
+        return next((p for p in self._memstores[store].documents if p.startswith(prefix)), None)
+
     def doc_list(self, store: str, folder: str) -> list[DocumentInfo]:
         return [DocumentInfo(d.path, len(d.text.encode("utf-8")), d.version, d.updated_at)
                 for d in self.doc_texts(store, folder)]

@@ -58,6 +58,10 @@ class _MemoryStoreTx:
         ``folder`` itself is not listed."""
         raise NotImplementedError
 
+    def doc_first_under(self, store: str, folder: str) -> str | None:
+        """The path of one document under ``folder`` (``folder/...``), or None: is it a folder?"""
+        raise NotImplementedError
+
     def doc_texts(self, store: str, folder: str) -> list[Document]:
         """:meth:`doc_list` with the texts."""
         raise NotImplementedError

@@ -18,7 +18,7 @@ The rules, written once over :class:`~._memstore_port._MemoryStoreTx`:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import DocumentNotFoundError, MemoryConflictError, MemoryStoreNotFoundError, UsageError
@@ -34,6 +34,7 @@ from ..resources.documents import (
     check_path,
     check_text,
     insert_lines,
+    parent_folders,
     replace_passage,
 )
 from ..resources.memory_tools import MemoryStoreAccess
@@ -56,6 +57,24 @@ def _not_found(name: str) -> MemoryStoreNotFoundError:
     return MemoryStoreNotFoundError(
         f"memory store {name!r} does not exist (chatflow memory ls lists them; chatflow memory create {name} "
         "makes it)", name=name)
+
+
+def _refuse_clash(tx: Any, store: str, path: str) -> None:
+    """A new document at ``path`` must not make a path both a document and a folder: no
+    document may be at a folder above it, none under it. Called with the store's row locked
+    (every write of the store waits for it), so two writers cannot make such a pair between
+    them. A pair stored before this rule stays: its documents are read, edited, renamed
+    and deleted as any other; only a new one is refused."""
+    for folder in parent_folders(path):
+        if tx.doc_get(store, folder) is not None:
+            raise MemoryConflictError(
+                f"memory path {path!r} would be under the document {folder!r}: a path is a document or a folder, "
+                f"not both (rename or delete {folder!r} first, or choose another path): nothing was written")
+    inside = tx.doc_first_under(store, path)
+    if inside is not None:
+        raise MemoryConflictError(
+            f"memory path {path!r} is a folder (it holds {inside!r}): a path is a document or a folder, not both "
+            "(choose another path, such as one inside the folder): nothing was written")
 
 
 def _limit(limit: int | None, default: int | None) -> int | None:
@@ -108,13 +127,19 @@ class MemoryStore(MemoryStoreAccess, Protocol):
         ...
 
     def write_documents(self, store: str, documents: Mapping[str, str], *, op: VersionOp = "import",
-                        author: Author | None = None) -> list[DocumentVersion]:
-        """Write many documents in one transaction."""
+                        author: Author | None = None, create: bool = False,
+                        description: str = "") -> list[DocumentVersion]:
+        """Write many documents in one transaction (all or none; ``create``: the store too)."""
         ...
 
     def revert_memory(self, store: str, seq: int, *, force: bool = False,
                       author: Author | None = None) -> DocumentVersion:
         """Undo the write ``seq`` of ``store`` with a new write."""
+        ...
+
+    def revert_writes(self, store: str, seqs: Sequence[int], *, force: bool = False,
+                      author: Author | None = None) -> list[DocumentVersion]:
+        """Undo several writes of ``store`` in one transaction."""
         ...
 
 
@@ -135,7 +160,7 @@ class _MemoryStores(_StoreCore):
         Raises:
             UsageError: a bad name or description, or the store exists (unless ``exist_ok``).
         """
-        check_resource_name(name)
+        check_resource_name(name, new=True)
         if not isinstance(description, str) or len(description) > 1000:
             raise UsageError("a memory store's description is a str of at most 1000 characters")
         with self._write() as raw:
@@ -163,7 +188,8 @@ class _MemoryStores(_StoreCore):
 
     def delete_memory_store(self, name: str) -> bool:
         """Delete the memory store ``name`` with its documents and history; False if there was
-        none. Sessions that mount it keep the mount; their memory tools then say it is gone."""
+        none. Sessions that mount it keep the mount (their memory tools then say it is gone)
+        until the command line resumes one: it unmounts the store, with a reason, and says so."""
         check_resource_name(name)
         with self._write() as raw:
             return _tx(raw).ms_delete(name)  # type: ignore[no-any-return]
@@ -188,7 +214,7 @@ class _MemoryStores(_StoreCore):
             UsageError: a bad name or path.
         """
         check_resource_name(store)
-        check_path(path)
+        path = check_path(path)
         with self._read() as raw:
             tx = _tx(raw)
             doc = tx.doc_get(store, path)
@@ -225,7 +251,7 @@ class _MemoryStores(_StoreCore):
         given: its writes, renames to and from it). Raises :class:`MemoryStoreNotFoundError`."""
         check_resource_name(store)
         if path is not None:
-            check_path(path)
+            path = check_path(path)
         with self._read() as raw:
             tx = _tx(raw)
             if tx.ms_get(store) is None:
@@ -262,6 +288,8 @@ class _MemoryStores(_StoreCore):
         if text is None:
             tx.doc_delete(store, path)
         else:
+            if tx.doc_get(store, path) is None:
+                _refuse_clash(tx, store, path)
             tx.doc_put(store, path, text, seq, now)
         version = DocumentVersion(store, seq, path, op, text, author, now, previous_path, reverts)
         tx.version_add(version)
@@ -291,7 +319,7 @@ class _MemoryStores(_StoreCore):
             UsageError, DocumentTooLargeError: a bad name, path or text.
         """
         check_resource_name(store)
-        check_path(path)
+        path = check_path(path)
         check_text(text, path)
         with self._write() as tx:
             doc = self._current(tx, store, path)
@@ -308,6 +336,8 @@ class _MemoryStores(_StoreCore):
         try:
             return self.write_document(store, path, text, expected_version=0, author=author)
         except MemoryConflictError as exc:
+            if exc.current_version is None:  # not there, but the path is a folder or under a document
+                raise
             raise MemoryConflictError(
                 f"memory document {path!r} exists already (version {exc.current_version}): edit it, or delete it first",
                 current_version=exc.current_version) from None
@@ -323,7 +353,7 @@ class _MemoryStores(_StoreCore):
             DocumentTooLargeError: the result would be over the limit.
         """
         check_resource_name(store)
-        check_path(path)
+        path = check_path(path)
         if not isinstance(old, str) or not isinstance(new, str):
             raise UsageError("the passage and its replacement are str")
         with self._write() as tx:
@@ -341,7 +371,7 @@ class _MemoryStores(_StoreCore):
             UsageError: ``line`` outside the document. Else as :meth:`replace_in_document`.
         """
         check_resource_name(store)
-        check_path(path)
+        path = check_path(path)
         if not isinstance(text, str):
             raise UsageError("the text to insert is a str")
         with self._write() as tx:
@@ -360,7 +390,7 @@ class _MemoryStores(_StoreCore):
             DocumentNotFoundError: nothing there to delete. MemoryStoreNotFoundError: (exit 3).
         """
         check_resource_name(store)
-        check_path(path)
+        path = check_path(path)
         with self._write() as raw:
             doc = self._current(raw, store, path)
             if doc is not None:
@@ -379,8 +409,8 @@ class _MemoryStores(_StoreCore):
             DocumentNotFoundError, MemoryStoreNotFoundError: (exit 3).
         """
         check_resource_name(store)
-        check_path(path)
-        check_path(new_path)
+        path = check_path(path)
+        new_path = check_path(new_path)
         with self._write() as tx:
             doc = self._current(tx, store, path)
             if doc is None:
@@ -392,17 +422,40 @@ class _MemoryStores(_StoreCore):
             return self._record(tx, store, new_path, "rename", doc.text, author or _NO_AUTHOR, previous_path=path)
 
     def write_documents(self, store: str, documents: Mapping[str, str], *, op: VersionOp = "import",
-                        author: Author | None = None) -> list[DocumentVersion]:
-        """Write many documents in one transaction (an import): a document whose text is
-        unchanged is skipped. Returns the writes made. Raises as :meth:`write_document`."""
+                        author: Author | None = None, create: bool = False,
+                        description: str = "") -> list[DocumentVersion]:
+        """Write many documents in one transaction (an import): all of them or, when one is
+        refused, none (and with ``create``, no new store either). A document whose text is
+        unchanged is skipped. Returns the writes made.
+
+        Every path and text is checked before the store is touched; two paths that are one
+        after NFC normalisation are refused. ``create``: make the store (with ``description``)
+        in the same transaction when it does not exist.
+
+        Raises:
+            UsageError: a bad name, path or text, or a path given twice.
+            MemoryConflictError: a path would be both a document and a folder.
+            MemoryStoreNotFoundError: (exit 3) no store ``store`` and not ``create``.
+        """
         check_resource_name(store)
-        items = [(check_path(p), check_text(t, p)) for p, t in documents.items()]
+        if create and (not isinstance(description, str) or len(description) > 1000):
+            raise UsageError("a memory store's description is a str of at most 1000 characters")
+        items: dict[str, str] = {}
+        for given, text in documents.items():
+            path = check_path(given)
+            if path in items:
+                raise UsageError(f"memory path {path!r} is given twice (the same path after Unicode NFC "
+                                 "normalisation): nothing was written")
+            items[path] = check_text(text, path)
         out = []
-        with self._write() as tx:
-            for path, text in items:
-                doc = self._current(tx, store, path)
+        who = author or _NO_AUTHOR
+        with self._write() as raw:
+            if create and _tx(raw).ms_get(store) is None:
+                _tx(raw).ms_insert(store, description, self.clock())
+            for path, text in items.items():
+                doc = self._current(raw, store, path)
                 if doc is None or doc.text != text:
-                    out.append(self._record(tx, store, path, op, text, author or _NO_AUTHOR))
+                    out.append(self._record(raw, store, path, op, text, who))
         return out
 
     def revert_memory(self, store: str, seq: int, *, force: bool = False,
@@ -415,36 +468,67 @@ class _MemoryStores(_StoreCore):
                 those later writes are undone too, and stay in the history).
             UsageError: no write ``seq`` in the store. MemoryStoreNotFoundError: (exit 3).
         """
-        check_resource_name(store)
         if isinstance(seq, bool) or not isinstance(seq, int):
             raise UsageError(f"a write number is an int, got {seq!r}")
+        return self.revert_writes(store, [seq], force=force, author=author)[0]
+
+    def revert_writes(self, store: str, seqs: Sequence[int], *, force: bool = False,
+                      author: Author | None = None) -> list[DocumentVersion]:
+        """Undo several writes of ``store`` in one transaction (all of them or none), newest
+        first, each as :meth:`revert_memory` does: a folder deleted by ``chatflow memory rm``
+        (one write a document, numbered one after another) comes back with the range of its
+        writes. A later write that is itself one of ``seqs`` is no conflict. Returns the new
+        writes, in the order they were made.
+
+        Raises:
+            UsageError: no ``seqs``, or one that is not a write of the store.
+            MemoryConflictError, MemoryStoreNotFoundError: as :meth:`revert_memory`.
+        """
+        check_resource_name(store)
+        wanted = [] if isinstance(seqs, (str, bytes)) else list(seqs)
+        if not wanted or any(isinstance(s, bool) or not isinstance(s, int) for s in wanted):
+            raise UsageError(f"the writes to undo are write numbers (ints), got {seqs!r}")
+        wanted = sorted(set(wanted), reverse=True)
+        who = author or _NO_AUTHOR
         with self._write() as raw:
             tx = _tx(raw)
             if tx.ms_get(store, for_update=True) is None:
                 raise _not_found(store)
-            undone: DocumentVersion | None = tx.version_get(store, seq)
-            if undone is None:
-                raise UsageError(f"memory store {store!r} has no write {seq} (chatflow memory history {store})")
-            paths = [undone.path] + ([undone.previous_path] if undone.previous_path else [])
-            for path in paths:
-                latest = tx.last_version_touching(store, path, None)
-                if latest is not None and latest.seq != seq and not force:
-                    raise MemoryConflictError(
-                        f"memory document {path!r} was written again after write {seq} (by write {latest.seq}, "
-                        f"{latest.author.describe()}): revert that first, or force", current_version=latest.seq)
-            who = author or _NO_AUTHOR
-            if undone.previous_path is not None:  # a rename: back to the old path
-                old = tx.last_version_touching(store, undone.previous_path, seq)
-                text = old.text if old is not None and old.path == undone.previous_path else undone.text
-                if text is None:
-                    text = ""
-                return self._record(raw, store, undone.previous_path, "revert", text, who,
-                                    previous_path=undone.path, reverts=seq)
-            before = tx.last_version_touching(store, undone.path, seq)
-            text = before.text if before is not None and before.path == undone.path else None
-            if text is None and tx.doc_get(store, undone.path) is None:
-                raise UsageError(f"write {seq} of memory store {store!r} left nothing to undo")
-            return self._record(raw, store, undone.path, "revert", text, who, reverts=seq)
+            allowed = set(wanted)
+            out: list[DocumentVersion] = []
+            for seq in wanted:
+                version = self._revert_one(tx, store, seq, force, allowed, who)
+                allowed.add(version.seq)
+                out.append(version)
+            return out
+
+    def _revert_one(self, tx: Any, store: str, seq: int, force: bool, allowed: set[int],
+                    who: Author) -> DocumentVersion:
+        undone: DocumentVersion | None = tx.version_get(store, seq)
+        if undone is None:
+            last = tx.ms_get(store).last_seq
+            raise UsageError(f"memory store {store!r} has no write {seq} " + (
+                f"(its writes are 1 to {last}; chatflow memory history {store})" if last else "(it has no writes yet)"))
+        paths = [undone.path] + ([undone.previous_path] if undone.previous_path else [])
+        for path in paths:
+            later = [v for v in tx.versions(store, path, seq, None) if v.seq not in allowed]
+            if later and not force:
+                latest = later[-1]
+                raise MemoryConflictError(
+                    f"memory document {path!r} was written again after write {seq} (by write {latest.seq}, "
+                    f"{latest.author.describe()}): revert that first, or force", current_version=latest.seq)
+        if undone.previous_path is not None:  # a rename: back to the old path
+            old = tx.last_version_touching(store, undone.previous_path, seq)
+            text = old.text if old is not None and old.path == undone.previous_path else undone.text
+            if text is None:
+                text = ""
+            return self._record(tx, store, undone.previous_path, "revert", text, who,
+                                previous_path=undone.path, reverts=seq)
+        before = tx.last_version_touching(store, undone.path, seq)
+        text = before.text if before is not None and before.path == undone.path else None
+        if text is None and tx.doc_get(store, undone.path) is None:
+            raise UsageError(f"write {seq} of memory store {store!r} left nothing to undo")
+        return self._record(tx, store, undone.path, "revert", text, who, reverts=seq)
 
     # -- async twins -------------------------------------------------------------------
     asession_resources = async_twin(session_resources)
@@ -465,3 +549,4 @@ class _MemoryStores(_StoreCore):
     arename_document = async_twin(rename_document, writes=True)
     awrite_documents = async_twin(write_documents, writes=True)
     arevert_memory = async_twin(revert_memory, writes=True)
+    arevert_writes = async_twin(revert_writes, writes=True)

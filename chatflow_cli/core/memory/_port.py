@@ -132,6 +132,7 @@ class _StoredMessage:
     message: Message
     removed: str | None = None  # None live, "rolled_back" or "failed"
     removed_at_seq: int | None = None
+    seq: int | None = None  # the seq of the event that recorded the message (turn_messages gives it)
 
 
 class _Tx:

@@ -44,8 +44,12 @@ class _ToolResults(_StoreCore):
             pending = {c.id for c in self._context(tx, row, quiet=True).pending_tool_calls}
             return {i: output for i, (output, _) in submitted.items() if i in pending}
 
-    def submit_tool_result(self, session_id: str, tool_use_id: str, output: str) -> list[str]:
+    def submit_tool_result(self, session_id: str, tool_use_id: str, output: str, *, is_error: bool = False) -> list[str]:
         """Record a custom tool's result (``tool.result_submitted``); return the ids still unanswered.
+
+        ``is_error``: the result is an error result (``"is_error": true`` in the payload; the
+        TOOL message stored when the turn continues is flagged), as for a tool call waiting for
+        an approval that was denied, or that failed once approved.
 
         An id that is not pending, or was already answered: :class:`ToolResultError`, nothing written.
 
@@ -67,7 +71,9 @@ class _ToolResults(_StoreCore):
                 )
             if tool_use_id in submitted:
                 raise ToolResultError(f"tool call {tool_use_id!r} already has a result", session_id=session_id)
-            payload = {"turn": ctx.turn_count, "tool_use_id": tool_use_id, "output": str(output)}
+            payload: dict[str, object] = {"turn": ctx.turn_count, "tool_use_id": tool_use_id, "output": str(output)}
+            if is_error:
+                payload["is_error"] = True
             self._append(tx, session_id, EventType.TOOL_RESULT_SUBMITTED.value, payload, ctx.turn_count)
             row.updated_at = self.clock()
             tx.update_row(row)

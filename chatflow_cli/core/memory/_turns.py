@@ -66,8 +66,8 @@ class TurnStore(ContextStore, SessionLookup, Protocol):
         """Append one custom (non-reserved) event."""
         ...
 
-    def submit_tool_result(self, session_id: str, tool_use_id: str, output: str) -> list[str]:
-        """Record a custom tool's result; the tool-call ids still unanswered."""
+    def submit_tool_result(self, session_id: str, tool_use_id: str, output: str, *, is_error: bool = False) -> list[str]:
+        """Record a custom tool's result (an error result with ``is_error``); the tool-call ids still unanswered."""
         ...
 
     def submitted_tool_results(self, session_id: str) -> dict[str, str]:

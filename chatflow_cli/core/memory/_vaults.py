@@ -9,7 +9,8 @@ checked, an unknown vault refused, one short transaction a call) are :class:`_Va
 from __future__ import annotations
 
 from ..errors import UsageError, VaultNotFoundError
-from ..resources.vaults import VaultEntry, VaultInfo, check_name
+from ..resources.secrets import quoted_name
+from ..resources.vaults import VaultEntry, VaultInfo, check_name, check_stored_name
 from ._core import _StoreCore
 
 __all__ = ["_VaultTx", "_Vaults", "check_location"]
@@ -19,7 +20,7 @@ def check_location(location: str) -> str:
     """``location`` when it is ``keyring``, ``file`` or ``env:VAR``. Raises UsageError."""
     if location in ("keyring", "file") or (location.startswith("env:") and len(location) > 4):
         return location
-    raise UsageError(f"a vault entry lives in keyring, file or env:VAR, not {location!r}")
+    raise UsageError("a vault entry lives in keyring, file or env:VAR, not elsewhere")
 
 
 class _VaultTx:
@@ -52,9 +53,9 @@ class _Vaults(_StoreCore):
         """Create the empty vault ``name`` (one write transaction).
 
         Raises:
-            UsageError: the name is not valid, or the vault exists.
+            UsageError: the name is not valid (or looks like a credential), or the vault exists.
         """
-        check_name(name)
+        check_name(name, new=True)
         at = self.clock()
         with self._write() as tx:
             if not tx.vault_insert(name, at):  # type: ignore[attr-defined]
@@ -76,16 +77,16 @@ class _Vaults(_StoreCore):
         """Add or replace ``entry`` of ``vault``, whose value lives at ``location``.
 
         Raises:
-            UsageError: a bad name or location.
+            UsageError: a bad name (an entry's looking like a credential too) or location.
             VaultNotFoundError: no such vault.
         """
-        check_name(vault)
-        check_name(entry, "entry")
+        check_stored_name(vault)
+        check_name(entry, "entry", new=True)
         check_location(location)
         at = self.clock()
         with self._write() as tx:
             if not tx.vault_list(vault):  # type: ignore[attr-defined]
-                raise VaultNotFoundError(f"no vault {vault!r}")
+                raise VaultNotFoundError(f"no vault {quoted_name(vault)}")
             tx.vault_put_entry(vault, entry, location, at)  # type: ignore[attr-defined]
         return VaultEntry(entry, location, at)
 

@@ -7,7 +7,7 @@ owner leases, turn recovery, de-duplication -- lives in :class:`BaseSessionStore
 store behaves the same (one contract test suite runs against each). The port and its records
 are in ``_port``; the rules are split by concern into mixins over ``_core._StoreCore``
 (``_journal``, ``_turns``, ``_claims``, ``_tool_results``, ``_rollback``, ``_listing``,
-``_forking``, ``_searching``, ``_compaction``), which :class:`BaseSessionStore` composes.
+``_forking``, ``_searching``, ``_compaction``, ``_attachments``), which :class:`BaseSessionStore` composes.
 
 Event ``seq`` and deleted sessions: ``seq`` counts 1, 2, 3... per *incarnation* of a session
 id. ``store.delete(session_id)`` removes the session with its whole event log, so a session
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._attachments import _Attachments
 from ._claims import take_context_claim
 from ._compaction import _Compaction
 from ._forking import _Forking
@@ -58,7 +59,8 @@ __all__ = [
 ]
 
 
-class BaseSessionStore(_Journal, _Turns, _Rollback, _Forking, _Searching, _Compaction, _MemoryStores, _Vaults):
+class BaseSessionStore(_Journal, _Turns, _Rollback, _Forking, _Searching, _Compaction, _MemoryStores, _Vaults,
+                       _Attachments):
     """The session rules, shared by every store.
 
     Subclasses provide :meth:`_read` and :meth:`_write` (context managers yielding a

@@ -37,7 +37,7 @@ from ..events import (
     use_instead,
 )
 from ..messages import Message, Role, ToolCall
-from ..resources.mounts import Mount
+from ..resources.mounts import Mount, unique_mounts
 from ..resources.secrets import scrub_values
 from ..usage import normalise_usage
 from .binding import AGENT_TRAIL_EVENTS, MESSAGE_EVENT_TYPE, AgentTrail, JournalEntry, SessionBinding, TurnLoader
@@ -134,7 +134,8 @@ class SessionContext:
         TypeError: ``max_turns`` is not an int (bool included), or ``metadata`` is not a
             JSON-serialisable dict with str keys.
         ValueError: ``session_id`` is not a non-empty str, or ``max_turns`` is out of range.
-        UsageError: ``session_id`` or ``metadata`` holds a lone surrogate.
+        UsageError: ``session_id`` or ``metadata`` holds a lone surrogate, or ``resources``
+            holds one resource in two modes.
     """
 
     def __init__(
@@ -167,7 +168,10 @@ class SessionContext:
         self._created_agent = _agent_name(initial_agent)
         self._agents_seen: dict[str, Any] = {self._created_agent: initial_agent}
         self._mounts: dict[tuple[str, str], Mount] = {}  # in force: stored, then journalled
-        for mount in resources or ():
+        given = list(resources or ())
+        if given and all(isinstance(m, Mount) for m in given):
+            given = unique_mounts(given, "resources")  # one resource in two modes: UsageError
+        for mount in given:
             self.mount(mount)
 
     # -- read-only views ---------------------------------------------------------------
@@ -608,13 +612,17 @@ class SessionContext:
         self._record(JournalEntry("resource", EventType.RESOURCE_MOUNTED.value, mount.to_dict()))
         return True
 
-    def unmount(self, name: str, kind: str = "memory_store") -> bool:
+    def unmount(self, name: str, kind: str = "memory_store", *, reason: str | None = None) -> bool:
         """Unmount the resource ``name`` of ``kind``: journal ``resource.unmounted`` (with the
-        mode it had). Returns False (journals nothing) when it was not mounted."""
+        mode it had, and ``reason`` when given: why it was unmounted, e.g. the resource was
+        deleted). Returns False (journals nothing) when it was not mounted."""
         mount = self._mounts.pop((kind, name), None)
         if mount is None:
             return False
-        self._record(JournalEntry("resource", EventType.RESOURCE_UNMOUNTED.value, mount.to_dict()))
+        payload: dict[str, Any] = mount.to_dict()
+        if reason:
+            payload["reason"] = str(reason)
+        self._record(JournalEntry("resource", EventType.RESOURCE_UNMOUNTED.value, payload))
         return True
 
     def record_event(self, type: EventType | str, payload: Mapping[str, Any] | None = None) -> None:

@@ -10,6 +10,7 @@ tests, command-line tools and short-lived services; the session rules are those 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import copy
 import threading
@@ -28,6 +29,7 @@ from ..resources.vaults import VaultEntry, VaultInfo
 from ._memstore_inmemory import MemStores, _InMemoryMemoryStoreTx
 from ._port import SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from ._vaults import _VaultTx
+from ._attachments import _AttachmentTx
 from .base import BaseSessionStore
 from .search import Query, SearchHit, memory_snippet, searchable_texts, words_of
 from .owner import Owner
@@ -45,7 +47,7 @@ class _MemSession:
     endpoint: tuple[str | None, str | None] | None = None
 
 
-class _MemoryTx(_InMemoryMemoryStoreTx, _VaultTx, _Tx):
+class _MemoryTx(_InMemoryMemoryStoreTx, _VaultTx, _AttachmentTx, _Tx):
     """Dict-backed primitives; writes log an undo step so a failed transaction leaves no trace."""
 
     def __init__(self, store: SessionStore, writable: bool) -> None:
@@ -76,7 +78,37 @@ class _MemoryTx(_InMemoryMemoryStoreTx, _VaultTx, _Tx):
         if entry is None:
             return False
         self.undo.append(lambda: self._s._sessions.__setitem__(session_id, entry))
+        self.attachments_drop_session(session_id)
         return True
+
+    # -- attachments: bytes by hash, each session's references --------------------------
+    def attachments_add(self, session_id: str, attachments: Any) -> None:
+        blobs, refs = self._s._blobs, self._s._refs.setdefault(session_id, set())
+        for attachment in attachments:
+            digest = attachment.sha256
+            if attachment.data is not None and digest not in blobs:
+                blobs[digest] = bytes(attachment.data)
+                self.undo.append(functools.partial(blobs.pop, digest, None))
+            if digest not in refs:
+                refs.add(digest)
+                self.undo.append(functools.partial(refs.discard, digest))
+
+    def attachments_drop_session(self, session_id: str) -> None:
+        refs = self._s._refs.pop(session_id, None)
+        if not refs:
+            return
+        self.undo.append(lambda: self._s._refs.__setitem__(session_id, refs))
+        used = set().union(*self._s._refs.values()) if self._s._refs else set()
+        for digest in refs - used:
+            data = self._s._blobs.pop(digest, None)
+            if data is not None:
+                self.undo.append(functools.partial(self._s._blobs.__setitem__, digest, data))
+
+    def attachment_blobs(self, hashes: Any) -> dict[str, bytes]:
+        return {h: self._s._blobs[h] for h in hashes if h in self._s._blobs}
+
+    def attachment_hashes(self, session_id: str | None) -> list[str]:
+        return sorted(self._s._blobs if session_id is None else self._s._refs.get(session_id, ()))
 
     def list_rows(self, agent: str | None) -> list[_SessionRow]:
         rows = [
@@ -132,6 +164,9 @@ class _MemoryTx(_InMemoryMemoryStoreTx, _VaultTx, _Tx):
         entry = self._session(session_id)
         if message.tokens is None:  # counted when stored, as the SQLite store does
             message = dataclasses.replace(message, tokens=message_tokens(message))
+        if message.attachments:  # the bytes apart, by hash; the message keeps the metadata
+            self.attachments_add(session_id, message.attachments)
+            message = dataclasses.replace(message, attachments=tuple(a.without_data() for a in message.attachments))
         entry.messages.append([turn, message, None, None, seq])
         self.undo.append(entry.messages.pop)
 
@@ -191,8 +226,8 @@ class _MemoryTx(_InMemoryMemoryStoreTx, _VaultTx, _Tx):
     ) -> list[_StoredMessage]:
         entry = self._session(session_id)
         out = [
-            _StoredMessage(t, m, r, s)
-            for t, m, r, s, _ in entry.messages
+            _StoredMessage(t, m, r, s, at)
+            for t, m, r, s, at in entry.messages
             if t >= first
             and (last is None or t <= last)
             and (include_removed or r is None)
@@ -479,6 +514,8 @@ class SessionStore(BaseSessionStore):
         self._tickets = 0
         self._memstores: MemStores = {}  # memory stores: name -> documents and history
         self._vaults: dict[str, tuple[float, dict[str, tuple[str, float]]]] = {}  # name -> (created, entries)
+        self._blobs: dict[str, bytes] = {}  # attachments' bytes by sha256
+        self._refs: dict[str, set[str]] = {}  # session id -> the hashes its messages use
 
     @contextmanager
     def _read(self) -> Iterator[_Tx]:

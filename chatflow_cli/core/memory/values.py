@@ -19,6 +19,7 @@ from ..events import Event, SessionStatus
 from ..messages import Message
 
 if TYPE_CHECKING:
+    from ..resources.mounts import Mount
     from .context import SessionContext
 
 __all__ = ["MessageState", "SessionSummary", "TurnRecord", "TurnStart"]
@@ -58,6 +59,10 @@ class TurnRecord:
     #: one stored before chatflow recorded them)
     model: str | None = None
     base_url: str | None = None
+    #: the resources the turn ran with: the session's mounts in force when it ended (when it
+    #: still runs, or waits for tool results: now), in the order they were first mounted;
+    #: derived from the ``resource.*`` events of the log (:func:`~chatflow_cli.core.resources.mounts.mounts_at`)
+    resources: tuple[Mount, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from .mounts import (
     check_resource_name,
     fold_mounts,
     parse_mount,
+    unique_mounts,
 )
 
 __all__ = [
@@ -35,4 +36,5 @@ __all__ = [
     "check_resource_name",
     "fold_mounts",
     "parse_mount",
+    "unique_mounts",
 ]

@@ -3,9 +3,12 @@ the edits the memory tools make.
 
 A memory store holds documents: a path (``customers/acme.md``) and its text. Paths are
 relative and confined to the store (:func:`check_path`): segments of any characters but
-``/``, ``\\``, NUL and control characters, none empty, ``.`` or ``..``, no leading ``/``,
-at most :data:`MAX_PATH_CHARS` characters. A folder is a path prefix: ``customers`` holds
-``customers/acme.md``; folders are not stored, they exist while a document is under them.
+``/``, ``\\``, control and invisible format characters, none empty, ``.`` or ``..``, no
+leading ``/``, at most :data:`MAX_PATH_CHARS` characters, normalised to Unicode NFC. A
+folder is a path prefix: ``customers`` holds ``customers/acme.md``; folders are not stored,
+they exist while a document is under them. A path is a document or a folder, never both:
+the store refuses a write that would put a document at a folder's path or under a
+document's path (:func:`parent_folders`).
 
 A document's text is at most :data:`MAX_DOCUMENT_BYTES` bytes of UTF-8 and holds no NUL
 (PostgreSQL text cannot); the stores return it byte for byte.
@@ -39,6 +42,7 @@ __all__ = [
     "check_text",
     "insert_lines",
     "numbered",
+    "parent_folders",
     "replace_passage",
 ]
 
@@ -59,27 +63,61 @@ def _shown(path: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+#: Unicode categories a path may not hold: controls (Cc), format characters such as the
+#: bidi overrides U+202E and zero-width joiners (Cf), surrogates (Cs), private use (Co),
+#: unassigned code points (Cn), and line and paragraph separators (Zl, Zp). Any of them
+#: makes a path that looks like another, or that no one can type.
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def _refused_char(path: str) -> str | None:
+    for ch in path:
+        if ch == "\\":
+            return "a backslash"
+        category = unicodedata.category(ch)
+        if category in _REFUSED_CATEGORIES:
+            name = unicodedata.name(ch, "")
+            kind = "a control character" if category == "Cc" else (
+                "an invisible format character" if category == "Cf" else "a character not allowed in a path")
+            return f"{kind} (U+{ord(ch):04X}{' ' + name if name else ''})"
+    return None
+
+
 def check_path(path: object) -> str:
-    """Return ``path`` when it names a document inside a store; a leading ``./`` is not accepted.
+    """Return ``path``, NFC-normalised, when it names a document inside a store; a leading
+    ``./`` is not accepted.
+
+    Every path that enters a store goes through here (the memory tools, ``chatflow memory``,
+    an import, the library), so ``café`` typed with a composed ``é`` or with ``e`` and a
+    combining accent is one document; callers use the path this returns.
 
     Raises:
         UsageError: (exit 2) not a str, empty, absolute, with a ``..``, ``.`` or empty
-            segment, a backslash, NUL or another control character, or over
-            :data:`MAX_PATH_CHARS` characters.
+            segment, a backslash, a control, format (U+202E and the rest of category Cf),
+            surrogate, private-use, unassigned or line/paragraph-separator character, or
+            over :data:`MAX_PATH_CHARS` characters.
     """
     if not isinstance(path, str) or not path:
         raise UsageError(f"memory path {_shown(path)} is empty: give a path such as customers/acme.md")
+    bad = _refused_char(path)
+    if bad is not None:
+        raise UsageError(f"memory path {_shown(path)} holds {bad}: paths are visible, printable text")
+    path = unicodedata.normalize("NFC", path)
     if len(path) > MAX_PATH_CHARS:
         raise UsageError(f"memory path {_shown(path)} is longer than {MAX_PATH_CHARS} characters")
     if path.startswith("/"):
         raise UsageError(f"memory path {_shown(path)} is absolute: paths are relative to the store (customers/acme.md)")
-    if any(unicodedata.category(ch) == "Cc" or ch in "\\\u2028\u2029" for ch in path):
-        raise UsageError(f"memory path {_shown(path)} holds a control character or a backslash")
     for segment in path.split("/"):
         if segment in ("", ".", ".."):
             raise UsageError(
                 f"memory path {_shown(path)} is outside the store or not canonical: no '..', '.' or empty segment")
     return path
+
+
+def parent_folders(path: str) -> list[str]:
+    """The folders ``path`` is under, outermost first: ``a/b/c.md`` -> ``["a", "a/b"]``."""
+    parts = path.split("/")
+    return ["/".join(parts[:n]) for n in range(1, len(parts))]
 
 
 def check_folder(folder: object) -> str:

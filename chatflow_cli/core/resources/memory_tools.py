@@ -142,7 +142,7 @@ class _Tools:
     def rename(self, old_path: str, new_path: str, store: str | None = None) -> str:
         name = self.pick(store, write=True)
         v = self.store.rename_document(name, old_path, new_path, author=self.author)
-        return f"renamed {name}/{old_path} to {name}/{v.path} (version {v.seq})"
+        return f"renamed {name}/{v.previous_path} to {name}/{v.path} (version {v.seq})"
 
 
 _PATH = "a document's path inside the store, relative, such as customers/acme.md"

@@ -10,23 +10,62 @@ every error line, ``--debug`` traceback and log line it prints.
 A value shorter than :data:`MIN_VALUE_LEN` characters is never stored or handed to a tool
 (:class:`~chatflow_cli.core.resources.vaults.Vaults` refuses it): replacing a short string
 everywhere would garble ordinary text, and not replacing it would leak it.
+
+A name typed by the user (a vault, an entry, a memory store) may hold a value by mistake
+(``gh_token=ghp_...``, or the token itself where the entry's name was expected). Messages
+quote a name only through :func:`quoted_name`, which shows it when it has a name's shape and
+does not look like a credential (:func:`looks_like_secret`), and otherwise says it is not
+shown.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 
-__all__ = ["MIN_VALUE_LEN", "REDACTED", "remember_value", "scrub_values", "values_read"]
+__all__ = ["MIN_VALUE_LEN", "NOT_SHOWN", "REDACTED", "looks_like_secret", "quoted_name", "remember_value",
+           "scrub_values", "values_read"]
 
 #: The shortest vault value chatflow keeps or hands to a tool, in characters.
 MIN_VALUE_LEN = 8
 #: What a scrubbed value is replaced by.
 REDACTED = "[redacted]"
+#: What a message says instead of a name it does not quote (:func:`quoted_name`).
+NOT_SHOWN = "(the name given, not shown)"
+
+# a name's shape: what any vault, entry or memory store name ever was (letters of both cases)
+_NAME_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# 20 or more letters and digits in a row, with both: random tokens (ghp_..., AKIA..., sk-...)
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9]{20,}")
+# the prefixes of well-known credentials (GitHub, GitLab, Slack, OpenAI-style, AWS, Google, JWT)
+_TOKEN_PREFIX = re.compile(r"(gh[pousr]_|github_pat_|glpat-|xox[abprs]-|sk-|AKIA|ASIA|AIza|ya29\.|eyJ)")
 
 _VALUES: set[str] = set()
 _FORMS: list[str] = []  # every value and its JSON-escaped form, longest first
 _LOCK = threading.Lock()
+
+
+def looks_like_secret(text: str) -> bool:
+    """True when ``text`` looks like a credential rather than a name: a run of 20 or more
+    letters and digits holding both, or a well-known token prefix followed by 12 or more
+    characters. ``github_token``, ``team.crm`` and ``acme-2024`` do not; ``ghp_`` and 36
+    characters, ``AKIAIOSFODNN7EXAMPLE`` or ``sk-proj-...`` do."""
+    for run in _TOKEN_RUN.findall(text):
+        if any(c.isdigit() for c in run) and any(c.isalpha() for c in run):
+            return True
+    found = _TOKEN_PREFIX.match(text)
+    return found is not None and len(text) - found.end() >= 12
+
+
+def quoted_name(name: object) -> str:
+    """``name`` quoted for a message (``'work'``) when it has a name's shape (1-64 letters,
+    digits, ``_``, ``.``, ``-``, starting with a letter or a digit) and does not look like a
+    credential; otherwise :data:`NOT_SHOWN`, so a value typed where a name was expected is
+    never printed."""
+    if isinstance(name, str) and _NAME_SHAPE.fullmatch(name) and not looks_like_secret(name):
+        return repr(name)
+    return NOT_SHOWN
 
 
 def remember_value(value: str) -> None:

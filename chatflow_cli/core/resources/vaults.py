@@ -24,8 +24,13 @@ names and each entry's location, never a value. Every value read or written is r
 by :mod:`chatflow_cli.core.resources.secrets` so that it is scrubbed from tool results,
 events, error lines and logs.
 
-Names of vaults and entries: 1-64 characters, letters, digits, ``_``, ``-`` and ``.``,
-starting with a letter or digit (:func:`check_name`). Values: at least
+Names (:func:`check_name`): a vault's name follows the one rule of memory stores and vaults,
+:func:`~chatflow_cli.core.resources.mounts.check_resource_name` (1-64 characters of ``a-z
+0-9 _ . -``, starting with a letter or a digit); an entry's name may hold uppercase letters
+too (it is what a tool's ``Secret("...")`` asks for). A new name must not look like a
+credential. A vault made before the rule was one (``Work2``) can still be listed and removed
+(:func:`check_stored_name`), not filled or mounted. Error messages never echo a name that
+breaks the rule (it may be a value typed in the wrong place). Values: at least
 :data:`~chatflow_cli.core.resources.secrets.MIN_VALUE_LEN` characters, no NUL.
 """
 
@@ -43,7 +48,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import UsageError, VaultFileError, VaultNotFoundError, VaultStorageError
-from .secrets import MIN_VALUE_LEN, remember_value
+from .mounts import check_resource_name, name_problem
+from .secrets import MIN_VALUE_LEN, NOT_SHOWN, quoted_name, remember_value
 
 __all__ = [
     "FILE_NAME",
@@ -54,9 +60,13 @@ __all__ = [
     "VaultEntry",
     "VaultInfo",
     "Vaults",
+    "check_env_name",
     "check_name",
+    "check_stored_name",
     "check_value",
     "keyring_backend",
+    "no_vault_error",
+    "refuse_legacy",
 ]
 
 #: The file holding vault values when no keyring is usable (in the data directory).
@@ -64,21 +74,51 @@ FILE_NAME = "vault-secrets.json"
 #: Keyring service names are this prefix and the vault's name.
 KEYRING_SERVICE_PREFIX = "chatflow-vault:"
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
-def check_name(name: str, what: str = "vault") -> str:
-    """``name`` when it is a valid vault or entry name (see the module docstring).
+def check_name(name: str, what: str = "vault", *, new: bool = False) -> str:
+    """``name`` when it is a valid vault name (``what="vault"``:
+    :func:`~chatflow_cli.core.resources.mounts.check_resource_name`) or entry name
+    (``what="entry"``: the same rule, uppercase letters allowed); with ``new``, it must also
+    not look like a credential.
 
     Raises:
-        UsageError: it is not (exit 2); the message shows the name safely quoted.
+        UsageError: it is not (exit 2); the message says what is wrong and quotes the name
+            only when it has a name's shape and does not look like a credential.
     """
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        shown = json.dumps(name if isinstance(name, str) else repr(name))[:80]
-        raise UsageError(f"{what} name {shown} is not valid: use 1-64 letters, digits, '_', '-' or '.', "
-                         "starting with a letter or digit")
+    if what == "vault":
+        return check_resource_name(name, "vault", new=new)
+    problem = name_problem(name, lowercase=False, new=new, values=True)
+    if problem is not None:
+        shown = quoted_name(name)
+        raise UsageError(f"{what} name{'' if shown == NOT_SHOWN else ' ' + shown} is not valid: {problem}; use "
+                         "1-64 letters, digits, '_', '.' or '-', starting with a letter or a digit")
     return name
+
+
+def check_stored_name(name: str) -> str:
+    """``name`` when it may name a stored vault: the rule of :func:`check_name`, or the looser
+    one vaults were created with before (uppercase letters allowed), so such a vault can still
+    be listed and removed.
+
+    Raises:
+        UsageError: (exit 2) as :func:`check_name` (the name is not echoed).
+    """
+    return check_name(name, "vault") if name_problem(name, lowercase=False) is not None else name
+
+
+def _legacy(name: str) -> bool:
+    """True for a stored vault whose name breaks today's rule (made before it: ``Work2``)."""
+    return name_problem(name) is not None
+
+
+def no_vault_error(name: str, known: str) -> VaultNotFoundError:
+    """The error for no vault ``name`` (``known``: the vaults there are, in words); the name is
+    quoted only when it may be shown (:func:`~chatflow_cli.core.resources.secrets.quoted_name`)."""
+    shown = quoted_name(name)
+    hint = f"; create one with: chatflow vault create {name}" if shown != NOT_SHOWN and not _legacy(name) else ""
+    return VaultNotFoundError(f"no vault {shown} (vaults: {known}{hint})")
 
 
 # --------------------------------------------------------------------------------------
@@ -333,15 +373,18 @@ class Vaults:
     # -- the catalogue ------------------------------------------------------------------
     def create(self, name: str) -> VaultInfo:
         """Create the vault ``name``. Raises UsageError (a bad name, or it exists)."""
-        return self.catalog.create_vault(check_name(name))
+        return self.catalog.create_vault(check_name(name, new=True))
 
     def get_vault(self, name: str) -> VaultInfo:
-        """The vault ``name``. Raises VaultNotFoundError."""
-        info = self.catalog.get_vault(check_name(name))
+        """The vault ``name`` (a name made before today's rule too: :func:`check_stored_name`).
+
+        Raises:
+            UsageError: not a vault name.
+            VaultNotFoundError: no such vault.
+        """
+        info = self.catalog.get_vault(check_stored_name(name))
         if info is None:
-            known = ", ".join(v.name for v in self.catalog.list_vaults()) or "none"
-            raise VaultNotFoundError(f"no vault {name!r} (vaults: {known}; create one with: chatflow vault create "
-                                     f"{name})")
+            raise no_vault_error(name, ", ".join(v.name for v in self.catalog.list_vaults()) or "none")
         return info
 
     def list(self) -> list[VaultInfo]:
@@ -361,13 +404,13 @@ class Vaults:
             VaultNotFoundError: no such vault.
             VaultStorageError: the keyring or the file failed.
         """
-        check_name(entry, "entry")
+        check_name(entry, "entry", new=True)
         info = self.get_vault(vault)
+        refuse_legacy(vault)
         if (value is None) == (env is None):
             raise UsageError("give a vault value or an environment variable name, not both")
         if env is not None:
-            if not _ENV_RE.match(env):
-                raise UsageError(f"--env {json.dumps(env)[:80]} is not an environment variable name")
+            check_env_name(env)
             where = f"env:{env}"
         else:
             assert value is not None
@@ -408,7 +451,7 @@ class Vaults:
         if entry is not None:
             found = info.entry(check_name(entry, "entry"))
             if found is None:
-                raise VaultNotFoundError(f"vault {vault!r} has no entry {entry!r}")
+                raise VaultNotFoundError(f"vault {quoted_name(vault)} has no entry {quoted_name(entry)}")
             self._forget(vault, found)
             self.catalog.delete_vault_entry(vault, entry)
             return info
@@ -448,6 +491,31 @@ class Vaults:
         if value is not None:
             remember_value(value)
         return value
+
+
+def refuse_legacy(vault: str) -> None:
+    """Raise UsageError (exit 2) when ``vault`` is a stored vault whose name breaks today's
+    rule (made before it, ``Work2``): it cannot be mounted, so nothing more is put in it."""
+    if not _legacy(vault):
+        return
+    if quoted_name(vault) == NOT_SHOWN or quoted_name(vault.lower()) == NOT_SHOWN:
+        raise UsageError("this vault was made before vault names were lowercase only: it cannot be mounted, so no "
+                         "entry is set in it; create one with a valid name and remove this one (chatflow vault ls "
+                         "lists them)")
+    raise UsageError(f"vault {vault!r} was made before vault names were lowercase only: it cannot be mounted, so no "
+                     f"entry is set in it; run chatflow vault create {vault.lower()}, set its entries there, then "
+                     f"remove this one: chatflow vault rm {vault}")
+
+
+def check_env_name(env: str) -> str:
+    """``env`` when it is an environment variable's name. Raises UsageError (exit 2) saying
+    what is wrong without echoing it (``--env GH_TOKEN=ghp_...`` holds a value)."""
+    if isinstance(env, str) and _ENV_RE.match(env):
+        return env
+    why = ("it holds '=': give the variable's name only (its value is read when a tool needs it)"
+           if isinstance(env, str) and "=" in env else
+           "use letters, digits and '_', not starting with a digit, at most 128 characters")
+    raise UsageError(f"--env takes an environment variable's name, and this is not one: {why}")
 
 
 def check_value(value: str) -> str:
@@ -495,6 +563,7 @@ class SessionSecrets:
             raise MissingSecret(f"{tool} needs the secret {entry!r} from a vault, and no vault is mounted on this "
                                 "session; nothing ran", entry=entry, vaults=())
         unknown: list[str] = []
+        unset: list[tuple[str, str]] = []  # (vault, location) of an entry listed but with no value now
         if self.vaults is not None:
             for name in self.names:
                 info = self.vaults.catalog.get_vault(name)
@@ -504,8 +573,23 @@ class SessionSecrets:
                 value = self.vaults.read(name, entry, info=info)
                 if value is not None:
                     return value
+                found = info.entry(entry)
+                if found is not None:
+                    unset.append((name, found.location))
         searched = ", ".join(repr(n) for n in self.names)
         gone = f" (no vault {', '.join(repr(n) for n in unknown)} exists)" if unknown else ""
+        if unset:
+            vault, location = unset[0]
+            if location.startswith("env:"):
+                var = location[4:]
+                raise MissingSecret(
+                    f"{tool} needs the secret {entry!r}: vault {vault!r} takes it from the environment variable "
+                    f"{var}, which is not set (searched: {searched}){gone}; nothing ran. Set {var} in the environment "
+                    "chatflow runs in", entry=entry, vaults=self.names)
+            raise MissingSecret(
+                f"{tool} needs the secret {entry!r}: vault {vault!r} lists it in the {location}, but the value is no "
+                f"longer there (searched: {searched}){gone}; nothing ran. Set it again with: chatflow vault set "
+                f"{vault} {entry}", entry=entry, vaults=self.names)
         raise MissingSecret(f"{tool} needs the secret {entry!r}, which no mounted vault holds (searched: "
                             f"{searched}){gone}; nothing ran. Add it with: chatflow vault set {self.names[0]} {entry}",
                             entry=entry, vaults=self.names)

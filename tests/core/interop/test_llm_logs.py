@@ -132,8 +132,9 @@ def test_a_malformed_part_names_its_row(llm_logs_db: Path, tmp_path: Path) -> No
     assert info.value.exit_code == 2
 
 
-def test_attachments_become_a_documented_line(tmp_path: Path) -> None:
-    """An attachment's bytes are not copied: the prompt gets ``[attachment: <type> <path or url>]``."""
+def test_attachments_with_bytes_come_in_as_attachments_the_others_as_a_documented_line(tmp_path: Path) -> None:
+    """An attachment whose bytes llm kept (or whose file is still there) becomes an attachment
+    of the user message; one without (a file gone, a URL) gets ``[attachment: <type> <path or url>]``."""
     db = tmp_path / "logs.db"
     shutil.copy(OLD_DB, db)
     conn = sqlite3.connect(db)
@@ -144,11 +145,17 @@ def test_attachments_become_a_documented_line(tmp_path: Path) -> None:
                  "'https://example.com/x.pdf', null)")
     conn.execute("insert into prompt_attachments (response_id, attachment_id, [order]) values (?, 'a1', 0)", (response,))
     conn.execute("insert into prompt_attachments (response_id, attachment_id, [order]) values (?, 'a2', 1)", (response,))
+    conn.execute("insert into attachments (id, type, path, url, content) values ('a3', 'text/csv', null, null, ?)",
+                 (b"n,sum\n2,5\n",))
+    conn.execute("insert into prompt_attachments (response_id, attachment_id, [order]) values (?, 'a3', 2)", (response,))
     conn.commit()
     conn.close()
     sessions = read_llm_logs(db)
-    assert sessions[1].turns[0].messages[0] == Message.user(
-        "What is 2+3?\n[attachment: image/png /tmp/sum.png]\n[attachment: application/pdf https://example.com/x.pdf]")
+    message = sessions[1].turns[0].messages[0]
+    assert message.content == ("What is 2+3?\n[attachment: image/png /tmp/sum.png]\n"
+                               "[attachment: application/pdf https://example.com/x.pdf]")
+    [kept] = message.attachments
+    assert (kept.data, kept.media_type, kept.name) == (b"n,sum\n2,5\n", "text/plain", None)
 
 
 

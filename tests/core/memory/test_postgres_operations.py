@@ -150,13 +150,13 @@ def test_a_failing_migration_names_its_version_and_what_to_do(pg_dsn: str) -> No
                      "$$ BEGIN RAISE EXCEPTION 'changes are frozen'; END $$")
         for table in ("chatflow_messages", "chatflow_events", "chatflow_sessions"):
             conn.execute(f"CREATE TRIGGER frozen BEFORE UPDATE ON {table} FOR EACH ROW EXECUTE FUNCTION refuse()")
-        # the last migration (the vault catalogue) only adds tables: an operator's table of the
-        # same name, with no key, makes its foreign key impossible
-        conn.execute("CREATE TABLE chatflow_vaults (name text)")
+        # the last migration (attachments) only adds tables: an operator's table of the same
+        # name, without the column its index names, makes the index impossible
+        conn.execute("CREATE TABLE chatflow_attachment_refs (session_id text)")
     with pytest.raises(StoreError) as info:
         _store(pg_dsn)
     text = str(info.value)
-    assert f"schema migration {last} (" in text and "no unique constraint" in text
+    assert f"schema migration {last} (" in text and 'column "sha256" does not exist' in text
     assert f"stays at schema version {last - 1}" in text and "start chatflow again" in text
     assert info.value.exit_code == 8 and "\n" not in text
     assert _versions(pg_dsn) == list(range(1, last))

@@ -83,3 +83,20 @@ def test_vaults_over_a_store_with_the_owner_only_file(any_store: BaseSessionStor
     assert any_store.get_vault("work") is None and "work" not in path.read_text()
     with pytest.raises(VaultNotFoundError):
         vaults.remove("work")
+
+
+def test_names_follow_the_one_rule_and_a_credential_is_no_name(any_store: BaseSessionStore) -> None:
+    token = "ghp_" + "a1B2c3D4" * 4 + "e5F6"  # the shape of a GitHub token
+    for bad, why in (("Work2", "it holds an uppercase letter"), (token.lower(), "it looks like a credential"),
+                     ("w=" + token, "it holds '='")):
+        with pytest.raises(UsageError, match=why) as caught:
+            any_store.create_vault(bad)
+        assert token[4:].lower() not in caught.value.message.lower()
+        with pytest.raises(UsageError, match=why):
+            any_store.create_memory_store(bad)
+    any_store.create_vault("work")
+    with pytest.raises(UsageError, match="entry name is not valid: it looks like a credential") as caught:
+        any_store.set_vault_entry("work", token, "file")
+    assert token not in caught.value.message
+    assert any_store.set_vault_entry("work", "GITHUB_TOKEN", "env:GITHUB_TOKEN").name == "GITHUB_TOKEN"
+    assert [e.name for e in any_store.get_vault("work").entries] == ["GITHUB_TOKEN"]

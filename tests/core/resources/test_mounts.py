@@ -60,3 +60,16 @@ def test_the_fold_of_mount_events() -> None:
 def test_mount_events_are_reserved() -> None:
     assert EventType.RESOURCE_MOUNTED.value == "resource.mounted"
     assert {"resource.mounted", "resource.unmounted"} <= RESERVED_EVENT_TYPES
+
+
+def test_one_resource_in_two_modes_is_refused() -> None:
+    from chatflow_cli.core.resources.mounts import unique_mounts
+
+    notes, notes_ro, keys = Mount.memory_store("notes"), Mount.memory_store("notes", "read-only"), Mount.vault("keys")
+    assert unique_mounts([notes, keys, notes, Mount.memory_store("crm")]) == [notes, keys, Mount.memory_store("crm")]
+    with pytest.raises(UsageError, match="memory store 'notes' is mounted twice in --memory, as notes:rw and as "
+                                         "notes:ro") as caught:
+        unique_mounts([notes, keys, notes_ro], "--memory")
+    assert caught.value.exit_code is ExitStatus.USAGE
+    # a vault and a memory store of one name are two resources
+    assert unique_mounts([Mount.vault("notes"), notes_ro]) == [Mount.vault("notes"), notes_ro]

@@ -96,3 +96,30 @@ def test_no_mount_no_memory_tool(fake_server: FakeServer, make_runner: Callable[
     fake_server.add_text("hi")
     make_runner(AGENT).run("plain", "hi")
     assert "tools" not in fake_server.requests[0] or not fake_server.requests[0]["tools"]
+
+
+def test_tool_paths_are_nfc_and_a_document_is_never_a_folder(fake_server: FakeServer,
+                                                             make_runner: Callable[..., Runner],
+                                                             sqlite_store: Any) -> None:
+    import pytest
+
+    from chatflow_cli.core.errors import UsageError
+
+    sqlite_store.create_memory_store("notes")
+    sqlite_store.write_document("notes", "a/b", "a document")
+    runner = make_runner(AGENT)
+    fake_server.add_tool_calls([("c1", "memory_create", json.dumps({"path": "a/b/c.md", "file_text": "x"}))])
+    fake_server.add_tool_calls([("c2", "memory_create", json.dumps({"path": "a", "file_text": "x"}))])
+    fake_server.add_tool_calls([("c3", "memory_create", json.dumps({"path": "cafe\u0301.md", "file_text": "one"}))])
+    fake_server.add_tool_calls([("c4", "memory_view", json.dumps({"path": "caf\u00e9.md"}))])
+    fake_server.add_tool_calls([("c5", "memory_create", json.dumps({"path": "x\u202e.md", "file_text": "x"}))])
+    fake_server.add_text("done")
+    assert runner.run("s1", "go", resources=[Mount.memory_store("notes")]).content == "done"
+    under, folder, created, view, bidi = [_results(fake_server.requests[n])[-1] for n in range(1, 6)]
+    assert under.startswith("Error:") and "would be under the document 'a/b'" in under, under
+    assert folder.startswith("Error:") and "'a' is a folder (it holds 'a/b')" in folder, folder
+    assert created == "created notes/caf\u00e9.md (version 2)" and "1\tone" in view, (created, view)
+    assert bidi.startswith("Error:") and "U+202E" in bidi, bidi
+    assert [d.path for d in sqlite_store.list_documents("notes")] == ["a/b", "caf\u00e9.md"]
+    with pytest.raises(UsageError, match="mounted twice"):
+        runner.run("s1", "again", resources=[Mount.memory_store("notes"), Mount.memory_store("notes", "read-only")])

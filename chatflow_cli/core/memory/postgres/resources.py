@@ -140,6 +140,12 @@ class PgMemoryStoreTx(_MemoryStoreTx):
         return self._x(f"SELECT {columns} FROM chatflow_memory_documents WHERE store = %s AND "
                        "left(path, %s) = %s ORDER BY path COLLATE \"C\"", (store, len(prefix), prefix)).fetchall()
 
+    def doc_first_under(self, store: str, folder: str) -> str | None:
+        prefix = folder + "/"
+        r = self._x("SELECT path FROM chatflow_memory_documents WHERE store = %s AND left(path, %s) = %s LIMIT 1",
+                    (store, len(prefix), prefix)).fetchone()
+        return None if r is None else str(r[0])
+
     def doc_list(self, store: str, folder: str) -> list[DocumentInfo]:
         return [DocumentInfo(r[0], int(r[1]), int(r[2]), float(r[3]))
                 for r in self._under(store, folder, "path, size_bytes, version, updated_at_utc")]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .resources import MIGRATION as MEMORY_STORES
 from .vaults import MIGRATION as VAULTS
+from .attachments import MIGRATION as ATTACHMENTS
 from .rows import _message
 from .search import _search_vector
 
@@ -214,6 +215,7 @@ _MIGRATIONS: list[tuple[int, str, list[str]]] = [
     ),
     (8, MEMORY_STORES[0], list(MEMORY_STORES[1])),  # the tables are written beside their primitives
     (9, VAULTS[0], list(VAULTS[1])),
+    (10, ATTACHMENTS[0], list(ATTACHMENTS[1])),
 ]
 def _fill_token_estimates(conn: psycopg.Connection[Any]) -> None:
     """Give every message row without a token count the estimate of its message."""

@@ -17,6 +17,7 @@ from ..search import Query, SearchHit, memory_snippet, searchable_texts, words_o
 from .connection import _DatabaseClock, _Store
 from .resources import PgMemoryStoreTx
 from .vaults import PgVaultTx
+from .attachments import PgAttachmentTx
 from .rows import _EVENT_COLUMNS, _ROW_COLUMNS, _dumps, _event, _message, _metadata_columns, _owner, _row
 from .schema import _NS_MESSAGE, _NS_SESSION, NOTIFY_CHANNEL, _channel_key
 from .search import _search_vector, to_tsquery
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     import psycopg
 
 
-class _PgTx(PgMemoryStoreTx, PgVaultTx, _Tx):
+class _PgTx(PgMemoryStoreTx, PgVaultTx, PgAttachmentTx, _Tx):
     """Primitives over one connection inside one transaction."""
 
     @staticmethod
@@ -156,6 +157,7 @@ class _PgTx(PgMemoryStoreTx, PgVaultTx, _Tx):
 
     def delete_row(self, session_id: str) -> bool:
         self._lock_session(session_id)
+        self.attachments_drop_session(session_id)
         # RETURNING, not rowcount: in pipeline mode a count is known only once results are read
         gone = self._x("DELETE FROM chatflow_sessions WHERE session_id = %s RETURNING 1", (session_id,)).fetchall()
         self._x("DELETE FROM chatflow_turn_queue WHERE session_id = %s", (session_id,))
@@ -299,6 +301,8 @@ class _PgTx(PgMemoryStoreTx, PgVaultTx, _Tx):
             (session_id, turn, message.role.value, text, seq, message_tokens(message), message.summary_through,
              _search_vector(message))
         )
+        if message.attachments:
+            self.attachments_add(session_id, message.attachments)
 
     def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
         self._x(
@@ -351,7 +355,7 @@ class _PgTx(PgMemoryStoreTx, PgVaultTx, _Tx):
         self, session_id: str, first: int, last: int | None, include_removed: bool
     ) -> list[_StoredMessage]:
         sql = (
-            "SELECT turn, message, message_text, removed_reason, removed_at_seq, role, tokens "
+            "SELECT turn, message, message_text, removed_reason, removed_at_seq, role, tokens, event_seq "
             "FROM chatflow_messages WHERE session_id = %s AND turn >= %s AND turn <= %s AND summary_through IS NULL"
         )
         if not include_removed:
@@ -360,8 +364,8 @@ class _PgTx(PgMemoryStoreTx, PgVaultTx, _Tx):
             sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**31 - 1)
         )
         return [
-            _StoredMessage(t, _message(m, x, n), reason, seq)
-            for t, m, x, reason, seq, role, n in rows
+            _StoredMessage(t, _message(m, x, n), reason, seq, at)
+            for t, m, x, reason, seq, role, n, at in rows
             if t > 0 or role == Role.SYSTEM.value
         ]
 

@@ -140,6 +140,12 @@ class SQLiteMemoryStoreTx(_MemoryStoreTx):
             f"SELECT {columns} FROM chatflow_memory_documents WHERE store = ? AND substr(path, 1, ?) = ? "
             "ORDER BY path", (store, len(prefix), prefix)).fetchall()
 
+    def doc_first_under(self, store: str, folder: str) -> str | None:
+        # the (store, path) index: paths from folder/ to folder0 (the next character after '/')
+        r = self.c.execute("SELECT path FROM chatflow_memory_documents WHERE store = ? AND path >= ? AND path < ? "
+                           "LIMIT 1", (store, folder + "/", folder + "0")).fetchone()
+        return None if r is None else str(r[0])
+
     def doc_list(self, store: str, folder: str) -> list[DocumentInfo]:
         return [DocumentInfo(*r) for r in self._under(store, folder, "path, size_bytes, version, updated_at_utc")]  # type: ignore[arg-type]
 

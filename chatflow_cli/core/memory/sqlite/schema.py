@@ -21,6 +21,7 @@ from typing import Union
 
 from .resources import MIGRATION as MEMORY_STORES
 from .vaults import MIGRATION as VAULTS
+from .attachments import MIGRATION as ATTACHMENTS
 
 __all__ = ["SCHEMA_VERSION", "MigrationFailed", "apply_migrations", "schema_version"]
 
@@ -255,6 +256,7 @@ END""",
     ),
     (9, MEMORY_STORES[0], list(MEMORY_STORES[1])),  # the tables are written beside their primitives
     (10, VAULTS[0], list(VAULTS[1])),
+    (11, ATTACHMENTS[0], list(ATTACHMENTS[1])),
 ]
 
 #: The messages not yet in the full-text index (migration 6): above its highest rowid.

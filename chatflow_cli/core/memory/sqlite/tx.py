@@ -27,10 +27,11 @@ from .rows import (
 )
 from .resources import SQLiteMemoryStoreTx
 from .vaults import SQLiteVaultTx
+from .attachments import SQLiteAttachmentTx
 from .search import _best_per_turn, _snippet
 
 
-class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, _Tx):
+class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, SQLiteAttachmentTx, _Tx):
     """Primitives over one connection inside one transaction."""
 
     def __init__(self, conn: sqlite3.Connection, write: bool = False) -> None:
@@ -107,6 +108,7 @@ class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, _Tx):
         self._seq.pop(session_id, None)
         self._known_from.pop(session_id, None)
         self._positions = {k: v for k, v in self._positions.items() if k[0] != session_id}
+        self.attachments_drop_session(session_id)
         return self.c.execute("DELETE FROM chatflow_sessions WHERE session_id = ?", (session_id,)).rowcount > 0
 
     def list_rows(self, agent: str | None) -> list[_SessionRow]:
@@ -255,6 +257,8 @@ class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, _Tx):
              message.summary_through)
         )
         self._positions[key] = position + 1
+        if message.attachments:
+            self.attachments_add(session_id, message.attachments)
 
     def remove_turns(self, session_id: str, first: int, last: int | None, reason: str, seq: int) -> None:
         self.c.execute(
@@ -360,7 +364,7 @@ class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, _Tx):
         self, session_id: str, first: int, last: int | None, include_removed: bool
     ) -> list[_StoredMessage]:
         sql = (
-            "SELECT turn, message_json, removed_reason, removed_at_seq, role, tokens FROM chatflow_messages "
+            "SELECT turn, message_json, removed_reason, removed_at_seq, role, tokens, event_seq FROM chatflow_messages "
             "WHERE session_id = ? AND turn >= ? AND turn <= ?"
         )
         if not include_removed:
@@ -370,8 +374,8 @@ class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, _Tx):
             sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**62)
         )
         return [
-            _StoredMessage(t, _message(j, n), reason, seq)
-            for t, j, reason, seq, role, n in rows
+            _StoredMessage(t, _message(j, n), reason, seq, at)
+            for t, j, reason, seq, role, n, at in rows
             if t > 0 or role == Role.SYSTEM.value
         ]
 

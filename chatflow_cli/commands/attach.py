@@ -1,0 +1,92 @@
+"""``chatflow chat --attach FILE`` (``-f FILE``, repeatable): the files of the user message.
+
+Imported only when a file is attached, so a plain ``chatflow chat hi`` never calls it. Each
+file is read and checked (:func:`~chatflow_cli.core.attachments.read_attachment`) before
+anything is stored or sent; ``-f -`` reads stdin as a file (named ``stdin``), and the message
+then comes from the MESSAGE argument only. A message with attachments needs no text (its content is then ``""``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..core.attachments import Attachment, attachment_from_bytes, check_count, read_attachment, MAX_IMAGE_BYTES
+from ..core.errors import AttachmentError, ImagesNotAcceptedError, UsageError
+from ..core.messages import Message
+from .chat_input import _check_message, message_from
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..config import ModelChoice
+    from ..context import State
+    from .chat_input import ChatOptions
+
+__all__ = ["attached_message", "images_refused", "read_attachments", "text_only_check"]
+
+
+def _read_stdin(state: State) -> Attachment:
+    if state.env.stdin_isatty:
+        raise AttachmentError("cannot attach -: stdin is a terminal (pipe the file in: chatflow chat -f - MESSAGE < FILE)")
+    stream = state.env.stdin
+    source = getattr(stream, "buffer", None)
+    if source is None:  # a text stream (tests): its text as UTF-8
+        data = stream.read().encode("utf-8")
+    else:
+        data = source.read(MAX_IMAGE_BYTES + 1)
+    return attachment_from_bytes(data, "stdin")
+
+
+def read_attachments(state: State, paths: list[str] | tuple[str, ...]) -> tuple[Attachment, ...]:
+    """Every ``--attach`` file, read and checked, in the order given.
+
+    Raises:
+        AttachmentError: a file cannot be attached, or there are too many (exit 2).
+    """
+    check_count(len(paths))
+    if list(paths).count("-") > 1:
+        raise AttachmentError("-f - is given twice: stdin can be attached once")
+    return tuple(_read_stdin(state) if path == "-" else read_attachment(path) for path in paths)
+
+
+def attached_message(state: State, opts: ChatOptions) -> Message:
+    """The USER message of ``chatflow chat --attach ...``: its text (the MESSAGE argument;
+    with no ``-f -``, also piped stdin as ``message_from`` reads it) and its attachments.
+
+    Raises:
+        UsageError: with ``--input jsonl`` or ``--tool-result``, or ``-`` both as MESSAGE and file.
+        AttachmentError: a file cannot be attached.
+    """
+    if opts.input == "jsonl" or opts.tool_results:
+        raise UsageError("--attach goes with a MESSAGE, not with --input jsonl or --tool-result")
+    paths = list(opts.attachments)
+    if "-" in paths:
+        if opts.message == "-":
+            raise UsageError("stdin cannot be both the message (-) and a file (-f -)")
+        attachments = read_attachments(state, paths)
+        text = _check_message(opts.message) if opts.message is not None else None
+    else:
+        attachments = read_attachments(state, paths)
+        text = None
+        if opts.message is not None or not state.env.stdin_isatty:
+            text = message_from(state, opts)
+    return Message.user(text or "", attachments)  # no text: "" (previews and titles read a string)
+
+
+def text_only_check(choice: ModelChoice, message: Message) -> None:
+    """The local model reads text only: refuse a message with an image before sending."""
+    if choice.local and any(a.is_image for a in message.attachments):
+        raise ImagesNotAcceptedError("the local model (SmolLM2) reads text only: it cannot see images; "
+                                     "attach text files, or use a vision model (-m gpt-4o)")
+
+
+def images_refused(exc: BaseException, message: Message, model: str) -> None:
+    """A provider's 400 to a request with an image that speaks of images becomes one line:
+    this model does not accept images (the user message stays for a retry)."""
+    from ..core.errors import BadRequestError
+
+    if not isinstance(exc, BadRequestError) or isinstance(exc, ImagesNotAcceptedError):
+        return
+    if not any(a.is_image for a in message.attachments) or "image" not in exc.message.lower():
+        return
+    exc.message = (f"model {model} does not accept images (the provider said: {exc.message}); "
+                   "the message is kept: send it again to a vision model (-m MODEL)")
+    exc.args = (exc.message,)

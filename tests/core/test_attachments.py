@@ -1,0 +1,73 @@
+"""Attachments: the type and size read from the bytes (images made by Pillow), the refusals,
+the wire parts and OpenAI's image-token rule."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import pytest
+
+from chatflow_cli.core.attachments import (
+    MAX_TEXT_BYTES,
+    attachment_from_bytes,
+    image_tokens,
+    wire_content,
+)
+from chatflow_cli.core.errors import AttachmentError
+from chatflow_cli.core.messages import Message
+from chatflow_cli.core.tokens import estimate_tokens
+
+Image = pytest.importorskip("PIL.Image")
+
+
+def image_bytes(fmt: str, size: tuple[int, int]) -> bytes:
+    buffer = io.BytesIO()
+    mode = "P" if fmt == "GIF" else "RGB"
+    Image.new(mode, size).save(buffer, format=fmt, **({"lossless": True} if fmt == "WEBP" else {}))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("fmt,media_type,extra", [
+    ("PNG", "image/png", {}), ("JPEG", "image/jpeg", {}), ("GIF", "image/gif", {}),
+    ("WEBP", "image/webp", {"lossless": True}), ("WEBP", "image/webp", {"lossless": False}),
+])
+def test_an_image_is_known_by_its_bytes_and_its_header_gives_its_size(fmt: str, media_type: str,
+                                                                       extra: dict[str, bool]) -> None:
+    buffer = io.BytesIO()
+    Image.new("P" if fmt == "GIF" else "RGB", (123, 45)).save(buffer, format=fmt, **extra)
+    # the name says text: the bytes decide
+    attachment = attachment_from_bytes(buffer.getvalue(), "notes.txt")
+    assert (attachment.media_type, attachment.width, attachment.height) == (media_type, 123, 45)
+    assert attachment.size == len(buffer.getvalue())
+
+
+def test_text_files_and_refusals() -> None:
+    assert attachment_from_bytes(b'{"a": 1}\n', "data.json").media_type == "application/json"
+    assert attachment_from_bytes(b"a,b\n1,2\n", "t.csv").media_type == "text/csv"
+    assert attachment_from_bytes("# Título\n".encode(), "README.md").media_type == "text/markdown"
+    # a .png that holds text is sent as the text it is
+    assert attachment_from_bytes(b"not a picture\n", "fake.png").media_type == "text/plain"
+    for data, words in [(b"", "empty"), (b"%PDF-1.7\n\x00\x01binary", "PNG, JPEG, WebP, GIF"),
+                        (b"\xff\xfe\xfdlatin", "UTF-8 text"), (b"a" * (MAX_TEXT_BYTES + 1), "over the limit"),
+                        (b"\x89PNG\r\n\x1a\n" + b"\x00" * 4, "header is broken")]:
+        with pytest.raises(AttachmentError, match=words):
+            attachment_from_bytes(data, "x.bin")
+
+
+def test_wire_parts_and_token_estimate() -> None:
+    png = image_bytes("PNG", (1024, 1024))
+    image = attachment_from_bytes(png, "a.png")
+    code = attachment_from_bytes(b"print('```')\n", "a.py")
+    message = Message.user("look", [image, code])
+    parts = wire_content(message.content, message.attachments, {})
+    assert parts[0] == {"type": "text", "text": "look"}
+    assert parts[1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}}
+    assert parts[2]["text"].startswith("File a.py:\n````\n")  # a fence longer than any run of backticks inside
+    # loaded from a store: the metadata only; the bytes come from the store's blobs
+    loaded = Message.from_json(message.to_json())
+    assert loaded == message and loaded.attachments[0].data is None
+    assert loaded.to_wire({image.sha256: png, code.sha256: code.data or b""})["content"] == parts
+    # OpenAI's published examples: 1024x1024 at high detail is 765 tokens, 2048x4096 is 1105
+    assert image_tokens(1024, 1024) == 765 and image_tokens(2048, 4096) == 1105 and image_tokens(100, 100) == 255
+    assert estimate_tokens(message) - estimate_tokens(Message.user("look")) >= 765

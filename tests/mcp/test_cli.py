@@ -1,0 +1,152 @@
+"""MCP servers from the command line: the real ``chatflow`` process, the fake model server and
+the test server (tests/mcp/toolbox.py) started by chatflow over stdio (issue 27)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from tests.mcp.test_servers import TOOLBOX, alive
+
+
+def _server_toml(name: str = "toolbox", approval: str | None = None, **env: str) -> str:
+    lines = [f"[mcp_servers.{name}]", f"command = {json.dumps(sys.executable)}", f"args = [{json.dumps(TOOLBOX)}]",
+             "timeout = 5"]
+    if approval:
+        lines.append(f'approval = "{approval}"')
+    if env:
+        lines.append("env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_model_calls_a_server_tool_and_no_server_process_is_left(chatflow, provider, config_file, tmp_path):
+    pidfile = tmp_path / "pids"
+    config_file(_server_toml(approval="always", TOOLBOX_PIDFILE=str(pidfile)))
+    provider.add_tool_calls([("call_1", "toolbox__echo", '{"text": "from the server"}')])
+    provider.add_text("The server said it.")
+    r = chatflow("chat", "-s", "m1", "--output", "jsonl", "say it")
+    assert r.returncode == 0, r
+    finished = [e for e in r.jsonl() if e["type"] == "tool.call_finished"]
+    assert finished[0]["data"]["output"] == "from the server" and finished[0]["data"]["is_error"] is False
+    assert provider.requests[-1]["messages"][-1] == {"role": "tool", "tool_call_id": "call_1",
+                                                     "content": "from the server"}
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 1 and not alive(pids[0])  # the one-shot chat stopped its server
+
+
+def test_ask_ends_the_run_pending_and_approve_or_deny_continue_it(chatflow, provider, config_file):
+    config_file(_server_toml())  # approval: "ask", the default
+    provider.add_tool_calls([("call_1", "toolbox__echo", '{"text": "yes"}'),
+                             ("call_2", "toolbox__fail", '{"reason": "no"}')])
+    r = chatflow("chat", "-s", "m2", "please")
+    assert r.returncode == 0, r
+    assert "--approve call_1" in r.stderr and "--deny call_2" in r.stderr
+    assert len(provider.requests) == 1
+    wrong = chatflow("chat", "-s", "m2", "--approve", "call_9")
+    assert wrong.returncode == 2 and "no tool call call_9 waits" in wrong.stderr
+    provider.add_text("Thanks.")
+    r2 = chatflow("chat", "-s", "m2", "--approve", "call_1", "--deny", "call_2")
+    assert r2.returncode == 0, r2
+    assert r2.stdout == "Thanks.\n"
+    sent = provider.requests[-1]["messages"]
+    assert sent[-2] == {"role": "tool", "tool_call_id": "call_1", "content": "yes"}
+    assert "the user declined it" in sent[-1]["content"]
+
+
+def test_a_pasted_mcpservers_file_secrets_from_a_vault_and_mcp_ls(chatflow, provider, config_file, tmp_path):
+    secret = "tok-sup3r-s3cret-value"
+    assert chatflow("vault", "create", "work").returncode == 0
+    assert chatflow("vault", "set", "work", "toolbox_token", input=secret + "\n").returncode == 0
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {
+        "toolbox": {"command": sys.executable, "args": [TOOLBOX], "env": {"TOOLBOX_TOKEN": "vault:work/toolbox_token"},
+                    "approval": "always"},
+        "broken": {"command": sys.executable, "args": [TOOLBOX], "env": {"TOOLBOX_BROKEN": "cannot open the db"}},
+    }}))
+    config_file(f'mcp_config = {json.dumps(str(tmp_path / "mcp.json"))}\n')
+    listed = chatflow("mcp", "ls", "--json")
+    assert listed.returncode == 0, listed
+    rows = {row["name"]: row for row in listed.json()}
+    assert rows["toolbox"]["starts"] is True and rows["toolbox"]["env"] == ["TOOLBOX_TOKEN"]
+    assert {"name": "toolbox__echo", "server_name": "echo", "description": "Say the text back.",
+            "approval": "always"} in rows["toolbox"]["tools"]
+    assert rows["broken"]["starts"] is False and "cannot open the db" in rows["broken"]["error"]
+    agents = chatflow("agents", "ls", "--json")
+    assert {"name": "toolbox__token", "kind": "mcp", "server": "toolbox", "approval": "always"} in \
+        agents.json()[0]["tools"]
+    provider.add_tool_calls([("call_1", "toolbox__token", "{}")])
+    provider.add_text("Done.")
+    r = chatflow("chat", "-s", "m3", "--output", "jsonl", "--debug", "what is the token?")
+    assert r.returncode == 0, r
+    unavailable = [e["data"] for e in r.jsonl() if e["type"] == "mcp.unavailable"]  # said once, the turn went on
+    assert len(unavailable) == 1 and unavailable[0]["server"] == "broken"
+    assert "cannot open the db" in unavailable[0]["error"]
+    assert provider.requests[-1]["messages"][-1]["content"] == "token is [redacted]"
+    assert secret not in r.stdout + r.stderr
+    exported = chatflow("sessions", "export", "m3")
+    assert exported.returncode == 0 and secret not in exported.stdout
+    written = [p for p in Path(os.environ["CHATFLOW_HOME"]).rglob("*")
+               if p.is_file() and p.name != "vault-secrets.json"]  # the vault's own file holds it
+    assert written and not [p for p in written if secret.encode() in p.read_bytes()]
+
+
+def test_the_repl_asks_yes_no_always_and_leaves_no_server_behind(provider, config_file, pty_chatflow, tmp_path):
+    from tests.helpers.pty_driver import leave
+
+    pidfile = tmp_path / "pids"
+    config_file(_server_toml(TOOLBOX_PIDFILE=str(pidfile)))
+    provider.add_tool_calls([("call_1", "toolbox__echo", '{"text": "one"}')])
+    provider.add_text("First.")
+    provider.add_tool_calls([("call_2", "toolbox__echo", '{"text": "two"}')])
+    provider.add_text("Second.")
+    provider.add_tool_calls([("call_3", "toolbox__pid", "{}")])
+    provider.add_text("Third.")
+    repl = pty_chatflow("chat", "-s", "r1")
+    repl.wait_prompt()
+    repl.send("one\r")
+    repl.wait_text("allow toolbox__echo? [y/n/a]")
+    repl.send("a\r")  # always: call_2 of the same tool is not asked about
+    repl.wait_prompt_after("First.")
+    repl.send("two\r")
+    repl.wait_prompt_after("Second.")
+    repl.send("three\r")
+    repl.wait_text("allow toolbox__pid? [y/n/a]")
+    repl.send("n\r")
+    repl.wait_prompt_after("Third.")
+    assert "allow toolbox__echo?" not in repl.raw.split("First.", 1)[1]  # "always" held for call_2
+    leave(repl)
+    tools = [m for m in provider.requests[-1]["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in tools[:2]] == ["one", "two"] and "the user declined it" in tools[2]["content"]
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 1 and not alive(pids[0])  # one server for the whole REPL, stopped on exit
+
+
+def test_a_python_tool_configured_to_ask_waits_for_approve(chatflow, provider, config_file):
+    path = config_file('[[agents]]\nname = "Calc"\ntools = ["calctools:add_numbers"]\n'
+                       'tool_approval = { add_numbers = "ask" }\n')
+    (path.parent / "calctools.py").write_text("def add_numbers(a: int, b: int) -> int:\n    return a + b\n")
+    provider.add_tool_calls([("call_1", "add_numbers", '{"a": 2, "b": 3}')])
+    r = chatflow("chat", "-s", "p1", "--json", "add")
+    assert r.returncode == 0 and r.json()["awaiting_approval"] == ["call_1"], r
+    provider.add_text("Five.")
+    r2 = chatflow("chat", "-s", "p1", "--approve", "call_1")
+    assert r2.returncode == 0 and r2.stdout == "Five.\n", r2
+    assert provider.requests[-1]["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "5"}
+
+
+def test_a_hung_up_repl_leaves_no_server_behind(provider, config_file, pty_chatflow, tmp_path):
+    import signal
+
+    pidfile = tmp_path / "pids"
+    config_file(_server_toml(approval="always", TOOLBOX_PIDFILE=str(pidfile)))
+    provider.add_tool_calls([("call_1", "toolbox__echo", '{"text": "one"}')])
+    provider.add_text("First.")
+    repl = pty_chatflow("chat", "-s", "h1")
+    repl.wait_prompt()
+    repl.send("one\r")
+    repl.wait_prompt_after("First.")
+    repl.child.kill(signal.SIGHUP)
+    repl.wait_exit()
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 1 and not alive(pids[0])
