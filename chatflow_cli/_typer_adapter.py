@@ -117,7 +117,8 @@ def signatures_read_once() -> Iterator[None]:
     any more, nothing is changed."""
     import typer.main
 
-    original = getattr(typer.main, "get_params_from_function", None)
+    main: Any = typer.main  # the function is not among typer.main's exported names
+    original = getattr(main, "get_params_from_function", None)
     if original is None:
         yield
         return
@@ -128,8 +129,8 @@ def signatures_read_once() -> Iterator[None]:
             read[func] = original(func)
         return read[func]
 
-    typer.main.get_params_from_function = once
+    main.get_params_from_function = once
     try:
         yield
     finally:
-        typer.main.get_params_from_function = original
+        main.get_params_from_function = original
