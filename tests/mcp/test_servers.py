@@ -54,6 +54,25 @@ def test_tool_names_are_safe_unique_and_the_same_every_time():
     assert len(long) <= 64 and long != tool_name("s", "t" * 99)
 
 
+def test_two_servers_whose_names_would_meet_keep_two_tools_each_on_its_own_server():
+    # server "a" with a tool "x__echo" and server "a__x" with a tool "echo": both were "a__x__echo"
+    first, second = stdio("a", env={"TOOLBOX_ALIASES": "x__echo"}), stdio("a__x")
+    try:
+        assert start_all([first, second]) == {}
+        offered = [(name, tool) for server in (first, second) for name, tool in server.agent_tools().items()
+                   if tool.remote_name in ("x__echo", "echo")]
+        names = [name for name, _ in offered]
+        assert len(names) == 3 and len(set(names)) == 3, names  # a__echo, a's x__echo, a__x's echo
+        assert all(re.match(r"^[A-Za-z0-9_-]{1,64}$", n) for n in names) and "a__echo" in names
+        said = {(t.server.name, t.remote_name): t.invoke({"text": "hi"}) for _, t in offered}
+        assert said[("a", "x__echo")] == "x__echo: hi" and said[("a__x", "echo")] == "hi"
+        assert tool_name("a", "x__echo") == tool_name("a", "x__echo") != tool_name("a__x", "echo")
+        assert tool_name("a_", "_b") != tool_name("a", "__b")
+    finally:
+        first.stop()
+        second.stop()
+
+
 def test_a_stdio_server_gives_results_and_every_fault_is_a_tool_error(tmp_path):
     pidfile = tmp_path / "pids"
     server = stdio(env={"TOOLBOX_PIDFILE": str(pidfile)}, timeout=2)
