@@ -46,6 +46,11 @@ def test_ask_ends_the_run_pending_and_approve_or_deny_continue_it(chatflow, prov
     assert len(provider.requests) == 1
     wrong = chatflow("chat", "-s", "m2", "--approve", "call_9")
     assert wrong.returncode == 2 and "no tool call call_9 waits" in wrong.stderr
+    shown = chatflow("sessions", "show", "m2")
+    assert "waiting for approval (--approve call_1 / --deny call_1)" in shown.stdout, shown
+    assert "--tool-result" not in shown.stdout
+    bypass = chatflow("chat", "-s", "m2", "--tool-result", "call_1", "made up")  # the tool never ran
+    assert bypass.returncode == 2 and "--approve call_1" in bypass.stderr and "--deny call_1" in bypass.stderr
     provider.add_text("Thanks.")
     r2 = chatflow("chat", "-s", "m2", "--approve", "call_1", "--deny", "call_2")
     assert r2.returncode == 0, r2
