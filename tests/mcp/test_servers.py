@@ -204,6 +204,10 @@ def test_an_agent_calls_a_server_tool_after_an_approval(fake_server):
         assert "[cut: the result has 25,000 characters" in fake_server.requests[-1]["messages"][-1]["content"]
         whole = [e.payload for e in store.events("s1") if e.type == "mcp.output"]
         assert [(w["tool_use_id"], len(w["output"])) for w in whole] == [("call_5", 25000)]
+        forked = store.fork("s1", into="s1-fork")  # the cut result's note says it is kept: in the fork too
+        assert [e.payload for e in store.events(forked.session_id) if e.type == "mcp.output"] == whole
+        assert not [e for e in store.events(store.fork("s1", 2, into="s1-early").session_id)
+                    if e.type == "mcp.output"]  # not for turns left out
     finally:
         runner.close()
     assert not server.running
