@@ -155,9 +155,11 @@ def test_a_streamable_http_server_with_a_header_from_the_environment(monkeypatch
                 break
             except OSError:
                 time.sleep(0.05)
-        url = f"http://127.0.0.1:{port}/mcp"
+        url = "http://127.0.0.1:${TOOLBOX_PORT}/mcp"  # expanded when it starts, as in .mcp.json
         monkeypatch.setenv("TOOLBOX_HEADER", "header-value-123")
+        monkeypatch.setenv("TOOLBOX_PORT", str(port))
         server = MCPServerStreamableHttp({"url": url, "headers": {"X-Token": "env:TOOLBOX_HEADER"}}, name="web")
+        assert server.describe() == url
         unset = MCPServerStreamableHttp({"url": url, "headers": {"X-Token": "Bearer ${UNSET_TOOLBOX_VAR}"}},
                                         name="nokey")
         try:

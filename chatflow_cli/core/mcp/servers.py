@@ -28,7 +28,9 @@ result and the turn goes on:
 Secrets: values in ``env`` (stdio) and ``headers`` (HTTP) may be references, resolved each
 time the server starts (:func:`~chatflow_cli.core.mcp.refs.resolve`): ``vault:VAULT/ENTRY``
 or ``env:VAR`` (the whole value), or ``${vault:VAULT/ENTRY}``, ``${env:VAR}``, ``${VAR}``
-inside a value. Resolved values are scrubbed from every result, error and stderr line.
+inside a value; ``command``, ``args`` and ``url`` take the ``${...}`` forms
+(:func:`~chatflow_cli.core.mcp.refs.expand`). Resolved values are scrubbed from every
+result, error and stderr line; ``describe`` shows the references, never their values.
 """
 
 from __future__ import annotations
@@ -393,18 +395,18 @@ class MCPServerStdio(MCPServer):
     async def _open(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        from .refs import resolve_all
+        from .refs import expand, resolve_all
 
         env = resolve_all(self.params.get("env") or {}, self.vaults, "env")
+        command = expand(str(self.params["command"]), self.vaults, "command")
+        args = [expand(str(a), self.vaults, f"args[{i}]") for i, a in enumerate(self.params.get("args") or ())]
         if self._errlog is not None:
             with contextlib.suppress(OSError):
                 self._errlog.close()
         self._errlog = tempfile.TemporaryFile(mode="w+b")
         errlog = os.fdopen(os.dup(self._errlog.fileno()), "w", encoding="utf-8", errors="replace")
         stack.callback(errlog.close)
-        parameters = StdioServerParameters(command=self.params["command"],
-                                           args=[str(a) for a in self.params.get("args") or ()],
-                                           env=env or None, cwd=self.params.get("cwd"))
+        parameters = StdioServerParameters(command=command, args=args, env=env or None, cwd=self.params.get("cwd"))
         streams: tuple[Any, Any] = await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
         return streams
 
@@ -419,7 +421,7 @@ class MCPServerStreamableHttp(MCPServer):
 
     def __init__(self, params: Mapping[str, Any], **options: Any) -> None:
         url = params.get("url")
-        if not isinstance(url, str) or not re.match(r"^https?://", url):
+        if not isinstance(url, str) or not re.match(r"^(https?://|\$\{)", url):
             raise UsageError("MCPServerStreamableHttp needs params={'url': 'http(s)://...'}")
         super().__init__(params, **options)
 
@@ -431,12 +433,15 @@ class MCPServerStreamableHttp(MCPServer):
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        from .refs import resolve_all
+        from .refs import expand, resolve_all
 
         headers = resolve_all(self.params.get("headers") or {}, self.vaults, "headers")
+        url = expand(str(self.params["url"]), self.vaults, "url")
+        if not re.match(r"^https?://", url):
+            raise MCPServerError("url: its value is not an http:// or https:// URL")
         client = await stack.enter_async_context(
             httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(self.start_timeout, read=300.0)))
-        read, write = await stack.enter_async_context(streamable_http_client(self.params["url"], http_client=client))
+        read, write = await stack.enter_async_context(streamable_http_client(url, http_client=client))
         return read, write
 
 
