@@ -113,6 +113,8 @@ class ChatOutput:
                     self._context_event(ev)
                 if ev.type == "mcp.unavailable" and self.mode != "jsonl":  # its tools are left out of the turn
                     notice(self.state, str((ev.data or {}).get("error", "")))
+                if ev.type == "mcp.unknown_tools" and self.mode != "jsonl":  # a misspelt tool in its config
+                    notice(self.state, str((ev.data or {}).get("warning", "")))
                 if self.mode == "jsonl":
                     if ev.type == "result":
                         result = ev.result

@@ -405,6 +405,11 @@ class TurnRunner(ReplHost):
             from rich.text import Text
 
             view.line(Text(agent_changed_text(data), style="yellow"), status="thinking…")
+        elif kind in ("mcp.unavailable", "mcp.unknown_tools") and display:  # said once
+            from rich.text import Text
+
+            view.line(Text(safe_text(str(data.get("error") or data.get("warning") or "")), style="yellow"),
+                      status="thinking…")
         elif kind == "handoff" and data.get("to_agent"):
             self.agent_name = str(data["to_agent"])
             if display:

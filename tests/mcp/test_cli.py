@@ -60,6 +60,19 @@ def test_ask_ends_the_run_pending_and_approve_or_deny_continue_it(chatflow, prov
     assert "the user declined it" in sent[-1]["content"]
 
 
+def test_a_misspelt_tool_in_tools_or_tool_approval_is_said_once(chatflow, provider, config_file):
+    config_file(_server_toml(approval="always") + 'tools = ["echo", "ech0"]\ntool_approval = { fial = "never" }\n')
+    listed = chatflow("mcp", "ls")
+    assert listed.returncode == 0, listed
+    warning = "MCP server 'toolbox' has no tool 'ech0' (in tools), 'fial' (in tool_approval)"
+    assert listed.stderr.count(warning) == 1, listed
+    provider.add_tool_calls([("call_1", "toolbox__echo", '{"text": "hi"}')])
+    provider.add_text("Done.")
+    r = chatflow("chat", "-s", "w1", "say hi")
+    assert r.returncode == 0 and r.stdout == "Done.\n", r
+    assert r.stderr.count(warning) == 1, r  # two requests in the turn, one warning
+
+
 def test_a_pasted_mcpservers_file_secrets_from_a_vault_and_mcp_ls(chatflow, provider, config_file, tmp_path):
     secret = "tok-sup3r-s3cret-value"
     assert chatflow("vault", "create", "work").returncode == 0

@@ -55,7 +55,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .tools import MCPTool
 
 __all__ = ["APPROVAL_POLICIES", "DEFAULT_CALL_TIMEOUT_S", "DEFAULT_START_TIMEOUT_S", "MCPServer", "MCPServerError",
-           "MCPServerSelection", "MCPServerStdio", "MCPServerStreamableHttp", "start_all"]
+           "MCPServerSelection", "MCPServerStdio", "MCPServerStreamableHttp", "start_all",
+           "unknown_tools_note"]
 
 log = logging.getLogger("chatflow_cli.core.mcp")
 # the SDK logs a server's bad line with a traceback: an application that set up no logging
@@ -133,6 +134,7 @@ class MCPServer:
         self._noise = 0  # lines of its output that were not MCP messages
         self._tools: dict[str, MCPTool] | None = None
         self._inflight: set[concurrent.futures.Future[Any]] = set()
+        self._warned: set[tuple[str, str]] = set()  # unknown tool names said (unknown_tools_note)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
@@ -458,6 +460,27 @@ class MCPServerSelection:
 
     def agent_tools(self) -> dict[str, MCPTool]:
         return {k: t for k, t in self.server.agent_tools().items() if t.remote_name in self.tool_names}
+
+
+def unknown_tools_note(entry: Any, *, once: bool = True) -> str | None:
+    """A warning naming the tools that ``entry`` (a started server, or a selection of one)
+    names in ``tools``, ``tool_approval`` or ``only(...)`` but does not list (a misspelt
+    ``never`` rule protects nothing); None when there are none, or (``once``) when this
+    server object said them already."""
+    server = entry.server
+    named = [(t, "tools") for t in server.tool_names or ()] + [(t, "tool_approval") for t in server.tool_approval]
+    if entry is not server:
+        named += [(t, "the agent's tools") for t in entry.tool_names]
+    listed = {str(t.name) for t in server._listed}
+    unknown = [(t, where) for t, where in dict.fromkeys(named) if t not in listed]
+    if once:
+        unknown = [(t, where) for t, where in unknown if (t, where) not in server._warned]
+        server._warned.update(unknown)
+    if not unknown:
+        return None
+    names = ", ".join(f"{t!r} (in {where})" for t, where in unknown)
+    return scrub_values(f"MCP server {server.name!r} has no tool {names}: check the spelling; its tools are "
+                        f"{', '.join(sorted(listed)) or 'none'}")[:1000]
 
 
 def start_all(servers: Iterable[Any], *, skip: Callable[[str], bool] = lambda name: False) -> dict[str, str]:
