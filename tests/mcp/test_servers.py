@@ -137,6 +137,16 @@ def test_servers_that_do_not_start_say_why_and_others_start_beside_them():
             server.stop()
 
 
+def test_garbage_on_stdout_is_counted_apart_from_the_stderr_tail():
+    script = ("import sys; print('garbage one'); print(); print('garbage two', flush=True); "
+              "sys.stderr.write('real error line\\n')")
+    server = MCPServerStdio({"command": sys.executable, "args": ["-c", script]}, name="g", start_timeout=10)
+    error = start_all([server])["g"]
+    assert error == ("MCP server 'g' did not start: it exited, or closed the connection, before answering; it wrote "
+                     "2 lines on stdout that are not MCP messages (the last: 'garbage two'); its stderr ended with: "
+                     "real error line"), error
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -131,7 +131,8 @@ class MCPServer:
         self._stop_event: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._errlog: Any = None
-        self._noise = 0  # lines of its output that were not MCP messages
+        self._noise = 0  # lines of its output that were not MCP messages (empty lines aside)
+        self._noise_last = ""  # the last of them, cut
         self._tools: dict[str, MCPTool] | None = None
         self._inflight: set[concurrent.futures.Future[Any]] = set()
         self._warned: set[tuple[str, str]] = set()  # unknown tool names said (unknown_tools_note)
@@ -241,10 +242,14 @@ class MCPServer:
         return scrub_values(" | ".join(shown[-lines:]))
 
     def _fault(self, what: str) -> MCPServerError:
+        extra = ""
+        if self._noise:  # its stdout, said apart from its stderr
+            lines = "1 line" if self._noise == 1 else f"{self._noise} lines"
+            last = f" (the last: {self._noise_last!r})" if self._noise_last else ""
+            extra += f"; it wrote {lines} on stdout that {'is' if self._noise == 1 else 'are'} not MCP messages{last}"
         tail = self.stderr_tail()
-        extra = f"; its stderr ended with: {tail}" if tail else ""
-        if self._noise:
-            extra += f"; it wrote {self._noise} line(s) that are not MCP messages on stdout"
+        if tail:
+            extra += f"; its stderr ended with: {tail}"
         return MCPServerError(scrub_values(f"MCP server {self.name!r} {what}{extra}"))
 
     # -- on the MCP loop ------------------------------------------------------------------------
@@ -258,7 +263,7 @@ class MCPServer:
                 raise self._fault("uses the SSE transport, which chatflow does not support: use streamable HTTP")
             if self._task is not None:  # a connection that ended: let its owner finish
                 await self._shutdown(self.start_timeout)
-            self._noise = 0
+            self._noise, self._noise_last = 0, ""
             self._tools = None
             ready: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
             self._stop_event = asyncio.Event()
@@ -303,7 +308,15 @@ class MCPServer:
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):  # a line of its stdout that is no JSON-RPC message
+            errors = getattr(message, "errors", None)
+            try:
+                line = errors()[0].get("input") if callable(errors) else None
+            except Exception:  # noqa: BLE001 - not a pydantic error: count it, without its text
+                line = None
+            if isinstance(line, str) and not line.strip():
+                return  # an empty line: nothing a reader would count
             self._noise += 1
+            self._noise_last = scrub_values(line.strip())[:100] if isinstance(line, str) else ""
             log.warning("MCP server %s wrote something that is not an MCP message: %s", self.name,
                         scrub_values(str(message))[:200])
 
