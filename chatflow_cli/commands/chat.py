@@ -181,6 +181,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                       transport=transport, on_retry=out.retrying, on_wait=out.waiting_for_session,
                       max_context_tokens=opts.max_context_tokens) as built:
             runner = built.runner
+            out.server_of = runner.tool_server
             if opts.agent:
                 _switch_agent(store, session_id, runner.agents[opts.agent])
             elif not tool_outputs and not approvals:  # a session whose agent left config.toml: the default agent

@@ -465,6 +465,23 @@ class Runner(TurnLoop, ContextWindow):
             raise ToolResultError(f"tool call {tool_use_id!r} ({call.name}) waits for an approval, not for a result: "
                                   "approve_tool_call or deny_tool_call it", session_id=session_id)
 
+    def tool_server(self, session_id: str, call: Any) -> str | None:
+        """The name of the MCP server whose tool ``call`` calls, among the running servers of
+        the session's active agent (None: not an MCP tool's call, or its server is not running;
+        no server is started here)."""
+        reader = getattr(self.store, "active_agent_name", None)
+        name = reader(session_id) if callable(reader) else None
+        agent = self.agents.get(name or "") or self.starting_agent
+        for entry in agent.mcp_servers:
+            if not entry.server.running:
+                continue
+            try:
+                if call.name in entry.agent_tools():
+                    return str(entry.server.name)
+            except Exception:  # noqa: BLE001 - it stopped since: no name to give
+                continue
+        return None
+
     def awaits_approval(self, session_id: str, call: Any) -> bool:
         """Whether the pending ``call`` waits for an approval (not for a custom tool's result):
         its tool is not a custom tool of the session's active agent."""

@@ -43,6 +43,7 @@ def test_ask_ends_the_run_pending_and_approve_or_deny_continue_it(chatflow, prov
     r = chatflow("chat", "-s", "m2", "please")
     assert r.returncode == 0, r
     assert "--approve call_1" in r.stderr and "--deny call_2" in r.stderr
+    assert 'tool toolbox__echo (server toolbox) {"text": "yes"} waits for your approval' in r.stderr, r
     assert len(provider.requests) == 1
     wrong = chatflow("chat", "-s", "m2", "--approve", "call_9")
     assert wrong.returncode == 2 and "no tool call call_9 waits" in wrong.stderr
@@ -123,16 +124,16 @@ def test_the_repl_asks_yes_no_always_and_leaves_no_server_behind(provider, confi
     repl = pty_chatflow("chat", "-s", "r1")
     repl.wait_prompt()
     repl.send("one\r")
-    repl.wait_text("allow toolbox__echo? [y/n/a]")
+    repl.wait_text("allow toolbox__echo (server toolbox)? [y/n/a]")
     repl.send("a\r")  # always: call_2 of the same tool is not asked about
     repl.wait_prompt_after("First.")
     repl.send("two\r")
     repl.wait_prompt_after("Second.")
     repl.send("three\r")
-    repl.wait_text("allow toolbox__pid? [y/n/a]")
+    repl.wait_text("allow toolbox__pid (server toolbox)? [y/n/a]")
     repl.send("n\r")
     repl.wait_prompt_after("Third.")
-    assert "allow toolbox__echo?" not in repl.raw.split("First.", 1)[1]  # "always" held for call_2
+    assert "allow toolbox__echo" not in repl.raw.split("First.", 1)[1]  # "always" held for call_2
     leave(repl)
     tools = [m for m in provider.requests[-1]["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tools[:2]] == ["one", "two"] and "the user declined it" in tools[2]["content"]
