@@ -3,6 +3,7 @@ the test server (tests/mcp/toolbox.py) started by chatflow over stdio (issue 27)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -169,3 +170,26 @@ def test_a_hung_up_repl_leaves_no_server_behind(provider, config_file, pty_chatf
     repl.wait_exit()
     pids = [int(p) for p in pidfile.read_text().split()]
     assert len(pids) == 1 and not alive(pids[0])
+
+
+def test_a_server_call_left_open_by_a_crash_is_not_answered_with_tool_result(chatflow, provider, config_file,
+                                                                             tmp_path):
+    import signal
+
+    from tests.hardening import harness as h
+
+    log, pidfile = tmp_path / "log", tmp_path / "pids"
+    config_file(_server_toml(approval="always", TOOLBOX_LOG=str(log), TOOLBOX_PIDFILE=str(pidfile)))
+    provider.add_tool_calls([("call_1", "toolbox__hang", "{}")])
+    proc = h.spawn("chat", "-s", "k1", "hang")
+    try:
+        h.wait_for(lambda: log.exists() and "hang started" in log.read_text(), proc=proc, what="the call")
+        h.kill9(proc)  # chatflow dies during the call: no result, no tool.pending
+    finally:
+        for pid in pidfile.read_text().split() if pidfile.exists() else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    shown = chatflow("sessions", "show", "k1")
+    assert "waiting for approval (--approve call_1 / --deny call_1)" in shown.stdout, shown
+    bypass = chatflow("chat", "-s", "k1", "--tool-result", "call_1", "made up")
+    assert bypass.returncode == 2 and "--approve call_1" in bypass.stderr, bypass
