@@ -181,6 +181,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                       transport=transport, on_retry=out.retrying, on_wait=out.waiting_for_session,
                       max_context_tokens=opts.max_context_tokens) as built:
             runner = built.runner
+            out.server_of = runner.tool_server
             if opts.agent:
                 _switch_agent(store, session_id, runner.agents[opts.agent])
             elif not tool_outputs and not approvals:  # a session whose agent left config.toml: the default agent
@@ -196,6 +197,8 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
             elif tool_outputs or approvals:
                 if approvals:
                     _check_pending(store, session_id, [i for i, _ in approvals])
+                if tool_outputs:
+                    _refuse_results_for_approvals(store, runner, session_id, [i for i, _ in tool_outputs])
                 remaining = _submit_tool_results(store, session_id, tool_outputs) if tool_outputs else []
                 for call_id, approved in approvals:
                     remaining = runner.decide_tool_call(session_id, call_id, approved)
@@ -266,6 +269,23 @@ def _check_pending(store: TurnStore, session_id: str, ids: list[str]) -> None:
     if unknown:
         raise ToolResultError(f"no tool call {safe_text(unknown[0])} waits in session {session_id} (waiting: "
                               f"{', '.join(waiting) or 'none'}); nothing was run or recorded", session_id=session_id)
+
+
+def _refuse_results_for_approvals(store: TurnStore, runner: Any, session_id: str, ids: list[str]) -> None:
+    """No ``--tool-result`` for a call that waits for an approval (an MCP tool's, a Python tool
+    set to ``ask``): its tool must run, or be refused, not be answered with the user's text."""
+    from ..core.errors import ToolResultError
+
+    session = store.get(session_id)
+    if session is None:
+        return  # _submit_tool_results names the missing session
+    calls = {c.id: c for c in session.pending_tool_calls}
+    for tool_use_id in ids:
+        call = calls.get(tool_use_id)
+        if call is not None and runner.awaits_approval(session_id, call):
+            raise ToolResultError(f"tool call {safe_text(tool_use_id)} ({safe_text(call.name)}) waits for an approval, "
+                                  f"not for a result: run it with --approve {safe_text(tool_use_id)} or refuse it "
+                                  f"with --deny {safe_text(tool_use_id)}; nothing was recorded", session_id=session_id)
 
 
 def _submit_tool_results(store: TurnStore, session_id: str, outputs: list[tuple[str, str]]) -> list[str]:

@@ -21,7 +21,7 @@ terminal, or a ``chatflow: reply cut …`` line on stderr when piped, and makes 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..context import notice, silence_broken_pipe
 from ..core.errors import ChatflowError, ExitStatus
@@ -54,6 +54,7 @@ class ChatOutput:
         self.stored: set[str] = set()  #: the sessions a stored event (one with a seq) was seen for
         self.incomplete = False  # a turn's reply was cut (finish_reason length/content_filter)
         self.compaction: dict[str, Any] | None = None  # the run's automatic compaction, for ``json``
+        self.server_of: Callable[[str, Any], str | None] | None = None  # the MCP server of a call's tool
 
     # -- what a reply waits for (called from the request's or the runner's thread) -------------
     def retrying(self, info: dict[str, Any]) -> None:
@@ -113,6 +114,8 @@ class ChatOutput:
                     self._context_event(ev)
                 if ev.type == "mcp.unavailable" and self.mode != "jsonl":  # its tools are left out of the turn
                     notice(self.state, str((ev.data or {}).get("error", "")))
+                if ev.type == "mcp.unknown_tools" and self.mode != "jsonl":  # a misspelt tool in its config
+                    notice(self.state, str((ev.data or {}).get("warning", "")))
                 if self.mode == "jsonl":
                     if ev.type == "result":
                         result = ev.result
@@ -167,7 +170,7 @@ class ChatOutput:
             self._line(self._json(result))
             self.compaction = None
         if self.mode == "text" and result.pending_tool_calls:
-            pending_notice(self.state, result)
+            pending_notice(self.state, result, self.server_of)
         return result
 
     def _json(self, result: RunResult) -> dict[str, Any]:
@@ -277,11 +280,14 @@ class ChatOutput:
             self._line(event_json("result", session_id, {**data, "is_error": False}))
 
 
-def pending_notice(state: State, result: RunResult) -> None:
+def pending_notice(state: State, result: RunResult, server_of: Callable[[str, Any], str | None] | None = None) -> None:
+    """How to go on with each pending call; ``server_of``: the MCP server of a call's tool."""
     asking = {c.id for c in result.approval_tool_calls}
     for call in result.pending_tool_calls:
         if call.id in asking:
-            notice(state, f"tool {call.name} {call.arguments} waits for your approval: run it with chatflow chat -s "
+            server = server_of(result.session_id, call) if server_of is not None else None
+            named = call.name + (f" (server {server})" if server else "")
+            notice(state, f"tool {named} {call.arguments} waits for your approval: run it with chatflow chat -s "
                           f"{result.session_id} --approve {call.id} (or refuse it with --deny {call.id})")
             continue
         notice(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..assembly import build_servers, vault_reader
+from ..context import notice
 from ..core.errors import NotFoundError
 from ..render import dumps, safe_text
 
@@ -22,7 +23,8 @@ __all__ = ["list_servers", "server_rows"]
 
 def server_rows(state: State, names: list[str]) -> list[dict[str, Any]]:
     """One row a server: ``{"name", "transport", "where", "env", "headers", "approval",
-    "starts", "error", "tools": [{"name", "server_name", "description", "approval"}]}``.
+    "starts", "error", "warning", "tools": [{"name", "server_name", "description", "approval"}]}``
+    (``warning``: tools its ``tools`` or ``tool_approval`` name that it does not list).
 
     Raises:
         NotFoundError: a name that is no declared server (exit 3).
@@ -36,6 +38,7 @@ def server_rows(state: State, names: list[str]) -> list[dict[str, Any]]:
     vaults = vault_reader(settings, state.store(create=False))
     servers = {n: s for n, s in build_servers(settings, vaults).items() if not names or n in names}
     from ..core.mcp import start_all
+    from ..core.mcp.servers import unknown_tools_note
 
     try:
         errors = start_all(servers.values())
@@ -47,7 +50,8 @@ def server_rows(state: State, names: list[str]) -> list[dict[str, Any]]:
                 for t in server.agent_tools().values()]
             rows.append({"name": name, "transport": spec.transport, "where": server.describe(),
                          "env": sorted(spec.env), "headers": sorted(spec.headers), "approval": spec.approval,
-                         "starts": name not in errors, "error": errors.get(name), "tools": tools})
+                         "starts": name not in errors, "error": errors.get(name),
+                         "warning": None if name in errors else unknown_tools_note(server), "tools": tools})
         return rows
     finally:
         for server in servers.values():
@@ -57,6 +61,9 @@ def server_rows(state: State, names: list[str]) -> list[dict[str, Any]]:
 def list_servers(state: State, names: list[str], *, as_json: bool) -> None:
     """Print :func:`server_rows` as text or JSON."""
     rows = server_rows(state, names)
+    for row in rows:  # said on stderr, as a chat says it
+        if row["warning"]:
+            notice(state, safe_text(row["warning"]))
     if as_json:
         state.env.stdout.write(dumps(rows, indent=2) + "\n")
         return

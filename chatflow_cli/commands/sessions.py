@@ -199,13 +199,37 @@ def show_session(
         show = _show_json if output == "json" else _show_jsonl
         show(stream or env.stdout, session, records, interrupted, endpoint, context, marks, resources=resources)
         return
+    awaiting = awaiting_approval(state, store, session_id)
     use_pager = pager and env.interactive and session.turn_count > 3
     if use_pager:
-        _show_paged(state, session, records, full, interrupted, endpoint, context, marks, submitted, resources)
+        _show_paged(state, session, records, full, interrupted, endpoint, context, marks, submitted, resources,
+                    awaiting)
     else:
         console = state.out() if env.stdout_isatty else None
         _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout, interrupted=interrupted,
-                endpoint=endpoint, context=context, marks=marks, submitted=submitted, resources=resources)
+                endpoint=endpoint, context=context, marks=marks, submitted=submitted, resources=resources,
+                awaiting=awaiting)
+
+
+def awaiting_approval(state: State, store: BaseSessionStore, session_id: str) -> frozenset[str]:
+    """The ids of the open turn's calls that wait for an approval (``--approve``/``--deny``):
+    those a ``tool.pending`` event lists as such, and calls left without a result that no
+    ``tool.pending`` lists (a run that ended during its tool calls) unless they are calls of a
+    custom tool declared in config.toml."""
+    session = store.get(session_id)
+    pending = list(session.pending_tool_calls) if session is not None else []
+    if not pending:
+        return frozenset()
+    announced: dict[str, bool] = {}
+    for event in store.events(session_id):
+        if event.type == "tool.pending":
+            asking = {str(i) for i in event.payload.get("approval") or ()}
+            announced.update((str(i), str(i) in asking) for i in event.payload.get("tool_use_ids") or ())
+    try:
+        custom = {t.name for a in state.settings().agents for t in a.tools if t.ref is None}
+    except ChatflowError:  # a config file that does not read: only what the log says
+        custom = {c.name for c in pending}
+    return frozenset(c.id for c in pending if announced.get(c.id, c.name not in custom))
 
 
 def _versions_before(store: BaseSessionStore, session_id: str, turn: int) -> dict[str, str]:
@@ -331,7 +355,8 @@ BATCH_CHARS = 64 * 1024
 def _render(console: Any, session: SessionSummary, records: Iterator[TurnRecord], full: bool, *, markdown: bool,
             out: Any, interrupted: Container[int] = (), endpoint: Endpoint = (None, None),
             context: dict[str, Any] | None = None, marks: AgentVersionMarks | None = None,
-            submitted: Mapping[str, str] | None = None, resources: list[dict[str, str]] | None = None) -> None:
+            submitted: Mapping[str, str] | None = None, resources: list[dict[str, str]] | None = None,
+            awaiting: Container[str] = ()) -> None:
     """Print the session turn by turn as each is rendered (``submitted``: the results
     already given for the open turn's tool calls, shown beside their calls).
 
@@ -370,7 +395,7 @@ def _render(console: Any, session: SessionSummary, records: Iterator[TurnRecord]
             changed = marks.changes(record) if marks is not None else None
             for item in turn_renderables(record, markdown=markdown, full=full, width=width,
                                          interrupted=turn_interrupted(record, interrupted), changed=changed,
-                                         submitted=submitted):
+                                         submitted=submitted, awaiting=awaiting):
                 emit(item)
             shown += 1
             if shown <= 2 or batch.size >= BATCH_CHARS:
@@ -390,7 +415,7 @@ def _no_turns() -> Lines:
 def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRecord], full: bool,
                 interrupted: Container[int], endpoint: Endpoint, context: dict[str, Any] | None = None,
                 marks: AgentVersionMarks | None = None, submitted: Mapping[str, str] | None = None,
-                resources: list[dict[str, str]] | None = None) -> None:
+                resources: list[dict[str, str]] | None = None, awaiting: Container[str] = ()) -> None:
     """Stream the rendering into a pager process as it is produced."""
     pager_cmd = os.environ.get("PAGER") or "less"
     env = dict(os.environ)
@@ -400,13 +425,15 @@ def _show_paged(state: State, session: SessionSummary, records: Iterator[TurnRec
                                 encoding="utf-8", errors="replace")
     except (OSError, ValueError):
         _render(state.out(), session, records, full, markdown=True, out=state.env.stdout, interrupted=interrupted,
-                endpoint=endpoint, context=context, marks=marks, submitted=submitted, resources=resources)
+                endpoint=endpoint, context=context, marks=marks, submitted=submitted, resources=resources,
+                awaiting=awaiting)
         return
     assert proc.stdin is not None
     console = state.env.console(file=proc.stdin, terminal=True)
     try:
         _render(console, session, records, full, markdown=True, out=proc.stdin, interrupted=interrupted,
-                endpoint=endpoint, context=context, marks=marks, submitted=submitted, resources=resources)
+                endpoint=endpoint, context=context, marks=marks, submitted=submitted, resources=resources,
+                awaiting=awaiting)
     except (BrokenPipeError, OSError):
         pass  # the user quit the pager early
     finally:

@@ -425,9 +425,11 @@ class Runner(TurnLoop, ContextWindow):
             continued turn.
 
         Raises:
-            ToolResultError: an unknown id, or a second answer for one (nothing is written).
+            ToolResultError: an unknown id, a second answer for one, or a call that waits for
+                an approval (:meth:`approve_tool_call`, :meth:`deny_tool_call`); nothing is written.
             ChatflowError: as :meth:`run`, from the continued turn.
         """
+        self._refuse_result_for_approval(session_id, tool_use_id)
         remaining = self.store.submit_tool_result(session_id, tool_use_id, output_text(output))
         if remaining:
             return None
@@ -436,6 +438,7 @@ class Runner(TurnLoop, ContextWindow):
     async def asubmit_tool_result(self, session_id: str, tool_use_id: str, output: Any, *,
                                   wait: float = DEFAULT_WAIT_S) -> RunResult | None:
         """Async twin of :meth:`submit_tool_result`."""
+        await asyncio.to_thread(self._refuse_result_for_approval, session_id, tool_use_id)
         remaining = await asyncio.to_thread(self.store.submit_tool_result, session_id, tool_use_id,
                                             output_text(output))
         if remaining:
@@ -451,6 +454,34 @@ class Runner(TurnLoop, ContextWindow):
     ) -> Iterator[StreamEvent]:
         """Continue a turn whose custom tool calls are all answered, streaming its events."""
         return self._guarded(session_id, TurnRequest(user_message=None), wait=wait, cancel=cancel, loop=None)
+
+    def _refuse_result_for_approval(self, session_id: str, tool_use_id: str) -> None:
+        """A call waiting for an approval is run or refused (:meth:`decide_tool_call`), never
+        answered with a result from outside. Raises ToolResultError."""
+        from .errors import ToolResultError
+
+        session = self.store.get(session_id)
+        call = next((c for c in session.pending_tool_calls if c.id == tool_use_id), None) if session else None
+        if call is not None and self.awaits_approval(session_id, call):
+            raise ToolResultError(f"tool call {tool_use_id!r} ({call.name}) waits for an approval, not for a result: "
+                                  "approve_tool_call or deny_tool_call it", session_id=session_id)
+
+    def tool_server(self, session_id: str, call: Any) -> str | None:
+        """The name of the MCP server whose tool ``call`` calls, among the running servers of
+        the session's active agent (None: not an MCP tool's call, or its server is not running;
+        no server is started here)."""
+        reader = getattr(self.store, "active_agent_name", None)
+        name = reader(session_id) if callable(reader) else None
+        agent = self.agents.get(name or "") or self.starting_agent
+        for entry in agent.mcp_servers:
+            if not entry.server.running:
+                continue
+            try:
+                if call.name in entry.agent_tools():
+                    return str(entry.server.name)
+            except Exception:  # noqa: BLE001 - it stopped since: no name to give
+                continue
+        return None
 
     def awaits_approval(self, session_id: str, call: Any) -> bool:
         """Whether the pending ``call`` waits for an approval (not for a custom tool's result):

@@ -20,7 +20,7 @@ was left out (``--full`` shows everything).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Container, Mapping
 
 from ..core._stream import cut_phrase
 from .lines import Lines
@@ -108,7 +108,7 @@ class AgentVersionMarks:
 
 def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool = False, width: int | None = None,
                      interrupted: bool = False, changed: list[dict[str, Any]] | None = None,
-                     submitted: Mapping[str, str] | None = None) -> list[Any]:
+                     submitted: Mapping[str, str] | None = None, awaiting: Container[str] = ()) -> list[Any]:
     """The renderables of one turn (see the module docstring for the layout).
 
     Items are :class:`Lines` (with ``plain`` text and Rich styles) and, when ``markdown``
@@ -122,6 +122,8 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
     ``changed``: the agents whose version changed in this turn (:class:`AgentVersionMarks`),
     marked in the title and named in a line under it. ``submitted``: results already given
     for tool calls still waiting on others (``{tool_use_id: output}``), shown with their call.
+    ``awaiting``: the ids of calls waiting for an approval (``--approve``/``--deny``), not
+    for a custom tool's ``--tool-result``.
     """
     marks = []
     for change in changed or ():
@@ -224,6 +226,9 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
                     text = safe_text(pretty_json_text((submitted or {})[call.id], full=full))
                     body.append("  result: ", "dim").append(text.replace("\n", "\n    "))
                     body.append("  (submitted; the turn goes on once every call has its result)\n", "yellow")
+                elif result is None and call.id in awaiting:
+                    cid = safe_text(call.id)
+                    body.append(f"  waiting for approval (--approve {cid} / --deny {cid})\n", "yellow")
                 elif result is None:
                     body.append("  result: (waiting for --tool-result)\n", "yellow")
                 else:

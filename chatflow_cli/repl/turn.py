@@ -212,15 +212,17 @@ class TurnRunner(ReplHost):
         session) and answer it: it runs, or its result says the user declined. False on Ctrl-C."""
         from rich.text import Text
 
+        server = self.runner.tool_server(self.session_id, call)
+        named = safe_text(call.name) + (f" (server {safe_text(server)})" if server else "")
         line = Text("? ", style="bold yellow")
-        line.append(f"run tool {safe_text(call.name)} ", style="bold")
+        line.append(f"run tool {named} ", style="bold")
         line.append(safe_text(_short(pretty_json_text(call.arguments), max_lines=8, max_chars=600)), style="dim")
         line.append("\n  y: run it  n: refuse it (the model is told)  a: always run this tool in this session",
                     style="dim")
         self.console.print(line)
         while True:
             try:
-                answer = (await self._ask_session.prompt_async(f"allow {call.name}? [y/n/a] › ")).strip().lower()
+                answer = (await self._ask_session.prompt_async(f"allow {named}? [y/n/a] › ")).strip().lower()
             except (KeyboardInterrupt, EOFError):
                 return False
             if answer in ("y", "yes", "n", "no", "a", "always"):
@@ -405,6 +407,11 @@ class TurnRunner(ReplHost):
             from rich.text import Text
 
             view.line(Text(agent_changed_text(data), style="yellow"), status="thinking…")
+        elif kind in ("mcp.unavailable", "mcp.unknown_tools") and display:  # said once
+            from rich.text import Text
+
+            view.line(Text(safe_text(str(data.get("error") or data.get("warning") or "")), style="yellow"),
+                      status="thinking…")
         elif kind == "handoff" and data.get("to_agent"):
             self.agent_name = str(data["to_agent"])
             if display:

@@ -3,6 +3,7 @@ the test server (tests/mcp/toolbox.py) started by chatflow over stdio (issue 27)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -43,9 +44,15 @@ def test_ask_ends_the_run_pending_and_approve_or_deny_continue_it(chatflow, prov
     r = chatflow("chat", "-s", "m2", "please")
     assert r.returncode == 0, r
     assert "--approve call_1" in r.stderr and "--deny call_2" in r.stderr
+    assert 'tool toolbox__echo (server toolbox) {"text": "yes"} waits for your approval' in r.stderr, r
     assert len(provider.requests) == 1
     wrong = chatflow("chat", "-s", "m2", "--approve", "call_9")
     assert wrong.returncode == 2 and "no tool call call_9 waits" in wrong.stderr
+    shown = chatflow("sessions", "show", "m2")
+    assert "waiting for approval (--approve call_1 / --deny call_1)" in shown.stdout, shown
+    assert "--tool-result" not in shown.stdout
+    bypass = chatflow("chat", "-s", "m2", "--tool-result", "call_1", "made up")  # the tool never ran
+    assert bypass.returncode == 2 and "--approve call_1" in bypass.stderr and "--deny call_1" in bypass.stderr
     provider.add_text("Thanks.")
     r2 = chatflow("chat", "-s", "m2", "--approve", "call_1", "--deny", "call_2")
     assert r2.returncode == 0, r2
@@ -53,6 +60,19 @@ def test_ask_ends_the_run_pending_and_approve_or_deny_continue_it(chatflow, prov
     sent = provider.requests[-1]["messages"]
     assert sent[-2] == {"role": "tool", "tool_call_id": "call_1", "content": "yes"}
     assert "the user declined it" in sent[-1]["content"]
+
+
+def test_a_misspelt_tool_in_tools_or_tool_approval_is_said_once(chatflow, provider, config_file):
+    config_file(_server_toml(approval="always") + 'tools = ["echo", "ech0"]\ntool_approval = { fial = "never" }\n')
+    listed = chatflow("mcp", "ls")
+    assert listed.returncode == 0, listed
+    warning = "MCP server 'toolbox' has no tool 'ech0' (in tools), 'fial' (in tool_approval)"
+    assert listed.stderr.count(warning) == 1, listed
+    provider.add_tool_calls([("call_1", "toolbox__echo", '{"text": "hi"}')])
+    provider.add_text("Done.")
+    r = chatflow("chat", "-s", "w1", "say hi")
+    assert r.returncode == 0 and r.stdout == "Done.\n", r
+    assert r.stderr.count(warning) == 1, r  # two requests in the turn, one warning
 
 
 def test_a_pasted_mcpservers_file_secrets_from_a_vault_and_mcp_ls(chatflow, provider, config_file, tmp_path):
@@ -105,16 +125,16 @@ def test_the_repl_asks_yes_no_always_and_leaves_no_server_behind(provider, confi
     repl = pty_chatflow("chat", "-s", "r1")
     repl.wait_prompt()
     repl.send("one\r")
-    repl.wait_text("allow toolbox__echo? [y/n/a]")
+    repl.wait_text("allow toolbox__echo (server toolbox)? [y/n/a]")
     repl.send("a\r")  # always: call_2 of the same tool is not asked about
     repl.wait_prompt_after("First.")
     repl.send("two\r")
     repl.wait_prompt_after("Second.")
     repl.send("three\r")
-    repl.wait_text("allow toolbox__pid? [y/n/a]")
+    repl.wait_text("allow toolbox__pid (server toolbox)? [y/n/a]")
     repl.send("n\r")
     repl.wait_prompt_after("Third.")
-    assert "allow toolbox__echo?" not in repl.raw.split("First.", 1)[1]  # "always" held for call_2
+    assert "allow toolbox__echo" not in repl.raw.split("First.", 1)[1]  # "always" held for call_2
     leave(repl)
     tools = [m for m in provider.requests[-1]["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tools[:2]] == ["one", "two"] and "the user declined it" in tools[2]["content"]
@@ -150,3 +170,26 @@ def test_a_hung_up_repl_leaves_no_server_behind(provider, config_file, pty_chatf
     repl.wait_exit()
     pids = [int(p) for p in pidfile.read_text().split()]
     assert len(pids) == 1 and not alive(pids[0])
+
+
+def test_a_server_call_left_open_by_a_crash_is_not_answered_with_tool_result(chatflow, provider, config_file,
+                                                                             tmp_path):
+    import signal
+
+    from tests.hardening import harness as h
+
+    log, pidfile = tmp_path / "log", tmp_path / "pids"
+    config_file(_server_toml(approval="always", TOOLBOX_LOG=str(log), TOOLBOX_PIDFILE=str(pidfile)))
+    provider.add_tool_calls([("call_1", "toolbox__hang", "{}")])
+    proc = h.spawn("chat", "-s", "k1", "hang")
+    try:
+        h.wait_for(lambda: log.exists() and "hang started" in log.read_text(), proc=proc, what="the call")
+        h.kill9(proc)  # chatflow dies during the call: no result, no tool.pending
+    finally:
+        for pid in pidfile.read_text().split() if pidfile.exists() else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    shown = chatflow("sessions", "show", "k1")
+    assert "waiting for approval (--approve call_1 / --deny call_1)" in shown.stdout, shown
+    bypass = chatflow("chat", "-s", "k1", "--tool-result", "call_1", "made up")
+    assert bypass.returncode == 2 and "--approve call_1" in bypass.stderr, bypass

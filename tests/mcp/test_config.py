@@ -66,6 +66,24 @@ def test_references_resolve_without_ever_showing_a_value(monkeypatch):
         resolve("vault:work/t", None, "w")
 
 
+def test_variables_in_the_command_and_args_of_a_pasted_file_are_expanded(tmp_path, monkeypatch):
+    import sys
+
+    from chatflow_cli.core.mcp.config import read_mcp_json
+
+    toolbox = Path(__file__).with_name("toolbox.py")
+    monkeypatch.setenv("MCP_TEST_PYTHON", sys.executable)
+    monkeypatch.setenv("MCP_TEST_TOOLS", str(toolbox.parent))
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"box": {
+        "command": "${MCP_TEST_PYTHON}", "args": ["${MCP_TEST_TOOLS}/${UNSET_MCP_VAR:-toolbox.py}"]}}}))
+    server = read_mcp_json(tmp_path / "mcp.json")[0].build()
+    try:
+        assert server.describe() == "'${MCP_TEST_PYTHON}' '${MCP_TEST_TOOLS}/${UNSET_MCP_VAR:-toolbox.py}'"
+        assert server.agent_tools()["box__echo"].invoke({"text": "expanded"}) == "expanded"
+    finally:
+        server.stop()
+
+
 def test_reading_a_config_with_servers_imports_neither_asyncio_nor_the_sdk(tmp_path):
     import subprocess
     import sys

@@ -54,6 +54,25 @@ def test_tool_names_are_safe_unique_and_the_same_every_time():
     assert len(long) <= 64 and long != tool_name("s", "t" * 99)
 
 
+def test_two_servers_whose_names_would_meet_keep_two_tools_each_on_its_own_server():
+    # server "a" with a tool "x__echo" and server "a__x" with a tool "echo": both were "a__x__echo"
+    first, second = stdio("a", env={"TOOLBOX_ALIASES": "x__echo"}), stdio("a__x")
+    try:
+        assert start_all([first, second]) == {}
+        offered = [(name, tool) for server in (first, second) for name, tool in server.agent_tools().items()
+                   if tool.remote_name in ("x__echo", "echo")]
+        names = [name for name, _ in offered]
+        assert len(names) == 3 and len(set(names)) == 3, names  # a__echo, a's x__echo, a__x's echo
+        assert all(re.match(r"^[A-Za-z0-9_-]{1,64}$", n) for n in names) and "a__echo" in names
+        said = {(t.server.name, t.remote_name): t.invoke({"text": "hi"}) for _, t in offered}
+        assert said[("a", "x__echo")] == "x__echo: hi" and said[("a__x", "echo")] == "hi"
+        assert tool_name("a", "x__echo") == tool_name("a", "x__echo") != tool_name("a__x", "echo")
+        assert tool_name("a_", "_b") != tool_name("a", "__b")
+    finally:
+        first.stop()
+        second.stop()
+
+
 def test_a_stdio_server_gives_results_and_every_fault_is_a_tool_error(tmp_path):
     pidfile = tmp_path / "pids"
     server = stdio(env={"TOOLBOX_PIDFILE": str(pidfile)}, timeout=2)
@@ -118,6 +137,16 @@ def test_servers_that_do_not_start_say_why_and_others_start_beside_them():
             server.stop()
 
 
+def test_garbage_on_stdout_is_counted_apart_from_the_stderr_tail():
+    script = ("import sys; print('garbage one'); print(); print('garbage two', flush=True); "
+              "sys.stderr.write('real error line\\n')")
+    server = MCPServerStdio({"command": sys.executable, "args": ["-c", script]}, name="g", start_timeout=10)
+    error = start_all([server])["g"]
+    assert error == ("MCP server 'g' did not start: it exited, or closed the connection, before answering; it wrote "
+                     "2 lines on stdout that are not MCP messages (the last: 'garbage two'); its stderr ended with: "
+                     "real error line"), error
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -136,9 +165,11 @@ def test_a_streamable_http_server_with_a_header_from_the_environment(monkeypatch
                 break
             except OSError:
                 time.sleep(0.05)
-        url = f"http://127.0.0.1:{port}/mcp"
+        url = "http://127.0.0.1:${TOOLBOX_PORT}/mcp"  # expanded when it starts, as in .mcp.json
         monkeypatch.setenv("TOOLBOX_HEADER", "header-value-123")
+        monkeypatch.setenv("TOOLBOX_PORT", str(port))
         server = MCPServerStreamableHttp({"url": url, "headers": {"X-Token": "env:TOOLBOX_HEADER"}}, name="web")
+        assert server.describe() == url
         unset = MCPServerStreamableHttp({"url": url, "headers": {"X-Token": "Bearer ${UNSET_TOOLBOX_VAR}"}},
                                         name="nokey")
         try:
@@ -185,6 +216,10 @@ def test_an_agent_calls_a_server_tool_after_an_approval(fake_server):
         assert "[cut: the result has 25,000 characters" in fake_server.requests[-1]["messages"][-1]["content"]
         whole = [e.payload for e in store.events("s1") if e.type == "mcp.output"]
         assert [(w["tool_use_id"], len(w["output"])) for w in whole] == [("call_5", 25000)]
+        forked = store.fork("s1", into="s1-fork")  # the cut result's note says it is kept: in the fork too
+        assert [e.payload for e in store.events(forked.session_id) if e.type == "mcp.output"] == whole
+        assert not [e for e in store.events(store.fork("s1", 2, into="s1-early").session_id)
+                    if e.type == "mcp.output"]  # not for turns left out
     finally:
         runner.close()
     assert not server.running

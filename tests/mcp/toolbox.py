@@ -8,6 +8,7 @@ Its tools are scripted to behave well and badly: ``echo``, ``add`` (structured c
 garbage on stdout, then a result), ``malformed`` (a response that is not a valid result),
 ``token`` (returns ``$TOOLBOX_TOKEN``: a careless tool echoing its secret), ``pid``.
 
+``$TOOLBOX_ALIASES``: more names (comma-separated) for a tool that answers ``NAME: text``.
 ``$TOOLBOX_PIDFILE``: each start appends the process id to it. ``$TOOLBOX_BROKEN``: the
 server writes it to stderr and exits 2 before speaking MCP.
 """
@@ -35,6 +36,17 @@ server = MCPServer("toolbox")
 def echo(text: str) -> str:
     """Say the text back."""
     return text
+
+
+def _alias(name: str) -> None:
+    def said(text: str) -> str:
+        return f"{name}: {text}"
+
+    server.add_tool(said, name=name, description="Say the text back, with the tool's name.")
+
+
+for _name in filter(None, os.environ.get("TOOLBOX_ALIASES", "").split(",")):
+    _alias(_name)
 
 
 @server.tool()

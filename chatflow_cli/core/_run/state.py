@@ -75,6 +75,8 @@ class TurnState:
             model (stored as an ``mcp.output`` event beside the call).
         unavailable: tool servers that failed to start in this turn -> what happened (not
             tried again until the next turn).
+        unknown_tools: tool servers whose ``tools``/``tool_approval`` name tools they do not
+            list -> the warning (each said once a server object, :func:`~chatflow_cli.core.mcp.servers.unknown_tools_note`).
     """
 
     agent: Agent
@@ -94,6 +96,7 @@ class TurnState:
     dropped_told: bool = False  # a context.dropped event was yielded for this turn
     wholes: dict[str, str] = dataclasses.field(default_factory=dict)
     unavailable: dict[str, str] = dataclasses.field(default_factory=dict)
+    unknown_tools: dict[str, str] = dataclasses.field(default_factory=dict)
     # Chat Completions form of each message sent in this turn, by identity (messages are
     # immutable; the tuple keeps the message alive so its id is not reused)
     _wire: dict[int, tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=dict)

@@ -229,11 +229,14 @@ class TurnLoop(RunnerHost):
             if cancel.is_set():
                 raise Cancelled()
             agent: Agent = state.agent
-            told = set(state.unavailable)
+            told, warned = set(state.unavailable), set(state.unknown_tools)
             tools = turn_tools(self.store, session, turn, agent, state)
             for server in [name for name in state.unavailable if name not in told]:
                 yield StreamEvent("mcp.unavailable", session_id, {"server": server, "error": state.unavailable[server],
                                                                   "agent": agent.name}, turn=turn)
+            for server in [name for name in state.unknown_tools if name not in warned]:
+                yield StreamEvent("mcp.unknown_tools", session_id, {"server": server, "warning":
+                                                                    state.unknown_tools[server]}, turn=turn)
             model = agent.model or self.default_model
             if not model:
                 raise ConfigError(f"no model for agent {agent.name!r}: set Agent(model=...) or "
@@ -518,6 +521,7 @@ def turn_tools(store: Any, session: SessionContext, turn: int, agent: Agent,
         extra.update((t.name, t) for t in memory_tools(store, mounts, Author(session.session_id, turn, agent.name)))
     if agent.mcp_servers:
         from ..mcp import MCPServerError, start_all
+        from ..mcp.servers import unknown_tools_note
 
         unavailable = state.unavailable if state is not None else {}
         unavailable.update(start_all(agent.mcp_servers, skip=lambda name: name in unavailable))
@@ -528,6 +532,10 @@ def turn_tools(store: Any, session: SessionContext, turn: int, agent: Agent,
                 extra.update(server.agent_tools())
             except MCPServerError as exc:  # it stopped between the start and now
                 unavailable[server.name] = str(exc)
+                continue
+            note = unknown_tools_note(server)
+            if note is not None and state is not None:
+                state.unknown_tools[server.name] = note
     return {**extra, **tools}
 
 

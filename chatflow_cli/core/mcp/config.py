@@ -11,9 +11,10 @@ errors.
 
 References (:func:`~chatflow_cli.core.mcp.refs.resolve`), read each time the server starts and never written anywhere:
 
-* ``vault:VAULT/ENTRY`` or ``env:VAR`` as the whole value;
+* ``vault:VAULT/ENTRY`` or ``env:VAR`` as the whole value (``env`` and ``headers``);
 * ``${vault:VAULT/ENTRY}``, ``${env:VAR}``, ``${VAR}`` or ``${VAR:-default}`` inside a value
-  (the form Claude Code expands in ``.mcp.json``).
+  (the form Claude Code expands in ``.mcp.json``), in ``env``, ``headers``, ``command``,
+  ``args`` and ``url``.
 
 Every value read is remembered for scrubbing (:mod:`chatflow_cli.core.resources.secrets`).
 """
@@ -132,7 +133,7 @@ def spec_from_table(name: str, table: Any, *, source: str, strict: bool = True) 
                           env=_strings(table.get("env", {}), f"{where}: env"), cwd=cwd, **options)
     if "url" in table:
         url = table["url"]
-        if not isinstance(url, str) or not re.match(r"^https?://", url):
+        if not isinstance(url, str) or not re.match(r"^(https?://|\$\{)", url):
             raise ValueError(f"{where}: url must be an http:// or https:// URL")
         transport = "sse" if kind == "sse" else "http"
         return ServerSpec(transport=transport, url=url, headers=_strings(table.get("headers", {}), f"{where}: headers"),

@@ -4,6 +4,9 @@
 * ``${vault:VAULT/ENTRY}``, ``${env:VAR}``, ``${VAR}`` or ``${VAR:-default}`` inside a value
   (the form Claude Code expands in ``.mcp.json``).
 
+``command``, ``args`` and ``url`` take the ``${...}`` forms only (:func:`expand`): an
+argument may well be the text ``env:X``.
+
 Every value read is remembered for scrubbing (:mod:`chatflow_cli.core.resources.secrets`);
 an error names the reference, never a value.
 """
@@ -18,7 +21,7 @@ from ..errors import ChatflowError
 from ..resources.secrets import remember_value
 from .errors import MCPServerError
 
-__all__ = ["resolve", "resolve_all"]
+__all__ = ["expand", "resolve", "resolve_all"]
 
 _REF_RE = re.compile(r"\$\{(?:vault:(?P<vault>[^}/]+)/(?P<entry>[^}]+)|env:(?P<env>[A-Za-z_]\w*)|"
                      r"(?P<var>[A-Za-z_]\w*)(?::-(?P<default>[^}]*))?)\}")
@@ -62,13 +65,19 @@ def resolve(value: str, vaults: Any, where: str) -> str:
         return _vault_value(vaults, vault, entry, where)
     if value.startswith("env:") and re.match(r"^env:[A-Za-z_]\w*$", value):
         return _env_value(value[4:], where)
+    return expand(value, vaults, where)
+
+
+def expand(value: str, vaults: Any, where: str) -> str:
+    """``value`` with its ``${...}`` references replaced (:func:`resolve` without the
+    whole-value forms). Raises MCPServerError as :func:`resolve`."""
 
     def one(match: re.Match[str]) -> str:
         if match["vault"]:
             return _vault_value(vaults, match["vault"], match["entry"], where)
         return _env_value(match["env"] or match["var"], where, match["default"])
 
-    return _REF_RE.sub(one, value)
+    return _REF_RE.sub(one, value) if "${" in value else value
 
 
 def resolve_all(values: Mapping[str, str], vaults: Any, where: str) -> dict[str, str]:

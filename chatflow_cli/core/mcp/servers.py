@@ -28,7 +28,9 @@ result and the turn goes on:
 Secrets: values in ``env`` (stdio) and ``headers`` (HTTP) may be references, resolved each
 time the server starts (:func:`~chatflow_cli.core.mcp.refs.resolve`): ``vault:VAULT/ENTRY``
 or ``env:VAR`` (the whole value), or ``${vault:VAULT/ENTRY}``, ``${env:VAR}``, ``${VAR}``
-inside a value. Resolved values are scrubbed from every result, error and stderr line.
+inside a value; ``command``, ``args`` and ``url`` take the ``${...}`` forms
+(:func:`~chatflow_cli.core.mcp.refs.expand`). Resolved values are scrubbed from every
+result, error and stderr line; ``describe`` shows the references, never their values.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .tools import MCPTool
 
 __all__ = ["APPROVAL_POLICIES", "DEFAULT_CALL_TIMEOUT_S", "DEFAULT_START_TIMEOUT_S", "MCPServer", "MCPServerError",
-           "MCPServerSelection", "MCPServerStdio", "MCPServerStreamableHttp", "start_all"]
+           "MCPServerSelection", "MCPServerStdio", "MCPServerStreamableHttp", "start_all",
+           "unknown_tools_note"]
 
 log = logging.getLogger("chatflow_cli.core.mcp")
 # the SDK logs a server's bad line with a traceback: an application that set up no logging
@@ -128,9 +131,11 @@ class MCPServer:
         self._stop_event: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._errlog: Any = None
-        self._noise = 0  # lines of its output that were not MCP messages
+        self._noise = 0  # lines of its output that were not MCP messages (empty lines aside)
+        self._noise_last = ""  # the last of them, cut
         self._tools: dict[str, MCPTool] | None = None
         self._inflight: set[concurrent.futures.Future[Any]] = set()
+        self._warned: set[tuple[str, str]] = set()  # unknown tool names said (unknown_tools_note)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
@@ -237,10 +242,14 @@ class MCPServer:
         return scrub_values(" | ".join(shown[-lines:]))
 
     def _fault(self, what: str) -> MCPServerError:
+        extra = ""
+        if self._noise:  # its stdout, said apart from its stderr
+            lines = "1 line" if self._noise == 1 else f"{self._noise} lines"
+            last = f" (the last: {self._noise_last!r})" if self._noise_last else ""
+            extra += f"; it wrote {lines} on stdout that {'is' if self._noise == 1 else 'are'} not MCP messages{last}"
         tail = self.stderr_tail()
-        extra = f"; its stderr ended with: {tail}" if tail else ""
-        if self._noise:
-            extra += f"; it wrote {self._noise} line(s) that are not MCP messages on stdout"
+        if tail:
+            extra += f"; its stderr ended with: {tail}"
         return MCPServerError(scrub_values(f"MCP server {self.name!r} {what}{extra}"))
 
     # -- on the MCP loop ------------------------------------------------------------------------
@@ -254,7 +263,7 @@ class MCPServer:
                 raise self._fault("uses the SSE transport, which chatflow does not support: use streamable HTTP")
             if self._task is not None:  # a connection that ended: let its owner finish
                 await self._shutdown(self.start_timeout)
-            self._noise = 0
+            self._noise, self._noise_last = 0, ""
             self._tools = None
             ready: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
             self._stop_event = asyncio.Event()
@@ -299,7 +308,15 @@ class MCPServer:
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):  # a line of its stdout that is no JSON-RPC message
+            errors = getattr(message, "errors", None)
+            try:
+                line = errors()[0].get("input") if callable(errors) else None
+            except Exception:  # noqa: BLE001 - not a pydantic error: count it, without its text
+                line = None
+            if isinstance(line, str) and not line.strip():
+                return  # an empty line: nothing a reader would count
             self._noise += 1
+            self._noise_last = scrub_values(line.strip())[:100] if isinstance(line, str) else ""
             log.warning("MCP server %s wrote something that is not an MCP message: %s", self.name,
                         scrub_values(str(message))[:200])
 
@@ -393,18 +410,18 @@ class MCPServerStdio(MCPServer):
     async def _open(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        from .refs import resolve_all
+        from .refs import expand, resolve_all
 
         env = resolve_all(self.params.get("env") or {}, self.vaults, "env")
+        command = expand(str(self.params["command"]), self.vaults, "command")
+        args = [expand(str(a), self.vaults, f"args[{i}]") for i, a in enumerate(self.params.get("args") or ())]
         if self._errlog is not None:
             with contextlib.suppress(OSError):
                 self._errlog.close()
         self._errlog = tempfile.TemporaryFile(mode="w+b")
         errlog = os.fdopen(os.dup(self._errlog.fileno()), "w", encoding="utf-8", errors="replace")
         stack.callback(errlog.close)
-        parameters = StdioServerParameters(command=self.params["command"],
-                                           args=[str(a) for a in self.params.get("args") or ()],
-                                           env=env or None, cwd=self.params.get("cwd"))
+        parameters = StdioServerParameters(command=command, args=args, env=env or None, cwd=self.params.get("cwd"))
         streams: tuple[Any, Any] = await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
         return streams
 
@@ -419,7 +436,7 @@ class MCPServerStreamableHttp(MCPServer):
 
     def __init__(self, params: Mapping[str, Any], **options: Any) -> None:
         url = params.get("url")
-        if not isinstance(url, str) or not re.match(r"^https?://", url):
+        if not isinstance(url, str) or not re.match(r"^(https?://|\$\{)", url):
             raise UsageError("MCPServerStreamableHttp needs params={'url': 'http(s)://...'}")
         super().__init__(params, **options)
 
@@ -431,12 +448,15 @@ class MCPServerStreamableHttp(MCPServer):
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        from .refs import resolve_all
+        from .refs import expand, resolve_all
 
         headers = resolve_all(self.params.get("headers") or {}, self.vaults, "headers")
+        url = expand(str(self.params["url"]), self.vaults, "url")
+        if not re.match(r"^https?://", url):
+            raise MCPServerError("url: its value is not an http:// or https:// URL")
         client = await stack.enter_async_context(
             httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(self.start_timeout, read=300.0)))
-        read, write = await stack.enter_async_context(streamable_http_client(self.params["url"], http_client=client))
+        read, write = await stack.enter_async_context(streamable_http_client(url, http_client=client))
         return read, write
 
 
@@ -453,6 +473,27 @@ class MCPServerSelection:
 
     def agent_tools(self) -> dict[str, MCPTool]:
         return {k: t for k, t in self.server.agent_tools().items() if t.remote_name in self.tool_names}
+
+
+def unknown_tools_note(entry: Any, *, once: bool = True) -> str | None:
+    """A warning naming the tools that ``entry`` (a started server, or a selection of one)
+    names in ``tools``, ``tool_approval`` or ``only(...)`` but does not list (a misspelt
+    ``never`` rule protects nothing); None when there are none, or (``once``) when this
+    server object said them already."""
+    server = entry.server
+    named = [(t, "tools") for t in server.tool_names or ()] + [(t, "tool_approval") for t in server.tool_approval]
+    if entry is not server:
+        named += [(t, "the agent's tools") for t in entry.tool_names]
+    listed = {str(t.name) for t in server._listed}
+    unknown = [(t, where) for t, where in dict.fromkeys(named) if t not in listed]
+    if once:
+        unknown = [(t, where) for t, where in unknown if (t, where) not in server._warned]
+        server._warned.update(unknown)
+    if not unknown:
+        return None
+    names = ", ".join(f"{t!r} (in {where})" for t, where in unknown)
+    return scrub_values(f"MCP server {server.name!r} has no tool {names}: check the spelling; its tools are "
+                        f"{', '.join(sorted(listed)) or 'none'}")[:1000]
 
 
 def start_all(servers: Iterable[Any], *, skip: Callable[[str], bool] = lambda name: False) -> dict[str, str]:

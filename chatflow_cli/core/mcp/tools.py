@@ -3,10 +3,14 @@
 A tool ``get_current_time`` of the server ``time`` is offered to the model as
 ``time__get_current_time`` (:func:`tool_name`): the server's name first, so two servers with
 a tool of the same name never collide, and a name does not change when another server is
-added. A name that breaks the providers' rule (``^[a-zA-Z0-9_-]{1,64}$``) has every other
-character replaced by ``_``, is cut to 55 characters and gets ``_`` and 8 hex digits of the
-sha256 of the server's and the tool's names: the same tool gets the same name every time, and
-two tools whose names differ keep names that differ.
+added. ``SERVER__TOOL`` is kept as it is only when it can be read back one way: it follows the
+providers' rule (``^[a-zA-Z0-9_-]{1,64}$``) and its ``__`` is the only run of underscores
+longer than one (neither name holds ``__``, the server's does not end with ``_`` and the
+tool's does not start with one), so no two tools of any servers share it. Any other name
+(server ``a`` with a tool ``x__echo`` and server ``a__x`` with a tool ``echo`` would both be
+``a__x__echo``) has every character outside the rule replaced by ``_``, is cut to 55
+characters and gets ``_`` and 8 hex digits of the sha256 of the server's and the tool's
+names: the same tool gets the same name every time, whatever other servers declare.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from .results import cut, result_text
 __all__ = ["MCPTool", "tool_name", "tools_of"]
 
 _SAFE_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_UNDERSCORES_RE = re.compile(r"__+")
 
 
 def tool_name(server: str, tool: str) -> str:
     """The name the model sees for the tool ``tool`` of the server ``server``."""
     raw = f"{server}__{tool}"
-    if _SAFE_RE.match(raw):
+    if _SAFE_RE.match(raw) and _UNDERSCORES_RE.findall(raw) == ["__"]:
         return raw
     digest = hashlib.sha256(f"{server}\0{tool}".encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{re.sub(r'[^A-Za-z0-9_-]', '_', raw)[:55]}_{digest}"

@@ -49,7 +49,8 @@ class _Forking(_Listing):
         {"session_id", "turn", "seq"}`` (``seq``: the point the fork was taken from, the seq of
         the last event of turn ``at`` in the source: :meth:`_fork_point`),
         then one message event per copied message and, after each copied turn the source
-        completed, its ``turn.completed`` (the source's payload), then, for each live summary
+        completed, its ``turn.completed`` (the source's payload), then the ``mcp.output``
+        events (whole tool results cut for the model) of the copied calls, then, for each live summary
         of turns 1..K with K <= ``at``, a ``context.compacted`` event (the source's payload
         plus ``"copied_from": {"session_id", "seq"}``) and the summary itself, so the new
         session's context window uses it. The source is not changed.
@@ -139,6 +140,7 @@ class _Forking(_Listing):
                 tx.insert_message(new_id, item.turn, item.message, event.seq)
             for number in sorted(done):
                 self._append(tx, new_id, EventType.TURN_COMPLETED.value, done[number], number)
+            self._copy_whole_results(tx, session_id, new_id, turn, stored)
             self._copy_summaries(tx, session_id, new_id, turn)
             return self._summary(tx, row, row.status)
 
@@ -191,6 +193,15 @@ class _Forking(_Listing):
                 if event.payload.get("message") == item.message.to_dict():
                     out[id(item)] = event.created_at
         return out
+
+    def _copy_whole_results(self, tx: _Tx, source_id: str, new_id: str, turn: int, stored: list[Any]) -> None:
+        """Copy the ``mcp.output`` events (the whole text of a tool result cut for the model)
+        of the copied calls of turns 1..``turn``: the cut result's note says it is kept."""
+        answered = {item.message.tool_call_id for item in stored if item.message.role is Role.TOOL}
+        for event in tx.events_of_type(source_id, "mcp.output", 0):
+            number = event.payload.get("turn")
+            if isinstance(number, int) and number <= turn and event.payload.get("tool_use_id") in answered:
+                self._append(tx, new_id, "mcp.output", dict(event.payload), number)
 
     def _copy_summaries(self, tx: _Tx, source_id: str, new_id: str, turn: int) -> None:
         """Copy the source's live summaries of turns 1..K with K <= ``turn`` into ``new_id``,
