@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import UsageError, VaultFileError, VaultNotFoundError, VaultStorageError
+from ..errors import ChatflowError, UsageError, VaultFileError, VaultNotFoundError, VaultStorageError
 from .mounts import check_resource_name, name_problem
 from .secrets import MIN_VALUE_LEN, NOT_SHOWN, may_show, quoted_name, remember_value
 
@@ -465,6 +465,21 @@ class Vaults:
         self.file.delete(vault)
         self.catalog.delete_vault(vault)
         return info
+
+    def remember_all(self, vault: str) -> None:
+        """Read every entry of ``vault`` once, so each value is a secret of this process
+        (:func:`~chatflow_cli.core.resources.secrets.remember_value`) before any tool runs. A
+        vault that does not exist, an entry whose value is gone or cannot be read, are skipped:
+        the tool that needs one says what is wrong."""
+        try:
+            info = self.catalog.get_vault(vault)
+        except ChatflowError:
+            return
+        for entry in info.entries if info is not None else ():
+            try:
+                self.read(vault, entry.name, info=info)
+            except ChatflowError:
+                continue
 
     def read(self, vault: str, entry: str, *, info: VaultInfo | None = None) -> str | None:
         """The value of ``entry`` in ``vault``, or None when the vault has no such entry, its
