@@ -76,9 +76,8 @@ def test_one_resource_in_two_modes_is_refused() -> None:
 
 
 def test_a_name_mixing_cases_is_never_shown_and_secret_takes_one_case() -> None:
-    from chatflow_cli.core.errors import ToolDefinitionError
     from chatflow_cli.core.resources.secrets import NOT_SHOWN, quoted_name
-    from chatflow_cli.core.tools import Secret
+    from chatflow_cli.core.tools import Secret, ToolDefinitionError
 
     assert quoted_name("work") == "'work'" and quoted_name("GITHUB_TOKEN", entry=True) == "'GITHUB_TOKEN'"
     for name in ("Zq9SECRETvalue-7781xx", "Work2", "GITHUB_TOKEN"):
