@@ -15,8 +15,9 @@ measured by ``tests/cli/test_lazy_imports.py``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "completion_script",
     "help_option",
     "lite_runtime_param_class",
+    "signatures_read_once",
     "usage_error",
 ]
 
@@ -102,3 +104,33 @@ def completion_init() -> None:
     from typer._completion_classes import completion_init as init
 
     init()
+
+
+@contextlib.contextmanager
+def signatures_read_once() -> Iterator[None]:
+    """While typer builds a click command, read each command function's parameters once.
+
+    typer reads them twice per command (for the command's parameters, then for its callback's
+    parameter names), each time with ``inspect.signature`` and an ``eval`` of every string
+    annotation: about 30 ms of the build on every chatflow run. Within this block the second
+    read returns the first one's result (typer only reads it). If typer has no such function
+    any more, nothing is changed."""
+    import typer.main
+
+    main: Any = typer.main  # the function is not among typer.main's exported names
+    original = getattr(main, "get_params_from_function", None)
+    if original is None:
+        yield
+        return
+    read: dict[Callable[..., Any], Any] = {}
+
+    def once(func: Callable[..., Any]) -> Any:
+        if func not in read:
+            read[func] = original(func)
+        return read[func]
+
+    main.get_params_from_function = once
+    try:
+        yield
+    finally:
+        main.get_params_from_function = original

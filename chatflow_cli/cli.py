@@ -392,9 +392,11 @@ def build_command() -> Any:
     """The click command of :data:`app` as chatflow runs it (global options on every
     command, repeated single-value options refused, plain argument help)."""
     from . import _command_shape as shape
+    from ._typer_adapter import signatures_read_once
     from ._typer_fast import install
 
-    command = typer.main.get_command(app)
+    with signatures_read_once():
+        command = typer.main.get_command(app)
     install(command)
     shape.repeatable_pairs(command)
     shape.add_global_options(command)

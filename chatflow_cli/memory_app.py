@@ -91,7 +91,7 @@ def memory_revert(
     ctx: typer.Context,
     name: Annotated[str, _NAME],
     writes: Annotated[list[str], typer.Argument(metavar="N[-M]", help="The writes to undo (see history): N, or a range N-M; several are undone together or not at all.")],
-    force: Annotated[bool, typer.Option("--force", help="Also when later writes changed the document (they are undone too; the history keeps them).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Also when later writes changed the document (they are undone too, a later rename included; the history keeps them).")] = False,
     output: OutputOption = None,
     json_: Annotated[bool, _JSON] = False,
 ) -> None:

@@ -96,6 +96,81 @@ def _cache_bytecode_of_children() -> None:
                           str(Path(tempfile.gettempdir()) / f"chatflow-tests-pycache-{os.getuid()}"))
 
 
+#: Test workers per usable CPU core under ``-n auto``: most tests wait on the processes, servers
+#: and timers they start, so one worker per core leaves the cores idle much of the run.
+WORKERS_PER_CORE = 2
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many workers ``-n auto`` starts: ``WORKERS_PER_CORE`` per core this process may use
+    (its CPU affinity, as a container or ``taskset`` limits it), or exactly
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` (pytest-xdist's own variable) when that is set."""
+    wanted = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").strip()
+    if wanted:
+        if not wanted.isdigit() or int(wanted) < 1:
+            raise pytest.UsageError(f"PYTEST_XDIST_AUTO_NUM_WORKERS must be a whole number, not {wanted!r}")
+        return int(wanted)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this platform
+        cores = os.cpu_count() or 1
+    return WORKERS_PER_CORE * max(cores, 1)
+
+
+# ---------------------------------------------------------------------------------------
+# CHATFLOW_TEST_CPU=N: the CPU each test used, its own and its children's, summed per file
+# ---------------------------------------------------------------------------------------
+_cpu_mark: list[float] = []
+_cpu_by_test: dict[str, float] = {}
+
+
+def _cpu_now() -> float:
+    """CPU seconds (user + system) of this process and of its children that have ended."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    if os.environ.get("CHATFLOW_TEST_CPU"):
+        _cpu_mark[:] = [_cpu_now()]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under ``CHATFLOW_TEST_CPU`` each phase's report carries the CPU used since the last one
+    (setup, call, teardown): the worker's and the processes it started and waited for."""
+    outcome = yield
+    if os.environ.get("CHATFLOW_TEST_CPU") and _cpu_mark:
+        now = _cpu_now()
+        outcome.get_result().user_properties.append(("cpu", now - _cpu_mark[0]))  # type: ignore[attr-defined]
+        _cpu_mark[:] = [now]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties:
+        if name == "cpu":
+            _cpu_by_test[report.nodeid] = _cpu_by_test.get(report.nodeid, 0.0) + float(value)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """The heaviest tests and files by CPU (``CHATFLOW_TEST_CPU=25``); off when unset."""
+    top = int(os.environ.get("CHATFLOW_TEST_CPU") or 0)
+    if not top or not _cpu_by_test:
+        return
+    by_file: dict[str, list[float]] = {}
+    for nodeid, seconds in _cpu_by_test.items():
+        by_file.setdefault(nodeid.split("::")[0], []).append(seconds)
+    write = terminalreporter.write_line
+    terminalreporter.section(f"CPU by file ({sum(_cpu_by_test.values()):.1f} s in {len(_cpu_by_test)} tests)")
+    for path, values in sorted(by_file.items(), key=lambda kv: -sum(kv[1]))[:top]:
+        write(f"{sum(values):8.1f} s {len(values):5d} tests  {path}")
+    terminalreporter.section("CPU by test")
+    for nodeid, seconds in sorted(_cpu_by_test.items(), key=lambda kv: -kv[1])[:top]:
+        write(f"{seconds:8.2f} s  {nodeid}")
+
+
 def llama_cpp_installed() -> bool:
     import importlib.util
 

@@ -13,9 +13,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Under xdist the mypy runs go to one worker, in file order: those sharing ``strict_cache``
-# (the whole package first, then the README's uses) analyse the standard library and
-# openai once, not once per worker.
+# The mypy runs (20-30 s of CPU each) are marked ci_long: .ci/run's second pass runs them in one
+# process, in file order, so those sharing ``strict_cache`` (the whole package first, then the
+# README's uses) analyse the standard library and openai once. The default run keeps the cheap
+# check that the package ships its types (py.typed). Under xdist (``-m ci_long -n 2``) they still
+# go to one worker, the group "mypy".
 pytestmark = pytest.mark.xdist_group("mypy")
 
 BOT = '''
@@ -118,6 +120,7 @@ text: int = runner.run("s", "hi").content
 
 
 @pytest.mark.slow
+@pytest.mark.ci_long  # a whole-program mypy run: CI's second pass
 def test_mypy_strict_passes_on_a_bot_using_the_readme_api(tmp_path: Path) -> None:
     """bot.py (the README's API) is clean; wrong.py (a misuse) is an error: the check is real."""
     pytest.importorskip("mypy")
@@ -153,6 +156,7 @@ def _installed_here() -> str | None:
 
 
 @pytest.mark.slow
+@pytest.mark.ci_long  # a whole-program mypy run: CI's second pass
 def test_mypy_strict_passes_after_the_readmes_install_for_typed_users(tmp_path: Path) -> None:
     """The README's install for typed users, made for real into a fresh environment, then plain
     ``mypy --strict`` (no MYPYPATH, no per-module settings) with that environment's interpreter:
@@ -189,6 +193,7 @@ def test_mypy_strict_passes_after_the_readmes_install_for_typed_users(tmp_path: 
 
 
 @pytest.mark.slow
+@pytest.mark.ci_long  # a whole-program mypy run: CI's second pass
 def test_mypy_strict_passes_with_the_checkout_on_mypypath(tmp_path: Path, strict_cache: Path) -> None:
     """The package's own code passes ``mypy --strict`` as a bot's dependency read from source
     (MYPYPATH, or an editable install mypy is pointed at): plain ``--strict``, no per-module
@@ -208,6 +213,7 @@ def test_mypy_strict_passes_with_the_checkout_on_mypypath(tmp_path: Path, strict
 
 
 @pytest.mark.slow
+@pytest.mark.ci_long  # a whole-program mypy run: CI's second pass
 def test_the_whole_package_passes_mypy_strict(tmp_path: Path, strict_cache: Path) -> None:
     """``mypy --strict chatflow_cli``: the library and the front end, with no per-module
     settings, are clean (the REPL's parts declare the state they share, the stores and the
@@ -260,6 +266,7 @@ WRONG_TWINS = [
 
 
 @pytest.mark.slow
+@pytest.mark.ci_long  # a whole-program mypy run: CI's second pass
 def test_the_async_twins_have_their_methods_parameters_and_results(tmp_path: Path, strict_cache: Path) -> None:
     """The async twins derived from the store methods (``aget = async_twin(get)``): mypy
     --strict sees each method's own parameters and result (a generic ``edit`` keeps its
@@ -293,6 +300,7 @@ def _readme_sdk_switch() -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.ci_long  # a whole-program mypy run: CI's second pass
 def test_mypy_strict_passes_on_the_readmes_agents_sdk_switch(tmp_path: Path, strict_cache: Path) -> None:
     """The README's two lines, with the SDK's real ``Runner.run(..., session=session)``:
     ChatflowSession meets the SDK's ``Session`` protocol for a type checker (its items are

@@ -188,8 +188,9 @@ def revert(state: State, name: str, writes: list[str], *, force: bool, output: s
               [v.to_dict() for v in done], output)
         return
     for v in done:
+        moved = "" if v.previous_path is None else f" (moved back from {safe_text(v.previous_path, one_line=True)})"
         notice(state, f"reverted write {v.reverts} of {name} as write {v.seq}: {safe_text(v.path, one_line=True)} "
-                      + ("deleted" if v.text is None else "restored"))
+                      + ("deleted" if v.text is None else "restored") + moved)
 
 
 def write(state: State, name: str, path: str, *, expected_version: int | None, output: str) -> None:

@@ -22,8 +22,9 @@ A turn, step by step:
    first.
 3. The streamed reply is folded by the model client; text deltas are yielded as they come.
    A reply with tool calls is stored (one transaction), the tools run — several calls of
-   one reply run concurrently, each on its own thread — and their results are appended under
-   their ids in call order, then the model is asked again. A tool that raises, an unknown
+   one reply run concurrently, each on its own thread, except a ``sequential`` tool's calls
+   (the memory tools'), which run one after another in the reply's order — and their
+   results are appended under their ids in call order, then the model is asked again. A tool that raises, an unknown
    tool name, or arguments that are not valid JSON (or do not fit the parameters) become an
    error TOOL result (``is_error``) that the model sees; the turn goes on.
 4. A call to ``transfer_to_<agent>`` makes that agent the session's active agent (a

@@ -536,6 +536,9 @@ class Tool:
         function: the Python callable, or ``None`` for a custom tool.
         is_custom: declared with a schema only; results come from ``submit_tool_result``.
         is_async: the function is ``async def``.
+        sequential: the tool's calls of one model reply run one after another, in the order
+            the model gave them (each sees what the one before it did); the other tools' calls
+            run at the same time, each on its own thread. The memory tools are sequential.
 
     A ``Tool`` made by :func:`tool` is still callable like the function it wraps.
     """
@@ -547,6 +550,7 @@ class Tool:
         parameters: dict[str, Any],
         function: Callable[..., Any] | None = None,
         *,
+        sequential: bool = False,
         _params: list[_Param] | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -560,6 +564,7 @@ class Tool:
         self.is_async = function is not None and (
             inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__)
         )
+        self.sequential = bool(sequential)
         self._params = _params
         if function is not None:
             functools.update_wrapper(self, function, updated=())
@@ -567,7 +572,8 @@ class Tool:
     # -- construction ---------------------------------------------------------------------
     @classmethod
     def from_function(
-        cls, function: Callable[..., Any], *, name: str | None = None, description: str | None = None
+        cls, function: Callable[..., Any], *, name: str | None = None, description: str | None = None,
+        sequential: bool = False,
     ) -> Tool:
         """A tool from a sync or async function (what :func:`tool` does)."""
         if not callable(function):
@@ -578,6 +584,7 @@ class Tool:
             summary if description is None else description,
             parameters,
             function,
+            sequential=sequential,
             _params=params,
         )
 
@@ -719,19 +726,22 @@ def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
 @typing.overload
 def tool(function: Callable[..., Any], /) -> Tool: ...
 @typing.overload
-def tool(*, name: str | None = None, description: str | None = None) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(*, name: str | None = None, description: str | None = None,
+         sequential: bool = False) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
-    function: Callable[..., Any] | None = None, /, *, name: str | None = None, description: str | None = None
+    function: Callable[..., Any] | None = None, /, *, name: str | None = None, description: str | None = None,
+    sequential: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` of a sync or async function: ``@tool``, ``@tool()`` or ``@tool(name=..., description=...)``.
 
     ``name`` defaults to the function's name, ``description`` to the docstring's first
-    paragraph. See the module docstring for the type mapping.
+    paragraph. ``sequential``: the tool's calls of one reply run one after another, in the
+    order given (see :class:`Tool`). See the module docstring for the type mapping.
     """
     if function is not None:
-        return Tool.from_function(function, name=name, description=description)
+        return Tool.from_function(function, name=name, description=description, sequential=sequential)
 
     def decorate(func: Callable[..., Any]) -> Tool:
-        return Tool.from_function(func, name=name, description=description)
+        return Tool.from_function(func, name=name, description=description, sequential=sequential)
 
     return decorate

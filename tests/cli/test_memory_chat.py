@@ -97,3 +97,25 @@ def test_memory_bad_input(chatflow, provider, config_file) -> None:
     provider.add_text("hi")
     assert chatflow("chat", "-s", "z", "hello").returncode == 0
     assert _offered(provider.requests[-1]) == ["memory_view", "memory_search"]
+
+
+def test_memory_calls_of_one_reply_run_in_the_order_given(chatflow, provider) -> None:
+    # each call depends on the one before it: run at once, some fail or see stale text
+    assert chatflow("memory", "create", "rv").returncode == 0
+    calls = [("c1", "memory_create", json.dumps({"path": "r1.md", "file_text": "alpha"})),
+             ("c2", "memory_str_replace", json.dumps({"path": "r1.md", "old_str": "alpha", "new_str": "beta"})),
+             ("c3", "memory_view", json.dumps({"path": "r1.md"}))]
+    calls += [(f"i{n}", "memory_insert", json.dumps({"path": "r1.md", "insert_line": n, "insert_text": f"line {n}"}))
+              for n in range(1, 11)]
+    calls.append(("c4", "memory_view", json.dumps({"path": "r1.md"})))
+    provider.add_tool_calls(calls)
+    provider.add_text("done")
+    r = chatflow("chat", "-s", "o", "--memory", "rv", "remember")
+    assert r.returncode == 0, r
+    results = _tool_results(provider.requests[-1])
+    assert results[:2] == ["created rv/r1.md (version 1)", "replaced the passage in rv/r1.md (version 2)"], results
+    assert results[2].endswith("\n     1\tbeta"), results[2]
+    assert results[3:13] == [f"inserted the text after line {n} of rv/r1.md (version {n + 2})" for n in range(1, 11)]
+    assert results[13].endswith("\n".join(f"{n + 1:6d}\t" + (f"line {n}" if n else "beta") for n in range(11)))
+    history = chatflow("memory", "history", "rv", "--json").json()
+    assert [v["op"] for v in history] == ["create", "str_replace"] + ["insert"] * 10

@@ -157,3 +157,20 @@ def test_one_store_mounted_twice_in_two_modes_is_refused(chatflow, provider, con
     config_file('[[agents]]\nname = "Desk"\ninstructions = "x"\nmemory = ["notes", "notes:ro"]\n')
     r = chatflow("agents", "ls")
     assert r.returncode == ExitStatus.CONFIG and "memory store 'notes' is mounted twice" in r.stderr, r
+
+
+
+def test_a_forced_revert_undoes_a_later_rename(chatflow, provider) -> None:
+    chatflow("memory", "create", "rv")
+    chatflow("memory", "write", "rv", "acme.md", input="EUR")  # 1
+    chatflow("memory", "write", "rv", "acme.md", input="USD")  # 2
+    provider.add_tool_calls([("m1", "memory_rename", json.dumps({"old_path": "acme.md",
+                                                                "new_path": "customers/acme.md"}))])  # 3
+    provider.add_text("moved")
+    assert chatflow("chat", "-s", "m", "--memory", "rv", "file Acme under customers").returncode == 0
+    _refused(chatflow("memory", "revert", "rv", "2"), "written again after write 2 (by write 3")
+    r = chatflow("memory", "revert", "rv", "2", "--force")
+    assert r.returncode == 0 and "reverted write 2 of rv as write 4: acme.md restored (moved back from " \
+        "customers/acme.md)" in r.stderr, r
+    assert [(d["path"]) for d in chatflow("memory", "ls", "rv", "--json").json()] == ["acme.md"]
+    assert chatflow("memory", "show", "rv", "acme.md").stdout == "EUR\n"

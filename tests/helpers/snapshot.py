@@ -14,11 +14,13 @@ server is only valid with that server: key it by the server's port and use the m
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def checkpoint(home: Path) -> None:
@@ -55,3 +57,28 @@ class HomeSnapshots:
         shutil.copytree(home, partial)
         partial.rename(saved)
         return home
+
+
+def run_root(tmp_path_factory: Any) -> Path:
+    """A directory of this test run that every xdist worker shares (the workers' temporary
+    directories sit side by side in it); without xdist, the run's own temporary directory."""
+    base = Path(tmp_path_factory.getbasetemp())
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def built_once(tmp_path_factory: Any, key: str, build: Callable[[Path], object]) -> Path:
+    """A directory that ``build(directory)`` fills once per test run, whichever worker asks
+    first; the others wait for it (a lock file) and share it. Tests must only read it."""
+    root = run_root(tmp_path_factory) / "built-once"
+    root.mkdir(exist_ok=True)
+    done = root / key
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_dir():
+            partial = root / f".{key}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            build(partial)
+            checkpoint(partial)
+            partial.rename(done)
+    return done

@@ -16,7 +16,8 @@
 * :mod:`.waiting` -- starting a turn on a busy session: the store's queue, polling, and
   releasing the queue ticket and message claim of a turn that never started.
 * :mod:`.tools` -- running one reply's tool calls: unknown tools and handoffs answered,
-  the others concurrently on daemon threads, every error turned into text the model sees.
+  the others concurrently on daemon threads (a ``sequential`` tool's calls one after another,
+  in order), every error turned into text the model sees.
 * :mod:`.state` -- what a run asks the store to start (``TurnRequest``), what one turn
   carries between model requests, and the internal signals (broken reply, invalid tool
   call after tools ran).

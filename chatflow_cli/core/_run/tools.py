@@ -1,7 +1,9 @@
 """Running the tool calls of one model reply.
 
 Unknown tool names and handoffs are answered at once (:func:`answer_at_once`); the other
-calls run concurrently, each on its own daemon thread (:func:`run_concurrently`). Every
+calls run concurrently, each on its own daemon thread (:func:`run_concurrently`), except the
+calls of ``sequential`` tools (the memory tools), which run one after another on one thread
+of their own, in the order the model gave them, beside the others. Every
 failure becomes text the model sees, flagged ``is_error``: a tool that raises, arguments
 that are not valid JSON or do not fit the parameters, an unknown name, a second handoff
 in one reply. Results are made storable (lone surrogates escaped).
@@ -73,6 +75,9 @@ def run_concurrently(runnable: list[tuple[ToolCall, Tool]], outcomes: dict[str, 
                      state: TurnState, secrets: SessionSecrets | None = None) -> None:
     """Run the calls concurrently, each on its own daemon thread, and wait for all.
 
+    The calls of ``sequential`` tools share one thread instead and run on it one after
+    another, in the reply's order (the order of ``runnable``); a cancel request stops the
+    ones not begun yet.
     ``outcomes`` and ``timings`` (seconds) get each call's result by id. Daemon threads,
     not a pool: a tool abandoned by an interrupt keeps running in the background but never
     holds up the process's exit. The wait wakes every 50 ms to notice a cancel request.
@@ -84,12 +89,19 @@ def run_concurrently(runnable: list[tuple[ToolCall, Tool]], outcomes: dict[str, 
             come in are in ``state.finished`` (the others get synthetic results).
     """
     futures: list[tuple[ToolCall, concurrent.futures.Future[tuple[str, bool, float, str | None]]]] = []
+    in_order: list[tuple[concurrent.futures.Future[tuple[str, bool, float, str | None]], Tool, ToolCall]] = []
     for call, found in runnable:
         future: concurrent.futures.Future[tuple[str, bool, float, str | None]] = concurrent.futures.Future()
+        futures.append((call, future))
+        if found.sequential:
+            in_order.append((future, found, call))
+            continue
         thread = threading.Thread(target=_run_into, args=(future, found, call, loop, secrets),
                                   name=f"chatflow-tool-{call.name}"[:40], daemon=True)
         thread.start()
-        futures.append((call, future))
+    if in_order:
+        threading.Thread(target=_run_in_order, args=(in_order, cancel, loop, secrets),
+                         name="chatflow-tools-in-order", daemon=True).start()
     pending = {f for _, f in futures}
     by_future = {f: c for c, f in futures}
     try:
@@ -154,6 +166,17 @@ def _outcome(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None
     except Exception as exc:  # noqa: BLE001 - the model sees the error and the turn goes on
         log.info("tool %s raised %s: %s", call.name, type(exc).__name__, scrub_values(str(exc)))
         return f"Error: {call.name} raised {type(exc).__name__}: {exc}", True
+
+
+def _run_in_order(calls: list[tuple[concurrent.futures.Future[tuple[str, bool, float, str | None]], Tool, ToolCall]],
+                  cancel: CancelToken, loop: asyncio.AbstractEventLoop | None,
+                  secrets: SessionSecrets | None) -> None:
+    """Run the sequential calls one after another; after a cancel request none begins (their
+    futures stay pending: the waiting side raises :class:`Cancelled`)."""
+    for future, found, call in calls:
+        if cancel.is_set():
+            return
+        _run_into(future, found, call, loop, secrets)
 
 
 def _run_into(future: concurrent.futures.Future[tuple[str, bool, float, str | None]], found: Tool, call: ToolCall,

@@ -465,7 +465,8 @@ class _MemoryStores(_StoreCore):
 
         Raises:
             MemoryConflictError: a later write touched the document (unless ``force``: then
-                those later writes are undone too, and stay in the history).
+                those later writes are undone too, and stay in the history; a document a
+                later rename moved is followed and moved back in the same write).
             UsageError: no write ``seq`` in the store. MemoryStoreNotFoundError: (exit 3).
         """
         if isinstance(seq, bool) or not isinstance(seq, int):
@@ -517,15 +518,21 @@ class _MemoryStores(_StoreCore):
                 raise MemoryConflictError(
                     f"memory document {path!r} was written again after write {seq} (by write {latest.seq}, "
                     f"{latest.author.describe()}): revert that first, or force", current_version=latest.seq)
+        # where the document is now: a later rename (forced past) moved it on from undone.path
+        here = _moved_to(tx, store, undone.path, seq) if force else undone.path
         if undone.previous_path is not None:  # a rename: back to the old path
             old = tx.last_version_touching(store, undone.previous_path, seq)
             text = old.text if old is not None and old.path == undone.previous_path else undone.text
             if text is None:
                 text = ""
             return self._record(tx, store, undone.previous_path, "revert", text, who,
-                                previous_path=undone.path, reverts=seq)
+                                previous_path=None if here == undone.previous_path else here, reverts=seq)
         before = tx.last_version_touching(store, undone.path, seq)
         text = before.text if before is not None and before.path == undone.path else None
+        if here != undone.path and tx.doc_get(store, here) is not None:  # moved since: back, in one write
+            if text is None:  # write seq made it: it goes, from where it is now
+                return self._record(tx, store, here, "revert", None, who, reverts=seq)
+            return self._record(tx, store, undone.path, "revert", text, who, previous_path=here, reverts=seq)
         if text is None and tx.doc_get(store, undone.path) is None:
             raise UsageError(f"write {seq} of memory store {store!r} left nothing to undo")
         return self._record(tx, store, undone.path, "revert", text, who, reverts=seq)
@@ -550,3 +557,16 @@ class _MemoryStores(_StoreCore):
     awrite_documents = async_twin(write_documents, writes=True)
     arevert_memory = async_twin(revert_memory, writes=True)
     arevert_writes = async_twin(revert_writes, writes=True)
+
+
+def _moved_to(tx: Any, store: str, path: str, seq: int) -> str:
+    """Where the document that was at ``path`` after write ``seq`` is now: ``path`` followed
+    through every later write that moved it (a rename, or the revert of one)."""
+    after = seq
+    for _ in range(10_000):  # each step moves past a later write: this bound is never reached
+        move = next((v for v in tx.versions(store, path, after, None) if v.previous_path == path
+                     and v.path != path), None)
+        if move is None:
+            break
+        path, after = move.path, move.seq
+    return path

@@ -326,7 +326,8 @@ def insert_lines(text: str, line: int, insert: str, *, path: str = "") -> str:
     """
     lines = text.splitlines(keepends=True)
     if isinstance(line, bool) or not isinstance(line, int) or not 0 <= line <= len(lines):
-        raise UsageError(f"line {line!r} is outside {path!r}, which has {len(lines)} lines (0 inserts at the top)")
+        raise UsageError(f"line {line!r} is outside {path!r}, which has {len(lines)} "
+                         f"line{'' if len(lines) == 1 else 's'} (0 inserts at the top)")
     if line and not lines[line - 1].endswith(("\n", "\r")):
         lines[line - 1] += "\n"
     if not insert.endswith("\n") and line < len(lines):

@@ -20,6 +20,10 @@ an unknown tool (a tool error the model reads, never a write); a write tool call
 store mounted read-only is refused the same way. Every failure (a path outside the store, a
 passage no longer there, a document too large) is an error the model reads and the turn
 goes on. Writes are recorded with the session, turn and agent (:class:`~.documents.Author`).
+
+The tools are ``sequential`` (:class:`~chatflow_cli.core.tools.Tool`): the memory calls of one
+model reply run one after another in the order the model gave them, so a create, an edit of
+it and a view in one reply see each other and their versions follow the calls' order.
 """
 
 from __future__ import annotations
@@ -60,6 +64,22 @@ class MemoryStoreAccess(Protocol):
                         author: Author | None = None) -> DocumentVersion: ...
 
 
+def _view_range(view_range: list[int] | None, path: str, lines: int) -> tuple[int, int | None]:
+    """``(first, last)`` of a ``view_range`` (None: the whole document); a range outside the
+    document's ``lines`` is a UsageError naming the count, as an insert outside it is."""
+    if view_range is None:
+        return 1, None
+    if len(view_range) != 2 or any(isinstance(n, bool) or not isinstance(n, int) for n in view_range):
+        raise UsageError("view_range is [first line, last line] (-1: to the end)")
+    first, last = view_range
+    end = lines if last == -1 else last
+    if not 1 <= first <= lines or not first <= end <= lines:
+        raise UsageError(f"view_range {list(view_range)!r} is outside {path!r}, which has {lines} "
+                         f"line{'' if lines == 1 else 's'}: give [first, last] with 1 <= first <= last <= {lines}, "
+                         "or last -1 for the end")
+    return first, last
+
+
 def _size(n: int) -> str:
     return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB"
 
@@ -93,12 +113,8 @@ class _Tools:
             except DocumentNotFoundError:
                 pass  # maybe a folder
             else:
-                first, last = 1, None
-                if view_range is not None:
-                    if len(view_range) != 2:
-                        raise UsageError("view_range is [first line, last line] (-1: to the end)")
-                    first, last = view_range
                 lines = len(doc.text.splitlines())
+                first, last = _view_range(view_range, doc.path, lines)
                 head = f"{name}/{doc.path} (version {doc.version}, {lines} lines, {_size(len(doc.text.encode()))}):"
                 return head + "\n" + (numbered(doc.text, first, last) if doc.text else "(empty)")
         docs = self.store.list_documents(name, folder)
@@ -190,7 +206,7 @@ def _make(name: str, function: Any, stores: list[str]) -> Tool:
         "description": "the memory store" + (" (optional: there is one)" if len(stores) == 1 else "")}
     if len(stores) > 1:
         parameters["required"].append("store")
-    return Tool(name, description, parameters, function, _params=signature)
+    return Tool(name, description, parameters, function, sequential=True, _params=signature)
 
 
 def memory_tools(store: MemoryStoreAccess, mounts: Sequence[Mount], author: Author | None = None) -> list[Tool]:

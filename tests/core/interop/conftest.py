@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.fakeserver import FakeServer
+from tests.helpers.snapshot import built_once
 
 DATA = Path(__file__).parent / "data"
 ADD_TOOL = 'def add(a: int, b: int) -> int:\n    "Add two numbers."\n    return a + b\n'
@@ -61,11 +62,13 @@ def script_replies(server: FakeServer) -> None:
 def llm_logs_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if importlib.util.find_spec("llm") is None:
         pytest.skip("the llm CLI is not installed (pip install -e '.[bench]')")
-    home = tmp_path_factory.mktemp("llm-home")
-    with FakeServer() as server:
-        script_replies(server)
-        run_llm_session(home, server.url, [sys.executable, "-m", "llm"])
-    yield home / "logs.db"
+
+    def build(home: Path) -> None:
+        with FakeServer() as server:
+            script_replies(server)
+            run_llm_session(home, server.url, [sys.executable, "-m", "llm"])
+
+    yield built_once(tmp_path_factory, "llm-home", build) / "logs.db"
 
 
 @pytest.fixture(scope="session")
@@ -75,20 +78,22 @@ def upgraded_llm_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     tables, and a thread with the conversation's id holds the whole conversation."""
     if importlib.util.find_spec("llm") is None:
         pytest.skip("the llm CLI is not installed (pip install -e '.[bench]')")
-    home = tmp_path_factory.mktemp("llm-upgraded")
-    shutil.copy(DATA / "llm-0.27-logs.db", home / "logs.db")
-    first = sqlite3.connect(home / "logs.db").execute(
-        "select conversation_id from responses order by datetime_utc limit 1").fetchone()[0]
-    with FakeServer() as server:
-        server.add_text("Lyon is second.")
-        (home / "extra-openai-models.yaml").write_text(
-            f'- model_id: fake\n  model_name: fake-model\n  api_base: "{server.url}"\n  api_key_name: fakekey\n')
-        (home / "keys.json").write_text('{"fakekey": "test"}')
-        env = {**os.environ, "LLM_USER_PATH": str(home)}
-        env.pop("OPENAI_API_KEY", None)
-        subprocess.run([sys.executable, "-m", "llm", "-m", "fake", "--cid", first, "And the second city?"],
-                       env=env, check=True, capture_output=True, timeout=120)
-    yield home / "logs.db"
+
+    def build(home: Path) -> None:
+        shutil.copy(DATA / "llm-0.27-logs.db", home / "logs.db")
+        first = sqlite3.connect(home / "logs.db").execute(
+            "select conversation_id from responses order by datetime_utc limit 1").fetchone()[0]
+        with FakeServer() as server:
+            server.add_text("Lyon is second.")
+            (home / "extra-openai-models.yaml").write_text(
+                f'- model_id: fake\n  model_name: fake-model\n  api_base: "{server.url}"\n  api_key_name: fakekey\n')
+            (home / "keys.json").write_text('{"fakekey": "test"}')
+            env = {**os.environ, "LLM_USER_PATH": str(home)}
+            env.pop("OPENAI_API_KEY", None)
+            subprocess.run([sys.executable, "-m", "llm", "-m", "fake", "--cid", first, "And the second city?"],
+                           env=env, check=True, capture_output=True, timeout=120)
+
+    yield built_once(tmp_path_factory, "llm-upgraded", build) / "logs.db"
 
 
 @pytest.fixture(params=["memory", "sqlite"])

@@ -211,6 +211,56 @@ def test_several_reverts_are_all_or_nothing(any_store: BaseSessionStore) -> None
     assert any_store.memory_store("notes").last_seq == 8
 
 
+def _docs(store: BaseSessionStore) -> list[tuple[str, str]]:
+    return [(d.path, d.text) for d in store.read_documents("notes")]
+
+
+def test_a_forced_revert_follows_the_document_through_later_renames(any_store: BaseSessionStore) -> None:
+    any_store.create_memory_store("notes")
+    any_store.write_document("notes", "acme.md", "EUR")  # 1
+    any_store.write_document("notes", "acme.md", "USD")  # 2
+    any_store.rename_document("notes", "acme.md", "customers/acme.md")  # 3
+    with pytest.raises(MemoryConflictError, match=r"written again after write 2 \(by write 3"):
+        any_store.revert_memory("notes", 2)
+    assert _docs(any_store) == [("customers/acme.md", "USD")]
+    v = any_store.revert_memory("notes", 2, force=True)
+    assert (v.seq, v.path, v.previous_path, v.text, v.reverts) == (4, "acme.md", "customers/acme.md", "EUR", 2)
+    assert _docs(any_store) == [("acme.md", "EUR")]  # one copy: the rename is undone too
+    # twice renamed, edited at its new path, then the create undone: nothing is left anywhere
+    any_store.rename_document("notes", "acme.md", "a/acme.md")  # 5
+    any_store.rename_document("notes", "a/acme.md", "b/acme.md")  # 6
+    any_store.write_document("notes", "b/acme.md", "GBP")  # 7
+    v = any_store.revert_memory("notes", 1, force=True)
+    assert (v.seq, v.path, v.text, v.reverts) == (8, "b/acme.md", None, 1)
+    assert _docs(any_store) == []
+    assert any_store.memory_store("notes").last_seq == 8
+
+
+def test_a_forced_revert_of_a_rename_follows_the_later_ones(any_store: BaseSessionStore) -> None:
+    any_store.create_memory_store("notes")
+    any_store.write_document("notes", "a.md", "A")  # 1
+    any_store.rename_document("notes", "a.md", "b.md")  # 2
+    any_store.rename_document("notes", "b.md", "c/b.md")  # 3
+    any_store.write_document("notes", "other.md", "O")  # 4: another document, untouched
+    v = any_store.revert_memory("notes", 2, force=True)
+    assert (v.path, v.previous_path, v.text) == ("a.md", "c/b.md", "A")
+    assert _docs(any_store) == [("a.md", "A"), ("other.md", "O")]
+    # moved, then deleted at its new path: the forced revert restores the one copy
+    any_store.write_document("notes", "x.md", "X1")  # 6
+    any_store.write_document("notes", "x.md", "X2")  # 7
+    any_store.rename_document("notes", "x.md", "y.md")  # 8
+    any_store.delete_document("notes", "y.md")  # 9
+    v = any_store.revert_writes("notes", [7], force=True)[0]
+    assert (v.path, v.previous_path, v.text) == ("x.md", None, "X1")
+    assert [p for p, _ in _docs(any_store)] == ["a.md", "other.md", "x.md"]
+    # the writes undone together with the rename among them: one transaction, the same end
+    any_store.write_document("notes", "z.md", "Z1")  # 11
+    any_store.rename_document("notes", "z.md", "zz.md")  # 12
+    undone = any_store.revert_writes("notes", [11, 12])
+    assert [v.reverts for v in undone] == [12, 11]
+    assert [p for p, _ in _docs(any_store)] == ["a.md", "other.md", "x.md"]
+
+
 # -- one resource, two modes --------------------------------------------------------------------
 def test_a_context_refuses_one_store_in_two_modes() -> None:
     from chatflow_cli.core.agents import Agent

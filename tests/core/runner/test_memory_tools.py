@@ -29,7 +29,7 @@ def test_view_write_and_a_stale_edit(fake_server: FakeServer, make_runner: Calla
     sqlite_store.create_memory_store("notes")
     sqlite_store.write_document("notes", "acme.md", "Acme likes tea.\n")
     runner = make_runner(AGENT)
-    # calls of one reply run at once: the view, then the edits, in separate rounds
+    # the view, then the edits, in separate rounds
     fake_server.add_tool_calls([("v1", "memory_view", json.dumps({"path": "acme.md"}))])
     fake_server.add_tool_calls([("r1", "memory_str_replace", json.dumps({"path": "acme.md", "old_str": "tea",
                                                                          "new_str": "coffee"})),
@@ -130,3 +130,22 @@ def test_tool_paths_are_nfc_and_a_document_is_never_a_folder(fake_server: FakeSe
     assert [d.path for d in sqlite_store.list_documents("notes")] == ["a/b", "caf\u00e9.md"]
     with pytest.raises(UsageError, match="mounted twice"):
         runner.run("s1", "again", resources=[Mount.memory_store("notes"), Mount.memory_store("notes", "read-only")])
+
+
+def test_a_view_range_outside_the_document_is_a_clear_error(fake_server: FakeServer,
+                                                           make_runner: Callable[..., Runner],
+                                                           sqlite_store: Any) -> None:
+    sqlite_store.create_memory_store("notes")
+    sqlite_store.write_document("notes", "one.md", "only line")
+    ranges = [[0, 0], [3, 1], [2, -1], [1, 2], [1, 1], [1, -1]]
+    fake_server.add_tool_calls([(f"v{n}", "memory_view", json.dumps({"path": "one.md", "view_range": r}))
+                                for n, r in enumerate(ranges)]
+                               + [("i", "memory_insert", json.dumps({"path": "one.md", "insert_line": 3,
+                                                                     "insert_text": "x"}))])
+    fake_server.add_text("ok")
+    assert make_runner(AGENT).run("s1", "look", resources=[Mount.memory_store("notes")]).content == "ok"
+    results = _results(fake_server.requests[-1])
+    for r, text in zip(ranges[:4], results):
+        assert text.startswith("Error:") and f"view_range {r!r} is outside 'one.md', which has 1 line" in text, text
+    assert results[4].endswith("\n     1\tonly line") and results[5].endswith("\n     1\tonly line")
+    assert results[6].startswith("Error:") and "line 3 is outside 'one.md', which has 1 line " in results[6], results[6]

@@ -389,3 +389,38 @@ def test_return_values_become_strict_json_text() -> None:
         return {Color.RED, Color.RED}
 
     assert f.invoke("{}") == '["red"]'
+
+
+def test_sequential_tools_run_in_the_reply_order_beside_the_others(fake_server: Any, make_runner: Any) -> None:
+    import threading
+    import time
+
+    from chatflow_cli.core.agents import Agent
+
+    done: list[int] = []
+    pinged = threading.Event()
+
+    @tool(sequential=True)
+    def step(n: int) -> str:
+        """A step that must follow the one before it."""
+        if n == 1:
+            time.sleep(0.3)  # run at once, step 2 would finish first
+            if not pinged.wait(5):  # the other tool runs at the same time, not after the steps
+                return "ping did not run beside"
+        done.append(n)
+        return f"step {n} after {done[:-1]}"
+
+    @tool
+    def ping() -> str:
+        """Not sequential: runs on its own thread."""
+        pinged.set()
+        return "pong"
+
+    assert step.sequential and not ping.sequential
+    fake_server.add_tool_calls([("a", "step", json.dumps({"n": 1})), ("b", "step", json.dumps({"n": 2})),
+                                ("c", "ping", "{}")])
+    fake_server.add_text("ok")
+    runner = make_runner(Agent(name="A", instructions="x", model="fake-model", tools=[step, ping]))
+    assert runner.run("s", "go").content == "ok"
+    results = [m["content"] for m in fake_server.requests[-1]["messages"] if m["role"] == "tool"]
+    assert results == ["step 1 after []", "step 2 after [1]", "pong"]
