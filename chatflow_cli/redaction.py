@@ -64,8 +64,8 @@ def _after_command(args: list[str], command: str) -> list[str] | None:
 def remember_arguments(args: list[str]) -> None:
     """Record as secrets the command-line arguments that may hold a vault value: every
     argument of the ``vault`` command and the value of ``--vault`` / ``--memory``, unless
-    it has a name's shape and does not look like a credential
-    (:func:`~chatflow_cli.core.resources.secrets.quoted_name`). Of ``NAME=VALUE`` the part
+    is one a message may show (:func:`~chatflow_cli.core.resources.secrets.may_show`: a name
+    of the rule, or an entry's name in uppercase; never one mixing the cases). Of ``NAME=VALUE`` the part
     after ``=`` is recorded too. A command line with neither costs one scan of ``args``."""
     if "vault" not in args and not any(a.startswith(_MOUNT_OPTIONS) for a in args):
         return
@@ -88,10 +88,10 @@ def remember_arguments(args: list[str]) -> None:
                 continue
             arg = arg.partition("=")[2]
         name, colon, mode = arg.partition(":")
-        if colon and mode.lower() in _MODES and quoted_name(name) != NOT_SHOWN:
+        if colon and mode.lower() in _MODES and quoted_name(name, entry=True) != NOT_SHOWN:
             continue  # a mount: NAME:ro
         for part in (arg, arg.partition("=")[2], name, mode):
-            if part and quoted_name(part) == NOT_SHOWN:
+            if part and quoted_name(part, entry=True) == NOT_SHOWN:
                 remember_secret(part)
 
 

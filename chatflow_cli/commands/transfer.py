@@ -448,6 +448,10 @@ def import_file(state: State, path: str, *, fmt: str | None, into: str | None, d
         what = f"{plural(counts['turns'], 'turn')}, {plural(counts['messages'], 'message')}"
         if counts.get("rolled_back"):  # turns the source rolled back since it was imported
             what += f", {'would roll back' if dry_run else 'rolled back'} {plural(counts['rolled_back'], 'turn')}"
+        if counts.get("rolled_back_in_source"):  # a log's turns its source had rolled back: not live here
+            what += (f", of which {plural(counts['rolled_back_in_source'], 'turn')} the source had rolled back "
+                     f"(kept in its history): the session {'would hold' if dry_run else 'holds'} "
+                     f"{plural(counts['live_turns'], 'turn')}")
         tail = f" ({plural(result.skipped_turns, 'turn')} already there)" if result.skipped_turns else ""
         made = " (new session)" if result.created else ""
         state.env.stdout.write(f"{safe_text(result.session_id)}{made}: {verb} {what}{tail}\n")

@@ -203,13 +203,20 @@ def remove_vault(state: State, name: str, entry: str | None, *, yes: bool) -> No
     Raises:
         VaultNotFoundError: no such vault or entry.
     """
+    from ..core.resources.secrets import may_show
+
     vaults = open_vaults(state)
     info = vaults.get_vault(name)
+    # a vault made before the name rule (Work2) is removed without its name being shown
+    shown = f"vault {name}" if may_show(name) else "the vault given"
     if entry is None and info.entries and not yes and state.env.stdin_isatty:
-        what = ", ".join(e.name for e in info.entries)
-        if not confirm(state, f"Remove vault {name} and its entries ({what})? Their values are deleted.",
+        what = ", ".join(e.name if may_show(e.name, entry=True) else "(not shown)" for e in info.entries)
+        if not confirm(state, f"Remove {shown} and its entries ({what})? Their values are deleted.",
                        assume_yes=False):
             notice(state, "nothing removed")
             return
     vaults.remove(name, entry)
-    notice(state, f"removed {name}/{entry}" if entry is not None else f"removed vault {name}")
+    if entry is None:
+        notice(state, f"removed {shown}")
+    else:
+        notice(state, f"removed entry {entry if may_show(entry, entry=True) else '(not shown)'} of {shown}")

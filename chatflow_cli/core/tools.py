@@ -103,9 +103,11 @@ class Secret:
     entry: str
 
     def __post_init__(self) -> None:
-        if not isinstance(self.entry, str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", self.entry):
-            raise ToolDefinitionError(f"Secret({self.entry!r}): an entry name is 1-64 letters, digits, '_', '-' "
-                                      "or '.', starting with a letter or digit")
+        if not isinstance(self.entry, str) or not (re.match(r"^[a-z0-9][a-z0-9_.-]{0,63}$", self.entry)
+                                                   or re.match(r"^[A-Z0-9][A-Z0-9_.-]{0,63}$", self.entry)):
+            raise ToolDefinitionError("Secret(...): an entry name is 1-64 letters, digits, '_', '-' or '.', "
+                                      "starting with a letter or digit, its letters all lowercase (github_token) "
+                                      "or all uppercase (GITHUB_TOKEN)")
 
 
 def _secret_of(hint: Any) -> Secret | None:

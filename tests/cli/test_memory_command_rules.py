@@ -75,6 +75,24 @@ def test_paths_are_nfc_and_refuse_invisible_characters(chatflow) -> None:
     assert chatflow("memory", "history", "notes", "--json").json()[-1]["seq"] == 2
 
 
+# what shows nothing or a blank that looks like U+0020: each refused, naming its code point
+INVISIBLE = ("\u00a0", "\u2007", "\u3000", "\u115f", "\u1160", "\u3164", "\uffa0", "\u2800", "\u180e",
+             "\u034f", "\ufe0f", "\U000e0041", "\U000e0100")
+
+
+def test_paths_refuse_space_like_and_invisible_characters_and_edge_spaces(chatflow) -> None:
+    chatflow("memory", "create", "notes")
+    for char in INVISIBLE:
+        for path in (f"invoice{char}.md", f"a/{char}/b.md", f"{char}"):
+            r = chatflow("memory", "write", "notes", path, input="x")
+            _refused(r, f"U+{ord(char):04X}")
+        _refused(chatflow("memory", "show", "notes", f"invoice{char}.md"), f"U+{ord(char):04X}")
+    for path in ("a.md ", " a.md", "folder /a.md", "a/ b.md"):
+        _refused(chatflow("memory", "write", "notes", path, input="x"), "begins or ends with a space (U+0020")
+    assert chatflow("memory", "write", "notes", "my notes/a b.md", input="kept\n").returncode == 0
+    assert [d["path"] for d in chatflow("memory", "ls", "notes", "--json").json()] == ["my notes/a b.md"]
+
+
 def test_a_path_is_a_document_or_a_folder(chatflow) -> None:
     chatflow("memory", "create", "notes")
     assert chatflow("memory", "write", "notes", "a/b", input="a document").returncode == 0

@@ -89,7 +89,8 @@ def test_round_trip_through_the_command_line(chatflow: Any, rich_db: Path, tmp_p
     other_db = tmp_path / "other.db"
     first = chatflow("--db", str(other_db), "sessions", "import", str(path))
     assert first.returncode == 0, first
-    assert first.stdout == "rich (new session): added 6 turns, 17 messages\n"
+    assert first.stdout == ("rich (new session): added 6 turns, 17 messages, of which 2 turns the source had rolled "
+                            "back (kept in its history): the session holds 4 turns\n")
     again = chatflow("--db", str(other_db), "sessions", "import", str(path), "--json")
     assert again.json()["sessions"][0]["counts"]["turns"] == 0
     assert again.json()["sessions"][0]["skipped_turns"] == 6
@@ -237,10 +238,11 @@ def test_import_into_an_existing_session_carries_rolled_back_turns(chatflow: Any
     assert rich_rollbacks == [2]
     dry = chatflow("sessions", "import", str(path), "--into", "mine", "--dry-run")
     assert dry.returncode == 0, dry
-    assert dry.stdout == "mine: would add 6 turns, 17 messages\n"
+    rolled = ", of which 2 turns the source had rolled back (kept in its history): the session {} 7 turns\n"
+    assert dry.stdout == "mine: would add 6 turns, 17 messages" + rolled.format("would hold")
     done = chatflow("sessions", "import", str(path), "--into", "mine")
     assert done.returncode == 0, done
-    assert done.stdout == "mine: added 6 turns, 17 messages\n"
+    assert done.stdout == "mine: added 6 turns, 17 messages" + rolled.format("holds")
     events = chatflow("sessions", "export", "mine").jsonl()
     # the rolled-back turn is imported rolled back, its target turn after mine's own three
     assert [e["data"]["to_turn"] for e in events[1:] if e["type"] == "rollback"] == [3 + 2]
@@ -768,3 +770,24 @@ def test_an_import_reports_what_it_left_out_and_old_history_stays_old_in_search(
     assert chatflow("sessions", "search", "Committed", "--since", "7d", "--json").json() == []
     [hit] = chatflow("sessions", "search", "Committed", "--json").json()
     assert hit["age_s"] > 365 * 86400
+
+
+def test_importing_a_session_rolled_back_in_its_source_says_what_the_session_holds(
+        chatflow: Any, provider: Any, tmp_path: Path) -> None:
+    for k in range(1, 6):
+        assert chatflow("chat", "-s", "rb5", f"turn {k}").returncode == 0
+    assert chatflow("sessions", "rollback", "rb5", "--to", "1", "--yes").returncode == 0
+    path = tmp_path / "rb5.chatflow"
+    assert chatflow("sessions", "export", "rb5", "-o", str(path)).returncode == 0
+    db, other = str(tmp_path / "t.db"), str(tmp_path / "u.db")
+    dry = chatflow("--db", db, "sessions", "import", str(path), "--dry-run")
+    real = chatflow("--db", db, "sessions", "import", str(path))
+    assert real.returncode == 0, real
+    assert real.stdout.startswith("rb5 (new session): added 5 turns, "), real
+    assert real.stdout.endswith(", of which 4 turns the source had rolled back (kept in its history): the session "
+                                "holds 1 turn\n"), real
+    assert dry.stdout == real.stdout.replace("added", "would add").replace("holds", "would hold"), dry
+    shown = chatflow("--db", db, "sessions", "show", "rb5", "--json").json()
+    assert [t["messages"][0]["content"] for t in shown["turns"]] == ["turn 1"]
+    counts = chatflow("--db", other, "sessions", "import", str(path), "--json").json()["sessions"][0]["counts"]
+    assert counts["turns"] == 5 and counts["rolled_back_in_source"] == 4 and counts["live_turns"] == 1, counts

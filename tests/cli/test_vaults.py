@@ -406,3 +406,60 @@ def test_a_tools_own_log_lines_never_print_a_vault_secret(chatflow, provider, co
         assert "calling the API with token [redacted]" in r.stderr, (flags, r.stderr)
         assert "the token was [redacted]" in r.stderr and "root logger: [redacted]" in r.stderr, (flags, r.stderr)
         assert "RuntimeError: refused [redacted]" in r.stderr, (flags, r.stderr)
+
+
+def test_a_mounted_vaults_values_are_scrubbed_before_any_tool_reads_the_vault(chatflow, provider, config_file,
+                                                                              tmp_path):
+    """A memory document holds the token and the model views it before any tool of this process
+    read the vault: the values of a mounted vault are secrets from the start of the run, so the
+    view's result is scrubbed whatever the order of the calls."""
+    value = _secret()
+    env = {"GH_TOKEN_EARLY": value}
+    _config(config_file)
+    outputs: list[tuple[str, bytes]] = []
+
+    def run(*args: str, expect: int = 0, **kw: Any) -> Any:
+        r = chatflow(*args, env=env, **kw)
+        outputs.append((" ".join(args), r.stdout_bytes + r.stderr_bytes))
+        assert r.returncode == expect, r
+        return r
+
+    run("vault", "create", "work")
+    run("vault", "set", "work", "gh_token", "--env", "GH_TOKEN_EARLY")
+    run("memory", "create", "notes")
+    run("memory", "write", "notes", "deploy.md", input=f"the deploy token is {value}\n")
+    provider.add_tool_calls([("c1", "memory_view", json.dumps({"path": "deploy.md"}))])
+    provider.add_tool_calls([("c2", "whoami", '{"user": "d"}')])
+    provider.add_text("done")
+    run("chat", "-s", "early", "--vault", "work", "--memory", "notes:ro", "what is the deploy token?")
+    (view,) = _tool_results(provider.requests[1])
+    assert "the deploy token is [redacted]" in view, view
+    provider.add_tool_calls([("c3", "memory_search", json.dumps({"query": "deploy"}))])
+    provider.add_text("done")
+    run("--debug", "chat", "-s", "early", "search it")  # resumed: the mounts come from the log
+    assert "[redacted]" in _tool_results(provider.requests[-1])[-1]
+    run("sessions", "show", "early", "--all", "--full")
+    run("sessions", "show", "early", "--json")
+    run("replay", "early", "--json")
+    export = tmp_path / "early.jsonl"
+    run("sessions", "export", "early", "-o", str(export))
+    run("sessions", "export", "early", "--format", "md")
+    for label, data in outputs[4:]:  # after `memory write`, which read it from stdin
+        assert value.encode() not in data, f"the vault value appeared in the output of: {label}"
+    for body in provider.requests:
+        assert value not in json.dumps(body), "the vault value went to the model"
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert export in written
+    for path in written:
+        if not path.name.startswith("chatflow.db"):
+            assert value.encode() not in path.read_bytes(), f"the vault value was written to {path}"
+    # the database: only the memory document (the user's own) holds it
+    import sqlite3
+
+    db = sqlite3.connect(next(p for p in written if p.name == "chatflow.db"))
+    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    assert "chatflow_events" in tables and "chatflow_messages" in tables
+    for table in tables:
+        rows = repr(db.execute(f'SELECT * FROM "{table}"').fetchall())
+        if not table.startswith("chatflow_memory_"):
+            assert value not in rows, f"the vault value is in the table {table}"

@@ -225,6 +225,7 @@ class TurnLoop(RunnerHost):
         session_id = session.session_id
         client = self.model_client
         requests = 0
+        preloaded: set[str] = set()  # the vaults whose values this turn has registered as secrets
         while True:
             if cancel.is_set():
                 raise Cancelled()
@@ -237,6 +238,8 @@ class TurnLoop(RunnerHost):
             for server in [name for name in state.unknown_tools if name not in warned]:
                 yield StreamEvent("mcp.unknown_tools", session_id, {"server": server, "warning":
                                                                     state.unknown_tools[server]}, turn=turn)
+            if session.resources:  # every value of a mounted vault is a secret before anything is sent
+                preload_vault_values(self.vaults, session, preloaded)
             model = agent.model or self.default_model
             if not model:
                 raise ConfigError(f"no model for agent {agent.name!r}: set Agent(model=...) or "
@@ -551,3 +554,19 @@ def turn_secrets(vaults: Vaults | Callable[[], Vaults] | None, session: SessionC
 
     reader = vaults() if callable(vaults) else vaults
     return SessionSecrets(reader, [m.name for m in session.resources if m.kind == "vault"])
+
+
+def preload_vault_values(vaults: Vaults | Callable[[], Vaults] | None, session: SessionContext,
+                         done: set[str]) -> None:
+    """Register as secrets the values of every entry of the vaults mounted on ``session`` (those
+    not in ``done``, which gets them), before the model is asked anything: a tool result that
+    holds a value (a memory document with the token in it) is scrubbed even when no tool of
+    this process has read the vault yet. A vault or entry that cannot be read is no error
+    here: the tool that needs it says so."""
+    names = [m.name for m in session.resources if m.kind == "vault" and m.name not in done]
+    if not names or vaults is None:
+        return
+    done.update(names)
+    reader = vaults() if callable(vaults) else vaults
+    for name in names:
+        reader.remember_all(name)

@@ -89,7 +89,10 @@ class ImportResult:
     """What importing one session did (or, with ``dry_run``, would do).
 
     ``session_id``: the target session; ``created``: the session is new; ``counts``: what
-    this run added (``turns``, ``messages``, ``tool_calls``, ``events``); ``skipped_turns``:
+    this run added (``turns``, ``messages``, ``tool_calls``, ``events``; ``rolled_back``: turns
+    live before it that it rolled back; ``rolled_back_in_source`` and ``live_turns``, when
+    some of the turns it added were rolled back in the source's log: how many, and the live
+    turns the session holds after it); ``skipped_turns``:
     turns already imported before (their keys are known); ``warnings``: what the reader
     skipped or repaired; ``skipped``: the source's entries or rows the reader left out, by
     reason (reason -> count), the same on every import of the same source.
@@ -380,6 +383,12 @@ class _Plan:
                                         f"{detail}", source=source, location=where, session_id=self.target) from None
         if live < before:  # turns live before this import that it rolled back
             self.result.counts["rolled_back"] = before - live
+        # turns this import added that the source's own log had rolled back: kept in the log,
+        # not live, so the counts say it and how many turns the session holds
+        gone = self.result.counts["turns"] - max(0, ctx.turn_count - min(live, before))
+        if gone > 0:
+            self.result.counts["rolled_back_in_source"] = gone
+            self.result.counts["live_turns"] = ctx.turn_count
         if session.events is None and started is None and self.result.created and session.archived_at is not None:
             ctx.restore_archived(True)  # an archived session (md front matter) imports archived
         if self.todo or started is None or self.rollback is not None or self.retitle or self.settings:

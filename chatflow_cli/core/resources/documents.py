@@ -3,7 +3,8 @@ the edits the memory tools make.
 
 A memory store holds documents: a path (``customers/acme.md``) and its text. Paths are
 relative and confined to the store (:func:`check_path`): segments of any characters but
-``/``, ``\\``, control and invisible format characters, none empty, ``.`` or ``..``, no
+``/``, ``\\``, control, invisible and space-like characters (spaces other than U+0020, and
+U+0020 at a segment's start or end), none empty, ``.`` or ``..``, no
 leading ``/``, at most :data:`MAX_PATH_CHARS` characters, normalised to Unicode NFC. A
 folder is a path prefix: ``customers`` holds ``customers/acme.md``; folders are not stored,
 they exist while a document is under them. A path is a document or a folder, never both:
@@ -69,6 +70,27 @@ def _shown(path: object) -> str:
 #: makes a path that looks like another, or that no one can type.
 _REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
+#: Characters of other categories that show nothing, or nothing but a blank: Unicode's
+#: default-ignorable code points (the combining grapheme joiner U+034F, the Hangul fillers
+#: U+115F, U+1160, U+3164, U+FFA0, the Khmer inherent vowels, the Mongolian variation
+#: selectors and vowel separator, the variation selectors U+FE00-U+FE0F and
+#: U+E0100-U+E01EF, the musical formatting characters, the tag characters), and the
+#: Braille blank U+2800. Spaces other than U+0020 (category Zs) are refused too.
+_INVISIBLE_RANGES = (
+    (0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2800, 0x2800),
+    (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+
+
+def _invisible(code: int) -> bool:
+    return any(low <= code <= high for low, high in _INVISIBLE_RANGES)
+
+
+def _code_point(ch: str) -> str:
+    name = unicodedata.name(ch, "")
+    return f"U+{ord(ch):04X}{' ' + name if name else ''}"
+
 
 def _refused_char(path: str) -> str | None:
     for ch in path:
@@ -76,10 +98,16 @@ def _refused_char(path: str) -> str | None:
             return "a backslash"
         category = unicodedata.category(ch)
         if category in _REFUSED_CATEGORIES:
-            name = unicodedata.name(ch, "")
             kind = "a control character" if category == "Cc" else (
                 "an invisible format character" if category == "Cf" else "a character not allowed in a path")
-            return f"{kind} (U+{ord(ch):04X}{' ' + name if name else ''})"
+            return f"{kind} ({_code_point(ch)})"
+        if category == "Zs" and ch != " ":
+            return f"a space other than U+0020 ({_code_point(ch)}), which looks like another or like none"
+        if _invisible(ord(ch)):
+            return f"an invisible character ({_code_point(ch)})"
+    for segment in path.split("/"):
+        if segment != segment.strip(" "):
+            return "a name that begins or ends with a space (U+0020 SPACE), which no one sees"
     return None
 
 
@@ -94,8 +122,10 @@ def check_path(path: object) -> str:
     Raises:
         UsageError: (exit 2) not a str, empty, absolute, with a ``..``, ``.`` or empty
             segment, a backslash, a control, format (U+202E and the rest of category Cf),
-            surrogate, private-use, unassigned or line/paragraph-separator character, or
-            over :data:`MAX_PATH_CHARS` characters.
+            surrogate, private-use, unassigned or line/paragraph-separator character, a
+            space other than U+0020 (category Zs), another invisible character (a Hangul
+            filler, U+034F, a variation selector, the Braille blank U+2800...), a segment
+            beginning or ending with a space, or over :data:`MAX_PATH_CHARS` characters.
     """
     if not isinstance(path, str) or not path:
         raise UsageError(f"memory path {_shown(path)} is empty: give a path such as customers/acme.md")

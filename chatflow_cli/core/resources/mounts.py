@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import UsageError
-from .secrets import NOT_SHOWN, looks_like_secret, quoted_name
+from .secrets import NOT_SHOWN, looks_like_secret, may_show, quoted_name
 
 __all__ = [
     "MOUNT_KINDS",
@@ -76,13 +76,16 @@ _NAME_CHARS = "a-z, 0-9, '_', '.', '-'"
 _NAMED_PUNCTUATION = set("/\\:;,@!?*#%&+~'\"()[]{}<>|$^`")
 
 
-def name_problem(name: object, *, lowercase: bool = True, new: bool = False, values: bool = False) -> str | None:
+def name_problem(name: object, *, lowercase: bool = True, new: bool = False, values: bool = False,
+                 entry: bool = False) -> str | None:
     """What is wrong with ``name`` as a name, in words that never repeat it; None when nothing.
 
     The rule: 1-64 characters of ``a-z 0-9 _ . -`` (``A-Z`` too unless ``lowercase``),
     starting with a letter or a digit; with ``new``, not looking like a credential
     (:func:`~chatflow_cli.core.resources.secrets.looks_like_secret`). ``values``: the name
     is one a vault value goes with, and a ``=`` gets a hint that a value is never given there.
+    ``entry`` (with ``lowercase`` False): a new vault entry's name, whose letters are all of one
+    case (a name mixing them is never shown, so it is not made).
     """
     if not isinstance(name, str):
         return f"it is not text ({type(name).__name__})"
@@ -100,13 +103,14 @@ def name_problem(name: object, *, lowercase: bool = True, new: bool = False, val
         return "it does not start with a letter or a digit"
     allowed = _NAME_RE if lowercase else _ANY_CASE_RE
     if not allowed.fullmatch(name):
-        if lowercase and _ANY_CASE_RE.fullmatch(name):
-            shown = quoted_name(name.lower())
-            return "it holds an uppercase letter: names are lowercase" + (
-                f" ({shown})" if shown != NOT_SHOWN else "")
+        if lowercase and _ANY_CASE_RE.fullmatch(name):  # no lowercased suggestion: it would show the name
+            return "it holds an uppercase letter: names are lowercase"
         odd = next((c for c in name if not _ANY_CASE_RE.fullmatch("a" + c)), "")
         which = f"'{odd}'" if odd in _NAMED_PUNCTUATION else "a character"
         return f"it holds {which} other than {_NAME_CHARS}" + ("" if lowercase else " and A-Z")
+    if new and entry and not may_show(name, entry=True) and not looks_like_secret(name):
+        return ("it mixes uppercase and lowercase letters, as a value does: an entry's name is lowercase "
+                "(github_token) or uppercase (GITHUB_TOKEN)")
     if new and looks_like_secret(name):
         return ("it looks like a credential (a long run of letters and digits, or a token's prefix), not a name: "
                 "choose a name such as github_token")

@@ -13,9 +13,11 @@ everywhere would garble ordinary text, and not replacing it would leak it.
 
 A name typed by the user (a vault, an entry, a memory store) may hold a value by mistake
 (``gh_token=ghp_...``, or the token itself where the entry's name was expected). Messages
-quote a name only through :func:`quoted_name`, which shows it when it has a name's shape and
-does not look like a credential (:func:`looks_like_secret`), and otherwise says it is not
-shown.
+quote a name only through :func:`quoted_name`, which shows it when it follows the name rule
+(``a-z 0-9 _ . -``, starting with a letter or a digit; for an entry's name, its letters may
+instead all be uppercase: ``GITHUB_TOKEN``) and does not look like a credential
+(:func:`looks_like_secret`), and otherwise says it is not shown. A name mixing uppercase and
+lowercase letters (``Zq9SECRETvalue-77``) is never shown, and nothing derived from it either.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import json
 import re
 import threading
 
-__all__ = ["MIN_VALUE_LEN", "NOT_SHOWN", "REDACTED", "looks_like_secret", "quoted_name", "remember_value",
-           "scrub_values", "values_read"]
+__all__ = ["MIN_VALUE_LEN", "NOT_SHOWN", "REDACTED", "looks_like_secret", "may_show", "quoted_name",
+           "remember_value", "scrub_values", "values_read"]
 
 #: The shortest vault value chatflow keeps or hands to a tool, in characters.
 MIN_VALUE_LEN = 8
@@ -34,8 +36,9 @@ REDACTED = "[redacted]"
 #: What a message says instead of a name it does not quote (:func:`quoted_name`).
 NOT_SHOWN = "(the name given, not shown)"
 
-# a name's shape: what any vault, entry or memory store name ever was (letters of both cases)
-_NAME_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# the names a message may show: the name rule (lowercase), and for an entry also all uppercase
+_SHOWN_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+_SHOWN_ENTRY = re.compile(r"[A-Z0-9][A-Z0-9_.-]{0,63}")
 # 20 or more letters and digits in a row, with both: random tokens (ghp_..., AKIA..., sk-...)
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9]{20,}")
 # the prefixes of well-known credentials (GitHub, GitLab, Slack, OpenAI-style, AWS, Google, JWT)
@@ -58,14 +61,19 @@ def looks_like_secret(text: str) -> bool:
     return found is not None and len(text) - found.end() >= 12
 
 
-def quoted_name(name: object) -> str:
-    """``name`` quoted for a message (``'work'``) when it has a name's shape (1-64 letters,
-    digits, ``_``, ``.``, ``-``, starting with a letter or a digit) and does not look like a
-    credential; otherwise :data:`NOT_SHOWN`, so a value typed where a name was expected is
-    never printed."""
-    if isinstance(name, str) and _NAME_SHAPE.fullmatch(name) and not looks_like_secret(name):
-        return repr(name)
-    return NOT_SHOWN
+def may_show(name: object, *, entry: bool = False) -> bool:
+    """True when a message may show ``name``: it follows the name rule (1-64 characters of
+    ``a-z 0-9 _ . -``, starting with a letter or a digit; with ``entry``, an entry's name whose
+    letters are all uppercase, ``GITHUB_TOKEN``, too) and does not look like a credential.
+    A name mixing the cases, or any other, may be a value typed where a name was expected."""
+    return (isinstance(name, str) and bool(_SHOWN_NAME.fullmatch(name) or (entry and _SHOWN_ENTRY.fullmatch(name)))
+            and not looks_like_secret(name))
+
+
+def quoted_name(name: object, *, entry: bool = False) -> str:
+    """``name`` quoted for a message (``'work'``) when :func:`may_show` allows it; otherwise
+    :data:`NOT_SHOWN`, so a value typed where a name was expected is never printed."""
+    return repr(name) if may_show(name, entry=entry) else NOT_SHOWN
 
 
 def remember_value(value: str) -> None:

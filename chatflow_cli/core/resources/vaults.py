@@ -47,9 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import UsageError, VaultFileError, VaultNotFoundError, VaultStorageError
+from ..errors import ChatflowError, UsageError, VaultFileError, VaultNotFoundError, VaultStorageError
 from .mounts import check_resource_name, name_problem
-from .secrets import MIN_VALUE_LEN, NOT_SHOWN, quoted_name, remember_value
+from .secrets import MIN_VALUE_LEN, NOT_SHOWN, may_show, quoted_name, remember_value
 
 __all__ = [
     "FILE_NAME",
@@ -89,11 +89,12 @@ def check_name(name: str, what: str = "vault", *, new: bool = False) -> str:
     """
     if what == "vault":
         return check_resource_name(name, "vault", new=new)
-    problem = name_problem(name, lowercase=False, new=new, values=True)
+    problem = name_problem(name, lowercase=False, new=new, values=True, entry=True)
     if problem is not None:
-        shown = quoted_name(name)
+        shown = quoted_name(name, entry=True)
         raise UsageError(f"{what} name{'' if shown == NOT_SHOWN else ' ' + shown} is not valid: {problem}; use "
-                         "1-64 letters, digits, '_', '.' or '-', starting with a letter or a digit")
+                         "1-64 letters, digits, '_', '.' or '-', starting with a letter or a digit, the letters "
+                         "all lowercase or all uppercase")
     return name
 
 
@@ -113,12 +114,16 @@ def _legacy(name: str) -> bool:
     return name_problem(name) is not None
 
 
-def no_vault_error(name: str, known: str) -> VaultNotFoundError:
-    """The error for no vault ``name`` (``known``: the vaults there are, in words); the name is
-    quoted only when it may be shown (:func:`~chatflow_cli.core.resources.secrets.quoted_name`)."""
-    shown = quoted_name(name)
-    hint = f"; create one with: chatflow vault create {name}" if shown != NOT_SHOWN and not _legacy(name) else ""
-    return VaultNotFoundError(f"no vault {shown} (vaults: {known}{hint})")
+def no_vault_error(name: str, known: str) -> UsageError | VaultNotFoundError:
+    """The error for no vault ``name`` (``known``: the vaults there are, in words). A name that
+    breaks the name rule is not a vault's name: the error says so (exit 2) without quoting it,
+    or suggesting anything made from it; otherwise no such vault (exit 3)."""
+    problem = name_problem(name)
+    if problem is not None:
+        return UsageError(f"the vault name given is not a valid name ({problem}), so no vault has it (vaults: "
+                          f"{known})")
+    hint = f"; create one with: chatflow vault create {name}" if may_show(name) else ""
+    return VaultNotFoundError(f"no vault {quoted_name(name)} (vaults: {known}{hint})")
 
 
 # --------------------------------------------------------------------------------------
@@ -451,7 +456,7 @@ class Vaults:
         if entry is not None:
             found = info.entry(check_name(entry, "entry"))
             if found is None:
-                raise VaultNotFoundError(f"vault {quoted_name(vault)} has no entry {quoted_name(entry)}")
+                raise VaultNotFoundError(f"vault {quoted_name(vault)} has no entry {quoted_name(entry, entry=True)}")
             self._forget(vault, found)
             self.catalog.delete_vault_entry(vault, entry)
             return info
@@ -460,6 +465,21 @@ class Vaults:
         self.file.delete(vault)
         self.catalog.delete_vault(vault)
         return info
+
+    def remember_all(self, vault: str) -> None:
+        """Read every entry of ``vault`` once, so each value is a secret of this process
+        (:func:`~chatflow_cli.core.resources.secrets.remember_value`) before any tool runs. A
+        vault that does not exist, an entry whose value is gone or cannot be read, are skipped:
+        the tool that needs one says what is wrong."""
+        try:
+            info = self.catalog.get_vault(vault)
+        except ChatflowError:
+            return
+        for entry in info.entries if info is not None else ():
+            try:
+                self.read(vault, entry.name, info=info)
+            except ChatflowError:
+                continue
 
     def read(self, vault: str, entry: str, *, info: VaultInfo | None = None) -> str | None:
         """The value of ``entry`` in ``vault``, or None when the vault has no such entry, its
@@ -498,13 +518,10 @@ def refuse_legacy(vault: str) -> None:
     rule (made before it, ``Work2``): it cannot be mounted, so nothing more is put in it."""
     if not _legacy(vault):
         return
-    if quoted_name(vault) == NOT_SHOWN or quoted_name(vault.lower()) == NOT_SHOWN:
-        raise UsageError("this vault was made before vault names were lowercase only: it cannot be mounted, so no "
-                         "entry is set in it; create one with a valid name and remove this one (chatflow vault ls "
-                         "lists them)")
-    raise UsageError(f"vault {vault!r} was made before vault names were lowercase only: it cannot be mounted, so no "
-                     f"entry is set in it; run chatflow vault create {vault.lower()}, set its entries there, then "
-                     f"remove this one: chatflow vault rm {vault}")
+    # the name breaks the rule, so it is not quoted, nor is a lowercased one suggested
+    raise UsageError("this vault was made before vault names were lowercase only: it cannot be mounted, so no "
+                     "entry is set in it; create a vault with a valid name, set its entries there, then remove "
+                     "this one (chatflow vault ls lists them)")
 
 
 def check_env_name(env: str) -> str:

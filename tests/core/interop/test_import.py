@@ -47,7 +47,8 @@ def test_chatflow_round_trip_gives_the_same_events(exported: tuple[SessionStore,
     store = make_store()
     [result] = import_file(store, path)
     assert result.created and result.session_id == "rich"
-    assert result.counts == {"turns": 6, "messages": 17, "tool_calls": 3, "events": 29}
+    assert result.counts == {"turns": 6, "messages": 17, "tool_calls": 3, "events": 29, "rolled_back_in_source": 2,
+                             "live_turns": 4}
     before, after = events_of(source, "rich"), events_of(store, "rich")
     assert after[:-1] == before
     assert after[-1][1] == "session.imported"

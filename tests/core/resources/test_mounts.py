@@ -73,3 +73,20 @@ def test_one_resource_in_two_modes_is_refused() -> None:
     assert caught.value.exit_code is ExitStatus.USAGE
     # a vault and a memory store of one name are two resources
     assert unique_mounts([Mount.vault("notes"), notes_ro]) == [Mount.vault("notes"), notes_ro]
+
+
+def test_a_name_mixing_cases_is_never_shown_and_secret_takes_one_case() -> None:
+    from chatflow_cli.core.resources.secrets import NOT_SHOWN, quoted_name
+    from chatflow_cli.core.tools import Secret, ToolDefinitionError
+
+    assert quoted_name("work") == "'work'" and quoted_name("GITHUB_TOKEN", entry=True) == "'GITHUB_TOKEN'"
+    for name in ("Zq9SECRETvalue-7781xx", "Work2", "GITHUB_TOKEN"):
+        assert quoted_name(name) == NOT_SHOWN, name
+    assert quoted_name("Zq9SECRETvalue-7781xx", entry=True) == NOT_SHOWN
+    with pytest.raises(UsageError) as caught:
+        check_resource_name("Zq9SECRETvalue-7781xx", "vault")
+    assert "zq9" not in str(caught.value).lower()
+    assert Secret("GITHUB_TOKEN").entry == "GITHUB_TOKEN" and Secret("gh_token").entry == "gh_token"
+    with pytest.raises(ToolDefinitionError) as bad:
+        Secret("Zq9SECRETvalue-7781xx")
+    assert "Zq9" not in str(bad.value)

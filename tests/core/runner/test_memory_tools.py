@@ -113,6 +113,9 @@ def test_tool_paths_are_nfc_and_a_document_is_never_a_folder(fake_server: FakeSe
     fake_server.add_tool_calls([("c3", "memory_create", json.dumps({"path": "cafe\u0301.md", "file_text": "one"}))])
     fake_server.add_tool_calls([("c4", "memory_view", json.dumps({"path": "caf\u00e9.md"}))])
     fake_server.add_tool_calls([("c5", "memory_create", json.dumps({"path": "x\u202e.md", "file_text": "x"}))])
+    fake_server.add_tool_calls([("c6", "memory_create", json.dumps({"path": "x\u3164.md", "file_text": "x"}))])
+    fake_server.add_tool_calls([("c7", "memory_create", json.dumps({"path": "x.md ", "file_text": "x"}))])
+    fake_server.add_tool_calls([("c8", "memory_view", json.dumps({"path": "caf\u00e9\u00a0.md"}))])
     fake_server.add_text("done")
     assert runner.run("s1", "go", resources=[Mount.memory_store("notes")]).content == "done"
     under, folder, created, view, bidi = [_results(fake_server.requests[n])[-1] for n in range(1, 6)]
@@ -120,6 +123,10 @@ def test_tool_paths_are_nfc_and_a_document_is_never_a_folder(fake_server: FakeSe
     assert folder.startswith("Error:") and "'a' is a folder (it holds 'a/b')" in folder, folder
     assert created == "created notes/caf\u00e9.md (version 2)" and "1\tone" in view, (created, view)
     assert bidi.startswith("Error:") and "U+202E" in bidi, bidi
+    filler, edge, nbsp = [_results(fake_server.requests[n])[-1] for n in range(6, 9)]
+    assert filler.startswith("Error:") and "U+3164 HANGUL FILLER" in filler, filler
+    assert edge.startswith("Error:") and "begins or ends with a space" in edge, edge
+    assert nbsp.startswith("Error:") and "U+00A0 NO-BREAK SPACE" in nbsp, nbsp
     assert [d.path for d in sqlite_store.list_documents("notes")] == ["a/b", "caf\u00e9.md"]
     with pytest.raises(UsageError, match="mounted twice"):
         runner.run("s1", "again", resources=[Mount.memory_store("notes"), Mount.memory_store("notes", "read-only")])
