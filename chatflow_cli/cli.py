@@ -46,6 +46,7 @@ from .options import (
     MessageIdScope,
     OutputFormat,
     OutputOption,
+    command_group,
     complete_agent_name,
     complete_session_id,
     complete_shell,
@@ -77,28 +78,19 @@ app = typer.Typer(
     no_args_is_help=False,
     invoke_without_command=True,
 )
-agents_app = typer.Typer(
-    help="The agents configured in config.toml.",
-    epilog="Example: chatflow agents ls",
-    rich_markup_mode=None,
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
+agents_app = command_group(
+    "The agents configured in config.toml.",
+    "Example: chatflow agents ls",
 )
-config_app = typer.Typer(
-    help="Where the config file is, and the settings in effect.",
-    epilog="Example: chatflow config show",
-    rich_markup_mode=None,
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
+config_app = command_group(
+    "Where the config file is, and the settings in effect.",
+    "Example: chatflow config show",
 )
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(agents_app, name="agents")
-local_app = typer.Typer(
-    help="The local model's warm llama.cpp server: whether one runs, and stopping it.",
-    epilog="Example: chatflow local status",
-    rich_markup_mode=None,
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
+local_app = command_group(
+    "The local model's warm llama.cpp server: whether one runs, and stopping it.",
+    "Example: chatflow local status",
 )
 app.add_typer(config_app, name="config")
 app.add_typer(local_app, name="local")

@@ -12,16 +12,13 @@ from typing import Annotated, Optional
 import typer
 
 from .context import state_of
-from .options import complete_mcp_server
+from .options import command_group, complete_mcp_server
 
 __all__ = ["mcp_app"]
 
-mcp_app = typer.Typer(
-    help="MCP servers: tools for the agents from Model Context Protocol servers (see docs/mcp.md).",
-    epilog="Example: chatflow mcp ls",
-    rich_markup_mode=None,
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
+mcp_app = command_group(
+    "MCP servers: tools for the agents from Model Context Protocol servers (see docs/mcp.md).",
+    "Example: chatflow mcp ls",
 )
 
 

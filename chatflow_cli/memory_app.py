@@ -12,16 +12,13 @@ from typing import Annotated, Optional
 import typer
 
 from .context import state_of
-from .options import OutputOption, output_format
+from .options import OutputOption, command_group, output_format
 
 __all__ = ["memory_app"]
 
-memory_app = typer.Typer(
-    help="Memory stores: documents that sessions mount (chat --memory NAME) and that outlive them.",
-    epilog="Example: chatflow memory create notes && chatflow chat --memory notes \"remember: I like tea\"",
-    rich_markup_mode=None,
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
+memory_app = command_group(
+    "Memory stores: documents that sessions mount (chat --memory NAME) and that outlive them.",
+    "Example: chatflow memory create notes && chatflow chat --memory notes \"remember: I like tea\"",
 )
 
 _NAME = typer.Argument(metavar="NAME", help="The memory store's name (a-z 0-9 _ . -, up to 64).")

@@ -18,7 +18,7 @@ from .core.errors import UsageError
 from .core.events import SessionStatus
 
 __all__ = [
-    "STATUSES", "SHELLS", "ExportFormat", "ImportFormat", "InputFormat", "MessageIdScope", "OutputFormat",
+    "STATUSES", "SHELLS", "command_group", "ExportFormat", "ImportFormat", "InputFormat", "MessageIdScope", "OutputFormat",
     "OutputOption", "complete_agent_name", "complete_archived_session_id", "complete_session_id", "complete_shell", "complete_status",
     "output_format", "parse_duration", "parse_metadata",
 ]
@@ -164,3 +164,11 @@ def complete_mcp_server(ctx: typer.Context, incomplete: str) -> list[str]:
         return [s.name for s in settings.mcp_servers if s.name.startswith(incomplete)]
     except Exception:
         return []
+
+
+def command_group(help: str, epilog: str) -> typer.Typer:
+    """A group of subcommands (``chatflow sessions``, ``memory``, ...) as every group is made:
+    plain help (no Rich markup: fast, and no ``rich.markdown`` import), help when called with
+    no command, ``-h`` beside ``--help``; ``epilog`` is the group's example line."""
+    return typer.Typer(help=help, epilog=epilog, rich_markup_mode=None, no_args_is_help=True,
+                       context_settings={"help_option_names": ["-h", "--help"]})

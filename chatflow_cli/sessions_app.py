@@ -18,6 +18,7 @@ from .options import (
     ExportFormat,
     ImportFormat,
     OutputOption,
+    command_group,
     complete_agent_name,
     complete_archived_session_id,
     complete_session_id,
@@ -29,12 +30,9 @@ from .options import (
 
 __all__ = ["sessions_app"]
 
-sessions_app = typer.Typer(
-    help="List, show, roll back and delete stored sessions.",
-    epilog="Example: chatflow sessions ls --limit 10",
-    rich_markup_mode=None,
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
+sessions_app = command_group(
+    "List, show, roll back and delete stored sessions.",
+    "Example: chatflow sessions ls --limit 10",
 )
 
 # ---------------------------------------------------------------------------------------

@@ -13,15 +13,13 @@ import typer
 
 from .context import state_of
 from .core.errors import UsageError
+from .options import command_group
 
 __all__ = ["vault_app"]
 
-vault_app = typer.Typer(
-    help="Vaults: secrets that tools use and the model never sees (values in the keyring or an owner-only file).",
-    epilog="Example: chatflow vault create work && chatflow vault set work github_token",
-    rich_markup_mode=None,
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
+vault_app = command_group(
+    "Vaults: secrets that tools use and the model never sees (values in the keyring or an owner-only file).",
+    "Example: chatflow vault create work && chatflow vault set work github_token",
 )
 
 
