@@ -39,6 +39,10 @@ def _store(state: State, name: str, *, create: bool = False) -> BaseSessionStore
     check_resource_name(name)
     store = state.store(create=create)
     if store is None:
+        from ..core.resources.secrets import NOT_SHOWN, quoted_name
+
+        if quoted_name(name) == NOT_SHOWN:
+            raise MemoryStoreNotFoundError(f"no memory store {NOT_SHOWN} (there is no database yet)", name=name)
         raise MemoryStoreNotFoundError(
             f"memory store {name!r} does not exist (there is no database yet; chatflow memory create {name} makes it)",
             name=name)

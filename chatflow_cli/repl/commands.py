@@ -447,7 +447,10 @@ class SlashCommands(ReplHost):
                 done = f"mounted {safe_text(str(mount))}" if changed else f"{safe_text(str(mount))} is mounted already"
             else:
                 changed = session.unmount(rest.strip())
-                done = f"unmounted {safe_text(rest.strip())}" if changed else f"{safe_text(rest.strip())} is not mounted"
+                from ..core.resources.secrets import NOT_SHOWN, quoted_name
+
+                shown = safe_text(rest.strip()) if quoted_name(rest.strip()) != NOT_SHOWN else NOT_SHOWN
+                done = f"unmounted {shown}" if changed else f"{shown} is not mounted"
             if changed:
                 self.store.save(session)
         except ChatflowError as exc:

@@ -95,7 +95,7 @@ class PromptView(ReplHost):
             buffer.start_completion(select_first=False)
 
         # The history never keeps a blank or whitespace-only entry: such input is never sent.
-        # Nor a /vault line whose argument is not a plain name (it may hold a value typed there).
+        # Nor a /vault or /memory line whose argument is not a plain name (it may hold a value typed there).
         class SkipBlankFileHistory(FileHistory):
             def append_string(self, string: str) -> None:
                 if string.strip() and not _may_hold_a_value(string):
@@ -252,11 +252,13 @@ def _slash_completer(repl: ReplHost) -> Completer:
 
 
 def _may_hold_a_value(line: str) -> bool:
-    """True for a ``/vault`` line with an argument that is not a plain name (``/vault mount
-    work=ghp_...``): it is kept out of the history file, as a value never reaches a file."""
+    """True for a ``/vault`` or ``/memory`` line with an argument that is not a plain name
+    (``/vault mount work=ghp_...``, a store name that looks like a token; a ``:ro``/``:rw``
+    mode is judged without its mode): it is kept out of the history file, as a value never
+    reaches a file."""
     words = line.split()
-    if not words or words[0].lower() != "/vault":
+    if not words or words[0].lower() not in ("/vault", "/memory"):
         return False
     from ..core.resources.secrets import NOT_SHOWN, quoted_name
 
-    return any(quoted_name(word) == NOT_SHOWN for word in words[1:])
+    return any(quoted_name(word.removesuffix(":ro").removesuffix(":rw")) == NOT_SHOWN for word in words[1:])

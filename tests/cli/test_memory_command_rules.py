@@ -93,6 +93,19 @@ def test_paths_refuse_space_like_and_invisible_characters_and_edge_spaces(chatfl
     assert [d["path"] for d in chatflow("memory", "ls", "notes", "--json").json()] == ["my notes/a b.md"]
 
 
+def test_paths_refuse_look_alikes_of_slash_and_dot_and_a_leading_combining_mark(chatflow) -> None:
+    """``a／b.md`` would read as the folder ``a`` and ``．．/a.md`` as ``../a.md``: refused, naming
+    the code point; ordinary letters with accents (composed or not) stay accepted."""
+    chatflow("memory", "create", "notes")
+    for path, code in (("a\uff0fb.md", "U+FF0F"), ("a\u2215b.md", "U+2215"), ("a\u2044b.md", "U+2044"),
+                       ("\uff0e\uff0e/a.md", "U+FF0E"), ("\u2024\u2024/x.md", "U+2024"), ("notes\u2026md", "U+2026")):
+        _refused(chatflow("memory", "write", "notes", path, input="x"), code)
+    _refused(chatflow("memory", "write", "notes", "a/\u0301b.md", input="x"), "begins with a combining mark (U+0301")
+    for path in ("caf\u00e9.md", "cafe\u0301/x.md", "\u65e5\u672c/\u30e1\u30e2.md", "v1.2/notes.md"):
+        assert chatflow("memory", "write", "notes", path, input="kept\n").returncode == 0, path
+    assert len(chatflow("memory", "ls", "notes", "--json").json()) == 4
+
+
 def test_a_path_is_a_document_or_a_folder(chatflow) -> None:
     chatflow("memory", "create", "notes")
     assert chatflow("memory", "write", "notes", "a/b", input="a document").returncode == 0

@@ -132,6 +132,26 @@ def test_a_name_breaking_the_rule_is_never_quoted_nor_suggested(chatflow, provid
             assert b"zq9secret" not in path.read_bytes().lower(), path
 
 
+def test_a_store_name_that_looks_like_a_credential_is_never_quoted(chatflow, tmp_path):
+    """A token where a memory store's name goes follows the name rule's characters but looks
+    like a credential: no memory command, --debug trace, REPL line or history file shows it."""
+    token = "ghp_abc123def456ghi789jkl0"
+    for args in (("memory", "show", token, "a.md"), ("memory", "ls", token)):  # no database yet, then one
+        r = chatflow("--debug", *args)
+        assert r.returncode == 3 and "no memory store (the name given, not shown)" in r.stderr, r
+        assert token not in r.stdout + r.stderr, r
+    assert chatflow("memory", "create", "notes").returncode == 0
+    for args in (("memory", "ls", token), ("memory", "export", token), ("memory", "history", token),
+                 ("memory", "rm", token, "--yes"), ("memory", "search", "foo", "--store", token),
+                 ("chat", "--memory", token, "hi")):
+        for extra in ((), ("--debug",)):
+            r = chatflow(*extra, *args, input="x\n")
+            assert r.returncode == 3, (args, r)
+            assert token not in r.stdout + r.stderr and "ghp_" not in r.stderr, (args, r)
+    home = Path(os.environ["CHATFLOW_HOME"])
+    assert not [p for p in home.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+
+
 # ---------------------------------------------------------------------------------------
 # one name rule; names from before it
 # ---------------------------------------------------------------------------------------

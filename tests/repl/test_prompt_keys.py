@@ -144,3 +144,16 @@ def test_slash_tab_typed_fast_inserts_the_only_match(provider, pty_chatflow, cha
     repl.send(" other\r")
     repl.wait_text("session other: 1 turn")
     leave(repl)
+
+
+def test_mount_lines_whose_argument_may_hold_a_value_stay_out_of_the_history_file() -> None:
+    """``/vault`` and ``/memory`` lines with an argument that is not a plain name (a token, a
+    ``KEY=value``, either with a ``:ro`` mode) are not written to the history file; plain
+    ones, and every other line, are."""
+    from chatflow_cli.repl.prompt import _may_hold_a_value
+
+    for line in ("/memory mount ghp_abc123def456ghi789jkl0", "/memory mount Zq9SECRETvalue-7781xx:ro",
+                 "/vault mount work=ghp_x", "/memory unmount sk-abcdef0123456789abcdef"):
+        assert _may_hold_a_value(line), line
+    for line in ("/memory mount notes:ro", "/vault mount work", "/memory", "hello ghp_abc123def456ghi789jkl0"):
+        assert not _may_hold_a_value(line), line

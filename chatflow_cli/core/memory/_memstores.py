@@ -39,6 +39,7 @@ from ..resources.documents import (
 )
 from ..resources.memory_tools import MemoryStoreAccess
 from ..resources.mounts import Mount, check_resource_name
+from ..resources.secrets import NOT_SHOWN, quoted_name
 from ._core import _StoreCore, stored_mounts
 from ._twins import async_twin
 from .search import parse_query
@@ -54,8 +55,14 @@ def _tx(tx: Any) -> Any:
 
 
 def _not_found(name: str) -> MemoryStoreNotFoundError:
+    """The error for a store that does not exist; a name that breaks the name rule or looks
+    like a credential is not quoted (a value typed where a name goes is never printed)."""
+    shown = quoted_name(name)
+    if shown == NOT_SHOWN:
+        return MemoryStoreNotFoundError(
+            f"no memory store {NOT_SHOWN} (chatflow memory ls lists them)", name=name)
     return MemoryStoreNotFoundError(
-        f"memory store {name!r} does not exist (chatflow memory ls lists them; chatflow memory create {name} "
+        f"memory store {shown} does not exist (chatflow memory ls lists them; chatflow memory create {name} "
         "makes it)", name=name)
 
 

@@ -87,6 +87,19 @@ def _invisible(code: int) -> bool:
     return any(low <= code <= high for low, high in _INVISIBLE_RANGES)
 
 
+#: Slashes that have no compatibility form of their own but look like ``/``.
+_SLASH_LOOKALIKES = frozenset("\u2044\u2215\u2571\u29f8\u1735")
+
+
+def _looks_like_separator(ch: str) -> bool:
+    """A character other than ``/``, ``.`` and ``\\`` that reads as one of them: its
+    compatibility form holds one (fullwidth ``／`` and ``．``, the one-dot leader ``․``, the
+    ellipsis) or it is a slash look-alike (the division and fraction slashes)."""
+    if ch in "/.\\" or ord(ch) < 0x80:
+        return False
+    return ch in _SLASH_LOOKALIKES or any(c in "/.\\" for c in unicodedata.normalize("NFKC", ch))
+
+
 def _code_point(ch: str) -> str:
     name = unicodedata.name(ch, "")
     return f"U+{ord(ch):04X}{' ' + name if name else ''}"
@@ -105,9 +118,13 @@ def _refused_char(path: str) -> str | None:
             return f"a space other than U+0020 ({_code_point(ch)}), which looks like another or like none"
         if _invisible(ord(ch)):
             return f"an invisible character ({_code_point(ch)})"
+        if _looks_like_separator(ch):
+            return f"a look-alike of a slash or a dot ({_code_point(ch)}), which makes a path look like another"
     for segment in path.split("/"):
         if segment != segment.strip(" "):
             return "a name that begins or ends with a space (U+0020 SPACE), which no one sees"
+        if segment and unicodedata.category(segment[0]).startswith("M"):
+            return f"a name that begins with a combining mark ({_code_point(segment[0])}), which joins what is before it"
     return None
 
 
@@ -125,7 +142,9 @@ def check_path(path: object) -> str:
             surrogate, private-use, unassigned or line/paragraph-separator character, a
             space other than U+0020 (category Zs), another invisible character (a Hangul
             filler, U+034F, a variation selector, the Braille blank U+2800...), a segment
-            beginning or ending with a space, or over :data:`MAX_PATH_CHARS` characters.
+            beginning or ending with a space or beginning with a combining mark, a
+            look-alike of ``/`` or ``.`` (fullwidth forms, the division slash, the one-dot
+            leader), or over :data:`MAX_PATH_CHARS` characters.
     """
     if not isinstance(path, str) or not path:
         raise UsageError(f"memory path {_shown(path)} is empty: give a path such as customers/acme.md")

@@ -132,8 +132,23 @@ class _Tools:
         hits = self.store.search_memory(query, stores=stores, limit=10)
         if not hits:
             return f"no memory document matches {query!r}"
-        return "\n".join(f"{h.store}/{h.path} (version {h.version}): "
-                         + h.snippet.replace("\x02", "[").replace("\x03", "]").replace("\n", " ") for h in hits)
+        return "\n".join(f"{h.store}/{h.path} (version {h.version}): " + self._snippet(h) for h in hits)
+
+    def _snippet(self, hit: MemoryHit) -> str:
+        """The hit's snippet, matches in ``[...]``. When a vault value of this process is in
+        the document, the snippet is made again from the document with the value replaced
+        first: the match marks, or the snippet's cut ends, could split a value that the
+        scrubbing of the tool result would then no longer recognise."""
+        from .secrets import scrub_values, values_read
+
+        snippet = hit.snippet.replace("\x02", "[").replace("\x03", "]").replace("\n", " ")
+        if not values_read():
+            return snippet
+        text = self.store.read_document(hit.store, hit.path).text
+        scrubbed = scrub_values(text)
+        if scrubbed is text:
+            return snippet
+        return _plain_snippet(scrubbed, hit.snippet)
 
     def create(self, path: str, file_text: str, store: str | None = None) -> str:
         name = self.pick(store, write=True)
@@ -226,3 +241,16 @@ def memory_tools(store: MemoryStoreAccess, mounts: Sequence[Mount], author: Auth
                                ("memory_rename", tools.rename)):
             made.append(_make(name, function, tools.writable))
     return made
+
+
+def _plain_snippet(text: str, marked: str, width: int = 240) -> str:
+    """About ``width`` characters of ``text`` (a document whose secrets are already
+    replaced) around the first word the store's snippet ``marked`` (matches between
+    ``\\x02`` and ``\\x03``) highlighted, or from the start; no match marks, ``…`` at a cut end."""
+    start = marked.find("\x02")
+    word = marked[start + 1:marked.find("\x03", start)] if start >= 0 else ""
+    at = text.lower().find(word.lower()) if word else -1
+    begin = max(0, at - width // 3) if at >= 0 else 0
+    piece = text[begin:begin + width].replace("\n", " ")
+    return ("…" if begin else "") + piece + ("…" if begin + width < len(text) else "")
+
