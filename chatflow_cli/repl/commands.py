@@ -447,9 +447,7 @@ class SlashCommands(ReplHost):
                 done = f"mounted {safe_text(str(mount))}" if changed else f"{safe_text(str(mount))} is mounted already"
             else:
                 changed = session.unmount(rest.strip())
-                from ..core.resources.secrets import NOT_SHOWN, quoted_name
-
-                shown = safe_text(rest.strip()) if quoted_name(rest.strip()) != NOT_SHOWN else NOT_SHOWN
+                shown = _shown_name(rest.strip())
                 done = f"unmounted {shown}" if changed else f"{shown} is not mounted"
             if changed:
                 self.store.save(session)
@@ -468,7 +466,6 @@ class SlashCommands(ReplHost):
 
         from ..core.errors import ChatflowError
         from ..core.resources.mounts import parse_mount
-        from ..core.resources.secrets import NOT_SHOWN, quoted_name
         from ..core.resources.vaults import VaultCatalog, no_vault_error
 
         catalog = cast(VaultCatalog, self.store)
@@ -499,7 +496,7 @@ class SlashCommands(ReplHost):
             else:
                 session = self.store.get_or_create(self.session_id, starting, max_turns=self.max_turns)
                 changed = session.unmount(rest, "vault")
-                shown = safe_text(rest) if quoted_name(rest) != NOT_SHOWN else NOT_SHOWN
+                shown = _shown_name(rest)
                 done = f"unmounted vault {shown}" if changed else f"vault {shown} is not mounted"
             if changed:
                 self.store.save(session)
@@ -692,3 +689,11 @@ def _json(data: Any) -> str:
     import json
 
     return json.dumps(data, ensure_ascii=False)
+
+
+def _shown_name(name: str) -> str:
+    """``name`` made safe to print when it may be shown (a plain resource name), otherwise the
+    placeholder that says it is not shown: a value typed where a name goes is never printed."""
+    from ..core.resources.secrets import NOT_SHOWN, quoted_name
+
+    return safe_text(name) if quoted_name(name) != NOT_SHOWN else NOT_SHOWN
