@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 from .attachments import Attachment
 from .errors import InvalidHistoryError, NonFiniteNumberError
@@ -173,9 +173,10 @@ class Message:
             for item in self.items:
                 if not isinstance(item, dict):
                     raise TypeError(f"items must hold dicts, got {type(item).__name__}")
-        if self.attachments:
-            if type(self.attachments) is not tuple:
-                object.__setattr__(self, "attachments", tuple(self.attachments))
+        attachments = _ATTACHMENTS_SLOT.__get__(self, Message)
+        if attachments and type(attachments) is not _StoredAttachments:
+            if type(attachments) is not tuple:
+                object.__setattr__(self, "attachments", tuple(attachments))
             for attachment in self.attachments:
                 if type(attachment) is not Attachment and not isinstance(attachment, Attachment):
                     raise TypeError(f"attachments must hold Attachment objects, got {type(attachment).__name__}")
@@ -256,13 +257,19 @@ class Message:
             data["summary_through"] = self.summary_through
         if self.items:
             data["items"] = list(self.items)
-        if self.attachments:
+        if self.attachments:  # last: from_json(lazy_attachments=True) stops before them
             data["attachments"] = [attachment.to_dict() for attachment in self.attachments]
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Message:
-        """The inverse of :meth:`to_dict`. ``ValueError``/``TypeError`` for data of another shape."""
+    def from_dict(cls, data: dict[str, Any], *, lazy_attachments: bool = False) -> Message:
+        """The inverse of :meth:`to_dict`. ``ValueError``/``TypeError`` for data of another shape.
+
+        ``lazy_attachments``: keep the attachments' metadata as read and make the
+        :class:`Attachment` values on the first read of :attr:`attachments` (a store loading a
+        window of messages it wrote and checked pays nothing for attachments nobody reads); a
+        malformed one then raises ``ValueError`` there instead of here.
+        """
         if not isinstance(data, dict) or "role" not in data:
             raise ValueError(f"a message is a JSON object with a 'role', got {type(data).__name__}")
         # Loading a session parses every message of its window: keep this path lean
@@ -285,15 +292,30 @@ class Message:
             get("summary_through"),
             tuple(items) if (items := get("items")) else (),
             None if (version := get("agent_version")) is None else str(version),
-            tuple([Attachment.from_dict(a) for a in attached]) if (attached := get("attachments")) else (),
+            (cast(Any, _StoredAttachments(attached)) if lazy_attachments  # made a tuple on the first read
+             else tuple([Attachment.from_dict(a) for a in attached])) if (attached := get("attachments")) else (),
         )
 
     def to_json(self) -> str:
         return compact_json(self.to_dict())
 
     @classmethod
-    def from_json(cls, text: str) -> Message:
-        return cls.from_dict(json.loads(text))
+    def from_json(cls, text: str, *, lazy_attachments: bool = False) -> Message:
+        """:meth:`from_dict` of the JSON ``text``. With ``lazy_attachments``, the text of
+        :meth:`to_json` (``"attachments"`` last) is not even parsed past the start of the
+        attachments: their JSON text is kept, and parsed on the first read."""
+        if lazy_attachments:
+            cut = text.rfind(_ATTACHMENTS_KEY)
+            if cut > 0 and text.endswith("]}"):
+                try:  # the message without its attachments; where the key was not the top
+                    data = json.loads(text[:cut] + "}")  # level's, that text is no JSON
+                except ValueError:
+                    data = None
+                if type(data) is dict:
+                    message = cls.from_dict(data)
+                    _ATTACHMENTS_SLOT.__set__(message, _StoredAttachments(text[cut + len(_ATTACHMENTS_KEY) - 1:-1]))
+                    return message
+        return cls.from_dict(json.loads(text), lazy_attachments=lazy_attachments)
 
     @property
     def says_nothing(self) -> bool:
@@ -329,6 +351,54 @@ class Message:
         else:
             data["content"] = self.content if self.content is not None else ""
         return data
+
+
+#: How :meth:`Message.to_json` writes its last member, the attachments.
+_ATTACHMENTS_KEY = ',"attachments":['
+
+
+class _StoredAttachments:
+    """The attachments of a message loaded from a store, as read: their JSON metadata (a
+    list) or its text (a str); made into :class:`Attachment` values when
+    :attr:`Message.attachments` is first read."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def __bool__(self) -> bool:  # only ever made for a non-empty list, or its text
+        return True
+
+    def parse(self) -> tuple[Attachment, ...]:
+        raw = self.raw
+        if type(raw) is str:
+            try:
+                raw = json.loads(raw)
+            except ValueError:
+                raise ValueError("a stored message's attachments are not one JSON array at the end of "
+                                 "its JSON (chatflow writes them last)") from None
+        if type(raw) is not list:
+            raise ValueError(f"a message's attachments are a JSON array, got {type(raw).__name__}")
+        return tuple([Attachment.from_dict(a) for a in raw])
+
+
+# Message.attachments reads its slot through a property: a _StoredAttachments there becomes
+# the tuple of Attachment values on the first read (and stays so). The dataclass's __init__,
+# __eq__, __repr__ and dataclasses.replace() all go through the property.
+_ATTACHMENTS_SLOT: Any = Message.__dict__["attachments"]
+
+
+def _attachments(message: Message) -> tuple[Attachment, ...]:
+    value = _ATTACHMENTS_SLOT.__get__(message, Message)
+    if type(value) is _StoredAttachments:
+        value = value.parse()
+        _ATTACHMENTS_SLOT.__set__(message, value)
+    return value  # type: ignore[no-any-return]
+
+
+setattr(Message, "attachments", property(_attachments, _ATTACHMENTS_SLOT.__set__,
+                                         doc="The files this USER message carries, in the order given."))
 
 
 def history_problems(messages: Sequence[Message], *, pending_ok: bool = False) -> list[str]:

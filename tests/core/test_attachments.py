@@ -15,7 +15,7 @@ from chatflow_cli.core.attachments import (
     wire_content,
 )
 from chatflow_cli.core.errors import AttachmentError
-from chatflow_cli.core.messages import Message
+from chatflow_cli.core.messages import Message, Role
 from chatflow_cli.core.tokens import estimate_tokens
 
 Image = pytest.importorskip("PIL.Image")
@@ -71,3 +71,26 @@ def test_wire_parts_and_token_estimate() -> None:
     # OpenAI's published examples: 1024x1024 at high detail is 765 tokens, 2048x4096 is 1105
     assert image_tokens(1024, 1024) == 765 and image_tokens(2048, 4096) == 1105 and image_tokens(100, 100) == 255
     assert estimate_tokens(message) - estimate_tokens(Message.user("look")) >= 765
+
+
+def test_stored_attachments_are_read_when_first_asked_for() -> None:
+    """A store reads a message with ``lazy_attachments``: the text of the attachments (written
+    last) is kept and parsed on the first read, whatever their names hold; text that is not
+    chatflow's (the key not last, nested in items) still reads the same."""
+    odd = attachment_from_bytes(b"x\n", 'a],"attachments":[{"b":"\u00e9}]}')
+    png = attachment_from_bytes(image_bytes("PNG", (3, 2)), None)
+    for message in [Message.user("one", [odd, png]), Message.user("none"),
+                    Message(Role.USER, "i", items=({"attachments": [{"x": "]}"}]},), attachments=(png,)),
+                    Message(Role.USER, "nested only", items=({"attachments": []},))]:
+        loaded = Message.from_json(message.to_json(), lazy_attachments=True)
+        assert loaded == message and loaded.items == message.items and loaded.to_dict() == message.to_dict()
+    first = Message.from_dict({"role": "user", "attachments": [{"sha256": png.sha256, "media_type": "image/png",
+                                                                "size": 1}], "content": "key first"},
+                              lazy_attachments=True)
+    assert first.attachments[0].sha256 == png.sha256 and first.content == "key first"
+    broken = Message.from_json('{"role":"user","content":"x","attachments":[{"sha256":"no"}]}', lazy_attachments=True)
+    assert broken.content == "x"
+    with pytest.raises(ValueError, match="sha256"):
+        broken.attachments  # noqa: B018 - the read that parses them
+    with pytest.raises(ValueError, match="an attachment needs sha256"):
+        Message.from_json('{"role":"user","attachments":[{"sha256":"no"}]}')  # eager: at once

@@ -89,7 +89,8 @@ def _event(session_id: str, r: tuple[Any, ...]) -> Event:
 
 def _message(jsonb: Any, text: str | None, tokens: int | None = None) -> Message:
     """A stored message with its stored token count."""
-    message = Message.from_dict(_joined(jsonb, text))
+    message = (Message.from_dict(jsonb, lazy_attachments=True) if text is None
+               else Message.from_json(text, lazy_attachments=True))
     if tokens is not None:
         object.__setattr__(message, "tokens", tokens)
     return message

@@ -51,7 +51,7 @@ _INSERT_MESSAGE = (
 
 def _message(message_json: str, tokens: int | None) -> Message:
     """A stored message with its stored token count."""
-    message = Message.from_json(message_json)
+    message = Message.from_json(message_json, lazy_attachments=True)
     if tokens is not None:
         object.__setattr__(message, "tokens", tokens)
     return message
@@ -78,7 +78,7 @@ def _row_params(row: _SessionRow) -> tuple[Any, ...]:
 
 
 def _preview_text(message_json: str | None) -> str:
-    return "" if message_json is None else (Message.from_json(message_json).content or "")
+    return "" if message_json is None else (Message.from_json(message_json, lazy_attachments=True).content or "")
 
 
 def _dumps(data: Any) -> str:

@@ -391,7 +391,7 @@ class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, SQLiteAttachmentTx, _Tx):
                 "AND removed_reason = 'failed' ORDER BY message_id DESC LIMIT 1",
                 (session_id,),
             ).fetchone()
-        return "" if r is None else (Message.from_json(r[0]).content or "")
+        return "" if r is None else (Message.from_json(r[0], lazy_attachments=True).content or "")
 
     def idempotency_get(self, session_id: str, key: str) -> tuple[str, int | None, int] | None:
         r = self.c.execute(
