@@ -325,18 +325,21 @@ class Message:
         content."""
         return self.role is Role.MODEL and not (self.content or "").strip() and not self.tool_calls
 
-    def to_wire(self, blobs: Mapping[str, bytes] | None = None) -> dict[str, Any]:
+    def to_wire(self, blobs: Mapping[str, bytes] | None = None, *, data_urls: bool = False) -> dict[str, Any]:
         """The Chat Completions form of this message (``role`` ``assistant`` for MODEL).
 
         ``content`` is a string on the wire (``""`` when the message has none), except for a
         message with :attr:`attachments`: a list of content parts then
         (:func:`chatflow_cli.core.attachments.wire_content`), whose bytes come from each
-        attachment's ``data`` or from ``blobs`` (sha256 -> bytes).
+        attachment's ``data`` or from ``blobs`` (sha256 -> bytes). ``data_urls``: an image's
+        URL is a :class:`~chatflow_cli.core.attachments.DataURL` (for a client whose
+        ``takes_data_urls`` is true) instead of a str.
         """
         if self.attachments:
             from .attachments import wire_content
 
-            return {"role": self.role.wire, "content": wire_content(self.content, self.attachments, blobs or {})}
+            return {"role": self.role.wire,
+                    "content": wire_content(self.content, self.attachments, blobs or {}, data_urls=data_urls)}
         data: dict[str, Any] = {"role": self.role.wire}
         if self.role is Role.MODEL:
             # A message that only calls tools goes out with content "" rather than null:

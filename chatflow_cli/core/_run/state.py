@@ -118,12 +118,13 @@ class TurnState:
         if missing and read is not None:
             self._blobs.update(read(missing))
 
-    def wire(self, message: Message) -> dict[str, Any]:
+    def wire(self, message: Message, data_urls: bool = False) -> dict[str, Any]:
         """``message.to_wire()``, computed once per turn (attachments' bytes from
-        :meth:`fetch_blobs`)."""
+        :meth:`fetch_blobs`; ``data_urls``: for a client that ``takes_data_urls``, made the
+        same for the whole turn)."""
         cached = self._wire.get(id(message))
         if cached is not None and cached[0] is message:
             return cached[1]
-        data = message.to_wire(self._blobs) if message.attachments else message.to_wire()
+        data = message.to_wire(self._blobs, data_urls=data_urls) if message.attachments else message.to_wire()
         self._wire[id(message)] = (message, data)
         return data

@@ -253,7 +253,8 @@ class TurnLoop(RunnerHost):
             check_history(outgoing, session_id=session_id)
             if any(m.attachments for m in outgoing):
                 state.fetch_blobs(outgoing, self.store)
-            wire = [state.wire(m) for m in outgoing if not m.says_nothing]
+            data_urls = getattr(client, "takes_data_urls", False) is True
+            wire = [state.wire(m, data_urls) for m in outgoing if not m.says_nothing]
             tool_choice = agent.tool_choice if requests == 0 and tools else None
             if isinstance(tool_choice, str) and tool_choice in tools:
                 tool_choice = {"type": "function", "function": {"name": tool_choice}}
