@@ -46,6 +46,7 @@ __all__ = [
     "image_size",
     "image_tokens",
     "read_attachment",
+    "refuses_images",
     "sniff_image",
     "wire_content",
 ]
@@ -355,6 +356,16 @@ def wire_content(content: str | None, attachments: Sequence[Attachment],
             parts.append({"type": "text",
                           "text": f"File {attachment.name or 'attached'}:\n{fence}\n{text.rstrip(chr(10))}\n{fence}"})
     return parts
+
+
+def refuses_images(exc: BaseException, attachments: Sequence[Attachment]) -> bool:
+    """Whether ``exc`` is a provider's 400 (:class:`~chatflow_cli.core.errors.BadRequestError`)
+    that speaks of images, to a request whose new message carries ``attachments`` with an
+    image: the model does not accept images (front-ends say so in one line)."""
+    from .errors import BadRequestError, ImagesNotAcceptedError
+
+    return (isinstance(exc, BadRequestError) and not isinstance(exc, ImagesNotAcceptedError)
+            and any(a.is_image for a in attachments) and "image" in exc.message.lower())
 
 
 def image_tokens(width: int, height: int) -> int:
