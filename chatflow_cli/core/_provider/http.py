@@ -142,12 +142,14 @@ def request_headers(api_key: str) -> dict[str, str]:
     return headers
 
 
-def request_body(body: Mapping[str, Any]) -> bytes:
-    """``body`` as the UTF-8 JSON of the request. An image part's URL given as a
+def request_body(body: Mapping[str, Any]) -> list[bytes]:
+    """``body`` as the UTF-8 JSON of the request, in pieces to be sent one after the other
+    (one piece unless the body has an image). An image part's URL given as a
     :class:`~chatflow_cli.core.attachments.DataURL` is written as its bytes, spliced into the
-    JSON text where a placeholder string was encoded: the base64 never becomes a str and is
-    never scanned by the JSON encoder (for a 5 MB image that is most of the cost of sending
-    it). The result is byte for byte ``json.dumps`` of the body with each URL as its str.
+    JSON text where a placeholder string was encoded: the base64 never becomes a str, is
+    never scanned by the JSON encoder, and is not even copied into one body (for a 5 MB
+    image that was most of the cost of sending it). ``b"".join`` of the pieces is byte for
+    byte ``json.dumps`` of the body with each URL as its str.
 
     Raises:
         TypeError: a value JSON cannot hold (as ``json.dumps``).
@@ -165,14 +167,14 @@ def request_body(body: Mapping[str, Any]) -> bytes:
 
     text = json.dumps(body, ensure_ascii=False, default=placeholder).encode("utf-8")
     if not urls:
-        return text
+        return [text]
     pieces = text.split(b'"' + mark.encode("ascii") + b'"')
     if len(pieces) != len(urls) + 1:  # the random mark elsewhere in the body: never in practice
-        return json.dumps(body, ensure_ascii=False, default=str).encode("utf-8")
+        return [json.dumps(body, ensure_ascii=False, default=str).encode("utf-8")]
     out = [pieces[0]]
     for url, piece in zip(urls, pieces[1:]):
-        out += [b'"', url.prefix, url.base64, b'"', piece]
-    return b"".join(out)
+        out += [b'"' + url.prefix, url.base64, b'"' + piece]
+    return out
 
 
 def _error_body(response: Any) -> Any:
@@ -208,7 +210,11 @@ def open_stream(
     Raises:
         HTTPStatusFailure, TimedOut, ConnectFailed, RequestAborted.
     """
-    content = request_body(body)
+    pieces = request_body(body)
+    content: bytes | list[bytes] = pieces[0]
+    if len(pieces) > 1:  # sent as they are, under the length of them all (not chunked)
+        content = pieces
+        headers = {**headers, "Content-Length": str(sum(len(piece) for piece in pieces))}
     for attempt in range(max_retries + 1):
         remaining = max_retries - attempt
         request = client.build_request("POST", url, headers=headers, content=content)

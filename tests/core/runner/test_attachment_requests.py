@@ -57,6 +57,7 @@ def test_an_image_reaches_the_server_and_only_openai_makes_its_url_a_str(
                    if p["type"] == "image_url"]
         assert image == {"type": "image_url", "image_url": {"url": url}}
     assert made == ([] if transport == "http" else ["image/png", "image/png"])
+    assert not any("transfer-encoding" in r.headers for r in fake_server.log)  # its length said, not chunked
     client.close()
 
 
@@ -84,14 +85,26 @@ def test_the_request_body_is_byte_for_byte_the_json_of_the_urls_as_strs(monkeypa
             "stream": True}
     expected = json.dumps({**body, "messages": [body["messages"][0], message.to_wire()]},
                           ensure_ascii=False).encode("utf-8")
-    assert http.request_body(body) == expected
-    assert http.request_body({"model": MODEL}) == b'{"model": "fake-model"}'
+    assert b"".join(http.request_body(body)) == expected
+    assert http.request_body({"model": MODEL}) == [b'{"model": "fake-model"}']
     # a body that holds the placeholder itself (it is random: made to collide here) is
     # written the slow way, and the same
     monkeypatch.setattr(http.os, "urandom", lambda n: b"\x00" * n)
     clash = {**body, "metadata": {"note": "chatflow-data-url-" + "00" * 8}}
-    assert http.request_body(clash) == json.dumps(
-        {**clash, "messages": [body["messages"][0], message.to_wire()]}, ensure_ascii=False).encode("utf-8")
+    assert http.request_body(clash) == [json.dumps(
+        {**clash, "messages": [body["messages"][0], message.to_wire()]}, ensure_ascii=False).encode("utf-8")]
     with pytest.raises(TypeError, match="not JSON serializable"):
         http.request_body({"x": object()})
     assert attachments.DataURL("image/gif", b"R0lG").prefix == b"data:image/gif;base64,"
+
+
+def test_a_retried_request_sends_the_image_pieces_again(fake_server: FakeServer) -> None:
+    data = png((4, 4))
+    fake_server.add_error(503, {"error": {"message": "busy", "type": "server_error"}})
+    fake_server.add_text("seen")
+    client = ModelClient(fake_server.url, "test-key", max_retries=1, timeout=20, transport="http")
+    wire = Message.user("x", [attachment_from_bytes(data, "r.png")]).to_wire(data_urls=True)
+    assert client.complete(MODEL, [wire]).content == "seen"
+    url = "data:image/png;base64," + base64.b64encode(data).decode()
+    assert [r["messages"][0]["content"][1]["image_url"]["url"] for r in fake_server.requests] == [url, url]
+    client.close()
