@@ -173,7 +173,7 @@ class Message:
             for item in self.items:
                 if not isinstance(item, dict):
                     raise TypeError(f"items must hold dicts, got {type(item).__name__}")
-        attachments = _ATTACHMENTS_SLOT.__get__(self, Message)
+        attachments = _slot_attachments(self)
         if attachments and type(attachments) is not _StoredAttachments:
             if type(attachments) is not tuple:
                 object.__setattr__(self, "attachments", tuple(attachments))
@@ -304,18 +304,19 @@ class Message:
         """:meth:`from_dict` of the JSON ``text``. With ``lazy_attachments``, the text of
         :meth:`to_json` (``"attachments"`` last) is not even parsed past the start of the
         attachments: their JSON text is kept, and parsed on the first read."""
-        if lazy_attachments:
+        if lazy_attachments and text.endswith("]}"):  # else no attachments: they would end it
             cut = text.rfind(_ATTACHMENTS_KEY)
-            if cut > 0 and text.endswith("]}"):
+            if cut > 0:
                 try:  # the message without its attachments; where the key was not the top
                     data = json.loads(text[:cut] + "}")  # level's, that text is no JSON
                 except ValueError:
                     data = None
                 if type(data) is dict:
                     message = cls.from_dict(data)
-                    _ATTACHMENTS_SLOT.__set__(message, _StoredAttachments(text[cut + len(_ATTACHMENTS_KEY) - 1:-1]))
+                    _set_slot_attachments(message, _StoredAttachments(text[cut + len(_ATTACHMENTS_KEY) - 1:-1]))
                     return message
-        return cls.from_dict(json.loads(text), lazy_attachments=lazy_attachments)
+            return cls.from_dict(json.loads(text), lazy_attachments=True)
+        return cls.from_dict(json.loads(text))
 
     @property
     def says_nothing(self) -> bool:
@@ -390,17 +391,19 @@ class _StoredAttachments:
 # the tuple of Attachment values on the first read (and stays so). The dataclass's __init__,
 # __eq__, __repr__ and dataclasses.replace() all go through the property.
 _ATTACHMENTS_SLOT: Any = Message.__dict__["attachments"]
+_slot_attachments = _ATTACHMENTS_SLOT.__get__  # the slot itself, without the property
+_set_slot_attachments = _ATTACHMENTS_SLOT.__set__
 
 
 def _attachments(message: Message) -> tuple[Attachment, ...]:
-    value = _ATTACHMENTS_SLOT.__get__(message, Message)
+    value = _slot_attachments(message)
     if type(value) is _StoredAttachments:
         value = value.parse()
-        _ATTACHMENTS_SLOT.__set__(message, value)
+        _set_slot_attachments(message, value)
     return value  # type: ignore[no-any-return]
 
 
-setattr(Message, "attachments", property(_attachments, _ATTACHMENTS_SLOT.__set__,
+setattr(Message, "attachments", property(_attachments, _set_slot_attachments,
                                          doc="The files this USER message carries, in the order given."))
 
 
