@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, cast
+from typing import Any
 
 from .attachments import Attachment
 from .errors import InvalidHistoryError, NonFiniteNumberError
@@ -173,10 +173,9 @@ class Message:
             for item in self.items:
                 if not isinstance(item, dict):
                     raise TypeError(f"items must hold dicts, got {type(item).__name__}")
-        attachments = _slot_attachments(self)
-        if attachments and type(attachments) is not _StoredAttachments:
-            if type(attachments) is not tuple:
-                object.__setattr__(self, "attachments", tuple(attachments))
+        if self.attachments:
+            if type(self.attachments) is not tuple:
+                object.__setattr__(self, "attachments", tuple(self.attachments))
             for attachment in self.attachments:
                 if type(attachment) is not Attachment and not isinstance(attachment, Attachment):
                     raise TypeError(f"attachments must hold Attachment objects, got {type(attachment).__name__}")
@@ -262,14 +261,8 @@ class Message:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, lazy_attachments: bool = False) -> Message:
-        """The inverse of :meth:`to_dict`. ``ValueError``/``TypeError`` for data of another shape.
-
-        ``lazy_attachments``: keep the attachments' metadata as read and make the
-        :class:`Attachment` values on the first read of :attr:`attachments` (a store loading a
-        window of messages it wrote and checked pays nothing for attachments nobody reads); a
-        malformed one then raises ``ValueError`` there instead of here.
-        """
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        """The inverse of :meth:`to_dict`. ``ValueError``/``TypeError`` for data of another shape."""
         if not isinstance(data, dict) or "role" not in data:
             raise ValueError(f"a message is a JSON object with a 'role', got {type(data).__name__}")
         # Loading a session parses every message of its window: keep this path lean
@@ -292,8 +285,7 @@ class Message:
             get("summary_through"),
             tuple(items) if (items := get("items")) else (),
             None if (version := get("agent_version")) is None else str(version),
-            (cast(Any, _StoredAttachments(attached)) if lazy_attachments  # made a tuple on the first read
-             else tuple([Attachment.from_dict(a) for a in attached])) if (attached := get("attachments")) else (),
+            tuple([Attachment.from_dict(a) for a in attached]) if (attached := get("attachments")) else (),
         )
 
     def to_json(self) -> str:
@@ -301,22 +293,9 @@ class Message:
 
     @classmethod
     def from_json(cls, text: str, *, lazy_attachments: bool = False) -> Message:
-        """:meth:`from_dict` of the JSON ``text``. With ``lazy_attachments``, the text of
-        :meth:`to_json` (``"attachments"`` last) is not even parsed past the start of the
-        attachments: their JSON text is kept, and parsed on the first read."""
-        if lazy_attachments and text.endswith("]}"):  # else no attachments: they would end it
-            cut = text.rfind(_ATTACHMENTS_KEY)
-            if cut > 0:
-                try:  # the message without its attachments; where the key was not the top
-                    data = json.loads(text[:cut] + "}")  # level's, that text is no JSON
-                except ValueError:
-                    data = None
-                if type(data) is dict:
-                    message = cls.from_dict(data)
-                    _set_slot_attachments(message, _StoredAttachments(text[cut + len(_ATTACHMENTS_KEY) - 1:-1]))
-                    return message
-            return cls.from_dict(json.loads(text), lazy_attachments=True)
-        return cls.from_dict(json.loads(text))
+        """:meth:`from_dict` of the JSON ``text``; ``lazy_attachments``: attachments read on
+        first use, as :func:`stored_message` reads a store's message."""
+        return stored_message(text) if lazy_attachments else cls.from_dict(json.loads(text))
 
     @property
     def says_nothing(self) -> bool:
@@ -361,50 +340,87 @@ class Message:
 _ATTACHMENTS_KEY = ',"attachments":['
 
 
-class _StoredAttachments:
-    """The attachments of a message loaded from a store, as read: their JSON metadata (a
-    list) or its text (a str); made into :class:`Attachment` values when
-    :attr:`Message.attachments` is first read."""
-
-    __slots__ = ("raw",)
-
-    def __init__(self, raw: Any) -> None:
-        self.raw = raw
-
-    def __bool__(self) -> bool:  # only ever made for a non-empty list, or its text
-        return True
-
-    def parse(self) -> tuple[Attachment, ...]:
-        raw = self.raw
-        if type(raw) is str:
-            try:
-                raw = json.loads(raw)
+def stored_message(text: str | dict[str, Any]) -> Message:
+    """The message a store wrote, from its JSON text (:meth:`Message.to_json`) or the data
+    parsed from it, with its attachments read lazily: the :class:`Attachment` values are
+    made on the first read of :attr:`Message.attachments` (a window or a listing nobody reads
+    files of pays nothing for them; a malformed one raises ``ValueError`` there, not here).
+    The text is not even parsed past the start of the attachments, which ``to_json`` writes
+    last: their JSON text is kept as it is."""
+    if not isinstance(text, str):
+        attached = text.get("attachments") if isinstance(text, dict) else None
+        if not attached:
+            return Message.from_dict(text)
+        return _StoredMessage.of(Message.from_dict({k: v for k, v in text.items() if k != "attachments"}), attached)
+    if text.endswith("]}"):  # else it has no attachments: they would end it
+        cut = text.rfind(_ATTACHMENTS_KEY)
+        if cut > 0:
+            try:  # the message without its attachments; where the key was not the top
+                data = json.loads(text[:cut] + "}")  # level's, that text is no JSON
             except ValueError:
-                raise ValueError("a stored message's attachments are not one JSON array at the end of "
-                                 "its JSON (chatflow writes them last)") from None
-        if type(raw) is not list:
-            raise ValueError(f"a message's attachments are a JSON array, got {type(raw).__name__}")
-        return tuple([Attachment.from_dict(a) for a in raw])
+                data = None
+            if type(data) is dict:
+                return _StoredMessage.of(Message.from_dict(data), text[cut + len(_ATTACHMENTS_KEY) - 1:-1])
+        return stored_message(json.loads(text))
+    return Message.from_dict(json.loads(text))
 
 
-# Message.attachments reads its slot through a property: a _StoredAttachments there becomes
-# the tuple of Attachment values on the first read (and stays so). The dataclass's __init__,
-# __eq__, __repr__ and dataclasses.replace() all go through the property.
-_ATTACHMENTS_SLOT: Any = Message.__dict__["attachments"]
-_slot_attachments = _ATTACHMENTS_SLOT.__get__  # the slot itself, without the property
-_set_slot_attachments = _ATTACHMENTS_SLOT.__set__
+_slot_attachments: Any = Message.__dict__["attachments"]  # the slot's descriptor
 
 
-def _attachments(message: Message) -> tuple[Attachment, ...]:
-    value = _slot_attachments(message)
-    if type(value) is _StoredAttachments:
-        value = value.parse()
-        _set_slot_attachments(message, value)
-    return value  # type: ignore[no-any-return]
+class _StoredMessage(Message):
+    """A :class:`Message` a store loaded whose attachments nobody read yet: its attachments
+    slot holds their JSON as read (the text of the array, or the list). The first read of
+    :attr:`attachments` makes them :class:`Attachment` values and the message a plain
+    :class:`Message` again; equality, ``repr``, copies and pickling read them first, so it
+    behaves as the Message it is. (A Message made any other way never pays for this.)"""
+
+    __slots__ = ()
+
+    @staticmethod
+    def of(message: Message, raw: Any) -> Message:
+        """``message`` (made without attachments) holding ``raw``, its attachments' JSON."""
+        _slot_attachments.__set__(message, raw)
+        object.__setattr__(message, "__class__", _StoredMessage)
+        return message
+
+    @property
+    def attachments(self) -> tuple[Attachment, ...]:
+        raw = _slot_attachments.__get__(self)
+        value = raw if type(raw) is tuple else _parse_stored(raw)
+        _slot_attachments.__set__(self, value)
+        object.__setattr__(self, "__class__", Message)
+        return value
+
+    @attachments.setter
+    def attachments(self, value: tuple[Attachment, ...]) -> None:  # the inherited __init__ (replace())
+        _slot_attachments.__set__(self, value)
+
+    def __eq__(self, other: object) -> bool:
+        self.attachments  # noqa: B018 - a plain Message from here on
+        return self == other
+
+    __hash__ = Message.__hash__
+
+    def __repr__(self) -> str:
+        self.attachments  # noqa: B018
+        return repr(self)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        self.attachments  # noqa: B018
+        return self.__reduce_ex__(protocol)
 
 
-setattr(Message, "attachments", property(_attachments, _set_slot_attachments,
-                                         doc="The files this USER message carries, in the order given."))
+def _parse_stored(raw: Any) -> tuple[Attachment, ...]:
+    if type(raw) is str:
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise ValueError("a stored message's attachments are not one JSON array at the end of "
+                             "its JSON (chatflow writes them last)") from None
+    if type(raw) is not list:
+        raise ValueError(f"a message's attachments are a JSON array, got {type(raw).__name__}")
+    return tuple([Attachment.from_dict(a) for a in raw])
 
 
 def history_problems(messages: Sequence[Message], *, pending_ok: bool = False) -> list[str]:
