@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -421,9 +422,36 @@ class MCPServerStdio(MCPServer):
         self._errlog = tempfile.TemporaryFile(mode="w+b")
         errlog = os.fdopen(os.dup(self._errlog.fileno()), "w", encoding="utf-8", errors="replace")
         stack.callback(errlog.close)
+        command, args = _kept(command, args, env, self.params.get("cwd"))
         parameters = StdioServerParameters(command=command, args=args, env=env or None, cwd=self.params.get("cwd"))
         streams: tuple[Any, Any] = await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
         return streams
+
+
+def _kept(command: str, args: list[str], env: Mapping[str, str], cwd: str | None) -> tuple[str, list[str]]:
+    """The command line that runs a stdio server through its keeper (:mod:`._keeper`: on
+    Linux, the server and what it starts end when chatflow dies, even by SIGKILL); elsewhere
+    the command as it is. The command is looked up here, as the SDK would have: a missing one
+    is a start failure saying so. Raises FileNotFoundError, PermissionError."""
+    import shutil
+    import sys
+
+    if not sys.platform.startswith("linux") or not sys.executable or not os.path.isfile(sys.executable):
+        return command, args
+    if os.sep in command:  # relative to the server's directory, as exec takes it there
+        full = os.path.join(cwd or os.getcwd(), command)
+        if not os.path.exists(full):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+        if os.path.isdir(full) or not os.access(full, os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), command)
+        found = command
+    else:
+        path = env.get("PATH", os.environ.get("PATH", os.defpath))
+        found = shutil.which(command, path=path) or ""
+        if not found:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+    keeper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_keeper.py")
+    return sys.executable, ["-I", "-S", keeper, str(os.getpid()), found, *args]
 
 
 class MCPServerStreamableHttp(MCPServer):
