@@ -41,9 +41,35 @@ def test_a_stubborn_server_and_its_child_end_when_chatflow_is_killed(provider, c
         _kill_all(pidfile)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_an_idle_stubborn_server_ends_when_the_process_that_started_it_is_killed(tmp_path):
+    """Between calls the server only gets its stdin's end, which it ignores, as it ignores SIGTERM."""
+    import subprocess
+
+    from tests.helpers.wait import wait_until
+    from tests.mcp.test_servers import TOOLBOX
+
+    pidfile = tmp_path / "pids"
+    script = ("import os, signal, sys\n"
+              "from chatflow_cli.core.mcp import MCPServerStdio\n"
+              f"server = MCPServerStdio({{'command': sys.executable, 'args': [{TOOLBOX!r}], 'env': "
+              f"{{'TOOLBOX_PIDFILE': {str(pidfile)!r}, 'TOOLBOX_STUBBORN': '1', 'TOOLBOX_CHILD': '1'}}}}, name='t')\n"
+              "server.start()\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    try:
+        proc = subprocess.run([sys.executable, "-c", script], timeout=60, capture_output=True, text=True)
+        assert proc.returncode == -signal.SIGKILL, proc
+        pids = [int(p) for p in pidfile.read_text().split()]
+        assert len(pids) == 2
+        wait_until(lambda: not any(alive(p) for p in pids), 15, "the server and its child to end")
+    finally:
+        _kill_all(pidfile)
+
+
 def test_stopping_a_stubborn_server_ends_it_and_its_child(tmp_path):
     import time
 
+    from tests.helpers.wait import wait_until
     from tests.mcp.test_servers import stdio
 
     pidfile = tmp_path / "pids"
@@ -55,6 +81,6 @@ def test_stopping_a_stubborn_server_ends_it_and_its_child(tmp_path):
         began = time.monotonic()
         server.stop()  # its stdin's end and SIGTERM are ignored: SIGKILL to the group
         assert time.monotonic() - began < 8
-        assert not any(alive(p) for p in pids)
+        wait_until(lambda: not any(alive(p) for p in pids), 5, "the killed group to be gone")
     finally:
         _kill_all(pidfile)

@@ -12,8 +12,9 @@ with no site and no chatflow import::
 
 It asks the kernel for SIGUSR1 when its parent dies (``prctl(PR_SET_PDEATHSIG)``, which
 SIGKILL does not escape), starts COMMAND as its child in the same process group, with the
-same stdin, stdout, stderr, environment and directory, and leaves the pipes to it. It exits
-with the server's status when the server exits. SIGTERM, SIGINT and SIGHUP leave the keeper
+same stdin, stdout, stderr, environment and directory, and leaves the pipes to it. When the
+server exits, the keeper SIGKILLs what is left of the group (what the server started and left
+running), itself with it. SIGTERM, SIGINT and SIGHUP leave the keeper
 waiting for the server (the SDK sends them to the whole group: the server decides). When
 chatflow dies, the keeper does what the SDK would have done: it gives the server 2 s to end on
 its stdin's end, SIGTERMs the group, and SIGKILLs it 2 s later.
@@ -36,8 +37,19 @@ class _Orphaned(Exception):
     """The keeper's parent (chatflow) died."""
 
 
+_parent = 0
+_told = False
+
+
 def _orphaned(signum: int, frame: object) -> None:
-    raise _Orphaned
+    """The parent-death signal. The kernel sends it when the thread that started the keeper
+    ends (the keeper then belongs to another thread of chatflow, which still runs), again as
+    each later one ends, and when a subreaper the keeper is then given to ends: chatflow is
+    gone once the keeper's parent is another process, and that is acted on once."""
+    global _told
+    if not _told and os.getppid() != _parent:
+        _told = True
+        raise _Orphaned
 
 
 def _ignored(signum: int, frame: object) -> None:
@@ -60,23 +72,17 @@ def _exited(pid: int, deadline: float) -> bool:
 
 def _take_down(pid: int) -> None:
     """chatflow died: the spec's shutdown, for the whole group (the keeper included, last)."""
-    if not _exited(pid, time.monotonic() + GRACE_S):
-        try:
+    try:
+        if not _exited(pid, time.monotonic() + GRACE_S):
             os.killpg(0, signal.SIGTERM)
-        except OSError:
-            pass
-        _exited(pid, time.monotonic() + GRACE_S)
-    os.killpg(0, signal.SIGKILL)
-
-
-def _status(status: int) -> int:
-    if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status)
-    return os.waitstatus_to_exitcode(status)
+            _exited(pid, time.monotonic() + GRACE_S)
+    finally:
+        os.killpg(0, signal.SIGKILL)
 
 
 def main(argv: list[str]) -> int:
-    parent, command = int(argv[1]), argv[2:]
+    global _parent
+    _parent, command = int(argv[1]), argv[2:]
     signal.signal(signal.SIGUSR1, _orphaned)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _ignored)
@@ -85,7 +91,7 @@ def main(argv: list[str]) -> int:
         os.write(2, f"chatflow's keeper: prctl failed ({os.strerror(ctypes.get_errno())})\n".encode())
     pid = 0
     try:
-        if os.getppid() != parent:  # chatflow died before the signal was asked for
+        if os.getppid() != _parent:  # chatflow died before the signal was asked for
             return 1
         pid = os.fork()
         if pid == 0:  # the server: its signal handlers go back to the defaults with exec
@@ -98,12 +104,15 @@ def main(argv: list[str]) -> int:
         os.dup2(devnull, 0)  # the server holds the pipes alone: its exit closes them
         os.dup2(devnull, 1)
         os.close(devnull)
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-                return _status(status)
-            except ChildProcessError:  # pragma: no cover - reaped already
-                return 0
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:  # pragma: no cover - reaped already
+            pass
+        # the server ended (on its own, or as chatflow stopped it, or because chatflow died and
+        # its pipes broke, which may come before the parent-death signal): nothing it left in
+        # its group outlives it, and the keeper goes with them
+        os.killpg(0, signal.SIGKILL)
+        return 1  # pragma: no cover - killed above
     except _Orphaned:
         if pid:
             _take_down(pid)
