@@ -467,17 +467,15 @@ class Runner(TurnLoop, ContextWindow):
                                   "approve_tool_call or deny_tool_call it", session_id=session_id)
 
     def tool_server(self, session_id: str, call: Any) -> str | None:
-        """The name of the MCP server whose tool ``call`` calls, among the running servers of
-        the session's active agent (None: not an MCP tool's call, or its server is not running;
-        no server is started here)."""
+        """The name of the MCP server whose tool ``call`` calls, among the servers of the
+        session's active agent whose tools are known (None: not an MCP tool's call, or its
+        server's tools are not known; no server is started here)."""
         reader = getattr(self.store, "active_agent_name", None)
         name = reader(session_id) if callable(reader) else None
         agent = self.agents.get(name or "") or self.starting_agent
         for entry in agent.mcp_servers:
-            if not entry.server.running:
-                continue
             try:
-                if call.name in entry.agent_tools():
+                if call.name in entry.agent_tools(start=False):
                     return str(entry.server.name)
             except Exception:  # noqa: BLE001 - it stopped since: no name to give
                 continue
