@@ -558,9 +558,11 @@ class Runner(TurnLoop, ContextWindow):
         client = self._client
         if client is not None and hasattr(client, "close"):
             client.close()
-        servers = {id(s.server): s.server for a in self.agents.values() for s in a.mcp_servers}
-        for server in servers.values():
-            server.stop()
+        servers = [s for a in self.agents.values() for s in a.mcp_servers]
+        if servers:
+            from .mcp.servers import stop_all
+
+            stop_all(servers)
 
     # -- driving a run from sync and async callers ------------------------------------------
     def _guarded(

@@ -84,3 +84,28 @@ def test_stopping_a_stubborn_server_ends_it_and_its_child(tmp_path):
         wait_until(lambda: not any(alive(p) for p in pids), 5, "the killed group to be gone")
     finally:
         _kill_all(pidfile)
+
+
+def test_servers_are_stopped_all_at_once(tmp_path):
+    """A server may take a while to exit once its stdin ends: a Runner closing, ``mcp ls`` and
+    ``agents ls`` stop their servers together, not one after another."""
+    import time
+
+    from chatflow_cli.core.mcp import start_all
+    from chatflow_cli.core.mcp.servers import stop_all
+    from tests.helpers.wait import wait_until
+    from tests.mcp.test_servers import stdio
+
+    pidfile = tmp_path / "pids"
+    servers = [stdio(f"slow{i}", env={"TOOLBOX_PIDFILE": str(pidfile), "TOOLBOX_EXIT_DELAY": "1.5"})
+               for i in range(3)]
+    try:
+        assert start_all(servers) == {}
+        began = time.monotonic()
+        stop_all(servers)
+        assert time.monotonic() - began < 4.0  # one after another: 4.5 s at least
+        pids = [int(p) for p in pidfile.read_text().split()]
+        assert len(pids) == 3
+        wait_until(lambda: not any(alive(p) for p in pids), 5, "the servers to be gone")
+    finally:
+        _kill_all(pidfile)

@@ -13,6 +13,7 @@ garbage on stdout, then a result), ``malformed`` (a response that is not a valid
 server writes it to stderr and exits 2 before speaking MCP. ``$TOOLBOX_STUBBORN``: the server
 ignores SIGTERM and, once its stdin ends, keeps running; with ``$TOOLBOX_CHILD`` it also starts
 a child process as stubborn (its id appended to ``$TOOLBOX_PIDFILE`` too).
+``$TOOLBOX_EXIT_DELAY``: seconds the server takes to exit once its stdin ends.
 """
 
 import json
@@ -152,6 +153,10 @@ if __name__ == "__main__":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:
         server.run()
+        if os.environ.get("TOOLBOX_EXIT_DELAY"):
+            import time
+
+            time.sleep(float(os.environ["TOOLBOX_EXIT_DELAY"]))
         if os.environ.get("TOOLBOX_STUBBORN"):  # its stdin ended: a stubborn server stays
             import time
 

@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .tools import MCPTool
 
 __all__ = ["APPROVAL_POLICIES", "DEFAULT_CALL_TIMEOUT_S", "DEFAULT_START_TIMEOUT_S", "MCPServer", "MCPServerError",
-           "MCPServerSelection", "MCPServerStdio", "MCPServerStreamableHttp", "start_all",
+           "MCPServerSelection", "MCPServerStdio", "MCPServerStreamableHttp", "start_all", "stop_all",
            "unknown_tools_note"]
 
 log = logging.getLogger("chatflow_cli.core.mcp")
@@ -570,6 +570,12 @@ def unknown_tools_note(entry: Any, *, once: bool = True) -> str | None:
     names = ", ".join(f"{t!r} (in {where})" for t, where in unknown)
     return scrub_values(f"MCP server {server.name!r} has no tool {names}: check the spelling; its tools are "
                         f"{', '.join(sorted(listed)) or 'none'}")[:1000]
+
+
+def stop_all(servers: Iterable[Any], timeout: float = 5.0) -> None:
+    """Stop ``servers`` (servers or selections; those not running are skipped) all at once,
+    each within about ``timeout`` s."""
+    _loop.stop_all(list({id(s.server): s.server for s in servers}.values()), timeout)
 
 
 def start_all(servers: Iterable[Any], *, skip: Callable[[str], bool] = lambda name: False) -> dict[str, str]:
