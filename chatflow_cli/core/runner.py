@@ -467,21 +467,27 @@ class Runner(TurnLoop, ContextWindow):
                                   "approve_tool_call or deny_tool_call it", session_id=session_id)
 
     def tool_server(self, session_id: str, call: Any) -> str | None:
-        """The name of the MCP server whose tool ``call`` calls, among the running servers of
-        the session's active agent (None: not an MCP tool's call, or its server is not running;
-        no server is started here)."""
+        """The name of the MCP server whose tool ``call`` calls, among the servers of the
+        session's active agent: a running server that lists it, else (a session resumed in a
+        new process, before its servers start) the server whose name the tool's begins with,
+        ``SERVER__`` (None: not an MCP tool's call; no server is started here)."""
         reader = getattr(self.store, "active_agent_name", None)
         name = reader(session_id) if callable(reader) else None
         agent = self.agents.get(name or "") or self.starting_agent
+        stopped: list[str] = []
         for entry in agent.mcp_servers:
             if not entry.server.running:
+                stopped.append(str(entry.server.name))
                 continue
             try:
                 if call.name in entry.agent_tools():
                     return str(entry.server.name)
             except Exception:  # noqa: BLE001 - it stopped since: no name to give
                 continue
-        return None
+        if call.name in agent.all_tools():
+            return None
+        named = [s for s in stopped if call.name.startswith(f"{s}__")]
+        return max(named, key=len) if named else None
 
     def awaits_approval(self, session_id: str, call: Any) -> bool:
         """Whether the pending ``call`` waits for an approval (not for a custom tool's result):

@@ -353,8 +353,9 @@ class TurnLoop(RunnerHost):
                 if asking:
                     pending["approval"] = [c.id for c in asking]
                 session.record_event(EventType.TOOL_PENDING, pending)
-                session.set_status(SessionStatus.IDLE, reason="waiting for tool results or approvals" if asking
-                                   else "waiting for custom tool results")
+                waits = ("waiting for approvals" if len(asking) == len(custom) else
+                         "waiting for approvals and custom tool results" if asking else "waiting for custom tool results")
+                session.set_status(SessionStatus.IDLE, reason=waits)
                 events = self.store.save(session)
                 state.released = True
                 yield from stored(events, turn)

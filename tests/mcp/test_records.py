@@ -1,0 +1,58 @@
+"""What is recorded and shown of MCP calls: calls waiting for an approval wherever a pending call
+is described, the completion of their ids, and the round trip of MCP outputs through an export
+(issue 27). The real ``chatflow`` process, the fake model server and the test server
+(tests/mcp/toolbox.py) started by chatflow over stdio."""
+
+from __future__ import annotations
+
+from tests.mcp.test_cli import _server_toml
+
+
+def _two_asking(chatflow, provider, config_file, session: str) -> None:
+    config_file(_server_toml())  # approval: "ask", the default
+    provider.add_tool_calls([("call_1", "toolbox__echo", '{"text": "one"}'),
+                             ("call_2", "toolbox__echo", '{"text": "two"}')])
+    r = chatflow("chat", "-s", session, "please")
+    assert r.returncode == 0 and "--approve call_1" in r.stderr, r
+
+
+def test_the_repl_says_a_call_waits_for_an_approval_and_how_to_give_it(chatflow, provider, config_file,
+                                                                      pty_chatflow):
+    from tests.helpers.pty_driver import leave
+
+    config_file(_server_toml())
+    provider.add_tool_calls([("call_1", "toolbox__echo", '{"text": "one"}')])
+    assert chatflow("chat", "-s", "r2", "please").returncode == 0
+    provider.add_text("Echoed.")
+    provider.add_text("Going on.")
+    repl = pty_chatflow("chat", "-s", "r2", width=160)
+    repl.wait_prompt()
+    waiting = ("waiting for approval (--approve call_1 / --deny call_1) · your next message asks you first (y/n/a)")
+    recap = " ".join(repl.screen().split())
+    assert waiting in recap and "--tool-result" not in recap, recap
+    repl.send("/show\r")
+    repl.wait_text(waiting, count=2)
+    repl.send("go on\r")
+    repl.wait_text("turn 1 is waiting for your approval first.")
+    repl.wait_text("allow toolbox__echo (server toolbox)? [y/n/a]")
+    repl.send("y\r")
+    repl.wait_prompt_after("Going on.")
+    leave(repl)
+    tools = [m for m in provider.requests[1]["messages"] if m["role"] == "tool"]
+    assert tools == [{"role": "tool", "tool_call_id": "call_1", "content": "one"}]
+
+
+def test_an_approval_that_leaves_others_waiting_names_them_as_approvals(chatflow, provider, config_file):
+    _two_asking(chatflow, provider, config_file, "a2")
+    r = chatflow("chat", "-s", "a2", "--approve", "call_1")
+    assert r.returncode == 0, r
+    assert "still waiting for: call_2 (approve it with --approve call_2 or refuse it with --deny call_2)" \
+        in " ".join(r.stderr.split()), r
+    shown = chatflow("sessions", "show", "a2").stdout
+    assert "waiting for approval (--approve call_2 / --deny call_2)" in shown and "--tool-result" not in shown
+    _two_asking(chatflow, provider, config_file, "a3")
+    r = chatflow("chat", "-s", "a3", "--deny", "call_2", "--json")
+    assert r.returncode == 0, r
+    assert r.json()["pending_tool_use_ids"] == ["call_1"] and r.json()["awaiting_approval"] == ["call_1"], r
+    replay = chatflow("replay", "a3").stdout
+    assert "waiting for approvals" in replay and "custom tool results" not in replay, replay
