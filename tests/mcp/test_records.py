@@ -56,3 +56,38 @@ def test_an_approval_that_leaves_others_waiting_names_them_as_approvals(chatflow
     assert r.json()["pending_tool_use_ids"] == ["call_1"] and r.json()["awaiting_approval"] == ["call_1"], r
     replay = chatflow("replay", "a3").stdout
     assert "waiting for approvals" in replay and "custom tool results" not in replay, replay
+
+
+def test_approve_deny_and_tool_result_complete_the_ids_that_wait_for_them(chatflow, provider, config_file):
+    from tests.helpers.config import CUSTOM_TOOLS
+
+    config_file(CUSTOM_TOOLS + 'mcp_servers = ["toolbox"]\n' + _server_toml())
+    provider.add_tool_calls([("call_C", "notify", "{}"), ("call_M", "toolbox__echo", '{"text": "hi"}'),
+                             ("call_N", "toolbox__echo", '{"text": "ho"}')])
+    assert chatflow("chat", "-s", "mix", "go").returncode == 0
+    provider.add_text("Other.")
+    assert chatflow("chat", "-s", "other", "hello").returncode == 0  # the latest session now waits for nothing
+
+    def bash(line: str) -> list[str]:
+        words = line.split(" ")
+        r = chatflow(env={"_CHATFLOW_COMPLETE": "complete_bash", "COMP_WORDS": line,
+                          "COMP_CWORD": str(len(words) - 1)})
+        assert r.returncode == 0, r
+        return r.stdout.split()
+
+    assert bash("chatflow chat -s mix --approve ") == ["call_M", "call_N"]
+    assert bash("chatflow chat --session=mix --deny call_N") == ["call_N"]
+    assert bash("chatflow chat -s mix --tool-result ") == ["call_C"]
+    assert bash("chatflow chat -s mix --tool-result call_C ") == []  # its OUTPUT is yours to write
+    assert bash("chatflow chat -s other --approve ") == []
+    assert bash("chatflow chat -c --approve ") == []
+    zsh = chatflow(env={"_CHATFLOW_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "chatflow chat -s mix --deny call_"})
+    assert '"call_M"' in zsh.stdout and '"call_N"' in zsh.stdout and "call_C" not in zsh.stdout, zsh
+    assert chatflow("chat", "-s", "mix", "--approve", "call_M").returncode == 0  # answered: no longer offered
+    assert bash("chatflow chat -s mix --approve ") == ["call_N"]
+    provider.add_tool_calls([("call_L", "toolbox__echo", '{"text": "latest"}')])
+    assert chatflow("chat", "-s", "other", "again").returncode == 0
+    assert bash("chatflow chat -c --approve ") == ["call_L"]
+    fish = chatflow(env={"_CHATFLOW_COMPLETE": "complete_fish", "_TYPER_COMPLETE_ARGS": "chatflow chat -c --deny ",
+                         "_TYPER_COMPLETE_FISH_ACTION": "get-args"})
+    assert fish.stdout.split() == ["call_L"], fish
