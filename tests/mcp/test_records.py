@@ -91,3 +91,40 @@ def test_approve_deny_and_tool_result_complete_the_ids_that_wait_for_them(chatfl
     fish = chatflow(env={"_CHATFLOW_COMPLETE": "complete_fish", "_TYPER_COMPLETE_ARGS": "chatflow chat -c --deny ",
                          "_TYPER_COMPLETE_FISH_ACTION": "get-args"})
     assert fish.stdout.split() == ["call_L"], fish
+
+
+def test_a_whole_mcp_output_survives_export_and_import_into_a_fresh_home(chatflow, provider, config_file, tmp_path):
+    import json
+
+    config_file(_server_toml(approval="always"))
+    provider.add_tool_calls([("call_1", "toolbox__huge", '{"size": 25000}')])
+    provider.add_text("Long.")
+    provider.add_tool_calls([("call_2", "toolbox__echo", '{"text": "short"}')])
+    provider.add_text("Short.")
+    assert chatflow("chat", "-s", "big", "go").returncode == 0
+    assert chatflow("chat", "-s", "big", "again").returncode == 0
+    sent = provider.requests[1]["messages"][-1]["content"]
+    assert len(sent) < 25000 and "[cut: the result has 25,000 characters" in sent
+
+    def outputs(*home: str) -> list[dict]:
+        env = {"CHATFLOW_HOME": home[0]} if home else None
+        r = chatflow("sessions", "export", "big", env=env)
+        assert r.returncode == 0, r
+        return [e["data"] for e in map(json.loads, r.stdout.splitlines()) if e.get("type") == "mcp.output"]
+
+    before = outputs()
+    assert [e["tool_use_id"] for e in before] == ["call_1"] and before[0]["output"] == "0123456789" * 2500
+    shown = chatflow("sessions", "show", "big", "--json")
+    exported = tmp_path / "big.jsonl"
+    exported.write_text(chatflow("sessions", "export", "big").stdout, encoding="utf-8")
+    fresh = tmp_path / "fresh-home"
+    fresh.mkdir()
+    done = chatflow("sessions", "import", str(exported), env={"CHATFLOW_HOME": str(fresh)})
+    assert done.returncode == 0, done
+    after = chatflow("sessions", "show", "big", "--json", env={"CHATFLOW_HOME": str(fresh)})
+    assert after.returncode == 0, after
+    assert after.json() == shown.json()  # the provider's token counts too (the context use)
+    assert outputs(str(fresh)) == before
+    replayed = chatflow("replay", "big", "--json", env={"CHATFLOW_HOME": str(fresh)})
+    assert [e["data"]["output"] for e in replayed.jsonl() if e["type"] == "mcp.output"] == \
+        ["0123456789" * 2500], replayed

@@ -164,6 +164,8 @@ def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int, blobs
     kind, data = event["type"], event["data"]
     if kind in ("message.user", "message.model", "message.system", "tool.result"):
         message = Message.from_dict(data["message"])
+        if "tokens" in event:  # the stored count (a provider's) the export kept
+            message = replace(message, tokens=event["tokens"])
         ctx.add_message(_with_bytes(message, blobs or {}) if message.attachments else message)
     elif kind == "rollback":
         ctx.rollback_to(int(data["to_turn"]) + offset, system=data.get("system") is True and not offset)
