@@ -128,3 +128,20 @@ def test_a_whole_mcp_output_survives_export_and_import_into_a_fresh_home(chatflo
     replayed = chatflow("replay", "big", "--json", env={"CHATFLOW_HOME": str(fresh)})
     assert [e["data"]["output"] for e in replayed.jsonl() if e["type"] == "mcp.output"] == \
         ["0123456789" * 2500], replayed
+
+
+def test_an_agent_s_tool_choice_from_config_forces_its_mcp_tool_on_the_first_request(chatflow, provider,
+                                                                                     config_file):
+    config_file(_server_toml(approval="always") + '\n[[agents]]\nname = "Echo"\ninstructions = "Echo."\n'
+                'mcp_servers = ["toolbox"]\ntool_choice = "toolbox__echo"\n')
+    provider.add_tool_calls([("call_1", "toolbox__echo", '{"text": "forced"}')])
+    provider.add_text("Echoed.")
+    r = chatflow("chat", "-s", "tc", "say it")
+    assert r.returncode == 0 and r.stdout == "Echoed.\n", r
+    first, second = provider.requests
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "toolbox__echo"}}
+    assert "tool_choice" not in second  # later requests of the turn: the provider's default
+    config_file('[[agents]]\nname = "Echo"\ntool_choice = 3\n')
+    bad = chatflow("chat", "-s", "tc", "again")
+    assert bad.returncode == 9 and "tool_choice must be auto, none, required or the name of one of its tools" \
+        in bad.stderr, bad
