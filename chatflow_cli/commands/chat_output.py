@@ -211,7 +211,8 @@ class ChatOutput:
                 printer.tool_started(data.get("agent"), data.get("name", "?"), data.get("arguments"))
         elif ev.type == "tool.call_finished":
             if not str(data.get("name", "")).startswith("transfer_to_"):
-                printer.tool_finished(data.get("name", "?"), data.get("output"), bool(data.get("is_error")))
+                printer.tool_finished(data.get("name", "?"), data.get("output"), bool(data.get("is_error")),
+                                      data.get("attachments") or ())
         elif ev.type == "handoff":
             printer.handoff(data.get("from_agent"), data.get("to_agent"))
 

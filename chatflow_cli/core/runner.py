@@ -222,6 +222,7 @@ class Runner(TurnLoop, ContextWindow):
         #: :meth:`deny_tool_call` answers it.
         self.approver: Callable[[Any, Any], str] | None = None
         self.approved_tools: set[str] = set()
+        self.text_only_models: set[str] = set()
         # a client has ``stream``; anything else given is a factory called on first use
         self._client: ChatClient | None = (
             cast("ChatClient", model_client) if model_client is not None and hasattr(model_client, "stream") else None)
@@ -524,7 +525,8 @@ class Runner(TurnLoop, ContextWindow):
         if own is not None and own.is_custom:
             raise ToolResultError(f"tool call {tool_use_id!r} ({call.name}) is a custom tool's: answer it with a tool "
                                   "result", session_id=session_id)
-        whole = None
+        whole: str | None = None
+        images: tuple[Any, ...] = ()
         if not approve:  # nothing to start: the call never runs
             text, is_error = refused_text(call.name, "the user declined it"), True
         else:
@@ -535,9 +537,10 @@ class Runner(TurnLoop, ContextWindow):
             if getattr(found, "approval", None) == "never":
                 text, is_error = refused_text(call.name, "its approval policy is never"), True
             else:
-                text, is_error, whole = invoke_call(found, call, None,
-                                                    turn_secrets(self.vaults, session, [(call, found)]))
-        remaining = self.store.submit_tool_result(session_id, tool_use_id, text, is_error=is_error)
+                text, is_error, whole, images = invoke_call(found, call, None,
+                                                            turn_secrets(self.vaults, session, [(call, found)]))
+        remaining = self.store.submit_tool_result(session_id, tool_use_id, text, is_error=is_error,
+                                                  **({"attachments": images} if images else {}))
         if whole is not None:
             self.store.append_event(session_id, "mcp.output", {"turn": session.turn_count, "tool_use_id": tool_use_id,
                                                                "output": whole})

@@ -242,6 +242,11 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
                         body.append("  result: ", "dim")
                     text = safe_text(pretty_json_text(result.content, full=full))
                     body.append(text.replace("\n", "\n    ") + "\n")
+                    if result.attachments:  # the images the tool returned, as a user's attachments
+                        from ..core.attachments import attachment_line
+
+                        for attachment in result.attachments:
+                            body.append(f"  attached: {safe_text(attachment_line(attachment))}\n", "dim")
                     if result.interrupted:
                         body.append("  (interrupted)\n", "yellow")
         # TOOL messages are shown with their call

@@ -77,8 +77,11 @@ class _TurnView:
             line.append(" " + args, style="dim")
         self.line(line, status=f"running {safe_text(name)}…")
 
-    def tool_finished(self, name: str, output: str | None, is_error: bool, duration_ms: float | None) -> None:
+    def tool_finished(self, name: str, output: str | None, is_error: bool, duration_ms: float | None,
+                      attachments: Any = ()) -> None:
         from rich.text import Text
+
+        from ..render.printer import attached_lines
 
         line = Text("  ✗ error: " if is_error else "  ↳ ", style="red" if is_error else "dim")
         line.append(safe_text(_short(pretty_json_text(output))), style="dim")
@@ -86,6 +89,8 @@ class _TurnView:
             line.append(
                 f"  ({duration_ms / 1000:.1f}s)" if duration_ms >= 1000 else f"  ({duration_ms:.0f}ms)", style="dim"
             )
+        for shown in attached_lines(attachments):  # the images the tool returned
+            line.append("\n" + shown, style="dim")
         self.line(line, status="thinking…")
 
     def handoff(self, from_agent: str | None, to_agent: str | None) -> None:
@@ -449,7 +454,8 @@ class TurnRunner(ReplHost):
         elif kind == "tool.call_finished":
             if not str(data.get("name", "")).startswith("transfer_to_"):
                 view.tool_finished(
-                    str(data.get("name", "?")), data.get("output"), bool(data.get("is_error")), data.get("duration_ms")
+                    str(data.get("name", "?")), data.get("output"), bool(data.get("is_error")), data.get("duration_ms"),
+                    data.get("attachments") or (),
                 )
         elif kind == "handoff":
             view.handoff(data.get("from_agent"), data.get("to_agent"))

@@ -40,3 +40,16 @@ def test_the_local_model_calls_an_mcp_server_tool_and_answers(chatflow, config_f
     assert [m["role"] for m in turn["messages"]] == ["user", "model", "tool", "model"], turn
     assert turn["messages"][2] == {"role": "tool", "content": text, "tool_call_id": started["id"],
                                    "name": "toolbox__echo"}
+
+
+def test_an_image_a_tool_returns_reaches_the_local_model_as_text_only(chatflow, config_file):
+    config_file(_server_toml(approval="always") + 'tools = ["photo"]\n'
+                '\n[[agents]]\nname = "Painter"\ninstructions = "Show the user a photo with the photo tool."\n'
+                'mcp_servers = ["toolbox"]\ntool_choice = "toolbox__photo"\n')
+    r = chatflow("chat", "-m", "local", "-s", "pic", "--output", "jsonl", "Show me a photo.", timeout=300)
+    assert r.returncode == 0, r  # the embedded model reads text: no image part was sent to it
+    [finished] = [e["data"] for e in r.jsonl() if e["type"] == "tool.call_finished"]
+    assert finished["is_error"] is False and "[image photo-1.png (image/png, " in finished["output"], finished
+    turn = chatflow("sessions", "show", "pic", "--json").json()["turns"][0]
+    [result] = [m for m in turn["messages"] if m["role"] == "tool"]
+    assert [a["media_type"] for a in result["attachments"]] == ["image/png"], result  # kept in the session

@@ -145,3 +145,80 @@ def test_an_agent_s_tool_choice_from_config_forces_its_mcp_tool_on_the_first_req
     bad = chatflow("chat", "-s", "tc", "again")
     assert bad.returncode == 9 and "tool_choice must be auto, none, required or the name of one of its tools" \
         in bad.stderr, bad
+
+
+def _db(home: str | None = None):
+    import os
+    import sqlite3
+    from pathlib import Path
+
+    return sqlite3.connect(Path(home or os.environ["CHATFLOW_HOME"]) / "chatflow.db")
+
+
+def test_an_image_a_tool_returns_is_an_attachment_sent_after_the_results(chatflow, provider, config_file, tmp_path):
+    import base64
+    import hashlib
+
+    from tests.mcp.toolbox import _png
+
+    png = _png(64, 32)
+    config_file(_server_toml(approval="always"))
+    provider.add_tool_calls([("call_1", "toolbox__photo", '{"width": 64, "height": 32}'),
+                             ("call_2", "toolbox__echo", '{"text": "and words"}')])
+    provider.add_text("A red rectangle.")
+    r = chatflow("chat", "-s", "img", "--output", "jsonl", "what does it show?")
+    assert r.returncode == 0, r
+    [photo] = [e["data"] for e in r.jsonl() if e["type"] == "tool.call_finished" and e["data"]["id"] == "call_1"]
+    line = f"photo-1.png (image/png, {len(png)} B, 64x32)"
+    assert photo["output"] == f"a red rectangle\n\n[image {line}]" and photo["is_error"] is False, photo
+    assert photo["attachments"] == [{"sha256": hashlib.sha256(png).hexdigest(), "media_type": "image/png",
+                                     "size": len(png), "name": "photo-1.png", "width": 64, "height": 32}]
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    sent = provider.requests[1]["messages"]
+    assert sent[-3:] == [
+        {"role": "tool", "tool_call_id": "call_1", "content": f"a red rectangle\n\n[image {line}]"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "and words"},
+        {"role": "user", "content": [
+            {"type": "text", "text": "The images the tool results above returned: photo-1.png from toolbox__photo "
+                                     "(call call_1)."},
+            {"type": "image_url", "image_url": {"url": url}}]}]
+    # the next turn sends it again, read back from the database; the same image again is one row
+    provider.add_tool_calls([("call_3", "toolbox__photo", '{"width": 64, "height": 32}')])
+    provider.add_text("The same one.")
+    assert chatflow("chat", "-s", "img", "again").returncode == 0
+    images = [p for m in provider.requests[-1]["messages"] if m["role"] == "user" and isinstance(m["content"], list)
+              for p in m["content"] if p["type"] == "image_url"]
+    assert [p["image_url"]["url"] for p in images] == [url, url]
+    with _db() as conn:
+        assert conn.execute("SELECT data FROM chatflow_attachments").fetchall() == [(png,)]
+    shown = chatflow("sessions", "show", "img").stdout
+    assert shown.count(f"  attached: {line}") == 2, shown
+    # exported and imported into a fresh home: the same session, the same bytes
+    exported = tmp_path / "img.jsonl"
+    exported.write_text(chatflow("sessions", "export", "img").stdout, encoding="utf-8")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert chatflow("sessions", "import", str(exported), env={"CHATFLOW_HOME": str(fresh)}).returncode == 0
+    after = chatflow("sessions", "show", "img", "--json", env={"CHATFLOW_HOME": str(fresh)})
+    assert after.json() == chatflow("sessions", "show", "img", "--json").json()
+    with _db(str(fresh)) as conn:
+        assert conn.execute("SELECT data FROM chatflow_attachments").fetchall() == [(png,)]
+
+
+def test_an_approved_call_s_image_reaches_a_text_only_model_as_text(chatflow, provider, config_file):
+    from tests.mcp.toolbox import _png
+
+    line = f"photo-1.png (image/png, {len(_png(8, 8))} B, 8x8)"
+    config_file(_server_toml())  # ask: the image comes back through --approve
+    provider.add_tool_calls([("call_1", "toolbox__photo", '{"width": 8, "height": 8}')])
+    assert chatflow("chat", "-m", "fake-text-only", "-s", "txt", "draw").returncode == 0
+    provider.add_text("I cannot see it, but it is red.")
+    r = chatflow("chat", "-m", "fake-text-only", "-s", "txt", "--approve", "call_1")
+    assert r.returncode == 0 and r.stdout == "I cannot see it, but it is red.\n", r
+    refused, sent = provider.requests[-2:]  # the provider refused the image; sent again without it
+    assert refused["messages"][-1]["role"] == "user" and refused["messages"][-1]["content"][1]["type"] == "image_url"
+    assert sent["messages"][-1]["role"] == "tool" and sent["messages"][-1]["content"].endswith(
+        f"[image {line}]\n[the images are not shown: this model takes no images]"), sent
+    assert f"  attached: {line}" in chatflow("sessions", "show", "txt").stdout
+    with _db() as conn:
+        assert conn.execute("SELECT count(*) FROM chatflow_attachments").fetchone() == (1,)
