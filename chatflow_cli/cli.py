@@ -48,6 +48,8 @@ from .options import (
     OutputOption,
     command_group,
     complete_agent_name,
+    complete_approval_call,
+    complete_custom_call,
     complete_session_id,
     complete_shell,
     output_format,
@@ -196,7 +198,7 @@ def chat(
     message_id: Annotated[Optional[str], typer.Option("--message-id", metavar="ID", help="Webhook message id: an id seen in the last 192 h is skipped (exit 0).")] = None,
     message_id_scope: Annotated[Optional[MessageIdScope], typer.Option("--message-id-scope", metavar="global|session", case_sensitive=False, help="global: an id is one message across all sessions (WhatsApp-style ids); session: ids are per session (Telegram-style chat ids). Default: config message_id_scope, else global.")] = None,
     idempotency_key: Annotated[Optional[str], typer.Option("--idempotency-key", metavar="KEY", help="Resending with the same key returns the stored turn instead of a new one.")] = None,
-    tool_result: Annotated[Optional[tuple[str, str]], typer.Option("--tool-result", help="Answer a pending custom tool call with OUTPUT (JSON or plain text, sent as given); repeat it for several calls.", metavar="TOOL_USE_ID OUTPUT")] = None,
+    tool_result: Annotated[Optional[tuple[str, str]], typer.Option("--tool-result", help="Answer a pending custom tool call with OUTPUT (JSON or plain text, sent as given); repeat it for several calls.", metavar="TOOL_USE_ID OUTPUT", autocompletion=complete_custom_call)] = None,
     wait: Annotated[float, typer.Option("--wait", min=0, help="Seconds to wait for a busy session before giving up.", metavar="SECONDS")] = 0.0,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", metavar="text|json|jsonl", help="text (rendered on a terminal), json (one object) or jsonl (events).", case_sensitive=False)] = OutputFormat.text,
     json_: Annotated[bool, typer.Option("--json", help="Same as --output json.")] = False,
@@ -206,8 +208,8 @@ def chat(
     memory: Annotated[Optional[list[str]], typer.Option("--memory", metavar="NAME[:ro]", help="Mount a memory store on the session (read-write; NAME:ro read-only): the agent gets memory tools (repeatable; see chatflow memory).")] = None,
     vault: Annotated[Optional[list[str]], typer.Option("--vault", metavar="NAME", help="Mount this vault: tools' secrets come from it (repeatable; the first vault holding an entry wins).")] = None,
     attach: Annotated[Optional[list[str]], typer.Option("--attach", "-f", metavar="FILE", help="Attach a file to the message: an image (PNG, JPEG, WebP, GIF) or a UTF-8 text file (repeatable, at most 10; '-' reads stdin as the file).")] = None,
-    approve: Annotated[Optional[list[str]], typer.Option("--approve", metavar="TOOL_USE_ID", help="Approve a tool call waiting for an approval (an MCP tool whose policy is ask): it runs, and the turn continues (repeatable).")] = None,
-    deny: Annotated[Optional[list[str]], typer.Option("--deny", metavar="TOOL_USE_ID", help="Deny a tool call waiting for an approval: the model is told the user declined it, and the turn continues (repeatable).")] = None,
+    approve: Annotated[Optional[list[str]], typer.Option("--approve", metavar="TOOL_USE_ID", help="Approve a tool call waiting for an approval (an MCP tool whose policy is ask): it runs, and the turn continues (repeatable).", autocompletion=complete_approval_call)] = None,
+    deny: Annotated[Optional[list[str]], typer.Option("--deny", metavar="TOOL_USE_ID", help="Deny a tool call waiting for an approval: the model is told the user declined it, and the turn continues (repeatable).", autocompletion=complete_approval_call)] = None,
 ) -> int | None:
     """Send one message (or several with --input jsonl) and print the reply.
 
@@ -398,11 +400,11 @@ def build_command() -> Any:
 
 
 def _interrupted() -> int:
-    """A command stopped by Ctrl-C or SIGTERM with nothing of its own to say: ``chatflow:
-    interrupted`` (130) or ``chatflow: terminated (SIGTERM)`` (143) on stderr, after a line
-    break (the terminal's ``^C`` may be on the line)."""
+    """A command stopped by Ctrl-C, SIGTERM or SIGHUP with nothing of its own to say: ``chatflow:
+    interrupted`` (130), ``chatflow: terminated (SIGTERM)`` (143) or ``chatflow: hung up
+    (SIGHUP)`` (129) on stderr, after a line break (the terminal's ``^C`` may be on the line)."""
     code = _boundary.interrupted_code()
-    text = "chatflow: terminated (SIGTERM)" if code != ExitStatus.INTERRUPTED else "chatflow: interrupted"
+    text = f"chatflow: {_boundary.stopped_text()}"
     try:
         sys.stderr.write("\n" + text + "\n")
     except OSError:  # pragma: no cover
@@ -427,7 +429,7 @@ def main(argv: list[str] | None = None) -> None:
 
         completion_init()
     code: int = ExitStatus.SUCCESS
-    _boundary.sigterm_interrupts()
+    _boundary.stop_signals_interrupt()
     try:
         _boundary.check_utf8_args(args)
         command = build_command()
@@ -439,10 +441,10 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             _boundary.print_traceback()
         code = exc.exit_code
-        if exc.exit_code == ExitStatus.INTERRUPTED:  # Ctrl-C (or SIGTERM) is not an error: a plain notice
+        if exc.exit_code == ExitStatus.INTERRUPTED:  # Ctrl-C (or SIGTERM, SIGHUP) is not an error: a plain notice
             code = _boundary.interrupted_code()
-            _boundary.error_line(exc.message, prefix="chatflow: terminated (SIGTERM): " if code != exc.exit_code
-                                 else "chatflow: ")
+            stopped = f"{_boundary.stopped_text()}: " if code != exc.exit_code else ""
+            _boundary.error_line(exc.message, prefix=f"chatflow: {stopped}")
         else:
             _boundary.error_line(exc.message)
         _boundary.json_error(exc.message, type(exc).__name__, code, getattr(exc, "session_id", None))

@@ -20,6 +20,8 @@ CASES = [
     ("bench_store.py", ["--repeat", "-3"], "argument --repeat: must be at least 1, got -3"),
     ("bench_token_window.py", ["--repeat", "0"], "argument --repeat: must be at least 1, got 0"),
     ("bench_runner.py", ["--turns", "0"], "argument --turns: must be at least 1, got 0"),
+    ("bench_mcp.py", ["--calls", "0"], "argument --calls: must be at least 1, got 0"),
+    ("bench_mcp.py", ["--runs", "few"], "argument --runs: 'few' is not a whole number"),
 ]
 
 

@@ -277,7 +277,7 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         interrupted = turn_interrupted(record, InterruptedTurns(self.store, self.session_id))
         submitted = self.store.submitted_tool_results(self.session_id)
         for item in turn_renderables(record, markdown=True, width=width, interrupted=interrupted,
-                                     submitted=submitted):
+                                     submitted=submitted, awaiting=self._awaiting(), repl=True):
             lines.extend(self.console.render_lines(item, self.console.options, pad=False))
         while lines and not "".join(seg.text for seg in lines[-1]).strip():
             lines.pop()
@@ -367,7 +367,9 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         finally:
             if self._devnull is not None:
                 self._devnull.close()
-        return int(ExitStatus.TERMINATED) if self.terminated else 0
+        if self.hung_up or self.terminated:  # 129 or 143, as a one-shot chat stopped by the same signal
+            return int(ExitStatus.HUNG_UP) if self.hung_up and not self.terminated else int(ExitStatus.TERMINATED)
+        return 0
 
     def _take_prefill(self) -> str:
         text = self._prefill

@@ -3,14 +3,18 @@ the SDK's FastMCP): ``python tests/mcp/toolbox.py`` serves on stdio,
 ``python tests/mcp/toolbox.py http PORT`` over streamable HTTP on 127.0.0.1.
 
 Its tools are scripted to behave well and badly: ``echo``, ``add`` (structured content),
-``fail`` (an ``isError`` result), ``huge`` (a long text), ``picture`` (an image), ``crash``
+``fail`` (an ``isError`` result), ``huge`` (a long text), ``picture`` (an image whose header is
+broken), ``photo`` (a caption and a real PNG of the size asked), ``crash``
 (exits mid-call, after a line on stderr), ``hang`` (never answers), ``noise`` (a line of
 garbage on stdout, then a result), ``malformed`` (a response that is not a valid result),
 ``token`` (returns ``$TOOLBOX_TOKEN``: a careless tool echoing its secret), ``pid``.
 
 ``$TOOLBOX_ALIASES``: more names (comma-separated) for a tool that answers ``NAME: text``.
 ``$TOOLBOX_PIDFILE``: each start appends the process id to it. ``$TOOLBOX_BROKEN``: the
-server writes it to stderr and exits 2 before speaking MCP.
+server writes it to stderr and exits 2 before speaking MCP. ``$TOOLBOX_STUBBORN``: the server
+ignores SIGTERM and, once its stdin ends, keeps running; with ``$TOOLBOX_CHILD`` it also starts
+a child process as stubborn (its id appended to ``$TOOLBOX_PIDFILE`` too).
+``$TOOLBOX_EXIT_DELAY``: seconds the server takes to exit once its stdin ends.
 """
 
 import json
@@ -20,6 +24,16 @@ import sys
 if os.environ.get("TOOLBOX_BROKEN"):
     sys.stderr.write(f"toolbox: {os.environ['TOOLBOX_BROKEN']}\n")
     sys.exit(2)
+if os.environ.get("TOOLBOX_STUBBORN"):
+    import signal
+    import subprocess
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the child: it ignores SIGTERM too
+    if os.environ.get("TOOLBOX_CHILD"):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], stdin=subprocess.DEVNULL)
+        if os.environ.get("TOOLBOX_PIDFILE"):
+            with open(os.environ["TOOLBOX_PIDFILE"], "a") as out:
+                out.write(f"{child.pid}\n")
 if os.environ.get("TOOLBOX_PIDFILE"):
     with open(os.environ["TOOLBOX_PIDFILE"], "a") as out:
         out.write(f"{os.getpid()}\n")
@@ -71,6 +85,25 @@ def huge(size: int) -> str:
 def picture() -> Image:
     """A small PNG."""
     return Image(data=b"\x89PNG\r\n\x1a\n" + b"\0" * 92, format="png")
+
+
+def _png(width: int, height: int) -> bytes:
+    """A real PNG of ``width`` x ``height`` red pixels (any image reader decodes it)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    rows = b"".join(b"\0" + bytes([200, 30, 30]) * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+@server.tool(structured_output=False)
+def photo(width: int = 64, height: int = 32) -> list[object]:
+    """A caption and a PNG of width x height pixels."""
+    return ["a red rectangle", Image(data=_png(width, height), format="png")]
 
 
 @server.tool()
@@ -140,3 +173,12 @@ if __name__ == "__main__":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:
         server.run()
+        if os.environ.get("TOOLBOX_EXIT_DELAY"):
+            import time
+
+            time.sleep(float(os.environ["TOOLBOX_EXIT_DELAY"]))
+        if os.environ.get("TOOLBOX_STUBBORN"):  # its stdin ended: a stubborn server stays
+            import time
+
+            while True:
+                time.sleep(3600)

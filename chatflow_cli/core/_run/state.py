@@ -73,6 +73,8 @@ class TurnState:
         dropped_told: the turn's ``context.dropped`` event was yielded.
         wholes: tool call id -> the complete result of a call whose text was cut for the
             model (stored as an ``mcp.output`` event beside the call).
+        images: tool call id -> the images a call's tool returned (attachments with their
+            bytes), stored with its TOOL message.
         unavailable: tool servers that failed to start in this turn -> what happened (not
             tried again until the next turn).
         unknown_tools: tool servers whose ``tools``/``tool_approval`` name tools they do not
@@ -95,6 +97,7 @@ class TurnState:
     usage_missing: bool = False  # a request of the turn came back without usage
     dropped_told: bool = False  # a context.dropped event was yielded for this turn
     wholes: dict[str, str] = dataclasses.field(default_factory=dict)
+    images: dict[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
     unavailable: dict[str, str] = dataclasses.field(default_factory=dict)
     unknown_tools: dict[str, str] = dataclasses.field(default_factory=dict)
     # Chat Completions form of each message sent in this turn, by identity (messages are
@@ -102,6 +105,8 @@ class TurnState:
     _wire: dict[int, tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=dict)
     # bytes of attachments read from the store for this turn's requests, by sha256
     _blobs: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    # the client takes an image's URL as a DataURL (its takes_data_urls): set as the turn begins
+    data_urls: bool = False
 
     def known_usage(self) -> dict[str, int] | None:
         """The turn's usage as stored (:mod:`chatflow_cli.core.usage`'s shape), or None when
@@ -118,13 +123,17 @@ class TurnState:
         if missing and read is not None:
             self._blobs.update(read(missing))
 
-    def wire(self, message: Message, data_urls: bool = False) -> dict[str, Any]:
+    @property
+    def blobs(self) -> Mapping[str, bytes]:
+        """The attachments' bytes :meth:`fetch_blobs` read, by sha256."""
+        return self._blobs
+
+    def wire(self, message: Message) -> dict[str, Any]:
         """``message.to_wire()``, computed once per turn (attachments' bytes from
-        :meth:`fetch_blobs`; ``data_urls``: for a client that ``takes_data_urls``, made the
-        same for the whole turn)."""
+        :meth:`fetch_blobs`; images' URLs as :class:`DataURL` values with :attr:`data_urls`)."""
         cached = self._wire.get(id(message))
         if cached is not None and cached[0] is message:
             return cached[1]
-        data = message.to_wire(self._blobs, data_urls=data_urls) if message.attachments else message.to_wire()
+        data = message.to_wire(self._blobs, data_urls=self.data_urls) if message.attachments else message.to_wire()
         self._wire[id(message)] = (message, data)
         return data
