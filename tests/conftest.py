@@ -28,7 +28,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import pytest
 
@@ -226,7 +226,8 @@ class Result:
 
 
 def run_chatflow(*args: str, input: bytes | str | None = None, env: dict[str, str] | None = None,
-                 timeout: float = 60, cwd: str | os.PathLike[str] | None = None) -> Result:
+                 timeout: float = 60, cwd: str | os.PathLike[str] | None = None,
+                 prefix: Sequence[str] = ()) -> Result:
     full_env = dict(os.environ)
     full_env.pop("COLUMNS", None)
     if env:
@@ -235,7 +236,7 @@ def run_chatflow(*args: str, input: bytes | str | None = None, env: dict[str, st
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), full_env.get("PYTHONPATH", "")]))
     data = input.encode() if isinstance(input, str) else input
     proc = subprocess.run(
-        [*COMMAND, *args],
+        [*prefix, *COMMAND, *args],  # prefix: a program that runs it (setpriv ...)
         input=data,
         stdin=subprocess.DEVNULL if data is None else None,
         capture_output=True,

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core.attachments import Attachment, attachment_from_bytes, check_count, read_attachment, MAX_IMAGE_BYTES
-from ..core.errors import AttachmentError, ImagesNotAcceptedError, UsageError
+from ..core.attachments import (MAX_IMAGE_BYTES, Attachment, attachment_from_bytes, check_count, read_attachment,
+                                refuses_images)
+from ..core.errors import AttachmentError, BadRequestError, ImagesNotAcceptedError, UsageError
 from ..core.messages import Message
 from .chat_input import _check_message, message_from
 
@@ -81,11 +82,7 @@ def text_only_check(choice: ModelChoice, message: Message) -> None:
 def images_refused(exc: BaseException, message: Message, model: str) -> None:
     """A provider's 400 to a request with an image that speaks of images becomes one line:
     this model does not accept images (the user message stays for a retry)."""
-    from ..core.errors import BadRequestError
-
-    if not isinstance(exc, BadRequestError) or isinstance(exc, ImagesNotAcceptedError):
-        return
-    if not any(a.is_image for a in message.attachments) or "image" not in exc.message.lower():
+    if not isinstance(exc, BadRequestError) or not refuses_images(exc, message.attachments):
         return
     exc.message = (f"model {model} does not accept images (the provider said: {exc.message}); "
                    "the message is kept: send it again to a vision model (-m MODEL)")

@@ -33,6 +33,7 @@ from .errors import AttachmentError, ChatflowError
 __all__ = [
     "ACCEPTED",
     "Attachment",
+    "DataURL",
     "FILES_FOLDER",
     "MAX_ATTACHMENTS",
     "MAX_IMAGE_BYTES",
@@ -45,6 +46,7 @@ __all__ = [
     "image_size",
     "image_tokens",
     "read_attachment",
+    "refuses_images",
     "sniff_image",
     "wire_content",
 ]
@@ -130,6 +132,31 @@ class Attachment:
     def without_data(self) -> Attachment:
         return self if self.data is None else Attachment(self.sha256, self.media_type, self.size, self.name,
                                                          self.width, self.height)
+
+
+@dataclass(frozen=True, slots=True)
+class DataURL:
+    """The base64 ``data:`` URL of an image kept as ASCII bytes: what
+    :func:`wire_content` puts in an ``image_url`` part with ``data_urls=True``, for a
+    transport that writes the bytes straight into the request body (the http transport) so
+    the URL never becomes a str (each copy of a 7 MB buffer is milliseconds in a new
+    process). ``str()`` of it is the URL.
+
+    Fields:
+        media_type: the image's type (``image/png``...).
+        base64: the base64 of the image's bytes (no newline).
+    """
+
+    media_type: str
+    base64: bytes = field(repr=False)
+
+    @property
+    def prefix(self) -> bytes:
+        """``data:<media_type>;base64,`` as bytes."""
+        return b"data:" + self.media_type.encode("ascii") + b";base64,"
+
+    def __str__(self) -> str:
+        return f"data:{self.media_type};base64,{self.base64.decode('ascii')}"
 
 
 def sniff_image(data: bytes) -> str | None:
@@ -267,7 +294,11 @@ def read_attachment(path: str) -> Attachment:
                               f"{_mb(MAX_IMAGE_BYTES)} for an image (and {_mb(MAX_TEXT_BYTES)} for a text file)")
     try:
         with open(path, "rb") as handle:
-            data = handle.read(MAX_IMAGE_BYTES + 1)
+            # the size stat() gave, and one byte more to see a file that grew since: a
+            # buffer of the limit's size would cost more than the read (its pages, its shrink)
+            data = handle.read(info.st_size + 1)
+            if len(data) > info.st_size:
+                data += handle.read(MAX_IMAGE_BYTES + 1 - len(data))
     except PermissionError:
         raise AttachmentError(f"cannot attach {path}: permission denied (it is not readable)") from None
     except OSError as exc:
@@ -297,15 +328,16 @@ def _fence(text: str) -> str:
 
 
 def wire_content(content: str | None, attachments: Sequence[Attachment],
-                 blobs: Mapping[str, bytes]) -> list[dict[str, Any]]:
+                 blobs: Mapping[str, bytes], *, data_urls: bool = False) -> list[dict[str, Any]]:
     """The Chat Completions content parts of a message with attachments: its text, then
     each attachment (an image as an ``image_url`` part with a base64 ``data:`` URL, a text
     file as a text part that names it). The bytes come from the attachment or ``blobs``.
+    ``data_urls``: an image's URL is a :class:`DataURL` (bytes) instead of a str.
 
     Raises:
         ChatflowError: the bytes of an attachment are neither at hand nor in ``blobs``.
     """
-    import base64
+    import binascii
 
     parts: list[dict[str, Any]] = []
     if content:
@@ -316,14 +348,24 @@ def wire_content(content: str | None, attachments: Sequence[Attachment],
             raise ChatflowError(f"the bytes of attachment {attachment.name or attachment.sha256[:12]} "
                                 f"(sha256 {attachment.sha256}) are not in the store")
         if attachment.is_image:
-            url = f"data:{attachment.media_type};base64,{base64.b64encode(data).decode('ascii')}"
-            parts.append({"type": "image_url", "image_url": {"url": url}})
+            url = DataURL(attachment.media_type, binascii.b2a_base64(data, newline=False))
+            parts.append({"type": "image_url", "image_url": {"url": url if data_urls else str(url)}})
         else:
             text = data.decode("utf-8", errors="replace")
             fence = _fence(text)
             parts.append({"type": "text",
                           "text": f"File {attachment.name or 'attached'}:\n{fence}\n{text.rstrip(chr(10))}\n{fence}"})
     return parts
+
+
+def refuses_images(exc: BaseException, attachments: Sequence[Attachment]) -> bool:
+    """Whether ``exc`` is a provider's 400 (:class:`~chatflow_cli.core.errors.BadRequestError`)
+    that speaks of images, to a request whose new message carries ``attachments`` with an
+    image: the model does not accept images (front-ends say so in one line)."""
+    from .errors import BadRequestError, ImagesNotAcceptedError
+
+    return (isinstance(exc, BadRequestError) and not isinstance(exc, ImagesNotAcceptedError)
+            and any(a.is_image for a in attachments) and "image" in exc.message.lower())
 
 
 def image_tokens(width: int, height: int) -> int:

@@ -262,7 +262,7 @@ class Message:
             data["summary_through"] = self.summary_through
         if self.items:
             data["items"] = list(self.items)
-        if self.attachments:
+        if self.attachments:  # last: from_json(lazy_attachments=True) stops before them
             data["attachments"] = [attachment.to_dict() for attachment in self.attachments]
         return data
 
@@ -298,8 +298,10 @@ class Message:
         return compact_json(self.to_dict())
 
     @classmethod
-    def from_json(cls, text: str) -> Message:
-        return cls.from_dict(json.loads(text))
+    def from_json(cls, text: str, *, lazy_attachments: bool = False) -> Message:
+        """:meth:`from_dict` of the JSON ``text``; ``lazy_attachments``: attachments read on
+        first use, as :func:`stored_message` reads a store's message."""
+        return stored_message(text) if lazy_attachments else cls.from_dict(json.loads(text))
 
     @property
     def says_nothing(self) -> bool:
@@ -309,19 +311,22 @@ class Message:
         content."""
         return self.role is Role.MODEL and not (self.content or "").strip() and not self.tool_calls
 
-    def to_wire(self, blobs: Mapping[str, bytes] | None = None) -> dict[str, Any]:
+    def to_wire(self, blobs: Mapping[str, bytes] | None = None, *, data_urls: bool = False) -> dict[str, Any]:
         """The Chat Completions form of this message (``role`` ``assistant`` for MODEL).
 
         ``content`` is a string on the wire (``""`` when the message has none), except for a
         USER message with :attr:`attachments`: a list of content parts then
         (:func:`chatflow_cli.core.attachments.wire_content`), whose bytes come from each
-        attachment's ``data`` or from ``blobs`` (sha256 -> bytes). A TOOL message is its text
-        alone (:func:`wire_messages` sends its images after it).
+        attachment's ``data`` or from ``blobs`` (sha256 -> bytes). ``data_urls``: an image's
+        URL is a :class:`~chatflow_cli.core.attachments.DataURL` (for a client whose
+        ``takes_data_urls`` is true) instead of a str. A TOOL message is its text alone
+        (:func:`wire_messages` sends its images after it).
         """
         if self.attachments and self.role is not Role.TOOL:
             from .attachments import wire_content
 
-            return {"role": self.role.wire, "content": wire_content(self.content, self.attachments, blobs or {})}
+            return {"role": self.role.wire,
+                    "content": wire_content(self.content, self.attachments, blobs or {}, data_urls=data_urls)}
         data: dict[str, Any] = {"role": self.role.wire}
         if self.role is Role.MODEL:
             # A message that only calls tools goes out with content "" rather than null:
@@ -343,7 +348,8 @@ IMAGES_NOT_SHOWN = "[the images are not shown: this model takes no images]"
 
 
 def wire_messages(messages: Iterable[Message], blobs: Mapping[str, bytes] | None = None, *, images: bool = True,
-                  wire: Callable[[Message], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+                  wire: Callable[[Message], dict[str, Any]] | None = None,
+                  data_urls: bool = False) -> list[dict[str, Any]]:
     """The Chat Completions messages of ``messages`` (those that say something:
     :attr:`Message.says_nothing`), each as ``wire`` makes it (default :meth:`Message.to_wire`
     with ``blobs``).
@@ -353,7 +359,8 @@ def wire_messages(messages: Iterable[Message], blobs: Mapping[str, bytes] | None
     a text part naming them, then each image as an ``image_url`` part (their bytes from each
     attachment or ``blobs``). With ``images`` False (a model that takes no images) they are
     not sent: each such tool result's text, which names them, says so instead
-    (:data:`IMAGES_NOT_SHOWN`).
+    (:data:`IMAGES_NOT_SHOWN`). ``data_urls``: their URLs as
+    :class:`~chatflow_cli.core.attachments.DataURL` values, as :meth:`Message.to_wire` makes them.
 
     Raises:
         ChatflowError: the bytes of an image to send are neither at hand nor in ``blobs``.
@@ -363,7 +370,7 @@ def wire_messages(messages: Iterable[Message], blobs: Mapping[str, bytes] | None
 
     def flush() -> None:
         if held:
-            out.append(_tool_images(held, blobs or {}))
+            out.append(_tool_images(held, blobs or {}, data_urls))
             held.clear()
 
     for message in messages:
@@ -383,7 +390,7 @@ def wire_messages(messages: Iterable[Message], blobs: Mapping[str, bytes] | None
     return out
 
 
-def _tool_images(results: Sequence[Message], blobs: Mapping[str, bytes]) -> dict[str, Any]:
+def _tool_images(results: Sequence[Message], blobs: Mapping[str, bytes], data_urls: bool) -> dict[str, Any]:
     """The USER message carrying the images of ``results`` (TOOL messages), in order."""
     from .attachments import wire_content
 
@@ -391,7 +398,94 @@ def _tool_images(results: Sequence[Message], blobs: Mapping[str, bytes]) -> dict
                       f"(call {m.tool_call_id})" for m in results)
     attached = [a for m in results for a in m.attachments]
     return {"role": "user", "content": wire_content(f"The images the tool results above returned: {named}.",
-                                                    attached, blobs)}
+                                                    attached, blobs, data_urls=data_urls)}
+
+
+#: How :meth:`Message.to_json` writes its last member, the attachments.
+_ATTACHMENTS_KEY = ',"attachments":['
+
+
+def stored_message(text: str | dict[str, Any]) -> Message:
+    """The message a store wrote, from its JSON text (:meth:`Message.to_json`) or the data
+    parsed from it, with its attachments read lazily: the :class:`Attachment` values are
+    made on the first read of :attr:`Message.attachments` (a window or a listing nobody reads
+    files of pays nothing for them; a malformed one raises ``ValueError`` there, not here).
+    The text is not even parsed past the start of the attachments, which ``to_json`` writes
+    last: their JSON text is kept as it is."""
+    if not isinstance(text, str):
+        attached = text.get("attachments") if isinstance(text, dict) else None
+        if not attached:
+            return Message.from_dict(text)
+        return _StoredMessage.of(Message.from_dict({k: v for k, v in text.items() if k != "attachments"}), attached)
+    if text.endswith("]}"):  # else it has no attachments: they would end it
+        cut = text.rfind(_ATTACHMENTS_KEY)
+        if cut > 0:
+            try:  # the message without its attachments; where the key was not the top
+                data = json.loads(text[:cut] + "}")  # level's, that text is no JSON
+            except ValueError:
+                data = None
+            if type(data) is dict:
+                return _StoredMessage.of(Message.from_dict(data), text[cut + len(_ATTACHMENTS_KEY) - 1:-1])
+        return stored_message(json.loads(text))
+    return Message.from_dict(json.loads(text))
+
+
+_slot_attachments: Any = Message.__dict__["attachments"]  # the slot's descriptor
+
+
+class _StoredMessage(Message):
+    """A :class:`Message` a store loaded whose attachments nobody read yet: its attachments
+    slot holds their JSON as read (the text of the array, or the list). The first read of
+    :attr:`attachments` makes them :class:`Attachment` values and the message a plain
+    :class:`Message` again; equality, ``repr``, copies and pickling read them first, so it
+    behaves as the Message it is. (A Message made any other way never pays for this.)"""
+
+    __slots__ = ()
+
+    @staticmethod
+    def of(message: Message, raw: Any) -> Message:
+        """``message`` (made without attachments) holding ``raw``, its attachments' JSON."""
+        _slot_attachments.__set__(message, raw)
+        object.__setattr__(message, "__class__", _StoredMessage)
+        return message
+
+    @property
+    def attachments(self) -> tuple[Attachment, ...]:
+        raw = _slot_attachments.__get__(self)
+        value = raw if type(raw) is tuple else _parse_stored(raw)
+        _slot_attachments.__set__(self, value)
+        object.__setattr__(self, "__class__", Message)
+        return value
+
+    @attachments.setter
+    def attachments(self, value: tuple[Attachment, ...]) -> None:  # the inherited __init__ (replace())
+        _slot_attachments.__set__(self, value)
+
+    def __eq__(self, other: object) -> bool:
+        self.attachments  # noqa: B018 - a plain Message from here on
+        return self == other
+
+    __hash__ = Message.__hash__
+
+    def __repr__(self) -> str:
+        self.attachments  # noqa: B018
+        return repr(self)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        self.attachments  # noqa: B018
+        return self.__reduce_ex__(protocol)
+
+
+def _parse_stored(raw: Any) -> tuple[Attachment, ...]:
+    if type(raw) is str:
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise ValueError("a stored message's attachments are not one JSON array at the end of "
+                             "its JSON (chatflow writes them last)") from None
+    if type(raw) is not list:
+        raise ValueError(f"a message's attachments are a JSON array, got {type(raw).__name__}")
+    return tuple([Attachment.from_dict(a) for a in raw])
 
 
 def history_problems(messages: Sequence[Message], *, pending_ok: bool = False) -> list[str]:

@@ -161,6 +161,19 @@ def _tls_setup(base_url: str) -> Iterator[None]:
         raise ConfigError(f"cannot load the TLS certificates for {url_without_userinfo(base_url)}: {reason}{hint}") from exc
 
 
+def _str_urls(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``message`` with every ``image_url`` part's :class:`~chatflow_cli.core.attachments.DataURL`
+    made a str (a new dict when one is; else ``message`` itself)."""
+    content = message.get("content")
+    if type(content) is not list or not any(
+            type(part) is dict and type(part.get("image_url")) is dict
+            and not isinstance(part["image_url"].get("url"), str) for part in content):
+        return message
+    parts = [{**part, "image_url": {**part["image_url"], "url": str(part["image_url"]["url"])}}
+             if type(part) is dict and type(part.get("image_url")) is dict else part for part in content]
+    return {**message, "content": parts}
+
+
 class ChatClient(Protocol):
     """What the Runner and compaction need of a model client: :class:`ModelClient`, the local
     model's client, or any object with these two methods.
@@ -168,7 +181,9 @@ class ChatClient(Protocol):
     ``stream`` sends one chat completion and returns an iterable of deltas that ends with the
     final :class:`ModelTurn` (it may also have ``close()``); ``complete`` is ``stream`` drained
     to its :class:`ModelTurn`. Both raise :class:`~chatflow_cli.core.errors.ChatflowError`
-    subclasses for provider and network failures.
+    subclasses for provider and network failures. A client with a true ``takes_data_urls``
+    attribute (:class:`ModelClient`) is given an image's URL as a
+    :class:`~chatflow_cli.core.attachments.DataURL`; any other gets it as a str.
     """
 
     def stream(
@@ -216,6 +231,11 @@ class ModelClient:
     Raises:
         ValueError: ``timeout`` <= 0, ``max_retries`` < 0, or an unknown ``transport``.
     """
+
+    #: ``stream`` takes an ``image_url`` part whose URL is a
+    #: :class:`~chatflow_cli.core.attachments.DataURL`: the http transport writes its bytes
+    #: into the body as they are; the openai transport hands openai the URL as a str.
+    takes_data_urls = True
 
     def __init__(
         self,
@@ -554,6 +574,7 @@ class ModelStream:
         openai_client = self._client._openai()
 
         def open_openai(body: dict[str, Any]) -> Any:
+            body["messages"] = [_str_urls(m) for m in body["messages"]]
             # The generic ``post`` keeps openai's retries, error classes and SSE decoding but
             # skips its typed request transform and chunk models, whose cost grows with the
             # history: ~250 ms per request for a 40-turn window, against ~5 ms this way.

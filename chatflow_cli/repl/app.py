@@ -268,7 +268,8 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
             records = self.store.load_turns(self.session_id, first=max(1, self.turn))
         except ChatflowError:
             return
-        if not records:
+        if not records:  # no turn in the window: its only turn may have failed
+            self._tell_failed()
             return
         record = records[-1]
         width = self.console.width
@@ -302,6 +303,9 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
             segments.extend(line)
             segments.append(Segment.line())
         print_unpadded(self.console, Segments(segments))
+        self._tell_failed()
+
+    def _tell_failed(self) -> None:
         if self._failed_in_log() is not None:
             self.say("your last message failed: /retry sends it again", style="yellow")
 

@@ -24,7 +24,7 @@ from ..context import wrap_at_spaces
 from ..core.dsn import url_without_userinfo
 from ..core.errors import ChatflowError, RunInterrupted, SessionNotFoundError
 from ..core.memory import rollback_target
-from ..core.messages import Role
+from ..core.messages import Message, Role
 from ..endpoints import with_credentials
 from ..render import pretty_json_text, safe_text, sessions_lines
 from ..session_ids import new_session_id
@@ -294,7 +294,10 @@ class SlashCommands(ReplHost):
         """
         if not await self._wait_closing():
             return
-        failed = self.failed_message if self.failed_message is not None else self._failed_in_log()
+        failed: str | None = self.failed_message
+        if failed is None and (logged := self._failed_in_log()) is not None:
+            failed = logged.content or ""
+            self.attachments = list(logged.attachments)  # its files: the database kept their bytes
         if failed is not None:
             self.say("sending the failed message again")
             await self.send(failed)
@@ -334,9 +337,9 @@ class SlashCommands(ReplHost):
                         return str(message.content)
         return None
 
-    def _failed_in_log(self) -> str | None:
-        """The user message of the session's last turn when that turn failed and nothing
-        came after it (a completed, interrupted or rolled-back turn), else None."""
+    def _failed_in_log(self) -> Message | None:
+        """The user message (its text and files) of the session's last turn when that turn
+        failed and nothing came after it (a completed, interrupted or rolled-back turn), else None."""
         try:
             if self.store.get(self.session_id) is None:
                 return None
@@ -353,8 +356,8 @@ class SlashCommands(ReplHost):
         records = self.store.load_turns(self.session_id, include_rolled_back=True)
         failed = [r for r in records if r.failed and r.number == number]
         for message in failed[-1].messages if failed else ():
-            if message.role == Role.USER and message.content:
-                return str(message.content)
+            if message.role == Role.USER and (message.content or message.attachments):
+                return message
         return None
 
     async def cmd_agent(self, arg: str) -> None:

@@ -368,6 +368,9 @@ class TurnRunner(ReplHost):
             message = exc.message if isinstance(exc, ChatflowError) else f"{type(exc).__name__}: {exc}"
             if isinstance(exc, SessionArchivedError):  # its message says how to unarchive; /retry would fail again
                 self.error(message)
+            elif self.attachments and _refuses_images(exc, self.attachments):  # the files stay for /retry
+                self.error(f"model {self.model_name} does not accept images (the provider said: {message}); "
+                           "/model NAME switches to a vision model, then /retry sends the message again")
             else:
                 self.error(f"{message} (/retry sends the message again)")
         elif outcome.result is not None:
@@ -550,3 +553,9 @@ def _short(text: str, *, max_lines: int = 4, max_chars: int = 240) -> str:
     if len(cut) >= len(text.rstrip("\n")):
         return text
     return f"{cut}… ({len(text) - len(cut)} more characters; /show has them all with --full)"
+
+
+def _refuses_images(exc: BaseException, attachments: Any) -> bool:
+    from ..core.attachments import refuses_images
+
+    return refuses_images(exc, attachments)

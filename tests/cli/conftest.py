@@ -21,19 +21,33 @@ class Database:
     """The database every ``chatflow`` process of a test uses: SQLite (the default file in
     ``CHATFLOW_HOME``) or PostgreSQL (``CHATFLOW_DB``, a fresh migrated database)."""
 
-    def __init__(self, kind: str, dsn: str | None = None) -> None:
+    def __init__(self, kind: str, dsn: str | None = None, server: Any = None, place: Path | None = None) -> None:
         self.kind, self.dsn = kind, dsn
+        self._server, self._place = server, place
+        self.made: list[str] = []  # the databases fresh() made (PostgreSQL: dropped after the test)
 
-    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """Run one statement (``?`` placeholders) and return its rows, as another program would."""
+    def fresh(self) -> str:
+        """Another empty database of the same kind, as ``--db`` takes it (a fresh home's)."""
+        if self.kind == "sqlite":
+            assert self._place is not None
+            path = self._place / f"fresh-{len(self.made)}.db"
+            self.made.append(str(path))
+            return str(path)
+        name = self._server.create_database()
+        self.made.append(name)
+        return str(self._server.dsn(name))
+
+    def execute(self, sql: str, params: tuple[Any, ...] = (), *, at: str | None = None) -> list[tuple[Any, ...]]:
+        """Run one statement (``?`` placeholders) and return its rows, as another program would;
+        ``at``: in that database (a ``fresh()`` one) instead of the test's."""
         if self.kind == "sqlite":
             import sqlite3
 
-            with sqlite3.connect(db_path()) as conn:
+            with sqlite3.connect(at or db_path()) as conn:
                 return conn.execute(sql, params).fetchall()
         import psycopg
 
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
+        with psycopg.connect(at or self.dsn, autocommit=True) as conn:
             cur = conn.execute(sql.replace("?", "%s"), params)
             return cur.fetchall() if cur.description else []
 
@@ -52,8 +66,14 @@ def database(request: pytest.FixtureRequest, isolated_home: Path, monkeypatch: p
     """The test's chatflow processes on SQLite, then on PostgreSQL (skipped where no server can
     be started, as the ``pg_dsn`` fixtures say)."""
     if request.param == "sqlite":
-        yield Database("sqlite")
+        yield Database("sqlite", place=request.getfixturevalue("tmp_path"))
         return
     dsn = request.getfixturevalue("pg_dsn_migrated")
     monkeypatch.setenv("CHATFLOW_DB", dsn)
-    yield Database("postgres", dsn)
+    server = request.getfixturevalue("pg_server")
+    database = Database("postgres", dsn, server)
+    yield database
+    from tests.helpers.pgserver import _drop
+
+    for name in database.made:
+        _drop(server, name)

@@ -15,7 +15,7 @@ from chatflow_cli.core.attachments import (
     wire_content,
 )
 from chatflow_cli.core.errors import AttachmentError
-from chatflow_cli.core.messages import Message
+from chatflow_cli.core.messages import Message, Role, stored_message
 from chatflow_cli.core.tokens import estimate_tokens
 
 Image = pytest.importorskip("PIL.Image")
@@ -71,3 +71,51 @@ def test_wire_parts_and_token_estimate() -> None:
     # OpenAI's published examples: 1024x1024 at high detail is 765 tokens, 2048x4096 is 1105
     assert image_tokens(1024, 1024) == 765 and image_tokens(2048, 4096) == 1105 and image_tokens(100, 100) == 255
     assert estimate_tokens(message) - estimate_tokens(Message.user("look")) >= 765
+
+
+def test_stored_attachments_are_read_when_first_asked_for() -> None:
+    """A store reads a message with :func:`stored_message`: the text of the attachments
+    (written last) is kept and parsed on the first read, whatever their names hold; text that
+    is not chatflow's (the key not last, nested in items) still reads the same."""
+    odd = attachment_from_bytes(b"x\n", 'a],"attachments":[{"b":"\u00e9}]}')
+    png = attachment_from_bytes(image_bytes("PNG", (3, 2)), None)
+    for message in [Message.user("one", [odd, png]), Message.user("none"),
+                    Message(Role.USER, "i", items=({"attachments": [{"x": "]}"}]},), attachments=(png,)),
+                    Message(Role.USER, "nested only", items=({"attachments": []},))]:
+        loaded = Message.from_json(message.to_json(), lazy_attachments=True)
+        assert loaded == message and loaded.items == message.items and loaded.to_dict() == message.to_dict()
+    first = stored_message({"role": "user", "attachments": [{"sha256": png.sha256, "media_type": "image/png",
+                                                             "size": 1}], "content": "key first"})
+    assert first.attachments[0].sha256 == png.sha256 and first.content == "key first"
+    broken = stored_message('{"role":"user","content":"x","attachments":[{"sha256":"no"}]}')
+    assert broken.content == "x"
+    with pytest.raises(ValueError, match="sha256"):
+        broken.attachments  # noqa: B018 - the read that parses them
+    with pytest.raises(ValueError, match="an attachment needs sha256"):
+        Message.from_json('{"role":"user","attachments":[{"sha256":"no"}]}')  # eager: at once
+
+
+def test_a_stored_message_behaves_as_the_message_it_is() -> None:
+    """Until its attachments are read a stored message is a Message of a private subclass;
+    equality (either side), hashing, repr, copies, pickling and dataclasses.replace read them
+    and give what the Message itself gives."""
+    import copy
+    import dataclasses
+    import pickle
+
+    message = Message.user("look", [attachment_from_bytes(b"12:00 boom\n", "app.log")])
+
+    def stored() -> Message:
+        return stored_message(message.to_json())
+
+    assert type(stored()) is not Message and isinstance(stored(), Message)
+    assert stored() == message and message == stored() and not stored() != message and not message != stored()
+    assert stored() == stored() and hash(stored()) == hash(message) and len({stored(), message}) == 1
+    assert repr(stored()) == repr(message)
+    for made in (copy.copy(stored()), copy.deepcopy(stored()), pickle.loads(pickle.dumps(stored())),
+                 dataclasses.replace(stored(), content="look")):
+        assert type(made) is Message and made == message
+    other = dataclasses.replace(stored(), attachments=())
+    assert other.attachments == () and other == Message.user("look")
+    read = stored()
+    assert read.attachments == message.attachments and type(read) is Message

@@ -3,6 +3,8 @@ suggestions for unknown commands, /switch and /new with each session's own model
 
 from __future__ import annotations
 
+import pytest
+
 from tests.helpers.pty_driver import leave
 from tests.helpers.repl_driver import recording_output, turn_done
 from tests.helpers.sent import sent
@@ -393,3 +395,44 @@ def test_attach_sends_a_file_with_the_next_message_only(repl_driver, tmp_path) -
     assert first == [{"type": "text", "text": "read it"},
                      {"type": "text", "text": "File notes.md:\n```\n# Plan\nship it\n```"}]
     assert second == "and now?"  # sent once; the first turn keeps it in the window
+
+
+def test_retry_after_reopening_sends_the_failed_message_with_its_files(provider, chatflow, pty_chatflow,
+                                                                        tmp_path) -> None:
+    """A model that refuses images fails the turn and keeps the message; the REPL opened
+    again sends it with /retry, files included, without attaching them again (their bytes
+    come from the database, where they are still one copy): refused again in one line on the
+    same model, then sent by /retry after /model switches to a vision model."""
+    import base64
+    import io
+    import os
+    import sqlite3
+    from pathlib import Path
+
+    Image = pytest.importorskip("PIL.Image")
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 8), (0, 0, 255)).save(buffer, format="PNG")
+    (tmp_path / "shot.png").write_bytes(buffer.getvalue())
+    r = chatflow("chat", "-s", "v1", "-m", "fake-text-only", "-f", str(tmp_path / "shot.png"), "what is it?")
+    assert r.returncode == 5 and "does not accept images" in r.stderr, r
+    repl = pty_chatflow("chat", "-s", "v1", "-m", "fake-text-only")
+    repl.wait_text("your last message failed: /retry sends it again")
+    repl.wait_prompt()
+    repl.send("/retry\r")
+    repl.wait_prompt_after("does not accept images")
+    assert "error: model fake-text-only does not accept images (the provider said: " in repl.screen()
+    repl.send("/model fake-model\r")
+    repl.wait_prompt_after("fake-model")
+    repl.send("/retry\r")
+    repl.wait_prompt_after("ok: what is it?")
+    leave(repl)
+    url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    assert [r["model"] for r in provider.requests] == ["fake-text-only", "fake-text-only", "fake-model"]
+    parts = {"role": "user", "content": [{"type": "text", "text": "what is it?"},
+                                         {"type": "image_url", "image_url": {"url": url}}]}
+    assert [r["messages"][-1] for r in provider.requests] == [parts] * 3
+    with open_store() as st:
+        [turn] = st.get("v1").turns
+        assert turn.messages[0].attachments[0].name == "shot.png"
+    with sqlite3.connect(Path(os.environ["CHATFLOW_HOME"]) / "chatflow.db") as conn:
+        assert conn.execute("SELECT count(*) FROM chatflow_attachments").fetchone()[0] == 1

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from typing import Any, Callable, Iterator, Mapping
 
@@ -43,6 +44,7 @@ __all__ = [
     "TransportFailure",
     "make_client",
     "open_stream",
+    "request_body",
 ]
 
 # --------------------------------------------------------------------------------------
@@ -123,8 +125,6 @@ def make_client(timeout: float) -> Any:
 
 
 def request_headers(api_key: str) -> dict[str, str]:
-    import os
-
     from ... import __version__
 
     headers = {
@@ -140,6 +140,41 @@ def request_headers(api_key: str) -> dict[str, str]:
     if project:
         headers["OpenAI-Project"] = project
     return headers
+
+
+def request_body(body: Mapping[str, Any]) -> list[bytes]:
+    """``body`` as the UTF-8 JSON of the request, in pieces to be sent one after the other
+    (one piece unless the body has an image). An image part's URL given as a
+    :class:`~chatflow_cli.core.attachments.DataURL` is written as its bytes, spliced into the
+    JSON text where a placeholder string was encoded: the base64 never becomes a str, is
+    never scanned by the JSON encoder, and is not even copied into one body (for a 5 MB
+    image that was most of the cost of sending it). ``b"".join`` of the pieces is byte for
+    byte ``json.dumps`` of the body with each URL as its str.
+
+    Raises:
+        TypeError: a value JSON cannot hold (as ``json.dumps``).
+    """
+    urls: list[Any] = []
+    mark = "chatflow-data-url-" + os.urandom(8).hex()
+
+    def placeholder(value: Any) -> str:
+        from ..attachments import DataURL
+
+        if type(value) is not DataURL:
+            raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+        urls.append(value)
+        return mark
+
+    text = json.dumps(body, ensure_ascii=False, default=placeholder).encode("utf-8")
+    if not urls:
+        return [text]
+    pieces = text.split(b'"' + mark.encode("ascii") + b'"')
+    if len(pieces) != len(urls) + 1:  # the random mark elsewhere in the body: never in practice
+        return [json.dumps(body, ensure_ascii=False, default=str).encode("utf-8")]
+    out = [pieces[0]]
+    for url, piece in zip(urls, pieces[1:]):
+        out += [b'"' + url.prefix, url.base64, b'"' + piece]
+    return out
 
 
 def _error_body(response: Any) -> Any:
@@ -175,7 +210,11 @@ def open_stream(
     Raises:
         HTTPStatusFailure, TimedOut, ConnectFailed, RequestAborted.
     """
-    content = json.dumps(body, ensure_ascii=False).encode("utf-8")
+    pieces = request_body(body)
+    content: bytes | list[bytes] = pieces[0]
+    if len(pieces) > 1:  # sent as they are, under the length of them all (not chunked)
+        content = pieces
+        headers = {**headers, "Content-Length": str(sum(len(piece) for piece in pieces))}
     for attempt in range(max_retries + 1):
         remaining = max_retries - attempt
         request = client.build_request("POST", url, headers=headers, content=content)

@@ -105,6 +105,8 @@ class TurnState:
     _wire: dict[int, tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=dict)
     # bytes of attachments read from the store for this turn's requests, by sha256
     _blobs: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    # the client takes an image's URL as a DataURL (its takes_data_urls): set as the turn begins
+    data_urls: bool = False
 
     def known_usage(self) -> dict[str, int] | None:
         """The turn's usage as stored (:mod:`chatflow_cli.core.usage`'s shape), or None when
@@ -128,10 +130,10 @@ class TurnState:
 
     def wire(self, message: Message) -> dict[str, Any]:
         """``message.to_wire()``, computed once per turn (attachments' bytes from
-        :meth:`fetch_blobs`)."""
+        :meth:`fetch_blobs`; images' URLs as :class:`DataURL` values with :attr:`data_urls`)."""
         cached = self._wire.get(id(message))
         if cached is not None and cached[0] is message:
             return cached[1]
-        data = message.to_wire(self._blobs) if message.attachments else message.to_wire()
+        data = message.to_wire(self._blobs, data_urls=self.data_urls) if message.attachments else message.to_wire()
         self._wire[id(message)] = (message, data)
         return data

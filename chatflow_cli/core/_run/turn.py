@@ -252,6 +252,7 @@ class TurnLoop(RunnerHost):
                 yield StreamEvent("context.dropped", session_id, {"first": dropped[0], "last": dropped[1],
                                                                    "summarised": False}, turn=turn)
             check_history(outgoing, session_id=session_id)
+            state.data_urls = getattr(client, "takes_data_urls", False) is True
             # the images tool results returned go to a model that takes images (not the embedded
             # model, nor one that refused them before): see wire_messages
             images = any(m.attachments for m in outgoing if m.role is Role.TOOL) \
@@ -264,7 +265,7 @@ class TurnLoop(RunnerHost):
                 sent = [m for m in outgoing if m.attachments and (images or m.role is not Role.TOOL)]
                 if sent:
                     state.fetch_blobs(sent, self.store)
-                wire = wire_messages(outgoing, state.blobs, images=images, wire=state.wire)
+                wire = wire_messages(outgoing, state.blobs, images=images, wire=state.wire, data_urls=state.data_urls)
                 reply = None
                 state.partial = []
                 stream = client.stream(model, wire, [t.to_wire() for t in tools.values()] or None,

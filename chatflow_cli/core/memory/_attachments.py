@@ -8,7 +8,8 @@ forgets a deleted session's references from ``delete_row``
 (:meth:`_AttachmentTx.attachments_drop_session`), removing the bytes no session references
 any more. Rollback and failed turns keep their messages in the log, so their attachments
 stay until the session is deleted. Loading a window never reads the bytes: the Runner asks
-:meth:`_Attachments.attachment_data` for them when it builds a request.
+:meth:`_Attachments.attachment_data` for them when it builds a request; nor does it parse the
+metadata, until a message's attachments are read (:func:`~chatflow_cli.core.messages.stored_message`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...events import Event, SessionStatus
-from ...messages import Message
+from ...messages import Message, stored_message
 from .._port import _SessionRow
 from ..owner import Owner
 
@@ -89,7 +89,7 @@ def _event(session_id: str, r: tuple[Any, ...]) -> Event:
 
 def _message(jsonb: Any, text: str | None, tokens: int | None = None) -> Message:
     """A stored message with its stored token count."""
-    message = Message.from_dict(_joined(jsonb, text))
+    message = stored_message(jsonb if text is None else text)
     if tokens is not None:
         object.__setattr__(message, "tokens", tokens)
     return message

@@ -8,7 +8,7 @@ import sqlite3
 from typing import Any
 
 from ...events import Event, SessionStatus
-from ...messages import Message, compact_json
+from ...messages import Message, compact_json, stored_message
 from .._port import _SessionRow
 from ..owner import Owner
 
@@ -51,7 +51,7 @@ _INSERT_MESSAGE = (
 
 def _message(message_json: str, tokens: int | None) -> Message:
     """A stored message with its stored token count."""
-    message = Message.from_json(message_json)
+    message = stored_message(message_json)
     if tokens is not None:
         object.__setattr__(message, "tokens", tokens)
     return message
@@ -78,7 +78,7 @@ def _row_params(row: _SessionRow) -> tuple[Any, ...]:
 
 
 def _preview_text(message_json: str | None) -> str:
-    return "" if message_json is None else (Message.from_json(message_json).content or "")
+    return "" if message_json is None else (stored_message(message_json).content or "")
 
 
 def _dumps(data: Any) -> str:

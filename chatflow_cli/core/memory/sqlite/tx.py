@@ -9,7 +9,7 @@ import sqlite3
 from typing import Any, cast
 
 from ...events import Event
-from ...messages import Message, Role
+from ...messages import Message, Role, stored_message
 from ...tokens import message_tokens
 from .._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from ..owner import Owner
@@ -391,7 +391,7 @@ class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, SQLiteAttachmentTx, _Tx):
                 "AND removed_reason = 'failed' ORDER BY message_id DESC LIMIT 1",
                 (session_id,),
             ).fetchone()
-        return "" if r is None else (Message.from_json(r[0]).content or "")
+        return "" if r is None else (stored_message(r[0]).content or "")
 
     def idempotency_get(self, session_id: str, key: str) -> tuple[str, int | None, int] | None:
         r = self.c.execute(
