@@ -75,8 +75,10 @@ def attached_message(state: State, opts: ChatOptions) -> Message:
 def text_only_check(choice: ModelChoice, message: Message) -> None:
     """The local model reads text only: refuse a message with an image before sending."""
     if choice.local and any(a.is_image for a in message.attachments):
-        raise ImagesNotAcceptedError("the local model (SmolLM2) reads text only: it cannot see images; "
-                                     "attach text files, or use a vision model (-m gpt-4o)")
+        # said before the local server starts; the Runner checks every message again
+        from ..core.attachments import LOCAL_TAKES_NO_IMAGES
+
+        raise ImagesNotAcceptedError(LOCAL_TAKES_NO_IMAGES)
 
 
 def images_refused(exc: BaseException, message: Message, model: str) -> None:

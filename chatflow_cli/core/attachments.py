@@ -38,6 +38,7 @@ __all__ = [
     "MAX_ATTACHMENTS",
     "MAX_IMAGE_BYTES",
     "MAX_TEXT_BYTES",
+    "LOCAL_TAKES_NO_IMAGES",
     "attachment_from_bytes",
     "attachment_line",
     "attachment_tokens",
@@ -46,6 +47,7 @@ __all__ = [
     "image_size",
     "image_tokens",
     "read_attachment",
+    "refuse_images_to_a_text_only_model",
     "refuses_images",
     "sniff_image",
     "wire_content",
@@ -401,3 +403,23 @@ def attachment_line(attachment: Attachment) -> str:
     shown = f"{size} B" if size < 1000 else f"{size / 1000:.1f} kB" if size < 1_000_000 else _mb(size)
     dims = f", {attachment.width}x{attachment.height}" if attachment.width and attachment.height else ""
     return f"{attachment.name or attachment.sha256[:12]} ({attachment.media_type}, {shown}{dims})"
+
+
+#: What a message with an image to the embedded model gets, before anything is sent or stored.
+LOCAL_TAKES_NO_IMAGES = ("the local model (SmolLM2) reads text only: it cannot see images; "
+                         "attach text files, or use a vision model (-m gpt-4o)")
+
+
+def refuse_images_to_a_text_only_model(client: object, message: Any, session_id: str | None = None) -> None:
+    """Refuse ``message`` when it carries an image and ``client`` is the embedded model, which
+    reads text only: every way a message reaches the model (``chat -f``, the REPL's ``/attach``
+    and ``/retry``, the library) meets this one check before the turn begins, so nothing is
+    sent and nothing stored.
+
+    Raises:
+        ImagesNotAcceptedError: (exit 5) the message has an image and the model is local.
+    """
+    if getattr(client, "local", False) is True and any(a.is_image for a in message.attachments):
+        from .errors import ImagesNotAcceptedError
+
+        raise ImagesNotAcceptedError(LOCAL_TAKES_NO_IMAGES, session_id=session_id)

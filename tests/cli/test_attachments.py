@@ -246,7 +246,7 @@ def test_attachments_survive_export_and_import_in_each_format(chatflow: Any, pro
     assert [[a for m in t["messages"] for a in m.get("attachments", [])] for t in back] == [[image], [image]]
     assert [m["content"] for t in back for m in t["messages"]] == [m["content"] for t in shown()
                                                                    for m in t["messages"]][:2] + [
-        "more" + "File app.py:\n```\nx = '\u00e9'\n```", shown()[1]["messages"][1]["content"]]
+        "more\n\nFile app.py:\n```\nx = '\u00e9'\n```", shown()[1]["messages"][1]["content"]]
     assert stored(database, fourth) == {sha(png): png}
     # an md file whose files are gone is refused, nothing stored
     beside.unlink()

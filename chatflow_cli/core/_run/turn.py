@@ -38,6 +38,7 @@ from .results import RunResult, StreamEvent
 from .state import Broken, InvalidAfterTools, TurnRequest, TurnState
 from .tools import answer_at_once, run_concurrently
 from .waiting import begin_turn_when_free, end_lease, release_claim
+from ..attachments import refuse_images_to_a_text_only_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory.context import SessionContext
@@ -130,6 +131,7 @@ class TurnLoop(RunnerHost):
 
         try:
             if request.user_message is not None:
+                refuse_images_to_a_text_only_model(self.model_client, request.user_message, session_id)
                 for item in self._auto_compact(session_id, request.user_message):
                     if isinstance(item, StreamEvent):
                         yield item
@@ -600,3 +602,4 @@ def preload_vault_values(vaults: Vaults | Callable[[], Vaults] | None, session: 
     reader = vaults() if callable(vaults) else vaults
     for name in names:
         reader.remember_all(name)
+

@@ -10,7 +10,7 @@ saw for that turn (the system messages and the newest ``max_turns`` turns up to 
 with its reply.
 
 Import: each line is a conversation and becomes a session (``openai-<digest of the line>``).
-``content`` may be a string or a list of parts (their ``text`` is joined; a user message's
+``content`` may be a string or a list of parts (their ``text`` is joined by a blank line; a user message's
 ``image_url`` parts holding base64 ``data:`` URLs become its attachments; other parts, an
 image at a web address too, are kept as ``[<type>]``); ``developer`` counts as ``system``; a legacy ``function`` message is
 a tool result. A line whose messages break chatflow's history rules (an assistant message
@@ -81,7 +81,7 @@ def _text(content: Any) -> str:
                     parts.append(f"[{part.get('type') or 'part'}]")
             elif isinstance(part, str):
                 parts.append(part)
-        return "".join(parts)
+        return "\n\n".join(p for p in parts if p)  # parts are blocks: "moreFile a.py" would be one word
     raise TypeError(f"content is a {type(content).__name__}")
 
 

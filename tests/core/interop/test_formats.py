@@ -92,14 +92,16 @@ def test_openai_lines_whole_session_and_per_turn_windows(rich: SessionStore) -> 
 def test_openai_reader_takes_content_parts_and_developer_messages() -> None:
     line = json.dumps({"messages": [
         {"role": "developer", "content": "Rules"},
-        {"role": "user", "content": [{"type": "text", "text": "Look "}, {"type": "image_url", "image_url": {}}]},
+        {"role": "user", "content": [{"type": "text", "text": "Look"}, {"type": "image_url", "image_url": {}},
+                                     {"type": "text", "text": "File app.py:\n```\nx = 1\n```"}]},
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "a", "content": "ok"},
         {"role": "assistant", "content": "done"}]})
     [session] = read_openai([line])
     assert session.system == ["Rules"]
-    assert session.turns[0].messages[0] == Message.user("Look [image_url]")
+    # each part a block of its own: a file's text part never runs into the words before it
+    assert session.turns[0].messages[0] == Message.user("Look\n\n[image_url]\n\nFile app.py:\n```\nx = 1\n```")
     assert session.session_id.startswith("openai-")
 
 

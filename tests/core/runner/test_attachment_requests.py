@@ -108,3 +108,28 @@ def test_a_retried_request_sends_the_image_pieces_again(fake_server: FakeServer)
     url = "data:image/png;base64," + base64.b64encode(data).decode()
     assert [r["messages"][0]["content"][1]["image_url"]["url"] for r in fake_server.requests] == [url, url]
     client.close()
+
+
+class _EmbeddedModelClient(ModelClient):
+    """A client on the fake server that says it is the embedded model, as the local one does."""
+
+    local = True
+
+
+def test_an_image_to_the_embedded_model_is_refused_before_anything_is_sent_or_stored(
+        fake_server: FakeServer, make_runner: Callable[..., Runner], sqlite_store: Any) -> None:
+    """Every way a message reaches the Runner (chat -f, the REPL's /attach and /retry, the
+    library) meets the one check: nothing is sent, nothing stored; a text file still goes."""
+    from chatflow_cli.core.errors import ImagesNotAcceptedError
+
+    client = _EmbeddedModelClient(fake_server.url, "test-key", max_retries=0, timeout=20)
+    runner = make_runner(Agent("A", "x", model=MODEL), model_client=client)
+    image = attachment_from_bytes(png((8, 8)), "g.png")
+    with pytest.raises(ImagesNotAcceptedError, match="reads text only") as caught:
+        runner.run("s", Message.user("what is it?", [image]))
+    assert caught.value.exit_code == 5
+    assert fake_server.requests == [] and sqlite_store.list_sessions() == []
+    fake_server.add_text("A note.")
+    result = runner.run("s", Message.user("read it", [attachment_from_bytes(b"hello\n", "n.txt")]))
+    assert result.final_output == "A note." and len(fake_server.requests) == 1
+    client.close()
