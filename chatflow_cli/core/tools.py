@@ -64,7 +64,6 @@ tool, answered by the caller): the Runner stops the turn when the model calls on
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import collections.abc
 import dataclasses
@@ -77,10 +76,13 @@ import re
 import types
 import typing
 from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import asyncio
+    from concurrent.futures import Future
 
 __all__ = ["Secret", "Tool", "ToolArgumentsError", "ToolCallFailed", "ToolDefinitionError", "ToolText", "function_schema",
            "tool"]
@@ -683,6 +685,8 @@ class Tool:
         kwargs = self.parse_arguments(arguments)
         self._with_secrets(kwargs, secrets)
         if self.is_async:
+            import asyncio  # here: a sync tool's call needs none of it
+
             coroutine = self._call(kwargs)
             if loop is not None and loop.is_running() and not _in_loop(loop):
                 future: Future[Any] = asyncio.run_coroutine_threadsafe(coroutine, loop)
@@ -694,6 +698,8 @@ class Tool:
             return _to_text(asyncio.run(coroutine))
         result = self._call(kwargs)
         if inspect.isawaitable(result):  # a sync callable that returned a coroutine
+            import asyncio
+
             result = asyncio.run(_await(result))
         return _to_text(result)
 
@@ -706,6 +712,8 @@ class Tool:
         self._with_secrets(kwargs, secrets)
         if self.is_async:
             return _to_text(await self._call(kwargs))
+        import asyncio
+
         result = await asyncio.to_thread(self._call, kwargs)
         if inspect.isawaitable(result):
             result = await result
@@ -717,6 +725,8 @@ async def _await(awaitable: Any) -> Any:
 
 
 def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    import asyncio
+
     try:
         return asyncio.get_running_loop() is loop
     except RuntimeError:
