@@ -383,18 +383,14 @@ def completion_script(shell: str) -> str:
 
 def build_command() -> Any:
     """The click command of :data:`app` as chatflow runs it (global options on every
-    command, repeated single-value options refused, plain argument help)."""
-    from . import _command_shape as shape
-    from ._typer_adapter import signatures_read_once
-    from ._typer_fast import install
+    command, repeated single-value options refused, plain argument help). Each subcommand
+    is built when it is first looked up: a run builds the commands it invokes (``--help``
+    lists a group's commands, so it builds them)."""
+    from ._command_shape import shape
+    from ._typer_adapter import lazy_group
 
-    with signatures_read_once():
-        command = typer.main.get_command(app)
-    install(command)
-    shape.repeatable_pairs(command)
-    shape.add_global_options(command)
-    shape.refuse_repeats(command)
-    shape.plain_argument_help(command)
+    command = lazy_group(app, lambda sub, group: shape(sub, group, command))
+    shape(command, None, command)
     return command
 
 

@@ -6,6 +6,7 @@ loaded when it exits are then checked.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -70,14 +71,9 @@ def test_a_one_shot_chat_imports_neither_openai_nor_rich_nor_prompt_toolkit(stor
     assert sorted(m for m in loaded if m.split(".")[0] in {"openai", "rich", "prompt_toolkit", "llama_cpp"}) == []
 
 
-def test_building_the_command_reads_each_functions_parameters_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every run builds the whole command tree; typer read each command function's signature
-    (and evaluated its string annotations) two or more times, about 40 ms of each run: now once."""
-    import collections
-
+def _reads_counted(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
+    """How many times typer reads each command function's parameters, from now on."""
     import typer.main
-
-    from chatflow_cli.cli import build_command
 
     reads: collections.Counter[str] = collections.Counter()
     original = typer.main.get_params_from_function
@@ -87,7 +83,54 @@ def test_building_the_command_reads_each_functions_parameters_once(monkeypatch: 
         return original(func)
 
     monkeypatch.setattr(typer.main, "get_params_from_function", counting)
+    return reads
+
+
+def _every_command(command) -> list[str]:
+    """Look up every command of the tree (building each), depth first; their paths."""
+    paths = []
+    for name in list(getattr(command, "commands", None) or ()):
+        paths.append(name)
+        paths += [f"{name} {sub}" for sub in _every_command(command.commands[name])]
+    return paths
+
+
+def test_building_the_command_reads_each_functions_parameters_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """typer read each command function's signature (and evaluated its string annotations)
+    two or more times, about 40 ms of each run: now once, however much of the tree is built."""
+    import typer.main
+
+    from chatflow_cli.cli import build_command
+
+    reads = _reads_counted(monkeypatch)
     command = build_command()
-    assert "chat" in command.commands and "sessions" in command.commands
-    assert reads and max(reads.values()) == 1, reads.most_common(3)
-    assert typer.main.get_params_from_function is counting  # put back after the build
+    paths = _every_command(command)
+    assert "chat" in paths and "sessions ls" in paths and "memory ls" in paths, paths
+    assert len(reads) > 40 and max(reads.values()) == 1, reads.most_common(3)
+    assert typer.main.get_params_from_function.__name__ == "counting"  # put back after each build
+
+
+def test_a_run_builds_only_the_commands_it_looks_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building the whole tree (44 command functions) took about 10 ms of every run: the
+    root is built first, each command when it is first looked up (``chat``: the root and
+    ``chat``; ``sessions ls``: the root, the group and ``ls``), each given chatflow's shape
+    then (global options after the command, plain argument help)."""
+    from chatflow_cli.cli import build_command
+
+    reads = _reads_counted(monkeypatch)
+
+    def commands_read() -> list[str]:
+        return sorted(f for f in reads if f.startswith(("chatflow_cli.cli.", "chatflow_cli.sessions_app."))
+                      and not f.endswith("_callback"))
+
+    command = build_command()
+    assert commands_read() == ["chatflow_cli.cli.root"]
+    assert "chat" in command.commands and "nope" not in command.commands and len(command.commands) == 10
+    assert commands_read() == ["chatflow_cli.cli.root"]  # names, ``in`` and len build nothing
+    chat = command.commands["chat"]
+    assert commands_read() == ["chatflow_cli.cli.chat", "chatflow_cli.cli.root"]
+    ls = command.commands["sessions"].commands["ls"]
+    assert commands_read() == ["chatflow_cli.cli.chat", "chatflow_cli.cli.root", "chatflow_cli.sessions_app.sessions_ls"]
+    for built in (chat, ls):
+        assert {"--db", "--config", "--debug", "--no-color"} <= {o for p in built.params for o in p.opts}
+    assert command.commands["chat"] is chat  # built once
