@@ -146,10 +146,12 @@ class ToolText(str):
 # --------------------------------------------------------------------------------------
 # Docstrings
 # --------------------------------------------------------------------------------------
-_SECTION_RE = re.compile(r"^\s*(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?|"
-                         r"See Also|Warnings?|Attributes|Keyword Args|Keyword Arguments)\s*:\s*$")
-_ARG_LINE_RE = re.compile(r"^(\*{0,2}[A-Za-z_][A-Za-z0-9_]*)\s*(?:\(([^)]*)\))?\s*:\s*(.*)$")
-_SPHINX_PARAM_RE = re.compile(r"^\s*:param\s+(?:[^:]*\s)?([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$")
+# compiled by the first docstring read (re caches them): a run that makes no tool from a
+# function does not compile them
+_SECTION = (r"^\s*(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?|"
+            r"See Also|Warnings?|Attributes|Keyword Args|Keyword Arguments)\s*:\s*$")
+_ARG_LINE = r"^(\*{0,2}[A-Za-z_][A-Za-z0-9_]*)\s*(?:\(([^)]*)\))?\s*:\s*(.*)$"
+_SPHINX_PARAM = r"^\s*:param\s+(?:[^:]*\s)?([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,10 +164,11 @@ def _parse_docstring(doc: str | None) -> _Doc:
     """Summary (first paragraph) and per-parameter descriptions of a docstring."""
     if not doc:
         return _Doc("", {})
+    section_re, arg_line_re, sphinx_re = re.compile(_SECTION), re.compile(_ARG_LINE), re.compile(_SPHINX_PARAM)
     lines = inspect.cleandoc(doc).splitlines()
     summary_lines: list[str] = []
     for line in lines:
-        if not line.strip() or _SECTION_RE.match(line) or _SPHINX_PARAM_RE.match(line):
+        if not line.strip() or section_re.match(line) or sphinx_re.match(line):
             break
         summary_lines.append(line.strip())
     params: dict[str, str] = {}
@@ -174,13 +177,13 @@ def _parse_docstring(doc: str | None) -> _Doc:
     current: str | None = None
     current_indent = 0
     for line in lines:
-        sphinx = _SPHINX_PARAM_RE.match(line)
+        sphinx = sphinx_re.match(line)
         if sphinx:
             current, section = sphinx.group(1), None
             params[current] = sphinx.group(2).strip()
             current_indent = len(line) - len(line.lstrip())
             continue
-        header = _SECTION_RE.match(line)
+        header = section_re.match(line)
         if header:
             section = header.group(1).lower()
             section_indent = len(line) - len(line.lstrip())
@@ -198,7 +201,7 @@ def _parse_docstring(doc: str | None) -> _Doc:
             continue
         if section not in {"args", "arguments", "parameters", "params", "keyword args", "keyword arguments"}:
             continue
-        match = _ARG_LINE_RE.match(line.strip())
+        match = arg_line_re.match(line.strip())
         if match and (current is None or indent <= current_indent):
             current = match.group(1).lstrip("*")
             current_indent = indent
