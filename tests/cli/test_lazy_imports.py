@@ -1,4 +1,6 @@
-"""``chatflow --help``, ``sessions ls`` and ``sessions show`` never import the heavy modules (issues 2 and 5).
+"""``chatflow --help``, ``sessions ls`` and ``sessions show`` never import the heavy modules
+(issues 2 and 5), and a plain ``chat`` imports only what it uses (issue 30: every millisecond a
+``chatflow`` process spends starting is paid by every run).
 
 Each command runs in a fresh interpreter through ``chatflow_cli.cli.main``; the modules
 loaded when it exits are then checked.
@@ -69,6 +71,43 @@ def test_a_one_shot_chat_imports_neither_openai_nor_rich_nor_prompt_toolkit(stor
     and no prompt_toolkit."""
     loaded = _modules(["chat", "-s", "lazy", "piped"])
     assert sorted(m for m in loaded if m.split(".")[0] in {"openai", "rich", "prompt_toolkit", "llama_cpp"}) == []
+
+
+#: What a plain ``chat "hi"`` (a new session, no tool, no mount, no attachment, no MCP server),
+#: ``sessions ls`` and ``sessions show`` do not import, each imported where it is used: asyncio
+#: (and its ssl) only where a coroutine runs, the search where a search runs, memory stores'
+#: documents and vaults where one is used, the in-memory store, automatic compaction once a
+#: session has turns (and its model a known context size), the sessions table where it is
+#: printed, the reply printer in a chat.
+NOT_ON_THE_PLAIN_PATHS = {
+    "chat": ("asyncio", "concurrent.futures", "chatflow_cli.core.memory.search", "chatflow_cli.core.memory.inmemory",
+             "chatflow_cli.core.resources.documents", "chatflow_cli.core.resources.vaults",
+             "chatflow_cli.core.compaction", "chatflow_cli.core.mcp", "chatflow_cli.core.interop",
+             "chatflow_cli.commands.attach", "chatflow_cli.render.sessions"),
+    "sessions": ("asyncio", "ssl", "chatflow_cli.core.memory.search", "chatflow_cli.core.memory.inmemory",
+                 "chatflow_cli.core.resources.documents", "chatflow_cli.core.resources.vaults",
+                 "chatflow_cli.render.printer"),
+    "--help": ("chatflow_cli.core.resources.mounts", "chatflow_cli.core.memory", "chatflow_cli.render"),
+}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["chat", "hi"], ["sessions", "ls"], ["sessions", "ls", "--json"], ["sessions", "show", "lazy"],
+     ["sessions", "show", "lazy", "--json"], ["--help"]],
+)
+def test_a_plain_command_imports_only_what_it_uses(stored_session, args):
+    loaded = _modules(args)
+    unused = NOT_ON_THE_PLAIN_PATHS[args[0]]
+    found = sorted(m for m in loaded if m in unused or any(m.startswith(u + ".") for u in unused))
+    assert found == [], f"chatflow {' '.join(args)} imported {found}"
+
+
+def test_the_probe_sees_what_a_session_with_turns_and_a_search_import(stored_session):
+    """The guard above can fail: a turn of a session with turns, on a model whose context size
+    is known, imports compaction (to see whether it is due); a search imports the query language."""
+    assert "chatflow_cli.core.compaction" in _modules(["chat", "-s", "lazy", "--max-context-tokens", "9000", "again"])
+    assert "chatflow_cli.core.memory.search" in _modules(["sessions", "search", "markdown"])
 
 
 def _reads_counted(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
