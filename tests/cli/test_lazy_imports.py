@@ -78,13 +78,13 @@ def test_a_one_shot_chat_imports_neither_openai_nor_rich_nor_prompt_toolkit(stor
 #: (and its ssl) only where a coroutine runs, the search where a search runs, memory stores'
 #: documents and vaults where one is used, the in-memory store, automatic compaction once a
 #: session has turns (and its model a known context size), the sessions table where it is
-#: printed, the reply printer in a chat.
+#: printed, the reply printer in a chat; the TOML parser for an empty config file (the tests').
 NOT_ON_THE_PLAIN_PATHS = {
     "chat": ("asyncio", "concurrent.futures", "chatflow_cli.core.memory.search", "chatflow_cli.core.memory.inmemory",
              "chatflow_cli.core.resources.documents", "chatflow_cli.core.resources.vaults",
              "chatflow_cli.core.compaction", "chatflow_cli.core.mcp", "chatflow_cli.core.interop",
-             "chatflow_cli.commands.attach", "chatflow_cli.render.sessions"),
-    "sessions": ("asyncio", "ssl", "chatflow_cli.core.memory.search", "chatflow_cli.core.memory.inmemory",
+             "chatflow_cli.commands.attach", "chatflow_cli.render.sessions", "tomllib"),
+    "sessions": ("asyncio", "ssl", "tomllib", "chatflow_cli.core.memory.search", "chatflow_cli.core.memory.inmemory",
                  "chatflow_cli.core.resources.documents", "chatflow_cli.core.resources.vaults",
                  "chatflow_cli.render.printer"),
     "--help": ("chatflow_cli.core.resources.mounts", "chatflow_cli.core.memory", "chatflow_cli.render"),
@@ -103,11 +103,15 @@ def test_a_plain_command_imports_only_what_it_uses(stored_session, args):
     assert found == [], f"chatflow {' '.join(args)} imported {found}"
 
 
-def test_the_probe_sees_what_a_session_with_turns_and_a_search_import(stored_session):
+def test_the_probe_sees_what_a_session_with_turns_and_a_search_import(stored_session, config_file):
     """The guard above can fail: a turn of a session with turns, on a model whose context size
-    is known, imports compaction (to see whether it is due); a search imports the query language."""
+    is known, imports compaction (to see whether it is due); a search imports the query
+    language; a config file with a setting, the TOML parser."""
     assert "chatflow_cli.core.compaction" in _modules(["chat", "-s", "lazy", "--max-context-tokens", "9000", "again"])
     assert "chatflow_cli.core.memory.search" in _modules(["sessions", "search", "markdown"])
+    assert "tomllib" not in _modules(["sessions", "ls"])
+    config_file("max_turns = 30\n")
+    assert "tomllib" in _modules(["sessions", "ls"])
 
 
 def _reads_counted(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
