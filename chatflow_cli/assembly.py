@@ -328,7 +328,8 @@ def build_agents(settings: Settings, *, model_override: str | None = None,
         tools = _with_approval(settings, spec, [_load_tool(settings, spec, tool_spec, Tool) for tool_spec in spec.tools])
         chosen = [servers[name] if only is None else servers[name].only(*only) for name, only in spec.mcp_servers]
         agents[spec.name] = Agent(spec.name, spec.instructions, model=spec.model, tools=tools,
-                                  max_context_tokens=spec.max_context_tokens, mcp_servers=chosen)
+                                  max_context_tokens=spec.max_context_tokens, mcp_servers=chosen,
+                                  tool_choice=spec.tool_choice)
     for spec in settings.agents:
         agents[spec.name].handoffs = tuple(agents[name] for name in spec.handoffs)
     for built in agents.values():

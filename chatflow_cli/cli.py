@@ -49,6 +49,8 @@ from .options import (
     OutputOption,
     command_group,
     complete_agent_name,
+    complete_approval_call,
+    complete_custom_call,
     complete_session_id,
     complete_shell,
     output_format,
@@ -197,7 +199,7 @@ def chat(
     message_id: Annotated[Optional[str], typer.Option("--message-id", metavar="ID", help="Webhook message id: an id seen in the last 192 h is skipped (exit 0).")] = None,
     message_id_scope: Annotated[Optional[MessageIdScope], typer.Option("--message-id-scope", metavar="global|session", case_sensitive=False, help="global: an id is one message across all sessions (WhatsApp-style ids); session: ids are per session (Telegram-style chat ids). Default: config message_id_scope, else global.")] = None,
     idempotency_key: Annotated[Optional[str], typer.Option("--idempotency-key", metavar="KEY", help="Resending with the same key returns the stored turn instead of a new one.")] = None,
-    tool_result: Annotated[Optional[tuple[str, str]], typer.Option("--tool-result", help="Answer a pending custom tool call with OUTPUT (JSON or plain text, sent as given); repeat it for several calls.", metavar="TOOL_USE_ID OUTPUT")] = None,
+    tool_result: Annotated[Optional[tuple[str, str]], typer.Option("--tool-result", help="Answer a pending custom tool call with OUTPUT (JSON or plain text, sent as given); repeat it for several calls.", metavar="TOOL_USE_ID OUTPUT", autocompletion=complete_custom_call)] = None,
     wait: Annotated[float, typer.Option("--wait", min=0, help="Seconds to wait for a busy session before giving up.", metavar="SECONDS")] = 0.0,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", metavar="text|json|jsonl", help="text (rendered on a terminal), json (one object) or jsonl (events).", case_sensitive=False)] = OutputFormat.text,
     json_: Annotated[bool, typer.Option("--json", help="Same as --output json.")] = False,
@@ -207,8 +209,8 @@ def chat(
     memory: Annotated[Optional[list[str]], typer.Option("--memory", metavar="NAME[:ro]", help="Mount a memory store on the session (read-write; NAME:ro read-only): the agent gets memory tools (repeatable; see chatflow memory).")] = None,
     vault: Annotated[Optional[list[str]], typer.Option("--vault", metavar="NAME", help="Mount this vault: tools' secrets come from it (repeatable; the first vault holding an entry wins).")] = None,
     attach: Annotated[Optional[list[str]], typer.Option("--attach", "-f", metavar="FILE", help="Attach a file to the message: an image (PNG, JPEG, WebP, GIF) or a UTF-8 text file (repeatable, at most 10; '-' reads stdin as the file).")] = None,
-    approve: Annotated[Optional[list[str]], typer.Option("--approve", metavar="TOOL_USE_ID", help="Approve a tool call waiting for an approval (an MCP tool whose policy is ask): it runs, and the turn continues (repeatable).")] = None,
-    deny: Annotated[Optional[list[str]], typer.Option("--deny", metavar="TOOL_USE_ID", help="Deny a tool call waiting for an approval: the model is told the user declined it, and the turn continues (repeatable).")] = None,
+    approve: Annotated[Optional[list[str]], typer.Option("--approve", metavar="TOOL_USE_ID", help="Approve a tool call waiting for an approval (an MCP tool whose policy is ask): it runs, and the turn continues (repeatable).", autocompletion=complete_approval_call)] = None,
+    deny: Annotated[Optional[list[str]], typer.Option("--deny", metavar="TOOL_USE_ID", help="Deny a tool call waiting for an approval: the model is told the user declined it, and the turn continues (repeatable).", autocompletion=complete_approval_call)] = None,
 ) -> int | None:
     """Send one message (or several with --input jsonl) and print the reply.
 

@@ -31,7 +31,7 @@ _TOP_KEYS = {"model", "base_url", "api_key_env", "default_agent", "max_turns", "
 #: provider message ids) or ``session`` (ids unique within one chat only: Telegram-style).
 MESSAGE_ID_SCOPES = ("global", "session")
 _AGENT_KEYS = {"name", "instructions", "model", "handoffs", "tools", "max_context_tokens", "memory", "vaults",
-               "mcp_servers", "tool_approval"}
+               "mcp_servers", "tool_approval", "tool_choice"}
 _CUSTOM_TOOL_KEYS = {"name", "description", "parameters"}
 
 
@@ -72,6 +72,9 @@ class AgentSpec:
     mcp_servers: tuple[tuple[str, tuple[str, ...] | None], ...] = ()
     #: approval policies of its Python tools, by tool name (``always``, ``ask``, ``never``)
     tool_approval: tuple[tuple[str, str], ...] = ()
+    #: the first request of each turn's ``tool_choice``: ``auto``, ``none``, ``required`` or a
+    #: tool's name (that tool is called); None: the provider's default
+    tool_choice: str | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -359,6 +362,11 @@ def _validate_inner(text: str, data: dict[str, Any], path: Path = Path("config.t
         if not isinstance(approvals, dict) or not all(v in ("always", "ask", "never") for v in approvals.values()):
             raise _Problem(f"agent {name!r}: tool_approval must be a table of tool names and policies (always, ask "
                            "or never)", _key_line(text, "tool_approval", start))
+        tool_choice = raw.get("tool_choice")
+        if tool_choice is not None and (not isinstance(tool_choice, str)
+                                        or not re.match(r"^[A-Za-z0-9_-]{1,64}$", tool_choice)):
+            raise _Problem(f"agent {name!r}: tool_choice must be auto, none, required or the name of one of its "
+                           "tools", _key_line(text, "tool_choice", start))
         specs.append(
             AgentSpec(
                 name=name,
@@ -373,6 +381,7 @@ def _validate_inner(text: str, data: dict[str, Any], path: Path = Path("config.t
                 vaults=tuple(dict.fromkeys(vaults)),
                 mcp_servers=agent_servers,
                 tool_approval=tuple(approvals.items()),
+                tool_choice=tool_choice,
             )
         )
     names = {spec.name for spec in specs}

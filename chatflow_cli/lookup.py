@@ -17,10 +17,11 @@ from .session_ids import validate_session_id
 if TYPE_CHECKING:  # pragma: no cover
     from .context import State
     from .core.memory import BaseSessionStore
+    from .core.messages import ToolCall
     from .core.memory.protocol import ListingStore, SessionLookup, SessionSummary
 
-__all__ = ["InterruptedTurns", "find_session", "not_found", "read_summary", "store_or_missing",
-           "unapplied_options"]
+__all__ = ["InterruptedTurns", "awaiting_approval", "find_session", "not_found", "open_calls", "read_summary",
+           "store_or_missing", "unapplied_options"]
 
 
 def not_found(session_id: str) -> ChatflowError:
@@ -95,6 +96,38 @@ class InterruptedTurns:
             }
         return number in self._numbers
 
+
+def awaiting_approval(state: State, store: BaseSessionStore, session_id: str) -> frozenset[str]:
+    """The ids of the open turn's calls that wait for an approval (``--approve``/``--deny``):
+    those a ``tool.pending`` event lists as such, and calls left without a result that no
+    ``tool.pending`` lists (a run that ended during its tool calls) unless they are calls of a
+    custom tool declared in config.toml."""
+    session = store.get(session_id)
+    pending = list(session.pending_tool_calls) if session is not None else []
+    if not pending:
+        return frozenset()
+    announced: dict[str, bool] = {}
+    for event in store.events(session_id):
+        if event.type == "tool.pending":
+            asking = {str(i) for i in event.payload.get("approval") or ()}
+            announced.update((str(i), str(i) in asking) for i in event.payload.get("tool_use_ids") or ())
+    try:
+        custom = {t.name for a in state.settings().agents for t in a.tools if t.ref is None}
+    except ChatflowError:  # a config file that does not read: only what the log says
+        custom = {c.name for c in pending}
+    return frozenset(c.id for c in pending if announced.get(c.id, c.name not in custom))
+
+
+def open_calls(state: State, store: BaseSessionStore, session_id: str) -> tuple[list[ToolCall], frozenset[str]]:
+    """The open turn's calls that still have no result (none given with ``--tool-result``,
+    ``--approve`` or ``--deny`` either), and the ids of those that wait for an approval
+    (:func:`awaiting_approval`); the others wait for a custom tool's ``--tool-result``."""
+    session = store.get(session_id)
+    if session is None or not session.pending_tool_calls:
+        return [], frozenset()
+    answered = store.submitted_tool_results(session_id)
+    calls = [c for c in session.pending_tool_calls if c.id not in answered]
+    return calls, awaiting_approval(state, store, session_id) if calls else frozenset()
 
 
 def unapplied_options(state: State, store: ListingStore, existing: SessionSummary, *, max_turns: int | None,

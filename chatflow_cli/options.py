@@ -19,7 +19,8 @@ from .core.events import SessionStatus
 
 __all__ = [
     "STATUSES", "SHELLS", "command_group", "ExportFormat", "ImportFormat", "InputFormat", "MessageIdScope", "OutputFormat",
-    "OutputOption", "complete_agent_name", "complete_archived_session_id", "complete_session_id", "complete_shell", "complete_status",
+    "OutputOption", "complete_agent_name", "complete_approval_call", "complete_archived_session_id",
+    "complete_custom_call", "complete_session_id", "complete_shell", "complete_status",
     "output_format", "parse_duration", "parse_metadata",
 ]
 
@@ -75,6 +76,79 @@ def complete_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
 def complete_archived_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
     """The ids of the 500 most recently updated archived sessions (``sessions unarchive``)."""
     return _complete_ids(ctx, incomplete, archived=True)
+
+
+def _words_before() -> list[str] | None:
+    """The words of the command line being completed before the word completed (after
+    ``chatflow``), as the shell handed them to typer's completion (``COMP_WORDS`` and
+    ``COMP_CWORD`` from bash, ``_TYPER_COMPLETE_ARGS`` from zsh, fish and PowerShell); None
+    outside a completion. Typer hands its completion callbacks no such list."""
+    import os
+
+    from click.shell_completion import split_arg_string
+
+    if "COMP_WORDS" in os.environ and "COMP_CWORD" in os.environ:
+        return split_arg_string(os.environ["COMP_WORDS"])[1:int(os.environ["COMP_CWORD"])]
+    line = os.environ.get("_TYPER_COMPLETE_ARGS")
+    if line is None:
+        return None
+    words = split_arg_string(line)[1:]
+    if os.environ.get("_TYPER_COMPLETE_WORD_TO_COMPLETE") or (words and not line.endswith(" ")):
+        return words[:-1]
+    return words
+
+
+def _option_in(words: list[str], names: tuple[str, ...]) -> str | None:
+    """The value given to the last of the options ``names`` in ``words`` (``-s ID``, ``--session=ID``)."""
+    found = None
+    for index, word in enumerate(words):
+        if word in names and index + 1 < len(words):
+            found = words[index + 1]
+        elif word.startswith("--") and word.partition("=")[0] in names:
+            found = word.partition("=")[2]
+    return found
+
+
+def _open_call_ids(ctx: typer.Context, incomplete: str, approval: bool) -> list[str]:
+    """The ids of the calls still without a result in the session ``chat`` continues (its
+    ``-s``/``--session``, or the latest session with ``-c``/``--continue``): those waiting for
+    an approval (``approval``) or those waiting for a custom tool's result."""
+    try:
+        from .lookup import open_calls
+
+        words = _words_before() or []
+        root = ctx.find_root().params
+        session_id = ctx.params.get("session") or _option_in(words, ("-s", "--session"))
+        state = State(db=root.get("db"), config=root.get("config"))
+        store = state.store(create=False)
+        if store is None:
+            return []
+        try:
+            if not session_id and (ctx.params.get("continue_") or {"-c", "--continue"} & set(words)):
+                latest = store.list_sessions(limit=1, archived=False)
+                session_id = latest[0].session_id if latest else None
+            if not session_id:
+                return []
+            calls, asking = open_calls(state, store, session_id)
+        finally:
+            state.close()
+        return [c.id for c in calls if (c.id in asking) == approval and c.id.startswith(incomplete)]
+    except Exception:
+        return []
+
+
+def complete_approval_call(ctx: typer.Context, incomplete: str) -> list[str]:
+    """``--approve``/``--deny``: the ids of the continued session's calls waiting for an approval."""
+    return _open_call_ids(ctx, incomplete, approval=True)
+
+
+def complete_custom_call(ctx: typer.Context, incomplete: str) -> list[str]:
+    """``--tool-result ID OUTPUT``: the ids of the continued session's custom tool calls still
+    without a result, for ID only (its OUTPUT is the user's to write)."""
+    words = _words_before()
+    if words is not None and (not words or words[-1] != "--tool-result"):
+        return []
+    return _open_call_ids(ctx, incomplete, approval=False)
 
 
 #: The statuses ``sessions ls --status`` takes.

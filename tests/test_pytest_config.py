@@ -18,7 +18,7 @@ PROCESS_RUNS = "tests/hardening/test_concurrency.py::test_eight_processes_own_an
 
 def _collected(*args: str) -> list[str]:
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args,
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0", *args,
          "tests/hardening/test_concurrency.py"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )

@@ -203,7 +203,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                 for call_id, approved in approvals:
                     remaining = runner.decide_tool_call(session_id, call_id, approved)
                 if remaining:
-                    out.pending_only(session_id, remaining)
+                    out.pending_only(session_id, remaining, _awaiting_approval(store, runner, session_id))
                 else:
                     out.run(runner.continue_streamed(session_id, wait=opts.wait))
             else:
@@ -286,6 +286,13 @@ def _refuse_results_for_approvals(store: TurnStore, runner: Any, session_id: str
             raise ToolResultError(f"tool call {safe_text(tool_use_id)} ({safe_text(call.name)}) waits for an approval, "
                                   f"not for a result: run it with --approve {safe_text(tool_use_id)} or refuse it "
                                   f"with --deny {safe_text(tool_use_id)}; nothing was recorded", session_id=session_id)
+
+
+def _awaiting_approval(store: TurnStore, runner: Any, session_id: str) -> set[str]:
+    """The ids of the session's open calls that wait for an approval, not for a result."""
+    session = store.get(session_id)
+    calls = session.pending_tool_calls if session is not None else ()
+    return {c.id for c in calls if runner.awaits_approval(session_id, c)}
 
 
 def _submit_tool_results(store: TurnStore, session_id: str, outputs: list[tuple[str, str]]) -> list[str]:

@@ -21,7 +21,7 @@ terminal, or a ``chatflow: reply cut …`` line on stderr when piped, and makes 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Container, Iterator
 
 from ..context import notice, silence_broken_pipe
 from ..core.errors import ChatflowError, ExitStatus
@@ -211,13 +211,17 @@ class ChatOutput:
                 printer.tool_started(data.get("agent"), data.get("name", "?"), data.get("arguments"))
         elif ev.type == "tool.call_finished":
             if not str(data.get("name", "")).startswith("transfer_to_"):
-                printer.tool_finished(data.get("name", "?"), data.get("output"), bool(data.get("is_error")))
+                printer.tool_finished(data.get("name", "?"), data.get("output"), bool(data.get("is_error")),
+                                      data.get("attachments") or ())
         elif ev.type == "handoff":
             printer.handoff(data.get("from_agent"), data.get("to_agent"))
 
-    def pending_only(self, session_id: str, remaining: list[str]) -> None:
-        """``--tool-result`` answered one id while others still wait."""
-        data = {"session_id": session_id, "status": "idle", "pending_tool_use_ids": remaining, "content": None}
+    def pending_only(self, session_id: str, remaining: list[str], awaiting: Container[str] = ()) -> None:
+        """``--tool-result``, ``--approve`` or ``--deny`` answered some ids while others still
+        wait; ``awaiting``: those of them that wait for an approval, not for a result."""
+        asking = [i for i in remaining if i in awaiting]
+        data = {"session_id": session_id, "status": "idle", "pending_tool_use_ids": remaining,
+                "awaiting_approval": asking, "content": None}
         if self.mode == "json":
             self._line({**data, "is_error": False})
             self.final_written = True
@@ -225,7 +229,9 @@ class ChatOutput:
             self._line(event_json("result", session_id, {**data, "is_error": False}))
             self.final_written = True
         else:
-            notice(self.state, f"recorded; still waiting for: {', '.join(remaining)}")
+            named = [f"{i} (approve it with --approve {i} or refuse it with --deny {i})" if i in asking else i
+                     for i in remaining]
+            notice(self.state, f"recorded; still waiting for: {', '.join(named)}")
 
     # -- the end ------------------------------------------------------------------------
     @property

@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any, Container, Iterator, Mapping
 from ..context import notice, terminal_width, write_lines
 from ..core.errors import ChatflowError
 from ..core.events import SessionStatus
-from ..lookup import InterruptedTurns, read_summary, store_or_missing
+from ..lookup import InterruptedTurns, awaiting_approval, read_summary, store_or_missing
 from ..render import AgentVersionMarks, Lines, dumps, plural, safe_text, turn_versions
 from ..render.shapes import status_name
 
@@ -209,27 +209,6 @@ def show_session(
         _render(console, session, records, full, markdown=env.stdout_isatty, out=env.stdout, interrupted=interrupted,
                 endpoint=endpoint, context=context, marks=marks, submitted=submitted, resources=resources,
                 awaiting=awaiting)
-
-
-def awaiting_approval(state: State, store: BaseSessionStore, session_id: str) -> frozenset[str]:
-    """The ids of the open turn's calls that wait for an approval (``--approve``/``--deny``):
-    those a ``tool.pending`` event lists as such, and calls left without a result that no
-    ``tool.pending`` lists (a run that ended during its tool calls) unless they are calls of a
-    custom tool declared in config.toml."""
-    session = store.get(session_id)
-    pending = list(session.pending_tool_calls) if session is not None else []
-    if not pending:
-        return frozenset()
-    announced: dict[str, bool] = {}
-    for event in store.events(session_id):
-        if event.type == "tool.pending":
-            asking = {str(i) for i in event.payload.get("approval") or ()}
-            announced.update((str(i), str(i) in asking) for i in event.payload.get("tool_use_ids") or ())
-    try:
-        custom = {t.name for a in state.settings().agents for t in a.tools if t.ref is None}
-    except ChatflowError:  # a config file that does not read: only what the log says
-        custom = {c.name for c in pending}
-    return frozenset(c.id for c in pending if announced.get(c.id, c.name not in custom))
 
 
 def _versions_before(store: BaseSessionStore, session_id: str, turn: int) -> dict[str, str]:

@@ -21,7 +21,7 @@ to a model must pass:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -29,7 +29,7 @@ from typing import Any
 from .attachments import Attachment
 from .errors import InvalidHistoryError, NonFiniteNumberError
 
-__all__ = ["Attachment", "Message", "Role", "ToolCall", "check_history", "history_problems"]
+__all__ = ["Attachment", "Message", "Role", "ToolCall", "check_history", "history_problems", "wire_messages"]
 
 
 class Role(str, Enum):
@@ -135,7 +135,11 @@ class Message:
             message holds parallel function calls. Empty for chatflow's own messages.
             Stored with the message, never sent to a model by chatflow.
         attachments: for a USER message, the files it carries (:class:`Attachment`), in
-            the order given; sent after the text as content parts (:meth:`to_wire`).
+            the order given; sent after the text as content parts (:meth:`to_wire`). For a
+            TOOL message, the images the tool returned (an MCP server's image content): a
+            Chat Completions tool message takes text only, so :func:`wire_messages` sends
+            them in a USER message after the tool results (or not at all to a model that
+            takes no images); its text names them.
     """
 
     role: Role
@@ -223,9 +227,11 @@ class Message:
         name: str | None = None,
         is_error: bool = False,
         interrupted: bool = False,
+        attachments: Iterable[Attachment] = (),
     ) -> Message:
         return cls(
-            Role.TOOL, content, tool_call_id=tool_call_id, name=name, is_error=is_error, interrupted=interrupted
+            Role.TOOL, content, tool_call_id=tool_call_id, name=name, is_error=is_error, interrupted=interrupted,
+            attachments=tuple(attachments),
         )
 
     # -- JSON ---------------------------------------------------------------------------
@@ -307,11 +313,12 @@ class Message:
         """The Chat Completions form of this message (``role`` ``assistant`` for MODEL).
 
         ``content`` is a string on the wire (``""`` when the message has none), except for a
-        message with :attr:`attachments`: a list of content parts then
+        USER message with :attr:`attachments`: a list of content parts then
         (:func:`chatflow_cli.core.attachments.wire_content`), whose bytes come from each
-        attachment's ``data`` or from ``blobs`` (sha256 -> bytes).
+        attachment's ``data`` or from ``blobs`` (sha256 -> bytes). A TOOL message is its text
+        alone (:func:`wire_messages` sends its images after it).
         """
-        if self.attachments:
+        if self.attachments and self.role is not Role.TOOL:
             from .attachments import wire_content
 
             return {"role": self.role.wire, "content": wire_content(self.content, self.attachments, blobs or {})}
@@ -329,6 +336,62 @@ class Message:
         else:
             data["content"] = self.content if self.content is not None else ""
         return data
+
+
+#: Said to a model that takes no images, after a tool result that returned some.
+IMAGES_NOT_SHOWN = "[the images are not shown: this model takes no images]"
+
+
+def wire_messages(messages: Iterable[Message], blobs: Mapping[str, bytes] | None = None, *, images: bool = True,
+                  wire: Callable[[Message], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The Chat Completions messages of ``messages`` (those that say something:
+    :attr:`Message.says_nothing`), each as ``wire`` makes it (default :meth:`Message.to_wire`
+    with ``blobs``).
+
+    Chat Completions tool messages take text only, so the images TOOL messages carry (an MCP
+    tool's image content) follow the run of tool results they are in, as one USER message:
+    a text part naming them, then each image as an ``image_url`` part (their bytes from each
+    attachment or ``blobs``). With ``images`` False (a model that takes no images) they are
+    not sent: each such tool result's text, which names them, says so instead
+    (:data:`IMAGES_NOT_SHOWN`).
+
+    Raises:
+        ChatflowError: the bytes of an image to send are neither at hand nor in ``blobs``.
+    """
+    out: list[dict[str, Any]] = []
+    held: list[Message] = []
+
+    def flush() -> None:
+        if held:
+            out.append(_tool_images(held, blobs or {}))
+            held.clear()
+
+    for message in messages:
+        if message.says_nothing:
+            continue
+        if message.role is not Role.TOOL:
+            flush()
+        data = wire(message) if wire is not None else (
+            message.to_wire(blobs) if message.attachments else message.to_wire())
+        if message.role is Role.TOOL and message.attachments:
+            if images:
+                held.append(message)
+            else:
+                data = {**data, "content": f"{data.get('content') or ''}\n{IMAGES_NOT_SHOWN}".lstrip("\n")}
+        out.append(data)
+    flush()
+    return out
+
+
+def _tool_images(results: Sequence[Message], blobs: Mapping[str, bytes]) -> dict[str, Any]:
+    """The USER message carrying the images of ``results`` (TOOL messages), in order."""
+    from .attachments import wire_content
+
+    named = "; ".join(f"{', '.join(a.name or a.sha256[:12] for a in m.attachments)} from {m.name or 'a tool'} "
+                      f"(call {m.tool_call_id})" for m in results)
+    attached = [a for m in results for a in m.attachments]
+    return {"role": "user", "content": wire_content(f"The images the tool results above returned: {named}.",
+                                                    attached, blobs)}
 
 
 def history_problems(messages: Sequence[Message], *, pending_ok: bool = False) -> list[str]:

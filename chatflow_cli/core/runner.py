@@ -223,6 +223,7 @@ class Runner(TurnLoop, ContextWindow):
         #: :meth:`deny_tool_call` answers it.
         self.approver: Callable[[Any, Any], str] | None = None
         self.approved_tools: set[str] = set()
+        self.text_only_models: set[str] = set()
         # a client has ``stream``; anything else given is a factory called on first use
         self._client: ChatClient | None = (
             cast("ChatClient", model_client) if model_client is not None and hasattr(model_client, "stream") else None)
@@ -470,21 +471,27 @@ class Runner(TurnLoop, ContextWindow):
                                   "approve_tool_call or deny_tool_call it", session_id=session_id)
 
     def tool_server(self, session_id: str, call: Any) -> str | None:
-        """The name of the MCP server whose tool ``call`` calls, among the running servers of
-        the session's active agent (None: not an MCP tool's call, or its server is not running;
-        no server is started here)."""
+        """The name of the MCP server whose tool ``call`` calls, among the servers of the
+        session's active agent: a running server that lists it, else (a session resumed in a
+        new process, before its servers start) the server whose name the tool's begins with,
+        ``SERVER__`` (None: not an MCP tool's call; no server is started here)."""
         reader = getattr(self.store, "active_agent_name", None)
         name = reader(session_id) if callable(reader) else None
         agent = self.agents.get(name or "") or self.starting_agent
+        stopped: list[str] = []
         for entry in agent.mcp_servers:
             if not entry.server.running:
+                stopped.append(str(entry.server.name))
                 continue
             try:
                 if call.name in entry.agent_tools():
                     return str(entry.server.name)
             except Exception:  # noqa: BLE001 - it stopped since: no name to give
                 continue
-        return None
+        if call.name in agent.all_tools():
+            return None
+        named = [s for s in stopped if call.name.startswith(f"{s}__")]
+        return max(named, key=len) if named else None
 
     def awaits_approval(self, session_id: str, call: Any) -> bool:
         """Whether the pending ``call`` waits for an approval (not for a custom tool's result):
@@ -521,7 +528,8 @@ class Runner(TurnLoop, ContextWindow):
         if own is not None and own.is_custom:
             raise ToolResultError(f"tool call {tool_use_id!r} ({call.name}) is a custom tool's: answer it with a tool "
                                   "result", session_id=session_id)
-        whole = None
+        whole: str | None = None
+        images: tuple[Any, ...] = ()
         if not approve:  # nothing to start: the call never runs
             text, is_error = refused_text(call.name, "the user declined it"), True
         else:
@@ -532,9 +540,10 @@ class Runner(TurnLoop, ContextWindow):
             if getattr(found, "approval", None) == "never":
                 text, is_error = refused_text(call.name, "its approval policy is never"), True
             else:
-                text, is_error, whole = invoke_call(found, call, None,
-                                                    turn_secrets(self.vaults, session, [(call, found)]))
-        remaining = self.store.submit_tool_result(session_id, tool_use_id, text, is_error=is_error)
+                text, is_error, whole, images = invoke_call(found, call, None,
+                                                            turn_secrets(self.vaults, session, [(call, found)]))
+        remaining = self.store.submit_tool_result(session_id, tool_use_id, text, is_error=is_error,
+                                                  **({"attachments": images} if images else {}))
         if whole is not None:
             self.store.append_event(session_id, "mcp.output", {"turn": session.turn_count, "tool_use_id": tool_use_id,
                                                                "output": whole})

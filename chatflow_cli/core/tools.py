@@ -132,14 +132,18 @@ class ToolCallFailed(Exception):
 
 class ToolText(str):
     """A tool's result text as the model sees it, with :attr:`whole`: the complete result
-    when the text shown was cut (None when nothing was cut). The Runner stores ``whole`` in
-    the session's log beside the call."""
+    when the text shown was cut (None when nothing was cut), and :attr:`attachments`: the
+    images the tool returned (:class:`~chatflow_cli.core.attachments.Attachment` with their
+    bytes), which the text names. The Runner stores ``whole`` in the session's log beside the
+    call, and the images with the call's TOOL message."""
 
     whole: str | None
+    attachments: tuple[Any, ...]
 
-    def __new__(cls, text: str, whole: str | None = None) -> ToolText:
+    def __new__(cls, text: str, whole: str | None = None, attachments: tuple[Any, ...] = ()) -> ToolText:
         made = super().__new__(cls, text)
         made.whole = whole
+        made.attachments = attachments
         return made
 
 

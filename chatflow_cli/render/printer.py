@@ -152,11 +152,16 @@ class ReplyPrinter:
         line.append(" " + safe_text(pretty_json_text(arguments)), style="dim")
         self.note(line)
 
-    def tool_finished(self, name: str, output: str | None, is_error: bool = False) -> None:
+    def tool_finished(self, name: str, output: str | None, is_error: bool = False,
+                      attachments: Any = ()) -> None:
+        """A tool's result; ``attachments``: the images it returned (``Attachment.to_dict()``
+        dicts), each shown as an ``attached:`` line."""
         from rich.text import Text
 
         line = Text("  error: " if is_error else "  result: ", style="red" if is_error else "dim")
         line.append(safe_text(fold(pretty_json_text(output), max_lines=3, max_chars=300)), style="dim")
+        for shown in attached_lines(attachments):
+            line.append("\n" + shown, style="dim")
         self.note(line)
 
     def handoff(self, from_agent: str | None, to_agent: str | None) -> None:
@@ -186,3 +191,17 @@ class ReplyPrinter:
                     self._stream = None
             else:
                 self._end_segment()
+
+
+def attached_lines(attachments: Any) -> list[str]:
+    """``  attached: NAME (TYPE, SIZE, WxH)`` for each attachment of a ``tool.call_finished``
+    event (``Attachment.to_dict()`` dicts: the images a tool returned); a malformed one is skipped."""
+    from ..core.attachments import Attachment, attachment_line
+
+    out: list[str] = []
+    for item in attachments or ():
+        try:
+            out.append(f"  attached: {safe_text(attachment_line(Attachment.from_dict(item)))}")
+        except ValueError:
+            continue
+    return out

@@ -108,7 +108,8 @@ class AgentVersionMarks:
 
 def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool = False, width: int | None = None,
                      interrupted: bool = False, changed: list[dict[str, Any]] | None = None,
-                     submitted: Mapping[str, str] | None = None, awaiting: Container[str] = ()) -> list[Any]:
+                     submitted: Mapping[str, str] | None = None, awaiting: Container[str] = (),
+                     repl: bool = False) -> list[Any]:
     """The renderables of one turn (see the module docstring for the layout).
 
     Items are :class:`Lines` (with ``plain`` text and Rich styles) and, when ``markdown``
@@ -123,7 +124,8 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
     marked in the title and named in a line under it. ``submitted``: results already given
     for tool calls still waiting on others (``{tool_use_id: output}``), shown with their call.
     ``awaiting``: the ids of calls waiting for an approval (``--approve``/``--deny``), not
-    for a custom tool's ``--tool-result``.
+    for a custom tool's ``--tool-result``. ``repl``: drawn in the REPL, where a call still
+    waiting is asked about before the next message is sent: its line says so.
     """
     marks = []
     for change in changed or ():
@@ -228,9 +230,11 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
                     body.append("  (submitted; the turn goes on once every call has its result)\n", "yellow")
                 elif result is None and call.id in awaiting:
                     cid = safe_text(call.id)
-                    body.append(f"  waiting for approval (--approve {cid} / --deny {cid})\n", "yellow")
+                    here = " · your next message asks you first (y/n/a)" if repl else ""
+                    body.append(f"  waiting for approval (--approve {cid} / --deny {cid}){here}\n", "yellow")
                 elif result is None:
-                    body.append("  result: (waiting for --tool-result)\n", "yellow")
+                    here = " · your next message asks you for it first" if repl else ""
+                    body.append(f"  result: (waiting for --tool-result){here}\n", "yellow")
                 else:
                     if result.is_error:
                         body.append("  error: ", "red")
@@ -238,6 +242,11 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
                         body.append("  result: ", "dim")
                     text = safe_text(pretty_json_text(result.content, full=full))
                     body.append(text.replace("\n", "\n    ") + "\n")
+                    if result.attachments:  # the images the tool returned, as a user's attachments
+                        from ..core.attachments import attachment_line
+
+                        for attachment in result.attachments:
+                            body.append(f"  attached: {safe_text(attachment_line(attachment))}\n", "dim")
                     if result.interrupted:
                         body.append("  (interrupted)\n", "yellow")
         # TOOL messages are shown with their call

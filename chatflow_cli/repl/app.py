@@ -276,7 +276,7 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         interrupted = turn_interrupted(record, InterruptedTurns(self.store, self.session_id))
         submitted = self.store.submitted_tool_results(self.session_id)
         for item in turn_renderables(record, markdown=True, width=width, interrupted=interrupted,
-                                     submitted=submitted):
+                                     submitted=submitted, awaiting=self._awaiting(), repl=True):
             lines.extend(self.console.render_lines(item, self.console.options, pad=False))
         while lines and not "".join(seg.text for seg in lines[-1]).strip():
             lines.pop()

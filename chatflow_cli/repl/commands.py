@@ -193,10 +193,11 @@ class SlashCommands(ReplHost):
         full = bool(arg)
         interrupted = InterruptedTurns(self.store, self.session_id)
         submitted = self.store.submitted_tool_results(self.session_id)
+        awaiting = self._awaiting()
         for record in self.store.load_turns(self.session_id):
             print_unpadded(self.console, *turn_renderables(record, markdown=True, full=full, width=self.console.width,
                                                            interrupted=turn_interrupted(record, interrupted),
-                                                           submitted=submitted))
+                                                           submitted=submitted, awaiting=awaiting, repl=True))
 
     async def cmd_rollback(self, arg: str) -> None:
         if not await self._wait_closing():

@@ -77,8 +77,11 @@ class _TurnView:
             line.append(" " + args, style="dim")
         self.line(line, status=f"running {safe_text(name)}…")
 
-    def tool_finished(self, name: str, output: str | None, is_error: bool, duration_ms: float | None) -> None:
+    def tool_finished(self, name: str, output: str | None, is_error: bool, duration_ms: float | None,
+                      attachments: Any = ()) -> None:
         from rich.text import Text
+
+        from ..render.printer import attached_lines
 
         line = Text("  ✗ error: " if is_error else "  ↳ ", style="red" if is_error else "dim")
         line.append(safe_text(_short(pretty_json_text(output))), style="dim")
@@ -86,6 +89,8 @@ class _TurnView:
             line.append(
                 f"  ({duration_ms / 1000:.1f}s)" if duration_ms >= 1000 else f"  ({duration_ms:.0f}ms)", style="dim"
             )
+        for shown in attached_lines(attachments):  # the images the tool returned
+            line.append("\n" + shown, style="dim")
         self.line(line, status="thinking…")
 
     def handoff(self, from_agent: str | None, to_agent: str | None) -> None:
@@ -153,12 +158,27 @@ class TurnRunner(ReplHost):
             await self._answer_tools(list(result.pending_tool_calls))
 
     async def _settle_pending(self) -> bool:
-        """Custom tool calls still open (from before): ask for them first. False if the user declined."""
+        """Tool calls still open (from before): ask for their results or approvals first.
+        False if the user declined."""
         session = self.store.get(self.session_id)
         if session is None or not session.pending_tool_calls:
             return True
-        self.say(f"turn {session.turn_count} is waiting for tool results first.", style="yellow")
+        answered = self.store.submitted_tool_results(self.session_id)
+        open_calls = [c for c in session.pending_tool_calls if c.id not in answered]
+        asking = sum(1 for c in open_calls if self.runner.awaits_approval(self.session_id, c))
+        waits = ("your approval" if asking == len(open_calls) else
+                 "tool results and your approval" if asking else "tool results")
+        self.say(f"turn {session.turn_count} is waiting for {waits} first.", style="yellow")
         return await self._answer_tools(list(session.pending_tool_calls))
+
+    def _awaiting(self) -> frozenset[str]:
+        """The ids of the session's open calls that wait for an approval, not for a result."""
+        try:
+            session = self.store.get(self.session_id)
+        except ChatflowError:
+            return frozenset()
+        calls = session.pending_tool_calls if session is not None else ()
+        return frozenset(c.id for c in calls if self.runner.awaits_approval(self.session_id, c))
 
     async def _answer_tools(self, calls: list[ToolCall]) -> bool:
         """Ask the user for the result of each custom tool call that has none yet (results
@@ -434,7 +454,8 @@ class TurnRunner(ReplHost):
         elif kind == "tool.call_finished":
             if not str(data.get("name", "")).startswith("transfer_to_"):
                 view.tool_finished(
-                    str(data.get("name", "?")), data.get("output"), bool(data.get("is_error")), data.get("duration_ms")
+                    str(data.get("name", "?")), data.get("output"), bool(data.get("is_error")), data.get("duration_ms"),
+                    data.get("attachments") or (),
                 )
         elif kind == "handoff":
             view.handoff(data.get("from_agent"), data.get("to_agent"))

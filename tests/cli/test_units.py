@@ -241,7 +241,7 @@ def test_cli_fixtures_are_shared_with_every_test_folder():
 
     for folder in ("tests/hardening", "tests/repl"):
         listing = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fixtures", folder],
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--fixtures", folder],
             cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120,
         ).stdout
         defined_in = {"chatflow": "tests/conftest.py", "provider": "tests/conftest.py",

@@ -3,7 +3,8 @@ the SDK's FastMCP): ``python tests/mcp/toolbox.py`` serves on stdio,
 ``python tests/mcp/toolbox.py http PORT`` over streamable HTTP on 127.0.0.1.
 
 Its tools are scripted to behave well and badly: ``echo``, ``add`` (structured content),
-``fail`` (an ``isError`` result), ``huge`` (a long text), ``picture`` (an image), ``crash``
+``fail`` (an ``isError`` result), ``huge`` (a long text), ``picture`` (an image whose header is
+broken), ``photo`` (a caption and a real PNG of the size asked), ``crash``
 (exits mid-call, after a line on stderr), ``hang`` (never answers), ``noise`` (a line of
 garbage on stdout, then a result), ``malformed`` (a response that is not a valid result),
 ``token`` (returns ``$TOOLBOX_TOKEN``: a careless tool echoing its secret), ``pid``.
@@ -71,6 +72,25 @@ def huge(size: int) -> str:
 def picture() -> Image:
     """A small PNG."""
     return Image(data=b"\x89PNG\r\n\x1a\n" + b"\0" * 92, format="png")
+
+
+def _png(width: int, height: int) -> bytes:
+    """A real PNG of ``width`` x ``height`` red pixels (any image reader decodes it)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    rows = b"".join(b"\0" + bytes([200, 30, 30]) * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+@server.tool(structured_output=False)
+def photo(width: int = 64, height: int = 32) -> list[object]:
+    """A caption and a PNG of width x height pixels."""
+    return ["a red rectangle", Image(data=_png(width, height), format="png")]
 
 
 @server.tool()

@@ -46,6 +46,9 @@ class RunnerHost:
     #: ``"yes"``, ``"no"`` or ``"always"``; None: such a call waits (``approve_tool_call``)
     approver: Callable[[Any, Any], str] | None
     approved_tools: set[str]  # tool names answered "always" (for this Runner's life)
+    #: models that refused the images of tool results (a 400 that speaks of images): later
+    #: requests to them carry the results' text only (for this Runner's life)
+    text_only_models: set[str]
 
     if TYPE_CHECKING:  # the methods one part calls on another (each defined by one part)
         @property

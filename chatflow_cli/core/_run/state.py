@@ -73,6 +73,8 @@ class TurnState:
         dropped_told: the turn's ``context.dropped`` event was yielded.
         wholes: tool call id -> the complete result of a call whose text was cut for the
             model (stored as an ``mcp.output`` event beside the call).
+        images: tool call id -> the images a call's tool returned (attachments with their
+            bytes), stored with its TOOL message.
         unavailable: tool servers that failed to start in this turn -> what happened (not
             tried again until the next turn).
         unknown_tools: tool servers whose ``tools``/``tool_approval`` name tools they do not
@@ -95,6 +97,7 @@ class TurnState:
     usage_missing: bool = False  # a request of the turn came back without usage
     dropped_told: bool = False  # a context.dropped event was yielded for this turn
     wholes: dict[str, str] = dataclasses.field(default_factory=dict)
+    images: dict[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
     unavailable: dict[str, str] = dataclasses.field(default_factory=dict)
     unknown_tools: dict[str, str] = dataclasses.field(default_factory=dict)
     # Chat Completions form of each message sent in this turn, by identity (messages are
@@ -117,6 +120,11 @@ class TurnState:
         read = getattr(store, "attachment_data", None)
         if missing and read is not None:
             self._blobs.update(read(missing))
+
+    @property
+    def blobs(self) -> Mapping[str, bytes]:
+        """The attachments' bytes :meth:`fetch_blobs` read, by sha256."""
+        return self._blobs
 
     def wire(self, message: Message) -> dict[str, Any]:
         """``message.to_wire()``, computed once per turn (attachments' bytes from

@@ -93,10 +93,10 @@ def run_concurrently(runnable: list[tuple[ToolCall, Tool]], outcomes: dict[str, 
     """
     import concurrent.futures
 
-    futures: list[tuple[ToolCall, concurrent.futures.Future[tuple[str, bool, float, str | None]]]] = []
-    in_order: list[tuple[concurrent.futures.Future[tuple[str, bool, float, str | None]], Tool, ToolCall]] = []
+    futures: list[tuple[ToolCall, concurrent.futures.Future[tuple[str, bool, float, str | None, tuple[Any, ...]]]]] = []
+    in_order: list[tuple[concurrent.futures.Future[tuple[str, bool, float, str | None, tuple[Any, ...]]], Tool, ToolCall]] = []
     for call, found in runnable:
-        future: concurrent.futures.Future[tuple[str, bool, float, str | None]] = concurrent.futures.Future()
+        future: concurrent.futures.Future[tuple[str, bool, float, str | None, tuple[Any, ...]]] = concurrent.futures.Future()
         futures.append((call, future))
         if found.sequential:
             in_order.append((future, found, call))
@@ -114,12 +114,14 @@ def run_concurrently(runnable: list[tuple[ToolCall, Tool]], outcomes: dict[str, 
             done, pending = concurrent.futures.wait(pending, timeout=0.05,
                                                     return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
-                text, is_error, took, whole = future.result()
+                text, is_error, took, whole, images = future.result()
                 call = by_future[future]
                 outcomes[call.id] = (text, is_error)
                 timings[call.id] = took
                 if whole is not None:
                     state.wholes[call.id] = whole
+                if images:
+                    state.images[call.id] = images
             if pending and cancel.is_set():
                 raise Cancelled()
     except BaseException:
@@ -138,16 +140,17 @@ def output_text(output: Any) -> str:
 
 
 def invoke_call(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None,
-                secrets: SessionSecrets | None = None) -> tuple[str, bool, str | None]:
-    """Run one tool call: ``(text, is_error, whole)``; errors become text the model sees
-    (``is_error`` True). The text is scrubbed of vault values and made storable
+                secrets: SessionSecrets | None = None) -> tuple[str, bool, str | None, tuple[Any, ...]]:
+    """Run one tool call: ``(text, is_error, whole, images)``; errors become text the model
+    sees (``is_error`` True). The text is scrubbed of vault values and made storable
     (:func:`~chatflow_cli.core.memory.storable_text`: lone surrogates escaped); ``whole`` is
-    the complete result when the text was cut (a :class:`~chatflow_cli.core.tools.ToolText`),
-    else None."""
+    the complete result when the text was cut, else None, and ``images`` the images the tool
+    returned (both from a :class:`~chatflow_cli.core.tools.ToolText`)."""
     text, is_error = _outcome(found, call, loop, secrets)
     whole = getattr(text, "whole", None)
+    images = tuple(getattr(text, "attachments", None) or ())
     return (storable_text(scrub_values(str(text))), is_error,
-            storable_text(scrub_values(whole)) if isinstance(whole, str) else None)
+            storable_text(scrub_values(whole)) if isinstance(whole, str) else None, images)
 
 
 def _outcome(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None,
@@ -175,7 +178,7 @@ def _outcome(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None
         return f"Error: {call.name} raised {type(exc).__name__}: {exc}", True
 
 
-def _run_in_order(calls: list[tuple[concurrent.futures.Future[tuple[str, bool, float, str | None]], Tool, ToolCall]],
+def _run_in_order(calls: list[tuple[concurrent.futures.Future[tuple[str, bool, float, str | None, tuple[Any, ...]]], Tool, ToolCall]],
                   cancel: CancelToken, loop: asyncio.AbstractEventLoop | None,
                   secrets: SessionSecrets | None) -> None:
     """Run the sequential calls one after another; after a cancel request none begins (their
@@ -186,14 +189,14 @@ def _run_in_order(calls: list[tuple[concurrent.futures.Future[tuple[str, bool, f
         _run_into(future, found, call, loop, secrets)
 
 
-def _run_into(future: concurrent.futures.Future[tuple[str, bool, float, str | None]], found: Tool, call: ToolCall,
+def _run_into(future: concurrent.futures.Future[tuple[str, bool, float, str | None, tuple[Any, ...]]], found: Tool, call: ToolCall,
               loop: asyncio.AbstractEventLoop | None, secrets: SessionSecrets | None = None) -> None:
     if not future.set_running_or_notify_cancel():
         return
     began = time.perf_counter()
     try:
-        text, is_error, whole = invoke_call(found, call, loop, secrets)
+        text, is_error, whole, images = invoke_call(found, call, loop, secrets)
     except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt/SystemExit raised by a tool
         future.set_exception(exc)
     else:
-        future.set_result((text, is_error, time.perf_counter() - began, whole))
+        future.set_result((text, is_error, time.perf_counter() - began, whole, images))

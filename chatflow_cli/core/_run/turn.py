@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .._stream import ModelTurn, ReplyState, TextDelta, Usage
 from ..agents import Agent
 from ..errors import (
+    BadRequestError,
     ChatflowError,
     ConfigError,
     InvalidToolCallError,
@@ -25,7 +26,7 @@ from ..errors import (
 )
 from ..events import Event, EventType, SessionStatus
 from ..memory import storable_text
-from ..messages import Message, Role, ToolCall, check_history
+from ..messages import Message, Role, ToolCall, check_history, wire_messages
 from ..tokens import reply_tokens
 from ..tools import Tool
 from ..usage import normalise_usage
@@ -252,35 +253,52 @@ class TurnLoop(RunnerHost):
                 yield StreamEvent("context.dropped", session_id, {"first": dropped[0], "last": dropped[1],
                                                                    "summarised": False}, turn=turn)
             check_history(outgoing, session_id=session_id)
-            if any(m.attachments for m in outgoing):
-                state.fetch_blobs(outgoing, self.store)
-            wire = [state.wire(m) for m in outgoing if not m.says_nothing]
+            # the images tool results returned go to a model that takes images (not the embedded
+            # model, nor one that refused them before): see wire_messages
+            images = any(m.attachments for m in outgoing if m.role is Role.TOOL) \
+                and not getattr(client, "local", False) and model not in self.text_only_models
             tool_choice = agent.tool_choice if requests == 0 and tools else None
             if isinstance(tool_choice, str) and tool_choice in tools:
                 tool_choice = {"type": "function", "function": {"name": tool_choice}}
             requests += 1
-            reply = None
-            state.partial = []
-            stream = client.stream(model, wire, [t.to_wire() for t in tools.values()] or None,
-                                   tool_choice=tool_choice, max_tokens=self.max_tokens,
-                                   temperature=self.temperature, cancel=cancel.event)
-            unwatch = cancel.watch(stream)
-            try:
-                for item in stream:
-                    if isinstance(item, TextDelta):
-                        delta = storable_text(item.text)
-                        state.partial.append(delta)
-                        yield StreamEvent("text.delta", session_id, {"text": delta, "agent": agent.name},
-                                          turn=turn)
-                    elif isinstance(item, ModelTurn):
-                        reply = item
-                    if cancel.is_set():
-                        raise Cancelled()
-            finally:
-                unwatch()
-                close = getattr(stream, "close", None)
-                if close is not None and reply is None:
-                    close()
+            while True:
+                sent = [m for m in outgoing if m.attachments and (images or m.role is not Role.TOOL)]
+                if sent:
+                    state.fetch_blobs(sent, self.store)
+                wire = wire_messages(outgoing, state.blobs, images=images, wire=state.wire)
+                reply = None
+                state.partial = []
+                stream = client.stream(model, wire, [t.to_wire() for t in tools.values()] or None,
+                                       tool_choice=tool_choice, max_tokens=self.max_tokens,
+                                       temperature=self.temperature, cancel=cancel.event)
+                unwatch = cancel.watch(stream)
+                try:
+                    for item in stream:
+                        if isinstance(item, TextDelta):
+                            delta = storable_text(item.text)
+                            state.partial.append(delta)
+                            yield StreamEvent("text.delta", session_id, {"text": delta, "agent": agent.name},
+                                              turn=turn)
+                        elif isinstance(item, ModelTurn):
+                            reply = item
+                        if cancel.is_set():
+                            raise Cancelled()
+                except BadRequestError as exc:
+                    if not images or state.partial or "image" not in exc.message.lower():
+                        raise
+                    # the model takes no images: the tool results' images stay in the session, and
+                    # this request and every later one of this Runner go without them
+                    log.info("model %s refused the images of tool results (%s): sent again without them",
+                             model, exc.message)
+                    self.text_only_models.add(model)
+                    images = False
+                    continue
+                finally:
+                    unwatch()
+                    close = getattr(stream, "close", None)
+                    if close is not None and reply is None:
+                        close()
+                break
             if reply is None:
                 raise ProviderResponseError("the model's stream ended without a reply", session_id=session_id)
             if reply.usage is not None:
@@ -347,15 +365,17 @@ class TurnLoop(RunnerHost):
                 # stop here; regular results wait with the custom ones, sent in call order
                 for call in calls:
                     if call.id in outcomes:
-                        self._record_submitted(session, turn, call, *outcomes[call.id])
+                        self._record_submitted(session, turn, call, *outcomes[call.id],
+                                               images=state.images.pop(call.id, ()))
                 self._record_wholes(session, turn, state, outcomes)
                 pending: dict[str, Any] = {"turn": turn, "tool_use_ids": [c.id for c in custom],
                                            "tools": [c.to_dict() for c in custom]}
                 if asking:
                     pending["approval"] = [c.id for c in asking]
                 session.record_event(EventType.TOOL_PENDING, pending)
-                session.set_status(SessionStatus.IDLE, reason="waiting for tool results or approvals" if asking
-                                   else "waiting for custom tool results")
+                waits = ("waiting for approvals" if len(asking) == len(custom) else
+                         "waiting for approvals and custom tool results" if asking else "waiting for custom tool results")
+                session.set_status(SessionStatus.IDLE, reason=waits)
                 events = self.store.save(session)
                 state.released = True
                 yield from stored(events, turn)
@@ -366,7 +386,8 @@ class TurnLoop(RunnerHost):
             handoff_to: Agent | None = None
             for call in calls:
                 text, is_error = outcomes[call.id]
-                session.add_message(Message.tool(call.id, text, name=call.name, is_error=is_error))
+                session.add_message(Message.tool(call.id, text, name=call.name, is_error=is_error,
+                                                 attachments=state.images.pop(call.id, ())))
                 target = state.handoffs.get(call.id)
                 if target is not None and handoff_to is None:
                     handoff_to = target
@@ -419,13 +440,17 @@ class TurnLoop(RunnerHost):
                 answered[call.id] = (refused_text(call.name, "the user declined it"), True)
         return answered, asking
 
-    def _record_submitted(self, session: SessionContext, turn: int, call: ToolCall, output: str, is_error: bool) -> None:
+    def _record_submitted(self, session: SessionContext, turn: int, call: ToolCall, output: str, is_error: bool,
+                          images: tuple[Any, ...] = ()) -> None:
         """A regular call's result waiting beside custom ones; an error result carries
-        ``"is_error": true`` so the TOOL message stored when the turn continues is flagged."""
+        ``"is_error": true`` so the TOOL message stored when the turn continues is flagged,
+        and the images its tool returned ``"attachments"`` (their bytes stored with the event)."""
         payload: dict[str, Any] = {"turn": turn, "tool_use_id": call.id, "output": output}
         if is_error:
             payload["is_error"] = True
-        session.record_event(EventType.TOOL_RESULT_SUBMITTED, payload)
+        if images:
+            payload["attachments"] = [a.to_dict() for a in images]
+        session.record_event(EventType.TOOL_RESULT_SUBMITTED, payload, attachments=images)
 
     @staticmethod
     def _fresh_ids(session: SessionContext, calls: list[ToolCall]) -> list[ToolCall]:
@@ -476,9 +501,11 @@ class TurnLoop(RunnerHost):
         for call in calls:
             if call.id in outcomes:
                 text, is_error = outcomes[call.id]
-                yield StreamEvent("tool.call_finished", session_id,
-                                  {"id": call.id, "name": call.name, "output": text, "is_error": is_error,
-                                   "duration_ms": round(timings.get(call.id, 0.0) * 1000, 3)}, turn=turn)
+                finished = {"id": call.id, "name": call.name, "output": text, "is_error": is_error,
+                            "duration_ms": round(timings.get(call.id, 0.0) * 1000, 3)}
+                if state.images.get(call.id):  # the images its tool returned (their metadata)
+                    finished["attachments"] = [a.to_dict() for a in state.images[call.id]]
+                yield StreamEvent("tool.call_finished", session_id, finished, turn=turn)
         return outcomes
 
 

@@ -10,7 +10,9 @@ A stream is a header line, then every event of the session's log in ``seq`` orde
     ...
 
 ``data`` is the event's payload exactly as stored (the shape ``replay --json`` prints), and
-``idempotency_key`` is present when the event was appended under one, so rolled-back and
+``idempotency_key`` is present when the event was appended under one, and ``tokens`` on a
+message's event when its stored token count is not chatflow's estimate (the provider's count
+of a reply: an import keeps it, so the context is counted the same), so rolled-back and
 failed turns, tool calls and results, handoffs, status changes, usage and custom events all
 survive. Several sessions are several streams, one after the other in one file. The
 files a session's messages carry (their metadata is in each message) follow the header
@@ -37,13 +39,15 @@ FORMAT_VERSION = 2
 
 
 def export_chatflow(header: Mapping[str, Any], events: Iterable[Event],
-                    blobs: Mapping[str, bytes] | None = None) -> Iterator[str]:
+                    blobs: Mapping[str, bytes] | None = None, tokens: Mapping[int, int] | None = None) -> Iterator[str]:
     """The lines (each ending in ``\\n``) of one session's stream.
 
     ``header``: the ``session`` object of the header line (see the module docstring).
     ``blobs``: the bytes of the attachments the session's messages use (sha256 -> bytes),
     written as ``attachment`` lines after the header (version 2; a stream without them is
-    version 1, as before).
+    version 1, as before). ``tokens``: the stored token count of each message by the seq of
+    its event; a count that is not the estimate chatflow makes of the message (the provider's
+    count of a reply) is written beside the event's data, as ``tokens``.
     """
     version = FORMAT_VERSION if blobs else 1
     yield json_line({"format": "chatflow", "version": version, "session": dict(header)}) + "\n"
@@ -58,7 +62,20 @@ def export_chatflow(header: Mapping[str, Any], events: Iterable[Event],
                                 "data": _without_lock_token(event.payload)}
         if event.idempotency_key is not None:
             line["idempotency_key"] = event.idempotency_key
+        count = tokens.get(event.seq) if tokens else None
+        if count is not None and count != _estimate(event.payload):
+            line["tokens"] = count
         yield json_line(line) + "\n"
+
+
+def _estimate(payload: Mapping[str, Any]) -> int | None:
+    """The estimate chatflow makes of the tokens of the message an event records (None: none)."""
+    from ..tokens import estimate_tokens
+
+    try:
+        return estimate_tokens(Message.from_dict(payload.get("message")))  # type: ignore[arg-type]
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None
 
 
 def _without_lock_token(payload: Mapping[str, Any]) -> Any:
@@ -170,6 +187,8 @@ def read_chatflow(lines: Iterable[str], *, source: str = "-") -> list[ImportedSe
                  "line": number}
         if isinstance(data.get("idempotency_key"), str):
             event["idempotency_key"] = data["idempotency_key"]
+        if type(data.get("tokens")) is int and data["tokens"] >= 0:
+            event["tokens"] = data["tokens"]
         current.events.append(event)
     if current is not None:
         _check_complete(current, announced, source, header_line)

@@ -217,7 +217,9 @@ def _export_lines(store: ListingStore, session_id: str, fmt: str, *, per_turn: b
     events = store.events(session_id)
     header = session_header(store, session_id, events)
     if fmt == "chatflow":
-        yield from export_chatflow(header, events, session_blobs(store, session_id))
+        counts = getattr(store, "message_tokens", None)
+        yield from export_chatflow(header, events, session_blobs(store, session_id),
+                                   counts(session_id) if counts is not None else None)
         return
     records = [r for r in store.load_turns(session_id, first=0) if not (r.rolled_back or r.failed)]
     system = [m for r in records if r.number == 0 for m in r.messages if m.role is Role.SYSTEM]

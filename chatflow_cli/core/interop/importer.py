@@ -70,7 +70,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..attachments import file_name
+from ..attachments import Attachment, file_name
 from ..errors import ChatflowError, ImportFormatError, InvalidHistoryError, UsageError
 from ..memory import EditStore, SessionContext
 from ..memory._checks import _agent_name
@@ -159,11 +159,30 @@ def _with_bytes(message: Message, blobs: dict[str, bytes]) -> Message:
     return replace(message, attachments=tuple(filled))
 
 
+def _event_files(data: dict[str, Any], blobs: dict[str, bytes]) -> tuple[Attachment, ...]:
+    """The images a ``tool.result_submitted`` names (its tool returned them; the TOOL message
+    stored when the turn goes on carries them), with their bytes from the file.
+
+    Raises:
+        ImportFormatError: an attachment that is not one, or whose bytes the file does not hold.
+    """
+    attached = data.get("attachments")
+    if not isinstance(attached, list) or not attached:
+        return ()
+    try:
+        made = Message.tool("", "", attachments=[Attachment.from_dict(a) for a in attached])
+    except ValueError as exc:
+        raise ImportFormatError(f"a tool.result_submitted event names an attachment that is not one ({exc})") from None
+    return _with_bytes(made, blobs).attachments
+
+
 def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int, blobs: dict[str, bytes] | None = None) -> None:
     """Apply one exported event to ``ctx`` through the context's own methods."""
     kind, data = event["type"], event["data"]
     if kind in ("message.user", "message.model", "message.system", "tool.result"):
         message = Message.from_dict(data["message"])
+        if "tokens" in event:  # the stored count (a provider's) the export kept
+            message = replace(message, tokens=event["tokens"])
         ctx.add_message(_with_bytes(message, blobs or {}) if message.attachments else message)
     elif kind == "rollback":
         ctx.rollback_to(int(data["to_turn"]) + offset, system=data.get("system") is True and not offset)
@@ -198,7 +217,8 @@ def _replay_event(ctx: SessionContext, event: dict[str, Any], offset: int, blobs
         if not offset:  # after the target's own turns, the summary would not cover them: left out
             ctx.restore_compaction(data)
     elif kind in _RECORDED or not kind.startswith(("message.", "tool.", "turn.", "session.", "metadata.")):
-        ctx.record_event(kind, _shift(data, offset))
+        files = _event_files(data, blobs or {}) if kind == "tool.result_submitted" else ()
+        ctx.record_event(kind, _shift(data, offset), attachments=files)
     else:
         raise UsageError(f"an event of type {kind!r} cannot be imported")
 

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from ..tools import Tool, ToolCallFailed, ToolText
-from .results import cut, result_text
+from .results import cut, result_content
 
 __all__ = ["MCPTool", "tool_name", "tools_of"]
 
@@ -74,17 +74,19 @@ class MCPTool(Tool):
         return f"MCPTool(name={self.name!r}, server={self.server.name!r})"
 
     def _text(self, result: Any) -> ToolText:
-        text, is_error = result_text(result)
+        text, is_error, images = result_content(result, self.remote_name)
+        if is_error:  # an error's text only: its images, if any, stay placeholders
+            text, images = result_content(result, None)[0], ()
         shown = cut(text)
         if is_error:
             raise ToolCallFailed(f"{self.remote_name} (MCP server {self.server.name!r}) returned an error: {shown}")
-        return ToolText(shown, text if shown != text else None)
+        return ToolText(shown, text if shown != text else None, images)
 
     def invoke(self, arguments: str | dict[str, Any] | None, *, loop: asyncio.AbstractEventLoop | None = None,
                secrets: collections.abc.Mapping[str, str] | None = None) -> str:
         """Call the tool on its server: the result's text (a
         :class:`~chatflow_cli.core.tools.ToolText`, cut at
-        :data:`~chatflow_cli.core.mcp.results.MAX_RESULT_CHARS`). Raises ToolArgumentsError
+        :data:`~chatflow_cli.core.mcp.results.MAX_RESULT_CHARS`, with the images it returned). Raises ToolArgumentsError
         (not a JSON object), ToolCallFailed (an error result, or the server failed)."""
         data = self.parse_arguments(arguments)
         return self._text(self.server.call_tool_sync(self.remote_name, data))

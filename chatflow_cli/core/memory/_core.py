@@ -434,6 +434,8 @@ class _StoreCore:
                 text = f'{{"turn":{turn},"message":{op.text}}}'
             event = self._append(tx, row.session_id, op.type, payload, turn, text=text, created_at=op.at)
             events.append(event)
+            if op.attachments:  # the bytes of files the event names (a tool result's images)
+                tx.attachments_add(row.session_id, op.attachments)  # type: ignore[attr-defined]
             holder = row.owner.token if row.owner is not None else None
             if turn is not None and op.kind == "event":
                 if op.type in (EventType.TURN_COMPLETED.value, EventType.TOOL_PENDING.value):

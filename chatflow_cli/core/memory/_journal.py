@@ -290,6 +290,18 @@ class _Journal(_StoreCore):
 
     adelete = async_twin(delete, writes=True)
 
+    def message_tokens(self, session_id: str) -> dict[int, int]:
+        """The stored token count of every message of the session's turns and SYSTEM messages
+        (removed ones too), by the seq of the event that recorded it: what a lossless export
+        keeps beside the events, since a provider's count is not an estimate an import could
+        make again. SessionNotFoundError when absent."""
+        _check_session_id(session_id)
+        with self._read() as tx:
+            self._require(tx, session_id)
+            stored = tx.turn_messages(session_id, 0, None, True)
+        return {item.seq: item.message.tokens for item in stored
+                if item.seq is not None and item.message.tokens is not None}
+
     def load_turns(
         self, session_id: str, first: int = 1, last: int | None = None, include_rolled_back: bool = False
     ) -> list[TurnRecord]:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 from ..dsn import url_without_userinfo
 from ..errors import IdempotencyConflictError, PendingToolCallsError, SessionBusyError, UsageError
 from ..events import Event, EventType, SessionStatus
-from ..messages import Message, Role
+from ..messages import Attachment, Message, Role
 from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
 from ._claims import _Claims
 from ._journal import ContextStore
@@ -66,8 +66,10 @@ class TurnStore(ContextStore, SessionLookup, Protocol):
         """Append one custom (non-reserved) event."""
         ...
 
-    def submit_tool_result(self, session_id: str, tool_use_id: str, output: str, *, is_error: bool = False) -> list[str]:
-        """Record a custom tool's result (an error result with ``is_error``); the tool-call ids still unanswered."""
+    def submit_tool_result(self, session_id: str, tool_use_id: str, output: str, *, is_error: bool = False,
+                           attachments: Sequence[Attachment] = ()) -> list[str]:
+        """Record a custom tool's result (an error result with ``is_error``; the images a tool
+        returned as ``attachments``); the tool-call ids still unanswered."""
         ...
 
     def submitted_tool_results(self, session_id: str) -> dict[str, str]:
@@ -253,8 +255,9 @@ class _Turns(_Claims, _ToolResults):
                     )
                 ctx.set_status(SessionStatus.RUNNING, "turn continued", owner=owner.to_dict())
                 for call in pending:
-                    output, is_error = submitted[call.id]
-                    ctx.add_message(Message.tool(call.id, output, name=call.name, is_error=is_error))
+                    output, is_error, attached = submitted[call.id]
+                    ctx.add_message(Message.tool(call.id, output, name=call.name, is_error=is_error,
+                                                 attachments=attached))
             journal = ctx._pending()
             new_events = self._apply(tx, row, journal)
             events += new_events

@@ -59,6 +59,9 @@ class JournalEntry:
     #: from elsewhere: :meth:`SessionContext.set_event_time
     #: <chatflow_cli.core.memory.context.SessionContext.set_event_time>`)
     at: float | None = None
+    #: files an event's payload names whose bytes the store keeps with it (a tool result's
+    #: images, recorded before its TOOL message): :class:`~chatflow_cli.core.attachments.Attachment`
+    attachments: tuple[Any, ...] = ()
 
 
 #: The event type a stored message of each role is recorded as.

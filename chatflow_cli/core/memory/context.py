@@ -36,7 +36,7 @@ from ..events import (
     is_reserved_event_type,
     use_instead,
 )
-from ..messages import Message, Role, ToolCall
+from ..messages import Attachment, Message, Role, ToolCall
 from ..resources.mounts import Mount, unique_mounts
 from ..resources.secrets import scrub_values
 from ..usage import normalise_usage
@@ -625,8 +625,10 @@ class SessionContext:
         self._record(JournalEntry("resource", EventType.RESOURCE_UNMOUNTED.value, payload))
         return True
 
-    def record_event(self, type: EventType | str, payload: Mapping[str, Any] | None = None) -> None:
-        """Journal an event with no other effect (e.g. ``tool.pending``).
+    def record_event(self, type: EventType | str, payload: Mapping[str, Any] | None = None, *,
+                     attachments: Sequence[Attachment] = ()) -> None:
+        """Journal an event with no other effect (e.g. ``tool.pending``); ``attachments``: files
+        the payload names whose bytes the store keeps with it, once by hash (a tool's images).
 
         Custom types are accepted. Of the reserved types (see ``RESERVED_EVENT_PREFIXES``)
         only those that change no stored state may be recorded here (``tool.pending``,
@@ -640,7 +642,7 @@ class SessionContext:
             raise UsageError(
                 f"event type {kind!r} is reserved: use {use_instead(kind)}", session_id=self.session_id
             )
-        self._record(JournalEntry("event", kind, dict(payload or {})))
+        self._record(JournalEntry("event", kind, dict(payload or {}), attachments=tuple(attachments)))
 
     def fail_turn(self, error: BaseException | str, *, agent: Any = None) -> None:
         """Take the current turn out of the window and journal ``turn.failed``.

@@ -49,3 +49,29 @@ def test_attachments_are_kept_once_by_hash_and_deleted_with_their_last_session(a
     assert any_store.attachment_data([log.sha256]) == {log.sha256: b"12:00 error: disk full\n"}
     assert any_store.delete("g") is True
     assert any_store.attachment_hashes() == [] and any_store.attachment_data(both) == {}
+
+
+def test_a_tool_result_s_images_are_kept_with_it_until_its_turn_goes_on(any_store: BaseSessionStore,
+                                                                       agent: Agent) -> None:
+    """Images a tool returned while its call waited (an approval, a custom tool beside it): the
+    bytes are stored with the submitted result, and the TOOL message stored when the turn goes
+    on carries them, whether they came through ``submit_tool_result`` or a recorded event."""
+    from chatflow_cli.core.messages import ToolCall
+
+    first = attachment_from_bytes(b"\x89PNG\r\n\x1a\n" + b"\0\0\0\rIHDR\0\0\0\x02\0\0\0\x03" + b"\0" * 40, "a-1.png")
+    second = attachment_from_bytes(b"GIF89a\x04\x00\x05\x00" + b"\0" * 20, "b-1.gif")
+    start = any_store.begin_turn("t", default_agent=agent, user_message=Message.user("go"), owner=Owner.current())
+    calls = [ToolCall("c1", "shot"), ToolCall("c2", "other"), ToolCall("c3", "ask")]
+    start.session.add_message(Message.model(None, calls))
+    start.session.record_event("tool.result_submitted", {"turn": 1, "tool_use_id": "c2", "output": "[image]",
+                                                         "attachments": [second.to_dict()]}, attachments=[second])
+    any_store.release(start.session)
+    assert any_store.submit_tool_result("t", "c1", "[image]", attachments=[first]) == ["c3"]
+    assert any_store.attachment_data([first.sha256, second.sha256]) == {first.sha256: first.data,
+                                                                         second.sha256: second.data}
+    assert any_store.submit_tool_result("t", "c3", "done") == []
+    go_on = any_store.begin_turn("t", default_agent=agent, user_message=None, owner=Owner.current())
+    results = {m.tool_call_id: m.attachments for m in go_on.session.history if m.tool_call_id}
+    assert results == {"c1": (first,), "c2": (second,), "c3": ()}
+    any_store.release(go_on.session)
+    assert any_store.attachment_hashes("t") == sorted([first.sha256, second.sha256])

@@ -14,7 +14,7 @@ import pytest
 from chatflow_cli.core.errors import ExitStatus, MemoryConflictError, MemoryStoreNotFoundError, UsageError
 from chatflow_cli.core.memory import BaseSessionStore, SessionContext
 from chatflow_cli.core.resources import Mount
-from chatflow_cli.core.resources.documents import DocumentVersion
+from chatflow_cli.core.resources.documents import DocumentVersion, check_path
 
 COMPOSED = "caf\u00e9.md"  # é as one code point
 DECOMPOSED = "cafe\u0301.md"  # e and a combining acute accent
@@ -66,6 +66,26 @@ def test_invisible_and_control_characters_are_refused(any_store: BaseSessionStor
     with pytest.raises(UsageError):
         any_store.rename_document("notes", "a.md", f"b{char}.md")
     assert any_store.memory_history("notes") == []
+
+
+#: what shows nothing or a blank that looks like U+0020 (a no-break space, figure space, the
+#: ideographic space, the Hangul fillers, the Braille blank, a variation selector, tags...)
+SPACE_LIKE = ("\u00a0", "\u2007", "\u3000", "\u115f", "\u1160", "\u3164", "\uffa0", "\u2800", "\u180e",
+              "\u034f", "\ufe0f", "\U000e0041", "\U000e0100")
+
+
+@pytest.mark.parametrize("char", SPACE_LIKE, ids=lambda c: f"U+{ord(c):04X}")
+def test_space_like_and_invisible_characters_are_refused_anywhere_in_a_path(char: str) -> None:
+    """Every path that enters a store goes through ``check_path`` (the CLI's refusals of a few
+    of these, through the real process, are in tests/cli/test_memory_command_rules.py)."""
+    for path in (f"invoice{char}.md", f"a/{char}/b.md", char):
+        with pytest.raises(UsageError, match=f"U\\+{ord(char):04X}") as caught:
+            check_path(path)
+        assert caught.value.exit_code is ExitStatus.USAGE
+    for path in ("a.md ", " a.md", "folder /a.md", "a/ b.md"):
+        with pytest.raises(UsageError, match="begins or ends with a space"):
+            check_path(path)
+    assert check_path("my notes/a b.md") == "my notes/a b.md"
 
 
 def test_a_path_typed_two_ways_is_one_document(any_store: BaseSessionStore) -> None:

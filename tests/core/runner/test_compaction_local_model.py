@@ -15,6 +15,10 @@ from chatflow_cli.core.runner import Runner
 pytestmark = [
     pytest.mark.local_model,
     pytest.mark.slow,
+    # a whole model run on 2 cores (the server's CPU is not the test's): CI's second pass; the
+    # default run keeps the real model's answer and forced tool call in tests/core/test_local.py
+    # and the REPL's in tests/repl/test_repl_e2e.py
+    pytest.mark.ci_long,
     pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama_cpp is not installed"),
 ]
 
