@@ -411,6 +411,13 @@ def _interrupted() -> int:
 
 def main(argv: list[str] | None = None) -> None:
     """Run chatflow and exit with the code of :class:`ExitStatus` that fits the outcome."""
+    import gc
+
+    # What is loaded now (typer, the command modules: about 19,000 objects, no garbage) lives
+    # as long as the process: the cycle collector need not walk it again, neither in the
+    # collections of the older generations a run makes nor in the interpreter's collections
+    # at exit. Objects made from here on, the command's, are collected as always.
+    gc.freeze()
     from ._typer_adapter import click_exceptions
 
     click_errors = click_exceptions()

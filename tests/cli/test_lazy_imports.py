@@ -115,6 +115,22 @@ def test_the_probe_sees_what_a_session_with_turns_and_a_search_import(stored_ses
     assert "tomllib" in _modules(["sessions", "ls"])
 
 
+def test_what_is_loaded_before_the_command_is_left_out_of_the_cycle_collector(isolated_home):
+    """The collector's walks of the older generations, and the interpreter's collections at
+    exit, walked every object typer and the command modules made at import (about 10 ms of
+    each run): ``main`` freezes them; the command's own objects are collected as always."""
+    probe = ("import atexit, gc, sys\n"
+             "atexit.register(lambda: sys.__stderr__.write(f'FROZEN={gc.get_freeze_count()}\\n'))\n"
+             "sys.argv = ['chatflow', 'sessions', 'ls']\n"
+             "from chatflow_cli.cli import main\n"
+             "main()\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=dict(os.environ),
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    frozen = int([ln for ln in proc.stderr.splitlines() if ln.startswith("FROZEN=")][-1][len("FROZEN="):])
+    assert frozen > 10_000, frozen
+
+
 def _reads_counted(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
     """How many times typer reads each command function's parameters, from now on."""
     import typer.main
