@@ -18,48 +18,68 @@ from .redaction import scrub
 
 __all__ = ["OUTPUT_ERRNOS", "ReaderGone", "Stopped", "check_utf8_args", "error_line", "fill_closed_standard_streams",
            "interrupted_code", "json_error", "print_traceback", "reader_gone_is_ours", "set_json_errors",
-           "sigterm_interrupts", "terminated_by"]
+           "stop_signals_interrupt", "stopped_text", "terminated_by"]
 
 #: ``json``/``jsonl`` while a command prints JSON: an error is then also printed as a JSON
 #: object on stdout (``{"schema", "type": "error", "is_error": true, ...}``), as ``chat --json`` does.
 json_errors: str | None = None
 
 
-#: The signal that stopped this run (SIGTERM), or None: Ctrl-C, or nothing.
+#: The signal that stopped this run first (SIGTERM or SIGHUP), or None: Ctrl-C, or nothing.
 terminated_by: int | None = None
 
 
-def sigterm_interrupts() -> None:
-    """Take SIGTERM (``timeout 30 chatflow chat ...``, ``kill PID``) as Ctrl-C is taken.
+def stop_signals_interrupt() -> None:
+    """Take SIGTERM (``timeout 30 chatflow chat ...``, ``kill PID``) and SIGHUP (the terminal
+    closed, an ssh session dropped) as Ctrl-C is taken.
 
-    The first SIGTERM does what a first Ctrl-C does: a turn going on stops and keeps its
+    The first such signal does what a first Ctrl-C does: a turn going on stops and keeps its
     partial reply as an interrupted turn (even when SIGINT is ignored, as in a background
     job); with no turn going on, ``KeyboardInterrupt`` ends the command. The boundary then
-    says ``terminated (SIGTERM)`` and exits 143 (128 + 15) instead of 130
-    (:func:`interrupted_code`). A second SIGTERM stops at once, as a second Ctrl-C does.
-    Only from the main thread.
+    says ``terminated (SIGTERM)`` or ``hung up (SIGHUP)`` (:func:`stopped_text`) and exits
+    128 + the signal's number, 143 or 129, instead of 130 (:func:`interrupted_code`). A second
+    one stops at once, as a second Ctrl-C does. Only from the main thread. (The REPL puts its
+    own handlers in place while it runs, with the same exit codes.)
     """
     import signal
 
-    def on_term(signum: int, frame: Any) -> None:
+    def on_stop(signum: int, frame: Any) -> None:
         global terminated_by
         from .core._run.cancel import cancel_main_thread_runs
 
-        terminated_by = signum
+        if terminated_by is None:
+            terminated_by = signum
         if not cancel_main_thread_runs():  # no turn to stop (or asked already): stop here
             raise KeyboardInterrupt
 
-    try:
-        signal.signal(signal.SIGTERM, on_term)
-    except (ValueError, OSError):  # pragma: no cover - not the main thread
-        pass
+    for name in ("SIGTERM", "SIGHUP"):
+        try:
+            signal.signal(getattr(signal, name), on_stop)
+        except (AttributeError, ValueError, OSError):  # pragma: no cover - not the main thread, or no SIGHUP
+            pass
 
 
 def interrupted_code() -> int:
-    """The exit code of an interrupted run: 143 after SIGTERM, else 130 (Ctrl-C)."""
+    """The exit code of an interrupted run: 143 after SIGTERM, 129 after SIGHUP, else 130 (Ctrl-C)."""
     from .core.errors import ExitStatus
 
-    return int(ExitStatus.TERMINATED) if terminated_by is not None else int(ExitStatus.INTERRUPTED)
+    if terminated_by is None:
+        return int(ExitStatus.INTERRUPTED)
+    return int(ExitStatus.HUNG_UP) if terminated_by == _sighup() else int(ExitStatus.TERMINATED)
+
+
+def stopped_text() -> str:
+    """What the boundary says of the signal that stopped the run: ``terminated (SIGTERM)``,
+    ``hung up (SIGHUP)``, or ``interrupted`` (Ctrl-C)."""
+    if terminated_by is None:
+        return "interrupted"
+    return "hung up (SIGHUP)" if terminated_by == _sighup() else "terminated (SIGTERM)"
+
+
+def _sighup() -> int | None:
+    import signal
+
+    return getattr(signal, "SIGHUP", None)
 
 
 def set_json_errors(mode: str | None) -> None:

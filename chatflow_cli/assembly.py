@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from .config import DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, LOCAL_MODEL, AgentSpec, Settings, ToolSpec, resolve_model
+from .config import (DEFAULT_AGENT_NAME, DEFAULT_INSTRUCTIONS, LOCAL_MODEL, AgentSpec, Settings, ToolSpec, cache_dir,
+                     resolve_model)
 from .core.errors import ChatflowError, ConfigError, NotFoundError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -295,8 +296,13 @@ def adopt_starting_agent(store: ContextStore, session_id: str, runner: Runner) -
 
 def build_servers(settings: Settings, vaults: Any = None) -> dict[str, Any]:
     """The declared MCP servers, by name (not started): one object each, shared by the
-    agents that name it. ``vaults`` reads their ``vault:`` references when they start."""
-    return {spec.name: spec.build(vaults) for spec in settings.mcp_servers}
+    agents that name it. ``vaults`` reads their ``vault:`` references when they start; the
+    tools each lists are kept in the cache directory (:func:`~chatflow_cli.config.cache_dir`),
+    so a later run offers them without starting it."""
+    if not settings.mcp_servers:
+        return {}
+    tools_cache = cache_dir()
+    return {spec.name: spec.build(vaults, tools_cache=tools_cache) for spec in settings.mcp_servers}
 
 
 def build_agents(settings: Settings, *, model_override: str | None = None,

@@ -397,11 +397,11 @@ def build_command() -> Any:
 
 
 def _interrupted() -> int:
-    """A command stopped by Ctrl-C or SIGTERM with nothing of its own to say: ``chatflow:
-    interrupted`` (130) or ``chatflow: terminated (SIGTERM)`` (143) on stderr, after a line
-    break (the terminal's ``^C`` may be on the line)."""
+    """A command stopped by Ctrl-C, SIGTERM or SIGHUP with nothing of its own to say: ``chatflow:
+    interrupted`` (130), ``chatflow: terminated (SIGTERM)`` (143) or ``chatflow: hung up
+    (SIGHUP)`` (129) on stderr, after a line break (the terminal's ``^C`` may be on the line)."""
     code = _boundary.interrupted_code()
-    text = "chatflow: terminated (SIGTERM)" if code != ExitStatus.INTERRUPTED else "chatflow: interrupted"
+    text = f"chatflow: {_boundary.stopped_text()}"
     try:
         sys.stderr.write("\n" + text + "\n")
     except OSError:  # pragma: no cover
@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> None:
 
         completion_init()
     code: int = ExitStatus.SUCCESS
-    _boundary.sigterm_interrupts()
+    _boundary.stop_signals_interrupt()
     try:
         _boundary.check_utf8_args(args)
         command = build_command()
@@ -445,10 +445,10 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             _boundary.print_traceback()
         code = exc.exit_code
-        if exc.exit_code == ExitStatus.INTERRUPTED:  # Ctrl-C (or SIGTERM) is not an error: a plain notice
+        if exc.exit_code == ExitStatus.INTERRUPTED:  # Ctrl-C (or SIGTERM, SIGHUP) is not an error: a plain notice
             code = _boundary.interrupted_code()
-            _boundary.error_line(exc.message, prefix="chatflow: terminated (SIGTERM): " if code != exc.exit_code
-                                 else "chatflow: ")
+            stopped = f"{_boundary.stopped_text()}: " if code != exc.exit_code else ""
+            _boundary.error_line(exc.message, prefix=f"chatflow: {stopped}")
         else:
             _boundary.error_line(exc.message)
         _boundary.json_error(exc.message, type(exc).__name__, code, getattr(exc, "session_id", None))

@@ -5,6 +5,9 @@ Paths:
 * data directory: ``$CHATFLOW_HOME`` when set, else ``platformdirs.user_data_dir("chatflow")``
   (``~/.local/share/chatflow`` on Linux); created with mode 0700 when chatflow first
   writes to it, because conversations are private.
+* cache directory (what can be made again: the tools each MCP server listed last):
+  ``$CHATFLOW_HOME/cache`` when ``$CHATFLOW_HOME`` is set, else
+  ``platformdirs.user_cache_dir("chatflow")`` (``~/.cache/chatflow`` on Linux).
 * database: ``--db PATH|URL``, else ``$CHATFLOW_DB``, else ``db`` in config.toml, else
   ``<data dir>/chatflow.db``. A ``postgresql://`` URL selects the PostgreSQL store (its
   password comes from the URL, ``PGPASSWORD`` or ``~/.pgpass``; never from config.toml,
@@ -101,6 +104,7 @@ __all__ = [
     "DEFAULT_API_KEY_ENV",
     "DEFAULT_REMOTE_MODEL",
     "LOCAL_MODEL",
+    "cache_dir",
     "AgentSpec",
     "ModelChoice",
     "Settings",
@@ -147,6 +151,21 @@ def data_dir(env: Mapping[str, str] | None = None) -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The cache directory: ``$CHATFLOW_HOME/cache`` when ``$CHATFLOW_HOME`` is set (one
+    directory holds a whole chatflow), else ``platformdirs.user_cache_dir("chatflow")``.
+
+    Nothing is created here.
+    """
+    env = os.environ if env is None else env
+    home = env.get("CHATFLOW_HOME")
+    if home:
+        return Path(home).expanduser() / "cache"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Path:

@@ -39,8 +39,10 @@ def list_agents(state: State, *, output: str) -> None:
     try:
         _list(state, settings, built, output, servers)
     finally:
-        for server in servers.values():
-            server.stop()
+        if servers:
+            from ..core.mcp.servers import stop_all
+
+            stop_all(servers.values())
 
 
 def _list(state: State, settings: Any, built: dict[str, Any], output: str, servers: dict[int, Any]) -> None:

@@ -38,7 +38,7 @@ def server_rows(state: State, names: list[str]) -> list[dict[str, Any]]:
     vaults = vault_reader(settings, state.store(create=False))
     servers = {n: s for n, s in build_servers(settings, vaults).items() if not names or n in names}
     from ..core.mcp import start_all
-    from ..core.mcp.servers import unknown_tools_note
+    from ..core.mcp.servers import stop_all, unknown_tools_note
 
     try:
         errors = start_all(servers.values())
@@ -54,8 +54,7 @@ def server_rows(state: State, names: list[str]) -> list[dict[str, Any]]:
                          "warning": None if name in errors else unknown_tools_note(server), "tools": tools})
         return rows
     finally:
-        for server in servers.values():
-            server.stop()
+        stop_all(servers.values())
 
 
 def list_servers(state: State, names: list[str], *, as_json: bool) -> None:

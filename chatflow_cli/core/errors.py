@@ -120,6 +120,7 @@ class ExitStatus(IntEnum):
     STORE = 8
     CONFIG = 9
     INCOMPLETE = 10
+    HUNG_UP = 129
     INTERRUPTED = 130
     TERMINATED = 143
 
@@ -183,6 +184,10 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
     ExitStatus.INCOMPLETE: (
         "reply incomplete: cut by the token limit or a content filter (`finish_reason` `length` or "
         "`content_filter`); the turn is stored and marked"),
+    ExitStatus.HUNG_UP: (
+        "hung up: SIGHUP (the terminal closed, an ssh session dropped), taken as SIGTERM is: a turn going on stops "
+        "and its partial reply is kept as an interrupted turn; `chat` says `chatflow: hung up (SIGHUP): turn N was "
+        "interrupted; ...` on stderr, the REPL leaves without a word (its terminal is gone)"),
     ExitStatus.INTERRUPTED: (
         "interrupted: Ctrl-C, or `chatflow sessions interrupt ID` from another process; the turn is kept as "
         "interrupted"),

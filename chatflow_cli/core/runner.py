@@ -472,25 +472,26 @@ class Runner(TurnLoop, ContextWindow):
 
     def tool_server(self, session_id: str, call: Any) -> str | None:
         """The name of the MCP server whose tool ``call`` calls, among the servers of the
-        session's active agent: a running server that lists it, else (a session resumed in a
-        new process, before its servers start) the server whose name the tool's begins with,
-        ``SERVER__`` (None: not an MCP tool's call; no server is started here)."""
+        session's active agent: one whose tools are known (listed in this process, or kept from
+        an earlier run) that has it, else (a server whose tools are not known yet) the server
+        whose name the tool's begins with, ``SERVER__`` (None: not an MCP tool's call; no
+        server is started here)."""
         reader = getattr(self.store, "active_agent_name", None)
         name = reader(session_id) if callable(reader) else None
         agent = self.agents.get(name or "") or self.starting_agent
-        stopped: list[str] = []
+        unknown: list[str] = []
         for entry in agent.mcp_servers:
-            if not entry.server.running:
-                stopped.append(str(entry.server.name))
+            if entry.known_tools() is None:
+                unknown.append(str(entry.server.name))
                 continue
             try:
-                if call.name in entry.agent_tools():
+                if call.name in entry.agent_tools(start=False):
                     return str(entry.server.name)
             except Exception:  # noqa: BLE001 - it stopped since: no name to give
                 continue
         if call.name in agent.all_tools():
             return None
-        named = [s for s in stopped if call.name.startswith(f"{s}__")]
+        named = [s for s in unknown if call.name.startswith(f"{s}__")]
         return max(named, key=len) if named else None
 
     def awaits_approval(self, session_id: str, call: Any) -> bool:
@@ -572,9 +573,11 @@ class Runner(TurnLoop, ContextWindow):
         client = self._client
         if client is not None and hasattr(client, "close"):
             client.close()
-        servers = {id(s.server): s.server for a in self.agents.values() for s in a.mcp_servers}
-        for server in servers.values():
-            server.stop()
+        servers = [s for a in self.agents.values() for s in a.mcp_servers]
+        if servers:
+            from .mcp.servers import stop_all
+
+            stop_all(servers)
 
     # -- driving a run from sync and async callers ------------------------------------------
     def _guarded(

@@ -66,7 +66,8 @@ type-ahead, as in a shell: kept in order and acted on by the next prompt as if t
 there (a line typed and entered during a reply is sent when the turn ends; Ctrl-D
 leaves); Ctrl-C discards the type-ahead typed before it.
 Closing the terminal (SIGHUP) during a turn stops it as Ctrl-C does — the Runner stores
-it as interrupted with the partial reply — and then the REPL leaves.
+it as interrupted with the partial reply — and then the REPL leaves (exit 129, as a one-shot
+``chat`` hung up).
 """
 
 from __future__ import annotations

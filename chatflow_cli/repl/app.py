@@ -363,7 +363,9 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         finally:
             if self._devnull is not None:
                 self._devnull.close()
-        return int(ExitStatus.TERMINATED) if self.terminated else 0
+        if self.hung_up or self.terminated:  # 129 or 143, as a one-shot chat stopped by the same signal
+            return int(ExitStatus.HUNG_UP) if self.hung_up and not self.terminated else int(ExitStatus.TERMINATED)
+        return 0
 
     def _take_prefill(self) -> str:
         text = self._prefill

@@ -52,9 +52,10 @@ class TerminalModes(ReplHost):
 
         A running turn is cancelled and the Runner stores it as interrupted with the partial
         reply (not left ``running`` for the next command to recover); a prompt on screen ends
-        as Ctrl-D would. After SIGHUP output goes nowhere (the terminal is gone); after SIGTERM
-        the REPL says ``terminated (SIGTERM)`` and exits 143. The handlers are the REPL's
-        only while it runs; the previous ones are put back after.
+        as Ctrl-D would. After SIGHUP output goes nowhere (the terminal is gone) and the REPL
+        exits 129; after SIGTERM it says ``terminated (SIGTERM)`` and exits 143: the codes of
+        a one-shot ``chat`` stopped by the same signals (128 + the signal's number). The
+        handlers are the REPL's only while it runs; the previous ones are put back after.
         """
         loop = asyncio.get_running_loop()
         handlers = [(sig, handler) for sig, handler in ((getattr(signal, "SIGHUP", None), self._hang_up),
@@ -85,6 +86,7 @@ class TerminalModes(ReplHost):
         self._stop_and_leave()
 
     def _hang_up(self) -> None:
+        """SIGHUP: stop the turn as Ctrl-C does (its partial reply kept), then leave without a word (exit 129)."""
         self.hung_up = True
         if self._devnull is None:
             self._devnull = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - closed when run() ends

@@ -52,6 +52,12 @@ a busy machine still moves them). The sections:
     create) beside the same turn with a plain Python tool (target: at most 2 ms more), and
     the first page of a search of 10,000 memory documents beside 10,000 session turns
     (target: at most 1x).
+``mcp`` (issue 27)
+    tests/benchmarks/bench_mcp.py: a call to a running stdio MCP server beside the same tool as
+    a Python function (target: at most +5 ms); the REPL's start to its prompt with three
+    servers declared beside none (target: no longer), and a one-shot ``chat`` that calls no tool
+    with three servers declared (their tools kept from an earlier run) beside none (target:
+    close to none).
 ``render`` (issue 6)
     tests/benchmarks/bench_stream_render.py: a 1,500-line answer streamed into an 80x24
     terminal, beside only reading the same stream (target at most 1.25x);
@@ -98,7 +104,7 @@ PY = sys.executable
 CHATFLOW = [str(Path(PY).with_name("chatflow"))] if Path(PY).with_name("chatflow").exists() else [PY, "-m",
                                                                                                  "chatflow_cli"]
 LLM = str(Path(PY).with_name("llm")) if Path(PY).with_name("llm").exists() else shutil.which("llm")
-SECTIONS = ("turn", "local", "cli", "store", "postgres", "runner", "memory", "render", "fakeserver")
+SECTIONS = ("turn", "local", "cli", "store", "postgres", "runner", "memory", "mcp", "render", "fakeserver")
 
 #: The 10-line script of issue 2: the same streaming request with the openai client alone.
 OPENAI_ALONE = '''\
@@ -599,6 +605,28 @@ def bench_memory_section(opts: Options) -> list[Row]:
     return rows
 
 
+def bench_mcp_section(opts: Options) -> list[Row]:
+    """bench_mcp.py: an MCP tool call beside a Python tool; the REPL's start and a one-shot chat
+    with three servers declared beside none."""
+    out = run_script([str(HERE / "bench_mcp.py"), "--calls", "200" if opts.quick else "1000",
+                      "--runs", str(opts.runs), "--cold-runs", "1" if opts.quick else "3"], timeout=3600)
+
+    def median(label: str) -> float:
+        return grab(re.escape(label) + r"\s+median\s+([\d.]+)", out, label)
+
+    python, remote = median("python tool") / 1000, median("MCP tool (chatflow)") / 1000
+    return [
+        Row("mcp", "call to a running stdio MCP server (toolbox's echo), per call", remote,
+            "same tool as a Python function", python, "<= +5 ms", max_seconds=python + 0.005,
+            note=f"the SDK alone: {median('SDK alone (call_tool on its loop)'):.2f} ms"),
+        Row("mcp", "REPL start to the first prompt, three MCP servers declared", median("three servers declared"),
+            "no server declared", median("none declared"), "<= 1.05x (no longer)", max_ratio=1.05),
+        Row("mcp", 'chat "Say hi" calling no tool, three MCP servers declared (tools kept)',
+            median("three servers, tools kept"), "no server declared", median("none"), "<= 1.1x (close to none)",
+            max_ratio=1.1, note=f"first run ever: {median('three servers, first run ever'):.2f} s"),
+    ]
+
+
 RUNNERS: dict[str, Callable[[Options], list[Row]]] = {
     "turn": bench_turn,
     "local": bench_local_section,
@@ -607,6 +635,7 @@ RUNNERS: dict[str, Callable[[Options], list[Row]]] = {
     "sdk": bench_sdk_section,
     "runner": bench_runner_section,
     "memory": bench_memory_section,
+    "mcp": bench_mcp_section,
     "render": bench_render_section,
     "fakeserver": bench_fakeserver_section,
     "postgres": bench_postgres_section,

@@ -486,6 +486,28 @@ def test_sigterm_mid_reply_keeps_the_partial_turn_says_so_and_exits_143(chatflow
     assert chatflow("chat", "-s", "term", "next").returncode == 0  # the session is usable again
 
 
+def test_sighup_mid_reply_is_taken_as_sigterm_and_exits_129(chatflow, provider):
+    """The terminal of a ``chat`` closed (an ssh session dropped): the partial reply is kept as
+    an interrupted turn, as after SIGTERM, and the exit is 129 (128 + 1), as the REPL's."""
+    import signal
+    import subprocess
+
+    provider.add_text("partial words then more", chunks=["partial", " words", " then", " more"], delay=[0, 0, 5, 5])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([*COMMAND, "chat", "-s", "hup", "go"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env)
+    out = PipeReader(proc.stdout)
+    out.wait_for(b"words", timeout=60)
+    proc.send_signal(signal.SIGHUP)
+    err = proc.communicate(timeout=60)[1].decode()
+    assert proc.returncode == 129, (out.finish(), err)
+    assert "Traceback" not in err and "chatflow: error:" not in err
+    assert "chatflow: hung up (SIGHUP): turn 1 was interrupted" in err, err
+    [turn] = chatflow("sessions", "show", "hup", "--json").json()["turns"]
+    model = turn["messages"][-1]
+    assert model["interrupted"] is True and model["content"].startswith("partial words")
+
+
 def test_sigterm_with_json_output_reports_exit_143(chatflow, provider):
     import signal
     import subprocess

@@ -167,7 +167,7 @@ def test_a_hung_up_repl_leaves_no_server_behind(provider, config_file, pty_chatf
     repl.send("one\r")
     repl.wait_prompt_after("First.")
     repl.child.kill(signal.SIGHUP)
-    repl.wait_exit()
+    assert repl.wait_exit() == 129
     pids = [int(p) for p in pidfile.read_text().split()]
     assert len(pids) == 1 and not alive(pids[0])
 

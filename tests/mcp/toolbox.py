@@ -11,7 +11,10 @@ garbage on stdout, then a result), ``malformed`` (a response that is not a valid
 
 ``$TOOLBOX_ALIASES``: more names (comma-separated) for a tool that answers ``NAME: text``.
 ``$TOOLBOX_PIDFILE``: each start appends the process id to it. ``$TOOLBOX_BROKEN``: the
-server writes it to stderr and exits 2 before speaking MCP.
+server writes it to stderr and exits 2 before speaking MCP. ``$TOOLBOX_STUBBORN``: the server
+ignores SIGTERM and, once its stdin ends, keeps running; with ``$TOOLBOX_CHILD`` it also starts
+a child process as stubborn (its id appended to ``$TOOLBOX_PIDFILE`` too).
+``$TOOLBOX_EXIT_DELAY``: seconds the server takes to exit once its stdin ends.
 """
 
 import json
@@ -21,6 +24,16 @@ import sys
 if os.environ.get("TOOLBOX_BROKEN"):
     sys.stderr.write(f"toolbox: {os.environ['TOOLBOX_BROKEN']}\n")
     sys.exit(2)
+if os.environ.get("TOOLBOX_STUBBORN"):
+    import signal
+    import subprocess
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the child: it ignores SIGTERM too
+    if os.environ.get("TOOLBOX_CHILD"):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], stdin=subprocess.DEVNULL)
+        if os.environ.get("TOOLBOX_PIDFILE"):
+            with open(os.environ["TOOLBOX_PIDFILE"], "a") as out:
+                out.write(f"{child.pid}\n")
 if os.environ.get("TOOLBOX_PIDFILE"):
     with open(os.environ["TOOLBOX_PIDFILE"], "a") as out:
         out.write(f"{os.getpid()}\n")
@@ -160,3 +173,12 @@ if __name__ == "__main__":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:
         server.run()
+        if os.environ.get("TOOLBOX_EXIT_DELAY"):
+            import time
+
+            time.sleep(float(os.environ["TOOLBOX_EXIT_DELAY"]))
+        if os.environ.get("TOOLBOX_STUBBORN"):  # its stdin ended: a stubborn server stays
+            import time
+
+            while True:
+                time.sleep(3600)

@@ -536,10 +536,11 @@ def refused_text(name: str, why: str) -> str:
 def turn_tools(store: Any, session: SessionContext, turn: int, agent: Agent,
                state: TurnState | None = None) -> dict[str, Tool]:
     """The agent's tools, with the memory tools of the memory stores mounted on ``session``
-    and the tools of the agent's MCP servers (started here, in parallel, when they are not
-    running; the agent's own tool of the same name wins); writes are recorded as turn
-    ``turn``'s. A server that fails to start is left out and named in ``state.unavailable``
-    (not tried again in this turn)."""
+    and the tools of the agent's MCP servers (the agent's own tool of the same name wins);
+    writes are recorded as turn ``turn``'s. A server whose tools are known (listed earlier,
+    or kept in its tools cache) is not started here: it starts when the model calls one of
+    them. The others are started here, in parallel, to list their tools; one that fails to
+    start is left out and named in ``state.unavailable`` (not tried again in this turn)."""
     tools = agent.all_tools()
     mounts = [m for m in session.resources if m.kind == "memory_store"]
     if not mounts and not agent.mcp_servers:
@@ -555,7 +556,8 @@ def turn_tools(store: Any, session: SessionContext, turn: int, agent: Agent,
         from ..mcp.servers import unknown_tools_note
 
         unavailable = state.unavailable if state is not None else {}
-        unavailable.update(start_all(agent.mcp_servers, skip=lambda name: name in unavailable))
+        unknown = [server for server in agent.mcp_servers if server.known_tools() is None]
+        unavailable.update(start_all(unknown, skip=lambda name: name in unavailable))
         for server in agent.mcp_servers:
             if server.name in unavailable:
                 continue

@@ -8,7 +8,9 @@
     agent = Agent("Clock", "Tell the time.", mcp_servers=[time])
 
 An agent's ``mcp_servers`` start on the first turn that needs them (several at once), and
-their tools are offered to the model as ``SERVER__TOOL`` (:func:`~.tools.tool_name`). Each
+their tools are offered to the model as ``SERVER__TOOL`` (:func:`~.tools.tool_name`). A server
+given a ``tools_cache`` directory keeps the tools it lists there (:mod:`.cache`): later runs
+offer them without starting it, and it starts when the model calls one of them. Each
 call follows the tool's approval policy (``always``, ``ask``, ``never``; ``ask`` by default):
 see :class:`~chatflow_cli.core.runner.Runner`. The ``mcp`` package is imported when a server
 first starts, never by importing this module.

@@ -22,6 +22,7 @@ Every value read is remembered for scrubbing (:mod:`chatflow_cli.core.resources.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,13 +60,13 @@ class ServerSpec:
     tools: tuple[str, ...] | None = None
     source: str = ""  # where it was declared
 
-    def build(self, vaults: Any = None) -> MCPServer:
-        """The server object (not started)."""
+    def build(self, vaults: Any = None, *, tools_cache: str | os.PathLike[str] | None = None) -> MCPServer:
+        """The server object (not started); ``tools_cache``: see :class:`~.servers.MCPServer`."""
         from .servers import MCPServerStdio, MCPServerStreamableHttp
 
         options: dict[str, Any] = {"name": self.name, "timeout": self.timeout, "start_timeout": self.start_timeout,
                                    "approval": self.approval, "tool_approval": self.tool_approval,
-                                   "tools": self.tools, "vaults": vaults}
+                                   "tools": self.tools, "vaults": vaults, "tools_cache": tools_cache}
         if self.transport == "stdio":
             return MCPServerStdio({"command": self.command, "args": list(self.args), "env": dict(self.env),
                                    "cwd": self.cwd}, **options)

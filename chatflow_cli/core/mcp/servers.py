@@ -7,10 +7,13 @@ goes through the official ``mcp`` SDK's client (``stdio_client``, ``streamable_h
 ``ClientSession``), imported when a server first starts, on one private event loop
 (:mod:`._loop`).
 
-Lifecycle: a server starts when it is first needed (the first turn of an agent that uses it,
-``chatflow mcp ls``), lists its tools once, and keeps running until :meth:`MCPServer.stop`
-(the Runner's ``close``; at the latest at the interpreter's exit). A server that exits, or
-whose connection closes, is started again by the next call.
+Lifecycle: a server starts when it is first needed, and lists its tools then; it keeps
+running until :meth:`MCPServer.stop` (the Runner's ``close``; at the latest at the
+interpreter's exit). A server that exits, or whose connection closes, is started again by the
+next call. With a ``tools_cache`` directory (:mod:`.cache`), the tools it listed last time are
+known before it starts: a turn offers them without starting it, and it starts when the model
+calls one of them (the tools it lists then replace those kept). Without one, or before its
+first listing, the first turn of an agent that uses it starts it (``chatflow mcp ls`` does too).
 
 Faults never escape as exceptions of their own: every one is an :class:`MCPServerError`
 (a :class:`~chatflow_cli.core.tools.ToolCallFailed`) whose text names the server, what
@@ -38,11 +41,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import logging
 import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
@@ -55,7 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .tools import MCPTool
 
 __all__ = ["APPROVAL_POLICIES", "DEFAULT_CALL_TIMEOUT_S", "DEFAULT_START_TIMEOUT_S", "MCPServer", "MCPServerError",
-           "MCPServerSelection", "MCPServerStdio", "MCPServerStreamableHttp", "start_all",
+           "MCPServerSelection", "MCPServerStdio", "MCPServerStreamableHttp", "start_all", "stop_all",
            "unknown_tools_note"]
 
 log = logging.getLogger("chatflow_cli.core.mcp")
@@ -101,6 +106,8 @@ class MCPServer:
         tools: only these of its tools are offered (``None``: all).
         vaults: reads ``vault:`` references (a
             :class:`~chatflow_cli.core.resources.vaults.Vaults`, or a function making one).
+        tools_cache: a directory where the tools it lists are kept between runs
+            (:mod:`~chatflow_cli.core.mcp.cache`); None: none kept.
     """
 
     transport = ""
@@ -108,7 +115,7 @@ class MCPServer:
     def __init__(self, params: Mapping[str, Any], *, name: str, timeout: float = DEFAULT_CALL_TIMEOUT_S,
                  start_timeout: float = DEFAULT_START_TIMEOUT_S, approval: str = "ask",
                  tool_approval: Mapping[str, str] | None = None, tools: Iterable[str] | None = None,
-                 vaults: Any = None) -> None:
+                 vaults: Any = None, tools_cache: str | os.PathLike[str] | None = None) -> None:
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise UsageError(f"MCP server name {name!r}: use 1-64 letters, digits, '_', '-' or '.'")
         for policy in (approval, *(tool_approval or {}).values()):
@@ -125,15 +132,22 @@ class MCPServer:
         self.tool_approval = dict(tool_approval or {})
         self.tool_names: tuple[str, ...] | None = tuple(tools) if tools is not None else None
         self.vaults = vaults
+        self.tools_cache = Path(tools_cache) if tools_cache is not None else None
         self._lock: asyncio.Lock | None = None
         self._session: Any = None
         self._listed: list[Any] = []
+        self._has_listed = False  # it listed its tools in this process (``_listed`` holds them)
+        self._listed_names: frozenset[str] = frozenset()
+        self._kept: list[Any] | None = None  # the tools cache's list, read once
+        self._kept_read = False
+        self._failed = False  # its last start failed: what the cache says is not offered
         self._stop_event: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._errlog: Any = None
         self._noise = 0  # lines of its output that were not MCP messages (empty lines aside)
         self._noise_last = ""  # the last of them, cut
         self._tools: dict[str, MCPTool] | None = None
+        self._tools_of: list[Any] | None = None  # the list ``_tools`` was made of
         self._inflight: set[concurrent.futures.Future[Any]] = set()
         self._warned: set[tuple[str, str]] = set()  # unknown tool names said (unknown_tools_note)
 
@@ -215,14 +229,34 @@ class MCPServer:
         with contextlib.suppress(Exception):
             _loop.run(self._shutdown(timeout), timeout + 1)
 
-    def agent_tools(self) -> dict[str, MCPTool]:
-        """The server's tools as chatflow tools, by the name offered to the model, starting
-        the server when needed. Raises MCPServerError."""
-        self.start()
-        if self._tools is None:
+    def known_tools(self) -> list[Any] | None:
+        """The tools known without starting it: those it listed in this process, else those
+        its tools cache kept (unless a start failed since); None when none are known."""
+        if self._has_listed:
+            return self._listed
+        if self._failed or self.tools_cache is None:
+            return None
+        if not self._kept_read:
+            from .cache import definition_key, load
+
+            self._kept_read = True
+            self._kept = load(self.tools_cache, definition_key(self.transport, self.params))
+        return self._kept
+
+    def agent_tools(self, *, start: bool = True) -> dict[str, MCPTool]:
+        """The server's tools as chatflow tools, by the name offered to the model: those
+        known (:meth:`known_tools`) without starting it; when none are known, the server is
+        started (``start``, raising MCPServerError) to list them, or there are none."""
+        known = self.known_tools()
+        if known is None:
+            if not start:
+                return {}
+            self.start()
+            known = self._listed
+        if self._tools is None or self._tools_of is not known:
             from .tools import tools_of
 
-            self._tools = tools_of(self, self._listed)
+            self._tools, self._tools_of = tools_of(self, known), known
         if self.tool_names is None:
             return self._tools
         return {k: t for k, t in self._tools.items() if t.remote_name in self.tool_names}
@@ -270,11 +304,15 @@ class MCPServer:
             self._task = asyncio.ensure_future(self._own(ready, self._stop_event))
             _loop.register(self)
             try:
-                return await asyncio.shield(ready)
+                listed = await asyncio.shield(ready)
             except MCPServerError as exc:  # a reference that cannot be read
+                self._failed = True
                 raise self._fault(f"did not start: {exc}") from None
             except Exception as exc:
+                self._failed = True
                 raise self._fault(f"did not start: {_reason(exc)}") from None
+            self._failed = False
+            return listed
 
     async def _own(self, ready: asyncio.Future[list[Any]], stop: asyncio.Event) -> None:
         """The task owning the connection: open it, list the tools, wait for ``stop``."""
@@ -293,7 +331,12 @@ class MCPServer:
                 except TimeoutError:
                     raise TimeoutError(f"it did not answer within {self.start_timeout:g} s") from None
                 self._session = session
-                self._listed = listed
+                self._listed, self._listed_names = listed, frozenset(str(t.name) for t in listed)
+                self._has_listed = True
+                if self.tools_cache is not None:
+                    from .cache import definition_key, save
+
+                    save(self.tools_cache, definition_key(self.transport, self.params), listed)
                 ready.set_result(listed)
                 await stop.wait()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller waiting for the start
@@ -349,6 +392,9 @@ class MCPServer:
         session = self._session
         if session is None:
             raise self._fault("is not running")
+        if tool not in self._listed_names:
+            raise self._fault(f"has no tool {tool!r} any more (its tools changed since they were listed; the next "
+                              f"request offers those it has now: {', '.join(sorted(self._listed_names)) or 'none'})")
         try:
             return await session.call_tool(tool, arguments, read_timeout_seconds=self.timeout)
         except MCPError as exc:
@@ -421,9 +467,36 @@ class MCPServerStdio(MCPServer):
         self._errlog = tempfile.TemporaryFile(mode="w+b")
         errlog = os.fdopen(os.dup(self._errlog.fileno()), "w", encoding="utf-8", errors="replace")
         stack.callback(errlog.close)
+        command, args = _kept(command, args, env, self.params.get("cwd"))
         parameters = StdioServerParameters(command=command, args=args, env=env or None, cwd=self.params.get("cwd"))
         streams: tuple[Any, Any] = await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
         return streams
+
+
+def _kept(command: str, args: list[str], env: Mapping[str, str], cwd: str | None) -> tuple[str, list[str]]:
+    """The command line that runs a stdio server through its keeper (:mod:`._keeper`: on
+    Linux, the server and what it starts end when chatflow dies, even by SIGKILL); elsewhere
+    the command as it is. The command is looked up here, as the SDK would have: a missing one
+    is a start failure saying so. Raises FileNotFoundError, PermissionError."""
+    import shutil
+    import sys
+
+    if not sys.platform.startswith("linux") or not sys.executable or not os.path.isfile(sys.executable):
+        return command, args
+    if os.sep in command:  # relative to the server's directory, as exec takes it there
+        full = os.path.join(cwd or os.getcwd(), command)
+        if not os.path.exists(full):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+        if os.path.isdir(full) or not os.access(full, os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), command)
+        found = command
+    else:
+        path = env.get("PATH", os.environ.get("PATH", os.defpath))
+        found = shutil.which(command, path=path) or ""
+        if not found:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+    keeper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_keeper.py")
+    return sys.executable, ["-I", "-S", keeper, str(os.getpid()), found, *args]
 
 
 class MCPServerStreamableHttp(MCPServer):
@@ -471,8 +544,11 @@ class MCPServerSelection:
     def __repr__(self) -> str:
         return f"{self.server!r}.only{self.tool_names!r}"
 
-    def agent_tools(self) -> dict[str, MCPTool]:
-        return {k: t for k, t in self.server.agent_tools().items() if t.remote_name in self.tool_names}
+    def known_tools(self) -> list[Any] | None:
+        return self.server.known_tools()
+
+    def agent_tools(self, *, start: bool = True) -> dict[str, MCPTool]:
+        return {k: t for k, t in self.server.agent_tools(start=start).items() if t.remote_name in self.tool_names}
 
 
 def unknown_tools_note(entry: Any, *, once: bool = True) -> str | None:
@@ -484,7 +560,7 @@ def unknown_tools_note(entry: Any, *, once: bool = True) -> str | None:
     named = [(t, "tools") for t in server.tool_names or ()] + [(t, "tool_approval") for t in server.tool_approval]
     if entry is not server:
         named += [(t, "the agent's tools") for t in entry.tool_names]
-    listed = {str(t.name) for t in server._listed}
+    listed = {str(t.name) for t in server.known_tools() or ()}
     unknown = [(t, where) for t, where in dict.fromkeys(named) if t not in listed]
     if once:
         unknown = [(t, where) for t, where in unknown if (t, where) not in server._warned]
@@ -494,6 +570,12 @@ def unknown_tools_note(entry: Any, *, once: bool = True) -> str | None:
     names = ", ".join(f"{t!r} (in {where})" for t, where in unknown)
     return scrub_values(f"MCP server {server.name!r} has no tool {names}: check the spelling; its tools are "
                         f"{', '.join(sorted(listed)) or 'none'}")[:1000]
+
+
+def stop_all(servers: Iterable[Any], timeout: float = 5.0) -> None:
+    """Stop ``servers`` (servers or selections; those not running are skipped) all at once,
+    each within about ``timeout`` s."""
+    _loop.stop_all(list({id(s.server): s.server for s in servers}.values()), timeout)
 
 
 def start_all(servers: Iterable[Any], *, skip: Callable[[str], bool] = lambda name: False) -> dict[str, str]:
