@@ -6,7 +6,8 @@ exception classes (the error boundary), the ``--help`` option decorator and the 
 coercer class (:mod:`chatflow_cli._typer_fast`), the completion scripts and the completion
 classes (``chatflow completion``, shell completion). This module is the only one that imports
 them (a test in ``tests/test_layering.py`` checks it), so a typer release that moves them
-means one file to change.
+means one file to change. :func:`lazy_group` builds the command tree from typer's own build
+functions, each command when it is first looked up.
 
 Every function imports its typer module when called, never at import time: the modules
 are loaded on the paths that need them only, as before (``chatflow --help`` start-up is
@@ -17,16 +18,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from types import ModuleType
 from typing import Any
 
 __all__ = [
+    "LazyCommands",
     "bad_parameter",
     "click_exceptions",
     "completion_init",
     "completion_script",
     "help_option",
+    "lazy_group",
     "lite_runtime_param_class",
     "signatures_read_once",
     "usage_error",
@@ -107,13 +110,14 @@ def completion_init() -> None:
 
 
 @contextlib.contextmanager
-def signatures_read_once() -> Iterator[None]:
+def signatures_read_once(read: dict[Callable[..., Any], Any] | None = None) -> Iterator[None]:
     """While typer builds a click command, read each command function's parameters once.
 
     typer reads them twice per command (for the command's parameters, then for its callback's
     parameter names), each time with ``inspect.signature`` and an ``eval`` of every string
     annotation: about 30 ms of the build on every chatflow run. Within this block the second
-    read returns the first one's result (typer only reads it). If typer has no such function
+    read returns the first one's result (typer only reads it); ``read`` keeps them across
+    blocks (the completion functions many options share). If typer has no such function
     any more, nothing is changed."""
     import typer.main
 
@@ -122,7 +126,8 @@ def signatures_read_once() -> Iterator[None]:
     if original is None:
         yield
         return
-    read: dict[Callable[..., Any], Any] = {}
+    if read is None:
+        read = {}
 
     def once(func: Callable[..., Any]) -> Any:
         if func not in read:
@@ -134,3 +139,102 @@ def signatures_read_once() -> Iterator[None]:
         yield
     finally:
         main.get_params_from_function = original
+
+
+#: Called with each command :class:`LazyCommands` builds and the group it belongs to.
+Shaper = Callable[[Any, Any], None]
+
+
+class LazyCommands(MutableMapping[str, Any]):
+    """A group's subcommands by name, in typer's order, each built by its maker the first
+    time it is looked up (``group.commands[name]``, ``.get(name)``), then given to
+    ``shape(command, group)``. Names, ``in`` and ``len`` build nothing: a run builds the
+    commands it invokes (a group's help builds the group's commands, to list them)."""
+
+    def __init__(self, makers: dict[str, Callable[[], Any]], shape: Shaper,
+                 read: dict[Callable[..., Any], Any]) -> None:
+        self._makers = makers
+        self._built: dict[str, Any] = {}
+        self._shape = shape
+        self._read = read  # the parameters typer read, shared by the whole tree
+        self.group: Any = None  # the group these are the commands of (set by lazy_group)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            maker = self._makers[name]  # KeyError: no such command
+            with signatures_read_once(self._read):
+                command = maker()
+            self._shape(command, self.group)
+            self._built[name] = command
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._makers[name] = lambda: command
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._makers[name]
+        self._built.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._makers
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._makers)
+
+    def __len__(self) -> int:
+        return len(self._makers)
+
+
+def lazy_group(typer_app: Any, shape: Shaper) -> Any:
+    """The click group ``typer.main.get_command(typer_app)`` builds, with the same
+    commands, options and help, but each subcommand (and each subgroup's) built and given
+    to ``shape`` only when it is first looked up (:class:`LazyCommands`): typer reads every
+    command function's parameters to build it, about 10 ms for chatflow's whole tree on
+    every run, of which a run needs its own command's. The root itself is not shaped here.
+
+    Raises:
+        TypeError: ``typer_app`` adds completion options or has a subgroup without a name
+            (typer merges those into their parent; chatflow has none).
+    """
+    import typer.models
+
+    if typer_app._add_completion:
+        raise TypeError("lazy_group: an app with add_completion is not supported")
+    options = {"pretty_exceptions_short": typer_app.pretty_exceptions_short,
+               "rich_markup_mode": typer_app.rich_markup_mode}
+    read: dict[Callable[..., Any], Any] = {}
+    with signatures_read_once(read):
+        return _lazy_group(typer.models.TyperInfo(typer_app), options, typer_app.suggest_commands, shape, read)
+
+
+def _lazy_group(info: Any, options: dict[str, Any], suggest: bool, shape: Shaper,
+                read: dict[Callable[..., Any], Any]) -> Any:
+    """typer's ``get_group_from_info`` for ``info`` with no subcommand, then the
+    subcommands as :class:`LazyCommands`, named and ordered as typer names and orders them."""
+    import copy
+    import functools
+
+    import typer.main
+
+    app = info.typer_instance
+    makers: dict[str, Callable[[], Any]] = {}
+    for command_info in app.registered_commands:
+        name = command_info.name or typer.main.get_command_name(command_info.callback.__name__)
+        makers[name] = functools.partial(typer.main.get_command_from_info, command_info, **options)
+    for group_info in app.registered_groups:
+        name = typer.main.solve_typer_info_defaults(group_info).name
+        if not name:
+            raise TypeError("lazy_group: a subgroup without a name is not supported")
+        makers[name] = functools.partial(_lazy_group, group_info, options, suggest, shape, read)
+    alone = copy.copy(app)  # the group's own options and help, without its commands
+    alone.registered_commands = []
+    alone.registered_groups = []
+    bare = copy.copy(info)
+    bare.typer_instance = alone
+    group = typer.main.get_group_from_info(bare, suggest_commands=suggest, **options)
+    commands = LazyCommands(makers, shape, read)
+    commands.group = group
+    group.commands = commands
+    return group
+

@@ -109,12 +109,6 @@ def _coercer(annotation: Any, info: Any) -> Callable[[Any, Any, Any], Any] | Non
     return None
 
 
-def _walk(command: Any) -> Any:
-    yield command
-    for sub in (getattr(command, "commands", None) or {}).values():
-        yield from _walk(sub)
-
-
 def _help_param(cmd: Any, names: tuple[str, ...]) -> Any:
     """The command's ``--help`` option, made now as click would make it on first use."""
     if not getattr(cmd, "add_help_option", False) or not hasattr(cmd, "_help_option"):
@@ -129,8 +123,9 @@ def _help_param(cmd: Any, names: tuple[str, ...]) -> Any:
     return cmd._help_option
 
 
-def install(command: Any, help_names: tuple[str, ...] = ("-h", "--help")) -> int:
-    """Give every simple parameter of ``command`` (and its subcommands) a light coercer.
+def install(cmd: Any, help_names: tuple[str, ...] = ("-h", "--help")) -> int:
+    """Give every simple parameter of the command ``cmd`` (not its subcommands: each is
+    given its own when built) a light coercer.
 
     ``help_names`` are the context's help option names (chatflow: ``-h``, ``--help``).
     Returns how many parameters got one (0 when typer's internals are not as expected).
@@ -140,23 +135,22 @@ def install(command: Any, help_names: tuple[str, ...] = ("-h", "--help")) -> int
     except Exception:  # pragma: no cover - another typer version: keep its coercion
         return 0
     count = 0
-    for cmd in _walk(command):
+    try:
+        help_param = _help_param(cmd, help_names)
+    except Exception:  # pragma: no cover
+        help_param = None
+    for param in [*cmd.params, *([help_param] if help_param is not None else [])]:
+        desc = getattr(param, "type_descriptor", None)
+        if desc is None or getattr(param, "_runtime_param", 1) is not None:
+            continue
+        if getattr(desc, "file_annotation", None) is not None:
+            continue
+        fn = _coercer(desc.annotation, desc.parameter_info)
+        if fn is None:
+            continue
         try:
-            help_param = _help_param(cmd, help_names)
+            param._runtime_param = lite(parameter_info=desc.parameter_info, annotation=desc.annotation, fn=fn)
         except Exception:  # pragma: no cover
-            help_param = None
-        for param in [*cmd.params, *([help_param] if help_param is not None else [])]:
-            desc = getattr(param, "type_descriptor", None)
-            if desc is None or getattr(param, "_runtime_param", 1) is not None:
-                continue
-            if getattr(desc, "file_annotation", None) is not None:
-                continue
-            fn = _coercer(desc.annotation, desc.parameter_info)
-            if fn is None:
-                continue
-            try:
-                param._runtime_param = lite(parameter_info=desc.parameter_info, annotation=desc.annotation, fn=fn)
-            except Exception:  # pragma: no cover
-                return count
-            count += 1
+            return count
+        count += 1
     return count

@@ -100,12 +100,14 @@ def read_toml(path: Path) -> tuple[str, dict[str, Any]]:
     Raises:
         ConfigError: the file cannot be read, is not UTF-8 or is not TOML (with the line).
     """
-    import tomllib
-
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"config file {path}: cannot read: {exc.strerror or exc}") from exc
+    if not raw:
+        return "", {}  # an empty file is an empty table: no parser needed
+    import tomllib
+
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

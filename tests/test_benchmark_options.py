@@ -20,6 +20,9 @@ CASES = [
     ("bench_store.py", ["--repeat", "-3"], "argument --repeat: must be at least 1, got -3"),
     ("bench_token_window.py", ["--repeat", "0"], "argument --repeat: must be at least 1, got 0"),
     ("bench_runner.py", ["--turns", "0"], "argument --turns: must be at least 1, got 0"),
+    ("bench_startup.py", ["--runs", "0"], "argument --runs: must be at least 1, got 0"),
+    ("bench_startup.py", ["--src", "/nonexistent/x"],
+     "argument --src: /nonexistent/x is not a checkout of chatflow (no chatflow_cli/ in it)"),
     ("bench_mcp.py", ["--calls", "0"], "argument --calls: must be at least 1, got 0"),
     ("bench_mcp.py", ["--runs", "few"], "argument --runs: 'few' is not a whole number"),
 ]

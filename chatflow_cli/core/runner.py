@@ -106,7 +106,6 @@ its log ``seq``.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -123,6 +122,8 @@ from .messages import Message, Role
 from .resources.mounts import Mount, unique_mounts
 
 if TYPE_CHECKING:  # pragma: no cover
+    import asyncio
+
     from .memory.protocol import TurnStore
     from .resources.vaults import Vaults
     from .model import ChatClient
@@ -439,6 +440,8 @@ class Runner(TurnLoop, ContextWindow):
     async def asubmit_tool_result(self, session_id: str, tool_use_id: str, output: Any, *,
                                   wait: float = DEFAULT_WAIT_S) -> RunResult | None:
         """Async twin of :meth:`submit_tool_result`."""
+        import asyncio
+
         await asyncio.to_thread(self._refuse_result_for_approval, session_id, tool_use_id)
         remaining = await asyncio.to_thread(self.store.submit_tool_result, session_id, tool_use_id,
                                             output_text(output))

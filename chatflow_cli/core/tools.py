@@ -64,7 +64,6 @@ tool, answered by the caller): the Runner stops the turn when the model calls on
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import collections.abc
 import dataclasses
@@ -77,10 +76,13 @@ import re
 import types
 import typing
 from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import asyncio
+    from concurrent.futures import Future
 
 __all__ = ["Secret", "Tool", "ToolArgumentsError", "ToolCallFailed", "ToolDefinitionError", "ToolText", "function_schema",
            "tool"]
@@ -148,10 +150,12 @@ class ToolText(str):
 # --------------------------------------------------------------------------------------
 # Docstrings
 # --------------------------------------------------------------------------------------
-_SECTION_RE = re.compile(r"^\s*(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?|"
-                         r"See Also|Warnings?|Attributes|Keyword Args|Keyword Arguments)\s*:\s*$")
-_ARG_LINE_RE = re.compile(r"^(\*{0,2}[A-Za-z_][A-Za-z0-9_]*)\s*(?:\(([^)]*)\))?\s*:\s*(.*)$")
-_SPHINX_PARAM_RE = re.compile(r"^\s*:param\s+(?:[^:]*\s)?([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$")
+# compiled by the first docstring read (re caches them): a run that makes no tool from a
+# function does not compile them
+_SECTION = (r"^\s*(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?|"
+            r"See Also|Warnings?|Attributes|Keyword Args|Keyword Arguments)\s*:\s*$")
+_ARG_LINE = r"^(\*{0,2}[A-Za-z_][A-Za-z0-9_]*)\s*(?:\(([^)]*)\))?\s*:\s*(.*)$"
+_SPHINX_PARAM = r"^\s*:param\s+(?:[^:]*\s)?([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,10 +168,11 @@ def _parse_docstring(doc: str | None) -> _Doc:
     """Summary (first paragraph) and per-parameter descriptions of a docstring."""
     if not doc:
         return _Doc("", {})
+    section_re, arg_line_re, sphinx_re = re.compile(_SECTION), re.compile(_ARG_LINE), re.compile(_SPHINX_PARAM)
     lines = inspect.cleandoc(doc).splitlines()
     summary_lines: list[str] = []
     for line in lines:
-        if not line.strip() or _SECTION_RE.match(line) or _SPHINX_PARAM_RE.match(line):
+        if not line.strip() or section_re.match(line) or sphinx_re.match(line):
             break
         summary_lines.append(line.strip())
     params: dict[str, str] = {}
@@ -176,13 +181,13 @@ def _parse_docstring(doc: str | None) -> _Doc:
     current: str | None = None
     current_indent = 0
     for line in lines:
-        sphinx = _SPHINX_PARAM_RE.match(line)
+        sphinx = sphinx_re.match(line)
         if sphinx:
             current, section = sphinx.group(1), None
             params[current] = sphinx.group(2).strip()
             current_indent = len(line) - len(line.lstrip())
             continue
-        header = _SECTION_RE.match(line)
+        header = section_re.match(line)
         if header:
             section = header.group(1).lower()
             section_indent = len(line) - len(line.lstrip())
@@ -200,7 +205,7 @@ def _parse_docstring(doc: str | None) -> _Doc:
             continue
         if section not in {"args", "arguments", "parameters", "params", "keyword args", "keyword arguments"}:
             continue
-        match = _ARG_LINE_RE.match(line.strip())
+        match = arg_line_re.match(line.strip())
         if match and (current is None or indent <= current_indent):
             current = match.group(1).lstrip("*")
             current_indent = indent
@@ -687,6 +692,8 @@ class Tool:
         kwargs = self.parse_arguments(arguments)
         self._with_secrets(kwargs, secrets)
         if self.is_async:
+            import asyncio  # here: a sync tool's call needs none of it
+
             coroutine = self._call(kwargs)
             if loop is not None and loop.is_running() and not _in_loop(loop):
                 future: Future[Any] = asyncio.run_coroutine_threadsafe(coroutine, loop)
@@ -698,6 +705,8 @@ class Tool:
             return _to_text(asyncio.run(coroutine))
         result = self._call(kwargs)
         if inspect.isawaitable(result):  # a sync callable that returned a coroutine
+            import asyncio
+
             result = asyncio.run(_await(result))
         return _to_text(result)
 
@@ -710,6 +719,8 @@ class Tool:
         self._with_secrets(kwargs, secrets)
         if self.is_async:
             return _to_text(await self._call(kwargs))
+        import asyncio
+
         result = await asyncio.to_thread(self._call, kwargs)
         if inspect.isawaitable(result):
             result = await result
@@ -721,6 +732,8 @@ async def _await(awaitable: Any) -> Any:
 
 
 def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    import asyncio
+
     try:
         return asyncio.get_running_loop() is loop
     except RuntimeError:

@@ -21,35 +21,86 @@ Nothing here imports ``rich.markdown`` until Markdown is rendered on a terminal,
 
 from __future__ import annotations
 
-from .lines import Lines
-from .markdown import has_markdown, markdown_lines, markdown_renderable, parse_markdown
-from .printer import ReplyPrinter
-from .sessions import agents_lines, sessions_lines
-from .shapes import EVENT_SCHEMA, event_json, stored_event_json, summary_dict, turn_dict, turn_handoffs, turn_interrupted
-from .text import (
-    BIDI_CONTROLS,
-    FOLD_CHARS,
-    FOLD_LINES,
-    LINE_SEPARATORS,
-    TextSanitizer,
-    dumps,
-    fold,
-    format_age,
-    plural,
-    pretty_json_text,
-    safe_text,
-)
-from .turns import (
-    AgentVersionMarks,
-    agent_changed_text,
-    event_text,
-    mount_text,
-    mounts_text,
-    reply_cut_text,
-    reply_note,
-    turn_renderables,
-    turn_versions,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .lines import Lines
+    from .markdown import has_markdown, markdown_lines, markdown_renderable, parse_markdown
+    from .printer import ReplyPrinter
+    from .sessions import agents_lines, sessions_lines
+    from .shapes import (
+        EVENT_SCHEMA,
+        event_json,
+        stored_event_json,
+        summary_dict,
+        turn_dict,
+        turn_handoffs,
+        turn_interrupted,
+    )
+    from .text import (
+        BIDI_CONTROLS,
+        FOLD_CHARS,
+        FOLD_LINES,
+        LINE_SEPARATORS,
+        TextSanitizer,
+        dumps,
+        fold,
+        format_age,
+        plural,
+        pretty_json_text,
+        safe_text,
+    )
+    from .turns import (
+        AgentVersionMarks,
+        agent_changed_text,
+        event_text,
+        mount_text,
+        mounts_text,
+        reply_cut_text,
+        reply_note,
+        turn_renderables,
+        turn_versions,
+    )
+
+#: Each name of :data:`__all__` and the module it comes from, imported on first use: a
+#: command imports the renderers it uses, not all of them (``chat`` needs no table).
+_EXPORTS = {
+    "AgentVersionMarks": "turns",
+    "BIDI_CONTROLS": "text",
+    "EVENT_SCHEMA": "shapes",
+    "FOLD_CHARS": "text",
+    "FOLD_LINES": "text",
+    "LINE_SEPARATORS": "text",
+    "Lines": "lines",
+    "ReplyPrinter": "printer",
+    "TextSanitizer": "text",
+    "agent_changed_text": "turns",
+    "agents_lines": "sessions",
+    "dumps": "text",
+    "event_json": "shapes",
+    "event_text": "turns",
+    "fold": "text",
+    "format_age": "text",
+    "has_markdown": "markdown",
+    "markdown_lines": "markdown",
+    "markdown_renderable": "markdown",
+    "mount_text": "turns",
+    "mounts_text": "turns",
+    "parse_markdown": "markdown",
+    "plural": "text",
+    "pretty_json_text": "text",
+    "reply_cut_text": "turns",
+    "reply_note": "turns",
+    "safe_text": "text",
+    "sessions_lines": "sessions",
+    "stored_event_json": "shapes",
+    "summary_dict": "shapes",
+    "turn_dict": "shapes",
+    "turn_handoffs": "shapes",
+    "turn_interrupted": "shapes",
+    "turn_renderables": "turns",
+    "turn_versions": "turns",
+}
 
 __all__ = [
     "AgentVersionMarks",
@@ -88,3 +139,18 @@ __all__ = [
     "turn_renderables",
     "turn_versions",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -44,7 +44,7 @@ def _picture(code: int) -> str:
 
 def _sanitizer_table(*, one_line: bool) -> dict[int, str]:
     table = {code: _picture(code) for code in [*range(0x20), 0x7F, *range(0x80, 0xA0), *BIDI_CONTROLS]}
-    table.update({code: _picture(code) for code in range(0xD800, 0xE000)})
+    table.update(dict.fromkeys(range(0xD800, 0xE000), _picture(0xD800)))  # 2,048 lone surrogates, one picture
     if one_line:
         table.update({0x09: " ", 0x0A: " ", **{code: " " for code in LINE_SEPARATORS}})
     else:

@@ -9,15 +9,18 @@ stream of the request in flight, so a read blocked on a silent server wakes at o
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import queue
 import signal
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    import asyncio
 
 __all__ = [
     "CANCEL_GRACE_S",
@@ -30,6 +33,7 @@ __all__ = [
     "cancel_main_thread_runs",
     "ctrl_c_cancels",
     "events_from_worker",
+    "interruptions",
     "pool",
     "watch_interrupt_requests",
 ]
@@ -41,6 +45,15 @@ T = TypeVar("T")
 
 class Cancelled(Exception):
     """The cancel token was set (internal to the Runner; callers see ``RunInterrupted``)."""
+
+
+def interruptions() -> tuple[type[BaseException], ...]:
+    """What interrupts a turn: Ctrl-C, :class:`Cancelled`, a consumer gone (``GeneratorExit``)
+    and, once asyncio is imported, ``asyncio.CancelledError`` (none can be raised before, and
+    a sync turn does not import asyncio to catch it)."""
+    stops: tuple[type[BaseException], ...] = (KeyboardInterrupt, Cancelled, GeneratorExit)
+    exceptions = sys.modules.get("asyncio.exceptions")
+    return stops if exceptions is None else (*stops, exceptions.CancelledError)
 
 
 class CancelToken:
@@ -224,6 +237,8 @@ async def events_from_worker(turn: Callable[[CancelToken, asyncio.AbstractEventL
     consumer stops early), the token is set and the task waits up to :data:`CANCEL_GRACE_S`
     for the worker to store the interrupted turn before ``CancelledError`` propagates.
     """
+    import asyncio
+
     loop = asyncio.get_running_loop()
     cancel = CancelToken()
     events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -266,6 +281,8 @@ async def events_from_worker(turn: Callable[[CancelToken, asyncio.AbstractEventL
 
 
 async def _wait_thread(done: threading.Event) -> None:
+    import asyncio
+
     deadline = time.monotonic() + CANCEL_GRACE_S
     while not done.is_set() and time.monotonic() < deadline:
         try:

@@ -17,22 +17,25 @@ error text is scrubbed of the vault values this process has read
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agents import HandoffTool
 from ..memory import storable_text
 from ..errors import ChatflowError
 from ..messages import ToolCall
 from ..resources.secrets import scrub_values
-from ..resources.vaults import MissingSecret, SessionSecrets
 from ..tools import Tool, ToolArgumentsError, ToolCallFailed, to_json_text
 from .cancel import Cancelled, CancelToken
 from .state import TurnState
+
+if TYPE_CHECKING:  # pragma: no cover
+    import asyncio
+    import concurrent.futures
+
+    from ..resources.vaults import SessionSecrets
 
 __all__ = ["answer_at_once", "invoke_call", "output_text", "run_concurrently"]
 
@@ -88,6 +91,8 @@ def run_concurrently(runnable: list[tuple[ToolCall, Tool]], outcomes: dict[str, 
         Cancelled: ``cancel`` was set before every call finished; the results that did
             come in are in ``state.finished`` (the others get synthetic results).
     """
+    import concurrent.futures
+
     futures: list[tuple[ToolCall, concurrent.futures.Future[tuple[str, bool, float, str | None, tuple[Any, ...]]]]] = []
     in_order: list[tuple[concurrent.futures.Future[tuple[str, bool, float, str | None, tuple[Any, ...]]], Tool, ToolCall]] = []
     for call, found in runnable:
@@ -153,6 +158,8 @@ def _outcome(found: Tool, call: ToolCall, loop: asyncio.AbstractEventLoop | None
     values: dict[str, str] | None = None
     needed = found.secrets
     if needed:
+        from ..resources.vaults import MissingSecret, SessionSecrets
+
         try:
             values = (secrets or SessionSecrets(None, ())).for_tool(call.name, list(needed.values()))
         except MissingSecret as exc:

@@ -5,7 +5,6 @@ step by step)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import uuid
@@ -31,7 +30,7 @@ from ..messages import Message, Role, ToolCall, check_history, wire_messages
 from ..tokens import reply_tokens
 from ..tools import Tool
 from ..usage import normalise_usage
-from .cancel import INTERRUPT_REQUESTED, Cancelled, CancelToken, watch_interrupt_requests
+from .cancel import INTERRUPT_REQUESTED, Cancelled, CancelToken, interruptions, watch_interrupt_requests
 from .endings import lease_of, store_failed, store_interrupted
 from .host import RunnerHost
 from .results import RunResult, StreamEvent
@@ -41,6 +40,8 @@ from .waiting import begin_turn_when_free, end_lease, release_claim
 from ..attachments import refuse_images_to_a_text_only_model
 
 if TYPE_CHECKING:  # pragma: no cover
+    import asyncio
+
     from ..memory.context import SessionContext
     from ..resources.mounts import Mount
     from ..resources.vaults import SessionSecrets, Vaults
@@ -184,7 +185,7 @@ class TurnLoop(RunnerHost):
                 f"the model's reply cannot be used: {exc.args[0]}; it did not run, but earlier rounds ran {ran}: "
                 f"turn {turn} is kept as interrupted up to its last complete round (send a message to go on{hint})",
                 session_id=session_id) from None
-        except (KeyboardInterrupt, Cancelled, GeneratorExit, asyncio.CancelledError) as exc:
+        except interruptions() as exc:
             closing = isinstance(exc, GeneratorExit)
             if state.released:  # the turn was already stored as finished; only the consumer left
                 raise

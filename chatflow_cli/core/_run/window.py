@@ -53,7 +53,6 @@ class ContextWindow(RunnerHost):
         later compaction (``sessions compact``, ``/compact``) or a rollback, automatic
         compaction is not tried again and turns that do not fit are dropped.
         """
-        from ..compaction import KEEP_SHARE, compact_session, compaction_stopped, compaction_through
         from ..errors import CompactionDoesNotFitError, SessionNotFoundError, SummaryTooLongError
 
         try:
@@ -68,6 +67,8 @@ class ContextWindow(RunnerHost):
         tokens, turns = self.store.window_tokens(session_id)
         if not turns:
             return []
+        from ..compaction import KEEP_SHARE, compact_session, compaction_stopped, compaction_through
+
         new_turn = estimate_tokens(message)
         instructions = estimate_tokens(Message.system(agent.instructions)) if agent.instructions else 0
         through = compaction_through(tokens - sum(t for _, t in turns) + instructions, turns, new_turn,

@@ -40,7 +40,8 @@ module                    holds
 
 Every name below is importable from ``chatflow_cli.core.memory``. ``SQLiteSessionStore`` and
 ``PostgresSessionStore`` are resolved on first use, so importing this package imports
-neither ``sqlite3`` nor ``psycopg``.
+neither ``sqlite3`` nor ``psycopg``; so are the in-memory store and the search's
+``SearchHit`` and ``parse_query``, which a program on the SQLite store may never need.
 """
 
 from __future__ import annotations
@@ -59,7 +60,6 @@ from .base import (
     take_context_claim,
 )
 from .context import INTERRUPTED_TOOL_RESULT, SessionContext, Turn
-from .inmemory import InMemorySessionStore, SessionStore
 from .owner import Owner
 from .protocol import (
     ClaimStore,
@@ -70,12 +70,23 @@ from .protocol import (
     SessionStoreProtocol,
     TurnStore,
 )
-from .search import SearchHit, parse_query
 from .values import MessageState, SessionSummary, TurnRecord, TurnStart
 
 if TYPE_CHECKING:
+    from .inmemory import InMemorySessionStore, SessionStore
     from .postgres import PostgresSessionStore
+    from .search import SearchHit, parse_query
     from .sqlite import SQLiteSessionStore
+
+#: The names resolved on first use, and their modules.
+_LAZY = {
+    "InMemorySessionStore": ".inmemory",
+    "SessionStore": ".inmemory",
+    "SearchHit": ".search",
+    "parse_query": ".search",
+    "SQLiteSessionStore": ".sqlite",
+    "PostgresSessionStore": ".postgres",
+}
 
 __all__ = [
     "DEFAULT_DEDUP_TTL_HOURS",
@@ -115,16 +126,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """``SQLiteSessionStore`` (it imports ``sqlite3``) and ``PostgresSessionStore`` (it needs
-    ``psycopg``) on first use; AttributeError otherwise."""
-    if name == "SQLiteSessionStore":
-        from .sqlite import SQLiteSessionStore
+    """The names of :data:`_LAZY` on first use (``SQLiteSessionStore`` imports ``sqlite3``,
+    ``PostgresSessionStore`` needs ``psycopg``); AttributeError otherwise."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
 
-        globals()[name] = SQLiteSessionStore
-        return SQLiteSessionStore
-    if name == "PostgresSessionStore":
-        from .postgres import PostgresSessionStore
-
-        globals()[name] = PostgresSessionStore
-        return PostgresSessionStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value

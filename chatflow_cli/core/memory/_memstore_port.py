@@ -8,14 +8,19 @@ inside the transaction it belongs to; a write method is only called in a write t
 
 from __future__ import annotations
 
-from ..resources.documents import Document, DocumentInfo, DocumentVersion, MemoryHit, MemoryStoreInfo
-from .search import HIGHLIGHT_START, Query, memory_snippet
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..resources.documents import Document, DocumentInfo, DocumentVersion, MemoryHit, MemoryStoreInfo
+    from .search import Query
 
 __all__ = ["_MemoryStoreTx", "doc_snippet"]
 
 
 def doc_snippet(query: Query, path: str, text: str) -> str:
     """A search hit's snippet: of the text where the query matches it, else of the path."""
+    from .search import HIGHLIGHT_START, memory_snippet
+
     snippet = memory_snippet(query, text)
     return snippet if HIGHLIGHT_START in snippet else memory_snippet(query, path)
 

@@ -19,34 +19,30 @@ The rules, written once over :class:`~._memstore_port._MemoryStoreTx`:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import DocumentNotFoundError, MemoryConflictError, MemoryStoreNotFoundError, UsageError
-from ..resources.documents import (
-    Author,
-    Document,
-    DocumentInfo,
-    DocumentVersion,
-    MemoryHit,
-    MemoryStoreInfo,
-    VersionOp,
-    check_folder,
-    check_path,
-    check_text,
-    insert_lines,
-    parent_folders,
-    replace_passage,
-)
 from ..resources.memory_tools import MemoryStoreAccess
 from ..resources.mounts import Mount, check_resource_name
 from ..resources.secrets import NOT_SHOWN, quoted_name
 from ._core import _StoreCore, stored_mounts
 from ._twins import async_twin
-from .search import parse_query
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..resources.documents import (Author, Document, DocumentInfo, DocumentVersion, MemoryHit, MemoryStoreInfo,
+                                       VersionOp)
+
+# resources.documents (and the query parser) are imported by the methods that use them: a
+# store whose memory stores are never touched does not pay for them
 
 __all__ = ["MemoryStore", "_MemoryStores"]
 
-_NO_AUTHOR = Author()
+
+def _author(author: Author | None) -> Author:
+    """Who made a write: ``author``, else nobody (outside a session)."""
+    from ..resources.documents import Author
+
+    return author or Author()
 
 
 def _tx(tx: Any) -> Any:
@@ -72,6 +68,8 @@ def _refuse_clash(tx: Any, store: str, path: str) -> None:
     (every write of the store waits for it), so two writers cannot make such a pair between
     them. A pair stored before this rule stays: its documents are read, edited, renamed
     and deleted as any other; only a new one is refused."""
+    from ..resources.documents import parent_folders
+
     for folder in parent_folders(path):
         if tx.doc_get(store, folder) is not None:
             raise MemoryConflictError(
@@ -220,6 +218,8 @@ class _MemoryStores(_StoreCore):
             MemoryStoreNotFoundError, DocumentNotFoundError: (exit 3).
             UsageError: a bad name or path.
         """
+        from ..resources.documents import check_path
+
         check_resource_name(store)
         path = check_path(path)
         with self._read() as raw:
@@ -234,6 +234,8 @@ class _MemoryStores(_StoreCore):
     def list_documents(self, store: str, folder: str = "") -> list[DocumentInfo]:
         """The documents of ``store`` under ``folder`` (``""``: all), by path.
         Raises :class:`MemoryStoreNotFoundError`, or :class:`UsageError` for a bad folder."""
+        from ..resources.documents import check_folder
+
         check_resource_name(store)
         folder = check_folder(folder)
         with self._read() as raw:
@@ -244,6 +246,8 @@ class _MemoryStores(_StoreCore):
 
     def read_documents(self, store: str, folder: str = "") -> list[Document]:
         """:meth:`list_documents` with their texts, read in one transaction (an export)."""
+        from ..resources.documents import check_folder
+
         check_resource_name(store)
         folder = check_folder(folder)
         with self._read() as raw:
@@ -256,6 +260,8 @@ class _MemoryStores(_StoreCore):
                        limit: int | None = None) -> list[DocumentVersion]:
         """The writes of ``store`` after ``after_seq``, oldest first (of ``path`` only when
         given: its writes, renames to and from it). Raises :class:`MemoryStoreNotFoundError`."""
+        from ..resources.documents import check_path
+
         check_resource_name(store)
         if path is not None:
             path = check_path(path)
@@ -274,6 +280,8 @@ class _MemoryStores(_StoreCore):
             UsageError: a query that cannot be parsed, a bad store name or limit.
             MemoryStoreNotFoundError: a store of ``stores`` does not exist.
         """
+        from .search import parse_query
+
         parsed = parse_query(query)
         wanted = None if stores is None else list(dict.fromkeys(check_resource_name(s) for s in stores))  # once each
         with self._read() as raw:
@@ -287,6 +295,8 @@ class _MemoryStores(_StoreCore):
     def _record(self, tx: Any, store: str, path: str, op: VersionOp, text: str | None, author: Author,
                 *, previous_path: str | None = None, reverts: int | None = None) -> DocumentVersion:
         """The write itself: the next seq, the document, the history; the row is locked."""
+        from ..resources.documents import DocumentVersion
+
         row = tx.ms_get(store, for_update=True)
         seq = row.last_seq + 1
         now = self.clock()
@@ -325,6 +335,8 @@ class _MemoryStores(_StoreCore):
             MemoryConflictError: the document is not at ``expected_version``.
             UsageError, DocumentTooLargeError: a bad name, path or text.
         """
+        from ..resources.documents import check_path, check_text
+
         check_resource_name(store)
         path = check_path(path)
         check_text(text, path)
@@ -336,7 +348,7 @@ class _MemoryStores(_StoreCore):
                 wanted = "no document" if expected_version == 0 else f"version {expected_version}"
                 raise MemoryConflictError(f"memory document {path!r} {what}, not {wanted}: nothing was written",
                                           current_version=doc.version if doc else None)
-            return self._record(tx, store, path, "create" if doc is None else "write", text, author or _NO_AUTHOR)
+            return self._record(tx, store, path, "create" if doc is None else "write", text, _author(author))
 
     def create_document(self, store: str, path: str, text: str, *, author: Author | None = None) -> DocumentVersion:
         """Create ``path``; :class:`MemoryConflictError` when it exists (see :meth:`write_document`)."""
@@ -359,6 +371,8 @@ class _MemoryStores(_StoreCore):
             MemoryStoreNotFoundError, DocumentNotFoundError: (exit 3).
             DocumentTooLargeError: the result would be over the limit.
         """
+        from ..resources.documents import check_path, check_text, replace_passage
+
         check_resource_name(store)
         path = check_path(path)
         if not isinstance(old, str) or not isinstance(new, str):
@@ -368,7 +382,7 @@ class _MemoryStores(_StoreCore):
             if doc is None:
                 raise self._missing(store, path)
             text = check_text(replace_passage(doc.text, old, new, path=path, version=doc.version), path)
-            return self._record(tx, store, path, "str_replace", text, author or _NO_AUTHOR)
+            return self._record(tx, store, path, "str_replace", text, _author(author))
 
     def insert_in_document(self, store: str, path: str, line: int, text: str, *,
                            author: Author | None = None) -> DocumentVersion:
@@ -377,6 +391,8 @@ class _MemoryStores(_StoreCore):
         Raises:
             UsageError: ``line`` outside the document. Else as :meth:`replace_in_document`.
         """
+        from ..resources.documents import check_path, check_text, insert_lines
+
         check_resource_name(store)
         path = check_path(path)
         if not isinstance(text, str):
@@ -386,7 +402,7 @@ class _MemoryStores(_StoreCore):
             if doc is None:
                 raise self._missing(store, path)
             new = check_text(insert_lines(doc.text, line, text, path=path), path)
-            return self._record(tx, store, path, "insert", new, author or _NO_AUTHOR)
+            return self._record(tx, store, path, "insert", new, _author(author))
 
     def delete_document(self, store: str, path: str, *, recursive: bool = False,
                         author: Author | None = None) -> list[DocumentVersion]:
@@ -396,16 +412,18 @@ class _MemoryStores(_StoreCore):
         Raises:
             DocumentNotFoundError: nothing there to delete. MemoryStoreNotFoundError: (exit 3).
         """
+        from ..resources.documents import check_path
+
         check_resource_name(store)
         path = check_path(path)
         with self._write() as raw:
             doc = self._current(raw, store, path)
             if doc is not None:
-                return [self._record(raw, store, path, "delete", None, author or _NO_AUTHOR)]
+                return [self._record(raw, store, path, "delete", None, _author(author))]
             under = _tx(raw).doc_list(store, path) if recursive else []
             if not under:
                 raise self._missing(store, path)
-            return [self._record(raw, store, d.path, "delete", None, author or _NO_AUTHOR) for d in under]
+            return [self._record(raw, store, d.path, "delete", None, _author(author)) for d in under]
 
     def rename_document(self, store: str, path: str, new_path: str, *,
                         author: Author | None = None) -> DocumentVersion:
@@ -415,6 +433,8 @@ class _MemoryStores(_StoreCore):
             MemoryConflictError: a document is at ``new_path`` already.
             DocumentNotFoundError, MemoryStoreNotFoundError: (exit 3).
         """
+        from ..resources.documents import check_path
+
         check_resource_name(store)
         path = check_path(path)
         new_path = check_path(new_path)
@@ -426,7 +446,7 @@ class _MemoryStores(_StoreCore):
             if taken is not None:
                 raise MemoryConflictError(f"memory document {new_path!r} exists already: nothing was renamed",
                                           current_version=taken.version)
-            return self._record(tx, store, new_path, "rename", doc.text, author or _NO_AUTHOR, previous_path=path)
+            return self._record(tx, store, new_path, "rename", doc.text, _author(author), previous_path=path)
 
     def write_documents(self, store: str, documents: Mapping[str, str], *, op: VersionOp = "import",
                         author: Author | None = None, create: bool = False,
@@ -444,6 +464,8 @@ class _MemoryStores(_StoreCore):
             MemoryConflictError: a path would be both a document and a folder.
             MemoryStoreNotFoundError: (exit 3) no store ``store`` and not ``create``.
         """
+        from ..resources.documents import check_path, check_text
+
         check_resource_name(store)
         if create and (not isinstance(description, str) or len(description) > 1000):
             raise UsageError("a memory store's description is a str of at most 1000 characters")
@@ -455,7 +477,7 @@ class _MemoryStores(_StoreCore):
                                  "normalisation): nothing was written")
             items[path] = check_text(text, path)
         out = []
-        who = author or _NO_AUTHOR
+        who = _author(author)
         with self._write() as raw:
             if create and _tx(raw).ms_get(store) is None:
                 _tx(raw).ms_insert(store, description, self.clock())
@@ -497,7 +519,7 @@ class _MemoryStores(_StoreCore):
         if not wanted or any(isinstance(s, bool) or not isinstance(s, int) for s in wanted):
             raise UsageError(f"the writes to undo are write numbers (ints), got {seqs!r}")
         wanted = sorted(set(wanted), reverse=True)
-        who = author or _NO_AUTHOR
+        who = _author(author)
         with self._write() as raw:
             tx = _tx(raw)
             if tx.ms_get(store, for_update=True) is None:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..events import Event, SessionStatus
 from ..messages import Message
 from ._checks import metadata_matches
 from .owner import Owner
-from .search import Query, SearchHit
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .search import Query, SearchHit
 
 logger = logging.getLogger(__name__.rpartition(".")[0] + ".base")  # the store rules log as ``memory.base``
 

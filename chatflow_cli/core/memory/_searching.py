@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._checks import _check_session_id
 from ._core import _StoreCore
 from ._port import SearchFilter
 from ._twins import async_twin
-from .search import SearchHit, parse_query
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .search import SearchHit
 
 
 class _Searching(_StoreCore):
@@ -51,6 +53,8 @@ class _Searching(_StoreCore):
             TypeError: an argument of the wrong type.
             ValueError: ``limit`` outside 1..10,000.
         """
+        from .search import parse_query
+
         parsed = parse_query(query)
         if session_id is not None:
             _check_session_id(session_id)

@@ -8,10 +8,17 @@ checked, an unknown vault refused, one short transaction a call) are :class:`_Va
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import UsageError, VaultNotFoundError
 from ..resources.secrets import quoted_name
-from ..resources.vaults import VaultEntry, VaultInfo, check_name, check_stored_name
 from ._core import _StoreCore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..resources.vaults import VaultEntry, VaultInfo
+
+# resources.vaults is imported by the methods that use it: a store whose vaults are never
+# touched does not pay for it
 
 __all__ = ["_VaultTx", "_Vaults", "check_location"]
 
@@ -55,6 +62,8 @@ class _Vaults(_StoreCore):
         Raises:
             UsageError: the name is not valid (or looks like a credential), or the vault exists.
         """
+        from ..resources.vaults import VaultInfo, check_name
+
         check_name(name, new=True)
         at = self.clock()
         with self._write() as tx:
@@ -80,6 +89,8 @@ class _Vaults(_StoreCore):
             UsageError: a bad name (an entry's looking like a credential too) or location.
             VaultNotFoundError: no such vault.
         """
+        from ..resources.vaults import VaultEntry, check_name, check_stored_name
+
         check_stored_name(vault)
         check_name(entry, "entry", new=True)
         check_location(location)

@@ -11,21 +11,26 @@ live (the OS keyring, an owner-only file, an environment variable), the
 :class:`~.vaults.Vaults` that reads and writes them and the :class:`~.vaults.SessionSecrets` a
 turn's tool calls are filled from; :mod:`.secrets` the vault values read by this process, and
 scrubbing them from text. ``keyring`` is imported only when a vault value is read or written.
+The names below are resolved on first use: importing :mod:`.secrets` (every command's log
+handlers do) does not import :mod:`.mounts`.
 """
 
 from __future__ import annotations
 
-from .mounts import (
-    MOUNT_KINDS,
-    MOUNT_MODES,
-    Mount,
-    MountKind,
-    MountMode,
-    check_resource_name,
-    fold_mounts,
-    parse_mount,
-    unique_mounts,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .mounts import (
+        MOUNT_KINDS,
+        MOUNT_MODES,
+        Mount,
+        MountKind,
+        MountMode,
+        check_resource_name,
+        fold_mounts,
+        parse_mount,
+        unique_mounts,
+    )
 
 __all__ = [
     "MOUNT_KINDS",
@@ -38,3 +43,13 @@ __all__ = [
     "parse_mount",
     "unique_mounts",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import mounts
+
+    value = getattr(mounts, name)
+    globals()[name] = value
+    return value

@@ -32,11 +32,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import DocumentNotFoundError, UsageError
-from .documents import Author, Document, DocumentInfo, DocumentVersion, MemoryHit, check_folder, numbered
 from .mounts import Mount
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..tools import Tool
+    from .documents import Author, Document, DocumentInfo, DocumentVersion, MemoryHit
 
 __all__ = ["MEMORY_TOOL_NAMES", "MEMORY_WRITE_TOOL_NAMES", "MemoryStoreAccess", "memory_tools"]
 
@@ -105,6 +105,8 @@ class _Tools:
                          f"{', '.join(self.readable) or 'none'})")
 
     def view(self, path: str = "", store: str | None = None, view_range: list[int] | None = None) -> str:
+        from .documents import check_folder, numbered
+
         name = self.pick(store, write=False)
         folder = check_folder(path)
         if folder:
@@ -231,6 +233,8 @@ def memory_tools(store: MemoryStoreAccess, mounts: Sequence[Mount], author: Auth
     ``memory_search``. A read-write mount adds the five write tools, whose ``store``
     argument lists the read-write mounts only.
     """
+    from .documents import Author
+
     tools = _Tools(store, mounts, author or Author())
     if not tools.readable:
         return []

@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import TYPE_CHECKING
 
-from ...resources.documents import Author, Document, DocumentInfo, DocumentVersion, MemoryHit, MemoryStoreInfo
 from .._memstore_port import _MemoryStoreTx, doc_snippet
-from ..search import Query, to_fts5, words_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...resources.documents import Document, DocumentInfo, DocumentVersion, MemoryHit, MemoryStoreInfo
+    from ..search import Query
+
+# The documents' value types and the search's words are imported where a memory store is
+# used: a session's store that never touches one does not pay for them.
 
 __all__ = ["MIGRATION", "SQLiteMemoryStoreTx"]
 
@@ -65,12 +71,16 @@ _VERSION_COLUMNS = ("store, seq, path, op, text, previous_path, reverts, session
 
 
 def _version(r: tuple[object, ...]) -> DocumentVersion:
+    from ...resources.documents import Author, DocumentVersion
+
     store, seq, path, op, text, previous, reverts, session_id, turn, agent, created = r
     return DocumentVersion(str(store), int(seq), str(path), op, text,  # type: ignore[arg-type,call-overload]
                            Author(session_id, turn, agent), float(created), previous, reverts)  # type: ignore[arg-type]
 
 
 def _words(path: str, text: str) -> str:
+    from ..search import words_of
+
     return " ".join(words_of(path + "\n" + text))
 
 
@@ -85,6 +95,8 @@ class SQLiteMemoryStoreTx(_MemoryStoreTx):
         # for_update: a write transaction (BEGIN IMMEDIATE) holds the database's write lock already
         r = self.c.execute("SELECT name, description, created_at_utc, last_seq FROM chatflow_memory_stores "
                            "WHERE name = ?", (name,)).fetchone()
+        from ...resources.documents import MemoryStoreInfo
+
         return None if r is None else MemoryStoreInfo(r[0], r[1], r[2], r[3])
 
     def ms_insert(self, name: str, description: str, now: float) -> None:
@@ -99,6 +111,8 @@ class SQLiteMemoryStoreTx(_MemoryStoreTx):
             "SELECT s.name, s.description, s.created_at_utc, s.last_seq, COUNT(d.doc_id), "
             "COALESCE(SUM(d.size_bytes), 0) FROM chatflow_memory_stores AS s "
             "LEFT JOIN chatflow_memory_documents AS d ON d.store = s.name GROUP BY s.name ORDER BY s.name").fetchall()
+        from ...resources.documents import MemoryStoreInfo
+
         return [MemoryStoreInfo(*r) for r in rows]
 
     def ms_delete(self, name: str) -> bool:
@@ -112,6 +126,8 @@ class SQLiteMemoryStoreTx(_MemoryStoreTx):
     def doc_get(self, store: str, path: str) -> Document | None:
         r = self.c.execute("SELECT text, version, updated_at_utc FROM chatflow_memory_documents "
                            "WHERE store = ? AND path = ?", (store, path)).fetchone()
+        from ...resources.documents import Document
+
         return None if r is None else Document(store, path, r[0], r[1], r[2])
 
     def doc_put(self, store: str, path: str, text: str, version: int, now: float) -> None:
@@ -147,9 +163,13 @@ class SQLiteMemoryStoreTx(_MemoryStoreTx):
         return None if r is None else str(r[0])
 
     def doc_list(self, store: str, folder: str) -> list[DocumentInfo]:
+        from ...resources.documents import DocumentInfo
+
         return [DocumentInfo(*r) for r in self._under(store, folder, "path, size_bytes, version, updated_at_utc")]  # type: ignore[arg-type]
 
     def doc_texts(self, store: str, folder: str) -> list[Document]:
+        from ...resources.documents import Document
+
         return [Document(store, *r) for r in self._under(store, folder, "path, text, version, updated_at_utc")]  # type: ignore[arg-type]
 
     def version_add(self, version: DocumentVersion) -> None:
@@ -185,6 +205,9 @@ class SQLiteMemoryStoreTx(_MemoryStoreTx):
         # The index ranks first and the page is cut there (bm25 of every match, then LIMIT):
         # only the page's documents are read. Limited to some stores, the documents are joined first,
         # unless the stores named are every store there is (a session mounting each one).
+        from ...resources.documents import MemoryHit
+        from ..search import to_fts5
+
         if stores is not None and self.c.execute(
                 "SELECT NOT EXISTS (SELECT 1 FROM chatflow_memory_stores WHERE name NOT IN "
                 "(SELECT value FROM json_each(?)))", (json.dumps(stores),)).fetchone()[0]:

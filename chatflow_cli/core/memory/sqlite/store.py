@@ -56,7 +56,6 @@ from .connection import _BUSY_TIMEOUT_S, _blocking_executor, _is_ephemeral
 from .errors import _store_error
 from .rows import _dumps
 from .schema import FTS_HIGH_WATER, INDEX_BATCH, SCHEMA_VERSION, MigrationFailed, apply_migrations, schema_version
-from .search import _fts_columns
 from .tx import _SQLiteTx
 
 if TYPE_CHECKING:
@@ -318,6 +317,8 @@ class SQLiteSessionStore(BaseSessionStore):
         and indexed :data:`~.schema.INDEX_BATCH` at a time, each batch in one short write
         transaction (a batch another process indexed meanwhile is skipped).
         """
+        from .search import _fts_columns
+
         count = 0
         while True:
             with self._read():

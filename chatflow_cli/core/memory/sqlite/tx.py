@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ...events import Event
 from ...messages import Message, Role, stored_message
 from ...tokens import message_tokens
 from .._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
 from ..owner import Owner
-from ..search import Query, SearchHit, to_fts5
 from .rows import (
     _INSERT_EVENT,
     _INSERT_MESSAGE,
@@ -28,7 +27,9 @@ from .rows import (
 from .resources import SQLiteMemoryStoreTx
 from .vaults import SQLiteVaultTx
 from .attachments import SQLiteAttachmentTx
-from .search import _best_per_turn, _snippet
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..search import Query, SearchHit
 
 
 class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, SQLiteAttachmentTx, _Tx):
@@ -506,6 +507,9 @@ class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, SQLiteAttachmentTx, _Tx):
         # take the best n, join them to their messages for the filters and the grouping by
         # turn, and widen n until a page is full or every match was seen. A filter that
         # keeps few of many matches ends in one query that joins every match.
+        from ..search import to_fts5
+        from .search import _best_per_turn
+
         match = to_fts5(query, None if where.include_tools else ("body",))
         n = max(64, where.limit * 4)
         while True:
@@ -568,6 +572,9 @@ class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, SQLiteAttachmentTx, _Tx):
 
     def _hits(self, page: list[tuple[float, tuple[Any, ...]]], query: Query,
               include_tools: bool) -> list[SearchHit]:
+        from ..search import SearchHit
+        from .search import _snippet
+
         if not page:
             return []
         ids = [r[3] for _rank, r in page]

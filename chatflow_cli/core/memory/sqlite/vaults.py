@@ -7,9 +7,12 @@ Two tables (migration 10): ``chatflow_vaults`` (a vault's name) and ``chatflow_v
 from __future__ import annotations
 
 import sqlite3
+from typing import TYPE_CHECKING
 
-from ...resources.vaults import VaultEntry, VaultInfo
 from .._vaults import _VaultTx
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...resources.vaults import VaultInfo
 
 __all__ = ["MIGRATION", "SQLiteVaultTx"]
 
@@ -42,6 +45,8 @@ class SQLiteVaultTx(_VaultTx):
         raise NotImplementedError
 
     def vault_list(self, name: str | None) -> list[VaultInfo]:
+        from ...resources.vaults import VaultEntry, VaultInfo
+
         where, args = ("WHERE v.name = ?", (name,)) if name is not None else ("", ())
         rows = self.c.execute(
             "SELECT v.name, v.created_at_utc, e.entry, e.location, e.updated_at_utc FROM chatflow_vaults AS v "
