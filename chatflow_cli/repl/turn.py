@@ -165,6 +165,8 @@ class TurnRunner(ReplHost):
             return True
         answered = self.store.submitted_tool_results(self.session_id)
         open_calls = [c for c in session.pending_tool_calls if c.id not in answered]
+        if self._left_open(open_calls):  # a run that died during its calls: the message records them interrupted
+            return True
         asking = sum(1 for c in open_calls if self.runner.awaits_approval(self.session_id, c))
         waits = ("your approval" if asking == len(open_calls) else
                  "tool results and your approval" if asking else "tool results")
@@ -178,7 +180,23 @@ class TurnRunner(ReplHost):
         except ChatflowError:
             return frozenset()
         calls = session.pending_tool_calls if session is not None else ()
-        return frozenset(c.id for c in calls if self.runner.awaits_approval(self.session_id, c))
+        asking = frozenset(c.id for c in calls if self.runner.awaits_approval(self.session_id, c))
+        left = self._left_open([c for c in calls if c.id in asking])
+        if not left:
+            return asking
+        from ..lookup import Awaiting
+
+        found = Awaiting(asking - left)
+        found.left_open = left
+        return found
+
+    def _left_open(self, calls: list[ToolCall]) -> frozenset[str]:
+        """The ids of ``calls`` (not a custom tool's) that a run which ended during its tool
+        calls left without a result: they wait for no approval."""
+        from ..lookup import left_open
+
+        return left_open(self.store, self.session_id,
+                         [c for c in calls if self.runner.awaits_approval(self.session_id, c)])
 
     async def _answer_tools(self, calls: list[ToolCall]) -> bool:
         """Ask the user for the result of each custom tool call that has none yet (results

@@ -172,8 +172,7 @@ def test_a_hung_up_repl_leaves_no_server_behind(provider, config_file, pty_chatf
     assert len(pids) == 1 and not alive(pids[0])
 
 
-def test_a_server_call_left_open_by_a_crash_is_not_answered_with_tool_result(chatflow, provider, config_file,
-                                                                             tmp_path):
+def test_a_server_call_left_open_by_a_crash_waits_for_no_approval(chatflow, provider, config_file, tmp_path):
     import signal
 
     from tests.hardening import harness as h
@@ -189,7 +188,44 @@ def test_a_server_call_left_open_by_a_crash_is_not_answered_with_tool_result(cha
         for pid in pidfile.read_text().split() if pidfile.exists() else ():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
-    shown = chatflow("sessions", "show", "k1")
-    assert "waiting for approval (--approve call_1 / --deny call_1)" in shown.stdout, shown
+    shown = chatflow("sessions", "show", "k1")  # its policy was always: it waits for no approval
+    assert "waiting for approval" not in shown.stdout and "--tool-result" not in shown.stdout, shown
+    assert "no result: the run ended during this call" in shown.stdout, shown
+    for answer in ("--approve", "--deny"):
+        refused = chatflow("chat", "-s", "k1", answer, "call_1")
+        assert refused.returncode == 2 and "waits for no approval" in refused.stderr, refused
     bypass = chatflow("chat", "-s", "k1", "--tool-result", "call_1", "made up")
-    assert bypass.returncode == 2 and "--approve call_1" in bypass.stderr, bypass
+    assert bypass.returncode == 2 and "takes no result" in bypass.stderr, bypass
+    provider.add_text("Noted.")
+    going_on = chatflow("chat", "-s", "k1", "go on")  # the next message records it as interrupted
+    assert going_on.returncode == 0 and going_on.stdout == "Noted.\n", going_on
+    assert provider.requests[-1]["messages"][-2]["tool_call_id"] == "call_1"
+    assert "Interrupted" in provider.requests[-1]["messages"][-2]["content"]
+
+
+def test_the_repl_does_not_ask_about_a_call_a_killed_run_left_open(provider, config_file, pty_chatflow, tmp_path):
+    import signal
+
+    from tests.hardening import harness as h
+    from tests.helpers.pty_driver import leave
+
+    log, pidfile = tmp_path / "log", tmp_path / "pids"
+    config_file(_server_toml(approval="always", TOOLBOX_LOG=str(log), TOOLBOX_PIDFILE=str(pidfile)))
+    provider.add_tool_calls([("call_1", "toolbox__hang", "{}")])
+    proc = h.spawn("chat", "-s", "k2", "hang")
+    try:
+        h.wait_for(lambda: log.exists() and "hang started" in log.read_text(), proc=proc, what="the call")
+        h.kill9(proc)
+    finally:
+        for pid in pidfile.read_text().split() if pidfile.exists() else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    provider.add_text("Noted.")
+    repl = pty_chatflow("chat", "-s", "k2")
+    repl.wait_prompt()
+    assert "no result: the run ended during this call" in repl.screen() and "y/n/a" not in repl.screen()
+    repl.send("go on\r")
+    repl.wait_prompt_after("Noted.")
+    assert "allow toolbox__hang" not in repl.screen() and "waiting for" not in repl.screen()
+    leave(repl)
+    assert "Interrupted" in provider.requests[-1]["messages"][-2]["content"]
