@@ -135,6 +135,11 @@ def test_the_repl_asks_yes_no_always_and_leaves_no_server_behind(provider, confi
     repl.send("n\r")
     repl.wait_prompt_after("Third.")
     assert "allow toolbox__echo" not in repl.raw.split("First.", 1)[1]  # "always" held for call_2
+    screen = repl.screen()  # approved, run without asking, declined: each call shows as it ran
+    approved, unasked, declined = screen.split("First.")[0], screen.split("First.")[1], screen.split("Second.")[1]
+    assert 'called toolbox__echo {"text": "one"}' in approved and "↳ one" in approved, screen
+    assert 'called toolbox__echo {"text": "two"}' in unasked and "↳ two" in unasked, screen
+    assert "called toolbox__pid" in declined and "✗ error:" in declined and "the user declined it" in declined, screen
     leave(repl)
     tools = [m for m in provider.requests[-1]["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tools[:2]] == ["one", "two"] and "the user declined it" in tools[2]["content"]
