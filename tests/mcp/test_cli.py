@@ -46,6 +46,9 @@ def test_ask_ends_the_run_pending_and_approve_or_deny_continue_it(chatflow, prov
     assert "--approve call_1" in r.stderr and "--deny call_2" in r.stderr
     assert 'tool toolbox__echo (server toolbox) {"text": "yes"} waits for your approval' in r.stderr, r
     assert len(provider.requests) == 1
+    early = chatflow("chat", "-s", "m2", "and another thing")  # a message while approvals are pending
+    assert early.returncode != 0 and "waits for an approval of call_1, call_2 (--approve ID or --deny ID)" in \
+        early.stderr and "tool results" not in early.stderr, early
     wrong = chatflow("chat", "-s", "m2", "--approve", "call_9")
     assert wrong.returncode == 2 and "no tool call call_9 waits" in wrong.stderr
     shown = chatflow("sessions", "show", "m2")
