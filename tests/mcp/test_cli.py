@@ -237,3 +237,37 @@ def test_the_repl_does_not_ask_about_a_call_a_killed_run_left_open(provider, con
     assert "allow toolbox__hang" not in repl.screen() and "waiting for" not in repl.screen()
     leave(repl)
     assert "Interrupted" in provider.requests[-1]["messages"][-2]["content"]
+
+
+_REFUSING = """
+import http.server, sys
+class Refuse(http.server.BaseHTTPRequestHandler):
+    def refuse(self):
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", "Bearer")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    do_GET = do_POST = do_DELETE = refuse
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Refuse)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def test_an_http_server_refusing_the_token_names_the_http_status(chatflow, config_file):
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", _REFUSING], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())
+        config_file(f'[mcp_servers.web]\nurl = "http://127.0.0.1:{port}/mcp"\n'
+                    'headers = { Authorization = "Bearer wrong" }\n')
+        listed = chatflow("mcp", "ls", "--json")
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    error = {row["name"]: row for row in listed.json()}["web"]["error"]
+    assert "(HTTP 401 Unauthorized)" in error, error

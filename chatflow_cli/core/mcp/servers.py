@@ -146,6 +146,7 @@ class MCPServer:
         self._errlog: Any = None
         self._noise = 0  # lines of its output that were not MCP messages (empty lines aside)
         self._noise_last = ""  # the last of them, cut
+        self._http_status = ""  # an HTTP server's last error status not yet said ("401 Unauthorized")
         self._tools: dict[str, MCPTool] | None = None
         self._tools_of: list[Any] | None = None  # the list ``_tools`` was made of
         self._inflight: set[concurrent.futures.Future[Any]] = set()
@@ -277,6 +278,9 @@ class MCPServer:
 
     def _fault(self, what: str) -> MCPServerError:
         extra = ""
+        if self._http_status:  # said once, with the error it caused
+            extra += f" (HTTP {self._http_status})"
+            self._http_status = ""
         if self._noise:  # its stdout, said apart from its stderr
             lines = "1 line" if self._noise == 1 else f"{self._noise} lines"
             last = f" (the last: {self._noise_last!r})" if self._noise_last else ""
@@ -297,7 +301,7 @@ class MCPServer:
                 raise self._fault("uses the SSE transport, which chatflow does not support: use streamable HTTP")
             if self._task is not None:  # a connection that ended: let its owner finish
                 await self._shutdown(self.start_timeout)
-            self._noise, self._noise_last = 0, ""
+            self._noise, self._noise_last, self._http_status = 0, "", ""
             self._tools = None
             ready: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
             self._stop_event = asyncio.Event()
@@ -527,8 +531,13 @@ class MCPServerStreamableHttp(MCPServer):
         url = expand(str(self.params["url"]), self.vaults, "url")
         if not re.match(r"^https?://", url):
             raise MCPServerError("url: its value is not an http:// or https:// URL")
+        async def note_status(response: Any) -> None:  # the SDK's error for it does not name the status
+            if response.status_code >= 400:
+                self._http_status = f"{response.status_code} {response.reason_phrase}".strip()
+
         client = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(self.start_timeout, read=300.0)))
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(self.start_timeout, read=300.0),
+                               event_hooks={"response": [note_status]}))
         read, write = await stack.enter_async_context(streamable_http_client(url, http_client=client))
         return read, write
 
