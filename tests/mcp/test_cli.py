@@ -12,9 +12,9 @@ from pathlib import Path
 from tests.mcp.test_servers import TOOLBOX, alive
 
 
-def _server_toml(name: str = "toolbox", approval: str | None = None, **env: str) -> str:
+def _server_toml(name: str = "toolbox", approval: str | None = None, timeout: float = 5, **env: str) -> str:
     lines = [f"[mcp_servers.{name}]", f"command = {json.dumps(sys.executable)}", f"args = [{json.dumps(TOOLBOX)}]",
-             "timeout = 5"]
+             f"timeout = {timeout}"]
     if approval:
         lines.append(f'approval = "{approval}"')
     if env:
@@ -271,3 +271,23 @@ def test_an_http_server_refusing_the_token_names_the_http_status(chatflow, confi
         proc.stdout.close()
     error = {row["name"]: row for row in listed.json()}["web"]["error"]
     assert "(HTTP 401 Unauthorized)" in error, error
+
+
+def test_an_error_quotes_only_the_stderr_and_stdout_noise_of_its_own_call_once(chatflow, provider, config_file):
+    config_file(_server_toml(approval="always", timeout=2))
+    for number, (tool, args) in enumerate([("grumble", "{}"), ("noise", "{}"), ("hang", "{}"),
+                                           ("grumble", '{"exit": true}'), ("crash", "{}")]):
+        provider.add_tool_calls([(f"call_{number}", f"toolbox__{tool}", args)])
+    provider.add_text("Done.")
+    r = chatflow("chat", "-s", "e1", "--output", "jsonl", "go")
+    assert r.returncode == 0, r
+    out = [e["data"]["output"] for e in r.jsonl() if e["type"] == "tool.call_finished"]
+    assert out[:2] == ["grumbled", "noisy but fine"], out
+    timeout = out[2]  # the earlier call's stderr is not this call's: not quoted
+    assert "did not answer the call to hang within 2 s" in timeout and "stderr" not in timeout, timeout
+    assert "it also printed 1 line of other text on stdout, which is for MCP messages only (the last: " \
+        "'this is not JSON-RPC')" in timeout, timeout
+    exited = out[3]  # its traceback said by its exception line, no box, and the stdout noise not again
+    assert exited.endswith("; its stderr ended with: ValueError: disk full"), exited
+    assert "stdout" not in exited and "│" not in exited and "╰" not in exited, exited
+    assert out[4].endswith("; its stderr ended with: toolbox: crashing on purpose"), out[4]
