@@ -310,11 +310,46 @@ def test_attachments_survive_export_and_import_in_each_format(chatflow: Any, pro
     # an md file whose files are gone is refused, nothing stored
     beside.unlink()
     gone = chatflow("--db", database.fresh(), "sessions", "import", str(md))
-    assert gone.returncode == 2 and "are not in the file" in gone.stderr, gone
+    assert gone.returncode == 2 and "are not beside the transcript: a Markdown export keeps them in " \
+        f"attachments/{beside.name}" in gone.stderr, gone
     # the chatflow export of an import carries the same bytes
     again = [json.loads(line) for line in chatflow("--db", other, "sessions", "export", "e").stdout.splitlines()]
     assert {a["attachment"]["sha256"]: base64.b64decode(a["attachment"]["data"])
             for a in again if "attachment" in a} == both
+
+
+def test_an_export_rewrites_a_changed_file_and_an_import_says_what_is_wrong(chatflow: Any, provider: Any,
+                                                                            tmp_path: Path) -> None:
+    """A name that is a hash is not trusted to be one: a changed file beside a Markdown export
+    is written again, and an import says its hash differs; a .chatflow export missing a file's
+    line says so in that format's words."""
+    code = b"print('kept')\n"
+    (tmp_path / "app.py").write_bytes(code)
+    assert chatflow("chat", "-s", "h", "-f", str(tmp_path / "app.py"), "see").returncode == 0
+    md = tmp_path / "exm" / "s.md"
+    md.parent.mkdir()
+    assert chatflow("sessions", "export", "h", "--format", "md", "-o", str(md)).returncode == 0
+    beside = md.parent / "attachments" / (sha(code) + ".txt")
+    beside.write_bytes(b"other bytes\n")
+    bad = chatflow("--db", str(tmp_path / "x.db"), "sessions", "import", str(md))
+    assert bad.returncode == 2, bad
+    assert f"attachments/{beside.name} beside {md} is not the file attached as app.py: its bytes have the sha256 " \
+        f"{sha(b'other bytes' + bytes([10]))}, not {sha(code)}" in bad.stderr, bad
+    assert "are not" not in bad.stderr
+    again = chatflow("sessions", "export", "h", "--format", "md", "-o", str(md))
+    assert again.returncode == 0 and beside.read_bytes() == code, again
+    r = chatflow("--db", str(tmp_path / "y.db"), "sessions", "import", str(md))
+    assert r.returncode == 0, r
+    # a .chatflow export with its attachment line cut out
+    path = tmp_path / "h.chatflow"
+    assert chatflow("sessions", "export", "h", "-o", str(path)).returncode == 0
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(line for line in lines if not line.startswith('{"attachment"')))
+    assert len(path.read_text().splitlines()) == len(lines) - 1
+    cut = chatflow("--db", str(tmp_path / "z.db"), "sessions", "import", str(path))
+    assert cut.returncode == 2 and "are not in the file: a .chatflow export holds each file as an " \
+        '{"attachment": ...} line' in cut.stderr, cut
+    assert "Markdown" not in cut.stderr and "attachments/" not in cut.stderr, cut
 
 
 def test_fork_and_rollback_keep_exactly_the_files_still_used(chatflow: Any, provider: Any, tmp_path: Path,
