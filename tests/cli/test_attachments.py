@@ -170,6 +170,17 @@ def test_an_image_the_provider_cannot_read_is_named_not_called_unaccepted(chatfl
     assert "You uploaded an unsupported image. Please make sure your image is valid" in r.stderr, r
 
 
+def test_a_file_given_to_agent_gets_a_hint_to_attach_it(chatflow: Any, provider: Any, tmp_path: Path) -> None:
+    make_image(tmp_path / "shot.png")
+    r = chatflow("chat", "-a", str(tmp_path / "shot.png"), "what is it?")
+    assert r.returncode == 3 and r.stderr.count("\n") == 1, r
+    assert f"unknown agent '{tmp_path / 'shot.png'}' (configured: " in r.stderr, r
+    assert r.stderr.endswith(f"; {tmp_path / 'shot.png'} is a file: to attach a file use -f PATH\n"), r
+    r = chatflow("chat", "-a", "nobody", "hi")  # not a file: no hint
+    assert r.returncode == 3 and "unknown agent 'nobody'" in r.stderr and "-f PATH" not in r.stderr, r
+    assert provider.requests == []
+
+
 def test_a_file_without_read_permission_sends_and_stores_nothing(chatflow: Any, provider: Any,
                                                                  tmp_path: Path) -> None:
     locked = tmp_path / "locked.txt"
