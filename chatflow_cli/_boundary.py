@@ -23,6 +23,7 @@ __all__ = ["OUTPUT_ERRNOS", "ReaderGone", "Stopped", "check_utf8_args", "error_l
 #: ``json``/``jsonl`` while a command prints JSON: an error is then also printed as a JSON
 #: object on stdout (``{"schema", "type": "error", "is_error": true, ...}``), as ``chat --json`` does.
 json_errors: str | None = None
+json_error_event = "error"
 
 
 #: The signal that stopped this run first (SIGTERM or SIGHUP), or None: Ctrl-C, or nothing.
@@ -82,10 +83,13 @@ def _sighup() -> int | None:
     return getattr(signal, "SIGHUP", None)
 
 
-def set_json_errors(mode: str | None) -> None:
-    """Print errors as JSON on stdout too (``json`` or ``jsonl``), or not (``None``/``text``)."""
-    global json_errors
+def set_json_errors(mode: str | None, *, event: str = "error") -> None:
+    """Print errors as JSON on stdout too (``json`` or ``jsonl``), or not (``None``/``text``).
+    ``event``: the type of the jsonl event that carries the error (``chat`` ends its stream
+    with a ``result`` event, failed or not)."""
+    global json_errors, json_error_event
     json_errors = mode if mode != "text" else None
+    json_error_event = event
 
 
 def print_traceback() -> None:
@@ -111,7 +115,7 @@ def json_error(message: str, error_type: str, code: int, session_id: str | None)
 
     err = {"error": scrub(message), "error_type": error_type, "exit_code": int(code), "session_id": session_id,
            "is_error": True}
-    obj = err if json_errors == "json" else event_json("error", session_id, err)
+    obj = err if json_errors == "json" else event_json(json_error_event, session_id, err)
     try:
         sys.stdout.write(dumps(obj) + "\n")
         sys.stdout.flush()

@@ -143,7 +143,10 @@ def assemble(
             if agent not in agents:
                 from .render import safe_text
 
-                raise NotFoundError(f"unknown agent {safe_text(agent)!r} (configured: {', '.join(sorted(agents))})")
+                # -a is --agent: a file given to it was meant to be attached (-f)
+                hint = f"; {safe_text(agent)} is a file: to attach a file use -f PATH" if os.path.isfile(agent) else ""
+                raise NotFoundError(f"unknown agent {safe_text(agent)!r} (configured: {', '.join(sorted(agents))})"
+                                    + hint)
             start = agents[agent]
         from .core.model import ModelClient
         from .core.runner import Runner

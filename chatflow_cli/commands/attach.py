@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..core.attachments import (MAX_IMAGE_BYTES, Attachment, attachment_from_bytes, check_count, read_attachment,
-                                refuses_images)
+                                refuses_images, unreadable_image)
 from ..core.errors import AttachmentError, BadRequestError, ImagesNotAcceptedError, UsageError
 from ..core.messages import Message
 from .chat_input import _check_message, message_from
@@ -32,8 +32,8 @@ def _read_stdin(state: State) -> Attachment:
     if source is None:  # a text stream (tests): its text as UTF-8
         data = stream.read().encode("utf-8")
     else:
-        data = source.read(MAX_IMAGE_BYTES + 1)
-    return attachment_from_bytes(data, "stdin")
+        data = source.read(MAX_IMAGE_BYTES + 1)  # no further: a larger file is said as "more than" the limit
+    return attachment_from_bytes(data, "stdin", stream=True)
 
 
 def read_attachments(state: State, paths: list[str] | tuple[str, ...]) -> tuple[Attachment, ...]:
@@ -82,10 +82,17 @@ def text_only_check(choice: ModelChoice, message: Message) -> None:
 
 
 def images_refused(exc: BaseException, message: Message, model: str) -> None:
-    """A provider's 400 to a request with an image that speaks of images becomes one line:
-    this model does not accept images (the user message stays for a retry)."""
-    if not isinstance(exc, BadRequestError) or not refuses_images(exc, message.attachments):
+    """A provider's 400 to a request with an image becomes one line when it is about images:
+    the model does not accept images, or the provider could not read an image (named, what
+    the provider said kept). The user message stays for a retry."""
+    if not isinstance(exc, BadRequestError):
         return
-    exc.message = (f"model {model} does not accept images (the provider said: {exc.message}); "
-                   "the message is kept: send it again to a vision model (-m MODEL)")
+    if refuses_images(exc, message.attachments):
+        exc.message = (f"model {model} does not accept images (the provider said: {exc.message}); "
+                       "the message is kept: send it again to a vision model (-m MODEL)")
+    else:
+        unreadable = unreadable_image(exc, message.attachments)
+        if unreadable is None:
+            return
+        exc.message = f"{unreadable}; check that the file is a whole image"
     exc.args = (exc.message,)

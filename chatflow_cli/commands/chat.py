@@ -115,6 +115,11 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
     """
     if opts.output not in {"text", "json", "jsonl"}:
         raise UsageError(f"--output {opts.output!r}: use text, json or jsonl")
+    # an error before the run (a file that cannot be attached, no message, a bad session id)
+    # ends a JSON output as one during the run does: its error object, a failed result event
+    from .. import _boundary
+
+    _boundary.set_json_errors(opts.output, event="result")
     multi = opts.input == "jsonl"
     message: str | None = None
     user: Message | None = None  # a message with attachments

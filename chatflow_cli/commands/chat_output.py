@@ -47,7 +47,7 @@ class ChatOutput:
         self.mode = mode
         self.multi = multi
         self.out = state.env.stdout
-        self.final_written = False
+        self._final_written = False
         self.last_result: RunResult | None = None
         self.turns = 0
         self.printer: ReplyPrinter | None = None
@@ -82,6 +82,19 @@ class ChatOutput:
     def _line(self, obj: dict[str, Any]) -> None:
         self.out.write(dumps(obj) + "\n")
         self.out.flush()
+
+    @property
+    def final_written(self) -> bool:
+        """Whether the run's last line (its result, failed or not) is written."""
+        return self._final_written
+
+    @final_written.setter
+    def final_written(self, value: bool) -> None:
+        self._final_written = value
+        if value:  # the error that ends the run is in that line: the error boundary adds no other
+            from .. import _boundary
+
+            _boundary.set_json_errors(None)
 
     def _final_line(self, obj: dict[str, Any]) -> None:
         """The closing line of a run: a reader that has gone (EPIPE, closed stdout) does not

@@ -189,8 +189,9 @@ def _files_of(store: ListingStore, session_id: str) -> dict[str, Any]:
 
 
 def _write_files(store: ListingStore, session_ids: list[str], where: Path) -> None:
-    """The files the Markdown transcripts link to, into ``attachments/`` beside them (a file
-    already there is the same file: its name is its hash)."""
+    """The files the Markdown transcripts link to, into ``attachments/`` beside them: a file
+    already there with the same bytes is left as it is, one with other bytes (changed since an
+    earlier export) is written again -- a name that is a hash is not trusted to be one."""
     from ..core.attachments import FILES_FOLDER
 
     for sid in session_ids:
@@ -204,13 +205,21 @@ def _write_files(store: ListingStore, session_ids: list[str], where: Path) -> No
             for name, attachment in files.items():
                 path = folder / name
                 data = blobs.get(attachment.sha256)
-                if data is None or path.exists():
+                if data is None or _holds(path, data):
                     continue
                 partial = folder / f".{name}.partial"
                 partial.write_bytes(data)
                 os.replace(partial, path)
         except OSError as exc:
             raise ChatflowError(f"cannot write {folder}: {exc.strerror or exc}") from None
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether the regular file at ``path`` holds exactly ``data``."""
+    try:
+        return path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data
+    except OSError:
+        return False
 
 
 def _output_path(output: str) -> Path:

@@ -49,6 +49,7 @@ __all__ = [
     "read_attachment",
     "refuse_images_to_a_text_only_model",
     "refuses_images",
+    "unreadable_image",
     "sniff_image",
     "wire_content",
 ]
@@ -57,6 +58,9 @@ __all__ = [
 MAX_IMAGE_BYTES = 20 * 1000 * 1000
 #: The largest text file attached (1 MB of UTF-8).
 MAX_TEXT_BYTES = 1000 * 1000
+#: The largest side of an image, in pixels: what JPEG, GIF and WebP can say at most; a PNG
+#: whose header claims more is broken or hostile (no provider decodes it).
+MAX_IMAGE_SIDE = 65_535
 #: The most files one message carries.
 MAX_ATTACHMENTS = 10
 
@@ -228,12 +232,60 @@ def image_size(media_type: str, data: bytes) -> tuple[int, int] | None:
     return None
 
 
+def _png_cut_short(data: bytes) -> bool:
+    i = 8
+    while i + 8 <= len(data):
+        (length,) = struct.unpack(">I", data[i:i + 4])
+        if data[i + 4:i + 8] == b"IEND":
+            return False
+        i += 12 + length
+    return True  # no IEND chunk: the chunks run past the end of the file
+
+
+def _jpeg_cut_short(data: bytes) -> bool:
+    i = 2
+    n = len(data)
+    while i + 4 <= n:
+        if data[i] != 0xFF:
+            return False  # not a walk chatflow follows: left to the provider
+        marker = data[i + 1]
+        if marker == 0xFF:
+            i += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            i += 2
+            continue
+        if marker == 0xD9:
+            return False
+        (length,) = struct.unpack(">H", data[i + 2:i + 4])
+        if marker == 0xDA:  # the scan: in its data 0xFF 0xD9 is only the end-of-image marker
+            return data.find(b"\xff\xd9", i + 2 + length) < 0
+        i += 2 + length
+    return True  # the segments run past the end of the file
+
+
+def _cut_short(media_type: str, data: bytes) -> bool:
+    """Whether an image's bytes end before the structure its header declares does: a PNG's
+    chunks with no IEND, a JPEG with no end-of-image marker after its scan, a WebP shorter
+    than its RIFF size. Cheap (a walk of the headers, one search), and sound: a file with
+    bytes after its end passes. GIF is not checked."""
+    if media_type == "image/png":
+        return _png_cut_short(data)
+    if media_type == "image/jpeg":
+        return _jpeg_cut_short(data)
+    if media_type == "image/webp":
+        return len(data) < 8 + int.from_bytes(data[4:8], "little")
+    return False
+
+
 def _text_type(name: str | None) -> str:
     return _TEXT_TYPES.get(os.path.splitext(name or "")[1].lower(), "text/plain")
 
 
-def attachment_from_bytes(data: bytes, name: str | None) -> Attachment:
+def attachment_from_bytes(data: bytes, name: str | None, *, stream: bool = False) -> Attachment:
     """An :class:`Attachment` of ``data`` (its bytes kept in ``data``), named ``name``.
+    ``stream``: ``data`` was read from a stream that stops one byte past the image limit, so
+    a size over a limit is said as "more than" it.
 
     Raises:
         AttachmentError: empty, over the limit of its kind, an image whose header cannot be
@@ -246,12 +298,18 @@ def attachment_from_bytes(data: bytes, name: str | None) -> Attachment:
     width = height = None
     if media_type is not None:
         if len(data) > MAX_IMAGE_BYTES:
-            raise AttachmentError(f"cannot attach {label}: {_mb(len(data))} is over the limit of "
-                                  f"{_mb(MAX_IMAGE_BYTES)} for an image")
+            raise AttachmentError(f"cannot attach {label}: {_over(len(data), MAX_IMAGE_BYTES, stream)} "
+                                  f"for an image")
         size = image_size(media_type, data)
         if size is None or not all(size):
             raise AttachmentError(f"cannot attach {label}: it starts as {media_type} but its header is broken")
         width, height = size
+        if max(size) > MAX_IMAGE_SIDE:
+            raise AttachmentError(f"cannot attach {label}: its header says {width:,}x{height:,} pixels, over "
+                                  f"{MAX_IMAGE_SIDE:,} a side: the image is broken")
+        if _cut_short(media_type, data):
+            raise AttachmentError(f"cannot attach {label}: the {media_type} image is cut short "
+                                  f"(its {len(data):,} bytes end before its data does)")
     else:
         if b"\x00" in data:
             raise AttachmentError(f"cannot attach {label}: not a file chatflow sends; it accepts {ACCEPTED}")
@@ -260,8 +318,8 @@ def attachment_from_bytes(data: bytes, name: str | None) -> Attachment:
         except UnicodeDecodeError:
             raise AttachmentError(f"cannot attach {label}: not a file chatflow sends; it accepts {ACCEPTED}") from None
         if len(data) > MAX_TEXT_BYTES:
-            raise AttachmentError(f"cannot attach {label}: {_mb(len(data))} is over the limit of "
-                                  f"{_mb(MAX_TEXT_BYTES)} for a text file")
+            raise AttachmentError(f"cannot attach {label}: {_over(len(data), MAX_TEXT_BYTES, stream)} "
+                                  f"for a text file")
         media_type = _text_type(name)
     import hashlib
 
@@ -270,6 +328,19 @@ def attachment_from_bytes(data: bytes, name: str | None) -> Attachment:
 
 def _mb(size: int) -> str:
     return f"{size / 1e6:.1f} MB"
+
+
+def _limit(limit: int) -> str:
+    """``1,000,000 bytes (1 MB)``: a limit in exact decimal bytes."""
+    return f"{limit:,} bytes ({limit // 1_000_000} MB)"
+
+
+def _over(size: int, limit: int, stream: bool = False) -> str:
+    """``1,000,001 bytes, over the limit of 1,000,000 bytes (1 MB)``; from a stream read no
+    further than one byte past the image limit, ``more than 20,000,000 bytes, ...``."""
+    cut = stream and size > MAX_IMAGE_BYTES
+    said = f"more than {MAX_IMAGE_BYTES:,} bytes" if cut else f"{size:,} bytes"
+    return f"{said}, over the limit of {_limit(limit)}"
 
 
 def read_attachment(path: str) -> Attachment:
@@ -292,8 +363,8 @@ def read_attachment(path: str) -> Attachment:
     if info.st_size == 0:
         raise AttachmentError(f"cannot attach {path}: the file is empty")
     if info.st_size > MAX_IMAGE_BYTES:
-        raise AttachmentError(f"cannot attach {path}: {_mb(info.st_size)} is over the limit of "
-                              f"{_mb(MAX_IMAGE_BYTES)} for an image (and {_mb(MAX_TEXT_BYTES)} for a text file)")
+        raise AttachmentError(f"cannot attach {path}: {_over(info.st_size, MAX_IMAGE_BYTES)} for an image "
+                              f"(and {_limit(MAX_TEXT_BYTES)} for a text file)")
     try:
         with open(path, "rb") as handle:
             # the size stat() gave, and one byte more to see a file that grew since: a
@@ -360,14 +431,43 @@ def wire_content(content: str | None, attachments: Sequence[Attachment],
     return parts
 
 
+#: What providers say in a 400 when the model takes no images (OpenAI, Azure, vLLM,
+#: llama.cpp's server, Ollama, LiteLLM, Groq, Mistral...), lower case.
+_NO_IMAGES = ("does not support image", "image input is not supported", "images are not supported",
+              "image_url is only supported by certain models", "does not support vision",
+              "vision is not supported", "not a multimodal model", "not support multimodal",
+              "image input not supported", "cannot read images", "does not accept image",
+              "model does not support images", "image inputs are not supported")
+
+
 def refuses_images(exc: BaseException, attachments: Sequence[Attachment]) -> bool:
     """Whether ``exc`` is a provider's 400 (:class:`~chatflow_cli.core.errors.BadRequestError`)
-    that speaks of images, to a request whose new message carries ``attachments`` with an
-    image: the model does not accept images (front-ends say so in one line)."""
+    saying the model takes no images, to a request whose new message carries ``attachments``
+    with an image (front-ends say so in one line). A 400 about an image the provider could
+    not read (invalid, corrupt) is not this: see :func:`unreadable_image`."""
     from .errors import BadRequestError, ImagesNotAcceptedError
 
-    return (isinstance(exc, BadRequestError) and not isinstance(exc, ImagesNotAcceptedError)
-            and any(a.is_image for a in attachments) and "image" in exc.message.lower())
+    if not isinstance(exc, BadRequestError) or isinstance(exc, ImagesNotAcceptedError):
+        return False
+    said = exc.message.lower()
+    return any(a.is_image for a in attachments) and any(words in said for words in _NO_IMAGES)
+
+
+def unreadable_image(exc: BaseException, attachments: Sequence[Attachment]) -> str | None:
+    """When ``exc`` is a provider's 400 about an image it could not read (invalid, corrupt,
+    of an unsupported format) to a message with ``attachments`` that has images: one line
+    naming them and keeping what the provider said; else None."""
+    from .errors import BadRequestError
+
+    images = [a for a in attachments if a.is_image]
+    if not isinstance(exc, BadRequestError) or not images or refuses_images(exc, attachments):
+        return None
+    said = exc.message.lower()
+    if "image" not in said:
+        return None
+    names = ", ".join(a.name or a.sha256[:12] for a in images)
+    which = f"image {names}" if len(images) == 1 else f"one of the images {names}"
+    return f"the provider could not read {which} (the provider said: {exc.message})"
 
 
 def image_tokens(width: int, height: int) -> int:

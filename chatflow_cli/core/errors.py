@@ -153,9 +153,10 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
         "the command line (it is read from the terminal or stdin), a vault "
         "value shorter than 8 characters, a vault entry name that is not 1-64 letters, digits, `_`, `-` or `.`, "
         "a vault that exists already, an `--env` name that is not an environment variable name; a file that "
-        "cannot be attached (`--attach`: no such file, a directory or FIFO, not readable, empty, over 20 MB for "
-        "an image or 1 MB for a text file, more than 10 a message, neither a PNG/JPEG/WebP/GIF image nor UTF-8 "
-        "text): nothing sent, nothing stored"),
+        "cannot be attached (`--attach`: no such file, a directory or FIFO, not readable, empty, over "
+        "20,000,000 bytes for an image or 1,000,000 bytes for a text file, more than 10 a message, neither a "
+        "PNG/JPEG/WebP/GIF image nor UTF-8 text, an image whose header is broken, implausible or says more "
+        "than its bytes hold): nothing sent, nothing stored"),
     ExitStatus.NOT_FOUND: (
         "not found: the session, agent, memory store, memory document, vault or vault entry does not exist"),
     ExitStatus.SESSION_BUSY: (
@@ -170,7 +171,8 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
         "start or crashes, and when the local model's reply is empty, never on every start; a server stopped by "
         "`chatflow local stop` is said to be stopped, not crashed; a compaction whose own request does not fit the "
         "context either says what can help); a model that does not accept images (its provider's 400 to a "
-        "message with an image, or the local model, which reads text only: said before sending)"),
+        "message with an image, or the local model, which reads text only: said before sending); an image the "
+        "provider could not read (its 400 names it)"),
     ExitStatus.NETWORK: "network error: connection refused or reset, timeout, a reply that stopped before it finished",
     ExitStatus.RATE_LIMITED: "rate limited or rescheduled: 429/5xx after retries; the session is marked rescheduled",
     ExitStatus.STORE: (

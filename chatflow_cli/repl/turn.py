@@ -404,6 +404,8 @@ class TurnRunner(ReplHost):
             elif self.attachments and _refuses_images(exc, self.attachments):  # the files stay for /retry
                 self.error(f"model {self.model_name} does not accept images (the provider said: {message}); "
                            "/model NAME switches to a vision model, then /retry sends the message again")
+            elif self.attachments and _unreadable_image(exc, self.attachments):
+                self.error(f"{_unreadable_image(exc, self.attachments)}; check that the file is a whole image")
             else:
                 self.error(f"{message} (/retry sends the message again)")
         elif outcome.result is not None:
@@ -586,6 +588,12 @@ def _short(text: str, *, max_lines: int = 4, max_chars: int = 240) -> str:
     if len(cut) >= len(text.rstrip("\n")):
         return text
     return f"{cut}… ({len(text) - len(cut)} more characters; /show has them all with --full)"
+
+
+def _unreadable_image(exc: BaseException, attachments: Any) -> str | None:
+    from ..core.attachments import unreadable_image
+
+    return unreadable_image(exc, attachments)
 
 
 def _refuses_images(exc: BaseException, attachments: Any) -> bool:

@@ -98,8 +98,8 @@ def test_files_that_cannot_be_attached_send_and_store_nothing(chatflow: Any, pro
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "dir").mkdir()
     cases = [("missing.png", "no such file"), ("dir", "is a directory"), ("fifo", "not a regular file"),
-             ("empty.txt", "the file is empty"), ("big.log", "over the limit of 1.0 MB for a text file"),
-             ("huge.png", "20.0 MB is over the limit of 20.0 MB for an image"),
+             ("empty.txt", "the file is empty"), ("big.log", "1,000,001 bytes, over the limit of 1,000,000 bytes (1 MB) for a text file"),
+             ("huge.png", "20,000,001 bytes, over the limit of 20,000,000 bytes (20 MB) for an image"),
              ("doc.pdf", "it accepts images (PNG, JPEG, WebP, GIF) and UTF-8 text files"),
              ("junk.png", "not a file chatflow sends"), ("cut.png", "starts as image/png but its header is broken")]
     for name, words in cases:
@@ -109,6 +109,76 @@ def test_files_that_cannot_be_attached_send_and_store_nothing(chatflow: Any, pro
     r = chatflow("chat", *[a for _ in range(11) for a in ("-f", str(tmp_path / "n.txt"))], "many")
     assert r.returncode == 2 and "a message carries at most 10" in r.stderr, r
     assert provider.requests == [] and chatflow("sessions", "ls", "--json").json() == []
+
+
+def test_limits_are_said_in_exact_bytes_from_stdin_too(chatflow: Any, provider: Any, tmp_path: Path) -> None:
+    """stdin is read no further than one byte past the image limit: its size is "more than"."""
+    big = b"\x89PNG\r\n\x1a\n" + b"\x00" * 22_000_000
+    r = chatflow("chat", "-f", "-", "look", input=big)
+    assert r.returncode == 2 and r.stderr == ("chatflow: error: cannot attach stdin: more than 20,000,000 bytes, "
+                                              "over the limit of 20,000,000 bytes (20 MB) for an image\n"), r
+    r = chatflow("chat", "-f", "-", "look", input=b"y" * 1_000_001)
+    assert r.returncode == 2 and "stdin: 1,000,001 bytes, over the limit of 1,000,000 bytes (1 MB)" in r.stderr, r
+    assert provider.requests == [] and chatflow("sessions", "ls", "--json").json() == []
+
+
+def test_implausible_and_cut_images_are_refused_before_sending(chatflow: Any, provider: Any, tmp_path: Path) -> None:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    # 45 bytes: a PNG whose header claims 2147483647 x 2147483647 pixels
+    (tmp_path / "vast.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2**31 - 1,
+                                                                                            2**31 - 1, 8, 2, 0, 0, 0))
+                                        + chunk(b"IEND", b"")[:12])
+    assert len((tmp_path / "vast.png").read_bytes()) == 45
+    noise = Image.frombytes("RGB", (120, 80), os.urandom(120 * 80 * 3))
+    whole = {}
+    for fmt in ("PNG", "JPEG", "WEBP"):
+        buffer = io.BytesIO()
+        noise.save(buffer, format=fmt)
+        whole[fmt] = buffer.getvalue()
+        (tmp_path / f"whole.{fmt}").write_bytes(whole[fmt])
+        (tmp_path / f"cut.{fmt}").write_bytes(whole[fmt][:300])  # head -c 300
+    (tmp_path / "tail.JPEG").write_bytes(whole["JPEG"] + b"a video after the image")  # bytes after its end: fine
+    cases = [("vast.png", "its header says 2,147,483,647x2,147,483,647 pixels, over 65,535 a side"),
+             ("cut.PNG", "the image/png image is cut short (its 300 bytes end before its data does)"),
+             ("cut.JPEG", "the image/jpeg image is cut short"), ("cut.WEBP", "the image/webp image is cut short")]
+    for name, words in cases:
+        r = chatflow("chat", "-f", str(tmp_path / name), "look")
+        assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1, (name, r)
+    assert provider.requests == [] and chatflow("sessions", "ls", "--json").json() == []
+    r = chatflow("chat", "-f", str(tmp_path / "tail.JPEG"), "-f", str(tmp_path / "whole.PNG"), "look")
+    assert r.returncode == 0, r
+
+
+def test_an_image_the_provider_cannot_read_is_named_not_called_unaccepted(chatflow: Any, provider: Any,
+                                                                           tmp_path: Path) -> None:
+    """Broken inside (headers whole, pixels not): chatflow sends it; the provider's 400 says it
+    is invalid, which is not "the model does not accept images"."""
+    data = bytearray(make_image(tmp_path / "p.jpg", "JPEG", (64, 64)))
+    sos = data.index(b"\xff\xda")
+    data[sos + 14:-2] = b"\xff\x00" * ((len(data) - 2 - sos - 14) // 2)  # scan data Pillow cannot decode
+    data[sos + 14:sos + 16] = b"\xff\xc4"  # a marker inside the scan
+    (tmp_path / "bad.jpg").write_bytes(bytes(data))
+    r = chatflow("chat", "-s", "v", "-f", str(tmp_path / "bad.jpg"), "x")
+    assert r.returncode == 5, r
+    assert "does not accept images" not in r.stderr, r
+    assert "chatflow: error: the provider could not read image bad.jpg (the provider said: " in r.stderr, r
+    assert "You uploaded an unsupported image. Please make sure your image is valid" in r.stderr, r
+
+
+def test_a_file_given_to_agent_gets_a_hint_to_attach_it(chatflow: Any, provider: Any, tmp_path: Path) -> None:
+    make_image(tmp_path / "shot.png")
+    r = chatflow("chat", "-a", str(tmp_path / "shot.png"), "what is it?")
+    assert r.returncode == 3 and r.stderr.count("\n") == 1, r
+    assert f"unknown agent '{tmp_path / 'shot.png'}' (configured: " in r.stderr, r
+    assert r.stderr.endswith(f"; {tmp_path / 'shot.png'} is a file: to attach a file use -f PATH\n"), r
+    r = chatflow("chat", "-a", "nobody", "hi")  # not a file: no hint
+    assert r.returncode == 3 and "unknown agent 'nobody'" in r.stderr and "-f PATH" not in r.stderr, r
+    assert provider.requests == []
 
 
 def test_a_file_without_read_permission_sends_and_stores_nothing(chatflow: Any, provider: Any,
@@ -251,11 +321,46 @@ def test_attachments_survive_export_and_import_in_each_format(chatflow: Any, pro
     # an md file whose files are gone is refused, nothing stored
     beside.unlink()
     gone = chatflow("--db", database.fresh(), "sessions", "import", str(md))
-    assert gone.returncode == 2 and "are not in the file" in gone.stderr, gone
+    assert gone.returncode == 2 and "are not beside the transcript: a Markdown export keeps them in " \
+        f"attachments/{beside.name}" in gone.stderr, gone
     # the chatflow export of an import carries the same bytes
     again = [json.loads(line) for line in chatflow("--db", other, "sessions", "export", "e").stdout.splitlines()]
     assert {a["attachment"]["sha256"]: base64.b64decode(a["attachment"]["data"])
             for a in again if "attachment" in a} == both
+
+
+def test_an_export_rewrites_a_changed_file_and_an_import_says_what_is_wrong(chatflow: Any, provider: Any,
+                                                                            tmp_path: Path) -> None:
+    """A name that is a hash is not trusted to be one: a changed file beside a Markdown export
+    is written again, and an import says its hash differs; a .chatflow export missing a file's
+    line says so in that format's words."""
+    code = b"print('kept')\n"
+    (tmp_path / "app.py").write_bytes(code)
+    assert chatflow("chat", "-s", "h", "-f", str(tmp_path / "app.py"), "see").returncode == 0
+    md = tmp_path / "exm" / "s.md"
+    md.parent.mkdir()
+    assert chatflow("sessions", "export", "h", "--format", "md", "-o", str(md)).returncode == 0
+    beside = md.parent / "attachments" / (sha(code) + ".txt")
+    beside.write_bytes(b"other bytes\n")
+    bad = chatflow("--db", str(tmp_path / "x.db"), "sessions", "import", str(md))
+    assert bad.returncode == 2, bad
+    assert f"attachments/{beside.name} beside {md} is not the file attached as app.py: its bytes have the sha256 " \
+        f"{sha(b'other bytes' + bytes([10]))}, not {sha(code)}" in bad.stderr, bad
+    assert "are not" not in bad.stderr
+    again = chatflow("sessions", "export", "h", "--format", "md", "-o", str(md))
+    assert again.returncode == 0 and beside.read_bytes() == code, again
+    r = chatflow("--db", str(tmp_path / "y.db"), "sessions", "import", str(md))
+    assert r.returncode == 0, r
+    # a .chatflow export with its attachment line cut out
+    path = tmp_path / "h.chatflow"
+    assert chatflow("sessions", "export", "h", "-o", str(path)).returncode == 0
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(line for line in lines if not line.startswith('{"attachment"')))
+    assert len(path.read_text().splitlines()) == len(lines) - 1
+    cut = chatflow("--db", str(tmp_path / "z.db"), "sessions", "import", str(path))
+    assert cut.returncode == 2 and "are not in the file: a .chatflow export holds each file as an " \
+        '{"attachment": ...} line' in cut.stderr, cut
+    assert "Markdown" not in cut.stderr and "attachments/" not in cut.stderr, cut
 
 
 def test_fork_and_rollback_keep_exactly_the_files_still_used(chatflow: Any, provider: Any, tmp_path: Path,

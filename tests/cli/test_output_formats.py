@@ -62,3 +62,23 @@ def test_chat_jsonl_error_result_keeps_is_error_in_data(chatflow, provider):
     final = r.jsonl()[-1]
     assert final["type"] == "result" and final["data"]["is_error"] is True and "is_error" not in final
     assert final["data"]["exit_code"] == 5
+
+
+def test_chat_errors_before_the_run_end_a_json_output_as_errors_during_it_do(chatflow, provider, tmp_path):
+    """A file that cannot be attached, an empty message, a bad session id: refused before the
+    run, each still ends ``--output json`` with its error object and ``jsonl`` with one failed
+    ``result`` event, once (a run's own failure is not printed twice)."""
+    missing = str(tmp_path / "nonexist.png")
+    cases = [(["-f", missing, "x"], "AttachmentError", 2), (["  "], None, 2), (["-s", "bad id!", "x"], None, 2)]
+    for args, error_type, code in cases:
+        r = chatflow("chat", "--output", "json", *args)
+        assert r.returncode == code, r
+        obj = r.json()
+        assert obj["is_error"] is True and obj["exit_code"] == code and obj["error"] in r.stderr, (args, r)
+        assert error_type in (None, obj["error_type"]), obj
+        [event] = chatflow("chat", "--output", "jsonl", *args).jsonl()
+        assert event["type"] == "result" and event["data"] == obj, (args, event)
+    assert provider.requests == []
+    provider.add_error(400, message="bad things")
+    r = chatflow("chat", "-s", "once", "--output", "json", "hi")
+    assert r.returncode == 5 and r.stdout.count("\n") == 1 and r.json()["error_type"] == "BadRequestError", r

@@ -422,7 +422,7 @@ def test_retry_after_reopening_sends_the_failed_message_with_its_files(provider,
     repl.wait_prompt_after("does not accept images")
     assert "error: model fake-text-only does not accept images (the provider said: " in repl.screen()
     repl.send("/model fake-model\r")
-    repl.wait_prompt_after("fake-model")
+    repl.wait_prompt_after("model: fake-model (from the next message)")  # the toolbar names it too
     repl.send("/retry\r")
     repl.wait_prompt_after("ok: what is it?")
     leave(repl)
@@ -436,3 +436,29 @@ def test_retry_after_reopening_sends_the_failed_message_with_its_files(provider,
         assert turn.messages[0].attachments[0].name == "shot.png"
     with sqlite3.connect(Path(os.environ["CHATFLOW_HOME"]) / "chatflow.db") as conn:
         assert conn.execute("SELECT count(*) FROM chatflow_attachments").fetchone()[0] == 1
+
+
+def test_retry_of_an_image_the_provider_cannot_read_names_it(provider, chatflow, pty_chatflow, tmp_path) -> None:
+    """A 400 saying an image is invalid is not "the model does not accept images": /retry of
+    such a message says the provider could not read it, and names it."""
+    import io
+
+    Image = pytest.importorskip("PIL.Image")
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), (0, 0, 255)).save(buffer, format="JPEG")
+    data = bytearray(buffer.getvalue())
+    sos = data.index(b"\xff\xda")
+    data[sos + 14:-2] = b"\xff\x00" * ((len(data) - 2 - sos - 14) // 2)  # headers whole, pixels not
+    data[sos + 14:sos + 16] = b"\xff\xc4"
+    (tmp_path / "bad.jpg").write_bytes(bytes(data))
+    r = chatflow("chat", "-s", "v2", "-f", str(tmp_path / "bad.jpg"), "what is it?")
+    assert r.returncode == 5 and "the provider could not read image bad.jpg" in r.stderr, r
+    repl = pty_chatflow("chat", "-s", "v2")
+    repl.wait_text("your last message failed: /retry sends it again")
+    repl.wait_prompt()
+    repl.send("/retry\r")
+    repl.wait_prompt_after("could not read image")
+    screen = repl.screen()
+    assert "error: the provider could not read image bad.jpg (the provider said: " in screen, screen
+    assert "does not accept images" not in screen, screen
+    leave(repl)

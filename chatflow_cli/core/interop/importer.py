@@ -142,19 +142,25 @@ def _shift(payload: dict[str, Any], offset: int) -> dict[str, Any]:
     return out
 
 
-def _with_bytes(message: Message, blobs: dict[str, bytes]) -> Message:
-    """``message`` with the bytes of its attachments from the file's ``attachment`` lines.
+def _with_bytes(message: Message, blobs: dict[str, bytes], fmt: str = "chatflow") -> Message:
+    """``message`` with the bytes of its attachments: from the file's ``attachment`` lines
+    (``fmt`` ``chatflow``), or from the files read beside a Markdown transcript (``md``).
 
     Raises:
-        ImportFormatError: an attachment whose bytes the file does not hold.
+        ImportFormatError: an attachment whose bytes the source does not hold (said as fits
+            the format: a missing line, or a missing file beside the transcript).
     """
     filled = []
     for attachment in message.attachments:
         data = attachment.data if attachment.data is not None else blobs.get(attachment.sha256)
         if data is None:
-            raise ImportFormatError(f"the bytes of attachment {attachment.name or attachment.sha256} "
-                                    f"(sha256 {attachment.sha256}) are not in the file (a Markdown export keeps them in "
-                                    f"attachments/{file_name(attachment)} beside it)")
+            label = f"the bytes of attachment {attachment.name or attachment.sha256} (sha256 {attachment.sha256})"
+            if fmt == "md":
+                raise ImportFormatError(f"{label} are not beside the transcript: a Markdown export keeps them in "
+                                        f"attachments/{file_name(attachment)} next to it (export with -o FILE "
+                                        "to write them)")
+            raise ImportFormatError(f"{label} are not in the file: a .chatflow export holds each file as an "
+                                    '{"attachment": ...} line (the file is cut or edited: export the session again)')
         filled.append(replace(attachment, data=data))
     return replace(message, attachments=tuple(filled))
 
@@ -284,7 +290,7 @@ def _turn_chunks(session: ImportedSession) -> list[_Chunk]:
                 at = turn.times[k] if k < len(turn.times) and turn.times[k] is not None else at
                 ctx.set_event_time(at)
                 if msg.attachments and any(a.data is None for a in msg.attachments):
-                    msg = _with_bytes(msg, session.blobs)  # md: the files read beside the transcript
+                    msg = _with_bytes(msg, session.blobs, session.source)  # md: the files read beside it
                 ctx.add_message(_labelled(msg, ctx))
             if turn.outcome == "failed":
                 ctx.fail_turn(turn.error or "failed in the source")

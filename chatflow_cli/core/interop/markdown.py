@@ -206,7 +206,11 @@ def read_markdown(text: str, *, source: str = "-") -> list[ImportedSession]:
 def _files_beside(session: ImportedSession, source: str) -> None:
     """The bytes of the session's attachments from the folder beside the transcript
     (``attachments/`` next to ``source``; the current directory for stdin), each checked
-    against its hash; a file missing there is named by the import's error."""
+    against its hash; a file missing there is named by the import's error.
+
+    Raises:
+        ImportFormatError: a file there whose bytes do not have the hash its name says.
+    """
     import hashlib
     from pathlib import Path
 
@@ -220,8 +224,13 @@ def _files_beside(session: ImportedSession, source: str) -> None:
                     data = (folder / file_name(attachment)).read_bytes()
                 except OSError:
                     continue
-                if hashlib.sha256(data).hexdigest() == attachment.sha256:
-                    session.blobs[attachment.sha256] = data
+                digest = hashlib.sha256(data).hexdigest()
+                if digest != attachment.sha256:
+                    raise ImportFormatError(
+                        f"{FILES_FOLDER}/{file_name(attachment)} beside {source} is not the file attached as "
+                        f"{attachment.name or attachment.sha256[:12]}: its bytes have the sha256 {digest}, not "
+                        f"{attachment.sha256} (it was changed since the export: export the session again)")
+                session.blobs[attachment.sha256] = data
 
 
 def _read_one(lines: list[str], first: int, source: str) -> tuple[ImportedSession, int | None]:
