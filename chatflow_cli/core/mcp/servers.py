@@ -571,8 +571,9 @@ class MCPServerStreamableHttp(MCPServer):
         if not re.match(r"^https?://", url):
             raise MCPServerError("url: its value is not an http:// or https:// URL")
         async def note_status(response: Any) -> None:  # the SDK's error for it does not name the status
-            if response.status_code >= 400:
-                self._http_status = f"{response.status_code} {response.reason_phrase}".strip()
+            if response.request.method == "POST":  # a message; a GET or DELETE the server need not support
+                failed = response.status_code >= 400
+                self._http_status = f"{response.status_code} {response.reason_phrase}".strip() if failed else ""
 
         client = await stack.enter_async_context(
             httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(self.start_timeout, read=300.0),
