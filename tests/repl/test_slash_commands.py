@@ -422,7 +422,7 @@ def test_retry_after_reopening_sends_the_failed_message_with_its_files(provider,
     repl.wait_prompt_after("does not accept images")
     assert "error: model fake-text-only does not accept images (the provider said: " in repl.screen()
     repl.send("/model fake-model\r")
-    repl.wait_prompt_after("fake-model")
+    repl.wait_prompt_after("model: fake-model (from the next message)")  # the toolbar names it too
     repl.send("/retry\r")
     repl.wait_prompt_after("ok: what is it?")
     leave(repl)

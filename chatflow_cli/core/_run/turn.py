@@ -132,7 +132,8 @@ class TurnLoop(RunnerHost):
 
         try:
             if request.user_message is not None:
-                refuse_images_to_a_text_only_model(self.model_client, request.user_message, session_id)
+                if request.user_message.attachments:
+                    refuse_images_to_a_text_only_model(self.model_client, request.user_message, session_id)
                 for item in self._auto_compact(session_id, request.user_message):
                     if isinstance(item, StreamEvent):
                         yield item
