@@ -66,7 +66,7 @@ def test_a_failed_messages_files_go_with_retry_only_and_new_drops_queued_files(p
     repl.send("/attach\r")
     repl.wait_prompt_after("kept for /retry: shot.png")
     repl.send("/model fake-model\r")
-    repl.wait_prompt_after("fake-model")
+    repl.wait_prompt_after("model: fake-model (from the next message)")
     repl.send("a different message\r")
     repl.wait_prompt_after("ok: a different message")
     assert "not sent with this message: shot.png (image/png" in " ".join(repl.screen().split())
