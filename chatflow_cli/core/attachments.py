@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._inert import one_line
 from .errors import AttachmentError, ChatflowError
 
 __all__ = [
@@ -291,7 +292,7 @@ def attachment_from_bytes(data: bytes, name: str | None, *, stream: bool = False
         AttachmentError: empty, over the limit of its kind, an image whose header cannot be
             read, or neither an accepted image nor UTF-8 text.
     """
-    label = name or "the attachment"
+    label = one_line(name) or "the attachment"  # one inert line, whatever the name holds
     if not data:
         raise AttachmentError(f"cannot attach {label}: the file is empty")
     media_type = sniff_image(data)
@@ -350,20 +351,21 @@ def read_attachment(path: str) -> Attachment:
         AttachmentError: no such file, a directory, a FIFO or other special file, not
             readable, empty, over the limit, or of a type not accepted.
     """
+    shown = one_line(path)  # the path as the user gave it, on one inert line
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        raise AttachmentError(f"cannot attach {path}: no such file") from None
+        raise AttachmentError(f"cannot attach {shown}: no such file") from None
     except OSError as exc:
-        raise AttachmentError(f"cannot attach {path}: {exc.strerror or exc}") from None
+        raise AttachmentError(f"cannot attach {shown}: {exc.strerror or exc}") from None
     if stat.S_ISDIR(info.st_mode):
-        raise AttachmentError(f"cannot attach {path}: it is a directory (attach its files one by one)")
+        raise AttachmentError(f"cannot attach {shown}: it is a directory (attach its files one by one)")
     if not stat.S_ISREG(info.st_mode):
-        raise AttachmentError(f"cannot attach {path}: not a regular file (a FIFO, socket or device)")
+        raise AttachmentError(f"cannot attach {shown}: not a regular file (a FIFO, socket or device)")
     if info.st_size == 0:
-        raise AttachmentError(f"cannot attach {path}: the file is empty")
+        raise AttachmentError(f"cannot attach {shown}: the file is empty")
     if info.st_size > MAX_IMAGE_BYTES:
-        raise AttachmentError(f"cannot attach {path}: {_over(info.st_size, MAX_IMAGE_BYTES)} for an image "
+        raise AttachmentError(f"cannot attach {shown}: {_over(info.st_size, MAX_IMAGE_BYTES)} for an image "
                               f"(and {_limit(MAX_TEXT_BYTES)} for a text file)")
     try:
         with open(path, "rb") as handle:
@@ -373,9 +375,9 @@ def read_attachment(path: str) -> Attachment:
             if len(data) > info.st_size:
                 data += handle.read(MAX_IMAGE_BYTES + 1 - len(data))
     except PermissionError:
-        raise AttachmentError(f"cannot attach {path}: permission denied (it is not readable)") from None
+        raise AttachmentError(f"cannot attach {shown}: permission denied (it is not readable)") from None
     except OSError as exc:
-        raise AttachmentError(f"cannot attach {path}: {exc.strerror or exc}") from None
+        raise AttachmentError(f"cannot attach {shown}: {exc.strerror or exc}") from None
     attachment = attachment_from_bytes(data, os.path.basename(path) or path)
     return attachment
 
@@ -498,11 +500,12 @@ def attachment_tokens(attachment: Attachment, estimate_text: Any) -> int:
 
 
 def attachment_line(attachment: Attachment) -> str:
-    """One line for people: ``name (image/png, 1.2 MB, 800x600)``."""
+    """One line for people: ``name (image/png, 1.2 MB, 800x600)``; the name inert and on one
+    line (:func:`~chatflow_cli.core._inert.one_line`), whatever it holds."""
     size = attachment.size
     shown = f"{size} B" if size < 1000 else f"{size / 1000:.1f} kB" if size < 1_000_000 else _mb(size)
     dims = f", {attachment.width}x{attachment.height}" if attachment.width and attachment.height else ""
-    return f"{attachment.name or attachment.sha256[:12]} ({attachment.media_type}, {shown}{dims})"
+    return f"{one_line(attachment.name) or attachment.sha256[:12]} ({attachment.media_type}, {shown}{dims})"
 
 
 #: What a message with an image to the embedded model gets, before anything is sent or stored.

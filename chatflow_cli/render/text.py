@@ -17,6 +17,8 @@ import re
 import time
 from typing import Any
 
+from ..core._inert import BIDI_CONTROLS, LINE_SEPARATORS, LINE_TABLE as _LINE_TABLE, TEXT_TABLE as _TEXT_TABLE
+
 __all__ = ["BIDI_CONTROLS", "FOLD_CHARS", "FOLD_LINES", "LINE_SEPARATORS", "TextSanitizer", "dumps", "fold", "format_age", "plural", "pretty_json_text", "safe_text"]
 
 
@@ -24,37 +26,8 @@ FOLD_LINES = 8
 FOLD_CHARS = 600
 
 # -- the terminal sanitizer ---------------------------------------------------------------
-#: Bidirectional formatting characters: they reorder what a terminal shows ("Trojan Source").
-BIDI_CONTROLS = frozenset(
-    [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
-)
-#: Characters that end a line for Unicode or for ``str.splitlines`` besides ``\n``.
-LINE_SEPARATORS = frozenset([0x2028, 0x2029])
+# The tables (the rule) live in a leaf, so the core shows a path by the same rule (one_line).
 
-
-def _picture(code: int) -> str:
-    if code < 0x20:
-        return chr(0x2400 + code)  # control pictures: ESC -> "␛", CR -> "␍", VT -> "␋"
-    if code == 0x7F:
-        return "\u2421"  # "␡"
-    if 0xD800 <= code <= 0xDFFF:
-        return "\ufffd"  # a lone surrogate cannot be written as UTF-8 at all
-    return f"<U+{code:04X}>"  # C1 controls (NEL, the one-byte CSI U+009B...), bidi controls
-
-
-def _sanitizer_table(*, one_line: bool) -> dict[int, str]:
-    table = {code: _picture(code) for code in [*range(0x20), 0x7F, *range(0x80, 0xA0), *BIDI_CONTROLS]}
-    table.update(dict.fromkeys(range(0xD800, 0xE000), _picture(0xD800)))  # 2,048 lone surrogates, one picture
-    if one_line:
-        table.update({0x09: " ", 0x0A: " ", **{code: " " for code in LINE_SEPARATORS}})
-    else:
-        del table[0x09], table[0x0A]
-        table.update({code: "\n" for code in LINE_SEPARATORS})
-    return table
-
-
-_TEXT_TABLE = _sanitizer_table(one_line=False)
-_LINE_TABLE = _sanitizer_table(one_line=True)
 _C1_JSON_RE = re.compile("[\x7f-\x9f\u2028\u2029]")
 
 

@@ -219,6 +219,7 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         self._devnull = None
         self.failed_message = None  # kept after a provider error, for /retry
         self.attachments = []  # /attach: files for the next message
+        self.failed_attachments = []  # the failed message's files, for /retry only
         self.last_usage_tokens = None
         self._prefill = ""
         self._typeahead = []  # key presses typed while a turn ran
@@ -310,7 +311,9 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
             self.say("your last message failed: /retry sends it again", style="yellow")
 
     def farewell(self) -> None:
-        """On leaving: the session id and the command that opens it again."""
+        """On leaving: the session id and the command that opens it again (and the files
+        ``/attach`` queued that no message took: they are not sent)."""
+        self.drop_queued_files("you leave", failed=False)  # a failed message's stay in the log for /retry
         if self.exists:
             from ..render import plural
 
@@ -320,6 +323,17 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
             self.say(line)
         else:
             self.say("nothing was sent; no session was stored")
+
+    def drop_queued_files(self, why: str, *, failed: bool = True) -> None:
+        """Drop the files ``/attach`` queued (with ``failed``, a failed message's too), saying
+        in one line that they were not sent, as ``why`` happens (``you leave``, ``/new``...)."""
+        from ..core.attachments import attachment_line
+
+        queued = [*(self.failed_attachments if failed else ()), *self.attachments]
+        self.attachments, self.failed_attachments = [], []
+        if queued:
+            names = ", ".join(safe_text(attachment_line(a), one_line=True) for a in queued)
+            self.say(f"not sent: {names} (attached files are dropped when {why})", style="yellow")
 
     def resume_command(self) -> str:
         return shlex.join([*self.resume_prefix, "chat", "-s", self.session_id])
@@ -380,6 +394,8 @@ class Repl(SlashCommands, TurnRunner, PromptView, TerminalModes):
         """One line from the prompt: a slash command or a message."""
         stripped = text.strip()
         if not stripped:
+            if self.attachments:  # files need no text: Enter on an empty prompt sends them
+                await self.send("")
             return
         if stripped.startswith("//"):
             await self.send(text.lstrip()[1:])

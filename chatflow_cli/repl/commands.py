@@ -141,6 +141,7 @@ class SlashCommands(ReplHost):
             self.say(f"model: {safe_text(model)} ({whose})")
 
     async def cmd_new(self, arg: str) -> None:
+        self.drop_queued_files("a new session begins")
         self._enter_endpoint(None)
         self.session_id = new_session_id()
         self.failed_message = None
@@ -165,6 +166,7 @@ class SlashCommands(ReplHost):
             close = difflib.get_close_matches(arg, self._session_ids(), n=1)
             self.error(f"no session {safe_text(arg)}" + (f" — did you mean {close[0]}?" if close else ""))
             return
+        self.drop_queued_files("you switch sessions")
         self._enter_endpoint(arg)
         self.session_id = arg
         self.failed_message = None
@@ -297,10 +299,10 @@ class SlashCommands(ReplHost):
         failed: str | None = self.failed_message
         if failed is None and (logged := self._failed_in_log()) is not None:
             failed = logged.content or ""
-            self.attachments = list(logged.attachments)  # its files: the database kept their bytes
+            self.failed_attachments = list(logged.attachments)  # its files: the database kept their bytes
         if failed is not None:
             self.say("sending the failed message again")
-            await self.send(failed)
+            await self.send(failed, retry=True)
             return
         session = self.store.get(self.session_id)
         turns = session.turns if session is not None else ()
@@ -590,11 +592,13 @@ class SlashCommands(ReplHost):
             if not self.attachments:
                 self.say("no files attached: /attach PATH adds one to your next message")
             for attachment in self.attachments:
-                self.say(f"attached: {safe_text(attachment_line(attachment))}")
+                self.say(f"attached: {safe_text(attachment_line(attachment), one_line=True)}")
+            for attachment in self.failed_attachments:
+                self.say(f"kept for /retry: {safe_text(attachment_line(attachment), one_line=True)}")
             return
         try:
             check_count(len(self.attachments) + 1)
-            attachment = read_attachment(os.path.expanduser(arg))
+            attachment = read_attachment(os.path.expanduser(_unquoted(arg)))
         except AttachmentError as exc:
             self.error(exc.message)
             return
@@ -603,7 +607,7 @@ class SlashCommands(ReplHost):
                        "or switch to a vision model (/model NAME)")
             return
         self.attachments = [*self.attachments, attachment]
-        self.say(f"attached: {safe_text(attachment_line(attachment))} (sent with your next message)")
+        self.say(f"attached: {safe_text(attachment_line(attachment), one_line=True)} (sent with your next message)")
 
     async def cmd_edit(self, arg: str) -> None:
         text = await self.edit(arg)
@@ -660,6 +664,14 @@ def slash_completions(repl: ReplHost, text: str) -> list[tuple[str, int, str]]:
     elif name == "/attach":
         choices = _paths(partial)
     return [(choice, -len(partial), "") for choice in choices if choice.startswith(partial)]
+
+
+def _unquoted(arg: str) -> str:
+    """The path of ``/attach PATH`` as a shell reads one word: in matching single or double
+    quotes, or with its spaces escaped by a backslash; else as typed."""
+    if len(arg) >= 2 and arg[0] == arg[-1] and arg[0] in "'\"":
+        return arg[1:-1]
+    return arg.replace("\\ ", " ")
 
 
 def _paths(partial: str) -> list[str]:

@@ -80,8 +80,10 @@ class ReplHost:
     _devnull: TextIO | None
     #: the message of the last turn that failed, kept for ``/retry``
     failed_message: str | None
-    #: files ``/attach`` read, sent with the next message (kept when its turn fails, for ``/retry``)
+    #: files ``/attach`` read, sent with the next message
     attachments: list[Attachment]
+    #: the files of the message that failed, for ``/retry`` only (a new message never takes them)
+    failed_attachments: list[Attachment]
     last_usage_tokens: int | None
     _prefill: str
     #: key presses typed while a turn ran
@@ -125,7 +127,9 @@ class ReplHost:
 
         def _cooked_terminal(self) -> contextlib.AbstractContextManager[None]: ...
 
-        async def send(self, text: str) -> None: ...
+        async def send(self, text: str, *, retry: bool = False) -> None: ...
+
+        def drop_queued_files(self, why: str, *, failed: bool = True) -> None: ...
 
         async def _wait_closing(self) -> bool: ...
 

@@ -135,11 +135,19 @@ class TurnRunner(ReplHost):
     Mixed into :class:`~chatflow_cli.repl.app.Repl`, whose state it uses.
     """
 
-    async def send(self, text: str) -> None:
-        """Send ``text`` as the next user message (answering pending custom tools first)."""
+    async def send(self, text: str, *, retry: bool = False) -> None:
+        """Send ``text`` as the next user message (answering pending custom tools first),
+        with the files ``/attach`` queued. ``retry``: it is the failed message again, and
+        its files go with it; a new message never takes them (they are dropped, said in one line)."""
         if not await self._wait_closing() or not await self._settle_pending():
             self._prefill = text
             return
+        if retry:
+            self.attachments = [*self.failed_attachments, *self.attachments]
+        elif self.failed_attachments:
+            self.say(f"not sent with this message: {_names(self.failed_attachments)} (the files of the message "
+                     "that failed; /attach them again to send them)", style="yellow")
+        self.failed_attachments = []
         self.failed_message = None
         message: Any = text
         if self.attachments:  # /attach: the files go with this message
@@ -153,8 +161,8 @@ class TurnRunner(ReplHost):
         )
         if outcome.error is not None and not outcome.interrupted and not isinstance(outcome.error, SessionArchivedError):
             self.failed_message = text  # an archived session's refusal is no failure /retry could fix
-        else:
-            self.attachments = []  # sent and stored; a failed turn keeps them for /retry
+            self.failed_attachments = self.attachments  # for /retry only: a new message does not take them
+        self.attachments = []  # sent and stored, or kept with the failed message
         await self._after_turn(outcome)
 
     async def _after_turn(self, outcome: _Outcome) -> None:
@@ -594,6 +602,13 @@ def _unreadable_image(exc: BaseException, attachments: Any) -> str | None:
     from ..core.attachments import unreadable_image
 
     return unreadable_image(exc, attachments)
+
+
+def _names(attachments: Any) -> str:
+    """The files' names, each on one inert line, joined by commas."""
+    from ..core.attachments import attachment_line
+
+    return ", ".join(safe_text(attachment_line(a), one_line=True) for a in attachments)
 
 
 def _refuses_images(exc: BaseException, attachments: Any) -> bool:

@@ -30,6 +30,7 @@ from dataclasses import replace
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from .._inert import one_line
 from ..attachments import FILES_FOLDER, attachment_line, file_name
 from ..errors import ImportFormatError
 from ..messages import Message, Role, ToolCall
@@ -44,6 +45,8 @@ _MARKER = re.compile(r"^<!-- chatflow:(message|tool_call|turn) (\{.*\}) -->$")
 #: Any line that starts like a control comment: it must then be one exactly.
 _CONTROL = re.compile(r"^\s*<!--\s*chatflow:")
 _FENCE = re.compile(r"^(`{3,})")
+#: What a Markdown link text escapes with a backslash.
+_LINK_TEXT = re.compile(r"[\\\[\]]")
 
 
 def _comment_json(data: Mapping[str, Any]) -> str:
@@ -96,7 +99,9 @@ def _message_block(msg: Message) -> Iterator[str]:
         yield content + "\n\n"
     for attachment in msg.attachments:  # the file itself lies beside the transcript (FILES_FOLDER)
         link = f"{FILES_FOLDER}/{file_name(attachment)}"
-        label = (attachment.name or attachment.sha256[:12]).replace("]", "")
+        # the link text on one inert line, its brackets and backslashes escaped: the name comes
+        # back from the message's comment, so the link text is for the reader only
+        label = _LINK_TEXT.sub(r"\\\g<0>", one_line(attachment.name) or attachment.sha256[:12])
         shown = f"![{label}]({link})" if attachment.is_image else f"[{label}]({link})"
         yield f"Attached: {shown} {attachment_line(attachment)}\n\n"
     for call in calls:
