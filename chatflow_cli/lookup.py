@@ -17,8 +17,10 @@ from .session_ids import validate_session_id
 if TYPE_CHECKING:  # pragma: no cover
     from .context import State
     from .core.memory import BaseSessionStore
+    from collections.abc import Iterable
+
     from .core.messages import ToolCall
-    from .core.memory.protocol import ListingStore, SessionLookup, SessionSummary
+    from .core.memory.protocol import ListingStore, SessionLookup, SessionStoreProtocol, SessionSummary
 
 __all__ = ["InterruptedTurns", "awaiting_approval", "find_session", "not_found", "open_calls", "read_summary",
            "store_or_missing", "unapplied_options"]
@@ -97,25 +99,54 @@ class InterruptedTurns:
         return number in self._numbers
 
 
-def awaiting_approval(state: State, store: BaseSessionStore, session_id: str) -> frozenset[str]:
-    """The ids of the open turn's calls that wait for an approval (``--approve``/``--deny``):
-    those a ``tool.pending`` event lists as such, and calls left without a result that no
-    ``tool.pending`` lists (a run that ended during its tool calls) unless they are calls of a
-    custom tool declared in config.toml."""
-    session = store.get(session_id)
-    pending = list(session.pending_tool_calls) if session is not None else []
-    if not pending:
-        return frozenset()
+class Awaiting(frozenset[str]):
+    """The ids of calls waiting for an approval, with ``left_open``: the ids of calls a run
+    left without a result when it ended during its tool calls (its process died): they wait
+    for nothing; the next turn records them as interrupted."""
+
+    left_open: frozenset[str] = frozenset()
+
+
+def _announced(store: ListingStore, session_id: str, turn: int) -> dict[str, bool]:
+    """``{call id: waits for an approval}`` for each call the ``tool.pending`` events of
+    ``turn`` list (a run that stopped to wait for them)."""
     announced: dict[str, bool] = {}
     for event in store.events(session_id):
-        if event.type == "tool.pending":
+        if event.type == "tool.pending" and event.payload.get("turn", turn) == turn:
             asking = {str(i) for i in event.payload.get("approval") or ()}
             announced.update((str(i), str(i) in asking) for i in event.payload.get("tool_use_ids") or ())
+    return announced
+
+
+def left_open(store: BaseSessionStore | SessionStoreProtocol, session_id: str, calls: Iterable[ToolCall]) -> frozenset[str]:
+    """The ids of ``calls`` (open calls of the session's current turn, none of a custom
+    tool) that no ``tool.pending`` lists: a run that ended during its tool calls left them
+    without a result; they wait for nothing (the next message records them as interrupted)."""
+    calls = list(calls)
+    session = store.get(session_id) if calls else None
+    if session is None:
+        return frozenset()
+    announced = _announced(store, session_id, session.turn_count)
+    return frozenset(c.id for c in calls if c.id not in announced)
+
+
+def awaiting_approval(state: State, store: BaseSessionStore, session_id: str) -> Awaiting:
+    """The ids of the open turn's calls that wait for an approval (``--approve``/``--deny``):
+    those the turn's ``tool.pending`` event lists as such. Calls left without a result that no
+    ``tool.pending`` lists (a run that ended during its tool calls) are in ``left_open``
+    unless they are calls of a custom tool declared in config.toml."""
+    session = store.get(session_id)
+    pending = list(session.pending_tool_calls) if session is not None else []
+    if session is None or not pending:
+        return Awaiting()
+    announced = _announced(store, session_id, session.turn_count)
     try:
         custom = {t.name for a in state.settings().agents for t in a.tools if t.ref is None}
     except ChatflowError:  # a config file that does not read: only what the log says
         custom = {c.name for c in pending}
-    return frozenset(c.id for c in pending if announced.get(c.id, c.name not in custom))
+    found = Awaiting(c.id for c in pending if announced.get(c.id, False))
+    found.left_open = frozenset(c.id for c in pending if c.id not in announced and c.name not in custom)
+    return found
 
 
 def open_calls(state: State, store: BaseSessionStore, session_id: str) -> tuple[list[ToolCall], frozenset[str]]:
@@ -127,7 +158,10 @@ def open_calls(state: State, store: BaseSessionStore, session_id: str) -> tuple[
         return [], frozenset()
     answered = store.submitted_tool_results(session_id)
     calls = [c for c in session.pending_tool_calls if c.id not in answered]
-    return calls, awaiting_approval(state, store, session_id) if calls else frozenset()
+    if not calls:
+        return [], frozenset()
+    awaiting = awaiting_approval(state, store, session_id)
+    return [c for c in calls if c.id not in awaiting.left_open], awaiting
 
 
 def unapplied_options(state: State, store: ListingStore, existing: SessionSummary, *, max_turns: int | None,

@@ -201,9 +201,9 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
                 _run_items(state, runner, store, opts, session_id, out, scope, mounts)
             elif tool_outputs or approvals:
                 if approvals:
-                    _check_pending(store, session_id, [i for i, _ in approvals])
+                    _check_pending(state, store, session_id, [i for i, _ in approvals])
                 if tool_outputs:
-                    _refuse_results_for_approvals(store, runner, session_id, [i for i, _ in tool_outputs])
+                    _refuse_results_for_approvals(state, store, runner, session_id, [i for i, _ in tool_outputs])
                 remaining = _submit_tool_results(store, session_id, tool_outputs) if tool_outputs else []
                 for call_id, approved in approvals:
                     remaining = runner.decide_tool_call(session_id, call_id, approved)
@@ -260,23 +260,33 @@ def _endpoint_at_begin(store: EditStore, session_id: str, choice: ModelChoice,
         yield event
 
 
-def _check_pending(store: TurnStore, session_id: str, ids: list[str]) -> None:
-    """Every id of ``--approve``/``--deny`` waits in the session, else nothing is done (exit 2)."""
+def _check_pending(state: State, store: TurnStore, session_id: str, ids: list[str]) -> None:
+    """Every id of ``--approve``/``--deny`` waits in the session, else nothing is done (exit 2).
+    A call left without a result by a run that ended during its tool calls waits for nothing:
+    the next message records it as interrupted."""
     from ..core.errors import SessionNotFoundError, ToolResultError
+    from ..lookup import awaiting_approval
 
     session = store.get(session_id)
     if session is None:
         raise SessionNotFoundError(f"no session {safe_text(session_id)!r} (list them with: chatflow sessions ls)",
                                    session_id=session_id)
     answered = store.submitted_tool_results(session_id)
-    waiting = [c.id for c in session.pending_tool_calls if c.id not in answered]
+    left_open = awaiting_approval(state, store, session_id).left_open  # type: ignore[arg-type]
+    waiting = [c.id for c in session.pending_tool_calls if c.id not in answered and c.id not in left_open]
     unknown = [i for i in ids if i not in waiting]
+    if unknown and unknown[0] in left_open:
+        raise ToolResultError(f"tool call {safe_text(unknown[0])} waits for no approval: the run that made it ended "
+                              f"during its tool calls, so it has no result; your next message records it as "
+                              f"interrupted (chatflow chat -s {session_id} MESSAGE); nothing was run or recorded",
+                              session_id=session_id)
     if unknown:
         raise ToolResultError(f"no tool call {safe_text(unknown[0])} waits in session {session_id} (waiting: "
                               f"{', '.join(waiting) or 'none'}); nothing was run or recorded", session_id=session_id)
 
 
-def _refuse_results_for_approvals(store: TurnStore, runner: Any, session_id: str, ids: list[str]) -> None:
+def _refuse_results_for_approvals(state: State, store: TurnStore, runner: Any, session_id: str,
+                                  ids: list[str]) -> None:
     """No ``--tool-result`` for a call that waits for an approval (an MCP tool's, a Python tool
     set to ``ask``): its tool must run, or be refused, not be answered with the user's text."""
     from ..core.errors import ToolResultError
@@ -285,8 +295,15 @@ def _refuse_results_for_approvals(store: TurnStore, runner: Any, session_id: str
     if session is None:
         return  # _submit_tool_results names the missing session
     calls = {c.id: c for c in session.pending_tool_calls}
+    from ..lookup import awaiting_approval
+
+    left_open = awaiting_approval(state, store, session_id).left_open  # type: ignore[arg-type]
     for tool_use_id in ids:
         call = calls.get(tool_use_id)
+        if call is not None and tool_use_id in left_open:
+            raise ToolResultError(f"tool call {safe_text(tool_use_id)} ({safe_text(call.name)}) takes no result: the "
+                                  f"run that made it ended during its tool calls; your next message records it as "
+                                  f"interrupted; nothing was recorded", session_id=session_id)
         if call is not None and runner.awaits_approval(session_id, call):
             raise ToolResultError(f"tool call {safe_text(tool_use_id)} ({safe_text(call.name)}) waits for an approval, "
                                   f"not for a result: run it with --approve {safe_text(tool_use_id)} or refuse it "

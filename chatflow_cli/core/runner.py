@@ -107,6 +107,7 @@ its log ``seq``.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -503,9 +504,12 @@ class Runner(TurnLoop, ContextWindow):
         own = agent.all_tools().get(call.name)
         return own is None or not own.is_custom
 
-    def decide_tool_call(self, session_id: str, tool_use_id: str, approve: bool) -> list[str]:
+    def decide_tool_call(self, session_id: str, tool_use_id: str, approve: bool,
+                         on_result: Callable[[str, bool, tuple[Any, ...], float], None] | None = None) -> list[str]:
         """Answer a call waiting for an approval: run it (``approve``) and record its result,
         or record that the user declined it (an error result). Returns the ids still pending.
+        ``on_result(output, is_error, attachments, duration_ms)``, if given, is told the
+        result recorded (a front-end shows it as it shows the calls of a turn).
 
         Raises:
             SessionNotFoundError: no such session.
@@ -531,6 +535,7 @@ class Runner(TurnLoop, ContextWindow):
                                   "result", session_id=session_id)
         whole: str | None = None
         images: tuple[Any, ...] = ()
+        began = time.monotonic()
         if not approve:  # nothing to start: the call never runs
             text, is_error = refused_text(call.name, "the user declined it"), True
         else:
@@ -545,6 +550,8 @@ class Runner(TurnLoop, ContextWindow):
                                                             turn_secrets(self.vaults, session, [(call, found)]))
         remaining = self.store.submit_tool_result(session_id, tool_use_id, text, is_error=is_error,
                                                   **({"attachments": images} if images else {}))
+        if on_result is not None:
+            on_result(text, is_error, tuple(images), (time.monotonic() - began) * 1000)
         if whole is not None:
             self.store.append_event(session_id, "mcp.output", {"turn": session.turn_count, "tool_use_id": tool_use_id,
                                                                "output": whole})

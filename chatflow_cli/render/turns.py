@@ -124,7 +124,8 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
     marked in the title and named in a line under it. ``submitted``: results already given
     for tool calls still waiting on others (``{tool_use_id: output}``), shown with their call.
     ``awaiting``: the ids of calls waiting for an approval (``--approve``/``--deny``), not
-    for a custom tool's ``--tool-result``. ``repl``: drawn in the REPL, where a call still
+    for a custom tool's ``--tool-result``; its ``left_open`` (:class:`chatflow_cli.lookup.Awaiting`),
+    if any: calls a run that ended during its tool calls left without a result. ``repl``: drawn in the REPL, where a call still
     waiting is asked about before the next message is sent: its line says so.
     """
     marks = []
@@ -228,6 +229,9 @@ def turn_renderables(record: TurnRecord, *, markdown: bool = False, full: bool =
                     text = safe_text(pretty_json_text((submitted or {})[call.id], full=full))
                     body.append("  result: ", "dim").append(text.replace("\n", "\n    "))
                     body.append("  (submitted; the turn goes on once every call has its result)\n", "yellow")
+                elif result is None and call.id in getattr(awaiting, "left_open", ()):
+                    body.append("  no result: the run ended during this call (side effects unknown); your next "
+                                "message records it as interrupted\n", "yellow")
                 elif result is None and call.id in awaiting:
                     cid = safe_text(call.id)
                     here = " · your next message asks you first (y/n/a)" if repl else ""

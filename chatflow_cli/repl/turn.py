@@ -41,6 +41,35 @@ _SLICE = 2048
 ABANDON_AFTER_S = 3.0
 
 
+def tool_started_line(agent: str | None, name: str, arguments: str | None) -> Any:
+    """``⚙ AGENT called NAME ARGS``: a tool call starting (a Rich ``Text``)."""
+    from rich.text import Text
+
+    line = Text()
+    line.append("⚙ ", style="yellow")
+    line.append(f"{safe_text(agent or 'model')} called ", style="dim")
+    line.append(safe_text(name), style="bold yellow")
+    args = safe_text(_short(pretty_json_text(arguments)))
+    if args:
+        line.append(" " + args, style="dim")
+    return line
+
+
+def tool_finished_line(output: str | None, is_error: bool, duration_ms: float | None, attachments: Any = ()) -> Any:
+    """``  ↳ RESULT`` (or ``  ✗ error: RESULT``) and its duration: a tool call's result."""
+    from rich.text import Text
+
+    from ..render.printer import attached_lines
+
+    line = Text("  ✗ error: " if is_error else "  ↳ ", style="red" if is_error else "dim")
+    line.append(safe_text(_short(pretty_json_text(output))), style="dim")
+    if duration_ms and duration_ms >= 100:
+        line.append(f"  ({duration_ms / 1000:.1f}s)" if duration_ms >= 1000 else f"  ({duration_ms:.0f}ms)", style="dim")
+    for shown in attached_lines(attachments):  # the images the tool returned
+        line.append("\n" + shown, style="dim")
+    return line
+
+
 class _TurnView:
     """One turn on screen: spinner, streamed Markdown, tool and handoff lines."""
 
@@ -66,32 +95,11 @@ class _TurnView:
             self.stream.set_status(status)
 
     def tool_started(self, agent: str | None, name: str, arguments: str | None) -> None:
-        from rich.text import Text
-
-        line = Text()
-        line.append("⚙ ", style="yellow")
-        line.append(f"{safe_text(agent or 'model')} called ", style="dim")
-        line.append(safe_text(name), style="bold yellow")
-        args = safe_text(_short(pretty_json_text(arguments)))
-        if args:
-            line.append(" " + args, style="dim")
-        self.line(line, status=f"running {safe_text(name)}…")
+        self.line(tool_started_line(agent, name, arguments), status=f"running {safe_text(name)}…")
 
     def tool_finished(self, name: str, output: str | None, is_error: bool, duration_ms: float | None,
                       attachments: Any = ()) -> None:
-        from rich.text import Text
-
-        from ..render.printer import attached_lines
-
-        line = Text("  ✗ error: " if is_error else "  ↳ ", style="red" if is_error else "dim")
-        line.append(safe_text(_short(pretty_json_text(output))), style="dim")
-        if duration_ms and duration_ms >= 100:
-            line.append(
-                f"  ({duration_ms / 1000:.1f}s)" if duration_ms >= 1000 else f"  ({duration_ms:.0f}ms)", style="dim"
-            )
-        for shown in attached_lines(attachments):  # the images the tool returned
-            line.append("\n" + shown, style="dim")
-        self.line(line, status="thinking…")
+        self.line(tool_finished_line(output, is_error, duration_ms, attachments), status="thinking…")
 
     def handoff(self, from_agent: str | None, to_agent: str | None) -> None:
         from rich.text import Text
@@ -173,6 +181,8 @@ class TurnRunner(ReplHost):
             return True
         answered = self.store.submitted_tool_results(self.session_id)
         open_calls = [c for c in session.pending_tool_calls if c.id not in answered]
+        if self._left_open(open_calls):  # a run that died during its calls: the message records them interrupted
+            return True
         asking = sum(1 for c in open_calls if self.runner.awaits_approval(self.session_id, c))
         waits = ("your approval" if asking == len(open_calls) else
                  "tool results and your approval" if asking else "tool results")
@@ -186,7 +196,23 @@ class TurnRunner(ReplHost):
         except ChatflowError:
             return frozenset()
         calls = session.pending_tool_calls if session is not None else ()
-        return frozenset(c.id for c in calls if self.runner.awaits_approval(self.session_id, c))
+        asking = frozenset(c.id for c in calls if self.runner.awaits_approval(self.session_id, c))
+        left = self._left_open([c for c in calls if c.id in asking])
+        if not left:
+            return asking
+        from ..lookup import Awaiting
+
+        found = Awaiting(asking - left)
+        found.left_open = left
+        return found
+
+    def _left_open(self, calls: list[ToolCall]) -> frozenset[str]:
+        """The ids of ``calls`` (not a custom tool's) that a run which ended during its tool
+        calls left without a result: they wait for no approval."""
+        from ..lookup import left_open
+
+        return left_open(self.store, self.session_id,
+                         [c for c in calls if self.runner.awaits_approval(self.session_id, c)])
 
     async def _answer_tools(self, calls: list[ToolCall]) -> bool:
         """Ask the user for the result of each custom tool call that has none yet (results
@@ -257,10 +283,17 @@ class TurnRunner(ReplHost):
                 break
         if answer in ("a", "always"):
             self.runner.approved_tools.add(call.name)
+        results: list[tuple[str, bool, tuple[Any, ...], float]] = []
+        session = self.store.get(self.session_id)
+        agent = getattr(session.active_agent, "name", None) if session is not None else None
+        self.console.print(tool_started_line(agent, call.name, call.arguments))  # as the calls a turn runs
         try:
-            await asyncio.to_thread(self.runner.decide_tool_call, self.session_id, call.id, answer[0] != "n")
+            await asyncio.to_thread(self.runner.decide_tool_call, self.session_id, call.id, answer[0] != "n",
+                                    lambda *result: results.append(result))
         except ChatflowError as exc:
             self.error(exc.message)
+        for output, is_error, attachments, duration_ms in results:
+            self.console.print(tool_finished_line(output, is_error, duration_ms, attachments))
         return True
 
     async def _run_turn(self, start: Callable[[threading.Event], Iterator[StreamEvent]]) -> _Outcome:

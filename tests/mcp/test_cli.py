@@ -12,9 +12,9 @@ from pathlib import Path
 from tests.mcp.test_servers import TOOLBOX, alive
 
 
-def _server_toml(name: str = "toolbox", approval: str | None = None, **env: str) -> str:
+def _server_toml(name: str = "toolbox", approval: str | None = None, timeout: float = 5, **env: str) -> str:
     lines = [f"[mcp_servers.{name}]", f"command = {json.dumps(sys.executable)}", f"args = [{json.dumps(TOOLBOX)}]",
-             "timeout = 5"]
+             f"timeout = {timeout}"]
     if approval:
         lines.append(f'approval = "{approval}"')
     if env:
@@ -46,6 +46,9 @@ def test_ask_ends_the_run_pending_and_approve_or_deny_continue_it(chatflow, prov
     assert "--approve call_1" in r.stderr and "--deny call_2" in r.stderr
     assert 'tool toolbox__echo (server toolbox) {"text": "yes"} waits for your approval' in r.stderr, r
     assert len(provider.requests) == 1
+    early = chatflow("chat", "-s", "m2", "and another thing")  # a message while approvals are pending
+    assert early.returncode != 0 and "waits for an approval of call_1, call_2 (--approve ID or --deny ID)" in \
+        early.stderr and "tool results" not in early.stderr, early
     wrong = chatflow("chat", "-s", "m2", "--approve", "call_9")
     assert wrong.returncode == 2 and "no tool call call_9 waits" in wrong.stderr
     shown = chatflow("sessions", "show", "m2")
@@ -135,6 +138,11 @@ def test_the_repl_asks_yes_no_always_and_leaves_no_server_behind(provider, confi
     repl.send("n\r")
     repl.wait_prompt_after("Third.")
     assert "allow toolbox__echo" not in repl.raw.split("First.", 1)[1]  # "always" held for call_2
+    screen = repl.screen()  # approved, run without asking, declined: each call shows as it ran
+    approved, unasked, declined = screen.split("First.")[0], screen.split("First.")[1], screen.split("Second.")[1]
+    assert 'called toolbox__echo {"text": "one"}' in approved and "↳ one" in approved, screen
+    assert 'called toolbox__echo {"text": "two"}' in unasked and "↳ two" in unasked, screen
+    assert "called toolbox__pid" in declined and "✗ error:" in declined and "the user declined it" in declined, screen
     leave(repl)
     tools = [m for m in provider.requests[-1]["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tools[:2]] == ["one", "two"] and "the user declined it" in tools[2]["content"]
@@ -172,8 +180,7 @@ def test_a_hung_up_repl_leaves_no_server_behind(provider, config_file, pty_chatf
     assert len(pids) == 1 and not alive(pids[0])
 
 
-def test_a_server_call_left_open_by_a_crash_is_not_answered_with_tool_result(chatflow, provider, config_file,
-                                                                             tmp_path):
+def test_a_server_call_left_open_by_a_crash_waits_for_no_approval(chatflow, provider, config_file, tmp_path):
     import signal
 
     from tests.hardening import harness as h
@@ -189,7 +196,98 @@ def test_a_server_call_left_open_by_a_crash_is_not_answered_with_tool_result(cha
         for pid in pidfile.read_text().split() if pidfile.exists() else ():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
-    shown = chatflow("sessions", "show", "k1")
-    assert "waiting for approval (--approve call_1 / --deny call_1)" in shown.stdout, shown
+    shown = chatflow("sessions", "show", "k1")  # its policy was always: it waits for no approval
+    assert "waiting for approval" not in shown.stdout and "--tool-result" not in shown.stdout, shown
+    assert "no result: the run ended during this call" in shown.stdout, shown
+    for answer in ("--approve", "--deny"):
+        refused = chatflow("chat", "-s", "k1", answer, "call_1")
+        assert refused.returncode == 2 and "waits for no approval" in refused.stderr, refused
     bypass = chatflow("chat", "-s", "k1", "--tool-result", "call_1", "made up")
-    assert bypass.returncode == 2 and "--approve call_1" in bypass.stderr, bypass
+    assert bypass.returncode == 2 and "takes no result" in bypass.stderr, bypass
+    provider.add_text("Noted.")
+    going_on = chatflow("chat", "-s", "k1", "go on")  # the next message records it as interrupted
+    assert going_on.returncode == 0 and going_on.stdout == "Noted.\n", going_on
+    assert provider.requests[-1]["messages"][-2]["tool_call_id"] == "call_1"
+    assert "Interrupted" in provider.requests[-1]["messages"][-2]["content"]
+
+
+def test_the_repl_does_not_ask_about_a_call_a_killed_run_left_open(provider, config_file, pty_chatflow, tmp_path):
+    import signal
+
+    from tests.hardening import harness as h
+    from tests.helpers.pty_driver import leave
+
+    log, pidfile = tmp_path / "log", tmp_path / "pids"
+    config_file(_server_toml(approval="always", TOOLBOX_LOG=str(log), TOOLBOX_PIDFILE=str(pidfile)))
+    provider.add_tool_calls([("call_1", "toolbox__hang", "{}")])
+    proc = h.spawn("chat", "-s", "k2", "hang")
+    try:
+        h.wait_for(lambda: log.exists() and "hang started" in log.read_text(), proc=proc, what="the call")
+        h.kill9(proc)
+    finally:
+        for pid in pidfile.read_text().split() if pidfile.exists() else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    provider.add_text("Noted.")
+    repl = pty_chatflow("chat", "-s", "k2")
+    repl.wait_prompt()
+    assert "no result: the run ended during this call" in repl.screen() and "y/n/a" not in repl.screen()
+    repl.send("go on\r")
+    repl.wait_prompt_after("Noted.")
+    assert "allow toolbox__hang" not in repl.screen() and "waiting for" not in repl.screen()
+    leave(repl)
+    assert "Interrupted" in provider.requests[-1]["messages"][-2]["content"]
+
+
+_REFUSING = """
+import http.server, sys
+class Refuse(http.server.BaseHTTPRequestHandler):
+    def refuse(self):
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", "Bearer")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    do_GET = do_POST = do_DELETE = refuse
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Refuse)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def test_an_http_server_refusing_the_token_names_the_http_status(chatflow, config_file):
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", _REFUSING], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())
+        config_file(f'[mcp_servers.web]\nurl = "http://127.0.0.1:{port}/mcp"\n'
+                    'headers = { Authorization = "Bearer wrong" }\n')
+        listed = chatflow("mcp", "ls", "--json")
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    error = {row["name"]: row for row in listed.json()}["web"]["error"]
+    assert "(HTTP 401 Unauthorized)" in error, error
+
+
+def test_an_error_quotes_only_the_stderr_and_stdout_noise_of_its_own_call_once(chatflow, provider, config_file):
+    config_file(_server_toml(approval="always", timeout=2))
+    for number, (tool, args) in enumerate([("grumble", "{}"), ("noise", "{}"), ("hang", "{}"),
+                                           ("grumble", '{"exit": true}'), ("crash", "{}")]):
+        provider.add_tool_calls([(f"call_{number}", f"toolbox__{tool}", args)])
+    provider.add_text("Done.")
+    r = chatflow("chat", "-s", "e1", "--output", "jsonl", "go")
+    assert r.returncode == 0, r
+    out = [e["data"]["output"] for e in r.jsonl() if e["type"] == "tool.call_finished"]
+    assert out[:2] == ["grumbled", "noisy but fine"], out
+    timeout = out[2]  # the earlier call's stderr is not this call's: not quoted
+    assert "did not answer the call to hang within 2 s" in timeout and "stderr" not in timeout, timeout
+    assert "it also printed 1 line of other text on stdout, which is for MCP messages only (the last: " \
+        "'this is not JSON-RPC')" in timeout, timeout
+    exited = out[3]  # its traceback said by its exception line, no box, and the stdout noise not again
+    assert exited.endswith("; its stderr ended with: ValueError: disk full"), exited
+    assert "stdout" not in exited and "│" not in exited and "╰" not in exited, exited
+    assert out[4].endswith("; its stderr ended with: toolbox: crashing on purpose"), out[4]

@@ -142,9 +142,9 @@ def test_garbage_on_stdout_is_counted_apart_from_the_stderr_tail():
               "sys.stderr.write('real error line\\n')")
     server = MCPServerStdio({"command": sys.executable, "args": ["-c", script]}, name="g", start_timeout=10)
     error = start_all([server])["g"]
-    assert error == ("MCP server 'g' did not start: it exited, or closed the connection, before answering; it wrote "
-                     "2 lines on stdout that are not MCP messages (the last: 'garbage two'); its stderr ended with: "
-                     "real error line"), error
+    assert error == ("MCP server 'g' did not start: it exited, or closed the connection, before answering; it also "
+                     "printed 2 lines of other text on stdout, which is for MCP messages only (the last: 'garbage "
+                     "two'); its stderr ended with: real error line"), error
 
 
 def _free_port() -> int:

@@ -7,7 +7,8 @@ Its tools are scripted to behave well and badly: ``echo``, ``add`` (structured c
 broken), ``photo`` (a caption and a real PNG of the size asked), ``crash``
 (exits mid-call, after a line on stderr), ``hang`` (never answers), ``noise`` (a line of
 garbage on stdout, then a result), ``malformed`` (a response that is not a valid result),
-``token`` (returns ``$TOOLBOX_TOKEN``: a careless tool echoing its secret), ``pid``.
+``token`` (returns ``$TOOLBOX_TOKEN``: a careless tool echoing its secret), ``pid``,
+``grumble`` (a traceback in a Rich box on stderr, then a result, or an exit).
 
 ``$TOOLBOX_ALIASES``: more names (comma-separated) for a tool that answers ``NAME: text``.
 ``$TOOLBOX_PIDFILE``: each start appends the process id to it. ``$TOOLBOX_BROKEN``: the
@@ -112,6 +113,20 @@ def crash() -> str:
     sys.stderr.write("toolbox: crashing on purpose\n")
     sys.stderr.flush()
     os._exit(3)
+
+
+@server.tool()
+def grumble(exit: bool = False) -> str:
+    """Write a traceback drawn in a Rich box on stderr, then answer (or exit, with ``exit``)."""
+    sys.stderr.write("╭──────────── Traceback (most recent call last) ────────────╮\n"
+                     "│ /srv/toolbox.py:213 in grumble                            │\n"
+                     "│ ❱ 213 │   raise ValueError('disk full')                   │\n"
+                     "╰───────────────────────────────────────────────────────────╯\n"
+                     "ValueError: disk full\n")
+    sys.stderr.flush()
+    if exit:
+        os._exit(3)
+    return "grumbled"
 
 
 @server.tool()

@@ -92,6 +92,30 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}"[:300]
 
 
+#: Characters a Rich traceback draws its box with (and its pointer at the failing line).
+_BOX = frozenset("│┃╭╮╰╯─━┏┓┗┛┌┐└┘├┤╶╴❱")
+
+
+def _meaningful(lines: Iterable[str]) -> list[str]:
+    """The lines of a server's stderr worth quoting, cut to 200 characters: no empty lines,
+    no lines of a Rich traceback's box, no frames of a Python traceback (its exception line,
+    which says what went wrong, stays)."""
+    out: list[str] = []
+    frames = False
+    for raw in lines:
+        line = raw.strip()
+        if not line or line[0] in _BOX:
+            continue
+        if line.startswith("Traceback (most recent call last)"):
+            frames = True
+            continue
+        if frames and raw[:1].isspace():  # '  File "x.py", line 3, in f' and its source line
+            continue
+        frames = False
+        out.append(line[:200])
+    return out
+
+
 class MCPServer:
     """A tool server (use :class:`MCPServerStdio` or :class:`MCPServerStreamableHttp`).
 
@@ -146,6 +170,8 @@ class MCPServer:
         self._errlog: Any = None
         self._noise = 0  # lines of its output that were not MCP messages (empty lines aside)
         self._noise_last = ""  # the last of them, cut
+        self._http_status = ""  # an HTTP server's last error status not yet said ("401 Unauthorized")
+        self._stderr_seen = 0  # bytes of its stderr written before the current call, or already quoted
         self._tools: dict[str, MCPTool] | None = None
         self._tools_of: list[Any] | None = None  # the list ``_tools`` was made of
         self._inflight: set[concurrent.futures.Future[Any]] = set()
@@ -261,27 +287,42 @@ class MCPServer:
             return self._tools
         return {k: t for k, t in self._tools.items() if t.remote_name in self.tool_names}
 
-    def stderr_tail(self, lines: int = STDERR_LINES) -> str:
-        """The last ``lines`` lines of a stdio server's stderr, scrubbed of secrets ('' when none)."""
+    def stderr_tail(self, lines: int = STDERR_LINES, since: int = 0) -> str:
+        """The last ``lines`` meaningful lines of a stdio server's stderr written after byte
+        ``since``, scrubbed of secrets ('' when none): a traceback is said by its exception
+        line, without its frames or the box a Rich traceback is drawn in."""
         errlog = self._errlog
         if errlog is None:
             return ""
         try:
             fd = errlog.fileno()
             size = os.fstat(fd).st_size
-            data = os.pread(fd, 8192, max(0, size - 8192))
+            start = max(since, size - 8192)
+            data = os.pread(fd, size - start, start) if size > start else b""
         except (OSError, ValueError):
             return ""
-        shown = [line.strip()[:200] for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+        shown = _meaningful(data.decode("utf-8", "replace").splitlines())
         return scrub_values(" | ".join(shown[-lines:]))
+
+    def _stderr_size(self) -> int:
+        """How many bytes of stderr the stdio server has written (0: none, or not a stdio server)."""
+        try:
+            return os.fstat(self._errlog.fileno()).st_size if self._errlog is not None else 0
+        except (OSError, ValueError):
+            return 0
 
     def _fault(self, what: str) -> MCPServerError:
         extra = ""
-        if self._noise:  # its stdout, said apart from its stderr
+        if self._http_status:  # said once, with the error it caused
+            extra += f" (HTTP {self._http_status})"
+            self._http_status = ""
+        if self._noise:  # its stdout, said apart from its stderr, once
             lines = "1 line" if self._noise == 1 else f"{self._noise} lines"
             last = f" (the last: {self._noise_last!r})" if self._noise_last else ""
-            extra += f"; it wrote {lines} on stdout that {'is' if self._noise == 1 else 'are'} not MCP messages{last}"
-        tail = self.stderr_tail()
+            extra += f"; it also printed {lines} of other text on stdout, which is for MCP messages only{last}"
+            self._noise, self._noise_last = 0, ""
+        tail = self.stderr_tail(since=self._stderr_seen)
+        self._stderr_seen = self._stderr_size()  # quoted once: a later error quotes what came after
         if tail:
             extra += f"; its stderr ended with: {tail}"
         return MCPServerError(scrub_values(f"MCP server {self.name!r} {what}{extra}"))
@@ -297,7 +338,7 @@ class MCPServer:
                 raise self._fault("uses the SSE transport, which chatflow does not support: use streamable HTTP")
             if self._task is not None:  # a connection that ended: let its owner finish
                 await self._shutdown(self.start_timeout)
-            self._noise, self._noise_last = 0, ""
+            self._noise, self._noise_last, self._http_status = 0, "", ""
             self._tools = None
             ready: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
             self._stop_event = asyncio.Event()
@@ -395,6 +436,7 @@ class MCPServer:
         if tool not in self._listed_names:
             raise self._fault(f"has no tool {tool!r} any more (its tools changed since they were listed; the next "
                               f"request offers those it has now: {', '.join(sorted(self._listed_names)) or 'none'})")
+        self._stderr_seen = self._stderr_size()  # an error of this call quotes what it wrote, not older lines
         try:
             return await session.call_tool(tool, arguments, read_timeout_seconds=self.timeout)
         except MCPError as exc:
@@ -465,6 +507,7 @@ class MCPServerStdio(MCPServer):
             with contextlib.suppress(OSError):
                 self._errlog.close()
         self._errlog = tempfile.TemporaryFile(mode="w+b")
+        self._stderr_seen = 0
         errlog = os.fdopen(os.dup(self._errlog.fileno()), "w", encoding="utf-8", errors="replace")
         stack.callback(errlog.close)
         command, args = _kept(command, args, env, self.params.get("cwd"))
@@ -527,8 +570,14 @@ class MCPServerStreamableHttp(MCPServer):
         url = expand(str(self.params["url"]), self.vaults, "url")
         if not re.match(r"^https?://", url):
             raise MCPServerError("url: its value is not an http:// or https:// URL")
+        async def note_status(response: Any) -> None:  # the SDK's error for it does not name the status
+            if response.request.method == "POST":  # a message; a GET or DELETE the server need not support
+                failed = response.status_code >= 400
+                self._http_status = f"{response.status_code} {response.reason_phrase}".strip() if failed else ""
+
         client = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(self.start_timeout, read=300.0)))
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(self.start_timeout, read=300.0),
+                               event_hooks={"response": [note_status]}))
         read, write = await stack.enter_async_context(streamable_http_client(url, http_client=client))
         return read, write
 

@@ -233,7 +233,7 @@ class _Turns(_Claims, _ToolResults):
                     submitted = self._submitted(tx, session_id)
                     missing = [c.id for c in pending if c.id not in submitted]
                     if missing:  # only the ids still to answer, never those already submitted
-                        text = f"session {session_id} waits for tool results {', '.join(missing)}"
+                        text = _waits_text(tx, session_id, ctx.turn_count, missing)
                     else:
                         text = (
                             f"session {session_id} has every tool result of turn {ctx.turn_count}: continue that "
@@ -478,3 +478,18 @@ class _Turns(_Claims, _ToolResults):
         """Sleep until a turn of this store object ends or a waiter leaves, at most ``timeout`` s."""
         with self._turn_ended:
             self._turn_ended.wait(timeout)
+
+
+def _waits_text(tx: Any, session_id: str, turn: int, missing: list[str]) -> str:
+    """What the open turn waits for: approvals (``--approve``/``--deny``, as the turn's
+    ``tool.pending`` lists them), custom tool results, or both."""
+    event = tx.last_event(session_id, EventType.TOOL_PENDING.value, turn)
+    asking = {str(i) for i in (event.payload.get("approval") or ())} if event is not None else set()
+    approvals = [i for i in missing if i in asking]
+    results = [i for i in missing if i not in asking]
+    parts = []
+    if approvals:
+        parts.append(f"an approval of {', '.join(approvals)} (--approve ID or --deny ID)")
+    if results:
+        parts.append(f"tool results {', '.join(results)}")
+    return f"session {session_id} waits for {' and '.join(parts)}"
