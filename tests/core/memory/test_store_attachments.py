@@ -15,6 +15,15 @@ from chatflow_cli.core.memory.owner import Owner
 from chatflow_cli.core.messages import Message, Role
 
 
+def _image(kind: str, size: tuple[int, int]) -> bytes:
+    import io
+
+    image = pytest.importorskip("PIL.Image")
+    buffer = io.BytesIO()
+    image.new("RGB", size, (200, 20, 20)).save(buffer, format=kind)
+    return buffer.getvalue()
+
+
 def _turn(store: BaseSessionStore, agent: Agent, session_id: str, message: Message) -> None:
     start = store.begin_turn(session_id, default_agent=agent, user_message=message, owner=Owner.current())
     start.session.add_message(Message.model("seen"))
@@ -89,8 +98,8 @@ def test_a_tool_result_s_images_are_kept_with_it_until_its_turn_goes_on(any_stor
     on carries them, whether they came through ``submit_tool_result`` or a recorded event."""
     from chatflow_cli.core.messages import ToolCall
 
-    first = attachment_from_bytes(b"\x89PNG\r\n\x1a\n" + b"\0\0\0\rIHDR\0\0\0\x02\0\0\0\x03" + b"\0" * 40, "a-1.png")
-    second = attachment_from_bytes(b"GIF89a\x04\x00\x05\x00" + b"\0" * 20, "b-1.gif")
+    first = attachment_from_bytes(_image("PNG", (2, 3)), "a-1.png")  # whole images: a cut one is refused
+    second = attachment_from_bytes(_image("GIF", (4, 5)), "b-1.gif")
     start = any_store.begin_turn("t", default_agent=agent, user_message=Message.user("go"), owner=Owner.current())
     calls = [ToolCall("c1", "shot"), ToolCall("c2", "other"), ToolCall("c3", "ask")]
     start.session.add_message(Message.model(None, calls))
