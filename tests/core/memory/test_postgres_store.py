@@ -74,6 +74,7 @@ def _assert_gap_free(store: Any, session_id: str) -> list[Any]:
 
 
 @pytest.mark.xdist_group("load")  # many processes: one such test at a time
+@pytest.mark.ci_long  # a load run, in CI's second pass; the default run keeps SQLite's (test_sqlite_store.py)
 def test_sixteen_processes_opening_a_fresh_database_migrate_it_once(pg_dsn: str) -> None:
     code = (
         "import sys; from chatflow_cli.core.memory.postgres import PostgresSessionStore as S; "
@@ -357,6 +358,8 @@ def test_eight_worker_processes_own_and_shared_sessions(processes: int, turns: i
 
 @pytest.mark.xdist_group("load")  # many processes: one such test at a time
 @pytest.mark.slow
+@pytest.mark.ci_long  # a load run, in CI's second pass; the default run keeps the 16 processes on
+# SQLite (tests/hardening/test_concurrency.py) and the 4x8 workers here
 def test_sixteen_processes_claiming_one_message_id_call_the_model_once(pg_dsn: str, fake_server: FakeServer) -> None:
     procs = [_worker("claim", pg_dsn, fake_server.url, str(i), "wamid.SAME-0001") for i in range(16)]
     results = []
