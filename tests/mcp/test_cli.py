@@ -180,7 +180,10 @@ def test_a_hung_up_repl_leaves_no_server_behind(provider, config_file, pty_chatf
     assert len(pids) == 1 and not alive(pids[0])
 
 
-def test_a_server_call_left_open_by_a_crash_waits_for_no_approval(chatflow, provider, config_file, tmp_path):
+def _killed_during_a_call(provider, config_file, tmp_path, session: str) -> None:
+    """``chat -s SESSION`` killed (SIGKILL) while an always-allowed server call runs: the call is
+    left with no result and no tool.pending; the server, which the kill leaves to its keeper,
+    is ended here too."""
     import signal
 
     from tests.hardening import harness as h
@@ -188,14 +191,18 @@ def test_a_server_call_left_open_by_a_crash_waits_for_no_approval(chatflow, prov
     log, pidfile = tmp_path / "log", tmp_path / "pids"
     config_file(_server_toml(approval="always", TOOLBOX_LOG=str(log), TOOLBOX_PIDFILE=str(pidfile)))
     provider.add_tool_calls([("call_1", "toolbox__hang", "{}")])
-    proc = h.spawn("chat", "-s", "k1", "hang")
+    proc = h.spawn("chat", "-s", session, "hang")
     try:
         h.wait_for(lambda: log.exists() and "hang started" in log.read_text(), proc=proc, what="the call")
-        h.kill9(proc)  # chatflow dies during the call: no result, no tool.pending
+        h.kill9(proc)
     finally:
         for pid in pidfile.read_text().split() if pidfile.exists() else ():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
+
+
+def test_a_server_call_left_open_by_a_crash_waits_for_no_approval(chatflow, provider, config_file, tmp_path):
+    _killed_during_a_call(provider, config_file, tmp_path, "k1")
     shown = chatflow("sessions", "show", "k1")  # its policy was always: it waits for no approval
     assert "waiting for approval" not in shown.stdout and "--tool-result" not in shown.stdout, shown
     assert "no result: the run ended during this call" in shown.stdout, shown
@@ -212,22 +219,9 @@ def test_a_server_call_left_open_by_a_crash_waits_for_no_approval(chatflow, prov
 
 
 def test_the_repl_does_not_ask_about_a_call_a_killed_run_left_open(provider, config_file, pty_chatflow, tmp_path):
-    import signal
-
-    from tests.hardening import harness as h
     from tests.helpers.pty_driver import leave
 
-    log, pidfile = tmp_path / "log", tmp_path / "pids"
-    config_file(_server_toml(approval="always", TOOLBOX_LOG=str(log), TOOLBOX_PIDFILE=str(pidfile)))
-    provider.add_tool_calls([("call_1", "toolbox__hang", "{}")])
-    proc = h.spawn("chat", "-s", "k2", "hang")
-    try:
-        h.wait_for(lambda: log.exists() and "hang started" in log.read_text(), proc=proc, what="the call")
-        h.kill9(proc)
-    finally:
-        for pid in pidfile.read_text().split() if pidfile.exists() else ():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
+    _killed_during_a_call(provider, config_file, tmp_path, "k2")
     provider.add_text("Noted.")
     repl = pty_chatflow("chat", "-s", "k2")
     repl.wait_prompt()
