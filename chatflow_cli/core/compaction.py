@@ -39,7 +39,7 @@ from typing import Any
 
 from .errors import UsageError
 from .events import Event
-from .memory.owner import Owner
+from .memory import Owner
 from .messages import Message, Role
 from .tokens import message_tokens, reply_tokens
 

@@ -26,7 +26,7 @@ except ModuleNotFoundError:  # run as a script: its own directory is on sys.path
     from _args import positive_int  # type: ignore[no-redef]
 
 from chatflow_cli.core.memory.context import split_turns
-from chatflow_cli.core.memory.owner import Owner
+from chatflow_cli.core.memory import Owner
 from chatflow_cli.core.messages import Message
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 from chatflow_cli.core.tokens import select_window

@@ -548,7 +548,7 @@ def test_run_refuses_an_idempotency_key_used_with_another_input(any_store: BaseS
 HOLDER = """
 import sys, time
 from chatflow_cli.core.agents import Agent
-from chatflow_cli.core.memory.owner import Owner
+from chatflow_cli.core.memory import Owner
 from chatflow_cli.core.messages import Message
 from chatflow_cli.core.sqlite_store import SQLiteSessionStore
 store = SQLiteSessionStore(sys.argv[1])

@@ -23,7 +23,8 @@ module                    holds
                           ``_rollback`` (and :func:`rollback_target`), ``_listing``
                           (list, summaries, titles, archive), ``_forking``,
                           ``_searching``, ``_compaction`` (summaries, token counts)
-``_port``                 the ``_Tx`` port and the records it carries
+``_port``                 the ``_Tx`` port and the records it carries, among them
+                          :class:`Owner`, the lease record of a running turn
 ``inmemory``              :class:`SessionStore` (alias ``InMemorySessionStore``): dicts
                           behind a lock
 ``sqlite``                :class:`SQLiteSessionStore`: a package -- ``store``, ``tx`` (the
@@ -31,7 +32,6 @@ module                    holds
                           ``errors``, ``connection``
 ``postgres``              :class:`PostgresSessionStore`, for many workers on many hosts
                           (its own schema and migrations; needs the ``postgres`` extra)
-``owner``                 :class:`Owner`, the lease record of a running turn
 ``search``                the search query syntax and :class:`SearchHit`
 ``_checks``               validation shared by all of the above
 ``_process_fork``         stores in a process that forks (inherited connections, the
@@ -60,7 +60,7 @@ from .base import (
     take_context_claim,
 )
 from .context import INTERRUPTED_TOOL_RESULT, SessionContext, Turn
-from .owner import Owner
+from ._port import Owner
 from .protocol import (
     ClaimStore,
     ContextStore,

@@ -11,9 +11,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from ._checks import _check_session_id, _check_text, _check_wait
 from ._core import _StoreCore
-from ._port import DUPLICATE_WAIT_S, _MessageRecord
+from ._port import DUPLICATE_WAIT_S, _MessageRecord, Owner
 from ._twins import async_twin
-from .owner import Owner
 from .values import MessageState
 
 

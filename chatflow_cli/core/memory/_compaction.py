@@ -11,9 +11,8 @@ from ..events import Event, EventType, SessionStatus
 from ..messages import Message, Role
 from ._checks import _check_session_id
 from ._core import _StoreCore
-from ._port import _busy_message
+from ._port import _busy_message, Owner
 from .context import SessionBinding, SessionContext
-from .owner import Owner
 
 
 class _Compaction(_StoreCore):

@@ -47,9 +47,9 @@ from ._port import (
     logger,
     _ran,
     title_of,
+    Owner,
 )
 from .context import AGENT_TRAIL_EVENTS, AgentTrail, JournalEntry, SessionBinding, SessionContext, restore_context
-from .owner import Owner
 from .values import SessionSummary
 
 

@@ -14,11 +14,10 @@ from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, 
 from ._claims import _Claims
 from ._journal import ContextStore
 from ._listing import SessionLookup
-from ._port import _MessageRecord, _SessionRow, _Tx, _busy_message
+from ._port import _MessageRecord, _SessionRow, _Tx, _busy_message, Owner
 from ._tool_results import _ToolResults
 from ._twins import async_twin
 from .context import SessionContext
-from .owner import Owner
 from .values import MessageState, TurnStart
 
 

@@ -27,12 +27,11 @@ from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
 from ..resources.vaults import VaultEntry, VaultInfo
 from ._memstore_inmemory import MemStores, _InMemoryMemoryStoreTx
-from ._port import SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx
+from ._port import SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx, Owner
 from ._vaults import _VaultTx
 from ._attachments import _AttachmentTx
 from .base import BaseSessionStore
 from .search import Query, SearchHit, memory_snippet, searchable_texts, words_of
-from .owner import Owner
 
 __all__ = ["InMemorySessionStore", "SessionStore"]
 

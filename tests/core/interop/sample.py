@@ -63,7 +63,7 @@ def build_every_event_session(store: BaseSessionStore, session_id: str = "every"
     mounted and one unmounted."""
     from chatflow_cli.core.interop.importer import import_sessions
     from chatflow_cli.core.interop.records import ImportedSession, ImportedTurn
-    from chatflow_cli.core.memory.owner import Owner
+    from chatflow_cli.core.memory import Owner
 
     me = Owner.current()
     dead = Owner(me.pid, me.start_time + 1, me.host, "dead-run-token")  # same pid, another process: dead

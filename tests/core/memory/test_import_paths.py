@@ -25,7 +25,7 @@ SEED_NAMES = [
     ("chatflow_cli.core.memory", "RESERVED_EVENT_PREFIXES", "chatflow_cli.core.events"),
     ("chatflow_cli.core.memory", "RESERVED_EVENT_TYPES", "chatflow_cli.core.events"),
     ("chatflow_cli.core.memory", "MessageState", "chatflow_cli.core.memory.values"),
-    ("chatflow_cli.core.memory", "Owner", "chatflow_cli.core.memory.owner"),
+    ("chatflow_cli.core.memory", "Owner", "chatflow_cli.core.memory._port"),
     ("chatflow_cli.core.memory", "SessionSummary", "chatflow_cli.core.memory.values"),
     ("chatflow_cli.core.memory", "SessionStoreProtocol", "chatflow_cli.core.memory.protocol"),
     ("chatflow_cli.core.memory", "TurnStore", "chatflow_cli.core.memory._turns"),

@@ -11,7 +11,7 @@ import pytest
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.attachments import Attachment, attachment_from_bytes
 from chatflow_cli.core.memory import BaseSessionStore
-from chatflow_cli.core.memory.owner import Owner
+from chatflow_cli.core.memory import Owner
 from chatflow_cli.core.messages import Message, Role
 
 

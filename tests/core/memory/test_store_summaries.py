@@ -8,7 +8,7 @@ import pytest
 
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.errors import SessionBusyError
-from chatflow_cli.core.memory.owner import Owner
+from chatflow_cli.core.memory import Owner
 from chatflow_cli.core.messages import Message, Role
 
 

@@ -18,7 +18,7 @@ from chatflow_cli.core.errors import (
     SummaryTooLongError,
     UsageError,
 )
-from chatflow_cli.core.memory.owner import Owner
+from chatflow_cli.core.memory import Owner
 from chatflow_cli.core.messages import Message, Role
 from chatflow_cli.core.runner import Runner
 from chatflow_cli.core.tools import tool

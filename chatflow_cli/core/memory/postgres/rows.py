@@ -9,8 +9,7 @@ from typing import Any
 
 from ...events import Event, SessionStatus
 from ...messages import Message, stored_message
-from .._port import _SessionRow
-from ..owner import Owner
+from .._port import _SessionRow, Owner
 
 
 @dataclass(frozen=True, slots=True)

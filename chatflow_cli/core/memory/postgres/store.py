@@ -74,9 +74,8 @@ from ...errors import SchemaTooNewError, SessionNotFoundError, StoreError
 from ...events import Event
 from .._checks import DEFAULT_MAX_TURNS
 from .._process_fork import fork_lock, keep_inherited
-from .._port import _T, _Tx
+from .._port import _T, _Tx, Owner
 from ..base import BaseSessionStore
-from ..owner import Owner
 from ..values import MessageState, TurnStart
 from .connection import (
     _CONNECT_TIMEOUT_S,

@@ -11,8 +11,7 @@ from ...events import Event
 from ...messages import Message, Role
 from ...tokens import message_tokens
 from .._checks import metadata_matches
-from .._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
-from ..owner import Owner
+from .._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx, Owner
 from ..search import Query, SearchHit, memory_snippet, searchable_texts, words_of
 from .connection import _DatabaseClock, _Store
 from .resources import PgMemoryStoreTx

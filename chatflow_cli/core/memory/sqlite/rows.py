@@ -9,8 +9,7 @@ from typing import Any
 
 from ...events import Event, SessionStatus
 from ...messages import Message, compact_json, stored_message
-from .._port import _SessionRow
-from ..owner import Owner
+from .._port import _SessionRow, Owner
 
 
 def _row(r: sqlite3.Row | tuple[Any, ...]) -> _SessionRow:

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ...events import Event
 from ...messages import Message, Role, stored_message
 from ...tokens import message_tokens
-from .._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx
-from ..owner import Owner
+from .._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx, Owner
 from .rows import (
     _INSERT_EVENT,
     _INSERT_MESSAGE,
