@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from chatflow_cli.core.memory.sqlite import connection as sqlite_connection
+from chatflow_cli.core.memory.sqlite import store as sqlite_store_module
 from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.errors import SchemaTooNewError, StoreError
 from chatflow_cli.core.memory import Owner
@@ -320,7 +320,7 @@ def test_read_only_directory(tmp_path: Path, existing: bool) -> None:
 
 
 def test_blocking_io_pool_for_files_and_loop_for_memory(tmp_path: Path) -> None:
-    assert sqlite_connection._BLOCKING_IO_WORKERS == 4
+    assert sqlite_store_module._BLOCKING_IO_WORKERS == 4
 
     def threads_used(store: SQLiteSessionStore) -> set[str]:
         seen: set[str] = set()

@@ -8,13 +8,13 @@ shape, module for module:
 module          holds
 ==============  ==========================================================================
 ``store``       :class:`SQLiteSessionStore`: a connection per running transaction, migrating
-                on open, transactions, the writer thread of the async twins, the full-text indexer
-``tx``          :class:`_SQLiteTx`, the transaction port (``_Tx``) over one connection
+                on open, transactions, the writer thread of the async twins, the full-text
+                indexer; ephemeral paths, the thread pool of async reads
+``tx``          :class:`_SQLiteTx`, the transaction port (``_Tx``) over one connection, and
+                stored rows to Python values and back (sessions, events, messages)
 ``schema``      the tables, their versioned migrations and :data:`SCHEMA_VERSION`
-``rows``        stored rows to Python values and back (sessions, events, messages)
 ``search``      the FTS5 index's columns of a message, snippets, the best hit of a turn
-``errors``      a ``sqlite3`` or OS error as one :class:`StoreError` line
-``connection``  the busy timeout, ephemeral paths, the thread pool of async reads
+``errors``      a ``sqlite3`` or OS error as one :class:`StoreError` line; the busy timeout
 ``resources``   the memory-store tables (documents, versioned writes, their search) and
                 their primitives, mixed into the transaction class
 ``vaults``      the vault catalogue (vault and entry names, where each value lives; never a

@@ -1,9 +1,13 @@
-"""How a ``sqlite3`` or OS error becomes one :class:`StoreError` line."""
+"""How a ``sqlite3`` or OS error becomes one :class:`StoreError` line, and the busy timeout
+every connection waits on a lock before the lock is such an error."""
 
 from __future__ import annotations
 
 from ...errors import StoreError
-from .connection import _BUSY_TIMEOUT_S
+
+#: Seconds every connection waits on another writer's lock (``sqlite3.connect(timeout=)`` and
+#: ``PRAGMA busy_timeout``) before "database is locked".
+_BUSY_TIMEOUT_S = 30.0
 
 
 def _store_error(exc: BaseException, where: str) -> StoreError:

@@ -49,19 +49,39 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import SchemaTooNewError, StoreError
 from .._checks import DEFAULT_MAX_TURNS
-from .._process_fork import fork_lock, keep_inherited
+from .._process_fork import SharedPool, fork_lock, keep_inherited
 from .._port import _T, _Tx
 from ..base import BaseSessionStore
-from .connection import _BUSY_TIMEOUT_S, _blocking_executor, _is_ephemeral
-from .errors import _store_error
-from .rows import _dumps
+from .errors import _BUSY_TIMEOUT_S, _store_error
 from .schema import FTS_HIGH_WATER, INDEX_BATCH, SCHEMA_VERSION, MigrationFailed, apply_migrations, schema_version
-from .tx import _SQLiteTx
+from .tx import _SQLiteTx, _dumps
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["SCHEMA_VERSION", "SQLiteSessionStore"]
+
+#: Threads of the private pool that runs on-disk SQLite work for async callers.
+_BLOCKING_IO_WORKERS = 4
+
+_pool = SharedPool("chatflow-sqlite")
+
+
+def _blocking_executor() -> ThreadPoolExecutor:
+    """The private pool, made on first use. ``asyncio`` and ``concurrent.futures`` are
+    imported only here and in ``_run_blocking``: a sync caller (``chatflow sessions ls``)
+    never pays their ~10-40 ms import."""
+    return _pool.get(_BLOCKING_IO_WORKERS)
+
+
+def _is_ephemeral(path: str) -> bool:
+    if path in ("", ":memory:"):
+        return True
+    if path.startswith("file:"):
+        rest = path[5:]
+        name, _, query = rest.partition("?")
+        return name == ":memory:" or "mode=memory" in query.split("&")
+    return False
 
 
 class SQLiteSessionStore(BaseSessionStore):
