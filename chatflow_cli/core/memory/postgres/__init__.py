@@ -10,16 +10,17 @@ module          holds
 ==============  ==========================================================================
 ``store``       :class:`PostgresSessionStore`: the pool, migrating on open, transactions
                 (run again when rolled back as retryable), leases of turns and claims,
-                ``wait_for_events`` (``LISTEN``, for ``replay --follow``)
-``tx``          :class:`_PgTx`, the transaction port (``_Tx``) over one connection
+                ``wait_for_events`` (``LISTEN``, for ``replay --follow``); timeouts, the
+                thread pool of async calls, the database's name in messages (never its
+                password)
+``tx``          :class:`_PgTx`, the transaction port (``_Tx``) over one connection;
+                stored rows to Python values and back (sessions, events, messages); the
+                database clock; and ``_Store``: what ``tx`` and ``leases`` use of the
+                store (so neither imports it)
 ``schema``      the tables, their versioned migrations and :data:`SCHEMA_VERSION`; the
                 advisory lock namespaces and :data:`NOTIFY_CHANNEL`
-``rows``        stored rows to Python values and back (sessions, events, messages)
 ``search``      a message's ``tsvector`` and a query's ``tsquery``
 ``errors``      a ``psycopg`` error as one :class:`StoreError` line; retryable SQLSTATEs
-``connection``  timeouts, the thread pool of async calls, the database clock, the
-                database's name in messages (never its password), and ``_Store``: what
-                ``tx`` and ``leases`` use of the store (so neither imports it)
 ``resources``   the memory-store tables (documents, versioned writes, their search) and
                 their primitives, mixed into the transaction class
 ``vaults``      the vault catalogue (vault and entry names, where each value lives; never a

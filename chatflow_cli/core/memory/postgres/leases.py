@@ -11,11 +11,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...dsn import redact_dsn
-from .connection import _Store
 from .errors import _lost, _store_error
 
 if TYPE_CHECKING:
     import psycopg
+
+    from .tx import _Store
 
 logger = logging.getLogger("chatflow_cli.core.memory.postgres")
 

@@ -14,10 +14,10 @@ import hashlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ...messages import stored_message
 from .resources import MIGRATION as MEMORY_STORES
 from .vaults import MIGRATION as VAULTS
 from .attachments import MIGRATION as ATTACHMENTS
-from .rows import _message
 from .search import _search_vector
 
 if TYPE_CHECKING:
@@ -227,7 +227,7 @@ def _fill_token_estimates(conn: psycopg.Connection[Any]) -> None:
     if rows:
         conn.cursor().executemany(
             "UPDATE chatflow_messages SET tokens = %s WHERE message_id = %s",
-            [(estimate_tokens(_message(m, x)), message_id) for message_id, m, x in rows],
+            [(estimate_tokens(stored_message(m if x is None else x)), message_id) for message_id, m, x in rows],
         )
 
 
@@ -237,7 +237,7 @@ def _fill_search_vectors(conn: psycopg.Connection[Any]) -> None:
     if rows:
         conn.cursor().executemany(
             "UPDATE chatflow_messages SET search_vector = %s::tsvector WHERE message_id = %s",
-            [(_search_vector(_message(m, x)), message_id) for message_id, m, x in rows],
+            [(_search_vector(stored_message(m if x is None else x)), message_id) for message_id, m, x in rows],
         )
 
 

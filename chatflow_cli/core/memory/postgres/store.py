@@ -73,19 +73,10 @@ from ...dsn import redact_dsn
 from ...errors import SchemaTooNewError, SessionNotFoundError, StoreError
 from ...events import Event
 from .._checks import DEFAULT_MAX_TURNS
-from .._process_fork import fork_lock, keep_inherited
+from .._process_fork import SharedPool, fork_lock, keep_inherited
 from .._port import _T, _Tx, Owner
 from ..base import BaseSessionStore
 from ..values import MessageState, TurnStart
-from .connection import (
-    _CONNECT_TIMEOUT_S,
-    _POOL_QUICK_S,
-    _POOL_TIMEOUT_S,
-    _DatabaseClock,
-    _blocking_executor,
-    _label,
-    _steady,
-)
 from .errors import _WRITE_ATTEMPTS, _lost, _store_error
 from .leases import DEFAULT_LEASE_S, _Leases
 from .schema import (
@@ -97,9 +88,11 @@ from .schema import (
     SCHEMA_VERSION,
     _channel_key,
 )
-from .tx import _PgTx
+from .tx import _DatabaseClock, _PgTx, _steady
 
 if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
     import psycopg
 
     from ..context import SessionContext
@@ -107,6 +100,30 @@ if TYPE_CHECKING:
 __all__ = ["PostgresSessionStore"]
 
 logger = logging.getLogger("chatflow_cli.core.memory.postgres")
+
+# psycopg_pool logs each connection it drops and each failed reconnection as a warning
+# ("error connecting in 'pool-1'..."), many while a server restarts. With no logging set up
+# Python would print them on stderr, between the application's own lines; a handler that
+# drops them keeps them in logging only (an application that configures logging, or
+# ``chatflow --debug``, still gets them). What matters reaches the caller as a StoreError.
+if not any(isinstance(h, logging.NullHandler) for h in logging.getLogger("psycopg").handlers):
+    logging.getLogger("psycopg").addHandler(logging.NullHandler())
+
+_CONNECT_TIMEOUT_S = 10
+_POOL_TIMEOUT_S = 30.0
+_POOL_QUICK_S = 1.0
+
+
+_pool = SharedPool("chatflow-pg")
+
+
+def _blocking_executor(workers: int) -> ThreadPoolExecutor:
+    return _pool.get(workers)
+
+
+def _label(dsn: str) -> str:
+    """How the database is named in messages: the DSN without its password."""
+    return f"PostgreSQL database {redact_dsn(dsn)}"
 
 
 class PostgresSessionStore(BaseSessionStore):

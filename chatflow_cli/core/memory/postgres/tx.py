@@ -1,28 +1,150 @@
 """The PostgreSQL transaction port: :class:`_PgTx`, the primitives of
 :class:`~chatflow_cli.core.memory._port._Tx` over one connection inside one transaction
 (advisory locks per session and per message id, the ``last_seq`` counter, batched inserts,
-``NOTIFY`` of appended events)."""
+``NOTIFY`` of appended events); ``_Store``, what a transaction and the lease thread
+(:class:`~.leases._Leases`) use of their store, so that neither imports it; the database's
+clock as this host keeps it; and the stored rows as Python values: a session row with its
+owner's lease verdict, an event, a message, and the exact JSON text each value is kept as."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import json
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ...events import Event
-from ...messages import Message, Role
+from ...events import Event, SessionStatus
+from ...messages import Message, Role, stored_message
 from ...tokens import message_tokens
 from .._checks import metadata_matches
 from .._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx, Owner
 from ..search import Query, SearchHit, memory_snippet, searchable_texts, words_of
-from .connection import _DatabaseClock, _Store
 from .resources import PgMemoryStoreTx
 from .vaults import PgVaultTx
 from .attachments import PgAttachmentTx
-from .rows import _EVENT_COLUMNS, _ROW_COLUMNS, _dumps, _event, _message, _metadata_columns, _owner, _row
 from .schema import _NS_MESSAGE, _NS_SESSION, NOTIFY_CHANNEL, _channel_key
 from .search import _search_vector, to_tsquery
 
 if TYPE_CHECKING:
     import psycopg
+
+
+class _Store(Protocol):
+    """What a transaction (:class:`~.tx._PgTx`) and the lease thread (:class:`~.leases._Leases`)
+    use of their :class:`~.store.PostgresSessionStore`, so that neither imports the store."""
+
+    lease_s: float
+    clock: Callable[[], float]
+    _closed: bool
+    _label: str
+
+    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]: ...
+
+
+def _steady() -> float:
+    """Seconds of a clock that is never stepped: Linux's ``CLOCK_BOOTTIME`` (counts time
+    suspended too), else ``time.monotonic()``."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) if _BOOTTIME else time.monotonic()
+
+
+_BOOTTIME = hasattr(time, "CLOCK_BOOTTIME")
+
+
+class _DatabaseClock:
+    """UTC epoch seconds on the database server's clock: this host's steady clock
+    (:func:`_steady`) plus the offset measured when the store opened. A step of this host's
+    wall clock (a wrong time set, a jump back) does not move it."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset  # database epoch seconds minus _steady()
+
+    def __call__(self) -> float:
+        return _steady() + self.offset
+
+
+@dataclass(frozen=True, slots=True)
+class _LeasedOwner(Owner):
+    """An owner read from the database with its lease verdict (``live``: the lease had not
+    expired on the database clock when read)."""
+
+    live: bool = True
+
+    def alive(self) -> bool:
+        """Alive while the lease holds; on this host name also only while the pid runs."""
+        return self.live and Owner.alive(self)
+
+
+def _owner(data: Any, live: Any) -> Owner | None:
+    if not data:
+        return None
+    base = Owner.from_dict(data)
+    return _LeasedOwner(base.pid, base.start_time, base.host, base.token, bool(live))
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def _metadata_columns(data: Any) -> tuple[str | None, str]:
+    """(``jsonb`` text, exact text) of a session's metadata. The exact JSON text is what is
+    read back; the ``jsonb`` copy only serves ``--metadata`` filters (which keys a row has),
+    and is None for JSON that ``jsonb`` cannot hold (``\\u0000``, NaN, Infinity)."""
+    text = _dumps(data)
+    try:
+        strict = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return None, text
+    return (None if "\\u0000" in strict else strict), text
+
+
+def _joined(jsonb: Any, text: str | None) -> Any:
+    """The stored value: the exact JSON text when there is one; else (rows written before
+    schema version 6, with no text) the ``jsonb`` value."""
+    return json.loads(text) if text is not None else jsonb
+
+
+_ROW_COLUMNS = (
+    "session_id, incarnation, active_agent_name, metadata, metadata_text, max_turns, turn_count, status, owner, "
+    "lease_expires_at > clock_timestamp(), created_at_utc, updated_at_utc, last_seq, forked_from, title, "
+    "archived_at_utc, agent_versions"
+)
+
+
+def _row(r: tuple[Any, ...]) -> _SessionRow:
+    return _SessionRow(
+        session_id=r[0],
+        incarnation=r[1],
+        active_agent_name=r[2],
+        metadata=_joined(r[3], r[4]),
+        max_turns=r[5],
+        turn_count=r[6],
+        status=SessionStatus(r[7]),
+        owner=_owner(r[8], r[9]),
+        created_at=r[10],
+        updated_at=r[11],
+        forked_from=json.loads(r[13]) if r[13] is not None else None,
+        title=r[14],
+        archived_at=r[15],
+        agent_versions=json.loads(r[16]) if r[16] else {},
+    )
+
+
+_EVENT_COLUMNS = "seq, event_type, payload, payload_text, created_at_utc, idempotency_key"
+
+
+def _event(session_id: str, r: tuple[Any, ...]) -> Event:
+    return Event(session_id, int(r[0]), r[1], _joined(r[2], r[3]), r[4], r[5])
+
+
+def _message(jsonb: Any, text: str | None, tokens: int | None = None) -> Message:
+    """A stored message with its stored token count."""
+    message = stored_message(jsonb if text is None else text)
+    if tokens is not None:
+        object.__setattr__(message, "tokens", tokens)
+    return message
+
 
 
 class _PgTx(PgMemoryStoreTx, PgVaultTx, PgAttachmentTx, _Tx):
