@@ -1,8 +1,10 @@
-"""De-duplication of inbound message ids (claims, processed ids, their TTL) and idempotency keys."""
+"""De-duplication of inbound message ids (claims, processed ids, their TTL) and idempotency keys.
+
+A claim made here is also recorded for this thread or task (``_core._CLAIM``): the
+Runner's next turn takes it over through :func:`~._core.take_context_claim`."""
 
 from __future__ import annotations
 
-import contextvars
 import os
 import socket
 import time
@@ -10,26 +12,10 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ._checks import _check_session_id, _check_text, _check_wait
-from ._core import _StoreCore
+from ._core import _CLAIM, _StoreCore
 from ._port import DUPLICATE_WAIT_S, _MessageRecord, Owner
 from ._twins import async_twin
 from .values import MessageState
-
-
-#: The message id claimed last in this thread or asyncio task, with the claim's owner token
-#: and the store's id: the next Runner turn started in the same context completes the claim
-#: when the turn completes (and frees it when the turn fails), so
-#: ``store.mark_message_processed(id)`` then ``runner.run_async(...)`` is safe as written.
-_CLAIM: contextvars.ContextVar[tuple[int, str, str] | None] = contextvars.ContextVar("chatflow_claim", default=None)
-
-
-def take_context_claim(store: Any) -> tuple[str, str] | None:
-    """(message id, owner token) of the claim made last in this context on ``store``, once."""
-    claim = _CLAIM.get()
-    if claim is None or claim[0] != id(store):
-        return None
-    _CLAIM.set(None)
-    return claim[1], claim[2]
 
 
 @runtime_checkable

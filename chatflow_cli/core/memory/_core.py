@@ -1,8 +1,11 @@
 """The core every store-rules mixin derives from: the transaction port, agent resolution, and
-the helpers that load a session's window and apply a context's journal in one transaction."""
+the helpers that load a session's window and apply a context's journal in one transaction;
+and the message claim made last in this thread or task (:func:`take_context_claim`), which
+the message claims of ``_claims`` record and the Runner's next turn takes over."""
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import secrets
 import threading
@@ -51,6 +54,23 @@ from ._port import (
 )
 from .context import AGENT_TRAIL_EVENTS, AgentTrail, JournalEntry, SessionBinding, SessionContext, restore_context
 from .values import SessionSummary
+
+
+#: The message id claimed last in this thread or asyncio task, with the claim's owner token
+#: and the store's id: the next Runner turn started in the same context completes the claim
+#: when the turn completes (and frees it when the turn fails), so
+#: ``store.mark_message_processed(id)`` then ``runner.run_async(...)`` is safe as written.
+_CLAIM: contextvars.ContextVar[tuple[int, str, str] | None] = contextvars.ContextVar("chatflow_claim", default=None)
+
+
+def take_context_claim(store: Any) -> tuple[str, str] | None:
+    """(message id, owner token) of the claim made last in this context on ``store``, once."""
+    claim = _CLAIM.get()
+    if claim is None or claim[0] != id(store):
+        return None
+    _CLAIM.set(None)
+    return claim[1], claim[2]
+
 
 
 #: Sessions per store whose last bounded edit keeps its context for the next (see _KeptContexts).

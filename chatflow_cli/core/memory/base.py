@@ -34,8 +34,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._attachments import _Attachments
-from ._claims import take_context_claim
 from ._compaction import _Compaction
+from ._core import take_context_claim
 from ._forking import _Forking
 from ._journal import EditResult, _Journal
 from ._memstores import _MemoryStores
