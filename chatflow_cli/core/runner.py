@@ -116,8 +116,8 @@ from ._run.cancel import RUN_WORKERS, CancelToken, ctrl_c_cancels, events_from_w
 from ._run.results import RunResult, StreamEvent, drain
 from ._run.state import TurnRequest
 from ._run.tools import output_text
+from ._run.lifecycle import ContextWindow
 from ._run.turn import TurnLoop
-from ._run.window import ContextWindow
 from .agents import Agent, reachable_agents
 from .messages import Message, Role
 from .resources.mounts import Mount, unique_mounts

@@ -31,12 +31,11 @@ from ..tokens import reply_tokens
 from ..tools import Tool
 from ..usage import normalise_usage
 from .cancel import INTERRUPT_REQUESTED, Cancelled, CancelToken, interruptions, watch_interrupt_requests
-from .endings import lease_of, store_failed, store_interrupted
 from .host import RunnerHost
+from .lifecycle import begin_turn_when_free, end_lease, lease_of, release_claim, store_failed, store_interrupted
 from .results import RunResult, StreamEvent
 from .state import Broken, InvalidAfterTools, TurnRequest, TurnState
 from .tools import answer_at_once, run_concurrently
-from .waiting import begin_turn_when_free, end_lease, release_claim
 from ..attachments import refuse_images_to_a_text_only_model
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,7 +58,7 @@ class TurnLoop(RunnerHost):
     # -- the turn ----------------------------------------------------------------------------
     def _begin(self, session_id: str, request: TurnRequest, wait: float, cancel: CancelToken) -> TurnStart:
         """``store.begin_turn``, waiting in the session's queue up to ``wait`` seconds
-        (:func:`~chatflow_cli.core._run.waiting.begin_turn_when_free`)."""
+        (:func:`~chatflow_cli.core._run.lifecycle.begin_turn_when_free`)."""
         return begin_turn_when_free(self.store, session_id, request, wait=wait, cancel=cancel,
                                     default_agent=self.starting_agent, on_wait=self.on_wait)
 
