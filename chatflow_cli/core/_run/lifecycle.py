@@ -1,10 +1,14 @@
-"""A turn's beginning and its ending, around the loop of :mod:`.turn`.
+"""What a turn starts from, carries and gives, and its beginning and ending around the loop
+of :mod:`.turn`.
 
+* What a run asks the store to start (:class:`TurnRequest`), what one turn carries between
+  its model requests (:class:`TurnState`), the Runner's internal signals (:class:`Broken`,
+  :class:`InvalidAfterTools`), and what a run gives its caller: :class:`RunResult` and the
+  :class:`StreamEvent` s of a streamed run (both public through
+  :mod:`chatflow_cli.core.runner`).
 * Beginning: ``store.begin_turn``, waiting in the store's queue while the session is busy
   (:func:`begin_turn_when_free`; :func:`release_claim` and :func:`end_lease` free what a
-  turn that never started held); and the context window of a turn's requests --
-  :class:`ContextWindow`, mixed into :class:`~chatflow_cli.core.runner.Runner`: the token
-  budget, the turns that fit it, and compaction before a turn when the window would not fit.
+  turn that never started held).
 * Ending: storing the end of a turn that did not complete, interrupted or failed
   (:func:`store_interrupted`, :func:`store_failed`; :func:`lease_of`).
 
@@ -20,30 +24,293 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._stream import Usage, cut_phrase
 from ..agents import Agent
-from ..errors import ChatflowError, RateLimitedError, RunInterrupted, SessionBusyError
+from ..errors import RateLimitedError, RunInterrupted, SessionBusyError
 from ..events import Event, EventType, SessionStatus
-from ..memory.context import split_turns
-from ..messages import Message
-from ..tokens import ContextBudget, context_budget, estimate_tokens, select_window
+from ..messages import Message, ToolCall
+from ..resources.mounts import Mount
 from .cancel import CancelToken
-from .host import RunnerHost
-from .results import StreamEvent
-from .state import TurnRequest, TurnState
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory.context import SessionContext
     from ..memory.protocol import ContextStore, TurnStart, TurnStore
 
-__all__ = ["ContextWindow", "begin_turn_when_free", "end_lease", "lease_of", "release_claim", "store_failed",
+__all__ = ["Broken", "InvalidAfterTools", "RunResult", "StreamEvent", "TurnRequest", "TurnState",
+           "begin_turn_when_free", "drain", "end_lease", "lease_of", "release_claim", "store_failed",
            "store_interrupted"]
 
 log = logging.getLogger("chatflow_cli.core.runner")
+
+
+# --------------------------------------------------------------------------------------
+# what a run asks the store to start, what one turn carries between its model requests,
+# and the Runner's internal signals
+# --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """The caller's part of ``store.begin_turn``'s arguments for one run; the waiting loop
+    adds the rest (the default agent, the owner, the queue ticket).
+
+    Attributes:
+        user_message: the USER message of a new turn; None continues a turn whose custom
+            tool calls are all answered.
+        metadata: merged into the session's metadata.
+        idempotency_key: a key already used with the same message replays the first result.
+        max_turns: the window size of a session this turn creates.
+        system: the system message of a session this turn creates.
+        message_id: an inbound message id to process once (claimed with the turn).
+        message_claim: the owner token of the claim on ``message_id`` this thread or task
+            made before the run (``store.claim_message``), or None.
+        resources: mounts the session gets once the turn began, those not mounted yet.
+    """
+
+    user_message: Message | None
+    metadata: Mapping[str, Any] | None = None
+    idempotency_key: str | None = None
+    max_turns: int | None = None
+    system: str | None = None
+    message_id: str | None = None
+    message_claim: str | None = None
+    resources: tuple[Mount, ...] = ()
+
+
+class Broken(Exception):
+    """The model's reply stopped before it finished (``args[0]`` says why)."""
+
+
+class InvalidAfterTools(Exception):
+    """A later round's reply has an invalid tool call after earlier rounds ran tools
+    (``args``: the verdict's reason and finish reason)."""
+
+
+@dataclasses.dataclass
+class TurnState:
+    """One turn's running state.
+
+    Attributes:
+        agent: the agent answering now (changes at a handoff).
+        start_agent: the active agent when the turn began (restored if the turn fails).
+        usage: token usage summed over the turn's requests.
+        rounds: replies with tool calls so far.
+        ran: names of the tools run in this turn, in order.
+        partial: text deltas of the reply being streamed.
+        reasoning: the reasoning of a reply that broke off (kept with the interrupted turn).
+        handoffs: tool call id -> the agent that call hands off to.
+        finished: tool call id -> ``(text, is_error)`` of calls that finished before an interrupt.
+        released: the turn's end (idle) is stored: nothing left to undo.
+        ended: the ending of a turn that did not complete is stored, or the store shows the
+            turn ended already (no second ending was written).
+        context: the context use of the latest request (see ``RunResult.context``).
+        dropped_told: the turn's ``context.dropped`` event was yielded.
+        wholes: tool call id -> the complete result of a call whose text was cut for the
+            model (stored as an ``mcp.output`` event beside the call).
+        images: tool call id -> the images a call's tool returned (attachments with their
+            bytes), stored with its TOOL message.
+        unavailable: tool servers that failed to start in this turn -> what happened (not
+            tried again until the next turn).
+        unknown_tools: tool servers whose ``tools``/``tool_approval`` name tools they do not
+            list -> the warning (each said once a server object, :func:`~chatflow_cli.core.mcp.servers.unknown_tools_note`).
+    """
+
+    agent: Agent
+    start_agent: Any = None
+    usage: Usage = dataclasses.field(default_factory=Usage)
+    rounds: int = 0
+    ran: list[str] = dataclasses.field(default_factory=list)
+    partial: list[str] = dataclasses.field(default_factory=list)
+    reasoning: str | None = None
+    handoffs: dict[str, Agent] = dataclasses.field(default_factory=dict)
+    finished: dict[str, tuple[str, bool]] = dataclasses.field(default_factory=dict)
+    released: bool = False
+    ended: bool = False
+    context: dict[str, Any] | None = None
+    usage_reported: bool = False  # a request of the turn came back with usage
+    usage_missing: bool = False  # a request of the turn came back without usage
+    dropped_told: bool = False  # a context.dropped event was yielded for this turn
+    wholes: dict[str, str] = dataclasses.field(default_factory=dict)
+    images: dict[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+    unavailable: dict[str, str] = dataclasses.field(default_factory=dict)
+    unknown_tools: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Chat Completions form of each message sent in this turn, by identity (messages are
+    # immutable; the tuple keeps the message alive so its id is not reused)
+    _wire: dict[int, tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    # bytes of attachments read from the store for this turn's requests, by sha256
+    _blobs: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    # the client takes an image's URL as a DataURL (its takes_data_urls): set as the turn begins
+    data_urls: bool = False
+
+    def known_usage(self) -> dict[str, int] | None:
+        """The turn's usage as stored (:mod:`chatflow_cli.core.usage`'s shape), or None when
+        a request of the turn reported none: unknown, never a false 0 or a partial sum."""
+        if not self.usage_reported or self.usage_missing:
+            return None
+        return self.usage.to_dict()
+
+    def fetch_blobs(self, messages: list[Message], store: object) -> None:
+        """Read, in one store read, the bytes of the attachments of ``messages`` that are
+        neither at hand nor read before in this turn (``store.attachment_data``)."""
+        missing = {a.sha256 for m in messages for a in m.attachments if a.data is None} - self._blobs.keys()
+        read = getattr(store, "attachment_data", None)
+        if missing and read is not None:
+            self._blobs.update(read(missing))
+
+    @property
+    def blobs(self) -> Mapping[str, bytes]:
+        """The attachments' bytes :meth:`fetch_blobs` read, by sha256."""
+        return self._blobs
+
+    def wire(self, message: Message) -> dict[str, Any]:
+        """``message.to_wire()``, computed once per turn (attachments' bytes from
+        :meth:`fetch_blobs`; images' URLs as :class:`DataURL` values with :attr:`data_urls`)."""
+        cached = self._wire.get(id(message))
+        if cached is not None and cached[0] is message:
+            return cached[1]
+        data = message.to_wire(self._blobs, data_urls=self.data_urls) if message.attachments else message.to_wire()
+        self._wire[id(message)] = (message, data)
+        return data
+
+
+# --------------------------------------------------------------------------------------
+# what a run gives its caller (public through chatflow_cli.core.runner)
+# --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunResult:
+    """What a run returns.
+
+    Attributes:
+        content: the final text of the turn (``None`` when the run stopped for custom tools).
+        agent: the name of the agent that answered (the active agent after any handoff).
+        session_id: the session.
+        turn: the user-visible turn number (1, 2, 3… for the session's life).
+        usage: token usage summed over the turn's model requests.
+        status: the session's status when the run returned (``idle`` normally).
+        pending_tool_calls: custom tool calls waiting for ``submit_tool_result``, and tool
+            calls waiting for an approval (``approval_tool_calls``).
+        approval_tool_calls: the pending calls of tools whose policy is ``ask``, made with no
+            way to ask (no ``Runner.approver``): answered by ``Runner.approve_tool_call`` /
+            ``deny_tool_call``.
+        events: the events this run wrote to the session's log, in ``seq`` order.
+        replayed: the result came from the log (idempotency key seen before); no model call.
+        finish_reason: why the final reply ended (``"stop"``; ``"length"`` or
+            ``"content_filter"`` when it was cut: the turn is stored, marked with it);
+            ``None`` when the run stopped for custom tools.
+        reasoning: the final reply's reasoning text, when the server sent one.
+        usage_reported: the server reported token usage for every request of the turn; when
+            one came back without (llama-cpp-python's server streams none), ``usage`` holds
+            what was reported and :meth:`to_dict` gives ``"usage": null`` rather than a false
+            0 or a partial sum (``turn.completed`` stores ``null`` alike).
+        context: the context use of the turn's last request, ``{"tokens", "budget",
+            "context", "turns", "over_budget", "first_turn", "summary_through",
+            "system_messages", "dropped"}`` (``budget``/``context`` None when the model's
+            context size is unknown; ``turns``: whole turns sent, from ``first_turn``;
+            ``summary_through``: K of the summary sent, or None; ``system_messages``: the
+            SYSTEM messages sent beside it, the agent's instructions included;
+            ``dropped``: ``[first, last]`` of the turns of the window left out for the
+            budget, unsummarised, or None); None for a replay.
+        resources: the resources the turn ran with (:class:`~chatflow_cli.core.resources.Mount`:
+            the session's mounts in force when it ended, as the event log says), in the order
+            they were first mounted.
+    """
+
+    content: str | None
+    agent: str
+    session_id: str
+    turn: int
+    usage: Usage = dataclasses.field(default_factory=Usage)
+    status: SessionStatus = SessionStatus.IDLE
+    pending_tool_calls: tuple[ToolCall, ...] = ()
+    events: tuple[Event, ...] = ()
+    replayed: bool = False
+    finish_reason: str | None = None
+    reasoning: str | None = None
+    context: dict[str, Any] | None = None
+    usage_reported: bool = True
+    approval_tool_calls: tuple[ToolCall, ...] = ()
+    resources: tuple[Mount, ...] = ()
+
+    @property
+    def truncated(self) -> bool:
+        """The final reply was cut by the token limit or a content filter (stored, marked)."""
+        return bool(cut_phrase(self.finish_reason))
+
+    @property
+    def reasoning_only(self) -> bool:
+        """The model answered with reasoning and no text (nothing of it is sent back)."""
+        return not self.content and bool(self.reasoning) and not self.pending_tool_calls
+
+    @property
+    def final_output(self) -> str | None:
+        """Alias of :attr:`content` (the name the OpenAI Agents SDK uses)."""
+        return self.content
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "content": self.content,
+            "agent": self.agent,
+            "session_id": self.session_id,
+            "turn": self.turn,
+            "usage": self.usage.to_dict() if self.usage_reported else None,
+            "status": self.status.value,
+            "pending_tool_calls": [c.to_dict() for c in self.pending_tool_calls],
+            "awaiting_approval": [c.id for c in self.approval_tool_calls],
+            "replayed": self.replayed,
+            "finish_reason": self.finish_reason,
+            "reasoning": self.reasoning,
+            "context": self.context,
+            "resources": [m.to_dict() for m in self.resources],
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One event of a streamed run.
+
+    ``type`` is a runtime type (``text.delta`` ``{"text"}``, ``tool.call_started`` ``{"id",
+    "name", "arguments"}``, ``tool.call_finished`` ``{"id", "name", "output", "is_error",
+    "duration_ms"}``, ``result`` with :attr:`result` set) or the type of an event just
+    written to the log (``seq`` set, ``data`` is its payload).
+    """
+
+    type: str
+    session_id: str
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)
+    turn: int | None = None
+    seq: int | None = None
+    result: RunResult | None = None
+
+    @property
+    def persisted(self) -> bool:
+        return self.seq is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "session_id": self.session_id}
+        if self.seq is not None:
+            out["seq"] = self.seq
+        if self.turn is not None:
+            out["turn"] = self.turn
+        out["data"] = self.result.to_dict() if self.result is not None else self.data
+        return out
+
+
+def drain(events: Iterator[StreamEvent]) -> RunResult:
+    """The :class:`RunResult` the ``result`` event of ``events`` carries, after every event.
+
+    Raises:
+        whatever the run raises (a run ends with a result event or an error).
+    """
+    result: RunResult | None = None
+    for event in events:
+        if event.result is not None:
+            result = event.result
+    assert result is not None, "a run ends with a result event or an error"
+    return result
 
 
 # --------------------------------------------------------------------------------------
@@ -209,132 +476,6 @@ def _wait_for_turn_end(store: TurnStore, timeout: float) -> None:
         time.sleep(timeout)
     else:
         wait(timeout)
-
-
-# --------------------------------------------------------------------------------------
-# the context window of a turn's requests: the token budget, compaction when due
-# --------------------------------------------------------------------------------------
-class ContextWindow(RunnerHost):
-    """The token budget and the window of :class:`~chatflow_cli.core.runner.Runner`'s
-    requests, and automatic compaction."""
-
-    def _auto_compact(self, session_id: str, message: Message) -> list[Event | StreamEvent]:
-        """Compact the session before its next turn, when needed; the events (stored ones, and
-        a runtime ``context.compaction_failed`` ``{"through", "error"}``) to pass on.
-
-        A compaction is needed when the next request, as the stored window stands, would
-        leave out turns no summary covers (they do not fit the token budget beside the new
-        message), or when the window passes ``compact_at`` of the budget. It summarises
-        through the newest turn that must leave the window, or further back to keep about
-        30 % of the budget as live turns (:func:`compaction_point`, the new message counted
-        as the newest turn), so no turn leaves the request without a summary. With
-        compaction off (``compact_at`` None) or failing, the turns are dropped and the
-        request's ``context.dropped`` event says so.
-
-        Automatic compaction stops for the session when it cannot help: the model's summary
-        was refused as not shorter than what it replaces (:class:`SummaryTooLongError`), its
-        request did not fit the model's context either (:class:`CompactionDoesNotFitError`), or
-        what stays in every request after it (the summary, the SYSTEM messages and the
-        agent's instructions) takes more than ``compact_at`` minus the 30 % kept as live
-        turns (at least half of ``compact_at``) of the budget: the window could not get
-        under ``compact_at`` for long, and every next turn would compact again, summarising
-        the summary. A stored
-        ``context.compaction_stopped`` event ``{"through", "reason"}`` says so once; until a
-        later compaction (``sessions compact``, ``/compact``) or a rollback, automatic
-        compaction is not tried again and turns that do not fit are dropped.
-        """
-        from ..errors import CompactionDoesNotFitError, SessionNotFoundError, SummaryTooLongError
-
-        try:
-            info = self.store.session_summary(session_id)
-        except SessionNotFoundError:
-            return []
-        agent = self.agents.get(info.active_agent_name, self.starting_agent)
-        model = agent.model or self.default_model
-        budget = self._budget(agent, model) if model else None
-        if budget is None or not model or self.compact_at is None:
-            return []
-        tokens, turns = self.store.window_tokens(session_id)
-        if not turns:
-            return []
-        from ..compaction import KEEP_SHARE, compact_session, compaction_stopped, compaction_through
-
-        new_turn = estimate_tokens(message)
-        instructions = estimate_tokens(Message.system(agent.instructions)) if agent.instructions else 0
-        through = compaction_through(tokens - sum(t for _, t in turns) + instructions, turns, new_turn,
-                                     budget.tokens, self.compact_at)
-        if through is None or compaction_stopped(self.store, session_id):
-            return []
-        try:
-            done = compact_session(self.store, session_id, self.model_client, model, through=through,
-                                   prompt=self.compact_prompt,
-                                   tools=[t.to_wire() for t in agent.all_tools().values()] or None,
-                                   max_tokens=self.max_tokens, temperature=self.temperature)
-        except (SummaryTooLongError, CompactionDoesNotFitError) as exc:
-            return [self._stop_compaction(session_id, through, exc.message)]
-        except ChatflowError as exc:
-            log.warning("session %s: automatic compaction through turn %d failed (%s); the turn goes on "
-                        "without it", session_id, through, exc)
-            return [StreamEvent("context.compaction_failed", session_id, {"through": through, "error": exc.message})]
-        events: list[Event | StreamEvent] = list(done.events)
-        after, kept = self.store.window_tokens(session_id)
-        fixed = after - sum(cost for _, cost in kept) + instructions  # the summary, SYSTEM messages, instructions
-        limit = int(max(self.compact_at - KEEP_SHARE, self.compact_at / 2) * budget.tokens)
-        if fixed > limit:
-            events.append(self._stop_compaction(
-                session_id, through, f"the summary and system messages alone take about {fixed} tokens of the "
-                f"budget of {budget.tokens} (more than {limit}), so every next turn would compact again"))
-        return events
-
-    def _stop_compaction(self, session_id: str, through: int, reason: str) -> Event:
-        """Store ``context.compaction_stopped`` ``{"through", "reason"}``: automatic compaction
-        is not tried again for the session until a later compaction or a rollback."""
-        log.warning("session %s: automatic compaction through turn %d stopped: %s", session_id, through, reason)
-        event: Event = self.store.append_event(session_id, "context.compaction_stopped",
-                                               {"through": through, "reason": reason})
-        return event
-
-    def _budget(self, agent: Agent, model: str) -> ContextBudget | None:
-        """The token budget of ``agent``'s requests: the Runner's ``max_context_tokens``, the
-        agent's, else the model table (None: unknown model)."""
-        return context_budget(model, max_context_tokens=self.max_context_tokens,
-                              configured=agent.max_context_tokens, reply_tokens=self.max_tokens)
-
-    def budget_for(self, agent_name: str | None = None) -> ContextBudget | None:
-        """The :class:`~chatflow_cli.core.tokens.ContextBudget` of the named agent's requests
-        (default: the starting agent), or None when its model's context size is unknown."""
-        agent = self.agents.get(agent_name or "", self.starting_agent)
-        model = agent.model or self.default_model
-        return self._budget(agent, model) if model else None
-
-    def _budget_window(self, session: SessionContext, agent: Agent, model: str) -> tuple[list[Message], dict[str, Any]]:
-        """The messages of the next request: the agent's instructions, the window's SYSTEM
-        messages, then the newest whole turns of the window that fit the token budget (the
-        open turn always, whole); and the context use ``{"tokens", "budget", "context",
-        "turns", "over_budget"}``."""
-        history = session.history
-        systems, _preamble, turns = split_turns(history)
-        if agent.instructions:
-            systems = [Message.system(agent.instructions), *systems]
-        budget = self._budget(agent, model)
-        limit = budget.tokens if budget is not None else 2**62
-        kept, tokens = select_window(systems, turns, limit)
-        over = budget is not None and tokens > limit
-        numbers = [t.number for t in session.turns]
-        if len(numbers) != len(turns):  # pragma: no cover - the window's turns are its numbered turns
-            numbers = list(range(len(turns)))
-        dropped = [numbers[0], numbers[len(turns) - kept - 1]] if kept < len(turns) else None
-        summary = next((m.summary_through for m in systems if m.summary_through is not None), None)
-        if over:
-            log.warning("session %s: the context (%d tokens: system messages%s and the newest turn) is over the "
-                        "context budget of %d tokens; it is sent whole", session.session_id, tokens,
-                        ", summary" if summary else "", limit)
-        outgoing = [*systems, *(m for msgs in turns[len(turns) - kept:] for m in msgs)]
-        use = {"tokens": tokens, "budget": budget.tokens if budget is not None else None,
-               "context": budget.context if budget is not None else None, "turns": kept, "over_budget": over,
-               "first_turn": numbers[len(turns) - kept] if kept else None, "summary_through": summary,
-               "system_messages": sum(1 for m in systems if m.summary_through is None), "dropped": dropped}
-        return outgoing, use
 
 
 # --------------------------------------------------------------------------------------
