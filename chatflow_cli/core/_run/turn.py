@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .._stream import ModelTurn, ReplyState, TextDelta, Usage
+from .._stream import ModelTurn, ReplyState, TextDelta, Usage, normalise_usage
 from ..agents import Agent
 from ..errors import (
     BadRequestError,
@@ -32,7 +32,6 @@ from ..memory.context import split_turns
 from ..messages import Message, Role, ToolCall, check_history, wire_messages
 from ..tokens import ContextBudget, context_budget, estimate_tokens, reply_tokens, select_window
 from ..tools import Tool
-from ..usage import normalise_usage
 from .cancel import INTERRUPT_REQUESTED, Cancelled, CancelToken, interruptions, watch_interrupt_requests
 from .host import RunnerHost
 from .lifecycle import (
