@@ -557,13 +557,12 @@ class ContextWindow(RunnerHost):
         later compaction (``sessions compact``, ``/compact``) or a rollback, automatic
         compaction is not tried again and turns that do not fit are dropped.
         """
-        from ..errors import CompactionDoesNotFitError, SessionNotFoundError, SummaryTooLongError
+        from ..errors import CompactionDoesNotFitError, SummaryTooLongError
 
-        try:
-            info = self.store.session_summary(session_id)
-        except SessionNotFoundError:
+        name = self.store.active_agent_name(session_id)  # one row read; None: a new session
+        if name is None:
             return []
-        agent = self.agents.get(info.active_agent_name, self.starting_agent)
+        agent = self.agents.get(name, self.starting_agent)
         model = agent.model or self.default_model
         budget = self._budget(agent, model) if model else None
         if budget is None or not model or self.compact_at is None:
