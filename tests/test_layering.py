@@ -324,15 +324,15 @@ def test_an_import_against_the_arrows_is_named(tmp_path):
     with module, line and rooms, and a module the drawing does not place is named."""
     copy = tmp_path / PACKAGE
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    usage = copy / "core" / "usage.py"
-    usage.write_text(usage.read_text(encoding="utf-8") + "\nif TYPE_CHECKING:\n    from .runner import Runner\n",
-                     encoding="utf-8")
+    leaf = copy / "core" / "tokens.py"
+    leaf.write_text(leaf.read_text(encoding="utf-8") + "\nif TYPE_CHECKING:\n    from .runner import Runner\n",
+                    encoding="utf-8")
     store = copy / "core" / "memory" / "sqlite" / "store.py"
     lines = store.read_text(encoding="utf-8").splitlines(keepends=True)
     store.write_text("".join(lines + ["def _f() -> None:\n", "    from ....render import safe_text\n"]),
                      encoding="utf-8")
     bad = crossings(copy)
-    assert f"{PACKAGE}/core/usage.py:{len(usage.read_text().splitlines())} imports {PACKAGE}.core.runner" \
+    assert f"{PACKAGE}/core/tokens.py:{len(leaf.read_text().splitlines())} imports {PACKAGE}.core.runner" \
            " (type only) (leaves -> runner)" in bad, bad
     assert f"{PACKAGE}/core/memory/sqlite/store.py:{len(lines) + 2} imports {PACKAGE}.render (memory -> render)" \
         in bad, bad

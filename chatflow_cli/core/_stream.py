@@ -1,4 +1,5 @@
-"""Folding a streamed Chat Completions reply, and the verdict on whether it finished.
+"""Folding a streamed Chat Completions reply, the verdict on whether it finished, and the one
+shape of a turn's token usage.
 
 Pure (no ``openai``, no I/O): every way of talking to a server -- the streamed request of
 :class:`~chatflow_cli.core.model.ModelStream`, a server that answered with one JSON body,
@@ -34,6 +35,22 @@ state              when
 A finish reason followed by usage-only chunks, or with no ``[DONE]`` after it, is complete.
 A truncated reply whose tool calls all have complete arguments is a normal tool round (the
 calls are whole; the cut came after them).
+
+Token usage: :class:`Usage` holds the counts of a request (or, added, of a turn's requests),
+and :func:`normalise_usage` gives the one shape of a turn's token usage, as stored in
+``turn.completed`` and exported. A turn's usage is ``{"prompt_tokens", "completion_tokens", "total_tokens"}`` (OpenAI's Chat
+Completions names, which chatflow speaks; whole token counts), plus ``"reasoning_tokens"``
+when the provider reports how many of the completion tokens were reasoning
+(``completion_tokens_details.reasoning_tokens``). A count nobody reported is left out, and
+a usage with no count at all is ``None`` (``null``): unknown, never a false 0.
+
+:func:`normalise_usage` reads every shape chatflow has stored or imports: its own (above),
+the older ``{0, 0, 0}`` it wrote for a server that reports no usage (read as unknown: no
+chat request has an empty prompt), and ``input_tokens``/``output_tokens`` (llm's columns,
+Anthropic's and Claude Code's ``usage``, whose cache reads and writes are input too, and
+are kept beside the prompt count they are part of). Every
+writer of a turn's usage (the Runner, the importers through ``complete_turn``) and every
+reader that shows one goes through it.
 """
 
 from __future__ import annotations
@@ -61,6 +78,7 @@ __all__ = [
     "Verdict",
     "cut_phrase",
     "judge",
+    "normalise_usage",
 ]
 
 #: Finish reasons that mean the reply was cut, and the name chatflow stores for each.
@@ -127,7 +145,7 @@ class Usage:
 
     def to_dict(self) -> dict[str, int]:
         """``{"prompt_tokens", "completion_tokens", "total_tokens"}``, plus ``"reasoning_tokens"``
-        when the provider reported any (:mod:`chatflow_cli.core.usage`'s shape)."""
+        when the provider reported any (:func:`normalise_usage`'s shape)."""
         data = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -158,6 +176,63 @@ def _int(value: Any) -> int:
         return int(value or 0)
     except (TypeError, ValueError, OverflowError):
         return 0
+
+
+# -- the one shape of a turn's token usage (see the module docstring) -------------------
+#: input counts that add up to the prompt (Anthropic counts cache reads and writes apart)
+_INPUT_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+#: keys read into the shape's counts (any other key is kept as it is)
+_READ_KEYS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens", "input_tokens",
+                        "output_tokens"})
+
+
+def _count(value: Any) -> int | None:
+    """A whole, non-negative token count, else None (unknown)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def normalise_usage(data: Any) -> dict[str, int] | None:
+    """``data`` (a usage mapping in any shape above, or None) in the one stored shape.
+
+    ``prompt_tokens`` is ``prompt_tokens``, else the sum of ``input_tokens`` and the cache
+    counts; ``completion_tokens`` is ``completion_tokens``, else ``output_tokens``;
+    ``total_tokens`` is the one given, else their sum when both are known;
+    ``reasoning_tokens`` is ``reasoning_tokens`` or ``completion_tokens_details.reasoning_tokens``.
+    A count that is missing, null, negative, fractional or not a number is left out. Any
+    other key (a provider's ``completion_tokens_details``, Anthropic's cache counts, a
+    caller's own ``cost``) is kept as it is: nothing given is lost. Returns None when there
+    is nothing else and no count is known, or prompt and completion are both 0 (what
+    chatflow stored, before, for a server that reported no usage).
+    """
+    if not isinstance(data, Mapping):
+        return None
+    out: dict[str, int] = {}
+    prompt = _count(data.get("prompt_tokens"))
+    if prompt is None:
+        inputs = [c for c in (_count(data.get(k)) for k in _INPUT_KEYS) if c is not None]
+        prompt = sum(inputs) if inputs else None
+    completion = _count(data.get("completion_tokens"))
+    if completion is None:
+        completion = _count(data.get("output_tokens"))
+    total = _count(data.get("total_tokens"))
+    if total is None and prompt is not None and completion is not None:
+        total = prompt + completion
+    details = data.get("completion_tokens_details")
+    reasoning = _count(data.get("reasoning_tokens"))
+    if reasoning is None and isinstance(details, Mapping):
+        reasoning = _count(details.get("reasoning_tokens"))
+    extra = {k: v for k, v in data.items() if k not in _READ_KEYS}  # a provider's details, a caller's cost...
+    if not prompt and not completion and not total:
+        return extra or None  # no count known, or the old false {0, 0, 0}
+    for key, value in (("prompt_tokens", prompt), ("completion_tokens", completion), ("total_tokens", total),
+                       ("reasoning_tokens", reasoning)):
+        if value is not None:
+            out[key] = value
+    return {**out, **extra}
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,6 @@ import threading
 import time
 from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol, Sequence
 
-from ._provider.abort import RequestHandle, make_abortable
 from ._provider.errors import (
     DEFAULT_RETRY_AFTER_S,
     NO_KEY_PLACEHOLDER,
@@ -80,6 +79,7 @@ from ._provider.errors import (
     map_error,
     mentions_stream_options,
 )
+from ._provider.http import RequestHandle, make_abortable
 from ._provider.plain import plain_chunk
 from ._stream import (
     ModelTurn,

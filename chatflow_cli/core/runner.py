@@ -113,11 +113,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ._run import cancel as _cancel
 from ._run.cancel import RUN_WORKERS, CancelToken, ctrl_c_cancels, events_from_worker
-from ._run.results import RunResult, StreamEvent, drain
-from ._run.state import TurnRequest
+from ._run.lifecycle import RunResult, StreamEvent, TurnRequest, drain
 from ._run.tools import output_text
-from ._run.turn import TurnLoop
-from ._run.window import ContextWindow
+from ._run.turn import ContextWindow, TurnLoop
 from .agents import Agent, reachable_agents
 from .messages import Message, Role
 from .resources.mounts import Mount, unique_mounts

@@ -4,9 +4,9 @@
 One room per concern; :mod:`chatflow_cli.core.model` is the only public face:
 
 * :mod:`.retry` -- the ``Retry-After`` reading and the retry rules both transports follow.
-* :mod:`.http` -- the ``http`` transport: the request sent with ``httpx2`` alone.
+* :mod:`.http` -- the ``http`` transport: the request sent with ``httpx2`` alone; and the
+  abortable connections (of both transports) that let a cancel wake a blocked read.
 * :mod:`.plain` -- the reading of a server that answered with one JSON body.
-* :mod:`.abort` -- the abortable connections that let a cancel wake a blocked read.
 * :mod:`.errors` -- every failure of either transport mapped to one chatflow error, with
   the API key kept out of its message; how a connection broke mid-reply.
 

@@ -1,7 +1,7 @@
 """What the parts of :class:`~chatflow_cli.core.runner.Runner` share, declared once.
 
-The Runner is one object built from mixins: the turn (:mod:`.turn`) and the context
-window (:mod:`.window`), each in its own module. Each mixin subclasses :class:`RunnerHost`,
+The Runner is one object built from mixins: the turn (:class:`~.turn.TurnLoop`) and the
+context window (:class:`~.turn.ContextWindow`). Each mixin subclasses :class:`RunnerHost`,
 which declares the attributes :class:`~chatflow_cli.core.runner.Runner` sets in ``__init__``
 and the methods one part calls on another, so every part is type-checked on its own. The
 declarations are annotations only: nothing here runs or holds a value.
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..model import ChatClient
     from ..events import Event
     from ..tokens import ContextBudget
-    from .results import StreamEvent
+    from .lifecycle import StreamEvent
 
 __all__ = ["RunnerHost"]
 

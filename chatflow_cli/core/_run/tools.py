@@ -29,7 +29,7 @@ from ..messages import ToolCall
 from ..resources.secrets import scrub_values
 from ..tools import Tool, ToolArgumentsError, ToolCallFailed, to_json_text
 from .cancel import Cancelled, CancelToken
-from .state import TurnState
+from .lifecycle import TurnState
 
 if TYPE_CHECKING:  # pragma: no cover
     import asyncio

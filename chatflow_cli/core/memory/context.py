@@ -39,7 +39,7 @@ from ..events import (
 from ..messages import Attachment, Message, Role, ToolCall
 from ..resources.mounts import Mount, unique_mounts
 from ..resources.secrets import scrub_values
-from ..usage import normalise_usage
+from .._stream import normalise_usage
 from .binding import AGENT_TRAIL_EVENTS, MESSAGE_EVENT_TYPE, AgentTrail, JournalEntry, SessionBinding, TurnLoader
 from ._checks import (
     DEFAULT_MAX_TURNS,
@@ -703,7 +703,7 @@ class SessionContext:
                       model: str | None = None, base_url: str | None = None) -> None:
         """Journal ``turn.completed`` ``{"turn", "agent", "content", "usage"}``, then prune.
 
-        ``usage`` is stored in the one shape of :func:`~chatflow_cli.core.usage.normalise_usage`
+        ``usage`` is stored in the one shape of :func:`~chatflow_cli.core._stream.normalise_usage`
         whatever shape is given, and as ``null`` when no count is known. Added when given:
         ``"finish_reason"`` (``"stop"``, or ``"length"``/``"content_filter"`` for a reply that
         was cut), ``"agent_version"`` (the answering agent's), ``"model"`` and ``"base_url"``

@@ -140,7 +140,7 @@ def test_an_interrupt_request_for_another_run_is_not_this_runs(any_kind_store: B
     from chatflow_cli.core.memory import Owner
     from chatflow_cli.core.messages import Message
 
-    from chatflow_cli.core._run.endings import lease_of as _lease_of
+    from chatflow_cli.core._run.lifecycle import lease_of as _lease_of
 
     store = any_kind_store
     agent = Agent(name="Assistant", instructions="")

@@ -2,7 +2,7 @@
 
 Every store kind, the real Runner against the fake model server over HTTP, with failures
 injected at the steps between claim, begin, model call, commit and reply (a store subclass
-whose ``save`` or ``session_summary`` raises where the test says, as a database that goes
+whose ``save`` or ``active_agent_name`` raises where the test says, as a database that goes
 away would). Checked: no session left ``running`` by a turn that ended, no claim leaked by a
 run that failed before its turn started, no turn with two endings, no late write of a turn
 another process recovered.
@@ -41,7 +41,7 @@ class _Faults:
         self.down = False  # every save raises before anything is written (the database is away)
         self.fail_after_commit_of: str | None = None  # save raises once after committing this event
         self.fail_inside_commit_of: str | None = None  # save of this event raises inside its transaction
-        self.summaries_fail = 0  # session_summary (the Runner's first read) raises
+        self.first_reads_fail = 0  # active_agent_name (the Runner's first read) raises
 
 
 def _faulty(base: type[BaseSessionStore]) -> type[BaseSessionStore]:
@@ -70,11 +70,11 @@ def _faulty(base: type[BaseSessionStore]) -> type[BaseSessionStore]:
                 raise StoreError("injected: failed after the commit")
             super()._notify_turn_ended()
 
-        def session_summary(self, session_id: str) -> Any:
-            if self.faults.summaries_fail:
-                self.faults.summaries_fail -= 1
+        def active_agent_name(self, session_id: str) -> Any:
+            if self.faults.first_reads_fail:
+                self.faults.first_reads_fail -= 1
                 raise StoreError("injected: the database is away")
-            return super().session_summary(session_id)
+            return super().active_agent_name(session_id)
 
     Faulty.faults = _Faults()
     return Faulty
@@ -194,7 +194,7 @@ def test_a_run_failing_before_its_turn_starts_frees_the_claim(store: Any, fake_s
     text = "order 404?"
     store.mark_message_processed("m1")
     if failure == "store error":
-        store.faults.summaries_fail = 1
+        store.faults.first_reads_fail = 1
         with pytest.raises(StoreError):
             runner.run("s", text)
     else:
@@ -214,7 +214,7 @@ def test_run_async_failing_before_its_turn_starts_frees_the_claim(store: Any, fa
     async def handler() -> None:  # the seed's handler, its run failing before the turn
         await runner.run_async("s", "hello")
         store.mark_message_processed("m1")
-        store.faults.summaries_fail = 1
+        store.faults.first_reads_fail = 1
         with pytest.raises(StoreError):
             await runner.run_async("s", "order 404?")
         assert not await store.ais_message_processed("m1", wait=0)
