@@ -238,7 +238,7 @@ def chat(
         message_id=message_id,
         message_id_scope=message_id_scope.value if message_id_scope is not None else None,
         idempotency_key=idempotency_key,
-        # repeatable: a list of (TOOL_USE_ID, OUTPUT) pairs (see _command_shape.repeatable_pairs)
+        # repeatable: a list of (TOOL_USE_ID, OUTPUT) pairs (see _typer_adapter.repeatable_pairs)
         tool_results=[(str(a), str(b)) for a, b in cast("list[tuple[str, str]]", tool_result)] if tool_result else None,
         wait=wait,
         output="json" if json_ else output.value,
@@ -388,8 +388,7 @@ def build_command() -> Any:
     command, repeated single-value options refused, plain argument help). Each subcommand
     is built when it is first looked up: a run builds the commands it invokes (``--help``
     lists a group's commands, so it builds them)."""
-    from ._command_shape import shape
-    from ._typer_adapter import lazy_group
+    from ._typer_adapter import lazy_group, shape
 
     command = lazy_group(app, lambda sub, group: shape(sub, group, command))
     shape(command, None, command)
