@@ -1,4 +1,5 @@
-"""The floor every command stands on: the run's :class:`State`, notices, confirmation, stdin.
+"""The floor every command stands on: the run's :class:`State`, notices, confirmation, stdin,
+and how the run ends (errors as JSON too, the signal that stopped it).
 
 One low module, imported by every command and by the REPL, that imports no command: the
 global options (``--db``, ``--config``, ``--debug``, ``--no-color``) become a :class:`State`,
@@ -25,8 +26,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
     from .core.memory import BaseSessionStore
 
-__all__ = ["State", "confirm", "notice", "read_stdin_text", "silence_broken_pipe", "state_of", "terminal_width",
-           "stderr_line", "stream_width", "wrap_at_spaces", "write_lines"]
+__all__ = ["State", "confirm", "interrupted_code", "notice", "read_stdin_text", "set_json_errors",
+           "silence_broken_pipe", "state_of", "stopped_text", "terminal_width", "stderr_line", "stream_width",
+           "wrap_at_spaces", "write_lines"]
 
 
 @dataclass
@@ -294,3 +296,51 @@ def silence_broken_pipe() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):  # pragma: no cover
         pass
+
+
+# ---------------------------------------------------------------------------------------
+# how the run ends: errors as JSON too, the signal that stopped it
+# ---------------------------------------------------------------------------------------
+# The error boundary (:func:`chatflow_cli.cli.main`) reads these; commands and the REPL set
+# them, and nothing imports the command line module, so they live here.
+
+#: ``json``/``jsonl`` while a command prints JSON: an error is then also printed as a JSON
+#: object on stdout (``{"schema", "type": "error", "is_error": true, ...}``), as ``chat --json`` does.
+json_errors: str | None = None
+json_error_event = "error"
+
+
+#: The signal that stopped this run first (SIGTERM or SIGHUP), or None: Ctrl-C, or nothing.
+terminated_by: int | None = None
+
+
+def interrupted_code() -> int:
+    """The exit code of an interrupted run: 143 after SIGTERM, 129 after SIGHUP, else 130 (Ctrl-C)."""
+    from .core.errors import ExitStatus
+
+    if terminated_by is None:
+        return int(ExitStatus.INTERRUPTED)
+    return int(ExitStatus.HUNG_UP) if terminated_by == _sighup() else int(ExitStatus.TERMINATED)
+
+
+def stopped_text() -> str:
+    """What the boundary says of the signal that stopped the run: ``terminated (SIGTERM)``,
+    ``hung up (SIGHUP)``, or ``interrupted`` (Ctrl-C)."""
+    if terminated_by is None:
+        return "interrupted"
+    return "hung up (SIGHUP)" if terminated_by == _sighup() else "terminated (SIGTERM)"
+
+
+def _sighup() -> int | None:
+    import signal
+
+    return getattr(signal, "SIGHUP", None)
+
+
+def set_json_errors(mode: str | None, *, event: str = "error") -> None:
+    """Print errors as JSON on stdout too (``json`` or ``jsonl``), or not (``None``/``text``).
+    ``event``: the type of the jsonl event that carries the error (``chat`` ends its stream
+    with a ``result`` event, failed or not)."""
+    global json_errors, json_error_event
+    json_errors = mode if mode != "text" else None
+    json_error_event = event

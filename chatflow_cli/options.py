@@ -12,8 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import _boundary
-from .context import State
+from .context import State, set_json_errors
 from .core.errors import UsageError
 from .core.events import SessionStatus
 
@@ -199,7 +198,7 @@ def output_format(output: Optional[OutputFormat], json_: bool) -> str:
     if json_ and output not in (None, OutputFormat.json):
         raise UsageError(f"--json means --output json; it cannot go with --output {output.value}")
     fmt = "json" if json_ else (output.value if output is not None else "text")
-    _boundary.set_json_errors(fmt)
+    set_json_errors(fmt)
     return fmt
 
 

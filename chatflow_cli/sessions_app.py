@@ -12,8 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import _boundary
-from .context import state_of
+from .context import set_json_errors, state_of
 from .core.errors import UsageError
 from .options import (
     ExportFormat,
@@ -315,6 +314,6 @@ def sessions_import(
     from .commands.transfer import import_file
 
     if json_:
-        _boundary.set_json_errors("json")
+        set_json_errors("json")
     import_file(state_of(ctx), path, fmt=from_.value if from_ is not None else None, into=into, dry_run=dry_run,
                 json_=json_)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..assembly import adopt_starting_agent, assemble, gone_notice, session_mounts, transport_for, unmount_gone
 from ..config import resolve_model
-from ..context import notice
+from ..context import notice, set_json_errors
 from ..core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
 from ..endpoints import remember_endpoint, session_endpoint
 from ..lookup import find_session, unapplied_options
@@ -117,9 +117,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
         raise UsageError(f"--output {opts.output!r}: use text, json or jsonl")
     # an error before the run (a file that cannot be attached, no message, a bad session id)
     # ends a JSON output as one during the run does: its error object, a failed result event
-    from .. import _boundary
-
-    _boundary.set_json_errors(opts.output, event="result")
+    set_json_errors(opts.output, event="result")
     multi = opts.input == "jsonl"
     message: str | None = None
     user: Message | None = None  # a message with attachments
