@@ -41,8 +41,7 @@ from enum import Enum
 from types import ModuleType
 from typing import Any, get_args, get_origin
 
-from ._console import Env
-from .context import state_of
+from .context import Env, state_of
 
 __all__ = [
     "GLOBAL_OPTIONS",

@@ -8,19 +8,18 @@ the commands that need them, so ``chatflow --help``, ``sessions ls`` and ``sessi
 Layout: this module holds the typer app, the thin commands and :func:`main`; nothing else in
 the package imports it. The ``sessions`` group is :mod:`chatflow_cli.sessions_app`; option
 values, choices and completion callbacks are :mod:`chatflow_cli.options`. A command parses its
-options and calls one function of
-:mod:`chatflow_cli.commands`, which stands on :mod:`chatflow_cli.context` (the run's state,
-notices, confirmation, stdin), :mod:`chatflow_cli.session_ids` and
-:mod:`chatflow_cli.redaction`; :mod:`chatflow_cli.assembly` builds agents, model client and
-Runner from the settings for ``chat``, ``replay --rerun`` and the REPL.
+options and calls one function of :mod:`chatflow_cli.commands`, which stands on
+:mod:`chatflow_cli.context` (the run's state and terminals, notices, confirmation, stdin,
+session ids) and :mod:`chatflow_cli.redaction`; :mod:`chatflow_cli.assembly` builds agents,
+model client and Runner from the settings for ``chat``, ``replay --rerun`` and the REPL.
 
 Errors: :func:`main` is the one error boundary; its guards (one-line and JSON errors, closed
-and broken streams, SIGTERM and SIGHUP, arguments that are not UTF-8) sit just above it. A :class:`~chatflow_cli.core.errors.ChatflowError`
-becomes one line on stderr, ``chatflow: error: <message>``, and the process exits with the
-error's code; ``--debug`` (or ``CHATFLOW_DEBUG=1``) shows the traceback instead, and logs
-chatflow's own debug lines on stderr (other libraries' loggers, httpx, openai, asyncio,
-prompt_toolkit..., stay at WARNING: they would flood the screen). Ctrl-C
-exits 130. A reader that closes stdout early (``chatflow sessions show ID | head -1``,
+and broken streams, SIGTERM and SIGHUP, arguments that are not UTF-8) sit just above it. A
+:class:`~chatflow_cli.core.errors.ChatflowError` becomes one line on stderr, ``chatflow:
+error: <message>``, and the process exits with the error's code; ``--debug`` (or
+``CHATFLOW_DEBUG=1``) shows the traceback instead, and logs chatflow's own debug lines on
+stderr (other libraries' loggers, httpx, openai, asyncio, prompt_toolkit..., stay at WARNING:
+they would flood the screen). Ctrl-C exits 130. A reader that closes stdout early (``chatflow sessions show ID | head -1``,
 ``chatflow replay ID --json | head -c 10``), or a stdout closed before the start (``>&-``), ends
 every command quietly with exit 0: nothing on stderr, the rest of the output dropped (a ``chat``
 whose reader left stops its turn, kept as interrupted). A gone reader never hides an outcome:
@@ -41,8 +40,16 @@ from typing import Annotated, Any, Optional, cast
 import typer
 
 from . import __version__, context
-from ._console import Env
-from .context import State, interrupted_code, set_json_errors, silence_broken_pipe, stderr_line, state_of, stopped_text
+from .context import (
+    Env,
+    State,
+    interrupted_code,
+    set_json_errors,
+    silence_broken_pipe,
+    state_of,
+    stderr_line,
+    stopped_text,
+)
 from .core.errors import ChatflowError, ExitStatus, UsageError
 from .redaction import install_logging, remember_arguments, scrub
 from .options import (

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .context import set_json_errors, state_of
+from .context import set_json_errors, state_of, validate_session_id
 from .core.errors import UsageError
 from .options import (
     ExportFormat,
@@ -217,7 +217,6 @@ def sessions_fork(
 ) -> None:
     """Copy turns 1..N of a session into a new session (nothing is re-run); print its id."""
     from .commands.search import fork_session
-    from .session_ids import validate_session_id
 
     fork_session(state_of(ctx), session_id, at=at, into=validate_session_id(into) if into is not None else None,
                  output=output_format(output, json_), metadata=parse_metadata(metadata) or None)

@@ -34,12 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..assembly import adopt_starting_agent, assemble, gone_notice, session_mounts, transport_for, unmount_gone
 from ..config import resolve_model
-from ..context import notice, set_json_errors
+from ..context import new_session_id, notice, set_json_errors, validate_session_id
 from ..core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
 from ..endpoints import remember_endpoint, session_endpoint
 from ..lookup import find_session, unapplied_options
 from ..render import event_json, safe_text
-from ..session_ids import new_session_id, validate_session_id
 from .chat_input import ChatOptions, input_items, message_from, tool_output_text
 from .chat_output import ChatOutput
 
