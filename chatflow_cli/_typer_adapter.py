@@ -30,6 +30,9 @@ option (exit 2), plain argument names in help (``ID``, ``[MESSAGE]``), and ``--t
 ID OUTPUT`` repeatable as a list of pairs. :func:`shape` applies them all to one command:
 the root first, then each subcommand when it is built (a run builds the commands it
 invokes, :func:`lazy_group`).
+
+Option values typer has no type for: ``--metadata KEY=VALUE`` (:func:`parse_metadata`) and
+durations such as ``30d`` (:func:`parse_duration`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from types import ModuleType
 from typing import Any, get_args, get_origin
 
 from .context import Env, state_of
+from .core.errors import UsageError
 
 __all__ = [
     "GLOBAL_OPTIONS",
@@ -55,6 +59,8 @@ __all__ = [
     "install_light_coercion",
     "lazy_group",
     "lite_runtime_param_class",
+    "parse_duration",
+    "parse_metadata",
     "plain_argument_help",
     "refuse_repeats",
     "repeatable_pairs",
@@ -533,3 +539,30 @@ def repeatable_pairs(sub: Any) -> None:
             desc = param.type_descriptor
             param._runtime_param = lite_runtime_param_class()(parameter_info=desc.parameter_info,
                                                               annotation=desc.annotation, fn=pairs)
+
+
+# ---------------------------------------------------------------------------------------
+# option values: KEY=VALUE pairs and durations
+# ---------------------------------------------------------------------------------------
+def parse_metadata(items: list[str] | None) -> dict[str, str] | None:
+    """``["k=v", ...]`` -> ``{"k": "v"}``; a missing ``=`` or empty key -> :class:`UsageError`."""
+    if not items:
+        return None
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--metadata {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def parse_duration(text: str) -> float:
+    """``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"`` (or a bare number of days) -> seconds."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text or "")
+    if not m:
+        raise UsageError(f"invalid duration {text!r}: use a number with s, m, h, d or w (like 30d)")
+    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "": 86400}[m.group(2)]
+    return float(m.group(1)) * unit

@@ -7,7 +7,8 @@ the commands that need them, so ``chatflow --help``, ``sessions ls`` and ``sessi
 
 Layout: this module holds the typer app, the thin commands and :func:`main`; nothing else in
 the package imports it. The ``sessions`` group is :mod:`chatflow_cli.sessions_app`; option
-values, choices and completion callbacks are :mod:`chatflow_cli.options`. A command parses its
+choices and completion callbacks are :mod:`chatflow_cli.options`, the parsing of option values
+and the shape of the command line :mod:`chatflow_cli._typer_adapter`. A command parses its
 options and calls one function of :mod:`chatflow_cli.commands`, which stands on
 :mod:`chatflow_cli.context` (the run's state and terminals, notices, confirmation, stdin,
 session ids) and :mod:`chatflow_cli.redaction`; :mod:`chatflow_cli.assembly` builds agents,
@@ -40,6 +41,7 @@ from typing import Annotated, Any, Optional, cast
 import typer
 
 from . import __version__, context
+from ._typer_adapter import parse_metadata
 from .context import (
     Env,
     State,
@@ -64,7 +66,6 @@ from .options import (
     complete_session_id,
     complete_shell,
     output_format,
-    parse_metadata,
 )
 from .memory_app import memory_app
 from .sessions_app import sessions_app

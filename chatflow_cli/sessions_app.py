@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ._typer_adapter import parse_duration, parse_metadata
 from .context import set_json_errors, state_of, validate_session_id
 from .core.errors import UsageError
 from .options import (
@@ -24,8 +25,6 @@ from .options import (
     complete_session_id,
     complete_status,
     output_format,
-    parse_duration,
-    parse_metadata,
 )
 
 __all__ = ["sessions_app"]
