@@ -7,19 +7,20 @@ the commands that need them, so ``chatflow --help``, ``sessions ls`` and ``sessi
 
 Layout: this module holds the typer app, the thin commands and :func:`main`; nothing else in
 the package imports it. The ``sessions`` group is :mod:`chatflow_cli.sessions_app`; option
-values, choices and completion callbacks are :mod:`chatflow_cli.options`. A command parses its
-options and calls one function of
-:mod:`chatflow_cli.commands`, which stands on :mod:`chatflow_cli.context` (the run's state,
-notices, confirmation, stdin), :mod:`chatflow_cli.session_ids` and
-:mod:`chatflow_cli.redaction`; :mod:`chatflow_cli.assembly` builds agents, model client and
-Runner from the settings for ``chat``, ``replay --rerun`` and the REPL.
+choices and completion callbacks are :mod:`chatflow_cli.options`, the parsing of option values
+and the shape of the command line :mod:`chatflow_cli._typer_adapter`. A command parses its
+options and calls one function of :mod:`chatflow_cli.commands`, which stands on
+:mod:`chatflow_cli.context` (the run's state and terminals, notices, confirmation, stdin,
+session ids) and :mod:`chatflow_cli.redaction`; :mod:`chatflow_cli.assembly` builds agents,
+model client and Runner from the settings for ``chat``, ``replay --rerun`` and the REPL.
 
-Errors: :func:`main` is the one error boundary. A :class:`~chatflow_cli.core.errors.ChatflowError`
-becomes one line on stderr, ``chatflow: error: <message>``, and the process exits with the
-error's code; ``--debug`` (or ``CHATFLOW_DEBUG=1``) shows the traceback instead, and logs
-chatflow's own debug lines on stderr (other libraries' loggers, httpx, openai, asyncio,
-prompt_toolkit..., stay at WARNING: they would flood the screen). Ctrl-C
-exits 130. A reader that closes stdout early (``chatflow sessions show ID | head -1``,
+Errors: :func:`main` is the one error boundary; its guards (one-line and JSON errors, closed
+and broken streams, SIGTERM and SIGHUP, arguments that are not UTF-8) sit just above it. A
+:class:`~chatflow_cli.core.errors.ChatflowError` becomes one line on stderr, ``chatflow:
+error: <message>``, and the process exits with the error's code; ``--debug`` (or
+``CHATFLOW_DEBUG=1``) shows the traceback instead, and logs chatflow's own debug lines on
+stderr (other libraries' loggers, httpx, openai, asyncio, prompt_toolkit..., stay at WARNING:
+they would flood the screen). Ctrl-C exits 130. A reader that closes stdout early (``chatflow sessions show ID | head -1``,
 ``chatflow replay ID --json | head -c 10``), or a stdout closed before the start (``>&-``), ends
 every command quietly with exit 0: nothing on stderr, the rest of the output dropped (a ``chat``
 whose reader left stops its turn, kept as interrupted). A gone reader never hides an outcome:
@@ -32,16 +33,27 @@ Exit codes: :class:`chatflow_cli.core.errors.ExitStatus`, with what each means i
 # No ``from __future__ import annotations`` here: typer reads every command's annotations
 # on each run, and text annotations cost it a compile and an eval each (about 10 ms a run).
 
+import errno
 import os
 import sys
 from typing import Annotated, Any, Optional, cast
 
 import typer
 
-from . import __version__, _boundary
-from ._console import Env
-from .context import State, silence_broken_pipe, state_of
+from . import __version__, context
+from ._typer_adapter import parse_metadata
+from .context import (
+    Env,
+    State,
+    interrupted_code,
+    set_json_errors,
+    silence_broken_pipe,
+    state_of,
+    stderr_line,
+    stopped_text,
+)
 from .core.errors import ChatflowError, ExitStatus, UsageError
+from .redaction import install_logging, remember_arguments, scrub
 from .options import (
     InputFormat,
     MessageIdScope,
@@ -54,9 +66,7 @@ from .options import (
     complete_session_id,
     complete_shell,
     output_format,
-    parse_metadata,
 )
-from .redaction import install_logging, remember_arguments
 from .memory_app import memory_app
 from .sessions_app import sessions_app
 from .vault_app import vault_app
@@ -238,7 +248,7 @@ def chat(
         message_id=message_id,
         message_id_scope=message_id_scope.value if message_id_scope is not None else None,
         idempotency_key=idempotency_key,
-        # repeatable: a list of (TOOL_USE_ID, OUTPUT) pairs (see _command_shape.repeatable_pairs)
+        # repeatable: a list of (TOOL_USE_ID, OUTPUT) pairs (see _typer_adapter.repeatable_pairs)
         tool_results=[(str(a), str(b)) for a, b in cast("list[tuple[str, str]]", tool_result)] if tool_result else None,
         wait=wait,
         output="json" if json_ else output.value,
@@ -380,7 +390,176 @@ def completion_script(shell: str) -> str:
     return typer_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell)
 
 
+# ---------------------------------------------------------------------------------------
+# the error boundary's guards: one-line errors, JSON errors, closed and broken streams,
+# SIGTERM and SIGHUP, arguments that are not UTF-8
+# ---------------------------------------------------------------------------------------
+# Every line printed is scrubbed of secrets (:func:`chatflow_cli.redaction.scrub`) and made
+# inert for a terminal (:func:`chatflow_cli.render.safe_text`).
+def stop_signals_interrupt() -> None:
+    """Take SIGTERM (``timeout 30 chatflow chat ...``, ``kill PID``) and SIGHUP (the terminal
+    closed, an ssh session dropped) as Ctrl-C is taken.
 
+    The first such signal does what a first Ctrl-C does: a turn going on stops and keeps its
+    partial reply as an interrupted turn (even when SIGINT is ignored, as in a background
+    job); with no turn going on, ``KeyboardInterrupt`` ends the command. The boundary then
+    says ``terminated (SIGTERM)`` or ``hung up (SIGHUP)``
+    (:func:`~chatflow_cli.context.stopped_text`) and exits 128 + the signal's number, 143 or
+    129, instead of 130 (:func:`~chatflow_cli.context.interrupted_code`). A second one stops
+    at once, as a second Ctrl-C does. Only from the main thread. (The REPL puts its own
+    handlers in place while it runs, with the same exit codes.)
+    """
+    import signal
+
+    def on_stop(signum: int, frame: Any) -> None:
+        from .core._run.cancel import cancel_main_thread_runs
+
+        if context.terminated_by is None:
+            context.terminated_by = signum
+        if not cancel_main_thread_runs():  # no turn to stop (or asked already): stop here
+            raise KeyboardInterrupt
+
+    for name in ("SIGTERM", "SIGHUP"):
+        try:
+            signal.signal(getattr(signal, name), on_stop)
+        except (AttributeError, ValueError, OSError):  # pragma: no cover - not the main thread, or no SIGHUP
+            pass
+
+
+def print_traceback() -> None:
+    """The current exception's traceback (chained causes included) on stderr, scrubbed of
+    secrets and with terminal control characters made inert."""
+    import traceback
+
+    from .render import safe_text
+
+    try:
+        sys.stderr.write(safe_text(scrub(traceback.format_exc())))
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):  # pragma: no cover
+        pass
+
+
+def json_error(message: str, error_type: str, code: int, session_id: str | None) -> None:
+    """In a JSON output mode (:data:`chatflow_cli.context.json_errors`), the error as JSON on
+    stdout too: the ``chat --output json`` error object, or for jsonl an ``error`` event."""
+    if context.json_errors is None:
+        return
+    from .render import dumps, event_json
+
+    err = {"error": scrub(message), "error_type": error_type, "exit_code": int(code), "session_id": session_id,
+           "is_error": True}
+    obj = err if context.json_errors == "json" else event_json(context.json_error_event, session_id, err)
+    try:
+        sys.stdout.write(dumps(obj) + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):  # pragma: no cover
+        pass
+
+
+def error_line(message: str, *, prefix: str = "chatflow: error: ") -> None:
+    """The error line on stderr: the first line of ``message``, scrubbed of secrets, made inert
+    for a terminal, and on a terminal wrapped at spaces as notices are (one line into a pipe)."""
+    from .render import safe_text
+
+    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    try:
+        sys.stderr.write(stderr_line(f"{prefix}{safe_text(scrub(first))}") + "\n")
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):  # pragma: no cover
+        pass
+
+
+class _ClosedStdout:
+    """Stands for a stdout that was closed before chatflow started (``chatflow … >&-``): every
+    write fails as a write into a pipe whose reader has gone, so it takes the same path."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(errno.EPIPE, "stdout is closed")
+
+    def flush(self) -> None:
+        """Nothing is ever buffered."""
+
+    def fileno(self) -> int:
+        return 1
+
+    def isatty(self) -> bool:
+        return False
+
+
+def fill_closed_standard_streams() -> None:
+    """A standard stream closed at start (Python sets it to ``None``): give its file
+    descriptor ``/dev/null``, so no file chatflow opens (the database) can take fd 0, 1 or 2;
+    stdout becomes :class:`_ClosedStdout`, stdin reads nothing, stderr is dropped."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                devnull = os.open(os.devnull, os.O_RDWR)
+                if devnull != fd:
+                    os.dup2(devnull, fd)
+                    os.close(devnull)
+            except OSError:  # pragma: no cover - /dev/null missing
+                pass
+        if name == "stdout":
+            sys.stdout = _ClosedStdout()
+        else:
+            setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w", encoding="utf-8"))
+
+
+#: errno values of a stdout that cannot take the output (``> /dev/full``, a full disk, I/O error).
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
+
+
+class ReaderGone(Exception):
+    """stdout was closed by its reader (EPIPE) while a command wrote to it."""
+
+
+class Stopped(BaseException):
+    """Ctrl-C or SIGTERM (a ``KeyboardInterrupt``) stopped a command that had nothing of its
+    own to say about it; a ``BaseException`` that typer's ``main`` lets through."""
+
+
+def reader_gone_is_ours(command: Any) -> None:
+    """Make a closed stdout reach :func:`main` as :class:`ReaderGone`, and a
+    ``KeyboardInterrupt`` as :class:`Stopped`.
+
+    click's ``main`` turns an EPIPE raised inside it into ``sys.exit(1)``, and typer's a
+    ``KeyboardInterrupt`` into a silent exit 130 (even after SIGTERM); wrapping the root
+    command's ``make_context`` (parsing, where ``--help`` prints) and ``invoke`` (which runs
+    every subcommand) hands both to chatflow's boundary instead, so every command ends the
+    same way: quietly for a gone reader, ``chatflow: interrupted`` (130) or ``chatflow:
+    terminated (SIGTERM)`` (143) for a signal.
+    """
+
+    def guard(method: Any) -> Any:
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            except BrokenPipeError:
+                raise ReaderGone() from None
+            except KeyboardInterrupt:
+                raise Stopped() from None
+
+        return guarded
+
+    command.make_context = guard(command.make_context)
+    command.invoke = guard(command.invoke)
+
+
+def check_utf8_args(args: list[str]) -> None:
+    """Bytes that are not UTF-8 in argv arrive as lone surrogates (PEP 383); refuse them (exit 2)."""
+    for position, arg in enumerate(args, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UsageError(f"argument {position} is not valid UTF-8 (bad byte at offset {exc.start})") from None
 
 
 def build_command() -> Any:
@@ -388,8 +567,7 @@ def build_command() -> Any:
     command, repeated single-value options refused, plain argument help). Each subcommand
     is built when it is first looked up: a run builds the commands it invokes (``--help``
     lists a group's commands, so it builds them)."""
-    from ._command_shape import shape
-    from ._typer_adapter import lazy_group
+    from ._typer_adapter import lazy_group, shape
 
     command = lazy_group(app, lambda sub, group: shape(sub, group, command))
     shape(command, None, command)
@@ -400,8 +578,8 @@ def _interrupted() -> int:
     """A command stopped by Ctrl-C, SIGTERM or SIGHUP with nothing of its own to say: ``chatflow:
     interrupted`` (130), ``chatflow: terminated (SIGTERM)`` (143) or ``chatflow: hung up
     (SIGHUP)`` (129) on stderr, after a line break (the terminal's ``^C`` may be on the line)."""
-    code = _boundary.interrupted_code()
-    text = f"chatflow: {_boundary.stopped_text()}"
+    code = interrupted_code()
+    text = f"chatflow: {stopped_text()}"
     try:
         sys.stderr.write("\n" + text + "\n")
     except OSError:  # pragma: no cover
@@ -421,37 +599,37 @@ def main(argv: list[str] | None = None) -> None:
     from ._typer_adapter import click_exceptions
 
     click_errors = click_exceptions()
-    _boundary.set_json_errors(None)
+    set_json_errors(None)
 
     args = list(sys.argv[1:] if argv is None else argv)
     remember_arguments(args)  # a vault value typed where a name was expected is never printed
     debug = "--debug" in args or os.environ.get("CHATFLOW_DEBUG", "") not in ("", "0")
-    _boundary.fill_closed_standard_streams()
+    fill_closed_standard_streams()
     install_logging(debug)  # every line a log handler prints is scrubbed of secrets, a tool's own too
     if os.environ.get(COMPLETE_VAR):
         from ._typer_adapter import completion_init
 
         completion_init()
     code: int = ExitStatus.SUCCESS
-    _boundary.stop_signals_interrupt()
+    stop_signals_interrupt()
     try:
-        _boundary.check_utf8_args(args)
+        check_utf8_args(args)
         command = build_command()
-        _boundary.reader_gone_is_ours(command)
+        reader_gone_is_ours(command)
         rv = command.main(args=args, prog_name=PROG, complete_var=COMPLETE_VAR, standalone_mode=False)
         code = rv if isinstance(rv, int) else ExitStatus.SUCCESS
         sys.stdout.flush()
     except ChatflowError as exc:
         if debug:
-            _boundary.print_traceback()
+            print_traceback()
         code = exc.exit_code
         if exc.exit_code == ExitStatus.INTERRUPTED:  # Ctrl-C (or SIGTERM, SIGHUP) is not an error: a plain notice
-            code = _boundary.interrupted_code()
-            stopped = f"{_boundary.stopped_text()}: " if code != exc.exit_code else ""
-            _boundary.error_line(exc.message, prefix=f"chatflow: {stopped}")
+            code = interrupted_code()
+            stopped = f"{stopped_text()}: " if code != exc.exit_code else ""
+            error_line(exc.message, prefix=f"chatflow: {stopped}")
         else:
-            _boundary.error_line(exc.message)
-        _boundary.json_error(exc.message, type(exc).__name__, code, getattr(exc, "session_id", None))
+            error_line(exc.message)
+        json_error(exc.message, type(exc).__name__, code, getattr(exc, "session_id", None))
     except click_errors.NoArgsIsHelpError as exc:
         sys.stderr.write(exc.format_message().rstrip("\n") + "\n")
         code = ExitStatus.USAGE
@@ -459,31 +637,31 @@ def main(argv: list[str] | None = None) -> None:
         hint = ""
         if exc.ctx is not None:
             hint = f" (see: {exc.ctx.command_path} --help)"
-        _boundary.error_line(exc.format_message() + hint)
+        error_line(exc.format_message() + hint)
         code = ExitStatus.USAGE
-        _boundary.json_error(exc.format_message(), "UsageError", code, None)
+        json_error(exc.format_message(), "UsageError", code, None)
     except click_errors.ClickException as exc:
-        _boundary.error_line(exc.format_message())
+        error_line(exc.format_message())
         code = exc.exit_code or ExitStatus.ERROR
     except typer.Abort:
-        _boundary.error_line("aborted")
+        error_line("aborted")
         code = ExitStatus.INTERRUPTED
-    except (KeyboardInterrupt, _boundary.Stopped):
+    except (KeyboardInterrupt, Stopped):
         code = _interrupted()
-    except (BrokenPipeError, _boundary.ReaderGone):
+    except (BrokenPipeError, ReaderGone):
         silence_broken_pipe()
         code = ExitStatus.SUCCESS
     except SystemExit:
         raise
     except Exception as exc:  # a bug: one line, unless --debug
         if debug:
-            _boundary.print_traceback()
-        if isinstance(exc, OSError) and exc.errno in _boundary.OUTPUT_ERRNOS and exc.filename is None:
-            _boundary.error_line(f"cannot write the output: {exc.strerror or exc}")
+            print_traceback()
+        if isinstance(exc, OSError) and exc.errno in OUTPUT_ERRNOS and exc.filename is None:
+            error_line(f"cannot write the output: {exc.strerror or exc}")
             code = ExitStatus.ERROR
             silence_broken_pipe()
         else:
-            _boundary.error_line(f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)")
+            error_line(f"unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)")
             code = ExitStatus.ERROR
     try:
         sys.stdout.flush()

@@ -1,21 +1,24 @@
-"""The floor every command stands on: the run's :class:`State`, notices, confirmation, stdin.
+"""The floor every command stands on: the run's :class:`State` and its terminals
+(:class:`Env`), notices, confirmation, stdin, session ids, and how the run ends (errors as
+JSON too, the signal that stopped it).
 
 One low module, imported by every command and by the REPL, that imports no command: the
 global options (``--db``, ``--config``, ``--debug``, ``--no-color``) become a :class:`State`,
-whose :class:`~chatflow_cli._console.Env` says which streams are terminals. Commands print
-one-line notes with :func:`notice`, ask with :func:`confirm` and read piped input with
-:func:`read_stdin_text`, so terminal-versus-pipe behaviour is decided here and nowhere else.
+whose :class:`Env` says which streams are terminals. Commands print one-line notes with
+:func:`notice`, ask with :func:`confirm` and read piped input with :func:`read_stdin_text`,
+so terminal-versus-pipe behaviour is decided here and nowhere else. Every front-end checks a
+session id with :func:`validate_session_id` and makes a new one with :func:`new_session_id`.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Mapping
 
-from ._console import Env
 from .core.errors import UsageError
 from .redaction import remember_secret
 
@@ -25,10 +28,116 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
     from .core.memory import BaseSessionStore
 
-__all__ = ["State", "confirm", "notice", "read_stdin_text", "silence_broken_pipe", "state_of", "terminal_width",
-           "stderr_line", "stream_width", "wrap_at_spaces", "write_lines"]
+__all__ = ["SESSION_ID_MAX", "Env", "State", "confirm", "interrupted_code", "new_session_id", "notice",
+           "read_stdin_text", "set_json_errors", "silence_broken_pipe", "state_of", "stopped_text", "terminal_width",
+           "stderr_line", "stream_width", "validate_session_id", "wrap_at_spaces", "write_lines"]
 
 
+# ---------------------------------------------------------------------------------------
+# the terminals: streams, whether each is a terminal, colour
+# ---------------------------------------------------------------------------------------
+# Commands never look at ``sys.stdout.isatty()`` themselves; they ask :class:`Env`, so that
+# terminal-versus-pipe behaviour is decided in one place and tests can inject it.
+#
+# Colour and Live display only on a terminal: ``color`` is false when stdout is not a
+# terminal, when ``NO_COLOR`` is set to anything non-empty (https://no-color.org), or with
+# ``--no-color``. ``TERM=dumb`` also turns colour off.
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+@dataclass
+class Env:
+    stdin: IO[Any] = field(default_factory=lambda: sys.stdin)
+    stdout: IO[Any] = field(default_factory=lambda: sys.stdout)
+    stderr: IO[Any] = field(default_factory=lambda: sys.stderr)
+    stdin_isatty: bool = False
+    stdout_isatty: bool = False
+    stderr_isatty: bool = False
+    color: bool = False
+    no_color_flag: bool = False
+    _consoles: dict[str, Console] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_sys(cls, *, no_color: bool = False, environ: Mapping[str, str] | None = None) -> "Env":
+        environ = os.environ if environ is None else environ
+        env = cls(
+            stdin=sys.stdin,
+            stdout=sys.stdout,
+            stderr=sys.stderr,
+            stdin_isatty=_isatty(sys.stdin),
+            stdout_isatty=_isatty(sys.stdout),
+            stderr_isatty=_isatty(sys.stderr),
+        )
+        env.no_color_flag = no_color
+        env.color = (
+            env.stdout_isatty
+            and not no_color
+            and not environ.get("NO_COLOR")
+            and environ.get("TERM", "") != "dumb"
+        )
+        return env
+
+    @property
+    def interactive(self) -> bool:
+        """Both stdin and stdout are terminals: prompts, pagers and the REPL are allowed."""
+        return self.stdin_isatty and self.stdout_isatty
+
+    def console(self, *, stderr: bool = False, file: IO[Any] | None = None, terminal: bool | None = None) -> Console:
+        """A ``rich.console.Console`` on stdout (or stderr, or ``file``).
+
+        Markup, emoji codes and highlighting are off: all text chatflow prints is either
+        its own or made safe by :func:`chatflow_cli.render.safe_text`, and is printed as
+        ``rich.text.Text``, never parsed as markup.
+        """
+        key = "err" if stderr else ("out" if file is None else f"file{id(file)}")
+        if key in self._consoles:
+            return self._consoles[key]
+        stream = file if file is not None else (self.stderr if stderr else self.stdout)
+        is_tty = terminal if terminal is not None else (self.stderr_isatty if stderr else self.stdout_isatty)
+        colour = is_tty and not self.no_color_flag and not os.environ.get("NO_COLOR")
+        console: Console = _console_class()(
+            file=stream,
+            force_terminal=is_tty,
+            no_color=not colour,
+            color_system="auto" if colour else None,
+            markup=False,
+            emoji=False,
+            highlight=False,
+            soft_wrap=False,
+        )
+        self._consoles[key] = console
+        return console
+
+
+_CONSOLE_CLASS: Any = None
+
+
+def _console_class() -> Any:
+    """``rich.console.Console`` whose broken-pipe handling raises ``BrokenPipeError``.
+
+    Rich's own handler exits with status 1; chatflow's error boundary ends quietly with 0
+    instead (``chatflow sessions ls | head -1`` is not an error).
+    """
+    global _CONSOLE_CLASS
+    if _CONSOLE_CLASS is None:
+        from rich.console import Console
+
+        class _Console(Console):
+            def on_broken_pipe(self) -> None:
+                self.quiet = True
+                raise BrokenPipeError
+
+        _CONSOLE_CLASS = _Console
+    return _CONSOLE_CLASS
+
+
+# ---------------------------------------------------------------------------------------
+# the run's state
+# ---------------------------------------------------------------------------------------
 @dataclass
 class State:
     """What the global options set up, shared by every command of one run (``ctx.obj``).
@@ -294,3 +403,104 @@ def silence_broken_pipe() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):  # pragma: no cover
         pass
+
+# ---------------------------------------------------------------------------------------
+# session ids: which ids chatflow creates, and fresh ids
+# ---------------------------------------------------------------------------------------
+# Ids are database keys, never paths, but spaces, quotes, slashes and control characters make
+# ids hard to type and to pass around safely, so every front-end (``chat``, ``sessions``,
+# ``replay``, the REPL's ``/switch``) refuses them with the same rule. A session stored by a
+# library user under any other id can still be read: commands check an id against this policy
+# only once a look-up for it failed.
+
+#: The longest session id chatflow creates, in characters.
+SESSION_ID_MAX = 128
+
+# The first character is not '-' (it would read as an option); '.' and '..' are refused apart.
+_SESSION_ID_RE = re.compile(r"[A-Za-z0-9._:@+=][A-Za-z0-9._:@+=-]*")
+
+
+def validate_session_id(session_id: str) -> str:
+    """Check ``session_id`` against the policy and return it unchanged.
+
+    A valid id has 1-128 letters, digits and ``. _ - : @ + =``, does not start with ``-``
+    and is not ``.`` or ``..``.
+
+    Args:
+        session_id: The id as the user typed it.
+
+    Returns:
+        ``session_id``.
+
+    Raises:
+        UsageError: The id breaks the policy (exit 2); the message shows at most 40 of its
+            characters, made safe for a terminal.
+    """
+    if (
+        not session_id
+        or len(session_id) > SESSION_ID_MAX
+        or not _SESSION_ID_RE.fullmatch(session_id)
+        or session_id in {".", ".."}
+    ):
+        from .render import safe_text
+
+        shown = safe_text(session_id[:40]) + ("…" if len(session_id) > 40 else "")
+        raise UsageError(
+            f"invalid session id {shown!r}: use 1-{SESSION_ID_MAX} letters, digits, '.', '_', '-', ':', '@', '+' or '='"
+        )
+    return session_id
+
+
+def new_session_id() -> str:
+    """A fresh, sortable session id: ``YYYYMMDD-HHMMSS-<6 hex>`` (local time, 24 random bits)."""
+    import secrets
+    import time
+
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+# ---------------------------------------------------------------------------------------
+# how the run ends: errors as JSON too, the signal that stopped it
+# ---------------------------------------------------------------------------------------
+# The error boundary (:func:`chatflow_cli.cli.main`) reads these; commands and the REPL set
+# them, and nothing imports the command line module, so they live here.
+
+#: ``json``/``jsonl`` while a command prints JSON: an error is then also printed as a JSON
+#: object on stdout (``{"schema", "type": "error", "is_error": true, ...}``), as ``chat --json`` does.
+json_errors: str | None = None
+json_error_event = "error"
+
+
+#: The signal that stopped this run first (SIGTERM or SIGHUP), or None: Ctrl-C, or nothing.
+terminated_by: int | None = None
+
+
+def interrupted_code() -> int:
+    """The exit code of an interrupted run: 143 after SIGTERM, 129 after SIGHUP, else 130 (Ctrl-C)."""
+    from .core.errors import ExitStatus
+
+    if terminated_by is None:
+        return int(ExitStatus.INTERRUPTED)
+    return int(ExitStatus.HUNG_UP) if terminated_by == _sighup() else int(ExitStatus.TERMINATED)
+
+
+def stopped_text() -> str:
+    """What the boundary says of the signal that stopped the run: ``terminated (SIGTERM)``,
+    ``hung up (SIGHUP)``, or ``interrupted`` (Ctrl-C)."""
+    if terminated_by is None:
+        return "interrupted"
+    return "hung up (SIGHUP)" if terminated_by == _sighup() else "terminated (SIGTERM)"
+
+
+def _sighup() -> int | None:
+    import signal
+
+    return getattr(signal, "SIGHUP", None)
+
+
+def set_json_errors(mode: str | None, *, event: str = "error") -> None:
+    """Print errors as JSON on stdout too (``json`` or ``jsonl``), or not (``None``/``text``).
+    ``event``: the type of the jsonl event that carries the error (``chat`` ends its stream
+    with a ``result`` event, failed or not)."""
+    global json_errors, json_error_event
+    json_errors = mode if mode != "text" else None
+    json_error_event = event

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .context import validate_session_id
 from .core.errors import ChatflowError, SessionNotFoundError, UsageError
 from .render import plural, safe_text
-from .session_ids import validate_session_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import State

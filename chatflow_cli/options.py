@@ -1,4 +1,6 @@
-"""The command line's option values: parsing helpers, choice enums and completion callbacks.
+"""The command line's option choices: choice enums, ``--output``, command groups and completion
+callbacks. Parsing option values (``KEY=VALUE``, durations) is
+:mod:`chatflow_cli._typer_adapter`'s.
 
 A low module every typer command module imports (:mod:`chatflow_cli.cli`,
 :mod:`chatflow_cli.sessions_app`); it imports typer and the run's state only, so ``--help``
@@ -12,8 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import _boundary
-from .context import State
+from .context import State, set_json_errors
 from .core.errors import UsageError
 from .core.events import SessionStatus
 
@@ -21,35 +22,8 @@ __all__ = [
     "STATUSES", "SHELLS", "command_group", "ExportFormat", "ImportFormat", "InputFormat", "MessageIdScope", "OutputFormat",
     "OutputOption", "complete_agent_name", "complete_approval_call", "complete_archived_session_id",
     "complete_custom_call", "complete_session_id", "complete_shell", "complete_status",
-    "output_format", "parse_duration", "parse_metadata",
+    "output_format",
 ]
-
-# ---------------------------------------------------------------------------------------
-# option values
-# ---------------------------------------------------------------------------------------
-def parse_metadata(items: list[str] | None) -> dict[str, str] | None:
-    """``["k=v", ...]`` -> ``{"k": "v"}``; a missing ``=`` or empty key -> :class:`UsageError`."""
-    if not items:
-        return None
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--metadata {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value
-    return out
-
-
-def parse_duration(text: str) -> float:
-    """``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"`` (or a bare number of days) -> seconds."""
-    import re
-
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text or "")
-    if not m:
-        raise UsageError(f"invalid duration {text!r}: use a number with s, m, h, d or w (like 30d)")
-    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "": 86400}[m.group(2)]
-    return float(m.group(1)) * unit
-
 
 # ---------------------------------------------------------------------------------------
 # completion of session ids (from the store)
@@ -199,7 +173,7 @@ def output_format(output: Optional[OutputFormat], json_: bool) -> str:
     if json_ and output not in (None, OutputFormat.json):
         raise UsageError(f"--json means --output json; it cannot go with --output {output.value}")
     fmt = "json" if json_ else (output.value if output is not None else "text")
-    _boundary.set_json_errors(fmt)
+    set_json_errors(fmt)
     return fmt
 
 

@@ -12,8 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import _boundary
-from .context import state_of
+from ._typer_adapter import parse_duration, parse_metadata
+from .context import set_json_errors, state_of, validate_session_id
 from .core.errors import UsageError
 from .options import (
     ExportFormat,
@@ -25,8 +25,6 @@ from .options import (
     complete_session_id,
     complete_status,
     output_format,
-    parse_duration,
-    parse_metadata,
 )
 
 __all__ = ["sessions_app"]
@@ -218,7 +216,6 @@ def sessions_fork(
 ) -> None:
     """Copy turns 1..N of a session into a new session (nothing is re-run); print its id."""
     from .commands.search import fork_session
-    from .session_ids import validate_session_id
 
     fork_session(state_of(ctx), session_id, at=at, into=validate_session_id(into) if into is not None else None,
                  output=output_format(output, json_), metadata=parse_metadata(metadata) or None)
@@ -315,6 +312,6 @@ def sessions_import(
     from .commands.transfer import import_file
 
     if json_:
-        _boundary.set_json_errors("json")
+        set_json_errors("json")
     import_file(state_of(ctx), path, fmt=from_.value if from_ is not None else None, into=into, dry_run=dry_run,
                 json_=json_)

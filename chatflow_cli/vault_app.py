@@ -26,7 +26,7 @@ vault_app = command_group(
 
 def _json_errors() -> None:
     """With --json an error is a JSON object on stdout too, as chat's and the listings' are."""
-    from ._boundary import set_json_errors
+    from .context import set_json_errors
 
     set_json_errors("json")
 

@@ -34,12 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..assembly import adopt_starting_agent, assemble, gone_notice, session_mounts, transport_for, unmount_gone
 from ..config import resolve_model
-from ..context import notice
+from ..context import new_session_id, notice, set_json_errors, validate_session_id
 from ..core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
 from ..endpoints import remember_endpoint, session_endpoint
 from ..lookup import find_session, unapplied_options
 from ..render import event_json, safe_text
-from ..session_ids import new_session_id, validate_session_id
 from .chat_input import ChatOptions, input_items, message_from, tool_output_text
 from .chat_output import ChatOutput
 
@@ -117,9 +116,7 @@ def run_chat(state: State, opts: ChatOptions) -> ExitStatus:
         raise UsageError(f"--output {opts.output!r}: use text, json or jsonl")
     # an error before the run (a file that cannot be attached, no message, a bad session id)
     # ends a JSON output as one during the run does: its error object, a failed result event
-    from .. import _boundary
-
-    _boundary.set_json_errors(opts.output, event="result")
+    set_json_errors(opts.output, event="result")
     multi = opts.input == "jsonl"
     message: str | None = None
     user: Message | None = None  # a message with attachments

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Callable, Container, Iterator
 
-from ..context import notice, silence_broken_pipe
+from ..context import interrupted_code, notice, set_json_errors, silence_broken_pipe
 from ..core.errors import ChatflowError, ExitStatus
 from ..redaction import scrub
 from ..render import ReplyPrinter, agent_changed_text, dumps, event_json, reply_note
@@ -92,9 +92,7 @@ class ChatOutput:
     def final_written(self, value: bool) -> None:
         self._final_written = value
         if value:  # the error that ends the run is in that line: the error boundary adds no other
-            from .. import _boundary
-
-            _boundary.set_json_errors(None)
+            set_json_errors(None)
 
     def _final_line(self, obj: dict[str, Any]) -> None:
         """The closing line of a run: a reader that has gone (EPIPE, closed stdout) does not
@@ -271,8 +269,6 @@ class ChatOutput:
         if self.final_written or self.mode == "text":
             return
         self.final_written = True
-        from .._boundary import interrupted_code
-
         code: int = exc.exit_code if isinstance(exc, ChatflowError) else (
             ExitStatus.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitStatus.ERROR)
         if code == ExitStatus.INTERRUPTED:

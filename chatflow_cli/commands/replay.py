@@ -15,12 +15,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..assembly import assemble, transport_for
-from ..context import notice
+from ..context import new_session_id, notice, validate_session_id
 from ..core.messages import Message, Role
 from ..core.errors import ChatflowError, ExitStatus, SessionNotFoundError, StoreUnreachableError, UsageError
 from ..lookup import not_found, store_or_missing
 from ..render import dumps, plural, safe_text
-from ..session_ids import new_session_id, validate_session_id
 from .chat_output import ChatOutput
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -26,11 +26,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol
 
-from ..context import notice
+from ..context import notice, validate_session_id
 from ..core.errors import ChatflowError, NonFiniteNumberError, RunInterrupted, UsageError
 from ..lookup import find_session, not_found, store_or_missing
 from ..render import dumps, plural, safe_text
-from ..session_ids import validate_session_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import State
@@ -394,7 +393,7 @@ def import_file(state: State, path: str, *, fmt: str | None, into: str | None, d
         fmt: The format (None: detect it).
         into: Import into this session id instead of the ids the source gives: an existing
             session's id, whatever it is, or for a new session an id chatflow would make
-            (:func:`~chatflow_cli.session_ids.validate_session_id`). Without it, each session
+            (:func:`~chatflow_cli.context.validate_session_id`). Without it, each session
             keeps its source's id, any id the store accepts (what the store holds, it restores).
         dry_run: Check and count, write nothing.
         json_: Print ``{"dry_run": bool, "sessions": [...]}`` instead of text (each session's

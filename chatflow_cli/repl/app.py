@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..context import notice
+from ..context import new_session_id, notice, validate_session_id
 from ..core.errors import ChatflowError, ExitStatus, UsageError
 from ..render import safe_text
-from ..session_ids import new_session_id, validate_session_id
 from .commands import SlashCommands
 from .host import Endpoint
 from .prompt import PromptView

@@ -79,9 +79,9 @@ class TerminalModes(ReplHost):
 
     def _terminate(self) -> None:
         """SIGTERM: stop the turn as Ctrl-C does (its partial reply kept), then leave (exit 143)."""
-        from .. import _boundary
+        from .. import context
 
-        _boundary.terminated_by = signal.SIGTERM
+        context.terminated_by = signal.SIGTERM
         self.terminated = True
         self._stop_and_leave()
 

@@ -101,8 +101,7 @@ class Driver:
     def run(self, script: Callable[[Driver], None], **kwargs: Any) -> None:
         from prompt_toolkit.input import create_pipe_input
 
-        from chatflow_cli._console import Env
-        from chatflow_cli.context import State
+        from chatflow_cli.context import Env, State
         from chatflow_cli.repl import run_repl
 
         def drive() -> None:

@@ -186,7 +186,7 @@ def _Session():
 
 
 def test_long_session_goes_out_in_a_few_large_writes_first_turns_at_once():
-    from chatflow_cli._console import Env
+    from chatflow_cli.context import Env
     from chatflow_cli.commands.sessions import BATCH_CHARS, _render
 
     out = _CountingTTY()
