@@ -12,7 +12,7 @@ tool calls, OUTPUT sent as given (JSON or plain text); ``--input jsonl`` reads o
 a line (see :func:`parse_input_line`); ``--attach`` files are read by
 :mod:`~chatflow_cli.commands.attach` (see :func:`attached_message`).
 
-The session's model and endpoint (:mod:`chatflow_cli.endpoints`): resuming a session uses the
+The session's model and endpoint (see :mod:`chatflow_cli.assembly`): resuming a session uses the
 model and base URL stored with it unless ``--model``/``--base-url`` are given, which switch
 it (announced). ``--system`` and ``--max-turns`` set up a new session; on an existing one
 they are not applied and a notice says so.
@@ -42,11 +42,11 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..assembly import adopt_starting_agent, assemble, gone_notice, session_mounts, transport_for, unmount_gone
+from ..assembly import (adopt_starting_agent, assemble, gone_notice, remember_endpoint, session_endpoint, session_mounts,
+                        transport_for, unmount_gone)
 from ..config import resolve_model
 from ..context import notice, read_stdin_text
 from ..core.errors import ChatflowError, ExitStatus, NotFoundError, UsageError
-from ..endpoints import remember_endpoint, session_endpoint
 from ..lookup import find_session, unapplied_options
 from ..render import event_json, safe_text
 from ..session_ids import new_session_id, validate_session_id

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..assembly import keep_endpoint
 from ..core.errors import ChatflowError, RunInterrupted, SessionArchivedError, ToolResultError
-from ..endpoints import keep_endpoint
 from ..render import agent_changed_text, pretty_json_text, reply_note, safe_text
 from .host import ReplHost
 
