@@ -4,6 +4,7 @@ Imported only when a file is attached, so a plain ``chatflow chat hi`` never cal
 file is read and checked (:func:`~chatflow_cli.core.attachments.read_attachment`) before
 anything is stored or sent; ``-f -`` reads stdin as a file (named ``stdin``), and the message
 then comes from the MESSAGE argument only. A message with attachments needs no text (its content is then ``""``).
+The message itself is put together by :func:`chatflow_cli.commands.chat.attached_message`.
 """
 
 from __future__ import annotations
@@ -12,16 +13,14 @@ from typing import TYPE_CHECKING
 
 from ..core.attachments import (MAX_IMAGE_BYTES, Attachment, attachment_from_bytes, check_count, read_attachment,
                                 refuses_images, unreadable_image)
-from ..core.errors import AttachmentError, BadRequestError, ImagesNotAcceptedError, UsageError
-from ..core.messages import Message
-from .chat_input import _check_message, message_from
+from ..core.errors import AttachmentError, BadRequestError, ImagesNotAcceptedError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import ModelChoice
     from ..context import State
-    from .chat_input import ChatOptions
+    from ..core.messages import Message
 
-__all__ = ["attached_message", "images_refused", "read_attachments", "text_only_check"]
+__all__ = ["images_refused", "read_attachments", "text_only_check"]
 
 
 def _read_stdin(state: State) -> Attachment:
@@ -46,30 +45,6 @@ def read_attachments(state: State, paths: list[str] | tuple[str, ...]) -> tuple[
     if list(paths).count("-") > 1:
         raise AttachmentError("-f - is given twice: stdin can be attached once")
     return tuple(_read_stdin(state) if path == "-" else read_attachment(path) for path in paths)
-
-
-def attached_message(state: State, opts: ChatOptions) -> Message:
-    """The USER message of ``chatflow chat --attach ...``: its text (the MESSAGE argument;
-    with no ``-f -``, also piped stdin as ``message_from`` reads it) and its attachments.
-
-    Raises:
-        UsageError: with ``--input jsonl`` or ``--tool-result``, or ``-`` both as MESSAGE and file.
-        AttachmentError: a file cannot be attached.
-    """
-    if opts.input == "jsonl" or opts.tool_results:
-        raise UsageError("--attach goes with a MESSAGE, not with --input jsonl or --tool-result")
-    paths = list(opts.attachments)
-    if "-" in paths:
-        if opts.message == "-":
-            raise UsageError("stdin cannot be both the message (-) and a file (-f -)")
-        attachments = read_attachments(state, paths)
-        text = _check_message(opts.message) if opts.message is not None else None
-    else:
-        attachments = read_attachments(state, paths)
-        text = None
-        if opts.message is not None or not state.env.stdin_isatty:
-            text = message_from(state, opts)
-    return Message.user(text or "", attachments)  # no text: "" (previews and titles read a string)
 
 
 def text_only_check(choice: ModelChoice, message: Message) -> None:

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..assembly import assemble, transport_for
+from ..assembly import assemble, session_endpoint, transport_for
 from ..config import resolve_model
 from ..core.errors import UsageError
-from ..endpoints import session_endpoint
 from ..lookup import read_summary, store_or_missing
 from ..render import safe_text
 from ..render.text import dumps

@@ -233,7 +233,7 @@ def rerun_session(
                 system = None
         out.success()
         from ..config import resolve_model
-        from ..endpoints import remember_endpoint
+        from ..assembly import remember_endpoint
 
         remember_endpoint(store, target, resolve_model(settings))
         return out.exit_code
@@ -248,7 +248,7 @@ def _source_endpoint(state: State, store: SessionLookup, session_id: str, model:
     """The model and base URL a re-run uses: ``--model``/``--base-url`` when given, else those
     stored with the source session (said on stderr), else ``None`` (the configured ones). A
     flag that differs from the source session's value is said too."""
-    from ..endpoints import stored_endpoint
+    from ..assembly import stored_endpoint
 
     stored_model, stored_url = stored_endpoint(store, session_id) or (None, None)
     if base_url and not model and stored_model == "local":

@@ -8,8 +8,8 @@ One room per concern:
 * :mod:`~chatflow_cli.render.shapes`: the JSON shapes (events, summaries, turns);
 * :mod:`~chatflow_cli.render.sessions`: the one sessions table, and the agents table;
 * :mod:`~chatflow_cli.render.markdown`: the Markdown layout;
-* :mod:`~chatflow_cli.render.turns`: turns and events for people;
-* :mod:`~chatflow_cli.render.printer`: the reply as it streams (``chat``);
+* :mod:`~chatflow_cli.render.turns`: turns and events for people, and the reply as it
+  streams (``chat``);
 * :mod:`~chatflow_cli.render.styles`: private copies of Rich's styles (imports Rich).
 * :mod:`~chatflow_cli.render.markdown_stream`: the reply's Markdown as it streams
   (imports Rich; not imported here), over :mod:`~chatflow_cli.render.markdown_blocks` (the
@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from .lines import Lines
     from .markdown import has_markdown, markdown_lines, markdown_renderable, parse_markdown
-    from .printer import ReplyPrinter
     from .sessions import agents_lines, sessions_lines
     from .shapes import (
         EVENT_SCHEMA,
@@ -52,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .turns import (
         AgentVersionMarks,
+        ReplyPrinter,
         agent_changed_text,
         event_text,
         mount_text,
@@ -72,7 +72,7 @@ _EXPORTS = {
     "FOLD_LINES": "text",
     "LINE_SEPARATORS": "text",
     "Lines": "lines",
-    "ReplyPrinter": "printer",
+    "ReplyPrinter": "turns",
     "TextSanitizer": "text",
     "agent_changed_text": "turns",
     "agents_lines": "sessions",

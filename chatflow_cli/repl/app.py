@@ -84,9 +84,8 @@ def run_repl(
         NotFoundError: ``continue_last`` with no session yet, or an unknown agent.
         ConfigError: No model is configured, or a tool module cannot be imported.
     """
-    from ..assembly import assemble, transport_for
+    from ..assembly import assemble, endpoint_of, remember_endpoint, session_endpoint, transport_for
     from ..config import ensure_private_dir, resolve_model
-    from ..endpoints import endpoint_of, remember_endpoint, session_endpoint
     from ..lookup import find_session, unapplied_options
 
     if session_id and continue_last:

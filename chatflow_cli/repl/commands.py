@@ -20,12 +20,12 @@ import tempfile
 import threading
 from typing import Any
 
+from ..assembly import with_credentials
 from ..context import new_session_id, wrap_at_spaces
 from ..core.dsn import url_without_userinfo
 from ..core.errors import ChatflowError, RunInterrupted, SessionNotFoundError
 from ..core.memory import rollback_target
 from ..core.messages import Message, Role
-from ..endpoints import with_credentials
 from ..render import pretty_json_text, safe_text, sessions_lines
 from .host import ReplHost
 

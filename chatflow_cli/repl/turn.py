@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..assembly import keep_endpoint
 from ..core.errors import ChatflowError, RunInterrupted, SessionArchivedError, ToolResultError
-from ..endpoints import keep_endpoint
 from ..render import agent_changed_text, pretty_json_text, reply_note, safe_text
 from .host import ReplHost
 
@@ -59,7 +59,7 @@ def tool_finished_line(output: str | None, is_error: bool, duration_ms: float | 
     """``  ↳ RESULT`` (or ``  ✗ error: RESULT``) and its duration: a tool call's result."""
     from rich.text import Text
 
-    from ..render.printer import attached_lines
+    from ..render.turns import attached_lines
 
     line = Text("  ✗ error: " if is_error else "  ↳ ", style="red" if is_error else "dim")
     line.append(safe_text(_short(pretty_json_text(output))), style="dim")

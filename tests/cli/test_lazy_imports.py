@@ -78,8 +78,7 @@ def test_a_one_shot_chat_imports_neither_openai_nor_rich_nor_prompt_toolkit(stor
 #: (and its ssl) only where a coroutine runs, the search where a search runs, memory stores'
 #: documents and vaults where one is used, the in-memory store, automatic compaction before a
 #: session has turns (and its model a known context size), the sessions table where it is
-#: not printed, the reply printer outside chat; the TOML parser for an empty config file (the
-#: tests').
+#: not printed; the TOML parser for an empty config file (the tests').
 NOT_ON_THE_PLAIN_PATHS = {
     "chat": ("asyncio", "concurrent.futures", "chatflow_cli.core.memory.search", "chatflow_cli.core.memory.inmemory",
              "chatflow_cli.core.resources.documents", "chatflow_cli.core.resources.vaults",
@@ -87,7 +86,7 @@ NOT_ON_THE_PLAIN_PATHS = {
              "chatflow_cli.commands.attach", "chatflow_cli.render.sessions", "tomllib"),
     "sessions": ("asyncio", "ssl", "tomllib", "chatflow_cli.core.memory.search", "chatflow_cli.core.memory.inmemory",
                  "chatflow_cli.core.resources.documents", "chatflow_cli.core.resources.vaults",
-                 "chatflow_cli.core.mcp", "chatflow_cli.core.interop", "chatflow_cli.render.printer"),
+                 "chatflow_cli.core.mcp", "chatflow_cli.core.interop"),
     "--help": ("chatflow_cli.core.resources.mounts", "chatflow_cli.core.memory", "chatflow_cli.render"),
 }
 

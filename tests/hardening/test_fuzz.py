@@ -10,7 +10,7 @@
   the same text, the same calls and the last usage; names are never concatenated;
 * the stored form of the answer plus one result per call passes the validity checks.
 
-``parse_input_line`` (chatflow_cli.commands.chat_input), the parser behind ``chat --input jsonl``:
+``parse_input_line`` (chatflow_cli.commands.chat), the parser behind ``chat --input jsonl``:
 
 * any text gives ``None`` (blank), an :class:`InputItem`, or a ``UsageError`` naming the
   line — never any other exception;
@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from chatflow_cli.commands.chat_input import MAX_MESSAGE_BYTES, parse_input_line
+from chatflow_cli.commands.chat import MAX_MESSAGE_BYTES, parse_input_line
 from chatflow_cli.core.errors import UsageError
 from chatflow_cli.core.messages import Message, history_problems
 from chatflow_cli.core.model import StreamAccumulator, TextDelta, ToolCallDelta
