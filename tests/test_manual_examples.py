@@ -13,7 +13,9 @@ A shell block may also say what the reader's store already holds, or what the mo
     <!-- example: model calls: memory_create {"path": "acme.md", "file_text": "..."} -->
 
 (``given`` runs before the block's lines; ``model calls`` makes the fake model's next reply
-that tool call). A shell line that cannot run matches one of :data:`LINE_RULES` (each with its reason).
+that tool call). A console block marked ``<!-- example: output: as shown -->`` also has the
+output it shows under a command compared with that command's stdout, ages, session ids and
+runs of spaces aside. A shell line that cannot run matches one of :data:`LINE_RULES` (each with its reason).
 Anything else is run, so a new example is run by default. A Python block runs as a script in
 a fresh directory; a page's shell lines run one after another in page order in one fresh
 home (a page's earlier commands make what its later ones use) and each must exit 0.
@@ -38,7 +40,7 @@ from tests.conftest import COMMAND, REPO
 from tests.helpers import manual
 
 BLOCK = re.compile(r"(?P<marks>(?:^<!-- example: [^\n]*? -->\n)*)^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.S | re.M)
-MARK = re.compile(r"^<!-- example: (?P<kind>not run|given|model calls): (?P<value>.+?) -->$", re.M)
+MARK = re.compile(r"^<!-- example: (?P<kind>not run|given|model calls|output): (?P<value>.+?) -->$", re.M)
 SHELL = ("bash", "console", "sh")
 
 #: Shell lines that are not run, whatever page they are on: (pattern, reason).
@@ -103,6 +105,26 @@ def shell_lines(block: Block) -> list[str]:
     return [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
 
 
+def shown_output(block: Block) -> dict[str, list[str]]:
+    """A console block's commands and the output lines it shows under each (none: not shown)."""
+    shown: dict[str, list[str]] = {}
+    command = None
+    for line in block.body.splitlines():
+        if line.startswith("$ "):
+            command = line[2:]
+            shown[command] = []
+        elif command is not None:
+            shown[command].append(line)
+    return shown
+
+
+def _plain(lines: list[str]) -> list[str]:
+    """Output lines with what changes from run to run made constant."""
+    lines = [re.sub(r"\b\d{8}-\d{6}-[0-9a-f]{6}\b", "SESSION", ln) for ln in lines]
+    lines = [re.sub(r"\b\d+[smhd] ago\b", "AGE ago", ln) for ln in lines]
+    return [" ".join(ln.split()) for ln in lines if ln.strip()]
+
+
 def rule_for(line: str) -> str | None:
     return next((reason for pattern, reason in LINE_RULES if re.search(pattern, line)), None)
 
@@ -137,6 +159,8 @@ def test_the_manual_has_python_examples_and_most_of_them_run() -> None:
     assert len(PYTHON_RUN) >= 4, [b.id for b in PYTHON_RUN]
     for block in PYTHON:
         assert {kind for kind, _ in block.marks} <= {"not run"}, block.id
+    for block in blocks(SHELL):
+        assert not block.marked("output") or block.lang == "console", f"{block.id}: output is a console block's"
 
 
 @pytest.mark.parametrize("block", PYTHON_RUN, ids=[b.id for b in PYTHON_RUN])
@@ -230,6 +254,7 @@ def test_the_pages_shell_examples_run_in_order(page: str, tmp_path: Path, fake_s
         for call in block.marked("model calls"):
             tool, arguments = call.split(" ", 1)
             fake_server.add_tool_calls([(f"call_{tool}", tool, arguments)])
+        shown = shown_output(block) if block.marked("output") else {}
         for line in shell_lines(block):
             if rule_for(line) is not None:
                 continue
@@ -237,4 +262,6 @@ def test_the_pages_shell_examples_run_in_order(page: str, tmp_path: Path, fake_s
                                   text=True, timeout=60, stdin=subprocess.DEVNULL)
             if done.returncode != 0:
                 failed.append(f"{block.id}: {line}\n  exit {done.returncode}: {done.stderr.strip()[-600:]}")
+            elif shown.get(line) and _plain(shown[line]) != _plain(done.stdout.splitlines()):
+                failed.append(f"{block.id}: {line}\n  printed {done.stdout!r}, the page shows {shown[line]!r}")
     assert not failed, "\n".join(failed)
