@@ -2,8 +2,10 @@
 
 The graph is read from the source with :mod:`ast` (nothing is imported): every ``import``
 and ``from … import`` of a ``chatflow_cli`` module, at module level and inside functions,
-is an edge. Imports under ``if TYPE_CHECKING:`` are left out (they never run). ``from .pkg
-import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``. Implicit
+is an edge; :func:`import_edges` marks those under ``if TYPE_CHECKING:``. The cycle checks of
+the runtime graph leave them out (they never run); the rooms check and the type-only cycle
+check count them (a type is a dependency too). ``from .pkg import name`` is an edge to
+``pkg.name`` when that is a module, else to ``pkg``. Implicit
 imports of parent packages are not edges (``chatflow_cli/__init__`` resolves its names
 lazily).
 
