@@ -344,6 +344,67 @@ def test_an_import_against_the_arrows_is_named(tmp_path):
         room_of(copy)
 
 
+def module_listing(design: Path = DESIGN) -> tuple[str, str]:
+    """The two listings of "The rooms in more detail" in docs/design.md: the front-ends'
+    modules (``chatflow_cli/``) and the library's (``chatflow_cli/core/``)."""
+    text = design.read_text(encoding="utf-8")
+    section = text.split("\n## The rooms in more detail\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, "docs/design.md: 'The rooms in more detail' has not its two listings"
+    return blocks[0], blocks[1]
+
+
+def _entries(listing: str) -> list[str]:
+    """A listing's entries: a line at the listing's least indent and the lines indented under it."""
+    lines = [ln for ln in listing.splitlines() if ln.strip()]
+    indent = min(len(ln) - len(ln.lstrip()) for ln in lines)
+    entries: list[str] = []
+    for ln in lines:
+        if len(ln) - len(ln.lstrip()) == indent or not entries:
+            entries.append(ln)
+        else:
+            entries[-1] += "\n" + ln
+    return entries
+
+
+def _names(text: str, word: str) -> bool:
+    return re.search(rf"(?<![\w./]){re.escape(word)}(?![\w/])", text) is not None
+
+
+def unlisted(root: Path = ROOT, design: Path = DESIGN) -> list[str]:
+    """The package's modules that design.md's listings do not name: a module of the package or
+    of ``core/`` by its file name (``cli.py``, ``dsn.py``) in its listing, a module in a folder
+    by its name (``chat``, ``_keeper``) in an entry of its listing that names the folder
+    (``commands/``, ``mcp/``); a package's ``__init__`` by its folder."""
+    front, library = (_entries(listing) for listing in module_listing(design))
+    missing = []
+    for path in modules(root).values():
+        relative = path.relative_to(root).as_posix()
+        inside = relative.removeprefix("core/")
+        entries = library if inside != relative else front
+        *folders, file = inside.split("/")
+        if not folders:
+            named = any(_names(e, file) for e in entries)
+        else:
+            holders = [e for e in entries if _names(e, folders[-1] + "/")]
+            named = bool(holders) and (file == "__init__.py" or any(_names(e, file[:-3]) for e in holders))
+        if not named:
+            missing.append(relative)
+    return missing
+
+
+def test_the_module_listing_names_every_module(tmp_path):
+    """"The rooms in more detail" names each module of the package (a module added or renamed
+    without it fails here), and the check sees the modules it does not name."""
+    assert unlisted() == []
+    package = tmp_path / PACKAGE
+    for relative in ("__init__.py", "cli.py", "stray.py", "commands/chat.py", "commands/stray.py",
+                     "core/dsn.py", "core/cli.py", "core/mcp/_keeper.py", "core/nowhere/__init__.py"):
+        (package / relative).parent.mkdir(parents=True, exist_ok=True)
+        (package / relative).write_text("", encoding="utf-8")
+    assert sorted(unlisted(package)) == ["commands/stray.py", "core/cli.py", "core/nowhere/__init__.py", "stray.py"]
+
+
 #: Issue 29: no module of the package is over this many lines.
 MAX_LINES = 800
 
