@@ -56,6 +56,8 @@ LINE_RULES: list[tuple[str, str]] = [
     (r"chatflow replay .*--follow", "follows the log until interrupted"),
     (r"--approve call_", "needs a tool call waiting for approval (an MCP server's)"),
 ]
+#: Shell lines not run on this machine: (pattern, reason).
+MACHINE_RULES = [] if shutil.which("jq") else [(r"\bjq\b", "jq is not installed here")]
 
 
 @dataclass
@@ -126,7 +128,7 @@ def _plain(lines: list[str]) -> list[str]:
 
 
 def rule_for(line: str) -> str | None:
-    return next((reason for pattern, reason in LINE_RULES if re.search(pattern, line)), None)
+    return next((reason for pattern, reason in LINE_RULES + MACHINE_RULES if re.search(pattern, line)), None)
 
 
 def _env(tmp_path: Path, fake_server: Any) -> dict[str, str]:
