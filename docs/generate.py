@@ -2,9 +2,13 @@
 
 * ``docs/reference.md``: every command's ``--help``, exactly as chatflow prints it (typer's
   own app, walked from the root);
-* the exit-code table in ``docs/exit-codes.md``: :class:`chatflow_cli.core.errors.ExitStatus`
-  and :data:`~chatflow_cli.core.errors.EXIT_MEANINGS`, between the page's
-  ``<!-- generated: exit codes -->`` markers.
+* two parts of ``docs/exit-codes.md``, each between a ``<!-- generated: NAME -->`` marker
+  and the next ``<!-- end generated -->``:
+
+  - ``exit codes``: the table of :class:`chatflow_cli.core.errors.ExitStatus` and
+    :data:`~chatflow_cli.core.errors.EXIT_MEANINGS`;
+  - ``error tree``: every public :class:`~chatflow_cli.core.errors.ChatflowError` subclass
+    of the package, under its parent, with its exit code and its docstring's first sentence.
 
 ``python docs/generate.py`` rewrites them; ``python docs/generate.py --check`` changes
 nothing and exits 1 naming each stale page (``tests/test_docs.py`` runs it).
@@ -12,13 +16,18 @@ nothing and exits 1 naming each stale page (``tests/test_docs.py`` runs it).
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 DOCS = Path(__file__).resolve().parent
 REPO = DOCS.parent
-START, END = "<!-- generated: exit codes -->", "<!-- end generated -->"
+END = "<!-- end generated -->"
 
 
 def _commands(command: Any, path: list[str]) -> list[list[str]]:
@@ -62,10 +71,61 @@ def exit_code_table() -> str:
     return "\n".join(rows)
 
 
-def _with_table(page: str) -> str:
-    head, rest = page.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{exit_code_table()}\n{END}{tail}"
+def _public_errors() -> type:
+    """:class:`ChatflowError`, once every module of the package is imported (a few error
+    classes live beside what raises them: ``core/agents.py``, ``core/local/crash.py``...)."""
+    import chatflow_cli
+    from chatflow_cli.core.errors import ChatflowError
+
+    for module in pkgutil.walk_packages(chatflow_cli.__path__, "chatflow_cli."):
+        importlib.import_module(module.name)
+    return ChatflowError
+
+
+def first_sentence(cls: type) -> str:
+    """The first sentence of ``cls``'s own docstring, as Markdown; a class without one is an error."""
+    doc = cls.__dict__.get("__doc__")
+    if not doc or not doc.strip():
+        raise SystemExit(f"{cls.__module__}.{cls.__qualname__} has no docstring: its first sentence is its line "
+                         "in the error tree of docs/exit-codes.md")
+    paragraph = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+    match = re.match(r"(.+?[.!?])(?=\s|$)", paragraph)
+    sentence = match.group(1) if match else paragraph
+    return re.sub(r":\w+:`~?([^`]+)`", r"`\1`", sentence).replace("``", "`")
+
+
+def error_tree() -> str:
+    """Every public error class under its parent (by exit code, then name): a nested list."""
+    root = _public_errors()
+    lines: list[str] = []
+
+    def walk(cls: type, depth: int) -> None:
+        code = cls.exit_code  # type: ignore[attr-defined]
+        where = "" if cls.__module__ == root.__module__ else f", in `{cls.__module__}`"
+        lines.append(f"{'    ' * depth}- `{cls.__name__}` ({int(code)} `{code.name}`{where}): {first_sentence(cls)}")
+        subclasses = [sub for sub in cls.__subclasses__()
+                      if sub.__module__.startswith("chatflow_cli.") and not sub.__name__.startswith("_")]
+        for sub in sorted(subclasses, key=lambda sub: (int(sub.exit_code), sub.__name__)):
+            walk(sub, depth + 1)
+
+    walk(root, 0)
+    return "\n".join(lines)
+
+
+#: Each generated part of ``docs/exit-codes.md``: its marker's name and what writes it.
+PARTS: dict[str, Callable[[], str]] = {
+    "exit codes": exit_code_table,
+    "error tree": error_tree,
+}
+
+
+def _with_parts(page: str) -> str:
+    for name, write in PARTS.items():
+        start = f"<!-- generated: {name} -->"
+        head, rest = page.split(start, 1)
+        _, tail = rest.split(END, 1)
+        page = f"{head}{start}\n{write()}\n{END}{tail}"
+    return page
 
 
 def pages() -> dict[Path, str]:
@@ -73,7 +133,7 @@ def pages() -> dict[Path, str]:
     exit_codes = DOCS / "exit-codes.md"
     return {
         DOCS / "reference.md": reference(),
-        exit_codes: _with_table(exit_codes.read_text(encoding="utf-8")),
+        exit_codes: _with_parts(exit_codes.read_text(encoding="utf-8")),
     }
 
 
