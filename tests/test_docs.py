@@ -27,8 +27,9 @@ def _generator() -> object:
 
 def test_the_generated_pages_match_the_code() -> None:
     """``docs/reference.md`` is every command's ``--help``; in ``docs/exit-codes.md`` the
-    exit-code table is ``ExitStatus`` and the error tree the error classes: ``python
-    docs/generate.py`` rewrites them when the code changed."""
+    exit-code table is ``ExitStatus``, the error tree the error classes, and the exit codes of
+    unfinished replies what the code gives them: ``python docs/generate.py`` rewrites them when
+    the code changed."""
     generate = _generator()
     stale = [str(path.relative_to(REPO)) for path, text in generate.pages().items()  # type: ignore[attr-defined]
              if path.read_text(encoding="utf-8") != text]
@@ -86,6 +87,23 @@ def test_an_error_class_without_a_docstring_stops_the_generator() -> None:
     generate = _generator()
     with pytest.raises(SystemExit, match="Undocumented has no docstring"):
         generate.first_sentence(type("Undocumented", (Exception,), {}))  # type: ignore[attr-defined]
+
+
+
+def test_the_unfinished_replies_table_reads_its_exit_codes_from_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exit column is what the code gives: the error a failed reply raises, and
+    ``RunResult.exit_status`` for a stored one (what ``chatflow chat`` exits with)."""
+    from chatflow_cli.core.errors import ExitStatus, StreamBrokenError
+    from chatflow_cli.core.runner import RunResult
+
+    generate = _generator()
+    monkeypatch.setattr(StreamBrokenError, "exit_code", ExitStatus.RATE_LIMITED)
+    monkeypatch.setattr(RunResult, "exit_status",
+                        property(lambda self: ExitStatus.ERROR if self.truncated else ExitStatus.SUCCESS))
+    rows = generate.unfinished_replies().splitlines()  # type: ignore[attr-defined]
+    assert next(row for row in rows if "StreamBrokenError" in row).endswith("| 7 |")
+    assert next(row for row in rows if row.startswith("| cut by")).endswith("| 1 |")
+    assert next(row for row in rows if row.startswith("| finished")).endswith("| 0 |")
 
 
 def test_the_manual_builds_with_mkdocs_strict(tmp_path: Path) -> None:
