@@ -26,8 +26,10 @@ def _generator() -> object:
 
 
 def test_the_generated_pages_match_the_code() -> None:
-    """``docs/reference.md`` is every command's ``--help`` and the exit-code table is
-    ``ExitStatus``: ``python docs/generate.py`` rewrites them when the code changed."""
+    """``docs/reference.md`` is every command's ``--help``; in ``docs/exit-codes.md`` the
+    exit-code table is ``ExitStatus``, the error tree the error classes, and the exit codes of
+    unfinished replies what the code gives them: ``python docs/generate.py`` rewrites them when
+    the code changed."""
     generate = _generator()
     stale = [str(path.relative_to(REPO)) for path, text in generate.pages().items()  # type: ignore[attr-defined]
              if path.read_text(encoding="utf-8") != text]
@@ -53,6 +55,55 @@ def test_every_exit_status_has_its_meaning_in_the_table() -> None:
     table = manual.page("exit-codes.md")
     for status in ExitStatus:
         assert f"| {status.value} | `{status.name}` |" in table
+
+
+
+def test_every_error_class_is_in_the_error_tree_with_its_exit_code() -> None:
+    """The error tree is written from the classes, so none is left out (a tree written by hand
+    once missed ``SummaryTooLongError``): each public subclass of ``ChatflowError`` in the
+    package, wherever it is defined, has its line with its exit code, nested under its parent."""
+    generate = _generator()
+    root = generate._public_errors()  # type: ignore[attr-defined]
+    tree = manual.page("exit-codes.md").split("<!-- generated: error tree -->", 1)[1].split("<!-- end", 1)[0]
+    lines = tree.strip().splitlines()
+    seen = []
+
+    def check(cls: type, depth: int) -> None:
+        seen.append(cls.__name__)
+        line = next((line for line in lines if line.lstrip().startswith(f"- `{cls.__name__}` (")), None)
+        assert line is not None, f"{cls.__name__} is not in the error tree of docs/exit-codes.md"
+        assert line.startswith("    " * depth + "- "), f"{cls.__name__} is not under its parent: {line!r}"
+        assert f"({int(cls.exit_code)} `" in line, line  # type: ignore[attr-defined]
+        for sub in cls.__subclasses__():
+            if sub.__module__.startswith("chatflow_cli.") and not sub.__name__.startswith("_"):
+                check(sub, depth + 1)
+
+    check(root, 0)
+    assert {"SummaryTooLongError", "LocalServerCrashedError", "AgentDefinitionError"} <= set(seen)
+    assert len(lines) == len(seen), "the error tree has a line for no class"
+
+
+def test_an_error_class_without_a_docstring_stops_the_generator() -> None:
+    generate = _generator()
+    with pytest.raises(SystemExit, match="Undocumented has no docstring"):
+        generate.first_sentence(type("Undocumented", (Exception,), {}))  # type: ignore[attr-defined]
+
+
+
+def test_the_unfinished_replies_table_reads_its_exit_codes_from_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exit column is what the code gives: the error a failed reply raises, and
+    ``RunResult.exit_status`` for a stored one (what ``chatflow chat`` exits with)."""
+    from chatflow_cli.core.errors import ExitStatus, StreamBrokenError
+    from chatflow_cli.core.runner import RunResult
+
+    generate = _generator()
+    monkeypatch.setattr(StreamBrokenError, "exit_code", ExitStatus.RATE_LIMITED)
+    monkeypatch.setattr(RunResult, "exit_status",
+                        property(lambda self: ExitStatus.ERROR if self.truncated else ExitStatus.SUCCESS))
+    rows = generate.unfinished_replies().splitlines()  # type: ignore[attr-defined]
+    assert next(row for row in rows if "StreamBrokenError" in row).endswith("| 7 |")
+    assert next(row for row in rows if row.startswith("| cut by")).endswith("| 1 |")
+    assert next(row for row in rows if row.startswith("| finished")).endswith("| 0 |")
 
 
 def test_the_manual_builds_with_mkdocs_strict(tmp_path: Path) -> None:

@@ -52,7 +52,8 @@ class ChatOutput:
         self.turns = 0
         self.printer: ReplyPrinter | None = None
         self.stored: set[str] = set()  #: the sessions a stored event (one with a seq) was seen for
-        self.incomplete = False  # a turn's reply was cut (finish_reason length/content_filter)
+        #: the run's exit status: a turn's cut reply (RunResult.exit_status) makes it 10, even when a later one finished
+        self.exit_code = ExitStatus.SUCCESS
         self.compaction: dict[str, Any] | None = None  # the run's automatic compaction, for ``json``
         self.server_of: Callable[[str, Any], str | None] | None = None  # the MCP server of a call's tool
 
@@ -159,8 +160,8 @@ class ChatOutput:
             raise ChatflowError("the run ended without a result")
         self.last_result = result
         self.turns += 1
-        if result.truncated:
-            self.incomplete = True
+        if result.exit_status is not ExitStatus.SUCCESS:
+            self.exit_code = result.exit_status
         use = result.context
         if use and use.get("over_budget"):  # sent whole: the provider is the judge of what fits
             from ..render.context_notes import over_budget_note
@@ -245,11 +246,6 @@ class ChatOutput:
             notice(self.state, f"recorded; still waiting for: {', '.join(named)}")
 
     # -- the end ------------------------------------------------------------------------
-    @property
-    def exit_code(self) -> ExitStatus:
-        """:attr:`ExitStatus.INCOMPLETE` when a turn's reply was cut, else success."""
-        return ExitStatus.INCOMPLETE if self.incomplete else ExitStatus.SUCCESS
-
     def success(self) -> None:
         if self.final_written:
             return

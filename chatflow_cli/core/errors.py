@@ -1,58 +1,15 @@
-"""The one error hierarchy of chatflow, with the exit code each error maps to.
+"""The one error hierarchy of chatflow, and the exit code each error maps to.
 
-Every error that chatflow raises on purpose is a :class:`ChatflowError`. The command
-line turns it into one line on stderr (``chatflow: error: <message>``) and exits with
-its :attr:`~ChatflowError.exit_code`; ``--debug`` shows the traceback instead.
+Every error that chatflow raises on purpose is a :class:`ChatflowError`; its class's
+:attr:`~ChatflowError.exit_code` is an :class:`ExitStatus`. The command line turns it into one
+line on stderr (``chatflow: error: <message>``) and exits with that code; ``--debug`` shows the
+traceback instead.
 
-::
-
-    ChatflowError (1)
-    ├── UsageError (2)                 bad input from the caller
-    │   ├── InvalidHistoryError        a message list that breaks the validity checks
-    │   ├── IdempotencyConflictError   same idempotency key, different payload
-    │   ├── ToolResultError            unknown tool-use id, or a second answer for one
-    │   ├── PendingToolCallsError      a new user message while tool calls await results
-    │   ├── ImportFormatError          a file to import that is not what its format says (names the line or row)
-    │   ├── MemoryConflictError        a memory edit whose passage or version is no longer there
-    │   ├── DocumentTooLargeError      a memory document over the size limit
-    │   ├── AttachmentError            a file that cannot be attached (missing, empty, over a limit, a type not accepted)
-    │   └── ConfigError (9)            a bad config file or setting
-    │       └── VaultFileError         the vault file is open to other users (or not the user's): refused
-    ├── NotFoundError (3)
-    │   ├── SessionNotFoundError
-    │   │   └── SessionDeletedError    the session was deleted under a live task
-    │   ├── MemoryStoreNotFoundError   no memory store of that name
-    │   ├── DocumentNotFoundError      no document at that path of a memory store
-    │   └── VaultNotFoundError         no such vault, or no such entry in it
-    ├── SessionBusyError (4)           another run owns the session
-    ├── SessionTerminatedError (4)     the session reached its final status (terminated)
-    ├── SessionArchivedError (4)       the session is archived: no new turns until unarchived
-    ├── ProviderError (5)              the model server answered, but not with a usable reply
-    │   ├── AuthenticationError        401/403
-    │   ├── ModelNotFoundError         404
-    │   ├── BadRequestError            400/422 from the provider
-    │   │   ├── CompactionDoesNotFitError  what a compaction summarises does not fit the context either
-    │   │   └── ImagesNotAcceptedError  the model takes no images (its provider's 400, or a text-only model)
-    │   ├── ProviderResponseError      invalid JSON, HTML, an error event mid-stream
-    │   │   └── InvalidToolCallError   a tool call whose arguments are not a complete JSON object
-    │   ├── MaxToolRoundsExceeded      the model kept calling tools past the bound of a turn
-    │   └── LocalModelError            the embedded llama.cpp server could not start
-    │       └── LocalServerCrashedError  it died (a signal or an exit code)
-    ├── NetworkError (6)               connection refused, reset, DNS
-    │   ├── ProviderTimeoutError
-    │   └── StreamBrokenError          the reply stopped before a finish reason; kept as interrupted
-    ├── RateLimitedError (7)           429/5xx after retries; the session is rescheduled
-    ├── StoreError (8)                 the database cannot be opened, read or written
-    │   ├── SchemaTooNewError          written by a newer chatflow: refused, never migrated down
-    │   ├── StoreUnreachableError      the server refused or lost the connection (it may come back)
-    │   ├── VaultStorageError          the keyring or the vault file could not be read or written
-    │   └── NonFiniteNumberError       stored data holds NaN/Infinity (an older chatflow wrote it): no strict JSON
-    └── RunInterrupted (130)           Ctrl-C or cancellation; the turn was kept as interrupted
-
-Exit code 10 (:attr:`ExitStatus.INCOMPLETE`) belongs to no error: the turn completed and
-is stored, but its reply was cut by the token limit or a content filter (its
-``finish_reason`` is ``length`` or ``content_filter``) -- ``chatflow chat`` exits 10 so a
-script can tell a cut answer from a whole one.
+The manual's ``docs/exit-codes.md`` holds the tree of the error classes (each under its parent,
+with its exit code and the first sentence of its docstring: every error class has one) and what
+each exit code means (:data:`EXIT_MEANINGS`), both written from this module and the few
+subclasses defined beside what raises them by ``python docs/generate.py``; a test fails when
+the page is stale.
 """
 
 from __future__ import annotations
@@ -219,6 +176,8 @@ class ChatflowError(Exception):
 
 
 class UsageError(ChatflowError):
+    """Bad input from the caller."""
+
     exit_code = ExitStatus.USAGE
 
 
@@ -231,7 +190,7 @@ class InvalidHistoryError(UsageError):
 
 
 class IdempotencyConflictError(UsageError):
-    pass
+    """An idempotency key already used with another input (the OpenAI Agents SDK session)."""
 
 
 class ImportFormatError(UsageError):
@@ -247,14 +206,14 @@ class ImportFormatError(UsageError):
 
 
 class ToolResultError(UsageError):
-    pass
+    """A tool result for no pending tool call, a second result for one, or one the call does not take."""
 
 
 class MemoryConflictError(UsageError):
-    """A memory write that depends on what a document holds found something else: the
+    """A memory write found the document other than it expected, and wrote nothing. The
     passage to replace is no longer there (or is there more than once), the document
     changed since the version the write expected, or a document to create already exists.
-    Nothing was written; ``current_version`` is the document's version now (None: absent)."""
+    ``current_version`` is the document's version now (None: absent)."""
 
     def __init__(self, message: str, *, current_version: int | None = None, session_id: str | None = None) -> None:
         super().__init__(message, session_id=session_id)
@@ -284,24 +243,28 @@ class PendingToolCallsError(UsageError):
 
 
 class ConfigError(UsageError):
+    """A bad config file or setting, or no model configured."""
+
     exit_code = ExitStatus.CONFIG
 
 
 class VaultFileError(ConfigError):
     """The vault file (values kept where no keyring is) is readable or writable by group or
-    other users, or belongs to another user: chatflow refuses to read it (exit 9)."""
+    other users, or belongs to another user: chatflow refuses to read it."""
 
 
 class NotFoundError(ChatflowError):
+    """The session, agent, memory store, memory document, vault or vault entry does not exist."""
+
     exit_code = ExitStatus.NOT_FOUND
 
 
 class VaultNotFoundError(NotFoundError):
-    """No vault of that name, or no entry of that name in it (exit 3)."""
+    """No vault of that name, or no entry of that name in it."""
 
 
 class SessionNotFoundError(NotFoundError):
-    pass
+    """No session of that id."""
 
 
 class SessionDeletedError(SessionNotFoundError):
@@ -336,6 +299,8 @@ class SessionBusyError(ChatflowError):
 
 
 class SessionTerminatedError(ChatflowError):
+    """The session reached its final status (terminated): it takes no new turn."""
+
     exit_code = ExitStatus.SESSION_BUSY
 
 
@@ -356,20 +321,20 @@ class ProviderError(ChatflowError):
 
 
 class AuthenticationError(ProviderError):
-    pass
+    """The provider refused the credentials (HTTP 401 or 403)."""
 
 
 class ModelNotFoundError(ProviderError):
-    pass
+    """The provider knows no such model, or the base URL is not the API root (HTTP 404)."""
 
 
 class BadRequestError(ProviderError):
-    pass
+    """The provider rejected the request (HTTP 400 or 422)."""
 
 
 class CompactionDoesNotFitError(BadRequestError):
     """A compaction's own request (the turns to summarise) is over the model's context, so
-    compacting cannot make room (exit 5): the message says what can (a shorter message, a
+    compacting cannot make room. The message says what can (a shorter message, a
     new session, a model with a larger context). Automatic compaction stops for the session."""
 
 
@@ -379,7 +344,7 @@ class ImagesNotAcceptedError(BadRequestError):
 
 
 class ProviderResponseError(ProviderError):
-    pass
+    """The provider's reply cannot be read: invalid JSON, an error event, a stream that broke off."""
 
 
 class InvalidToolCallError(ProviderResponseError):
@@ -390,23 +355,25 @@ class InvalidToolCallError(ProviderResponseError):
 
 class SummaryTooLongError(ProviderResponseError):
     """A compaction's summary is not shorter than the summary and turns it would replace in
-    the context window: storing it would save no room, so nothing was compacted (exit 5)."""
+    the context window: storing it would save no room, so nothing was compacted."""
 
 
 class MaxToolRoundsExceeded(ProviderError):
-    pass
+    """The model kept calling tools past ``max_tool_rounds`` in one turn."""
 
 
 class LocalModelError(ProviderError):
-    pass
+    """The local model server could not start or answer."""
 
 
 class NetworkError(ChatflowError):
+    """The model server could not be reached (connection refused or reset, DNS) after the retries."""
+
     exit_code = ExitStatus.NETWORK
 
 
 class ProviderTimeoutError(NetworkError):
-    pass
+    """No answer from the model server within the timeout."""
 
 
 class StreamBrokenError(NetworkError):
@@ -454,19 +421,19 @@ class StoreError(ChatflowError):
 
 
 class SchemaTooNewError(StoreError):
-    pass
+    """The database was written by a newer chatflow: refused, never migrated down."""
 
 
 class StoreUnreachableError(StoreError):
     """The database server could not be reached, or the connection to it was lost (a
-    restart, a network cut): what the failed call was writing was not written (unless
+    restart, a network cut). What the failed call was writing was not written (unless
     ``written`` is None: the connection was lost once the commit was sent), and the same
     call may succeed once the server is back. A long-lived consumer (``replay
-    --follow``) tries again; other callers get exit code 8 like any store error."""
+    --follow``) tries again; other callers get the exit code of any store error."""
 
 
 class VaultStorageError(StoreError):
-    """The OS keyring or the vault file failed to read or write a vault value (exit 8); the
+    """The OS keyring or the vault file failed to read or write a vault value; the
     message names the backend and never holds a value."""
 
 

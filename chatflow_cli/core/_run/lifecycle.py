@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._stream import Usage, cut_phrase
 from ..agents import Agent
-from ..errors import RateLimitedError, RunInterrupted, SessionBusyError
+from ..errors import ExitStatus, RateLimitedError, RunInterrupted, SessionBusyError
 from ..events import Event, EventType, SessionStatus
 from ..messages import Message, ToolCall
 from ..resources.mounts import Mount
@@ -239,6 +239,13 @@ class RunResult:
     def truncated(self) -> bool:
         """The final reply was cut by the token limit or a content filter (stored, marked)."""
         return bool(cut_phrase(self.finish_reason))
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        """The exit status of ``chatflow chat`` for this reply: :attr:`ExitStatus.INCOMPLETE`
+        (10) when it was cut (:attr:`truncated`), else success. A reply that did not finish
+        at all is no result: the run raised its error, whose exit code it is."""
+        return ExitStatus.INCOMPLETE if self.truncated else ExitStatus.SUCCESS
 
     @property
     def reasoning_only(self) -> bool:
