@@ -213,8 +213,8 @@ def test_no_import_cycle_even_through_type_only_imports():
 
 def test_stores_reach_other_modules_through_named_seams_only():
     """No module of the store package imports another module's private (underscore) name,
-    except from private modules (its own ``_port``, ``_core``, ``_checks`` and the mixins;
-    the library's ``_stream``...): the events module's event-type rules are public. A backend
+    except from private modules (its own ``_port``, ``_core``, ``_checks`` and the mixins):
+    the events module's event-type rules are public. A backend
     package (``sqlite/``, ``postgres/``) is one store split by role: its modules share their
     private names with each other, and reach the rest of the library by the same rule."""
     memory = ROOT / "core" / "memory"

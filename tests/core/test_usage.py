@@ -1,4 +1,4 @@
-"""One usage shape (``chatflow_cli.core._stream.normalise_usage``) and the tokens a reply costs
+"""One usage shape (``chatflow_cli.core.stream.normalise_usage``) and the tokens a reply costs
 in the next request's context (``chatflow_cli.core.tokens.reply_tokens``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.messages import Message
 from chatflow_cli.core.model import Usage
 from chatflow_cli.core.tokens import MESSAGE_OVERHEAD, reply_tokens
-from chatflow_cli.core._stream import normalise_usage
+from chatflow_cli.core.stream import normalise_usage
 
 
 def test_every_known_shape_becomes_the_one_shape() -> None:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .._stream import ModelTurn, ReplyState, TextDelta, Usage, normalise_usage
+from ..stream import ModelTurn, ReplyState, TextDelta, Usage, normalise_usage
 from ..agents import Agent
 from ..errors import (
     BadRequestError,

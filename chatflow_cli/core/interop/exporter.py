@@ -14,7 +14,7 @@ from ..errors import NonFiniteNumberError
 from ..events import Event
 from ..memory.binding import AGENT_TRAIL_EVENTS, AgentTrail
 from ..messages import Message, Role
-from .._stream import normalise_usage
+from ..stream import normalise_usage
 from .chatflow_format import export_chatflow
 from .markdown import export_markdown
 from .openai_chat import export_openai

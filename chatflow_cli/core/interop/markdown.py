@@ -30,11 +30,11 @@ from dataclasses import replace
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .._inert import one_line
+from ..inert import one_line
 from ..attachments import FILES_FOLDER, attachment_line, file_name
 from ..errors import ImportFormatError
 from ..messages import Message, Role, ToolCall
-from .._stream import normalise_usage
+from ..stream import normalise_usage
 from .records import ImportedSession, ImportedTurn, content_digest, parse_time, strict_dumps, strict_loads
 
 __all__ = ["MD_MARK", "export_markdown", "read_markdown"]

@@ -164,7 +164,9 @@ def _check_metadata(value: Any, name: str = "metadata") -> dict[str, Any]:
     return data
 
 
-def _agent_name(agent: Any) -> str:
+def agent_name_of(agent: Any) -> str:
+    """The name an agent is stored under: ``""`` for None, a str as given, else its ``name``
+    attribute (or ``str(agent)`` when it has none)."""
     if agent is None:
         return ""
     if isinstance(agent, str):
