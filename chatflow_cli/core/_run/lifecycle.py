@@ -147,7 +147,7 @@ class TurnState:
     data_urls: bool = False
 
     def known_usage(self) -> dict[str, int] | None:
-        """The turn's usage as stored (:func:`~chatflow_cli.core.stream.normalise_usage`'s shape), or None when
+        """The turn's usage as stored (:func:`~chatflow_cli.core.stream.normalize_usage`'s shape), or None when
         a request of the turn reported none: unknown, never a false 0 or a partial sum."""
         if not self.usage_reported or self.usage_missing:
             return None

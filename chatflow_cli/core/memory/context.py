@@ -39,7 +39,7 @@ from ..events import (
 from ..messages import Attachment, Message, Role, ToolCall
 from ..resources.mounts import Mount, unique_mounts
 from ..resources.secrets import scrub_values
-from ..stream import normalise_usage
+from ..stream import normalize_usage
 from .binding import AGENT_TRAIL_EVENTS, MESSAGE_EVENT_TYPE, AgentTrail, JournalEntry, SessionBinding, TurnLoader
 from ._checks import (
     DEFAULT_MAX_TURNS,
@@ -703,7 +703,7 @@ class SessionContext:
                       model: str | None = None, base_url: str | None = None) -> None:
         """Journal ``turn.completed`` ``{"turn", "agent", "content", "usage"}``, then prune.
 
-        ``usage`` is stored in the one shape of :func:`~chatflow_cli.core.stream.normalise_usage`
+        ``usage`` is stored in the one shape of :func:`~chatflow_cli.core.stream.normalize_usage`
         whatever shape is given, and as ``null`` when no count is known. Added when given:
         ``"finish_reason"`` (``"stop"``, or ``"length"``/``"content_filter"`` for a reply that
         was cut), ``"agent_version"`` (the answering agent's), ``"model"`` and ``"base_url"``
@@ -730,7 +730,7 @@ class SessionContext:
             "turn": self._current_turn(),
             "agent": agent_name_of(agent if agent is not None else self._agent),
             "content": content or "",
-            "usage": normalise_usage(_plain_usage(usage)),
+            "usage": normalize_usage(_plain_usage(usage)),
         }
         if finish_reason is not None:
             payload["finish_reason"] = str(finish_reason)
