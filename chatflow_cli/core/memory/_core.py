@@ -27,6 +27,7 @@ from ..errors import (
 from ..events import Event, EventType, SessionStatus
 from ..messages import Message, Role
 from ..resources.mounts import RESOURCE_MOUNTED, RESOURCE_UNMOUNTED, Mount, fold_mounts
+from ..typevars import T
 from ._checks import (
     DEFAULT_MAX_TURNS,
     TITLE_CHARS,
@@ -41,7 +42,6 @@ from ._checks import (
 from ._port import (
     DEFAULT_DEDUP_TTL_HOURS,
     _PREVIEW_CHARS,
-    _T,
     _SessionRow,
     _StoredMessage,
     TurnOwnerDied,
@@ -186,11 +186,11 @@ class _StoreCore:
         raise NotImplementedError
         yield  # pragma: no cover
 
-    async def _run_blocking(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    async def _run_blocking(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run ``fn`` for an async twin. Here on the loop; SQLite on disk overrides it."""
         return fn(*args, **kwargs)
 
-    async def _run_writing(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    async def _run_writing(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run a write that never waits for another write (an edit, a save, an event) for an
         async twin: :meth:`_run_blocking` here; SQLite on disk queues them on one thread."""
         return await self._run_blocking(fn, *args, **kwargs)

@@ -21,7 +21,7 @@ import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..events import Event, SessionStatus
 from ..messages import Message
@@ -40,7 +40,6 @@ DEFAULT_DEDUP_TTL_HOURS = 192
 DUPLICATE_WAIT_S = 60.0
 
 _PREVIEW_CHARS = 80
-_T = TypeVar("_T")
 
 
 class TurnOwnerDied(Exception):
