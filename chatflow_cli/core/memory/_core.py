@@ -42,8 +42,8 @@ from ._checks import (
 from ._port import (
     DEFAULT_DEDUP_TTL_HOURS,
     _PREVIEW_CHARS,
+    _MessageRow,
     _SessionRow,
-    _StoredMessage,
     TurnOwnerDied,
     _compacting,
     _Tx,
@@ -372,7 +372,7 @@ class _StoreCore:
             return self._group_live(tx.turn_messages(session_id, first, last, False))
 
     @staticmethod
-    def _group_live(stored: list[_StoredMessage]) -> dict[int, list[Message]]:
+    def _group_live(stored: list[_MessageRow]) -> dict[int, list[Message]]:
         out: dict[int, list[Message]] = {}
         for item in stored:
             out.setdefault(item.turn, []).append(item.message)
