@@ -2,8 +2,10 @@
 
 The graph is read from the source with :mod:`ast` (nothing is imported): every ``import``
 and ``from … import`` of a ``chatflow_cli`` module, at module level and inside functions,
-is an edge. Imports under ``if TYPE_CHECKING:`` are left out (they never run). ``from .pkg
-import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``. Implicit
+is an edge; :func:`import_edges` marks those under ``if TYPE_CHECKING:``. The cycle checks of
+the runtime graph leave them out (they never run); the rooms check and the type-only cycle
+check count them (a type is a dependency too). ``from .pkg import name`` is an edge to
+``pkg.name`` when that is a module, else to ``pkg``. Implicit
 imports of parent packages are not edges (``chatflow_cli/__init__`` resolves its names
 lazily).
 
@@ -13,6 +15,7 @@ Run as a script (``python tests/test_layering.py [ROOT]``) it prints the cycles 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import shutil
 import sys
@@ -71,7 +74,17 @@ def _all_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
 def import_edges(root: Path = ROOT) -> list[tuple[str, int, str, str, bool]]:
     """Every import of a package module by a package module: ``(module, line, target, name,
     type_only)``, where ``name`` is the imported name (``from x import name``; else the
-    target) and ``type_only`` says the import sits under ``if TYPE_CHECKING:``."""
+    target) and ``type_only`` says the import sits under ``if TYPE_CHECKING:``. The package's
+    own graph is read once a test process (the tests write only to copies)."""
+    return list(_cached_edges(root) if root == ROOT else _read_edges(root))
+
+
+@functools.lru_cache(maxsize=1)
+def _cached_edges(root: Path) -> tuple[tuple[str, int, str, str, bool], ...]:
+    return tuple(_read_edges(root))
+
+
+def _read_edges(root: Path) -> list[tuple[str, int, str, str, bool]]:
     mods = modules(root)
     edges: list[tuple[str, int, str, str, bool]] = []
     for name, path in mods.items():
@@ -341,6 +354,134 @@ def test_an_import_against_the_arrows_is_named(tmp_path):
     (copy / "stray.py").write_text("", encoding="utf-8")
     with pytest.raises(AssertionError, match="in no room.*stray.py"):
         room_of(copy)
+
+
+def module_listing(design: Path = DESIGN) -> tuple[str, str]:
+    """The two listings of "The rooms in more detail" in docs/design.md: the front-ends'
+    modules (``chatflow_cli/``) and the library's (``chatflow_cli/core/``)."""
+    text = design.read_text(encoding="utf-8")
+    section = text.split("\n## The rooms in more detail\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, "docs/design.md: 'The rooms in more detail' has not its two listings"
+    return blocks[0], blocks[1]
+
+
+def _entries(listing: str) -> list[str]:
+    """A listing's entries: a line at the listing's least indent and the lines indented under it."""
+    lines = [ln for ln in listing.splitlines() if ln.strip()]
+    indent = min(len(ln) - len(ln.lstrip()) for ln in lines)
+    entries: list[str] = []
+    for ln in lines:
+        if len(ln) - len(ln.lstrip()) == indent or not entries:
+            entries.append(ln)
+        else:
+            entries[-1] += "\n" + ln
+    return entries
+
+
+def _names(text: str, word: str) -> bool:
+    return re.search(rf"(?<![\w./]){re.escape(word)}(?![\w/])", text) is not None
+
+
+def unlisted(root: Path = ROOT, design: Path = DESIGN) -> list[str]:
+    """The package's modules that design.md's listings do not name: a module of the package or
+    of ``core/`` by its file name (``cli.py``, ``dsn.py``) in its listing, a module in a folder
+    by its name (``chat``, ``_keeper``) in an entry of its listing that names the folder
+    (``commands/``, ``mcp/``); a package's ``__init__`` by its folder."""
+    front, library = (_entries(listing) for listing in module_listing(design))
+    missing = []
+    for path in modules(root).values():
+        relative = path.relative_to(root).as_posix()
+        inside = relative.removeprefix("core/")
+        entries = library if inside != relative else front
+        *folders, file = inside.split("/")
+        if not folders:
+            named = any(_names(e, file) for e in entries)
+        else:
+            holders = [e for e in entries if _names(e, folders[-1] + "/")]
+            named = bool(holders) and (file == "__init__.py" or any(_names(e, file[:-3]) for e in holders))
+        if not named:
+            missing.append(relative)
+    return missing
+
+
+def test_the_module_listing_names_every_module(tmp_path):
+    """"The rooms in more detail" names each module of the package (a module added or renamed
+    without it fails here), and the check sees the modules it does not name."""
+    assert unlisted() == []
+    package = tmp_path / PACKAGE
+    for relative in ("__init__.py", "cli.py", "stray.py", "commands/chat.py", "commands/stray.py",
+                     "core/dsn.py", "core/cli.py", "core/mcp/_keeper.py", "core/nowhere/__init__.py"):
+        (package / relative).parent.mkdir(parents=True, exist_ok=True)
+        (package / relative).write_text("", encoding="utf-8")
+    assert sorted(unlisted(package)) == ["commands/stray.py", "core/cli.py", "core/nowhere/__init__.py", "stray.py"]
+
+
+def _house(design: Path = DESIGN) -> tuple[str, str]:
+    """The picture of the house in docs/design.md and the lines of arrows under it."""
+    text = design.read_text(encoding="utf-8")
+    section = text.split("\n## The house: rooms and arrows\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```\n(.*?)```", section, re.S)
+    assert len(blocks) >= 2, "docs/design.md: the house has not its picture and its lines of arrows"
+    return blocks[0], blocks[1]
+
+
+def undrawn_rooms(design: Path = DESIGN) -> list[str]:
+    """The rooms of the table that the picture does not name (a word: ``render/`` or
+    ``local_server`` is no room)."""
+    picture, _ = _house(design)
+    return [name for name in rooms(design) if not _names(picture, name)]
+
+
+def drawn_arrows(design: Path = DESIGN) -> dict[str, set[str]]:
+    """``{room: {rooms}}`` of the lines ``room -> a, b*, c`` under the picture (``*``: only
+    under ``if TYPE_CHECKING:``; ``—``: none)."""
+    _, lines = _house(design)
+    found: dict[str, set[str]] = {}
+    for line in filter(str.strip, lines.splitlines()):
+        room, arrow, targets = line.partition("->")
+        assert arrow, f"docs/design.md: a line of arrows I cannot read: {line!r}"
+        found[room.strip()] = {t.strip() for t in targets.split(",") if t.strip() not in ("", "—", "-")}
+    return found
+
+
+def code_arrows(root: Path = ROOT, house: dict[str, Room] | None = None) -> dict[str, set[str]]:
+    """``{room: {rooms it imports}}`` as the code has them, a room marked ``*`` when every
+    import of it is under ``if TYPE_CHECKING:``."""
+    house = rooms() if house is None else house
+    where = room_of(root, house)
+    kinds: dict[str, dict[str, set[bool]]] = {name: {} for name in house}
+    for module, _line, target, name, type_only in import_edges(root):
+        if not (target == PACKAGE and name == "__version__") and where[module] != where[target]:
+            kinds[where[module]].setdefault(where[target], set()).add(type_only)
+    return {a: {b + "*" * all(k) for b, k in targets.items()} for a, targets in kinds.items()}
+
+
+def _arrow_lines(arrows: dict[str, set[str]], order: list[str]) -> str:
+    width = max(map(len, order))
+    return "\n".join(f"{a:<{width}} -> " + (", ".join(
+        b + "*" * (b + "*" in arrows[a]) for b in order if {b, b + "*"} & arrows[a]) or "—") for a in order)
+
+
+def test_the_picture_shows_every_room_and_its_lines_every_arrow_the_code_has():
+    """The picture of the house names every room of the table, and the lines under it are
+    the code's arrows room by room, no more and no fewer (about a second: the import graph)."""
+    assert undrawn_rooms() == []
+    house = rooms()
+    real = code_arrows(house=house)
+    assert drawn_arrows() == real, ("docs/design.md: the arrows under the picture are not the code's; "
+                                    "the code's are:\n" + _arrow_lines(real, list(house)))
+
+
+def test_the_picture_checks_see_a_missing_room_and_a_wrong_arrow(tmp_path):
+    picture, lines = _house()
+    text = DESIGN.read_text(encoding="utf-8")
+    changed = tmp_path / "design.md"
+    changed.write_text(text.replace(picture, re.sub(r"\bmcp\b", "MCP", picture)), encoding="utf-8")
+    assert undrawn_rooms(changed) == ["mcp"]
+    arrows = drawn_arrows()
+    changed.write_text(text.replace(lines, re.sub(r"(?m)^(runner +->.*), mcp,", r"\1,", lines)), encoding="utf-8")
+    assert drawn_arrows(changed) == {**arrows, "runner": arrows["runner"] - {"mcp"}}
 
 
 #: Issue 29: no module of the package is over this many lines.

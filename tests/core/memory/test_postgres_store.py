@@ -1,7 +1,7 @@
 """The PostgreSQL store on a real server: many processes, leases across hosts, faults.
 
 The store contract and the property tests run on PostgreSQL through the ``postgres`` store
-kind (tests/core/conftest.py); this file holds what only a shared server has: worker
+kind (tests/core/memory/conftest.py); this file holds what only a shared server has: worker
 processes writing at once, owners on other "hosts" (owner identities whose pids the other
 workers cannot see) recovered when their lease runs out, and the server failing under a turn.
 """

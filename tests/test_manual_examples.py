@@ -1,0 +1,269 @@
+"""Every example of the manual that can run is run: its Python blocks and its ``chatflow``
+command lines, for real, in subprocesses against the fake OpenAI-compatible server with an
+isolated home.
+
+A block that cannot run alone carries a marker on the line right before its fence::
+
+    <!-- example: not run: <the reason> -->
+
+A shell block may also say what the reader's store already holds, or what the model does
+(the fake model only answers ``ok: <message>``), in markers right before its fence::
+
+    <!-- example: given: chatflow chat -s work "first" && chatflow chat -s work "second" -->
+    <!-- example: model calls: memory_create {"path": "acme.md", "file_text": "..."} -->
+
+(``given`` runs before the block's lines; ``model calls`` makes the fake model's next reply
+that tool call). A console block marked ``<!-- example: output: as shown -->`` also has the
+output it shows under a command compared with that command's stdout, ages, session ids and
+runs of spaces aside. A shell line that cannot run matches one of :data:`LINE_RULES` (each with its reason).
+Anything else is run, so a new example is run by default. A Python block runs as a script in
+a fresh directory; a page's shell lines run one after another in page order in one fresh
+home (a page's earlier commands make what its later ones use) and each must exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import COMMAND, REPO
+from tests.helpers import manual
+
+BLOCK = re.compile(r"(?P<marks>(?:^<!-- example: [^\n]*? -->\n)*)^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.S | re.M)
+MARK = re.compile(r"^<!-- example: (?P<kind>not run|given|model calls|output): (?P<value>.+?) -->$", re.M)
+SHELL = ("bash", "console", "sh")
+
+#: Shell lines that are not run, whatever page they are on: (pattern, reason).
+LINE_RULES: list[tuple[str, str]] = [
+    (r"^(python3? -m venv|pip install)", "installs packages"),
+    (r"^export ", "the reader's own environment: the test sets the fake server, and CHATFLOW_DB to the "
+                  "tests' PostgreSQL server on a page that exports it"),
+    (r"^\$EDITOR ", "opens an editor"),
+    (r"^chatflow( -s \S+)?( -m \S+)?( +#.*)?$", "the REPL: needs a terminal"),
+    (r"--base-url http://localhost", "needs that local server (Ollama, vLLM, LM Studio)"),
+    (r"^pass show ", "needs the pass password store"),
+    (r"chatflow vault set \S+ \S+ *(#.*)?$", "prompts for the value on a terminal"),
+    (r"chatflow replay .*--follow", "follows the log until interrupted"),
+    (r"--approve call_", "needs a tool call waiting for approval (an MCP server's)"),
+]
+#: Shell lines not run on this machine: (pattern, reason).
+MACHINE_RULES = [] if shutil.which("jq") else [(r"\bjq\b", "jq is not installed here")]
+
+
+@dataclass
+class Block:
+    page: str
+    line: int
+    lang: str
+    body: str
+    marks: list[tuple[str, str]]
+
+    @property
+    def id(self) -> str:
+        return f"{self.page}:{self.line}"
+
+    def marked(self, kind: str) -> list[str]:
+        return [value for k, value in self.marks if k == kind]
+
+    @property
+    def not_run(self) -> str | None:
+        """The marker's reason when the block is marked not to run."""
+        return next(iter(self.marked("not run")), None)
+
+
+def blocks(lang: tuple[str, ...]) -> list[Block]:
+    found = []
+    for page in manual.pages():
+        if page.name == "reference.md":  # generated from --help: a synopsis, not examples
+            continue
+        text = page.read_text(encoding="utf-8")
+        placed = sum(m.group("marks").count("<!--") for m in BLOCK.finditer(text))
+        assert placed == text.count("<!-- example:"), f"{page.name}: a marker not right before a code block"
+        for m in BLOCK.finditer(text):
+            if m.group("lang") in lang:
+                line = text.count("\n", 0, m.start("lang")) + 1
+                marks = [(k.group("kind"), k.group("value")) for k in MARK.finditer(m.group("marks"))]
+                assert len(marks) == m.group("marks").count("<!--"), f"{page.name}:{line}: a marker it cannot read"
+                found.append(Block(page.name, line, m.group("lang"), m.group("body"), marks))
+    return found
+
+
+def shell_lines(block: Block) -> list[str]:
+    """The command lines of a shell block: a console block's ``$ `` lines, every line of a
+    bash block but blank lines and comments."""
+    lines = block.body.splitlines()
+    if block.lang == "console":
+        return [ln[2:] for ln in lines if ln.startswith("$ ")]
+    return [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def shown_output(block: Block) -> dict[str, list[str]]:
+    """A console block's commands and the output lines it shows under each (none: not shown)."""
+    shown: dict[str, list[str]] = {}
+    command = None
+    for line in block.body.splitlines():
+        if line.startswith("$ "):
+            command = line[2:]
+            shown[command] = []
+        elif command is not None:
+            shown[command].append(line)
+    return shown
+
+
+def _plain(lines: list[str]) -> list[str]:
+    """Output lines with what changes from run to run made constant."""
+    lines = [re.sub(r"\b\d{8}-\d{6}-[0-9a-f]{6}\b", "SESSION", ln) for ln in lines]
+    lines = [re.sub(r"\b\d+[smhd] ago\b", "AGE ago", ln) for ln in lines]
+    return [" ".join(ln.split()) for ln in lines if ln.strip()]
+
+
+def rule_for(line: str) -> str | None:
+    return next((reason for pattern, reason in LINE_RULES + MACHINE_RULES if re.search(pattern, line)), None)
+
+
+def _env(tmp_path: Path, fake_server: Any) -> dict[str, str]:
+    """The environment of an example: the test's isolated home, the fake server, a private HOME
+    (an example's ``~``) and ``chatflow`` on PATH running this checkout."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "chatflow"
+    shim.write_text(f'#!/bin/sh\nexec {shlex.join(COMMAND)} "$@"\n')
+    shim.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "OPENAI_BASE_URL": fake_server.url, "OPENAI_API_KEY": "test",
+           "CHATFLOW_MODEL": "fake-model", "GITHUB_TOKEN": "example-token", "NO_COLOR": "1",
+           "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])}
+    env.pop("COLUMNS", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
+    return env
+
+
+# -- Python ------------------------------------------------------------------------------------
+
+PYTHON = blocks(("python", "py"))
+#: the blocks run: each text once (the README's library example is the library page's first)
+PYTHON_RUN = list({b.body: b for b in reversed(PYTHON) if b.not_run is None}.values())[::-1]
+
+
+def test_the_manual_has_python_examples_and_most_of_them_run() -> None:
+    assert len(PYTHON) >= 8, [b.id for b in PYTHON]
+    assert len(PYTHON_RUN) >= 4, [b.id for b in PYTHON_RUN]
+    for block in PYTHON:
+        assert {kind for kind, _ in block.marks} <= {"not run"}, block.id
+    for block in blocks(SHELL):
+        assert not block.marked("output") or block.lang == "console", f"{block.id}: output is a console block's"
+
+
+@pytest.mark.parametrize("block", PYTHON_RUN, ids=[b.id for b in PYTHON_RUN])
+def test_the_python_example_runs(block: Block, tmp_path: Path, fake_server: Any,
+                                 request: pytest.FixtureRequest) -> None:
+    env = _env(tmp_path, fake_server)
+    if "CHATFLOW_DB" in block.body:  # a PostgreSQL example: the tests' server, when there is one
+        env["CHATFLOW_DB"] = request.getfixturevalue("pg_dsn")
+    script = tmp_path / "example.py"
+    script.write_text(block.body, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, f"{block.id}\n{done.stdout}\n{done.stderr}"
+
+
+def test_every_code_block_is_of_a_kind_these_tests_know() -> None:
+    """Python and shell blocks are run (above and below), TOML blocks are loaded
+    (tests/test_readme.py), text and untagged blocks are shown output or drawings and hold no
+    command: a block in another language (``pycon``, ``zsh``...) fails until the tests know it."""
+    for block in blocks(("",)) + blocks(("text", "json")):
+        assert not re.search(r"^(\$ )?chatflow ", block.body, re.M), f"{block.id}: a command in a {block.lang!r} block"
+    langs = {m.group("lang") for page in manual.pages() for m in BLOCK.finditer(page.read_text(encoding="utf-8"))}
+    assert langs <= {"", "python", "py", "toml", "text", "json", *SHELL}, langs
+
+
+# -- shell -------------------------------------------------------------------------------------
+
+SHELL_BLOCKS = blocks(SHELL)
+SHELL_PAGES = sorted({b.page for b in SHELL_BLOCKS if b.not_run is None
+                      and any(rule_for(ln) is None for ln in shell_lines(b))})
+
+
+def test_every_shell_line_is_run_or_says_why_not() -> None:
+    """A ``chatflow`` line in a block without a marker is run unless a rule names it; a rule
+    that no longer matches any line goes."""
+    run = [ln for b in SHELL_BLOCKS if b.not_run is None for ln in shell_lines(b) if rule_for(ln) is None]
+    assert sum("chatflow " in ln for ln in run) >= 40, run
+    used = {pattern for b in SHELL_BLOCKS for ln in shell_lines(b)
+            for pattern, _ in LINE_RULES if re.search(pattern, ln)}
+    assert used == {pattern for pattern, _ in LINE_RULES}, "rules matching no line of the manual"
+
+
+def _claude_code_line(uuid: str, parent: str | None, role: str, content: Any) -> str:
+    return json.dumps({"parentUuid": parent, "isSidechain": False, "type": role, "uuid": uuid,
+                       "sessionId": CLAUDE_SESSION, "timestamp": "2026-11-30T10:00:00.000Z",
+                       "message": {"role": role, "content": content}})
+
+
+CLAUDE_SESSION = "4f35e220-c435-4cf7-b9b9-f40426042847"
+
+
+def _props(cwd: Path, home: Path) -> None:
+    """The files a page's commands name as the reader's own: an image, a key file, a git
+    checkout with a change, llm's log database and a Claude Code session file."""
+    from PIL import Image
+
+    for name in ("screenshot.png", "shot.png"):
+        Image.new("RGB", (8, 8), "white").save(cwd / name)
+    (cwd / "deploy_key.pem").write_text("-----BEGIN KEY-----\nexample\n-----END KEY-----\n")
+    (cwd / "notes.txt").write_text("one\n")
+    subprocess.run(["git", "init", "-q"], cwd=cwd, check=True)
+    subprocess.run(["git", "add", "notes.txt"], cwd=cwd, check=True)
+    (cwd / "notes.txt").write_text("one\ntwo\n")
+    llm = home / ".config" / "io.datasette.llm"
+    llm.mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "core" / "interop" / "data" / "llm-0.27-logs.db", llm / "logs.db")
+    claude = home / ".claude" / "projects" / "-home-ana-shop"
+    claude.mkdir(parents=True)
+    (claude / f"{CLAUDE_SESSION}.jsonl").write_text(
+        _claude_code_line("u1", None, "user", "Why does the build fail?") + "\n"
+        + _claude_code_line("a1", "u1", "assistant", [{"type": "text", "text": "A header is missing."}]) + "\n")
+
+
+@pytest.mark.parametrize("page", SHELL_PAGES)
+def test_the_pages_shell_examples_run_in_order(page: str, tmp_path: Path, fake_server: Any,
+                                               request: pytest.FixtureRequest) -> None:
+    env = _env(tmp_path, fake_server)
+    if any(ln.startswith("export CHATFLOW_DB=") for b in SHELL_BLOCKS if b.page == page for ln in shell_lines(b)):
+        env["CHATFLOW_DB"] = request.getfixturevalue("pg_dsn")  # the page's fleet: a real PostgreSQL server
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    _props(cwd, Path(env["HOME"]))
+    failed = []
+    for block in SHELL_BLOCKS:
+        if block.page != page or block.not_run is not None:
+            continue
+        for given in block.marked("given"):
+            done = subprocess.run(["bash", "-o", "pipefail", "-c", given], cwd=cwd, env=env, capture_output=True,
+                                  text=True, timeout=120, stdin=subprocess.DEVNULL)
+            assert done.returncode == 0, f"{block.id}: given {given}\n{done.stderr}"
+        for call in block.marked("model calls"):
+            tool, arguments = call.split(" ", 1)
+            fake_server.add_tool_calls([(f"call_{tool}", tool, arguments)])
+        shown = shown_output(block) if block.marked("output") else {}
+        for line in shell_lines(block):
+            if rule_for(line) is not None:
+                continue
+            done = subprocess.run(["bash", "-o", "pipefail", "-c", line], cwd=cwd, env=env, capture_output=True,
+                                  text=True, timeout=60, stdin=subprocess.DEVNULL)
+            if done.returncode != 0:
+                failed.append(f"{block.id}: {line}\n  exit {done.returncode}: {done.stderr.strip()[-600:]}")
+            elif shown.get(line) and _plain(shown[line]) != _plain(done.stdout.splitlines()):
+                failed.append(f"{block.id}: {line}\n  printed {done.stdout!r}, the page shows {shown[line]!r}")
+    assert not failed, "\n".join(failed)
