@@ -183,14 +183,14 @@ Shaper = Callable[[Any, Any], None]
 class LazyCommands(MutableMapping[str, Any]):
     """A group's subcommands by name, in typer's order, each built by its maker the first
     time it is looked up (``group.commands[name]``, ``.get(name)``), then given to
-    ``shape(command, group)``. Names, ``in`` and ``len`` build nothing: a run builds the
+    ``shaper(command, group)``. Names, ``in`` and ``len`` build nothing: a run builds the
     commands it invokes (a group's help builds the group's commands, to list them)."""
 
-    def __init__(self, makers: dict[str, Callable[[], Any]], shape: Shaper,
+    def __init__(self, makers: dict[str, Callable[[], Any]], shaper: Shaper,
                  read: dict[Callable[..., Any], Any]) -> None:
         self._makers = makers
         self._built: dict[str, Any] = {}
-        self._shape = shape
+        self._shaper = shaper
         self._read = read  # the parameters typer read, shared by the whole tree
         self.group: Any = None  # the group these are the commands of (set by lazy_group)
 
@@ -199,7 +199,7 @@ class LazyCommands(MutableMapping[str, Any]):
             maker = self._makers[name]  # KeyError: no such command
             with signatures_read_once(self._read):
                 command = maker()
-            self._shape(command, self.group)
+            self._shaper(command, self.group)
             self._built[name] = command
         return self._built[name]
 
@@ -221,10 +221,10 @@ class LazyCommands(MutableMapping[str, Any]):
         return len(self._makers)
 
 
-def lazy_group(typer_app: Any, shape: Shaper) -> Any:
+def lazy_group(typer_app: Any, shaper: Shaper) -> Any:
     """The click group ``typer.main.get_command(typer_app)`` builds, with the same
     commands, options and help, but each subcommand (and each subgroup's) built and given
-    to ``shape`` only when it is first looked up (:class:`LazyCommands`): typer reads every
+    to ``shaper`` only when it is first looked up (:class:`LazyCommands`): typer reads every
     command function's parameters to build it, about 10 ms for chatflow's whole tree on
     every run, of which a run needs its own command's. The root itself is not shaped here.
 
@@ -240,10 +240,10 @@ def lazy_group(typer_app: Any, shape: Shaper) -> Any:
                "rich_markup_mode": typer_app.rich_markup_mode}
     read: dict[Callable[..., Any], Any] = {}
     with signatures_read_once(read):
-        return _lazy_group(typer.models.TyperInfo(typer_app), options, typer_app.suggest_commands, shape, read)
+        return _lazy_group(typer.models.TyperInfo(typer_app), options, typer_app.suggest_commands, shaper, read)
 
 
-def _lazy_group(info: Any, options: dict[str, Any], suggest: bool, shape: Shaper,
+def _lazy_group(info: Any, options: dict[str, Any], suggest: bool, shaper: Shaper,
                 read: dict[Callable[..., Any], Any]) -> Any:
     """typer's ``get_group_from_info`` for ``info`` with no subcommand, then the
     subcommands as :class:`LazyCommands`, named and ordered as typer names and orders them."""
@@ -261,14 +261,14 @@ def _lazy_group(info: Any, options: dict[str, Any], suggest: bool, shape: Shaper
         name = typer.main.solve_typer_info_defaults(group_info).name
         if not name:
             raise TypeError("lazy_group: a subgroup without a name is not supported")
-        makers[name] = functools.partial(_lazy_group, group_info, options, suggest, shape, read)
+        makers[name] = functools.partial(_lazy_group, group_info, options, suggest, shaper, read)
     alone = copy.copy(app)  # the group's own options and help, without its commands
     alone.registered_commands = []
     alone.registered_groups = []
     bare = copy.copy(info)
     bare.typer_instance = alone
     group = typer.main.get_group_from_info(bare, suggest_commands=suggest, **options)
-    commands = LazyCommands(makers, shape, read)
+    commands = LazyCommands(makers, shaper, read)
     commands.group = group
     group.commands = commands
     return group

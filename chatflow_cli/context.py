@@ -189,11 +189,11 @@ class State:
             ConfigError: The config file is malformed or invalid.
         """
         from .config import database_location
-        from .core.dsn import dsn_password, is_postgres_url, normalise_url, raw_url_password, url_problem
+        from .core.dsn import dsn_password, is_postgres_url, normalize_url, raw_url_password, url_problem
 
         location = database_location(self.db, self.config)
         if is_postgres_url(location):
-            location = normalise_url(location)
+            location = normalize_url(location)
             remember_secret(os.environ.get("PGPASSWORD"))
             remember_secret(raw_url_password(location))  # as written, even when malformed
             problem = url_problem(location)  # a malformed URL is bad input (exit 2), said without the URL

@@ -72,7 +72,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, cast
 
-from .core.local._state import Flock, file_id, read_state, write_private
+from .core.local.state import Flock, file_id, read_state, write_private
 
 TOKEN_ENV = "CHATFLOW_LOCAL_TOKEN"
 HEALTH_PATH = "/chatflow/health"

@@ -17,7 +17,7 @@ model and base URL stored with it unless ``--model``/``--base-url`` are given, w
 it (announced). ``--system`` and ``--max-turns`` set up a new session; on an existing one
 they are not applied and a notice says so.
 
-Replies that did not finish (the verdict of :mod:`chatflow_cli.core._stream`): cut by the
+Replies that did not finish (the verdict of :mod:`chatflow_cli.core.stream`): cut by the
 token limit or a content filter, the turn is stored, marked with its ``finish_reason``, and
 the exit code is 10 (:attr:`ExitStatus.INCOMPLETE`); a reply of reasoning only (or empty)
 gets a note and exits 0. A stream that broke off is a

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._inert import one_line
+from .inert import one_line
 from .errors import AttachmentError, ChatflowError
 
 __all__ = [
@@ -501,7 +501,7 @@ def attachment_tokens(attachment: Attachment, estimate_text: Any) -> int:
 
 def attachment_line(attachment: Attachment) -> str:
     """One line for people: ``name (image/png, 1.2 MB, 800x600)``; the name inert and on one
-    line (:func:`~chatflow_cli.core._inert.one_line`), whatever it holds."""
+    line (:func:`~chatflow_cli.core.inert.one_line`), whatever it holds."""
     size = attachment.size
     shown = f"{size} B" if size < 1000 else f"{size / 1000:.1f} kB" if size < 1_000_000 else _mb(size)
     dims = f", {attachment.width}x{attachment.height}" if attachment.width and attachment.height else ""

@@ -250,7 +250,7 @@ def compact_session(
         if cancel is not None and cancel.is_set():
             raise _interrupted(session_id)
         text = (reply.content or "").strip()
-        from ._stream import ReplyState, cut_phrase, judge
+        from .stream import ReplyState, cut_phrase, judge
         from .errors import ProviderResponseError, SummaryTooLongError
 
         if not text:
@@ -292,7 +292,7 @@ def _ask(client: Any, model: str, wire: list[dict[str, Any]], cancel: Any, **kwa
         return client.complete(model, wire, **kwargs)
     import threading
 
-    from ._stream import ModelTurn
+    from .stream import ModelTurn
 
     stream = client.stream(model, wire, cancel=cancel, **kwargs)
     done = threading.Event()

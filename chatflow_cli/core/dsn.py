@@ -18,7 +18,7 @@ __all__ = [
     "dsn_password",
     "dsn_without_password",
     "is_postgres_url",
-    "normalise_url",
+    "normalize_url",
     "raw_url_password",
     "redact_dsn",
     "url_problem",
@@ -93,7 +93,7 @@ def dsn_without_password(dsn: str) -> str:
     return re.sub(r"(?i)\s*\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", "", text).strip()
 
 
-def normalise_url(dsn: str) -> str:
+def normalize_url(dsn: str) -> str:
     """``dsn`` with its scheme in lower case (``POSTGRESQL://`` -> ``postgresql://``), which
     libpq requires; anything that is not a PostgreSQL URL is returned unchanged."""
     if not is_postgres_url(dsn):

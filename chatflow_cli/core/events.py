@@ -27,7 +27,7 @@ type                       payload
                            (+ ``agent_version``: the answering agent's version, when known)
                            (+ ``model``, ``base_url``: what answered the turn, never a key; logs
                            written before they were recorded lack them: unknown)
-                           (``usage``: :func:`~chatflow_cli.core._stream.normalise_usage`'s shape; null: not reported)
+                           (``usage``: :func:`~chatflow_cli.core.stream.normalize_usage`'s shape; null: not reported)
                            (``finish_reason`` ``"length"``/``"content_filter"``: the reply was cut)
 ``turn.failed``            ``{"turn": int, "error": str, "error_type": str}`` the turn left the window
                            (+ ``active_agent``, ``reverted_from_agent`` when a handoff was undone)

@@ -416,7 +416,8 @@ def stored_message(text: str | dict[str, Any]) -> Message:
         attached = text.get("attachments") if isinstance(text, dict) else None
         if not attached:
             return Message.from_dict(text)
-        return _StoredMessage.of(Message.from_dict({k: v for k, v in text.items() if k != "attachments"}), attached)
+        bare = {k: v for k, v in text.items() if k != "attachments"}
+        return _LazyAttachmentsMessage.of(Message.from_dict(bare), attached)
     if text.endswith("]}"):  # else it has no attachments: they would end it
         cut = text.rfind(_ATTACHMENTS_KEY)
         if cut > 0:
@@ -425,7 +426,7 @@ def stored_message(text: str | dict[str, Any]) -> Message:
             except ValueError:
                 data = None
             if type(data) is dict:
-                return _StoredMessage.of(Message.from_dict(data), text[cut + len(_ATTACHMENTS_KEY) - 1:-1])
+                return _LazyAttachmentsMessage.of(Message.from_dict(data), text[cut + len(_ATTACHMENTS_KEY) - 1:-1])
         return stored_message(json.loads(text))
     return Message.from_dict(json.loads(text))
 
@@ -433,7 +434,7 @@ def stored_message(text: str | dict[str, Any]) -> Message:
 _slot_attachments: Any = Message.__dict__["attachments"]  # the slot's descriptor
 
 
-class _StoredMessage(Message):
+class _LazyAttachmentsMessage(Message):
     """A :class:`Message` a store loaded whose attachments nobody read yet: its attachments
     slot holds their JSON as read (the text of the array, or the list). The first read of
     :attr:`attachments` makes them :class:`Attachment` values and the message a plain
@@ -446,7 +447,7 @@ class _StoredMessage(Message):
     def of(message: Message, raw: Any) -> Message:
         """``message`` (made without attachments) holding ``raw``, its attachments' JSON."""
         _slot_attachments.__set__(message, raw)
-        object.__setattr__(message, "__class__", _StoredMessage)
+        object.__setattr__(message, "__class__", _LazyAttachmentsMessage)
         return message
 
     @property

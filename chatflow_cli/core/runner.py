@@ -150,7 +150,9 @@ class Runner(TurnLoop, ContextWindow):
         starting_agent: the agent of a new session; every agent reachable through handoffs
             is known to the Runner (names unique: ``AgentDefinitionError`` otherwise) and the
             Runner registers the store's agent resolver with them.
-        session_store: a :class:`~chatflow_cli.core.memory.BaseSessionStore`.
+        session_store: what the Runner needs of a store, a
+            :class:`~chatflow_cli.core.memory.TurnStore`; every store of
+            :mod:`chatflow_cli.core.memory` (in memory, SQLite, PostgreSQL) is one.
         model_client: a :class:`~chatflow_cli.core.model.ModelClient`, or a callable making
             one; ``None`` makes ``ModelClient()`` on first use, which reads
             ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` like the ``openai`` package does.

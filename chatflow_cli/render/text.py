@@ -17,7 +17,7 @@ import re
 import time
 from typing import Any
 
-from ..core._inert import BIDI_CONTROLS, LINE_SEPARATORS, LINE_TABLE as _LINE_TABLE, TEXT_TABLE as _TEXT_TABLE
+from ..core.inert import BIDI_CONTROLS, LINE_SEPARATORS, LINE_TABLE as _LINE_TABLE, TEXT_TABLE as _TEXT_TABLE
 
 __all__ = ["BIDI_CONTROLS", "FOLD_CHARS", "FOLD_LINES", "LINE_SEPARATORS", "TextSanitizer", "dumps", "fold", "format_age", "plural", "pretty_json_text", "safe_text"]
 

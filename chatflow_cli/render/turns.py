@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import IO, TYPE_CHECKING, Any, Container, Mapping
 
-from ..core._stream import cut_phrase
+from ..core.stream import cut_phrase
 from .lines import Lines
 from .markdown import Trimmed, has_markdown, markdown_lines, markdown_renderable
 from .shapes import _role, turn_handoffs

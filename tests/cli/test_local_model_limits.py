@@ -42,7 +42,7 @@ def completed_turns(home: Path) -> dict[str, int]:
 
 def warm_health(home: Path) -> dict | None:
     """The warm server's ``/chatflow/health`` answer (``None`` before it is up)."""
-    from chatflow_cli.core.local._state import health, read_state, state_files
+    from chatflow_cli.core.local.state import health, read_state, state_files
 
     for path in state_files(home):
         state = read_state(path)

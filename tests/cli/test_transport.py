@@ -147,7 +147,7 @@ def _run_both(chatflow: Callable[..., Any], provider: FakeServer, stage: Callabl
     return results
 
 
-def _normalised(text: str) -> str:
+def _normalized(text: str) -> str:
     """Error text with what legitimately differs between two runs removed: the session id."""
     return re.sub(r"s-(openai|http)", "s-X", text)
 
@@ -168,7 +168,7 @@ def test_both_paths_map_every_outcome_alike(chatflow: Callable[..., Any], provid
     (slow, slow_turns), (fast, fast_turns) = results["openai"], results["http"]
     assert slow.returncode == expected, slow
     assert fast.returncode == expected, fast
-    assert _normalised(fast.stderr) == _normalised(slow.stderr)
+    assert _normalized(fast.stderr) == _normalized(slow.stderr)
     assert fast.stdout == slow.stdout
     assert SECRET not in fast.stdout + fast.stderr
     assert _turn_shapes(fast_turns) == _turn_shapes(slow_turns)
@@ -183,7 +183,7 @@ def test_both_paths_map_a_refused_connection_alike(chatflow: Callable[..., Any],
     results = _run_both(chatflow, provider, lambda s: None, base_url=f"http://127.0.0.1:{free_port()}/v1")
     (slow, _), (fast, _) = results["openai"], results["http"]
     assert slow.returncode == fast.returncode == ExitStatus.NETWORK
-    assert _normalised(fast.stderr) == _normalised(slow.stderr)
+    assert _normalized(fast.stderr) == _normalized(slow.stderr)
     assert "cannot connect to http://127.0.0.1:" in fast.stderr and "after 3 attempts" in fast.stderr
 
 

@@ -1,4 +1,4 @@
-"""The stream accumulator and its verdict (chatflow_cli.core._stream): whether a reply finished.
+"""The stream accumulator and its verdict (chatflow_cli.core.stream): whether a reply finished.
 
 Examples first (each server pattern and each verdict), then hypothesis properties that feed
 the accumulator the chunk orders and tool-call index/id patterns real servers send:
@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatflow_cli.core._stream import (
+from chatflow_cli.core.stream import (
     ModelTurn,
     ReasoningDelta,
     ReplyState,

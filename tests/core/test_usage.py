@@ -1,4 +1,4 @@
-"""One usage shape (``chatflow_cli.core._stream.normalise_usage``) and the tokens a reply costs
+"""One usage shape (``chatflow_cli.core.stream.normalize_usage``) and the tokens a reply costs
 in the next request's context (``chatflow_cli.core.tokens.reply_tokens``)."""
 
 from __future__ import annotations
@@ -8,34 +8,34 @@ from chatflow_cli.core.agents import Agent
 from chatflow_cli.core.messages import Message
 from chatflow_cli.core.model import Usage
 from chatflow_cli.core.tokens import MESSAGE_OVERHEAD, reply_tokens
-from chatflow_cli.core._stream import normalise_usage
+from chatflow_cli.core.stream import normalize_usage
 
 
 def test_every_known_shape_becomes_the_one_shape() -> None:
-    assert normalise_usage({"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}) == \
+    assert normalize_usage({"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}) == \
         {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}
     # llm's columns and Anthropic's usage (cache reads and writes are input too)
-    assert normalise_usage({"input_tokens": 12, "output_tokens": 3}) == \
+    assert normalize_usage({"input_tokens": 12, "output_tokens": 3}) == \
         {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
-    assert normalise_usage({"input_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 7,
+    assert normalize_usage({"input_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 7,
                             "output_tokens": 9}) == {"prompt_tokens": 112, "completion_tokens": 9, "total_tokens": 121,
                                                      "cache_read_input_tokens": 100, "cache_creation_input_tokens": 7}
     # anything else given is kept as it is (nothing is lost)
-    assert normalise_usage({"input_tokens": 1, "output_tokens": 2, "cost": 0.25}) == \
+    assert normalize_usage({"input_tokens": 1, "output_tokens": 2, "cost": 0.25}) == \
         {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3, "cost": 0.25}
-    assert normalise_usage({"cost": 0.25}) == {"cost": 0.25}
+    assert normalize_usage({"cost": 0.25}) == {"cost": 0.25}
     # a provider's reasoning count among the completion tokens is kept
-    assert normalise_usage({"prompt_tokens": 1, "completion_tokens": 3004, "total_tokens": 3005,
+    assert normalize_usage({"prompt_tokens": 1, "completion_tokens": 3004, "total_tokens": 3005,
                             "completion_tokens_details": {"reasoning_tokens": 3000}})["reasoning_tokens"] == 3000
     # a count the source does not give is left out: no total made up from half of it
-    assert normalise_usage({"input_tokens": 12, "output_tokens": None}) == {"prompt_tokens": 12}
+    assert normalize_usage({"input_tokens": 12, "output_tokens": None}) == {"prompt_tokens": 12}
 
 
 def test_unknown_is_none_never_a_false_zero() -> None:
     for data in (None, {}, {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
                  {"input_tokens": None, "output_tokens": None}, {"prompt_tokens": "many"}, {"prompt_tokens": -1},
                  {"prompt_tokens": 1.5}, {"prompt_tokens": True}, "12 tokens"):
-        assert normalise_usage(data) is None, data
+        assert normalize_usage(data) is None, data
 
 
 def test_complete_turn_stores_the_one_shape_or_null() -> None:

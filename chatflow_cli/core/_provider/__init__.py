@@ -10,5 +10,5 @@ One room per concern; :mod:`chatflow_cli.core.model` is the only public face:
 * :mod:`.errors` -- every failure of either transport mapped to one chatflow error, with
   the API key kept out of its message; how a connection broke mid-reply.
 
-The reply's folding and verdict are in :mod:`chatflow_cli.core._stream`.
+The reply's folding and verdict are in :mod:`chatflow_cli.core.stream`.
 """

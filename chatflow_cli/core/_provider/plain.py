@@ -1,7 +1,7 @@
 """A server that ignored ``"stream": true`` and answered with one JSON completion.
 
 Its body is read as one streamed chunk, so the same
-:class:`~chatflow_cli.core._stream.StreamAccumulator` folds it; any other body (an HTML
+:class:`~chatflow_cli.core.stream.StreamAccumulator` folds it; any other body (an HTML
 page, plain text, JSON that is not a completion) is a :class:`ProviderResponseError`.
 """
 

@@ -17,7 +17,9 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
+
+from ..typevars import T
 
 if TYPE_CHECKING:  # pragma: no cover
     import asyncio
@@ -39,8 +41,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("chatflow_cli.core.runner")
-
-T = TypeVar("T")
 
 
 class Cancelled(Exception):

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._stream import Usage, cut_phrase
+from ..stream import Usage, cut_phrase
 from ..agents import Agent
 from ..errors import ExitStatus, RateLimitedError, RunInterrupted, SessionBusyError
 from ..events import Event, EventType, SessionStatus
@@ -147,7 +147,7 @@ class TurnState:
     data_urls: bool = False
 
     def known_usage(self) -> dict[str, int] | None:
-        """The turn's usage as stored (:func:`~chatflow_cli.core._stream.normalise_usage`'s shape), or None when
+        """The turn's usage as stored (:func:`~chatflow_cli.core.stream.normalize_usage`'s shape), or None when
         a request of the turn reported none: unknown, never a false 0 or a partial sum."""
         if not self.usage_reported or self.usage_missing:
             return None

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .._stream import ModelTurn, ReplyState, TextDelta, Usage, normalise_usage
+from ..stream import ModelTurn, ReplyState, TextDelta, Usage, normalize_usage
 from ..agents import Agent
 from ..errors import (
     BadRequestError,
@@ -94,8 +94,8 @@ class TurnLoop(RunnerHost):
                 agent=str(replay.get("agent") or _name(session.active_agent)),
                 session_id=session_id,
                 turn=turn,
-                usage=Usage.from_dict(normalise_usage(replay.get("usage"))) or Usage(),
-                usage_reported=normalise_usage(replay.get("usage")) is not None,
+                usage=Usage.from_dict(normalize_usage(replay.get("usage"))) or Usage(),
+                usage_reported=normalize_usage(replay.get("usage")) is not None,
                 status=session.status,
                 events=written,
                 replayed=True,

@@ -68,7 +68,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from .._stream import TRUNCATING_FINISH_REASONS, normalize_finish_reason
+from ..stream import TRUNCATING_FINISH_REASONS, normalize_finish_reason
 from ..errors import ImportFormatError
 from ..messages import Message, ToolCall
 from .records import ImportedSession, ImportedTurn, count_skipped, parse_time, strict_loads

@@ -14,7 +14,7 @@ from ..errors import NonFiniteNumberError
 from ..events import Event
 from ..memory.binding import AGENT_TRAIL_EVENTS, AgentTrail
 from ..messages import Message, Role
-from .._stream import normalise_usage
+from ..stream import normalize_usage
 from .chatflow_format import export_chatflow
 from .markdown import export_markdown
 from .openai_chat import export_openai
@@ -114,7 +114,7 @@ def _turn_info(events: list[Event]) -> dict[int, dict[str, Any]]:
         if event.type == "message.user":
             info[turn] = {"created_at": event.created_at}
         elif event.type == "turn.completed" and turn in info:
-            info[turn]["usage"] = normalise_usage(event.payload.get("usage"))  # any stored shape; None: unknown
+            info[turn]["usage"] = normalize_usage(event.payload.get("usage"))  # any stored shape; None: unknown
             for key in ("finish_reason", "model", "base_url"):  # the turn's own model and endpoint
                 if event.payload.get(key):
                     info[turn][key] = event.payload[key]

@@ -72,8 +72,7 @@ from typing import Any
 
 from ..attachments import Attachment, file_name
 from ..errors import ChatflowError, ImportFormatError, InvalidHistoryError, UsageError
-from ..memory import EditStore, SessionContext
-from ..memory._checks import _agent_name
+from ..memory import EditStore, SessionContext, agent_name_of
 from ..messages import Message, Role
 from ..resources.mounts import Mount
 from .records import ImportedSession, content_digest, iso_time
@@ -277,7 +276,7 @@ def _labelled(msg: Message, ctx: SessionContext) -> Message:
     """A MODEL message the source gives no agent: labelled with the session's active agent,
     as the Runner labels the replies it stores (``sessions show`` names who answered)."""
     if msg.role is Role.MODEL and msg.agent is None:
-        return replace(msg, agent=_agent_name(ctx.active_agent) or None)
+        return replace(msg, agent=agent_name_of(ctx.active_agent) or None)
     return msg
 
 

@@ -58,7 +58,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .._stream import TRUNCATING_FINISH_REASONS, normalize_finish_reason
+from ..stream import TRUNCATING_FINISH_REASONS, normalize_finish_reason
 from ..attachments import MAX_IMAGE_BYTES, Attachment, attachment_from_bytes
 from ..errors import AttachmentError, ImportFormatError
 from ..messages import Message, Role, ToolCall

@@ -30,11 +30,11 @@ from dataclasses import replace
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .._inert import one_line
+from ..inert import one_line
 from ..attachments import FILES_FOLDER, attachment_line, file_name
 from ..errors import ImportFormatError
 from ..messages import Message, Role, ToolCall
-from .._stream import normalise_usage
+from ..stream import normalize_usage
 from .records import ImportedSession, ImportedTurn, content_digest, parse_time, strict_dumps, strict_loads
 
 __all__ = ["MD_MARK", "export_markdown", "read_markdown"]
@@ -68,7 +68,7 @@ def _summary_usage(turn: Mapping[str, Any]) -> str:
     bits = []
     if turn.get("model"):
         bits.append(f"`{turn['model']}`")
-    usage = normalise_usage(turn.get("usage")) or {}  # any stored shape; unknown shows nothing, never a 0
+    usage = normalize_usage(turn.get("usage")) or {}  # any stored shape; unknown shows nothing, never a 0
     tokens_in = usage.get("prompt_tokens")
     tokens_out = usage.get("completion_tokens")
     if tokens_in is not None or tokens_out is not None:

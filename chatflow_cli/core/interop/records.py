@@ -47,7 +47,7 @@ class ImportedTurn:
 
     ``messages``: the USER message first, then MODEL and TOOL messages in order (every tool
     call answered). ``key``: the turn's stable name in the source. ``usage``: token counts
-    in any shape :func:`~chatflow_cli.core._stream.normalise_usage` reads (stored in its one
+    in any shape :func:`~chatflow_cli.core.stream.normalize_usage` reads (stored in its one
     shape) when the source has them; ``model``/``base_url``: the model that answered and
     the API root it was asked at, when known (recorded on the turn); ``created_at``: UTC epoch seconds, when known. ``outcome``:
     ``"completed"``, ``"interrupted"`` (the source says the reply was cut off) or

@@ -193,7 +193,7 @@ class LocalModelClient:
     def crash_of(self, turn: Any) -> ChatflowError | None:
         """The crash of the server when ``turn`` (a streamed reply) broke off because it
         died; ``None`` for a reply that finished, was cancelled, or broke off otherwise."""
-        from .._stream import ReplyState
+        from ..stream import ReplyState
 
         if turn.verdict.state is not ReplyState.BROKEN:
             return None

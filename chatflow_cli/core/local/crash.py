@@ -9,7 +9,7 @@ import signal
 import sysconfig
 from pathlib import Path
 
-from .._local_probe import GGUF_DISTRIBUTION, REINSTALL_MODEL, installed_file_damage, local_model_path
+from ..local_probe import GGUF_DISTRIBUTION, REINSTALL_MODEL, installed_file_damage, local_model_path
 from ..errors import LocalModelError
 
 __all__ = ["AGAIN", "LocalServerCrashedError", "crash_error", "describe_exit", "empty_reply_error", "model_file_damage", "reinstall_advice",
@@ -126,7 +126,7 @@ def crash_error(returncode: int | None, tail: str, *, phase: str, log_path: str 
     ``model``: the model file the server ran with. The file is checked first, before any
     other cause is named (a damaged file is the one cause that sending the message again or
     rebuilding llama-cpp-python cannot cure): when it is not what its package installed
-    (:func:`~chatflow_cli.core._local_probe.installed_file_damage`: its size, and its SHA-256
+    (:func:`~chatflow_cli.core.local_probe.installed_file_damage`: its size, and its SHA-256
     when the sizes agree -- only here, after a crash, never on every start), the line says it
     is damaged and how to reinstall it; while starting, when llama.cpp said it could not load
     it, the line quotes llama.cpp and says to replace or reinstall it.

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence, TypedDict
 
-from .._local_probe import GGUF_FILE, GGUF_PACKAGE, local_available, local_model_path
+from ..local_probe import GGUF_FILE, GGUF_PACKAGE, local_available, local_model_path
 from ..errors import LocalModelError, UsageError
 
 __all__ = [

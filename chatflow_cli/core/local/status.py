@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ._process import pid_alive, terminate
-from ._state import Flock, is_healthy, is_server, read_state, server_pid, state_files
+from .state import Flock, is_healthy, is_server, read_state, server_pid, state_files
 
 __all__ = ["WarmServerInfo", "local_servers", "stop_local_servers"]
 

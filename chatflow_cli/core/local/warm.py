@@ -1,6 +1,6 @@
 """A warm local model server shared by chatflow processes (see :mod:`chatflow_cli.core.local`).
 
-Its files and health check are in :mod:`._state`; starting it is serialised by their lock.
+Its files and health check are in :mod:`.state`; starting it is serialised by their lock.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Unpack
 
 from ..errors import LocalModelError
 from ._process import PortInUse, file_tail, first_model, free_port, get_json, pid_alive, reap_when_done
-from ._state import (
+from .state import (
     Flock,
     chatflow_version,
     exit_record,

@@ -18,11 +18,11 @@ import concurrent.futures
 import threading
 import weakref
 from collections.abc import Coroutine, Iterable
-from typing import Any, TypeVar
+from typing import Any
+
+from ..typevars import T
 
 __all__ = ["arun", "loop", "register", "run", "stop_all", "submit"]
-
-T = TypeVar("T")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None

@@ -33,7 +33,7 @@ module                    holds
 ``postgres``              :class:`PostgresSessionStore`, for many workers on many hosts
                           (its own schema and migrations; needs the ``postgres`` extra)
 ``search``                the search query syntax and :class:`SearchHit`
-``_checks``               validation shared by all of the above
+``_checks``               argument checks and small helpers shared by all of the above
 ``_process_fork``         stores in a process that forks (inherited connections, the
                           shared thread pools)
 ========================  =================================================================
@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SessionDeletedError
 from ..events import RESERVED_EVENT_PREFIXES, RESERVED_EVENT_TYPES
-from ._checks import DEFAULT_MAX_TURNS, MAX_TURNS_LIMIT, storable_text
+from ._checks import DEFAULT_MAX_TURNS, MAX_TURNS_LIMIT, agent_name_of, storable_text
 from .base import (
     DEFAULT_DEDUP_TTL_HOURS,
     DUPLICATE_WAIT_S,
@@ -118,6 +118,7 @@ __all__ = [
     "TurnRecord",
     "TurnStart",
     "TurnStore",
+    "agent_name_of",
     "parse_query",
     "rollback_target",
     "storable_text",

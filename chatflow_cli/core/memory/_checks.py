@@ -1,4 +1,12 @@
-"""Validation shared by the session context and every store.
+"""Helpers shared by the session context and every store: argument checks, and the small
+conversions they all use.
+
+* argument checks: each ``_check_*`` function (and :func:`storable_text`, :data:`TITLE_CHARS`,
+  :data:`DEFAULT_MAX_TURNS`, :data:`MAX_TURNS_LIMIT`) -- see below;
+* :func:`agent_name_of` (the name an agent is stored under), :func:`_fallback_agent` (an
+  agent for a stored name no resolver knows), :func:`_plain_usage` (a usage value as a
+  dict), :func:`_sha256` (the digest of a value as canonical JSON: idempotency keys);
+* :func:`metadata_matches`: a listing's ``--metadata KEY=VALUE`` filter.
 
 Each ``_check_*`` function returns its argument (or a JSON copy of it) when valid and raises
 the same error in every store otherwise: ``TypeError`` for a value of the wrong type,
@@ -164,7 +172,9 @@ def _check_metadata(value: Any, name: str = "metadata") -> dict[str, Any]:
     return data
 
 
-def _agent_name(agent: Any) -> str:
+def agent_name_of(agent: Any) -> str:
+    """The name an agent is stored under: ``""`` for None, a str as given, else its ``name``
+    attribute (or ``str(agent)`` when it has none)."""
     if agent is None:
         return ""
     if isinstance(agent, str):

@@ -27,23 +27,23 @@ from ..errors import (
 from ..events import Event, EventType, SessionStatus
 from ..messages import Message, Role
 from ..resources.mounts import RESOURCE_MOUNTED, RESOURCE_UNMOUNTED, Mount, fold_mounts
+from ..typevars import T
 from ._checks import (
     DEFAULT_MAX_TURNS,
     TITLE_CHARS,
-    _agent_name,
     _check_idempotency_key,
     _check_max_turns,
     _check_metadata,
     _check_session_id,
     _check_text,
     _fallback_agent,
+    agent_name_of,
 )
 from ._port import (
     DEFAULT_DEDUP_TTL_HOURS,
     _PREVIEW_CHARS,
-    _T,
+    _MessageRow,
     _SessionRow,
-    _StoredMessage,
     TurnOwnerDied,
     _compacting,
     _Tx,
@@ -125,7 +125,7 @@ class _KeptContexts:
             and ctx.turn_count == row.turn_count
             and ctx.status is row.status
             and ctx.max_turns == min(row.max_turns, last_turns)
-            and _agent_name(ctx.active_agent) == row.active_agent_name
+            and agent_name_of(ctx.active_agent) == row.active_agent_name
             and ctx.metadata == row.metadata == ctx._saved_metadata
             and ctx._agent_versions == row.agent_versions
         )
@@ -186,11 +186,11 @@ class _StoreCore:
         raise NotImplementedError
         yield  # pragma: no cover
 
-    async def _run_blocking(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    async def _run_blocking(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run ``fn`` for an async twin. Here on the loop; SQLite on disk overrides it."""
         return fn(*args, **kwargs)
 
-    async def _run_writing(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    async def _run_writing(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run a write that never waits for another write (an edit, a save, an event) for an
         async twin: :meth:`_run_blocking` here; SQLite on disk queues them on one thread."""
         return await self._run_blocking(fn, *args, **kwargs)
@@ -220,7 +220,7 @@ class _StoreCore:
         agent = self._resolver(name) if self._resolver is not None else None
         if agent is not None:
             return agent
-        if default_agent is not None and _agent_name(default_agent) == name:
+        if default_agent is not None and agent_name_of(default_agent) == name:
             return default_agent
         logger.warning(
             "no agent resolver knows agent %r: the session gets a fallback agent with no tools "
@@ -372,7 +372,7 @@ class _StoreCore:
             return self._group_live(tx.turn_messages(session_id, first, last, False))
 
     @staticmethod
-    def _group_live(stored: list[_StoredMessage]) -> dict[int, list[Message]]:
+    def _group_live(stored: list[_MessageRow]) -> dict[int, list[Message]]:
         out: dict[int, list[Message]] = {}
         for item in stored:
             out.setdefault(item.turn, []).append(item.message)
@@ -383,7 +383,7 @@ class _StoreCore:
     ) -> _SessionRow:
         _check_session_id(session_id, empty_ok=False)
         turns = self.default_max_turns if max_turns is None else _check_max_turns(max_turns)
-        name = _agent_name(agent)
+        name = agent_name_of(agent)
         _check_text(name, "agent name", session_id)
         now = self.clock()
         return _SessionRow(

@@ -12,21 +12,22 @@ from ..events import Event, EventType, SessionStatus, event_type_name, is_reserv
 from ..messages import Message
 from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
 from ..resources.mounts import Mount, mounts_at
+from ..typevars import T
 from ._core import _StoreCore, _unbound, mount_log
 from ._listing import SessionLookup
-from ._port import _T, _busy_message
+from ._port import _busy_message
 from ._twins import async_twin
 from .context import SessionBinding, SessionContext, Turn
 from .values import TurnRecord
 
 
 @dataclass(slots=True)
-class EditResult(Generic[_T]):
+class EditResult(Generic[T]):
     """What :meth:`BaseSessionStore.edit` returns: the change's ``value``, the ``events``
     appended, ``replayed`` (the idempotency key was applied before: nothing changed) and
     ``missing`` (no such session and nothing to create it with)."""
 
-    value: _T | None
+    value: T | None
     events: list[Event] = field(default_factory=list)
     replayed: bool = False
     missing: bool = False
@@ -75,7 +76,7 @@ class EditStore(ContextStore, SessionLookup, Protocol):
     def edit(
         self,
         session_id: str,
-        change: Callable[[SessionContext], _T],
+        change: Callable[[SessionContext], T],
         *,
         create_agent: Any = None,
         max_turns: int | None = None,
@@ -87,7 +88,7 @@ class EditStore(ContextStore, SessionLookup, Protocol):
         dry_run: bool = False,
         created_at: float | None = None,
         updated_at: float | None = None,
-    ) -> EditResult[_T]:
+    ) -> EditResult[T]:
         """Load the session, apply ``change`` to it and save it, in one write transaction."""
         ...
 
@@ -444,7 +445,7 @@ class _Journal(_StoreCore):
         self,
         /,
         session_id: str,
-        change: Callable[[SessionContext], _T],
+        change: Callable[[SessionContext], T],
         *,
         create_agent: Any = None,
         max_turns: int | None = None,
@@ -456,7 +457,7 @@ class _Journal(_StoreCore):
         dry_run: bool = False,
         created_at: float | None = None,
         updated_at: float | None = None,
-    ) -> EditResult[_T]:
+    ) -> EditResult[T]:
         """Load the session, call ``change(session)`` and save what it journalled, all in one
         write transaction; return the change's result and the events appended.
 
@@ -507,7 +508,7 @@ class _Journal(_StoreCore):
     def _edit(
         self,
         session_id: str,
-        change: Callable[[SessionContext], _T],
+        change: Callable[[SessionContext], T],
         create_agent: Any,
         max_turns: int | None,
         metadata: Mapping[str, Any] | None,
@@ -517,7 +518,7 @@ class _Journal(_StoreCore):
         idempotency_keys: Mapping[str, str],
         dry_run: bool,
         times: tuple[float | None, float | None] = (None, None),
-    ) -> EditResult[_T]:
+    ) -> EditResult[T]:
         with self._write() as tx:
             row = tx.get_row(session_id)
             events: list[Event] = []

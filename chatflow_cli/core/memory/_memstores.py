@@ -456,7 +456,7 @@ class _MemoryStores(_StoreCore):
         unchanged is skipped. Returns the writes made.
 
         Every path and text is checked before the store is touched; two paths that are one
-        after NFC normalisation are refused. ``create``: make the store (with ``description``)
+        after NFC normalization are refused. ``create``: make the store (with ``description``)
         in the same transaction when it does not exist.
 
         Raises:
@@ -474,7 +474,7 @@ class _MemoryStores(_StoreCore):
             path = check_path(given)
             if path in items:
                 raise UsageError(f"memory path {path!r} is given twice (the same path after Unicode NFC "
-                                 "normalisation): nothing was written")
+                                 "normalization): nothing was written")
             items[path] = check_text(text, path)
         out = []
         who = _author(author)

@@ -21,7 +21,7 @@ import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..events import Event, SessionStatus
 from ..messages import Message
@@ -40,7 +40,6 @@ DEFAULT_DEDUP_TTL_HOURS = 192
 DUPLICATE_WAIT_S = 60.0
 
 _PREVIEW_CHARS = 80
-_T = TypeVar("_T")
 
 
 class TurnOwnerDied(Exception):
@@ -235,7 +234,10 @@ class SearchFilter:
 
 
 @dataclass(frozen=True, slots=True)
-class _StoredMessage:
+class _MessageRow:
+    """A message's stored row (as :class:`_SessionRow` is a session's): the message, its turn,
+    and whether and when it was removed from the window."""
+
     turn: int
     message: Message
     removed: str | None = None  # None live, "rolled_back" or "failed"
@@ -365,7 +367,7 @@ class _Tx:
         """Mark live summaries whose K is above ``after_turn`` removed (``rolled_back``) at ``seq``."""
         raise NotImplementedError
 
-    def summaries(self, session_id: str, include_removed: bool) -> list[_StoredMessage]:
+    def summaries(self, session_id: str, include_removed: bool) -> list[_MessageRow]:
         """The session's summaries (turn 0) in the order they were stored."""
         raise NotImplementedError
 
@@ -376,7 +378,7 @@ class _Tx:
 
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
-    ) -> list[_StoredMessage]:
+    ) -> list[_MessageRow]:
         """Messages of turns first..last in (turn, insertion) order; turn 0 only its SYSTEM
         messages that are not summaries."""
         raise NotImplementedError

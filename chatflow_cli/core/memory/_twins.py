@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from ..typevars import T
+
 if TYPE_CHECKING:  # pragma: no cover
     from ._core import _StoreCore
 
@@ -27,12 +29,11 @@ __all__ = ["async_twin"]
 
 _S = TypeVar("_S", bound="_StoreCore")
 _P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 
 def async_twin(
-    method: Callable[Concatenate[_S, _P], _R], *, writes: bool = False
-) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]]:
+    method: Callable[Concatenate[_S, _P], T], *, writes: bool = False
+) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, T]]:
     """The async twin of the store method ``method``: the same parameters, the same result,
     awaited; the same errors, raised from the ``await``.
 
@@ -41,12 +42,12 @@ def async_twin(
     """
     name = method.__name__
     if writes:
-        async def twin(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-            result: _R = await self._run_writing(getattr(self, name), *args, **kwargs)
+        async def twin(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> T:
+            result: T = await self._run_writing(getattr(self, name), *args, **kwargs)
             return result
     else:
-        async def twin(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-            result: _R = await self._run_blocking(getattr(self, name), *args, **kwargs)
+        async def twin(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> T:
+            result: T = await self._run_blocking(getattr(self, name), *args, **kwargs)
             return result
     twin.__name__ = f"a{name}"
     twin.__qualname__ = f"{method.__qualname__.rpartition('.')[0]}.a{name}".lstrip(".")

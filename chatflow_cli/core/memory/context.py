@@ -39,17 +39,17 @@ from ..events import (
 from ..messages import Attachment, Message, Role, ToolCall
 from ..resources.mounts import Mount, unique_mounts
 from ..resources.secrets import scrub_values
-from .._stream import normalise_usage
+from ..stream import normalize_usage
 from .binding import AGENT_TRAIL_EVENTS, MESSAGE_EVENT_TYPE, AgentTrail, JournalEntry, SessionBinding, TurnLoader
 from ._checks import (
     DEFAULT_MAX_TURNS,
-    _agent_name,
     _check_max_turns,
     _check_metadata,
     _check_session_id,
     _check_text,
     _check_title,
     _plain_usage,
+    agent_name_of,
     storable_text,
 )
 
@@ -165,7 +165,7 @@ class SessionContext:
         self._binding: SessionBinding | None = None  # set by the store that holds the session
         self._agent_versions: dict[str, dict[str, Any]] = {}
         # the agent a store-less context started with, and the agent objects it was given by name
-        self._created_agent = _agent_name(initial_agent)
+        self._created_agent = agent_name_of(initial_agent)
         self._agents_seen: dict[str, Any] = {self._created_agent: initial_agent}
         self._mounts: dict[tuple[str, str], Mount] = {}  # in force: stored, then journalled
         given = list(resources or ())
@@ -230,7 +230,7 @@ class SessionContext:
         None, journalling nothing, when the version is the known one, unknown (None), or the
         first this session sees of the agent (its first reply records it).
         """
-        name = _agent_name(agent)
+        name = agent_name_of(agent)
         if version is None:
             found = getattr(agent, "version", None)
             version = found if isinstance(found, str) and found else None
@@ -320,7 +320,7 @@ class SessionContext:
         context did: the context takes that agent.
         """
         del self._journal[:count]
-        if agent is not None and agent != _agent_name(self._agent):
+        if agent is not None and agent != agent_name_of(self._agent):
             self._agent = self._agent_named(agent, binding)
         if self.metadata != metadata:
             self.metadata.clear()
@@ -464,7 +464,7 @@ class SessionContext:
         agent = trail.agent_at(turn, system)
         if agent is not None:  # the agent active at that turn comes back (the store records it too)
             payload["active_agent"] = agent
-            if agent != _agent_name(self._agent):
+            if agent != agent_name_of(self._agent):
                 self._agent = self._agent_named(agent, self._binding)
         self._record(JournalEntry("rollback", EventType.ROLLBACK.value, payload))
 
@@ -482,7 +482,7 @@ class SessionContext:
             if op.type in AGENT_TRAIL_EVENTS:
                 trail.replay(op.type, op.payload)
         if trail.created is None:
-            trail.created = _agent_name(self._agent)
+            trail.created = agent_name_of(self._agent)
         return trail
 
     def _agent_named(self, name: str, binding: SessionBinding | None) -> Any:
@@ -498,9 +498,9 @@ class SessionContext:
                          agent_version: str | None = None) -> None:
         """Make ``agent`` the active agent; journals one ``handoff`` event when it changes
         (with ``to_agent_version``: ``agent_version``, else ``agent.version``, when known)."""
-        old = _agent_name(self._agent)
+        old = agent_name_of(self._agent)
         self._agent = agent
-        new = _agent_name(agent)
+        new = agent_name_of(agent)
         if not isinstance(agent, str):
             self._agents_seen[new] = agent
         if new != old:
@@ -664,7 +664,7 @@ class SessionContext:
         payload: dict[str, Any] = {"turn": turn, "error": storable_text(scrub_values(str(error))),
                                    "error_type": error_type}
         if agent is not None:
-            before, after = _agent_name(self._agent), _agent_name(agent)
+            before, after = agent_name_of(self._agent), agent_name_of(agent)
             payload["active_agent"] = after
             if before != after:
                 payload["reverted_from_agent"] = before
@@ -689,7 +689,7 @@ class SessionContext:
                 Message.tool(call.id, INTERRUPTED_TOOL_RESULT, name=call.name, is_error=True, interrupted=True)
             )
         if partial_text or partial_reasoning:
-            name = _agent_name(agent if agent is not None else self._agent) or None
+            name = agent_name_of(agent if agent is not None else self._agent) or None
             version = getattr(agent, "version", None)  # only of an agent the caller names
             self.add_message(Message.model(partial_text or "", agent=name, interrupted=True,
                                            reasoning=partial_reasoning or None,
@@ -703,7 +703,7 @@ class SessionContext:
                       model: str | None = None, base_url: str | None = None) -> None:
         """Journal ``turn.completed`` ``{"turn", "agent", "content", "usage"}``, then prune.
 
-        ``usage`` is stored in the one shape of :func:`~chatflow_cli.core._stream.normalise_usage`
+        ``usage`` is stored in the one shape of :func:`~chatflow_cli.core.stream.normalize_usage`
         whatever shape is given, and as ``null`` when no count is known. Added when given:
         ``"finish_reason"`` (``"stop"``, or ``"length"``/``"content_filter"`` for a reply that
         was cut), ``"agent_version"`` (the answering agent's), ``"model"`` and ``"base_url"``
@@ -728,9 +728,9 @@ class SessionContext:
             )
         payload = {
             "turn": self._current_turn(),
-            "agent": _agent_name(agent if agent is not None else self._agent),
+            "agent": agent_name_of(agent if agent is not None else self._agent),
             "content": content or "",
-            "usage": normalise_usage(_plain_usage(usage)),
+            "usage": normalize_usage(_plain_usage(usage)),
         }
         if finish_reason is not None:
             payload["finish_reason"] = str(finish_reason)
@@ -765,7 +765,7 @@ class SessionContext:
 
     def __repr__(self) -> str:
         return (
-            f"SessionContext(session_id={self.session_id!r}, agent={_agent_name(self._agent)!r}, "
+            f"SessionContext(session_id={self.session_id!r}, agent={agent_name_of(self._agent)!r}, "
             f"turns={self.turn_count}, window={len(self._messages)} messages, status={self._status.value})"
         )
 

@@ -27,7 +27,7 @@ from ..tokens import message_tokens
 from ._checks import DEFAULT_MAX_TURNS
 from ..resources.vaults import VaultEntry, VaultInfo
 from ._memstore_inmemory import MemStores, _InMemoryMemoryStoreTx
-from ._port import SearchFilter, _MessageRecord, _SessionRow, _StoredMessage, _Tx, Owner
+from ._port import SearchFilter, _MessageRecord, _MessageRow, _SessionRow, _Tx, Owner
 from ._vaults import _VaultTx
 from ._attachments import _AttachmentTx
 from .base import BaseSessionStore
@@ -215,17 +215,17 @@ class _MemoryTx(_InMemoryMemoryStoreTx, _VaultTx, _AttachmentTx, _Tx):
 
         self.undo.append(undo)
 
-    def summaries(self, session_id: str, include_removed: bool) -> list[_StoredMessage]:
+    def summaries(self, session_id: str, include_removed: bool) -> list[_MessageRow]:
         entry = self._session(session_id)
-        return [_StoredMessage(0, m, r, s) for t, m, r, s, *_ in entry.messages
+        return [_MessageRow(0, m, r, s) for t, m, r, s, *_ in entry.messages
                 if m.summary_through is not None and (include_removed or r is None)]
 
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
-    ) -> list[_StoredMessage]:
+    ) -> list[_MessageRow]:
         entry = self._session(session_id)
         out = [
-            _StoredMessage(t, m, r, s, at)
+            _MessageRow(t, m, r, s, at)
             for t, m, r, s, at in entry.messages
             if t >= first
             and (last is None or t <= last)

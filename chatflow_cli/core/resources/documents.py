@@ -5,7 +5,7 @@ A memory store holds documents: a path (``customers/acme.md``) and its text. Pat
 relative and confined to the store (:func:`check_path`): segments of any characters but
 ``/``, ``\\``, control, invisible and space-like characters (spaces other than U+0020, and
 U+0020 at a segment's start or end), none empty, ``.`` or ``..``, no
-leading ``/``, at most :data:`MAX_PATH_CHARS` characters, normalised to Unicode NFC. A
+leading ``/``, at most :data:`MAX_PATH_CHARS` characters, normalized to Unicode NFC. A
 folder is a path prefix: ``customers`` holds ``customers/acme.md``; folders are not stored,
 they exist while a document is under them. A path is a document or a folder, never both:
 the store refuses a write that would put a document at a folder's path or under a
@@ -129,7 +129,7 @@ def _refused_char(path: str) -> str | None:
 
 
 def check_path(path: object) -> str:
-    """Return ``path``, NFC-normalised, when it names a document inside a store; a leading
+    """Return ``path``, NFC-normalized, when it names a document inside a store; a leading
     ``./`` is not accepted.
 
     Every path that enters a store goes through here (the memory tools, ``chatflow memory``,

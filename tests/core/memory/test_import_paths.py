@@ -39,6 +39,7 @@ SEED_NAMES = [
     ("chatflow_cli.core.memory", "TurnStart", "chatflow_cli.core.memory.values"),
     ("chatflow_cli.core.memory", "TurnOwnerDied", "chatflow_cli.core.memory.base"),
     ("chatflow_cli.core.memory", "storable_text", "chatflow_cli.core.memory._checks"),
+    ("chatflow_cli.core.memory", "agent_name_of", "chatflow_cli.core.memory._checks"),
     ("chatflow_cli.core.memory", "take_context_claim", "chatflow_cli.core.memory._core"),
     ("chatflow_cli.core.memory", "rollback_target", "chatflow_cli.core.memory._rollback"),
     ("chatflow_cli.core.memory", "SQLiteSessionStore", "chatflow_cli.core.memory.sqlite.store"),

@@ -802,11 +802,11 @@ def test_a_cancel_event_set_while_the_server_hangs_interrupts_the_turn_at_once(
 def test_a_runner_with_no_endpoint_says_accurately_how_to_get_one(
     monkeypatch: pytest.MonkeyPatch, sqlite_store: Any, installed: bool
 ) -> None:
-    from chatflow_cli.core import _local_probe
+    from chatflow_cli.core import local_probe
 
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.setattr(_local_probe, "local_available", lambda: installed)
+    monkeypatch.setattr(local_probe, "local_available", lambda: installed)
     runner = Runner(Agent(name="Bot", instructions="Assistant", model="gpt-4o"), sqlite_store)
     with pytest.raises(ConfigError) as info:
         runner.run("s", "hi")

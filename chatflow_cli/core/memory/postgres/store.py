@@ -72,9 +72,10 @@ from typing import TYPE_CHECKING, Any
 from ...dsn import redact_dsn
 from ...errors import SchemaTooNewError, SessionNotFoundError, StoreError
 from ...events import Event
+from ...typevars import T
 from .._checks import DEFAULT_MAX_TURNS
 from .._process_fork import SharedPool, fork_lock, keep_inherited
-from .._port import _T, _Tx, Owner
+from .._port import _Tx, Owner
 from ..base import BaseSessionStore
 from ..values import MessageState, TurnStart
 from .errors import _WRITE_ATTEMPTS, _lost, _store_error
@@ -396,7 +397,7 @@ class PostgresSessionStore(BaseSessionStore):
         with self._tx(write=True) as tx:
             yield tx
 
-    async def _run_blocking(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    async def _run_blocking(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run ``fn`` on a private thread pool (as many threads as connections)."""
         import asyncio
 
@@ -404,7 +405,7 @@ class PostgresSessionStore(BaseSessionStore):
         return await loop.run_in_executor(_blocking_executor(max(4, self.pool_size)), partial(fn, *args, **kwargs))
 
     # -- leases ------------------------------------------------------------------------
-    def _retrying(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    def _retrying(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` -- one write transaction -- run again, at most
         ``_WRITE_ATTEMPTS`` times in all, while PostgreSQL rolls it back as retryable (a
         serialization failure or a deadlock), after a short random pause; then its error."""

@@ -19,7 +19,7 @@ from ...events import Event, SessionStatus
 from ...messages import Message, Role, stored_message
 from ...tokens import message_tokens
 from .._checks import metadata_matches
-from .._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx, Owner
+from .._port import ListFilter, SearchFilter, title_of, _MessageRecord, _MessageRow, _SessionRow, _Tx, Owner
 from ..search import Query, SearchHit, memory_snippet, searchable_texts, words_of
 from .resources import PgMemoryStoreTx
 from .vaults import PgVaultTx
@@ -447,14 +447,14 @@ class _PgTx(PgMemoryStoreTx, PgVaultTx, PgAttachmentTx, _Tx):
             (seq, session_id, after_turn),
         )
 
-    def summaries(self, session_id: str, include_removed: bool) -> list[_StoredMessage]:
+    def summaries(self, session_id: str, include_removed: bool) -> list[_MessageRow]:
         rows = self._x(
             "SELECT message, message_text, tokens, removed_reason, removed_at_seq FROM chatflow_messages "
             "WHERE session_id = %s AND summary_through IS NOT NULL"
             + ("" if include_removed else " AND removed_at_seq IS NULL") + " ORDER BY message_id",
             (session_id,),
         )
-        return [_StoredMessage(0, _message(m, x, n), reason, seq) for m, x, n, reason, seq in rows]
+        return [_MessageRow(0, _message(m, x, n), reason, seq) for m, x, n, reason, seq in rows]
 
     def window(self, session_id: str, first_turn: int) -> list[tuple[int, Message]]:
         rows = self._x(
@@ -474,7 +474,7 @@ class _PgTx(PgMemoryStoreTx, PgVaultTx, PgAttachmentTx, _Tx):
 
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
-    ) -> list[_StoredMessage]:
+    ) -> list[_MessageRow]:
         sql = (
             "SELECT turn, message, message_text, removed_reason, removed_at_seq, role, tokens, event_seq "
             "FROM chatflow_messages WHERE session_id = %s AND turn >= %s AND turn <= %s AND summary_through IS NULL"
@@ -485,7 +485,7 @@ class _PgTx(PgMemoryStoreTx, PgVaultTx, PgAttachmentTx, _Tx):
             sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**31 - 1)
         )
         return [
-            _StoredMessage(t, _message(m, x, n), reason, seq, at)
+            _MessageRow(t, _message(m, x, n), reason, seq, at)
             for t, m, x, reason, seq, role, n, at in rows
             if t > 0 or role == Role.SYSTEM.value
         ]

@@ -48,9 +48,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import SchemaTooNewError, StoreError
+from ...typevars import T
 from .._checks import DEFAULT_MAX_TURNS
 from .._process_fork import SharedPool, fork_lock, keep_inherited
-from .._port import _T, _Tx
+from .._port import _Tx
 from ..base import BaseSessionStore
 from .errors import _BUSY_TIMEOUT_S, _store_error
 from .schema import FTS_HIGH_WATER, INDEX_BATCH, SCHEMA_VERSION, MigrationFailed, apply_migrations, schema_version
@@ -368,7 +369,7 @@ class SQLiteSessionStore(BaseSessionStore):
     def _before_search(self) -> None:
         self.index_pending()
 
-    async def _run_blocking(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    async def _run_blocking(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run ``fn`` on the private 4-thread pool for on-disk files; on the loop for ephemeral ones."""
         if self._ephemeral:
             return fn(*args, **kwargs)
@@ -377,7 +378,7 @@ class SQLiteSessionStore(BaseSessionStore):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(_blocking_executor(), partial(fn, *args, **kwargs))
 
-    async def _run_writing(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    async def _run_writing(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run a write for an async twin on the store's writer thread (on the loop for ephemeral files).
 
         One thread, so one connection, takes every async write of this store in turn: the

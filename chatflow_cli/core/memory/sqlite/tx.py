@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ...events import Event, SessionStatus
 from ...messages import Message, Role, compact_json, stored_message
 from ...tokens import message_tokens
-from .._port import ListFilter, SearchFilter, title_of, _MessageRecord, _SessionRow, _StoredMessage, _Tx, Owner
+from .._port import ListFilter, SearchFilter, title_of, _MessageRecord, _MessageRow, _SessionRow, _Tx, Owner
 from .resources import SQLiteMemoryStoreTx
 from .vaults import SQLiteVaultTx
 from .attachments import SQLiteAttachmentTx
@@ -413,14 +413,14 @@ class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, SQLiteAttachmentTx, _Tx):
             (seq, session_id, after_turn),
         )
 
-    def summaries(self, session_id: str, include_removed: bool) -> list[_StoredMessage]:
+    def summaries(self, session_id: str, include_removed: bool) -> list[_MessageRow]:
         rows = self.c.execute(
             "SELECT message_json, tokens, removed_reason, removed_at_seq FROM chatflow_messages "
             "WHERE session_id = ? AND summary_through IS NOT NULL"
             + ("" if include_removed else " AND removed_at_seq IS NULL") + " ORDER BY message_id",
             (session_id,),
         )
-        return [_StoredMessage(0, _message(j, n), reason, seq) for j, n, reason, seq in rows]
+        return [_MessageRow(0, _message(j, n), reason, seq) for j, n, reason, seq in rows]
 
     def window_dicts(self, session_id: str, first_turn: int) -> list[tuple[int, dict[str, Any]]]:
         rows = self._live_window_rows(session_id, first_turn)
@@ -430,7 +430,7 @@ class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, SQLiteAttachmentTx, _Tx):
 
     def turn_messages(
         self, session_id: str, first: int, last: int | None, include_removed: bool
-    ) -> list[_StoredMessage]:
+    ) -> list[_MessageRow]:
         sql = (
             "SELECT turn, message_json, removed_reason, removed_at_seq, role, tokens, event_seq FROM chatflow_messages "
             "WHERE session_id = ? AND turn >= ? AND turn <= ?"
@@ -442,7 +442,7 @@ class _SQLiteTx(SQLiteMemoryStoreTx, SQLiteVaultTx, SQLiteAttachmentTx, _Tx):
             sql + " ORDER BY turn, message_id", (session_id, first, last if last is not None else 2**62)
         )
         return [
-            _StoredMessage(t, _message(j, n), reason, seq, at)
+            _MessageRow(t, _message(j, n), reason, seq, at)
             for t, j, reason, seq, role, n, at in rows
             if t > 0 or role == Role.SYSTEM.value
         ]

@@ -37,14 +37,14 @@ A truncated reply whose tool calls all have complete arguments is a normal tool 
 calls are whole; the cut came after them).
 
 Token usage: :class:`Usage` holds the counts of a request (or, added, of a turn's requests),
-and :func:`normalise_usage` gives the one shape of a turn's token usage, as stored in
+and :func:`normalize_usage` gives the one shape of a turn's token usage, as stored in
 ``turn.completed`` and exported. A turn's usage is ``{"prompt_tokens", "completion_tokens", "total_tokens"}`` (OpenAI's Chat
 Completions names, which chatflow speaks; whole token counts), plus ``"reasoning_tokens"``
 when the provider reports how many of the completion tokens were reasoning
 (``completion_tokens_details.reasoning_tokens``). A count nobody reported is left out, and
 a usage with no count at all is ``None`` (``null``): unknown, never a false 0.
 
-:func:`normalise_usage` reads every shape chatflow has stored or imports: its own (above),
+:func:`normalize_usage` reads every shape chatflow has stored or imports: its own (above),
 the older ``{0, 0, 0}`` it wrote for a server that reports no usage (read as unknown: no
 chat request has an empty prompt), and ``input_tokens``/``output_tokens`` (llm's columns,
 Anthropic's and Claude Code's ``usage``, whose cache reads and writes are input too, and
@@ -78,7 +78,7 @@ __all__ = [
     "Verdict",
     "cut_phrase",
     "judge",
-    "normalise_usage",
+    "normalize_usage",
 ]
 
 #: Finish reasons that mean the reply was cut, and the name chatflow stores for each.
@@ -145,7 +145,7 @@ class Usage:
 
     def to_dict(self) -> dict[str, int]:
         """``{"prompt_tokens", "completion_tokens", "total_tokens"}``, plus ``"reasoning_tokens"``
-        when the provider reported any (:func:`normalise_usage`'s shape)."""
+        when the provider reported any (:func:`normalize_usage`'s shape)."""
         data = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -195,7 +195,7 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and value >= 0 else None
 
 
-def normalise_usage(data: Any) -> dict[str, int] | None:
+def normalize_usage(data: Any) -> dict[str, int] | None:
     """``data`` (a usage mapping in any shape above, or None) in the one stored shape.
 
     ``prompt_tokens`` is ``prompt_tokens``, else the sum of ``input_tokens`` and the cache
