@@ -11,7 +11,7 @@
     of the package, under its parent, with its exit code and its docstring's first sentence;
   - ``unfinished replies``: how a reply that did not finish ends, its exit code read from
     the error the run raises (``exit_code``) or from :attr:`RunResult.exit_status`, its
-    finish reasons from the verdict's own sets (``core/_stream.py``).
+    finish reasons from the verdict's own sets (``core/stream.py``).
 
 ``python docs/generate.py`` rewrites them; ``python docs/generate.py --check`` changes
 nothing and exits 1 naming each stale page (``tests/test_docs.py`` runs it).
@@ -120,7 +120,7 @@ def error_tree() -> str:
 
 def unfinished_replies() -> str:
     """The table of how a reply ends: its exit code from the code that decides it."""
-    from chatflow_cli.core._stream import BROKEN_FINISH_REASONS, TRUNCATING_FINISH_REASONS, ModelTurn, ReplyState
+    from chatflow_cli.core.stream import BROKEN_FINISH_REASONS, TRUNCATING_FINISH_REASONS, ModelTurn, ReplyState
     from chatflow_cli.core.errors import InvalidToolCallError, StreamBrokenError
     from chatflow_cli.core.messages import ToolCall
     from chatflow_cli.core.runner import RunResult
