@@ -1,4 +1,4 @@
-"""core/local.py: the embedded llama.cpp server with SmolLM2 -- real processes, real model, no orphans."""
+"""core/local/: the embedded llama.cpp server with SmolLM2 -- real processes, real model, no orphans."""
 
 from __future__ import annotations
 
