@@ -412,7 +412,7 @@ def stop_signals_interrupt() -> None:
     import signal
 
     def on_stop(signum: int, frame: Any) -> None:
-        from .core._run.cancel import cancel_main_thread_runs
+        from .core.cancel import cancel_main_thread_runs
 
         if context.terminated_by is None:
             context.terminated_by = signum

@@ -245,6 +245,65 @@ def test_stores_reach_other_modules_through_named_seams_only():
     assert leaks == []
 
 
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def private_imports(root: Path = ROOT) -> list[str]:
+    """Imports of a private-in-name module or name from outside the package that holds it, as
+    ``module:line imports path``. A ``_part`` of a module's path (``core._run``, ``memory._port``)
+    belongs to the package above it; a ``_name`` imported from a module belongs to that module's
+    package (from a package's ``__init__``: to the package). So ``core/runner.py`` may import
+    ``core/_run/turn.py``, and the memory backends ``memory._port._Tx``, but ``cli.py`` may not
+    import ``core/_run/…`` nor ``sdk_session.py`` a name of ``memory/_checks.py``. Imports
+    inside functions and under ``if TYPE_CHECKING:`` count too."""
+    mods = modules(root)
+    bad = []
+    for module, line, target, name, _type_only in import_edges(root):
+        parts = target.split(".")
+        homes = [".".join(parts[:i]) for i, part in enumerate(parts)
+                 if part.startswith("_") and not part.startswith("__")]
+        if name != target and not target.endswith("." + name) and name.startswith("_") \
+                and not name.startswith("__"):
+            homes.append(target if mods[target].name == "__init__.py" else target.rpartition(".")[0])
+        if any(not _inside(module, home) for home in homes):
+            path = target if name == target or target.endswith("." + name) else f"{target}.{name}"
+            bad.append(f"{mods[module].relative_to(root.parent).as_posix()}:{line} imports {path}")
+    return bad
+
+
+def test_nothing_private_in_name_is_imported_from_outside_its_package(tmp_path):
+    """A ``_private`` module or name is used inside its own package only; what another package
+    needs gets a public home (``core/cancel.py``, ``core.memory.json_sha256``). The check sees
+    a private module and a private name imported from outside, and lets the same imports from
+    inside pass (a package of five empty-ish files: milliseconds)."""
+    assert private_imports() == []
+    package = tmp_path / PACKAGE
+    files = {
+        "__init__.py": "",
+        "cli.py": "def f():\n    from .core._run.cancel import stop\n",
+        "core/__init__.py": "",
+        "core/runner.py": "from ._run.cancel import stop\nfrom .memory import _checks\n",
+        "core/_run/__init__.py": "",
+        "core/_run/cancel.py": "def stop(): pass\n",
+        "core/memory/__init__.py": "",
+        "core/memory/_checks.py": "def _sha(): pass\n",
+        "core/memory/_port.py": "class _Tx: pass\n",
+        "core/memory/store.py": "from ._checks import _sha\nfrom ._port import _Tx\n",
+        "core/memory/sqlite/__init__.py": "from .._port import _Tx\n",
+        "core/sdk_session.py": "from .memory._checks import _sha\nfrom .memory.store import _Tx\n",
+    }
+    for relative, text in files.items():
+        (package / relative).parent.mkdir(parents=True, exist_ok=True)
+        (package / relative).write_text(text, encoding="utf-8")
+    assert private_imports(package) == [
+        f"{PACKAGE}/cli.py:2 imports {PACKAGE}.core._run.cancel.stop",
+        f"{PACKAGE}/core/runner.py:2 imports {PACKAGE}.core.memory._checks",
+        f"{PACKAGE}/core/sdk_session.py:1 imports {PACKAGE}.core.memory._checks._sha",
+        f"{PACKAGE}/core/sdk_session.py:2 imports {PACKAGE}.core.memory.store._Tx",
+    ]
+
+
 #: The page that draws the house; its table of rooms is the rule the tests below enforce.
 DESIGN = ROOT.parent / "docs" / "design.md"
 _ROW = re.compile(r"^\|\s*([a-z][a-z-]*)\s*\|(.*)\|(.*)\|\s*$")

@@ -55,7 +55,7 @@ def compact_command(state: State, session_id: str, *, through: int | None, instr
         if not chosen:
             raise UsageError("no model to write the summary: give --model or configure one")
         tools = [t.to_wire() for t in agent.all_tools().values()] or None
-        from ..core._run.cancel import CancelToken, ctrl_c_cancels
+        from ..core.cancel import CancelToken, ctrl_c_cancels
 
         # Ctrl-C or SIGTERM stops the request at once, as it stops a chat turn: nothing is
         # stored, and the error boundary says so (`terminated (SIGTERM): ...`, exit 143)

@@ -111,8 +111,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from ._run import cancel as _cancel
-from ._run.cancel import RUN_WORKERS, CancelToken, ctrl_c_cancels, events_from_worker
+from . import cancel as _cancel
+from .cancel import RUN_WORKERS, CancelToken, ctrl_c_cancels, events_from_worker
 from ._run.lifecycle import RunResult, StreamEvent, TurnRequest, drain
 from ._run.tools import output_text
 from ._run.turn import ContextWindow, TurnLoop

@@ -93,7 +93,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .errors import IdempotencyConflictError, SessionBusyError, UsageError
 from .memory import BaseSessionStore, SessionContext, SessionStore
-from .memory._checks import _check_wait, _json_problem, _sha256
+from .memory import check_wait, json_problem, json_sha256
 from .messages import Message, Role, ToolCall, compact_json
 from .runner import DEFAULT_WAIT_S
 
@@ -206,7 +206,7 @@ def _json_text(item: Any, index: int) -> str:
     try:
         return compact_json(item)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"item {index} is not JSON-serialisable: {_json_problem(exc)}") from None
+        raise TypeError(f"item {index} is not JSON-serialisable: {json_problem(exc)}") from None
 
 
 def _close_gaps(ctx: SessionContext) -> None:
@@ -394,7 +394,7 @@ class ChatflowSession:
         settings_mod = _require_sdk()
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
-        self.wait = _check_wait(wait)
+        self.wait = check_wait(wait)
         self.session_id: str = session_id
         self.session_settings: SessionSettings | None = (
             settings_mod.coerce_session_settings(
@@ -744,7 +744,7 @@ class ChatflowSession:
 
 def _input_digest(value: Any) -> str:
     """SHA-256 of a run's input (text or items) as canonical JSON; what is not JSON counts by its repr."""
-    return _sha256(value, default=repr)
+    return json_sha256(value, default=repr)
 
 
 def _plain(value: Any) -> Any:

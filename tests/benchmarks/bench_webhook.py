@@ -106,7 +106,7 @@ def model_process() -> Iterator[str]:
 def bench_lag(kind: str, pool_size: int | None, runs: int = 200) -> tuple[float, int]:
     """(max event-loop lag in ms, peak thread count) while ``runs`` run_async calls run at once."""
     from chatflow_cli import Agent, Runner, SessionStore, SQLiteSessionStore
-    from chatflow_cli.core._run import cancel as run_cancel
+    from chatflow_cli.core import cancel as run_cancel
     from chatflow_cli.core.model import ModelClient
 
     pool = run_cancel.RunPool(pool_size if pool_size is not None else run_cancel.RUN_WORKERS)

@@ -1,7 +1,9 @@
 """The machinery behind :class:`~chatflow_cli.core.runner.Runner`, one room per concern.
 
-:mod:`chatflow_cli.core.runner` is the only public face (``Runner``, ``RunResult``,
-``StreamEvent``); these modules are private:
+:mod:`chatflow_cli.core.runner` is the public face (``Runner``, ``RunResult``,
+``StreamEvent``), with :mod:`chatflow_cli.core.cancel` beside it (cancel requests, Ctrl-C,
+the ``run_async`` pool and bridge: public, the front-ends use it too); these modules are
+private:
 
 * :mod:`.host` -- the attributes and methods the Runner's parts share, declared once.
 * :mod:`.turn` -- the turn itself (``TurnLoop``, mixed into the Runner): begun, the model
@@ -16,9 +18,6 @@
   of a turn that never started), and its ending when it did not complete (an interrupted
   or failed turn stored from the session in memory or, when that fails, from a fresh copy
   of the store's).
-* :mod:`.cancel` -- cancel requests: the token a turn checks, Ctrl-C turned into one, the
-  shared worker pool that runs ``run_async`` turns, and the bridge that hands a worker's
-  events to the event loop and keeps a cancelled task waiting until its turn is stored.
 * :mod:`.tools` -- running one reply's tool calls: unknown tools and handoffs answered,
   the others concurrently on daemon threads (a ``sequential`` tool's calls one after another,
   in order), every error turned into text the model sees.

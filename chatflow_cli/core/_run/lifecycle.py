@@ -36,7 +36,7 @@ from ..errors import ExitStatus, RateLimitedError, RunInterrupted, SessionBusyEr
 from ..events import Event, EventType, SessionStatus
 from ..messages import Message, ToolCall
 from ..resources.mounts import Mount
-from .cancel import CancelToken
+from ..cancel import CancelToken
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory.context import SessionContext

@@ -28,7 +28,7 @@ from ..errors import ChatflowError
 from ..messages import ToolCall
 from ..resources.secrets import scrub_values
 from ..tools import Tool, ToolArgumentsError, ToolCallFailed, to_json_text
-from .cancel import Cancelled, CancelToken
+from ..cancel import Cancelled, CancelToken
 from .lifecycle import TurnState
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -32,7 +32,7 @@ from ..memory.context import split_turns
 from ..messages import Message, Role, ToolCall, check_history, wire_messages
 from ..tokens import ContextBudget, context_budget, estimate_tokens, reply_tokens, select_window
 from ..tools import Tool
-from .cancel import INTERRUPT_REQUESTED, Cancelled, CancelToken, interruptions, watch_interrupt_requests
+from ..cancel import INTERRUPT_REQUESTED, Cancelled, CancelToken, interruptions, watch_interrupt_requests
 from .host import RunnerHost
 from .lifecycle import (
     Broken,

@@ -33,7 +33,9 @@ module                    holds
 ``postgres``              :class:`PostgresSessionStore`, for many workers on many hosts
                           (its own schema and migrations; needs the ``postgres`` extra)
 ``search``                the search query syntax and :class:`SearchHit`
-``_checks``               argument checks and small helpers shared by all of the above
+``_checks``               argument checks and small helpers shared by all of the above;
+                          those the Agents SDK session uses too are exported here
+                          (:func:`check_wait`, :func:`json_problem`, :func:`json_sha256`)
 ``_process_fork``         stores in a process that forks (inherited connections, the
                           shared thread pools)
 ========================  =================================================================
@@ -50,7 +52,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SessionDeletedError
 from ..events import RESERVED_EVENT_PREFIXES, RESERVED_EVENT_TYPES
-from ._checks import DEFAULT_MAX_TURNS, MAX_TURNS_LIMIT, agent_name_of, storable_text
+from ._checks import (
+    DEFAULT_MAX_TURNS,
+    MAX_TURNS_LIMIT,
+    agent_name_of,
+    check_wait,
+    json_problem,
+    json_sha256,
+    storable_text,
+)
 from .base import (
     DEFAULT_DEDUP_TTL_HOURS,
     DUPLICATE_WAIT_S,
@@ -119,6 +129,9 @@ __all__ = [
     "TurnStart",
     "TurnStore",
     "agent_name_of",
+    "check_wait",
+    "json_problem",
+    "json_sha256",
     "parse_query",
     "rollback_target",
     "storable_text",

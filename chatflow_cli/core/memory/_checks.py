@@ -5,7 +5,7 @@ conversions they all use.
   :data:`DEFAULT_MAX_TURNS`, :data:`MAX_TURNS_LIMIT`) -- see below;
 * :func:`agent_name_of` (the name an agent is stored under), :func:`_fallback_agent` (an
   agent for a stored name no resolver knows), :func:`_plain_usage` (a usage value as a
-  dict), :func:`_sha256` (the digest of a value as canonical JSON: idempotency keys);
+  dict), :func:`json_sha256` (the digest of a value as canonical JSON: idempotency keys);
 * :func:`metadata_matches`: a listing's ``--metadata KEY=VALUE`` filter.
 
 Each ``_check_*`` function returns its argument (or a JSON copy of it) when valid and raises
@@ -105,7 +105,7 @@ def _check_title(title: Any, session_id: str | None = None) -> str | None:
     return text or None
 
 
-def _json_problem(exc: BaseException) -> str:
+def json_problem(exc: BaseException) -> str:
     """What :func:`compact_json` refused, in words (NaN and Infinity named as such)."""
     if is_non_finite_error(exc):
         return "a float NaN or Infinity, which strict JSON cannot represent"
@@ -129,7 +129,7 @@ def _check_text(data: Any, what: str, session_id: str | None = None) -> str:
     try:
         text = compact_json(data)
     except (TypeError, ValueError) as exc:  # another type; NaN/Infinity (allow_nan=False); a cycle
-        raise TypeError(f"{what} cannot be stored as JSON: {_json_problem(exc)}") from None
+        raise TypeError(f"{what} cannot be stored as JSON: {json_problem(exc)}") from None
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -202,13 +202,13 @@ def _fallback_agent(name: str) -> Any:
     return Agent(name=name, instructions="")
 
 
-def _sha256(data: Any, default: Callable[[Any], Any] | None = None) -> str:
+def json_sha256(data: Any, default: Callable[[Any], Any] | None = None) -> str:
     """SHA-256 of ``data`` as canonical JSON (sorted keys, compact); ``default`` as for ``json.dumps``."""
     text = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=default)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _check_wait(wait: Any) -> float:
+def check_wait(wait: Any) -> float:
     """A wait in seconds: a real number >= 0 (ValueError/TypeError otherwise)."""
     if isinstance(wait, bool) or not isinstance(wait, (int, float)):
         raise TypeError(f"wait must be a number of seconds, got {type(wait).__name__}")

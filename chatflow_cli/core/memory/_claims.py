@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ._checks import _check_session_id, _check_text, _check_wait
+from ._checks import _check_session_id, _check_text, check_wait
 from ._core import _CLAIM, _StoreCore
 from ._port import DUPLICATE_WAIT_S, _MessageRecord, Owner
 from ._twins import async_twin
@@ -105,7 +105,7 @@ class _Claims(_StoreCore):
         ``message_id``: a non-empty ``str`` (TypeError otherwise, in every store and method);
         ``wait``: seconds >= 0 (ValueError otherwise).
         """
-        deadline = time.monotonic() + _check_wait(wait)
+        deadline = time.monotonic() + check_wait(wait)
         delay = 0.02
         while True:
             verdict = self._duplicate_verdict(message_id)
@@ -123,7 +123,7 @@ class _Claims(_StoreCore):
         ``asyncio.sleep``)."""
         import asyncio  # here: importing the stores does not import asyncio
 
-        deadline = time.monotonic() + _check_wait(wait)
+        deadline = time.monotonic() + check_wait(wait)
         delay = 0.02
         while True:
             verdict = await self._run_blocking(self._duplicate_verdict, message_id)

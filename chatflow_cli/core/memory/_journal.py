@@ -10,7 +10,7 @@ from typing import Any, Generic, Protocol, runtime_checkable
 from ..errors import IdempotencyConflictError, SessionBusyError, SessionDeletedError, UsageError
 from ..events import Event, EventType, SessionStatus, event_type_name, is_reserved_event_type, use_instead
 from ..messages import Message
-from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
+from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, json_sha256
 from ..resources.mounts import Mount, mounts_at
 from ..typevars import T
 from ._core import _StoreCore, _unbound, mount_log
@@ -417,7 +417,7 @@ class _Journal(_StoreCore):
         data = _check_metadata(payload if payload is not None else {}, "payload")
         if not kind.isascii():
             _check_text(kind, "event type", session_id)
-        digest = _sha256({"type": kind, "payload": data})
+        digest = json_sha256({"type": kind, "payload": data})
         with self._write() as tx:
             row = self._require(tx, session_id)
             if idempotency_key is not None:

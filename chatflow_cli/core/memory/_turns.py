@@ -10,7 +10,7 @@ from ..dsn import url_without_userinfo
 from ..errors import IdempotencyConflictError, PendingToolCallsError, SessionBusyError, UsageError
 from ..events import Event, EventType, SessionStatus
 from ..messages import Attachment, Message, Role
-from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, _sha256
+from ._checks import _check_idempotency_key, _check_max_turns, _check_metadata, _check_session_id, _check_text, json_sha256
 from ._claims import _Claims
 from ._journal import ContextStore
 from ._listing import SessionLookup
@@ -164,7 +164,7 @@ class _Turns(_Claims, _ToolResults):
             self._check_message_id(message_id)
         if user_message is not None:
             _check_text(user_message.to_dict(), "user message", session_id)
-        digest = _sha256(user_message.to_dict() if user_message is not None else None)
+        digest = json_sha256(user_message.to_dict() if user_message is not None else None)
         with self._write() as tx:
             now = self.clock()
             events: list[Event] = []

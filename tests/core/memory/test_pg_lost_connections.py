@@ -123,7 +123,7 @@ def test_a_waiter_that_could_not_leave_the_queue_holds_nobody_up_once_the_databa
     cannot remove its ticket. Once the database answers, the ticket's lease is expired on the
     database clock within seconds (not when its 30 s lease runs out), so waiters on other
     hosts are not held up by it."""
-    from chatflow_cli.core._run.cancel import CancelToken
+    from chatflow_cli.core.cancel import CancelToken
     from chatflow_cli.core._run.lifecycle import TurnRequest, begin_turn_when_free
     from chatflow_cli.core.memory.postgres import PostgresSessionStore
     from chatflow_cli.core.messages import Message

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..typevars import T
+from .typevars import T
 
 if TYPE_CHECKING:  # pragma: no cover
     import asyncio
