@@ -476,34 +476,6 @@ def test_the_module_listing_names_every_module(tmp_path):
     assert sorted(unlisted(package)) == ["commands/stray.py", "core/cli.py", "core/nowhere/__init__.py", "stray.py"]
 
 
-def _house(design: Path = DESIGN) -> tuple[str, str]:
-    """The picture of the house in docs/design.md and the lines of arrows under it."""
-    text = design.read_text(encoding="utf-8")
-    section = text.split("\n## The house: rooms and arrows\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```\n(.*?)```", section, re.S)
-    assert len(blocks) >= 2, "docs/design.md: the house has not its picture and its lines of arrows"
-    return blocks[0], blocks[1]
-
-
-def undrawn_rooms(design: Path = DESIGN) -> list[str]:
-    """The rooms of the table that the picture does not name (a word: ``render/`` or
-    ``local_server`` is no room)."""
-    picture, _ = _house(design)
-    return [name for name in rooms(design) if not _names(picture, name)]
-
-
-def drawn_arrows(design: Path = DESIGN) -> dict[str, set[str]]:
-    """``{room: {rooms}}`` of the lines ``room -> a, b*, c`` under the picture (``*``: only
-    under ``if TYPE_CHECKING:``; ``—``: none)."""
-    _, lines = _house(design)
-    found: dict[str, set[str]] = {}
-    for line in filter(str.strip, lines.splitlines()):
-        room, arrow, targets = line.partition("->")
-        assert arrow, f"docs/design.md: a line of arrows I cannot read: {line!r}"
-        found[room.strip()] = {t.strip() for t in targets.split(",") if t.strip() not in ("", "—", "-")}
-    return found
-
-
 def code_arrows(root: Path = ROOT, house: dict[str, Room] | None = None) -> dict[str, set[str]]:
     """``{room: {rooms it imports}}`` as the code has them, a room marked ``*`` when every
     import of it is under ``if TYPE_CHECKING:``."""
@@ -516,31 +488,117 @@ def code_arrows(root: Path = ROOT, house: dict[str, Room] | None = None) -> dict
     return {a: {b + "*" * all(k) for b, k in targets.items()} for a, targets in kinds.items()}
 
 
-def _arrow_lines(arrows: dict[str, set[str]], order: list[str]) -> str:
-    width = max(map(len, order))
-    return "\n".join(f"{a:<{width}} -> " + (", ".join(
-        b + "*" * (b + "*" in arrows[a]) for b in order if {b, b + "*"} & arrows[a]) or "—") for a in order)
+_MERMAID_NODE = re.compile(r'^(\w+)\["[^"]*"\]$')
+_MERMAID_EDGE = re.compile(r"^(\w+) (-->|-\.->) (\w+)$")
+_MERMAID_SUBGRAPH = re.compile(r'^subgraph \w+( \["[^"]*"\])?$')
 
 
-def test_the_picture_shows_every_room_and_its_lines_every_arrow_the_code_has():
-    """The picture of the house names every room of the table, and the lines under it are
-    the code's arrows room by room, no more and no fewer (about a second: the import graph)."""
-    assert undrawn_rooms() == []
-    house = rooms()
-    real = code_arrows(house=house)
-    assert drawn_arrows() == real, ("docs/design.md: the arrows under the picture are not the code's; "
-                                    "the code's are:\n" + _arrow_lines(real, list(house)))
+@dataclass(frozen=True)
+class Drawing:
+    rooms: frozenset[str]
+    arrows: frozenset[tuple[str, str, bool]]   # (room, room, dotted: type-only)
 
 
-def test_the_picture_checks_see_a_missing_room_and_a_wrong_arrow(tmp_path):
-    picture, lines = _house()
+def drawing(design: Path = DESIGN) -> Drawing:
+    """The Mermaid flowchart of "The house: rooms and arrows": its nodes (a room each, ``_``
+    for ``-`` in the id) and its arrows, read line by line; a line that is no ``graph TD``,
+    ``%%`` comment, ``subgraph``/``end``, node ``id["label"]`` or arrow ``a --> b`` /
+    ``a -.-> b`` fails, so an arrow written another way cannot slip past."""
+    text = design.read_text(encoding="utf-8")
+    section = text.split("\n## The house: rooms and arrows\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```mermaid\n(.*?)```", section, re.S)
+    assert len(blocks) == 1, "docs/design.md: the house is not one ```mermaid block"
+    lines = [ln.strip() for ln in blocks[0].splitlines() if ln.strip()]
+    assert lines and lines[0] == "graph TD", "docs/design.md: the drawing does not begin with `graph TD`"
+    nodes: set[str] = set()
+    arrows: set[tuple[str, str, bool]] = set()
+    for line in lines[1:]:
+        if line.startswith("%%") or line == "end" or _MERMAID_SUBGRAPH.match(line):
+            continue
+        if node := _MERMAID_NODE.match(line):
+            nodes.add(node.group(1).replace("_", "-"))
+        elif edge := _MERMAID_EDGE.match(line):
+            a, style, b = edge.groups()
+            arrows.add((a.replace("_", "-"), b.replace("_", "-"), style == "-.->"))
+        else:
+            raise AssertionError(f"docs/design.md: a line of the drawing I cannot read: {line!r}")
+    strays = sorted({r for a, b, _ in arrows for r in (a, b)} - nodes)
+    assert not strays, f"docs/design.md: arrows to rooms the drawing does not declare: {strays}"
+    return Drawing(frozenset(nodes), frozenset(arrows))
+
+
+def drawn_arrows(design: Path = DESIGN) -> set[tuple[str, str, bool]]:
+    """The drawing's arrows with its one rule applied: a room with no arrow drawn to ``leaves``
+    imports them at runtime."""
+    drawn = drawing(design)
+    arrows = set(drawn.arrows)
+    to_leaves = {a for a, b, _ in arrows if b == "leaves"}
+    arrows |= {(r, "leaves", False) for r in drawn.rooms - to_leaves - {"leaves"}}
+    return arrows
+
+
+def _mermaid(arrow: tuple[str, str, bool]) -> str:
+    a, b, dotted = arrow
+    return f"{a.replace('-', '_')} {'-.->' if dotted else '-->'} {b.replace('-', '_')}"
+
+
+def drawing_against_code(design: Path = DESIGN, root: Path = ROOT) -> list[str]:
+    """How the drawing differs from the rooms' imports in the code (a dotted arrow: every import
+    of that room is under ``if TYPE_CHECKING:``), one line an arrow."""
+    house = rooms(design)
+    real = {(a, b.rstrip("*"), b.endswith("*")) for a, targets in code_arrows(root, house).items() for b in targets}
+    drawn = drawn_arrows(design)
+    return ([f"the code has, the drawing not: {_mermaid(x)}" for x in sorted(real - drawn)]
+            + [f"the drawing has, the code not: {_mermaid(x)}" for x in sorted(drawn - real)])
+
+
+def drawing_against_table(design: Path = DESIGN) -> list[str]:
+    """How the drawing differs from the table's rooms and its ``may import`` column."""
+    house = rooms(design)
+    drawn = drawing(design)
+    table = {(a, b) for a, room in house.items() for b in room.may_import}
+    arrows = {(a, b) for a, b, _ in drawn_arrows(design)}
+    return ([f"a room of the table not drawn: {r}" for r in sorted(set(house) - drawn.rooms)]
+            + [f"a room drawn not in the table: {r}" for r in sorted(drawn.rooms - set(house))]
+            + [f"the table has, the drawing not: {a} -> {b}" for a, b in sorted(table - arrows)]
+            + [f"the drawing has, the table not: {a} -> {b}" for a, b in sorted(arrows - table)])
+
+
+def test_the_drawing_is_the_code_and_the_table():
+    """The Mermaid drawing of the house has every room of the table and, with its rule for
+    ``leaves``, exactly the code's arrows room by room and the table's (about a second: the
+    import graph, read once per process)."""
+    assert drawing_against_table() == []
+    assert drawing_against_code() == [], "docs/design.md: the drawing is not the code's arrows"
+
+
+def test_the_drawing_checks_see_a_missing_or_false_arrow_and_a_missing_room(tmp_path):
+    """A copy of design.md with ``local --> model`` removed, a false ``leaves --> runner``, a
+    solid arrow where the code's is type-only, the table's runner row without mcp, a room left
+    out, or a line in another syntax is refused (reads the cached import graph: milliseconds)."""
     text = DESIGN.read_text(encoding="utf-8")
     changed = tmp_path / "design.md"
-    changed.write_text(text.replace(picture, re.sub(r"\bmcp\b", "MCP", picture)), encoding="utf-8")
-    assert undrawn_rooms(changed) == ["mcp"]
-    arrows = drawn_arrows()
-    changed.write_text(text.replace(lines, re.sub(r"(?m)^(runner +->.*), mcp,", r"\1,", lines)), encoding="utf-8")
-    assert drawn_arrows(changed) == {**arrows, "runner": arrows["runner"] - {"mcp"}}
+
+    def check(old: str, new: str) -> tuple[list[str], list[str]]:
+        assert old in text, old
+        changed.write_text(text.replace(old, new, 1), encoding="utf-8")
+        return drawing_against_code(changed), drawing_against_table(changed)
+
+    assert check("  local --> model\n", "") == (["the code has, the drawing not: local --> model"],
+                                                ["the table has, the drawing not: local -> model"])
+    assert check("  mcp --> resources\n", "  mcp --> resources\n  leaves --> runner\n") == (
+        ["the drawing has, the code not: leaves --> runner"], ["the drawing has, the table not: leaves -> runner"])
+    assert check("  render -.-> runner\n", "  render --> runner\n") == (
+        ["the code has, the drawing not: render -.-> runner", "the drawing has, the code not: render --> runner"], [])
+    row = next(ln for ln in text.splitlines() if ln.startswith("| runner |"))
+    assert check(row, row.replace("mcp, ", "")) == ([], ["the drawing has, the table not: runner -> mcp"])
+    with pytest.raises(AssertionError, match="arrows to rooms the drawing does not declare"):
+        check('    mcp["mcp: MCP servers\' tools"]\n', "")
+    leaves = next(ln for ln in text.splitlines() if ln.startswith("    leaves["))
+    changed.write_text(text.replace(leaves + "\n", "").replace("  root -.-> leaves\n", ""), encoding="utf-8")
+    assert "a room of the table not drawn: leaves" in drawing_against_table(changed)
+    with pytest.raises(AssertionError, match="a line of the drawing I cannot read: 'runner --> mcp & model'"):
+        check("  runner --> mcp\n", "  runner --> mcp & model\n")
 
 
 #: Issue 29: no module of the package is over this many lines.

@@ -186,7 +186,7 @@ def test_every_code_block_is_of_a_kind_these_tests_know() -> None:
     for block in blocks(("",)) + blocks(("text", "json")):
         assert not re.search(r"^(\$ )?chatflow ", block.body, re.M), f"{block.id}: a command in a {block.lang!r} block"
     langs = {m.group("lang") for page in manual.pages() for m in BLOCK.finditer(page.read_text(encoding="utf-8"))}
-    assert langs <= {"", "python", "py", "toml", "text", "json", *SHELL}, langs
+    assert langs <= {"", "python", "py", "toml", "text", "json", "mermaid", *SHELL}, langs  # mermaid: test_layering
 
 
 # -- shell -------------------------------------------------------------------------------------
