@@ -28,8 +28,9 @@ module                    holds
 ``inmemory``              :class:`SessionStore` (alias ``InMemorySessionStore``): dicts
                           behind a lock
 ``sqlite``                :class:`SQLiteSessionStore`: a package -- ``store``, ``tx`` (the
-                          port), ``schema`` (versioned migrations), ``rows``, ``search``,
-                          ``errors``, ``connection``
+                          port and its rows), ``schema`` (versioned migrations),
+                          ``search``, ``errors``, ``resources``, ``vaults``,
+                          ``attachments``
 ``postgres``              :class:`PostgresSessionStore`, for many workers on many hosts
                           (its own schema and migrations; needs the ``postgres`` extra)
 ``search``                the search query syntax and :class:`SearchHit`
