@@ -268,3 +268,11 @@ def test_the_pages_shell_examples_run_in_order(page: str, tmp_path: Path, fake_s
             elif shown.get(line) and _plain(shown[line]) != _plain(done.stdout.splitlines()):
                 failed.append(f"{block.id}: {line}\n  printed {done.stdout!r}, the page shows {shown[line]!r}")
     assert not failed, "\n".join(failed)
+
+
+def test_the_readme_lists_the_ten_commands_people_use_most() -> None:
+    """Issue 29: the README shows ten commands; the others are in the manual it links to."""
+    text = manual.README.read_text(encoding="utf-8")
+    section = text.split("## The commands people use most", 1)[1].split("\n## ", 1)[0]
+    (block,) = [b for b in blocks(SHELL) if b.page == "README.md" and b.body in section]
+    assert len(shell_lines(block)) == 10, shell_lines(block)
