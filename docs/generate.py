@@ -100,6 +100,21 @@ def first_sentence(cls: type) -> str:
     return re.sub(r":\w+:`~?([^`]+)`", r"`\1`", sentence).replace("``", "`")
 
 
+def public_subclasses(cls: type) -> list[type]:
+    """The package's public subclasses listed under ``cls``: its direct ones, and through a
+    private subclass (``_Base``, not listed) the public ones under it, which the tree shows
+    under ``cls``, their nearest listed ancestor."""
+    found: list[type] = []
+    for sub in cls.__subclasses__():
+        if not sub.__module__.startswith("chatflow_cli."):
+            continue
+        if sub.__name__.startswith("_"):
+            found += [deeper for deeper in public_subclasses(sub) if deeper not in found]
+        elif sub not in found:
+            found.append(sub)
+    return found
+
+
 def error_tree() -> str:
     """Every public error class under its parent (by exit code, then name): a nested list."""
     root = _public_errors()
@@ -109,9 +124,7 @@ def error_tree() -> str:
         code = cls.exit_code
         where = "" if cls.__module__ == root.__module__ else f", in `{cls.__module__}`"
         lines.append(f"{'    ' * depth}- `{cls.__name__}` ({int(code)} `{code.name}`{where}): {first_sentence(cls)}")
-        subclasses = [sub for sub in cls.__subclasses__()
-                      if sub.__module__.startswith("chatflow_cli.") and not sub.__name__.startswith("_")]
-        for sub in sorted(subclasses, key=lambda error: (int(error.exit_code), error.__name__)):
+        for sub in sorted(public_subclasses(cls), key=lambda error: (int(error.exit_code), error.__name__)):
             walk(sub, depth + 1)
 
     walk(root, 0)

@@ -74,13 +74,28 @@ def test_every_error_class_is_in_the_error_tree_with_its_exit_code() -> None:
         assert line is not None, f"{cls.__name__} is not in the error tree of docs/exit-codes.md"
         assert line.startswith("    " * depth + "- "), f"{cls.__name__} is not under its parent: {line!r}"
         assert f"({int(cls.exit_code)} `" in line, line  # type: ignore[attr-defined]
-        for sub in cls.__subclasses__():
-            if sub.__module__.startswith("chatflow_cli.") and not sub.__name__.startswith("_"):
-                check(sub, depth + 1)
+        for sub in generate.public_subclasses(cls):  # type: ignore[attr-defined]
+            check(sub, depth + 1)
 
     check(root, 0)
     assert {"SummaryTooLongError", "LocalServerCrashedError", "AgentDefinitionError"} <= set(seen)
     assert len(lines) == len(seen), "the error tree has a line for no class"
+
+
+def test_a_public_error_under_a_private_one_is_listed_under_the_nearest_listed_class() -> None:
+    """A private class is walked through, not listed: its public subclasses are not lost."""
+    generate = _generator()
+    namespace = {"__module__": "chatflow_cli.core.example"}
+    root = type("Root", (Exception,), namespace)
+    private = type("_Base", (root,), namespace)
+    public = type("Public", (private,), namespace)
+    deeper = type("_Deeper", (private,), namespace)
+    under_deeper = type("UnderDeeper", (deeper,), namespace)
+    direct = type("Direct", (root,), namespace)
+    type("Elsewhere", (root,), {"__module__": "tests.example"})
+    listed = generate.public_subclasses(root)  # type: ignore[attr-defined]
+    assert sorted(cls.__name__ for cls in listed) == ["Direct", "Public", "UnderDeeper"]
+    assert generate.public_subclasses(public) == [] and direct in listed and under_deeper in listed  # type: ignore[attr-defined]
 
 
 def test_an_error_class_without_a_docstring_stops_the_generator() -> None:

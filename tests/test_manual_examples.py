@@ -13,9 +13,16 @@ A shell block may also say what the reader's store already holds, or what the mo
     <!-- example: model calls: memory_create {"path": "acme.md", "file_text": "..."} -->
 
 (``given`` runs before the block's lines; ``model calls`` makes the fake model's next reply
-that tool call). A console block marked ``<!-- example: output: as shown -->`` also has the
-output it shows under a command compared with that command's stdout, ages, session ids and
-runs of spaces aside. A shell line that cannot run matches one of :data:`LINE_RULES` (each with its reason).
+that tool call). The output a console block shows under a command is compared with that
+command's stdout (ages, session ids and runs of spaces aside); a block whose output cannot be
+reproduced says why::
+
+    <!-- example: output: illustrative: <the reason> -->
+
+and a block that shows output under a command that is not run (a rule's line, a block not
+run) must say it so, or be marked not run. A shell line that cannot run matches one of
+:data:`LINE_RULES` (each with its reason). A fence may be indented (in a list item): its
+body is read dedented.
 Anything else is run, so a new example is run by default. A Python block runs as a script in
 a fresh directory; a page's shell lines run one after another in page order in one fresh
 home (a page's earlier commands make what its later ones use) and each must exit 0.
@@ -39,8 +46,9 @@ import pytest
 from tests.conftest import COMMAND, REPO
 from tests.helpers import manual
 
-BLOCK = re.compile(r"(?P<marks>(?:^<!-- example: [^\n]*? -->\n)*)^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.S | re.M)
-MARK = re.compile(r"^<!-- example: (?P<kind>not run|given|model calls|output): (?P<value>.+?) -->$", re.M)
+BLOCK = re.compile(r"(?P<marks>(?:^[ \t]*<!-- example: [^\n]*? -->\n)*)"
+                   r"^(?P<indent>[ \t]*)```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```", re.S | re.M)
+MARK = re.compile(r"^[ \t]*<!-- example: (?P<kind>not run|given|model calls|output): (?P<value>.+?) -->$", re.M)
 SHELL = ("bash", "console", "sh")
 
 #: Shell lines that are not run, whatever page they are on: (pattern, reason).
@@ -77,6 +85,11 @@ class Block:
         return [value for k, value in self.marks if k == kind]
 
     @property
+    def illustrative(self) -> str | None:
+        """The reason its shown output is not compared, when the block gives one."""
+        return next((v.removeprefix("illustrative: ") for v in self.marked("output")), None)
+
+    @property
     def not_run(self) -> str | None:
         """The marker's reason when the block is marked not to run."""
         return next(iter(self.marked("not run")), None)
@@ -95,8 +108,16 @@ def blocks(lang: tuple[str, ...]) -> list[Block]:
                 line = text.count("\n", 0, m.start("lang")) + 1
                 marks = [(k.group("kind"), k.group("value")) for k in MARK.finditer(m.group("marks"))]
                 assert len(marks) == m.group("marks").count("<!--"), f"{page.name}:{line}: a marker it cannot read"
-                found.append(Block(page.name, line, m.group("lang"), m.group("body"), marks))
+                body = _dedent(m.group("body"), m.group("indent"), f"{page.name}:{line}")
+                found.append(Block(page.name, line, m.group("lang"), body, marks))
     return found
+
+
+def _dedent(body: str, indent: str, where: str) -> str:
+    """An indented fence's body without the fence's indent (each line has it, or is blank)."""
+    lines = body.splitlines(keepends=True)
+    assert all(ln.startswith(indent) or not ln.strip() for ln in lines), f"{where}: a line left of its fence"
+    return "".join(ln[len(indent):] if ln.startswith(indent) else ln.lstrip(" \t") for ln in lines)
 
 
 def shell_lines(block: Block) -> list[str]:
@@ -125,6 +146,7 @@ def _plain(lines: list[str]) -> list[str]:
     """Output lines with what changes from run to run made constant."""
     lines = [re.sub(r"\b\d{8}-\d{6}-[0-9a-f]{6}\b", "SESSION", ln) for ln in lines]
     lines = [re.sub(r"\b\d+[smhd] ago\b", "AGE ago", ln) for ln in lines]
+    lines = [re.sub(r"-fork-[0-9a-f]{6}\b", "-fork-ID", ln) for ln in lines]
     return [" ".join(ln.split()) for ln in lines if ln.strip()]
 
 
@@ -143,7 +165,7 @@ def _env(tmp_path: Path, fake_server: Any) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir()
     env = {**os.environ, "HOME": str(home), "OPENAI_BASE_URL": fake_server.url, "OPENAI_API_KEY": "test",
-           "CHATFLOW_MODEL": "fake-model", "GITHUB_TOKEN": "example-token", "NO_COLOR": "1",
+           "GITHUB_TOKEN": "example-token", "NO_COLOR": "1",
            "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])}
     env.pop("COLUMNS", None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
@@ -164,6 +186,8 @@ def test_the_manual_has_python_examples_and_most_of_them_run() -> None:
         assert {kind for kind, _ in block.marks} <= {"not run"}, block.id
     for block in blocks(SHELL):
         assert not block.marked("output") or block.lang == "console", f"{block.id}: output is a console block's"
+        for value in block.marked("output"):
+            assert re.match(r"illustrative: \S", value), f"{block.id}: output: illustrative: <the reason>"
 
 
 @pytest.mark.parametrize("block", PYTHON_RUN, ids=[b.id for b in PYTHON_RUN])
@@ -257,7 +281,7 @@ def test_the_pages_shell_examples_run_in_order(page: str, tmp_path: Path, fake_s
         for call in block.marked("model calls"):
             tool, arguments = call.split(" ", 1)
             fake_server.add_tool_calls([(f"call_{tool}", tool, arguments)])
-        shown = shown_output(block) if block.marked("output") else {}
+        shown = {} if block.illustrative else shown_output(block)
         for line in shell_lines(block):
             if rule_for(line) is not None:
                 continue
@@ -268,3 +292,30 @@ def test_the_pages_shell_examples_run_in_order(page: str, tmp_path: Path, fake_s
             elif shown.get(line) and _plain(shown[line]) != _plain(done.stdout.splitlines()):
                 failed.append(f"{block.id}: {line}\n  printed {done.stdout!r}, the page shows {shown[line]!r}")
     assert not failed, "\n".join(failed)
+
+
+def test_the_readme_lists_the_ten_commands_people_use_most() -> None:
+    """Issue 29: the README shows ten commands; the others are in the manual it links to."""
+    text = manual.README.read_text(encoding="utf-8")
+    section = text.split("## The commands people use most", 1)[1].split("\n## ", 1)[0]
+    (block,) = [b for b in blocks(SHELL) if b.page == "README.md" and b.body in section]
+    assert len(shell_lines(block)) == 10, shell_lines(block)
+
+
+def test_output_shown_under_a_command_is_compared_or_says_why_not() -> None:
+    """A console block's shown output is compared (by the page test above) when its command
+    runs; under a command that does not run it needs ``output: illustrative: <reason>`` (or
+    the block's ``not run`` reason); a block that shows nothing needs no such marker."""
+    unchecked, needless = [], []
+    for block in SHELL_BLOCKS:
+        shows = {line: out for line, out in shown_output(block).items() if any(o.strip() for o in out)}
+        if block.illustrative is not None and not shows:
+            needless.append(block.id)
+        if block.illustrative is not None or block.not_run is not None:
+            continue
+        unchecked += [f"{block.id}: {line}" for line in shows  # (a machine's rule aside: CI runs those lines)
+                      if any(re.search(pattern, line) for pattern, _ in LINE_RULES)]
+    assert not unchecked, f"output shown under a command that is not run, without a reason: {unchecked}"
+    assert not needless, f"marked illustrative but showing no output: {needless}"
+    compared = [b for b in SHELL_BLOCKS if b.illustrative is None and b.not_run is None and any(shown_output(b).values())]
+    assert len(compared) >= 3, [b.id for b in compared]
