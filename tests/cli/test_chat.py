@@ -514,12 +514,12 @@ def test_sigterm_with_json_output_reports_exit_143(chatflow, provider):
 
     provider.add_text("partial words then more", chunks=["partial", " words", " then", " more"], delay=[0, 0, 5, 5])
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([*COMMAND, "chat", "-s", "tj", "-o", "jsonl", "go"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
-    out = PipeReader(proc.stdout)
-    out.wait_for(b"words", timeout=60)
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
-    lines = [json.loads(line) for line in out.finish().decode().splitlines() if line.strip()]
+    with subprocess.Popen([*COMMAND, "chat", "-s", "tj", "-o", "jsonl", "go"], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env) as proc:
+        out = PipeReader(proc.stdout)
+        out.wait_for(b"words", timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        lines = [json.loads(line) for line in out.finish().decode().splitlines() if line.strip()]
     assert proc.returncode == 143
     assert lines[-1]["type"] == "result" and lines[-1]["data"]["exit_code"] == 143

@@ -9,6 +9,7 @@ tests/core/test_local.py.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -287,13 +288,14 @@ def test_a_process_that_reused_the_server_has_it_reserved_until_its_request(stan
     first = SharedLocalServer(**options).start()
     assert first.started
     messages = [{"role": "user", "content": "hi"}]
-    assert LocalModelClient(first).complete("local", messages).content == REPLY  # its reservation is used
+    with contextlib.closing(LocalModelClient(first)) as client:  # closed: no idle connection left open
+        assert client.complete("local", messages).content == REPLY  # its reservation is used
     second = SharedLocalServer(**options).start()
     assert not second.started and second.pid == first.pid
     used = time.monotonic()
     wait_until(lambda: time.monotonic() - used > 2.0, 5, "ten keep-alive times")  # chatflow slow to ask
-    client = LocalModelClient(second)
-    assert client.complete("local", messages).content == REPLY
+    with contextlib.closing(LocalModelClient(second)) as client:
+        assert client.complete("local", messages).content == REPLY
     assert len(standin.pids()) == 1 and client.server.pid == first.pid  # the same server, not a new one
     wait_until(lambda: not alive(first.pid), 20, "the server to stop once idle")
 

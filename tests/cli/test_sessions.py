@@ -119,20 +119,24 @@ def test_replay_json_since_and_text(chatflow, three_turns):
 def test_replay_follow_prints_new_events_until_ctrl_c(chatflow, three_turns):
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([*COMMAND, "replay", "r", "--follow", "--json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
-    out = PipeReader(proc.stdout)
-    try:
-        out.wait_for(b'"three"')  # the stored events are out: --follow now waits for new ones
-        assert chatflow("chat", "-s", "r", "four").returncode == 0
-        out.wait_for(b'"four"')
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    with subprocess.Popen([*COMMAND, "replay", "r", "--follow", "--json"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env) as proc:
+        out = PipeReader(proc.stdout)
+        err = PipeReader(proc.stderr)
+        try:
+            out.wait_for(b'"three"')  # the stored events are out: --follow now waits for new ones
+            assert chatflow("chat", "-s", "r", "four").returncode == 0
+            out.wait_for(b'"four"')
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            out.finish()
+            err.finish()
     assert proc.returncode == ExitStatus.INTERRUPTED
-    assert b"Traceback" not in proc.stderr.read()
+    assert b"Traceback" not in err.data
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
