@@ -192,6 +192,9 @@ def test_the_server_dies_with_its_owner(mode: str, sig: signal.Signals) -> None:
             os.kill(child, signal.SIGKILL)
         if owner.poll() is None:
             owner.kill()
+        owner.wait()
+        if owner.stdout is not None:
+            owner.stdout.close()  # the pipe start_owner read the server's pid from
 
 
 @pytest.mark.local_model
@@ -207,6 +210,9 @@ def test_ctrl_c_stops_the_server_and_the_owner_exits() -> None:
             os.kill(child, signal.SIGKILL)
         if owner.poll() is None:
             owner.kill()
+        owner.wait()
+        if owner.stdout is not None:
+            owner.stdout.close()  # the pipe start_owner read the server's pid from
 
 
 @pytest.mark.local_model
