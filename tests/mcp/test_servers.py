@@ -141,7 +141,10 @@ def test_garbage_on_stdout_is_counted_apart_from_the_stderr_tail():
     script = ("import sys; print('garbage one'); print(); print('garbage two', flush=True); "
               "sys.stderr.write('real error line\\n')")
     server = MCPServerStdio({"command": sys.executable, "args": ["-c", script]}, name="g", start_timeout=10)
-    error = start_all([server])["g"]
+    try:
+        error = start_all([server])["g"]
+    finally:
+        server.stop()  # a failed start keeps its stderr file open until stop()
     assert error == ("MCP server 'g' did not start: it exited, or closed the connection, before answering; it also "
                      "printed 2 lines of other text on stdout, which is for MCP messages only (the last: 'garbage "
                      "two'); its stderr ended with: real error line"), error
