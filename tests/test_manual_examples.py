@@ -21,8 +21,11 @@ reproduced says why::
 
 and a block that shows output under a command that is not run (a rule's line, a block not
 run) must say it so, or be marked not run. A shell line that cannot run matches one of
-:data:`LINE_RULES` (each with its reason). A fence may be indented (in a list item): its
-body is read dedented.
+:data:`LINE_RULES` (each with its reason); a rule does not excuse a line that goes on to run
+``chatflow`` after ``&&``, ``;`` or ``|`` unless it matches that part too. Fences are read as
+CommonMark reads them (three or more backticks or tildes, the info string's first word the
+language); a fence may be indented (in a list item): its body is read dedented. A console
+block's commands are its ``$ `` lines, and it must have one.
 Anything else is run, so a new example is run by default. A Python block runs as a script in
 a fresh directory; a page's shell lines run one after another in page order in one fresh
 home (a page's earlier commands make what its later ones use) and each must exit 0.
