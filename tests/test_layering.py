@@ -578,11 +578,31 @@ def unlisted(root: Path = ROOT, design: Path = DESIGN) -> list[str]:
     return missing
 
 
+_LISTED_FILE = re.compile(r"(?<![\w./-])(\w+(?:/\w+)*\.py)(?!\w)")
+
+
+def listed_but_missing(root: Path = ROOT, design: Path = DESIGN) -> list[str]:
+    """What design.md's listings name that does not exist, as a path relative to the package: an
+    entry's folder (``repl/``, ``memory/sqlite/``) and each ``name.py`` an entry names, in that
+    folder (``ghost.py`` in the ``repl/`` entry is ``repl/ghost.py``) or, in an entry of modules,
+    in the listing's own folder (``stream.py`` in ``model.py``'s entry is ``core/stream.py``)."""
+    missing = []
+    for listing, base in zip(module_listing(design), ("", "core/")):
+        for entry in _entries(listing):
+            head = entry.split()[0]
+            folder = base + head if head.endswith("/") else base
+            if head.endswith("/") and not (root / folder).is_dir():
+                missing.append(folder)
+            missing += [folder + f for f in _LISTED_FILE.findall(entry) if not (root / folder / f).is_file()]
+    return sorted(set(missing))
+
+
 def test_the_module_listing_names_every_module(tmp_path):
     """"The rooms in more detail" names each module of the package (a module added or renamed
     without it fails here), and the check sees the modules it does not name, a common word
     or a neighbour folder's module of the same name being no listing (a few empty files)."""
     assert unlisted() == []
+    assert listed_but_missing() == []
     package = tmp_path / PACKAGE
     for relative in ("__init__.py", "cli.py", "stray.py", "commands/chat.py", "commands/stray.py",
                      "core/dsn.py", "core/cli.py", "core/mcp/_keeper.py", "core/nowhere/__init__.py",
@@ -598,6 +618,23 @@ def test_the_module_listing_names_every_module(tmp_path):
         "commands/ls.py", "commands/stray.py", "core/_run/cancel.py", "core/cli.py", "core/local/model.py",
         "core/memory/rows.py", "core/memory/sqlite/leases.py", "core/memory/window.py", "core/nowhere/__init__.py",
         "core/search.py", "stray.py"]
+
+
+def test_the_module_listing_names_no_module_that_is_not_there(tmp_path):
+    """The other way round: a copy of design.md whose listings name a module or folder the
+    package has not (``ghost.py`` in the ``repl/`` entry, a ``ghosts/`` entry, ``spectre.py``
+    beside ``stream.py`` in an entry of the library's modules) is refused, path by path."""
+    text = DESIGN.read_text(encoding="utf-8")
+    changed = tmp_path / "design.md"
+    edits = [("  repl/             app.py (run_repl,", "  repl/             app.py, ghost.py (run_repl,"),
+             ("  lookup.py         stored", "  ghosts/           a.py\n  lookup.py         stored"),
+             ("ModelStream, ChatClient (what the Runner needs); stream.py",
+              "ModelStream, ChatClient (what the Runner needs); stream.py, spectre.py")]
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    changed.write_text(text, encoding="utf-8")
+    assert listed_but_missing(design=changed) == ["core/spectre.py", "ghosts/", "ghosts/a.py", "repl/ghost.py"]
 
 
 def code_arrows(root: Path = ROOT, house: dict[str, Room] | None = None) -> dict[str, set[str]]:
