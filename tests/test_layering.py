@@ -366,7 +366,8 @@ def private_imports(root: Path = ROOT) -> list[str]:
     package (from a package's ``__init__``: to the package). So ``core/runner.py`` may import
     ``core/_run/turn.py``, and the memory backends ``memory._port._Tx``, but ``cli.py`` may not
     import ``core/_run/…`` nor ``sdk_session.py`` a name of ``memory/_checks.py``. Imports
-    inside functions and under ``if TYPE_CHECKING:`` count too."""
+    inside functions and under ``if TYPE_CHECKING:`` count too, and so does a private name
+    reached as an imported module's attribute (``from .core import dsn`` then ``dsn._x``)."""
     mods = modules(root)
     bad = []
     for module, line, target, name, _type_only in import_edges(root):
@@ -379,14 +380,64 @@ def private_imports(root: Path = ROOT) -> list[str]:
         if any(not _inside(module, home) for home in homes):
             path = target if name == target or target.endswith("." + name) else f"{target}.{name}"
             bad.append(f"{mods[module].relative_to(root.parent).as_posix()}:{line} imports {path}")
+    return bad + _private_attributes(root)
+
+
+def _private_attributes(root: Path) -> list[str]:
+    """``module._name`` where ``module`` is bound by an import of a package module (``from
+    .core import dsn``, ``import chatflow_cli.core.dsn as dsn``, ``import chatflow_cli.core.dsn``
+    then ``chatflow_cli.core.dsn._x``) and the using module is outside the package that holds
+    ``_name``, as ``module:line uses path``. A name bound by an import anywhere in the file
+    counts (no scopes: cheap, and the package shadows no such name)."""
+    mods = modules(root)
+    bad = []
+    for name, path in mods.items():
+        is_package = path.name == "__init__.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        bound: dict[str, str] = {}
+        for node in _all_imports(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        bound[alias.asname] = alias.name
+                    else:
+                        bound[alias.name.split(".")[0]] = alias.name.split(".")[0]
+            else:
+                if node.level:
+                    base = name.split(".") if is_package else name.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    prefix = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    prefix = node.module or ""
+                bound.update({alias.asname or alias.name: f"{prefix}.{alias.name}" for alias in node.names})
+
+        def dotted(node: ast.expr) -> str | None:
+            if isinstance(node, ast.Name):
+                return bound.get(node.id)
+            if isinstance(node, ast.Attribute):
+                head = dotted(node.value)
+                return f"{head}.{node.attr}" if head else None
+            return None
+
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                continue
+            target = dotted(node.value)
+            if target not in mods:
+                continue
+            home = target if mods[target].name == "__init__.py" else target.rpartition(".")[0]
+            if not _inside(name, home):
+                bad.append(f"{path.relative_to(root.parent).as_posix()}:{node.lineno} uses {target}.{node.attr}")
     return bad
 
 
 def test_nothing_private_in_name_is_imported_from_outside_its_package(tmp_path):
     """A ``_private`` module or name is used inside its own package only; what another package
     needs gets a public home (``core/cancel.py``, ``core.memory.json_sha256``). The check sees
-    a private module and a private name imported from outside, and lets the same imports from
-    inside pass (a package of five empty-ish files: milliseconds)."""
+    a private module and a private name imported from outside, or reached as an imported
+    module's attribute, and lets the same from inside pass (a package of a few small files:
+    milliseconds)."""
     assert private_imports() == []
     package = tmp_path / PACKAGE
     files = {
@@ -402,6 +453,12 @@ def test_nothing_private_in_name_is_imported_from_outside_its_package(tmp_path):
         "core/memory/store.py": "from ._checks import _sha\nfrom ._port import _Tx\n",
         "core/memory/sqlite/__init__.py": "from .._port import _Tx\n",
         "core/sdk_session.py": "from .memory._checks import _sha\nfrom .memory.store import _Tx\n",
+        # a private name reached as a module's attribute (the review's `dsn._URL_PASSWORD`)
+        "core/dsn.py": "_URL_PASSWORD = 1\n",
+        "context.py": ("from .core import dsn\nimport chatflow_cli.core.dsn as d2\nimport chatflow_cli.core.dsn\n"
+                       "def f():\n    return dsn._URL_PASSWORD, d2._URL_PASSWORD, chatflow_cli.core.dsn._URL_PASSWORD\n"
+                       "def g(x):\n    return dsn.__name__, x._private\n"),
+        "core/tokens.py": "from . import dsn\nfrom .memory import store\nX = dsn._URL_PASSWORD, store._Tx\n",
     }
     for relative, text in files.items():
         (package / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -411,6 +468,10 @@ def test_nothing_private_in_name_is_imported_from_outside_its_package(tmp_path):
         f"{PACKAGE}/core/runner.py:2 imports {PACKAGE}.core.memory._checks",
         f"{PACKAGE}/core/sdk_session.py:1 imports {PACKAGE}.core.memory._checks._sha",
         f"{PACKAGE}/core/sdk_session.py:2 imports {PACKAGE}.core.memory.store._Tx",
+        f"{PACKAGE}/context.py:5 uses {PACKAGE}.core.dsn._URL_PASSWORD",
+        f"{PACKAGE}/context.py:5 uses {PACKAGE}.core.dsn._URL_PASSWORD",
+        f"{PACKAGE}/context.py:5 uses {PACKAGE}.core.dsn._URL_PASSWORD",
+        f"{PACKAGE}/core/tokens.py:3 uses {PACKAGE}.core.memory.store._Tx",
     ]
 
 
