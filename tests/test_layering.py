@@ -18,6 +18,7 @@ Run as a script (``python tests/test_layering.py [ROOT]``) it prints the cycles 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import functools
 import re
 import shutil
@@ -710,22 +711,24 @@ def code_arrows(root: Path = ROOT, house: dict[str, Room] | None = None) -> dict
     return {a: {b + "*" * all(k) for b, k in targets.items()} for a, targets in kinds.items()}
 
 
-_MERMAID_NODE = re.compile(r'^(\w+)\["[^"]*"\]$')
+_MERMAID_NODE = re.compile(r'^(\w+)\["([^"]*)"\]$')
 _MERMAID_EDGE = re.compile(r"^(\w+) (-->|-\.->) (\w+)$")
-_MERMAID_SUBGRAPH = re.compile(r'^subgraph \w+( \["[^"]*"\])?$')
+_MERMAID_SUBGRAPH = re.compile(r'^subgraph (\w+)( \["[^"]*"\])?$')
 
 
 @dataclass(frozen=True)
 class Drawing:
     rooms: frozenset[str]
     arrows: frozenset[tuple[str, str, bool]]   # (room, room, dotted: type-only)
+    subgraphs: tuple[tuple[str, str | None], ...] = ()  # (room, the subgraph it is drawn in)
+    labels: tuple[tuple[str, str], ...] = ()            # (room, its label)
 
 
 def drawing(design: Path = DESIGN) -> Drawing:
     """The Mermaid flowchart of "The house: rooms and arrows": its nodes (a room each, ``_``
-    for ``-`` in the id) and its arrows, read line by line; a line that is no ``graph TD``,
-    ``%%`` comment, ``subgraph``/``end``, node ``id["label"]`` or arrow ``a --> b`` /
-    ``a -.-> b`` fails, so an arrow written another way cannot slip past."""
+    for ``-`` in the id) with their labels and subgraphs, and its arrows, read line by line; a
+    line that is no ``graph TD``, ``%%`` comment, ``subgraph``/``end``, node ``id["label"]`` or
+    arrow ``a --> b`` / ``a -.-> b`` fails, so an arrow written another way cannot slip past."""
     text = design.read_text(encoding="utf-8")
     section = text.split("\n## The house: rooms and arrows\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```mermaid\n(.*?)```", section, re.S)
@@ -734,11 +737,22 @@ def drawing(design: Path = DESIGN) -> Drawing:
     assert lines and lines[0] == "graph TD", "docs/design.md: the drawing does not begin with `graph TD`"
     nodes: set[str] = set()
     arrows: set[tuple[str, str, bool]] = set()
+    subgraphs: list[tuple[str, str | None]] = []
+    labels: list[tuple[str, str]] = []
+    inside: list[str] = []
     for line in lines[1:]:
-        if line.startswith("%%") or line == "end" or _MERMAID_SUBGRAPH.match(line):
+        if line.startswith("%%"):
             continue
-        if node := _MERMAID_NODE.match(line):
-            nodes.add(node.group(1).replace("_", "-"))
+        if line == "end":
+            assert inside, "docs/design.md: an `end` with no subgraph open"
+            inside.pop()
+        elif subgraph := _MERMAID_SUBGRAPH.match(line):
+            inside.append(subgraph.group(1))
+        elif node := _MERMAID_NODE.match(line):
+            room = node.group(1).replace("_", "-")
+            nodes.add(room)
+            subgraphs.append((room, inside[-1] if inside else None))
+            labels.append((room, node.group(2)))
         elif edge := _MERMAID_EDGE.match(line):
             a, style, b = edge.groups()
             arrows.add((a.replace("_", "-"), b.replace("_", "-"), style == "-.->"))
@@ -746,7 +760,44 @@ def drawing(design: Path = DESIGN) -> Drawing:
             raise AssertionError(f"docs/design.md: a line of the drawing I cannot read: {line!r}")
     strays = sorted({r for a, b, _ in arrows for r in (a, b)} - nodes)
     assert not strays, f"docs/design.md: arrows to rooms the drawing does not declare: {strays}"
-    return Drawing(frozenset(nodes), frozenset(arrows))
+    return Drawing(frozenset(nodes), frozenset(arrows), tuple(subgraphs), tuple(labels))
+
+
+#: The drawing's two subgraphs: the front-ends (``chatflow_cli/``) and the library (``core/``).
+FRONT, LIBRARY = "front", "library"
+_LABEL_PATH = re.compile(r"(?<![\w./*-])([\w*]+\.py|\w+/)(?![\w/])")
+
+
+def drawing_against_rooms(design: Path = DESIGN, root: Path = ROOT) -> list[str]:
+    """How the drawing's subgraphs and labels differ from the table's rooms: a room whose
+    modules are all under ``core/`` sits in the ``library`` subgraph, one with none there in
+    ``front`` (the package root, ``__init__.py`` alone, above both, in neither), and each
+    ``name.py`` (``*_app.py``) or ``folder/`` a label writes is a module or folder of that room."""
+    house = rooms(design)
+    drawn = drawing(design)
+    where = room_of(root, house)
+    paths: dict[str, list[str]] = {}
+    for module, path in modules(root).items():
+        paths.setdefault(where[module], []).append(path.relative_to(root).as_posix())
+    bad = []
+    for room, subgraph in drawn.subgraphs:
+        if room not in house:
+            continue
+        in_core = {p.startswith("core/") for p in house[room].paths}
+        expected = None if house[room].paths == ("__init__.py",) else (
+            LIBRARY if in_core == {True} else FRONT if in_core == {False} else "?")
+        if subgraph != expected:
+            bad.append(f"{room} is drawn in {subgraph or 'no'} subgraph, its modules belong in {expected or 'no'}")
+    for room, label in drawn.labels:
+        for token in _LABEL_PATH.findall(label):
+            ours = paths.get(room, [])
+            if token.endswith("/"):
+                found = any(f"/{token}" in f"/{p}" for p in ours)
+            else:
+                found = any(fnmatch.fnmatchcase(p.rpartition("/")[2], token) for p in ours)
+            if not found:
+                bad.append(f"the label of {room} names {token}, no module of that room")
+    return bad
 
 
 def drawn_arrows(design: Path = DESIGN) -> set[tuple[str, str, bool]]:
@@ -815,12 +866,38 @@ def test_the_drawing_checks_see_a_missing_or_false_arrow_and_a_missing_room(tmp_
     row = next(ln for ln in text.splitlines() if ln.startswith("| runner |"))
     assert check(row, row.replace("mcp, ", "")) == ([], ["the drawing has, the table not: runner -> mcp"])
     with pytest.raises(AssertionError, match="arrows to rooms the drawing does not declare"):
-        check('    mcp["mcp: MCP servers\' tools"]\n', "")
+        check('    mcp["mcp: mcp/ (MCP servers\' tools)"]\n', "")
     leaves = next(ln for ln in text.splitlines() if ln.startswith("    leaves["))
     changed.write_text(text.replace(leaves + "\n", ""), encoding="utf-8")
     assert "a room of the table not drawn: leaves" in drawing_against_table(changed)
     with pytest.raises(AssertionError, match="a line of the drawing I cannot read: 'runner --> mcp & model'"):
         check("  runner --> mcp\n", "  runner --> mcp & model\n")
+
+
+def test_the_drawing_puts_each_room_in_its_subgraph_and_labels_it_with_its_own_modules(tmp_path):
+    """The subgraphs and labels are checked too: a copy of design.md with ``memory`` moved into
+    the front-ends' subgraph, the root moved into the library's, ``cli.py`` written into the
+    leaves' label and ``render/`` into the runner's is refused, each (milliseconds)."""
+    assert drawing_against_rooms() == []
+    text = DESIGN.read_text(encoding="utf-8")
+    changed = tmp_path / "design.md"
+    memory = next(ln for ln in text.splitlines() if ln.startswith("    memory["))
+    root = next(ln for ln in text.splitlines() if ln.startswith("  root["))
+    leaves = next(ln for ln in text.splitlines() if ln.startswith("    leaves["))
+    runner = next(ln for ln in text.splitlines() if ln.startswith("    runner["))
+    front = next(ln for ln in text.splitlines() if ln.startswith("  subgraph front"))
+    library = next(ln for ln in text.splitlines() if ln.startswith("  subgraph library"))
+    moved = (text.replace(memory + "\n", "").replace(root + "\n", "")
+             .replace(front, f"{front}\n{memory}", 1)
+             .replace(library, f"{library}\n  {root}", 1)
+             .replace(leaves, leaves.replace("dsn.py,", "dsn.py, cli.py,"))
+             .replace(runner, runner.replace("_run/", "_run/, render/")))
+    changed.write_text(moved, encoding="utf-8")
+    assert sorted(drawing_against_rooms(changed)) == [
+        "memory is drawn in front subgraph, its modules belong in library",
+        "root is drawn in library subgraph, its modules belong in no",
+        "the label of leaves names cli.py, no module of that room",
+        "the label of runner names render/, no module of that room"]
 
 
 #: Issue 29: no module of the package is over this many lines.
