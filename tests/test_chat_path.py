@@ -103,12 +103,37 @@ def test_a_chat_can_be_followed_through_few_files(chatflow, provider, tmp_path):
     assert len(files) <= LIMIT, f"`chatflow chat hi` calls functions of {len(files)} files (at most {LIMIT}; the goal is {GOAL}):\n{listing}"
 
 
-def documented_path() -> list[str]:
-    """The files "Following one chat" in docs/design.md lists, in its order."""
-    text = (REPO / "docs" / "design.md").read_text(encoding="utf-8")
+def _following_one_chat(text: str | None = None) -> str:
+    text = (REPO / "docs" / "design.md").read_text(encoding="utf-8") if text is None else text
     section = text[text.index("## Following one chat"):]
-    section = section[: section.index("\n## ", 1)]
-    return [f"chatflow_cli/{path}" for path in re.findall(r"^\d+\. `([^`]+)`", section, re.M)]
+    return section[: section.index("\n## ", 1)]
+
+
+def documented_path(text: str | None = None) -> list[str]:
+    """The files "Following one chat" in docs/design.md lists, in its order."""
+    return [f"chatflow_cli/{path}" for path in re.findall(r"^\d+\. `([^`]+)`", _following_one_chat(text), re.M)]
+
+
+def prose_counts(text: str | None = None) -> list[int]:
+    """The numbers of files the prose of "Following one chat" states: "The path is **N
+    files**" and "keeps N as an upper bound" (each must be there)."""
+    section = _following_one_chat(text)
+    found = [re.search(pattern, section) for pattern in (r"The path is \*\*(\d+) files\*\*",
+                                                         r"keeps (\d+) as an\s+upper bound")]
+    assert all(found), "docs/design.md: 'Following one chat' no longer states its count of files"
+    return [int(m.group(1)) for m in found if m]
+
+
+def test_the_design_pages_count_is_the_limit_and_its_list():
+    """The prose's count is no hand-kept copy: it is :data:`LIMIT` and the length of the list
+    below it, and a changed count is seen (text only: milliseconds)."""
+    assert prose_counts() == [LIMIT, LIMIT]
+    assert len(documented_path()) == LIMIT
+    text = (REPO / "docs" / "design.md").read_text(encoding="utf-8")
+    assert prose_counts(text.replace(f"**{LIMIT} files**", f"**{LIMIT - 1} files**")) == [LIMIT - 1, LIMIT]
+    last = documented_path(text)[-1].removeprefix("chatflow_cli/")
+    line = next(ln for ln in text.splitlines() if re.match(rf"\d+\. `{re.escape(last)}`", ln))
+    assert len(documented_path(text.replace(line + "\n", ""))) == LIMIT - 1
 
 
 def test_the_design_page_walks_the_files_the_chat_calls(chatflow, provider, tmp_path):

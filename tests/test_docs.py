@@ -154,21 +154,24 @@ def test_the_readme_is_short_and_its_links_reach_the_manual() -> None:
 
 def test_every_page_of_the_manual_is_in_its_navigation() -> None:
     nav = (REPO / "docs" / "mkdocs.yml").read_text(encoding="utf-8")
-    for page in sorted((REPO / "docs").glob("*.md")):
-        assert f": {page.name}" in nav, f"{page.name} is not in docs/mkdocs.yml's nav"
+    for page in manual.doc_pages():  # docs/ and its subfolders: a page mkdocs builds but nav misses
+        assert f": {manual.name(page)}" in nav, f"{manual.name(page)} is not in docs/mkdocs.yml's nav"
 
 
 def _command_lines() -> list[tuple[str, str]]:
     """Every ``chatflow ...`` command in the manual's shell examples: (page, command line)."""
     found = []
     for page in manual.pages():
-        for block in re.findall(r"```(?:bash|console|sh)\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
-            for line in block.splitlines():
+        for fence in manual.fences(page.read_text(encoding="utf-8")):
+            if fence.lang not in ("bash", "console", "sh"):
+                continue
+            for line in fence.body.splitlines():
+                line = line.strip()
                 line = line.removeprefix("$ ")
                 for part in re.split(r"\|\s*|\$\(|&&|;", line):
                     part = part.strip().split(" #", 1)[0].rstrip(") ")
                     if part.startswith("chatflow ") or part == "chatflow":
-                        found.append((page.name, part))
+                        found.append((manual.name(page), part))
     return found
 
 
@@ -200,3 +203,23 @@ def test_every_shell_example_names_real_commands_and_options() -> None:
             if option.startswith("-") and option != "-" and not re.fullmatch(r"-\d+", option) and option not in known:
                 wrong.append(f"{page}: {line!r}: {option}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_exit_meanings_and_error_docstrings_name_the_finish_reasons_the_verdict_gives_them() -> None:
+    """Exit 10's meaning names every finish reason that cuts a reply (and a reason chatflow
+    does not know, which also does), exit 6's meaning and ``StreamBrokenError``'s docstring
+    every one that breaks it: none that the verdict (``core/stream.py``) gives another end."""
+    from chatflow_cli.core.errors import EXIT_MEANINGS, ExitStatus, StreamBrokenError
+    from chatflow_cli.core.stream import (BROKEN_FINISH_REASONS, NORMAL_FINISH_REASONS, TRUNCATING_FINISH_REASONS,
+                                          ModelTurn, ReplyState, normalize_finish_reason)
+
+    def ends(reason: str) -> ReplyState:
+        return ModelTurn("text", finish_reason=normalize_finish_reason(reason)).verdict.state
+
+    known = {*TRUNCATING_FINISH_REASONS, *NORMAL_FINISH_REASONS, *BROKEN_FINISH_REASONS}
+    for where, text, state in (("exit 10", EXIT_MEANINGS[ExitStatus.INCOMPLETE], ReplyState.TRUNCATED),
+                               ("exit 6", EXIT_MEANINGS[ExitStatus.NETWORK], ReplyState.BROKEN),
+                               ("StreamBrokenError", StreamBrokenError.__doc__ or "", ReplyState.BROKEN)):
+        named = set(re.findall(r"`+(\w+)`+", text)) & known
+        assert named == {reason for reason in known if ends(reason) is state}, f"{where}: {text}"
+        assert ("does not know" in text) == (ends("unheard_of") is state), f"{where}: {text}"

@@ -2,12 +2,15 @@
 
 The graph is read from the source with :mod:`ast` (nothing is imported): every ``import``
 and ``from … import`` of a ``chatflow_cli`` module, at module level and inside functions,
-is an edge; :func:`import_edges` marks those under ``if TYPE_CHECKING:``. The cycle checks of
+is an edge, and so is a string that names a package module to import: a value of a
+lazy-name map that a package's ``__getattr__`` reads (``_EXPORTS``, ``_LAZY``) and the
+string given to ``import_module`` / ``__import__`` (other strings, docstrings and logger
+names, are none); :func:`import_edges` marks those under ``if TYPE_CHECKING:``. The cycle checks of
 the runtime graph leave them out (they never run); the rooms check and the type-only cycle
 check count them (a type is a dependency too). ``from .pkg import name`` is an edge to
 ``pkg.name`` when that is a module, else to ``pkg``. Implicit
 imports of parent packages are not edges (``chatflow_cli/__init__`` resolves its names
-lazily).
+lazily: its map's strings are its edges).
 
 Run as a script (``python tests/test_layering.py [ROOT]``) it prints the cycles it finds.
 """
@@ -15,6 +18,7 @@ Run as a script (``python tests/test_layering.py [ROOT]``) it prints the cycles 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import functools
 import re
 import shutil
@@ -48,17 +52,16 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """The import statements of ``tree`` outside ``if TYPE_CHECKING:`` blocks."""
-    found: list[ast.Import | ast.ImportFrom] = []
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the nodes of ``tree`` inside ``if TYPE_CHECKING:`` blocks (not their ``else``)."""
+    found: set[int] = set()
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node.test):
+            found.update(id(n) for child in node.body for n in ast.walk(child))
             for child in node.orelse:
                 visit(child)
             return
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
         for child in ast.iter_child_nodes(node):
             visit(child)
 
@@ -69,6 +72,69 @@ def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
 def _all_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     """Every import statement of ``tree``, those under ``if TYPE_CHECKING:`` included."""
     return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
+def _is_import_call(node: ast.AST) -> bool:
+    """``import_module(...)``, ``importlib.import_module(...)`` or ``__import__(...)``."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    return (isinstance(func, ast.Name) and func.id in ("import_module", "__import__")) or (
+        isinstance(func, ast.Attribute) and func.attr == "import_module")
+
+
+def _lazy_maps(tree: ast.Module) -> list[ast.Dict]:
+    """The module's lazy-name maps: a module-level dict of string keys and string values that
+    the module's ``__getattr__`` reads (``_EXPORTS``, ``_LAZY``)."""
+    getattr_names = {n.id for node in tree.body
+                     if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+                     for n in ast.walk(node) if isinstance(n, ast.Name)}
+    maps = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        value = getattr(node, "value", None)
+        if isinstance(value, ast.Dict) and any(isinstance(t, ast.Name) and t.id in getattr_names
+                                               for t in targets) and all(
+                isinstance(v, ast.Constant) and isinstance(v.value, str) for v in value.keys + value.values):
+            maps.append(value)
+    return maps
+
+
+def _string_imports(tree: ast.Module, name: str, is_package: bool,
+                    mods: dict[str, Path]) -> list[tuple[ast.AST, str, str]]:
+    """The imports made through strings: ``(node, target module, imported name)`` for a value of
+    a lazy-name map (``"chatflow_cli.core.runner"``, ``".sqlite"``, or ``"turns"`` for the
+    package's own module) and for the string constant given to ``import_module`` /
+    ``__import__``, when it is exactly the dotted path of a package module (absolute, or
+    relative with leading dots). Other strings (docstrings, logger names) are no imports."""
+    package = name if is_package else name.rpartition(".")[0]
+
+    def resolve(text: str, bare_is_relative: bool) -> str | None:
+        if text.startswith("."):
+            level = len(text) - len(text.lstrip("."))
+            base = package.split(".")
+            base = base[: len(base) - (level - 1)]
+            target = ".".join(base + ([text[level:]] if text[level:] else []))
+        elif bare_is_relative and not _inside(text, PACKAGE):
+            target = f"{package}.{text}"
+        else:
+            target = text
+        return target if target in mods else None
+
+    found: list[tuple[ast.AST, str, str]] = []
+    for lazy in _lazy_maps(tree):
+        for key, value in zip(lazy.keys, lazy.values):
+            assert isinstance(key, ast.Constant) and isinstance(value, ast.Constant)
+            if target := resolve(value.value, bare_is_relative=True):
+                found.append((value, target, key.value))
+    for node in ast.walk(tree):
+        if _is_import_call(node) and isinstance(node, ast.Call) and node.args:
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and (
+                    target := resolve(arg.value, bare_is_relative=False)):
+                found.append((arg, target, target))
+    return found
 
 
 def import_edges(root: Path = ROOT) -> list[tuple[str, int, str, str, bool]]:
@@ -90,7 +156,7 @@ def _read_edges(root: Path) -> list[tuple[str, int, str, str, bool]]:
     for name, path in mods.items():
         is_package = path.name == "__init__.py"
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        runtime = {id(node) for node in _runtime_imports(tree)}
+        type_checking = _type_checking_nodes(tree)
         for node in _all_imports(tree):
             if isinstance(node, ast.Import):
                 targets = [(alias.name, alias.name) for alias in node.names]
@@ -107,15 +173,22 @@ def _read_edges(root: Path) -> list[tuple[str, int, str, str, bool]]:
                 while target and target not in mods:  # `import a.b.c` of a package's attribute
                     target = target.rpartition(".")[0]
                 if target and target != name and target.split(".")[0] == PACKAGE:
-                    edges.append((name, node.lineno, target, imported, id(node) not in runtime))
+                    edges.append((name, node.lineno, target, imported, id(node) in type_checking))
+        for string, target, imported in _string_imports(tree, name, is_package, mods):
+            if target != name:
+                edges.append((name, getattr(string, "lineno", 0), target, imported, id(string) in type_checking))
     return edges
 
 
 def import_graph(root: Path = ROOT, *, type_only: bool = False) -> dict[str, set[str]]:
     """``{module: {modules it imports}}`` over the package's own modules (``type_only``: the
-    imports under ``if TYPE_CHECKING:`` count too)."""
+    imports under ``if TYPE_CHECKING:`` count too). Reading ``__version__`` from the root is
+    no edge: it is a plain constant of ``chatflow_cli/__init__``, which Python imports before
+    any module of the package, and reading it runs none of the root's lazy imports."""
     graph: dict[str, set[str]] = {name: set() for name in modules(root)}
-    for name, _line, target, _name, under_type_checking in import_edges(root):
+    for name, _line, target, imported, under_type_checking in import_edges(root):
+        if target == PACKAGE and imported == "__version__":
+            continue  # a constant of the root, which every module's import runs first anyway
         if type_only or not under_type_checking:
             graph[name].add(target)
     return graph
@@ -178,6 +251,44 @@ def test_the_graph_sees_function_level_imports():
     assert f"{PACKAGE}.cli" in graph[f"{PACKAGE}.__main__"]
     # cli imports its commands inside the command functions only
     assert any(m.startswith(f"{PACKAGE}.commands") for m in graph[f"{PACKAGE}.cli"])
+
+
+def test_the_graph_sees_imports_made_through_strings(tmp_path):
+    """A lazy map's value (absolute, ``.relative`` or the package's bare module name) and the
+    string given to ``import_module`` / ``__import__`` are runtime edges (the review's two:
+    ``core.memory``'s map reaching a renderer, ``core/tokens.py`` importing ``cli``); a
+    docstring, a logger name or a dict no ``__getattr__`` reads is none (a few small files)."""
+    assert (PACKAGE, f"{PACKAGE}.core.runner", "Runner") in {(m, t, n) for m, _l, t, n, _k in import_edges()
+                                                            if not _k}
+    package = tmp_path / PACKAGE
+    files = {
+        "__init__.py": "",
+        "cli.py": "",
+        "render/__init__.py": '_EXPORTS = {"safe_text": "text"}\ndef __getattr__(name):\n    return _EXPORTS[name]\n',
+        "render/text.py": "",
+        "core/__init__.py": "",
+        "core/tokens.py": ('"""Never `importlib.import_module("chatflow_cli.cli")`."""\nimport importlib\n'
+                           'import logging\nlog = logging.getLogger("chatflow_cli.cli")\n'
+                           'NAMES = {"x": "chatflow_cli.cli"}\n'
+                           'def f():\n    return importlib.import_module("chatflow_cli.cli")\n'
+                           'def g():\n    return __import__("chatflow_cli.render")\n'),
+        "core/memory/__init__.py": ('from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n'
+                                    '    from importlib import import_module\n    import_module(".store", __name__)\n'
+                                    '_LAZY = {\n    "Store": ".store",\n    "safe_text": "chatflow_cli.render.text",\n}\n'
+                                    'def __getattr__(name):\n    return _LAZY[name]\n'),
+        "core/memory/store.py": "",
+    }
+    for relative, text in files.items():
+        (package / relative).parent.mkdir(parents=True, exist_ok=True)
+        (package / relative).write_text(text, encoding="utf-8")
+    assert sorted(import_edges(package)) == [
+        (f"{PACKAGE}.core.memory", 4, f"{PACKAGE}.core.memory.store", f"{PACKAGE}.core.memory.store", True),
+        (f"{PACKAGE}.core.memory", 6, f"{PACKAGE}.core.memory.store", "Store", False),
+        (f"{PACKAGE}.core.memory", 7, f"{PACKAGE}.render.text", "safe_text", False),
+        (f"{PACKAGE}.core.tokens", 7, f"{PACKAGE}.cli", f"{PACKAGE}.cli", False),
+        (f"{PACKAGE}.core.tokens", 9, f"{PACKAGE}.render", f"{PACKAGE}.render", False),
+        (f"{PACKAGE}.render", 1, f"{PACKAGE}.render.text", "safe_text", False),
+    ]
 
 
 def test_cycles_are_found_in_a_graph_that_has_one():
@@ -256,7 +367,8 @@ def private_imports(root: Path = ROOT) -> list[str]:
     package (from a package's ``__init__``: to the package). So ``core/runner.py`` may import
     ``core/_run/turn.py``, and the memory backends ``memory._port._Tx``, but ``cli.py`` may not
     import ``core/_run/…`` nor ``sdk_session.py`` a name of ``memory/_checks.py``. Imports
-    inside functions and under ``if TYPE_CHECKING:`` count too."""
+    inside functions and under ``if TYPE_CHECKING:`` count too, and so does a private name
+    reached as an imported module's attribute (``from .core import dsn`` then ``dsn._x``)."""
     mods = modules(root)
     bad = []
     for module, line, target, name, _type_only in import_edges(root):
@@ -269,14 +381,64 @@ def private_imports(root: Path = ROOT) -> list[str]:
         if any(not _inside(module, home) for home in homes):
             path = target if name == target or target.endswith("." + name) else f"{target}.{name}"
             bad.append(f"{mods[module].relative_to(root.parent).as_posix()}:{line} imports {path}")
+    return bad + _private_attributes(root)
+
+
+def _private_attributes(root: Path) -> list[str]:
+    """``module._name`` where ``module`` is bound by an import of a package module (``from
+    .core import dsn``, ``import chatflow_cli.core.dsn as dsn``, ``import chatflow_cli.core.dsn``
+    then ``chatflow_cli.core.dsn._x``) and the using module is outside the package that holds
+    ``_name``, as ``module:line uses path``. A name bound by an import anywhere in the file
+    counts (no scopes: cheap, and the package shadows no such name)."""
+    mods = modules(root)
+    bad = []
+    for name, path in mods.items():
+        is_package = path.name == "__init__.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        bound: dict[str, str] = {}
+        for node in _all_imports(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        bound[alias.asname] = alias.name
+                    else:
+                        bound[alias.name.split(".")[0]] = alias.name.split(".")[0]
+            else:
+                if node.level:
+                    base = name.split(".") if is_package else name.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    prefix = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    prefix = node.module or ""
+                bound.update({alias.asname or alias.name: f"{prefix}.{alias.name}" for alias in node.names})
+
+        def dotted(node: ast.expr) -> str | None:
+            if isinstance(node, ast.Name):
+                return bound.get(node.id)
+            if isinstance(node, ast.Attribute):
+                head = dotted(node.value)
+                return f"{head}.{node.attr}" if head else None
+            return None
+
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                continue
+            target = dotted(node.value)
+            if target not in mods:
+                continue
+            home = target if mods[target].name == "__init__.py" else target.rpartition(".")[0]
+            if not _inside(name, home):
+                bad.append(f"{path.relative_to(root.parent).as_posix()}:{node.lineno} uses {target}.{node.attr}")
     return bad
 
 
 def test_nothing_private_in_name_is_imported_from_outside_its_package(tmp_path):
     """A ``_private`` module or name is used inside its own package only; what another package
     needs gets a public home (``core/cancel.py``, ``core.memory.json_sha256``). The check sees
-    a private module and a private name imported from outside, and lets the same imports from
-    inside pass (a package of five empty-ish files: milliseconds)."""
+    a private module and a private name imported from outside, or reached as an imported
+    module's attribute, and lets the same from inside pass (a package of a few small files:
+    milliseconds)."""
     assert private_imports() == []
     package = tmp_path / PACKAGE
     files = {
@@ -292,6 +454,12 @@ def test_nothing_private_in_name_is_imported_from_outside_its_package(tmp_path):
         "core/memory/store.py": "from ._checks import _sha\nfrom ._port import _Tx\n",
         "core/memory/sqlite/__init__.py": "from .._port import _Tx\n",
         "core/sdk_session.py": "from .memory._checks import _sha\nfrom .memory.store import _Tx\n",
+        # a private name reached as a module's attribute (the review's `dsn._URL_PASSWORD`)
+        "core/dsn.py": "_URL_PASSWORD = 1\n",
+        "context.py": ("from .core import dsn\nimport chatflow_cli.core.dsn as d2\nimport chatflow_cli.core.dsn\n"
+                       "def f():\n    return dsn._URL_PASSWORD, d2._URL_PASSWORD, chatflow_cli.core.dsn._URL_PASSWORD\n"
+                       "def g(x):\n    return dsn.__name__, x._private\n"),
+        "core/tokens.py": "from . import dsn\nfrom .memory import store\nX = dsn._URL_PASSWORD, store._Tx\n",
     }
     for relative, text in files.items():
         (package / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -301,6 +469,10 @@ def test_nothing_private_in_name_is_imported_from_outside_its_package(tmp_path):
         f"{PACKAGE}/core/runner.py:2 imports {PACKAGE}.core.memory._checks",
         f"{PACKAGE}/core/sdk_session.py:1 imports {PACKAGE}.core.memory._checks._sha",
         f"{PACKAGE}/core/sdk_session.py:2 imports {PACKAGE}.core.memory.store._Tx",
+        f"{PACKAGE}/context.py:5 uses {PACKAGE}.core.dsn._URL_PASSWORD",
+        f"{PACKAGE}/context.py:5 uses {PACKAGE}.core.dsn._URL_PASSWORD",
+        f"{PACKAGE}/context.py:5 uses {PACKAGE}.core.dsn._URL_PASSWORD",
+        f"{PACKAGE}/core/tokens.py:3 uses {PACKAGE}.core.memory.store._Tx",
     ]
 
 
@@ -468,11 +640,31 @@ def unlisted(root: Path = ROOT, design: Path = DESIGN) -> list[str]:
     return missing
 
 
+_LISTED_FILE = re.compile(r"(?<![\w./-])(\w+(?:/\w+)*\.py)(?!\w)")
+
+
+def listed_but_missing(root: Path = ROOT, design: Path = DESIGN) -> list[str]:
+    """What design.md's listings name that does not exist, as a path relative to the package: an
+    entry's folder (``repl/``, ``memory/sqlite/``) and each ``name.py`` an entry names, in that
+    folder (``ghost.py`` in the ``repl/`` entry is ``repl/ghost.py``) or, in an entry of modules,
+    in the listing's own folder (``stream.py`` in ``model.py``'s entry is ``core/stream.py``)."""
+    missing = []
+    for listing, base in zip(module_listing(design), ("", "core/")):
+        for entry in _entries(listing):
+            head = entry.split()[0]
+            folder = base + head if head.endswith("/") else base
+            if head.endswith("/") and not (root / folder).is_dir():
+                missing.append(folder)
+            missing += [folder + f for f in _LISTED_FILE.findall(entry) if not (root / folder / f).is_file()]
+    return sorted(set(missing))
+
+
 def test_the_module_listing_names_every_module(tmp_path):
     """"The rooms in more detail" names each module of the package (a module added or renamed
     without it fails here), and the check sees the modules it does not name, a common word
     or a neighbour folder's module of the same name being no listing (a few empty files)."""
     assert unlisted() == []
+    assert listed_but_missing() == []
     package = tmp_path / PACKAGE
     for relative in ("__init__.py", "cli.py", "stray.py", "commands/chat.py", "commands/stray.py",
                      "core/dsn.py", "core/cli.py", "core/mcp/_keeper.py", "core/nowhere/__init__.py",
@@ -490,6 +682,23 @@ def test_the_module_listing_names_every_module(tmp_path):
         "core/search.py", "stray.py"]
 
 
+def test_the_module_listing_names_no_module_that_is_not_there(tmp_path):
+    """The other way round: a copy of design.md whose listings name a module or folder the
+    package has not (``ghost.py`` in the ``repl/`` entry, a ``ghosts/`` entry, ``spectre.py``
+    beside ``stream.py`` in an entry of the library's modules) is refused, path by path."""
+    text = DESIGN.read_text(encoding="utf-8")
+    changed = tmp_path / "design.md"
+    edits = [("  repl/             app.py (run_repl,", "  repl/             app.py, ghost.py (run_repl,"),
+             ("  lookup.py         stored", "  ghosts/           a.py\n  lookup.py         stored"),
+             ("ModelStream, ChatClient (what the Runner needs); stream.py",
+              "ModelStream, ChatClient (what the Runner needs); stream.py, spectre.py")]
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    changed.write_text(text, encoding="utf-8")
+    assert listed_but_missing(design=changed) == ["core/spectre.py", "ghosts/", "ghosts/a.py", "repl/ghost.py"]
+
+
 def code_arrows(root: Path = ROOT, house: dict[str, Room] | None = None) -> dict[str, set[str]]:
     """``{room: {rooms it imports}}`` as the code has them, a room marked ``*`` when every
     import of it is under ``if TYPE_CHECKING:``."""
@@ -502,22 +711,24 @@ def code_arrows(root: Path = ROOT, house: dict[str, Room] | None = None) -> dict
     return {a: {b + "*" * all(k) for b, k in targets.items()} for a, targets in kinds.items()}
 
 
-_MERMAID_NODE = re.compile(r'^(\w+)\["[^"]*"\]$')
+_MERMAID_NODE = re.compile(r'^(\w+)\["([^"]*)"\]$')
 _MERMAID_EDGE = re.compile(r"^(\w+) (-->|-\.->) (\w+)$")
-_MERMAID_SUBGRAPH = re.compile(r'^subgraph \w+( \["[^"]*"\])?$')
+_MERMAID_SUBGRAPH = re.compile(r'^subgraph (\w+)( \["[^"]*"\])?$')
 
 
 @dataclass(frozen=True)
 class Drawing:
     rooms: frozenset[str]
     arrows: frozenset[tuple[str, str, bool]]   # (room, room, dotted: type-only)
+    subgraphs: tuple[tuple[str, str | None], ...] = ()  # (room, the subgraph it is drawn in)
+    labels: tuple[tuple[str, str], ...] = ()            # (room, its label)
 
 
 def drawing(design: Path = DESIGN) -> Drawing:
     """The Mermaid flowchart of "The house: rooms and arrows": its nodes (a room each, ``_``
-    for ``-`` in the id) and its arrows, read line by line; a line that is no ``graph TD``,
-    ``%%`` comment, ``subgraph``/``end``, node ``id["label"]`` or arrow ``a --> b`` /
-    ``a -.-> b`` fails, so an arrow written another way cannot slip past."""
+    for ``-`` in the id) with their labels and subgraphs, and its arrows, read line by line; a
+    line that is no ``graph TD``, ``%%`` comment, ``subgraph``/``end``, node ``id["label"]`` or
+    arrow ``a --> b`` / ``a -.-> b`` fails, so an arrow written another way cannot slip past."""
     text = design.read_text(encoding="utf-8")
     section = text.split("\n## The house: rooms and arrows\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```mermaid\n(.*?)```", section, re.S)
@@ -526,11 +737,22 @@ def drawing(design: Path = DESIGN) -> Drawing:
     assert lines and lines[0] == "graph TD", "docs/design.md: the drawing does not begin with `graph TD`"
     nodes: set[str] = set()
     arrows: set[tuple[str, str, bool]] = set()
+    subgraphs: list[tuple[str, str | None]] = []
+    labels: list[tuple[str, str]] = []
+    inside: list[str] = []
     for line in lines[1:]:
-        if line.startswith("%%") or line == "end" or _MERMAID_SUBGRAPH.match(line):
+        if line.startswith("%%"):
             continue
-        if node := _MERMAID_NODE.match(line):
-            nodes.add(node.group(1).replace("_", "-"))
+        if line == "end":
+            assert inside, "docs/design.md: an `end` with no subgraph open"
+            inside.pop()
+        elif subgraph := _MERMAID_SUBGRAPH.match(line):
+            inside.append(subgraph.group(1))
+        elif node := _MERMAID_NODE.match(line):
+            room = node.group(1).replace("_", "-")
+            nodes.add(room)
+            subgraphs.append((room, inside[-1] if inside else None))
+            labels.append((room, node.group(2)))
         elif edge := _MERMAID_EDGE.match(line):
             a, style, b = edge.groups()
             arrows.add((a.replace("_", "-"), b.replace("_", "-"), style == "-.->"))
@@ -538,7 +760,44 @@ def drawing(design: Path = DESIGN) -> Drawing:
             raise AssertionError(f"docs/design.md: a line of the drawing I cannot read: {line!r}")
     strays = sorted({r for a, b, _ in arrows for r in (a, b)} - nodes)
     assert not strays, f"docs/design.md: arrows to rooms the drawing does not declare: {strays}"
-    return Drawing(frozenset(nodes), frozenset(arrows))
+    return Drawing(frozenset(nodes), frozenset(arrows), tuple(subgraphs), tuple(labels))
+
+
+#: The drawing's two subgraphs: the front-ends (``chatflow_cli/``) and the library (``core/``).
+FRONT, LIBRARY = "front", "library"
+_LABEL_PATH = re.compile(r"(?<![\w./*-])([\w*]+\.py|\w+/)(?![\w/])")
+
+
+def drawing_against_rooms(design: Path = DESIGN, root: Path = ROOT) -> list[str]:
+    """How the drawing's subgraphs and labels differ from the table's rooms: a room whose
+    modules are all under ``core/`` sits in the ``library`` subgraph, one with none there in
+    ``front`` (the package root, ``__init__.py`` alone, above both, in neither), and each
+    ``name.py`` (``*_app.py``) or ``folder/`` a label writes is a module or folder of that room."""
+    house = rooms(design)
+    drawn = drawing(design)
+    where = room_of(root, house)
+    paths: dict[str, list[str]] = {}
+    for module, path in modules(root).items():
+        paths.setdefault(where[module], []).append(path.relative_to(root).as_posix())
+    bad = []
+    for room, subgraph in drawn.subgraphs:
+        if room not in house:
+            continue
+        in_core = {p.startswith("core/") for p in house[room].paths}
+        expected = None if house[room].paths == ("__init__.py",) else (
+            LIBRARY if in_core == {True} else FRONT if in_core == {False} else "?")
+        if subgraph != expected:
+            bad.append(f"{room} is drawn in {subgraph or 'no'} subgraph, its modules belong in {expected or 'no'}")
+    for room, label in drawn.labels:
+        for token in _LABEL_PATH.findall(label):
+            ours = paths.get(room, [])
+            if token.endswith("/"):
+                found = any(f"/{token}" in f"/{p}" for p in ours)
+            else:
+                found = any(fnmatch.fnmatchcase(p.rpartition("/")[2], token) for p in ours)
+            if not found:
+                bad.append(f"the label of {room} names {token}, no module of that room")
+    return bad
 
 
 def drawn_arrows(design: Path = DESIGN) -> set[tuple[str, str, bool]]:
@@ -607,12 +866,38 @@ def test_the_drawing_checks_see_a_missing_or_false_arrow_and_a_missing_room(tmp_
     row = next(ln for ln in text.splitlines() if ln.startswith("| runner |"))
     assert check(row, row.replace("mcp, ", "")) == ([], ["the drawing has, the table not: runner -> mcp"])
     with pytest.raises(AssertionError, match="arrows to rooms the drawing does not declare"):
-        check('    mcp["mcp: MCP servers\' tools"]\n', "")
+        check('    mcp["mcp: mcp/ (MCP servers\' tools)"]\n', "")
     leaves = next(ln for ln in text.splitlines() if ln.startswith("    leaves["))
-    changed.write_text(text.replace(leaves + "\n", "").replace("  root -.-> leaves\n", ""), encoding="utf-8")
+    changed.write_text(text.replace(leaves + "\n", ""), encoding="utf-8")
     assert "a room of the table not drawn: leaves" in drawing_against_table(changed)
     with pytest.raises(AssertionError, match="a line of the drawing I cannot read: 'runner --> mcp & model'"):
         check("  runner --> mcp\n", "  runner --> mcp & model\n")
+
+
+def test_the_drawing_puts_each_room_in_its_subgraph_and_labels_it_with_its_own_modules(tmp_path):
+    """The subgraphs and labels are checked too: a copy of design.md with ``memory`` moved into
+    the front-ends' subgraph, the root moved into the library's, ``cli.py`` written into the
+    leaves' label and ``render/`` into the runner's is refused, each (milliseconds)."""
+    assert drawing_against_rooms() == []
+    text = DESIGN.read_text(encoding="utf-8")
+    changed = tmp_path / "design.md"
+    memory = next(ln for ln in text.splitlines() if ln.startswith("    memory["))
+    root = next(ln for ln in text.splitlines() if ln.startswith("  root["))
+    leaves = next(ln for ln in text.splitlines() if ln.startswith("    leaves["))
+    runner = next(ln for ln in text.splitlines() if ln.startswith("    runner["))
+    front = next(ln for ln in text.splitlines() if ln.startswith("  subgraph front"))
+    library = next(ln for ln in text.splitlines() if ln.startswith("  subgraph library"))
+    moved = (text.replace(memory + "\n", "").replace(root + "\n", "")
+             .replace(front, f"{front}\n{memory}", 1)
+             .replace(library, f"{library}\n  {root}", 1)
+             .replace(leaves, leaves.replace("dsn.py,", "dsn.py, cli.py,"))
+             .replace(runner, runner.replace("_run/", "_run/, render/")))
+    changed.write_text(moved, encoding="utf-8")
+    assert sorted(drawing_against_rooms(changed)) == [
+        "memory is drawn in front subgraph, its modules belong in library",
+        "root is drawn in library subgraph, its modules belong in no",
+        "the label of leaves names cli.py, no module of that room",
+        "the label of runner names render/, no module of that room"]
 
 
 #: Issue 29: no module of the package is over this many lines.

@@ -21,8 +21,11 @@ reproduced says why::
 
 and a block that shows output under a command that is not run (a rule's line, a block not
 run) must say it so, or be marked not run. A shell line that cannot run matches one of
-:data:`LINE_RULES` (each with its reason). A fence may be indented (in a list item): its
-body is read dedented.
+:data:`LINE_RULES` (each with its reason); a rule does not excuse a line that goes on to run
+``chatflow`` after ``&&``, ``;`` or ``|`` unless it matches that part too. Fences are read as
+CommonMark reads them (three or more backticks or tildes, the info string's first word the
+language); a fence may be indented (in a list item): its body is read dedented. A console
+block's commands are its ``$ `` lines, and it must have one.
 Anything else is run, so a new example is run by default. A Python block runs as a script in
 a fresh directory; a page's shell lines run one after another in page order in one fresh
 home (a page's earlier commands make what its later ones use) and each must exit 0.
@@ -46,21 +49,20 @@ import pytest
 from tests.conftest import COMMAND, REPO
 from tests.helpers import manual
 
-BLOCK = re.compile(r"(?P<marks>(?:^[ \t]*<!-- example: [^\n]*? -->\n)*)"
-                   r"^(?P<indent>[ \t]*)```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```", re.S | re.M)
 MARK = re.compile(r"^[ \t]*<!-- example: (?P<kind>not run|given|model calls|output): (?P<value>.+?) -->$", re.M)
 SHELL = ("bash", "console", "sh")
 
 #: Shell lines that are not run, whatever page they are on: (pattern, reason).
 LINE_RULES: list[tuple[str, str]] = [
     (r"^(python3? -m venv|pip install)", "installs packages"),
+    (r"chatflow chat \"What is the capital of France\?\"$",
+     "the Quickstart's first chat: it answers from the local model that the line's install builds"),
     (r"^export ", "the reader's own environment: the test sets the fake server, and CHATFLOW_DB to the "
                   "tests' PostgreSQL server on a page that exports it"),
     (r"^\$EDITOR ", "opens an editor"),
     (r"^chatflow( -s \S+)?( -m \S+)?( +#.*)?$", "the REPL: needs a terminal"),
     (r"--base-url http://localhost", "needs that local server (Ollama, vLLM, LM Studio)"),
-    (r"^pass show ", "needs the pass password store"),
-    (r"chatflow vault set \S+ \S+ *(#.*)?$", "prompts for the value on a terminal"),
+    (r"^chatflow vault set \S+ \S+ *(#.*)?$", "prompts for the value on a terminal"),
     (r"chatflow replay .*--follow", "follows the log until interrupted"),
     (r"--approve call_", "needs a tool call waiting for approval (an MCP server's)"),
 ]
@@ -98,18 +100,19 @@ class Block:
 def blocks(lang: tuple[str, ...]) -> list[Block]:
     found = []
     for page in manual.pages():
-        if page.name == "reference.md":  # generated from --help: a synopsis, not examples
+        name = manual.name(page)
+        if name == "reference.md":  # generated from --help: a synopsis, not examples
             continue
         text = page.read_text(encoding="utf-8")
-        placed = sum(m.group("marks").count("<!--") for m in BLOCK.finditer(text))
-        assert placed == text.count("<!-- example:"), f"{page.name}: a marker not right before a code block"
-        for m in BLOCK.finditer(text):
-            if m.group("lang") in lang:
-                line = text.count("\n", 0, m.start("lang")) + 1
-                marks = [(k.group("kind"), k.group("value")) for k in MARK.finditer(m.group("marks"))]
-                assert len(marks) == m.group("marks").count("<!--"), f"{page.name}:{line}: a marker it cannot read"
-                body = _dedent(m.group("body"), m.group("indent"), f"{page.name}:{line}")
-                found.append(Block(page.name, line, m.group("lang"), body, marks))
+        fences = manual.fences(text)
+        placed = sum(len(fence.marks) for fence in fences)
+        assert placed == text.count("<!-- example:"), f"{name}: a marker not right before a code block"
+        for fence in fences:
+            if fence.lang in lang:
+                marks = [(k.group("kind"), k.group("value")) for k in map(MARK.match, fence.marks) if k]
+                assert len(marks) == len(fence.marks), f"{name}:{fence.line}: a marker it cannot read"
+                body = _dedent(fence.body, fence.indent, f"{name}:{fence.line}")
+                found.append(Block(name, fence.line, fence.lang, body, marks))
     return found
 
 
@@ -129,16 +132,15 @@ def shell_lines(block: Block) -> list[str]:
     return [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
 
 
-def shown_output(block: Block) -> dict[str, list[str]]:
-    """A console block's commands and the output lines it shows under each (none: not shown)."""
-    shown: dict[str, list[str]] = {}
-    command = None
+def shown_output(block: Block) -> list[tuple[str, list[str]]]:
+    """A console block's commands in order, each with the output lines the block shows under
+    it (none: not shown). By position: the same command twice shows two outputs."""
+    shown: list[tuple[str, list[str]]] = []
     for line in block.body.splitlines():
         if line.startswith("$ "):
-            command = line[2:]
-            shown[command] = []
-        elif command is not None:
-            shown[command].append(line)
+            shown.append((line[2:], []))
+        elif shown:
+            shown[-1][1].append(line)
     return shown
 
 
@@ -150,18 +152,57 @@ def _plain(lines: list[str]) -> list[str]:
     return [" ".join(ln.split()) for ln in lines if ln.strip()]
 
 
+def _parts(line: str) -> list[str]:
+    """A shell line cut at each ``&&``, ``||``, ``|``, ``;`` and ``$(`` outside quotes and
+    before a comment (which stays with the last part)."""
+    parts, start, quote, i = [], 0, "", 0
+    while i < len(line):
+        c = line[i]
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or line[i - 1].isspace()):
+            break
+        elif line.startswith(("&&", "||", "$("), i) or c in "|;":
+            parts.append(line[start:i])
+            i += 1 if c in "|;" and not line.startswith("||", i) else 2
+            start = i
+            continue
+        i += 1
+    return [part.strip() for part in [*parts, line[start:]]]
+
+
+def _excuses(pattern: str, line: str) -> bool:
+    """Whether a line rule's pattern excuses a line: it matches the line, and each ``chatflow``
+    the line runs after its first command."""
+    chatflow = [part for part in _parts(line)[1:] if re.match(r"chatflow\b", part)]
+    return bool(re.search(pattern, line)) and all(re.search(pattern, part) for part in chatflow)
+
+
 def rule_for(line: str) -> str | None:
-    return next((reason for pattern, reason in LINE_RULES + MACHINE_RULES if re.search(pattern, line)), None)
+    """The reason a shell line is not run, from the first rule that matches it. A line rule
+    does not excuse a line that goes on to run ``chatflow`` (after ``&&``, ``;``, ``|``...)
+    unless the rule also matches that ``chatflow`` part (``export X=1 && chatflow chat hi``
+    runs). A machine's rule (a missing tool) excuses the whole line."""
+    for pattern, reason in LINE_RULES:
+        if _excuses(pattern, line):
+            return reason
+    return next((reason for pattern, reason in MACHINE_RULES if re.search(pattern, line)), None)
 
 
 def _env(tmp_path: Path, fake_server: Any) -> dict[str, str]:
     """The environment of an example: the test's isolated home, the fake server, a private HOME
-    (an example's ``~``) and ``chatflow`` on PATH running this checkout."""
+    (an example's ``~``), ``chatflow`` on PATH running this checkout and a ``pass`` that
+    shows a made-up secret."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "chatflow"
     shim.write_text(f'#!/bin/sh\nexec {shlex.join(COMMAND)} "$@"\n')
     shim.chmod(0o755)
+    password_store = bin_dir / "pass"  # `pass show NAME`: the reader's password store, one entry
+    password_store.write_text('#!/bin/sh\n[ "$1" = show ] && echo "example-$2-secret"\n')
+    password_store.chmod(0o755)
     home = tmp_path / "home"
     home.mkdir()
     env = {**os.environ, "HOME": str(home), "OPENAI_BASE_URL": fake_server.url, "OPENAI_API_KEY": "test",
@@ -209,7 +250,7 @@ def test_every_code_block_is_of_a_kind_these_tests_know() -> None:
     command: a block in another language (``pycon``, ``zsh``...) fails until the tests know it."""
     for block in blocks(("",)) + blocks(("text", "json")):
         assert not re.search(r"^(\$ )?chatflow ", block.body, re.M), f"{block.id}: a command in a {block.lang!r} block"
-    langs = {m.group("lang") for page in manual.pages() for m in BLOCK.finditer(page.read_text(encoding="utf-8"))}
+    langs = {fence.lang for page in manual.pages() for fence in manual.fences(page.read_text(encoding="utf-8"))}
     assert langs <= {"", "python", "py", "toml", "text", "json", "mermaid", *SHELL}, langs  # mermaid: test_layering
 
 
@@ -220,13 +261,19 @@ SHELL_PAGES = sorted({b.page for b in SHELL_BLOCKS if b.not_run is None
                       and any(rule_for(ln) is None for ln in shell_lines(b))})
 
 
+def test_every_console_block_has_a_command_line() -> None:
+    """A console block's commands are its ``$ `` lines: one without any would run nothing."""
+    empty = [b.id for b in SHELL_BLOCKS if b.lang == "console" and not shell_lines(b)]
+    assert not empty, f"console blocks with no `$ ` command line: {empty}"
+
+
 def test_every_shell_line_is_run_or_says_why_not() -> None:
     """A ``chatflow`` line in a block without a marker is run unless a rule names it; a rule
     that no longer matches any line goes."""
     run = [ln for b in SHELL_BLOCKS if b.not_run is None for ln in shell_lines(b) if rule_for(ln) is None]
     assert sum("chatflow " in ln for ln in run) >= 40, run
     used = {pattern for b in SHELL_BLOCKS for ln in shell_lines(b)
-            for pattern, _ in LINE_RULES if re.search(pattern, ln)}
+            for pattern, _ in LINE_RULES if _excuses(pattern, ln)}
     assert used == {pattern for pattern, _ in LINE_RULES}, "rules matching no line of the manual"
 
 
@@ -281,16 +328,16 @@ def test_the_pages_shell_examples_run_in_order(page: str, tmp_path: Path, fake_s
         for call in block.marked("model calls"):
             tool, arguments = call.split(" ", 1)
             fake_server.add_tool_calls([(f"call_{tool}", tool, arguments)])
-        shown = {} if block.illustrative else shown_output(block)
-        for line in shell_lines(block):
+        shown = [] if block.illustrative else [out for _, out in shown_output(block)]
+        for at, line in enumerate(shell_lines(block)):
             if rule_for(line) is not None:
                 continue
             done = subprocess.run(["bash", "-o", "pipefail", "-c", line], cwd=cwd, env=env, capture_output=True,
                                   text=True, timeout=60, stdin=subprocess.DEVNULL)
             if done.returncode != 0:
                 failed.append(f"{block.id}: {line}\n  exit {done.returncode}: {done.stderr.strip()[-600:]}")
-            elif shown.get(line) and _plain(shown[line]) != _plain(done.stdout.splitlines()):
-                failed.append(f"{block.id}: {line}\n  printed {done.stdout!r}, the page shows {shown[line]!r}")
+            elif at < len(shown) and shown[at] and _plain(shown[at]) != _plain(done.stdout.splitlines()):
+                failed.append(f"{block.id}: {line}\n  printed {done.stdout!r}, the page shows {shown[at]!r}")
     assert not failed, "\n".join(failed)
 
 
@@ -308,14 +355,14 @@ def test_output_shown_under_a_command_is_compared_or_says_why_not() -> None:
     the block's ``not run`` reason); a block that shows nothing needs no such marker."""
     unchecked, needless = [], []
     for block in SHELL_BLOCKS:
-        shows = {line: out for line, out in shown_output(block).items() if any(o.strip() for o in out)}
+        shows = [line for line, out in shown_output(block) if any(o.strip() for o in out)]
         if block.illustrative is not None and not shows:
             needless.append(block.id)
         if block.illustrative is not None or block.not_run is not None:
             continue
         unchecked += [f"{block.id}: {line}" for line in shows  # (a machine's rule aside: CI runs those lines)
-                      if any(re.search(pattern, line) for pattern, _ in LINE_RULES)]
+                      if any(_excuses(pattern, line) for pattern, _ in LINE_RULES)]
     assert not unchecked, f"output shown under a command that is not run, without a reason: {unchecked}"
     assert not needless, f"marked illustrative but showing no output: {needless}"
-    compared = [b for b in SHELL_BLOCKS if b.illustrative is None and b.not_run is None and any(shown_output(b).values())]
+    compared = [b for b in SHELL_BLOCKS if b.illustrative is None and b.not_run is None and any(out for _, out in shown_output(b))]
     assert len(compared) >= 3, [b.id for b in compared]

@@ -130,7 +130,9 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
         "context either says what can help); a model that does not accept images (its provider's 400 to a "
         "message with an image, or the local model, which reads text only: said before sending); an image the "
         "provider could not read (its 400 names it)"),
-    ExitStatus.NETWORK: "network error: connection refused or reset, timeout, a reply that stopped before it finished",
+    ExitStatus.NETWORK: (
+        "network error: connection refused or reset, timeout, a reply that stopped before it finished (no finish "
+        "reason, or `finish_reason` `error` or `abort`)"),
     ExitStatus.RATE_LIMITED: "rate limited or rescheduled: 429/5xx after retries; the session is marked rescheduled",
     ExitStatus.STORE: (
         "store error: the database is not SQLite, corrupt, read-only, full, or from a newer chatflow; PostgreSQL "
@@ -141,8 +143,8 @@ EXIT_MEANINGS: dict[ExitStatus, str] = {
         "or other users, or owned by another user (`chmod 600` it: chatflow reads no secret others could have read "
         "or planted)"),
     ExitStatus.INCOMPLETE: (
-        "reply incomplete: cut by the token limit or a content filter (`finish_reason` `length` or "
-        "`content_filter`); the turn is stored and marked"),
+        "reply incomplete: cut by the token limit or a content filter (`finish_reason` `length`, `max_tokens` or "
+        "`content_filter`), or ended with a finish reason chatflow does not know; the turn is stored and marked"),
     ExitStatus.HUNG_UP: (
         "hung up: SIGHUP (the terminal closed, an ssh session dropped), taken as SIGTERM is: a turn going on stops "
         "and its partial reply is kept as an interrupted turn; `chat` says `chatflow: hung up (SIGHUP): turn N was "
@@ -377,9 +379,10 @@ class ProviderTimeoutError(NetworkError):
 
 
 class StreamBrokenError(NetworkError):
-    """The reply stopped before any finish reason arrived (the connection closed or timed
-    out mid-reply, or the stream just ended). What arrived was kept as an interrupted turn,
-    as after Ctrl-C; the session is ready for the next message."""
+    """The reply did not finish: it stopped before any finish reason arrived (the connection
+    closed or timed out mid-reply, or the stream just ended), or the server ended it with
+    ``finish_reason`` ``error`` or ``abort`` (vLLM). What arrived was kept as an interrupted
+    turn, as after Ctrl-C; the session is ready for the next message."""
 
 
 class RateLimitedError(ChatflowError):

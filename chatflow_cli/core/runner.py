@@ -30,15 +30,6 @@ A turn, step by step:
 4. A call to ``transfer_to_<agent>`` makes that agent the session's active agent (a
    ``handoff`` event, once) and answers the call with a TOOL result; the new agent answers
    in the same turn with its own instructions and tools.
-
-Agent versions: every MODEL message carries the version of the agent that gave it
-(:attr:`Agent.version <chatflow_cli.core.agents.Agent.version>`), and ``turn.completed`` the
-answering agent's. When an agent starts in a turn (the active agent at the turn's start, a
-handoff's target) as another version than the one it last ran in the session, an
-``agent.changed`` event ``{"turn", "agent", "version", "previous_version", "since_turn"}``
-is stored and streamed before the agent's request (:meth:`SessionContext.note_agent_version
-<chatflow_cli.core.memory.SessionContext.note_agent_version>`): once per change, since the
-store records the new version with it.
 5. A call to a custom tool (:meth:`Tool.custom`) ends the run with the session
    ``idle`` and a ``tool.pending`` event listing the ids to answer. Regular tools called in
    the same reply run and their results are recorded as submitted (an error result keeps
@@ -53,17 +44,31 @@ store records the new version with it.
 6. A reply without tool calls completes the turn: ``turn.completed``, pruning, status
    ``idle`` — in one transaction.
 
+Agent versions: every MODEL message carries the version of the agent that gave it
+(:attr:`Agent.version <chatflow_cli.core.agents.Agent.version>`; none for a stored agent
+name that no agent of this Runner answers to), and ``turn.completed`` the answering
+agent's. When an agent starts in a turn (the active agent at the turn's start, a handoff's
+target) as another version than the one it last ran in the session (not the first time the
+session sees it), an ``agent.changed`` event ``{"turn", "agent", "version",
+"previous_version", "since_turn"}`` is stored and streamed before the agent's request
+(:meth:`SessionContext.note_agent_version
+<chatflow_cli.core.memory.SessionContext.note_agent_version>`): once per change, since the
+store records the new version with it.
+
 Whether a reply finished is decided once, by the reply's verdict
 (:attr:`~chatflow_cli.core.model.ModelTurn.verdict`); the Runner acts on it:
 
-* ``truncated`` (``finish_reason`` ``length`` or ``content_filter``): the turn completes,
+* ``truncated`` (a reply without tool calls whose ``finish_reason`` is not ``stop``,
+  ``tool_calls``, ``error`` or ``abort``: ``length`` (``max_tokens`` is stored as
+  ``length``), ``content_filter``, or one chatflow does not know): the turn completes,
   its MODEL message and ``turn.completed`` carry the ``finish_reason``, and so does the
   :class:`RunResult` (``truncated`` is true).
 * ``invalid_tool_call`` (arguments that are not a complete JSON object, or no function
   name): nothing runs and nothing is offered as pending; the turn fails
   (:class:`~chatflow_cli.core.errors.InvalidToolCallError`, exit 5).
 * ``broken`` (no finish reason: the connection closed or timed out mid-reply, or the
-  stream just ended): what arrived is kept as an interrupted turn, exactly as after
+  stream just ended; or the server ended the reply with ``finish_reason`` ``error`` or
+  ``abort``, as vLLM does): what arrived is kept as an interrupted turn, exactly as after
   Ctrl-C, and :class:`~chatflow_cli.core.errors.StreamBrokenError` (exit 6) is raised.
 * A reply with neither text nor tool calls (empty, or reasoning only) completes the
   turn; its MODEL message keeps the reasoning but is left out of later requests
