@@ -137,6 +137,15 @@ def _string_imports(tree: ast.Module, name: str, is_package: bool,
     return found
 
 
+def _from_module(node: ast.ImportFrom, name: str, is_package: bool) -> str:
+    """The absolute module a ``from ... import`` in module ``name`` reads from."""
+    if not node.level:
+        return node.module or ""
+    base = name.split(".") if is_package else name.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def import_edges(root: Path = ROOT) -> list[tuple[str, int, str, str, bool]]:
     """Every import of a package module by a package module: ``(module, line, target, name,
     type_only)``, where ``name`` is the imported name (``from x import name``; else the
@@ -161,12 +170,7 @@ def _read_edges(root: Path) -> list[tuple[str, int, str, str, bool]]:
             if isinstance(node, ast.Import):
                 targets = [(alias.name, alias.name) for alias in node.names]
             else:
-                if node.level:
-                    base = name.split(".") if is_package else name.split(".")[:-1]
-                    base = base[: len(base) - (node.level - 1)]
-                    prefix = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    prefix = node.module or ""
+                prefix = _from_module(node, name, is_package)
                 targets = [(f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in mods else prefix, alias.name)
                            for alias in node.names]
             for target, imported in targets:
@@ -245,6 +249,13 @@ def _front_end(module: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------
+def write_files(package: Path, files: dict[str, str]) -> None:
+    """Write a scratch package: ``files`` maps a path under ``package`` to its text."""
+    for relative, text in files.items():
+        (package / relative).parent.mkdir(parents=True, exist_ok=True)
+        (package / relative).write_text(text, encoding="utf-8")
+
+
 def test_the_graph_sees_function_level_imports():
     """The reader is not blind: a function-level import becomes an edge."""
     graph = import_graph()
@@ -278,9 +289,7 @@ def test_the_graph_sees_imports_made_through_strings(tmp_path):
                                     'def __getattr__(name):\n    return _LAZY[name]\n'),
         "core/memory/store.py": "",
     }
-    for relative, text in files.items():
-        (package / relative).parent.mkdir(parents=True, exist_ok=True)
-        (package / relative).write_text(text, encoding="utf-8")
+    write_files(package, files)
     assert sorted(import_edges(package)) == [
         (f"{PACKAGE}.core.memory", 4, f"{PACKAGE}.core.memory.store", f"{PACKAGE}.core.memory.store", True),
         (f"{PACKAGE}.core.memory", 6, f"{PACKAGE}.core.memory.store", "Store", False),
@@ -404,12 +413,7 @@ def _private_attributes(root: Path) -> list[str]:
                     else:
                         bound[alias.name.split(".")[0]] = alias.name.split(".")[0]
             else:
-                if node.level:
-                    base = name.split(".") if is_package else name.split(".")[:-1]
-                    base = base[: len(base) - (node.level - 1)]
-                    prefix = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    prefix = node.module or ""
+                prefix = _from_module(node, name, is_package)
                 bound.update({alias.asname or alias.name: f"{prefix}.{alias.name}" for alias in node.names})
 
         def dotted(node: ast.expr) -> str | None:
@@ -461,9 +465,7 @@ def test_nothing_private_in_name_is_imported_from_outside_its_package(tmp_path):
                        "def g(x):\n    return dsn.__name__, x._private\n"),
         "core/tokens.py": "from . import dsn\nfrom .memory import store\nX = dsn._URL_PASSWORD, store._Tx\n",
     }
-    for relative, text in files.items():
-        (package / relative).parent.mkdir(parents=True, exist_ok=True)
-        (package / relative).write_text(text, encoding="utf-8")
+    write_files(package, files)
     assert private_imports(package) == [
         f"{PACKAGE}/cli.py:2 imports {PACKAGE}.core._run.cancel.stop",
         f"{PACKAGE}/core/runner.py:2 imports {PACKAGE}.core.memory._checks",
